@@ -1,0 +1,183 @@
+"""The native REST API: threads, tasks, decisions, audit."""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import UUID
+
+from django.http import HttpRequest
+from ninja import Query, Router, Schema
+from pydantic import Field
+
+from approvals import gateway, permissions, selectors, services
+from approvals.models import ApprovalTask, AuditEvent, Decision
+from approvals.payloads import NOT_GIVEN, DecisionRequest, decisions_allowed, payload_kind
+from approvals.schemas import (
+    AuditEventOut,
+    CheckpointOut,
+    DecisionIn,
+    DecisionOut,
+    GraphOut,
+    RunOut,
+    TaskOut,
+    TaskPageOut,
+    TaskSummaryOut,
+    ThreadIn,
+    ThreadOut,
+)
+from runtime.models import Run, Thread
+from runtime.registry import graph_get, graph_names
+from runtime.schema import json_schema_for
+
+router = Router()
+
+
+def _user(request: HttpRequest) -> Any:
+    return request.auth  # type: ignore[attr-defined]
+
+
+def _task_summary(task: ApprovalTask) -> TaskSummaryOut:
+    return TaskSummaryOut.model_validate(task, from_attributes=True)
+
+
+def _thread_out(user: Any, thread: Thread, run: Run | None = None) -> ThreadOut:
+    pending = selectors.tasks_pending_for_thread(user=user, thread_id=thread.id)
+    return ThreadOut(
+        id=thread.id, graph=thread.graph, status=thread.status, metadata=thread.metadata,
+        values=thread.values, checkpoint_id=thread.checkpoint_id, error=thread.error,
+        created_at=thread.created_at, updated_at=thread.updated_at,
+        pending_tasks=[_task_summary(t) for t in pending], run_id=run.id if run else None,
+    )
+
+
+@router.get("/graphs", response=list[GraphOut], tags=["graphs"])
+def graphs_list(request: HttpRequest) -> list[GraphOut]:
+    user = _user(request)
+    return [
+        GraphOut(name=name, description=graph_get(name).description,
+                 state_schema=json_schema_for(graph_get(name).state_schema))
+        for name in graph_names()
+        if permissions.graph_visible(user, name)
+    ]
+
+
+@router.post("/threads", response={201: ThreadOut}, tags=["threads"])
+def thread_create(request: HttpRequest, body: ThreadIn) -> tuple[int, ThreadOut]:
+    user = _user(request)
+    thread, run = services.thread_start(actor=user, graph=body.graph, input=body.input, metadata=body.metadata)
+    return 201, _thread_out(user, thread, run)
+
+
+@router.get("/threads/{thread_id}", response=ThreadOut, tags=["threads"])
+def thread_detail(request: HttpRequest, thread_id: UUID) -> ThreadOut:
+    user = _user(request)
+    thread = permissions.thread_get_for(user, thread_id)
+    state = gateway.state_for(user, thread_id)
+    out = _thread_out(user, thread)
+    if state is not None:
+        out.values = state.values
+        out.checkpoint_id = state.checkpoint_id
+    return out
+
+
+class HistoryQuery(Schema):
+    limit: int = Field(default=50, ge=1, le=500)
+    before: str | None = None
+
+
+@router.get("/threads/{thread_id}/history", response=list[CheckpointOut], tags=["threads"])
+def thread_history(request: HttpRequest, thread_id: UUID, query: Query[HistoryQuery]) -> list[CheckpointOut]:
+    views = gateway.history_for(_user(request), thread_id, limit=query.limit, before=query.before)
+    return [CheckpointOut.model_validate(v, from_attributes=True) for v in views]
+
+
+@router.get("/threads/{thread_id}/runs", response=list[RunOut], tags=["threads"])
+def thread_runs(request: HttpRequest, thread_id: UUID) -> list[Run]:
+    thread = permissions.thread_get_for(_user(request), thread_id)
+    return list(thread.runs.order_by("-created_at")[:100])
+
+
+@router.post("/threads/{thread_id}/retry", response={202: RunOut}, tags=["threads"])
+def thread_retry(request: HttpRequest, thread_id: UUID) -> tuple[int, Run]:
+    return 202, services.thread_retry(actor=_user(request), thread_id=thread_id)
+
+
+class TaskQuery(Schema):
+    status: str | None = Field(default=None, pattern="^(pending|decided|superseded|cancelled)$")
+    graph: str | None = None
+    thread: UUID | None = None
+    limit: int = Field(default=50, ge=1, le=200)
+    cursor: str | None = None
+
+
+@router.get("/tasks", response=TaskPageOut, tags=["tasks"])
+def tasks_list(request: HttpRequest, query: Query[TaskQuery]) -> TaskPageOut:
+    items, next_cursor = selectors.tasks_list(
+        user=_user(request), status=query.status, graph=query.graph, thread_id=query.thread,
+        limit=query.limit, cursor=query.cursor,
+    )
+    return TaskPageOut(items=[_task_summary(t) for t in items], next_cursor=next_cursor)
+
+
+@router.get("/tasks/{task_id}", response=TaskOut, tags=["tasks"])
+def task_detail(request: HttpRequest, task_id: UUID) -> TaskOut:
+    user = _user(request)
+    task = permissions.task_get_for(user, task_id)
+    state = gateway.task_state_for(user, task)
+    summary = _task_summary(task).model_dump()
+    return TaskOut(
+        **summary,
+        payload=task.payload,
+        payload_digest=task.payload_digest,
+        response_schema=task.response_schema,
+        payload_kind=payload_kind(task.payload, task.kind),
+        allowed_decisions=decisions_allowed(task.payload, task.kind, task.response_schema),
+        can_decide=task.is_open and permissions.can_decide(user, task),
+        state=state.values if state else None,
+    )
+
+
+def _decision_out(decision: Decision) -> DecisionOut:
+    return DecisionOut(
+        id=decision.id, task_id=decision.task_id, outcome=decision.outcome, reason=decision.reason,
+        actor=decision.actor.get_username(), state_patch=decision.state_patch,
+        resume_value=decision.resume_value, checkpoint_id=decision.checkpoint_id,
+        run_id=decision.run_id, created_at=decision.created_at,
+    )
+
+
+@router.post("/tasks/{task_id}/decision", response={201: DecisionOut}, tags=["tasks"])
+def task_decide(request: HttpRequest, task_id: UUID, body: DecisionIn) -> tuple[int, DecisionOut]:
+    decision_request = DecisionRequest(
+        outcome=body.decision, reason=body.reason, checkpoint_id=body.checkpoint_id,
+        state_patch=body.edits, action_args=body.action_args, message=body.message,
+        decisions=body.decisions, resume=body.resume if "resume" in body.model_fields_set else NOT_GIVEN,
+    )
+    decision = services.task_decide(actor=_user(request), task_id=task_id, request=decision_request)
+    decision.refresh_from_db()
+    return 201, _decision_out(decision)
+
+
+class AuditQuery(Schema):
+    thread: UUID | None = None
+    action: str | None = None
+    limit: int = Field(default=100, ge=1, le=1000)
+    before_id: int | None = None
+
+
+@router.get("/audit", response=list[AuditEventOut], tags=["audit"])
+def audit_list(request: HttpRequest, query: Query[AuditQuery]) -> list[AuditEventOut]:
+    permissions.require(_user(request), "approvals.view_audit", "read the audit trail")
+    events = selectors.audit_list(
+        user=_user(request), thread_id=query.thread, action=query.action, limit=query.limit,
+        before_id=query.before_id,
+    )
+    return [_audit_out(e) for e in events]
+
+
+def _audit_out(event: AuditEvent) -> AuditEventOut:
+    return AuditEventOut(
+        id=event.id, at=event.at, actor=event.actor_label, action=event.action, subject_type=event.subject_type,
+        subject_id=event.subject_id, thread_id=event.thread_id, graph=event.graph, details=event.details,
+        prev_hash=event.prev_hash, hash=event.hash,
+    )

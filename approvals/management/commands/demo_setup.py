@@ -1,0 +1,22 @@
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from approvals.demo import DEMO_PASSWORD, demo_setup
+
+
+class Command(BaseCommand):
+    help = "Create demo users (password 'gatehouse') and demo threads paused at their gates. Idempotent."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--force", action="store_true", help="allow outside embedded/demo mode")
+
+    def handle(self, *args: Any, force: bool, **options: Any) -> None:
+        if not (settings.GATEHOUSE_DEMO or force):
+            raise CommandError("demo users have a known password: refusing outside demo mode (GATEHOUSE_DEMO=true)")
+        for line in demo_setup():
+            self.stdout.write(f"created {line}")
+        self.stdout.write(f"demo users ready; password for all: {DEMO_PASSWORD}")

@@ -1,0 +1,28 @@
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.utils import timezone
+
+from approvals.tokens import token_issue
+
+
+class Command(BaseCommand):
+    help = "Issue an API token for USERNAME and print it (its only line of output). It is not shown again."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("username")
+        parser.add_argument("--name", default="", help="a label for the token")
+        parser.add_argument("--days", type=int, default=None, help="expire after this many days")
+
+    def handle(self, *args: Any, username: str, name: str, days: int | None, **options: Any) -> None:
+        user = get_user_model().objects.filter(username=username).first()
+        if user is None:
+            raise CommandError(f"no user named {username!r}")
+        if days is not None and days < 1:
+            raise CommandError("--days must be at least 1")
+        expires = timezone.now() + timedelta(days=days) if days else None
+        self.stdout.write(token_issue(user=user, name=name, expires_at=expires))

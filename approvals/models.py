@@ -1,0 +1,148 @@
+"""Approval tasks, decisions, the audit trail, API tokens and graph assignments."""
+
+from __future__ import annotations
+
+import uuid
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+from runtime.models import Run, Thread
+
+
+class TaskStatus(models.TextChoices):
+    PENDING = "pending", "Pending"
+    DECIDED = "decided", "Decided"
+    SUPERSEDED = "superseded", "Superseded"  # the thread moved on without this interrupt
+    CANCELLED = "cancelled", "Cancelled"
+
+
+class TaskKind(models.TextChoices):
+    INTERRUPT = "interrupt", "Interrupt"
+    BREAKPOINT = "breakpoint", "Static breakpoint"
+
+
+class ApprovalTask(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    thread = models.ForeignKey(Thread, on_delete=models.CASCADE, related_name="tasks")
+    run = models.ForeignKey(Run, null=True, on_delete=models.SET_NULL, related_name="tasks")
+    graph = models.CharField(max_length=100)  # denormalised for indexed inbox filters
+    node = models.CharField(max_length=200)
+    kind = models.CharField(max_length=12, choices=TaskKind.choices, default=TaskKind.INTERRUPT)
+    interrupt_id = models.CharField(max_length=200)
+    checkpoint_id = models.CharField(max_length=64)
+    checkpoint_ns = models.CharField(max_length=500, blank=True, default="")
+    payload = models.JSONField(null=True)
+    payload_digest = models.CharField(max_length=64)
+    response_schema = models.JSONField(null=True, blank=True)
+    title = models.CharField(max_length=300, blank=True, default="")
+    status = models.CharField(max_length=12, choices=TaskStatus.choices, default=TaskStatus.PENDING)
+    due_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    decided_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            # Idempotent creation: one pending task per interrupt of a thread,
+            # however often the run that raised it is redelivered.
+            models.UniqueConstraint(
+                fields=["thread", "interrupt_id"],
+                condition=Q(status="pending"),
+                name="one_pending_task_per_interrupt",
+            )
+        ]
+        indexes = [
+            models.Index(fields=["status", "graph", "-created_at"], name="task_inbox"),
+            models.Index(fields=["thread", "status"], name="task_thread_status"),
+        ]
+        permissions = [
+            ("decide_task", "Can decide approval tasks"),
+            ("view_all_graphs", "Can see every graph's threads and tasks"),
+        ]
+
+    def __str__(self) -> str:
+        return f"task {self.id} ({self.graph}/{self.node}, {self.status})"
+
+    @property
+    def is_open(self) -> bool:
+        return self.status == TaskStatus.PENDING
+
+
+class Outcome(models.TextChoices):
+    APPROVE = "approve", "Approve"
+    REJECT = "reject", "Reject"
+    EDIT = "edit", "Edit and approve"
+    RESPOND = "respond", "Respond"
+
+
+class Decision(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    task = models.ForeignKey(ApprovalTask, on_delete=models.PROTECT, related_name="decisions")
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    outcome = models.CharField(max_length=8, choices=Outcome.choices)
+    reason = models.TextField(blank=True, default="")
+    state_patch = models.JSONField(null=True, blank=True)
+    resume_value = models.JSONField(null=True, blank=True)
+    checkpoint_id = models.CharField(max_length=64)
+    payload_digest = models.CharField(max_length=64)
+    # The resume run that carried this decision; null while sibling
+    # interrupts of the same super-step still wait for their decisions.
+    run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="decisions")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"{self.outcome} on {self.task_id} by {self.actor_id}"
+
+
+class AuditEvent(models.Model):
+    """Append-only, hash-chained record of everything that happened."""
+
+    id = models.BigAutoField(primary_key=True)
+    at = models.DateTimeField(db_index=True)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    actor_label = models.CharField(max_length=150)  # kept even if the user is renamed
+    action = models.CharField(max_length=64, db_index=True)
+    subject_type = models.CharField(max_length=32)
+    subject_id = models.CharField(max_length=64)
+    thread_id = models.UUIDField(null=True, blank=True, db_index=True)
+    graph = models.CharField(max_length=100, blank=True, default="")
+    details = models.JSONField(default=dict)
+    prev_hash = models.CharField(max_length=64)
+    hash = models.CharField(max_length=64, unique=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["subject_type", "subject_id"], name="audit_subject")]
+        permissions = [("view_audit", "Can browse the audit trail")]
+
+    def __str__(self) -> str:
+        return f"#{self.id} {self.action} {self.subject_type}:{self.subject_id}"
+
+
+class ApiToken(models.Model):
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    name = models.CharField(max_length=100, blank=True, default="")
+    prefix = models.CharField(max_length=12, db_index=True)
+    digest = models.CharField(max_length=64, unique=True)  # sha256 of the secret; the secret is never stored
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.user_id})"
+
+
+class GraphAssignment(models.Model):
+    """Which graphs a reviewer or operator works on; graph "*" means all of them."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="graph_assignments")
+    graph = models.CharField(max_length=100)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["user", "graph"], name="one_assignment_per_graph")]
+
+    def __str__(self) -> str:
+        return f"{self.user_id} → {self.graph}"

@@ -1,0 +1,276 @@
+"""Interrupt payload conventions: what a reviewer may decide, and the resume value it becomes.
+
+First-class shapes:
+- ``gatehouse``: Gatehouse's gate payload (``runtime.gatekeeper``);
+- ``hitl``: LangChain ``HumanInTheLoopMiddleware`` batched requests
+  (``action_requests`` + ``review_configs``);
+- ``tool_approval``: the middleware's ``per_call`` mode (one tool call per interrupt);
+- ``agent_inbox``: Agent Inbox ``HumanInterrupt`` (a list of one request);
+- ``breakpoint``: a static ``interrupt_before``/``after`` pause;
+- ``generic``: any other JSON value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import jsonschema
+
+from approvals.errors import InvalidInput
+from runtime.gatekeeper import GATE_MARKER
+
+NOT_GIVEN: Any = object()
+
+GENERIC_DECISIONS = ["approve", "reject", "edit", "respond"]
+_INBOX_MAP = {"approve": "allow_accept", "edit": "allow_edit", "respond": "allow_respond", "reject": "allow_ignore"}
+
+
+@dataclass
+class DecisionRequest:
+    outcome: str
+    reason: str = ""
+    checkpoint_id: str | None = None
+    state_patch: dict[str, Any] | None = None
+    action_args: dict[str, Any] | None = None
+    message: str | None = None
+    decisions: list[dict[str, Any]] | None = None  # per action request (HITL)
+    resume: Any = field(default=NOT_GIVEN)
+
+
+def payload_kind(payload: Any, task_kind: str = "interrupt") -> str:
+    if task_kind == "breakpoint":
+        return "breakpoint"
+    if isinstance(payload, dict):
+        if payload.get("type") == GATE_MARKER:
+            return "gatehouse"
+        if isinstance(payload.get("action_requests"), list) and isinstance(payload.get("review_configs"), list):
+            return "hitl"
+        if payload.get("type") == "tool_approval" and "name" in payload:
+            return "tool_approval"
+    if _inbox_request(payload) is not None:
+        return "agent_inbox"
+    return "generic"
+
+
+def _inbox_request(payload: Any) -> dict[str, Any] | None:
+    item = payload[0] if isinstance(payload, list) and len(payload) == 1 else payload
+    if isinstance(item, dict) and isinstance(item.get("action_request"), dict) and isinstance(item.get("config"), dict):
+        return item
+    return None
+
+
+def payload_title(payload: Any, node: str) -> str:
+    kind = payload_kind(payload)
+    if kind == "gatehouse":
+        return str(payload.get("title") or node)[:300]
+    if kind == "hitl":
+        names = ", ".join(str(r.get("name")) for r in payload["action_requests"])
+        return f"Review tool calls: {names}"[:300]
+    if kind == "tool_approval":
+        return f"Review tool call: {payload['name']}"[:300]
+    if kind == "agent_inbox":
+        req = _inbox_request(payload) or {}
+        return str(req.get("description") or req["action_request"].get("action") or node)[:300]
+    if isinstance(payload, dict):
+        for key in ("title", "question", "message", "description"):
+            if isinstance(payload.get(key), str):
+                return payload[key][:300]
+    if isinstance(payload, str):
+        return payload[:300]
+    return f"Review at {node}"
+
+
+def _hitl_allowed(payload: dict[str, Any], index: int) -> list[str]:
+    name = payload["action_requests"][index].get("name")
+    for config in payload["review_configs"]:
+        if config.get("action_name") == name:
+            return list(config.get("allowed_decisions") or [])
+    return ["approve", "edit", "reject", "respond"]
+
+
+def _schema_decisions(schema: Any) -> list[str]:
+    """Decision types a ``response_schema`` accepts (its ``type`` constants)."""
+    found: list[str] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            type_prop = (node.get("properties") or {}).get("type")
+            if isinstance(type_prop, dict):
+                if "const" in type_prop:
+                    found.append(type_prop["const"])
+                found.extend(type_prop.get("enum") or [])
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(schema)
+    return [d for d in dict.fromkeys(found) if d in GENERIC_DECISIONS]
+
+
+def decisions_allowed(payload: Any, task_kind: str = "interrupt", response_schema: Any = None) -> list[str]:
+    kind = payload_kind(payload, task_kind)
+    if kind == "breakpoint":
+        return ["approve", "edit", "reject"]
+    if kind == "gatehouse":
+        return list(payload.get("allowed_decisions") or GENERIC_DECISIONS)
+    if kind == "hitl":
+        # A one-click decision applies to every request, so it must be allowed for all.
+        per_request = [set(_hitl_allowed(payload, i)) for i in range(len(payload["action_requests"]))]
+        common = set.intersection(*per_request) if per_request else set()
+        return [d for d in GENERIC_DECISIONS if d in common]
+    if kind == "tool_approval":
+        return _schema_decisions(response_schema) or list(GENERIC_DECISIONS)
+    if kind == "agent_inbox":
+        config = (_inbox_request(payload) or {})["config"]
+        return [d for d, flag in _INBOX_MAP.items() if config.get(flag)]
+    return list(GENERIC_DECISIONS)
+
+
+def resume_value_build(
+    *, payload: Any, task_kind: str, response_schema: Any, request: DecisionRequest, reviewer: str
+) -> Any:
+    """The value ``interrupt()`` returns in the graph for this decision (refuses invalid ones)."""
+    if request.resume is not NOT_GIVEN:
+        if response_schema:
+            _schema_check(request.resume, response_schema, "resume")
+        return request.resume
+    kind = payload_kind(payload, task_kind)
+    if request.decisions is not None and kind != "hitl":
+        raise InvalidInput("per-request decisions are only for tool-call reviews", field="decisions")
+    if kind == "hitl":
+        return {"decisions": _hitl_decisions(payload, request)}
+    allowed = decisions_allowed(payload, task_kind, response_schema)
+    if request.outcome not in allowed:
+        raise InvalidInput(
+            f"decision {request.outcome!r} is not allowed here (allowed: {', '.join(allowed) or 'none'})",
+            field="decision",
+        )
+    if kind == "breakpoint":
+        return None
+    if kind == "tool_approval":
+        value = _tool_decision(payload.get("name", ""), request, field="decision")
+        if response_schema:
+            _schema_check(value, response_schema, "decision")
+        return value
+    if kind == "agent_inbox":
+        return [_inbox_response(_inbox_request(payload) or {}, request)]
+    value: dict[str, Any] = {"decision": request.outcome, "reason": request.reason, "reviewer": reviewer}
+    if request.outcome == "respond":
+        if not (request.message or "").strip():
+            raise InvalidInput("a response needs a message", field="message")
+        value["message"] = request.message
+    if request.action_args is not None:
+        if request.outcome != "edit":
+            raise InvalidInput("action_args may only be sent with an edit decision", field="action_args")
+        if kind == "gatehouse":
+            _gate_args_check(payload, request.action_args)
+        value["action_args"] = request.action_args
+    return value
+
+
+def _gate_args_check(payload: dict[str, Any], args: dict[str, Any]) -> None:
+    action = payload.get("proposed_action") or {}
+    schema = action.get("args_schema")
+    if schema:
+        _schema_check(args, schema, "action_args")
+    elif isinstance(action.get("args"), dict):
+        for key, value in args.items():
+            if key not in action["args"]:
+                raise InvalidInput(f"unknown argument (the action takes: {', '.join(action['args'])})", field=f"action_args.{key}")
+            original = action["args"][key]
+            if original is not None and _json_type(value) != _json_type(original):
+                raise InvalidInput(
+                    f"expected {_json_type(original)}, got {_json_type(value)}", field=f"action_args.{key}"
+                )
+
+
+def _json_type(value: Any) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return "null"
+
+
+def _schema_check(value: Any, schema: Any, field: str) -> None:
+    try:
+        jsonschema.validate(value, schema)
+    except jsonschema.ValidationError as exc:
+        where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in exc.absolute_path)
+        raise InvalidInput(exc.message, field=f"{field}{where}") from None
+    except jsonschema.SchemaError:
+        return  # a schema we cannot read is the graph's problem, not the reviewer's
+
+
+def _hitl_decisions(payload: dict[str, Any], request: DecisionRequest) -> list[dict[str, Any]]:
+    requests = payload["action_requests"]
+    if request.decisions is None:
+        items = [
+            {"type": request.outcome, "args": request.action_args, "message": request.message or request.reason}
+            for _ in requests
+        ]
+        if request.action_args is not None and len(requests) != 1:
+            raise InvalidInput("send one decision per tool call to edit several", field="decisions")
+    else:
+        if len(request.decisions) != len(requests):
+            raise InvalidInput(
+                f"expected {len(requests)} decisions (one per tool call), got {len(request.decisions)}",
+                field="decisions",
+            )
+        items = request.decisions
+    decisions = []
+    for index, item in enumerate(items):
+        field = f"decisions[{index}]"
+        if not isinstance(item, dict) or not isinstance(item.get("type"), str):
+            raise InvalidInput("each decision needs a 'type'", field=f"{field}.type")
+        allowed = _hitl_allowed(payload, index)
+        if item["type"] not in allowed:
+            raise InvalidInput(
+                f"{item['type']!r} is not allowed for {requests[index].get('name')} (allowed: {', '.join(allowed)})",
+                field=f"{field}.type",
+            )
+        sub = DecisionRequest(outcome=item["type"], action_args=item.get("args"), message=item.get("message"))
+        decisions.append(_tool_decision(str(requests[index].get("name")), sub, field=field))
+    return decisions
+
+
+def _tool_decision(name: str, request: DecisionRequest, *, field: str) -> dict[str, Any]:
+    if request.outcome == "approve":
+        return {"type": "approve"}
+    if request.outcome == "edit":
+        if not isinstance(request.action_args, dict):
+            raise InvalidInput("an edit needs the edited arguments as an object", field=f"{field}.args")
+        return {"type": "edit", "edited_action": {"name": name, "args": request.action_args}}
+    if request.outcome == "reject":
+        result: dict[str, Any] = {"type": "reject"}
+        if request.message or request.reason:
+            result["message"] = request.message or request.reason
+        return result
+    if request.outcome == "respond":
+        if not (request.message or "").strip():
+            raise InvalidInput("a response needs a message", field=f"{field}.message")
+        return {"type": "respond", "message": request.message}
+    raise InvalidInput(f"unknown decision {request.outcome!r}", field=f"{field}.type")
+
+
+def _inbox_response(item: dict[str, Any], request: DecisionRequest) -> dict[str, Any]:
+    if request.outcome == "approve":
+        return {"type": "accept", "args": None}
+    if request.outcome == "edit":
+        if not isinstance(request.action_args, dict):
+            raise InvalidInput("an edit needs the edited arguments as an object", field="action_args")
+        return {"type": "edit", "args": {"action": item["action_request"].get("action"), "args": request.action_args}}
+    if request.outcome == "respond":
+        if not (request.message or "").strip():
+            raise InvalidInput("a response needs a message", field="message")
+        return {"type": "response", "args": request.message}
+    return {"type": "ignore", "args": None}

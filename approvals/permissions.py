@@ -1,0 +1,125 @@
+"""One access policy for every surface (API, console, websockets, exports, commands).
+
+Helpers return the object or raise: ``NotFound`` for what the principal may
+not see (so existence does not leak), ``Forbidden`` for actions it may not take.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.db.models import QuerySet
+
+from approvals.errors import Forbidden, NotFound
+from approvals.models import ApprovalTask, AuditEvent, GraphAssignment
+from runtime.models import Thread
+
+Principal = AbstractBaseUser | AnonymousUser
+ALL_GRAPHS = "*"
+
+ROLES: dict[str, list[str]] = {
+    "reviewer": ["approvals.view_approvaltask", "approvals.decide_task", "runtime.view_thread"],
+    "approver": ["approvals.view_approvaltask", "approvals.decide_task", "runtime.view_thread"],
+    "auditor": [
+        "approvals.view_approvaltask",
+        "runtime.view_thread",
+        "approvals.view_audit",
+        "approvals.view_all_graphs",
+    ],
+    "operator": [
+        "approvals.view_approvaltask",
+        "runtime.view_thread",
+        "runtime.start_thread",
+        "runtime.retry_thread",
+    ],
+    "admin": [
+        "approvals.view_approvaltask",
+        "approvals.decide_task",
+        "approvals.view_audit",
+        "approvals.view_all_graphs",
+        "runtime.view_thread",
+        "runtime.start_thread",
+        "runtime.retry_thread",
+    ],
+}
+
+
+def _can(user: Principal, perm: str) -> bool:
+    return bool(user.is_authenticated and user.is_active and user.has_perm(perm))
+
+
+def require(user: Principal, perm: str, action: str) -> None:
+    if not _can(user, perm):
+        raise Forbidden(f"you may not {action}")
+
+
+def graphs_visible(user: Principal) -> set[str] | None:
+    """The graph names ``user`` may see; None means every graph."""
+    if not user.is_authenticated or not user.is_active:
+        return set()
+    if _can(user, "approvals.view_all_graphs"):
+        return None
+    names = set(GraphAssignment.objects.filter(user=user).values_list("graph", flat=True))
+    return None if ALL_GRAPHS in names else names
+
+
+def graph_visible(user: Principal, graph: str) -> bool:
+    visible = graphs_visible(user)
+    return visible is None or graph in visible
+
+
+def _scope(qs: QuerySet[Any], user: Principal, field: str = "graph") -> QuerySet[Any]:
+    visible = graphs_visible(user)
+    return qs if visible is None else qs.filter(**{f"{field}__in": visible})
+
+
+def threads_visible(user: Principal) -> QuerySet[Thread]:
+    if not _can(user, "runtime.view_thread"):
+        return Thread.objects.none()
+    return _scope(Thread.objects.all(), user)
+
+
+def tasks_visible(user: Principal) -> QuerySet[ApprovalTask]:
+    if not _can(user, "approvals.view_approvaltask"):
+        return ApprovalTask.objects.none()
+    return _scope(ApprovalTask.objects.all(), user)
+
+
+def audit_visible(user: Principal) -> QuerySet[AuditEvent]:
+    if not _can(user, "approvals.view_audit"):
+        return AuditEvent.objects.none()
+    return _scope(AuditEvent.objects.all(), user)
+
+
+def thread_get_for(user: Principal, thread_id: object) -> Thread:
+    thread = threads_visible(user).filter(pk=thread_id).first()
+    if thread is None:
+        raise NotFound(f"thread {thread_id} not found", field="thread_id")
+    return thread
+
+
+def task_get_for(user: Principal, task_id: object) -> ApprovalTask:
+    task = tasks_visible(user).select_related("thread").filter(pk=task_id).first()
+    if task is None:
+        raise NotFound(f"task {task_id} not found", field="task_id")
+    return task
+
+
+def can_decide(user: Principal, task: ApprovalTask) -> bool:
+    return _can(user, "approvals.decide_task") and graph_visible(user, task.graph)
+
+
+def require_decide(user: Principal, task: ApprovalTask) -> None:
+    if not can_decide(user, task):
+        raise Forbidden("you may not decide approval tasks")
+
+
+def require_start(user: Principal, graph: str) -> None:
+    require(user, "runtime.start_thread", "start threads")
+    if not graph_visible(user, graph):
+        raise Forbidden(f"you are not assigned to graph {graph!r}", field="graph")
+
+
+def require_retry(user: Principal, thread: Thread) -> None:
+    require(user, "runtime.retry_thread", "retry threads")

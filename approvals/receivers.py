@@ -1,0 +1,56 @@
+"""Subscribe the domain to runtime events: open tasks, and audit what workers did."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.dispatch import receiver
+
+from approvals.audit import audit_record
+from approvals.services import tasks_open
+from runtime import signals
+from runtime.models import Effect, Run
+
+
+def _audit_run(run: Run, action: str, details: dict[str, Any]) -> None:
+    audit_record(
+        actor=None, actor_label=f"worker:{run.lease_owner}" if run.lease_owner else "runtime",
+        action=action, subject_type="run", subject_id=run.id, thread_id=run.thread_id,
+        graph=run.thread.graph, details={"kind": run.kind, **details},
+    )
+
+
+@receiver(signals.run_claimed)
+def on_run_claimed(sender: Any, run: Run, **kwargs: Any) -> None:
+    _audit_run(run, "run.claimed", {"attempt": run.attempts, "fence": run.fence})
+
+
+@receiver(signals.run_interrupted)
+def on_run_interrupted(sender: Any, run: Run, interrupts: list[Any], **kwargs: Any) -> None:
+    _audit_run(run, "run.interrupted", {"interrupts": [i.interrupt_id for i in interrupts]})
+    tasks_open(run=run, interrupts=interrupts)
+
+
+@receiver(signals.run_completed)
+def on_run_completed(sender: Any, run: Run, values: dict[str, Any], **kwargs: Any) -> None:
+    _audit_run(run, "run.succeeded", {})
+    audit_record(
+        actor=None, actor_label="runtime", action="thread.completed", subject_type="thread",
+        subject_id=run.thread_id, thread_id=run.thread_id, graph=run.thread.graph,
+        details={"checkpoint_id": run.thread.checkpoint_id, "keys": sorted(values)},
+    )
+
+
+@receiver(signals.run_failed)
+def on_run_failed(sender: Any, run: Run, error: str, **kwargs: Any) -> None:
+    _audit_run(run, "run.failed", {"error": error, "attempt": run.attempts})
+
+
+@receiver(signals.effect_executed)
+def on_effect_executed(sender: Any, effect: Effect, **kwargs: Any) -> None:
+    thread = effect.thread
+    audit_record(
+        actor=None, actor_label="runtime", action="effect.executed", subject_type="effect",
+        subject_id=effect.key, thread_id=thread.pk if thread else None, graph=thread.graph if thread else "",
+        details={"name": effect.name, "result": effect.result, "calls": effect.calls},
+    )

@@ -1,0 +1,133 @@
+"""API request (``*In``) and response (``*Out``) schemas, with explicit fields."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+from uuid import UUID
+
+from ninja import Schema
+from pydantic import Field
+
+
+class ThreadIn(Schema):
+    graph: str = Field(min_length=1, max_length=100)
+    input: dict[str, Any] = Field(default_factory=dict)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class TaskSummaryOut(Schema):
+    id: UUID
+    thread_id: UUID
+    graph: str
+    node: str
+    kind: str
+    title: str
+    status: str
+    interrupt_id: str
+    checkpoint_id: str
+    checkpoint_ns: str
+    created_at: datetime
+    decided_at: datetime | None
+    due_at: datetime | None
+
+
+class ThreadOut(Schema):
+    id: UUID
+    graph: str
+    status: str
+    metadata: dict[str, Any]
+    values: dict[str, Any]
+    checkpoint_id: str
+    error: str
+    created_at: datetime
+    updated_at: datetime
+    pending_tasks: list[TaskSummaryOut]
+    run_id: UUID | None = None
+
+
+class CheckpointOut(Schema):
+    checkpoint_id: str
+    parent_id: str
+    step: int
+    source: str
+    created_at: str
+    next: list[str]
+    values: dict[str, Any]
+
+
+class TaskOut(TaskSummaryOut):
+    payload: Any
+    payload_digest: str
+    response_schema: Any | None
+    payload_kind: str
+    allowed_decisions: list[str]
+    can_decide: bool
+    state: dict[str, Any] | None
+
+
+class TaskPageOut(Schema):
+    items: list[TaskSummaryOut]
+    next_cursor: str | None
+
+
+class DecisionIn(Schema):
+    decision: Literal["approve", "reject", "edit", "respond"]
+    reason: str = Field(default="", max_length=4000)
+    checkpoint_id: str | None = Field(
+        default=None, description="The checkpoint the reviewer saw; a stale one is refused with 409."
+    )
+    edits: dict[str, Any] | None = Field(default=None, description="State values to change (validated).")
+    action_args: dict[str, Any] | None = Field(default=None, description="Edited arguments of the proposed action.")
+    message: str | None = Field(default=None, max_length=20000, description="Free-text response.")
+    decisions: list[dict[str, Any]] | None = Field(
+        default=None, description="One decision per tool call, for LangChain HITL requests."
+    )
+    resume: Any = Field(
+        default=None, description="The exact resume value, for callers that know the graph's contract."
+    )
+
+
+class DecisionOut(Schema):
+    id: UUID
+    task_id: UUID
+    outcome: str
+    reason: str
+    actor: str
+    state_patch: dict[str, Any] | None
+    resume_value: Any
+    checkpoint_id: str
+    run_id: UUID | None
+    created_at: datetime
+
+
+class AuditEventOut(Schema):
+    id: int
+    at: datetime
+    actor: str
+    action: str
+    subject_type: str
+    subject_id: str
+    thread_id: UUID | None
+    graph: str
+    details: dict[str, Any]
+    prev_hash: str
+    hash: str
+
+
+class RunOut(Schema):
+    id: UUID
+    thread_id: UUID
+    kind: str
+    status: str
+    attempts: int
+    error: str
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+class GraphOut(Schema):
+    name: str
+    description: str
+    state_schema: dict[str, Any]

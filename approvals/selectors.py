@@ -1,0 +1,64 @@
+"""Reads of the approvals domain, always scoped by ``permissions``."""
+
+from __future__ import annotations
+
+import base64
+import json
+from datetime import datetime
+from typing import Any
+
+from django.db.models import Q, QuerySet
+
+from approvals import permissions
+from approvals.errors import InvalidInput
+from approvals.models import ApprovalTask, AuditEvent
+
+
+def cursor_encode(created_at: datetime, pk: Any) -> str:
+    return base64.urlsafe_b64encode(json.dumps([created_at.isoformat(), str(pk)]).encode()).decode()
+
+
+def cursor_decode(cursor: str) -> tuple[datetime, str]:
+    try:
+        created, pk = json.loads(base64.urlsafe_b64decode(cursor.encode()))
+        return datetime.fromisoformat(created), str(pk)
+    except Exception:
+        raise InvalidInput("cursor is not one this API returned", field="cursor") from None
+
+
+def tasks_list(
+    *, user: permissions.Principal, status: str | None = None, graph: str | None = None,
+    thread_id: Any = None, limit: int = 50, cursor: str | None = None,
+) -> tuple[list[ApprovalTask], str | None]:
+    """Newest first, keyset-paginated on (created_at, id) so deep pages stay fast."""
+    qs: QuerySet[ApprovalTask] = permissions.tasks_visible(user)
+    if status:
+        qs = qs.filter(status=status)
+    if graph:
+        qs = qs.filter(graph=graph)
+    if thread_id:
+        qs = qs.filter(thread_id=thread_id)
+    if cursor:
+        created, pk = cursor_decode(cursor)
+        qs = qs.filter(Q(created_at__lt=created) | Q(created_at=created, id__lt=pk))
+    page = list(qs.order_by("-created_at", "-id")[: limit + 1])
+    next_cursor = cursor_encode(page[limit - 1].created_at, page[limit - 1].pk) if len(page) > limit else None
+    return page[:limit], next_cursor
+
+
+def tasks_pending_for_thread(*, user: permissions.Principal, thread_id: Any) -> list[ApprovalTask]:
+    return list(permissions.tasks_visible(user).filter(thread_id=thread_id, status="pending").order_by("created_at"))
+
+
+def audit_list(
+    *, user: permissions.Principal, thread_id: Any = None, action: str | None = None,
+    limit: int = 100, before_id: int | None = None,
+) -> list[AuditEvent]:
+    qs = permissions.audit_visible(user)
+    if thread_id:
+        qs = qs.filter(thread_id=thread_id)
+    if action:
+        qs = qs.filter(action=action)
+    if before_id:
+        qs = qs.filter(id__lt=before_id)
+    return list(qs.order_by("-id")[:limit])

@@ -1,0 +1,67 @@
+"""Mounts the API: token (or session) auth, one JSON error shape for every failure."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse
+from ninja import NinjaAPI
+from ninja.errors import AuthenticationError, HttpError, ValidationError
+from ninja.security import HttpBearer, django_auth
+
+from approvals.api import router as approvals_router
+from approvals.errors import DomainError
+from approvals.tokens import token_authenticate
+
+
+class TokenAuth(HttpBearer):
+    def authenticate(self, request: HttpRequest, token: str) -> Any:
+        return token_authenticate(token)
+
+
+api = NinjaAPI(
+    title="Gatehouse API",
+    version="1",
+    description="Human-in-the-loop approvals for LangGraph agents. Authenticate with `Authorization: Bearer <token>` "
+    "(`manage.py issue_token USERNAME`). Request bodies over GATEHOUSE_MAX_BODY_BYTES are refused with 413.",
+    auth=[TokenAuth(), django_auth],
+    urls_namespace="api",
+    docs_url="/docs",
+)
+api.add_router("/", approvals_router)
+
+
+def error_response(request: HttpRequest, status: int, code: str, message: str, field: str | None = None) -> HttpResponse:
+    return api.create_response(request, {"error": {"code": code, "message": message, "field": field}}, status=status)
+
+
+@api.exception_handler(DomainError)
+def on_domain_error(request: HttpRequest, exc: DomainError) -> HttpResponse:
+    return error_response(request, exc.status, exc.code, exc.message, exc.field)
+
+
+@api.exception_handler(ValidationError)
+def on_validation_error(request: HttpRequest, exc: ValidationError) -> HttpResponse:
+    first = exc.errors[0] if exc.errors else {}
+    loc = [str(p) for p in first.get("loc", [])]
+    if loc and loc[0] in ("body", "query", "path"):
+        loc = loc[1:]
+    if loc and loc[0] in ("body", "query"):  # ninja nests the parameter name
+        loc = loc[1:]
+    field = ".".join(loc) or None
+    message = first.get("msg", "invalid request")
+    if first.get("type") == "json_invalid":
+        return error_response(request, 400, "malformed_json", f"request body is not valid JSON: {message}", "body")
+    return error_response(request, 422, "invalid", f"{field}: {message}" if field else message, field)
+
+
+@api.exception_handler(AuthenticationError)
+def on_auth_error(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:
+    return error_response(request, 401, "unauthenticated", "send a valid API token: Authorization: Bearer <token>", "Authorization")
+
+
+@api.exception_handler(HttpError)
+def on_http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
+    if exc.status_code == 400 and "parse request body" in str(exc):
+        return error_response(request, 400, "malformed_json", f"request body is not valid JSON: {exc}", "body")
+    return error_response(request, exc.status_code, "error", str(exc))

@@ -1,0 +1,219 @@
+"""Gatehouse settings, driven by environment variables.
+
+No variables at all gives *embedded mode*: SQLite files under ``var/``,
+Celery over kombu's filesystem transport, an in-memory channel layer, demo
+graphs. Setting ``DATABASE_URL`` and ``REDIS_URL`` gives production mode.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+from console.env import env_bool, env_float, env_int, env_list, env_str
+
+# Checkpoint deserialisation only admits registered types (CVE-2026-28277
+# class). LangGraph reads this at import time, so it must be set before any
+# langgraph module loads; settings are the first thing every process imports.
+os.environ.setdefault("LANGGRAPH_STRICT_MSGPACK", "true")
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(env_str("GATEHOUSE_VAR_DIR") or BASE_DIR / "var")
+
+DEBUG = env_bool("DEBUG", False)
+DATABASE_URL = env_str("DATABASE_URL")
+REDIS_URL = env_str("REDIS_URL")
+EMBEDDED = not DATABASE_URL
+
+SECRET_KEY = env_str("SECRET_KEY") or ""
+if not SECRET_KEY:
+    if not (DEBUG or EMBEDDED):
+        raise ImproperlyConfigured("SECRET_KEY (or SECRET_KEY_FILE) is required when DATABASE_URL is set")
+    # Embedded/dev only: a per-checkout key so sessions survive restarts.
+    key_file = VAR_DIR / "secret_key"
+    if not key_file.exists():
+        import secrets
+
+        VAR_DIR.mkdir(parents=True, exist_ok=True)
+        key_file.write_text(secrets.token_urlsafe(50))
+    SECRET_KEY = key_file.read_text().strip()
+
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]", "testserver"])
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_htmx",
+    "channels",
+    "runtime",
+    "approvals",
+    "console",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "console.middleware.RequestBodyLimitMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "console.urls"
+ASGI_APPLICATION = "console.asgi.application"
+WSGI_APPLICATION = None
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+if EMBEDDED:
+    VAR_DIR.mkdir(parents=True, exist_ok=True)
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": VAR_DIR / "gatehouse.sqlite3",
+            "OPTIONS": {
+                # The web server and the worker are separate processes: WAL
+                # lets readers run beside the writer, IMMEDIATE takes the
+                # write lock up front so transactions queue instead of failing.
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+                "transaction_mode": "IMMEDIATE",
+                "timeout": 30,
+            },
+        }
+    }
+else:
+    DATABASES = {"default": dj_database_url.parse(DATABASE_URL or "", conn_max_age=60, conn_health_checks=True)}
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = VAR_DIR / "staticfiles"
+
+LOGIN_URL = "/accounts/login/"
+LOGIN_REDIRECT_URL = "/"
+
+# --- request limits ------------------------------------------------------
+# Bodies over this many bytes are refused with 413 before any view runs.
+GATEHOUSE_MAX_BODY_BYTES = env_int("GATEHOUSE_MAX_BODY_BYTES", 1_048_576, minimum=1024)
+DATA_UPLOAD_MAX_MEMORY_SIZE = GATEHOUSE_MAX_BODY_BYTES
+
+# --- graphs and runtime --------------------------------------------------
+GATEHOUSE_GRAPHS = env_str("GATEHOUSE_GRAPHS") or str(BASE_DIR / "demo" / "langgraph.json")
+GATEHOUSE_CHECKPOINT_SQLITE = Path(env_str("GATEHOUSE_CHECKPOINT_SQLITE") or VAR_DIR / "checkpoints.sqlite3")
+GATEHOUSE_CHECKPOINT_POOL_SIZE = env_int("GATEHOUSE_CHECKPOINT_POOL_SIZE", 8, minimum=1)
+# A claimed run's lease; the worker renews it after every super-step. A run
+# whose lease lapsed (its worker died) is claimed again by the sweeper.
+GATEHOUSE_LEASE_SECONDS = env_float("GATEHOUSE_LEASE_SECONDS", 60.0, minimum=0.5)
+GATEHOUSE_SWEEP_SECONDS = env_float("GATEHOUSE_SWEEP_SECONDS", 15.0, minimum=0.2)
+# Queued runs older than this with no worker on them are dispatched again.
+GATEHOUSE_REDISPATCH_AFTER_SECONDS = env_float("GATEHOUSE_REDISPATCH_AFTER_SECONDS", 30.0, minimum=0.2)
+GATEHOUSE_MAX_RUN_ATTEMPTS = env_int("GATEHOUSE_MAX_RUN_ATTEMPTS", 5, minimum=1)
+GATEHOUSE_READY_FILE = env_str("GATEHOUSE_READY_FILE")
+GATEHOUSE_DEMO = env_bool("GATEHOUSE_DEMO", EMBEDDED)
+
+# --- Celery ----------------------------------------------------------------
+BROKER_DIR = VAR_DIR / "broker"
+if REDIS_URL:
+    CELERY_BROKER_URL = REDIS_URL
+    # Unacked messages come back after this long; it must exceed the longest
+    # run. Runs whose worker died are recovered sooner by the lease sweeper.
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT", 3600, minimum=60)
+    }
+else:
+    CELERY_BROKER_URL = "filesystem://"
+    for sub in ("in", "processed"):
+        (BROKER_DIR / sub).mkdir(parents=True, exist_ok=True)
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(BROKER_DIR / "in"),
+        "data_folder_out": str(BROKER_DIR / "in"),
+        "processed_folder": str(BROKER_DIR / "processed"),
+        "store_processed": False,
+        "polling_interval": 0.05,
+    }
+CELERY_TASK_DEFAULT_QUEUE = env_str("GATEHOUSE_QUEUE") or "gatehouse"
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+CELERY_BEAT_SCHEDULE = {
+    "sweep-runs": {"task": "runtime.sweep_runs", "schedule": GATEHOUSE_SWEEP_SECONDS},
+}
+
+# --- Channels ------------------------------------------------------------
+if REDIS_URL:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL]},
+        }
+    }
+else:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+# --- security --------------------------------------------------------------
+SESSION_COOKIE_AGE = env_int("SESSION_COOKIE_AGE", 8 * 3600, minimum=60)
+SESSION_EXPIRE_AT_BROWSER_CLOSE = True
+SESSION_COOKIE_HTTPONLY = True
+CSRF_COOKIE_HTTPONLY = False  # htmx reads the token from the page, not the cookie
+X_FRAME_OPTIONS = "DENY"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+if not DEBUG and not EMBEDDED:
+    SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31_536_000)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    SECURE_HSTS_PRELOAD = True
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL") or "INFO"},
+    "loggers": {"httpx": {"level": "WARNING"}},
+}

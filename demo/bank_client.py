@@ -1,0 +1,37 @@
+"""Client for the (fake) bank, as an action node would call a real provider."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import httpx
+
+
+class BankUnavailable(RuntimeError):
+    pass
+
+
+def _base_url() -> str:
+    return os.environ.get("GATEHOUSE_FAKE_BANK_URL", "http://127.0.0.1:8765")
+
+
+def _post(path: str, body: dict[str, Any], idempotency_key: str) -> dict[str, Any]:
+    try:
+        response = httpx.post(
+            f"{_base_url()}{path}", json=body, headers={"Idempotency-Key": idempotency_key}, timeout=10.0
+        )
+    except httpx.HTTPError as exc:
+        raise BankUnavailable(f"bank unreachable: {exc}") from exc
+    if response.status_code >= 500:
+        raise BankUnavailable(f"bank returned {response.status_code}: {response.text}")
+    response.raise_for_status()
+    return response.json()  # type: ignore[no-any-return]
+
+
+def open_account(*, applicant: dict[str, Any], tier: str, idempotency_key: str) -> dict[str, Any]:
+    return _post("/accounts", {"applicant": applicant.get("name"), "tier": tier}, idempotency_key)
+
+
+def disburse(*, loan_id: str, amount: int, idempotency_key: str) -> dict[str, Any]:
+    return _post("/payments", {"loan_id": loan_id, "amount": amount}, idempotency_key)

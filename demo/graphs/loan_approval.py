@@ -1,0 +1,97 @@
+"""Loan approval: pull documents → score risk → route → human review for borderline risk → disburse."""
+
+from __future__ import annotations
+
+from typing import Any, Literal, TypedDict
+
+from langgraph.graph import END, START, StateGraph
+from langgraph.types import Command
+
+from demo import bank_client
+from runtime.effects import perform_effect
+from runtime.gatekeeper import request_review
+
+AUTO_APPROVE_BELOW = 0.3
+AUTO_DECLINE_ABOVE = 0.8
+
+
+class LoanState(TypedDict, total=False):
+    applicant: str
+    loan_id: str
+    amount: int
+    income: int
+    term_months: int
+    documents: list[str]
+    risk_score: float
+    route: str
+    review: dict[str, Any]
+    disbursement: dict[str, Any]
+    status: str
+
+
+def pull_documents(state: LoanState) -> dict[str, Any]:
+    return {"documents": ["credit_report", "payslips", "bank_statements"], "status": "documents_pulled"}
+
+
+def score_risk(state: LoanState) -> dict[str, Any]:
+    income = max(int(state.get("income") or 1), 1)
+    risk = min(1.0, state.get("amount", 0) / (income * 0.8))
+    return {"risk_score": round(risk, 3), "status": "scored"}
+
+
+def route(state: LoanState) -> Literal["disburse", "human_review", "decline"]:
+    risk = state.get("risk_score", 1.0)
+    if risk < AUTO_APPROVE_BELOW:
+        return "disburse"
+    if risk > AUTO_DECLINE_ABOVE:
+        return "decline"
+    return "human_review"
+
+
+def human_review(state: LoanState) -> Command[Literal["disburse", "decline"]]:
+    review = request_review(
+        title=f"Loan {state.get('loan_id', '')}: {state.get('amount')} for {state.get('applicant', 'applicant')}",
+        summary=f"Borderline risk score {state.get('risk_score')}; income {state.get('income')}.",
+        proposed_action={"name": "disburse", "args": {"amount": state.get("amount"), "term_months": state.get("term_months", 12)}},
+        editable=["amount", "term_months"],
+        sla_seconds=24 * 3600,
+        details={"risk_score": state.get("risk_score"), "documents": state.get("documents")},
+    )
+    decision = {"decision": review.decision, "reason": review.reason, "reviewer": review.reviewer}
+    if not review.approved:
+        return Command(goto="decline", update={"review": decision})
+    update: dict[str, Any] = {"review": decision, "route": "human"}
+    if "amount" in review.action_args:
+        update["amount"] = review.action_args["amount"]
+    if "term_months" in review.action_args:
+        update["term_months"] = review.action_args["term_months"]
+    return Command(goto="disburse", update=update)
+
+
+def disburse(state: LoanState) -> dict[str, Any]:
+    loan_id, amount = state.get("loan_id", ""), int(state.get("amount", 0))
+    payment = perform_effect(
+        "disburse",
+        lambda key: bank_client.disburse(loan_id=loan_id, amount=amount, idempotency_key=key),
+    )
+    return {"disbursement": payment, "status": "disbursed"}
+
+
+def decline(state: LoanState) -> dict[str, Any]:
+    return {"status": "declined"}
+
+
+def make_graph() -> StateGraph[LoanState]:
+    """A factory returning an uncompiled StateGraph: Gatehouse compiles it with its checkpointer."""
+    builder = StateGraph(LoanState)
+    builder.add_node(pull_documents)
+    builder.add_node(score_risk)
+    builder.add_node(human_review)
+    builder.add_node(disburse)
+    builder.add_node(decline)
+    builder.add_edge(START, "pull_documents")
+    builder.add_edge("pull_documents", "score_risk")
+    builder.add_conditional_edges("score_risk", route)
+    builder.add_edge("disburse", END)
+    builder.add_edge("decline", END)
+    return builder

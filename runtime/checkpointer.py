@@ -1,0 +1,99 @@
+"""One checkpointer per process: PostgresSaver on PostgreSQL, SqliteSaver embedded.
+
+The connection details come from Django's default database, read when first
+used, so tests (which rename the database) and forked workers get the right one.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+
+from django.conf import settings
+from django.db import connections
+from langgraph.checkpoint.base import BaseCheckpointSaver
+
+_lock = threading.Lock()
+_saver: BaseCheckpointSaver[str] | None = None
+_pool = None
+
+
+def checkpointer_get() -> BaseCheckpointSaver[str]:
+    global _saver
+    if _saver is None:
+        with _lock:
+            if _saver is None:
+                _saver = _saver_build()
+    return _saver
+
+
+def checkpointer_setup() -> None:
+    """Create or migrate the checkpointer's tables (from a migration, never per request)."""
+    checkpointer_get().setup()  # type: ignore[attr-defined]
+
+
+def checkpointer_close() -> None:
+    global _saver, _pool
+    with _lock:
+        if _pool is not None:
+            _pool.close()
+        _saver, _pool = None, None
+
+
+def _forget_after_fork() -> None:
+    # A pool or SQLite handle inherited through fork() is not ours to use.
+    global _saver, _pool
+    _saver, _pool = None, None
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
+
+
+def _saver_build() -> BaseCheckpointSaver[str]:
+    db = connections["default"].settings_dict
+    if db["ENGINE"] == "django.db.backends.postgresql":
+        return _postgres_saver(db)
+    return _sqlite_saver()
+
+
+def _postgres_saver(db: dict[str, object]) -> BaseCheckpointSaver[str]:
+    global _pool
+    from langgraph.checkpoint.postgres import PostgresSaver
+    from psycopg.rows import dict_row
+    from psycopg_pool import ConnectionPool
+
+    conninfo = " ".join(
+        f"{key}={value}"
+        for key, value in (
+            ("dbname", db["NAME"]),
+            ("user", db.get("USER")),
+            ("password", db.get("PASSWORD")),
+            ("host", db.get("HOST")),
+            ("port", db.get("PORT")),
+        )
+        if value
+    )
+    _pool = ConnectionPool(
+        conninfo,
+        min_size=1,
+        max_size=settings.GATEHOUSE_CHECKPOINT_POOL_SIZE,
+        kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row},
+        # A connection killed under us (failover, pg_terminate_backend) is
+        # discarded on checkout instead of failing the next run.
+        check=ConnectionPool.check_connection,
+        open=True,
+        name="gatehouse-checkpoints",
+    )
+    return PostgresSaver(_pool)  # type: ignore[arg-type]
+
+
+def _sqlite_saver() -> BaseCheckpointSaver[str]:
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    path = settings.GATEHOUSE_CHECKPOINT_SQLITE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(str(path), check_same_thread=False, timeout=30)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA busy_timeout=30000")
+    return SqliteSaver(conn)

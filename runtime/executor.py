@@ -1,0 +1,231 @@
+"""Execute one run: claim it, stream the graph with our checkpointer, record the outcome.
+
+A run may execute more than once (a worker killed mid-run is replaced after
+its lease lapses). The checkpointer tells how far the previous attempt got,
+so a redelivered run continues from the last checkpoint instead of applying
+its input twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import traceback
+from typing import Any
+
+from django.conf import settings
+from django.db import close_old_connections, connection
+from langgraph.errors import UnknownInterruptError
+from langgraph.pregel import Pregel
+from langgraph.types import Command, StateSnapshot
+
+from runtime.jsonable import to_jsonable
+from runtime.models import Run, RunKind, RunStatus
+from runtime.registry import UnknownGraph, graph_get
+from runtime.runs import LeaseLost, Outcome, PendingInterrupt, lease_renew, run_claim, run_fail, run_finish
+
+log = logging.getLogger(__name__)
+
+WORKER_ID = f"{socket.gethostname()}:{os.getpid()}"
+_SKIP = object()  # the previous attempt already got past this run's input
+
+
+def run_execute(*, run_id: str) -> None:
+    run = run_claim(run_id=run_id, worker=f"{WORKER_ID}:{threading.get_ident()}")
+    if run is None:
+        log.info("run %s is not claimable (done, or held by another worker)", run_id)
+        return
+    heartbeat = _Heartbeat(run)
+    heartbeat.start()
+    try:
+        _execute_claimed(run, heartbeat)
+    except LeaseLost:
+        log.warning("run %s: lease lost; leaving it to the worker that took over", run.id)
+    finally:
+        heartbeat.stop()
+
+
+def run_config(run: Run) -> dict[str, Any]:
+    return {
+        "configurable": {
+            "thread_id": str(run.thread_id),
+            # An unknown or already-answered interrupt id raises instead of
+            # being ignored (or, worse, taken as the answer).
+            "__pregel_strict_resume": True,
+            "gatehouse_run_id": str(run.id),
+        }
+    }
+
+
+def _execute_claimed(run: Run, heartbeat: _Heartbeat) -> None:
+    try:
+        graph = graph_get(run.thread.graph).compiled()
+    except UnknownGraph as exc:
+        run_fail(run=run, error=f"graph {exc.name!r} is not registered")
+        return
+    config = run_config(run)
+    try:
+        graph_input = _input_for(run, graph, config)
+        if graph_input is not _SKIP:
+            try:
+                _stream(graph, graph_input, config, heartbeat)
+            except UnknownInterruptError:
+                if run.attempts <= 1:
+                    raise
+                # The dead attempt had already stored this resume value.
+                _stream(graph, None, config, heartbeat)
+        snapshot = graph.get_state(config, subgraphs=True)
+    except LeaseLost:
+        raise
+    except Exception as exc:
+        heartbeat.check()
+        checkpoint_id = _checkpoint_id_safe(graph, config)
+        run_fail(run=run, error=_error_text(exc), checkpoint_id=checkpoint_id)
+        return
+    heartbeat.check()
+    run_finish(run=run, outcome=outcome_read(snapshot))
+
+
+def _stream(graph: Pregel, graph_input: Any, config: dict[str, Any], heartbeat: _Heartbeat) -> None:
+    for _chunk in graph.stream(graph_input, config, stream_mode="updates", durability="sync"):
+        heartbeat.check()
+
+
+def _input_for(run: Run, graph: Pregel, config: dict[str, Any]) -> Any:
+    first_input = _first_input(run)
+    if run.attempts <= 1:
+        return first_input
+    # A previous attempt died. Work out how far it got from the checkpoints.
+    snapshot = graph.get_state(config)
+    current = snapshot.config.get("configurable", {}).get("checkpoint_id", "") if snapshot.created_at else ""
+    expected = (run.command or {}).get("checkpoint_id", "")
+    if run.kind == RunKind.RETRY or current == expected:
+        if isinstance(first_input, Command) and first_input.resume is not None:
+            return _resume_or_continue(graph, first_input, config)
+        return first_input
+    if snapshot.interrupts or not snapshot.next:
+        return _SKIP  # it reached its pause or its end; only the bookkeeping is missing
+    return None  # continue from the last checkpoint
+
+
+def _resume_or_continue(graph: Pregel, command: Command, config: dict[str, Any]) -> Any:
+    # The resume value may already be stored as a pending write of the
+    # checkpoint (the attempt died inside the gate node): strict resume then
+    # refuses it as already consumed, and continuing picks the write up.
+    pending = {i.id for i in graph.get_state(config, subgraphs=True).interrupts}
+    resume = command.resume if isinstance(command.resume, dict) else {}
+    if resume and not set(resume) <= pending:
+        return None
+    return command
+
+
+def _first_input(run: Run) -> Any:
+    if run.kind == RunKind.START:
+        return run.input or {}
+    if run.kind == RunKind.RETRY:
+        return None
+    command = run.command or {}
+    resume, update = command.get("resume"), command.get("update") or None
+    if resume is None and update is None:
+        return None  # continue past a static breakpoint
+    return Command(resume=resume, update=update)
+
+
+def outcome_read(snapshot: StateSnapshot) -> Outcome:
+    checkpoint_id = snapshot.config.get("configurable", {}).get("checkpoint_id", "")
+    values = to_jsonable(snapshot.values or {})
+    pending: dict[str, PendingInterrupt] = {}
+    for task in snapshot.tasks:
+        for item in _task_interrupts(task, checkpoint_id, ""):
+            pending.setdefault(item.interrupt_id, item)
+    if pending:
+        return Outcome(RunStatus.INTERRUPTED, checkpoint_id, values, list(pending.values()))
+    if snapshot.next:
+        # A static breakpoint (interrupt_before/after): no Interrupt object,
+        # so the pause is keyed by the checkpoint it happened at.
+        node = ",".join(snapshot.next)
+        breakpoint_ = PendingInterrupt(
+            interrupt_id=f"breakpoint:{checkpoint_id}",
+            value={"breakpoint": True, "next": list(snapshot.next)},
+            node=node,
+            checkpoint_id=checkpoint_id,
+            kind="breakpoint",
+        )
+        return Outcome(RunStatus.INTERRUPTED, checkpoint_id, values, [breakpoint_])
+    return Outcome(RunStatus.SUCCEEDED, checkpoint_id, values)
+
+
+def _task_interrupts(task: Any, checkpoint_id: str, namespace: str) -> list[PendingInterrupt]:
+    # checkpoint_id is always the root checkpoint (the thread's version a
+    # reviewer sees); namespace locates an interrupt raised in a subgraph.
+    child = task.state if isinstance(task.state, StateSnapshot) else None
+    if child is not None and any(t.interrupts for t in child.tasks):
+        child_ns = child.config.get("configurable", {}).get("checkpoint_ns", "")
+        found: list[PendingInterrupt] = []
+        for sub in child.tasks:
+            found.extend(_task_interrupts(sub, checkpoint_id, child_ns))
+        return found
+    return [
+        PendingInterrupt(
+            interrupt_id=i.id,
+            value=to_jsonable(i.value),
+            node=task.name,
+            checkpoint_id=checkpoint_id,
+            checkpoint_ns=namespace,
+            response_schema=to_jsonable(getattr(i, "response_schema", None)),
+        )
+        for i in task.interrupts
+    ]
+
+
+def _checkpoint_id_safe(graph: Pregel, config: dict[str, Any]) -> str:
+    try:
+        snapshot = graph.get_state(config)
+    except Exception:
+        return ""
+    return str(snapshot.config.get("configurable", {}).get("checkpoint_id", ""))
+
+
+def _error_text(exc: BaseException) -> str:
+    if isinstance(exc, UnknownInterruptError):
+        return f"resume refused by LangGraph: {exc}"
+    lines = traceback.format_exception_only(type(exc), exc)
+    return "".join(lines).strip()[:4000]
+
+
+class _Heartbeat:
+    """Renews the run's lease in the background so a long node keeps its claim."""
+
+    def __init__(self, run: Run) -> None:
+        self.run = run
+        self.lost: LeaseLost | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name=f"lease-{run.id}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def check(self) -> None:
+        if self.lost is not None:
+            raise self.lost
+
+    def _loop(self) -> None:
+        interval = max(settings.GATEHOUSE_LEASE_SECONDS / 3, 0.1)
+        try:
+            while not self._stop.wait(interval):
+                try:
+                    lease_renew(run=self.run)
+                except LeaseLost as exc:
+                    self.lost = exc
+                    return
+                except Exception:
+                    log.exception("lease renewal for run %s failed; will retry", self.run.id)
+                    close_old_connections()
+        finally:
+            connection.close()

@@ -1,0 +1,14 @@
+from typing import Any
+
+from django.core.management.base import BaseCommand
+
+from runtime.checkpointer import checkpointer_close, checkpointer_setup
+
+
+class Command(BaseCommand):
+    help = "Create or upgrade LangGraph's checkpoint tables (migrate does this too)."
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        checkpointer_setup()
+        checkpointer_close()
+        self.stdout.write("checkpoint tables are up to date")

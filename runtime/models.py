@@ -1,0 +1,136 @@
+"""Threads, runs and the effect ledger: what the runtime must remember."""
+
+from __future__ import annotations
+
+import uuid
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+
+class ThreadStatus(models.TextChoices):
+    IDLE = "idle", "Idle"
+    BUSY = "busy", "Busy"
+    INTERRUPTED = "interrupted", "Waiting for a decision"
+    COMPLETED = "completed", "Completed"
+    FAILED = "failed", "Failed"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+class Thread(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    graph = models.CharField(max_length=100, db_index=True)
+    status = models.CharField(max_length=16, choices=ThreadStatus.choices, default=ThreadStatus.IDLE)
+    metadata = models.JSONField(default=dict, blank=True)
+    # A JSON snapshot of the latest values, for listings; the checkpointer
+    # stays the source of truth for state.
+    values = models.JSONField(default=dict, blank=True)
+    checkpoint_id = models.CharField(max_length=64, blank=True, default="")
+    error = models.TextField(blank=True, default="")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    # Incremented on every claim; a worker whose token is stale must stop.
+    fence = models.BigIntegerField(default=0)
+
+    class Meta:
+        indexes = [models.Index(fields=["graph", "status", "-created_at"], name="thread_graph_status")]
+        permissions = [
+            ("start_thread", "Can start threads"),
+            ("retry_thread", "Can retry failed threads"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.graph}/{self.id}"
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in (ThreadStatus.COMPLETED, ThreadStatus.CANCELLED)
+
+
+class RunKind(models.TextChoices):
+    START = "start", "Start"
+    RESUME = "resume", "Resume"
+    RETRY = "retry", "Retry"
+
+
+class RunStatus(models.TextChoices):
+    QUEUED = "queued", "Queued"
+    RUNNING = "running", "Running"
+    INTERRUPTED = "interrupted", "Interrupted"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+
+
+ACTIVE_RUN_STATUSES = (RunStatus.QUEUED, RunStatus.RUNNING)
+
+
+class Run(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    thread = models.ForeignKey(Thread, on_delete=models.CASCADE, related_name="runs")
+    kind = models.CharField(max_length=8, choices=RunKind.choices)
+    status = models.CharField(max_length=12, choices=RunStatus.choices, default=RunStatus.QUEUED)
+    input = models.JSONField(null=True, blank=True)
+    # {"resume": {interrupt_id: value} | None, "update": {...} | None, "as_node": str | None}
+    command = models.JSONField(null=True, blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    fence = models.BigIntegerField(default=0)
+    lease_owner = models.CharField(max_length=200, blank=True, default="")
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    error = models.TextField(blank=True, default="")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    dispatched_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            # The database, not the application, guarantees one active run
+            # per thread: a concurrent start/resume fails on insert.
+            models.UniqueConstraint(
+                fields=["thread"],
+                condition=Q(status__in=["queued", "running"]),
+                name="one_active_run_per_thread",
+            )
+        ]
+        indexes = [
+            models.Index(fields=["status", "lease_expires_at"], name="run_status_lease"),
+            models.Index(fields=["thread", "-created_at"], name="run_thread_created"),
+        ]
+
+    def __str__(self) -> str:
+        return f"run {self.id} ({self.kind}, {self.status})"
+
+    @property
+    def is_active(self) -> bool:
+        return self.status in ACTIVE_RUN_STATUSES
+
+
+class EffectStatus(models.TextChoices):
+    STARTED = "started", "Started"
+    DONE = "done", "Done"
+    FAILED = "failed", "Failed"
+
+
+class Effect(models.Model):
+    """One side effect, keyed by its idempotency key: intent, then result."""
+
+    key = models.CharField(max_length=255, unique=True)
+    name = models.CharField(max_length=100)
+    thread = models.ForeignKey(Thread, null=True, blank=True, on_delete=models.SET_NULL, related_name="effects")
+    run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="effects")
+    status = models.CharField(max_length=8, choices=EffectStatus.choices, default=EffectStatus.STARTED)
+    result = models.JSONField(null=True, blank=True)
+    error = models.TextField(blank=True, default="")
+    calls = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+    completed_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"effect {self.key} ({self.status})"

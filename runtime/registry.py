@@ -1,0 +1,204 @@
+"""The graph registry: ``langgraph.json`` → compiled graphs bound to our checkpointer.
+
+Reads the file format langgraph-cli uses::
+
+    {"dependencies": ["."], "env": ".env",
+     "graphs": {"kyc": "./graphs/kyc.py:graph",
+                "loan": {"path": "./graphs/loan.py:make_graph", "description": "..."}}}
+
+``attr`` may be a compiled graph, an uncompiled ``StateGraph`` or a factory
+returning either. Graph modules are imported once at start-up (so a broken
+entry stops the process with a message naming it); compiling against the
+checkpointer happens on first use, in the process that runs the graph.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import json
+import os
+import sys
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from langgraph.graph import StateGraph
+from langgraph.pregel import Pregel
+
+
+class GraphRegistryError(ImproperlyConfigured):
+    pass
+
+
+class UnknownGraph(LookupError):
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name
+
+
+@dataclass
+class GraphEntry:
+    name: str
+    spec: str
+    description: str = ""
+    source: Any = None  # StateGraph | Pregel, as the author wrote it
+    _compiled: Pregel | None = field(default=None, repr=False)
+
+    @property
+    def builder(self) -> StateGraph[Any]:
+        if isinstance(self.source, StateGraph):
+            return self.source
+        return self.source.builder  # type: ignore[no-any-return]
+
+    @property
+    def state_schema(self) -> type:
+        return self.builder.state_schema  # type: ignore[no-any-return]
+
+    @property
+    def input_schema(self) -> type:
+        return self.builder.input_schema  # type: ignore[no-any-return]
+
+    def compiled(self) -> Pregel:
+        """The graph bound to this process's checkpointer (compiled once)."""
+        if self._compiled is None:
+            with _compile_lock:
+                if self._compiled is None:
+                    self._compiled = _bind_checkpointer(self.source)
+        return self._compiled
+
+
+_compile_lock = threading.Lock()
+_registry: dict[str, GraphEntry] | None = None
+
+
+def registry_load(path: str | os.PathLike[str] | None = None) -> dict[str, GraphEntry]:
+    """Load (or reload) the registry from ``path`` or ``settings.GATEHOUSE_GRAPHS``."""
+    global _registry
+    _registry = graphs_read(Path(path or settings.GATEHOUSE_GRAPHS))
+    return _registry
+
+
+def graph_get(name: str) -> GraphEntry:
+    registry = _registry if _registry is not None else registry_load()
+    try:
+        return registry[name]
+    except KeyError:
+        raise UnknownGraph(name) from None
+
+
+def graph_names() -> list[str]:
+    registry = _registry if _registry is not None else registry_load()
+    return sorted(registry)
+
+
+def graphs_read(config_path: Path) -> dict[str, GraphEntry]:
+    if not config_path.is_file():
+        raise GraphRegistryError(f"GATEHOUSE_GRAPHS: {config_path} does not exist")
+    try:
+        config = json.loads(config_path.read_text())
+    except json.JSONDecodeError as exc:
+        raise GraphRegistryError(f"{config_path}: invalid JSON: {exc}") from exc
+    if not isinstance(config, dict) or not isinstance(config.get("graphs"), dict):
+        raise GraphRegistryError(f"{config_path}: expected an object with a \"graphs\" object")
+    base = config_path.parent.resolve()
+    _dependencies_add(base, config.get("dependencies", []))
+    _env_apply(base, config.get("env"))
+
+    entries: dict[str, GraphEntry] = {}
+    for name, value in config["graphs"].items():
+        if isinstance(value, str):
+            spec, description = value, ""
+        elif isinstance(value, dict) and isinstance(value.get("path"), str):
+            spec, description = value["path"], str(value.get("description", ""))
+        else:
+            raise GraphRegistryError(f"graph {name!r}: expected \"file.py:attr\" or {{\"path\": ...}}")
+        entries[name] = GraphEntry(name=name, spec=spec, description=description, source=_source_load(name, base, spec))
+    return entries
+
+
+def _dependencies_add(base: Path, dependencies: list[str]) -> None:
+    # Local dependencies ("." or "./pkg") become importable, as the CLI's
+    # image build would make them; package names are expected installed.
+    for dep in dependencies:
+        if dep.startswith("."):
+            resolved = str((base / dep).resolve())
+            if resolved not in sys.path:
+                sys.path.insert(0, resolved)
+
+
+def _env_apply(base: Path, env: str | dict[str, str] | None) -> None:
+    if env is None:
+        return
+    if isinstance(env, dict):
+        items = env.items()
+    else:
+        env_path = base / env
+        if not env_path.is_file():
+            raise GraphRegistryError(f"env file {env_path} does not exist")
+        items = _dotenv_parse(env_path.read_text()).items()
+    for key, value in items:
+        os.environ.setdefault(key, str(value))  # the real environment wins
+
+
+def _dotenv_parse(text: str) -> dict[str, str]:
+    values: dict[str, str] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        key, _, value = line.partition("=")
+        values[key.removeprefix("export ").strip()] = value.strip().strip("'\"")
+    return values
+
+
+def _source_load(name: str, base: Path, spec: str) -> Any:
+    file_part, sep, attr = spec.rpartition(":")
+    if not sep or not file_part or not attr:
+        raise GraphRegistryError(f"graph {name!r}: {spec!r} is not of the form ./path/file.py:attr")
+    file_path = (base / file_part).resolve()
+    if not file_path.is_file():
+        raise GraphRegistryError(f"graph {name!r}: file {file_path} does not exist")
+    module_name = f"gatehouse_graphs.{name}"
+    module_spec = importlib.util.spec_from_file_location(module_name, file_path)
+    if module_spec is None or module_spec.loader is None:
+        raise GraphRegistryError(f"graph {name!r}: cannot import {file_path}")
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[module_name] = module
+    try:
+        module_spec.loader.exec_module(module)
+    except Exception as exc:
+        raise GraphRegistryError(f"graph {name!r}: importing {file_path} failed: {exc!r}") from exc
+    if not hasattr(module, attr):
+        raise GraphRegistryError(f"graph {name!r}: {file_path.name} has no attribute {attr!r}")
+    value = getattr(module, attr)
+    if callable(value) and not isinstance(value, (StateGraph, Pregel)):
+        try:
+            value = _factory_call(value)
+        except Exception as exc:
+            raise GraphRegistryError(f"graph {name!r}: factory {attr}() failed: {exc!r}") from exc
+    if isinstance(value, Pregel) and not hasattr(value, "builder"):
+        raise GraphRegistryError(f"graph {name!r}: {attr} is a compiled graph without a StateGraph builder")
+    if not isinstance(value, (StateGraph, Pregel)):
+        raise GraphRegistryError(
+            f"graph {name!r}: {attr} is a {type(value).__name__}, not a StateGraph, compiled graph or factory"
+        )
+    return value
+
+
+def _factory_call(factory: Any) -> Any:
+    # langgraph-cli passes a RunnableConfig to factories that take one.
+    params = inspect.signature(factory).parameters
+    return factory({"configurable": {}}) if params else factory()
+
+
+def _bind_checkpointer(source: Any) -> Pregel:
+    from runtime.checkpointer import checkpointer_get
+
+    saver = checkpointer_get()
+    if isinstance(source, StateGraph):
+        return source.compile(checkpointer=saver)
+    return source.copy(update={"checkpointer": saver})

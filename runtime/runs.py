@@ -1,0 +1,201 @@
+"""Run lifecycle: enqueue after commit, claim with a lease and fencing token, finish.
+
+At most one run per thread is queued or running (a partial unique index), so a
+second start or resume fails on insert. A worker claims a run by bumping the
+thread's fence; every later write of that worker is conditional on the fence,
+so a worker that lost its lease (it stalled, or was presumed dead) cannot
+overwrite the work of the one that took over.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import IntegrityError, transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from runtime import signals
+from runtime.models import Run, RunKind, RunStatus, Thread, ThreadStatus
+
+log = logging.getLogger(__name__)
+
+
+class ThreadBusy(Exception):
+    """A run is already queued or running on this thread."""
+
+    def __init__(self, thread: Thread) -> None:
+        super().__init__(f"thread {thread.id} already has a queued or running run")
+        self.thread = thread
+
+
+class LeaseLost(Exception):
+    """Another worker holds the run now; this one must stop writing."""
+
+
+@dataclass(frozen=True)
+class PendingInterrupt:
+    interrupt_id: str
+    value: Any
+    node: str
+    checkpoint_id: str
+    checkpoint_ns: str = ""
+    kind: str = "interrupt"  # or "breakpoint"
+    response_schema: dict[str, Any] | None = None
+
+
+@dataclass
+class Outcome:
+    status: str  # RunStatus.INTERRUPTED | RunStatus.SUCCEEDED
+    checkpoint_id: str
+    values: dict[str, Any]
+    interrupts: list[PendingInterrupt] = field(default_factory=list)
+
+
+def thread_create(
+    *, graph: str, metadata: dict[str, Any], created_by: AbstractBaseUser | None
+) -> Thread:
+    return Thread.objects.create(graph=graph, metadata=metadata, created_by=created_by)
+
+
+def run_enqueue(
+    *,
+    thread: Thread,
+    kind: RunKind,
+    input: dict[str, Any] | None = None,
+    command: dict[str, Any] | None = None,
+    created_by: AbstractBaseUser | None = None,
+) -> Run:
+    """Create a queued run; it is dispatched to Celery only once the caller's transaction commits."""
+    if not transaction.get_connection().in_atomic_block:
+        raise RuntimeError("run_enqueue must be called inside transaction.atomic()")
+    try:
+        with transaction.atomic():  # a savepoint, so the caller's transaction survives a conflict
+            run = Run.objects.create(
+                thread=thread, kind=kind, input=input, command=command, created_by=created_by
+            )
+    except IntegrityError as exc:
+        if Run.objects.filter(thread=thread, status__in=[RunStatus.QUEUED, RunStatus.RUNNING]).exists():
+            raise ThreadBusy(thread) from exc
+        raise
+    Thread.objects.filter(pk=thread.pk).update(status=ThreadStatus.BUSY, error="", updated_at=timezone.now())
+    thread.status = ThreadStatus.BUSY
+    run_id = run.id
+    transaction.on_commit(lambda: run_dispatch(run_id=run_id))
+    return run
+
+
+def run_dispatch(*, run_id: Any) -> None:
+    """Send the run to Celery. A failure here is logged, not raised: the sweeper re-sends."""
+    from runtime.tasks import execute_run
+
+    try:
+        execute_run.delay(str(run_id))
+    except Exception:  # broker down: the run stays queued and the sweeper finds it
+        log.exception("dispatch of run %s failed; the sweeper will retry", run_id)
+        return
+    Run.objects.filter(pk=run_id, status=RunStatus.QUEUED).update(dispatched_at=timezone.now())
+
+
+def run_claim(*, run_id: str, worker: str) -> Run | None:
+    """Take the run if it is queued, or running under a lapsed lease. None if someone else has it."""
+    now = timezone.now()
+    with transaction.atomic():
+        run = Run.objects.select_for_update().select_related("thread").filter(pk=run_id).first()
+        if run is None:
+            return None
+        lapsed = run.status == RunStatus.RUNNING and (run.lease_expires_at is None or run.lease_expires_at < now)
+        if run.status != RunStatus.QUEUED and not lapsed:
+            return None
+        if run.attempts >= settings.GATEHOUSE_MAX_RUN_ATTEMPTS:
+            _run_fail_locked(run, f"gave up after {run.attempts} attempts: the worker was lost each time")
+            return None
+        Thread.objects.filter(pk=run.thread_id).update(fence=F("fence") + 1)
+        fence = Thread.objects.values_list("fence", flat=True).get(pk=run.thread_id)
+        run.status = RunStatus.RUNNING
+        run.attempts += 1
+        run.fence = fence
+        run.lease_owner = worker
+        run.lease_expires_at = now + timedelta(seconds=settings.GATEHOUSE_LEASE_SECONDS)
+        run.started_at = run.started_at or now
+        run.save(update_fields=["status", "attempts", "fence", "lease_owner", "lease_expires_at", "started_at"])
+        run.thread.fence = fence
+        signals.run_claimed.send(sender=Run, run=run)
+    return run
+
+
+def lease_renew(*, run: Run) -> None:
+    expires = timezone.now() + timedelta(seconds=settings.GATEHOUSE_LEASE_SECONDS)
+    renewed = Run.objects.filter(pk=run.pk, fence=run.fence, status=RunStatus.RUNNING).update(
+        lease_expires_at=expires
+    )
+    if not renewed:
+        raise LeaseLost(f"run {run.id} was taken over (fence {run.fence})")
+
+
+def run_finish(*, run: Run, outcome: Outcome) -> None:
+    """Record the run's outcome; tasks and audit rows are written by signal receivers in this transaction."""
+    now = timezone.now()
+    with transaction.atomic():
+        won = Run.objects.filter(pk=run.pk, fence=run.fence, status=RunStatus.RUNNING).update(
+            status=outcome.status, finished_at=now, lease_expires_at=None
+        )
+        if not won:
+            raise LeaseLost(f"run {run.id} was taken over before it finished")
+        thread_status = (
+            ThreadStatus.INTERRUPTED if outcome.status == RunStatus.INTERRUPTED else ThreadStatus.COMPLETED
+        )
+        Thread.objects.filter(pk=run.thread_id).update(
+            status=thread_status, values=outcome.values, checkpoint_id=outcome.checkpoint_id, error="", updated_at=now
+        )
+        run.status = outcome.status
+        run.thread.refresh_from_db()
+        if outcome.status == RunStatus.INTERRUPTED:
+            signals.run_interrupted.send(sender=Run, run=run, interrupts=outcome.interrupts)
+        else:
+            signals.run_completed.send(sender=Run, run=run, values=outcome.values)
+
+
+def run_fail(*, run: Run, error: str, checkpoint_id: str = "") -> None:
+    with transaction.atomic():
+        locked = Run.objects.select_for_update().select_related("thread").get(pk=run.pk)
+        if locked.fence != run.fence or locked.status != RunStatus.RUNNING:
+            raise LeaseLost(f"run {run.id} was taken over before it failed")
+        _run_fail_locked(locked, error, checkpoint_id=checkpoint_id)
+
+
+def _run_fail_locked(run: Run, error: str, *, checkpoint_id: str = "") -> None:
+    now = timezone.now()
+    run.status = RunStatus.FAILED
+    run.error = error
+    run.finished_at = now
+    run.lease_expires_at = None
+    run.save(update_fields=["status", "error", "finished_at", "lease_expires_at"])
+    updates: dict[str, Any] = {"status": ThreadStatus.FAILED, "error": error, "updated_at": now}
+    if checkpoint_id:
+        updates["checkpoint_id"] = checkpoint_id
+    Thread.objects.filter(pk=run.thread_id).update(**updates)
+    run.thread.refresh_from_db()
+    signals.run_failed.send(sender=Run, run=run, error=error)
+
+
+def runs_sweep() -> int:
+    """Re-dispatch runs that no worker is executing: lapsed leases and lost dispatches."""
+    now = timezone.now()
+    stale_dispatch = now - timedelta(seconds=settings.GATEHOUSE_REDISPATCH_AFTER_SECONDS)
+    orphaned = Run.objects.filter(
+        Q(status=RunStatus.RUNNING, lease_expires_at__lt=now)
+        | Q(status=RunStatus.QUEUED, dispatched_at__isnull=True, created_at__lt=stale_dispatch)
+        | Q(status=RunStatus.QUEUED, dispatched_at__lt=stale_dispatch)
+    ).values_list("id", flat=True)[:500]
+    count = 0
+    for run_id in orphaned:
+        log.warning("sweeper: re-dispatching run %s", run_id)
+        run_dispatch(run_id=run_id)
+        count += 1
+    return count

@@ -1,0 +1,85 @@
+"""Validate thread input and state edits against a graph's state schema.
+
+State schemas are TypedDicts, dataclasses or Pydantic models. Each key is
+validated on its own (``typing.TypedDict`` on Python 3.11 is not accepted
+whole by Pydantic) in *strict JSON mode*: numbers stay numbers, booleans stay
+booleans, and an unknown key is an error naming the field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import typing
+from functools import lru_cache
+from typing import Any
+
+from pydantic import BaseModel, TypeAdapter, ValidationError
+
+
+class FieldError(ValueError):
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+def schema_fields(schema: type) -> dict[str, Any]:
+    """Key → type annotation for a TypedDict, dataclass or Pydantic state schema."""
+    if isinstance(schema, type) and issubclass(schema, BaseModel):
+        return {name: f.annotation for name, f in schema.model_fields.items()}
+    if dataclasses.is_dataclass(schema):
+        return {f.name: f.type for f in dataclasses.fields(schema)}
+    try:
+        return typing.get_type_hints(schema, include_extras=True)
+    except Exception:
+        return dict(getattr(schema, "__annotations__", {}))
+
+
+def values_validate(schema: type, values: Any, *, prefix: str, allowed: typing.Collection[str] | None = None) -> dict[str, Any]:
+    """Return ``values`` if every key exists in ``schema`` (and in ``allowed``) with a valid value."""
+    if not isinstance(values, dict):
+        raise FieldError(prefix, "must be an object")
+    fields = schema_fields(schema)
+    for key, value in values.items():
+        field = f"{prefix}.{key}"
+        if key not in fields:
+            known = ", ".join(sorted(fields)) or "none"
+            raise FieldError(field, f"unknown field (the state has: {known})")
+        if allowed is not None and key not in allowed:
+            raise FieldError(field, f"this gate does not allow editing it (editable: {', '.join(allowed) or 'none'})")
+        adapter = _adapter(fields[key])
+        if adapter is None:
+            continue
+        try:
+            adapter.validate_json(json.dumps(value), strict=True)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"])
+            raise FieldError(f"{field}{loc}", err["msg"]) from None
+    return values
+
+
+def json_schema_for(schema: type) -> dict[str, Any]:
+    """A JSON Schema describing the state, built per key (unsupported keys become free-form)."""
+    properties: dict[str, Any] = {}
+    for key, annotation in schema_fields(schema).items():
+        adapter = _adapter(annotation)
+        try:
+            properties[key] = adapter.json_schema() if adapter else {}
+        except Exception:
+            properties[key] = {}
+    return {"type": "object", "properties": properties, "additionalProperties": False}
+
+
+@lru_cache(maxsize=512)
+def _adapter(annotation: Any) -> TypeAdapter[Any] | None:
+    # Reducers such as add_messages take loose input (role dicts, tuples);
+    # they validate it themselves, so we do not second-guess them.
+    for meta in getattr(annotation, "__metadata__", ()):
+        if getattr(meta, "__name__", "") in {"add_messages", "_add_messages"}:
+            return None
+    try:
+        return TypeAdapter(annotation)
+    except Exception:
+        return None
