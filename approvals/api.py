@@ -6,7 +6,7 @@ from typing import Any
 from uuid import UUID
 
 from django.http import HttpRequest
-from ninja import Query, Router, Schema
+from ninja import Query, Router, Schema, Status
 from pydantic import Field
 
 from approvals import gateway, permissions, selectors, services
@@ -62,10 +62,10 @@ def graphs_list(request: HttpRequest) -> list[GraphOut]:
 
 
 @router.post("/threads", response={201: ThreadOut}, tags=["threads"])
-def thread_create(request: HttpRequest, body: ThreadIn) -> tuple[int, ThreadOut]:
+def thread_create(request: HttpRequest, body: ThreadIn) -> Status[ThreadOut]:
     user = _user(request)
     thread, run = services.thread_start(actor=user, graph=body.graph, input=body.input, metadata=body.metadata)
-    return 201, _thread_out(user, thread, run)
+    return Status(201, _thread_out(user, thread, run))
 
 
 @router.get("/threads/{thread_id}", response=ThreadOut, tags=["threads"])
@@ -98,8 +98,8 @@ def thread_runs(request: HttpRequest, thread_id: UUID) -> list[Run]:
 
 
 @router.post("/threads/{thread_id}/retry", response={202: RunOut}, tags=["threads"])
-def thread_retry(request: HttpRequest, thread_id: UUID) -> tuple[int, Run]:
-    return 202, services.thread_retry(actor=_user(request), thread_id=thread_id)
+def thread_retry(request: HttpRequest, thread_id: UUID) -> Status[Run]:
+    return Status(202, services.thread_retry(actor=_user(request), thread_id=thread_id))
 
 
 class TaskQuery(Schema):
@@ -147,7 +147,7 @@ def _decision_out(decision: Decision) -> DecisionOut:
 
 
 @router.post("/tasks/{task_id}/decision", response={201: DecisionOut}, tags=["tasks"])
-def task_decide(request: HttpRequest, task_id: UUID, body: DecisionIn) -> tuple[int, DecisionOut]:
+def task_decide(request: HttpRequest, task_id: UUID, body: DecisionIn) -> Status[DecisionOut]:
     decision_request = DecisionRequest(
         outcome=body.decision, reason=body.reason, checkpoint_id=body.checkpoint_id,
         state_patch=body.edits, action_args=body.action_args, message=body.message,
@@ -155,7 +155,7 @@ def task_decide(request: HttpRequest, task_id: UUID, body: DecisionIn) -> tuple[
     )
     decision = services.task_decide(actor=_user(request), task_id=task_id, request=decision_request)
     decision.refresh_from_db()
-    return 201, _decision_out(decision)
+    return Status(201, _decision_out(decision))
 
 
 class AuditQuery(Schema):

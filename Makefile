@@ -1,0 +1,41 @@
+# Gatehouse — `make run` starts the embedded console; `make test` runs every test.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PYTHON ?= python3
+
+.PHONY: install run test lint typecheck bench services chromium clean
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -c constraints.txt -e '.[dev]'
+	touch $@
+
+## Embedded mode: SQLite, filesystem broker, demo users and threads, http://127.0.0.1:8000
+run: install
+	$(PY) -m console.embedded
+
+## The whole suite: unit, integration (PostgreSQL, Redis, Celery worker), embedded, browser.
+test: install services
+	$(PY) -m pytest
+
+services:
+	scripts/services-up
+
+## Debian's Chromium for the browser tests (Playwright never downloads a browser).
+chromium:
+	@command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium)
+
+lint: install
+	$(VENV)/bin/ruff check .
+
+typecheck: install
+	$(VENV)/bin/mypy console approvals runtime
+
+bench: install services
+	$(PY) bench/full_cycle.py
+
+clean:
+	rm -rf var .pytest_cache

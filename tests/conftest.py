@@ -1,0 +1,286 @@
+"""Fixtures: the real services, a real Celery worker process, personas with API tokens."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.conf import settings
+from django.db import connection
+from django.test import Client
+
+from demo.fakebank import BankServer, serve_in_thread
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def wait_for(predicate: Callable[[], Any], *, timeout: float = 20.0, interval: float = 0.05, what: str = "") -> Any:
+    """Poll until ``predicate()`` is truthy; fail the test (never hang) after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
+        time.sleep(interval)
+
+
+# --- the database -------------------------------------------------------------------
+
+
+def _terminate_backends(dbname: str) -> None:
+    import psycopg
+
+    db = settings.DATABASES["default"]
+    with psycopg.connect(host=db["HOST"], port=db["PORT"], user=db["USER"], dbname="postgres", autocommit=True) as conn:
+        conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
+            [dbname],
+        )
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_test_environment: None, django_db_blocker: Any) -> Iterator[None]:
+    """Always create the test database: most tests here use committed data (``live_db``)
+    rather than pytest-django's ``django_db`` mark, which is what normally triggers it."""
+    from django.test.utils import setup_databases, teardown_databases
+
+    from runtime.checkpointer import checkpointer_close
+
+    _terminate_backends("test_" + settings.DATABASES["default"]["NAME"])  # left by an aborted run
+    with django_db_blocker.unblock():
+        db_cfg = setup_databases(verbosity=0, interactive=False, aliases={"default"})
+    yield
+    checkpointer_close()
+    _terminate_backends(connection.settings_dict["NAME"])
+    with django_db_blocker.unblock():
+        connection.close()
+        teardown_databases(db_cfg, verbosity=0)
+
+
+# --- the outside world -------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def bank() -> Iterator[BankServer]:
+    server = serve_in_thread()
+    yield server
+    server.shutdown()
+
+
+# --- a real Celery worker process ----------------------------------------------
+
+
+class WorkerProcess:
+    """A Celery worker (with beat for the sweeper) in its own process group."""
+
+    def __init__(self, env: dict[str, str], workdir: Path) -> None:
+        self.env = env
+        self.workdir = workdir
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log_path = workdir / "worker.log"
+
+    def start(self, *, timeout: float = 40.0) -> None:
+        ready = self.workdir / "ready"
+        if ready.exists():
+            ready.unlink()
+        env = {**self.env, "GATEHOUSE_READY_FILE": str(ready)}
+        log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the process
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "console", "worker", "--beat", "--pool=threads",
+             "--concurrency=4", "--loglevel=INFO", "-Q", env["GATEHOUSE_QUEUE"],
+             "--schedule", str(self.workdir / f"beat-{uuid.uuid4().hex[:6]}"), "--without-mingle", "--without-gossip"],
+            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        try:
+            wait_for(lambda: ready.exists() or self.proc.poll() is not None, timeout=timeout, what="worker ready")
+        except AssertionError:
+            self.kill()
+            raise
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"worker exited with {self.proc.returncode}; see {self.log_path}:\n{self.log_tail()}")
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group: no cleanup, no acks, like a machine dying."""
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+def worker_env(bank: BankServer) -> dict[str, str]:
+    db = connection.settings_dict
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
+    env.update(
+        DJANGO_SETTINGS_MODULE="console.settings",
+        DATABASE_URL=f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
+        GATEHOUSE_FAKE_BANK_URL=bank.url,
+        PYTHONUNBUFFERED="1",
+    )
+    return env
+
+
+@pytest.fixture(scope="session")
+def worker(django_db_setup: None, django_db_blocker: Any, bank: BankServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkerProcess]:
+    process = WorkerProcess(worker_env(bank), tmp_path_factory.mktemp("worker"))
+    process.start()
+    yield process
+    process.stop()
+
+
+@pytest.fixture
+def live_worker(worker: WorkerProcess) -> WorkerProcess:
+    """The session worker, restarted first if an earlier test killed it."""
+    if not worker.alive:
+        worker.start()
+    return worker
+
+
+@pytest.fixture
+def live_db(django_db_setup: None, django_db_blocker: Any) -> Iterator[None]:
+    """Committed database access (no wrapping transaction), as a worker process needs to see it.
+
+    Rows persist for the session: tests create their own threads and never
+    count rows they did not create.
+    """
+    with django_db_blocker.unblock():
+        yield
+
+
+# --- personas ----------------------------------------------------------------------
+
+
+@dataclass
+class Persona:
+    username: str
+    role: str | None
+    token: str
+    user: Any
+
+    @property
+    def client(self) -> ApiClient:
+        return ApiClient(self.token)
+
+
+class ApiClient:
+    """JSON calls to the API in this process (commits are real: use with live_db)."""
+
+    def __init__(self, token: str | None) -> None:
+        self.client = Client()
+        self.headers = {"Authorization": f"Bearer {token}"} if token else {}
+
+    def get(self, path: str, **params: Any) -> Any:
+        return self.client.get(path, params, headers=self.headers)
+
+    def post(self, path: str, body: Any = None, *, raw: bytes | str | None = None) -> Any:
+        data = raw if raw is not None else json.dumps(body if body is not None else {})
+        return self.client.post(path, data, content_type="application/json", headers=self.headers)
+
+
+PERSONAS: dict[str, tuple[str | None, list[str]]] = {
+    "reviewer": ("reviewer", ["*"]),
+    "reviewer2": ("reviewer", ["*"]),
+    "loan_reviewer": ("reviewer", ["loan_approval"]),
+    "auditor": ("auditor", []),
+    "operator": ("operator", ["*"]),
+    "admin": ("admin", ["*"]),
+    "outsider": (None, []),
+}
+
+
+@pytest.fixture(scope="session")
+def personas(django_db_setup: None, django_db_blocker: Any) -> dict[str, Persona]:
+    from django.contrib.auth import get_user_model
+
+    from approvals.models import GraphAssignment
+    from approvals.roles import roles_ensure
+    from approvals.tokens import token_issue
+
+    suffix = uuid.uuid4().hex[:6]
+    out = {}
+    with django_db_blocker.unblock():
+        groups = roles_ensure()
+        for name, (role, graphs) in PERSONAS.items():
+            user = get_user_model().objects.create_user(f"{name}-{suffix}", password="gatehouse")
+            if role:
+                user.groups.add(groups[role])
+            for graph in graphs:
+                GraphAssignment.objects.create(user=user, graph=graph)
+            out[name] = Persona(user.username, role, token_issue(user=user), user)
+    return out
+
+
+@pytest.fixture
+def reviewer(personas: dict[str, Persona]) -> Persona:
+    return personas["reviewer"]
+
+
+@pytest.fixture
+def operator(personas: dict[str, Persona]) -> Persona:
+    return personas["operator"]
+
+
+@pytest.fixture
+def auditor(personas: dict[str, Persona]) -> Persona:
+    return personas["auditor"]
+
+
+# --- flow helpers --------------------------------------------------------------------
+
+
+def thread_start(persona: Persona, graph: str, graph_input: dict[str, Any], **metadata: Any) -> dict[str, Any]:
+    response = persona.client.post("/api/threads", {"graph": graph, "input": graph_input, "metadata": metadata})
+    assert response.status_code == 201, response.content
+    return response.json()
+
+
+def pending_tasks(persona: Persona, thread_id: str, *, count: int = 1, timeout: float = 20.0) -> list[dict[str, Any]]:
+    def ready() -> list[dict[str, Any]] | None:
+        body = persona.client.get("/api/tasks", status="pending", thread=thread_id).json()
+        return body["items"] if len(body["items"]) >= count else None
+
+    return wait_for(ready, timeout=timeout, what=f"{count} pending task(s) on thread {thread_id}")
+
+
+def thread_settled(persona: Persona, thread_id: str, *, statuses: tuple[str, ...] = ("completed", "failed", "cancelled"),
+                   timeout: float = 20.0) -> dict[str, Any]:
+    def ready() -> dict[str, Any] | None:
+        body = persona.client.get(f"/api/threads/{thread_id}").json()
+        return body if body["status"] in statuses else None
+
+    return wait_for(ready, timeout=timeout, what=f"thread {thread_id} to reach {statuses}")
+
+
+def loan_input(amount: int = 20000, income: int = 40000, **extra: Any) -> dict[str, Any]:
+    return {"applicant": "Test Applicant", "loan_id": f"L-{uuid.uuid4().hex[:6]}", "amount": amount,
+            "income": income, "term_months": 24, **extra}
+
+

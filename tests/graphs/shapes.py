@@ -1,0 +1,122 @@
+"""Graphs that exercise the runtime's corner cases (parallel, subgraph, breakpoint, failure)."""
+
+from __future__ import annotations
+
+import operator
+import os
+from typing import Annotated, Any, TypedDict
+
+from langgraph.graph import END, START, StateGraph
+from langgraph.types import interrupt
+
+
+class ReviewState(TypedDict, total=False):
+    subject: str
+    answers: Annotated[list[str], operator.add]
+    amount: int
+    done: bool
+
+
+def _ask(name: str):  # noqa: ANN202
+    def node(state: ReviewState) -> dict[str, Any]:
+        answer = interrupt({"title": f"{name} check for {state.get('subject')}", "check": name})
+        return {"answers": [f"{name}:{answer.get('decision')}"]}
+
+    node.__name__ = name
+    return node
+
+
+def finish(state: ReviewState) -> dict[str, Any]:
+    return {"done": True}
+
+
+def _parallel() -> StateGraph[ReviewState]:
+    builder = StateGraph(ReviewState)
+    builder.add_node("legal", _ask("legal"))
+    builder.add_node("risk", _ask("risk"))
+    builder.add_node(finish)
+    builder.add_edge(START, "legal")
+    builder.add_edge(START, "risk")
+    builder.add_edge(["legal", "risk"], "finish")
+    builder.add_edge("finish", END)
+    return builder
+
+
+parallel_review = _parallel()
+
+
+def _nested() -> StateGraph[ReviewState]:
+    inner = StateGraph(ReviewState)
+    inner.add_node("inner_gate", _ask("inner_gate"))
+    inner.add_edge(START, "inner_gate")
+    builder = StateGraph(ReviewState)
+    builder.add_node("child", inner.compile())
+    builder.add_node(finish)
+    builder.add_edge(START, "child")
+    builder.add_edge("child", "finish")
+    builder.add_edge("finish", END)
+    return builder
+
+
+nested_review = _nested()
+
+
+def prepare(state: ReviewState) -> dict[str, Any]:
+    return {"answers": ["prepared"]}
+
+
+def commit(state: ReviewState) -> dict[str, Any]:
+    return {"answers": [f"committed:{state.get('amount')}"], "done": True}
+
+
+def _breakpoint() -> Any:
+    builder = StateGraph(ReviewState)
+    builder.add_node(prepare)
+    builder.add_node(commit)
+    builder.add_edge(START, "prepare")
+    builder.add_edge("prepare", "commit")
+    builder.add_edge("commit", END)
+    return builder.compile(interrupt_before=["commit"])
+
+
+breakpoint_review = _breakpoint()
+
+
+def explode(state: ReviewState) -> dict[str, Any]:
+    # Fails until the marker file exists, so a test can "fix" it and retry.
+    marker = os.environ.get("GATEHOUSE_TEST_FLAKY_MARKER", "")
+    if not (marker and os.path.exists(marker)):
+        raise RuntimeError(f"downstream system unavailable for {state.get('subject')}")
+    return {"done": True}
+
+
+def _flaky() -> StateGraph[ReviewState]:
+    builder = StateGraph(ReviewState)
+    builder.add_node(explode)
+    builder.add_edge(START, "explode")
+    builder.add_edge("explode", END)
+    return builder
+
+
+flaky = _flaky
+
+
+class Reply(TypedDict):
+    approved: bool
+    limit: int
+
+
+def reply_gate(state: ReviewState) -> dict[str, Any]:
+    answer = interrupt({"title": "Set a limit"}, response_schema=Reply)
+    return {"amount": answer["limit"], "done": answer["approved"]}
+
+
+def _schema_reply() -> StateGraph[ReviewState]:
+    builder = StateGraph(ReviewState)
+    builder.add_node(reply_gate)
+    builder.add_edge(START, "reply_gate")
+    builder.add_edge("reply_gate", END)
+    return builder
+
+
+schema_reply = _schema_reply()

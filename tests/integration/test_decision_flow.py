@@ -1,0 +1,103 @@
+"""Start → pause → decide via the API → resume on a real worker → action once → completed."""
+
+from __future__ import annotations
+
+import pytest
+
+from approvals.models import AuditEvent
+from runtime.models import Effect
+from tests.conftest import loan_input, pending_tasks, thread_settled, thread_start
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db", "live_worker")]
+
+
+def _audit_actions(thread_id: str) -> list[str]:
+    return list(AuditEvent.objects.filter(thread_id=thread_id).order_by("id").values_list("action", flat=True))
+
+
+def test_an_approved_loan_is_disbursed_exactly_once(operator, reviewer, bank):
+    thread = thread_start(operator, "loan_approval", loan_input(amount=20000), case="C-1")
+    [task] = pending_tasks(reviewer, thread["id"])
+    assert task["node"] == "human_review"
+
+    detail = reviewer.client.get(f"/api/tasks/{task['id']}").json()
+    assert detail["payload_kind"] == "gatehouse"
+    assert detail["allowed_decisions"] == ["approve", "reject", "edit", "respond"]
+    assert detail["state"]["amount"] == 20000
+    assert detail["can_decide"] is True
+
+    response = reviewer.client.post(
+        f"/api/tasks/{task['id']}/decision",
+        {"decision": "approve", "reason": "income verified", "checkpoint_id": detail["checkpoint_id"]},
+    )
+    assert response.status_code == 201, response.content
+
+    done = thread_settled(reviewer, thread["id"])
+    assert done["status"] == "completed"
+    assert done["values"]["status"] == "disbursed"
+    key = f"gh:{thread['id']}:disburse"
+    assert bank.ledger.executions[key] == 1
+    effect = Effect.objects.get(key=key)
+    assert effect.status == "done" and effect.calls == 1
+    assert done["values"]["disbursement"] == effect.result
+
+    actions = _audit_actions(thread["id"])
+    for expected in ["thread.started", "run.claimed", "task.opened", "decision.made", "run.queued",
+                     "effect.executed", "thread.completed"]:
+        assert expected in actions, (expected, actions)
+    assert actions.index("decision.made") < actions.index("effect.executed") < actions.index("thread.completed")
+
+
+def test_the_action_sees_the_reviewers_edits(operator, reviewer, bank):
+    thread = thread_start(operator, "loan_approval", loan_input(amount=21000))
+    [task] = pending_tasks(reviewer, thread["id"])
+    response = reviewer.client.post(
+        f"/api/tasks/{task['id']}/decision",
+        {"decision": "edit", "reason": "lower the exposure", "edits": {"amount": 15000, "term_months": 36}},
+    )
+    assert response.status_code == 201, response.content
+    assert response.json()["state_patch"] == {"amount": 15000, "term_months": 36}
+
+    done = thread_settled(reviewer, thread["id"])
+    assert done["values"]["amount"] == 15000
+    assert done["values"]["disbursement"]["request"] == {"loan_id": done["values"]["loan_id"], "amount": 15000}
+    assert bank.ledger.executions[f"gh:{thread['id']}:disburse"] == 1
+
+
+def test_edited_action_arguments_reach_the_action(operator, reviewer, bank):
+    thread = thread_start(operator, "loan_approval", loan_input(amount=21000))
+    [task] = pending_tasks(reviewer, thread["id"])
+    response = reviewer.client.post(
+        f"/api/tasks/{task['id']}/decision",
+        {"decision": "edit", "reason": "approve a smaller amount", "action_args": {"amount": 12500}},
+    )
+    assert response.status_code == 201, response.content
+    done = thread_settled(reviewer, thread["id"])
+    assert done["values"]["disbursement"]["request"]["amount"] == 12500
+
+
+def test_a_rejected_loan_is_declined_and_nothing_is_paid(operator, reviewer, bank):
+    thread = thread_start(operator, "loan_approval", loan_input(amount=20000))
+    [task] = pending_tasks(reviewer, thread["id"])
+    response = reviewer.client.post(
+        f"/api/tasks/{task['id']}/decision", {"decision": "reject", "reason": "income not verifiable"}
+    )
+    assert response.status_code == 201, response.content
+    done = thread_settled(reviewer, thread["id"])
+    assert done["values"]["status"] == "declined"
+    assert done["values"]["review"] == {"decision": "reject", "reason": "income not verifiable",
+                                        "reviewer": reviewer.username}
+    assert f"gh:{thread['id']}:disburse" not in bank.ledger.executions
+    assert not Effect.objects.filter(thread_id=thread["id"]).exists()
+
+
+def test_a_response_is_passed_to_the_graph(operator, reviewer):
+    thread = thread_start(operator, "parallel_review", {"subject": "respond-case"})
+    tasks = pending_tasks(reviewer, thread["id"], count=2)
+    for task in tasks:
+        response = reviewer.client.post(
+            f"/api/tasks/{task['id']}/decision", {"decision": "respond", "message": "see attached memo"}
+        )
+        assert response.status_code == 201, response.content
+    done = thread_settled(reviewer, thread["id"])
+    assert sorted(done["values"]["answers"]) == ["legal:respond", "risk:respond"]

@@ -1,0 +1,25 @@
+"""Settings for the test process: the real services (PostgreSQL, Redis), short leases.
+
+Only environment defaults live here; everything else is ``console.settings``.
+"""
+
+import os
+import uuid
+from pathlib import Path
+
+_ROOT = Path(__file__).resolve().parent.parent
+os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/gatehouse")
+os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/14")
+os.environ.setdefault("SECRET_KEY", "test-only-" + uuid.uuid4().hex)
+os.environ.setdefault("SECURE_SSL_REDIRECT", "false")
+os.environ.setdefault("GATEHOUSE_GRAPHS", str(_ROOT / "tests" / "graphs" / "langgraph.json"))
+os.environ.setdefault("GATEHOUSE_LEASE_SECONDS", "2")
+os.environ.setdefault("GATEHOUSE_SWEEP_SECONDS", "0.5")
+os.environ.setdefault("GATEHOUSE_REDISPATCH_AFTER_SECONDS", "3")
+os.environ.setdefault("GATEHOUSE_VAR_DIR", str(_ROOT / "var" / "test"))
+# One queue per test session, so two sessions on one Redis never share work.
+os.environ.setdefault("GATEHOUSE_QUEUE", f"gatehouse-test-{uuid.uuid4().hex[:8]}")
+
+from console.settings import *  # noqa: E402,F403
+
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast test users
