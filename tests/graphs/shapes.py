@@ -8,6 +8,7 @@ from typing import Annotated, Any, TypedDict
 
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import interrupt
+from typing_extensions import TypedDict as StrictTypedDict
 
 
 class ReviewState(TypedDict, total=False):
@@ -101,7 +102,7 @@ def _flaky() -> StateGraph[ReviewState]:
 flaky = _flaky
 
 
-class Reply(TypedDict):
+class Reply(StrictTypedDict):  # Pydantic builds the response schema from it
     approved: bool
     limit: int
 
