@@ -68,7 +68,10 @@ class BankHandler(BaseHTTPRequestHandler):
         for key, value in (headers or {}).items():
             self.send_header(key, value)
         self.end_headers()
-        self.wfile.write(data)
+        try:
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the caller died mid-request; its retry with the same key gets a replay
 
     def do_GET(self) -> None:  # noqa: N802
         if self.path == "/stats":

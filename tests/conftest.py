@@ -39,15 +39,32 @@ def wait_for(predicate: Callable[[], Any], *, timeout: float = 20.0, interval: f
 # --- the database -------------------------------------------------------------------
 
 
-def _terminate_backends(dbname: str) -> None:
+def _admin_connection() -> Any:
     import psycopg
 
     db = settings.DATABASES["default"]
-    with psycopg.connect(host=db["HOST"], port=db["PORT"], user=db["USER"], dbname="postgres", autocommit=True) as conn:
+    return psycopg.connect(host=db["HOST"], port=db["PORT"], user=db["USER"], dbname="postgres", autocommit=True)
+
+
+def _terminate_backends(dbname: str) -> None:
+    with _admin_connection() as conn:
         conn.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
             [dbname],
         )
+
+
+def _drop_orphaned_test_databases() -> None:
+    """Drop test databases left by sessions that died (their pid is in the name)."""
+    with _admin_connection() as conn:
+        names = [r[0] for r in conn.execute("SELECT datname FROM pg_database WHERE datname LIKE 'test_gatehouse_%'")]
+        for name in names:
+            pid = name.rsplit("_", 1)[-1]
+            if pid.isdigit() and int(pid) != os.getpid() and not Path(f"/proc/{pid}").exists():
+                conn.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", [name]
+                )
+                conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
 
 
 @pytest.fixture(scope="session")
@@ -58,7 +75,7 @@ def django_db_setup(django_test_environment: None, django_db_blocker: Any) -> It
 
     from runtime.checkpointer import checkpointer_close
 
-    _terminate_backends("test_" + settings.DATABASES["default"]["NAME"])  # left by an aborted run
+    _drop_orphaned_test_databases()
     with django_db_blocker.unblock():
         db_cfg = setup_databases(verbosity=0, interactive=False, aliases={"default"})
     yield

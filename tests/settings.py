@@ -22,4 +22,8 @@ os.environ.setdefault("GATEHOUSE_QUEUE", f"gatehouse-test-{uuid.uuid4().hex[:8]}
 
 from console.settings import *  # noqa: E402,F403
 
+# One database per test session (several sessions may share this machine);
+# conftest drops the ones whose session process is gone.
+DATABASES["default"]["TEST"] = {"NAME": f"test_gatehouse_{os.getpid()}"}  # noqa: F405
+
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast test users
