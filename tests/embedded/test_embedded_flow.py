@@ -1,0 +1,109 @@
+"""The embedded stack (SQLite + kombu filesystem broker, no servers) runs the same flow over HTTP."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import ROOT, wait_for
+
+pytestmark = pytest.mark.embedded
+
+_SERVER_VARS = ("DATABASE_URL", "REDIS_URL", "GATEHOUSE_QUEUE", "GATEHOUSE_GRAPHS", "SECRET_KEY", "GATEHOUSE_VAR_DIR")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def embedded(tmp_path: Path, bank) -> Iterator[dict[str, str]]:  # noqa: ANN001
+    env = {k: v for k, v in os.environ.items() if k not in _SERVER_VARS and not k.startswith("PYTEST")}
+    env.update(DJANGO_SETTINGS_MODULE="console.settings", GATEHOUSE_VAR_DIR=str(tmp_path / "var"),
+               GATEHOUSE_FAKE_BANK_URL=bank.url, GATEHOUSE_SWEEP_SECONDS="1", PYTHONUNBUFFERED="1")
+
+    def manage(*args: str) -> str:
+        done = subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env, capture_output=True,
+                              text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    manage("migrate", "--no-input")
+    manage("demo_setup")
+    tokens = {name: manage("issue_token", name).strip() for name in ("operator", "reviewer")}
+    port = _free_port()
+    ready = tmp_path / "worker-ready"
+    log = open(tmp_path / "processes.log", "wb")  # noqa: SIM115
+    procs = [
+        subprocess.Popen([sys.executable, "-m", "celery", "-A", "console", "worker", "--pool=threads",
+                          "--concurrency=2", "--beat", "--schedule", str(tmp_path / "beat")],
+                         cwd=ROOT, env={**env, "GATEHOUSE_READY_FILE": str(ready)}, stdout=log,
+                         stderr=subprocess.STDOUT, start_new_session=True),
+        subprocess.Popen([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
+                          "console.asgi:application"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                         start_new_session=True),
+    ]
+    base = f"http://127.0.0.1:{port}"
+
+    def web_up() -> bool:
+        try:
+            return httpx.get(f"{base}/api/docs", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    try:
+        wait_for(ready.exists, timeout=40, what="embedded worker")
+        wait_for(web_up, timeout=40, what="embedded web server")
+        yield {"base": base, **tokens, "var": str(tmp_path / "var")}
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGTERM)
+        for p in procs:
+            try:
+                p.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+        log.close()
+
+
+def test_the_embedded_stack_runs_start_decide_complete(embedded, bank):  # noqa: ANN001
+    base = embedded["base"]
+    operator = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {embedded['operator']}"}, timeout=10)
+    reviewer = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {embedded['reviewer']}"}, timeout=10)
+
+    started = operator.post("/api/threads", json={"graph": "loan_approval", "input": {
+        "applicant": "Embedded", "loan_id": "E-1", "amount": 20000, "income": 40000}})
+    assert started.status_code == 201, started.text
+    thread_id = started.json()["id"]
+
+    def task() -> dict | None:
+        items = reviewer.get("/api/tasks", params={"status": "pending", "thread": thread_id}).json()["items"]
+        return items[0] if items else None
+
+    pending = wait_for(task, timeout=30, what="the embedded task")
+    decided = reviewer.post(f"/api/tasks/{pending['id']}/decision", json={"decision": "approve", "reason": "ok"})
+    assert decided.status_code == 201, decided.text
+
+    def completed() -> dict | None:
+        body = reviewer.get(f"/api/threads/{thread_id}").json()
+        return body if body["status"] == "completed" else None
+
+    done = wait_for(completed, timeout=30, what="the embedded thread to complete")
+    assert done["values"]["status"] == "disbursed"
+    assert bank.ledger.executions[f"gh:{thread_id}:disburse"] == 1
+    assert (Path(embedded["var"]) / "gatehouse.sqlite3").exists()
+    assert (Path(embedded["var"]) / "checkpoints.sqlite3").exists()
+    # The demo set-up paused its own threads at their gates, too.
+    demo_pending = reviewer.get("/api/tasks", params={"status": "pending"}).json()["items"]
+    assert {t["graph"] for t in demo_pending} >= {"loan_approval", "kyc_onboarding"}
