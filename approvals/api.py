@@ -43,10 +43,17 @@ def _task_summary(task: ApprovalTask) -> TaskSummaryOut:
 def _thread_out(user: Any, thread: Thread, run: Run | None = None) -> ThreadOut:
     pending = selectors.tasks_pending_for_thread(user=user, thread_id=thread.id)
     return ThreadOut(
-        id=thread.id, graph=thread.graph, status=thread.status, metadata=thread.metadata,
-        values=thread.values, checkpoint_id=thread.checkpoint_id, error=thread.error,
-        created_at=thread.created_at, updated_at=thread.updated_at,
-        pending_tasks=[_task_summary(t) for t in pending], run_id=run.id if run else None,
+        id=thread.id,
+        graph=thread.graph,
+        status=thread.status,
+        metadata=thread.metadata,
+        values=thread.values,
+        checkpoint_id=thread.checkpoint_id,
+        error=thread.error,
+        created_at=thread.created_at,
+        updated_at=thread.updated_at,
+        pending_tasks=[_task_summary(t) for t in pending],
+        run_id=run.id if run else None,
     )
 
 
@@ -54,8 +61,11 @@ def _thread_out(user: Any, thread: Thread, run: Run | None = None) -> ThreadOut:
 def graphs_list(request: HttpRequest) -> list[GraphOut]:
     user = _user(request)
     return [
-        GraphOut(name=name, description=graph_get(name).description,
-                 state_schema=json_schema_for(graph_get(name).state_schema))
+        GraphOut(
+            name=name,
+            description=graph_get(name).description,
+            state_schema=json_schema_for(graph_get(name).state_schema),
+        )
         for name in graph_names()
         if permissions.graph_visible(user, name)
     ]
@@ -113,8 +123,12 @@ class TaskQuery(Schema):
 @router.get("/tasks", response=TaskPageOut, tags=["tasks"])
 def tasks_list(request: HttpRequest, query: Query[TaskQuery]) -> TaskPageOut:
     items, next_cursor = selectors.tasks_list(
-        user=_user(request), status=query.status, graph=query.graph, thread_id=query.thread,
-        limit=query.limit, cursor=query.cursor,
+        user=_user(request),
+        status=query.status,
+        graph=query.graph,
+        thread_id=query.thread,
+        limit=query.limit,
+        cursor=query.cursor,
     )
     return TaskPageOut(items=[_task_summary(t) for t in items], next_cursor=next_cursor)
 
@@ -139,19 +153,30 @@ def task_detail(request: HttpRequest, task_id: UUID) -> TaskOut:
 
 def _decision_out(decision: Decision) -> DecisionOut:
     return DecisionOut(
-        id=decision.id, task_id=decision.task_id, outcome=decision.outcome, reason=decision.reason,
-        actor=decision.actor.get_username(), state_patch=decision.state_patch,
-        resume_value=decision.resume_value, checkpoint_id=decision.checkpoint_id,
-        run_id=decision.run_id, created_at=decision.created_at,
+        id=decision.id,
+        task_id=decision.task_id,
+        outcome=decision.outcome,
+        reason=decision.reason,
+        actor=decision.actor.get_username(),
+        state_patch=decision.state_patch,
+        resume_value=decision.resume_value,
+        checkpoint_id=decision.checkpoint_id,
+        run_id=decision.run_id,
+        created_at=decision.created_at,
     )
 
 
 @router.post("/tasks/{task_id}/decision", response={201: DecisionOut}, tags=["tasks"])
 def task_decide(request: HttpRequest, task_id: UUID, body: DecisionIn) -> Status[DecisionOut]:
     decision_request = DecisionRequest(
-        outcome=body.decision, reason=body.reason, checkpoint_id=body.checkpoint_id,
-        state_patch=body.edits, action_args=body.action_args, message=body.message,
-        decisions=body.decisions, resume=body.resume if "resume" in body.model_fields_set else NOT_GIVEN,
+        outcome=body.decision,
+        reason=body.reason,
+        checkpoint_id=body.checkpoint_id,
+        state_patch=body.edits,
+        action_args=body.action_args,
+        message=body.message,
+        decisions=body.decisions,
+        resume=body.resume if "resume" in body.model_fields_set else NOT_GIVEN,
     )
     decision = services.task_decide(actor=_user(request), task_id=task_id, request=decision_request)
     decision.refresh_from_db()
@@ -169,7 +194,10 @@ class AuditQuery(Schema):
 def audit_list(request: HttpRequest, query: Query[AuditQuery]) -> list[AuditEventOut]:
     permissions.require(_user(request), "approvals.view_audit", "read the audit trail")
     events = selectors.audit_list(
-        user=_user(request), thread_id=query.thread, action=query.action, limit=query.limit,
+        user=_user(request),
+        thread_id=query.thread,
+        action=query.action,
+        limit=query.limit,
         before_id=query.before_id,
     )
     return [_audit_out(e) for e in events]
@@ -177,7 +205,15 @@ def audit_list(request: HttpRequest, query: Query[AuditQuery]) -> list[AuditEven
 
 def _audit_out(event: AuditEvent) -> AuditEventOut:
     return AuditEventOut(
-        id=event.id, at=event.at, actor=event.actor_label, action=event.action, subject_type=event.subject_type,
-        subject_id=event.subject_id, thread_id=event.thread_id, graph=event.graph, details=event.details,
-        prev_hash=event.prev_hash, hash=event.hash,
+        id=event.id,
+        at=event.at,
+        actor=event.actor_label,
+        action=event.action,
+        subject_type=event.subject_type,
+        subject_id=event.subject_id,
+        thread_id=event.thread_id,
+        graph=event.graph,
+        details=event.details,
+        prev_hash=event.prev_hash,
+        hash=event.hash,
     )

@@ -23,13 +23,24 @@ DEMO_USERS: dict[str, tuple[str, list[str]]] = {
 }
 
 DEMO_THREADS: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
-    ("loan_approval", {"applicant": "Ada Lovelace", "loan_id": "L-1001", "amount": 18000, "income": 40000,
-                       "term_months": 24}, {"case": "L-1001", "applicant": "Ada Lovelace"}),
-    ("loan_approval", {"applicant": "Alan Turing", "loan_id": "L-1002", "amount": 22000, "income": 45000,
-                       "term_months": 36}, {"case": "L-1002", "applicant": "Alan Turing"}),
-    ("kyc_onboarding", {"applicant": {"name": "Grace Hopper", "country": "US", "date_of_birth": "1906-12-09"},
-                        "documents": [{"type": "passport", "status": "received"}]},
-     {"case": "K-2001", "applicant": "Grace Hopper"}),
+    (
+        "loan_approval",
+        {"applicant": "Ada Lovelace", "loan_id": "L-1001", "amount": 18000, "income": 40000, "term_months": 24},
+        {"case": "L-1001", "applicant": "Ada Lovelace"},
+    ),
+    (
+        "loan_approval",
+        {"applicant": "Alan Turing", "loan_id": "L-1002", "amount": 22000, "income": 45000, "term_months": 36},
+        {"case": "L-1002", "applicant": "Alan Turing"},
+    ),
+    (
+        "kyc_onboarding",
+        {
+            "applicant": {"name": "Grace Hopper", "country": "US", "date_of_birth": "1906-12-09"},
+            "documents": [{"type": "passport", "status": "received"}],
+        },
+        {"case": "K-2001", "applicant": "Grace Hopper"},
+    ),
 ]
 
 

@@ -179,7 +179,9 @@ def _gate_args_check(payload: dict[str, Any], args: dict[str, Any]) -> None:
     elif isinstance(action.get("args"), dict):
         for key, value in args.items():
             if key not in action["args"]:
-                raise InvalidInput(f"unknown argument (the action takes: {', '.join(action['args'])})", field=f"action_args.{key}")
+                raise InvalidInput(
+                    f"unknown argument (the action takes: {', '.join(action['args'])})", field=f"action_args.{key}"
+                )
             original = action["args"][key]
             if original is not None and _json_type(value) != _json_type(original):
                 raise InvalidInput(

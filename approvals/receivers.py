@@ -14,9 +14,14 @@ from runtime.models import Effect, Run
 
 def _audit_run(run: Run, action: str, details: dict[str, Any]) -> None:
     audit_record(
-        actor=None, actor_label=f"worker:{run.lease_owner}" if run.lease_owner else "runtime",
-        action=action, subject_type="run", subject_id=run.id, thread_id=run.thread_id,
-        graph=run.thread.graph, details={"kind": run.kind, **details},
+        actor=None,
+        actor_label=f"worker:{run.lease_owner}" if run.lease_owner else "runtime",
+        action=action,
+        subject_type="run",
+        subject_id=run.id,
+        thread_id=run.thread_id,
+        graph=run.thread.graph,
+        details={"kind": run.kind, **details},
     )
 
 
@@ -35,8 +40,13 @@ def on_run_interrupted(sender: Any, run: Run, interrupts: list[Any], **kwargs: A
 def on_run_completed(sender: Any, run: Run, values: dict[str, Any], **kwargs: Any) -> None:
     _audit_run(run, "run.succeeded", {})
     audit_record(
-        actor=None, actor_label="runtime", action="thread.completed", subject_type="thread",
-        subject_id=run.thread_id, thread_id=run.thread_id, graph=run.thread.graph,
+        actor=None,
+        actor_label="runtime",
+        action="thread.completed",
+        subject_type="thread",
+        subject_id=run.thread_id,
+        thread_id=run.thread_id,
+        graph=run.thread.graph,
         details={"checkpoint_id": run.thread.checkpoint_id, "keys": sorted(values)},
     )
 
@@ -50,7 +60,12 @@ def on_run_failed(sender: Any, run: Run, error: str, **kwargs: Any) -> None:
 def on_effect_executed(sender: Any, effect: Effect, **kwargs: Any) -> None:
     thread = effect.thread
     audit_record(
-        actor=None, actor_label="runtime", action="effect.executed", subject_type="effect",
-        subject_id=effect.key, thread_id=thread.pk if thread else None, graph=thread.graph if thread else "",
+        actor=None,
+        actor_label="runtime",
+        action="effect.executed",
+        subject_type="effect",
+        subject_id=effect.key,
+        thread_id=thread.pk if thread else None,
+        graph=thread.graph if thread else "",
         details={"name": effect.name, "result": effect.result, "calls": effect.calls},
     )

@@ -83,9 +83,7 @@ class DecisionIn(Schema):
     decisions: list[dict[str, Any]] | None = Field(
         default=None, description="One decision per tool call, for LangChain HITL requests."
     )
-    resume: Any = Field(
-        default=None, description="The exact resume value, for callers that know the graph's contract."
-    )
+    resume: Any = Field(default=None, description="The exact resume value, for callers that know the graph's contract.")
 
 
 class DecisionOut(Schema):

@@ -27,8 +27,13 @@ def cursor_decode(cursor: str) -> tuple[datetime, str]:
 
 
 def tasks_list(
-    *, user: permissions.Principal, status: str | None = None, graph: str | None = None,
-    thread_id: Any = None, limit: int = 50, cursor: str | None = None,
+    *,
+    user: permissions.Principal,
+    status: str | None = None,
+    graph: str | None = None,
+    thread_id: Any = None,
+    limit: int = 50,
+    cursor: str | None = None,
 ) -> tuple[list[ApprovalTask], str | None]:
     """Newest first, keyset-paginated on (created_at, id) so deep pages stay fast."""
     qs: QuerySet[ApprovalTask] = permissions.tasks_visible(user)
@@ -51,8 +56,12 @@ def tasks_pending_for_thread(*, user: permissions.Principal, thread_id: Any) -> 
 
 
 def audit_list(
-    *, user: permissions.Principal, thread_id: Any = None, action: str | None = None,
-    limit: int = 100, before_id: int | None = None,
+    *,
+    user: permissions.Principal,
+    thread_id: Any = None,
+    action: str | None = None,
+    limit: int = 100,
+    before_id: int | None = None,
 ) -> list[AuditEvent]:
     qs = permissions.audit_visible(user)
     if thread_id:

@@ -40,9 +40,7 @@ def _graph_entry(graph: str) -> Any:
     try:
         return graph_get(graph)
     except UnknownGraph:
-        raise InvalidInput(
-            f"unknown graph {graph!r} (registered: {', '.join(graph_names())})", field="graph"
-        ) from None
+        raise InvalidInput(f"unknown graph {graph!r} (registered: {', '.join(graph_names())})", field="graph") from None
 
 
 @transaction.atomic
@@ -82,8 +80,13 @@ def thread_retry(*, actor: AbstractBaseUser, thread_id: Any) -> Run:
     except ThreadBusy as exc:
         raise Conflict(str(exc), field="thread_id") from None
     audit_record(
-        actor=actor, action="thread.retried", subject_type="thread", subject_id=thread.id,
-        thread_id=thread.id, graph=thread.graph, details={"run": str(run.id)},
+        actor=actor,
+        action="thread.retried",
+        subject_type="thread",
+        subject_id=thread.id,
+        thread_id=thread.id,
+        graph=thread.graph,
+        details={"run": str(run.id)},
     )
     return run
 
@@ -137,8 +140,14 @@ def tasks_open(*, run: Run, interrupts: list[PendingInterrupt]) -> list[Approval
             subject_id=task.id,
             thread_id=thread.id,
             graph=thread.graph,
-            details={"node": task.node, "interrupt_id": task.interrupt_id, "checkpoint_id": task.checkpoint_id,
-                     "checkpoint_ns": task.checkpoint_ns, "kind": task.kind, "payload_digest": digest},
+            details={
+                "node": task.node,
+                "interrupt_id": task.interrupt_id,
+                "checkpoint_id": task.checkpoint_id,
+                "checkpoint_ns": task.checkpoint_ns,
+                "kind": task.kind,
+                "payload_digest": digest,
+            },
         )
         opened.append(task)
     return opened
@@ -154,8 +163,14 @@ def _task_supersede(task: ApprovalTask, *, reason: str) -> None:
     task.status = TaskStatus.SUPERSEDED
     task.save(update_fields=["status"])
     audit_record(
-        actor=None, actor_label="runtime", action="task.superseded", subject_type="task", subject_id=task.id,
-        thread_id=task.thread_id, graph=task.graph, details={"reason": reason},
+        actor=None,
+        actor_label="runtime",
+        action="task.superseded",
+        subject_type="task",
+        subject_id=task.id,
+        thread_id=task.thread_id,
+        graph=task.graph,
+        details={"reason": reason},
     )
 
 
@@ -178,22 +193,41 @@ def task_decide(*, actor: AbstractBaseUser, task_id: Any, request: DecisionReque
         raise InvalidInput(f"a reason is required to {request.outcome}", field="reason")
     state_patch = _state_patch_check(task, request)
     resume_value = resume_value_build(
-        payload=task.payload, task_kind=task.kind, response_schema=task.response_schema,
-        request=request, reviewer=actor.get_username(),
+        payload=task.payload,
+        task_kind=task.kind,
+        response_schema=task.response_schema,
+        request=request,
+        reviewer=actor.get_username(),
     )
     decision = Decision.objects.create(
-        task=task, actor=actor, outcome=request.outcome, reason=request.reason, state_patch=state_patch,
-        resume_value=resume_value, checkpoint_id=task.checkpoint_id, payload_digest=task.payload_digest,
+        task=task,
+        actor=actor,
+        outcome=request.outcome,
+        reason=request.reason,
+        state_patch=state_patch,
+        resume_value=resume_value,
+        checkpoint_id=task.checkpoint_id,
+        payload_digest=task.payload_digest,
     )
     task.status = TaskStatus.DECIDED
     task.decided_at = timezone.now()
     task.save(update_fields=["status", "decided_at"])
     audit_record(
-        actor=actor, action="decision.made", subject_type="task", subject_id=task.id,
-        thread_id=thread.id, graph=thread.graph,
-        details={"decision": str(decision.id), "outcome": request.outcome, "reason": request.reason,
-                 "state_patch": state_patch, "resume": resume_value, "checkpoint_id": task.checkpoint_id,
-                 "payload_digest": task.payload_digest},
+        actor=actor,
+        action="decision.made",
+        subject_type="task",
+        subject_id=task.id,
+        thread_id=thread.id,
+        graph=thread.graph,
+        details={
+            "decision": str(decision.id),
+            "outcome": request.outcome,
+            "reason": request.reason,
+            "state_patch": state_patch,
+            "resume": resume_value,
+            "checkpoint_id": task.checkpoint_id,
+            "payload_digest": task.payload_digest,
+        },
     )
     if task.kind == TaskKind.BREAKPOINT and request.outcome == "reject":
         _thread_cancel(thread, actor=actor, reason=request.reason)
@@ -222,9 +256,9 @@ def _state_patch_check(task: ApprovalTask, request: DecisionRequest) -> dict[str
 def _resume_enqueue(thread: Thread, checkpoint_id: str, actor: AbstractBaseUser) -> Run:
     # Interrupts raised in one super-step are resumed together, with an id → value map.
     waiting = list(
-        Decision.objects.select_related("task").filter(
-            task__thread=thread, task__checkpoint_id=checkpoint_id, run__isnull=True
-        ).order_by("created_at")
+        Decision.objects.select_related("task")
+        .filter(task__thread=thread, task__checkpoint_id=checkpoint_id, run__isnull=True)
+        .order_by("created_at")
     )
     resume = {d.task.interrupt_id: d.resume_value for d in waiting if d.task.kind == TaskKind.INTERRUPT}
     update: dict[str, Any] = {}
@@ -237,8 +271,13 @@ def _resume_enqueue(thread: Thread, checkpoint_id: str, actor: AbstractBaseUser)
         raise Conflict(str(exc), field="thread_id") from None
     Decision.objects.filter(pk__in=[d.pk for d in waiting]).update(run=run)
     audit_record(
-        actor=actor, action="run.queued", subject_type="run", subject_id=run.id, thread_id=thread.id,
-        graph=thread.graph, details={"kind": "resume", "interrupts": sorted(resume), "update": update or None},
+        actor=actor,
+        action="run.queued",
+        subject_type="run",
+        subject_id=run.id,
+        thread_id=thread.id,
+        graph=thread.graph,
+        details={"kind": "resume", "interrupts": sorted(resume), "update": update or None},
     )
     return run
 
@@ -246,6 +285,11 @@ def _resume_enqueue(thread: Thread, checkpoint_id: str, actor: AbstractBaseUser)
 def _thread_cancel(thread: Thread, *, actor: AbstractBaseUser, reason: str) -> None:
     Thread.objects.filter(pk=thread.pk).update(status=ThreadStatus.CANCELLED, updated_at=timezone.now())
     audit_record(
-        actor=actor, action="thread.cancelled", subject_type="thread", subject_id=thread.id,
-        thread_id=thread.id, graph=thread.graph, details={"reason": reason},
+        actor=actor,
+        action="thread.cancelled",
+        subject_type="thread",
+        subject_id=thread.id,
+        thread_id=thread.id,
+        graph=thread.graph,
+        details={"reason": reason},
     )

@@ -34,8 +34,12 @@ def token_issue(
         action="token.issued",
         subject_type="token",
         subject_id=token.pk,
-        details={"user": user.get_username(), "name": name, "prefix": token.prefix,
-                 "expires_at": expires_at.isoformat() if expires_at else None},
+        details={
+            "user": user.get_username(),
+            "name": name,
+            "prefix": token.prefix,
+            "expires_at": expires_at.isoformat() if expires_at else None,
+        },
     )
     return secret
 

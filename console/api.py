@@ -31,7 +31,9 @@ api = NinjaAPI(
 api.add_router("/", approvals_router)
 
 
-def error_response(request: HttpRequest, status: int, code: str, message: str, field: str | None = None) -> HttpResponse:
+def error_response(
+    request: HttpRequest, status: int, code: str, message: str, field: str | None = None
+) -> HttpResponse:
     return api.create_response(request, {"error": {"code": code, "message": message, "field": field}}, status=status)
 
 
@@ -57,7 +59,9 @@ def on_validation_error(request: HttpRequest, exc: ValidationError) -> HttpRespo
 
 @api.exception_handler(AuthenticationError)
 def on_auth_error(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:
-    return error_response(request, 401, "unauthenticated", "send a valid API token: Authorization: Bearer <token>", "Authorization")
+    return error_response(
+        request, 401, "unauthenticated", "send a valid API token: Authorization: Bearer <token>", "Authorization"
+    )
 
 
 @api.exception_handler(HttpError)

@@ -35,11 +35,29 @@ def main() -> int:
     subprocess.run([python, "manage.py", "migrate", "--no-input", "-v", "0"], cwd=ROOT, env=env, check=True)
     procs = [
         _spawn("fake bank", [python, "-m", "demo.fakebank", "--port", "8765"], env),
-        _spawn("worker", [python, "-m", "celery", "-A", "console", "worker", "--beat", "--pool=threads",
-                          "--concurrency=4", "--loglevel=INFO", "--schedule", str(var / "celerybeat-schedule")], env),
+        _spawn(
+            "worker",
+            [
+                python,
+                "-m",
+                "celery",
+                "-A",
+                "console",
+                "worker",
+                "--beat",
+                "--pool=threads",
+                "--concurrency=4",
+                "--loglevel=INFO",
+                "--schedule",
+                str(var / "celerybeat-schedule"),
+            ],
+            env,
+        ),
     ]
     subprocess.run([python, "manage.py", "demo_setup"], cwd=ROOT, env=env, check=True)
-    procs.append(_spawn("web", [python, "-m", "daphne", "-b", "127.0.0.1", "-p", port, "console.asgi:application"], env))
+    procs.append(
+        _spawn("web", [python, "-m", "daphne", "-b", "127.0.0.1", "-p", port, "console.asgi:application"], env)
+    )
     print(f"[gatehouse] console on http://127.0.0.1:{port}/  (API docs: /api/docs) — Ctrl-C stops", flush=True)
 
     stopping = False

@@ -154,9 +154,7 @@ if REDIS_URL:
     CELERY_BROKER_URL = REDIS_URL
     # Unacked messages come back after this long; it must exceed the longest
     # run. Runs whose worker died are recovered sooner by the lease sweeper.
-    CELERY_BROKER_TRANSPORT_OPTIONS = {
-        "visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT", 3600, minimum=60)
-    }
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT", 3600, minimum=60)}
 else:
     CELERY_BROKER_URL = "filesystem://"
     for sub in ("in", "processed"):

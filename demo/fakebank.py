@@ -14,6 +14,8 @@ Run it: ``python -m demo.fakebank --port 8765``.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import contextlib
 import json
 import os
 import random
@@ -68,17 +70,19 @@ class BankHandler(BaseHTTPRequestHandler):
         for key, value in (headers or {}).items():
             self.send_header(key, value)
         self.end_headers()
-        try:
+        # The caller may have died mid-request; its retry with the same key gets a replay.
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
             self.wfile.write(data)
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # the caller died mid-request; its retry with the same key gets a replay
 
     def do_GET(self) -> None:  # noqa: N802
         if self.path == "/stats":
             ledger = self.server.ledger
             with ledger.lock:
-                body = {"executions": dict(ledger.executions), "requests": ledger.requests,
-                        "total": sum(ledger.executions.values())}
+                body = {
+                    "executions": dict(ledger.executions),
+                    "requests": ledger.requests,
+                    "total": sum(ledger.executions.values()),
+                }
             self._send(200, body)
         else:
             self._send(404, {"error": "not found"})
@@ -120,8 +124,11 @@ class BankHandler(BaseHTTPRequestHandler):
             self._send(503, {"error": "temporarily unavailable, retry with the same key"})
             return
         kind = kinds[self.path]
-        response = {"id": f"{kind}_{uuid.uuid4().hex[:12]}", "status": "opened" if kind == "account" else "paid",
-                    "request": body}
+        response = {
+            "id": f"{kind}_{uuid.uuid4().hex[:12]}",
+            "status": "opened" if kind == "account" else "paid",
+            "request": body,
+        }
         with ledger.lock:
             if key in ledger.responses:  # a concurrent duplicate won the race: replay it
                 _, status, response = ledger.responses[key]
@@ -150,10 +157,8 @@ def main() -> None:
         fail_rate=float(os.environ.get("FAKE_BANK_FAIL_RATE", "0")),
     )
     print(f"fake bank listening on {server.url}", flush=True)
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         server.serve_forever()
-    except KeyboardInterrupt:
-        pass
 
 
 if __name__ == "__main__":

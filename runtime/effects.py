@@ -20,7 +20,7 @@ first result instead of acting twice.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from django.db import transaction
 from django.db.models import F

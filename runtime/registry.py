@@ -103,7 +103,7 @@ def graphs_read(config_path: Path) -> dict[str, GraphEntry]:
     except json.JSONDecodeError as exc:
         raise GraphRegistryError(f"{config_path}: invalid JSON: {exc}") from exc
     if not isinstance(config, dict) or not isinstance(config.get("graphs"), dict):
-        raise GraphRegistryError(f"{config_path}: expected an object with a \"graphs\" object")
+        raise GraphRegistryError(f'{config_path}: expected an object with a "graphs" object')
     base = config_path.parent.resolve()
     _dependencies_add(base, config.get("dependencies", []))
     _env_apply(base, config.get("env"))
@@ -115,7 +115,7 @@ def graphs_read(config_path: Path) -> dict[str, GraphEntry]:
         elif isinstance(value, dict) and isinstance(value.get("path"), str):
             spec, description = value["path"], str(value.get("description", ""))
         else:
-            raise GraphRegistryError(f"graph {name!r}: expected \"file.py:attr\" or {{\"path\": ...}}")
+            raise GraphRegistryError(f'graph {name!r}: expected "file.py:attr" or {{"path": ...}}')
         entries[name] = GraphEntry(name=name, spec=spec, description=description, source=_source_load(name, base, spec))
     return entries
 

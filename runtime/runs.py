@@ -57,9 +57,7 @@ class Outcome:
     interrupts: list[PendingInterrupt] = field(default_factory=list)
 
 
-def thread_create(
-    *, graph: str, metadata: dict[str, Any], created_by: AbstractBaseUser | None
-) -> Thread:
+def thread_create(*, graph: str, metadata: dict[str, Any], created_by: AbstractBaseUser | None) -> Thread:
     return Thread.objects.create(graph=graph, metadata=metadata, created_by=created_by)
 
 
@@ -76,9 +74,7 @@ def run_enqueue(
         raise RuntimeError("run_enqueue must be called inside transaction.atomic()")
     try:
         with transaction.atomic():  # a savepoint, so the caller's transaction survives a conflict
-            run = Run.objects.create(
-                thread=thread, kind=kind, input=input, command=command, created_by=created_by
-            )
+            run = Run.objects.create(thread=thread, kind=kind, input=input, command=command, created_by=created_by)
     except IntegrityError as exc:
         if Run.objects.filter(thread=thread, status__in=[RunStatus.QUEUED, RunStatus.RUNNING]).exists():
             raise ThreadBusy(thread) from exc
@@ -131,9 +127,7 @@ def run_claim(*, run_id: str, worker: str) -> Run | None:
 
 def lease_renew(*, run: Run) -> None:
     expires = timezone.now() + timedelta(seconds=settings.GATEHOUSE_LEASE_SECONDS)
-    renewed = Run.objects.filter(pk=run.pk, fence=run.fence, status=RunStatus.RUNNING).update(
-        lease_expires_at=expires
-    )
+    renewed = Run.objects.filter(pk=run.pk, fence=run.fence, status=RunStatus.RUNNING).update(lease_expires_at=expires)
     if not renewed:
         raise LeaseLost(f"run {run.id} was taken over (fence {run.fence})")
 
@@ -147,9 +141,7 @@ def run_finish(*, run: Run, outcome: Outcome) -> None:
         )
         if not won:
             raise LeaseLost(f"run {run.id} was taken over before it finished")
-        thread_status = (
-            ThreadStatus.INTERRUPTED if outcome.status == RunStatus.INTERRUPTED else ThreadStatus.COMPLETED
-        )
+        thread_status = ThreadStatus.INTERRUPTED if outcome.status == RunStatus.INTERRUPTED else ThreadStatus.COMPLETED
         Thread.objects.filter(pk=run.thread_id).update(
             status=thread_status, values=outcome.values, checkpoint_id=outcome.checkpoint_id, error="", updated_at=now
         )

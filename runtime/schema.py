@@ -36,7 +36,9 @@ def schema_fields(schema: type) -> dict[str, Any]:
         return dict(getattr(schema, "__annotations__", {}))
 
 
-def values_validate(schema: type, values: Any, *, prefix: str, allowed: typing.Collection[str] | None = None) -> dict[str, Any]:
+def values_validate(
+    schema: type, values: Any, *, prefix: str, allowed: typing.Collection[str] | None = None
+) -> dict[str, Any]:
     """Return ``values`` if every key exists in ``schema`` (and in ``allowed``) with a valid value."""
     if not isinstance(values, dict):
         raise FieldError(prefix, "must be an object")

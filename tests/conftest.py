@@ -61,9 +61,7 @@ def _drop_orphaned_test_databases() -> None:
         for name in names:
             pid = name.rsplit("_", 1)[-1]
             if pid.isdigit() and int(pid) != os.getpid() and not Path(f"/proc/{pid}").exists():
-                conn.execute(
-                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", [name]
-                )
+                conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", [name])
                 conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
 
 
@@ -115,10 +113,29 @@ class WorkerProcess:
         env = {**self.env, "GATEHOUSE_READY_FILE": str(ready)}
         log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the process
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "console", "worker", "--beat", "--pool=threads",
-             "--concurrency=4", "--loglevel=INFO", "-Q", env["GATEHOUSE_QUEUE"],
-             "--schedule", str(self.workdir / f"beat-{uuid.uuid4().hex[:6]}"), "--without-mingle", "--without-gossip"],
-            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "console",
+                "worker",
+                "--beat",
+                "--pool=threads",
+                "--concurrency=4",
+                "--loglevel=INFO",
+                "-Q",
+                env["GATEHOUSE_QUEUE"],
+                "--schedule",
+                str(self.workdir / f"beat-{uuid.uuid4().hex[:6]}"),
+                "--without-mingle",
+                "--without-gossip",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         try:
             wait_for(lambda: ready.exists() or self.proc.poll() is not None, timeout=timeout, what="worker ready")
@@ -166,7 +183,9 @@ def worker_env(bank: BankServer) -> dict[str, str]:
 
 
 @pytest.fixture(scope="session")
-def worker(django_db_setup: None, django_db_blocker: Any, bank: BankServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkerProcess]:
+def worker(
+    django_db_setup: None, django_db_blocker: Any, bank: BankServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[WorkerProcess]:
     process = WorkerProcess(worker_env(bank), tmp_path_factory.mktemp("worker"))
     process.start()
     yield process
@@ -287,8 +306,13 @@ def pending_tasks(persona: Persona, thread_id: str, *, count: int = 1, timeout: 
     return wait_for(ready, timeout=timeout, what=f"{count} pending task(s) on thread {thread_id}")
 
 
-def thread_settled(persona: Persona, thread_id: str, *, statuses: tuple[str, ...] = ("completed", "failed", "cancelled"),
-                   timeout: float = 20.0) -> dict[str, Any]:
+def thread_settled(
+    persona: Persona,
+    thread_id: str,
+    *,
+    statuses: tuple[str, ...] = ("completed", "failed", "cancelled"),
+    timeout: float = 20.0,
+) -> dict[str, Any]:
     def ready() -> dict[str, Any] | None:
         body = persona.client.get(f"/api/threads/{thread_id}").json()
         return body if body["status"] in statuses else None
@@ -297,7 +321,11 @@ def thread_settled(persona: Persona, thread_id: str, *, statuses: tuple[str, ...
 
 
 def loan_input(amount: int = 20000, income: int = 40000, **extra: Any) -> dict[str, Any]:
-    return {"applicant": "Test Applicant", "loan_id": f"L-{uuid.uuid4().hex[:6]}", "amount": amount,
-            "income": income, "term_months": 24, **extra}
-
-
+    return {
+        "applicant": "Test Applicant",
+        "loan_id": f"L-{uuid.uuid4().hex[:6]}",
+        "amount": amount,
+        "income": income,
+        "term_months": 24,
+        **extra,
+    }

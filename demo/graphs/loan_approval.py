@@ -52,7 +52,10 @@ def human_review(state: LoanState) -> Command[Literal["disburse", "decline"]]:
     review = request_review(
         title=f"Loan {state.get('loan_id', '')}: {state.get('amount')} for {state.get('applicant', 'applicant')}",
         summary=f"Borderline risk score {state.get('risk_score')}; income {state.get('income')}.",
-        proposed_action={"name": "disburse", "args": {"amount": state.get("amount"), "term_months": state.get("term_months", 12)}},
+        proposed_action={
+            "name": "disburse",
+            "args": {"amount": state.get("amount"), "term_months": state.get("term_months", 12)},
+        },
         editable=["amount", "term_months"],
         sla_seconds=24 * 3600,
         details={"risk_score": state.get("risk_score"), "documents": state.get("documents")},

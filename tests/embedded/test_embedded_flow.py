@@ -29,12 +29,18 @@ def _free_port() -> int:
 @pytest.fixture
 def embedded(tmp_path: Path, bank) -> Iterator[dict[str, str]]:  # noqa: ANN001
     env = {k: v for k, v in os.environ.items() if k not in _SERVER_VARS and not k.startswith("PYTEST")}
-    env.update(DJANGO_SETTINGS_MODULE="console.settings", GATEHOUSE_VAR_DIR=str(tmp_path / "var"),
-               GATEHOUSE_FAKE_BANK_URL=bank.url, GATEHOUSE_SWEEP_SECONDS="1", PYTHONUNBUFFERED="1")
+    env.update(
+        DJANGO_SETTINGS_MODULE="console.settings",
+        GATEHOUSE_VAR_DIR=str(tmp_path / "var"),
+        GATEHOUSE_FAKE_BANK_URL=bank.url,
+        GATEHOUSE_SWEEP_SECONDS="1",
+        PYTHONUNBUFFERED="1",
+    )
 
     def manage(*args: str) -> str:
-        done = subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env, capture_output=True,
-                              text=True, timeout=120)
+        done = subprocess.run(
+            [sys.executable, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+        )
         assert done.returncode == 0, done.stderr
         return done.stdout
 
@@ -45,13 +51,34 @@ def embedded(tmp_path: Path, bank) -> Iterator[dict[str, str]]:  # noqa: ANN001
     ready = tmp_path / "worker-ready"
     log = open(tmp_path / "processes.log", "wb")  # noqa: SIM115
     procs = [
-        subprocess.Popen([sys.executable, "-m", "celery", "-A", "console", "worker", "--pool=threads",
-                          "--concurrency=2", "--beat", "--schedule", str(tmp_path / "beat")],
-                         cwd=ROOT, env={**env, "GATEHOUSE_READY_FILE": str(ready)}, stdout=log,
-                         stderr=subprocess.STDOUT, start_new_session=True),
-        subprocess.Popen([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-                          "console.asgi:application"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-                         start_new_session=True),
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "console",
+                "worker",
+                "--pool=threads",
+                "--concurrency=2",
+                "--beat",
+                "--schedule",
+                str(tmp_path / "beat"),
+            ],
+            cwd=ROOT,
+            env={**env, "GATEHOUSE_READY_FILE": str(ready)},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        ),
+        subprocess.Popen(
+            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "console.asgi:application"],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        ),
     ]
     base = f"http://127.0.0.1:{port}"
 
@@ -82,8 +109,13 @@ def test_the_embedded_stack_runs_start_decide_complete(embedded, bank):  # noqa:
     operator = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {embedded['operator']}"}, timeout=10)
     reviewer = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {embedded['reviewer']}"}, timeout=10)
 
-    started = operator.post("/api/threads", json={"graph": "loan_approval", "input": {
-        "applicant": "Embedded", "loan_id": "E-1", "amount": 20000, "income": 40000}})
+    started = operator.post(
+        "/api/threads",
+        json={
+            "graph": "loan_approval",
+            "input": {"applicant": "Embedded", "loan_id": "E-1", "amount": 20000, "income": 40000},
+        },
+    )
     assert started.status_code == 201, started.text
     thread_id = started.json()["id"]
 

@@ -42,8 +42,15 @@ def test_an_approved_loan_is_disbursed_exactly_once(operator, reviewer, bank):
     assert done["values"]["disbursement"] == effect.result
 
     actions = _audit_actions(thread["id"])
-    for expected in ["thread.started", "run.claimed", "task.opened", "decision.made", "run.queued",
-                     "effect.executed", "thread.completed"]:
+    for expected in [
+        "thread.started",
+        "run.claimed",
+        "task.opened",
+        "decision.made",
+        "run.queued",
+        "effect.executed",
+        "thread.completed",
+    ]:
         assert expected in actions, (expected, actions)
     assert actions.index("decision.made") < actions.index("effect.executed") < actions.index("thread.completed")
 
@@ -85,8 +92,11 @@ def test_a_rejected_loan_is_declined_and_nothing_is_paid(operator, reviewer, ban
     assert response.status_code == 201, response.content
     done = thread_settled(reviewer, thread["id"])
     assert done["values"]["status"] == "declined"
-    assert done["values"]["review"] == {"decision": "reject", "reason": "income not verifiable",
-                                        "reviewer": reviewer.username}
+    assert done["values"]["review"] == {
+        "decision": "reject",
+        "reason": "income not verifiable",
+        "reviewer": reviewer.username,
+    }
     assert f"gh:{thread['id']}:disburse" not in bank.ledger.executions
     assert not Effect.objects.filter(thread_id=thread["id"]).exists()
 

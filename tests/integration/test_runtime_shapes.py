@@ -28,9 +28,7 @@ def test_parallel_interrupts_are_resumed_together_once_all_are_decided(operator,
     assert set(resume.command["resume"]) == {first["interrupt_id"], second["interrupt_id"]}
 
     done = thread_settled(reviewer, thread["id"])
-    assert sorted(done["values"]["answers"]) == sorted(
-        [f"{first['node']}:approve", f"{second['node']}:reject"]
-    )
+    assert sorted(done["values"]["answers"]) == sorted([f"{first['node']}:approve", f"{second['node']}:reject"])
     assert done["values"]["done"] is True
 
 
