@@ -11,7 +11,7 @@ import hashlib
 import json
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.contrib.auth.models import AnonymousUser, User
 from django.db import connection, transaction
 from django.utils import timezone
 
@@ -43,18 +43,18 @@ def event_fields(event: AuditEvent) -> dict[str, Any]:
 
 def audit_record(
     *,
-    actor: AbstractBaseUser | AnonymousUser | None,
+    actor: User | AnonymousUser | None,
     action: str,
     subject_type: str,
     subject_id: object,
-    thread_id: object | None = None,
+    thread_id: Any = None,
     graph: str = "",
     details: dict[str, Any] | None = None,
     actor_label: str | None = None,
 ) -> AuditEvent:
     if not transaction.get_connection().in_atomic_block:
         raise RuntimeError("audit_record must run inside the transaction of the change it records")
-    user = actor if actor is not None and getattr(actor, "is_authenticated", False) else None
+    user = actor if isinstance(actor, User) else None
     label = actor_label or (user.get_username() if user is not None else "system")
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:

@@ -151,10 +151,10 @@ def resume_value_build(
     if kind == "breakpoint":
         return None
     if kind == "tool_approval":
-        value = _tool_decision(payload.get("name", ""), request, field="decision")
+        decision = _tool_decision(payload.get("name", ""), request, field="decision")
         if response_schema:
-            _schema_check(value, response_schema, "decision")
-        return value
+            _schema_check(decision, response_schema, "decision")
+        return decision
     if kind == "agent_inbox":
         return [_inbox_response(_inbox_request(payload) or {}, request)]
     value: dict[str, Any] = {"decision": request.outcome, "reason": request.reason, "reviewer": reviewer}
@@ -240,7 +240,15 @@ def _hitl_decisions(payload: dict[str, Any], request: DecisionRequest) -> list[d
                 f"{item['type']!r} is not allowed for {requests[index].get('name')} (allowed: {', '.join(allowed)})",
                 field=f"{field}.type",
             )
-        sub = DecisionRequest(outcome=item["type"], action_args=item.get("args"), message=item.get("message"))
+        # Accept our short form ("args") and LangChain's own ("edited_action": {"args": ...}).
+        edited = item.get("edited_action")
+        args = item.get("args", edited.get("args") if isinstance(edited, dict) else None)
+        if args is not None and not isinstance(args, dict):
+            raise InvalidInput("edited arguments must be an object", field=f"{field}.args")
+        message = item.get("message")
+        if message is not None and not isinstance(message, str):
+            raise InvalidInput("a message must be text", field=f"{field}.message")
+        sub = DecisionRequest(outcome=item["type"], action_args=args, message=message)
         decisions.append(_tool_decision(str(requests[index].get("name")), sub, field=field))
     return decisions
 

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.contrib.auth.models import AnonymousUser, User
 from django.db.models import QuerySet
 
 from approvals.errors import Forbidden, NotFound
 from approvals.models import ApprovalTask, AuditEvent, GraphAssignment
 from runtime.models import Thread
 
-Principal = AbstractBaseUser | AnonymousUser
+Principal = User | AnonymousUser
 ALL_GRAPHS = "*"
 
 ROLES: dict[str, list[str]] = {
@@ -60,7 +60,7 @@ def graphs_visible(user: Principal) -> set[str] | None:
         return set()
     if _can(user, "approvals.view_all_graphs"):
         return None
-    names = set(GraphAssignment.objects.filter(user=user).values_list("graph", flat=True))
+    names = set(GraphAssignment.objects.filter(user_id=user.pk).values_list("graph", flat=True))
     return None if ALL_GRAPHS in names else names
 
 
@@ -92,14 +92,14 @@ def audit_visible(user: Principal) -> QuerySet[AuditEvent]:
     return _scope(AuditEvent.objects.all(), user)
 
 
-def thread_get_for(user: Principal, thread_id: object) -> Thread:
+def thread_get_for(user: Principal, thread_id: Any) -> Thread:
     thread = threads_visible(user).filter(pk=thread_id).first()
     if thread is None:
         raise NotFound(f"thread {thread_id} not found", field="thread_id")
     return thread
 
 
-def task_get_for(user: Principal, task_id: object) -> ApprovalTask:
+def task_get_for(user: Principal, task_id: Any) -> ApprovalTask:
     task = tasks_visible(user).select_related("thread").filter(pk=task_id).first()
     if task is None:
         raise NotFound(f"task {task_id} not found", field="task_id")

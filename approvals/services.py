@@ -10,7 +10,7 @@ import hashlib
 from datetime import timedelta
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
@@ -45,7 +45,7 @@ def _graph_entry(graph: str) -> Any:
 
 @transaction.atomic
 def thread_start(
-    *, actor: AbstractBaseUser, graph: str, input: dict[str, Any], metadata: dict[str, Any]
+    *, actor: User, graph: str, input: dict[str, Any], metadata: dict[str, Any]
 ) -> tuple[Thread, Run]:
     permissions.require(actor, "runtime.start_thread", "start threads")
     entry = _graph_entry(graph)
@@ -69,7 +69,7 @@ def thread_start(
 
 
 @transaction.atomic
-def thread_retry(*, actor: AbstractBaseUser, thread_id: Any) -> Run:
+def thread_retry(*, actor: User, thread_id: Any) -> Run:
     thread = permissions.thread_get_for(actor, thread_id)
     permissions.require_retry(actor, thread)
     thread = Thread.objects.select_for_update().get(pk=thread.pk)
@@ -175,7 +175,7 @@ def _task_supersede(task: ApprovalTask, *, reason: str) -> None:
 
 
 @transaction.atomic
-def task_decide(*, actor: AbstractBaseUser, task_id: Any, request: DecisionRequest) -> Decision:
+def task_decide(*, actor: User, task_id: Any, request: DecisionRequest) -> Decision:
     visible = permissions.task_get_for(actor, task_id)
     permissions.require_decide(actor, visible)
     task = ApprovalTask.objects.select_for_update().get(pk=visible.pk)
@@ -245,15 +245,16 @@ def _state_patch_check(task: ApprovalTask, request: DecisionRequest) -> dict[str
     if request.outcome not in ("edit", "approve"):
         raise InvalidInput("state edits go with an edit or approve decision", field="edits")
     editable = None
-    if payload_kind(task.payload, task.kind) == "gatehouse" and task.payload.get("editable"):
-        editable = task.payload["editable"]
+    payload = task.payload if isinstance(task.payload, dict) else {}
+    if payload_kind(payload, task.kind) == "gatehouse" and payload.get("editable"):
+        editable = payload["editable"]
     try:
         return values_validate(graph_get(task.graph).state_schema, patch, prefix="edits", allowed=editable)
     except FieldError as exc:
         raise InvalidInput(exc.message, field=exc.field) from None
 
 
-def _resume_enqueue(thread: Thread, checkpoint_id: str, actor: AbstractBaseUser) -> Run:
+def _resume_enqueue(thread: Thread, checkpoint_id: str, actor: User) -> Run:
     # Interrupts raised in one super-step are resumed together, with an id → value map.
     waiting = list(
         Decision.objects.select_related("task")
@@ -282,7 +283,7 @@ def _resume_enqueue(thread: Thread, checkpoint_id: str, actor: AbstractBaseUser)
     return run
 
 
-def _thread_cancel(thread: Thread, *, actor: AbstractBaseUser, reason: str) -> None:
+def _thread_cancel(thread: Thread, *, actor: User, reason: str) -> None:
     Thread.objects.filter(pk=thread.pk).update(status=ThreadStatus.CANCELLED, updated_at=timezone.now())
     audit_record(
         actor=actor,

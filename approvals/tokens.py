@@ -6,7 +6,7 @@ import hashlib
 import secrets
 from datetime import datetime, timedelta
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
@@ -22,7 +22,7 @@ def _digest(secret: str) -> str:
 
 @transaction.atomic
 def token_issue(
-    *, user: AbstractBaseUser, name: str = "", expires_at: datetime | None = None, actor: AbstractBaseUser | None = None
+    *, user: User, name: str = "", expires_at: datetime | None = None, actor: User | None = None
 ) -> str:
     secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
     token = ApiToken.objects.create(
@@ -44,7 +44,7 @@ def token_issue(
     return secret
 
 
-def token_authenticate(secret: str) -> AbstractBaseUser | None:
+def token_authenticate(secret: str) -> User | None:
     if not secret.startswith(TOKEN_PREFIX):
         return None
     token = ApiToken.objects.select_related("user").filter(digest=_digest(secret)).first()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
@@ -90,6 +91,7 @@ TEMPLATES = [
     },
 ]
 
+DATABASES: dict[str, Any]
 if EMBEDDED:
     VAR_DIR.mkdir(parents=True, exist_ok=True)
     DATABASES = {
@@ -150,6 +152,7 @@ GATEHOUSE_DEMO = env_bool("GATEHOUSE_DEMO", EMBEDDED)
 
 # --- Celery ----------------------------------------------------------------
 BROKER_DIR = VAR_DIR / "broker"
+CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, Any]
 if REDIS_URL:
     CELERY_BROKER_URL = REDIS_URL
     # Unacked messages come back after this long; it must exceed the longest

@@ -46,11 +46,12 @@ def perform_effect(name: str, call: Callable[[str], T], *, key: str | None = Non
     """
     configurable = get_config().get("configurable", {})
     key = key or effect_key(name)
-    thread = Thread.objects.filter(pk=configurable.get("thread_id")).first()
-    run = Run.objects.filter(pk=configurable.get("gatehouse_run_id")).first()
+    thread = Thread.objects.filter(pk=str(configurable.get("thread_id"))).first()
+    run_id = configurable.get("gatehouse_run_id")
+    run = Run.objects.filter(pk=run_id).first() if run_id else None
     effect, _ = Effect.objects.get_or_create(key=key, defaults={"name": name, "thread": thread, "run": run})
     if effect.status == EffectStatus.DONE:
-        return effect.result  # type: ignore[no-any-return]
+        return effect.result  # type: ignore[return-value]
     Effect.objects.filter(pk=effect.pk).update(calls=F("calls") + 1, run=run)
     try:
         result = call(key)

@@ -18,6 +18,7 @@ from typing import Any
 from django.conf import settings
 from django.db import close_old_connections, connection
 from langgraph.errors import UnknownInterruptError
+from langchain_core.runnables import RunnableConfig
 from langgraph.pregel import Pregel
 from langgraph.types import Command, StateSnapshot
 
@@ -47,7 +48,7 @@ def run_execute(*, run_id: str) -> None:
         heartbeat.stop()
 
 
-def run_config(run: Run) -> dict[str, Any]:
+def run_config(run: Run) -> RunnableConfig:
     return {
         "configurable": {
             "thread_id": str(run.thread_id),
@@ -88,12 +89,12 @@ def _execute_claimed(run: Run, heartbeat: _Heartbeat) -> None:
     run_finish(run=run, outcome=outcome_read(snapshot))
 
 
-def _stream(graph: Pregel, graph_input: Any, config: dict[str, Any], heartbeat: _Heartbeat) -> None:
+def _stream(graph: Pregel, graph_input: Any, config: RunnableConfig, heartbeat: _Heartbeat) -> None:
     for _chunk in graph.stream(graph_input, config, stream_mode="updates", durability="sync"):
         heartbeat.check()
 
 
-def _input_for(run: Run, graph: Pregel, config: dict[str, Any]) -> Any:
+def _input_for(run: Run, graph: Pregel, config: RunnableConfig) -> Any:
     first_input = _first_input(run)
     if run.attempts <= 1:
         return first_input
@@ -110,7 +111,7 @@ def _input_for(run: Run, graph: Pregel, config: dict[str, Any]) -> Any:
     return None  # continue from the last checkpoint
 
 
-def _resume_or_continue(graph: Pregel, command: Command, config: dict[str, Any]) -> Any:
+def _resume_or_continue(graph: Pregel, command: Command, config: RunnableConfig) -> Any:
     # The resume value may already be stored as a pending write of the
     # checkpoint (the attempt died inside the gate node): strict resume then
     # refuses it as already consumed, and continuing picks the write up.
@@ -180,7 +181,7 @@ def _task_interrupts(task: Any, checkpoint_id: str, namespace: str) -> list[Pend
     ]
 
 
-def _checkpoint_id_safe(graph: Pregel, config: dict[str, Any]) -> str:
+def _checkpoint_id_safe(graph: Pregel, config: RunnableConfig) -> str:
     try:
         snapshot = graph.get_state(config)
     except Exception:

@@ -15,7 +15,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
 from django.db.models import F, Q
 from django.utils import timezone
@@ -57,7 +57,7 @@ class Outcome:
     interrupts: list[PendingInterrupt] = field(default_factory=list)
 
 
-def thread_create(*, graph: str, metadata: dict[str, Any], created_by: AbstractBaseUser | None) -> Thread:
+def thread_create(*, graph: str, metadata: dict[str, Any], created_by: User | None) -> Thread:
     return Thread.objects.create(graph=graph, metadata=metadata, created_by=created_by)
 
 
@@ -67,7 +67,7 @@ def run_enqueue(
     kind: RunKind,
     input: dict[str, Any] | None = None,
     command: dict[str, Any] | None = None,
-    created_by: AbstractBaseUser | None = None,
+    created_by: User | None = None,
 ) -> Run:
     """Create a queued run; it is dispatched to Celery only once the caller's transaction commits."""
     if not transaction.get_connection().in_atomic_block:

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from langchain_core.runnables import RunnableConfig
+
 from runtime.jsonable import to_jsonable
 from runtime.models import Thread
 from runtime.registry import graph_get
@@ -26,7 +28,7 @@ class CheckpointView:
     writes: Any
 
 
-def _config(thread: Thread, checkpoint_id: str | None = None) -> dict[str, Any]:
+def _config(thread: Thread, checkpoint_id: str | None = None) -> RunnableConfig:
     configurable: dict[str, Any] = {"thread_id": str(thread.id)}
     if checkpoint_id:
         configurable["checkpoint_id"] = checkpoint_id
