@@ -97,6 +97,8 @@ def _stream(graph: Pregel, graph_input: Any, config: RunnableConfig, heartbeat: 
 def _input_for(run: Run, graph: Pregel, config: RunnableConfig) -> Any:
     first_input = _first_input(run)
     if run.attempts <= 1:
+        if isinstance(first_input, Command):
+            resume_guard(graph, config, first_input)
         return first_input
     # A previous attempt died. Work out how far it got from the checkpoints.
     snapshot = graph.get_state(config)
@@ -109,6 +111,27 @@ def _input_for(run: Run, graph: Pregel, config: RunnableConfig) -> Any:
     if snapshot.interrupts or not snapshot.next:
         return _SKIP  # it reached its pause or its end; only the bookkeeping is missing
     return None  # continue from the last checkpoint
+
+
+def resume_guard(graph: Pregel, config: RunnableConfig, command: Command) -> None:
+    """Refuse a resume map naming an interrupt that is not pending.
+
+    LangGraph's strict resume checks ids only for interrupts of the root graph
+    (checked with langgraph 1.2.24): a wrong id aimed at a subgraph interrupt is
+    silently dropped and the subgraph's ``interrupt()`` returns None. So check
+    every id against the pending interrupts, subgraphs included, first.
+    """
+    if not isinstance(command.resume, dict) or not command.resume:
+        return
+    pending = {i.id for i in graph.get_state(config, subgraphs=True).interrupts}
+    unknown = sorted(set(command.resume) - pending)
+    if unknown:
+        raise UnknownInterruptError(
+            f"interrupt(s) {', '.join(unknown)} are not pending on this thread",
+            reason="not_pending",
+            interrupt_ids=unknown,
+            pending_ids=sorted(pending),
+        )
 
 
 def _resume_or_continue(graph: Pregel, command: Command, config: RunnableConfig) -> Any:
