@@ -1,0 +1,390 @@
+"""The graph registry: langgraph.json forms, graph kinds, and loud failures naming the graph."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langgraph.graph import StateGraph
+from langgraph.pregel import Pregel
+
+from runtime import registry
+from runtime.registry import GraphRegistryError, UnknownGraph, graph_get, graph_names, graphs_read, registry_load
+
+GRAPH_MODULE = textwrap.dedent(
+    '''
+    from typing import TypedDict
+
+    from langgraph.graph import END, START, StateGraph
+
+
+    class State(TypedDict, total=False):
+        amount: int
+
+
+    def step(state: State) -> dict:
+        return {"amount": state.get("amount", 0) + 1}
+
+
+    def _builder() -> StateGraph:
+        builder = StateGraph(State)
+        builder.add_node(step)
+        builder.add_edge(START, "step")
+        builder.add_edge("step", END)
+        return builder
+
+
+    uncompiled = _builder()
+    compiled = _builder().compile()
+    not_a_graph = 42
+    SEEN_CONFIGS = []
+
+
+    def factory():
+        return _builder()
+
+
+    def factory_compiled():
+        return _builder().compile()
+
+
+    def factory_with_config(config):
+        SEEN_CONFIGS.append(config)
+        return _builder()
+
+
+    def factory_raising():
+        raise RuntimeError("the model endpoint is down")
+
+
+    def factory_returning_junk():
+        return "not a graph"
+    '''
+)
+
+
+@pytest.fixture(autouse=True)
+def registry_restored() -> Iterator[None]:
+    """registry_load swaps a module global, sys.path and os.environ: put all three back."""
+    saved_path = list(sys.path)
+    saved_env = dict(os.environ)
+    yield
+    sys.path[:] = saved_path
+    os.environ.clear()
+    os.environ.update(saved_env)
+    registry_load()
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    (tmp_path / "graphs").mkdir()
+    (tmp_path / "graphs" / "agent.py").write_text(GRAPH_MODULE)
+    return tmp_path
+
+
+def config_write(project: Path, config: Any) -> Path:
+    path = project / "langgraph.json"
+    path.write_text(config if isinstance(config, str) else json.dumps(config))
+    return path
+
+
+def registry_error(project: Path, config: Any) -> str:
+    with pytest.raises(GraphRegistryError) as caught:
+        graphs_read(config_write(project, config))
+    return str(caught.value)
+
+
+# --- the two entry forms -----------------------------------------------------------
+
+
+def test_it_loads_the_string_form(project):
+    entries = graphs_read(config_write(project, {"graphs": {"agent": "./graphs/agent.py:uncompiled"}}))
+    assert list(entries) == ["agent"]
+    assert entries["agent"].spec == "./graphs/agent.py:uncompiled"
+    assert entries["agent"].description == ""
+    assert isinstance(entries["agent"].source, StateGraph)
+
+
+def test_it_loads_the_path_and_description_form(project):
+    config = {"graphs": {"agent": {"path": "./graphs/agent.py:uncompiled", "description": "Pays invoices"}}}
+    entry = graphs_read(config_write(project, config))["agent"]
+    assert entry.spec == "./graphs/agent.py:uncompiled"
+    assert entry.description == "Pays invoices"
+    assert isinstance(entry.source, StateGraph)
+
+
+# --- the kinds of attr -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "attr,kind",
+    [
+        ("compiled", Pregel),
+        ("uncompiled", StateGraph),
+        ("factory", StateGraph),
+        ("factory_compiled", Pregel),
+        ("factory_with_config", StateGraph),
+    ],
+)
+def test_it_accepts_compiled_graphs_state_graphs_and_factories(project, attr, kind):
+    entry = graphs_read(config_write(project, {"graphs": {f"g_{attr}": f"./graphs/agent.py:{attr}"}}))[f"g_{attr}"]
+    assert isinstance(entry.source, kind)
+    assert isinstance(entry.builder, StateGraph)
+    assert set(entry.state_schema.__annotations__) == {"amount"}
+
+
+def test_it_passes_a_runnable_config_to_a_factory_that_takes_one(project):
+    graphs_read(config_write(project, {"graphs": {"with_config": "./graphs/agent.py:factory_with_config"}}))
+    module = sys.modules["gatehouse_graphs.with_config"]
+    assert module.SEEN_CONFIGS == [{"configurable": {}}]
+
+
+def test_it_calls_a_factory_without_parameters_with_no_arguments(project):
+    entry = graphs_read(config_write(project, {"graphs": {"plain": "./graphs/agent.py:factory"}}))["plain"]
+    assert isinstance(entry.source, StateGraph)
+
+
+TYPED_STATE_MODULE = textwrap.dedent(
+    '''
+    from dataclasses import dataclass
+    from typing import TypedDict
+
+    from langgraph.graph import END, START, StateGraph
+    from langgraph.types import interrupt
+
+
+    @dataclass
+    class Money:
+        amount: int
+        currency: str
+
+
+    class State(TypedDict, total=False):
+        price: Money
+
+
+    def quote(state: State) -> dict:
+        return {"price": Money(1250, "EUR")}
+
+
+    def gate(state: State) -> dict:
+        interrupt({"title": "ok?"})
+        return {}
+
+
+    def factory() -> StateGraph:
+        builder = StateGraph(State)
+        builder.add_node(quote)
+        builder.add_node(gate)
+        builder.add_edge(START, "quote")
+        builder.add_edge("quote", "gate")
+        builder.add_edge("gate", END)
+        return builder
+
+
+    uncompiled = factory()
+    compiled = factory().compile()
+    '''
+)
+
+
+@pytest.mark.usefixtures("live_db")
+@pytest.mark.parametrize("attr", ["compiled", "uncompiled", "factory"])
+def test_it_binds_every_graph_kind_to_the_gatehouse_checkpointer(project, attr):
+    from runtime.checkpointer import checkpointer_get
+
+    name = f"bind_{attr}"
+    entry = graphs_read(config_write(project, {"graphs": {name: f"./graphs/agent.py:{attr}"}}))[name]
+    compiled = entry.compiled()
+    assert isinstance(compiled, Pregel)
+    assert type(compiled.checkpointer) is type(checkpointer_get())
+    assert compiled.checkpointer.conn is checkpointer_get().conn  # the process's one pool
+    assert entry.compiled() is compiled  # compiled once
+
+
+@pytest.mark.usefixtures("live_db")
+@pytest.mark.parametrize("attr", ["compiled", "uncompiled", "factory"])
+def test_it_restores_the_graphs_own_state_types_from_checkpoints_under_strict_msgpack(project, attr):
+    """Strict msgpack is on, with the graph's schema types allowed: a dataclass in state survives a checkpoint."""
+    import uuid
+
+    from langgraph._internal import _serde
+
+    assert _serde.STRICT_MSGPACK_ENABLED  # console.settings turns it on
+    (project / "graphs" / "typed.py").write_text(TYPED_STATE_MODULE)
+    name = f"typed_{attr}"
+    entry = graphs_read(config_write(project, {"graphs": {name: f"./graphs/typed.py:{attr}"}}))[name]
+    graph = entry.compiled()
+    config = {"configurable": {"thread_id": f"registry-test-{uuid.uuid4()}"}}
+    graph.invoke({}, config)
+    price = graph.get_state(config).values["price"]
+    money = sys.modules[f"gatehouse_graphs.{name}"].Money
+    assert isinstance(price, money), f"checkpoint gave back {price!r}"
+    assert price.amount == 1250
+
+
+# --- bad entries fail loudly, naming the graph and the problem ---------------------------
+
+
+@pytest.mark.parametrize(
+    "name,value,problem",
+    [
+        ("missing_file", "./graphs/nowhere.py:graph", "nowhere.py does not exist"),
+        ("missing_attr", "./graphs/agent.py:nope", "has no attribute 'nope'"),
+        ("not_graph", "./graphs/agent.py:not_a_graph", "is a int, not a StateGraph"),
+        ("factory_junk", "./graphs/agent.py:factory_returning_junk", "is a str, not a StateGraph"),
+        ("factory_raises", "./graphs/agent.py:factory_raising", "the model endpoint is down"),
+        ("no_colon", "./graphs/agent.py", "is not of the form ./path/file.py:attr"),
+        ("empty_attr", "./graphs/agent.py:", "is not of the form ./path/file.py:attr"),
+        ("wrong_type", 42, "expected \"file.py:attr\""),
+        ("path_missing", {"description": "no path"}, "expected \"file.py:attr\""),
+    ],
+)
+def test_it_refuses_a_bad_entry_naming_the_graph_and_the_problem(project, name, value, problem):
+    message = registry_error(project, {"graphs": {name: value}})
+    assert f"graph {name!r}" in message
+    assert problem in message
+
+
+def test_it_refuses_a_graph_module_that_fails_to_import_naming_the_graph(project):
+    (project / "graphs" / "broken.py").write_text("import no_such_module_anywhere\n")
+    message = registry_error(project, {"graphs": {"broken": "./graphs/broken.py:graph"}})
+    assert "graph 'broken'" in message
+    assert "no_such_module_anywhere" in message
+
+
+def test_it_names_the_bad_graph_among_good_ones(project):
+    config = {"graphs": {"good": "./graphs/agent.py:compiled", "bad": "./graphs/agent.py:missing"}}
+    message = registry_error(project, config)
+    assert "graph 'bad'" in message
+    assert "good" not in message
+
+
+@pytest.mark.parametrize(
+    "config,problem",
+    [
+        ('{"graphs": {"a": ', "invalid JSON"),
+        ("[]", "expected an object with a \"graphs\" object"),
+        ({"dependencies": ["."]}, "expected an object with a \"graphs\" object"),
+        ({"graphs": ["./graphs/agent.py:compiled"]}, "expected an object with a \"graphs\" object"),
+    ],
+)
+def test_it_refuses_a_malformed_config_file_naming_it(project, config, problem):
+    message = registry_error(project, config)
+    assert problem in message
+    assert "langgraph.json" in message
+
+
+def test_it_refuses_a_config_file_that_does_not_exist(tmp_path):
+    with pytest.raises(GraphRegistryError, match="does not exist"):
+        graphs_read(tmp_path / "langgraph.json")
+
+
+def test_it_refuses_an_env_file_that_does_not_exist(project):
+    message = registry_error(project, {"env": ".env.missing", "graphs": {"agent": "./graphs/agent.py:compiled"}})
+    assert ".env.missing" in message
+
+
+def test_a_registry_error_is_an_improperly_configured_error():
+    from django.core.exceptions import ImproperlyConfigured
+
+    assert issubclass(GraphRegistryError, ImproperlyConfigured)
+
+
+# --- env and dependencies --------------------------------------------------------------
+
+
+def test_it_applies_an_env_dict(project, monkeypatch):
+    monkeypatch.delenv("GH_TEST_REGISTRY_A", raising=False)
+    config = {"env": {"GH_TEST_REGISTRY_A": "from-json"}, "graphs": {"agent": "./graphs/agent.py:compiled"}}
+    graphs_read(config_write(project, config))
+    assert os.environ["GH_TEST_REGISTRY_A"] == "from-json"
+
+
+def test_it_applies_an_env_file(project, monkeypatch):
+    for key in ("GH_TEST_REGISTRY_B", "GH_TEST_REGISTRY_C", "GH_TEST_REGISTRY_D"):
+        monkeypatch.delenv(key, raising=False)
+    (project / ".env").write_text(
+        "# a comment\n\nGH_TEST_REGISTRY_B=plain\nexport GH_TEST_REGISTRY_C='quoted value'\n"
+        'GH_TEST_REGISTRY_D="a=b"\nnot a pair\n'
+    )
+    graphs_read(config_write(project, {"env": ".env", "graphs": {"agent": "./graphs/agent.py:compiled"}}))
+    assert os.environ["GH_TEST_REGISTRY_B"] == "plain"
+    assert os.environ["GH_TEST_REGISTRY_C"] == "quoted value"
+    assert os.environ["GH_TEST_REGISTRY_D"] == "a=b"
+
+
+@pytest.mark.parametrize("form", ["dict", "file"])
+def test_it_does_not_override_the_existing_environment(project, monkeypatch, form):
+    monkeypatch.setenv("GH_TEST_REGISTRY_E", "from-process")
+    if form == "dict":
+        env: Any = {"GH_TEST_REGISTRY_E": "from-config"}
+    else:
+        (project / ".env").write_text("GH_TEST_REGISTRY_E=from-config\n")
+        env = ".env"
+    graphs_read(config_write(project, {"env": env, "graphs": {"agent": "./graphs/agent.py:compiled"}}))
+    assert os.environ["GH_TEST_REGISTRY_E"] == "from-process"
+
+
+def test_the_env_is_applied_before_graph_modules_are_imported(project, monkeypatch):
+    monkeypatch.delenv("GH_TEST_REGISTRY_F", raising=False)
+    (project / "graphs" / "needs_env.py").write_text(
+        "import os\nfrom langgraph.graph import StateGraph\nfrom typing import TypedDict\n"
+        "class S(TypedDict):\n    x: int\n"
+        "MODEL = os.environ['GH_TEST_REGISTRY_F']\ngraph = StateGraph(S)\n"
+    )
+    config = {"env": {"GH_TEST_REGISTRY_F": "gpt"}, "graphs": {"needs_env": "./graphs/needs_env.py:graph"}}
+    graphs_read(config_write(project, config))
+    assert sys.modules["gatehouse_graphs.needs_env"].MODEL == "gpt"
+
+
+def test_it_puts_local_dependencies_on_sys_path(project):
+    (project / "libs").mkdir()
+    (project / "libs" / "gh_test_helper_pkg.py").write_text("VALUE = 'helper'\n")
+    (project / "graphs" / "uses_dep.py").write_text("import gh_test_helper_pkg\nHELPER = gh_test_helper_pkg.VALUE\n"
+                                                    + GRAPH_MODULE)
+    config = {"dependencies": ["./libs", "some-installed-package"],
+              "graphs": {"uses_dep": "./graphs/uses_dep.py:compiled"}}
+    graphs_read(config_write(project, config))
+    assert str((project / "libs").resolve()) in sys.path
+    assert sys.modules["gatehouse_graphs.uses_dep"].HELPER == "helper"
+    assert "some-installed-package" not in sys.path
+    sys.modules.pop("gh_test_helper_pkg", None)
+
+
+def test_it_adds_a_dependency_to_sys_path_only_once(project):
+    config = {"dependencies": ["."], "graphs": {"agent": "./graphs/agent.py:compiled"}}
+    graphs_read(config_write(project, config))
+    graphs_read(config_write(project, config))
+    assert sys.path.count(str(project.resolve())) == 1
+
+
+# --- the module-level registry ----------------------------------------------------------
+
+
+def test_registry_load_replaces_the_registry(project):
+    registry_load(config_write(project, {"graphs": {"only_this": "./graphs/agent.py:compiled"}}))
+    assert graph_names() == ["only_this"]
+    assert graph_get("only_this").name == "only_this"
+
+
+def test_graph_get_refuses_an_unknown_graph(project):
+    registry_load(config_write(project, {"graphs": {"only_this": "./graphs/agent.py:compiled"}}))
+    with pytest.raises(UnknownGraph) as caught:
+        graph_get("kyc_onboarding")
+    assert caught.value.name == "kyc_onboarding"
+
+
+def test_the_default_registry_is_the_configured_file():
+    from django.conf import settings
+
+    assert Path(settings.GATEHOUSE_GRAPHS).name == "langgraph.json"
+    registry_load()
+    assert {"kyc_onboarding", "loan_approval"} <= set(graph_names())
+    assert registry._registry is not None

@@ -1,0 +1,229 @@
+"""values_validate: strict JSON-mode validation of input and edits, one key at a time, naming the field."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Annotated, Any, Literal, TypedDict
+
+import pytest
+from langchain_core.messages import AnyMessage
+from langgraph.graph.message import add_messages
+from pydantic import BaseModel
+
+from demo.graphs.kyc_onboarding import KycState
+from demo.graphs.loan_approval import LoanState
+from runtime.schema import FieldError, json_schema_for, schema_fields, values_validate
+
+
+class Address(TypedDict):
+    city: str
+    zip: int
+
+
+class Person(TypedDict, total=False):
+    name: str
+    age: int
+    address: Address
+
+
+class CaseState(TypedDict, total=False):
+    amount: int
+    rate: float
+    note: str
+    urgent: bool
+    tags: list[str]
+    tier: Literal["basic", "standard", "premium"]
+    person: Person
+    messages: Annotated[list[AnyMessage], add_messages]
+
+
+@dataclasses.dataclass
+class DataclassState:
+    amount: int
+    note: str = ""
+
+
+class PydanticState(BaseModel):
+    amount: int
+    note: str = ""
+
+
+def refused(schema: type, values: Any, **kwargs: Any) -> FieldError:
+    with pytest.raises(FieldError) as caught:
+        values_validate(schema, values, prefix=kwargs.pop("prefix", "edits"), **kwargs)
+    return caught.value
+
+
+# --- scalar types, strictly ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "key,value",
+    [
+        ("amount", "5"),      # a numeric string is not an int
+        ("amount", True),     # a boolean is not an int
+        ("amount", 5.5),      # a fraction is not an int
+        ("amount", None),
+        ("note", 5),          # a number is not a string
+        ("urgent", "true"),   # a string is not a boolean
+        ("urgent", 1),        # a number is not a boolean
+        ("rate", "0.5"),
+        ("tags", "a,b"),
+    ],
+)
+def test_it_refuses_a_value_of_the_wrong_json_type_naming_the_field(key, value):
+    error = refused(CaseState, {key: value})
+    assert error.field == f"edits.{key}"
+    assert str(error).startswith(f"edits.{key}: ")
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"amount": 5},
+        {"rate": 0.5},
+        {"rate": 1},  # an integer is a valid JSON number
+        {"note": "ok"},
+        {"urgent": False},
+        {"tags": ["a", "b"]},
+        {"tier": "premium"},
+        {"person": {"name": "Ada", "age": 36, "address": {"city": "Paris", "zip": 75001}}},
+        {},
+    ],
+)
+def test_it_accepts_values_of_the_right_type_unchanged(values):
+    assert values_validate(CaseState, values, prefix="edits") == values
+
+
+def test_it_names_the_prefix_it_was_given():
+    assert refused(LoanState, {"amount": "5"}, prefix="input").field == "input.amount"
+
+
+def test_it_refuses_a_string_for_the_loan_amount_naming_edits_amount():
+    error = refused(LoanState, {"amount": "5"})
+    assert error.field == "edits.amount"
+    assert "integer" in error.message
+
+
+def test_it_names_the_index_of_a_bad_list_item():
+    assert refused(CaseState, {"tags": ["a", 2]}).field == "edits.tags[1]"
+
+
+# --- unknown keys and allowed keys ----------------------------------------------------
+
+
+def test_it_refuses_an_unknown_key_listing_the_known_keys():
+    error = refused(LoanState, {"amout": 5})
+    assert error.field == "edits.amout"
+    assert "unknown field" in error.message
+    for known in ("amount", "applicant", "income", "loan_id", "term_months"):
+        assert known in error.message
+
+
+def test_it_refuses_a_key_outside_the_allowed_ones_listing_the_editable_ones():
+    error = refused(LoanState, {"income": 90000}, allowed=["amount", "term_months"])
+    assert error.field == "edits.income"
+    assert "amount, term_months" in error.message
+
+
+def test_it_accepts_a_key_inside_the_allowed_ones():
+    assert values_validate(LoanState, {"amount": 5}, prefix="edits", allowed=["amount"]) == {"amount": 5}
+
+
+def test_an_empty_allowed_list_allows_nothing():
+    assert refused(LoanState, {"amount": 5}, allowed=[]).field == "edits.amount"
+
+
+@pytest.mark.parametrize("values", [[1, 2], "amount=5", 5, None])
+def test_it_refuses_values_that_are_not_an_object(values):
+    error = refused(LoanState, values)
+    assert error.field == "edits"
+    assert error.message == "must be an object"
+
+
+# --- nested and constrained types ----------------------------------------------------------
+
+
+def test_it_names_the_path_of_a_bad_value_in_a_nested_typed_dict():
+    assert refused(CaseState, {"person": {"name": 5}}).field == "edits.person.name"
+
+
+def test_it_names_the_path_two_levels_down():
+    error = refused(CaseState, {"person": {"address": {"city": "Paris", "zip": "75001"}}})
+    assert error.field == "edits.person.address.zip"
+
+
+def test_it_refuses_an_unknown_key_in_a_nested_typed_dict():
+    assert refused(CaseState, {"person": {"nickname": "Ada"}}).field == "edits.person.nickname"
+
+
+def test_it_names_edits_applicant_name_for_the_kyc_demo_state():
+    """The shipped KYC demo state: ``applicant`` is a nested TypedDict the compliance gate lets reviewers edit."""
+    error = refused(KycState, {"applicant": {"name": 5}}, allowed=["tier", "applicant"])
+    assert error.field == "edits.applicant.name"
+
+
+@pytest.mark.parametrize("schema", [CaseState, KycState])
+def test_it_refuses_a_literal_outside_its_values(schema):
+    error = refused(schema, {"tier": "gold"})
+    assert error.field == "edits.tier"
+    assert "'basic', 'standard' or 'premium'" in error.message
+
+
+# --- reducers with loose input ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "messages",
+    [
+        [{"role": "user", "content": "hi"}],
+        [("user", "hi")],
+        "hi",
+    ],
+)
+def test_it_leaves_add_messages_fields_to_their_reducer(messages):
+    assert values_validate(CaseState, {"messages": messages}, prefix="input") == {"messages": messages}
+
+
+# --- other schema kinds ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("schema", [DataclassState, PydanticState])
+def test_it_validates_dataclass_and_pydantic_states(schema):
+    assert values_validate(schema, {"amount": 5}, prefix="edits") == {"amount": 5}
+    assert refused(schema, {"amount": "5"}).field == "edits.amount"
+    assert refused(schema, {"other": 1}).field == "edits.other"
+
+
+@pytest.mark.parametrize("schema", [CaseState, DataclassState, PydanticState])
+def test_schema_fields_lists_every_key(schema):
+    expected = {"amount", "note"} if schema is not CaseState else {
+        "amount", "rate", "note", "urgent", "tags", "tier", "person", "messages"}
+    assert set(schema_fields(schema)) == expected
+
+
+# --- JSON Schema ----------------------------------------------------------------------------
+
+
+def test_json_schema_for_gives_one_property_per_key():
+    schema = json_schema_for(LoanState)
+    assert schema["type"] == "object"
+    assert schema["additionalProperties"] is False
+    assert set(schema["properties"]) == set(LoanState.__annotations__)
+    assert schema["properties"]["amount"] == {"type": "integer"}
+    assert schema["properties"]["applicant"] == {"type": "string"}
+    assert schema["properties"]["risk_score"] == {"type": "number"}
+
+
+def test_json_schema_for_lists_a_literals_values():
+    assert json_schema_for(KycState)["properties"]["tier"]["enum"] == ["basic", "standard", "premium"]
+
+
+def test_json_schema_for_leaves_reducer_fields_free_form():
+    assert json_schema_for(CaseState)["properties"]["messages"] == {}
+
+
+def test_json_schema_for_describes_a_nested_typed_dict():
+    applicant = json_schema_for(KycState)["properties"]["applicant"]
+    assert applicant.get("type") == "object"
+    assert set(applicant.get("properties", {})) == {"name", "country", "date_of_birth", "email"}
