@@ -1,0 +1,214 @@
+"""Every API endpoint × every persona → the status it must get.
+
+A principal gets 404 for an object it may not see (existence does not leak),
+403 for an action it may not take, 401 without a valid token. The table must
+cover every endpoint in the OpenAPI schema: a new endpoint without a rule here
+fails the suite.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from console.api import api
+from tests.conftest import ApiClient, Persona, loan_input, pending_tasks, thread_settled, thread_start
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db", "live_worker")]
+
+PERSONAS = ("anonymous", "outsider", "reviewer", "reviewer2", "loan_reviewer", "auditor", "operator", "admin")
+
+# Subjects: "-" no object; "loan"/"kyc" a thread paused at a gate of that graph (and its
+# task); "failed" a thread of the `flaky` graph that failed. Allowed state-changing calls
+# get a fresh subject each, so one persona's decision never hides another's.
+#
+#      method  path                                 subject     anon outs  rev rev2 loanr aud  oper admin
+MATRIX: list[tuple[str, str, str, tuple[int, ...]]] = [
+    ("GET",  "/api/graphs",                         "-",      (401, 200, 200, 200, 200, 200, 200, 200)),
+    ("POST", "/api/threads",                        "loan",   (401, 403, 403, 403, 403, 403, 201, 201)),
+    ("POST", "/api/threads",                        "kyc",    (401, 403, 403, 403, 403, 403, 201, 201)),
+    ("GET",  "/api/threads/{thread_id}",            "loan",   (401, 404, 200, 200, 200, 200, 200, 200)),
+    ("GET",  "/api/threads/{thread_id}",            "kyc",    (401, 404, 200, 200, 404, 200, 200, 200)),
+    ("GET",  "/api/threads/{thread_id}/history",    "loan",   (401, 404, 200, 200, 200, 200, 200, 200)),
+    ("GET",  "/api/threads/{thread_id}/history",    "kyc",    (401, 404, 200, 200, 404, 200, 200, 200)),
+    ("GET",  "/api/threads/{thread_id}/runs",       "loan",   (401, 404, 200, 200, 200, 200, 200, 200)),
+    ("GET",  "/api/threads/{thread_id}/runs",       "kyc",    (401, 404, 200, 200, 404, 200, 200, 200)),
+    ("POST", "/api/threads/{thread_id}/retry",      "failed", (401, 404, 403, 403, 404, 403, 202, 202)),
+    ("POST", "/api/threads/{thread_id}/retry",      "loan",   (401, 404, 403, 403, 403, 403, 409, 409)),
+    ("GET",  "/api/tasks",                          "-",      (401, 200, 200, 200, 200, 200, 200, 200)),
+    ("GET",  "/api/tasks/{task_id}",                "loan",   (401, 404, 200, 200, 200, 200, 200, 200)),
+    ("GET",  "/api/tasks/{task_id}",                "kyc",    (401, 404, 200, 200, 404, 200, 200, 200)),
+    ("POST", "/api/tasks/{task_id}/decision",       "loan",   (401, 404, 201, 201, 201, 403, 403, 201)),
+    ("POST", "/api/tasks/{task_id}/decision",       "kyc",    (401, 404, 201, 201, 404, 403, 403, 201)),
+    ("GET",  "/api/audit",                          "-",      (401, 403, 403, 403, 403, 200, 403, 200)),
+]
+
+CASES = [
+    pytest.param(method, path, subject, persona, statuses[i], id=f"{method} {path} [{subject}] {persona}")
+    for method, path, subject, statuses in MATRIX
+    for i, persona in enumerate(PERSONAS)
+]
+
+
+def test_every_endpoint_in_the_openapi_schema_has_a_row():
+    endpoints = {
+        (method.upper(), path)
+        for path, operations in api.get_openapi_schema()["paths"].items()
+        for method in operations
+        if method in {"get", "post", "put", "patch", "delete"}
+    }
+    covered = {(method, path) for method, path, _, _ in MATRIX}
+    assert endpoints - covered == set(), "endpoints without a permission rule in MATRIX"
+    assert covered - endpoints == set(), "rules for endpoints that no longer exist"
+
+
+def test_every_row_covers_every_persona():
+    assert all(len(statuses) == len(PERSONAS) for *_, statuses in MATRIX)
+
+
+# --- subjects ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class Subject:
+    graph: str
+    thread_id: str
+    task_id: str = ""
+
+
+def kyc_input() -> dict[str, Any]:
+    return {"applicant": {"name": f"Matrix {uuid.uuid4().hex[:6]}", "country": "GB"}}
+
+
+def subject_make(kind: str, personas: dict[str, Persona]) -> Subject:
+    admin = personas["admin"]
+    if kind == "failed":
+        thread = thread_start(admin, "flaky", {"subject": "matrix"})
+        thread_settled(admin, thread["id"], statuses=("failed",))
+        return Subject("flaky", thread["id"])
+    graph, graph_input = ("loan_approval", loan_input()) if kind == "loan" else ("kyc_onboarding", kyc_input())
+    thread = thread_start(admin, graph, graph_input)
+    [task] = pending_tasks(admin, thread["id"])
+    return Subject(graph, thread["id"], task["id"])
+
+
+@pytest.fixture(scope="module")
+def shared(worker, personas, django_db_blocker) -> dict[str, Subject]:
+    if not worker.alive:
+        worker.start()
+    with django_db_blocker.unblock():
+        return {kind: subject_make(kind, personas) for kind in ("loan", "kyc", "failed")}
+
+
+def client_for(persona: str, personas: dict[str, Persona]) -> ApiClient:
+    return ApiClient(None) if persona == "anonymous" else personas[persona].client
+
+
+def call(client: ApiClient, method: str, path: str, subject: str, target: Subject | None) -> Any:
+    url = path.format(thread_id=target.thread_id if target else "", task_id=target.task_id if target else "")
+    if method == "GET":
+        return client.get(url)
+    if path == "/api/threads":
+        graph, graph_input = ("loan_approval", loan_input()) if subject == "loan" else ("kyc_onboarding", kyc_input())
+        return client.post(url, {"graph": graph, "input": graph_input})
+    if path.endswith("/decision"):
+        return client.post(url, {"decision": "approve", "reason": "permission matrix"})
+    return client.post(url, {})
+
+
+@pytest.mark.parametrize("method,path,subject,persona,expected", CASES)
+def test_each_persona_gets_the_status_the_matrix_gives(personas, shared, method, path, subject, persona, expected):
+    target: Subject | None = None
+    if subject != "-" and path != "/api/threads":
+        fresh = method == "POST" and 200 <= expected < 300
+        target = subject_make(subject, personas) if fresh else shared[subject]
+    response = call(client_for(persona, personas), method, path, subject, target)
+    assert response.status_code == expected, response.content
+    if expected >= 400:
+        body = response.json()
+        assert set(body["error"]) == {"code", "message", "field"}, body
+
+
+# --- what each persona sees in lists -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "persona,sees_loan,sees_kyc",
+    [
+        ("outsider", False, False),
+        ("reviewer", True, True),
+        ("reviewer2", True, True),
+        ("loan_reviewer", True, False),
+        ("auditor", True, True),
+        ("operator", True, True),
+        ("admin", True, True),
+    ],
+)
+def test_the_task_list_shows_only_the_graphs_a_persona_may_see(personas, shared, persona, sees_loan, sees_kyc):
+    client = personas[persona].client
+    for kind, sees in (("loan", sees_loan), ("kyc", sees_kyc)):
+        items = client.get("/api/tasks", thread=shared[kind].thread_id).json()["items"]
+        assert (shared[kind].task_id in [t["id"] for t in items]) is sees, (kind, items)
+
+
+@pytest.mark.parametrize("persona", ["outsider", "loan_reviewer"])
+def test_a_graph_filter_does_not_widen_what_a_persona_sees(personas, shared, persona):
+    items = personas[persona].client.get("/api/tasks", graph="kyc_onboarding").json()["items"]
+    assert items == []
+
+
+def test_an_outsider_sees_empty_lists(personas):
+    client = personas["outsider"].client
+    assert client.get("/api/tasks").json() == {"items": [], "next_cursor": None}
+    assert client.get("/api/graphs").json() == []
+
+
+@pytest.mark.parametrize(
+    "persona,graphs",
+    [
+        ("loan_reviewer", {"loan_approval"}),
+        ("reviewer", {"loan_approval", "kyc_onboarding"}),
+        ("auditor", {"loan_approval", "kyc_onboarding"}),
+    ],
+)
+def test_the_graph_list_shows_only_the_graphs_a_persona_may_see(personas, persona, graphs):
+    names = {g["name"] for g in personas[persona].client.get("/api/graphs").json()}
+    if persona == "loan_reviewer":
+        assert names == graphs
+    else:
+        assert graphs <= names
+
+
+@pytest.mark.parametrize("persona", ["auditor", "admin"])
+def test_auditors_and_admins_read_a_threads_audit_trail(personas, shared, persona):
+    events = personas[persona].client.get("/api/audit", thread=shared["kyc"].thread_id).json()
+    actions = {e["action"] for e in events}
+    assert {"thread.started", "task.opened"} <= actions
+
+
+@pytest.mark.parametrize(
+    "persona,can_decide",
+    [("reviewer", True), ("loan_reviewer", True), ("auditor", False), ("operator", False), ("admin", True)],
+)
+def test_task_detail_says_whether_the_persona_may_decide(personas, shared, persona, can_decide):
+    detail = personas[persona].client.get(f"/api/tasks/{shared['loan'].task_id}").json()
+    assert detail["can_decide"] is can_decide
+
+
+@pytest.mark.parametrize("persona", ["auditor", "operator"])
+def test_a_refused_decision_writes_nothing(personas, shared, persona):
+    from approvals.models import ApprovalTask, Decision
+
+    task_id = shared["loan"].task_id
+    response = personas[persona].client.post(f"/api/tasks/{task_id}/decision", {"decision": "approve"})
+    assert response.status_code == 403
+    assert not Decision.objects.filter(task_id=task_id).exists()
+    assert ApprovalTask.objects.get(pk=task_id).status == "pending"
+
+
+def test_a_thread_lists_its_pending_tasks_to_a_persona_who_may_see_them(personas, shared):
+    body = personas["operator"].client.get(f"/api/threads/{shared['kyc'].thread_id}").json()
+    assert [t["id"] for t in body["pending_tasks"]] == [shared["kyc"].task_id]
