@@ -39,6 +39,8 @@ class ApprovalTask(models.Model):
     title = models.CharField(max_length=300, blank=True, default="")
     status = models.CharField(max_length=12, choices=TaskStatus.choices, default=TaskStatus.PENDING)
     due_at = models.DateTimeField(null=True, blank=True)
+    # Four-eyes: approvals from distinct approvers needed before the thread resumes.
+    required_approvals = models.PositiveSmallIntegerField(default=1)
     created_at = models.DateTimeField(auto_now_add=True)
     decided_at = models.DateTimeField(null=True, blank=True)
 
@@ -58,7 +60,9 @@ class ApprovalTask(models.Model):
         ]
         permissions = [
             ("decide_task", "Can decide approval tasks"),
+            ("approve_final", "Can give the final approval of a quorum"),
             ("view_all_graphs", "Can see every graph's threads and tasks"),
+            ("view_sensitive", "Can see sensitive state fields unmasked"),
         ]
 
     def __str__(self) -> str:
@@ -76,7 +80,15 @@ class Outcome(models.TextChoices):
     RESPOND = "respond", "Respond"
 
 
+class SignatureMeaning(models.TextChoices):
+    REVIEWED = "reviewed", "Reviewed"
+    APPROVED = "approved", "Approved"
+    REJECTED = "rejected", "Rejected"
+
+
 class Decision(models.Model):
+    """One principal's decision on a task; a quorum task collects several."""
+
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     task = models.ForeignKey(ApprovalTask, on_delete=models.PROTECT, related_name="decisions")
     actor = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
@@ -86,6 +98,13 @@ class Decision(models.Model):
     resume_value = models.JSONField(null=True, blank=True)
     checkpoint_id = models.CharField(max_length=64)
     payload_digest = models.CharField(max_length=64)
+    # Digest of exactly what the signer saw: payload, checkpoint and the redaction applied.
+    evidence_digest = models.CharField(max_length=64, blank=True, default="")
+    redacted_paths = models.JSONField(default=list, blank=True)
+    # Electronic signature (21 CFR Part 11 spirit): who, what it means, when re-authenticated.
+    signer_name = models.CharField(max_length=300, blank=True, default="")
+    meaning = models.CharField(max_length=10, choices=SignatureMeaning.choices, blank=True, default="")
+    reauthenticated_at = models.DateTimeField(null=True, blank=True)
     # The resume run that carried this decision; null while sibling
     # interrupts of the same super-step still wait for their decisions.
     run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="decisions")
@@ -130,6 +149,9 @@ class ApiToken(models.Model):
     expires_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
+    # Scope: empty lists mean "whatever the user may do" (graphs) / "all actions".
+    graphs = models.JSONField(default=list, blank=True)
+    actions = models.JSONField(default=list, blank=True)  # read, start, decide, retry, admin
 
     def __str__(self) -> str:
         return f"{self.prefix}… ({self.user_id})"
@@ -140,9 +162,10 @@ class GraphAssignment(models.Model):
 
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="graph_assignments")
     graph = models.CharField(max_length=100)
+    gate = models.CharField(max_length=200, blank=True, default="")  # "" = every gate (node) of the graph
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["user", "graph"], name="one_assignment_per_graph")]
+        constraints = [models.UniqueConstraint(fields=["user", "graph", "gate"], name="one_assignment_per_gate")]
 
     def __str__(self) -> str:
         return f"{self.user_id} → {self.graph}"

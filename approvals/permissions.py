@@ -20,12 +20,19 @@ ALL_GRAPHS = "*"
 
 ROLES: dict[str, list[str]] = {
     "reviewer": ["approvals.view_approvaltask", "approvals.decide_task", "runtime.view_thread"],
-    "approver": ["approvals.view_approvaltask", "approvals.decide_task", "runtime.view_thread"],
+    "approver": [
+        "approvals.view_approvaltask",
+        "approvals.decide_task",
+        "approvals.approve_final",
+        "approvals.view_sensitive",
+        "runtime.view_thread",
+    ],
     "auditor": [
         "approvals.view_approvaltask",
         "runtime.view_thread",
         "approvals.view_audit",
         "approvals.view_all_graphs",
+        "approvals.view_sensitive",
     ],
     "operator": [
         "approvals.view_approvaltask",
@@ -36,6 +43,8 @@ ROLES: dict[str, list[str]] = {
     "admin": [
         "approvals.view_approvaltask",
         "approvals.decide_task",
+        "approvals.approve_final",
+        "approvals.view_sensitive",
         "approvals.view_audit",
         "approvals.view_all_graphs",
         "runtime.view_thread",

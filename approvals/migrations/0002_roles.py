@@ -14,7 +14,7 @@ def roles_create(apps, schema_editor):  # type: ignore[no-untyped-def]
 
     from approvals.roles import roles_ensure
 
-    roles_ensure()
+    roles_ensure(strict=False)
 
 
 class Migration(migrations.Migration):
