@@ -8,7 +8,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
 
 app = Celery("gatehouse")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.autodiscover_tasks(["runtime"])
+app.autodiscover_tasks(["runtime", "approvals"])
 
 
 @app.on_after_finalize.connect
