@@ -218,3 +218,16 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL") or "INFO"},
     "loggers": {"httpx": {"level": "WARNING"}},
 }
+
+# --- reviewer console --------------------------------------------------------
+# A claim keeps other reviewers off a task this long unless released earlier.
+GATEHOUSE_CLAIM_SECONDS = env_int("GATEHOUSE_CLAIM_SECONDS", 30 * 60, minimum=60)
+# Serve /static/ from Django itself (vendored htmx + one CSS/JS file); turn off behind a proxy/CDN.
+GATEHOUSE_SERVE_STATIC = env_bool("GATEHOUSE_SERVE_STATIC", True)
+# Embedded mode only: where workers relay live events to the web process (see console/live.py).
+GATEHOUSE_LIVE_RELAY_URL = env_str("GATEHOUSE_LIVE_RELAY_URL") or (
+    "" if REDIS_URL else f"http://127.0.0.1:{env_int('PORT', 8000, minimum=1)}/internal/live/"
+)
+# The session cookie age becomes an idle timeout: every request renews it.
+SESSION_SAVE_EVERY_REQUEST = True
+LOGOUT_REDIRECT_URL = LOGIN_URL

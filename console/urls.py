@@ -1,9 +1,36 @@
+from django.conf import settings
 from django.contrib import admin
-from django.urls import path
+from django.contrib.staticfiles.views import serve as static_serve
+from django.urls import include, path, re_path
 
 from console.api import api
+from console.views import audit, auth, inbox, relay, start, tasks, threads
+
+console_patterns = [
+    path("", inbox.inbox, name="inbox"),
+    path("tasks/<uuid:task_id>/", tasks.task_detail, name="task"),
+    path("tasks/<uuid:task_id>/live", tasks.task_live, name="task-live"),
+    path("tasks/<uuid:task_id>/claim", tasks.task_claim, name="task-claim"),
+    path("tasks/<uuid:task_id>/release", tasks.task_release, name="task-release"),
+    path("tasks/<uuid:task_id>/decide", tasks.task_decide, name="task-decide"),
+    path("threads/", threads.thread_list, name="threads"),
+    path("threads/new", start.thread_start, name="thread-start"),
+    path("threads/<uuid:thread_id>/", threads.thread_detail, name="thread"),
+    path("threads/<uuid:thread_id>/live", threads.thread_live, name="thread-live"),
+    path("threads/<uuid:thread_id>/retry", threads.thread_retry, name="thread-retry"),
+    path("audit/", audit.audit, name="audit"),
+    path("accounts/login/", auth.login, name="login"),
+    path("accounts/logout/", auth.logout, name="logout"),
+    path("internal/live/", relay.live_relay, name="live-relay"),
+]
 
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/", api.urls),
+    path("", include((console_patterns, "console"))),
 ]
+
+if settings.GATEHOUSE_SERVE_STATIC:
+    # A handful of vendored files: serving them from daphne keeps embedded mode and
+    # small deployments to one process; put a CDN or proxy in front for anything bigger.
+    urlpatterns.append(re_path(r"^static/(?P<path>.*)$", static_serve, {"insecure": True}))

@@ -1,0 +1,252 @@
+"""Console reads: the inbox, timelines, diffs, audit search — always scoped by ``approvals.permissions``."""
+
+from __future__ import annotations
+
+import base64
+import json
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.db.models import F, Q, QuerySet
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+
+from approvals import gateway, permissions
+from approvals.errors import InvalidInput
+from approvals.models import ApprovalTask, AuditEvent, Decision
+from runtime.models import Thread
+
+SORTS = {
+    # name: (order_by, label)
+    "newest": (("-created_at", "-id"), "Newest first"),
+    "oldest": (("created_at", "id"), "Oldest first"),
+    "due": (("due_at", "id"), "Due soonest"),
+}
+
+
+@dataclass
+class Page:
+    items: list[Any]
+    next_cursor: str | None
+
+
+def _cursor_encode(sort: str, value: datetime | None, pk: Any) -> str:
+    raw = json.dumps([sort, value.isoformat() if value else None, str(pk)])
+    return base64.urlsafe_b64encode(raw.encode()).decode()
+
+
+def _cursor_decode(cursor: str, sort: str) -> tuple[datetime | None, str]:
+    try:
+        cursor_sort, value, pk = json.loads(base64.urlsafe_b64decode(cursor.encode()))
+        when = datetime.fromisoformat(value) if value is not None else None
+        uuid.UUID(pk)
+    except Exception:
+        raise InvalidInput("this page link is broken; start again from the first page", field="cursor") from None
+    if cursor_sort != sort:
+        raise InvalidInput("this page link belongs to another sort order", field="cursor")
+    return when, pk
+
+
+def _keyset(qs: QuerySet[ApprovalTask], sort: str, cursor: str) -> QuerySet[ApprovalTask]:
+    when, pk = _cursor_decode(cursor, sort)
+    if sort == "newest":
+        return qs.filter(Q(created_at__lt=when) | Q(created_at=when, id__lt=pk))
+    if sort == "oldest":
+        return qs.filter(Q(created_at__gt=when) | Q(created_at=when, id__gt=pk))
+    # "due": tasks with a due time first (soonest first), then those without, by id.
+    if when is None:
+        return qs.filter(due_at__isnull=True, id__gt=pk)
+    return qs.filter(Q(due_at__gt=when) | Q(due_at=when, id__gt=pk) | Q(due_at__isnull=True))
+
+
+def inbox_list(
+    *, user: permissions.Principal, graph: str = "", node: str = "", status: str = "pending", claimed: str = "",
+    q: str = "", sort: str = "newest", cursor: str = "", limit: int = 50,
+) -> Page:
+    """One page of approval tasks; keyset-paginated so page 2,000 costs what page 1 does."""
+    if sort not in SORTS:
+        raise InvalidInput(f"unknown sort {sort!r}", field="sort")
+    qs = permissions.tasks_visible(user).select_related("thread", "claim", "claim__user")
+    if status:
+        qs = qs.filter(status=status)
+    if graph:
+        qs = qs.filter(graph=graph)
+    if node:
+        qs = qs.filter(node=node)
+    now = timezone.now()
+    if claimed == "mine":
+        qs = qs.filter(claim__user=user, claim__expires_at__gt=now)
+    elif claimed == "unclaimed":
+        qs = qs.filter(Q(claim__isnull=True) | Q(claim__expires_at__lte=now))
+    elif claimed == "others":
+        qs = qs.filter(claim__expires_at__gt=now).exclude(claim__user=user)
+    q = q.strip()
+    if q:
+        qs = qs.filter(_search(q))
+    if cursor:
+        qs = _keyset(qs, sort, cursor)
+    # Tasks without a due time sort last, matching the "due" keyset above.
+    ordering = (F("due_at").asc(nulls_last=True), "id") if sort == "due" else SORTS[sort][0]
+    qs = qs.order_by(*ordering)
+    rows = list(qs[: limit + 1])
+    next_cursor = None
+    if len(rows) > limit:
+        last = rows[limit - 1]
+        value = last.due_at if sort == "due" else last.created_at
+        next_cursor = _cursor_encode(sort, value, last.pk)
+    return Page(items=rows[:limit], next_cursor=next_cursor)
+
+
+def _search(q: str) -> Q:
+    try:
+        ident = uuid.UUID(q)
+    except ValueError:
+        return (
+            Q(thread__metadata__case__icontains=q)
+            | Q(thread__metadata__applicant__icontains=q)
+            | Q(title__icontains=q)
+        )
+    return Q(thread_id=ident) | Q(id=ident)
+
+
+def inbox_facets(*, user: permissions.Principal) -> dict[str, list[str]]:
+    """Graphs and gates present in the user's visible tasks, for the filter menus."""
+    qs = permissions.tasks_visible(user)
+    pairs = qs.order_by().values_list("graph", "node").distinct()[:500]
+    graphs = sorted({g for g, _ in pairs})
+    nodes = sorted({n for _, n in pairs})
+    return {"graphs": graphs, "nodes": nodes}
+
+
+def threads_list(*, user: permissions.Principal, status: str = "", graph: str = "", limit: int = 100) -> list[Thread]:
+    qs = permissions.threads_visible(user)
+    if status:
+        qs = qs.filter(status=status)
+    if graph:
+        qs = qs.filter(graph=graph)
+    return list(qs.order_by("-created_at")[:limit])
+
+
+# --- timeline --------------------------------------------------------------------------
+
+
+@dataclass
+class TimelineEntry:
+    at: datetime
+    kind: str  # checkpoint | decision | run | effect | error | task
+    title: str
+    detail: Any = None
+    actor: str = ""
+    checkpoint_id: str = ""
+    link: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def timeline_for(*, user: permissions.Principal, thread: Thread, limit: int = 100) -> list[TimelineEntry]:
+    """Checkpoints, tasks, decisions, runs, effects and errors of one thread, oldest first."""
+    entries: list[TimelineEntry] = []
+    for view in gateway.history_for(user, thread.pk, limit=limit):
+        at = parse_datetime(view.created_at) if view.created_at else None
+        if at is None:
+            continue
+        writes = view.writes if isinstance(view.writes, dict) else {}
+        nodes = ", ".join(sorted(writes)) or ("input" if view.source == "input" else view.source)
+        entries.append(TimelineEntry(
+            at=at, kind="checkpoint", title=f"Step {view.step}: {nodes}", checkpoint_id=view.checkpoint_id,
+            detail={"next": view.next}, extra={"step": view.step, "source": view.source},
+        ))
+    tasks = permissions.tasks_visible(user).filter(thread=thread).order_by("created_at")
+    for task in tasks:
+        entries.append(TimelineEntry(
+            at=task.created_at, kind="task", title=f"Paused at {task.node}: {task.title}",
+            link=f"/tasks/{task.pk}/", extra={"status": task.status},
+        ))
+    decisions = Decision.objects.filter(task__thread=thread, task__in=tasks).select_related("actor", "task")
+    for decision in decisions.order_by("created_at"):
+        entries.append(TimelineEntry(
+            at=decision.created_at, kind="decision", title=f"{decision.get_outcome_display()} at {decision.task.node}",
+            actor=decision.actor.get_username(), detail={"reason": decision.reason, "edits": decision.state_patch},
+            link=f"/tasks/{decision.task_id}/",
+        ))
+    for run in thread.runs.order_by("created_at"):
+        entries.append(TimelineEntry(
+            at=run.started_at or run.created_at, kind="run",
+            title=f"{run.get_kind_display()} run {run.get_status_display().lower()}",
+            extra={"status": run.status, "attempts": run.attempts},
+        ))
+        if run.error:
+            entries.append(TimelineEntry(at=run.finished_at or run.created_at, kind="error", title="Run failed",
+                                         detail=run.error))
+    for effect in thread.effects.order_by("created_at"):
+        entries.append(TimelineEntry(
+            at=effect.completed_at or effect.created_at, kind="effect", title=f"Effect {effect.name} {effect.status}",
+            detail={"key": effect.key, "result": effect.result, "error": effect.error or None},
+            extra={"calls": effect.calls},
+        ))
+    entries.sort(key=lambda e: e.at)
+    return entries
+
+
+# --- diffs -----------------------------------------------------------------------------
+
+
+@dataclass
+class DiffRow:
+    path: str
+    op: str  # added | removed | changed
+    old: Any = None
+    new: Any = None
+
+
+def state_diff(before: Any, after: Any, path: str = "") -> list[DiffRow]:
+    """Key-path differences between two JSON values; lists compare whole (order matters to reducers)."""
+    if isinstance(before, dict) and isinstance(after, dict):
+        rows: list[DiffRow] = []
+        for key in sorted(set(before) | set(after), key=str):
+            sub = f"{path}.{key}" if path else str(key)
+            if key not in before:
+                rows.append(DiffRow(sub, "added", new=after[key]))
+            elif key not in after:
+                rows.append(DiffRow(sub, "removed", old=before[key]))
+            else:
+                rows.extend(state_diff(before[key], after[key], sub))
+        return rows
+    if before != after:
+        return [DiffRow(path or "(root)", "changed", old=before, new=after)]
+    return []
+
+
+# --- audit -----------------------------------------------------------------------------
+
+
+def audit_search(
+    *, user: permissions.Principal, actor: str = "", action: str = "", graph: str = "", thread: str = "",
+    since: datetime | None = None, until: datetime | None = None, before_id: int | None = None, limit: int = 100,
+) -> Page:
+    qs = permissions.audit_visible(user)
+    if actor:
+        qs = qs.filter(actor_label__iexact=actor)
+    if action:
+        qs = qs.filter(action__startswith=action) if action.endswith(".") else qs.filter(action=action)
+    if graph:
+        qs = qs.filter(graph=graph)
+    if thread:
+        try:
+            qs = qs.filter(thread_id=uuid.UUID(thread))
+        except ValueError:
+            raise InvalidInput("not a thread id", field="thread") from None
+    if since:
+        qs = qs.filter(at__gte=since)
+    if until:
+        qs = qs.filter(at__lt=until)
+    if before_id:
+        qs = qs.filter(id__lt=before_id)
+    rows: list[AuditEvent] = list(qs.order_by("-id")[: limit + 1])
+    next_cursor = str(rows[limit - 1].id) if len(rows) > limit else None
+    return Page(items=rows[:limit], next_cursor=next_cursor)
+
+
+def audit_actions(*, user: permissions.Principal) -> list[str]:
+    return sorted(set(permissions.audit_visible(user).order_by().values_list("action", flat=True).distinct()[:200]))

@@ -1,0 +1,122 @@
+"""Template helpers: JSON as a collapsible tree, compact values, relative times."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from django import template
+from django.utils import timezone
+from django.utils.html import escape, format_html
+from django.utils.safestring import SafeString, mark_safe
+
+register = template.Library()
+
+_OPEN_DEPTH = 2  # deeper objects start collapsed: state can be large
+_MAX_NODES = 2000  # stop rendering absurdly large values rather than hang the page
+
+
+def _scalar(value: Any) -> SafeString:
+    if value is None:
+        return format_html('<span class="j-null">null</span>')
+    if isinstance(value, bool):
+        return format_html('<span class="j-bool">{}</span>', "true" if value else "false")
+    if isinstance(value, (int, float)):
+        return format_html('<span class="j-num">{}</span>', value)
+    text = str(value)
+    if len(text) > 400:
+        return format_html(
+            '<details class="j-long"><summary><span class="j-str">"{}…"</span> ({} chars)</summary>'
+            '<pre class="j-str">{}</pre></details>', text[:120], len(text), text,
+        )
+    return format_html('<span class="j-str">"{}"</span>', text)
+
+
+def _tree(value: Any, depth: int, budget: list[int]) -> str:
+    budget[0] -= 1
+    if budget[0] < 0:
+        return '<span class="j-null">… (truncated)</span>'
+    if isinstance(value, dict):
+        if not value:
+            return '<span class="j-punct">{}</span>'
+        items = "".join(
+            f'<li><span class="j-key">{escape(str(k))}</span>: {_tree(v, depth + 1, budget)}</li>'
+            for k, v in value.items()
+        )
+        opened = " open" if depth < _OPEN_DEPTH else ""
+        return (f'<details class="j-node"{opened}><summary>{{…}} <span class="j-count">{len(value)} keys</span>'
+                f'</summary><ul>{items}</ul></details>')
+    if isinstance(value, list):
+        if not value:
+            return '<span class="j-punct">[]</span>'
+        items = "".join(
+            f'<li><span class="j-idx">{i}</span> {_tree(v, depth + 1, budget)}</li>' for i, v in enumerate(value)
+        )
+        opened = " open" if depth < _OPEN_DEPTH else ""
+        return (f'<details class="j-node"{opened}><summary>[…] <span class="j-count">{len(value)} items</span>'
+                f'</summary><ul>{items}</ul></details>')
+    return str(_scalar(value))
+
+
+@register.simple_tag
+def json_tree(value: Any) -> SafeString:
+    # Every leaf goes through escape()/format_html, so the assembled HTML is safe.
+    return mark_safe(f'<div class="json-tree">{_tree(value, 0, [_MAX_NODES])}</div>')  # noqa: S308
+
+
+@register.filter
+def compact(value: Any) -> str:
+    """A one-line JSON rendering for tables (strings without quotes)."""
+    if isinstance(value, str):
+        return value
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= 160 else text[:157] + "…"
+
+
+@register.filter
+def pretty(value: Any) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False, default=str)
+
+
+@register.filter
+def ago(value: datetime | None) -> str:
+    if not value:
+        return ""
+    seconds = int((timezone.now() - value).total_seconds())
+    future = seconds < 0
+    seconds = abs(seconds)
+    if seconds < 60:
+        text = f"{seconds}s"
+    elif seconds < 3600:
+        text = f"{seconds // 60}m"
+    elif seconds < 86400:
+        text = f"{seconds // 3600}h {seconds % 3600 // 60}m"
+    else:
+        text = f"{seconds // 86400}d {seconds % 86400 // 3600}h"
+    return f"in {text}" if future else f"{text} ago"
+
+
+@register.filter
+def overdue(value: datetime | None) -> bool:
+    return bool(value and value < timezone.now())
+
+
+@register.filter
+def get(mapping: Any, key: str) -> Any:
+    if isinstance(mapping, dict):
+        return mapping.get(key, "")
+    return getattr(mapping, key, "")
+
+
+@register.simple_tag(takes_context=True)
+def qs(context: Any, **changes: Any) -> str:
+    """The current query string with some parameters replaced (None/"" removes them)."""
+    params = context["request"].GET.copy()
+    for key, value in changes.items():
+        if value in (None, ""):
+            params.pop(key, None)
+        else:
+            params[key] = value
+    encoded = params.urlencode()
+    return f"?{encoded}" if encoded else "?"

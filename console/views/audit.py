@@ -1,0 +1,36 @@
+"""The audit trail, filtered, newest first, for auditors and admins."""
+
+from __future__ import annotations
+
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.views.decorators.http import require_GET
+
+from approvals import permissions
+from approvals.errors import DomainError
+from console import selectors
+from console.forms import AuditFilterForm
+from console.views.common import console_login_required, domain_errors
+
+
+@require_GET
+@console_login_required
+@domain_errors
+def audit(request: HttpRequest) -> HttpResponse:
+    permissions.require(request.user, "approvals.view_audit", "read the audit trail")
+    form = AuditFilterForm(request.GET)
+    page = selectors.Page(items=[], next_cursor=None)
+    error = ""
+    if form.is_valid():
+        data = form.cleaned_data
+        try:
+            page = selectors.audit_search(
+                user=request.user, actor=data["actor"] or "", action=data["action"] or "", graph=data["graph"] or "",
+                thread=str(data["thread"] or ""), since=data["since"], until=data["until"], before_id=data["before"],
+            )
+        except DomainError as exc:
+            error = exc.message
+    ctx = {"form": form, "page": page, "error": error, "actions": selectors.audit_actions(user=request.user)}
+    if getattr(request, "htmx", False) and request.htmx.target == "audit-results":  # type: ignore[attr-defined]
+        return render(request, "console/partials/audit_results.html", ctx)
+    return render(request, "console/audit.html", ctx)

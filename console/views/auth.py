@@ -1,0 +1,9 @@
+"""Sign in and out with Django's auth views and Gatehouse templates."""
+
+from __future__ import annotations
+
+from django.contrib.auth import views as auth_views
+
+login = auth_views.LoginView.as_view(template_name="console/login.html", redirect_authenticated_user=True)
+# Django 5 only accepts POST for logout, so a stray GET (a prefetch, a link) cannot sign anyone out.
+logout = auth_views.LogoutView.as_view()

@@ -1,0 +1,52 @@
+"""Shared view plumbing: sign-in for htmx requests, and domain errors rendered as pages."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import urlencode
+
+from django.conf import settings
+from django.contrib.auth.views import redirect_to_login
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django_htmx.http import HttpResponseClientRedirect
+
+from approvals.errors import DomainError
+
+View = Callable[..., HttpResponse]
+
+
+def console_login_required(view: View) -> View:
+    """Like ``login_required``, but an htmx request whose session expired reloads the whole
+    page at the sign-in form, instead of swapping the sign-in page into a table cell."""
+
+    @functools.wraps(view)
+    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if not request.user.is_authenticated:
+            if getattr(request, "htmx", False):
+                back = request.htmx.current_url_abs_path or "/"  # type: ignore[attr-defined]
+                return HttpResponseClientRedirect(f"{settings.LOGIN_URL}?{urlencode({'next': back})}")
+            return redirect_to_login(request.get_full_path())
+        return view(request, *args, **kwargs)
+
+    return wrapper
+
+
+def error_page(request: HttpRequest, exc: DomainError) -> HttpResponse:
+    template = "console/partials/error.html" if getattr(request, "htmx", False) else "console/error.html"
+    return render(request, template, {"error": exc}, status=exc.status)
+
+
+def domain_errors(view: View) -> View:
+    """Render a ``DomainError`` (not found, forbidden, conflict, invalid) with its status and message."""
+
+    @functools.wraps(view)
+    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        try:
+            return view(request, *args, **kwargs)
+        except DomainError as exc:
+            return error_page(request, exc)
+
+    return wrapper

@@ -1,0 +1,60 @@
+"""Start a thread from the console (operators and admins): a form generated from the graph's input schema."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+
+from approvals import permissions, services
+from approvals.errors import DomainError
+from console.forms import json_object, start_fields, start_input_parse
+from console.views.common import console_login_required, domain_errors
+from runtime.registry import graph_get, graph_names
+from runtime.schema import json_schema_for
+
+
+def _graphs_for(user: Any) -> list[tuple[str, str]]:
+    return [(name, graph_get(name).description) for name in graph_names() if permissions.graph_visible(user, name)]
+
+
+@console_login_required
+@domain_errors
+def thread_start(request: HttpRequest) -> HttpResponse:
+    permissions.require(request.user, "runtime.start_thread", "start threads")
+    if request.method not in ("GET", "POST"):
+        return HttpResponse(status=405)
+    graphs = _graphs_for(request.user)
+    source = request.POST if request.method == "POST" else request.GET
+    graph = source.get("graph") or (graphs[0][0] if graphs else "")
+    if graph not in {g for g, _ in graphs}:
+        graph = graphs[0][0] if graphs else ""
+    schema = json_schema_for(graph_get(graph).input_schema) if graph else {"properties": {}}
+    fields = start_fields(schema)
+    errors: dict[str, str] = {}
+    if request.method == "POST":
+        graph_input = start_input_parse(fields, request.POST, errors)
+        metadata = {k: request.POST.get(f"meta.{k}", "").strip() for k in ("case", "applicant")}
+        metadata = {k: v for k, v in metadata.items() if v}
+        metadata.update(json_object(request.POST, "metadata_json", errors) or {})
+        if not errors:
+            try:
+                thread, _ = services.thread_start(
+                    actor=request.user, graph=graph, input=graph_input, metadata=metadata  # type: ignore[arg-type]
+                )
+            except DomainError as exc:
+                field = (exc.field or "").split("[")[0]
+                errors[field if any(f.name == field for f in fields) or field == "graph" else "__all__"] = exc.message
+            else:
+                messages.success(request, f"Thread started on {graph}")
+                return redirect("console:thread", thread_id=thread.id)
+    for f in fields:
+        f.error = errors.get(f.name, "")
+    ctx = {"graphs": graphs, "graph": graph, "fields": fields, "errors": errors, "data": source,
+           "schema_json": json.dumps(schema, indent=2)}
+    if getattr(request, "htmx", False) and request.htmx.target == "start-fields":  # type: ignore[attr-defined]
+        return render(request, "console/partials/start_fields.html", ctx)
+    return render(request, "console/start.html", ctx, status=422 if errors else 200)

@@ -1,0 +1,101 @@
+"""The task page, claiming, and deciding.
+
+Deciding goes through ``console.services.task_decide_checked`` (claims, then
+``approvals.services.task_decide``). Every refusal re-renders the decision
+panel with the message next to the field it concerns; nothing is saved.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import UUID
+
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET, require_POST
+
+from approvals import permissions
+from approvals.errors import Conflict, DomainError
+from console import pages, services
+from console.forms import decision_request_parse
+from console.views.common import console_login_required, domain_errors
+
+
+@require_GET
+@console_login_required
+@domain_errors
+def task_detail(request: HttpRequest, task_id: UUID) -> HttpResponse:
+    return render(request, "console/task.html", pages.task_context(request.user, task_id))
+
+
+@require_GET
+@console_login_required
+@domain_errors
+def task_live(request: HttpRequest, task_id: UUID) -> HttpResponse:
+    """The live panel alone (the websocket pushes the same fragment; this is its plain-HTTP twin)."""
+    return render(request, "console/partials/task_live.html", pages.task_live_context(request.user, task_id))
+
+
+def _claim_response(request: HttpRequest, task_id: UUID, error: str = "", status: int = 200) -> HttpResponse:
+    if not getattr(request, "htmx", False):
+        if error:
+            messages.error(request, error)
+        return redirect("console:task", task_id=task_id)
+    ctx = pages.task_live_context(request.user, task_id)
+    ctx["claim_error"] = error
+    return render(request, "console/partials/task_live.html", ctx, status=status)
+
+
+@require_POST
+@console_login_required
+@domain_errors
+def task_claim(request: HttpRequest, task_id: UUID) -> HttpResponse:
+    try:
+        services.task_claim(actor=request.user, task_id=task_id)  # type: ignore[arg-type]
+    except Conflict as exc:
+        return _claim_response(request, task_id, exc.message, exc.status)
+    return _claim_response(request, task_id)
+
+
+@require_POST
+@console_login_required
+@domain_errors
+def task_release(request: HttpRequest, task_id: UUID) -> HttpResponse:
+    services.task_release(actor=request.user, task_id=task_id)  # type: ignore[arg-type]
+    return _claim_response(request, task_id)
+
+
+@require_POST
+@console_login_required
+@domain_errors
+def task_decide(request: HttpRequest, task_id: UUID) -> HttpResponse:
+    task = permissions.task_get_for(request.user, task_id)
+    # Refuse before parsing: an auditor must not even learn how the form would validate.
+    permissions.require_decide(request.user, task)
+    ctx = pages.task_context(request.user, task_id)
+    form = ctx["form"]
+    decision_request = decision_request_parse(form, request.POST)
+    status = 422
+    stale: dict[str, Any] | None = None
+    if decision_request is not None:
+        try:
+            decision = services.task_decide_checked(
+                actor=request.user, task_id=task_id, request=decision_request  # type: ignore[arg-type]
+            )
+        except DomainError as exc:
+            status = exc.status
+            if isinstance(exc, Conflict) and exc.field == "checkpoint_id":
+                stale = {"message": exc.message, "seen": decision_request.checkpoint_id}
+            else:
+                form.attach(exc.field, exc.message)
+        else:
+            if not getattr(request, "htmx", False):
+                messages.success(request, f"Decision recorded: {decision.get_outcome_display()}")
+                return redirect("console:task", task_id=task_id)
+            done = pages.task_live_context(request.user, task_id)
+            done["decision"] = decision
+            return render(request, "console/partials/decision_done.html", done, status=201)
+    ctx.update({"form": form, "stale": stale})
+    template = "console/partials/decision_form.html" if getattr(request, "htmx", False) else "console/task.html"
+    return render(request, template, ctx, status=status)

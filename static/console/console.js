@@ -1,0 +1,108 @@
+// Gatehouse console behaviour: live-connection indicator, new-row highlight, keyboard shortcuts.
+// External file only (no inline scripts), so a strict Content-Security-Policy can be added.
+(function () {
+  "use strict";
+
+  // --- live connection indicator -------------------------------------------------
+  function indicator(state, text) {
+    var el = document.getElementById("live-indicator");
+    if (!el) return;
+    el.hidden = false;
+    el.textContent = text;
+    el.classList.toggle("is-live", state === "live");
+    el.classList.toggle("is-down", state === "down");
+  }
+  document.addEventListener("htmx:wsOpen", function () { indicator("live", "live"); });
+  document.addEventListener("htmx:wsClose", function () { indicator("down", "reconnecting…"); });
+  document.addEventListener("htmx:wsError", function () { indicator("down", "offline"); });
+
+  // --- highlight rows that appeared through a live update --------------------------
+  var seen = null;
+  function rowIds() {
+    var ids = new Set();
+    document.querySelectorAll("#inbox-results tr[data-task-id]").forEach(function (tr) { ids.add(tr.dataset.taskId); });
+    return ids;
+  }
+  function markNew() {
+    var now = rowIds();
+    if (seen) {
+      document.querySelectorAll("#inbox-results tr[data-task-id]").forEach(function (tr) {
+        if (!seen.has(tr.dataset.taskId)) tr.classList.add("is-new");
+      });
+    }
+    seen = now;
+    restoreSelection();
+  }
+  document.addEventListener("DOMContentLoaded", function () { seen = rowIds(); });
+  document.addEventListener("htmx:wsAfterMessage", markNew);
+  document.addEventListener("htmx:afterSwap", function (e) {
+    if (e.target && e.target.id === "inbox-results") { seen = rowIds(); restoreSelection(); }
+  });
+
+  // --- keyboard shortcuts ------------------------------------------------------------
+  var selectedId = null;
+  function rows() { return Array.prototype.slice.call(document.querySelectorAll("#inbox-results tr[data-task-id]")); }
+  function select(tr) {
+    rows().forEach(function (r) { r.classList.remove("is-selected"); });
+    if (!tr) return;
+    tr.classList.add("is-selected");
+    selectedId = tr.dataset.taskId;
+    var link = tr.querySelector("a");
+    if (link) link.focus({ preventScroll: false });
+  }
+  function restoreSelection() {
+    if (!selectedId) return;
+    var tr = document.querySelector('#inbox-results tr[data-task-id="' + selectedId + '"]');
+    if (tr) tr.classList.add("is-selected");
+  }
+  function typing(e) {
+    var t = e.target;
+    return t && (t.isContentEditable || /^(INPUT|TEXTAREA|SELECT)$/.test(t.tagName));
+  }
+  var pendingG = false;
+  document.addEventListener("keydown", function (e) {
+    if (e.ctrlKey || e.metaKey || e.altKey) return;
+    if (e.key === "Escape" && typing(e)) { e.target.blur(); return; }
+    if (typing(e)) return;
+    var list = rows();
+    var current = list.findIndex(function (r) { return r.classList.contains("is-selected"); });
+    if (pendingG) {
+      pendingG = false;
+      if (e.key === "i") { window.location.href = "/"; e.preventDefault(); }
+      return;
+    }
+    switch (e.key) {
+      case "/": {
+        var search = document.querySelector('[data-shortcut="/"]');
+        if (search) { search.focus(); e.preventDefault(); }
+        break;
+      }
+      case "j": if (list.length) { select(list[Math.min(current + 1, list.length - 1)]); e.preventDefault(); } break;
+      case "k": if (list.length) { select(list[Math.max(current - 1, 0)]); e.preventDefault(); } break;
+      case "Enter": case "o":
+        if (current >= 0) { window.location.href = list[current].dataset.href; e.preventDefault(); }
+        break;
+      case "c": {
+        var btn = document.querySelector('[data-shortcut="c"]');
+        if (btn) { btn.click(); e.preventDefault(); }
+        break;
+      }
+      case "r": {
+        var reason = document.querySelector('[data-shortcut="r"]');
+        if (reason) { reason.focus(); e.preventDefault(); }
+        break;
+      }
+      case "g": pendingG = true; break;
+      case "?": toggleHelp(); e.preventDefault(); break;
+    }
+  });
+  function toggleHelp() {
+    var help = document.getElementById("kbd-help");
+    if (!help) return;
+    help.hidden = !help.hidden;
+    document.querySelectorAll(".kbd-help-toggle").forEach(function (b) { b.setAttribute("aria-expanded", String(!help.hidden)); });
+  }
+  document.addEventListener("click", function (e) {
+    if (e.target.closest && e.target.closest(".kbd-help-toggle")) toggleHelp();
+  });
+})();

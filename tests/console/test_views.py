@@ -1,0 +1,346 @@
+"""Console pages and partials: who sees what (table-driven), filters, pagination, CSRF, form errors."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+import pytest
+from django.test import Client
+from django.utils import timezone
+
+from approvals.models import AuditEvent, Decision
+from console.models import TaskClaim
+from console.selectors import inbox_list
+from tests.console.conftest import console_client, task_make
+
+pytestmark = pytest.mark.usefixtures("live_db")
+
+
+@pytest.fixture
+def loan_task():
+    return task_make(metadata={"case": f"C-{uuid.uuid4().hex[:6]}", "applicant": "Ada Lovelace"})
+
+
+@pytest.fixture
+def kyc_task():
+    return task_make(graph="kyc_onboarding", node="compliance_review")
+
+
+PAGES = ["inbox", "loan_task", "kyc_task", "loan_thread", "threads", "audit", "start"]
+
+# role → page → status
+EXPECTED = {
+    "reviewer":      dict(inbox=200, loan_task=200, kyc_task=200, loan_thread=200, threads=200, audit=403, start=403),
+    "loan_reviewer": dict(inbox=200, loan_task=200, kyc_task=404, loan_thread=200, threads=200, audit=403, start=403),
+    "auditor":       dict(inbox=200, loan_task=200, kyc_task=200, loan_thread=200, threads=200, audit=200, start=403),
+    "operator":      dict(inbox=200, loan_task=200, kyc_task=200, loan_thread=200, threads=200, audit=403, start=200),
+    "admin":         dict(inbox=200, loan_task=200, kyc_task=200, loan_thread=200, threads=200, audit=200, start=200),
+    "outsider":      dict(inbox=403, loan_task=404, kyc_task=404, loan_thread=404, threads=403, audit=403, start=403),
+}
+
+
+def _url(page: str, loan_task, kyc_task) -> str:
+    return {
+        "inbox": "/", "loan_task": f"/tasks/{loan_task.pk}/", "kyc_task": f"/tasks/{kyc_task.pk}/",
+        "loan_thread": f"/threads/{loan_task.thread_id}/", "threads": "/threads/", "audit": "/audit/",
+        "start": "/threads/new",
+    }[page]
+
+
+@pytest.mark.parametrize("role", list(EXPECTED))
+def test_each_role_gets_exactly_its_pages(role, personas, loan_task, kyc_task):
+    client = console_client(personas[role])
+    got = {page: client.get(_url(page, loan_task, kyc_task)).status_code for page in PAGES}
+    assert got == EXPECTED[role]
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_anonymous_users_are_sent_to_sign_in(page, loan_task, kyc_task):
+    response = Client().get(_url(page, loan_task, kyc_task))
+    assert response.status_code == 302
+    assert response["Location"].startswith("/accounts/login/?next=")
+
+
+def test_an_expired_session_on_an_htmx_request_reloads_to_sign_in():
+    response = Client().get("/", headers={"HX-Request": "true", "HX-Current-URL": "http://testserver/?graph=x"})
+    assert response.status_code == 200
+    assert response["HX-Redirect"] == "/accounts/login/?next=%2F%3Fgraph%3Dx"
+
+
+def test_sign_in_and_sign_out(personas):
+    client = Client(enforce_csrf_checks=True)
+    page = client.get("/accounts/login/")
+    assert b'name="username"' in page.content and b'for="id_username"' in page.content
+    token = page.cookies["csrftoken"].value
+    bad = client.post("/accounts/login/", {"username": personas["reviewer"].username, "password": "nope",
+                                           "csrfmiddlewaretoken": token})
+    assert b"did not match" in bad.content
+    good = client.post("/accounts/login/", {"username": personas["reviewer"].username, "password": "gatehouse",
+                                            "csrfmiddlewaretoken": token})
+    assert good.status_code == 302
+    assert client.get("/").status_code == 200
+    token = client.cookies["csrftoken"].value
+    assert client.post("/accounts/logout/", {"csrfmiddlewaretoken": token}).status_code == 302
+    assert client.get("/").status_code == 302
+
+
+def test_auditors_get_no_decision_controls_and_the_endpoint_refuses_them(personas, loan_task):
+    client = console_client(personas["auditor"])
+    page = client.get(f"/tasks/{loan_task.pk}/").content.decode()
+    assert 'id="read-only-note"' in page
+    assert "decide-button" not in page and "claim-button" not in page
+    response = client.post(f"/tasks/{loan_task.pk}/decide", {"decision": "approve", "reason": "x",
+                                                             "checkpoint_id": loan_task.checkpoint_id})
+    assert response.status_code == 403
+    assert client.post(f"/tasks/{loan_task.pk}/claim").status_code == 403
+    assert not Decision.objects.filter(task=loan_task).exists()
+
+
+def test_the_task_page_renders_the_gate_payload_and_a_typed_edit_form(personas, loan_task):
+    page = console_client(personas["reviewer"]).get(f"/tasks/{loan_task.pk}/").content.decode()
+    assert "Proposed action" in page and "disburse" in page
+    assert 'name="action_args.amount"' in page and 'inputmode="numeric"' in page
+    assert 'name="edits.amount"' in page and 'name="edits.term_months"' in page
+    assert 'name="edits.applicant"' not in page  # not editable at this gate
+    assert f'name="checkpoint_id" value="{loan_task.checkpoint_id}"' in page
+    assert 'ws-connect="/ws/tasks/' in page
+    assert "<script>" not in page  # external scripts only (CSP-ready)
+
+
+@pytest.mark.parametrize("payload,expect", [
+    ({"action_requests": [{"name": "send_email", "args": {"to": "a@b.c"}, "description": "Send it"}],
+      "review_configs": [{"action_name": "send_email", "allowed_decisions": ["approve", "edit", "reject"]}]},
+     ['name="decisions[0].type"', 'name="decisions[0].args.to"', "send_email"]),
+    ([{"action_request": {"action": "refund", "args": {"amount": 12.5}}, "description": "Refund?",
+       "config": {"allow_accept": True, "allow_edit": True, "allow_respond": False, "allow_ignore": True}}],
+     ['name="action_args.amount"', 'inputmode="decimal"', "Refund?", 'value="approve"', 'value="reject"']),
+    ({"question": "Anything else?", "nested": {"deep": [1, 2, {"x": True}]}},
+     ['class="json-tree"', "Anything else?", 'value="respond"']),
+])
+def test_each_payload_kind_renders_its_own_form(personas, payload, expect):
+    task = task_make(payload=payload, node="gate")
+    page = console_client(personas["reviewer"]).get(f"/tasks/{task.pk}/").content.decode()
+    for fragment in expect:
+        assert fragment in page, fragment
+
+
+# --- decisions refused: the error next to the field, nothing saved -------------------------
+
+
+def _decide(client: Client, task, **data):
+    body = {"checkpoint_id": task.checkpoint_id, **data}
+    return client.post(f"/tasks/{task.pk}/decide", body, headers={"HX-Request": "true"})
+
+
+def test_a_value_of_the_wrong_type_is_shown_next_to_its_field(personas, loan_task):
+    response = _decide(console_client(personas["reviewer"]), loan_task,
+                       **{"decision": "approve", "reason": "ok", "edits.amount": "lots"})
+    assert response.status_code == 422
+    html = response.content.decode()
+    assert 'id="f-edits-amount-err"' in html and "is not a whole number" in html
+    assert 'value="lots"' in html  # what the reviewer typed is kept
+    assert not Decision.objects.filter(task=loan_task).exists()
+
+
+def test_a_reject_without_a_reason_is_refused_at_the_reason_field(personas, loan_task):
+    response = _decide(console_client(personas["reviewer"]), loan_task, decision="reject", reason="  ")
+    assert response.status_code == 422
+    assert 'id="f-reason-err"' in response.content.decode()
+    assert not Decision.objects.filter(task=loan_task).exists()
+
+
+def test_a_missing_outcome_is_refused(personas, loan_task):
+    response = _decide(console_client(personas["reviewer"]), loan_task, reason="hm")
+    assert response.status_code == 422
+    assert 'id="decision-err"' in response.content.decode()
+
+
+def test_a_stale_view_is_refused_with_a_refresh_offer(personas, loan_task):
+    response = _decide(console_client(personas["reviewer"]), loan_task, decision="approve", reason="ok",
+                       checkpoint_id="an-older-checkpoint")
+    assert response.status_code == 409
+    html = response.content.decode()
+    assert 'id="stale-notice"' in html and "Refresh the task" in html
+    assert not Decision.objects.filter(task=loan_task).exists()
+
+
+def test_invalid_raw_json_edits_are_refused(personas, loan_task):
+    response = _decide(console_client(personas["reviewer"]), loan_task, decision="edit", reason="r",
+                       edits_json="{not json")
+    assert response.status_code == 422
+    assert "not valid JSON" in response.content.decode()
+
+
+# --- claims ------------------------------------------------------------------------------------
+
+
+def test_a_claimed_task_cannot_be_decided_or_claimed_by_someone_else(personas, loan_task):
+    holder, other = console_client(personas["reviewer"]), console_client(personas["reviewer2"])
+    assert holder.post(f"/tasks/{loan_task.pk}/claim", headers={"HX-Request": "true"}).status_code == 200
+    claim = TaskClaim.objects.get(task=loan_task)
+    assert claim.user == personas["reviewer"].user and claim.expires_at > timezone.now()
+    assert AuditEvent.objects.filter(subject_id=str(loan_task.pk), action="task.claimed").exists()
+
+    refused = other.post(f"/tasks/{loan_task.pk}/claim", headers={"HX-Request": "true"})
+    assert refused.status_code == 409 and "has claimed this task" in refused.content.decode()
+    decided = _decide(other, loan_task, decision="approve", reason="mine now")
+    assert decided.status_code == 409
+    assert 'id="claim-error"' in decided.content.decode()
+    assert not Decision.objects.filter(task=loan_task).exists()
+    # The inbox shows who holds it.
+    inbox = other.get("/", {"q": loan_task.thread.metadata["case"]}).content.decode()
+    assert personas["reviewer"].username in inbox
+
+
+def test_only_the_holder_or_an_admin_can_release_a_claim(personas, loan_task):
+    console_client(personas["reviewer"]).post(f"/tasks/{loan_task.pk}/claim")
+    assert console_client(personas["reviewer2"]).post(f"/tasks/{loan_task.pk}/release").status_code == 403
+    assert TaskClaim.objects.filter(task=loan_task).exists()
+    response = console_client(personas["admin"]).post(f"/tasks/{loan_task.pk}/release", headers={"HX-Request": "true"})
+    assert response.status_code == 200
+    assert not TaskClaim.objects.filter(task=loan_task).exists()
+
+
+def test_an_expired_claim_no_longer_blocks_others(personas, loan_task):
+    console_client(personas["reviewer"]).post(f"/tasks/{loan_task.pk}/claim")
+    TaskClaim.objects.filter(task=loan_task).update(expires_at=timezone.now() - timedelta(seconds=1))
+    response = console_client(personas["reviewer2"]).post(f"/tasks/{loan_task.pk}/claim", headers={"HX-Request": "true"})
+    assert response.status_code == 200
+    assert TaskClaim.objects.get(task=loan_task).user == personas["reviewer2"].user
+
+
+# --- CSRF ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", ["claim", "release", "decide"])
+def test_posts_without_a_csrf_token_are_refused(personas, loan_task, path):
+    client = console_client(personas["reviewer"], enforce_csrf=True)
+    assert client.post(f"/tasks/{loan_task.pk}/{path}", {"decision": "approve"}).status_code == 403
+    assert not TaskClaim.objects.filter(task=loan_task).exists()
+
+
+def test_htmx_requests_carry_the_token_from_the_page(personas, loan_task):
+    client = console_client(personas["reviewer"], enforce_csrf=True)
+    page = client.get(f"/tasks/{loan_task.pk}/").content.decode()
+    token = page.split('hx-headers=\'{"X-CSRFToken": "', 1)[1].split('"', 1)[0]
+    response = client.post(f"/tasks/{loan_task.pk}/claim", headers={"HX-Request": "true", "X-CSRFToken": token})
+    assert response.status_code == 200
+
+
+def test_starting_a_thread_needs_a_csrf_token(personas):
+    client = console_client(personas["operator"], enforce_csrf=True)
+    assert client.post("/threads/new", {"graph": "loan_approval"}).status_code == 403
+
+
+# --- inbox filters, search, pagination ---------------------------------------------------------------
+
+
+def test_inbox_filters_and_search(personas):
+    marker = uuid.uuid4().hex[:8]
+    a = task_make(metadata={"case": f"{marker}-A", "applicant": "Grace Hopper"})
+    b = task_make(graph="kyc_onboarding", node="identity_check", metadata={"case": f"{marker}-B"})
+    c = task_make(status="decided", metadata={"case": f"{marker}-C"})
+    client = console_client(personas["reviewer"])
+
+    def ids(**params):
+        html = client.get("/", {"q": marker, **params}).content.decode()
+        return {t for t in (a, b, c) if f'data-task-id="{t.pk}"' in html}
+
+    assert ids() == {a, b}  # pending by default
+    assert ids(status="all") == {a, b, c}
+    assert ids(status="decided") == {c}
+    assert ids(graph="kyc_onboarding") == {b}
+    assert ids(node="identity_check") == {b}
+    assert ids(q="grace hop") == {a}
+    assert {t for t in (a, b, c) if f'data-task-id="{t.pk}"' in client.get("/", {"q": str(b.thread_id)}).content.decode()} == {b}
+    console_client(personas["reviewer"]).post(f"/tasks/{a.pk}/claim")
+    assert ids(claimed="mine") == {a}
+    assert ids(claimed="unclaimed") == {b}
+    other = console_client(personas["reviewer2"]).get("/", {"q": marker, "claimed": "others"}).content.decode()
+    assert f'data-task-id="{a.pk}"' in other and f'data-task-id="{b.pk}"' not in other
+
+
+def test_the_filter_form_gets_just_the_results_partial(personas):
+    response = console_client(personas["reviewer"]).get("/", {"q": "x"}, headers={"HX-Request": "true", "HX-Target": "inbox-results"})
+    html = response.content.decode()
+    assert html.lstrip().startswith('<section id="inbox-results"') and "<html" not in html
+
+
+def test_a_loan_reviewer_never_sees_other_graphs_in_search(personas):
+    marker = uuid.uuid4().hex[:8]
+    task_make(graph="kyc_onboarding", metadata={"case": marker})
+    html = console_client(personas["loan_reviewer"]).get("/", {"q": marker}).content.decode()
+    assert "data-task-id" not in html
+
+
+@pytest.mark.parametrize("sort", ["newest", "oldest", "due"])
+def test_keyset_pages_cover_every_task_once_in_order(personas, sort):
+    marker = uuid.uuid4().hex[:8]
+    base = timezone.now() - timedelta(hours=1)
+    made = [
+        task_make(metadata={"case": marker}, created_at=base + timedelta(seconds=i // 2),  # ties on created_at
+                  due_at=(base + timedelta(hours=i % 3)) if i % 4 else None)
+        for i in range(9)
+    ]
+    seen, cursor = [], ""
+    for _ in range(10):
+        page = inbox_list(user=personas["reviewer"].user, q=marker, sort=sort, cursor=cursor, limit=4)
+        seen.extend(page.items)
+        if not page.next_cursor:
+            break
+        cursor = page.next_cursor
+    assert sorted(t.pk for t in seen) == sorted(t.pk for t in made)
+    assert len(seen) == len(made)
+    if sort == "newest":
+        assert [t.created_at for t in seen] == sorted((t.created_at for t in seen), reverse=True)
+    if sort == "due":
+        dues = [t.due_at for t in seen if t.due_at]
+        assert dues == sorted(dues) and all(t.due_at is None for t in seen[len(dues):])
+
+
+def test_a_broken_cursor_is_a_clear_error_not_a_crash(personas):
+    html = console_client(personas["reviewer"]).get("/", {"cursor": "garbage"}).content.decode()
+    assert "this page link is broken" in html
+
+
+def test_the_next_page_link_keeps_the_filters(personas):
+    marker = uuid.uuid4().hex[:8]
+    for _ in range(51):
+        task_make(metadata={"case": marker})
+    html = console_client(personas["reviewer"]).get("/", {"q": marker, "graph": "loan_approval"}).content.decode()
+    assert 'rel="next"' in html
+    link = html.split('rel="next"')[0].rsplit('href="', 1)[1].split('"')[0].replace("&amp;", "&")
+    assert f"q={marker}" in link and "graph=loan_approval" in link and "cursor=" in link
+    page2 = console_client(personas["reviewer"]).get("/" + link).content.decode()
+    assert page2.count("data-task-id=") == 1
+
+
+# --- audit, threads, start -------------------------------------------------------------------------
+
+
+def test_the_audit_page_filters_by_action_and_links_to_subjects(personas, loan_task):
+    console_client(personas["reviewer"]).post(f"/tasks/{loan_task.pk}/claim")
+    client = console_client(personas["auditor"])
+    html = client.get("/audit/", {"action": "task.claimed", "thread": str(loan_task.thread_id)}).content.decode()
+    assert "task.claimed" in html and f'href="/tasks/{loan_task.pk}/"' in html
+    assert personas["reviewer"].username in html
+    none = client.get("/audit/", {"actor": "nobody-" + uuid.uuid4().hex}).content.decode()
+    assert "No events match" in none
+    bad = client.get("/audit/", {"thread": "not-a-uuid"})
+    assert "Enter a valid UUID" in bad.content.decode()
+
+
+def test_the_start_form_is_generated_from_the_input_schema_and_validates(personas):
+    client = console_client(personas["operator"])
+    page = client.get("/threads/new", {"graph": "loan_approval"}).content.decode()
+    assert 'name="input.amount"' in page and 'name="input.applicant"' in page
+    response = client.post("/threads/new", {"graph": "loan_approval", "input.amount": "many"})
+    assert response.status_code == 422
+    assert "is not a whole number" in response.content.decode()
+    partial = client.get("/threads/new", {"graph": "kyc_onboarding"}, headers={"HX-Request": "true", "HX-Target": "start-fields"})
+    assert partial.content.decode().lstrip().startswith('<fieldset id="start-fields"')
+
+
+def test_a_reviewer_cannot_start_threads(personas):
+    assert console_client(personas["reviewer"]).post("/threads/new", {"graph": "loan_approval"}).status_code == 403
