@@ -8,3 +8,4 @@ class ApprovalsConfig(AppConfig):
 
     def ready(self) -> None:
         from approvals import receivers  # noqa: F401  (subscribes to runtime events)
+        from console import live  # noqa: F401  (publishes audit events to websocket groups after commit)

@@ -29,14 +29,15 @@ def kyc_task():
 
 PAGES = ["inbox", "loan_task", "kyc_task", "loan_thread", "threads", "audit", "start"]
 
-# role → page → status
+# role → status per page, in PAGES order:
+#                 inbox loan_task kyc_task loan_thread threads audit start
 EXPECTED = {
-    "reviewer":      dict(inbox=200, loan_task=200, kyc_task=200, loan_thread=200, threads=200, audit=403, start=403),
-    "loan_reviewer": dict(inbox=200, loan_task=200, kyc_task=404, loan_thread=200, threads=200, audit=403, start=403),
-    "auditor":       dict(inbox=200, loan_task=200, kyc_task=200, loan_thread=200, threads=200, audit=200, start=403),
-    "operator":      dict(inbox=200, loan_task=200, kyc_task=200, loan_thread=200, threads=200, audit=403, start=200),
-    "admin":         dict(inbox=200, loan_task=200, kyc_task=200, loan_thread=200, threads=200, audit=200, start=200),
-    "outsider":      dict(inbox=403, loan_task=404, kyc_task=404, loan_thread=404, threads=403, audit=403, start=403),
+    "reviewer":      (200, 200, 200, 200, 200, 403, 403),
+    "loan_reviewer": (200, 200, 404, 200, 200, 403, 403),
+    "auditor":       (200, 200, 200, 200, 200, 200, 403),
+    "operator":      (200, 200, 200, 200, 200, 403, 200),
+    "admin":         (200, 200, 200, 200, 200, 200, 200),
+    "outsider":      (403, 404, 404, 404, 403, 403, 403),
 }
 
 
@@ -52,7 +53,7 @@ def _url(page: str, loan_task, kyc_task) -> str:
 def test_each_role_gets_exactly_its_pages(role, personas, loan_task, kyc_task):
     client = console_client(personas[role])
     got = {page: client.get(_url(page, loan_task, kyc_task)).status_code for page in PAGES}
-    assert got == EXPECTED[role]
+    assert got == dict(zip(PAGES, EXPECTED[role], strict=True))
 
 
 @pytest.mark.parametrize("page", PAGES)
@@ -205,7 +206,9 @@ def test_only_the_holder_or_an_admin_can_release_a_claim(personas, loan_task):
 def test_an_expired_claim_no_longer_blocks_others(personas, loan_task):
     console_client(personas["reviewer"]).post(f"/tasks/{loan_task.pk}/claim")
     TaskClaim.objects.filter(task=loan_task).update(expires_at=timezone.now() - timedelta(seconds=1))
-    response = console_client(personas["reviewer2"]).post(f"/tasks/{loan_task.pk}/claim", headers={"HX-Request": "true"})
+    response = console_client(personas["reviewer2"]).post(
+        f"/tasks/{loan_task.pk}/claim", headers={"HX-Request": "true"}
+    )
     assert response.status_code == 200
     assert TaskClaim.objects.get(task=loan_task).user == personas["reviewer2"].user
 
@@ -253,7 +256,8 @@ def test_inbox_filters_and_search(personas):
     assert ids(graph="kyc_onboarding") == {b}
     assert ids(node="identity_check") == {b}
     assert ids(q="grace hop") == {a}
-    assert {t for t in (a, b, c) if f'data-task-id="{t.pk}"' in client.get("/", {"q": str(b.thread_id)}).content.decode()} == {b}
+    by_thread = client.get("/", {"q": str(b.thread_id)}).content.decode()
+    assert {t for t in (a, b, c) if f'data-task-id="{t.pk}"' in by_thread} == {b}
     console_client(personas["reviewer"]).post(f"/tasks/{a.pk}/claim")
     assert ids(claimed="mine") == {a}
     assert ids(claimed="unclaimed") == {b}
@@ -262,7 +266,8 @@ def test_inbox_filters_and_search(personas):
 
 
 def test_the_filter_form_gets_just_the_results_partial(personas):
-    response = console_client(personas["reviewer"]).get("/", {"q": "x"}, headers={"HX-Request": "true", "HX-Target": "inbox-results"})
+    htmx = {"HX-Request": "true", "HX-Target": "inbox-results"}
+    response = console_client(personas["reviewer"]).get("/", {"q": "x"}, headers=htmx)
     html = response.content.decode()
     assert html.lstrip().startswith('<section id="inbox-results"') and "<html" not in html
 
@@ -338,7 +343,8 @@ def test_the_start_form_is_generated_from_the_input_schema_and_validates(persona
     response = client.post("/threads/new", {"graph": "loan_approval", "input.amount": "many"})
     assert response.status_code == 422
     assert "is not a whole number" in response.content.decode()
-    partial = client.get("/threads/new", {"graph": "kyc_onboarding"}, headers={"HX-Request": "true", "HX-Target": "start-fields"})
+    htmx = {"HX-Request": "true", "HX-Target": "start-fields"}
+    partial = client.get("/threads/new", {"graph": "kyc_onboarding"}, headers=htmx)
     assert partial.content.decode().lstrip().startswith('<fieldset id="start-fields"')
 
 

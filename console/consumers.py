@@ -1,0 +1,151 @@
+"""Websocket consumers: authorise the subscription, then turn domain events into HTML fragments.
+
+Each consumer joins only groups for objects its user may see (checked through
+``approvals.permissions``), and on every event re-renders its fragment from the
+database with that user's permissions — events themselves carry no data. The
+fragments carry ``hx-swap-oob`` so the htmx ws extension swaps them by id.
+A fresh render is sent on connect, so a client that reconnects catches up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
+from django.contrib.auth import SESSION_KEY
+from django.contrib.sessions.backends.base import SessionBase
+from django.http import QueryDict
+from django.template.loader import render_to_string
+
+from approvals import permissions
+from approvals.errors import DomainError
+from console import live, pages
+from runtime.registry import graph_names
+
+CLOSE_UNAUTHENTICATED = 4401
+CLOSE_FORBIDDEN = 4403
+# Events arrive in bursts (run claimed, task opened, run interrupted within
+# milliseconds): coalesce them into one render.
+DEBOUNCE_SECONDS = 0.15
+
+
+class LiveConsumer(AsyncWebsocketConsumer):
+    template = ""
+
+    async def connect(self) -> None:
+        self.joined: list[str] = []
+        self._pending: asyncio.Task[None] | None = None
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            await self.close(code=CLOSE_UNAUTHENTICATED)
+            return
+        groups = await database_sync_to_async(self.groups_authorised)(user)
+        if groups is None:
+            await self.close(code=CLOSE_FORBIDDEN)
+            return
+        for group in groups:
+            await self.channel_layer.group_add(group, self.channel_name)
+        self.joined = groups
+        await self.accept()
+        await self.render_send()
+
+    async def disconnect(self, code: int) -> None:
+        if self._pending is not None:
+            self._pending.cancel()
+        for group in getattr(self, "joined", []):
+            await self.channel_layer.group_discard(group, self.channel_name)
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        # The only client message is "refresh" (sent by console.js after a reconnect or on demand).
+        await self.render_send()
+
+    async def live_event(self, event: dict[str, Any]) -> None:
+        if self._pending is None or self._pending.done():
+            self._pending = asyncio.ensure_future(self._render_later())
+
+    async def _render_later(self) -> None:
+        await asyncio.sleep(DEBOUNCE_SECONDS)
+        await self.render_send()
+
+    async def render_send(self) -> None:
+        html = await database_sync_to_async(self._render)()
+        if html is None:
+            await self.close(code=CLOSE_UNAUTHENTICATED)
+            return
+        with contextlib.suppress(Exception):  # the socket closed meanwhile
+            await self.send(text_data=html)
+
+    def _render(self) -> str | None:
+        user = self.scope["user"]
+        if not _session_alive(self.scope.get("session")):
+            return None  # signed out or expired since connecting: stop pushing data
+        user.refresh_from_db()
+        if not user.is_active:
+            return None
+        try:
+            ctx = self.context(user)
+        except DomainError as exc:  # access revoked or object gone since connecting
+            return render_to_string("console/partials/live_gone.html", {"error": exc})
+        ctx["live"] = True
+        return render_to_string(self.template, ctx)
+
+    # --- per page -----------------------------------------------------------------------
+
+    def groups_authorised(self, user: Any) -> list[str] | None:
+        raise NotImplementedError
+
+    def context(self, user: Any) -> dict[str, Any]:
+        raise NotImplementedError
+
+
+def _session_alive(session: SessionBase | None) -> bool:
+    if session is None or not session.session_key:
+        return False
+    fresh = session.__class__(session_key=session.session_key)
+    return fresh.get(SESSION_KEY) is not None
+
+
+class InboxConsumer(LiveConsumer):
+    template = "console/partials/inbox_results.html"
+
+    def groups_authorised(self, user: Any) -> list[str] | None:
+        if not user.has_perm("approvals.view_approvaltask"):
+            return None
+        visible = permissions.graphs_visible(user)
+        names = graph_names() if visible is None else sorted(visible)
+        return [live.graph_group(name) for name in names]
+
+    def context(self, user: Any) -> dict[str, Any]:
+        params = QueryDict(self.scope.get("query_string", b"").decode(), mutable=False)
+        return pages.inbox_context(user, params)
+
+
+class TaskConsumer(LiveConsumer):
+    template = "console/partials/task_live.html"
+
+    def groups_authorised(self, user: Any) -> list[str] | None:
+        try:
+            task = permissions.task_get_for(user, self.scope["url_route"]["kwargs"]["task_id"])
+        except DomainError:
+            return None
+        return [live.thread_group(task.thread_id)]
+
+    def context(self, user: Any) -> dict[str, Any]:
+        return pages.task_live_context(user, self.scope["url_route"]["kwargs"]["task_id"])
+
+
+class ThreadConsumer(LiveConsumer):
+    template = "console/partials/thread_live.html"
+
+    def groups_authorised(self, user: Any) -> list[str] | None:
+        try:
+            thread = permissions.thread_get_for(user, self.scope["url_route"]["kwargs"]["thread_id"])
+        except DomainError:
+            return None
+        return [live.thread_group(thread.pk)]
+
+    def context(self, user: Any) -> dict[str, Any]:
+        return pages.thread_live_context(user, self.scope["url_route"]["kwargs"]["thread_id"])

@@ -1,0 +1,176 @@
+"""Live updates: domain events → channel groups, published after commit.
+
+What is published
+    Every change in the domain already writes an ``AuditEvent`` in the same
+    transaction (thread started, run claimed/queued/failed, task opened,
+    claimed, released, decided or superseded, effect executed, thread
+    completed or cancelled). Most runtime status changes are queryset
+    ``.update()`` calls that fire no ``post_save``, so instead of hooking each
+    model we listen to ``AuditEvent`` ``post_save`` and, on commit, publish a
+    small event ``{"type": "live.event", "action", "graph", "thread", ...}``
+    to two groups: ``graph.<graph>`` and ``thread.<thread id>``. A rolled-back
+    change publishes nothing.
+
+    Events carry no state. Consumers re-read everything from the database
+    with the subscriber's own permissions and send HTML fragments, so a lost
+    or duplicated event costs at most a stale screen until the next one, and
+    a reconnecting client catches up by re-rendering.
+
+How it travels
+    * ``REDIS_URL`` set (production, the test suite): the ``channels_redis``
+      layer; any process (web, Celery worker, management command) calls
+      ``group_send`` directly.
+    * Embedded mode (no Redis): ``InMemoryChannelLayer`` exists only inside
+      the web process, and the Celery worker is another process. The web
+      process (it imports ``console.routing``, which calls
+      ``local_delivery_enable``) sends in-process; every other process POSTs
+      the event to ``settings.GATEHOUSE_LIVE_RELAY_URL`` — the web process's
+      ``/internal/live/`` — signed ``t=<unix time>,v1=<hex>`` with an HMAC-SHA256
+      (``salted_hmac`` keyed by ``SECRET_KEY``) over ``"<t>.<body>"``. The
+      endpoint refuses bad signatures and timestamps more than
+      ``RELAY_WINDOW_SECONDS`` away, then ``group_send``s in-process. A relay
+      POST that fails is logged and dropped (see above: events are hints).
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import re
+import time
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.conf import settings
+from django.db import transaction
+from django.db.models.signals import post_save
+from django.dispatch import receiver
+from django.utils.crypto import salted_hmac
+
+from approvals.models import AuditEvent
+
+log = logging.getLogger(__name__)
+
+EVENT_TYPE = "live.event"
+RELAY_HEADER = "X-Gatehouse-Relay"
+RELAY_WINDOW_SECONDS = 60
+_RELAY_SALT = "gatehouse.console.live-relay"
+_GROUP_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
+
+_local_delivery = False
+
+
+def local_delivery_enable() -> None:
+    """Mark this process as the one whose consumers hold the in-memory layer's groups."""
+    global _local_delivery
+    _local_delivery = True
+
+
+def graph_group(graph: str) -> str:
+    # Channels group names allow [A-Za-z0-9_.-] under 100 chars. Two graphs
+    # that sanitise alike would share a group; that leaks nothing, because
+    # consumers re-read with the subscriber's permissions before sending.
+    return "graph." + _GROUP_UNSAFE.sub("_", graph)[:80]
+
+
+def thread_group(thread_id: object) -> str:
+    return f"thread.{thread_id}"
+
+
+def event_from_audit(audit: AuditEvent) -> dict[str, Any]:
+    return {
+        "type": EVENT_TYPE,
+        "id": audit.id,
+        "action": audit.action,
+        "graph": audit.graph,
+        "thread": str(audit.thread_id) if audit.thread_id else None,
+        "subject_type": audit.subject_type,
+        "subject_id": audit.subject_id,
+    }
+
+
+def groups_for(event: dict[str, Any]) -> list[str]:
+    groups = []
+    if event.get("graph"):
+        groups.append(graph_group(str(event["graph"])))
+    if event.get("thread"):
+        groups.append(thread_group(event["thread"]))
+    return groups
+
+
+@receiver(post_save, sender=AuditEvent, dispatch_uid="console.live.audit_published")
+def _on_audit_saved(sender: Any, instance: AuditEvent, created: bool, **kwargs: Any) -> None:
+    if created:
+        event = event_from_audit(instance)
+        # robust: a broken channel layer must never fail the change itself.
+        transaction.on_commit(lambda: event_publish(event), robust=True)
+
+
+def event_publish(event: dict[str, Any]) -> None:
+    """Deliver ``event`` to its groups by whichever route this process has (see module doc)."""
+    try:
+        if settings.REDIS_URL or _local_delivery:
+            deliver_local(event)
+        elif settings.GATEHOUSE_LIVE_RELAY_URL:
+            _relay_post(event)
+    except Exception:  # noqa: BLE001 - a live update is a hint; never break the caller
+        log.warning("live event %s not delivered", event.get("action"), exc_info=True)
+
+
+def deliver_local(event: dict[str, Any]) -> None:
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    for group in groups_for(event):
+        async_to_sync(layer.group_send)(group, event)
+
+
+# --- the embedded-mode relay -------------------------------------------------------
+
+
+def relay_sign(body: bytes, timestamp: int) -> str:
+    digest = salted_hmac(_RELAY_SALT, f"{timestamp}.".encode() + body, algorithm="sha256").hexdigest()
+    return f"t={timestamp},v1={digest}"
+
+
+def relay_verify(body: bytes, header: str, *, now: float | None = None) -> bool:
+    parts = dict(item.split("=", 1) for item in header.split(",") if "=" in item)
+    try:
+        timestamp = int(parts.get("t", ""))
+    except ValueError:
+        return False
+    if abs((now if now is not None else time.time()) - timestamp) > RELAY_WINDOW_SECONDS:
+        return False
+    return hmac.compare_digest(relay_sign(body, timestamp), f"t={timestamp},v1={parts.get('v1', '')}")
+
+
+def relay_event_parse(body: bytes) -> dict[str, Any] | None:
+    """The relayed event, or None if it is not one this module sends."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or data.get("type") != EVENT_TYPE:
+        return None
+    allowed = {"type", "id", "action", "graph", "thread", "subject_type", "subject_id"}
+    if set(data) - allowed:
+        return None
+    return data
+
+
+def _relay_post(event: dict[str, Any]) -> None:
+    import httpx
+
+    body = json.dumps(event, separators=(",", ":")).encode()
+    try:
+        httpx.post(
+            settings.GATEHOUSE_LIVE_RELAY_URL,
+            content=body,
+            headers={"Content-Type": "application/json", RELAY_HEADER: relay_sign(body, int(time.time()))},
+            timeout=2.0,
+        )
+    except httpx.HTTPError as exc:
+        # The web process is not up (e.g. demo_setup runs before daphne): nothing is watching.
+        log.debug("live relay unreachable: %s", exc)

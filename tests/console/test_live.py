@@ -1,0 +1,221 @@
+"""Websockets and the live-event pipeline: who may subscribe, who receives what, the embedded relay."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from channels.testing import WebsocketCommunicator
+from django.db import transaction
+from django.test import Client, override_settings
+
+from approvals.audit import audit_record
+from console import live
+from console.asgi import application
+from tests.console.conftest import task_make
+
+pytestmark = pytest.mark.usefixtures("live_db")
+
+ORIGIN = (b"origin", b"http://testserver")
+
+
+def _cookie(persona: Any) -> tuple[bytes, bytes]:
+    client = Client()
+    client.force_login(persona.user)
+    return (b"cookie", f"sessionid={client.cookies['sessionid'].value}".encode())
+
+
+@pytest.fixture(scope="module")
+def loop() -> Iterator[asyncio.AbstractEventLoop]:
+    """One event loop for every socket, in its own thread: the application task a
+    communicator starts must keep running between the test's sync calls."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    yield loop
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(timeout=5)
+    loop.close()
+
+
+class Socket:
+    """A sync facade over WebsocketCommunicator (tests here are sync, like the rest of the suite)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, path: str, headers: list[tuple[bytes, bytes]]) -> None:
+        self.loop = loop
+        self.comm = self._run(self._make(path, headers))
+
+    async def _make(self, path: str, headers: list[tuple[bytes, bytes]]) -> WebsocketCommunicator:
+        return WebsocketCommunicator(application, path, headers=headers)
+
+    def _run(self, coro: Any, timeout: float = 10) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def connect(self) -> tuple[bool, Any]:
+        return self._run(self.comm.connect(timeout=5))
+
+    def receive(self, timeout: float = 5) -> str:
+        return self._run(self.comm.receive_from(timeout=timeout))
+
+    def output(self, timeout: float = 5) -> Any:
+        return self._run(self.comm.receive_output(timeout=timeout))
+
+    def nothing(self, timeout: float = 0.6) -> bool:
+        return self._run(self.comm.receive_nothing(timeout=timeout))
+
+    def close(self) -> None:
+        self._run(self.comm.disconnect())
+
+
+def _emit(graph: str, thread_id: Any, action: str = "task.opened") -> None:
+    """A domain change as services make it: an audit row, published on commit."""
+    with transaction.atomic():
+        audit_record(actor=None, actor_label="test", action=action, subject_type="task",
+                     subject_id=uuid.uuid4(), thread_id=thread_id, graph=graph)
+
+
+def test_an_anonymous_socket_is_refused(loop):
+    socket = Socket(loop, "/ws/inbox/", [ORIGIN])
+    connected, code = socket.connect()
+    assert not connected and code == 4401
+
+
+def test_a_foreign_origin_is_refused(personas, loop):
+    socket = Socket(loop, "/ws/inbox/", [(b"origin", b"https://evil.example"), _cookie(personas["reviewer"])])
+    connected, _ = socket.connect()
+    assert not connected
+
+
+def test_an_outsider_cannot_subscribe_to_the_inbox_or_a_thread(personas, loop):
+    task = task_make()
+    for path in ("/ws/inbox/", f"/ws/threads/{task.thread_id}/", f"/ws/tasks/{task.pk}/"):
+        connected, code = Socket(loop, path, [ORIGIN, _cookie(personas["outsider"])]).connect()
+        assert not connected and code == 4403, path
+
+
+def test_a_reviewer_cannot_subscribe_to_a_thread_of_a_graph_it_is_not_assigned_to(personas, loop):
+    task = task_make(graph="kyc_onboarding")
+    socket = Socket(loop, f"/ws/threads/{task.thread_id}/", [ORIGIN, _cookie(personas["loan_reviewer"])])
+    connected, code = socket.connect()
+    assert not connected and code == 4403
+
+
+def test_the_inbox_socket_sends_the_list_on_connect_and_after_events(personas, loop):
+    marker = uuid.uuid4().hex[:8]
+    socket = Socket(loop, f"/ws/inbox/?q={marker}", [ORIGIN, _cookie(personas["loan_reviewer"])])
+    connected, _ = socket.connect()
+    assert connected
+    first = socket.receive()
+    assert 'id="inbox-results"' in first and 'hx-swap-oob="true"' in first  # catch-up on (re)connect
+    assert "data-task-id" not in first
+
+    # An event on a graph the reviewer is not assigned to never reaches it.
+    kyc = task_make(graph="kyc_onboarding", metadata={"case": marker})
+    _emit("kyc_onboarding", kyc.thread_id)
+    assert socket.nothing()
+
+    loan = task_make(metadata={"case": marker})
+    _emit("loan_approval", loan.thread_id)
+    update = socket.receive()
+    assert f'data-task-id="{loan.pk}"' in update
+    assert f'data-task-id="{kyc.pk}"' not in update
+    socket.close()
+
+
+def test_bursts_of_events_are_coalesced_into_one_render(personas, loop):
+    task = task_make()
+    socket = Socket(loop, f"/ws/tasks/{task.pk}/", [ORIGIN, _cookie(personas["reviewer"])])
+    assert socket.connect()[0]
+    socket.receive()
+    for action in ("run.claimed", "task.opened", "run.interrupted"):
+        _emit("loan_approval", task.thread_id, action)
+    assert 'id="task-live"' in socket.receive()
+    assert socket.nothing(0.5)
+    socket.close()
+
+
+def test_the_thread_socket_pushes_the_status_after_a_change(personas, loop):
+    task = task_make()
+    socket = Socket(loop, f"/ws/threads/{task.thread_id}/", [ORIGIN, _cookie(personas["auditor"])])
+    assert socket.connect()[0]
+    assert "Waiting for a decision" in socket.receive()
+    task.thread.status = "completed"
+    task.thread.save(update_fields=["status"])
+    _emit("loan_approval", task.thread_id, "thread.completed")
+    assert "Completed" in socket.receive()
+    socket.close()
+
+
+def test_a_signed_out_session_stops_receiving(personas, loop):
+    client = Client()
+    client.force_login(personas["reviewer"].user)
+    cookie = (b"cookie", f"sessionid={client.cookies['sessionid'].value}".encode())
+    task = task_make()
+    socket = Socket(loop, f"/ws/tasks/{task.pk}/", [ORIGIN, cookie])
+    assert socket.connect()[0]
+    socket.receive()
+    client.logout()
+    _emit("loan_approval", task.thread_id)
+    output = socket.output()
+    assert output == {"type": "websocket.close", "code": 4401}
+
+
+def test_a_rolled_back_change_publishes_nothing(personas, loop):
+    task = task_make()
+    socket = Socket(loop, f"/ws/tasks/{task.pk}/", [ORIGIN, _cookie(personas["reviewer"])])
+    assert socket.connect()[0]
+    socket.receive()
+    with pytest.raises(RuntimeError), transaction.atomic():
+        audit_record(actor=None, actor_label="test", action="task.opened", subject_type="task",
+                     subject_id=task.pk, thread_id=task.thread_id, graph="loan_approval")
+        raise RuntimeError("boom")
+    assert socket.nothing()
+    socket.close()
+
+
+# --- the embedded-mode relay -----------------------------------------------------------------
+
+
+def test_relay_signatures_are_checked_and_expire():
+    body = b'{"type":"live.event"}'
+    now = int(time.time())
+    assert live.relay_verify(body, live.relay_sign(body, now))
+    assert not live.relay_verify(body + b" ", live.relay_sign(body, now))
+    assert not live.relay_verify(body, live.relay_sign(body, now - 600))
+    assert not live.relay_verify(body, "t=abc,v1=00")
+    assert not live.relay_verify(body, "")
+
+
+@override_settings(REDIS_URL="", GATEHOUSE_LIVE_RELAY_URL="http://127.0.0.1:1/internal/live/")
+def test_the_relay_endpoint_delivers_signed_events_and_refuses_others(personas, loop):
+    task = task_make()
+    socket = Socket(loop, f"/ws/tasks/{task.pk}/", [ORIGIN, _cookie(personas["reviewer"])])
+    assert socket.connect()[0]
+    socket.receive()
+    event = {"type": live.EVENT_TYPE, "id": 1, "action": "task.claimed", "graph": "loan_approval",
+             "thread": str(task.thread_id), "subject_type": "task", "subject_id": str(task.pk)}
+    body = json.dumps(event).encode()
+    client = Client(enforce_csrf_checks=True)
+    forged = client.post("/internal/live/", body, content_type="application/json",
+                         headers={live.RELAY_HEADER: "t=1,v1=00"})
+    assert forged.status_code == 403
+    assert socket.nothing(0.4)
+    signed = client.post("/internal/live/", body, content_type="application/json",
+                         headers={live.RELAY_HEADER: live.relay_sign(body, int(time.time()))})
+    assert signed.status_code == 204
+    assert 'id="task-live"' in socket.receive()
+    odd = json.dumps({**event, "html": "<script>"}).encode()
+    refused = client.post("/internal/live/", odd, content_type="application/json",
+                          headers={live.RELAY_HEADER: live.relay_sign(odd, int(time.time()))})
+    assert refused.status_code == 400
+    socket.close()
+
+
+def test_the_relay_endpoint_does_not_exist_when_redis_carries_events():
+    assert Client().post("/internal/live/", b"{}", content_type="application/json").status_code == 404
