@@ -1,0 +1,683 @@
+"""Full-cycle benchmark: Gatehouse end to end over HTTP, beside raw LangGraph + PostgresSaver.
+
+    .venv/bin/python bench/full_cycle.py [--threads 200]      (or: make bench)
+
+Self-contained: it recreates a PostgreSQL database (``gatehouse_bench``), runs
+the migrations, starts the fake bank (in this process, no latency), a Celery
+worker (``--pool=threads --concurrency=4``, its own queue on Redis db 13) and
+daphne on a free port, creates an operator and a reviewer with API tokens,
+then measures with httpx:
+
+- full stack, N threads of ``loan_approval`` (amount 20000, income 40000, so
+  they pause at ``human_review``): start → approval task visible (polling
+  ``GET /api/tasks?status=pending&thread=ID``) and decision → thread
+  completed (polling ``GET /api/threads/ID``), closed loop with
+  ``--clients`` requests in flight;
+- the same graph in this process, compiled with a plain ``PostgresSaver``
+  (``durability="sync"``): invoke to the interrupt, then resume with
+  ``Command(resume=...)``, N threads on ``--baseline-concurrency`` threads;
+- decision → completed one at a time (an idle system) for both.
+
+Baseline variant: the graph is demo/graphs/loan_approval.py ``make_graph()``
+unchanged except that its ``disburse`` node calls the bank directly (same
+idempotency key scheme) instead of through Gatehouse's effect ledger — the
+ledger and its audit rows are Gatehouse's cost, so they are measured only in
+the full stack. Django is set up in this process only so that the graph module
+imports.
+
+Results: a table on stdout, ``var/bench/full_cycle.json``, and
+``var/bench/full_cycle.png`` when matplotlib is installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import platform
+import secrets
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+OUT_DIR = ROOT / "var" / "bench"
+PG_SERVER = "postgres://postgres@127.0.0.1:5432"
+REDIS_URL = "redis://127.0.0.1:6379/13"
+GRAPH = "loan_approval"
+RESUME = {"decision": "approve", "reason": "ok", "reviewer": "bench"}
+BASELINE_VARIANT = (
+    "demo loan_approval make_graph() compiled with a plain PostgresSaver (pool), durability='sync'; "
+    "disburse calls demo.bank_client directly with the idempotency key (no Gatehouse effect ledger)"
+)
+
+
+# --- small helpers ---------------------------------------------------------------------
+
+
+def log(message: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def wait_until(predicate: Callable[[], Any], *, timeout: float, interval: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100)."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def loan_input() -> dict[str, Any]:
+    return {"applicant": "Bench Applicant", "loan_id": f"L-{uuid.uuid4().hex[:8]}", "amount": 20000,
+            "income": 40000, "term_months": 24}
+
+
+@dataclass
+class Result:
+    scenario: str
+    system: str  # "gatehouse" | "baseline"
+    n: int
+    concurrency: int
+    median_ms: float
+    p95_ms: float
+    min_ms: float
+    max_ms: float
+    wall_s: float
+    throughput: float  # threads per second
+    ratio: float | None = None  # throughput / baseline throughput of the same step
+    latencies_ms: list[float] = field(default_factory=list, repr=False)
+
+    @classmethod
+    def of(cls, scenario: str, system: str, concurrency: int, spans: list[tuple[float, float]]) -> Result:
+        lat = [(end - start) * 1000 for start, end in spans]
+        wall = max(end for _, end in spans) - min(start for start, _ in spans)
+        return cls(scenario, system, len(spans), concurrency, statistics.median(lat), percentile(lat, 95),
+                   min(lat), max(lat), wall, len(spans) / wall if wall > 0 else float("inf"), None,
+                   [round(x, 3) for x in lat])
+
+
+# --- processes ------------------------------------------------------------------------------
+
+
+class Proc:
+    """A subprocess in its own process group, logging to a file; stopped with killpg."""
+
+    def __init__(self, name: str, args: list[str], env: dict[str, str], logdir: Path) -> None:
+        self.name = name
+        self.log_path = logdir / f"{name}.log"
+        self.log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self, grace: float = 10.0) -> None:
+        if self.alive:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=10)
+        self.log.close()
+
+    def tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+def bench_env(db_name: str, queue: str, bank_url: str, var_dir: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("GATEHOUSE_", "DJANGO_", "SECRET_KEY", "CELERY_", "SECURE_"))
+           and k not in ("DEBUG", "DATABASE_URL", "REDIS_URL", "ALLOWED_HOSTS", "LOG_LEVEL")}
+    env.update(
+        DJANGO_SETTINGS_MODULE="console.settings",
+        DATABASE_URL=f"{PG_SERVER}/{db_name}",
+        REDIS_URL=REDIS_URL,
+        SECRET_KEY=secrets.token_urlsafe(50),
+        ALLOWED_HOSTS="127.0.0.1,localhost",
+        SECURE_SSL_REDIRECT="false",  # plain HTTP on loopback; DEBUG stays off as in production
+        GATEHOUSE_QUEUE=queue,
+        GATEHOUSE_FAKE_BANK_URL=bank_url,
+        GATEHOUSE_VAR_DIR=str(var_dir),
+        LOG_LEVEL="WARNING",
+        PYTHONUNBUFFERED="1",
+    )
+    return env
+
+
+def db_recreate(name: str) -> None:
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(f"{PG_SERVER}/postgres", autocommit=True, connect_timeout=10) as conn:
+        conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s "
+                     "AND pid <> pg_backend_pid()", [name])
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(name)))
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+
+
+def db_drop(name: str) -> None:
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(f"{PG_SERVER}/postgres", autocommit=True, connect_timeout=10) as conn:
+        conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s "
+                     "AND pid <> pg_backend_pid()", [name])
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(name)))
+
+
+def redis_forget(queue: str) -> None:
+    import redis
+
+    client = redis.Redis.from_url(REDIS_URL, socket_timeout=5)
+    keys = list(client.scan_iter(f"*{queue}*"))
+    if keys:
+        client.delete(*keys)
+    client.close()
+
+
+USERS_SCRIPT = """
+import json
+from django.contrib.auth import get_user_model
+from approvals.models import GraphAssignment
+from approvals.roles import roles_ensure
+from approvals.tokens import token_issue
+
+groups = roles_ensure()
+tokens = {}
+for role in ("operator", "reviewer"):
+    user = get_user_model().objects.create_user(f"bench-{role}", password=None)
+    user.groups.add(groups[role])
+    GraphAssignment.objects.create(user=user, graph="*")
+    tokens[role] = token_issue(user=user, name="bench")
+print("TOKENS " + json.dumps(tokens))
+"""
+
+
+def manage(env: dict[str, str], *args: str, timeout: float = 180) -> str:
+    result = subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env, capture_output=True,
+                            text=True, timeout=timeout)
+    if result.returncode != 0:
+        raise RuntimeError(f"manage.py {' '.join(args[:1])} failed ({result.returncode}):\n{result.stderr[-3000:]}")
+    return result.stdout
+
+
+# --- the full stack over HTTP --------------------------------------------------------------
+
+
+class Api:
+    def __init__(self, base_url: str, tokens: dict[str, str], *, timeout: float) -> None:
+        import httpx
+
+        self.base_url = base_url
+        self.headers = {role: {"Authorization": f"Bearer {token}"} for role, token in tokens.items()}
+        self.timeout = timeout
+        self._local = threading.local()
+        self._clients: list[httpx.Client] = []
+        self._lock = threading.Lock()
+
+    @property
+    def http(self) -> Any:
+        import httpx
+
+        client = getattr(self._local, "client", None)
+        if client is None:
+            client = httpx.Client(base_url=self.base_url, timeout=10.0)
+            self._local.client = client
+            with self._lock:
+                self._clients.append(client)
+        return client
+
+    def close(self) -> None:
+        for client in self._clients:
+            client.close()
+
+    def start(self) -> str:
+        response = self.http.post("/api/threads", json={"graph": GRAPH, "input": loan_input(),
+                                                        "metadata": {"bench": True}},
+                                  headers=self.headers["operator"])
+        if response.status_code != 201:
+            raise RuntimeError(f"start failed: {response.status_code} {response.text[:500]}")
+        return str(response.json()["id"])
+
+    def task_visible(self, thread_id: str, poll: float) -> str:
+        def visible() -> str | None:
+            response = self.http.get("/api/tasks", params={"status": "pending", "thread": thread_id},
+                                     headers=self.headers["reviewer"])
+            response.raise_for_status()
+            items = response.json()["items"]
+            return str(items[0]["id"]) if items else None
+
+        return str(wait_until(visible, timeout=self.timeout, interval=poll, what=f"task on {thread_id}"))
+
+    def decide(self, task_id: str) -> None:
+        response = self.http.post(f"/api/tasks/{task_id}/decision", json={"decision": "approve", "reason": "bench"},
+                                  headers=self.headers["reviewer"])
+        if response.status_code != 201:
+            raise RuntimeError(f"decision failed: {response.status_code} {response.text[:500]}")
+
+    def completed(self, thread_id: str, poll: float) -> dict[str, Any]:
+        def done() -> dict[str, Any] | None:
+            response = self.http.get(f"/api/threads/{thread_id}", headers=self.headers["reviewer"])
+            response.raise_for_status()
+            body = response.json()
+            if body["status"] in ("failed", "cancelled"):
+                raise RuntimeError(f"thread {thread_id} {body['status']}: {body.get('error')}")
+            return body if body["status"] == "completed" else None
+
+        return dict(wait_until(done, timeout=self.timeout, interval=poll, what=f"thread {thread_id} completed"))
+
+
+def run_pool(fn: Callable[[Any], Any], items: list[Any], workers: int) -> list[Any]:
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(fn, items))
+
+
+def measure_full_stack(api: Api, n: int, clients: int, poll: float) -> tuple[Result, Result, list[str]]:
+    def start(_: int) -> tuple[str, str, tuple[float, float]]:
+        t0 = time.perf_counter()
+        thread_id = api.start()
+        task_id = api.task_visible(thread_id, poll)
+        return thread_id, task_id, (t0, time.perf_counter())
+
+    def decide(item: tuple[str, str]) -> tuple[float, float]:
+        thread_id, task_id = item
+        t0 = time.perf_counter()
+        api.decide(task_id)
+        body = api.completed(thread_id, poll)
+        if body["values"].get("status") != "disbursed":
+            raise RuntimeError(f"thread {thread_id} ended with {body['values'].get('status')!r}")
+        return t0, time.perf_counter()
+
+    started = run_pool(start, list(range(n)), clients)
+    decided = run_pool(decide, [(t, k) for t, k, _ in started], clients)
+    return (Result.of("start → task visible", "gatehouse", clients, [s for _, _, s in started]),
+            Result.of("decision → completed", "gatehouse", clients, decided),
+            [t for t, _, _ in started])
+
+
+def measure_full_stack_idle(api: Api, n: int, poll: float) -> tuple[Result, list[str], list[float]]:
+    spans, threads, posts = [], [], []
+    for _ in range(n):
+        thread_id = api.start()
+        task_id = api.task_visible(thread_id, poll)
+        t0 = time.perf_counter()
+        api.decide(task_id)
+        posts.append((time.perf_counter() - t0) * 1000)
+        api.completed(thread_id, poll)
+        spans.append((t0, time.perf_counter()))
+        threads.append(thread_id)
+    return Result.of("decision → completed, one at a time", "gatehouse", 1, spans), threads, posts
+
+
+def server_breakdown(db_name: str, thread_ids: list[str]) -> dict[str, float]:
+    """Median milliseconds of each step of the resume runs, from the runs' own timestamps."""
+    import psycopg
+
+    steps = {
+        "decision committed → dispatched to Celery": "dispatched_at - created_at",
+        "dispatched → claimed by a worker": "started_at - dispatched_at",
+        "claimed → run finished (graph + bookkeeping)": "finished_at - started_at",
+        "decision committed → run finished": "finished_at - created_at",
+    }
+    columns = ", ".join(f"percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM {expr}) * 1000)"
+                        for expr in steps.values())
+    with psycopg.connect(f"{PG_SERVER}/{db_name}", connect_timeout=10) as conn:
+        row = conn.execute(f"SELECT {columns} FROM runtime_run WHERE kind = 'resume' "  # noqa: S608
+                           "AND thread_id = ANY(%s::uuid[])", [thread_ids]).fetchone()
+    return {name: round(float(value), 2) for name, value in zip(steps, row or (), strict=True) if value is not None}
+
+
+# --- the baseline: raw LangGraph + PostgresSaver in this process ---------------------------
+
+
+@contextlib.contextmanager
+def baseline_graph(db_name: str, pool_size: int) -> Iterator[Any]:
+    import django
+
+    django.setup()  # only so demo/graphs/loan_approval.py imports (it imports runtime.effects)
+    from langgraph.checkpoint.postgres import PostgresSaver
+    from langgraph.config import get_config
+    from psycopg.rows import dict_row
+    from psycopg_pool import ConnectionPool
+
+    from demo.graphs import loan_approval
+
+    def direct_effect(name: str, call: Callable[[str], Any], *, key: str | None = None) -> Any:
+        thread_id = get_config()["configurable"]["thread_id"]
+        return call(key or f"raw:{thread_id}:{name}")
+
+    # The disburse node looks perform_effect up at call time: swap the ledger for a direct call.
+    loan_approval.perform_effect = direct_effect  # type: ignore[assignment]
+    pool = ConnectionPool(f"{PG_SERVER}/{db_name}", min_size=1,
+                          max_size=pool_size, open=True, timeout=30,
+                          kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row})
+    try:
+        saver = PostgresSaver(pool)  # type: ignore[arg-type]
+        saver.setup()  # no-op: the tables come from Gatehouse's migration in this database
+        yield loan_approval.make_graph().compile(checkpointer=saver)
+    finally:
+        pool.close()
+        from django.db import connections
+
+        connections.close_all()
+
+
+def measure_baseline(graph: Any, n: int, concurrency: int) -> tuple[Result, Result, list[str]]:
+    from langgraph.types import Command
+
+    def start(_: int) -> tuple[str, tuple[float, float]]:
+        thread_id = str(uuid.uuid4())
+        t0 = time.perf_counter()
+        out = graph.invoke(loan_input(), {"configurable": {"thread_id": thread_id}}, durability="sync")
+        t1 = time.perf_counter()
+        if not out.get("__interrupt__"):
+            raise RuntimeError(f"baseline thread {thread_id} did not pause: {out}")
+        return thread_id, (t0, t1)
+
+    def resume(thread_id: str) -> tuple[float, float]:
+        t0 = time.perf_counter()
+        out = graph.invoke(Command(resume=RESUME), {"configurable": {"thread_id": thread_id}}, durability="sync")
+        t1 = time.perf_counter()
+        if out.get("status") != "disbursed":
+            raise RuntimeError(f"baseline thread {thread_id} ended with {out.get('status')!r}")
+        return t0, t1
+
+    started = run_pool(start, list(range(n)), concurrency)
+    resumed = run_pool(resume, [t for t, _ in started], concurrency)
+    return (Result.of("start → task visible", "baseline", concurrency, [s for _, s in started]),
+            Result.of("decision → completed", "baseline", concurrency, resumed),
+            [t for t, _ in started])
+
+
+def measure_baseline_idle(graph: Any, n: int) -> tuple[Result, list[str]]:
+    from langgraph.types import Command
+
+    spans, threads = [], []
+    for _ in range(n):
+        thread_id = str(uuid.uuid4())
+        config = {"configurable": {"thread_id": thread_id}}
+        graph.invoke(loan_input(), config, durability="sync")
+        t0 = time.perf_counter()
+        out = graph.invoke(Command(resume=RESUME), config, durability="sync")
+        spans.append((t0, time.perf_counter()))
+        if out.get("status") != "disbursed":
+            raise RuntimeError(f"baseline thread {thread_id} ended with {out.get('status')!r}")
+        threads.append(thread_id)
+    return Result.of("decision → completed, one at a time", "baseline", 1, spans), threads
+
+
+# --- reporting ------------------------------------------------------------------------------
+
+
+def combined(scenario: str, system: str, parts: list[Result]) -> Result:
+    """Whole cycle (start → completed) throughput: N over the sum of the phases' wall times."""
+    wall = sum(p.wall_s for p in parts)
+    n = parts[0].n
+    return Result(scenario, system, n, parts[0].concurrency, float("nan"), float("nan"), float("nan"),
+                  float("nan"), wall, n / wall)
+
+
+def table(results: list[Result]) -> str:
+    head = f"{'scenario':<38} {'system':<10} {'n':>5} {'conc':>4} {'median ms':>10} {'p95 ms':>9} " \
+           f"{'max ms':>9} {'threads/s':>10} {'vs baseline':>12}"
+    lines = [head, "-" * len(head)]
+    for r in results:
+        def ms(x: float) -> str:
+            return "-" if math.isnan(x) else f"{x:.1f}"
+        ratio = f"{r.ratio:.2f}x" if r.ratio is not None else "1.00x" if r.system == "baseline" else "-"
+        lines.append(f"{r.scenario:<38} {r.system:<10} {r.n:>5} {r.concurrency:>4} {ms(r.median_ms):>10} "
+                     f"{ms(r.p95_ms):>9} {ms(r.max_ms):>9} {r.throughput:>10.1f} {ratio:>12}")
+    return "\n".join(lines)
+
+
+def chart(results: list[Result], path: Path) -> str:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "matplotlib is not installed (and not in constraints.txt): chart skipped"
+    scenarios = list(dict.fromkeys(r.scenario for r in results))
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    width = 0.38
+    for offset, system in ((-width / 2, "gatehouse"), (width / 2, "baseline")):
+        values = [next((r.throughput for r in results if r.scenario == s and r.system == system), 0.0)
+                  for s in scenarios]
+        ax.bar([i + offset for i in range(len(scenarios))], values, width, label=system)
+    ax.set_xticks(range(len(scenarios)), scenarios, rotation=12, fontsize=8)
+    ax.set_ylabel("threads/s")
+    ax.set_title("Full cycle: Gatehouse vs raw LangGraph + PostgresSaver")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return f"chart written to {path}"
+
+
+# --- main -----------------------------------------------------------------------------------
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=200, help="threads per concurrent scenario (default 200)")
+    parser.add_argument("--clients", type=int, default=8, help="HTTP requests in flight, full stack (default 8)")
+    parser.add_argument("--worker-concurrency", type=int, default=4, help="Celery worker threads (default 4)")
+    parser.add_argument("--baseline-concurrency", type=int, default=4,
+                        help="threads invoking the raw graph (default 4, like the worker)")
+    parser.add_argument("--idle-samples", type=int, default=50, help="one-at-a-time decision samples (default 50)")
+    parser.add_argument("--warmup", type=int, default=5, help="unmeasured threads per system first (default 5)")
+    parser.add_argument("--poll", type=float, default=0.02, help="poll interval (s) under load (default 0.02)")
+    parser.add_argument("--idle-poll", type=float, default=0.002, help="poll interval (s) one at a time (0.002)")
+    parser.add_argument("--no-web-pool", dest="web_pool", action="store_false",
+                        help="run daphne on the stock settings (persistent connections per request thread; "
+                             "exhausts max_connections=100 under load) instead of bench/settings.py's pool")
+    parser.add_argument("--db", default="gatehouse_bench", help="database to recreate (default gatehouse_bench)")
+    parser.add_argument("--keep-db", action="store_true", help="keep the database afterwards for inspection")
+    parser.add_argument("--wait-timeout", type=float, default=120.0, help="max wait for one thread step (s)")
+    parser.add_argument("--timeout", type=int, default=1800, help="abort the whole run after this many seconds")
+    args = parser.parse_args()
+
+    def on_alarm(*_: object) -> None:
+        raise TimeoutError(f"benchmark exceeded --timeout {args.timeout}s")
+
+    signal.signal(signal.SIGALRM, on_alarm)
+    signal.alarm(args.timeout)
+
+    from demo.fakebank import serve_in_thread
+
+    OUT_DIR.mkdir(parents=True, exist_ok=True)
+    run_dir = OUT_DIR / "run"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    queue = f"gatehouse-bench-{uuid.uuid4().hex[:8]}"
+    procs: list[Proc] = []
+    bank = serve_in_thread(latency_ms=0.0)
+    env = bench_env(args.db, queue, bank.url, run_dir / "var")
+    os.environ.clear()  # this process sets Django up for the baseline with the same settings
+    os.environ.update(env)
+    api: Api | None = None
+    db_created = False
+    try:
+        log(f"recreating database {args.db}")
+        db_recreate(args.db)
+        db_created = True
+        log("migrating")
+        manage(env, "migrate", "--noinput", "-v", "0")
+        tokens = json.loads(next(line for line in manage(env, "shell", "-c", USERS_SCRIPT).splitlines()
+                                 if line.startswith("TOKENS "))[len("TOKENS "):])
+
+        ready = run_dir / "worker.ready"
+        ready.unlink(missing_ok=True)
+        worker = Proc("worker", [sys.executable, "-m", "celery", "-A", "console", "worker", "--pool=threads",
+                                 f"--concurrency={args.worker_concurrency}", "--loglevel=WARNING", "-Q", queue,
+                                 "--without-mingle", "--without-gossip", "--without-heartbeat"],
+                      {**env, "GATEHOUSE_READY_FILE": str(ready)}, run_dir)
+        procs.append(worker)
+        port = free_port()
+        web_env = {**env, "DJANGO_SETTINGS_MODULE": "bench.settings"} if args.web_pool else env
+        web = Proc("web", [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
+                           "console.asgi:application"], web_env, run_dir)
+        procs.append(web)
+        wait_until(lambda: ready.exists() or not worker.alive, timeout=60, interval=0.1, what="worker ready")
+        if not worker.alive:
+            raise RuntimeError(f"worker exited:\n{worker.tail()}")
+
+        import httpx
+
+        def web_up() -> bool:
+            if not web.alive:
+                raise RuntimeError(f"daphne exited:\n{web.tail()}")
+            try:
+                return httpx.get(f"http://127.0.0.1:{port}/api/docs", timeout=2).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        wait_until(web_up, timeout=60, interval=0.1, what="daphne up")
+        log(f"stack up: daphne :{port}, worker x{args.worker_concurrency} on queue {queue}, bank {bank.url}")
+
+        api = Api(f"http://127.0.0.1:{port}", tokens, timeout=args.wait_timeout)
+        log(f"full stack: warm-up ({args.warmup}), then {args.threads} threads, {args.clients} clients")
+        measure_full_stack(api, args.warmup, min(args.clients, args.warmup), args.poll)
+        gh_start, gh_decide, gh_threads = measure_full_stack(api, args.threads, args.clients, args.poll)
+        log(f"full stack: {args.idle_samples} decisions one at a time")
+        gh_idle, gh_idle_threads, posts_ms = measure_full_stack_idle(api, args.idle_samples, args.idle_poll)
+        breakdown = {"decision POST (client)": round(statistics.median(posts_ms), 2),
+                     **server_breakdown(args.db, gh_idle_threads)}
+
+        # Nothing else runs while the baseline does.
+        api.close()
+        for proc in reversed(procs):
+            proc.stop()
+        procs.clear()
+
+        log(f"baseline: warm-up, then {args.threads} threads on {args.baseline_concurrency} threads")
+        with baseline_graph(args.db, args.baseline_concurrency + 1) as graph:
+            measure_baseline(graph, args.warmup, args.baseline_concurrency)
+            raw_start, raw_decide, raw_threads = measure_baseline(graph, args.threads, args.baseline_concurrency)
+            log(f"baseline: {args.idle_samples} resumes one at a time")
+            raw_idle, raw_idle_threads = measure_baseline_idle(graph, args.idle_samples)
+
+        executions = bank.ledger.executions
+        effects = {
+            "gatehouse_threads": len(gh_threads) + len(gh_idle_threads),
+            "gatehouse_paid_once": sum(executions.get(f"gh:{t}:disburse") == 1 for t in gh_threads + gh_idle_threads),
+            "baseline_threads": len(raw_threads) + len(raw_idle_threads),
+            "baseline_paid_once": sum(executions.get(f"raw:{t}:disburse") == 1
+                                      for t in raw_threads + raw_idle_threads),
+            "max_executions_per_key": max(executions.values(), default=0),
+        }
+
+        results = []
+        for mine, base in ((gh_start, raw_start), (gh_decide, raw_decide), (gh_idle, raw_idle)):
+            mine.ratio = mine.throughput / base.throughput
+            results += [mine, base]
+        cycle = combined("full cycle start → completed", "gatehouse", [gh_start, gh_decide])
+        raw_cycle = combined("full cycle start → completed", "baseline", [raw_start, raw_decide])
+        cycle.ratio = cycle.throughput / raw_cycle.throughput
+        results += [cycle, raw_cycle]
+
+        print()
+        print(table(results))
+        print()
+        print(f"baseline: {BASELINE_VARIANT}")
+        print(f"effects executed exactly once: gatehouse {effects['gatehouse_paid_once']}/"
+              f"{effects['gatehouse_threads']}, baseline {effects['baseline_paid_once']}/"
+              f"{effects['baseline_threads']}")
+        if args.web_pool:
+            print("web process: bench/settings.py = console.settings + Django's psycopg pool (max 16, "
+                  "CONN_MAX_AGE=0); worker: stock console.settings")
+        print("one-at-a-time decision → completed, medians (ms): "
+              + "; ".join(f"{k} {v:.1f}" for k, v in breakdown.items()))
+        print("latency = client-observed over HTTP, polling every "
+              f"{args.poll * 1000:.0f} ms under load and {args.idle_poll * 1000:.0f} ms one at a time")
+
+        report = {
+            "command": " ".join([Path(sys.executable).name, *sys.argv]),
+            "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
+            "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+            "versions": versions(),
+            "config": vars(args),
+            "baseline_variant": BASELINE_VARIANT,
+            "effects": effects,
+            "idle_breakdown_median_ms": breakdown,
+            "results": [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in asdict(r).items()}
+                        for r in results],
+        }
+        json_path = OUT_DIR / "full_cycle.json"
+        json_path.write_text(json.dumps(report, indent=2, ensure_ascii=False))
+        print(f"results written to {json_path}")
+        print(chart(results, OUT_DIR / "full_cycle.png"))
+        if effects["gatehouse_paid_once"] != effects["gatehouse_threads"] or effects["max_executions_per_key"] > 1:
+            print("ERROR: some effect did not execute exactly once", file=sys.stderr)
+            return 1
+        return 0
+    except BaseException:
+        for proc in procs:
+            if proc.log_path.exists():
+                print(f"--- {proc.name} log tail ({proc.log_path}) ---\n{proc.tail()}", file=sys.stderr)
+        raise
+    finally:
+        signal.alarm(0)
+        if api is not None:
+            api.close()
+        for proc in reversed(procs):
+            proc.stop()
+        bank.shutdown()
+        with contextlib.suppress(Exception):
+            redis_forget(queue)
+        if db_created and not args.keep_db:
+            with contextlib.suppress(Exception):
+                db_drop(args.db)
+
+
+def versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for package in ("langgraph", "langgraph-checkpoint-postgres", "django", "celery", "daphne", "psycopg", "httpx"):
+        try:
+            out[package] = version(package)
+        except PackageNotFoundError:
+            out[package] = "?"
+    return out
+
+
+if __name__ == "__main__":
+    sys.exit(main())
