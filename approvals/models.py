@@ -169,3 +169,120 @@ class GraphAssignment(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user_id} → {self.graph}"
+
+
+# --- webhooks (inbound deliveries that decide tasks; outbound event notifications) ---------------
+
+
+class WebhookEndpoint(models.Model):
+    """A named inbound webhook: whose signatures it trusts and how a delivery becomes a decision."""
+
+    name = models.SlugField(max_length=100, unique=True)
+    graph = models.CharField(max_length=100)
+    # Standard Webhooks secrets ("whsec_<base64>"), newest first; several at once while rotating.
+    secrets = models.JSONField(default=list)
+    # Dotted path into the JSON body whose value is matched against a gate payload's correlation_key.
+    correlation_path = models.CharField(max_length=200, default="correlation_key")
+    # {"field": "status", "approve": ["verified"], "reject": ["failed"]}; other values are acknowledged only.
+    decision_map = models.JSONField(default=dict)
+    reason_path = models.CharField(max_length=200, blank=True, default="reason")
+    # Dotted path to the event's own time (ISO 8601 or epoch seconds); empty → the webhook-timestamp header.
+    timestamp_path = models.CharField(max_length=200, blank=True, default="")
+    principal = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"webhook {self.name} → {self.graph}"
+
+
+class DeliveryStatus(models.TextChoices):
+    ACCEPTED = "accepted", "Accepted"
+    REFUSED = "refused", "Refused"
+    DUPLICATE = "duplicate", "Duplicate"
+
+
+class InboundDelivery(models.Model):
+    """Every request to an inbound endpoint, accepted or not, with the response it got."""
+
+    id = models.BigAutoField(primary_key=True)
+    endpoint = models.ForeignKey(WebhookEndpoint, on_delete=models.CASCADE, related_name="deliveries")
+    webhook_id = models.CharField(max_length=200, blank=True, default="")
+    # Only signature-verified deliveries claim their webhook-id: an unsigned request
+    # must not be able to burn an id the real sender will use later.
+    verified = models.BooleanField(default=False)
+    received_at = models.DateTimeField(auto_now_add=True)
+    status = models.CharField(max_length=10, choices=DeliveryStatus.choices)
+    http_status = models.PositiveSmallIntegerField()
+    reason = models.TextField(blank=True, default="")
+    body_digest = models.CharField(max_length=64)
+    correlation_key = models.CharField(max_length=300, blank=True, default="")
+    event_at = models.DateTimeField(null=True, blank=True)
+    outcome = models.CharField(max_length=8, blank=True, default="")
+    task = models.ForeignKey(ApprovalTask, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    decision = models.ForeignKey(Decision, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    response = models.JSONField(default=dict)  # the body sent back; a repeated webhook-id gets it again
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["endpoint", "webhook_id"],
+                condition=Q(verified=True) & ~Q(status="duplicate"),
+                name="one_outcome_per_webhook_id",
+            )
+        ]
+        indexes = [
+            models.Index(fields=["endpoint", "-received_at"], name="inbound_endpoint_recent"),
+            models.Index(fields=["endpoint", "correlation_key", "status"], name="inbound_correlation"),
+        ]
+
+    def __str__(self) -> str:
+        return f"delivery {self.webhook_id} to {self.endpoint_id}: {self.status} {self.http_status}"
+
+
+class WebhookSubscription(models.Model):
+    """An outbound webhook: events of a graph (or "*") POSTed, signed, to a URL."""
+
+    url = models.URLField(max_length=500)
+    graph = models.CharField(max_length=100, default="*")
+    event_types = models.JSONField(default=list)
+    secret = models.CharField(max_length=200)
+    active = models.BooleanField(default=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"subscription {self.pk} → {self.url}"
+
+
+class OutboundStatus(models.TextChoices):
+    PENDING = "pending", "Pending"
+    DELIVERED = "delivered", "Delivered"
+    FAILED = "failed", "Failed"  # attempts exhausted; a manual retry sends it again
+
+
+class OutboundDelivery(models.Model):
+    id = models.BigAutoField(primary_key=True)
+    subscription = models.ForeignKey(WebhookSubscription, on_delete=models.CASCADE, related_name="deliveries")
+    event_id = models.CharField(max_length=64)  # the webhook-id: stable across retries so receivers dedupe
+    event_type = models.CharField(max_length=32)
+    graph = models.CharField(max_length=100, blank=True, default="")
+    payload = models.JSONField()
+    status = models.CharField(max_length=10, choices=OutboundStatus.choices, default=OutboundStatus.PENDING)
+    attempts = models.PositiveIntegerField(default=0)
+    last_error = models.TextField(blank=True, default="")
+    response_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["subscription", "event_id"], name="one_delivery_per_event")
+        ]
+        indexes = [models.Index(fields=["status", "next_attempt_at"], name="outbound_due")]
+
+    def __str__(self) -> str:
+        return f"{self.event_type} {self.event_id} → {self.subscription_id} ({self.status})"

@@ -51,6 +51,8 @@ ROLES: dict[str, list[str]] = {
         "runtime.start_thread",
         "runtime.retry_thread",
     ],
+    # Webhook principals (``webhook:<endpoint>``): decide tasks of their endpoint's graph, nothing else.
+    "service": ["approvals.view_approvaltask", "approvals.decide_task", "runtime.view_thread"],
 }
 
 
