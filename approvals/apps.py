@@ -7,5 +7,6 @@ class ApprovalsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        import approvals.outbound  # noqa: F401  (queues outbound webhook events in the same transaction)
         from approvals import receivers  # noqa: F401  (subscribes to runtime events)
         from console import live  # noqa: F401  (publishes audit events to websocket groups after commit)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -326,3 +327,47 @@ def test_it_answers_404_for_ids_that_do_not_exist(personas, method, path):
 @pytest.mark.parametrize("path", ["/api/threads/not-a-uuid", "/api/tasks/12345"])
 def test_it_refuses_a_malformed_id(personas, path):
     assert personas["admin"].client.get(path).status_code in (404, 422)
+
+
+def asgi_post(path: str, body: bytes, headers: list[tuple[bytes, bytes]]) -> tuple[int, bytes]:
+    """POST through Django's ASGI handler (as daphne serves it), the body in 64 KiB chunks."""
+    import asyncio
+
+    from asgiref.sync import async_to_sync
+    from django.core.asgi import get_asgi_application
+
+    app = get_asgi_application()
+    chunks = [body[i:i + 65536] for i in range(0, len(body), 65536)] or [b""]
+    messages = [{"type": "http.request", "body": c, "more_body": i < len(chunks) - 1} for i, c in enumerate(chunks)]
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        if messages:
+            return messages.pop(0)
+        await asyncio.sleep(30)  # the client stays connected until the response is sent
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+             "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "", "headers": headers,
+             "client": ("127.0.0.1", 50000), "server": ("testserver", 80)}
+    async_to_sync(asyncio.wait_for)(app(scope, receive, send), 30)
+    status = next(m["status"] for m in sent if m["type"] == "http.response.start")
+    return status, b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+
+
+@pytest.mark.parametrize("send_length", [True, False], ids=["content-length", "chunked"])
+def test_it_refuses_an_oversized_body_with_or_without_a_content_length(operator, send_length):
+    """HTTP/1.1 clients may stream a body chunked, with no Content-Length: the limit must still hold."""
+    limit = settings.GATEHOUSE_MAX_BODY_BYTES
+    body = ('{"graph": "no_such_graph", "metadata": {"pad": "' + "x" * limit + '"}}').encode()
+    headers = [(b"content-type", b"application/json"), (b"authorization", f"Bearer {operator.token}".encode())]
+    if send_length:
+        headers.append((b"content-length", str(len(body)).encode()))
+    else:
+        headers.append((b"transfer-encoding", b"chunked"))
+    status, content = asgi_post("/api/threads", body, headers)
+    assert status == 413, content[:300]
+    assert json.loads(content)["error"]["code"] == "payload_too_large"
