@@ -10,3 +10,21 @@ from approvals.audit import audit_anchor
 @shared_task(name="approvals.anchor_audit", ignore_result=True)
 def anchor_audit() -> str:
     return audit_anchor().hash
+
+
+@shared_task(name="approvals.deliver_webhook", acks_late=True, ignore_result=True)
+def deliver_webhook(delivery_id: int) -> None:
+    from approvals.outbound import delivery_attempt
+
+    delivery_attempt(delivery_id=delivery_id)
+
+
+@shared_task(name="approvals.sweep_webhooks", ignore_result=True)
+def sweep_webhooks() -> int:
+    """Re-dispatch outbound deliveries whose scheduled retry never ran (broker lost, worker killed)."""
+    from approvals.outbound import deliveries_due
+
+    due = deliveries_due()
+    for delivery_id in due:
+        deliver_webhook.delay(delivery_id)
+    return len(due)

@@ -29,6 +29,7 @@ api = NinjaAPI(
     docs_url="/docs",
 )
 api.add_router("/", approvals_router)
+api.add_router("/", "approvals.webhooks_api.router")  # signed inbound webhooks, outbound subscriptions
 
 
 def error_response(

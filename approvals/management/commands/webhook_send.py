@@ -1,0 +1,52 @@
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from approvals.models import WebhookEndpoint
+from approvals.webhooks import webhook_sign
+
+
+class Command(BaseCommand):
+    help = (
+        "Send a correctly signed Standard Webhooks delivery to endpoint NAME (signed with its first secret), "
+        "as a vendor would, and print the response."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("name")
+        parser.add_argument("--url", default="http://127.0.0.1:8000", help="the Gatehouse base URL")
+        parser.add_argument("--body", required=True, help="the JSON body")
+        parser.add_argument("--id", default=None, help="webhook-id (default: a new one; repeat one to test dedupe)")
+
+    def handle(self, *args: Any, name: str, url: str, body: str, id: str | None, **options: Any) -> None:
+        endpoint = WebhookEndpoint.objects.filter(name=name).first()
+        if endpoint is None:
+            raise CommandError(f"no webhook endpoint named {name!r} (manage.py webhook_endpoint_create)")
+        try:
+            json.loads(body)
+        except ValueError as exc:
+            raise CommandError(f"--body is not JSON: {exc}") from None
+        raw = body.encode()
+        headers = webhook_sign(endpoint.secrets[0], raw, msg_id=id)
+        request = urllib.request.Request(
+            f"{url.rstrip('/')}/api/webhooks/{name}",
+            data=raw,
+            method="POST",
+            headers={**headers, "Content-Type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310 - the user's own URL
+                status, text = response.status, response.read().decode()
+        except urllib.error.HTTPError as exc:
+            status, text = exc.code, exc.read().decode(errors="replace")
+        except urllib.error.URLError as exc:
+            raise CommandError(f"could not reach {url}: {exc.reason}") from None
+        self.stderr.write(f"webhook-id {headers['webhook-id']} → HTTP {status}")
+        self.stdout.write(text)
+        if status >= 400:
+            raise SystemExit(1)

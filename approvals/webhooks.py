@@ -1,0 +1,419 @@
+"""Inbound webhooks: a signed delivery (Standard Webhooks) decides a waiting task as a service principal.
+
+The path of one delivery:
+1. verify the signature on the raw bytes with ``standardwebhooks`` (any of the
+   endpoint's secrets, so a rotation has no gap; the library's 5-minute tolerance);
+2. under a lock on the endpoint, return the recorded outcome if this webhook-id was
+   seen before (deliveries of one endpoint are serialised: that makes dedupe and
+   event ordering exact without a race window);
+3. refuse an event older than the last accepted one for the same correlation key;
+4. find the pending gate whose payload carries the correlation key, map the body to
+   a decision and call ``services.task_decide`` — the same path as a reviewer.
+
+Every delivery is recorded with the response it got; refused signatures are also
+audited as security events.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import secrets as pysecrets
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from django.contrib.auth.models import Group, User
+from django.db import transaction
+from django.db.models import Max
+from django.utils import timezone
+from standardwebhooks import Webhook
+from standardwebhooks.webhooks import WebhookVerificationError
+
+from approvals import permissions, services
+from approvals.audit import audit_record
+from approvals.errors import DomainError, InvalidInput, NotFound
+from approvals.models import (
+    ApprovalTask,
+    DeliveryStatus,
+    GraphAssignment,
+    InboundDelivery,
+    TaskStatus,
+    WebhookEndpoint,
+)
+from approvals.payloads import DecisionRequest
+from runtime.registry import UnknownGraph, graph_get, graph_names
+
+SECRET_PREFIX = "whsec_"
+SERVICE_ROLE = "service"
+DEFAULT_DECISION_MAP: dict[str, Any] = {
+    "field": "status",
+    "approve": ["verified", "approved"],
+    "reject": ["failed", "rejected"],
+}
+
+
+# --- registration ------------------------------------------------------------------------
+
+
+def secret_generate() -> str:
+    return SECRET_PREFIX + base64.b64encode(pysecrets.token_bytes(24)).decode()
+
+
+def secret_check(secret: str) -> str:
+    if not isinstance(secret, str) or not secret.startswith(SECRET_PREFIX):
+        raise InvalidInput("a webhook secret looks like whsec_<base64>", field="secret")
+    try:
+        Webhook(secret)
+    except Exception:
+        raise InvalidInput("the secret after whsec_ must be base64", field="secret") from None
+    return secret
+
+
+def _decision_map_check(mapping: dict[str, Any]) -> dict[str, Any]:
+    if not isinstance(mapping.get("field"), str) or not mapping["field"]:
+        raise InvalidInput("decision_map needs a 'field' (dotted path to the status)", field="decision_map.field")
+    for key in ("approve", "reject"):
+        values = mapping.get(key, [])
+        if not isinstance(values, list) or not all(isinstance(v, str | int | bool) for v in values):
+            raise InvalidInput(f"decision_map.{key} must be a list of values", field=f"decision_map.{key}")
+    if not mapping.get("approve") and not mapping.get("reject"):
+        raise InvalidInput("decision_map maps no value to a decision", field="decision_map")
+    return {
+        "field": mapping["field"],
+        "approve": list(mapping.get("approve", [])),
+        "reject": list(mapping.get("reject", [])),
+    }
+
+
+@transaction.atomic
+def webhook_endpoint_create(
+    *,
+    actor: User | None,
+    name: str,
+    graph: str,
+    secrets: list[str] | None = None,
+    correlation_path: str = "correlation_key",
+    decision_map: dict[str, Any] | None = None,
+    reason_path: str = "reason",
+    timestamp_path: str = "",
+) -> WebhookEndpoint:
+    """Register an endpoint and its service principal ``webhook:<name>`` (role "service", scoped to ``graph``).
+
+    ``actor`` None is the command line (trusted); otherwise operators/admins of that graph.
+    """
+    if actor is not None:
+        permissions.require(actor, "runtime.retry_thread", "manage webhooks")
+        if not permissions.graph_visible(actor, graph):
+            raise NotFound(f"graph {graph!r} not found", field="graph")
+    try:
+        graph_get(graph)
+    except UnknownGraph:
+        raise InvalidInput(f"unknown graph {graph!r} (registered: {', '.join(graph_names())})", field="graph") from None
+    if WebhookEndpoint.objects.filter(name=name).exists():
+        raise InvalidInput(f"a webhook endpoint named {name!r} exists", field="name")
+    if not correlation_path:
+        raise InvalidInput("correlation_path may not be empty", field="correlation_path")
+    chosen = [secret_check(s) for s in secrets] if secrets else [secret_generate()]
+    username = f"webhook:{name}"
+    principal, _ = User.objects.get_or_create(username=username)
+    principal.set_unusable_password()
+    principal.save()
+    group, _ = Group.objects.get_or_create(name=SERVICE_ROLE)
+    principal.groups.add(group)
+    GraphAssignment.objects.get_or_create(user=principal, graph=graph)
+    endpoint = WebhookEndpoint.objects.create(
+        name=name,
+        graph=graph,
+        secrets=chosen,
+        correlation_path=correlation_path,
+        decision_map=_decision_map_check(decision_map or DEFAULT_DECISION_MAP),
+        reason_path=reason_path,
+        timestamp_path=timestamp_path,
+        principal=principal,
+    )
+    audit_record(
+        actor=actor,
+        actor_label=None if actor else "manage.py",
+        action="webhook.endpoint_created",
+        subject_type="webhook",
+        subject_id=name,
+        graph=graph,
+        details={
+            "principal": username,
+            "correlation_path": correlation_path,
+            "decision_map": endpoint.decision_map,
+            "secrets": len(chosen),  # never the secrets themselves
+        },
+    )
+    return endpoint
+
+
+def endpoints_visible(user: Any) -> Any:
+    if not (permissions._can(user, "runtime.retry_thread") or permissions._can(user, "approvals.view_audit")):
+        return WebhookEndpoint.objects.none()
+    visible = permissions.graphs_visible(user)
+    qs = WebhookEndpoint.objects.all()
+    return qs if visible is None else qs.filter(graph__in=visible)
+
+
+def endpoint_get_for(user: Any, name: str) -> WebhookEndpoint:
+    """Operators, admins and auditors (of the endpoint's graph) see an endpoint and its deliveries."""
+    endpoint = endpoints_visible(user).filter(name=name).first()
+    if endpoint is None:
+        raise NotFound(f"webhook endpoint {name!r} not found", field="name")
+    return endpoint
+
+
+def webhook_sign(secret: str, body: bytes, *, msg_id: str | None = None, at: datetime | None = None) -> dict[str, str]:
+    """Headers a sender attaches to ``body`` (used by ``manage.py webhook_send`` and the outbound sender)."""
+    msg_id = msg_id or f"msg_{pysecrets.token_hex(12)}"
+    at = at or datetime.now(tz=UTC)
+    signature = Webhook(secret).sign(msg_id=msg_id, timestamp=at, data=body.decode())
+    return {"webhook-id": msg_id, "webhook-timestamp": str(int(at.timestamp())), "webhook-signature": signature}
+
+
+# --- receiving ---------------------------------------------------------------------------
+
+
+@dataclass
+class Outcome:
+    http_status: int
+    body: dict[str, Any]
+    delivery: InboundDelivery | None = None
+
+
+def _error(status: int, code: str, message: str, field_name: str | None = None, **extra: Any) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message, "field": field_name}, **extra}
+
+
+def path_get(body: Any, path: str) -> Any:
+    """``a.b.0.c`` into nested objects and lists; a leading ``$.`` is allowed (JSONPath-ish)."""
+    if path.startswith("$."):
+        path = path[2:]
+    value = body
+    for part in path.split(".") if path else []:
+        if isinstance(value, dict) and part in value:
+            value = value[part]
+        elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
+            value = value[int(part)]
+        else:
+            return None
+    return value
+
+
+def _signature_check(endpoint: WebhookEndpoint, raw: bytes, headers: dict[str, str]) -> str | None:
+    """None when one of the endpoint's secrets verifies the delivery; else why not."""
+    try:
+        raw.decode()
+    except UnicodeDecodeError:
+        return "body is not UTF-8"
+    last = "no secrets configured"
+    for secret in endpoint.secrets:
+        try:
+            Webhook(secret).verify(raw, headers, json_parse=False)
+            return None
+        except WebhookVerificationError as exc:
+            last = str(exc)
+            if "timestamp" in last.lower() or "headers" in last.lower():
+                return last  # the same for every secret
+        except Exception as exc:  # a malformed signature header (e.g. no comma) raises ValueError
+            last = f"malformed signature header ({type(exc).__name__})"
+    return last
+
+
+def _event_time(endpoint: WebhookEndpoint, body: Any, headers: dict[str, str]) -> datetime | None:
+    raw: Any = path_get(body, endpoint.timestamp_path) if endpoint.timestamp_path else None
+    if raw is None:
+        raw = headers.get("webhook-timestamp")
+    try:
+        if isinstance(raw, int | float) or (isinstance(raw, str) and raw.replace(".", "", 1).isdigit()):
+            return datetime.fromtimestamp(float(raw), tz=UTC)
+        if isinstance(raw, str):
+            parsed = datetime.fromisoformat(raw.replace("Z", "+00:00"))
+            return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    except (ValueError, OverflowError):
+        return None
+    return None
+
+
+def delivery_receive(*, name: str, raw: bytes, headers: dict[str, str]) -> Outcome:
+    headers = {k.lower(): v for k, v in headers.items()}
+    webhook_id = headers.get("webhook-id", "")[:200]
+    digest = hashlib.sha256(raw).hexdigest()
+    endpoint = WebhookEndpoint.objects.filter(name=name).first()
+    if endpoint is None:
+        return Outcome(404, _error(404, "not_found", f"no webhook endpoint named {name!r}", "name"))
+
+    problem = _signature_check(endpoint, raw, headers)
+    if problem is not None:
+        return _refuse_signature(endpoint, webhook_id, digest, problem)
+
+    with transaction.atomic():
+        endpoint = WebhookEndpoint.objects.select_for_update().get(pk=endpoint.pk)
+        first = (
+            InboundDelivery.objects.filter(endpoint=endpoint, webhook_id=webhook_id, verified=True)
+            .exclude(status=DeliveryStatus.DUPLICATE)
+            .first()
+        )
+        if first is not None:
+            InboundDelivery.objects.create(
+                endpoint=endpoint,
+                webhook_id=webhook_id,
+                verified=True,
+                status=DeliveryStatus.DUPLICATE,
+                http_status=first.http_status,
+                reason=f"repeat of delivery {first.pk}; first outcome returned, nothing done",
+                body_digest=digest,
+                correlation_key=first.correlation_key,
+                task=first.task,
+                decision=first.decision,
+                response=first.response,
+            )
+            return Outcome(first.http_status, first.response, first)
+        return _process(endpoint, webhook_id, raw, digest, headers)
+
+
+def _refuse_signature(endpoint: WebhookEndpoint, webhook_id: str, digest: str, problem: str) -> Outcome:
+    body = _error(401, "bad_signature", f"webhook signature refused: {problem}", "webhook-signature")
+    with transaction.atomic():
+        delivery = InboundDelivery.objects.create(
+            endpoint=endpoint,
+            webhook_id=webhook_id,
+            verified=False,
+            status=DeliveryStatus.REFUSED,
+            http_status=401,
+            reason=problem,
+            body_digest=digest,
+            response=body,
+        )
+        audit_record(
+            actor=None,
+            actor_label=f"webhook:{endpoint.name}",
+            action="webhook.refused",
+            subject_type="webhook",
+            subject_id=endpoint.name,
+            graph=endpoint.graph,
+            details={"delivery": delivery.pk, "webhook_id": webhook_id, "reason": problem, "body_sha256": digest},
+        )
+    return Outcome(401, body, delivery)
+
+
+def _process(endpoint: WebhookEndpoint, webhook_id: str, raw: bytes, digest: str, headers: dict[str, str]) -> Outcome:
+    record: dict[str, Any] = {"endpoint": endpoint, "webhook_id": webhook_id, "verified": True, "body_digest": digest}
+
+    def done(status: int, body: dict[str, Any], reason: str, accepted: bool = False, **fields: Any) -> Outcome:
+        delivery = InboundDelivery.objects.create(
+            **record,
+            **fields,
+            status=DeliveryStatus.ACCEPTED if accepted else DeliveryStatus.REFUSED,
+            http_status=status,
+            reason=reason,
+            response=body,
+        )
+        body = {**body, "delivery": delivery.pk}
+        InboundDelivery.objects.filter(pk=delivery.pk).update(response=body)
+        delivery.response = body
+        return Outcome(status, body, delivery)
+
+    def refuse(status: int, code: str, message: str, field_name: str | None = None, **fields: Any) -> Outcome:
+        return done(status, _error(status, code, message, field_name), message, **fields)
+
+    if not endpoint.active:
+        return refuse(404, "not_found", f"webhook endpoint {endpoint.name!r} is disabled", "name")
+    try:
+        body = json.loads(raw)
+    except ValueError as exc:
+        return refuse(400, "malformed_json", f"request body is not valid JSON: {exc}", "body")
+    if not isinstance(body, dict):
+        return refuse(422, "invalid", "the body must be a JSON object", "body")
+
+    key = path_get(body, endpoint.correlation_path)
+    if not isinstance(key, str | int) or isinstance(key, bool) or key == "":
+        return refuse(422, "invalid", f"no correlation key at {endpoint.correlation_path!r}", endpoint.correlation_path)
+    key = str(key)
+    event_at = _event_time(endpoint, body, headers)
+    record.update(correlation_key=key[:300], event_at=event_at)
+
+    mapping = endpoint.decision_map or DEFAULT_DECISION_MAP
+    status_value = path_get(body, mapping["field"])
+    outcome = next((o for o in ("approve", "reject") if status_value in (mapping.get(o) or [])), None)
+
+    latest = InboundDelivery.objects.filter(
+        endpoint=endpoint, correlation_key=key[:300], status=DeliveryStatus.ACCEPTED, verified=True
+    ).aggregate(latest=Max("event_at"))["latest"]
+    if event_at is not None and latest is not None and event_at < latest:
+        return refuse(
+            409,
+            "out_of_order",
+            f"event at {event_at.isoformat()} is older than the last accepted event for {key!r} "
+            f"({latest.isoformat()}); ignored so the thread never moves backwards",
+            "webhook-timestamp",
+        )
+
+    pending = list(ApprovalTask.objects.filter(status=TaskStatus.PENDING, payload__correlation_key=key))
+    mine = [t for t in pending if t.graph == endpoint.graph]
+    if not mine:
+        if pending:
+            return refuse(
+                409,
+                "wrong_graph",
+                f"correlation key {key!r} belongs to a task of another graph; this endpoint serves {endpoint.graph!r}",
+                endpoint.correlation_path,
+            )
+        earlier = (
+            ApprovalTask.objects.filter(graph=endpoint.graph, payload__correlation_key=key)
+            .order_by("-created_at")
+            .first()
+        )
+        if earlier is not None:
+            return refuse(
+                409,
+                "already_decided",
+                f"the task for {key!r} is {earlier.status} and can no longer be decided",
+                endpoint.correlation_path,
+                task=earlier,
+            )
+        return refuse(404, "unknown_correlation", f"no task waits for {key!r}", endpoint.correlation_path)
+    if len(mine) > 1:
+        return refuse(409, "ambiguous", f"{len(mine)} pending tasks carry {key!r}", endpoint.correlation_path)
+    task = mine[0]
+
+    if outcome is None:
+        # A non-final status ("processing"): recorded and acknowledged; it still orders later events.
+        return done(
+            202,
+            {"status": "acknowledged", "task_id": str(task.id), "decision": None},
+            f"{mapping['field']}={status_value!r} maps to no decision",
+            accepted=True,
+            task=task,
+        )
+    reason_value = path_get(body, endpoint.reason_path) if endpoint.reason_path else None
+    reason = str(reason_value) if reason_value not in (None, "") else f"{mapping['field']}={status_value}"
+    request = DecisionRequest(outcome=outcome, reason=f"[webhook {endpoint.name}] {reason}"[:2000])
+    try:
+        decision = services.task_decide(actor=endpoint.principal, task_id=task.id, request=request, **_signed_now())
+    except DomainError as exc:
+        return done(exc.status, _error(exc.status, exc.code, exc.message, exc.field), exc.message, task=task)
+    return done(
+        202,
+        {"status": "accepted", "task_id": str(task.id), "decision_id": str(decision.id), "decision": outcome},
+        f"{mapping['field']}={status_value!r} → {outcome}",
+        accepted=True,
+        task=task,
+        decision=decision,
+        outcome=outcome,
+    )
+
+
+def _signed_now() -> dict[str, Any]:
+    # The verified signature is this principal's authentication, made just now; it has no password
+    # to re-enter. (Guarded: ``Signer`` arrives with the electronic-signature rules in services.)
+    signer = getattr(services, "Signer", None)
+    return {"signer": signer(authenticated_at=timezone.now())} if signer is not None else {}
+
+
+def deliveries_for(*, user: Any, name: str, limit: int = 100) -> list[InboundDelivery]:
+    endpoint = endpoint_get_for(user, name)
+    return list(endpoint.deliveries.order_by("-received_at", "-id")[:limit])

@@ -1,0 +1,200 @@
+"""Webhook API: the signed inbound endpoint, endpoint registration, delivery logs, outbound subscriptions."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.http import HttpRequest, JsonResponse
+from ninja import Query, Router, Schema, Status
+from pydantic import Field
+
+from approvals import outbound, webhooks
+from approvals.models import InboundDelivery, OutboundDelivery, WebhookEndpoint, WebhookSubscription
+
+router = Router(tags=["webhooks"])
+
+
+class EndpointIn(Schema):
+    name: str = Field(pattern=r"^[-a-zA-Z0-9_]+$", max_length=100)
+    graph: str
+    secrets: list[str] | None = None
+    correlation_path: str = "correlation_key"
+    decision_map: dict[str, Any] | None = None
+    reason_path: str = "reason"
+    timestamp_path: str = ""
+
+
+class EndpointOut(Schema):
+    name: str
+    graph: str
+    principal: str
+    correlation_path: str
+    decision_map: dict[str, Any]
+    reason_path: str
+    timestamp_path: str
+    active: bool
+    url: str
+    secrets: list[str] | None = None  # only in the response that created the endpoint
+
+
+class InboundDeliveryOut(Schema):
+    id: int
+    webhook_id: str
+    received_at: datetime
+    status: str
+    http_status: int
+    verified: bool
+    reason: str
+    body_digest: str
+    correlation_key: str
+    event_at: datetime | None
+    outcome: str
+    task_id: str | None
+    decision_id: str | None
+
+
+class SubscriptionIn(Schema):
+    url: str = Field(max_length=500)
+    graph: str = "*"
+    event_types: list[str]
+    secret: str | None = None
+
+
+class SubscriptionOut(Schema):
+    id: int
+    url: str
+    graph: str
+    event_types: list[str]
+    active: bool
+    secret: str | None = None  # only in the response that created it
+
+
+class OutboundDeliveryOut(Schema):
+    id: int
+    subscription_id: int
+    event_id: str
+    event_type: str
+    graph: str
+    payload: dict[str, Any]
+    status: str
+    attempts: int
+    last_error: str
+    response_code: int | None
+    next_attempt_at: datetime | None
+    created_at: datetime
+    delivered_at: datetime | None
+
+
+class DeliveryQuery(Schema):
+    limit: int = Field(default=100, ge=1, le=500)
+
+
+class OutboundQuery(Schema):
+    subscription: int | None = None
+    status: str | None = Field(default=None, pattern="^(pending|delivered|failed)$")
+    limit: int = Field(default=100, ge=1, le=500)
+
+
+def _user(request: HttpRequest) -> Any:
+    return request.auth  # type: ignore[attr-defined]
+
+
+def _endpoint_out(endpoint: WebhookEndpoint, *, with_secrets: bool = False) -> EndpointOut:
+    return EndpointOut(
+        name=endpoint.name,
+        graph=endpoint.graph,
+        principal=f"webhook:{endpoint.name}",
+        correlation_path=endpoint.correlation_path,
+        decision_map=endpoint.decision_map,
+        reason_path=endpoint.reason_path,
+        timestamp_path=endpoint.timestamp_path,
+        active=endpoint.active,
+        url=f"/api/webhooks/{endpoint.name}",
+        secrets=list(endpoint.secrets) if with_secrets else None,
+    )
+
+
+def _inbound_out(d: InboundDelivery) -> InboundDeliveryOut:
+    return InboundDeliveryOut(
+        id=d.pk,
+        webhook_id=d.webhook_id,
+        received_at=d.received_at,
+        status=d.status,
+        http_status=d.http_status,
+        verified=d.verified,
+        reason=d.reason,
+        body_digest=d.body_digest,
+        correlation_key=d.correlation_key,
+        event_at=d.event_at,
+        outcome=d.outcome,
+        task_id=str(d.task_id) if d.task_id else None,
+        decision_id=str(d.decision_id) if d.decision_id else None,
+    )
+
+
+def _subscription_out(s: WebhookSubscription, *, with_secret: bool = False) -> SubscriptionOut:
+    return SubscriptionOut(
+        id=s.pk,
+        url=s.url,
+        graph=s.graph,
+        event_types=s.event_types,
+        active=s.active,
+        secret=s.secret if with_secret else None,
+    )
+
+
+def _outbound_out(d: OutboundDelivery) -> OutboundDeliveryOut:
+    return OutboundDeliveryOut.model_validate(d, from_attributes=True)
+
+
+@router.post("/webhooks/{name}", auth=None, response={202: dict, 401: dict, 404: dict, 409: dict, 422: dict})
+def webhook_receive(request: HttpRequest, name: str) -> JsonResponse:
+    """A Standard Webhooks delivery (webhook-id / webhook-timestamp / webhook-signature headers).
+
+    The signature is the authentication. A repeated webhook-id gets the first response again.
+    """
+    outcome = webhooks.delivery_receive(name=name, raw=request.body, headers=dict(request.headers))
+    return JsonResponse(outcome.body, status=outcome.http_status)
+
+
+@router.get("/webhooks/{name}/deliveries", response=list[InboundDeliveryOut])
+def webhook_deliveries(request: HttpRequest, name: str, query: Query[DeliveryQuery]) -> list[InboundDeliveryOut]:
+    return [_inbound_out(d) for d in webhooks.deliveries_for(user=_user(request), name=name, limit=query.limit)]
+
+
+@router.get("/webhook-endpoints", response=list[EndpointOut])
+def webhook_endpoints(request: HttpRequest) -> list[EndpointOut]:
+    return [_endpoint_out(e) for e in webhooks.endpoints_visible(_user(request)).order_by("name")]
+
+
+@router.post("/webhook-endpoints", response={201: EndpointOut})
+def webhook_endpoint_create(request: HttpRequest, body: EndpointIn) -> Status[EndpointOut]:
+    endpoint = webhooks.webhook_endpoint_create(actor=_user(request), **body.model_dump())
+    return Status(201, _endpoint_out(endpoint, with_secrets=True))
+
+
+@router.get("/webhook-subscriptions", response=list[SubscriptionOut])
+def webhook_subscriptions(request: HttpRequest) -> list[SubscriptionOut]:
+    return [_subscription_out(s) for s in outbound.subscriptions_visible(_user(request)).order_by("id")]
+
+
+@router.post("/webhook-subscriptions", response={201: SubscriptionOut})
+def webhook_subscription_create(request: HttpRequest, body: SubscriptionIn) -> Status[SubscriptionOut]:
+    subscription = outbound.subscription_create(actor=_user(request), **body.model_dump())
+    return Status(201, _subscription_out(subscription, with_secret=True))
+
+
+@router.get("/webhook-deliveries", response=list[OutboundDeliveryOut])
+def webhook_outbound_deliveries(request: HttpRequest, query: Query[OutboundQuery]) -> list[OutboundDeliveryOut]:
+    qs = outbound.deliveries_visible(_user(request))
+    if query.subscription is not None:
+        qs = qs.filter(subscription_id=query.subscription)
+    if query.status:
+        qs = qs.filter(status=query.status)
+    return [_outbound_out(d) for d in qs.order_by("-created_at", "-id")[: query.limit]]
+
+
+@router.post("/webhook-deliveries/{delivery_id}/retry", response={202: OutboundDeliveryOut})
+def webhook_delivery_retry(request: HttpRequest, delivery_id: int) -> Status[OutboundDeliveryOut]:
+    return Status(202, _outbound_out(outbound.delivery_retry(actor=_user(request), delivery_id=delivery_id)))

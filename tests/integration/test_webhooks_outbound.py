@@ -1,0 +1,187 @@
+"""Outbound webhooks: events reach a local receiver signed per Standard Webhooks, retried with backoff."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+from standardwebhooks import Webhook
+
+from approvals.models import OutboundDelivery, WebhookSubscription
+from tests.conftest import loan_input, pending_tasks, thread_settled, thread_start, wait_for
+
+# Read by the worker process when it schedules a retry (it inherits this environment at start):
+# a short backoff keeps six attempts within a few seconds.
+os.environ.setdefault("GATEHOUSE_WEBHOOK_BACKOFF_SECONDS", "0.2")
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db", "live_worker")]
+
+
+class Receiver:
+    """An HTTP receiver on 127.0.0.1 that records requests and fails the first ``fail_first`` of them."""
+
+    def __init__(self) -> None:
+        self.requests: list[tuple[dict[str, str], bytes]] = []
+        self.fail_first = 0
+        self.lock = threading.Lock()
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                with receiver.lock:
+                    receiver.requests.append(({k.lower(): v for k, v in self.headers.items()}, body))
+                    failing = len(receiver.requests) <= receiver.fail_first
+                self.send_response(503 if failing else 204)
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}/hook"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def events(self, event_type: str | None = None) -> list[dict[str, Any]]:
+        with self.lock:
+            bodies = [json.loads(body) for _, body in self.requests]
+        return [b for b in bodies if event_type is None or b["type"] == event_type]
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    server = Receiver()
+    yield server
+    # Rows persist for the session: later tests' events must not go to a receiver that is gone.
+    WebhookSubscription.objects.filter(url=server.url).update(active=False)
+    server.close()
+
+
+def _subscribe(persona: Any, url: str, graph: str, *events: str) -> dict[str, Any]:
+    response = persona.client.post("/api/webhook-subscriptions", {"url": url, "graph": graph, "event_types": events})
+    assert response.status_code == 201, response.content
+    return response.json()
+
+
+def test_task_and_thread_events_arrive_signed(operator, reviewer, receiver):
+    sub = _subscribe(operator, receiver.url, "loan_approval", "task.opened", "task.decided", "thread.completed")
+    thread = thread_start(operator, "loan_approval", loan_input(amount=20000))
+    [task] = pending_tasks(reviewer, thread["id"])
+    reviewer.client.post(f"/api/tasks/{task['id']}/decision", {"decision": "approve", "reason": "fine"})
+    thread_settled(reviewer, thread["id"])
+
+    def mine() -> list[dict[str, Any]]:
+        return [e for e in receiver.events() if e["data"].get("thread_id") == thread["id"]]
+
+    events = wait_for(lambda: (lambda es: es if len(es) >= 3 else None)(mine()), what="three events")
+    assert sorted(e["type"] for e in events) == ["task.decided", "task.opened", "thread.completed"]
+    opened = next(e for e in events if e["type"] == "task.opened")
+    assert opened["data"]["task_id"] == task["id"] and opened["data"]["graph"] == "loan_approval"
+    decided = next(e for e in events if e["type"] == "task.decided")
+    assert decided["data"]["outcome"] == "approve" and decided["data"]["actor"] == reviewer.username
+
+    # Every request verifies on the receiver's side with the subscription's secret.
+    with receiver.lock:
+        requests = list(receiver.requests)
+    for headers, body in requests:
+        verified = Webhook(sub["secret"]).verify(body, headers)
+        assert verified["type"] in ("task.opened", "task.decided", "thread.completed")
+        assert headers["webhook-id"].startswith("evt_")
+    tampered_headers, tampered_body = requests[0]
+    with pytest.raises(Exception):  # noqa: B017 - the library's WebhookVerificationError
+        Webhook(sub["secret"]).verify(tampered_body + b" ", tampered_headers)
+
+    log = operator.client.get("/api/webhook-deliveries", subscription=sub["id"]).json()
+    assert {d["status"] for d in log} == {"delivered"} and all(d["response_code"] == 204 for d in log)
+
+
+def test_a_failing_receiver_is_retried_with_backoff_under_the_same_id(operator, reviewer, receiver):
+    receiver.fail_first = 2
+    sub = _subscribe(operator, receiver.url, "loan_approval", "task.opened")
+    thread = thread_start(operator, "loan_approval", loan_input(amount=20000))
+    pending_tasks(reviewer, thread["id"])
+
+    delivery = wait_for(
+        lambda: OutboundDelivery.objects.filter(subscription_id=sub["id"], status="delivered").first(),
+        timeout=30,
+        what="delivery after retries",
+    )
+    assert delivery.attempts == 3 and delivery.response_code == 204
+    with receiver.lock:
+        ids = {headers["webhook-id"] for headers, _ in receiver.requests}
+    assert ids == {delivery.event_id}  # receivers dedupe on it
+    assert len(receiver.requests) == 3
+
+
+def test_a_delivery_gives_up_after_six_attempts_and_a_manual_retry_sends_it(operator, reviewer, receiver, personas):
+    receiver.fail_first = 6
+    sub = _subscribe(operator, receiver.url, "loan_approval", "task.opened")
+    thread = thread_start(operator, "loan_approval", loan_input(amount=20000))
+    pending_tasks(reviewer, thread["id"])
+    failed = wait_for(
+        lambda: OutboundDelivery.objects.filter(subscription_id=sub["id"], status="failed").first(),
+        timeout=40,
+        what="delivery to give up",
+    )
+    assert failed.attempts == 6 and failed.response_code == 503 and "503" in failed.last_error
+    assert len(receiver.requests) == 6
+
+    assert reviewer.client.post(f"/api/webhook-deliveries/{failed.pk}/retry").status_code == 403
+    response = operator.client.post(f"/api/webhook-deliveries/{failed.pk}/retry")
+    assert response.status_code == 202, response.content
+    wait_for(lambda: OutboundDelivery.objects.get(pk=failed.pk).status == "delivered", what="manual retry")
+    again = operator.client.post(f"/api/webhook-deliveries/{failed.pk}/retry")
+    assert again.status_code == 409
+
+
+def test_a_failed_thread_is_announced(operator, reviewer, receiver):
+    _subscribe(operator, receiver.url, "flaky", "thread.failed")
+    thread = thread_start(operator, "flaky", {"subject": "outbound"})
+    thread_settled(reviewer, thread["id"], statuses=("failed",))
+    [event] = wait_for(
+        lambda: [e for e in receiver.events("thread.failed") if e["data"]["thread_id"] == thread["id"]],
+        what="thread.failed event",
+    )
+    assert "downstream system unavailable" in event["data"]["error"]
+
+
+def test_events_of_other_graphs_and_types_are_not_sent(operator, reviewer, receiver):
+    sub = _subscribe(operator, receiver.url, "kyc_onboarding", "task.decided")
+    thread = thread_start(operator, "loan_approval", loan_input(amount=20000))
+    [task] = pending_tasks(reviewer, thread["id"])
+    reviewer.client.post(f"/api/tasks/{task['id']}/decision", {"decision": "reject", "reason": "no"})
+    thread_settled(reviewer, thread["id"])
+    assert not OutboundDelivery.objects.filter(subscription_id=sub["id"]).exists()
+    assert receiver.requests == []
+
+
+@pytest.mark.parametrize(
+    "body,field",
+    [
+        ({"url": "ftp://x", "event_types": ["task.opened"]}, "url"),
+        ({"url": "http://127.0.0.1:9/x", "event_types": ["task.exploded"]}, "event_types"),
+        ({"url": "http://127.0.0.1:9/x", "event_types": []}, "event_types"),
+        ({"url": "http://127.0.0.1:9/x", "event_types": ["task.opened"], "secret": "nope"}, "secret"),
+    ],
+)
+def test_bad_subscriptions_are_refused(operator, body, field):
+    before = operator.client.get("/api/webhook-subscriptions").json()
+    response = operator.client.post("/api/webhook-subscriptions", body)
+    assert response.status_code == 422, response.content
+    assert response.json()["error"]["field"] == field
+    assert operator.client.get("/api/webhook-subscriptions").json() == before
+
+
+@pytest.mark.parametrize("persona,expected", [("reviewer", 403), ("auditor", 403), ("outsider", 403)])
+def test_only_operators_and_admins_subscribe(personas, persona, expected):
+    body = {"url": "http://127.0.0.1:9/x", "event_types": ["task.opened"]}
+    assert personas[persona].client.post("/api/webhook-subscriptions", body).status_code == expected
