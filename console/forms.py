@@ -222,7 +222,7 @@ class DecisionForm:
     def attach(self, field_name: str | None, message: str) -> None:
         """Put a domain error next to the input it names (or the closest enclosing one)."""
         names = {f.name for f in [*self.state_fields, *self.arg_fields]}
-        names |= {"reason", "message", "decision", "resume", "edits_json", "claim"}
+        names |= {"reason", "message", "decision", "resume", "edits_json", "claim", "password"}
         for item in self.requests:
             names |= {item["type_name"], item["args_name"], item["message_name"]}
             names |= {f.name for f in item["fields"]}

@@ -34,11 +34,13 @@ How it travels
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import logging
 import re
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from asgiref.sync import async_to_sync
@@ -123,8 +125,20 @@ def deliver_local(event: dict[str, Any]) -> None:
     layer = get_channel_layer()
     if layer is None:
         return
-    for group in groups_for(event):
-        async_to_sync(layer.group_send)(group, event)
+
+    def send() -> None:
+        for group in groups_for(event):
+            async_to_sync(layer.group_send)(group, event)
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        send()
+        return
+    # A sync caller inside a running event loop (async_to_sync refuses that):
+    # hand the send to a helper thread and wait for it briefly.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pool.submit(send).result(timeout=10)
 
 
 # --- the embedded-mode relay -------------------------------------------------------

@@ -82,7 +82,9 @@ def task_release(*, actor: AbstractBaseUser, task_id: Any) -> None:
 
 
 @transaction.atomic
-def task_decide_checked(*, actor: AbstractBaseUser, task_id: Any, request: DecisionRequest) -> Decision:
+def task_decide_checked(
+    *, actor: AbstractBaseUser, task_id: Any, request: DecisionRequest, password: str = ""
+) -> Decision:
     """``task_decide``, refused when someone else holds an active claim on the task.
 
     TODO(domain): this check belongs inside ``approvals.services.task_decide``
@@ -94,6 +96,11 @@ def task_decide_checked(*, actor: AbstractBaseUser, task_id: Any, request: Decis
     claim = TaskClaim.objects.select_for_update().select_related("user").filter(task_id=visible.pk).first()
     if claim is not None and claim.is_active and claim.user_id != actor.pk:
         raise Conflict(f"{_held_message(claim)}; ask them or an admin to release it", field="claim")
-    decision = services.task_decide(actor=actor, task_id=task_id, request=request)
+    extra: dict[str, Any] = {}
+    signer_cls = getattr(services, "Signer", None)
+    if signer_cls is not None:
+        # Electronic signature: the session's sign-in time, or the password re-entered on the form.
+        extra["signer"] = signer_cls(authenticated_at=getattr(actor, "last_login", None), password=password or None)
+    decision = services.task_decide(actor=actor, task_id=task_id, request=request, **extra)
     TaskClaim.objects.filter(task_id=visible.pk).delete()
     return decision

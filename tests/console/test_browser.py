@@ -1,0 +1,206 @@
+"""The console in real Chromium against a real daphne server, Celery worker, PostgreSQL and Redis.
+
+One browser for the whole module; each test opens its own contexts (cookie jars).
+Screenshots land in var/screenshots/ (git-ignored). Every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from playwright.sync_api import Browser, Page, expect, sync_playwright
+
+from approvals.models import ApprovalTask
+from runtime.models import Thread
+from tests.conftest import ROOT, loan_input, pending_tasks, thread_settled, thread_start, wait_for, worker_env
+from tests.console.conftest import task_make
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db", "live_worker")]
+
+SCREENSHOTS = ROOT / "var" / "screenshots"
+CHROMIUM = "/usr/bin/chromium"
+WAIT_MS = 30_000  # a resume crosses Celery, the graph and the fake bank: generous, but bounded
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def server(django_db_setup: None, bank: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """daphne serving the console (HTTP + websockets) on the test database, like production."""
+    port = _free_port()
+    log_path = Path(tmp_path_factory.mktemp("daphne")) / "daphne.log"
+    # DEBUG only because the test serves plain http: production settings mark the
+    # session and CSRF cookies Secure, which a browser will not send back over http.
+    # tests.settings: the personas' passwords use the test-only fast hasher.
+    env = {**worker_env(bank), "GATEHOUSE_SERVE_STATIC": "true", "DEBUG": "true",
+           "DJANGO_SETTINGS_MODULE": "tests.settings"}
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "console.asgi:application"],
+            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+    base = f"http://127.0.0.1:{port}"
+
+    def up() -> bool:
+        if proc.poll() is not None:
+            raise RuntimeError(f"daphne exited: {log_path.read_text(errors='replace')[-2000:]}")
+        try:
+            return httpx.get(f"{base}/accounts/login/", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    try:
+        wait_for(up, timeout=40, what="daphne to serve the console")
+        yield base
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    if not Path(CHROMIUM).exists():
+        pytest.skip("Debian's chromium is not installed (make chromium)")
+    # Playwright's sync API drives an event loop in this thread; Django's ORM
+    # calls from the test body are still plain sync calls.
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    expect.set_options(timeout=10_000)
+    with sync_playwright() as pw:
+        chromium = pw.chromium.launch(
+            executable_path=CHROMIUM, headless=True,
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+        )
+        yield chromium
+        chromium.close()
+    os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+
+
+def _sign_in(browser: Browser, server: str, persona: Any, path: str = "/") -> Page:
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    context.set_default_timeout(WAIT_MS)
+    page = context.new_page()
+    page.goto(f"{server}/accounts/login/?next={path}")
+    page.get_by_label("Username").fill(persona.username)
+    page.get_by_label("Password").fill("gatehouse")
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.locator("header .who")).to_contain_text(persona.username)
+    return page
+
+
+def _live(page: Page) -> None:
+    expect(page.locator("#live-indicator")).to_have_text("live")
+
+
+def test_a_reviewer_claims_edits_approves_and_watches_the_thread_complete(browser, server, personas, bank):
+    reviewer = personas["reviewer"]
+    case = f"B-{uuid.uuid4().hex[:6]}"
+    thread = thread_start(personas["operator"], "loan_approval", loan_input(amount=20000), case=case,
+                          applicant="Ada Lovelace")
+    [task] = pending_tasks(reviewer, thread["id"])
+
+    page = _sign_in(browser, server, reviewer, f"/?q={case}")
+    row = page.locator(f'#inbox-results tr[data-task-id="{task["id"]}"]')
+    expect(row).to_contain_text("human_review")
+    _live(page)
+    page.screenshot(path=str(SCREENSHOTS / "inbox.png"), full_page=True)
+
+    row.get_by_role("link").click()
+    expect(page.locator("h1")).to_contain_text("Loan")
+    page.get_by_role("button", name="Claim").click()
+    expect(page.locator("#task-live")).to_contain_text("Claimed by you")
+
+    page.locator("#f-edits-amount").fill("15000")
+    page.get_by_label("Approve", exact=True).check()
+    page.get_by_label("Reason").fill("Income verified; lower the exposure")
+    page.get_by_role("button", name="Submit decision").click()
+    expect(page.locator("#decision-panel")).to_contain_text("Decision recorded")
+
+    # No reload from here on: the websocket pushes the resumed thread's progress.
+    expect(page.locator("#task-live #thread-status")).to_have_text("Completed", timeout=WAIT_MS)
+    expect(page.locator("#task-live")).to_contain_text("disburse")
+    page.screenshot(path=str(SCREENSHOTS / "task.png"), full_page=True)
+
+    done = thread_settled(reviewer, thread["id"])
+    assert done["values"]["amount"] == 15000 and done["values"]["status"] == "disbursed"
+    assert bank.ledger.executions[f"gh:{thread['id']}:disburse"] == 1
+
+    page.goto(f"{server}/threads/{thread['id']}/")
+    timeline = page.locator("#thread-live .timeline")
+    expect(timeline).to_contain_text("Edit and approve")
+    expect(timeline).to_contain_text("Effect disburse done")
+    page.locator(".tl-checkpoint a").first.click()
+    expect(page.locator("#checkpoint-view")).to_contain_text("State at checkpoint")
+    page.screenshot(path=str(SCREENSHOTS / "thread.png"), full_page=True)
+    page.context.close()
+
+
+def test_a_watching_reviewer_sees_a_new_task_appear_live(browser, server, personas):
+    case = f"L-{uuid.uuid4().hex[:6]}"
+    page = _sign_in(browser, server, personas["reviewer2"], f"/?q={case}")
+    expect(page.locator("#inbox-results")).to_contain_text("No tasks match")
+    _live(page)
+
+    thread = thread_start(personas["operator"], "loan_approval", loan_input(amount=20000), case=case)
+    row = page.locator("#inbox-results tr[data-task-id]")
+    expect(row).to_have_count(1, timeout=WAIT_MS)
+    expect(row).to_contain_text(case)
+    expect(row).to_have_class("is-new")
+    assert ApprovalTask.objects.get(thread_id=thread["id"]).pk.hex == row.get_attribute("data-task-id").replace("-", "")
+    page.context.close()
+
+
+def test_an_auditor_sees_the_task_but_cannot_decide(browser, server, personas):
+    task = task_make(metadata={"case": f"A-{uuid.uuid4().hex[:6]}"})
+    page = _sign_in(browser, server, personas["auditor"], f"/tasks/{task.pk}/")
+    expect(page.locator("#read-only-note")).to_be_visible()
+    expect(page.locator("#decide-button")).to_have_count(0)
+    expect(page.locator("#claim-button")).to_have_count(0)
+    expect(page.get_by_role("link", name="Audit")).to_be_visible()
+    # The endpoint refuses even a hand-made request from the auditor's session.
+    status = page.evaluate(
+        """async ([url, token]) => (await fetch(url, {method: "POST", headers: {"X-CSRFToken": token,
+            "Content-Type": "application/x-www-form-urlencoded"}, body: "decision=approve&reason=x"})).status""",
+        [f"/tasks/{task.pk}/decide", page.locator("body").get_attribute("hx-headers").split('"')[3]],
+    )
+    assert status == 403
+    page.context.close()
+
+
+def test_a_decision_on_a_stale_view_is_refused_and_offers_a_refresh(browser, server, personas):
+    task = task_make(metadata={"case": f"S-{uuid.uuid4().hex[:6]}"})
+    page = _sign_in(browser, server, personas["reviewer"], f"/tasks/{task.pk}/")
+    expect(page.locator("#seen-checkpoint")).to_have_text(task.checkpoint_id)
+
+    # Meanwhile the thread moves on: a redelivered run re-raised the interrupt at a newer checkpoint.
+    newer = uuid.uuid4().hex
+    ApprovalTask.objects.filter(pk=task.pk).update(checkpoint_id=newer)
+    Thread.objects.filter(pk=task.thread_id).update(checkpoint_id=newer)
+
+    page.get_by_label("Approve", exact=True).check()
+    page.get_by_label("Reason").fill("looks fine")
+    page.get_by_role("button", name="Submit decision").click()
+    notice = page.locator("#stale-notice")
+    expect(notice).to_contain_text("The thread moved on")
+    expect(notice).to_contain_text("Nothing was saved")
+    assert not task.decisions.exists()
+    notice.get_by_role("link", name="Refresh the task").click()
+    expect(page.locator("#seen-checkpoint")).to_have_text(newer)
+    page.context.close()
