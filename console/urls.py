@@ -3,6 +3,7 @@ from django.contrib import admin
 from django.contrib.staticfiles.views import serve as static_serve
 from django.urls import include, path, re_path
 
+from approvals.platform_api import api as platform_api
 from console.api import api
 from console.views import audit, auth, inbox, relay, start, tasks, threads
 
@@ -27,6 +28,7 @@ console_patterns = [
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/", api.urls),
+    path("lg/", platform_api.urls),
     path("", include((console_patterns, "console"))),
 ]
 

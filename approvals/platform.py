@@ -1,0 +1,685 @@
+"""Services and selectors behind the LangGraph Platform-compatible API (``approvals.platform_api``).
+
+The official ``langgraph_sdk`` speaks in assistants, threads, runs and
+``Command(resume=...)``; Gatehouse speaks in threads, runs and approval tasks.
+This module translates, and adds no second way to change anything:
+
+- a run with ``input`` is a start run on an existing thread (``run_enqueue`` in
+  one transaction with its audit event, like ``services.thread_start``);
+- a run with ``command={"resume": ...}`` decides the thread's pending approval
+  tasks through ``services.task_decide`` — same permission checks, same
+  validation, same audit trail, same resume run as a decision in the console;
+- a run with neither retries a failed thread (``services.thread_retry``) or
+  continues past a static breakpoint (an approve decision on its task).
+
+State is read only through ``approvals.gateway``.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from typing import Any
+
+from django.contrib.auth.models import User
+from django.db import transaction
+from django.db.models import Q, QuerySet
+from django.db.models.fields.json import KeyTransform
+from django.utils import timezone
+
+from approvals import gateway, permissions, services
+from approvals.audit import audit_record
+from approvals.errors import Conflict, InvalidInput, NotFound
+from approvals.models import ApprovalTask, Decision, TaskKind, TaskStatus
+from approvals.payloads import NOT_GIVEN, DecisionRequest, payload_kind
+from runtime.models import ACTIVE_RUN_STATUSES, Run, RunKind, RunStatus, Thread, ThreadStatus
+from runtime.registry import UnknownGraph, graph_get, graph_names
+from runtime.runs import ThreadBusy, run_enqueue
+from runtime.schema import FieldError, values_validate
+from runtime.state import CheckpointView, thread_state_read
+
+# The namespace LangGraph Platform derives its per-graph assistant ids from, so
+# a graph has the same assistant_id here as on the Platform.
+ASSISTANT_NAMESPACE = uuid.UUID("6ba7b821-9dad-11d1-80b4-00c04fd430c8")
+
+THREAD_STATUS_OUT = {
+    ThreadStatus.IDLE: "idle",
+    ThreadStatus.BUSY: "busy",
+    ThreadStatus.INTERRUPTED: "interrupted",
+    ThreadStatus.COMPLETED: "idle",
+    ThreadStatus.FAILED: "error",
+    ThreadStatus.CANCELLED: "idle",
+}
+THREAD_STATUS_IN = {
+    "idle": [ThreadStatus.IDLE, ThreadStatus.COMPLETED, ThreadStatus.CANCELLED],
+    "busy": [ThreadStatus.BUSY],
+    "interrupted": [ThreadStatus.INTERRUPTED],
+    "error": [ThreadStatus.FAILED],
+}
+RUN_STATUS_OUT = {
+    RunStatus.QUEUED: "pending",
+    RunStatus.RUNNING: "running",
+    RunStatus.INTERRUPTED: "interrupted",
+    RunStatus.SUCCEEDED: "success",
+    RunStatus.FAILED: "error",
+}
+RUN_STATUS_IN = {v: k for k, v in RUN_STATUS_OUT.items()}
+_INTERRUPT_ID = re.compile(r"[0-9a-f]{32}")
+_INBOX_OUTCOMES = {"accept": "approve", "edit": "edit", "response": "respond", "ignore": "reject"}
+_OUTCOMES = {"approve", "reject", "edit", "respond"}
+
+
+# --- assistants: one per registered graph ------------------------------------------------
+
+
+def assistant_id_for(graph: str) -> str:
+    return str(uuid.uuid5(ASSISTANT_NAMESPACE, graph))
+
+
+def assistants_visible(user: permissions.Principal) -> list[str]:
+    return [name for name in graph_names() if permissions.graph_visible(user, name)]
+
+
+def assistant_graph(user: permissions.Principal, assistant_id: str) -> str:
+    """The graph an assistant id (or a graph name, as the SDK allows) stands for."""
+    for name in assistants_visible(user):
+        if assistant_id in (name, assistant_id_for(name)):
+            return name
+    raise NotFound(f"assistant {assistant_id} not found", field="assistant_id")
+
+
+def assistant_out(graph: str) -> dict[str, Any]:
+    entry = graph_get(graph)
+    return {
+        "assistant_id": assistant_id_for(graph),
+        "graph_id": graph,
+        "name": graph,
+        "description": entry.description or None,
+        "config": {},
+        "context": {},
+        "metadata": {"created_by": "system"},
+        "version": 1,
+        "created_at": "1970-01-01T00:00:00+00:00",
+        "updated_at": "1970-01-01T00:00:00+00:00",
+    }
+
+
+# --- threads ------------------------------------------------------------------------------
+
+
+def _threads_visible(user: permissions.Principal) -> QuerySet[Thread]:
+    # A thread created through this API before its first run has no graph yet;
+    # graph-scoped users would not see it, so its creator always may.
+    own_unbound = Q(graph="", created_by_id=user.pk) if user.is_authenticated else Q(pk__in=[])
+    if not user.has_perm("runtime.view_thread"):
+        return Thread.objects.none()
+    return Thread.objects.filter(Q(pk__in=permissions.threads_visible(user).values("pk")) | own_unbound)
+
+
+def thread_get_for(user: permissions.Principal, thread_id: Any) -> Thread:
+    thread = _threads_visible(user).filter(pk=thread_id).first()
+    if thread is None:
+        raise NotFound(f"thread {thread_id} not found", field="thread_id")
+    return thread
+
+
+def _uuid(value: Any, field: str) -> uuid.UUID:
+    try:
+        return uuid.UUID(str(value))
+    except ValueError:
+        raise InvalidInput("must be a UUID", field=field) from None
+
+
+def _json_filter(qs: QuerySet[Thread], column: str, wanted: dict[str, Any]) -> QuerySet[Thread]:
+    # KeyTransform takes the key literally (a "__" in it is not a path), and
+    # per-key equality works on SQLite as well as PostgreSQL.
+    for index, (key, value) in enumerate(wanted.items()):
+        alias = f"_{column}_{index}"
+        qs = qs.annotate(**{alias: KeyTransform(key, column)}).filter(**{alias: value})
+    return qs
+
+
+def threads_search(
+    *,
+    user: permissions.Principal,
+    status: str | None = None,
+    metadata: dict[str, Any] | None = None,
+    values: dict[str, Any] | None = None,
+    ids: list[str] | None = None,
+    limit: int = 10,
+    offset: int = 0,
+    sort_by: str | None = None,
+    sort_order: str | None = None,
+) -> list[Thread]:
+    qs = _threads_visible(user)
+    if status:
+        qs = qs.filter(status__in=THREAD_STATUS_IN[status])
+    if ids:
+        qs = qs.filter(pk__in=[_uuid(i, f"ids[{n}]") for n, i in enumerate(ids)])
+    if metadata:
+        qs = _json_filter(qs, "metadata", metadata)
+    if values:
+        qs = _json_filter(qs, "values", values)
+    column = {"thread_id": "id", None: "created_at"}.get(sort_by, sort_by or "created_at")
+    order = column if sort_order == "asc" else f"-{column}"
+    return list(qs.order_by(order, "-id")[offset : offset + limit])
+
+
+@transaction.atomic
+def thread_create(
+    *, actor: User, thread_id: str | None, metadata: dict[str, Any], if_exists: str | None
+) -> tuple[Thread, bool]:
+    """Create a thread with no run yet; ``metadata.graph_id`` binds it to a graph now, else the first run does."""
+    permissions.require(actor, "runtime.start_thread", "create threads")
+    graph = metadata.get("graph_id") or ""
+    if graph:
+        if not isinstance(graph, str):
+            raise InvalidInput("must be a graph name", field="metadata.graph_id")
+        graph = assistant_graph(actor, graph)
+        permissions.require_start(actor, graph)
+    pk = _uuid(thread_id, "thread_id") if thread_id else uuid.uuid4()
+    existing = Thread.objects.filter(pk=pk).first()
+    if existing is not None:
+        if if_exists == "do_nothing":
+            return thread_get_for(actor, pk), False
+        raise Conflict(f"thread {pk} already exists", field="thread_id")
+    thread = Thread.objects.create(id=pk, graph=graph, metadata=metadata, created_by=actor)
+    audit_record(
+        actor=actor,
+        action="thread.created",
+        subject_type="thread",
+        subject_id=thread.id,
+        thread_id=thread.id,
+        graph=graph,
+        details={"metadata": metadata, "via": "platform-api"},
+    )
+    return thread, True
+
+
+def pending_tasks(thread: Thread) -> list[ApprovalTask]:
+    return list(ApprovalTask.objects.filter(thread=thread, status=TaskStatus.PENDING).order_by("created_at"))
+
+
+def _payload_for(user: permissions.Principal, task: ApprovalTask) -> Any:
+    # Payloads and value snapshots go out masked like everywhere else (gateway).
+    guarded = getattr(gateway, "payload_for", None)
+    return guarded(user, task)[0] if guarded is not None else task.payload
+
+
+def _values_for(user: permissions.Principal, thread: Thread) -> dict[str, Any]:
+    guarded = getattr(gateway, "thread_values_for", None)
+    return guarded(user, thread) if guarded is not None and thread.graph else (thread.values or {})
+
+
+def _interrupt_out(user: permissions.Principal, task: ApprovalTask) -> dict[str, Any]:
+    out: dict[str, Any] = {"value": _payload_for(user, task), "id": task.interrupt_id}
+    if task.response_schema:
+        out["response_schema"] = task.response_schema
+    return out
+
+
+def thread_interrupts(user: permissions.Principal, thread: Thread) -> dict[str, list[dict[str, Any]]]:
+    """Pending interrupts by task id (the approval task's id: usable in the native API too)."""
+    tasks = permissions.tasks_visible(user).filter(thread=thread, status=TaskStatus.PENDING, kind=TaskKind.INTERRUPT)
+    return {str(t.id): [_interrupt_out(user, t)] for t in tasks.order_by("created_at")}
+
+
+def thread_out(user: permissions.Principal, thread: Thread) -> dict[str, Any]:
+    metadata = dict(thread.metadata or {})
+    if thread.graph:
+        metadata.setdefault("graph_id", thread.graph)
+        metadata.setdefault("assistant_id", assistant_id_for(thread.graph))
+    return {
+        "thread_id": str(thread.id),
+        "created_at": thread.created_at,
+        "updated_at": thread.updated_at,
+        "metadata": metadata,
+        "status": THREAD_STATUS_OUT.get(thread.status, thread.status),
+        "values": _values_for(user, thread),
+        "interrupts": thread_interrupts(user, thread),
+        "error": thread.error or None,
+        "config": {},
+    }
+
+
+# --- state --------------------------------------------------------------------------------
+
+
+def _checkpoint_ref(thread: Thread, checkpoint_id: str | None) -> dict[str, Any]:
+    return {"thread_id": str(thread.id), "checkpoint_ns": "", "checkpoint_id": checkpoint_id, "checkpoint_map": None}
+
+
+def state_out(user: permissions.Principal, thread: Thread, view: CheckpointView | None) -> dict[str, Any]:
+    """A ThreadState: values, next, tasks with their interrupts, checkpoint, metadata."""
+    if view is None:
+        return {
+            "values": {},
+            "next": [],
+            "tasks": [],
+            "checkpoint": _checkpoint_ref(thread, None),
+            "metadata": {},
+            "created_at": None,
+            "parent_checkpoint": None,
+            "interrupts": [],
+        }
+    is_head = view.checkpoint_id == thread.checkpoint_id
+    tasks: list[dict[str, Any]] = []
+    named: set[str] = set()
+    if is_head and thread.status == ThreadStatus.INTERRUPTED:
+        visible = permissions.tasks_visible(user).filter(
+            thread=thread, status=TaskStatus.PENDING, checkpoint_id=view.checkpoint_id
+        )
+        for task in visible.order_by("created_at"):
+            named.add(task.node)
+            interrupts = [_interrupt_out(user, task)] if task.kind == TaskKind.INTERRUPT else []
+            tasks.append(_task_out(str(task.id), task.node, interrupts, None))
+    error = thread.error if is_head and thread.status == ThreadStatus.FAILED else None
+    for node in view.next:
+        if node not in named:
+            tasks.append(
+                _task_out(str(uuid.uuid5(ASSISTANT_NAMESPACE, f"{view.checkpoint_id}:{node}")), node, [], error)
+            )
+    return {
+        "values": view.values,
+        "next": view.next,
+        "tasks": tasks,
+        "checkpoint": _checkpoint_ref(thread, view.checkpoint_id),
+        "metadata": {
+            "step": view.step,
+            "source": view.source,
+            "writes": view.writes,
+            "thread_id": str(thread.id),
+            "graph_id": thread.graph,
+        },
+        "created_at": view.created_at,
+        "parent_checkpoint": _checkpoint_ref(thread, view.parent_id) if view.parent_id else None,
+        "interrupts": [i for t in tasks for i in t["interrupts"]],
+    }
+
+
+def _task_out(task_id: str, name: str, interrupts: list[dict[str, Any]], error: str | None) -> dict[str, Any]:
+    return {
+        "id": task_id,
+        "name": name,
+        "path": ["__pregel_pull", name],
+        "error": error,
+        "interrupts": interrupts,
+        "checkpoint": None,
+        "state": None,
+        "result": None,
+    }
+
+
+def thread_state(user: permissions.Principal, thread_id: Any, checkpoint_id: str | None = None) -> dict[str, Any]:
+    thread = thread_get_for(user, thread_id)
+    view = gateway.state_for(user, thread.id, checkpoint_id) if thread.graph else None
+    if checkpoint_id and view is None:
+        raise NotFound(f"checkpoint {checkpoint_id} not found", field="checkpoint_id")
+    return state_out(user, thread, view)
+
+
+def thread_history(
+    user: permissions.Principal, thread_id: Any, *, limit: int, before: str | None
+) -> list[dict[str, Any]]:
+    thread = thread_get_for(user, thread_id)
+    if not thread.graph:
+        return []
+    return [state_out(user, thread, v) for v in gateway.history_for(user, thread.id, limit=limit, before=before)]
+
+
+def wait_output(user: permissions.Principal, thread: Thread, run: Run) -> dict[str, Any]:
+    """What ``runs.wait``/``join`` return: the final values, with ``__interrupt__`` when paused,
+    or ``__error__`` when the run failed (the SDK raises it)."""
+    if run.status == RunStatus.FAILED:
+        return {"__error__": {"error": "RunError", "message": run.error or "the run failed"}}
+    state = thread_state(user, thread.id)
+    values = dict(state["values"]) if isinstance(state["values"], dict) else {}
+    if state["interrupts"]:
+        values["__interrupt__"] = state["interrupts"]
+    return values
+
+
+@transaction.atomic
+def thread_state_update(*, actor: User, thread_id: Any, values: dict[str, Any], as_node: str | None) -> dict[str, Any]:
+    """``update_state`` for operators, on threads with no run active and no decision pending.
+
+    Refused while the thread is interrupted: LangGraph's ``update_state`` writes a
+    new checkpoint in which the pending interrupt is no longer pending and its id
+    changes, so the approval task would silently lose its thread. Edits that go
+    with a decision travel in ``command={"resume": ..., "update": {...}}``.
+    """
+    thread = thread_get_for(actor, thread_id)
+    permissions.require(actor, "runtime.retry_thread", "update thread state")
+    thread = Thread.objects.select_for_update().get(pk=thread.pk)
+    if not thread.graph or not thread.checkpoint_id:
+        raise Conflict("this thread has no state yet; start a run first", field="thread_id")
+    if thread.status == ThreadStatus.INTERRUPTED:
+        raise Conflict(
+            "the thread waits for a decision: an update_state now would orphan its pending interrupt; "
+            "send the edits with the resume, as command={'resume': ..., 'update': {...}}",
+            field="values",
+        )
+    if (
+        thread.status in (ThreadStatus.BUSY, ThreadStatus.CANCELLED)
+        or thread.runs.filter(status__in=ACTIVE_RUN_STATUSES).exists()
+    ):
+        raise Conflict(f"the thread is {thread.status}; its state cannot be updated now", field="thread_id")
+    entry = graph_get(thread.graph)
+    try:
+        values_validate(entry.state_schema, values, prefix="values")
+    except FieldError as exc:
+        raise InvalidInput(exc.message, field=exc.field) from None
+    if as_node is not None and as_node not in entry.builder.nodes:
+        raise InvalidInput(f"unknown node (the graph has: {', '.join(entry.builder.nodes)})", field="as_node")
+    previous = thread.checkpoint_id
+    config = entry.compiled().update_state({"configurable": {"thread_id": str(thread.id)}}, values, as_node=as_node)
+    checkpoint_id = str(config["configurable"]["checkpoint_id"])
+    # The listing snapshot takes the unmasked values (the gateway masks what it shows, per reader).
+    view = thread_state_read(thread)
+    Thread.objects.filter(pk=thread.pk).update(
+        checkpoint_id=checkpoint_id, values=view.values if view else thread.values, updated_at=timezone.now()
+    )
+    audit_record(
+        actor=actor,
+        action="thread.state_updated",
+        subject_type="thread",
+        subject_id=thread.id,
+        thread_id=thread.id,
+        graph=thread.graph,
+        details={"values": values, "as_node": as_node, "checkpoint_id": checkpoint_id, "previous": previous},
+    )
+    return {"checkpoint": _checkpoint_ref(thread, checkpoint_id)}
+
+
+# --- runs ---------------------------------------------------------------------------------
+
+
+def run_out(run: Run, graph: str) -> dict[str, Any]:
+    return {
+        "run_id": str(run.id),
+        "thread_id": str(run.thread_id),
+        "assistant_id": assistant_id_for(graph) if graph else None,
+        "created_at": run.created_at,
+        "updated_at": run.finished_at or run.started_at or run.created_at,
+        "status": RUN_STATUS_OUT.get(run.status, run.status),
+        "metadata": {"kind": run.kind, "attempts": run.attempts},
+        "kwargs": {},
+        "multitask_strategy": "reject",
+        "error": run.error or None,
+    }
+
+
+def runs_list(
+    user: permissions.Principal, thread_id: Any, *, limit: int, offset: int, status: str | None
+) -> tuple[Thread, list[Run]]:
+    thread = thread_get_for(user, thread_id)
+    qs = thread.runs.order_by("-created_at")
+    if status:
+        qs = qs.filter(status=RUN_STATUS_IN.get(status, "-"))
+    return thread, list(qs[offset : offset + limit])
+
+
+def run_get_for(user: permissions.Principal, thread_id: Any, run_id: Any) -> tuple[Thread, Run]:
+    thread = thread_get_for(user, thread_id)
+    run = thread.runs.filter(pk=run_id).first()
+    if run is None:
+        raise NotFound(f"run {run_id} not found on thread {thread_id}", field="run_id")
+    return thread, run
+
+
+def run_create(
+    *,
+    actor: User,
+    thread_id: Any,
+    assistant_id: str,
+    input: dict[str, Any] | None,
+    resume: Any = NOT_GIVEN,
+    update: dict[str, Any] | None = None,
+    metadata: dict[str, Any] | None = None,
+) -> Run:
+    """Start, resume, retry or continue a thread, as the request's shape says."""
+    thread = thread_get_for(actor, thread_id)
+    graph = assistant_graph(actor, assistant_id)
+    if thread.graph and thread.graph != graph:
+        raise Conflict(f"thread {thread.id} runs graph {thread.graph!r}, not {graph!r}", field="assistant_id")
+    metadata = metadata or {}
+    if resume is not NOT_GIVEN or update:
+        if input is not None:
+            raise InvalidInput("send either input or a command, not both", field="input")
+        return _run_resume(actor, thread, resume, update, metadata)
+    if input is not None:
+        return _run_start(actor, thread.pk, graph, input, metadata)
+    return _run_continue(actor, thread)
+
+
+@transaction.atomic
+def _run_start(actor: User, thread_pk: Any, graph: str, graph_input: dict[str, Any], metadata: dict[str, Any]) -> Run:
+    permissions.require_start(actor, graph)
+    try:
+        values_validate(graph_get(graph).input_schema, graph_input, prefix="input")
+    except (FieldError, UnknownGraph) as exc:
+        if isinstance(exc, UnknownGraph):
+            raise NotFound(f"graph {graph!r} is not registered", field="assistant_id") from None
+        raise InvalidInput(exc.message, field=exc.field) from None
+    thread = Thread.objects.select_for_update().get(pk=thread_pk)
+    refusals = {
+        ThreadStatus.BUSY: "a run is already active on this thread (multitask_strategy=reject)",
+        ThreadStatus.INTERRUPTED: "the thread waits for a decision: resume it with command={'resume': ...}",
+        ThreadStatus.FAILED: "the thread failed: retry it with a run that has neither input nor command",
+        ThreadStatus.CANCELLED: "the thread was cancelled; start a new thread",
+    }
+    if thread.status in refusals:
+        raise Conflict(refusals[ThreadStatus(thread.status)], field="thread_id")
+    first = not thread.runs.exists()
+    if not thread.graph:
+        Thread.objects.filter(pk=thread.pk).update(graph=graph)
+        thread.graph = graph
+    try:
+        # The checkpoint the input applies to: a redelivered run compares it with
+        # the thread's checkpoint to tell whether its input was already applied.
+        run = run_enqueue(
+            thread=thread,
+            kind=RunKind.START,
+            input=graph_input,
+            command={"checkpoint_id": thread.checkpoint_id},
+            created_by=actor,
+        )
+    except ThreadBusy:
+        raise Conflict(
+            "a run is already active on this thread (multitask_strategy=reject)", field="thread_id"
+        ) from None
+    audit_record(
+        actor=actor,
+        action="thread.started" if first else "run.queued",
+        subject_type="thread" if first else "run",
+        subject_id=thread.id if first else run.id,
+        thread_id=thread.id,
+        graph=graph,
+        details={
+            "run": str(run.id),
+            "kind": "start",
+            "input": graph_input,
+            "metadata": metadata,
+            "via": "platform-api",
+        },
+    )
+    return run
+
+
+def _is_resume_map(resume: Any) -> bool:
+    # LangGraph's own rule (pregel/_loop.py): a dict whose keys are all interrupt
+    # ids is an id → value map; any other value answers the single interrupt.
+    return (
+        isinstance(resume, dict)
+        and bool(resume)
+        and all(isinstance(k, str) and _INTERRUPT_ID.fullmatch(k) for k in resume)
+    )
+
+
+@transaction.atomic
+def _run_resume(
+    actor: User, thread: Thread, resume: Any, update: dict[str, Any] | None, metadata: dict[str, Any]
+) -> Run:
+    # No lock on the thread here: task_decide locks task then thread, and taking
+    # them in the other order would deadlock against a console decision.
+    if thread.status != ThreadStatus.INTERRUPTED:
+        raise Conflict(
+            f"the thread is {THREAD_STATUS_OUT.get(thread.status)}; there is nothing to resume", field="command"
+        )
+    pending = [t for t in pending_tasks(thread) if t.kind == TaskKind.INTERRUPT]
+    by_id = {t.interrupt_id: t for t in pending}
+    if resume is NOT_GIVEN:
+        raise InvalidInput("a command needs a resume value to answer the pending interrupt", field="command.resume")
+    if _is_resume_map(resume):
+        unknown = sorted(set(resume) - set(by_id))
+        if unknown:
+            raise InvalidInput(
+                f"interrupt(s) {', '.join(unknown)} are not pending on this thread "
+                f"(pending: {', '.join(sorted(by_id)) or 'none'})",
+                field="command.resume",
+            )
+        missing = sorted(set(by_id) - set(resume))
+        if missing:
+            raise InvalidInput(
+                f"interrupts raised together are resumed together; also answer {', '.join(missing)}",
+                field="command.resume",
+            )
+        answers = [(by_id[i], resume[i]) for i in by_id]
+    else:
+        if len(pending) != 1:
+            raise InvalidInput(
+                f"{len(pending)} interrupts are pending; resume with a map {{interrupt_id: value}}",
+                field="command.resume",
+            )
+        answers = [(pending[0], resume)]
+    decision = None
+    for index, (task, value) in enumerate(answers):
+        value = _reviewer_stamped(task, value, actor)
+        request = DecisionRequest(
+            outcome=_outcome_of(value),
+            reason=_reason_of(value, metadata),
+            checkpoint_id=task.checkpoint_id,
+            state_patch=update if index == 0 else None,
+            action_args=value.get("action_args") if isinstance(value, dict) else None,
+            decisions=value.get("decisions") if isinstance(value, dict) else None,
+            resume=value,
+        )
+        decision = services.task_decide(actor=actor, task_id=task.id, request=request, **_signed())
+    assert decision is not None
+    run = Decision.objects.select_related("run").get(pk=decision.pk).run
+    if run is None:
+        # The task needs more approvers (a quorum): the SDK expects a run back and
+        # there is none yet, so refuse (rolling the decision back) rather than
+        # answer with a run that does not exist.
+        raise Conflict(
+            "this interrupt needs further approvers before the thread resumes; sign it in the console "
+            "or with POST /api/tasks/{id}/decision",
+            field="command",
+        )
+    return run
+
+
+def _signed() -> dict[str, Any]:
+    # Every request here authenticates with an API token, which the native API
+    # also counts as a fresh sign-in for the electronic-signature window.
+    signer = getattr(services, "Signer", None)
+    return {"signer": signer(authenticated_at=timezone.now())} if signer is not None else {}
+
+
+def _reviewer_stamped(task: ApprovalTask, value: Any, actor: User) -> Any:
+    # A gate records who decided; that is the authenticated principal, not a
+    # name the client typed into the resume value.
+    if payload_kind(task.payload, task.kind) == "gatehouse" and isinstance(value, dict) and "decision" in value:
+        return {**value, "reviewer": actor.get_username()}
+    return value
+
+
+def _outcome_of(value: Any) -> str:
+    """The decision a resume value expresses, for the Decision row and its policies."""
+    if isinstance(value, dict):
+        if value.get("decision") in _OUTCOMES:
+            return str(value["decision"])
+        if value.get("type") in _OUTCOMES:
+            return str(value["type"])
+        if isinstance(value.get("decisions"), list):
+            types = {d.get("type") for d in value["decisions"] if isinstance(d, dict)}
+            for outcome in ("reject", "edit", "respond"):
+                if outcome in types:
+                    return outcome
+    if isinstance(value, list) and len(value) == 1 and isinstance(value[0], dict):
+        return _INBOX_OUTCOMES.get(str(value[0].get("type")), "approve")
+    return "approve"
+
+
+def _reason_of(value: Any, metadata: dict[str, Any]) -> str:
+    if isinstance(value, dict):
+        for key in ("reason", "message"):
+            if isinstance(value.get(key), str) and value[key].strip():
+                return str(value[key])[:4000]
+        for item in value.get("decisions") or []:
+            if isinstance(item, dict) and isinstance(item.get("message"), str) and item["message"].strip():
+                return str(item["message"])[:4000]
+    reason = metadata.get("reason")
+    return str(reason)[:4000] if isinstance(reason, str) else ""
+
+
+@transaction.atomic
+def _run_continue(actor: User, thread: Thread) -> Run:
+    """No input, no command: LangGraph's ``invoke(None)`` — retry a failed node, or pass a breakpoint."""
+    if thread.status == ThreadStatus.FAILED:
+        return services.thread_retry(actor=actor, thread_id=thread.pk)
+    breakpoints = [t for t in pending_tasks(thread) if t.kind == TaskKind.BREAKPOINT]
+    if thread.status == ThreadStatus.INTERRUPTED and breakpoints:
+        decision = None
+        for task in breakpoints:
+            request = DecisionRequest(outcome="approve", checkpoint_id=task.checkpoint_id)
+            decision = services.task_decide(actor=actor, task_id=task.id, request=request, **_signed())
+        assert decision is not None
+        run = Decision.objects.select_related("run").get(pk=decision.pk).run
+        if run is not None:
+            return run
+        raise Conflict("the breakpoint was passed but interrupts still wait for decisions", field="command")
+    if thread.status == ThreadStatus.INTERRUPTED:
+        raise InvalidInput("the thread waits for a decision: send command={'resume': ...}", field="command")
+    raise InvalidInput("send input to start the thread", field="input")
+
+
+@transaction.atomic
+def run_cancel(*, actor: User, thread_id: Any, run_id: Any) -> Run:
+    """Cancel a start run that no worker has claimed yet.
+
+    A claimed run is not stopped: its node may be mid-way through an effect, and
+    the runtime's guarantees rest on nodes finishing or being re-run from their
+    checkpoint. A queued resume carries decisions already recorded; it is not
+    cancelled either (the decisions would be left without their run).
+    """
+    thread, run = run_get_for(actor, thread_id, run_id)
+    permissions.require_start(actor, thread.graph)
+    won = Run.objects.filter(pk=run.pk, status=RunStatus.QUEUED, kind=RunKind.START).update(
+        status=RunStatus.FAILED, error=f"cancelled by {actor.get_username()}", finished_at=timezone.now()
+    )
+    if not won:
+        run.refresh_from_db()
+        raise Conflict(
+            f"run {run.id} is {RUN_STATUS_OUT.get(run.status, run.status)} ({run.kind}); only a start run that no "
+            "worker has claimed can be cancelled",
+            field="run_id",
+        )
+    restored = ThreadStatus.COMPLETED if thread.checkpoint_id else ThreadStatus.IDLE
+    Thread.objects.filter(pk=thread.pk, status=ThreadStatus.BUSY).update(status=restored, updated_at=timezone.now())
+    audit_record(
+        actor=actor,
+        action="run.cancelled",
+        subject_type="run",
+        subject_id=run.id,
+        thread_id=thread.id,
+        graph=thread.graph,
+        details={"kind": run.kind, "via": "platform-api"},
+    )
+    run.refresh_from_db()
+    return run
+
+
+def run_progress(user: permissions.Principal, thread_id: Any, run_id: Any) -> tuple[Thread, Run]:
+    """One poll of a run for wait/join/stream: the thread and run rows as they are now."""
+    return run_get_for(user, thread_id, run_id)

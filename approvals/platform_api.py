@@ -1,0 +1,442 @@
+"""The LangGraph Platform-compatible HTTP API, mounted at ``/lg/``.
+
+Serves the subset of the Platform (Agent Protocol) API that ``langgraph_sdk``
+uses for human-in-the-loop work: ``get_client(url="https://host/lg", api_key=TOKEN)``.
+Handlers translate only; the work is in ``approvals.platform``. See
+``docs/platform-api.md`` for what is supported and what differs.
+
+Blocking endpoints (``runs/wait``, ``join``, ``runs/stream``) are async views that
+poll the database with short ``sync_to_async`` calls and ``asyncio.sleep``, so a
+waiting client holds no worker thread, and every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+from uuid import UUID
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.core.serializers.json import DjangoJSONEncoder
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from ninja import NinjaAPI, Query, Schema
+from ninja.errors import AuthenticationError, HttpError, ValidationError
+from ninja.security import APIKeyHeader, HttpBearer
+from pydantic import Field
+
+from approvals import platform
+from approvals.errors import DomainError, InvalidInput
+from approvals.payloads import NOT_GIVEN
+from approvals.platform_schemas import (
+    AssistantSearchIn,
+    HistoryIn,
+    RunCreateIn,
+    ThreadCheckpointIn,
+    ThreadCreateIn,
+    ThreadSearchIn,
+    ThreadStateUpdateIn,
+)
+from approvals.tokens import token_authenticate
+from runtime.models import ACTIVE_RUN_STATUSES, Run, RunStatus, Thread
+from runtime.registry import graph_get
+from runtime.schema import json_schema_for
+
+POLL_SECONDS = 0.2
+
+
+def _wait_limit() -> float:
+    return float(getattr(settings, "GATEHOUSE_PLATFORM_WAIT_SECONDS", 120))
+
+
+class ApiKeyAuth(APIKeyHeader):
+    """``x-api-key``: how ``langgraph_sdk`` sends ``api_key``."""
+
+    param_name = "x-api-key"
+
+    def authenticate(self, request: HttpRequest, key: str | None) -> Any:
+        return token_authenticate(key) if key else None
+
+
+class BearerAuth(HttpBearer):
+    def authenticate(self, request: HttpRequest, token: str) -> Any:
+        return token_authenticate(token)
+
+
+api = NinjaAPI(
+    title="Gatehouse — LangGraph Platform-compatible API",
+    version="1",
+    description="The subset of the LangGraph Platform API that `langgraph_sdk` uses for human-in-the-loop work. "
+    "Authenticate with `x-api-key: <token>` (the SDK's `api_key`) or `Authorization: Bearer <token>`.",
+    auth=[ApiKeyAuth(), BearerAuth()],
+    urls_namespace="lg",
+    docs_url="/docs",
+)
+
+
+# --- errors: status codes first (the SDK raises on them), a message the SDK can show ---------
+
+
+def error_response(
+    request: HttpRequest, status: int, code: str, message: str, field: str | None = None
+) -> HttpResponse:
+    # "detail" is where the Platform puts its message; "error" is Gatehouse's own shape.
+    body = {"detail": message, "error": {"code": code, "message": message, "field": field}}
+    return api.create_response(request, body, status=status)
+
+
+@api.exception_handler(DomainError)
+def on_domain_error(request: HttpRequest, exc: DomainError) -> HttpResponse:
+    return error_response(request, exc.status, exc.code, exc.message, exc.field)
+
+
+@api.exception_handler(ValidationError)
+def on_validation_error(request: HttpRequest, exc: ValidationError) -> HttpResponse:
+    first = exc.errors[0] if exc.errors else {}
+    loc = [str(p) for p in first.get("loc", [])]
+    while loc and loc[0] in ("body", "query", "path"):
+        loc = loc[1:]
+    if loc and loc[0] in ("body", "query"):
+        loc = loc[1:]
+    field = ".".join(loc) or None
+    message = first.get("msg", "invalid request")
+    if first.get("type") == "json_invalid":
+        return error_response(request, 400, "malformed_json", f"request body is not valid JSON: {message}", "body")
+    return error_response(request, 422, "invalid", f"{field}: {message}" if field else message, field)
+
+
+@api.exception_handler(AuthenticationError)
+def on_auth_error(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:
+    return error_response(
+        request, 401, "unauthenticated", "send a valid API token: x-api-key: <token> or Authorization: Bearer <token>"
+    )
+
+
+@api.exception_handler(HttpError)
+def on_http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
+    if exc.status_code == 400 and "parse request body" in str(exc):
+        return error_response(request, 400, "malformed_json", f"request body is not valid JSON: {exc}", "body")
+    return error_response(request, exc.status_code, "error", str(exc))
+
+
+def _user(request: HttpRequest) -> Any:
+    return request.auth  # type: ignore[attr-defined]
+
+
+# --- assistants -------------------------------------------------------------------------------
+
+
+@api.post("/assistants/search", tags=["assistants"])
+def assistants_search(request: HttpRequest, body: AssistantSearchIn) -> list[dict[str, Any]]:
+    names = platform.assistants_visible(_user(request))
+    if body.graph_id:
+        names = [n for n in names if n == body.graph_id]
+    if body.name:
+        names = [n for n in names if body.name.lower() in n.lower()]
+    if body.metadata and body.metadata != {"created_by": "system"}:
+        names = []  # assistants carry no metadata but their creator
+    if body.sort_order == "desc":
+        names = list(reversed(names))
+    return [platform.assistant_out(n) for n in names[body.offset : body.offset + body.limit]]
+
+
+@api.get("/assistants/{assistant_id}", tags=["assistants"])
+def assistant_get(request: HttpRequest, assistant_id: str) -> dict[str, Any]:
+    return platform.assistant_out(platform.assistant_graph(_user(request), assistant_id))
+
+
+@api.get("/assistants/{assistant_id}/graph", tags=["assistants"])
+def assistant_graph(request: HttpRequest, assistant_id: str) -> dict[str, Any]:
+    graph = graph_get(platform.assistant_graph(_user(request), assistant_id)).builder
+    nodes = [{"id": "__start__", "type": "schema", "data": "__start__"}]
+    nodes += [{"id": name, "type": "runnable", "data": name} for name in graph.nodes]
+    nodes.append({"id": "__end__", "type": "schema", "data": "__end__"})
+    edges = [{"source": a, "target": b} for a, b in sorted(graph.edges)]
+    return {"nodes": nodes, "edges": edges}
+
+
+@api.get("/assistants/{assistant_id}/schemas", tags=["assistants"])
+def assistant_schemas(request: HttpRequest, assistant_id: str) -> dict[str, Any]:
+    name = platform.assistant_graph(_user(request), assistant_id)
+    entry = graph_get(name)
+    return {
+        "graph_id": name,
+        "input_schema": json_schema_for(entry.input_schema),
+        "output_schema": json_schema_for(entry.state_schema),
+        "state_schema": json_schema_for(entry.state_schema),
+        "config_schema": None,
+        "context_schema": None,
+    }
+
+
+# --- threads ----------------------------------------------------------------------------------
+
+
+@api.post("/threads", tags=["threads"])
+def thread_create(request: HttpRequest, body: ThreadCreateIn) -> dict[str, Any]:
+    if body.supersteps:
+        raise InvalidInput("supersteps (copying a thread's history) are not supported", field="supersteps")
+    if body.ttl is not None:
+        raise InvalidInput("thread TTLs are not supported; Gatehouse keeps threads for the audit trail", field="ttl")
+    user = _user(request)
+    thread, _ = platform.thread_create(
+        actor=user, thread_id=body.thread_id, metadata=body.metadata or {}, if_exists=body.if_exists
+    )
+    return platform.thread_out(user, thread)
+
+
+@api.post("/threads/search", tags=["threads"])
+def threads_search(request: HttpRequest, body: ThreadSearchIn) -> list[dict[str, Any]]:
+    if body.extract:
+        raise InvalidInput("extract is not supported", field="extract")
+    user = _user(request)
+    threads = platform.threads_search(
+        user=user,
+        status=body.status,
+        metadata=body.metadata,
+        values=body.values,
+        ids=body.ids,
+        limit=body.limit,
+        offset=body.offset,
+        sort_by=body.sort_by,
+        sort_order=body.sort_order,
+    )
+    return [platform.thread_out(user, t) for t in threads]
+
+
+@api.get("/threads/{uuid:thread_id}", tags=["threads"])
+def thread_get(request: HttpRequest, thread_id: UUID) -> dict[str, Any]:
+    user = _user(request)
+    return platform.thread_out(user, platform.thread_get_for(user, thread_id))
+
+
+class StateQuery(Schema):
+    subgraphs: bool = False
+
+
+@api.get("/threads/{uuid:thread_id}/state", tags=["threads"])
+def thread_state(request: HttpRequest, thread_id: UUID, query: Query[StateQuery]) -> dict[str, Any]:
+    return platform.thread_state(_user(request), thread_id)
+
+
+@api.get("/threads/{uuid:thread_id}/state/{uuid:checkpoint_id}", tags=["threads"])
+def thread_state_at(request: HttpRequest, thread_id: UUID, checkpoint_id: UUID, query: Query[StateQuery]) -> Any:
+    return platform.thread_state(_user(request), thread_id, str(checkpoint_id))
+
+
+@api.post("/threads/{uuid:thread_id}/state/checkpoint", tags=["threads"])
+def thread_state_checkpoint(request: HttpRequest, thread_id: UUID, body: ThreadCheckpointIn) -> Any:
+    if body.checkpoint.get("checkpoint_ns"):
+        raise InvalidInput(
+            "subgraph checkpoints are not served; read the root thread", field="checkpoint.checkpoint_ns"
+        )
+    return platform.thread_state(_user(request), thread_id, body.checkpoint.get("checkpoint_id") or None)
+
+
+@api.post("/threads/{uuid:thread_id}/state", tags=["threads"])
+def thread_state_update(request: HttpRequest, thread_id: UUID, body: ThreadStateUpdateIn) -> dict[str, Any]:
+    if body.checkpoint or body.checkpoint_id:
+        raise InvalidInput("updating a past checkpoint (forking) is not supported", field="checkpoint_id")
+    if not body.values:
+        raise InvalidInput("values to update are required", field="values")
+    return platform.thread_state_update(
+        actor=_user(request), thread_id=thread_id, values=body.values, as_node=body.as_node
+    )
+
+
+@api.post("/threads/{uuid:thread_id}/history", tags=["threads"])
+def thread_history(request: HttpRequest, thread_id: UUID, body: HistoryIn) -> list[dict[str, Any]]:
+    if body.metadata:
+        raise InvalidInput("filtering history by metadata is not supported", field="metadata")
+    if body.checkpoint and body.checkpoint.get("checkpoint_ns"):
+        raise InvalidInput("subgraph history is not served", field="checkpoint.checkpoint_ns")
+    before = body.before.get("checkpoint_id") if isinstance(body.before, dict) else body.before
+    return platform.thread_history(_user(request), thread_id, limit=body.limit, before=before or None)
+
+
+# --- runs -------------------------------------------------------------------------------------
+
+
+_UNSUPPORTED = {
+    "interrupt_before": "static breakpoints are part of the registered graph",
+    "interrupt_after": "static breakpoints are part of the registered graph",
+    "webhook": "use Gatehouse's outbound webhooks",
+    "checkpoint": "replaying or forking from a checkpoint is not supported",
+    "checkpoint_id": "replaying or forking from a checkpoint is not supported",
+    "after_seconds": "delayed runs are not supported",
+    "context": "runs take no context; the graph is configured by its registration",
+}
+
+
+def _run_create_sync(request: HttpRequest, thread_id: UUID, body: RunCreateIn) -> Run:
+    for name, why in _UNSUPPORTED.items():
+        if getattr(body, name):
+            raise InvalidInput(f"not supported: {why}", field=name)
+    if body.config and any(body.config.get(k) for k in ("configurable",)):
+        raise InvalidInput("not supported: runs take no configurable values", field="config.configurable")
+    if body.multitask_strategy not in (None, "reject"):
+        raise InvalidInput(
+            "only multitask_strategy 'reject' is supported: a thread runs one run at a time", field="multitask_strategy"
+        )
+    command = body.command
+    if command is not None and command.goto is not None:
+        raise InvalidInput("command.goto is not supported; the graph routes itself", field="command.goto")
+    resume = command.resume if command is not None and "resume" in command.model_fields_set else NOT_GIVEN
+    return platform.run_create(
+        actor=_user(request),
+        thread_id=thread_id,
+        assistant_id=body.assistant_id,
+        input=body.input,
+        resume=resume,
+        update=command.update if command is not None else None,
+        metadata=body.metadata,
+    )
+
+
+def _run_location(thread_id: Any, run_id: Any) -> str:
+    return f"/threads/{thread_id}/runs/{run_id}"
+
+
+@api.post("/threads/{uuid:thread_id}/runs", tags=["runs"])
+def run_create(request: HttpRequest, thread_id: UUID, body: RunCreateIn) -> HttpResponse:
+    run = _run_create_sync(request, thread_id, body)
+    graph = Thread.objects.values_list("graph", flat=True).get(pk=thread_id)
+    response = api.create_response(request, platform.run_out(run, graph), status=200)
+    response["Content-Location"] = _run_location(thread_id, run.id)
+    return response
+
+
+class RunListQuery(Schema):
+    limit: int = Field(default=10, ge=1, le=1000)
+    offset: int = Field(default=0, ge=0)
+    status: str | None = None
+
+
+@api.get("/threads/{uuid:thread_id}/runs", tags=["runs"])
+def runs_list(request: HttpRequest, thread_id: UUID, query: Query[RunListQuery]) -> list[dict[str, Any]]:
+    thread, runs = platform.runs_list(
+        _user(request), thread_id, limit=query.limit, offset=query.offset, status=query.status
+    )
+    return [platform.run_out(r, thread.graph) for r in runs]
+
+
+@api.get("/threads/{uuid:thread_id}/runs/{uuid:run_id}", tags=["runs"])
+def run_get(request: HttpRequest, thread_id: UUID, run_id: UUID) -> dict[str, Any]:
+    thread, run = platform.run_get_for(_user(request), thread_id, run_id)
+    return platform.run_out(run, thread.graph)
+
+
+class CancelQuery(Schema):
+    wait: int = 0
+    action: str = "interrupt"
+
+
+@api.post("/threads/{uuid:thread_id}/runs/{uuid:run_id}/cancel", tags=["runs"])
+def run_cancel(request: HttpRequest, thread_id: UUID, run_id: UUID, query: Query[CancelQuery]) -> HttpResponse:
+    if query.action != "interrupt":
+        raise InvalidInput("only action=interrupt is supported", field="action")
+    platform.run_cancel(actor=_user(request), thread_id=thread_id, run_id=run_id)
+    return HttpResponse(status=202)
+
+
+async def _run_settled(user: Any, thread_id: Any, run_id: Any, deadline: float) -> tuple[Thread, Run, bool]:
+    """Poll until the run is no longer queued or running, or the deadline passes."""
+    while True:
+        thread, run = await sync_to_async(platform.run_progress)(user, thread_id, run_id)
+        if run.status not in ACTIVE_RUN_STATUSES:
+            return thread, run, True
+        if time.monotonic() >= deadline:
+            return thread, run, False
+        await asyncio.sleep(POLL_SECONDS)
+
+
+def _timeout_output(thread_id: Any, run_id: Any, limit: float) -> dict[str, Any]:
+    return {
+        "__error__": {
+            "error": "TimeoutError",
+            "message": f"run {run_id} is still running after {limit:.0f}s; "
+            f"join it: GET /lg/threads/{thread_id}/runs/{run_id}/join",
+        }
+    }
+
+
+async def _wait_response(request: HttpRequest, thread_id: Any, run_id: Any) -> HttpResponse:
+    user = _user(request)
+    limit = _wait_limit()
+    thread, run, done = await _run_settled(user, thread_id, run_id, time.monotonic() + limit)
+    if not done:
+        body = _timeout_output(thread_id, run_id, limit)
+    else:
+        body = await sync_to_async(platform.wait_output)(user, thread, run)
+    response = api.create_response(request, body, status=200)
+    response["Content-Location"] = _run_location(thread_id, run_id)
+    return response
+
+
+@api.post("/threads/{uuid:thread_id}/runs/wait", tags=["runs"])
+async def run_wait(request: HttpRequest, thread_id: UUID, body: RunCreateIn) -> HttpResponse:
+    run = await sync_to_async(_run_create_sync)(request, thread_id, body)
+    return await _wait_response(request, thread_id, run.id)
+
+
+@api.get("/threads/{uuid:thread_id}/runs/{uuid:run_id}/join", tags=["runs"])
+async def run_join(request: HttpRequest, thread_id: UUID, run_id: UUID) -> HttpResponse:
+    return await _wait_response(request, thread_id, run_id)
+
+
+def _sse(event: str, data: Any) -> bytes:
+    return f"event: {event}\ndata: {json.dumps(data, cls=DjangoJSONEncoder)}\n\n".encode()
+
+
+async def _run_events(user: Any, thread_id: Any, run: Run, limit: float) -> AsyncIterator[bytes]:
+    """metadata, then a values event per new checkpoint, then the final values and end."""
+    yield _sse("metadata", {"run_id": str(run.id), "attempt": 1})
+    deadline = time.monotonic() + limit
+    seen = ""
+    last_beat = time.monotonic()
+    while True:
+        thread, current = await sync_to_async(platform.run_progress)(user, thread_id, run.id)
+        finished = current.status not in ACTIVE_RUN_STATUSES
+        if current.status == RunStatus.FAILED:
+            yield _sse("error", {"error": "RunError", "message": current.error or "the run failed"})
+            break
+        if finished or thread.checkpoint_id != seen:
+            state = await sync_to_async(platform.thread_state)(user, thread_id)
+            checkpoint_id = state["checkpoint"]["checkpoint_id"] or ""
+            if checkpoint_id != seen or finished:
+                values = dict(state["values"])
+                if finished and state["interrupts"]:
+                    values["__interrupt__"] = state["interrupts"]
+                seen = checkpoint_id
+                yield _sse("values", values)
+        if finished:
+            break
+        if time.monotonic() >= deadline:
+            yield _sse("error", _timeout_output(thread_id, run.id, limit)["__error__"])
+            break
+        if time.monotonic() - last_beat > 10:
+            last_beat = time.monotonic()
+            yield b": heartbeat\n\n"  # keeps proxies from closing an idle stream
+        await asyncio.sleep(POLL_SECONDS)
+    yield _sse("end", None)
+
+
+@api.post("/threads/{uuid:thread_id}/runs/stream", tags=["runs"])
+async def run_stream(request: HttpRequest, thread_id: UUID, body: RunCreateIn) -> StreamingHttpResponse:
+    modes = [body.stream_mode] if isinstance(body.stream_mode, str) else (body.stream_mode or ["values"])
+    unsupported = sorted(set(modes) - {"values"})
+    if unsupported:
+        raise InvalidInput(
+            f"only stream_mode 'values' is supported (got {', '.join(unsupported)})", field="stream_mode"
+        )
+    run = await sync_to_async(_run_create_sync)(request, thread_id, body)
+    response = StreamingHttpResponse(
+        _run_events(_user(request), thread_id, run, _wait_limit()), content_type="text/event-stream"
+    )
+    response["Cache-Control"] = "no-store"
+    response["X-Accel-Buffering"] = "no"
+    response["Content-Location"] = _run_location(thread_id, run.id)
+    return response

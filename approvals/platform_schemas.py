@@ -1,0 +1,90 @@
+"""Request bodies of the LangGraph Platform-compatible API (``/lg/``), as ``langgraph_sdk`` sends them.
+
+Field names and defaults follow the SDK (``langgraph_sdk/_async/*.py``). Fields the
+SDK may send that Gatehouse ignores are listed in ``docs/platform-api.md``; fields
+whose meaning Gatehouse cannot honour are accepted here and refused by the API
+with a 422 naming them, so a client never believes an option took effect.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from ninja import Schema
+from pydantic import Field
+
+SortOrder = Literal["asc", "desc"]
+
+
+class AssistantSearchIn(Schema):
+    graph_id: str | None = None
+    metadata: dict[str, Any] | None = None
+    name: str | None = None
+    limit: int = Field(default=10, ge=1, le=1000)
+    offset: int = Field(default=0, ge=0)
+    sort_by: str | None = None
+    sort_order: SortOrder | None = None
+
+
+class ThreadCreateIn(Schema):
+    thread_id: str | None = None
+    metadata: dict[str, Any] | None = None
+    if_exists: Literal["raise", "do_nothing"] | None = None
+    supersteps: list[Any] | None = None
+    ttl: Any = None
+
+
+class ThreadSearchIn(Schema):
+    metadata: dict[str, Any] | None = None
+    values: dict[str, Any] | None = None
+    ids: list[str] | None = None
+    status: Literal["idle", "busy", "interrupted", "error"] | None = None
+    limit: int = Field(default=10, ge=1, le=1000)
+    offset: int = Field(default=0, ge=0)
+    sort_by: Literal["thread_id", "status", "created_at", "updated_at"] | None = None
+    sort_order: SortOrder | None = None
+    select: list[str] | None = None
+    extract: dict[str, str] | None = None
+
+
+class ThreadStateUpdateIn(Schema):
+    values: dict[str, Any] | None = None
+    as_node: str | None = None
+    checkpoint: dict[str, Any] | None = None
+    checkpoint_id: str | None = None
+
+
+class ThreadCheckpointIn(Schema):
+    checkpoint: dict[str, Any]
+    subgraphs: bool = False
+
+
+class HistoryIn(Schema):
+    limit: int = Field(default=10, ge=1, le=1000)
+    before: str | dict[str, Any] | None = None
+    metadata: dict[str, Any] | None = None
+    checkpoint: dict[str, Any] | None = None
+
+
+class CommandIn(Schema):
+    resume: Any = None
+    update: dict[str, Any] | None = None
+    goto: Any = None
+
+
+class RunCreateIn(Schema):
+    assistant_id: str = Field(min_length=1, max_length=200)
+    input: dict[str, Any] | None = None
+    command: CommandIn | None = None
+    metadata: dict[str, Any] | None = None
+    config: dict[str, Any] | None = None
+    context: dict[str, Any] | None = None
+    multitask_strategy: Literal["reject", "interrupt", "rollback", "enqueue"] | None = None
+    stream_mode: str | list[str] | None = None
+    interrupt_before: Any = None
+    interrupt_after: Any = None
+    webhook: str | None = None
+    checkpoint: dict[str, Any] | None = None
+    checkpoint_id: str | None = None
+    after_seconds: float | None = None
+    if_not_exists: Literal["create", "reject"] | None = None
