@@ -1,0 +1,271 @@
+"""The official ``langgraph_sdk`` client (async and sync) drives Gatehouse through ``/lg/``.
+
+A live daphne process serves the API; the session's Celery worker runs the
+graphs. Every wait is bounded (the SDK's own timeouts, and ``wait_for``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from langgraph_sdk import get_client, get_sync_client
+
+from approvals.models import AuditEvent, Decision
+from approvals.platform import assistant_id_for
+from runtime.models import Run, Thread
+from tests.conftest import ROOT, WorkerProcess, loan_input, wait_for, worker_env
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db", "live_worker")]
+
+TIMEOUT = httpx.Timeout(30.0)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def server(worker: WorkerProcess, bank: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """daphne on a free port, with the worker's environment (test database, Redis, queue, bank)."""
+    port = _free_port()
+    log_path = tmp_path_factory.mktemp("daphne") / "daphne.log"
+    log = open(log_path, "wb")  # noqa: SIM115 - owned by the process
+    env = {**worker_env(bank), "GATEHOUSE_PLATFORM_WAIT_SECONDS": "30"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "console.asgi:application"],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}/lg"
+
+    def up() -> bool:
+        if proc.poll() is not None:
+            raise RuntimeError(f"daphne exited: {log_path.read_text(errors='replace')[-3000:]}")
+        try:
+            return httpx.post(f"{url}/assistants/search", json={}, timeout=2).status_code == 401
+        except httpx.TransportError:
+            return False
+
+    wait_for(up, timeout=40, interval=0.2, what="daphne to serve /lg/")
+    yield url
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+    log.close()
+
+
+def _async_client(url: str, token: str) -> Any:
+    return get_client(url=url, api_key=token, timeout=TIMEOUT)
+
+
+def _sync_client(url: str, token: str) -> Any:
+    return get_sync_client(url=url, api_key=token, timeout=TIMEOUT)
+
+
+def test_the_sdk_drives_a_loan_from_interrupt_to_disbursement(server, personas, bank):
+    operator, reviewer = personas["operator"].token, personas["reviewer"].token
+
+    async def flow() -> dict[str, Any]:
+        op, rv = _async_client(server, operator), _async_client(server, reviewer)
+        try:
+            assistants = await op.assistants.search(graph_id="loan_approval")
+            assert [a["graph_id"] for a in assistants] == ["loan_approval"]
+            assert assistants[0]["assistant_id"] == assistant_id_for("loan_approval")
+
+            thread = await op.threads.create(metadata={"case": "sdk-1"})
+            paused = await op.runs.wait(
+                thread["thread_id"], "loan_approval", input=loan_input(amount=20000, income=40000)
+            )
+            [interrupt] = paused["__interrupt__"]
+            assert interrupt["value"]["type"] == "gatehouse.gate/v1"
+
+            found = await rv.threads.search(status="interrupted", metadata={"case": "sdk-1"})
+            assert [t["thread_id"] for t in found] == [thread["thread_id"]]
+            assert found[0]["status"] == "interrupted"
+
+            state = await rv.threads.get_state(thread["thread_id"])
+            assert state["next"] == ["human_review"]
+            [task] = state["tasks"]
+            assert task["name"] == "human_review"
+            assert task["interrupts"] == [interrupt]
+            assert state["interrupts"] == [interrupt]
+            assert state["values"]["amount"] == 20000
+            assert state["checkpoint"]["checkpoint_id"] and state["parent_checkpoint"]["checkpoint_id"]
+
+            final = await rv.runs.wait(
+                thread["thread_id"],
+                assistants[0]["assistant_id"],
+                command={"resume": {"decision": "approve", "reason": "ok", "reviewer": "sdk"}},
+            )
+            assert final["status"] == "disbursed"
+            assert "__interrupt__" not in final
+            done = await rv.threads.get(thread["thread_id"])
+            assert done["status"] == "idle" and done["interrupts"] == {}
+            runs = await rv.runs.list(thread["thread_id"])
+            assert [r["status"] for r in runs] == ["success", "interrupted"]
+            return thread
+        finally:
+            await op.aclose()
+            await rv.aclose()
+
+    thread = asyncio.run(flow())
+    thread_id = thread["thread_id"]
+    assert bank.ledger.executions[f"gh:{thread_id}:disburse"] == 1
+    decision = Decision.objects.get(task__thread_id=thread_id)
+    assert decision.actor == personas["reviewer"].user and decision.outcome == "approve"
+    # the gate records the authenticated reviewer, not the name the client sent
+    assert decision.resume_value["reviewer"] == personas["reviewer"].username
+    actions = list(AuditEvent.objects.filter(thread_id=thread_id).values_list("action", flat=True))
+    for expected in ("thread.created", "thread.started", "task.opened", "decision.made", "run.queued"):
+        assert expected in actions, (expected, actions)
+
+
+def test_history_lists_checkpoints_newest_first_with_the_sync_client(server, personas):
+    with _sync_client(server, personas["operator"].token) as op:
+        thread = op.threads.create(metadata={"graph_id": "loan_approval"})
+        assert thread["metadata"]["graph_id"] == "loan_approval"
+        op.runs.wait(thread["thread_id"], "loan_approval", input=loan_input())
+        history = op.threads.get_history(thread["thread_id"], limit=20)
+        steps = [h["metadata"]["step"] for h in history]
+        assert steps == sorted(steps, reverse=True) and len(steps) >= 3
+        assert history[0]["interrupts"] and history[0]["next"] == ["human_review"]
+        assert history[1]["checkpoint"]["checkpoint_id"] == history[0]["parent_checkpoint"]["checkpoint_id"]
+        older = op.threads.get_history(thread["thread_id"], limit=1, before=history[0]["checkpoint"])
+        assert older[0]["checkpoint"] == history[1]["checkpoint"]
+        past = op.threads.get_state(thread["thread_id"], checkpoint_id=history[1]["checkpoint"]["checkpoint_id"])
+        assert past["values"] == history[1]["values"]
+
+
+def test_an_unknown_interrupt_id_is_refused_and_nothing_changes(server, personas):
+    with _sync_client(server, personas["operator"].token) as op, _sync_client(server, personas["reviewer"].token) as rv:
+        thread = op.threads.create()
+        op.runs.wait(thread["thread_id"], "loan_approval", input=loan_input())
+        before = rv.threads.get_state(thread["thread_id"])
+        runs_before = Run.objects.filter(thread_id=thread["thread_id"]).count()
+        with pytest.raises(httpx.HTTPStatusError) as refused:
+            rv.runs.create(
+                thread["thread_id"],
+                "loan_approval",
+                command={"resume": {"0" * 32: {"decision": "approve", "reason": "ok"}}},
+            )
+        assert refused.value.response.status_code == 422
+        assert "not pending" in refused.value.response.json()["detail"]
+        assert rv.threads.get_state(thread["thread_id"]) == before
+        assert Run.objects.filter(thread_id=thread["thread_id"]).count() == runs_before
+        assert not Decision.objects.filter(task__thread_id=thread["thread_id"]).exists()
+
+        # the operator may start threads but not decide them: same policy as the native API
+        [interrupt] = before["interrupts"]
+        with pytest.raises(httpx.HTTPStatusError) as forbidden:
+            op.runs.create(
+                thread["thread_id"], "loan_approval", command={"resume": {interrupt["id"]: {"decision": "approve"}}}
+            )
+        assert forbidden.value.response.status_code == 403
+
+
+def test_a_second_run_while_one_is_active_is_rejected(server, personas):
+    with _sync_client(server, personas["operator"].token) as op:
+        thread = op.threads.create()
+        run = op.runs.create(thread["thread_id"], "loan_approval", input=loan_input(), multitask_strategy="reject")
+        with pytest.raises(httpx.HTTPStatusError) as busy:
+            op.runs.create(thread["thread_id"], "loan_approval", input=loan_input(), multitask_strategy="reject")
+        assert busy.value.response.status_code == 409
+        with pytest.raises(httpx.HTTPStatusError) as unsupported:
+            op.runs.create(thread["thread_id"], "loan_approval", input=loan_input(), multitask_strategy="enqueue")
+        assert unsupported.value.response.status_code == 422
+        joined = op.runs.join(thread["thread_id"], run["run_id"])
+        assert joined["__interrupt__"]
+        assert op.runs.get(thread["thread_id"], run["run_id"])["status"] == "interrupted"
+        # a finished run cannot be cancelled
+        with pytest.raises(httpx.HTTPStatusError) as late:
+            op.runs.cancel(thread["thread_id"], run["run_id"])
+        assert late.value.response.status_code == 409
+
+
+def test_a_stream_yields_metadata_values_and_ends(server, personas):
+    async def flow() -> list[Any]:
+        op = _async_client(server, personas["operator"].token)
+        try:
+            thread = await op.threads.create()
+            parts = []
+            async for part in op.runs.stream(thread["thread_id"], "loan_approval", input=loan_input()):
+                parts.append(part)
+            return parts
+        finally:
+            await op.aclose()
+
+    parts = asyncio.run(flow())
+    events = [p.event for p in parts]
+    assert events[0] == "metadata" and events[-1] == "end"
+    values = [p.data for p in parts if p.event == "values"]
+    assert values and values[-1]["__interrupt__"] and values[-1]["risk_score"] == 0.625
+
+
+def test_update_state_is_refused_while_a_decision_is_pending(server, personas):
+    with _sync_client(server, personas["admin"].token) as admin:
+        thread = admin.threads.create()
+        admin.runs.wait(thread["thread_id"], "loan_approval", input=loan_input())
+        with pytest.raises(httpx.HTTPStatusError) as refused:
+            admin.threads.update_state(thread["thread_id"], {"amount": 1})
+        assert refused.value.response.status_code == 409
+        assert Thread.objects.get(pk=thread["thread_id"]).status == "interrupted"
+
+
+def test_update_state_writes_a_checkpoint_for_operators_only(server, personas):
+    with _sync_client(server, personas["operator"].token) as op, _sync_client(server, personas["reviewer"].token) as rv:
+        thread = op.threads.create()
+        op.runs.wait(thread["thread_id"], "loan_approval", input=loan_input(amount=1000))  # auto-approved
+        with pytest.raises(httpx.HTTPStatusError) as forbidden:
+            rv.threads.update_state(thread["thread_id"], {"status": "archived"})
+        assert forbidden.value.response.status_code == 403
+        with pytest.raises(httpx.HTTPStatusError) as invalid:
+            op.threads.update_state(thread["thread_id"], {"nope": 1})
+        assert invalid.value.response.status_code == 422
+        written = op.threads.update_state(thread["thread_id"], {"status": "archived"})
+        state = op.threads.get_state(thread["thread_id"])
+        assert state["checkpoint"]["checkpoint_id"] == written["checkpoint"]["checkpoint_id"]
+        assert state["values"]["status"] == "archived"
+    assert AuditEvent.objects.filter(thread_id=thread["thread_id"], action="thread.state_updated").exists()
+
+
+@pytest.mark.parametrize("headers", [{}, {"x-api-key": "gh_wrong"}, {"Authorization": "Bearer gh_wrong"}])
+def test_no_valid_key_is_401(server, headers):
+    response = httpx.post(f"{server}/threads/search", json={}, headers=headers, timeout=10)
+    assert response.status_code == 401
+
+
+def test_a_bearer_token_works_as_well_as_the_api_key(server, personas):
+    with get_sync_client(
+        url=server, api_key=None, headers={"Authorization": f"Bearer {personas['auditor'].token}"}, timeout=TIMEOUT
+    ) as client:
+        assert {a["graph_id"] for a in client.assistants.search(limit=100)} >= {"loan_approval", "kyc_onboarding"}
+        with pytest.raises(httpx.HTTPStatusError) as forbidden:
+            client.threads.create()
+        assert forbidden.value.response.status_code == 403
+
+
+def test_a_graph_scoped_reviewer_sees_only_its_graphs(server, personas):
+    with _sync_client(server, personas["operator"].token) as op:
+        kyc = op.threads.create(metadata={"graph_id": "kyc_onboarding"})
+    with _sync_client(server, personas["loan_reviewer"].token) as scoped:
+        with pytest.raises(httpx.HTTPStatusError) as hidden:
+            scoped.threads.get(kyc["thread_id"])
+        assert hidden.value.response.status_code == 404
+        assert [a["graph_id"] for a in scoped.assistants.search(limit=100)] == ["loan_approval"]
