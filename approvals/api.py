@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 
 from django.http import HttpRequest
+from django.utils import timezone
 from ninja import Query, Router, Schema, Status
 from pydantic import Field
 
@@ -25,6 +27,7 @@ from approvals.schemas import (
     ThreadIn,
     ThreadOut,
 )
+from approvals.security import SESSION_AUTH_AT
 from runtime.models import Run, Thread
 from runtime.registry import graph_get, graph_names
 from runtime.schema import json_schema_for
@@ -47,7 +50,7 @@ def _thread_out(user: Any, thread: Thread, run: Run | None = None) -> ThreadOut:
         graph=thread.graph,
         status=thread.status,
         metadata=thread.metadata,
-        values=thread.values,
+        values=gateway.thread_values_for(user, thread),
         checkpoint_id=thread.checkpoint_id,
         error=thread.error,
         created_at=thread.created_at,
@@ -138,10 +141,14 @@ def task_detail(request: HttpRequest, task_id: UUID) -> TaskOut:
     user = _user(request)
     task = permissions.task_get_for(user, task_id)
     state = gateway.task_state_for(user, task)
+    payload, _ = gateway.payload_for(user, task)
     summary = _task_summary(task).model_dump()
     return TaskOut(
         **summary,
-        payload=task.payload,
+        payload=payload,
+        evidence_digest=services.evidence_digest(task=task, redaction=services.redaction_policy(user, task)),
+        required_approvals=task.required_approvals,
+        approvals=[_decision_out(d) for d in task.decisions.select_related("actor").order_by("created_at")],
         payload_digest=task.payload_digest,
         response_schema=task.response_schema,
         payload_kind=payload_kind(task.payload, task.kind),
@@ -149,6 +156,14 @@ def task_detail(request: HttpRequest, task_id: UUID) -> TaskOut:
         can_decide=task.is_open and permissions.can_decide(user, task),
         state=state.values if state else None,
     )
+
+
+def _authenticated_at(request: HttpRequest) -> datetime | None:
+    """When the caller last proved who they are: now for a token, the sign-in time for a session."""
+    if request.META.get("HTTP_AUTHORIZATION", "").startswith("Bearer "):
+        return timezone.now()
+    raw = request.session.get(SESSION_AUTH_AT) if hasattr(request, "session") else None
+    return datetime.fromisoformat(raw) if raw else None
 
 
 def _decision_out(decision: Decision) -> DecisionOut:
@@ -163,6 +178,9 @@ def _decision_out(decision: Decision) -> DecisionOut:
         checkpoint_id=decision.checkpoint_id,
         run_id=decision.run_id,
         created_at=decision.created_at,
+        meaning=decision.meaning,
+        signer_name=decision.signer_name,
+        evidence_digest=decision.evidence_digest,
     )
 
 
@@ -177,8 +195,10 @@ def task_decide(request: HttpRequest, task_id: UUID, body: DecisionIn) -> Status
         message=body.message,
         decisions=body.decisions,
         resume=body.resume if "resume" in body.model_fields_set else NOT_GIVEN,
+        evidence_digest=body.evidence_digest,
     )
-    decision = services.task_decide(actor=_user(request), task_id=task_id, request=decision_request)
+    signer = services.Signer(authenticated_at=_authenticated_at(request), password=body.password)
+    decision = services.task_decide(actor=_user(request), task_id=task_id, request=decision_request, signer=signer)
     decision.refresh_from_db()
     return Status(201, _decision_out(decision))
 
@@ -200,10 +220,10 @@ def audit_list(request: HttpRequest, query: Query[AuditQuery]) -> list[AuditEven
         limit=query.limit,
         before_id=query.before_id,
     )
-    return [_audit_out(e) for e in events]
+    return [_audit_out(e, _user(request)) for e in events]
 
 
-def _audit_out(event: AuditEvent) -> AuditEventOut:
+def _audit_out(event: AuditEvent, user: Any) -> AuditEventOut:
     return AuditEventOut(
         id=event.id,
         at=event.at,
@@ -213,7 +233,7 @@ def _audit_out(event: AuditEvent) -> AuditEventOut:
         subject_id=event.subject_id,
         thread_id=event.thread_id,
         graph=event.graph,
-        details=event.details,
+        details=gateway.audit_details_for(user, event),
         prev_hash=event.prev_hash,
         hash=event.hash,
     )

@@ -8,5 +8,5 @@ class ApprovalsConfig(AppConfig):
 
     def ready(self) -> None:
         import approvals.outbound  # noqa: F401  (queues outbound webhook events in the same transaction)
-        from approvals import receivers  # noqa: F401  (subscribes to runtime events)
+        from approvals import receivers, security  # noqa: F401  (subscribe to runtime and auth events)
         from console import live  # noqa: F401  (publishes audit events to websocket groups after commit)

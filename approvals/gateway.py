@@ -1,17 +1,73 @@
-"""The only way into the checkpoint store: authorise, then read.
+"""The only way into the checkpoint store and other sensitive state: authorise, redact, audit.
 
-Views, the API, websockets and exports read thread state through these
-functions, never through ``runtime.state`` or a graph directly.
+Views, the API, websockets and exports read thread state, interrupt payloads
+and audit details through these functions, never through ``runtime.state``,
+a graph, or ``task.payload`` directly. Principals without the "view
+sensitive" permission get the graph's sensitive paths masked; a principal
+with it who is shown a sensitive value causes a ``sensitive.revealed`` audit
+event.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
+from django.db import transaction
+
 from approvals import permissions
+from approvals.audit import audit_record
 from approvals.errors import NotFound
-from approvals.models import ApprovalTask
+from approvals.models import ApprovalTask, AuditEvent
+from approvals.redaction import redact
+from runtime.models import Thread
+from runtime.registry import UnknownGraph, graph_get
 from runtime.state import CheckpointView, thread_history_read, thread_state_read
+
+
+def sensitive_paths(graph: str) -> list[str]:
+    try:
+        return graph_get(graph).sensitive_paths
+    except UnknownGraph:
+        return []
+
+
+def may_see_sensitive(user: permissions.Principal) -> bool:
+    return permissions.can(user, "approvals.view_sensitive")
+
+
+def guard(
+    user: permissions.Principal, graph: str, value: Any, *, subject: str, thread_id: Any = None
+) -> tuple[Any, list[str]]:
+    """Mask ``value`` for ``user``; returns (value as shown, paths masked).
+
+    A permitted user sees the value unmasked and the reveal is audited.
+    """
+    paths = sensitive_paths(graph)
+    if not paths:
+        return value, []
+    masked, applied = redact(value, paths)
+    if not applied:
+        return value, []
+    if not may_see_sensitive(user):
+        return masked, applied
+    with transaction.atomic():
+        audit_record(
+            actor=user,  # type: ignore[arg-type]
+            action="sensitive.revealed",
+            subject_type=subject.split(":", 1)[0],
+            subject_id=subject.split(":", 1)[-1],
+            thread_id=thread_id,
+            graph=graph,
+            details={"paths": applied},
+        )
+    return value, []
+
+
+def _guard_view(user: permissions.Principal, thread: Thread, view: CheckpointView) -> CheckpointView:
+    values, _ = guard(user, thread.graph, view.values, subject=f"checkpoint:{view.checkpoint_id}", thread_id=thread.id)
+    writes, _ = redact(view.writes, sensitive_paths(thread.graph)) if not may_see_sensitive(user) else (view.writes, [])
+    return dataclasses.replace(view, values=values, writes=writes)
 
 
 def state_for(user: permissions.Principal, thread_id: Any, checkpoint_id: str | None = None) -> CheckpointView | None:
@@ -19,17 +75,45 @@ def state_for(user: permissions.Principal, thread_id: Any, checkpoint_id: str | 
     view = thread_state_read(thread, checkpoint_id)
     if checkpoint_id and view is None:
         raise NotFound(f"checkpoint {checkpoint_id} not found", field="checkpoint_id")
-    return view
+    return _guard_view(user, thread, view) if view else None
 
 
 def history_for(
     user: permissions.Principal, thread_id: Any, *, limit: int = 50, before: str | None = None
 ) -> list[CheckpointView]:
     thread = permissions.thread_get_for(user, thread_id)
-    return thread_history_read(thread, limit=limit, before=before)
+    views = thread_history_read(thread, limit=limit, before=before)
+    if not sensitive_paths(thread.graph):
+        return views
+    if may_see_sensitive(user):
+        guard(user, thread.graph, [v.values for v in views], subject=f"thread:{thread.id}", thread_id=thread.id)
+        return views
+    paths = sensitive_paths(thread.graph)
+    return [dataclasses.replace(v, values=redact(v.values, paths)[0], writes=redact(v.writes, paths)[0]) for v in views]
 
 
 def task_state_for(user: permissions.Principal, task: ApprovalTask) -> CheckpointView | None:
     """The state the task's reviewer decides on: the checkpoint where it paused."""
     permissions.task_get_for(user, task.pk)
-    return thread_state_read(task.thread, task.checkpoint_id)
+    view = thread_state_read(task.thread, task.checkpoint_id)
+    return _guard_view(user, task.thread, view) if view else None
+
+
+def thread_values_for(user: permissions.Principal, thread: Thread) -> dict[str, Any]:
+    """The thread's last known values (the listing snapshot), masked for ``user``."""
+    permissions.thread_get_for(user, thread.pk)
+    values, _ = guard(user, thread.graph, thread.values, subject=f"thread:{thread.id}", thread_id=thread.id)
+    return values  # type: ignore[no-any-return]
+
+
+def payload_for(user: permissions.Principal, task: ApprovalTask) -> tuple[Any, list[str]]:
+    """The interrupt payload as ``user`` may see it, and the paths masked (part of the evidence)."""
+    permissions.task_get_for(user, task.pk)
+    return guard(user, task.graph, task.payload, subject=f"task:{task.pk}", thread_id=task.thread_id)
+
+
+def audit_details_for(user: permissions.Principal, event: AuditEvent) -> dict[str, Any]:
+    """Audit details are stored whole (they are hashed); masking happens on the way out."""
+    if not event.graph or may_see_sensitive(user):
+        return event.details
+    return redact(event.details, sensitive_paths(event.graph))[0]  # type: ignore[no-any-return]

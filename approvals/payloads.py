@@ -36,6 +36,7 @@ class DecisionRequest:
     message: str | None = None
     decisions: list[dict[str, Any]] | None = None  # per action request (HITL)
     resume: Any = field(default=NOT_GIVEN)
+    evidence_digest: str | None = None  # what the client was shown; refused if it no longer matches
 
 
 def payload_kind(payload: Any, task_kind: str = "interrupt") -> str:

@@ -56,9 +56,28 @@ class CheckpointOut(Schema):
     values: dict[str, Any]
 
 
+class DecisionOut(Schema):
+    id: UUID
+    task_id: UUID
+    outcome: str
+    reason: str
+    actor: str
+    state_patch: dict[str, Any] | None
+    resume_value: Any
+    checkpoint_id: str
+    run_id: UUID | None
+    created_at: datetime
+    meaning: str
+    signer_name: str
+    evidence_digest: str
+
+
 class TaskOut(TaskSummaryOut):
     payload: Any
     payload_digest: str
+    evidence_digest: str = Field(description="Send it back with the decision to bind it to what you saw.")
+    required_approvals: int
+    approvals: list[DecisionOut]
     response_schema: Any | None
     payload_kind: str
     allowed_decisions: list[str]
@@ -84,19 +103,12 @@ class DecisionIn(Schema):
         default=None, description="One decision per tool call, for LangChain HITL requests."
     )
     resume: Any = Field(default=None, description="The exact resume value, for callers that know the graph's contract.")
-
-
-class DecisionOut(Schema):
-    id: UUID
-    task_id: UUID
-    outcome: str
-    reason: str
-    actor: str
-    state_patch: dict[str, Any] | None
-    resume_value: Any
-    checkpoint_id: str
-    run_id: UUID | None
-    created_at: datetime
+    evidence_digest: str | None = Field(
+        default=None, description="The task's evidence_digest as you saw it; refused with 409 if it changed."
+    )
+    password: str | None = Field(
+        default=None, max_length=512, description="Re-entered to sign when your sign-in is older than the window."
+    )
 
 
 class AuditEventOut(Schema):

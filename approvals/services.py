@@ -7,16 +7,18 @@ happens after commit (``runtime.runs.run_enqueue``).
 from __future__ import annotations
 
 import hashlib
-from datetime import timedelta
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
 from approvals import permissions
 from approvals.audit import audit_record, canonical
-from approvals.errors import Conflict, InvalidInput
+from approvals.errors import Conflict, Forbidden, InvalidInput
 from approvals.models import ApprovalTask, Decision, TaskKind, TaskStatus
 from approvals.payloads import (
     DecisionRequest,
@@ -44,9 +46,7 @@ def _graph_entry(graph: str) -> Any:
 
 
 @transaction.atomic
-def thread_start(
-    *, actor: User, graph: str, input: dict[str, Any], metadata: dict[str, Any]
-) -> tuple[Thread, Run]:
+def thread_start(*, actor: User, graph: str, input: dict[str, Any], metadata: dict[str, Any]) -> tuple[Thread, Run]:
     permissions.require(actor, "runtime.start_thread", "start threads")
     entry = _graph_entry(graph)
     permissions.require_start(actor, graph)
@@ -131,6 +131,7 @@ def tasks_open(*, run: Run, interrupts: list[PendingInterrupt]) -> list[Approval
             response_schema=item.response_schema,
             title=payload_title(item.value, item.node),
             due_at=_due_at(item.value),
+            required_approvals=_required_approvals(item.value),
         )
         audit_record(
             actor=None,
@@ -151,6 +152,11 @@ def tasks_open(*, run: Run, interrupts: list[PendingInterrupt]) -> list[Approval
         )
         opened.append(task)
     return opened
+
+
+def _required_approvals(payload: Any) -> int:
+    value = payload.get("required_approvals") if isinstance(payload, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 10 else 1
 
 
 def _due_at(payload: Any) -> Any:
@@ -174,8 +180,65 @@ def _task_supersede(task: ApprovalTask, *, reason: str) -> None:
     )
 
 
+@dataclass(frozen=True)
+class Signer:
+    """How the deciding principal proved who they are, for electronic-signature rules."""
+
+    authenticated_at: datetime | None = None  # last login (sessions) or now (API tokens)
+    password: str | None = None  # re-entered to sign when the login is older than the window
+
+
+def evidence_digest(*, task: ApprovalTask, redaction: list[str]) -> str:
+    """What a decision is bound to: the payload, the checkpoint, and the redaction the signer saw under."""
+    evidence = {"payload": task.payload_digest, "checkpoint": task.checkpoint_id, "redaction": sorted(redaction)}
+    return hashlib.sha256(canonical(evidence).encode()).hexdigest()
+
+
+def redaction_policy(actor: User, task: ApprovalTask) -> list[str]:
+    if permissions.can(actor, "approvals.view_sensitive"):
+        return []
+    try:
+        return list(graph_get(task.graph).sensitive_paths)
+    except UnknownGraph:
+        return []
+
+
+def task_decide(*, actor: User, task_id: Any, request: DecisionRequest, signer: Signer | None = None) -> Decision:
+    """Record ``actor``'s decision; resume the thread once the task's quorum is met.
+
+    Refusals by policy (separation of duties, final-approval rights, failed
+    re-authentication) are audited in their own transaction, since the
+    decision's transaction rolls back.
+    """
+    try:
+        return _task_decide(actor=actor, task_id=task_id, request=request, signer=signer or Signer())
+    except PolicyRefusal as refusal:
+        with transaction.atomic():
+            audit_record(
+                actor=actor,
+                action="decision.refused",
+                subject_type="task",
+                subject_id=task_id,
+                thread_id=refusal.thread_id,
+                graph=refusal.graph,
+                details={"rule": refusal.rule, "message": refusal.message, "outcome": request.outcome},
+            )
+        raise
+
+
+class PolicyRefusal(Forbidden):
+    def __init__(self, message: str, *, rule: str, task: ApprovalTask, field: str | None = None) -> None:
+        super().__init__(message, field=field)
+        self.rule = rule
+        self.thread_id = task.thread_id
+        self.graph = task.graph
+
+
+APPROVING = ("approve", "edit")
+
+
 @transaction.atomic
-def task_decide(*, actor: User, task_id: Any, request: DecisionRequest) -> Decision:
+def _task_decide(*, actor: User, task_id: Any, request: DecisionRequest, signer: Signer) -> Decision:
     visible = permissions.task_get_for(actor, task_id)
     permissions.require_decide(actor, visible)
     task = ApprovalTask.objects.select_for_update().get(pk=visible.pk)
@@ -189,8 +252,15 @@ def task_decide(*, actor: User, task_id: Any, request: DecisionRequest) -> Decis
         )
     if thread.status != ThreadStatus.INTERRUPTED or thread.checkpoint_id != task.checkpoint_id:
         raise Conflict("the thread has moved on since this task opened; reload it", field="checkpoint_id")
+    redaction = redaction_policy(actor, task)
+    evidence = evidence_digest(task=task, redaction=redaction)
+    if request.evidence_digest is not None and request.evidence_digest != evidence:
+        raise Conflict("the evidence you reviewed no longer matches this task; reload it", field="evidence_digest")
     if request.outcome in REASON_REQUIRED and not request.reason.strip():
         raise InvalidInput(f"a reason is required to {request.outcome}", field="reason")
+    earlier = list(task.decisions.all())
+    if any(d.actor_id == actor.pk for d in earlier):
+        raise Conflict("you have already signed this task; another approver must decide", field="task_id")
     state_patch = _state_patch_check(task, request)
     resume_value = resume_value_build(
         payload=task.payload,
@@ -199,6 +269,12 @@ def task_decide(*, actor: User, task_id: Any, request: DecisionRequest) -> Decis
         request=request,
         reviewer=actor.get_username(),
     )
+    proposes_edit = bool(state_patch) or request.action_args is not None or request.outcome == "edit"
+    counts, final = _quorum_position(task, request, earlier, actor=actor, proposes_edit=proposes_edit, thread=thread)
+    reauthenticated_at = _signature_check(actor, signer, task) if request.outcome in APPROVING + ("reject",) else None
+    meaning = {"approve": "approved", "edit": "approved", "reject": "rejected"}.get(request.outcome, "reviewed")
+    if request.outcome in APPROVING and not counts:
+        meaning = "reviewed"
     decision = Decision.objects.create(
         task=task,
         actor=actor,
@@ -208,13 +284,17 @@ def task_decide(*, actor: User, task_id: Any, request: DecisionRequest) -> Decis
         resume_value=resume_value,
         checkpoint_id=task.checkpoint_id,
         payload_digest=task.payload_digest,
+        evidence_digest=evidence,
+        redacted_paths=redaction,
+        signer_name=actor.get_full_name() or actor.get_username(),
+        meaning=meaning,
+        reauthenticated_at=reauthenticated_at,
     )
-    task.status = TaskStatus.DECIDED
-    task.decided_at = timezone.now()
-    task.save(update_fields=["status", "decided_at"])
+    approvals = sum(1 for d in earlier if d.meaning == "approved") + (1 if meaning == "approved" else 0)
+    quorum = {"approvals": approvals, "required": task.required_approvals, "met": final}
     audit_record(
         actor=actor,
-        action="decision.made",
+        action="decision.made" if final else "decision.recorded",
         subject_type="task",
         subject_id=task.id,
         thread_id=thread.id,
@@ -222,18 +302,97 @@ def task_decide(*, actor: User, task_id: Any, request: DecisionRequest) -> Decis
         details={
             "decision": str(decision.id),
             "outcome": request.outcome,
+            "meaning": meaning,
+            "signer": decision.signer_name,
             "reason": request.reason,
             "state_patch": state_patch,
             "resume": resume_value,
             "checkpoint_id": task.checkpoint_id,
             "payload_digest": task.payload_digest,
+            "evidence_digest": evidence,
+            "redacted_paths": redaction,
+            "quorum": quorum,
         },
     )
+    if not final:
+        return decision
+    task.status = TaskStatus.DECIDED
+    task.decided_at = timezone.now()
+    task.save(update_fields=["status", "decided_at"])
     if task.kind == TaskKind.BREAKPOINT and request.outcome == "reject":
         _thread_cancel(thread, actor=actor, reason=request.reason)
     elif not ApprovalTask.objects.filter(thread=thread, status=TaskStatus.PENDING).exists():
         _resume_enqueue(thread, task.checkpoint_id, actor)
     return decision
+
+
+def _separation_required(task: ApprovalTask) -> bool:
+    payload = task.payload if isinstance(task.payload, dict) else {}
+    return bool(
+        task.required_approvals > 1 or payload.get("separation_of_duties") or settings.GATEHOUSE_SEPARATION_OF_DUTIES
+    )
+
+
+def _quorum_position(
+    task: ApprovalTask,
+    request: DecisionRequest,
+    earlier: list[Decision],
+    *,
+    actor: User,
+    proposes_edit: bool,
+    thread: Thread,
+) -> tuple[bool, bool]:
+    """(does this decision count as an approval, does it complete the task)."""
+    if request.outcome not in APPROVING:
+        return False, True  # a rejection or a response decides at once
+    sod = _separation_required(task)
+    if sod and proposes_edit:
+        # Under separation of duties an edit is a proposal: someone else must approve it.
+        return False, False
+    approvals = sum(1 for d in earlier if d.meaning == "approved") + 1
+    final = approvals >= task.required_approvals
+    if not final:
+        return True, False
+    if sod:
+        if thread.created_by_id == actor.pk:
+            raise PolicyRefusal(
+                "you started this thread, so you cannot give its final approval (separation of duties)",
+                rule="separation_of_duties.starter",
+                task=task,
+            )
+        if any(d.actor_id == actor.pk and d.state_patch for d in earlier):
+            raise PolicyRefusal(
+                "you edited this task's state, so you cannot give its final approval (separation of duties)",
+                rule="separation_of_duties.editor",
+                task=task,
+            )
+    if task.required_approvals > 1 and not permissions.can(actor, "approvals.approve_final"):
+        raise PolicyRefusal(
+            "the final approval of a multi-approver task needs the approver role",
+            rule="quorum.final_approver",
+            task=task,
+        )
+    return True, True
+
+
+def _signature_check(actor: User, signer: Signer, task: ApprovalTask) -> datetime | None:
+    """Require the password again when the signer's login is older than the re-authentication window."""
+    window = timedelta(seconds=settings.GATEHOUSE_REAUTH_SECONDS)
+    if signer.authenticated_at is not None and timezone.now() - signer.authenticated_at <= window:
+        return None
+    if not signer.password:
+        raise PolicyRefusal(
+            f"your sign-in is older than {settings.GATEHOUSE_REAUTH_SECONDS // 60} minutes: "
+            "re-enter your password to sign this decision",
+            rule="signature.reauthentication_required",
+            task=task,
+            field="password",
+        )
+    if not actor.check_password(signer.password):
+        raise PolicyRefusal(
+            "the password is not correct", rule="signature.reauthentication_failed", task=task, field="password"
+        )
+    return timezone.now()
 
 
 def _state_patch_check(task: ApprovalTask, request: DecisionRequest) -> dict[str, Any] | None:

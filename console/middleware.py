@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
 
@@ -19,11 +20,18 @@ class RequestBodyLimitMiddleware:
             length = int(raw_length)
         except ValueError:
             return _error(400, "bad_request", "Content-Length header is not a number", "Content-Length")
+        if not request.META.get("CONTENT_LENGTH") and request.method in ("POST", "PUT", "PATCH", "DELETE"):
+            # A chunked body announces no length: Django reads one byte past
+            # the limit (DATA_UPLOAD_MAX_MEMORY_SIZE) and caches it for the view.
+            try:
+                length = len(request.body)
+            except RequestDataTooBig:
+                length = limit + 1
         if length > limit:
             return _error(
                 413,
                 "payload_too_large",
-                f"request body is {length} bytes; the limit is {limit} bytes",
+                f"request body is over the limit of {limit} bytes",
                 "body",
             )
         return self.get_response(request)

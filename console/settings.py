@@ -148,6 +148,14 @@ GATEHOUSE_SWEEP_SECONDS = env_float("GATEHOUSE_SWEEP_SECONDS", 15.0, minimum=0.2
 GATEHOUSE_REDISPATCH_AFTER_SECONDS = env_float("GATEHOUSE_REDISPATCH_AFTER_SECONDS", 30.0, minimum=0.2)
 GATEHOUSE_MAX_RUN_ATTEMPTS = env_int("GATEHOUSE_MAX_RUN_ATTEMPTS", 5, minimum=1)
 GATEHOUSE_READY_FILE = env_str("GATEHOUSE_READY_FILE")
+# --- governance ----------------------------------------------------------------
+# Apply separation of duties to every gate (otherwise only to multi-approver
+# gates and gates whose payload sets "separation_of_duties": true).
+GATEHOUSE_SEPARATION_OF_DUTIES = env_bool("GATEHOUSE_SEPARATION_OF_DUTIES", False)
+# Signing a decision needs the password again when the sign-in is older than this.
+GATEHOUSE_REAUTH_SECONDS = env_int("GATEHOUSE_REAUTH_SECONDS", 15 * 60, minimum=30)
+# How often beat records the audit chain's head as an anchor event.
+GATEHOUSE_ANCHOR_SECONDS = env_float("GATEHOUSE_ANCHOR_SECONDS", 3600.0, minimum=1.0)
 GATEHOUSE_DEMO = env_bool("GATEHOUSE_DEMO", EMBEDDED)
 
 # --- Celery ----------------------------------------------------------------
@@ -180,6 +188,7 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BEAT_SCHEDULE = {
     "sweep-runs": {"task": "runtime.sweep_runs", "schedule": GATEHOUSE_SWEEP_SECONDS},
+    "anchor-audit": {"task": "approvals.anchor_audit", "schedule": GATEHOUSE_ANCHOR_SECONDS},
 }
 
 # --- Channels ------------------------------------------------------------

@@ -30,12 +30,14 @@ class Ledger:
         self.lock = threading.Lock()
         self.responses: dict[str, tuple[str, int, dict[str, Any]]] = {}
         self.executions: dict[str, int] = {}
+        self.received: dict[str, int] = {}  # requests per key, counted on arrival
         self.requests = 0
 
     def reset(self) -> None:
         with self.lock:
             self.responses.clear()
             self.executions.clear()
+            self.received.clear()
             self.requests = 0
 
 
@@ -109,6 +111,7 @@ class BankHandler(BaseHTTPRequestHandler):
         ledger = self.server.ledger
         with ledger.lock:
             ledger.requests += 1
+            ledger.received[key] = ledger.received.get(key, 0) + 1
             seen = ledger.responses.get(key)
         if seen is not None:
             fingerprint, status, response = seen

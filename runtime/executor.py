@@ -17,8 +17,8 @@ from typing import Any
 
 from django.conf import settings
 from django.db import close_old_connections, connection
-from langgraph.errors import UnknownInterruptError
 from langchain_core.runnables import RunnableConfig
+from langgraph.errors import UnknownInterruptError
 from langgraph.pregel import Pregel
 from langgraph.types import Command, StateSnapshot
 

@@ -46,6 +46,8 @@ class GraphEntry:
     spec: str
     description: str = ""
     source: Any = None  # StateGraph | Pregel, as the author wrote it
+    # State paths to mask for principals without "view sensitive" (see approvals.redaction).
+    sensitive_paths: list[str] = field(default_factory=list)
     _compiled: Pregel | None = field(default=None, repr=False)
 
     @property
@@ -108,15 +110,22 @@ def graphs_read(config_path: Path) -> dict[str, GraphEntry]:
     _dependencies_add(base, config.get("dependencies", []))
     _env_apply(base, config.get("env"))
 
+    # Gatehouse's own per-graph settings sit beside langgraph-cli's keys, which the CLI ignores.
+    extra = config.get("gatehouse", {}).get("sensitive_paths", {})
     entries: dict[str, GraphEntry] = {}
     for name, value in config["graphs"].items():
+        sensitive = list(extra.get(name, []))
         if isinstance(value, str):
             spec, description = value, ""
         elif isinstance(value, dict) and isinstance(value.get("path"), str):
             spec, description = value["path"], str(value.get("description", ""))
+            sensitive += list(value.get("sensitive_paths", []))
         else:
             raise GraphRegistryError(f'graph {name!r}: expected "file.py:attr" or {{"path": ...}}')
-        entries[name] = GraphEntry(name=name, spec=spec, description=description, source=_source_load(name, base, spec))
+        if not all(isinstance(p, str) and p for p in sensitive):
+            raise GraphRegistryError(f"graph {name!r}: sensitive_paths must be non-empty strings")
+        source = _source_load(name, base, spec)
+        entries[name] = GraphEntry(name, spec, description, source, sensitive)
     return entries
 
 
@@ -201,4 +210,10 @@ def _bind_checkpointer(source: Any) -> Pregel:
     saver = checkpointer_get()
     if isinstance(source, StateGraph):
         return source.compile(checkpointer=saver)
+    # compile() extends the saver's msgpack allowlist with the graph's own schema
+    # types; a graph compiled without a checkpointer kept that list aside, so
+    # apply it to ours (otherwise its dataclasses/models come back as dicts).
+    apply_allowlist = getattr(source, "_apply_checkpointer_allowlist", None)
+    if callable(apply_allowlist):
+        saver = apply_allowlist(saver)
     return source.copy(update={"checkpointer": saver})

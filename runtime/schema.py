@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import types
 import typing
 from functools import lru_cache
 from typing import Any
 
-from pydantic import BaseModel, TypeAdapter, ValidationError
+import typing_extensions
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
 
 class FieldError(ValueError):
@@ -82,6 +84,45 @@ def _adapter(annotation: Any) -> TypeAdapter[Any] | None:
         if getattr(meta, "__name__", "") in {"add_messages", "_add_messages"}:
             return None
     try:
-        return TypeAdapter(annotation)
+        return TypeAdapter(_compatible(annotation))
     except Exception:
         return None
+
+
+def _is_typed_dict(tp: Any) -> bool:
+    return isinstance(tp, type) and issubclass(tp, dict) and hasattr(tp, "__total__") and hasattr(tp, "__annotations__")
+
+
+@lru_cache(maxsize=512)
+def _compatible(annotation: Any) -> Any:
+    """Rebuild ``typing.TypedDict`` types (at any depth) as ``typing_extensions`` ones.
+
+    Pydantic refuses ``typing.TypedDict`` on Python < 3.12, and most LangGraph
+    states are written with it.
+    """
+    if _is_typed_dict(annotation) and not getattr(annotation, "__pydantic_config__", None):
+        hints = typing.get_type_hints(annotation, include_extras=True)
+        required = getattr(annotation, "__required_keys__", set(hints))
+        fields = {
+            key: _compatible(hint) if key in required else typing_extensions.NotRequired[_compatible(hint)]
+            for key, hint in hints.items()
+        }
+        rebuilt_td: Any = typing_extensions.TypedDict(annotation.__name__, fields)  # type: ignore[misc]
+        rebuilt_td.__pydantic_config__ = ConfigDict(extra="forbid")  # unknown keys are errors at any depth
+        return rebuilt_td
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is None or not args:
+        return annotation
+    if origin is typing.Annotated:
+        return typing.Annotated[(_compatible(args[0]), *annotation.__metadata__)]  # type: ignore[valid-type]
+    if origin is typing.Literal:
+        return annotation
+    rebuilt = tuple(_compatible(a) for a in args)
+    if rebuilt == args:
+        return annotation
+    if origin is typing.Union or isinstance(annotation, types.UnionType):
+        return typing.Union[rebuilt]  # noqa: UP007
+    try:
+        return annotation.copy_with(rebuilt) if hasattr(annotation, "copy_with") else origin[rebuilt]
+    except TypeError:
+        return annotation

@@ -97,7 +97,7 @@ def test_a_worker_killed_mid_action_is_replaced_and_the_effect_happens_once(work
     try:
         response = reviewer.client.post(f"/api/tasks/{task['id']}/decision", {"decision": "approve"})
         assert response.status_code == 201
-        wait_for(lambda: Effect.objects.filter(key=key, calls=1).exists(), what="the action to call the bank")
+        wait_for(lambda: bank.ledger.received.get(key) == 1, what="the action's call to reach the bank")
         worker.kill()
         wait_for(lambda: bank.ledger.executions.get(key) == 1, timeout=10, what="the bank to execute the payment")
     finally:
@@ -110,6 +110,7 @@ def test_a_worker_killed_mid_action_is_replaced_and_the_effect_happens_once(work
 
     assert done["values"]["status"] == "disbursed"
     assert bank.ledger.executions[key] == 1  # the retry replayed the same idempotency key
+    assert bank.ledger.received[key] == 2
     effect = Effect.objects.get(key=key)
     assert effect.status == "done" and effect.calls == 2
     resume.refresh_from_db()

@@ -1,0 +1,66 @@
+"""Field-level redaction of sensitive state paths.
+
+A graph declares sensitive paths in ``langgraph.json`` (``"sensitive_paths":
+["applicant.date_of_birth", "documents[*].number"]``). A path matches at any
+depth by suffix, so the same declaration masks the field in the state, in an
+interrupt payload that quotes it (``details.applicant.date_of_birth``), in
+diffs, exports and audit details.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+MASK = "•••• redacted"
+
+Segment = str  # a key, or "*" for every list item / dict value
+
+
+def path_parse(path: str) -> tuple[Segment, ...]:
+    segments: list[Segment] = []
+    for part in path.split("."):
+        while "[" in part:
+            head, _, rest = part.partition("[")
+            if head:
+                segments.append(head)
+            inner, _, part = rest.partition("]")
+            segments.append("*" if inner in ("*", "") else inner)
+        if part:
+            segments.append(part)
+    return tuple(segments)
+
+
+def redact(value: Any, paths: Sequence[str]) -> tuple[Any, list[str]]:
+    """Return ``value`` with every match of ``paths`` masked, and the concrete paths masked."""
+    if not paths:
+        return value, []
+    patterns = [path_parse(p) for p in paths]
+    applied: list[str] = []
+    masked = _walk(value, (), patterns, applied)
+    return masked, sorted(set(applied))
+
+
+def _matches(location: tuple[str, ...], pattern: tuple[Segment, ...]) -> bool:
+    if len(location) < len(pattern):
+        return False
+    tail = location[len(location) - len(pattern) :]
+    return all(p == "*" or p == loc for p, loc in zip(pattern, tail, strict=True))
+
+
+def _walk(value: Any, location: tuple[str, ...], patterns: list[tuple[Segment, ...]], applied: list[str]) -> Any:
+    if location and any(_matches(location, p) for p in patterns):
+        applied.append(_render(location))
+        return MASK
+    if isinstance(value, dict):
+        return {k: _walk(v, (*location, str(k)), patterns, applied) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_walk(v, (*location, str(i)), patterns, applied) for i, v in enumerate(value)]
+    return value
+
+
+def _render(location: tuple[str, ...]) -> str:
+    out = ""
+    for segment in location:
+        out += f"[{segment}]" if segment.isdigit() else (f".{segment}" if out else segment)
+    return out
