@@ -108,7 +108,7 @@ def _compatible(annotation: Any) -> Any:
             for key, hint in hints.items()
         }
         rebuilt_td: Any = typing_extensions.TypedDict(annotation.__name__, fields)  # type: ignore[misc]
-        rebuilt_td.__pydantic_config__ = ConfigDict(extra="forbid")  # unknown keys are errors at any depth
+        setattr(rebuilt_td, "__pydantic_config__", ConfigDict(extra="forbid"))  # noqa: B010 - unknown keys refused
         return rebuilt_td
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
     if origin is None or not args:
