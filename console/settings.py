@@ -148,6 +148,8 @@ GATEHOUSE_SWEEP_SECONDS = env_float("GATEHOUSE_SWEEP_SECONDS", 15.0, minimum=0.2
 GATEHOUSE_REDISPATCH_AFTER_SECONDS = env_float("GATEHOUSE_REDISPATCH_AFTER_SECONDS", 30.0, minimum=0.2)
 GATEHOUSE_MAX_RUN_ATTEMPTS = env_int("GATEHOUSE_MAX_RUN_ATTEMPTS", 5, minimum=1)
 GATEHOUSE_READY_FILE = env_str("GATEHOUSE_READY_FILE")
+# /lg/ runs.wait, join and stream hold the request at most this long.
+GATEHOUSE_PLATFORM_WAIT_SECONDS = env_float("GATEHOUSE_PLATFORM_WAIT_SECONDS", 120.0, minimum=1.0)
 # --- governance ----------------------------------------------------------------
 # Apply separation of duties to every gate (otherwise only to multi-approver
 # gates and gates whose payload sets "separation_of_duties": true).

@@ -76,8 +76,19 @@ def json_schema_for(schema: type) -> dict[str, Any]:
     return {"type": "object", "properties": properties, "additionalProperties": False}
 
 
-@lru_cache(maxsize=512)
 def _adapter(annotation: Any) -> TypeAdapter[Any] | None:
+    try:
+        return _adapter_cached(annotation)
+    except TypeError:  # unhashable Annotated metadata (e.g. LangChain's OmitFromSchema)
+        return _adapter_build(annotation)
+
+
+@lru_cache(maxsize=512)
+def _adapter_cached(annotation: Any) -> TypeAdapter[Any] | None:
+    return _adapter_build(annotation)
+
+
+def _adapter_build(annotation: Any) -> TypeAdapter[Any] | None:
     # Reducers such as add_messages take loose input (role dicts, tuples);
     # they validate it themselves, so we do not second-guess them.
     for meta in getattr(annotation, "__metadata__", ()):
@@ -93,7 +104,6 @@ def _is_typed_dict(tp: Any) -> bool:
     return isinstance(tp, type) and issubclass(tp, dict) and hasattr(tp, "__total__") and hasattr(tp, "__annotations__")
 
 
-@lru_cache(maxsize=512)
 def _compatible(annotation: Any) -> Any:
     """Rebuild ``typing.TypedDict`` types (at any depth) as ``typing_extensions`` ones.
 

@@ -51,6 +51,8 @@ def _view(snapshot: Any) -> CheckpointView:
 
 
 def thread_state_read(thread: Thread, checkpoint_id: str | None = None) -> CheckpointView | None:
+    if not thread.graph:  # created through /lg/ and not bound to a graph by a first run yet
+        return None
     graph = graph_get(thread.graph).compiled()
     snapshot = graph.get_state(_config(thread, checkpoint_id))
     if not snapshot.created_at:
@@ -59,6 +61,8 @@ def thread_state_read(thread: Thread, checkpoint_id: str | None = None) -> Check
 
 
 def thread_history_read(thread: Thread, *, limit: int = 100, before: str | None = None) -> list[CheckpointView]:
+    if not thread.graph:
+        return []
     graph = graph_get(thread.graph).compiled()
     before_cfg = _config(thread, before) if before else None
     return [_view(s) for s in graph.get_state_history(_config(thread), limit=limit, before=before_cfg)]
