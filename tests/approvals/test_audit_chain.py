@@ -11,6 +11,14 @@ from approvals.models import AuditEvent
 pytestmark = pytest.mark.django_db
 
 
+def tamper(sql: str, params: list[object]) -> None:
+    """Rewrite the table as someone with database rights would: with triggers (append-only guards) off."""
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL session_replication_role = replica")
+        cursor.execute(sql, params)
+        cursor.execute("SET LOCAL session_replication_role = origin")
+
+
 def record(n: int = 3, **details: object) -> list[AuditEvent]:
     return [
         audit_record(actor=None, actor_label="test", action=f"test.step{i}", subject_type="test",
@@ -75,8 +83,7 @@ def test_audit_verify_accepts_an_intact_chain():
 def test_audit_verify_reports_the_first_tampered_event(column, value):
     assert audit_verify()[1] is None
     events = record(3)
-    with connection.cursor() as cursor:
-        cursor.execute(f"UPDATE approvals_auditevent SET {column} = {value} WHERE id = %s", [events[1].id])
+    tamper(f"UPDATE approvals_auditevent SET {column} = {value} WHERE id = %s", [events[1].id])
     checked, broken = audit_verify()
     assert broken is not None
     assert broken.id == events[1].id
@@ -89,16 +96,14 @@ def test_audit_verify_reports_an_event_whose_hash_was_recomputed_after_tampering
     tampered = AuditEvent.objects.get(pk=events[1].pk)
     tampered.details = {"step": 1, "amount": 999999}
     tampered.hash = event_hash(event_fields(tampered), tampered.prev_hash)
-    with connection.cursor() as cursor:
-        cursor.execute("UPDATE approvals_auditevent SET details = %s::jsonb, hash = %s WHERE id = %s",
-                       ['{"step": 1, "amount": 999999}', tampered.hash, tampered.id])
+    tamper("UPDATE approvals_auditevent SET details = %s::jsonb, hash = %s WHERE id = %s",
+           ['{"step": 1, "amount": 999999}', tampered.hash, tampered.id])
     assert audit_verify()[1].id == events[2].id
 
 
 def test_audit_verify_reports_the_event_after_a_deleted_one():
     events = record(3)
-    with connection.cursor() as cursor:
-        cursor.execute("DELETE FROM approvals_auditevent WHERE id = %s", [events[1].id])
+    tamper("DELETE FROM approvals_auditevent WHERE id = %s", [events[1].id])
     assert audit_verify()[1].id == events[2].id
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Annotated, Any, Literal, TypedDict
+from typing import Annotated, Any, Literal, NotRequired, TypedDict
 
 import pytest
 from langchain_core.messages import AnyMessage
@@ -35,6 +35,18 @@ class CaseState(TypedDict, total=False):
     tier: Literal["basic", "standard", "premium"]
     person: Person
     messages: Annotated[list[AnyMessage], add_messages]
+
+
+@dataclasses.dataclass(eq=True)
+class SchemaMarker:
+    """Unhashable Annotated metadata, like LangChain's ``OmitFromSchema`` in ``create_agent`` states."""
+
+    input: bool = True
+
+
+class AgentLikeState(TypedDict):
+    jump_to: NotRequired[Annotated[str | None, SchemaMarker()]]
+    turns: NotRequired[Annotated[int, SchemaMarker()]]
 
 
 @dataclasses.dataclass
@@ -227,3 +239,26 @@ def test_json_schema_for_describes_a_nested_typed_dict():
     applicant = json_schema_for(KycState)["properties"]["applicant"]
     assert applicant.get("type") == "object"
     assert set(applicant.get("properties", {})) == {"name", "country", "date_of_birth", "email"}
+
+
+# --- annotations with unhashable metadata (LangChain agent states) ----------------------------
+
+
+def test_json_schema_for_copes_with_unhashable_annotation_metadata():
+    schema = json_schema_for(AgentLikeState)
+    assert set(schema["properties"]) == {"jump_to", "turns"}
+
+
+def test_values_validate_copes_with_unhashable_annotation_metadata():
+    assert values_validate(AgentLikeState, {"turns": 3}, prefix="input") == {"turns": 3}
+
+
+def test_json_schema_for_describes_a_langchain_agent_state():
+    from langchain.agents import create_agent
+    from langchain.agents.middleware import HumanInTheLoopMiddleware
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+
+    agent = create_agent(GenericFakeChatModel(messages=iter([])), tools=[],
+                         middleware=[HumanInTheLoopMiddleware(interrupt_on={})])
+    schema = json_schema_for(agent.builder.state_schema)
+    assert "messages" in schema["properties"]
