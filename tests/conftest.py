@@ -245,6 +245,8 @@ PERSONAS: dict[str, tuple[str | None, list[str]]] = {
     "reviewer": ("reviewer", ["*"]),
     "reviewer2": ("reviewer", ["*"]),
     "loan_reviewer": ("reviewer", ["loan_approval"]),
+    "approver": ("approver", ["*"]),
+    "approver2": ("approver", ["*"]),
     "auditor": ("auditor", []),
     "operator": ("operator", ["*"]),
     "admin": ("admin", ["*"]),

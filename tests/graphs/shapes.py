@@ -121,3 +121,26 @@ def _schema_reply() -> StateGraph[ReviewState]:
 
 
 schema_reply = _schema_reply()
+
+
+def _four_eyes_gate(state: ReviewState) -> dict[str, Any]:
+    from runtime.gatekeeper import request_review
+
+    review = request_review(
+        title=f"Release {state.get('amount')} for {state.get('subject')}",
+        proposed_action={"name": "release", "args": {"amount": state.get("amount")}},
+        editable=["amount"],
+        required_approvals=int(state.get("amount", 0) > 1000) + 1,  # big releases need two approvers
+    )
+    return {"answers": [f"{review.decision}:{state.get('amount')}"], "done": review.approved}
+
+
+def _four_eyes() -> StateGraph[ReviewState]:
+    builder = StateGraph(ReviewState)
+    builder.add_node("release_gate", _four_eyes_gate)
+    builder.add_edge(START, "release_gate")
+    builder.add_edge("release_gate", END)
+    return builder
+
+
+four_eyes = _four_eyes()

@@ -1,0 +1,182 @@
+"""Decisions that hold up to an auditor: quorum, separation of duties, evidence, signatures, redaction."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.contrib.auth.models import Permission, User
+from django.test import Client
+from django.utils import timezone
+
+from approvals.models import ApprovalTask, AuditEvent, Decision
+from approvals.redaction import MASK
+from approvals.security import SESSION_AUTH_AT
+from runtime.models import Run
+from tests.conftest import ApiClient, pending_tasks, thread_settled, thread_start
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db", "live_worker")]
+
+
+def _decide(persona, task_id: str, **body):  # noqa: ANN001, ANN202
+    return persona.client.post(f"/api/tasks/{task_id}/decision", {"decision": "approve", **body})
+
+
+def _refusals(task_id: str) -> list[dict]:
+    return list(
+        AuditEvent.objects.filter(subject_id=task_id, action="decision.refused").values_list("details", flat=True)
+    )
+
+
+def test_a_two_approver_gate_resumes_only_when_the_quorum_is_met(personas):
+    reviewer, approver, approver2 = personas["reviewer"], personas["approver"], personas["approver2"]
+    thread = thread_start(personas["operator"], "four_eyes", {"subject": "wire", "amount": 5000})
+    [task] = pending_tasks(reviewer, thread["id"])
+    assert reviewer.client.get(f"/api/tasks/{task['id']}").json()["required_approvals"] == 2
+
+    first = _decide(reviewer, task["id"], reason="looks fine")
+    assert first.status_code == 201 and first.json()["meaning"] == "approved"
+    assert ApprovalTask.objects.get(pk=task["id"]).status == "pending"
+    assert not Run.objects.filter(thread_id=thread["id"], kind="resume").exists()
+
+    again = _decide(reviewer, task["id"])
+    assert again.status_code == 409  # one signature per person
+
+    not_final = _decide(personas["reviewer2"], task["id"])
+    assert not_final.status_code == 403  # the quorum's last approval needs the approver role
+    assert _refusals(task["id"])[-1]["rule"] == "quorum.final_approver"
+
+    final = _decide(approver, task["id"], reason="second pair of eyes")
+    assert final.status_code == 201, final.content
+    done = thread_settled(reviewer, thread["id"])
+    assert done["values"]["answers"] == ["approve:5000"]
+    detail = approver2.client.get(f"/api/tasks/{task['id']}").json()
+    assert [a["actor"] for a in detail["approvals"]] == [reviewer.username, approver.username]
+    made = AuditEvent.objects.get(subject_id=task["id"], action="decision.made")
+    assert made.details["quorum"] == {"approvals": 2, "required": 2, "met": True}
+    assert AuditEvent.objects.filter(subject_id=task["id"], action="decision.recorded").count() == 1
+
+
+def test_a_single_rejection_rejects_a_quorum_task(personas):
+    thread = thread_start(personas["operator"], "four_eyes", {"subject": "wire", "amount": 5000})
+    [task] = pending_tasks(personas["reviewer"], thread["id"])
+    assert _decide(personas["approver"], task["id"]).status_code == 201
+    rejected = personas["reviewer"].client.post(
+        f"/api/tasks/{task['id']}/decision", {"decision": "reject", "reason": "beneficiary not verified"}
+    )
+    assert rejected.status_code == 201
+    assert rejected.json()["meaning"] == "rejected"
+    done = thread_settled(personas["reviewer"], thread["id"])
+    assert done["values"]["answers"] == ["reject:5000"]
+
+
+def test_the_thread_starter_cannot_give_the_final_approval(personas):
+    admin = personas["admin"]  # may both start threads and decide
+    thread = thread_start(admin, "four_eyes", {"subject": "self-dealing", "amount": 5000})
+    [task] = pending_tasks(admin, thread["id"])
+    assert _decide(personas["approver"], task["id"]).status_code == 201
+    refused = _decide(admin, task["id"])
+    assert refused.status_code == 403
+    assert "started this thread" in refused.json()["error"]["message"]
+    assert _refusals(task["id"])[-1]["rule"] == "separation_of_duties.starter"
+    assert Decision.objects.filter(task_id=task["id"]).count() == 1
+    assert ApprovalTask.objects.get(pk=task["id"]).status == "pending"
+
+
+def test_under_separation_of_duties_an_edit_is_a_proposal_another_approver_completes(personas):
+    thread = thread_start(personas["operator"], "four_eyes", {"subject": "wire", "amount": 5000})
+    [task] = pending_tasks(personas["reviewer"], thread["id"])
+    proposal = personas["approver"].client.post(
+        f"/api/tasks/{task['id']}/decision", {"decision": "edit", "reason": "cap it", "edits": {"amount": 4000}}
+    )
+    assert proposal.status_code == 201 and proposal.json()["meaning"] == "reviewed"
+    assert _decide(personas["reviewer"], task["id"]).status_code == 201  # 1 of 2
+    assert _decide(personas["approver"], task["id"]).status_code == 409  # the editor signed already
+    assert _decide(personas["approver2"], task["id"]).status_code == 201  # 2 of 2, not the editor
+    done = thread_settled(personas["reviewer"], thread["id"])
+    assert done["values"]["answers"] == ["approve:4000"]  # the gate re-ran with the proposed edit
+
+
+def test_a_decision_is_bound_to_the_evidence_its_signer_saw(personas):
+    reviewer = personas["reviewer"]
+    thread = thread_start(personas["operator"], "four_eyes", {"subject": "small", "amount": 10})
+    [task] = pending_tasks(reviewer, thread["id"])
+    detail = reviewer.client.get(f"/api/tasks/{task['id']}").json()
+    stale = _decide(reviewer, task["id"], evidence_digest="0" * 64)
+    assert stale.status_code == 409 and stale.json()["error"]["field"] == "evidence_digest"
+    ok = _decide(reviewer, task["id"], evidence_digest=detail["evidence_digest"])
+    assert ok.status_code == 201
+    assert Decision.objects.get(pk=ok.json()["id"]).evidence_digest == detail["evidence_digest"]
+
+
+def _kyc_task(personas):  # noqa: ANN001, ANN202
+    applicant = {"name": "Rosalind Franklin", "country": "GB", "date_of_birth": "1920-07-25"}
+    documents = [{"type": "passport", "number": "P1234567", "status": "received"}]
+    thread = thread_start(personas["operator"], "kyc_onboarding", {"applicant": applicant, "documents": documents})
+    [task] = pending_tasks(personas["reviewer"], thread["id"])
+    return thread, task
+
+
+def test_sensitive_fields_are_masked_for_reviewers_and_reveals_are_audited(personas):
+    thread, task = _kyc_task(personas)
+    seen = personas["reviewer"].client.get(f"/api/tasks/{task['id']}").json()
+    assert seen["state"]["applicant"]["date_of_birth"] == MASK
+    assert seen["state"]["documents"][0]["number"] == MASK
+    assert seen["payload"]["details"]["documents"][0]["number"] == MASK
+    assert seen["state"]["applicant"]["name"] == "Rosalind Franklin"
+    thread_view = personas["reviewer"].client.get(f"/api/threads/{thread['id']}").json()
+    assert thread_view["values"]["applicant"]["date_of_birth"] == MASK
+    history = personas["reviewer"].client.get(f"/api/threads/{thread['id']}/history").json()
+    assert all(MASK in str(h["values"]) for h in history if "applicant" in h["values"])
+    assert "1920-07-25" not in str(history)
+    assert not AuditEvent.objects.filter(thread_id=thread["id"], action="sensitive.revealed").exists()
+
+    unmasked = personas["approver"].client.get(f"/api/tasks/{task['id']}").json()
+    assert unmasked["state"]["applicant"]["date_of_birth"] == "1920-07-25"
+    assert unmasked["evidence_digest"] != seen["evidence_digest"]  # different redaction, different evidence
+    reveals = AuditEvent.objects.filter(thread_id=thread["id"], action="sensitive.revealed")
+    assert {r.actor_label for r in reveals} == {personas["approver"].username}
+    revealed = {path for r in reveals for path in r.details["paths"]}
+    assert {"applicant.date_of_birth", "documents[0].number", "details.documents[0].number"} <= revealed
+
+
+def test_audit_details_are_masked_for_a_reader_without_the_sensitive_permission(personas):
+    thread, _ = _kyc_task(personas)
+    reader = User.objects.create_user(f"audit-reader-{thread['id'][:6]}")
+    reader.user_permissions.add(
+        Permission.objects.get(codename="view_audit"), Permission.objects.get(codename="view_all_graphs")
+    )
+    from approvals.tokens import token_issue
+
+    client = ApiClient(token_issue(user=reader))
+    events = client.get("/api/audit", thread=thread["id"], action="thread.started").json()
+    assert events[0]["details"]["input"]["applicant"]["date_of_birth"] == MASK
+    full = personas["auditor"].client.get("/api/audit", thread=thread["id"], action="thread.started").json()
+    assert full[0]["details"]["input"]["applicant"]["date_of_birth"] == "1920-07-25"
+
+
+def test_a_stale_sign_in_must_reenter_the_password_to_sign(personas):
+    reviewer = personas["reviewer"]
+    thread = thread_start(personas["operator"], "four_eyes", {"subject": "reauth", "amount": 10})
+    [task] = pending_tasks(reviewer, thread["id"])
+    browser = Client()
+    browser.force_login(reviewer.user)
+    session = browser.session
+    session[SESSION_AUTH_AT] = (timezone.now() - timedelta(hours=2)).isoformat()
+    session.save()
+    url = f"/api/tasks/{task['id']}/decision"
+
+    missing = browser.post(url, {"decision": "approve"}, content_type="application/json")
+    assert missing.status_code == 403 and missing.json()["error"]["field"] == "password"
+    wrong = browser.post(url, {"decision": "approve", "password": "nope"}, content_type="application/json")
+    assert wrong.status_code == 403
+    assert [r["rule"] for r in _refusals(task["id"])] == [
+        "signature.reauthentication_required",
+        "signature.reauthentication_failed",
+    ]
+    signed = browser.post(url, {"decision": "approve", "password": "gatehouse"}, content_type="application/json")
+    assert signed.status_code == 201, signed.content
+    decision = Decision.objects.get(pk=signed.json()["id"])
+    assert decision.reauthenticated_at is not None
+    assert decision.signer_name == reviewer.username and decision.meaning == "approved"
+    thread_settled(reviewer, thread["id"])
