@@ -108,3 +108,21 @@ def _inbox() -> StateGraph[EmailState]:
 
 
 agent_inbox = _inbox()
+
+
+# --- a graph whose node always raises (thread.failed events) -------------------------------
+
+
+def vendor_down(state: EmailState) -> dict[str, Any]:
+    raise RuntimeError(f"mail relay unavailable for {state.get('to')}")
+
+
+def _always_fails() -> StateGraph[EmailState]:
+    builder = StateGraph(EmailState)
+    builder.add_node(vendor_down)
+    builder.add_edge(START, "vendor_down")
+    builder.add_edge("vendor_down", END)
+    return builder
+
+
+always_fails = _always_fails()
