@@ -16,6 +16,7 @@ import secrets as pysecrets
 import urllib.error
 import urllib.request
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 from django.conf import settings
@@ -129,8 +130,8 @@ def event_emit(event_type: str, *, graph: str, data: dict[str, Any]) -> list[Out
         )
         for s in subscriptions
     ]
-    ids = [r.pk for r in rows]
-    transaction.on_commit(lambda: [_dispatch(i) for i in ids])
+    for row in rows:
+        transaction.on_commit(partial(_dispatch, row.pk))
     return rows
 
 
