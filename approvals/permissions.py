@@ -56,8 +56,11 @@ ROLES: dict[str, list[str]] = {
 }
 
 
-def _can(user: Principal, perm: str) -> bool:
+def can(user: Principal, perm: str) -> bool:
     return bool(user.is_authenticated and user.is_active and user.has_perm(perm))
+
+
+_can = can
 
 
 def require(user: Principal, perm: str, action: str) -> None:
