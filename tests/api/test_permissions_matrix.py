@@ -44,6 +44,16 @@ MATRIX: list[tuple[str, str, str, tuple[int, ...]]] = [
     ("POST", "/api/tasks/{task_id}/decision",       "loan",   (401, 404, 201, 201, 201, 403, 403, 201)),
     ("POST", "/api/tasks/{task_id}/decision",       "kyc",    (401, 404, 201, 201, 404, 403, 403, 201)),
     ("GET",  "/api/audit",                          "-",      (401, 403, 403, 403, 403, 200, 403, 200)),
+    # Webhooks: the delivery endpoint's only credential is its signature; managing
+    # endpoints and subscriptions is for operators and admins; auditors read the logs.
+    ("POST", "/api/webhooks/{name}",                "hook",   (401, 401, 401, 401, 401, 401, 401, 401)),
+    ("GET",  "/api/webhooks/{name}/deliveries",     "hook",   (401, 404, 404, 404, 404, 200, 200, 200)),
+    ("GET",  "/api/webhook-endpoints",              "-",      (401, 200, 200, 200, 200, 200, 200, 200)),
+    ("POST", "/api/webhook-endpoints",              "-",      (401, 403, 403, 403, 403, 403, 201, 201)),
+    ("GET",  "/api/webhook-subscriptions",          "-",      (401, 200, 200, 200, 200, 200, 200, 200)),
+    ("POST", "/api/webhook-subscriptions",          "-",      (401, 403, 403, 403, 403, 403, 201, 201)),
+    ("GET",  "/api/webhook-deliveries",             "-",      (401, 200, 200, 200, 200, 200, 200, 200)),
+    ("POST", "/api/webhook-deliveries/{delivery_id}/retry", "-", (401, 403, 403, 403, 403, 403, 404, 404)),
 ]
 
 CASES = [
@@ -77,6 +87,7 @@ class Subject:
     graph: str
     thread_id: str
     task_id: str = ""
+    name: str = ""
 
 
 def kyc_input() -> dict[str, Any]:
@@ -85,6 +96,11 @@ def kyc_input() -> dict[str, Any]:
 
 def subject_make(kind: str, personas: dict[str, Persona]) -> Subject:
     admin = personas["admin"]
+    if kind == "hook":
+        from approvals.webhooks import webhook_endpoint_create
+
+        endpoint = webhook_endpoint_create(actor=admin.user, name=f"matrix-{uuid.uuid4().hex[:8]}", graph="kyc_onboarding")
+        return Subject("kyc_onboarding", "", name=endpoint.name)
     if kind == "failed":
         thread = thread_start(admin, "flaky", {"subject": "matrix"})
         thread_settled(admin, thread["id"], statuses=("failed",))
@@ -100,7 +116,7 @@ def shared(worker, personas, django_db_blocker) -> dict[str, Subject]:
     if not worker.alive:
         worker.start()
     with django_db_blocker.unblock():
-        return {kind: subject_make(kind, personas) for kind in ("loan", "kyc", "failed")}
+        return {kind: subject_make(kind, personas) for kind in ("loan", "kyc", "failed", "hook")}
 
 
 def client_for(persona: str, personas: dict[str, Persona]) -> ApiClient:
@@ -108,9 +124,20 @@ def client_for(persona: str, personas: dict[str, Persona]) -> ApiClient:
 
 
 def call(client: ApiClient, method: str, path: str, subject: str, target: Subject | None) -> Any:
-    url = path.format(thread_id=target.thread_id if target else "", task_id=target.task_id if target else "")
+    url = path.format(
+        thread_id=target.thread_id if target else "",
+        task_id=target.task_id if target else "",
+        name=target.name if target else "",
+        delivery_id=999_999_999,  # none: the permission check comes before the lookup
+    )
     if method == "GET":
         return client.get(url)
+    if path == "/api/webhook-endpoints":
+        return client.post(url, {"name": f"matrix-{uuid.uuid4().hex[:8]}", "graph": "kyc_onboarding"})
+    if path == "/api/webhook-subscriptions":
+        # A graph and event no other test produces, so the subscription never sends anything.
+        body = {"url": "http://127.0.0.1:9/matrix", "graph": "breakpoint_review", "event_types": ["thread.failed"]}
+        return client.post(url, body)
     if path == "/api/threads":
         graph, graph_input = ("loan_approval", loan_input()) if subject == "loan" else ("kyc_onboarding", kyc_input())
         return client.post(url, {"graph": graph, "input": graph_input})
@@ -123,7 +150,7 @@ def call(client: ApiClient, method: str, path: str, subject: str, target: Subjec
 def test_each_persona_gets_the_status_the_matrix_gives(personas, shared, method, path, subject, persona, expected):
     target: Subject | None = None
     if subject != "-" and path != "/api/threads":
-        fresh = method == "POST" and 200 <= expected < 300
+        fresh = method == "POST" and 200 <= expected < 300 and subject != "hook"
         target = subject_make(subject, personas) if fresh else shared[subject]
     response = call(client_for(persona, personas), method, path, subject, target)
     assert response.status_code == expected, response.content
