@@ -99,7 +99,8 @@ def subject_make(kind: str, personas: dict[str, Persona]) -> Subject:
     if kind == "hook":
         from approvals.webhooks import webhook_endpoint_create
 
-        endpoint = webhook_endpoint_create(actor=admin.user, name=f"matrix-{uuid.uuid4().hex[:8]}", graph="kyc_onboarding")
+        name = f"matrix-{uuid.uuid4().hex[:8]}"
+        endpoint = webhook_endpoint_create(actor=admin.user, name=name, graph="kyc_onboarding")
         return Subject("kyc_onboarding", "", name=endpoint.name)
     if kind == "failed":
         thread = thread_start(admin, "flaky", {"subject": "matrix"})

@@ -13,6 +13,7 @@ from typing_extensions import TypedDict as StrictTypedDict
 
 class ReviewState(TypedDict, total=False):
     subject: str
+    marker: str  # a file whose existence "fixes" the flaky graph
     answers: Annotated[list[str], operator.add]
     amount: int
     done: bool
@@ -84,8 +85,8 @@ breakpoint_review = _breakpoint()
 
 
 def explode(state: ReviewState) -> dict[str, Any]:
-    # Fails until the marker file exists, so a test can "fix" it and retry.
-    marker = os.environ.get("GATEHOUSE_TEST_FLAKY_MARKER", "")
+    # Fails until the marker file named in the input exists, so a test can "fix" it and retry.
+    marker = state.get("marker", "")
     if not (marker and os.path.exists(marker)):
         raise RuntimeError(f"downstream system unavailable for {state.get('subject')}")
     return {"done": True}

@@ -73,14 +73,9 @@ def test_rejecting_a_static_breakpoint_cancels_the_thread(operator, reviewer):
     assert not Run.objects.filter(thread_id=thread["id"], kind="resume").exists()
 
 
-def test_a_failing_node_marks_the_run_failed_and_a_retry_completes_it(operator, reviewer, tmp_path, live_worker):
+def test_a_failing_node_marks_the_run_failed_and_a_retry_completes_it(operator, reviewer, tmp_path):
     marker = tmp_path / "fixed"
-    # The worker reads the marker path from its environment; point it here.
-    live_worker.stop()
-    live_worker.env["GATEHOUSE_TEST_FLAKY_MARKER"] = str(marker)
-    live_worker.start()
-
-    thread = thread_start(operator, "flaky", {"subject": "ledger"})
+    thread = thread_start(operator, "flaky", {"subject": "ledger", "marker": str(marker)})
     failed = thread_settled(operator, thread["id"], statuses=("failed",))
     assert "downstream system unavailable for ledger" in failed["error"]
     run = Run.objects.get(thread_id=thread["id"], kind="start")
