@@ -50,6 +50,7 @@ ROLES: dict[str, list[str]] = {
         "runtime.view_thread",
         "runtime.start_thread",
         "runtime.retry_thread",
+        "console.release_any_claim",
     ],
     # Webhook principals (``webhook:<endpoint>``): decide tasks of their endpoint's graph, nothing else.
     "service": ["approvals.view_approvaltask", "approvals.decide_task", "runtime.view_thread"],

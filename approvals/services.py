@@ -7,6 +7,7 @@ happens after commit (``runtime.runs.run_enqueue``).
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -32,6 +33,17 @@ from runtime.runs import PendingInterrupt, ThreadBusy, run_enqueue, thread_creat
 from runtime.schema import FieldError, values_validate
 
 REASON_REQUIRED = {"reject", "edit"}
+
+# Checks other layers add to every decision, run under the task's row lock
+# (the console registers its claim check here, so the API and webhooks honour
+# claims too). A guard raises a DomainError to refuse.
+DecisionGuard = Callable[[User, ApprovalTask], None]
+decision_guards: list[DecisionGuard] = []
+
+
+def decision_guard_register(guard: DecisionGuard) -> None:
+    if guard not in decision_guards:
+        decision_guards.append(guard)
 
 
 def payload_digest(payload: Any) -> str:
@@ -252,6 +264,8 @@ def _task_decide(*, actor: User, task_id: Any, request: DecisionRequest, signer:
         )
     if thread.status != ThreadStatus.INTERRUPTED or thread.checkpoint_id != task.checkpoint_id:
         raise Conflict("the thread has moved on since this task opened; reload it", field="checkpoint_id")
+    for guard in decision_guards:
+        guard(actor, task)
     redaction = redaction_policy(actor, task)
     evidence = evidence_digest(task=task, redaction=redaction)
     if request.evidence_digest is not None and request.evidence_digest != evidence:

@@ -57,8 +57,13 @@ def task_claim(*, actor: AbstractBaseUser, task_id: Any) -> TaskClaim:
         task=task, defaults={"user": actor, "claimed_at": now, "expires_at": expires}
     )
     audit_record(
-        actor=actor, action="task.claimed", subject_type="task", subject_id=task.id, thread_id=task.thread_id,
-        graph=task.graph, details={"until": expires.isoformat()},
+        actor=actor,
+        action="task.claimed",
+        subject_type="task",
+        subject_id=task.id,
+        thread_id=task.thread_id,
+        graph=task.graph,
+        details={"until": expires.isoformat()},
     )
     return claim
 
@@ -76,31 +81,32 @@ def task_release(*, actor: AbstractBaseUser, task_id: Any) -> None:
     holder = claim.user.get_username()
     claim.delete()
     audit_record(
-        actor=actor, action="task.released", subject_type="task", subject_id=task.id, thread_id=task.thread_id,
-        graph=task.graph, details={"holder": holder},
+        actor=actor,
+        action="task.released",
+        subject_type="task",
+        subject_id=task.id,
+        thread_id=task.thread_id,
+        graph=task.graph,
+        details={"holder": holder},
     )
 
 
-@transaction.atomic
+def claim_guard(actor: AbstractBaseUser, task: ApprovalTask) -> None:
+    """Registered as an approvals decision guard: someone else's active claim refuses the decision."""
+    claim = TaskClaim.objects.select_related("user").filter(task_id=task.pk).first()
+    if claim is not None and claim.is_active and claim.user_id != actor.pk:
+        raise Conflict(f"{_held_message(claim)}; ask them or an admin to release it", field="claim")
+
+
 def task_decide_checked(
     *, actor: AbstractBaseUser, task_id: Any, request: DecisionRequest, password: str = ""
 ) -> Decision:
-    """``task_decide``, refused when someone else holds an active claim on the task.
+    """Decide from the console: signed with the session's sign-in (or the re-entered password).
 
-    TODO(domain): this check belongs inside ``approvals.services.task_decide``
-    (under its row lock) so the API and webhooks honour claims too; until
-    then a claim only binds console users.
+    Not wrapped in a transaction of its own: ``task_decide`` audits policy
+    refusals in a separate transaction, which an outer one would roll back.
     """
-    visible = permissions.task_get_for(actor, task_id)
-    permissions.require_decide(actor, visible)
-    claim = TaskClaim.objects.select_for_update().select_related("user").filter(task_id=visible.pk).first()
-    if claim is not None and claim.is_active and claim.user_id != actor.pk:
-        raise Conflict(f"{_held_message(claim)}; ask them or an admin to release it", field="claim")
-    extra: dict[str, Any] = {}
-    signer_cls = getattr(services, "Signer", None)
-    if signer_cls is not None:
-        # Electronic signature: the session's sign-in time, or the password re-entered on the form.
-        extra["signer"] = signer_cls(authenticated_at=getattr(actor, "last_login", None), password=password or None)
-    decision = services.task_decide(actor=actor, task_id=task_id, request=request, **extra)
-    TaskClaim.objects.filter(task_id=visible.pk).delete()
+    signer = services.Signer(authenticated_at=getattr(actor, "last_login", None), password=password or None)
+    decision = services.task_decide(actor=actor, task_id=task_id, request=request, signer=signer)  # type: ignore[arg-type]
+    TaskClaim.objects.filter(task_id=decision.task_id).delete()
     return decision

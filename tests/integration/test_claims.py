@@ -1,0 +1,28 @@
+"""A claim made in the console binds every surface: the API refuses someone else's decision."""
+
+from __future__ import annotations
+
+import pytest
+
+from approvals.models import ApprovalTask
+from console.services import task_claim, task_release
+from tests.conftest import loan_input, pending_tasks, thread_settled, thread_start
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db", "live_worker")]
+
+
+def test_the_api_refuses_a_decision_on_a_task_someone_else_claimed(personas):
+    holder, other = personas["reviewer"], personas["reviewer2"]
+    thread = thread_start(personas["operator"], "loan_approval", loan_input())
+    [task] = pending_tasks(holder, thread["id"])
+    task_claim(actor=holder.user, task_id=task["id"])
+
+    refused = other.client.post(f"/api/tasks/{task['id']}/decision", {"decision": "approve"})
+    assert refused.status_code == 409
+    assert refused.json()["error"]["field"] == "claim"
+    assert holder.username in refused.json()["error"]["message"]
+    assert ApprovalTask.objects.get(pk=task["id"]).status == "pending"
+
+    task_release(actor=personas["admin"].user, task_id=task["id"])  # an admin may break the claim
+    assert other.client.post(f"/api/tasks/{task['id']}/decision", {"decision": "approve"}).status_code == 201
+    thread_settled(other, thread["id"])
