@@ -109,7 +109,18 @@ if EMBEDDED:
         }
     }
 else:
-    DATABASES = {"default": dj_database_url.parse(DATABASE_URL or "", conn_max_age=60, conn_health_checks=True)}
+    DATABASES = {"default": dj_database_url.parse(DATABASE_URL or "")}
+    # A per-process psycopg pool: daphne and the Celery thread pool start and
+    # end threads freely, and persistent per-thread connections (CONN_MAX_AGE)
+    # exhausted PostgreSQL's connection limit under load. Pool checkouts are
+    # health-checked, so a killed connection is replaced, not handed out.
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+    DATABASES["default"]["CONN_HEALTH_CHECKS"] = True  # with a pool: check each checkout
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+        "min_size": env_int("GATEHOUSE_DB_POOL_MIN", 2, minimum=0),
+        "max_size": env_int("GATEHOUSE_DB_POOL_MAX", 20, minimum=1),
+        "timeout": env_float("GATEHOUSE_DB_POOL_TIMEOUT", 10.0, minimum=0.1),
+    }
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -147,6 +158,29 @@ GATEHOUSE_SWEEP_SECONDS = env_float("GATEHOUSE_SWEEP_SECONDS", 15.0, minimum=0.2
 # Queued runs older than this with no worker on them are dispatched again.
 GATEHOUSE_REDISPATCH_AFTER_SECONDS = env_float("GATEHOUSE_REDISPATCH_AFTER_SECONDS", 30.0, minimum=0.2)
 GATEHOUSE_MAX_RUN_ATTEMPTS = env_int("GATEHOUSE_MAX_RUN_ATTEMPTS", 5, minimum=1)
+# A run whose worker died, or that hit a transient error (database connection
+# lost, deadlock), is dispatched again no sooner than its lease expiry plus
+# base * 2**(attempts-1) seconds, capped; after GATEHOUSE_MAX_RUN_ATTEMPTS it is
+# marked failed (dead letter) with its last error, for an operator to retry.
+GATEHOUSE_RETRY_BACKOFF_SECONDS = env_float("GATEHOUSE_RETRY_BACKOFF_SECONDS", 1.0, minimum=0.0)
+GATEHOUSE_RETRY_BACKOFF_MAX_SECONDS = env_float("GATEHOUSE_RETRY_BACKOFF_MAX_SECONDS", 300.0, minimum=0.0)
+# On SIGTERM a worker stops taking work and lets in-flight runs finish (Celery's
+# warm shutdown); runs still going after this many seconds are handed back
+# (their lease released for the sweeper) and the process exits. Keep it below
+# your supervisor's kill timeout (docker stop: 10 s by default; set
+# stop_grace_period above it).
+GATEHOUSE_SHUTDOWN_GRACE_SECONDS = env_float("GATEHOUSE_SHUTDOWN_GRACE_SECONDS", 8.0, minimum=0.1)
+# Redis as the broker, fault-tolerance settings that are not ours to pick in code:
+# - CELERY_VISIBILITY_TIMEOUT (below, default 3600 s) is when Redis hands an
+#   unacknowledged message to another worker. It must exceed the longest run
+#   (a node that waits on a slow API included), or a healthy run is delivered
+#   twice; the fence makes the duplicate harmless but wasteful. A run whose
+#   worker died does not wait for it: the sweeper re-dispatches it once its
+#   lease lapses (GATEHOUSE_LEASE_SECONDS + backoff).
+# - Redis must run with maxmemory-policy noeviction: under memory pressure an
+#   evicting policy may drop a queue key, i.e. lose dispatched runs (the sweeper
+#   would re-send them after GATEHOUSE_REDISPATCH_AFTER_SECONDS, but only while
+#   their rows say queued). The worker logs a warning at start when it is not.
 GATEHOUSE_READY_FILE = env_str("GATEHOUSE_READY_FILE")
 # /lg/ runs.wait, join and stream hold the request at most this long.
 GATEHOUSE_PLATFORM_WAIT_SECONDS = env_float("GATEHOUSE_PLATFORM_WAIT_SECONDS", 120.0, minimum=1.0)
@@ -188,8 +222,11 @@ CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+# Outbound webhook retries back off exponentially from this base.
+GATEHOUSE_WEBHOOK_BACKOFF_SECONDS = env_float("GATEHOUSE_WEBHOOK_BACKOFF_SECONDS", 10.0, minimum=0.05)
 CELERY_BEAT_SCHEDULE = {
     "sweep-runs": {"task": "runtime.sweep_runs", "schedule": GATEHOUSE_SWEEP_SECONDS},
+    "sweep-webhooks": {"task": "approvals.sweep_webhooks", "schedule": max(GATEHOUSE_SWEEP_SECONDS, 5.0)},
     "anchor-audit": {"task": "approvals.anchor_audit", "schedule": GATEHOUSE_ANCHOR_SECONDS},
 }
 
@@ -218,8 +255,10 @@ if not DEBUG and not EMBEDDED:
     SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31_536_000)
     SECURE_HSTS_INCLUDE_SUBDOMAINS = True
     SECURE_HSTS_PRELOAD = True
-    SESSION_COOKIE_SECURE = True
-    CSRF_COOKIE_SECURE = True
+    # Only for a deployment served over plain http on a trusted network (or a test);
+    # browsers drop Secure cookies over http, so signing in would fail.
+    SESSION_COOKIE_SECURE = env_bool("SECURE_COOKIES", True)
+    CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
 
 LOGGING = {
     "version": 1,
