@@ -16,11 +16,13 @@ def _base_url() -> str:
     return os.environ.get("GATEHOUSE_FAKE_BANK_URL", "http://127.0.0.1:8765")
 
 
+# One client per process: building one per call (TLS context, pool) cost ~17 ms.
+_client = httpx.Client(timeout=10.0)
+
+
 def _post(path: str, body: dict[str, Any], idempotency_key: str) -> dict[str, Any]:
     try:
-        response = httpx.post(
-            f"{_base_url()}{path}", json=body, headers={"Idempotency-Key": idempotency_key}, timeout=10.0
-        )
+        response = _client.post(f"{_base_url()}{path}", json=body, headers={"Idempotency-Key": idempotency_key})
     except httpx.HTTPError as exc:
         raise BankUnavailable(f"bank unreachable: {exc}") from exc
     if response.status_code >= 500:
