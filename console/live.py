@@ -36,12 +36,12 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import os
-import queue
-import threading
 import json
 import logging
+import os
+import queue
 import re
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any

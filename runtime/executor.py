@@ -22,10 +22,21 @@ from langgraph.errors import UnknownInterruptError
 from langgraph.pregel import Pregel
 from langgraph.types import Command, StateSnapshot
 
+from runtime.errors import is_transient
 from runtime.jsonable import to_jsonable
 from runtime.models import Run, RunKind, RunStatus
 from runtime.registry import UnknownGraph, graph_get
-from runtime.runs import LeaseLost, Outcome, PendingInterrupt, lease_renew, run_claim, run_fail, run_finish
+from runtime.runs import (
+    LeaseLost,
+    Outcome,
+    PendingInterrupt,
+    lease_renew,
+    run_claim,
+    run_fail,
+    run_finish,
+    run_release,
+    runs_hand_back,
+)
 
 log = logging.getLogger(__name__)
 
@@ -44,8 +55,34 @@ def run_execute(*, run_id: str) -> None:
         _execute_claimed(run, heartbeat)
     except LeaseLost:
         log.warning("run %s: lease lost; leaving it to the worker that took over", run.id)
+    except Exception as exc:
+        if not is_transient(exc):
+            raise
+        heartbeat.stop()
+        _release_after_transient(run, exc)
     finally:
         heartbeat.stop()
+
+
+def _release_after_transient(run: Run, exc: BaseException) -> None:
+    """Give the run back for a later attempt; if even that write fails, its lease lapses on its own."""
+    log.warning("run %s: transient error, will be retried with backoff: %s", run.id, exc)
+    error = f"transient (attempt {run.attempts}): {_error_text(exc)}"
+    for _ in range(2):
+        connection.close()  # the connection that failed is unusable; the next query opens a fresh one
+        try:
+            run_release(run=run, error=error)
+            return
+        except Exception as again:
+            if not is_transient(again):
+                raise
+    log.warning("run %s: could not release it; its lease will lapse instead", run.id)
+
+
+def worker_hand_back() -> int:
+    """Release every run this worker process holds (see ``console.celery``'s bounded shutdown)."""
+    connection.close()
+    return runs_hand_back(owner_prefix=f"{WORKER_ID}:")
 
 
 def run_config(run: Run) -> RunnableConfig:
@@ -82,6 +119,8 @@ def _execute_claimed(run: Run, heartbeat: _Heartbeat) -> None:
         raise
     except Exception as exc:
         heartbeat.check()
+        if is_transient(exc):
+            raise  # not the graph's fault: run_execute hands the run back for a retry with backoff
         checkpoint_id = _checkpoint_id_safe(graph, config)
         run_fail(run=run, error=_error_text(exc), checkpoint_id=checkpoint_id)
         return

@@ -109,7 +109,7 @@ def run_claim(*, run_id: str, worker: str) -> Run | None:
         if run.status != RunStatus.QUEUED and not lapsed:
             return None
         if run.attempts >= settings.GATEHOUSE_MAX_RUN_ATTEMPTS:
-            _run_fail_locked(run, f"gave up after {run.attempts} attempts: the worker was lost each time")
+            _run_fail_locked(run, _gave_up(run))
             return None
         Thread.objects.filter(pk=run.thread_id).update(fence=F("fence") + 1)
         fence = Thread.objects.values_list("fence", flat=True).get(pk=run.thread_id)
@@ -176,18 +176,74 @@ def _run_fail_locked(run: Run, error: str, *, checkpoint_id: str = "") -> None:
     signals.run_failed.send(sender=Run, run=run, error=error)
 
 
+def run_release(*, run: Run, error: str) -> bool:
+    """Hand a claimed run back for a later attempt (a transient error): its lease lapses now.
+
+    The sweeper re-dispatches it after the backoff for its attempt count, or
+    dead-letters it once the attempts are spent. ``error`` is kept on the run so
+    operators see why it is retrying, and the dead letter says what kept failing.
+    False if the run was taken over meanwhile (nothing to hand back).
+    """
+    released = Run.objects.filter(pk=run.pk, fence=run.fence, status=RunStatus.RUNNING).update(
+        lease_expires_at=timezone.now(), lease_owner="", error=error
+    )
+    return bool(released)
+
+
+def runs_hand_back(*, owner_prefix: str) -> int:
+    """Release the leases of every run this worker process holds (it is shutting down)."""
+    return Run.objects.filter(status=RunStatus.RUNNING, lease_owner__startswith=owner_prefix).update(
+        lease_expires_at=timezone.now(), lease_owner=""
+    )
+
+
+def run_retry_due(*, run: Run, now: Any) -> bool:
+    """A running run whose lease lapsed may be dispatched again once its backoff has passed."""
+    from runtime.errors import retry_backoff
+
+    if run.lease_expires_at is None:
+        return True
+    return bool(run.lease_expires_at + timedelta(seconds=retry_backoff(run.attempts)) <= now)
+
+
 def runs_sweep() -> int:
-    """Re-dispatch runs that no worker is executing: lapsed leases and lost dispatches."""
+    """Re-dispatch runs that no worker is executing: lapsed leases (after a backoff) and lost dispatches.
+
+    A lapsed run that already used all its attempts is not sent again: it is
+    marked failed here (the dead letter), so a run that kills every worker it
+    lands on stops after GATEHOUSE_MAX_RUN_ATTEMPTS.
+    """
     now = timezone.now()
     stale_dispatch = now - timedelta(seconds=settings.GATEHOUSE_REDISPATCH_AFTER_SECONDS)
-    orphaned = Run.objects.filter(
+    candidates = Run.objects.filter(
         Q(status=RunStatus.RUNNING, lease_expires_at__lt=now)
         | Q(status=RunStatus.QUEUED, dispatched_at__isnull=True, created_at__lt=stale_dispatch)
         | Q(status=RunStatus.QUEUED, dispatched_at__lt=stale_dispatch)
-    ).values_list("id", flat=True)[:500]
+    ).only("id", "status", "attempts", "lease_expires_at")[:500]
     count = 0
-    for run_id in orphaned:
-        log.warning("sweeper: re-dispatching run %s", run_id)
-        run_dispatch(run_id=run_id)
+    for run in candidates:
+        if run.status == RunStatus.RUNNING:
+            if run.attempts >= settings.GATEHOUSE_MAX_RUN_ATTEMPTS:
+                _run_dead_letter(run_id=run.id)
+                continue
+            if not run_retry_due(run=run, now=now):
+                continue
+        log.warning("sweeper: re-dispatching run %s (attempts so far: %s)", run.id, run.attempts)
+        run_dispatch(run_id=run.id)
         count += 1
     return count
+
+
+def _run_dead_letter(*, run_id: Any) -> None:
+    with transaction.atomic():
+        run = Run.objects.select_for_update().select_related("thread").filter(pk=run_id).first()
+        now = timezone.now()
+        lapsed = run is not None and run.lease_expires_at is not None and run.lease_expires_at < now
+        if run is None or run.status != RunStatus.RUNNING or not lapsed:
+            return  # finished or re-claimed meanwhile
+        _run_fail_locked(run, _gave_up(run))
+
+
+def _gave_up(run: Run) -> str:
+    last = f"; last error: {run.error}" if run.error else ": the worker was lost each time"
+    return f"gave up after {run.attempts} attempts{last}"[:4000]

@@ -2,15 +2,30 @@
 
 from __future__ import annotations
 
-from celery import shared_task
+from typing import Any
 
+from celery import shared_task
+from django.db import connection
+
+from runtime.errors import is_transient, retry_backoff
 from runtime.executor import run_execute
 from runtime.runs import runs_sweep
 
+# Transient errors that escape run_execute happened before the run was claimed
+# (a claimed run is handed back by the executor itself). A few quick retries
+# cover a database blip; the sweeper covers anything longer.
+CLAIM_RETRIES = 3
 
-@shared_task(name="runtime.execute_run", acks_late=True, reject_on_worker_lost=True)
-def execute_run(run_id: str) -> None:
-    run_execute(run_id=run_id)
+
+@shared_task(bind=True, name="runtime.execute_run", acks_late=True, reject_on_worker_lost=True)
+def execute_run(self: Any, run_id: str) -> None:
+    try:
+        run_execute(run_id=run_id)
+    except Exception as exc:
+        if not is_transient(exc) or self.request.retries >= CLAIM_RETRIES:
+            raise
+        connection.close()
+        raise self.retry(exc=exc, countdown=retry_backoff(self.request.retries + 1), max_retries=CLAIM_RETRIES) from exc
 
 
 @shared_task(name="runtime.sweep_runs", acks_late=True, ignore_result=True)

@@ -145,3 +145,40 @@ def _four_eyes() -> StateGraph[ReviewState]:
 
 
 four_eyes = _four_eyes()
+
+
+class FaultState(TypedDict, total=False):
+    mode: str  # "kill": the node SIGKILLs its worker; "db": it raises a database connection error
+    counter: str  # a file counting the node's attempts
+    fail_times: int  # with mode "db": fail this many attempts, then succeed (0: always fail)
+    attempts_seen: int
+    done: bool
+
+
+def hazard(state: FaultState) -> dict[str, Any]:
+    """A node that hurts its worker the way real faults do, for the fault-tolerance tests."""
+    import psycopg
+
+    seen = 0
+    if state.get("counter"):
+        with open(state["counter"], "a+") as fh:
+            fh.write("x")
+            fh.seek(0)
+            seen = len(fh.read())
+    mode = state.get("mode", "")
+    if mode == "kill" and not os.path.exists(f"{state.get('counter')}.healed"):
+        os.kill(os.getpid(), 9)  # a poison run: segfault, OOM kill, a C extension aborting
+    if mode == "db" and (not state.get("fail_times") or seen <= int(state.get("fail_times", 0))):
+        raise psycopg.OperationalError("server closed the connection unexpectedly (simulated)")
+    return {"attempts_seen": seen, "done": True}
+
+
+def _faulty() -> StateGraph[FaultState]:
+    builder = StateGraph(FaultState)
+    builder.add_node(hazard)
+    builder.add_edge(START, "hazard")
+    builder.add_edge("hazard", END)
+    return builder
+
+
+faulty = _faulty()

@@ -1,0 +1,55 @@
+"""Which failures are worth retrying automatically, and how long to wait before the next attempt.
+
+A run can fail for two kinds of reasons:
+
+- **transient** ones that say nothing about the thread: the database connection
+  was cut (failover, ``pg_terminate_backend``, a restart), a deadlock or
+  serialization failure, the checkpoint pool timed out. The same run, tried
+  again a little later, is expected to succeed. Gatehouse re-dispatches it with
+  exponential backoff, at most ``GATEHOUSE_MAX_RUN_ATTEMPTS`` times in all.
+- everything else, in particular exceptions raised by the graph's own code:
+  retrying blindly would repeat the same failure (or a bug), so the run fails
+  at once and an operator decides (``POST /api/threads/{id}/retry``).
+
+Django wraps driver errors (``django.db.OperationalError`` with the psycopg
+error as ``__cause__``) and LangGraph re-raises node exceptions as they are,
+so classification walks the whole cause/context chain.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+
+_TRANSIENT_NAMES = {
+    # The names are matched (not imported) so this module needs neither
+    # driver to be installed, and wrappers of either library count too.
+    ("django.db.utils", "OperationalError"),
+    ("django.db.utils", "InterfaceError"),
+    ("psycopg", "OperationalError"),
+    ("psycopg", "InterfaceError"),
+    ("psycopg_pool", "PoolTimeout"),
+    ("psycopg_pool", "TooManyRequests"),
+}
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True when ``exc`` (or anything in its cause chain) is a connection-level or retryable database error."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        for klass in type(current).__mro__:
+            if (klass.__module__, klass.__name__) in _TRANSIENT_NAMES:
+                return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def retry_backoff(attempts: int) -> float:
+    """Seconds to wait, after a lost or released lease, before attempt ``attempts + 1`` is dispatched.
+
+    ``base * 2 ** (attempts - 1)``, capped: 1, 2, 4, 8 … times the base.
+    """
+    base = float(settings.GATEHOUSE_RETRY_BACKOFF_SECONDS)
+    cap = float(settings.GATEHOUSE_RETRY_BACKOFF_MAX_SECONDS)
+    return float(min(cap, base * (2 ** max(attempts - 1, 0))))
