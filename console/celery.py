@@ -1,6 +1,12 @@
 """The Celery application. Configuration comes from Django settings (CELERY_*)."""
 
+from __future__ import annotations
+
+import logging
+import multiprocessing
 import os
+import threading
+from typing import Any
 
 from celery import Celery
 
@@ -10,10 +16,79 @@ app = Celery("gatehouse")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks(["runtime", "approvals"])
 
+log = logging.getLogger("gatehouse.worker")
+
+
+def broker_eviction_warning(client: Any) -> str | None:
+    """A warning when the Redis broker may evict keys (a queue key evicted is dispatched runs lost).
+
+    ``client`` is a redis-py client. Managed Redis services often refuse
+    ``CONFIG``: then nothing can be said, and nothing is reported.
+    """
+    try:
+        policy = client.config_get("maxmemory-policy").get("maxmemory-policy")
+    except Exception:  # CONFIG disabled or unreachable: the check is advisory
+        return None
+    if policy in (None, "noeviction"):
+        return None
+    return (
+        f"Redis maxmemory-policy is {policy!r}: under memory pressure Redis may evict Celery queue keys and "
+        "lose dispatched runs (the sweeper re-sends them only after GATEHOUSE_REDISPATCH_AFTER_SECONDS). "
+        "Set maxmemory-policy noeviction on the broker."
+    )
+
+
+def _check_broker_eviction() -> None:
+    url = str(app.conf.broker_url or "")
+    if not url.startswith(("redis://", "rediss://")):
+        return
+    import redis
+
+    client = redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
+    try:
+        warning = broker_eviction_warning(client)
+    finally:
+        client.close()
+    if warning:
+        log.warning(warning)
+
+
+def _bounded_shutdown(**_: object) -> None:
+    """On warm shutdown, give in-flight runs a grace period, then hand them back and exit.
+
+    Celery's warm shutdown (SIGTERM) waits for running tasks however long they
+    take; a supervisor then SIGKILLs the worker and the runs wait out their
+    leases. Instead, after GATEHOUSE_SHUTDOWN_GRACE_SECONDS the runs still going
+    are released for the sweeper (another worker resumes them from their last
+    checkpoint) and the process exits. If they all finish sooner, Celery exits
+    normally and this timer (a daemon thread) dies with it.
+    """
+    from django.conf import settings
+
+    grace = float(settings.GATEHOUSE_SHUTDOWN_GRACE_SECONDS)
+
+    def hand_back_and_exit() -> None:
+        from runtime.executor import worker_hand_back
+
+        try:
+            released = worker_hand_back()
+            log.warning("shutdown grace of %ss is over: handed back %s run(s); exiting", grace, released)
+        except Exception:
+            log.exception("could not hand back runs; their leases will lapse")
+        for child in multiprocessing.active_children():  # an embedded beat, pool processes
+            child.terminate()
+        logging.shutdown()
+        os._exit(1)
+
+    timer = threading.Timer(grace, hand_back_and_exit)
+    timer.daemon = True
+    timer.name = "gatehouse-shutdown-grace"
+    timer.start()
+
 
 @app.on_after_finalize.connect
 def _ready_probe(sender: Celery, **kwargs: object) -> None:
-    from celery.signals import worker_ready, worker_shutdown
+    from celery.signals import worker_ready, worker_shutdown, worker_shutting_down
 
     def write_ready(**_: object) -> None:
         # A file-based readiness probe for process supervisors and tests.
@@ -27,5 +102,13 @@ def _ready_probe(sender: Celery, **kwargs: object) -> None:
         if path and os.path.exists(path):
             os.unlink(path)
 
+    def check_broker(**_: object) -> None:
+        try:
+            _check_broker_eviction()
+        except Exception:
+            log.exception("could not check the broker's eviction policy")
+
+    worker_ready.connect(check_broker, weak=False)
     worker_ready.connect(write_ready, weak=False)
+    worker_shutting_down.connect(_bounded_shutdown, weak=False)
     worker_shutdown.connect(remove_ready, weak=False)

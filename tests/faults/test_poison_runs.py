@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from runtime.models import Run
-from tests.conftest import thread_settled, thread_start, wait_for
+from tests.conftest import thread_settled, thread_start
 from tests.faults.conftest import FaultWorker
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.usefixtures("live_db")]
