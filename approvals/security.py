@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from axes.signals import user_locked_out
 from django.contrib.auth.signals import user_logged_in, user_logged_out, user_login_failed
 from django.db import transaction
 from django.dispatch import receiver
@@ -36,6 +37,19 @@ def on_logged_out(sender: Any, request: HttpRequest | None, user: Any, **kwargs:
     with transaction.atomic():
         audit_record(
             actor=user, action="auth.logout", subject_type="user", subject_id=user.pk, details=_client(request)
+        )
+
+
+@receiver(user_locked_out)
+def on_locked_out(sender: Any, request: HttpRequest | None, username: str | None = None, **kwargs: Any) -> None:
+    with transaction.atomic():
+        audit_record(
+            actor=None,
+            actor_label=f"anonymous:{(username or '')[:150]}",
+            action="auth.locked_out",
+            subject_type="user",
+            subject_id=(username or "")[:150],
+            details=_client(request),
         )
 
 

@@ -39,3 +39,16 @@ class RequestBodyLimitMiddleware:
 
 def _error(status: int, code: str, message: str, field: str) -> JsonResponse:
     return JsonResponse({"error": {"code": code, "message": message, "field": field}}, status=status)
+
+
+class ContentSecurityPolicyMiddleware:
+    """Sends settings.CONTENT_SECURITY_POLICY on every response that has none."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        response = self.get_response(request)
+        if "Content-Security-Policy" not in response and not request.path.startswith(("/api/docs", "/lg/docs")):
+            response["Content-Security-Policy"] = settings.CONTENT_SECURITY_POLICY
+        return response

@@ -55,6 +55,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django_htmx",
     "channels",
+    "axes",
     "runtime",
     "approvals",
     "console",
@@ -63,6 +64,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "console.middleware.RequestBodyLimitMiddleware",
+    "console.middleware.ContentSecurityPolicyMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -70,7 +72,26 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Last, as django-axes requires: it turns a lockout raised during login into a response.
+    "axes.middleware.AxesMiddleware",
 ]
+
+AUTHENTICATION_BACKENDS = [
+    # Throttles password guessing per username and address; lockouts are audited (approvals.security).
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env_int("AXES_FAILURE_LIMIT", 5, minimum=1)
+AXES_COOLOFF_TIME = env_float("AXES_COOLOFF_HOURS", 0.25, minimum=0.01)
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_VERBOSE = False
+
+# No inline script or style anywhere in the console: a strict policy holds.
+CONTENT_SECURITY_POLICY = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self' ws: wss:; frame-ancestors 'none'; base-uri 'self'; form-action 'self'; object-src 'none'"
+)
 
 ROOT_URLCONF = "console.urls"
 ASGI_APPLICATION = "console.asgi.application"
@@ -281,3 +302,46 @@ GATEHOUSE_LIVE_RELAY_URL = env_str("GATEHOUSE_LIVE_RELAY_URL") or (
 # The session cookie age becomes an idle timeout: every request renews it.
 SESSION_SAVE_EVERY_REQUEST = True
 LOGOUT_REDIRECT_URL = LOGIN_URL
+
+# --- checkpoint storage: large values, retention (runtime/blobs.py, runtime/retention.py) -----
+# Checkpoint values whose serialised form is over this are stored once, by SHA-256, outside the checkpoint.
+GATEHOUSE_BLOB_THRESHOLD_BYTES = env_int("GATEHOUSE_BLOB_THRESHOLD_BYTES", 4096, minimum=256)
+# "db" (the runtime_blob table), "s3" (django-storages, AWS_* / GATEHOUSE_BLOB_S3_* settings) or "storage:<alias>".
+GATEHOUSE_BLOB_STORAGE = env_str("GATEHOUSE_BLOB_STORAGE") or "db"
+if GATEHOUSE_BLOB_STORAGE not in ("db", "s3") and not GATEHOUSE_BLOB_STORAGE.startswith("storage:"):
+    raise ImproperlyConfigured('GATEHOUSE_BLOB_STORAGE must be "db", "s3" or "storage:<STORAGES alias>"')
+if GATEHOUSE_BLOB_STORAGE == "s3":
+    STORAGES = {
+        **globals().get("STORAGES", {}),
+        "gatehouse_blobs": {
+            "BACKEND": "storages.backends.s3.S3Storage",
+            "OPTIONS": {
+                "bucket_name": env_str("GATEHOUSE_BLOB_S3_BUCKET") or "",
+                "endpoint_url": env_str("GATEHOUSE_BLOB_S3_ENDPOINT_URL"),
+                "region_name": env_str("GATEHOUSE_BLOB_S3_REGION"),
+                "access_key": env_str("GATEHOUSE_BLOB_S3_ACCESS_KEY_ID"),
+                "secret_key": env_str("GATEHOUSE_BLOB_S3_SECRET_ACCESS_KEY"),
+                "default_acl": None,
+                "file_overwrite": True,  # content-addressed: same name, same bytes
+            },
+        },
+    }
+    if not STORAGES["gatehouse_blobs"]["OPTIONS"]["bucket_name"]:
+        raise ImproperlyConfigured("GATEHOUSE_BLOB_STORAGE=s3 needs GATEHOUSE_BLOB_S3_BUCKET")
+# Per-process cache of loaded blobs (immutable, so always safe to cache).
+GATEHOUSE_BLOB_CACHE_BYTES = env_int("GATEHOUSE_BLOB_CACHE_BYTES", 64 * 1024 * 1024, minimum=0)
+# An unreferenced blob is collected only once nobody has written it for this long.
+GATEHOUSE_BLOB_GRACE_SECONDS = env_int("GATEHOUSE_BLOB_GRACE_SECONDS", 3600, minimum=60)
+# Completed threads keep only their final and decision checkpoints after this many days
+# (per graph: langgraph.json "gatehouse": {"retention": {"<graph>": {"completed_after_days": N}}}); 0 = never prune.
+GATEHOUSE_RETENTION_COMPLETED_AFTER_DAYS = env_int("GATEHOUSE_RETENTION_COMPLETED_AFTER_DAYS", 30, minimum=0)
+# Checkpoint ids other apps refer to, kept by retention: "app_label.Model.field@lookup to the thread".
+GATEHOUSE_RETENTION_PROTECT = env_list(
+    "GATEHOUSE_RETENTION_PROTECT",
+    ["approvals.Decision.checkpoint_id@task__thread", "approvals.ApprovalTask.checkpoint_id@thread"],
+)
+GATEHOUSE_RETENTION_SECONDS = env_int("GATEHOUSE_RETENTION_SECONDS", 3600, minimum=1)
+CELERY_BEAT_SCHEDULE["prune-checkpoints"] = {
+    "task": "runtime.prune_checkpoints",
+    "schedule": GATEHOUSE_RETENTION_SECONDS,
+}

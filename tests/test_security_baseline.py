@@ -1,0 +1,45 @@
+"""Security baseline: CSP on pages, login throttling with audited lockouts, audited sign-in/out."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+
+from approvals.models import AuditEvent
+
+pytestmark = pytest.mark.django_db
+
+
+def test_pages_carry_a_strict_content_security_policy():
+    response = Client().get("/accounts/login/")
+    policy = response["Content-Security-Policy"]
+    assert "script-src 'self'" in policy and "'unsafe-inline'" not in policy
+    assert "frame-ancestors 'none'" in policy
+
+
+def test_sign_in_and_out_are_audited_and_the_session_is_invalidated():
+    User.objects.create_user("signer", password="a-long-password-1")
+    client = Client()
+    response = client.post("/accounts/login/", {"username": "signer", "password": "a-long-password-1"})
+    assert response.status_code == 302
+    session_key = client.session.session_key
+    client.post("/accounts/logout/")
+    actions = list(AuditEvent.objects.filter(subject_type="user").values_list("action", flat=True))
+    assert actions[-2:] == ["auth.login", "auth.logout"]
+    from django.contrib.sessions.models import Session
+
+    assert not Session.objects.filter(session_key=session_key).exists()
+
+
+def test_repeated_failed_sign_ins_lock_the_account_out_and_are_audited(settings):
+    User.objects.create_user("target", password="the-right-password-1")
+    client = Client(REMOTE_ADDR="10.9.8.7")
+    for _ in range(settings.AXES_FAILURE_LIMIT):
+        client.post("/accounts/login/", {"username": "target", "password": "guess"})
+    locked = client.post("/accounts/login/", {"username": "target", "password": "the-right-password-1"})
+    assert locked.status_code in (403, 429)
+    assert "_auth_user_id" not in client.session
+    audit = AuditEvent.objects.filter(subject_id="target")
+    assert audit.filter(action="auth.login_failed").count() >= settings.AXES_FAILURE_LIMIT
+    assert audit.filter(action="auth.locked_out").exists()
