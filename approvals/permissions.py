@@ -57,8 +57,28 @@ ROLES: dict[str, list[str]] = {
 }
 
 
+# What an API token scoped to some actions may still do: each permission belongs to one action.
+TOKEN_ACTIONS: dict[str, str] = {
+    "approvals.view_approvaltask": "read",
+    "runtime.view_thread": "read",
+    "approvals.view_audit": "read",
+    "approvals.view_all_graphs": "read",
+    "approvals.view_sensitive": "read",
+    "approvals.decide_task": "decide",
+    "approvals.approve_final": "decide",
+    "runtime.start_thread": "start",
+    "runtime.retry_thread": "retry",
+}
+TOKEN_SCOPE_ATTR = "gatehouse_token_scope"  # set on the user by token authentication
+
+
 def can(user: Principal, perm: str) -> bool:
-    return bool(user.is_authenticated and user.is_active and user.has_perm(perm))
+    if not (user.is_authenticated and user.is_active and user.has_perm(perm)):
+        return False
+    scope = getattr(user, TOKEN_SCOPE_ATTR, None)
+    if scope and scope[1]:
+        return TOKEN_ACTIONS.get(perm, "admin") in scope[1]
+    return True
 
 
 _can = can
@@ -74,9 +94,18 @@ def graphs_visible(user: Principal) -> set[str] | None:
     if not user.is_authenticated or not user.is_active:
         return set()
     if _can(user, "approvals.view_all_graphs"):
-        return None
+        return _token_graphs(user, None)
     names = set(GraphAssignment.objects.filter(user_id=user.pk).values_list("graph", flat=True))
-    return None if ALL_GRAPHS in names else names
+    visible = None if ALL_GRAPHS in names else names
+    return _token_graphs(user, visible)
+
+
+def _token_graphs(user: Principal, visible: set[str] | None) -> set[str] | None:
+    """A token scoped to graphs narrows what its user may see; it never widens it."""
+    scope = getattr(user, TOKEN_SCOPE_ATTR, None)
+    if not scope or not scope[0]:
+        return visible
+    return set(scope[0]) if visible is None else visible & set(scope[0])
 
 
 def graph_visible(user: Principal, graph: str) -> bool:

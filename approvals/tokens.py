@@ -12,6 +12,9 @@ from django.utils import timezone
 
 from approvals.audit import audit_record
 from approvals.models import ApiToken
+from approvals.permissions import TOKEN_ACTIONS, TOKEN_SCOPE_ATTR
+
+TOKEN_ACTION_NAMES = set(TOKEN_ACTIONS.values()) | {"admin"}
 
 TOKEN_PREFIX = "gh_"
 
@@ -22,11 +25,27 @@ def _digest(secret: str) -> str:
 
 @transaction.atomic
 def token_issue(
-    *, user: User, name: str = "", expires_at: datetime | None = None, actor: User | None = None
+    *,
+    user: User,
+    name: str = "",
+    expires_at: datetime | None = None,
+    actor: User | None = None,
+    graphs: list[str] | None = None,
+    actions: list[str] | None = None,
 ) -> str:
+    """A new token for ``user``, optionally narrowed to some graphs and actions; the secret is returned once."""
+    unknown = set(actions or []) - TOKEN_ACTION_NAMES
+    if unknown:
+        raise ValueError(f"unknown token actions {sorted(unknown)}; choose from {sorted(TOKEN_ACTION_NAMES)}")
     secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
     token = ApiToken.objects.create(
-        user=user, name=name, prefix=secret[:10], digest=_digest(secret), expires_at=expires_at
+        user=user,
+        name=name,
+        prefix=secret[:10],
+        digest=_digest(secret),
+        expires_at=expires_at,
+        graphs=list(graphs or []),
+        actions=list(actions or []),
     )
     audit_record(
         actor=actor,
@@ -39,9 +58,30 @@ def token_issue(
             "name": name,
             "prefix": token.prefix,
             "expires_at": expires_at.isoformat() if expires_at else None,
+            "graphs": list(graphs or []),
+            "actions": list(actions or []),
         },
     )
     return secret
+
+
+@transaction.atomic
+def token_revoke(*, prefix: str, actor: User | None = None) -> int:
+    """Revoke every live token whose shown prefix is ``prefix``; returns how many."""
+    tokens = list(ApiToken.objects.select_for_update().filter(prefix=prefix, revoked_at__isnull=True))
+    now = timezone.now()
+    for token in tokens:
+        token.revoked_at = now
+        token.save(update_fields=["revoked_at"])
+        audit_record(
+            actor=actor,
+            actor_label=None if actor else "cli",
+            action="token.revoked",
+            subject_type="token",
+            subject_id=token.pk,
+            details={"user": token.user.get_username(), "prefix": token.prefix},
+        )
+    return len(tokens)
 
 
 def token_authenticate(secret: str) -> User | None:
@@ -53,7 +93,10 @@ def token_authenticate(secret: str) -> User | None:
         return None
     if not token.user.is_active:
         return None
+    user = token.user
+    if token.graphs or token.actions:
+        setattr(user, TOKEN_SCOPE_ATTR, (list(token.graphs), list(token.actions)))
     # Record use, but at most once a minute per token: no write per request.
     if token.last_used_at is None or token.last_used_at < now - timedelta(minutes=1):
         ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
-    return token.user  # type: ignore[no-any-return]
+    return user  # type: ignore[no-any-return]

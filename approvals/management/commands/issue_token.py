@@ -17,12 +17,30 @@ class Command(BaseCommand):
         parser.add_argument("username")
         parser.add_argument("--name", default="", help="a label for the token")
         parser.add_argument("--days", type=int, default=None, help="expire after this many days")
+        parser.add_argument("--graphs", default="", help="comma-separated graphs the token is limited to")
+        parser.add_argument(
+            "--actions",
+            default="",
+            help="comma-separated actions the token is limited to: read,decide,start,retry,admin",
+        )
 
-    def handle(self, *args: Any, username: str, name: str, days: int | None, **options: Any) -> None:
+    def handle(
+        self, *args: Any, username: str, name: str, days: int | None, graphs: str, actions: str, **options: Any
+    ) -> None:
         user = get_user_model().objects.filter(username=username).first()
         if user is None:
             raise CommandError(f"no user named {username!r}")
         if days is not None and days < 1:
             raise CommandError("--days must be at least 1")
         expires = timezone.now() + timedelta(days=days) if days else None
-        self.stdout.write(token_issue(user=user, name=name, expires_at=expires))
+        try:
+            secret = token_issue(
+                user=user,
+                name=name,
+                expires_at=expires,
+                graphs=[g.strip() for g in graphs.split(",") if g.strip()],
+                actions=[a.strip() for a in actions.split(",") if a.strip()],
+            )
+        except ValueError as exc:
+            raise CommandError(str(exc)) from None
+        self.stdout.write(secret)
