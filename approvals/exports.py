@@ -1,0 +1,335 @@
+"""Audit export: a filtered slice of the audit trail as CSV or JSON Lines, streamed, and verifiable.
+
+Rows come from one server-side cursor (``.iterator(chunk_size=2000)``) inside
+a read transaction, so a million events cost a few thousand rows of memory,
+never the set. PostgreSQL would otherwise (autocommit) declare the cursor
+``WITH HOLD`` and materialise the whole result before the first row.
+
+Each row is exactly what :func:`approvals.audit.event_hash` hashes
+(:func:`approvals.audit.event_fields`) plus ``id``, ``prev_hash``, ``hash`` and
+``masked``. Details go through :func:`approvals.gateway.audit_details_for`, so
+a reader without "view sensitive" gets the graph's sensitive paths masked; such
+a row is flagged ``masked`` because its hash can no longer be recomputed from
+what was exported (its links still can). The JSONL variant ends with a trailer
+``{"export": {"count", "first_id", "last_id", "head_hash", "chained", ...}}``.
+``chained`` is true when the export is the whole trail (no filters, every
+graph): then every row must link to the one before it, from the genesis hash.
+
+Every export is itself audited (``audit.exported``, with the filters and the
+count) once its stream ends, or is abandoned.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import uuid
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from django.contrib.auth.models import User
+from django.db import transaction
+from django.db.models import QuerySet
+from django.utils.dateparse import parse_datetime
+
+from approvals import gateway, permissions
+from approvals.audit import GENESIS, audit_record, event_fields, event_hash
+from approvals.errors import InvalidInput
+from approvals.models import AuditEvent
+
+FORMATS = ("jsonl", "csv")
+FILTERS = ("graph", "thread", "actor", "action", "since", "until")
+HASHED = ("at", "actor", "action", "subject", "thread", "graph", "details")  # the keys of event_fields
+COLUMNS = ("id", *HASHED, "prev_hash", "hash", "masked")
+CHUNK_SIZE = 2000  # rows per server-side cursor fetch
+ROWS_PER_WRITE = 500  # rows per chunk handed to the HTTP server or file
+
+
+@dataclass(frozen=True)
+class ExportFilters:
+    graph: str = ""
+    thread: uuid.UUID | None = None
+    actor: str = ""
+    action: str = ""  # "task." (trailing dot) matches every action under it
+    since: datetime | None = None
+    until: datetime | None = None
+
+    @property
+    def empty(self) -> bool:
+        return not any((self.graph, self.thread, self.actor, self.action, self.since, self.until))
+
+    def as_dict(self) -> dict[str, str]:
+        out = {}
+        for name in FILTERS:
+            value = getattr(self, name)
+            if value:
+                out[name] = value.isoformat() if isinstance(value, datetime) else str(value)
+        return out
+
+
+def _when(value: str, name: str) -> datetime | None:
+    if not value:
+        return None
+    try:
+        when = parse_datetime(value)
+    except ValueError:
+        when = None
+    if when is None:
+        raise InvalidInput(f"{name}: not an ISO 8601 date and time", field=name)
+    return when if when.tzinfo else when.replace(tzinfo=UTC)  # the console's pickers say UTC
+
+
+def filters_parse(
+    *, graph: str | None = None, thread: str | None = None, actor: str | None = None, action: str | None = None,
+    since: str | None = None, until: str | None = None,
+) -> ExportFilters:
+    """Filters from query strings or command options; empty values (a blank form field) mean "any"."""
+    ident = None
+    if thread:
+        try:
+            ident = uuid.UUID(thread.strip())
+        except ValueError:
+            raise InvalidInput("thread: not a thread id", field="thread") from None
+    return ExportFilters(
+        graph=(graph or "").strip(), thread=ident, actor=(actor or "").strip(), action=(action or "").strip(),
+        since=_when((since or "").strip(), "since"), until=_when((until or "").strip(), "until"),
+    )
+
+
+def audit_export_queryset(*, user: permissions.Principal, filters: ExportFilters) -> QuerySet[AuditEvent]:
+    """The events ``user`` may export, in chain order. Same filter semantics as the console's audit page."""
+    qs = permissions.audit_visible(user)
+    if filters.actor:
+        qs = qs.filter(actor_label__iexact=filters.actor)
+    if filters.action:
+        qs = (qs.filter(action__startswith=filters.action) if filters.action.endswith(".")
+              else qs.filter(action=filters.action))
+    if filters.graph:
+        qs = qs.filter(graph=filters.graph)
+    if filters.thread:
+        qs = qs.filter(thread_id=filters.thread)
+    if filters.since:
+        qs = qs.filter(at__gte=filters.since)
+    if filters.until:
+        qs = qs.filter(at__lt=filters.until)
+    return qs.order_by("id")
+
+
+def export_row(user: permissions.Principal, event: AuditEvent) -> dict[str, Any]:
+    fields = event_fields(event)
+    shown = gateway.audit_details_for(user, event)
+    masked = shown is not event.details and shown != event.details
+    return {"id": event.id, **fields, "details": shown, "prev_hash": event.prev_hash, "hash": event.hash,
+            "masked": masked}
+
+
+@dataclass
+class ExportStats:
+    count: int = 0
+    masked: int = 0
+    first_id: int | None = None
+    last_id: int | None = None
+    head_hash: str | None = None
+    complete: bool = False
+
+    def add(self, row: dict[str, Any]) -> None:
+        if self.first_id is None:
+            self.first_id = row["id"]
+        self.last_id = row["id"]
+        self.head_hash = row["hash"]
+        self.count += 1
+        self.masked += bool(row["masked"])
+
+
+@dataclass
+class AuditExport:
+    """One export: iterate :meth:`chunks` (str pieces) once; the ``audit.exported`` event is written at its end."""
+
+    user: permissions.Principal
+    filters: ExportFilters
+    format: str = "jsonl"
+    actor_label: str | None = None  # for exports by a management command (no user row)
+    stats: ExportStats = field(default_factory=ExportStats)
+    _audited: bool = False
+
+    def __post_init__(self) -> None:
+        if self.format not in FORMATS:
+            raise InvalidInput(f"format must be one of {', '.join(FORMATS)}", field="format")
+
+    @property
+    def chained(self) -> bool:
+        return self.filters.empty and permissions.graphs_visible(self.user) is None
+
+    @property
+    def filename(self) -> str:
+        return f"gatehouse-audit-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.{self.format}"
+
+    @property
+    def content_type(self) -> str:
+        return "text/csv; charset=utf-8" if self.format == "csv" else "application/x-ndjson; charset=utf-8"
+
+    def rows(self) -> Iterator[dict[str, Any]]:
+        qs = audit_export_queryset(user=self.user, filters=self.filters)
+        # A transaction keeps the cursor a plain (not WITH HOLD) server-side cursor: rows stream as read.
+        with transaction.atomic():
+            for event in qs.iterator(chunk_size=CHUNK_SIZE):
+                row = export_row(self.user, event)
+                self.stats.add(row)
+                yield row
+        self.stats.complete = True
+
+    def trailer(self) -> dict[str, Any]:
+        s = self.stats
+        return {"export": {"count": s.count, "first_id": s.first_id, "last_id": s.last_id,
+                           "head_hash": s.head_hash, "chained": self.chained, "masked": s.masked,
+                           "filters": self.filters.as_dict()}}
+
+    def chunks(self) -> Iterator[str]:
+        try:
+            yield from (self._csv() if self.format == "csv" else self._jsonl())
+        finally:
+            self.audit()
+
+    def _jsonl(self) -> Iterator[str]:
+        dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str).encode
+        for batch in _batched(self.rows()):
+            yield "".join(dumps(row) + "\n" for row in batch)
+        yield dumps(self.trailer()) + "\n"
+
+    def _csv(self) -> Iterator[str]:
+        buffer = io.StringIO()
+        writer = csv.writer(buffer)
+        writer.writerow(COLUMNS)
+        for batch in _batched(self.rows()):
+            for row in batch:
+                writer.writerow(_csv_values(row))
+            yield buffer.getvalue()
+            buffer.seek(0)
+            buffer.truncate()
+        if buffer.tell():
+            yield buffer.getvalue()
+
+    def audit(self) -> None:
+        """Record the export once: filters, format, how many rows and whether the stream finished."""
+        if self._audited:
+            return
+        self._audited = True
+        s = self.stats
+        user = self.user if isinstance(self.user, User) and self.user.pk else None
+        with transaction.atomic():
+            audit_record(
+                actor=user,
+                actor_label=self.actor_label,
+                action="audit.exported",
+                subject_type="audit",
+                subject_id=s.last_id or 0,
+                details={"format": self.format, "filters": self.filters.as_dict(), "count": s.count,
+                         "first_id": s.first_id, "last_id": s.last_id, "head_hash": s.head_hash,
+                         "complete": s.complete, "masked": s.masked},
+            )
+
+
+def _batched(rows: Iterable[dict[str, Any]]) -> Iterator[list[dict[str, Any]]]:
+    batch: list[dict[str, Any]] = []
+    for row in rows:
+        batch.append(row)
+        if len(batch) >= ROWS_PER_WRITE:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def _csv_values(row: dict[str, Any]) -> list[Any]:
+    out = []
+    for name in COLUMNS:
+        value = row[name]
+        if name == "details":
+            value = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+        elif value is None:
+            value = ""
+        elif isinstance(value, bool):
+            value = "true" if value else "false"
+        out.append(value)
+    return out
+
+
+# --- verification of an exported file ----------------------------------------------------
+
+
+@dataclass
+class VerifyResult:
+    ok: bool
+    rows: int = 0
+    masked: int = 0  # rows whose content could not be re-hashed (masked for the exporter)
+    chained: bool = False
+    line: int | None = None  # first broken line (1-based)
+    reason: str = ""
+
+
+def export_verify(lines: Iterable[str | bytes]) -> VerifyResult:
+    """Re-check a JSONL export: every row's hash over its fields, the links between rows, and the trailer.
+
+    Links are required when the trailer says the export is ``chained`` (the
+    whole trail); in a filtered export consecutive rows need not be neighbours
+    in the chain, so only each row's own hash is checked.
+    """
+    prev_hash: str | None = None
+    prev_id = 0
+    rows = masked = 0
+    first_link_break: tuple[int, str] | None = None
+    first_hash = ""
+    first_id: int | None = None
+    trailer: dict[str, Any] | None = None
+    last_line = 0
+    for number, raw in enumerate(lines, start=1):
+        last_line = number
+        text = raw.decode() if isinstance(raw, bytes) else raw
+        if not text.strip():
+            continue
+        if trailer is not None:
+            return VerifyResult(False, rows, masked, line=number, reason="content after the trailer")
+        try:
+            data = json.loads(text)
+        except ValueError:
+            return VerifyResult(False, rows, masked, line=number, reason="not valid JSON")
+        if isinstance(data, dict) and set(data) == {"export"}:
+            trailer = data["export"]
+            continue
+        if not isinstance(data, dict) or not set(COLUMNS) <= set(data):
+            return VerifyResult(False, rows, masked, line=number, reason="not an exported audit row")
+        if not isinstance(data["id"], int) or data["id"] <= prev_id:
+            return VerifyResult(False, rows, masked, line=number, reason="ids are not increasing")
+        if data["masked"]:
+            masked += 1
+        elif event_hash({k: data[k] for k in HASHED}, data["prev_hash"]) != data["hash"]:
+            return VerifyResult(False, rows, masked, line=number,
+                                reason=f"event {data['id']}: hash does not match its fields (altered)")
+        if prev_hash is not None and data["prev_hash"] != prev_hash and first_link_break is None:
+            first_link_break = (number, f"event {data['id']}: prev_hash does not link to the row before")
+        if prev_hash is None:
+            first_hash, first_id = data["prev_hash"], data["id"]
+        prev_hash, prev_id = data["hash"], data["id"]
+        rows += 1
+    if trailer is None:
+        return VerifyResult(False, rows, masked, line=last_line + 1, reason="no trailer: the file is truncated")
+    chained = bool(trailer.get("chained"))
+    result = VerifyResult(True, rows, masked, chained=chained)
+    expected = {"count": rows, "first_id": first_id, "last_id": prev_id or None, "head_hash": prev_hash}
+    for key, value in expected.items():
+        if trailer.get(key) != value:
+            return _fail(result, last_line, f"trailer {key} is {trailer.get(key)!r}, the rows say {value!r}")
+    if chained:
+        if rows and first_hash != GENESIS:
+            return _fail(result, 1, "a whole-trail export must start at the genesis hash")
+        if first_link_break is not None:
+            return _fail(result, *first_link_break)
+    return result
+
+
+def _fail(result: VerifyResult, line: int, reason: str) -> VerifyResult:
+    result.ok, result.line, result.reason = False, line, reason
+    return result
