@@ -30,6 +30,7 @@ api = NinjaAPI(
 )
 api.add_router("/", approvals_router)
 api.add_router("/", "approvals.webhooks_api.router")  # signed inbound webhooks, outbound subscriptions
+api.add_router("/", "approvals.exports_api.router")  # streamed, verifiable audit exports
 
 
 def error_response(

@@ -44,6 +44,7 @@ MATRIX: list[tuple[str, str, str, tuple[int, ...]]] = [
     ("POST", "/api/tasks/{task_id}/decision",       "loan",   (401, 404, 201, 201, 201, 403, 403, 201)),
     ("POST", "/api/tasks/{task_id}/decision",       "kyc",    (401, 404, 201, 201, 404, 403, 403, 201)),
     ("GET",  "/api/audit",                          "-",      (401, 403, 403, 403, 403, 200, 403, 200)),
+    ("GET",  "/api/audit/export",                   "-",      (401, 403, 403, 403, 403, 200, 403, 200)),
     # Webhooks: the delivery endpoint's only credential is its signature; managing
     # endpoints and subscriptions is for operators and admins; auditors read the logs.
     ("POST", "/api/webhooks/{name}",                "hook",   (401, 401, 401, 401, 401, 401, 401, 401)),
