@@ -197,7 +197,7 @@ def task_decide(request: HttpRequest, task_id: UUID, body: DecisionIn) -> Status
         resume=body.resume if "resume" in body.model_fields_set else NOT_GIVEN,
         evidence_digest=body.evidence_digest,
     )
-    signer = services.Signer(authenticated_at=_authenticated_at(request), password=body.password)
+    signer = services.Signer(authenticated_at=_authenticated_at(request), password=body.password, otp=body.otp)
     decision = services.task_decide(actor=_user(request), task_id=task_id, request=decision_request, signer=signer)
     decision.refresh_from_db()
     return Status(201, _decision_out(decision))

@@ -109,6 +109,7 @@ class DecisionIn(Schema):
     password: str | None = Field(
         default=None, max_length=512, description="Re-entered to sign when your sign-in is older than the window."
     )
+    otp: str | None = Field(default=None, max_length=16, description="Or a one-time code from your OTP device.")
 
 
 class AuditEventOut(Schema):

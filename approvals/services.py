@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.apps import apps as django_apps
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import transaction
@@ -198,6 +199,7 @@ class Signer:
 
     authenticated_at: datetime | None = None  # last login (sessions) or now (API tokens)
     password: str | None = None  # re-entered to sign when the login is older than the window
+    otp: str | None = None  # or a one-time code from a confirmed django-otp device
 
 
 def evidence_digest(*, task: ApprovalTask, redaction: list[str]) -> str:
@@ -390,14 +392,18 @@ def _quorum_position(
 
 
 def _signature_check(actor: User, signer: Signer, task: ApprovalTask) -> datetime | None:
-    """Require the password again when the signer's login is older than the re-authentication window."""
+    """Require the password (or a one-time code) again when the sign-in is older than the window."""
     window = timedelta(seconds=settings.GATEHOUSE_REAUTH_SECONDS)
     if signer.authenticated_at is not None and timezone.now() - signer.authenticated_at <= window:
         return None
+    if signer.otp:
+        if _otp_verify(actor, signer.otp):
+            return timezone.now()
+        raise PolicyRefusal("the one-time code is not valid", rule="signature.otp_failed", task=task, field="otp")
     if not signer.password:
         raise PolicyRefusal(
             f"your sign-in is older than {settings.GATEHOUSE_REAUTH_SECONDS // 60} minutes: "
-            "re-enter your password to sign this decision",
+            "re-enter your password (or a one-time code) to sign this decision",
             rule="signature.reauthentication_required",
             task=task,
             field="password",
@@ -407,6 +413,14 @@ def _signature_check(actor: User, signer: Signer, task: ApprovalTask) -> datetim
             "the password is not correct", rule="signature.reauthentication_failed", task=task, field="password"
         )
     return timezone.now()
+
+
+def _otp_verify(actor: User, code: str) -> bool:
+    if not django_apps.is_installed("django_otp"):
+        return False
+    from django_otp import devices_for_user
+
+    return any(device.verify_token(code) for device in devices_for_user(actor, confirmed=True))
 
 
 def _state_patch_check(task: ApprovalTask, request: DecisionRequest) -> dict[str, Any] | None:

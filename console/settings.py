@@ -56,6 +56,8 @@ INSTALLED_APPS = [
     "django_htmx",
     "channels",
     "axes",
+    "django_otp",
+    "django_otp.plugins.otp_totp",
     "runtime",
     "approvals",
     "console",

@@ -180,3 +180,27 @@ def test_a_stale_sign_in_must_reenter_the_password_to_sign(personas):
     assert decision.reauthenticated_at is not None
     assert decision.signer_name == reviewer.username and decision.meaning == "approved"
     thread_settled(reviewer, thread["id"])
+
+
+def test_a_one_time_code_can_sign_instead_of_the_password(personas):
+    from django_otp.oath import totp
+    from django_otp.plugins.otp_totp.models import TOTPDevice
+
+    approver = personas["approver2"]
+    device, _ = TOTPDevice.objects.get_or_create(user=approver.user, name="phone", defaults={"confirmed": True})
+    thread = thread_start(personas["operator"], "four_eyes", {"subject": "otp", "amount": 10})
+    [task] = pending_tasks(approver, thread["id"])
+    browser = Client()
+    browser.force_login(approver.user)
+    session = browser.session
+    session[SESSION_AUTH_AT] = (timezone.now() - timedelta(hours=2)).isoformat()
+    session.save()
+    url = f"/api/tasks/{task['id']}/decision"
+
+    bad = browser.post(url, {"decision": "approve", "otp": "000000"}, content_type="application/json")
+    assert bad.status_code == 403 and bad.json()["error"]["field"] == "otp"
+    code = f"{totp(device.bin_key, device.step, device.t0, device.digits, device.drift):06d}"
+    signed = browser.post(url, {"decision": "approve", "otp": code}, content_type="application/json")
+    assert signed.status_code == 201, signed.content
+    assert Decision.objects.get(pk=signed.json()["id"]).reauthenticated_at is not None
+    thread_settled(approver, thread["id"])
