@@ -347,3 +347,5 @@ CELERY_BEAT_SCHEDULE["prune-checkpoints"] = {
     "task": "runtime.prune_checkpoints",
     "schedule": GATEHOUSE_RETENTION_SECONDS,
 }
+# The retention task lives beside runtime/tasks.py; the worker imports it with this.
+CELERY_IMPORTS = [*globals().get("CELERY_IMPORTS", []), "runtime.storage_tasks"]

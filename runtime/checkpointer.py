@@ -2,6 +2,11 @@
 
 The connection details come from Django's default database, read when first
 used, so tests (which rename the database) and forked workers get the right one.
+
+Both are the libraries' own savers with two mixins: ``BlobSpillingSaver``
+(large values stored once by content, see ``runtime.blobs``) and
+``SchemaVersionedSaver`` (schema version stamped on checkpoints, old ones
+upcast on load, see ``runtime.upcasters``).
 """
 
 from __future__ import annotations
@@ -9,10 +14,16 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
+from typing import Any
 
 from django.conf import settings
 from django.db import connections
 from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.postgres import PostgresSaver
+from langgraph.checkpoint.sqlite import SqliteSaver
+
+from runtime.blobs import BlobSpillingSaver, PostgresSql, Sql, SqliteSql, blob_store_build
+from runtime.upcasters import SchemaVersionedSaver
 
 _lock = threading.Lock()
 _saver: BaseCheckpointSaver[str] | None = None
@@ -50,6 +61,26 @@ def _forget_after_fork() -> None:
 os.register_at_fork(after_in_child=_forget_after_fork)
 
 
+class GatehousePostgresSaver(SchemaVersionedSaver, BlobSpillingSaver, PostgresSaver):
+    def __init__(self, conn: Any, **kwargs: Any) -> None:
+        super().__init__(conn, **kwargs)
+        self._blobs_init(blob_store_build(_blob_sql()), settings.GATEHOUSE_BLOB_THRESHOLD_BYTES)
+
+
+class GatehouseSqliteSaver(SchemaVersionedSaver, BlobSpillingSaver, SqliteSaver):
+    def __init__(self, conn: sqlite3.Connection, **kwargs: Any) -> None:
+        super().__init__(conn, **kwargs)
+        self._blobs_init(blob_store_build(_blob_sql()), settings.GATEHOUSE_BLOB_THRESHOLD_BYTES)
+
+
+def _blob_sql() -> Sql:
+    """Blobs live in Django's default database, reached without the ORM (see runtime.blobs)."""
+    db = connections["default"].settings_dict
+    if db["ENGINE"] == "django.db.backends.postgresql":
+        return PostgresSql(_pool_get(db))
+    return SqliteSql(str(db["NAME"]))
+
+
 def _saver_build() -> BaseCheckpointSaver[str]:
     db = connections["default"].settings_dict
     if db["ENGINE"] == "django.db.backends.postgresql":
@@ -58,8 +89,13 @@ def _saver_build() -> BaseCheckpointSaver[str]:
 
 
 def _postgres_saver(db: dict[str, object]) -> BaseCheckpointSaver[str]:
+    return GatehousePostgresSaver(_pool_get(db))
+
+
+def _pool_get(db: dict[str, object]) -> Any:
     global _pool
-    from langgraph.checkpoint.postgres import PostgresSaver
+    if _pool is not None:
+        return _pool
     from psycopg.rows import dict_row
     from psycopg_pool import ConnectionPool
 
@@ -85,15 +121,13 @@ def _postgres_saver(db: dict[str, object]) -> BaseCheckpointSaver[str]:
         open=True,
         name="gatehouse-checkpoints",
     )
-    return PostgresSaver(_pool)  # type: ignore[arg-type]
+    return _pool
 
 
 def _sqlite_saver() -> BaseCheckpointSaver[str]:
-    from langgraph.checkpoint.sqlite import SqliteSaver
-
     path = settings.GATEHOUSE_CHECKPOINT_SQLITE
     path.parent.mkdir(parents=True, exist_ok=True)
     conn = sqlite3.connect(str(path), check_same_thread=False, timeout=30)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA busy_timeout=30000")
-    return SqliteSaver(conn)
+    return GatehouseSqliteSaver(conn)

@@ -134,3 +134,35 @@ class Effect(models.Model):
 
     def __str__(self) -> str:
         return f"effect {self.key} ({self.status})"
+
+
+class Blob(models.Model):
+    """A large checkpoint value, stored once under its SHA-256 (see runtime.blobs).
+
+    ``data`` holds the bytes when blobs live in the database; with object
+    storage it stays NULL and the row is the index the garbage collector reads.
+    """
+
+    sha256 = models.CharField(max_length=64, primary_key=True)
+    size = models.BigIntegerField()
+    created_at = models.DateTimeField(auto_now_add=True)
+    # Refreshed whenever a writer finds the blob already stored; the collector
+    # leaves recently touched blobs alone (a checkpoint may be about to reference one).
+    touched_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    data = models.BinaryField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"blob {self.sha256[:12]} ({self.size} bytes)"
+
+
+class BlobRef(models.Model):
+    """Which thread's checkpoints reference which blob: what keeps a blob alive."""
+
+    thread_id = models.CharField(max_length=255)
+    blob = models.ForeignKey(Blob, on_delete=models.CASCADE, related_name="refs", db_column="sha256")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["thread_id", "blob"], name="blobref_thread_blob")]
+
+    def __str__(self) -> str:
+        return f"{self.thread_id} → {self.blob_id}"
