@@ -114,8 +114,7 @@ class SqliteSql:
     def run(self, sql: str, params: Sequence[Any]) -> tuple[list[tuple[Any, ...]], int]:
         # Django's SQLite backend stores datetimes as naive UTC text.
         params = [
-            timezone.make_naive(p, UTC).isoformat(" ") if hasattr(p, "tzinfo") and p.tzinfo else p
-            for p in params
+            timezone.make_naive(p, UTC).isoformat(" ") if hasattr(p, "tzinfo") and p.tzinfo else p for p in params
         ]
         with self.lock:
             cur = self.conn.execute(sql.replace("%s", "?"), params)
@@ -444,9 +443,7 @@ def blobs_collect(store: BlobStore, *, dry_run: bool = False, grace: timedelta |
     """Delete blobs no thread references and nobody touched within the grace period; returns their shas."""
     grace = grace if grace is not None else timedelta(seconds=settings.GATEHOUSE_BLOB_GRACE_SECONDS)
     cutoff = timezone.now() - grace
-    shas = list(
-        Blob.objects.filter(touched_at__lt=cutoff, refs__isnull=True).values_list("sha256", flat=True)[:10_000]
-    )
+    shas = list(Blob.objects.filter(touched_at__lt=cutoff, refs__isnull=True).values_list("sha256", flat=True)[:10_000])
     if shas and not dry_run:
         store.delete(shas)
     return shas

@@ -29,6 +29,8 @@ from django.core.exceptions import ImproperlyConfigured
 from langgraph.graph import StateGraph
 from langgraph.pregel import Pregel
 
+from runtime.upcasters import GraphSchema, schema_build
+
 
 class GraphRegistryError(ImproperlyConfigured):
     pass
@@ -48,6 +50,11 @@ class GraphEntry:
     source: Any = None  # StateGraph | Pregel, as the author wrote it
     # State paths to mask for principals without "view sensitive" (see approvals.redaction).
     sensitive_paths: list[str] = field(default_factory=list)
+    # State schema version and upcasters (runtime.upcasters; docs/schema-evolution.md).
+    schema_version: int | None = None
+    upcasters: dict[int, Any] = field(default_factory=dict)
+    # Days after completion when a thread's intermediate checkpoints go (None: the setting's default).
+    retention_days: int | None = None
     _compiled: Pregel | None = field(default=None, repr=False)
 
     @property
@@ -69,8 +76,18 @@ class GraphEntry:
         if self._compiled is None:
             with _compile_lock:
                 if self._compiled is None:
-                    self._compiled = _bind_checkpointer(self.source)
+                    self._compiled = _bind_checkpointer(self.source, self.schema())
         return self._compiled
+
+    def schema(self) -> GraphSchema:
+        try:
+            state_schema: type | None = self.state_schema
+        except AttributeError:
+            state_schema = None
+        try:
+            return schema_build(self.name, state_schema, version=self.schema_version, upcasters=self.upcasters)
+        except ValueError as exc:
+            raise GraphRegistryError(str(exc)) from exc
 
 
 _compile_lock = threading.Lock()
@@ -111,7 +128,8 @@ def graphs_read(config_path: Path) -> dict[str, GraphEntry]:
     _env_apply(base, config.get("env"))
 
     # Gatehouse's own per-graph settings sit beside langgraph-cli's keys, which the CLI ignores.
-    extra = config.get("gatehouse", {}).get("sensitive_paths", {})
+    gatehouse = config.get("gatehouse", {})
+    extra = gatehouse.get("sensitive_paths", {})
     entries: dict[str, GraphEntry] = {}
     for name, value in config["graphs"].items():
         sensitive = list(extra.get(name, []))
@@ -125,8 +143,61 @@ def graphs_read(config_path: Path) -> dict[str, GraphEntry]:
         if not all(isinstance(p, str) and p for p in sensitive):
             raise GraphRegistryError(f"graph {name!r}: sensitive_paths must be non-empty strings")
         source = _source_load(name, base, spec)
-        entries[name] = GraphEntry(name, spec, description, source, sensitive)
+        entry = GraphEntry(name, spec, description, source, sensitive)
+        _schema_options(entry, base, gatehouse)
+        entry.retention_days = _retention_days(name, gatehouse)
+        entry.schema()  # a bad version/upcaster map stops start-up, naming the graph
+        entries[name] = entry
     return entries
+
+
+def _schema_options(entry: GraphEntry, base: Path, gatehouse: dict[str, Any]) -> None:
+    """Schema version and upcasters: the graph module's ``gatehouse_schema_version`` /
+    ``gatehouse_upcasters``, overridden by langgraph.json ``"gatehouse": {"schema_versions": {graph: n},
+    "upcasters": {graph: "./file.py:attr"}}``."""
+    module = sys.modules.get(f"gatehouse_graphs.{entry.name}")
+    version = getattr(module, "gatehouse_schema_version", None)
+    upcasters = getattr(module, "gatehouse_upcasters", None)
+    if entry.name in gatehouse.get("schema_versions", {}):
+        version = gatehouse["schema_versions"][entry.name]
+    if entry.name in gatehouse.get("upcasters", {}):
+        upcasters = _attr_load(entry.name, base, gatehouse["upcasters"][entry.name], "upcasters")
+    if version is not None and (not isinstance(version, int) or isinstance(version, bool) or version < 1):
+        raise GraphRegistryError(f"graph {entry.name!r}: schema version must be an integer >= 1, not {version!r}")
+    if upcasters is not None and not isinstance(upcasters, dict):
+        raise GraphRegistryError(f"graph {entry.name!r}: upcasters must be a dict {{version: function}}")
+    entry.schema_version = version
+    entry.upcasters = dict(upcasters or {})
+
+
+def _retention_days(name: str, gatehouse: dict[str, Any]) -> int | None:
+    policy = gatehouse.get("retention", {}).get(name)
+    if policy is None:
+        return None
+    days = policy.get("completed_after_days") if isinstance(policy, dict) else None
+    if not isinstance(days, int) or isinstance(days, bool) or days < 0:
+        raise GraphRegistryError(f'graph {name!r}: retention needs {{"completed_after_days": <integer >= 0>}}')
+    return days
+
+
+def _attr_load(name: str, base: Path, spec: str, what: str) -> Any:
+    file_part, sep, attr = str(spec).rpartition(":")
+    file_path = (base / file_part).resolve()
+    if not sep or not file_path.is_file():
+        raise GraphRegistryError(f"graph {name!r}: {what} {spec!r} is not an existing ./path/file.py:attr")
+    module_name = f"gatehouse_graphs.{name}__{what}"
+    module_spec = importlib.util.spec_from_file_location(module_name, file_path)
+    if module_spec is None or module_spec.loader is None:
+        raise GraphRegistryError(f"graph {name!r}: cannot import {file_path}")
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[module_name] = module
+    try:
+        module_spec.loader.exec_module(module)
+    except Exception as exc:
+        raise GraphRegistryError(f"graph {name!r}: importing {file_path} failed: {exc!r}") from exc
+    if not hasattr(module, attr):
+        raise GraphRegistryError(f"graph {name!r}: {file_path.name} has no attribute {attr!r}")
+    return getattr(module, attr)
 
 
 def _dependencies_add(base: Path, dependencies: list[str]) -> None:
@@ -204,10 +275,15 @@ def _factory_call(factory: Any) -> Any:
     return factory({"configurable": {}}) if params else factory()
 
 
-def _bind_checkpointer(source: Any) -> Pregel:
+def _bind_checkpointer(source: Any, schema: GraphSchema | None = None) -> Pregel:
     from runtime.checkpointer import checkpointer_get
 
     saver = checkpointer_get()
+    for_graph = getattr(saver, "for_graph", None)
+    if schema is not None and callable(for_graph):
+        # A per-graph view of the process's saver: it stamps this graph's schema
+        # version on checkpoints and upcasts older ones (runtime.upcasters).
+        saver = for_graph(schema)
     if isinstance(source, StateGraph):
         return source.compile(checkpointer=saver)
     # compile() extends the saver's msgpack allowlist with the graph's own schema

@@ -2,18 +2,29 @@
 
 These functions do no access control: call them only through
 ``approvals.gateway``, which authorises and audits every read.
+
+Reads never write: a checkpoint saved under an older schema version is
+upcast in memory only (``schema_readonly``). Large values stored as blobs
+(``runtime.blobs``) are resolved for a single state (the detail a reviewer
+decides on) and shown as ``{"$blob": sha, "size": n}`` placeholders in
+history listings, so listing a thread never loads its documents;
+``thread_blob_read`` fetches one on demand.
 """
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 
+from runtime.blobs import MARKER, BlobSpillingSaver, blobs_lazy
+from runtime.checkpointer import checkpointer_get
 from runtime.jsonable import to_jsonable
-from runtime.models import Thread
+from runtime.models import BlobRef, Thread
 from runtime.registry import graph_get
+from runtime.upcasters import schema_readonly
 
 
 @dataclass(frozen=True)
@@ -50,19 +61,55 @@ def _view(snapshot: Any) -> CheckpointView:
     )
 
 
-def thread_state_read(thread: Thread, checkpoint_id: str | None = None) -> CheckpointView | None:
+def thread_state_read(
+    thread: Thread, checkpoint_id: str | None = None, *, resolve_blobs: bool = True
+) -> CheckpointView | None:
     if not thread.graph:  # created through /lg/ and not bound to a graph by a first run yet
         return None
     graph = graph_get(thread.graph).compiled()
-    snapshot = graph.get_state(_config(thread, checkpoint_id))
+    with schema_readonly(), contextlib.nullcontext() if resolve_blobs else blobs_lazy():
+        snapshot = graph.get_state(_config(thread, checkpoint_id))
     if not snapshot.created_at:
         return None
     return _view(snapshot)
 
 
-def thread_history_read(thread: Thread, *, limit: int = 100, before: str | None = None) -> list[CheckpointView]:
+def thread_history_read(
+    thread: Thread, *, limit: int = 100, before: str | None = None, resolve_blobs: bool = False
+) -> list[CheckpointView]:
     if not thread.graph:
         return []
     graph = graph_get(thread.graph).compiled()
     before_cfg = _config(thread, before) if before else None
-    return [_view(s) for s in graph.get_state_history(_config(thread), limit=limit, before=before_cfg)]
+    with schema_readonly(), contextlib.nullcontext() if resolve_blobs else blobs_lazy():
+        return [_view(s) for s in graph.get_state_history(_config(thread), limit=limit, before=before_cfg)]
+
+
+def thread_blob_read(thread: Thread, sha256: str) -> Any:
+    """One large value of the thread's state, for a view that shows a ``{"$blob": ...}`` placeholder in full.
+
+    Only blobs the thread references are served, so a sha from one thread
+    cannot be used to read another's document.
+    """
+    saver = checkpointer_get()
+    if (
+        not isinstance(saver, BlobSpillingSaver)
+        or not BlobRef.objects.filter(thread_id=str(thread.id), blob_id=sha256).exists()
+    ):
+        raise LookupError(f"thread {thread.id} has no blob {sha256}")
+    from runtime.models import Blob
+
+    blob = Blob.objects.only("sha256", "size").get(sha256=sha256)
+    # The serialiser's type is in the marker, not the row; every marker for a sha has the same bytes.
+    marker = _marker_for(saver, str(thread.id), sha256) or {MARKER: sha256, "t": "msgpack", "n": blob.size}
+    return to_jsonable(saver.blob_value(marker))
+
+
+def _marker_for(saver: BlobSpillingSaver, thread_id: str, sha256: str) -> dict[str, Any] | None:
+    from runtime.blobs import is_marker
+
+    for tup in super(BlobSpillingSaver, saver).list({"configurable": {"thread_id": thread_id}}):  # type: ignore[misc]
+        for value in [*tup.checkpoint["channel_values"].values(), *(w[2] for w in tup.pending_writes or [])]:
+            if is_marker(value) and value[MARKER] == sha256:
+                return value  # type: ignore[no-any-return]
+    return None
