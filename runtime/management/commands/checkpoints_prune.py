@@ -1,0 +1,40 @@
+"""``manage.py checkpoints_prune [--dry-run] [--graph G]``: apply the checkpoint retention policy now."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandParser
+
+from runtime.retention import checkpoints_prune
+
+
+class Command(BaseCommand):
+    help = (
+        "Delete intermediate checkpoints of threads completed longer ago than their graph's retention period "
+        "(final and decision checkpoints stay), then unreferenced blobs. Audit events are never touched."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--dry-run", action="store_true", help="count what would be deleted; delete nothing")
+        parser.add_argument("--graph", help="only threads of this graph")
+
+    def handle(self, *args: Any, dry_run: bool = False, graph: str | None = None, **options: Any) -> None:
+        report = checkpoints_prune(graph=graph, dry_run=dry_run, progress=_progress)
+        if report.threads:
+            sys.stderr.write("\n")
+        verb = "would delete" if dry_run else "deleted"
+        self.stdout.write(
+            f"{report.threads} thread(s): {verb} {report.checkpoints_deleted} checkpoint(s), "
+            f"kept {report.checkpoints_kept}; {verb} {report.blobs_deleted} unreferenced blob(s)"
+        )
+        for error in report.errors:
+            self.stderr.write(f"failed: {error}")
+
+
+def _progress(done: int, total: int) -> None:
+    width = 30
+    filled = width * done // max(total, 1)
+    sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} threads")
+    sys.stderr.flush()
