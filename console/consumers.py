@@ -30,6 +30,9 @@ CLOSE_FORBIDDEN = 4403
 # Events arrive in bursts (run claimed, task opened, run interrupted within
 # milliseconds): coalesce them into one render.
 DEBOUNCE_SECONDS = 0.15
+# Reads that audit themselves change nothing on screen. Re-rendering on them would loop: a render
+# for a permitted viewer reveals sensitive fields, which writes ``sensitive.revealed``, which is published.
+QUIET_ACTIONS = frozenset({"sensitive.revealed"})
 
 
 class LiveConsumer(AsyncWebsocketConsumer):
@@ -63,6 +66,8 @@ class LiveConsumer(AsyncWebsocketConsumer):
         await self.render_send()
 
     async def live_event(self, event: dict[str, Any]) -> None:
+        if event.get("action") in QUIET_ACTIONS:
+            return
         if self._pending is None or self._pending.done():
             self._pending = asyncio.ensure_future(self._render_later())
 

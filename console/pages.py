@@ -7,6 +7,7 @@ what a page load by the same user would.
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 from urllib.parse import urlencode
 
@@ -66,14 +67,23 @@ def task_live_context(user: Any, task_id: Any) -> dict[str, Any]:
     task = permissions.task_get_for(user, task_id)
     thread = task.thread
     claim = claim_active(task) if task.is_open else None
+    quorum = selectors.quorum_for(user=user, task=task)
+    signed = next((d for d in quorum.decisions if d.actor_id == user.pk), None)
+    recent = list(thread.effects.order_by("-created_at")[:5])
+    effects = selectors.effects_shown(user=user, thread=thread, effects=recent)
     return {
         "task": task, "thread": thread, "claim": claim,
-        "can_decide": task.is_open and permissions.can_decide(user, task),
+        # A quorum task stays open after the first signature: the form stays for the others, not the signer.
+        "can_decide": task.is_open and signed is None and permissions.can_decide(user, task),
+        "my_decision": signed,
+        "quorum": quorum,
         "can_release": claim is not None and (claim.user_id == user.pk or can_release_any(user)),
         "claim_is_mine": claim is not None and claim.user_id == user.pk,
         "runs": list(thread.runs.order_by("-created_at")[:5]),
-        "effects": list(thread.effects.order_by("-created_at")[:5]),
-        "decisions": list(task.decisions.select_related("actor").order_by("created_at")),
+        "effects": effects,
+        "decisions": quorum.decisions,
+        # Only a finished thread's values are shown, and only as the gateway masks them for this viewer.
+        "result": gateway.thread_values_for(user, thread) if thread.is_finished else None,
         "me": user,
     }
 
@@ -92,16 +102,25 @@ def task_context(user: Any, task_id: Any, form: DecisionForm | None = None) -> d
         schema = json_schema_for(graph_get(task.graph).state_schema)
     except UnknownGraph:
         schema = {"type": "object", "properties": {}}
+    payload, _ = gateway.payload_for(user, task)
     if form is None:
-        form = decision_form_for(task, values, schema)
+        # Edit fields are prefilled from the masked payload too: a reviewer never receives a hidden value.
+        form = decision_form_for(_task_as_shown(task, payload), values, schema)
     ctx.update({
         "state": state, "values": values, "diff": diff, "previous_checkpoint": previous_id,
-        "kind": payload_kind(task.payload, task.kind), "payload": task.payload, "form": form,
+        "kind": payload_kind(payload, task.kind), "payload": payload, "form": form,
         "timeline": selectors.timeline_for(user=user, thread=task.thread),
-        "proposed": (task.payload or {}).get("proposed_action") if isinstance(task.payload, dict) else None,
-        "inbox_item": _inbox_item(task.payload),
+        "proposed": payload.get("proposed_action") if isinstance(payload, dict) else None,
+        "inbox_item": _inbox_item(payload),
     })
     return ctx
+
+
+def _task_as_shown(task: ApprovalTask, payload: Any) -> ApprovalTask:
+    """The task with its payload as the viewer may see it, for the form builder (which reads ``task.payload``)."""
+    shown = copy.copy(task)
+    shown.payload = payload
+    return shown
 
 
 def _inbox_item(payload: Any) -> Any:
@@ -117,7 +136,9 @@ def thread_live_context(user: Any, thread_id: Any) -> dict[str, Any]:
         "pending": pending,
         "timeline": selectors.timeline_for(user=user, thread=thread),
         "runs": list(thread.runs.order_by("-created_at")[:10]),
-        "effects": list(thread.effects.order_by("created_at")),
+        "effects": selectors.effects_shown(
+            user=user, thread=thread, effects=list(thread.effects.order_by("created_at"))
+        ),
         "can_retry": thread.status == "failed" and user.has_perm("runtime.retry_thread"),
         "me": user,
     }

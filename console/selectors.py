@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import copy
 import json
 import uuid
 from dataclasses import dataclass, field
@@ -16,7 +17,7 @@ from django.utils.dateparse import parse_datetime
 from approvals import gateway, permissions
 from approvals.errors import InvalidInput
 from approvals.models import ApprovalTask, AuditEvent, Decision
-from runtime.models import Thread
+from runtime.models import Effect, Thread
 
 SORTS = {
     # name: (order_by, label)
@@ -163,11 +164,21 @@ def timeline_for(*, user: permissions.Principal, thread: Thread, limit: int = 10
             at=task.created_at, kind="task", title=f"Paused at {task.node}: {task.title}",
             link=f"/tasks/{task.pk}/", extra={"status": task.status},
         ))
-    decisions = Decision.objects.filter(task__thread=thread, task__in=tasks).select_related("actor", "task")
-    for decision in decisions.order_by("created_at"):
+    decisions = list(
+        Decision.objects.filter(task__thread=thread, task__in=tasks)
+        .select_related("actor", "task")
+        .order_by("created_at")
+    )
+    effects = list(thread.effects.order_by("created_at"))
+    # Edits and effect results can quote sensitive state: mask them in one gateway call (one audited reveal).
+    shown, _ = gateway.guard(
+        user, thread.graph, {"edits": [d.state_patch for d in decisions], "results": [e.result for e in effects]},
+        subject=f"thread:{thread.pk}", thread_id=thread.pk,
+    )
+    for decision, edits in zip(decisions, shown["edits"], strict=True):
         entries.append(TimelineEntry(
             at=decision.created_at, kind="decision", title=f"{decision.get_outcome_display()} at {decision.task.node}",
-            actor=decision.actor.get_username(), detail={"reason": decision.reason, "edits": decision.state_patch},
+            actor=decision.actor.get_username(), detail={"reason": decision.reason, "edits": edits},
             link=f"/tasks/{decision.task_id}/",
         ))
     for run in thread.runs.order_by("created_at"):
@@ -179,14 +190,74 @@ def timeline_for(*, user: permissions.Principal, thread: Thread, limit: int = 10
         if run.error:
             entries.append(TimelineEntry(at=run.finished_at or run.created_at, kind="error", title="Run failed",
                                          detail=run.error))
-    for effect in thread.effects.order_by("created_at"):
+    for effect, result in zip(effects, shown["results"], strict=True):
         entries.append(TimelineEntry(
             at=effect.completed_at or effect.created_at, kind="effect", title=f"Effect {effect.name} {effect.status}",
-            detail={"key": effect.key, "result": effect.result, "error": effect.error or None},
+            detail={"key": effect.key, "result": result, "error": effect.error or None},
             extra={"calls": effect.calls},
         ))
     entries.sort(key=lambda e: e.at)
     return entries
+
+
+def effects_shown(*, user: permissions.Principal, thread: Thread, effects: list[Effect]) -> list[Effect]:
+    """Effects with their results masked for ``user`` (copies: the rows themselves are never touched)."""
+    if not effects:
+        return []
+    results, _ = gateway.guard(
+        user, thread.graph, [e.result for e in effects], subject=f"thread:{thread.pk}", thread_id=thread.pk
+    )
+    out = []
+    for effect, result in zip(effects, results, strict=True):
+        shown = copy.copy(effect)
+        shown.result = result
+        out.append(shown)
+    return out
+
+
+def patch_shown(*, user: permissions.Principal, task: ApprovalTask, decisions: list[Decision]) -> list[Any]:
+    """Each decision's state edits as ``user`` may see them."""
+    if not decisions:
+        return []
+    patches, _ = gateway.guard(
+        user, task.graph, [d.state_patch for d in decisions], subject=f"task:{task.pk}", thread_id=task.thread_id
+    )
+    return list(patches)
+
+
+# --- quorum ----------------------------------------------------------------------------
+
+
+@dataclass
+class Quorum:
+    """Where a task stands against its required approvals (counted as the service counts: meaning "approved")."""
+
+    required: int
+    decisions: list[Decision]
+
+    @property
+    def approvals(self) -> int:
+        return sum(1 for d in self.decisions if d.meaning == "approved")
+
+    @property
+    def rejected(self) -> bool:
+        return any(d.meaning == "rejected" for d in self.decisions)
+
+    @property
+    def met(self) -> bool:
+        return self.approvals >= self.required
+
+    @property
+    def remaining(self) -> int:
+        return max(self.required - self.approvals, 0)
+
+
+def quorum_for(*, user: permissions.Principal, task: ApprovalTask) -> Quorum:
+    permissions.task_get_for(user, task.pk)
+    decisions = list(task.decisions.select_related("actor").order_by("created_at", "id"))
+    for decision, patch in zip(decisions, patch_shown(user=user, task=task, decisions=decisions), strict=True):
+        decision.patch_shown = patch  # type: ignore[attr-defined]
+    return Quorum(required=task.required_approvals, decisions=decisions)
 
 
 # --- diffs -----------------------------------------------------------------------------

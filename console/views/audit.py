@@ -6,7 +6,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from approvals import permissions
+from approvals import gateway, permissions
 from approvals.errors import DomainError
 from console import selectors
 from console.forms import AuditFilterForm
@@ -30,7 +30,10 @@ def audit(request: HttpRequest) -> HttpResponse:
             )
         except DomainError as exc:
             error = exc.message
-    ctx = {"form": form, "page": page, "error": error, "actions": selectors.audit_actions(user=request.user)}
+    # Details are stored whole (they are hashed); the gateway masks them on the way out.
+    rows = [(event, gateway.audit_details_for(request.user, event)) for event in page.items]
+    actions = selectors.audit_actions(user=request.user)
+    ctx = {"form": form, "page": page, "rows": rows, "error": error, "actions": actions}
     if getattr(request, "htmx", False) and request.htmx.target == "audit-results":  # type: ignore[attr-defined]
         return render(request, "console/partials/audit_results.html", ctx)
     return render(request, "console/audit.html", ctx)

@@ -7,6 +7,7 @@ panel with the message next to the field it concerns; nothing is saved.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 from uuid import UUID
 
@@ -17,9 +18,16 @@ from django.views.decorators.http import require_GET, require_POST
 
 from approvals import permissions
 from approvals.errors import Conflict, DomainError
+from approvals.payloads import DecisionRequest
+from approvals.redaction import MASK
 from console import pages, services
 from console.forms import decision_request_parse
 from console.views.common import console_login_required, domain_errors
+
+
+def _quotes_mask(request: DecisionRequest) -> bool:
+    edits = [request.state_patch, request.action_args, request.decisions]
+    return any(MASK in json.dumps(e, default=str, ensure_ascii=False) for e in edits if e)
 
 
 @require_GET
@@ -78,6 +86,10 @@ def task_decide(request: HttpRequest, task_id: UUID) -> HttpResponse:
     decision_request = decision_request_parse(form, request.POST)
     status = 422
     stale: dict[str, Any] | None = None
+    if decision_request is not None and _quotes_mask(decision_request):
+        # The reviewer was shown a mask, not the value: saving it would overwrite the real value with the mask.
+        form.attach(None, "your edit includes a field that is redacted for you; leave redacted fields unchanged")
+        decision_request = None
     if decision_request is not None:
         try:
             decision = services.task_decide_checked(
@@ -95,7 +107,7 @@ def task_decide(request: HttpRequest, task_id: UUID) -> HttpResponse:
                 messages.success(request, f"Decision recorded: {decision.get_outcome_display()}")
                 return redirect("console:task", task_id=task_id)
             done = pages.task_live_context(request.user, task_id)
-            done["decision"] = decision
+            done["decision"] = done["my_decision"] or decision
             return render(request, "console/partials/decision_done.html", done, status=201)
     ctx.update({"form": form, "stale": stale})
     template = "console/partials/decision_form.html" if getattr(request, "htmx", False) else "console/task.html"
