@@ -57,6 +57,9 @@ class ApprovalTask(models.Model):
         indexes = [
             models.Index(fields=["status", "graph", "-created_at"], name="task_inbox"),
             models.Index(fields=["thread", "status"], name="task_thread_status"),
+            # The inbox without a graph filter (newest / due first) at 100k pending tasks: no sort.
+            models.Index(fields=["status", "-created_at", "-id"], name="task_status_newest"),
+            models.Index(fields=["status", "due_at", "id"], name="task_status_due"),
         ]
         permissions = [
             ("decide_task", "Can decide approval tasks"),
@@ -133,7 +136,12 @@ class AuditEvent(models.Model):
     hash = models.CharField(max_length=64, unique=True)
 
     class Meta:
-        indexes = [models.Index(fields=["subject_type", "subject_id"], name="audit_subject")]
+        indexes = [
+            models.Index(fields=["subject_type", "subject_id"], name="audit_subject"),
+            # The audit page pages newest first within a filter: walk these instead of sorting the matches.
+            models.Index(fields=["action", "-id"], name="audit_action_newest"),
+            models.Index(fields=["graph", "-id"], name="audit_graph_newest"),
+        ]
         permissions = [("view_audit", "Can browse the audit trail")]
 
     def __str__(self) -> str:
