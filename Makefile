@@ -35,7 +35,7 @@ typecheck: install
 	$(VENV)/bin/mypy console approvals runtime
 
 bench: install services
-	$(PY) bench/full_cycle.py
+	$(PY) bench/run_all.py
 
 clean:
 	rm -rf var .pytest_cache
