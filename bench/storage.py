@@ -1,0 +1,169 @@
+"""Storage benchmark: a 200 KB document in state, plain PostgresSaver beside Gatehouse's saver.
+
+    .venv/bin/python bench/storage.py [--threads 40] [--steps 6] [--rounds 3] [--doc-kb 200]
+
+Self-contained: (re)creates the PostgreSQL database ``gatehouse_bench_storage``
+(DATABASE_URL's server, default postgres@127.0.0.1:5432), migrates it, then
+in this process runs the same graph — ``--steps`` nodes in a chain, each
+appending to a small list while the document stays in state — with
+``durability="sync"``, N threads per round, on:
+
+- plain ``PostgresSaver`` on the same pool (the baseline), small state and
+  with the document;
+- Gatehouse's saver (blobs over GATEHOUSE_BLOB_THRESHOLD_BYTES stored once),
+  small state and with the document.
+
+Each thread gets its own document (random base64, so neither TOAST
+compression nor cross-thread deduplication flatters the numbers). Bytes per
+thread = stored size (``pg_column_size``) of the thread's rows in
+checkpoints, checkpoint_blobs and checkpoint_writes, plus the blobs it
+references. Prints medians with min–max over rounds; writes
+var/bench/storage.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import statistics
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any, TypedDict
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+DB_NAME = "gatehouse_bench_storage"
+
+
+def _setup_django() -> None:
+    import psycopg
+
+    base = os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/gatehouse")
+    server = base.rsplit("/", 1)[0]
+    with psycopg.connect(f"{server}/postgres", autocommit=True) as conn:
+        conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
+            [DB_NAME],
+        )
+        conn.execute(f'DROP DATABASE IF EXISTS "{DB_NAME}"')
+        conn.execute(f'CREATE DATABASE "{DB_NAME}"')
+    os.environ["DATABASE_URL"] = f"{server}/{DB_NAME}"
+    os.environ.setdefault("SECRET_KEY", "bench-" + uuid.uuid4().hex)
+    os.environ.setdefault("GATEHOUSE_GRAPHS", str(ROOT / "demo" / "langgraph.json"))
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
+    os.environ.setdefault("LOG_LEVEL", "WARNING")
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+
+
+class State(TypedDict, total=False):
+    document: str
+    steps: list[str]
+
+
+def _graph(saver: Any, steps: int) -> Any:
+    from langgraph.graph import END, START, StateGraph
+
+    builder = StateGraph(State)
+    names = [f"s{i}" for i in range(steps)]
+    for name in names:
+        builder.add_node(name, lambda s, name=name: {"steps": [*s.get("steps", []), name]})
+    builder.add_edge(START, names[0])
+    for a, b in zip(names, names[1:], strict=False):
+        builder.add_edge(a, b)
+    builder.add_edge(names[-1], END)
+    return builder.compile(checkpointer=saver)
+
+
+def _bytes(thread_ids: list[str]) -> int:
+    from runtime.checkpointer import checkpointer_get
+
+    with checkpointer_get()._cursor() as cur:  # type: ignore[attr-defined]
+        cur.execute(
+            """SELECT
+                 (SELECT coalesce(sum(pg_column_size(c.*)), 0) FROM checkpoints c WHERE thread_id = ANY(%(t)s))
+               + (SELECT coalesce(sum(pg_column_size(b.*)), 0) FROM checkpoint_blobs b WHERE thread_id = ANY(%(t)s))
+               + (SELECT coalesce(sum(pg_column_size(w.*)), 0) FROM checkpoint_writes w WHERE thread_id = ANY(%(t)s))
+               + (SELECT coalesce(sum(pg_column_size(x.*)), 0) FROM runtime_blob x
+                  WHERE sha256 IN (SELECT sha256 FROM runtime_blobref WHERE thread_id = ANY(%(t)s)))
+               AS n""",
+            {"t": thread_ids},
+        )
+        return int(cur.fetchone()["n"])
+
+
+def _round(saver: Any, *, threads: int, steps: int, doc_bytes: int) -> tuple[float, float]:
+    graph = _graph(saver, steps)
+    ids = [f"bench-{uuid.uuid4().hex}" for _ in range(threads)]
+    docs = [base64.b64encode(os.urandom(doc_bytes * 3 // 4)).decode() if doc_bytes else "small" for _ in ids]
+    started = time.perf_counter()
+    for thread_id, doc in zip(ids, docs, strict=True):
+        graph.invoke({"document": doc}, {"configurable": {"thread_id": thread_id}}, durability="sync")
+    elapsed = time.perf_counter() - started
+    return threads / elapsed, _bytes(ids) / threads
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--threads", type=int, default=40)
+    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--doc-kb", type=int, default=200)
+    args = parser.parse_args()
+    _setup_django()
+    from langgraph.checkpoint.postgres import PostgresSaver
+
+    from runtime.checkpointer import checkpointer_get
+
+    gatehouse = checkpointer_get()
+    plain = PostgresSaver(gatehouse.conn)  # type: ignore[attr-defined]
+    doc = args.doc_kb * 1024
+    scenarios = [
+        ("plain PostgresSaver, small state", plain, 0),
+        (f"plain PostgresSaver, {args.doc_kb} KB document", plain, doc),
+        ("Gatehouse saver, small state", gatehouse, 0),
+        (f"Gatehouse saver, {args.doc_kb} KB document", gatehouse, doc),
+    ]
+    _round(gatehouse, threads=3, steps=args.steps, doc_bytes=doc)  # warm up pools and imports
+    results: dict[str, dict[str, list[float]]] = {name: {"tps": [], "bytes": []} for name, _, _ in scenarios}
+    for _ in range(args.rounds):
+        for name, saver, size in scenarios:
+            tps, per_thread = _round(saver, threads=args.threads, steps=args.steps, doc_bytes=size)
+            results[name]["tps"].append(tps)
+            results[name]["bytes"].append(per_thread)
+
+    def med(name: str, key: str) -> float:
+        return statistics.median(results[name][key])
+
+    names = [s[0] for s in scenarios]
+    print(f"\n{args.threads} threads x {args.rounds} rounds, {args.steps} steps, durability=sync; median (min-max)\n")
+    print(f"{'scenario':40} {'threads/s':>22} {'KB stored/thread':>24} {'x document':>11}")
+    for name, _, size in scenarios:
+        tps, kb = results[name]["tps"], [b / 1024 for b in results[name]["bytes"]]
+        ratio = f"{med(name, 'bytes') / size:.2f}" if size else "-"
+        print(
+            f"{name:40} {statistics.median(tps):9.1f} ({min(tps):5.1f}-{max(tps):5.1f}) "
+            f"{statistics.median(kb):10.1f} ({min(kb):6.1f}-{max(kb):6.1f}) {ratio:>11}"
+        )
+    print()
+    print(f"plain:     document / small throughput = {med(names[1], 'tps') / med(names[0], 'tps'):.2f}")
+    print(f"gatehouse: document / small throughput = {med(names[3], 'tps') / med(names[2], 'tps'):.2f}")
+    print(f"document bytes per thread, gatehouse / plain = {med(names[3], 'bytes') / med(names[1], 'bytes'):.2f}")
+    out = ROOT / "var" / "bench"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "storage.json").write_text(json.dumps({"args": vars(args), "results": results}, indent=2))
+    from runtime.checkpointer import checkpointer_close
+
+    checkpointer_close()
+
+
+if __name__ == "__main__":
+    main()
