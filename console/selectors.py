@@ -15,7 +15,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from approvals import gateway, permissions
-from approvals.errors import InvalidInput
+from approvals.errors import InvalidInput, NotFound
 from approvals.models import ApprovalTask, AuditEvent, Decision
 from runtime.models import Effect, Thread
 
@@ -321,3 +321,90 @@ def audit_search(
 
 def audit_actions(*, user: permissions.Principal) -> list[str]:
     return sorted(set(permissions.audit_visible(user).order_by().values_list("action", flat=True).distinct()[:200]))
+
+
+# --- decision history (auditors) -------------------------------------------------------
+
+DECISIONS_SORT = "decisions"
+
+
+def decisions_visible(*, user: permissions.Principal) -> QuerySet[Decision]:
+    """Decisions on tasks ``user`` may see, for principals who may read the audit trail."""
+    if not permissions.can(user, "approvals.view_audit"):
+        return Decision.objects.none()
+    return Decision.objects.filter(task__in=permissions.tasks_visible(user))
+
+
+def decisions_search(
+    *, user: permissions.Principal, graph: str = "", node: str = "", outcome: str = "", meaning: str = "",
+    actor: str = "", since: datetime | None = None, until: datetime | None = None, cursor: str = "", limit: int = 50,
+) -> Page:
+    """Decisions, newest first, keyset-paginated on (created_at, id)."""
+    qs = decisions_visible(user=user).select_related("task", "actor", "run")
+    if graph:
+        qs = qs.filter(task__graph=graph)
+    if node:
+        qs = qs.filter(task__node=node)
+    if outcome:
+        qs = qs.filter(outcome=outcome)
+    if meaning:
+        qs = qs.filter(meaning=meaning)
+    if actor:
+        qs = qs.filter(Q(actor__username__iexact=actor) | Q(signer_name__iexact=actor))
+    if since:
+        qs = qs.filter(created_at__gte=since)
+    if until:
+        qs = qs.filter(created_at__lt=until)
+    if cursor:
+        when, pk = _cursor_decode(cursor, DECISIONS_SORT)
+        qs = qs.filter(Q(created_at__lt=when) | Q(created_at=when, id__lt=pk))
+    rows: list[Decision] = list(qs.order_by("-created_at", "-id")[: limit + 1])
+    next_cursor = None
+    if len(rows) > limit:
+        last = rows[limit - 1]
+        next_cursor = _cursor_encode(DECISIONS_SORT, last.created_at, last.pk)
+    return Page(items=rows[:limit], next_cursor=next_cursor)
+
+
+def decision_facets(*, user: permissions.Principal) -> dict[str, list[str]]:
+    pairs = decisions_visible(user=user).order_by().values_list("task__graph", "task__node").distinct()[:500]
+    return {"graphs": sorted({g for g, _ in pairs}), "nodes": sorted({n for _, n in pairs})}
+
+
+@dataclass
+class DecisionEvidence:
+    decision: Decision
+    task: ApprovalTask
+    seen: Any  # the CheckpointView the signer decided on, masked for the viewer; None if no longer stored
+    seen_missing: str
+    edits: Any
+    diff: list[DiffRow]
+    quorum: Quorum
+    effects: list[Effect]
+
+
+def decision_evidence(*, user: permissions.Principal, decision_id: Any) -> DecisionEvidence:
+    """One decision with what its signer saw, what they changed, where the quorum stood and what followed."""
+    decision = decisions_visible(user=user).select_related("task", "task__thread", "actor", "run").filter(
+        pk=decision_id
+    ).first()
+    if decision is None:
+        raise NotFound(f"decision {decision_id} not found", field="decision_id")
+    task = decision.task
+    seen, missing = None, ""
+    try:
+        seen = gateway.state_for(user, task.thread_id, decision.checkpoint_id)
+    except NotFound:
+        missing = f"checkpoint {decision.checkpoint_id} is no longer stored (pruned by retention)"
+    [edits] = patch_shown(user=user, task=task, decisions=[decision])
+    before = seen.values if seen else {}
+    diff = state_diff(before, {**before, **edits}) if isinstance(edits, dict) and edits else []
+    quorum = quorum_for(user=user, task=task)
+    effects: list[Effect] = []
+    if decision.run_id:
+        ran = list(Effect.objects.filter(run_id=decision.run_id).order_by("created_at", "id"))
+        effects = effects_shown(user=user, thread=task.thread, effects=ran)
+    return DecisionEvidence(
+        decision=decision, task=task, seen=seen, seen_missing=missing, edits=edits, diff=diff, quorum=quorum,
+        effects=effects,
+    )

@@ -5,7 +5,7 @@ from django.urls import include, path, re_path
 
 from approvals.platform_api import api as platform_api
 from console.api import api
-from console.views import audit, auth, inbox, relay, start, tasks, threads
+from console.views import audit, auth, decisions, inbox, relay, start, tasks, threads, webhooks
 
 console_patterns = [
     path("", inbox.inbox, name="inbox"),
@@ -20,6 +20,10 @@ console_patterns = [
     path("threads/<uuid:thread_id>/live", threads.thread_live, name="thread-live"),
     path("threads/<uuid:thread_id>/retry", threads.thread_retry, name="thread-retry"),
     path("audit/", audit.audit, name="audit"),
+    path("decisions/", decisions.decision_list, name="decisions"),
+    path("decisions/<uuid:decision_id>/", decisions.decision_detail, name="decision"),
+    path("webhooks/", webhooks.webhook_list, name="webhooks"),
+    path("webhooks/deliveries/<int:delivery_id>/retry", webhooks.delivery_retry, name="webhook-retry"),
     path("accounts/login/", auth.login, name="login"),
     path("accounts/logout/", auth.logout, name="logout"),
     path("internal/live/", relay.live_relay, name="live-relay"),

@@ -1,0 +1,167 @@
+"""Decision history for auditors: who may see it, its filters and keyset pages, and each decision's evidence."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+from html import unescape
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+from django.utils import timezone
+
+from approvals.models import Decision
+from runtime.models import Effect
+from tests.conftest import pending_tasks, thread_settled, thread_start
+from tests.console.conftest import console_client, task_make
+
+pytestmark = pytest.mark.usefixtures("live_db")
+
+
+def _decision(task, actor, *, outcome="approve", meaning="approved", reason="", at=None, **extra) -> Decision:
+    decision = Decision.objects.create(
+        task=task, actor=actor, outcome=outcome, meaning=meaning, reason=reason, checkpoint_id=task.checkpoint_id,
+        payload_digest=task.payload_digest, signer_name=actor.get_username(), **extra,
+    )
+    if at is not None:
+        Decision.objects.filter(pk=decision.pk).update(created_at=at)
+        decision.refresh_from_db()
+    return decision
+
+
+@pytest.fixture
+def recorded(personas):
+    """Three decisions on fresh tasks of a gate unique to the test, so filters count only these."""
+    gate = f"gate_{uuid.uuid4().hex[:6]}"
+    now = timezone.now()
+    loan = task_make(node=gate, status="decided")
+    kyc = task_make(graph="kyc_onboarding", node=gate, status="decided")
+    other = task_make(node=gate, status="decided")
+    return gate, {
+        "approved": _decision(loan, personas["approver"].user, reason="fine", at=now - timedelta(hours=3)),
+        "rejected": _decision(kyc, personas["reviewer"].user, outcome="reject", meaning="rejected",
+                              reason="bad docs", at=now - timedelta(hours=2)),
+        "reviewed": _decision(other, personas["reviewer2"].user, outcome="edit", meaning="reviewed",
+                              state_patch={"amount": 1}, at=now - timedelta(hours=1)),
+    }
+
+
+def _ids(response) -> set[str]:
+    html = response.content.decode()
+    return {part.split('"', 1)[0] for part in html.split('data-decision-id="')[1:]}
+
+
+@pytest.mark.parametrize("role,expected", [
+    ("auditor", 200), ("admin", 200), ("reviewer", 403), ("approver", 403), ("operator", 403), ("outsider", 403),
+])
+def test_only_audit_readers_see_the_decision_history(role, expected, personas, recorded):
+    client = console_client(personas[role])
+    assert client.get("/decisions/").status_code == expected
+    assert client.get(f"/decisions/{recorded[1]['approved'].pk}/").status_code == expected
+
+
+def test_the_nav_links_to_decisions_for_auditors_only(personas):
+    assert 'href="/decisions/"' in console_client(personas["auditor"]).get("/").content.decode()
+    assert 'href="/decisions/"' not in console_client(personas["reviewer"]).get("/").content.decode()
+
+
+@pytest.mark.parametrize("params,expect", [
+    ({}, {"approved", "rejected", "reviewed"}),
+    ({"graph": "kyc_onboarding"}, {"rejected"}),
+    ({"outcome": "reject"}, {"rejected"}),
+    ({"meaning": "reviewed"}, {"reviewed"}),
+    ({"outcome": "approve"}, {"approved"}),
+])
+def test_filters_by_graph_outcome_and_meaning(params, expect, personas, recorded):
+    gate, decisions = recorded
+    response = console_client(personas["auditor"]).get("/decisions/", {"node": gate, **params})
+    assert _ids(response) == {str(decisions[name].pk) for name in expect}
+
+
+def test_filters_by_actor_and_time_range(personas, recorded):
+    gate, decisions = recorded
+    client = console_client(personas["auditor"])
+    by_actor = client.get("/decisions/", {"node": gate, "actor": personas["reviewer2"].username})
+    assert _ids(by_actor) == {str(decisions["reviewed"].pk)}
+    since = (timezone.now() - timedelta(hours=2, minutes=30)).strftime("%Y-%m-%dT%H:%M")
+    until = (timezone.now() - timedelta(hours=1, minutes=30)).strftime("%Y-%m-%dT%H:%M")
+    ranged = client.get("/decisions/", {"node": gate, "since": since, "until": until})
+    assert _ids(ranged) == {str(decisions["rejected"].pk)}
+
+
+def test_the_filter_form_gets_only_the_results_partial(personas, recorded):
+    gate, _ = recorded
+    response = console_client(personas["auditor"]).get(
+        "/decisions/", {"node": gate}, headers={"HX-Request": "true", "HX-Target": "decision-results"}
+    )
+    html = response.content.decode()
+    assert html.startswith('<section id="decision-results"') and "<html" not in html
+
+
+def test_keyset_pages_cover_every_decision_once_newest_first(personas, monkeypatch):
+    from console.views import decisions as view
+
+    monkeypatch.setattr(view, "PAGE_SIZE", 2)
+    gate = f"gate_{uuid.uuid4().hex[:6]}"
+    now = timezone.now()
+    made = [_decision(task_make(node=gate, status="decided"), personas["approver"].user, at=now - timedelta(minutes=i))
+            for i in range(5)]
+    client = console_client(personas["auditor"])
+    seen: list[str] = []
+    params = {"node": gate}
+    for _ in range(5):
+        html = client.get("/decisions/", params).content.decode()
+        seen += [p.split('"', 1)[0] for p in html.split('data-decision-id="')[1:]]
+        if 'rel="next"' not in html:
+            break
+        link = html.split('rel="next"')[0].rsplit('href="', 1)[1].split('"')[0]
+        params = {"node": gate, "cursor": parse_qs(urlsplit(unescape(link)).query)["cursor"][0]}
+    assert seen == [str(d.pk) for d in made]
+
+
+def test_a_broken_cursor_is_a_clear_error(personas):
+    response = console_client(personas["auditor"]).get("/decisions/", {"cursor": "garbage"})
+    assert response.status_code == 200 and "page link is broken" in response.content.decode()
+
+
+def test_a_decision_whose_checkpoint_is_gone_still_shows_its_signature(personas, recorded):
+    decision = recorded[1]["rejected"]
+    html = console_client(personas["auditor"]).get(f"/decisions/{decision.pk}/").content.decode()
+    assert "no longer stored" in html
+    assert "Rejected" in html and "bad docs" in html and "0 of 1 approval" in html
+
+
+@pytest.mark.integration
+@pytest.mark.usefixtures("live_worker")
+def test_a_decision_shows_its_evidence_signature_quorum_and_effects(personas):
+    name = f"Evidence {uuid.uuid4().hex[:6]}"
+    thread = thread_start(personas["operator"], "kyc_onboarding", {
+        "applicant": {"name": name, "country": "GB", "date_of_birth": "1931-02-03"},
+        "documents": [{"type": "passport", "number": "P0000042", "status": "received"}],
+    })
+    [identity] = pending_tasks(personas["reviewer"], thread["id"])
+    assert personas["approver"].client.post(
+        f"/api/tasks/{identity['id']}/decision", {"decision": "approve"}
+    ).status_code == 201
+    compliance = next(t for t in pending_tasks(personas["reviewer"], thread["id"]) if t["id"] != identity["id"])
+    made = personas["approver"].client.post(f"/api/tasks/{compliance['id']}/decision", {
+        "decision": "edit", "reason": "premium customer", "edits": {"tier": "premium"},
+    })
+    assert made.status_code == 201, made.content
+    assert thread_settled(personas["reviewer"], thread["id"], timeout=30)["status"] == "completed"
+    decision = Decision.objects.get(pk=made.json()["id"])
+    effect = Effect.objects.get(run=decision.run)
+
+    html = console_client(personas["auditor"]).get(f"/decisions/{decision.pk}/").content.decode()
+    assert "premium customer" in html  # the reason
+    assert decision.evidence_digest and decision.evidence_digest in html  # the signature
+    assert decision.signer_name in html and "Approved" in html
+    assert "1 of 1 approval" in html  # the quorum
+    assert name in html and "1931-02-03" in html  # the state seen (the auditor may see sensitive fields)
+    edits_html = html.split('id="edits"')[1].split("</section>")[0]
+    assert "tier" in edits_html and "premium" in edits_html, edits_html  # the edits (as a diff against the state seen)
+    assert effect.key in html and effect.status in html  # what the action then did
+
+    listed = console_client(personas["auditor"]).get("/decisions/", {"graph": "kyc_onboarding",
+                                                                     "node": "compliance_review"})
+    assert str(decision.pk) in _ids(listed)
