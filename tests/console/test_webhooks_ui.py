@@ -1,0 +1,99 @@
+"""The webhooks page: who may see it, what it shows (never a secret), and the manual retry of a failed delivery."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from approvals import outbound
+from approvals.models import AuditEvent, InboundDelivery, OutboundDelivery, OutboundStatus
+from approvals.webhooks import webhook_endpoint_create
+from tests.console.conftest import console_client
+
+pytestmark = pytest.mark.usefixtures("live_db")
+
+
+@pytest.fixture
+def hooks(monkeypatch):
+    # No worker needed: record that a retry was dispatched instead of sending it.
+    sent: list[int] = []
+    monkeypatch.setattr(outbound, "_dispatch", lambda pk, countdown=0: sent.append(pk))
+    name = f"vendor-{uuid.uuid4().hex[:6]}"
+    endpoint = webhook_endpoint_create(actor=None, name=name, graph="loan_approval")
+    InboundDelivery.objects.create(
+        endpoint=endpoint, webhook_id=f"msg_{name}", verified=False, status="refused", http_status=401,
+        reason="signature does not match", body_digest="0" * 64,
+    )
+    subscription = outbound.subscription_create(
+        actor=None, url=f"http://127.0.0.1:9/{name}", graph="loan_approval", event_types=[outbound.EVENT_TYPES[0]]
+    )
+
+    def delivery(status: str, **fields) -> OutboundDelivery:
+        return OutboundDelivery.objects.create(
+            subscription=subscription, event_id=f"evt_{uuid.uuid4().hex[:12]}", event_type=outbound.EVENT_TYPES[0],
+            graph="loan_approval", payload={"type": "x"}, status=status, **fields,
+        )
+
+    failed = delivery(OutboundStatus.FAILED, attempts=outbound.MAX_ATTEMPTS, last_error="HTTP 500: receiver down")
+    done = delivery(OutboundStatus.DELIVERED, attempts=1, response_code=204)
+    return {"endpoint": endpoint, "subscription": subscription, "failed": failed, "delivered": done, "sent": sent}
+
+
+@pytest.mark.parametrize("role,expected", [
+    ("operator", 200), ("admin", 200), ("auditor", 200), ("reviewer", 403), ("approver", 403), ("outsider", 403),
+])
+def test_only_operators_admins_and_auditors_see_webhooks(role, expected, personas, hooks):
+    assert console_client(personas[role]).get("/webhooks/").status_code == expected
+
+
+def test_the_page_lists_endpoints_deliveries_and_the_outbound_log_without_secrets(personas, hooks):
+    html = console_client(personas["operator"]).get("/webhooks/").content.decode()
+    endpoint, subscription = hooks["endpoint"], hooks["subscription"]
+    assert endpoint.name in html and "1 secret" in html
+    assert f"msg_{endpoint.name}" in html and "signature does not match" in html and "Refused" in html
+    assert subscription.url in html
+    assert hooks["failed"].event_id in html and "HTTP 500: receiver down" in html
+    for secret in [*endpoint.secrets, subscription.secret]:
+        assert secret not in html
+        assert secret.removeprefix("whsec_") not in html
+    # A retry button for the failed delivery only.
+    assert f'hx-post="/webhooks/deliveries/{hooks["failed"].pk}/retry"' in html
+    assert f'/webhooks/deliveries/{hooks["delivered"].pk}/retry' not in html
+
+
+def test_auditors_read_the_log_but_get_no_retry_button_and_cannot_retry(personas, hooks):
+    client = console_client(personas["auditor"])
+    html = client.get("/webhooks/").content.decode()
+    assert hooks["failed"].event_id in html and "Retry</button>" not in html
+    response = client.post(f"/webhooks/deliveries/{hooks['failed'].pk}/retry", headers={"HX-Request": "true"})
+    assert response.status_code == 403
+    assert OutboundDelivery.objects.get(pk=hooks["failed"].pk).status == OutboundStatus.FAILED
+    assert hooks["sent"] == []
+
+
+def test_an_operator_retries_a_failed_delivery_and_the_row_is_swapped_in_place(personas, hooks):
+    failed = hooks["failed"]
+    response = console_client(personas["operator"]).post(
+        f"/webhooks/deliveries/{failed.pk}/retry", headers={"HX-Request": "true"}
+    )
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert html.strip().startswith(f'<tr id="outbound-{failed.pk}"') and "Pending" in html
+    assert OutboundDelivery.objects.get(pk=failed.pk).status == OutboundStatus.PENDING
+    assert hooks["sent"] == [failed.pk]
+    assert AuditEvent.objects.filter(action="webhook.delivery_retried", subject_id=str(failed.pk)).exists()
+
+
+def test_retrying_a_delivered_delivery_is_refused_beside_its_row(personas, hooks):
+    response = console_client(personas["operator"]).post(
+        f"/webhooks/deliveries/{hooks['delivered'].pk}/retry", headers={"HX-Request": "true"}
+    )
+    assert response.status_code == 409 and "already succeeded" in response.content.decode()
+    assert hooks["sent"] == []
+
+
+def test_the_retry_needs_a_csrf_token(personas, hooks):
+    client = console_client(personas["operator"], enforce_csrf=True)
+    assert client.post(f"/webhooks/deliveries/{hooks['failed'].pk}/retry").status_code == 403
+    assert OutboundDelivery.objects.get(pk=hooks["failed"].pk).status == OutboundStatus.FAILED
