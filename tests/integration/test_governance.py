@@ -23,9 +23,8 @@ def _decide(persona, task_id: str, **body):  # noqa: ANN001, ANN202
 
 
 def _refusals(task_id: str) -> list[dict]:
-    return list(
-        AuditEvent.objects.filter(subject_id=task_id, action="decision.refused").values_list("details", flat=True)
-    )
+    events = AuditEvent.objects.filter(subject_id=task_id, action="decision.refused").order_by("id")
+    return list(events.values_list("details", flat=True))
 
 
 def test_a_two_approver_gate_resumes_only_when_the_quorum_is_met(personas):
