@@ -113,7 +113,11 @@ def payload_for(user: permissions.Principal, task: ApprovalTask) -> tuple[Any, l
 
 
 def audit_details_for(user: permissions.Principal, event: AuditEvent) -> dict[str, Any]:
-    """Audit details are stored whole (they are hashed); masking happens on the way out."""
-    if not event.graph or may_see_sensitive(user):
+    """Audit details are stored whole (they are hashed); masking happens on the way out.
+
+    Reading the reveal events themselves reveals nothing, so they are not re-audited.
+    """
+    if not event.graph or event.action == "sensitive.revealed":
         return event.details
-    return redact(event.details, sensitive_paths(event.graph))[0]  # type: ignore[no-any-return]
+    details, _ = guard(user, event.graph, event.details, subject=f"audit:{event.pk}", thread_id=event.thread_id)
+    return details  # type: ignore[no-any-return]

@@ -28,6 +28,7 @@ from approvals.payloads import (
     payload_title,
     resume_value_build,
 )
+from approvals.redaction import MASK
 from runtime.models import Run, RunKind, Thread, ThreadStatus
 from runtime.registry import UnknownGraph, graph_get, graph_names
 from runtime.runs import PendingInterrupt, ThreadBusy, run_enqueue, thread_create
@@ -423,7 +424,23 @@ def _otp_verify(actor: User, code: str) -> bool:
     return any(device.verify_token(code) for device in devices_for_user(actor, confirmed=True))
 
 
+def _mask_refuse(value: Any, field: str) -> None:
+    """A redacted value sent back must never overwrite the real one it hides."""
+    if isinstance(value, str) and value == MASK:
+        raise InvalidInput("this value is redacted for you and cannot be submitted as an edit", field=field)
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _mask_refuse(item, f"{field}.{key}")
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _mask_refuse(item, f"{field}[{index}]")
+
+
 def _state_patch_check(task: ApprovalTask, request: DecisionRequest) -> dict[str, Any] | None:
+    _mask_refuse(request.state_patch, "edits")
+    _mask_refuse(request.action_args, "action_args")
+    for index, item in enumerate(request.decisions or []):
+        _mask_refuse(item, f"decisions[{index}]")
     patch = request.state_patch
     if request.outcome == "edit" and not patch and request.action_args is None and request.decisions is None:
         raise InvalidInput("an edit needs state edits or edited action arguments", field="edits")

@@ -203,3 +203,28 @@ def test_a_one_time_code_can_sign_instead_of_the_password(personas):
     assert signed.status_code == 201, signed.content
     assert Decision.objects.get(pk=signed.json()["id"]).reauthenticated_at is not None
     thread_settled(approver, thread["id"])
+
+
+def test_a_redacted_value_cannot_be_sent_back_as_an_edit(personas):
+    thread, task = _kyc_task(personas)
+    # identity_check allows approve/reject only; answer it, then edit at the compliance gate.
+    personas["reviewer"].client.post(f"/api/tasks/{task['id']}/decision", {"decision": "approve"})
+    [compliance] = pending_tasks(personas["reviewer"], thread["id"])
+    response = personas["reviewer"].client.post(
+        f"/api/tasks/{compliance['id']}/decision",
+        {
+            "decision": "edit",
+            "reason": "fix name",
+            "edits": {"applicant": {"name": "R. Franklin", "date_of_birth": MASK}},
+        },
+    )
+    assert response.status_code == 422
+    assert response.json()["error"]["field"] == "edits.applicant.date_of_birth"
+    assert ApprovalTask.objects.get(pk=compliance["id"]).status == "pending"
+
+
+def test_reading_sensitive_audit_details_is_itself_audited(personas):
+    thread, _ = _kyc_task(personas)
+    personas["auditor"].client.get("/api/audit", thread=thread["id"], action="thread.started")
+    reveal = AuditEvent.objects.filter(thread_id=thread["id"], action="sensitive.revealed", subject_type="audit")
+    assert reveal.filter(actor_label=personas["auditor"].username).exists()
