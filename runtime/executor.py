@@ -147,9 +147,13 @@ def _input_for(run: Run, graph: Pregel, config: RunnableConfig) -> Any:
         if isinstance(first_input, Command) and first_input.resume is not None:
             return _resume_or_continue(graph, first_input, config)
         return first_input
-    if snapshot.interrupts or not snapshot.next:
+    if snapshot.interrupts or (not snapshot.next and not snapshot.tasks):
         return _SKIP  # it reached its pause or its end; only the bookkeeping is missing
-    return None  # continue from the last checkpoint
+    # Continue from the last checkpoint. Note ``next`` leaves out tasks whose
+    # writes are already saved: an attempt killed after a node finished but
+    # before the step's checkpoint has an empty ``next`` though the graph is
+    # mid-way (found by the chaos test), so "ended" also needs no tasks left.
+    return None
 
 
 def resume_guard(graph: Pregel, config: RunnableConfig, command: Command) -> None:
