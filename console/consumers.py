@@ -29,7 +29,9 @@ CLOSE_UNAUTHENTICATED = 4401
 CLOSE_FORBIDDEN = 4403
 # Events arrive in bursts (run claimed, task opened, run interrupted within
 # milliseconds): coalesce them into one render.
-DEBOUNCE_SECONDS = 0.15
+# Events of one change arrive together (run claimed, task opened, run interrupted): wait this
+# long after the first and render once. Short: it is added to what a reviewer waits for.
+DEBOUNCE_SECONDS = 0.03
 # Reads that audit themselves change nothing on screen. Re-rendering on them would loop: a render
 # for a permitted viewer reveals sensitive fields, which writes ``sensitive.revealed``, which is published.
 QUIET_ACTIONS = frozenset({"sensitive.revealed"})

@@ -47,7 +47,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
+from channels import DEFAULT_CHANNEL_LAYER
+from channels.layers import channel_layers, get_channel_layer
 from django.conf import settings
 from django.db import transaction
 from django.db.models.signals import post_save
@@ -136,7 +137,8 @@ class _Publisher:
     def _run(self) -> None:
         loop = asyncio.new_event_loop()
         asyncio.set_event_loop(loop)
-        layer = get_channel_layer()
+        # A layer instance of its own: channels_redis binds connections to the loop that uses them.
+        layer = channel_layers.make_backend(DEFAULT_CHANNEL_LAYER)
         while True:
             batch = [self.queue.get()]
             while len(batch) < 200:

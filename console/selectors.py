@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import copy
 import json
+import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -112,13 +113,33 @@ def _search(q: str) -> Q:
     return Q(thread_id=ident) | Q(id=ident)
 
 
+_FACETS_TTL_SECONDS = 60.0
+_facet_cache: dict[tuple[str, ...], tuple[float, Any]] = {}
+
+
+def _cached(key: tuple[str, ...], compute: Any) -> Any:
+    """Menus of distinct values scan whole tables (100k tasks, 1M events): compute them at most once a minute."""
+    now = time.monotonic()
+    hit = _facet_cache.get(key)
+    if hit is not None and now - hit[0] < _FACETS_TTL_SECONDS:
+        return hit[1]
+    value = compute()
+    _facet_cache[key] = (now, value)
+    return value
+
+
 def inbox_facets(*, user: permissions.Principal) -> dict[str, list[str]]:
     """Graphs and gates present in the user's visible tasks, for the filter menus."""
-    qs = permissions.tasks_visible(user)
-    pairs = qs.order_by().values_list("graph", "node").distinct()[:500]
-    graphs = sorted({g for g, _ in pairs})
-    nodes = sorted({n for _, n in pairs})
-    return {"graphs": graphs, "nodes": nodes}
+    visible = permissions.graphs_visible(user)
+    key = ("facets", *sorted(visible)) if visible is not None else ("facets", "*")
+
+    def compute() -> dict[str, list[str]]:
+        pairs = permissions.tasks_visible(user).order_by().values_list("graph", "node").distinct()[:500]
+        return {"graphs": sorted({g for g, _ in pairs}), "nodes": sorted({n for _, n in pairs})}
+
+    if not permissions.can(user, "approvals.view_approvaltask"):
+        return {"graphs": [], "nodes": []}
+    return _cached(key, compute)  # type: ignore[no-any-return]
 
 
 def threads_list(*, user: permissions.Principal, status: str = "", graph: str = "", limit: int = 100) -> list[Thread]:
@@ -320,7 +341,16 @@ def audit_search(
 
 
 def audit_actions(*, user: permissions.Principal) -> list[str]:
-    return sorted(set(permissions.audit_visible(user).order_by().values_list("action", flat=True).distinct()[:200]))
+    if not permissions.can(user, "approvals.view_audit"):
+        return []
+    visible = permissions.graphs_visible(user)
+    key = ("actions", *sorted(visible)) if visible is not None else ("actions", "*")
+
+    def compute() -> list[str]:
+        actions = permissions.audit_visible(user).order_by().values_list("action", flat=True).distinct()
+        return sorted(set(actions[:200]))
+
+    return _cached(key, compute)  # type: ignore[no-any-return]
 
 
 # --- decision history (auditors) -------------------------------------------------------
