@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class DomainError(Exception):
     status = 400
@@ -31,3 +33,24 @@ class Conflict(DomainError):
 class InvalidInput(DomainError):
     status = 422
     code = "invalid"
+
+
+def validation_error_describe(errors: list[dict[str, Any]]) -> DomainError:
+    """The first of django-ninja's validation errors as a DomainError naming the field.
+
+    Ninja prefixes locations with where the value came from ("body", "query",
+    "path") and then the parameter's name ("body" again for a body schema).
+    """
+    first = errors[0] if errors else {}
+    loc = [str(p) for p in first.get("loc", []) or []]
+    if loc and loc[0] in ("body", "query", "path"):
+        loc = loc[1:]
+    if loc and loc[0] in ("body", "query"):
+        loc = loc[1:]
+    field = ".".join(loc) or None
+    message = str(first.get("msg", "invalid request"))
+    if first.get("type") == "json_invalid":
+        error = DomainError(f"request body is not valid JSON: {message}", field="body")
+        error.code = "malformed_json"
+        return error
+    return InvalidInput(f"{field}: {message}" if field else message, field=field)

@@ -29,7 +29,7 @@ from ninja.security import APIKeyHeader, HttpBearer
 from pydantic import Field
 
 from approvals import platform
-from approvals.errors import DomainError, InvalidInput
+from approvals.errors import DomainError, InvalidInput, validation_error_describe
 from approvals.payloads import NOT_GIVEN
 from approvals.platform_schemas import (
     AssistantSearchIn,
@@ -95,17 +95,8 @@ def on_domain_error(request: HttpRequest, exc: DomainError) -> HttpResponse:
 
 @api.exception_handler(ValidationError)
 def on_validation_error(request: HttpRequest, exc: ValidationError) -> HttpResponse:
-    first = exc.errors[0] if exc.errors else {}
-    loc = [str(p) for p in first.get("loc", [])]
-    while loc and loc[0] in ("body", "query", "path"):
-        loc = loc[1:]
-    if loc and loc[0] in ("body", "query"):
-        loc = loc[1:]
-    field = ".".join(loc) or None
-    message = first.get("msg", "invalid request")
-    if first.get("type") == "json_invalid":
-        return error_response(request, 400, "malformed_json", f"request body is not valid JSON: {message}", "body")
-    return error_response(request, 422, "invalid", f"{field}: {message}" if field else message, field)
+    error = validation_error_describe(exc.errors)
+    return error_response(request, error.status, error.code, error.message, error.field)
 
 
 @api.exception_handler(AuthenticationError)

@@ -10,7 +10,7 @@ from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security import HttpBearer, django_auth
 
 from approvals.api import router as approvals_router
-from approvals.errors import DomainError
+from approvals.errors import DomainError, validation_error_describe
 from approvals.tokens import token_authenticate
 
 
@@ -46,17 +46,8 @@ def on_domain_error(request: HttpRequest, exc: DomainError) -> HttpResponse:
 
 @api.exception_handler(ValidationError)
 def on_validation_error(request: HttpRequest, exc: ValidationError) -> HttpResponse:
-    first = exc.errors[0] if exc.errors else {}
-    loc = [str(p) for p in first.get("loc", [])]
-    if loc and loc[0] in ("body", "query", "path"):
-        loc = loc[1:]
-    if loc and loc[0] in ("body", "query"):  # ninja nests the parameter name
-        loc = loc[1:]
-    field = ".".join(loc) or None
-    message = first.get("msg", "invalid request")
-    if first.get("type") == "json_invalid":
-        return error_response(request, 400, "malformed_json", f"request body is not valid JSON: {message}", "body")
-    return error_response(request, 422, "invalid", f"{field}: {message}" if field else message, field)
+    error = validation_error_describe(exc.errors)
+    return error_response(request, error.status, error.code, error.message, error.field)
 
 
 @api.exception_handler(AuthenticationError)

@@ -185,7 +185,11 @@ def _attr_load(name: str, base: Path, spec: str, what: str) -> Any:
     file_path = (base / file_part).resolve()
     if not sep or not file_path.is_file():
         raise GraphRegistryError(f"graph {name!r}: {what} {spec!r} is not an existing ./path/file.py:attr")
-    module_name = f"gatehouse_graphs.{name}__{what}"
+    return _module_attr(name, file_path, attr, module_name=f"gatehouse_graphs.{name}__{what}")
+
+
+def _module_attr(name: str, file_path: Path, attr: str, *, module_name: str) -> Any:
+    """Import ``file_path`` as ``module_name`` and return its ``attr``; errors name the graph."""
     module_spec = importlib.util.spec_from_file_location(module_name, file_path)
     if module_spec is None or module_spec.loader is None:
         raise GraphRegistryError(f"graph {name!r}: cannot import {file_path}")
@@ -242,19 +246,7 @@ def _source_load(name: str, base: Path, spec: str) -> Any:
     file_path = (base / file_part).resolve()
     if not file_path.is_file():
         raise GraphRegistryError(f"graph {name!r}: file {file_path} does not exist")
-    module_name = f"gatehouse_graphs.{name}"
-    module_spec = importlib.util.spec_from_file_location(module_name, file_path)
-    if module_spec is None or module_spec.loader is None:
-        raise GraphRegistryError(f"graph {name!r}: cannot import {file_path}")
-    module = importlib.util.module_from_spec(module_spec)
-    sys.modules[module_name] = module
-    try:
-        module_spec.loader.exec_module(module)
-    except Exception as exc:
-        raise GraphRegistryError(f"graph {name!r}: importing {file_path} failed: {exc!r}") from exc
-    if not hasattr(module, attr):
-        raise GraphRegistryError(f"graph {name!r}: {file_path.name} has no attribute {attr!r}")
-    value = getattr(module, attr)
+    value = _module_attr(name, file_path, attr, module_name=f"gatehouse_graphs.{name}")
     if callable(value) and not isinstance(value, (StateGraph, Pregel)):
         try:
             value = _factory_call(value)
