@@ -34,7 +34,9 @@ lint: install
 typecheck: install
 	$(VENV)/bin/mypy console approvals runtime
 
+## Benchmarks (not part of make test): each scenario against its same-run baseline, JSON + var/bench/summary.png
 bench: install services
+	$(PY) -m pip install -q -c constraints.txt -e '.[bench]'
 	$(PY) bench/run_all.py
 
 clean:

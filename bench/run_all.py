@@ -22,6 +22,7 @@ SCENARIOS: dict[str, tuple[list[str], list[str], int]] = {
     "full_cycle": ([], ["--threads", "40", "--idle-samples", "10"], 1900),
     "live_latency": ([], ["--threads", "15"], 1000),
     "console_scale": ([], ["--tasks", "10000", "--events", "100000", "--samples", "20"], 1600),
+    "storage": (["--threads", "30", "--rounds", "3"], ["--threads", "10", "--rounds", "1"], 900),
 }
 
 
@@ -49,6 +50,7 @@ def main() -> int:
     for name, status, seconds in summary:
         outcome = "ok" if status == 0 else ("timeout" if status == -1 else f"exit {status}")
         print(f"{name:<15} {outcome:<8} {seconds:>7.0f}  var/bench/{name}.json")
+    subprocess.run([sys.executable, str(ROOT / "bench" / "chart.py")], cwd=ROOT, timeout=120)
     return 0 if all(status == 0 for _, status, _ in summary) else 1
 
 
