@@ -151,11 +151,27 @@ def task_get_for(user: Principal, task_id: Any) -> ApprovalTask:
 
 
 def can_decide(user: Principal, task: ApprovalTask) -> bool:
-    return _can(user, "approvals.decide_task") and graph_visible(user, task.graph)
+    return _can(user, "approvals.decide_task") and graph_visible(user, task.graph) and gate_assigned(user, task)
+
+
+def gate_assigned(user: Principal, task: ApprovalTask) -> bool:
+    """Assignments may name gates: a reviewer assigned only to some gates of a graph decides only those.
+
+    An assignment without a gate (or to every graph) covers every gate; a principal with
+    no assignment for the graph (admins, who see every graph) is not narrowed.
+    """
+    gates = set(
+        GraphAssignment.objects.filter(user_id=user.pk, graph__in=[task.graph, ALL_GRAPHS]).values_list(
+            "gate", flat=True
+        )
+    )
+    return not gates or "" in gates or task.node in gates
 
 
 def require_decide(user: Principal, task: ApprovalTask) -> None:
     if not can_decide(user, task):
+        if _can(user, "approvals.decide_task") and graph_visible(user, task.graph):
+            raise Forbidden(f"you are not assigned to the gate {task.node!r} of {task.graph!r}")
         raise Forbidden("you may not decide approval tasks")
 
 

@@ -26,3 +26,28 @@ def test_the_api_refuses_a_decision_on_a_task_someone_else_claimed(personas):
     task_release(actor=personas["admin"].user, task_id=task["id"])  # an admin may break the claim
     assert other.client.post(f"/api/tasks/{task['id']}/decision", {"decision": "approve"}).status_code == 201
     thread_settled(other, thread["id"])
+
+
+def test_a_reviewer_assigned_to_one_gate_decides_only_that_gate(personas):
+    from django.contrib.auth.models import User
+
+    from approvals.models import GraphAssignment
+    from approvals.roles import roles_ensure
+    from approvals.tokens import token_issue
+    from tests.conftest import ApiClient
+
+    user = User.objects.create_user(f"gate-reviewer-{loan_input()['loan_id']}")
+    user.groups.add(roles_ensure()["reviewer"])
+    GraphAssignment.objects.create(user=user, graph="kyc_onboarding", gate="compliance_review")
+    client = ApiClient(token_issue(user=user))
+    thread = thread_start(personas["operator"], "kyc_onboarding", {"applicant": {"name": "Gate", "country": "GB"}})
+    [identity] = pending_tasks(personas["reviewer"], thread["id"])
+    refused = client.post(f"/api/tasks/{identity['id']}/decision", {"decision": "approve"})
+    assert refused.status_code == 403
+    assert "identity_check" in refused.json()["error"]["message"]
+    assert client.get(f"/api/tasks/{identity['id']}").json()["can_decide"] is False
+
+    personas["reviewer"].client.post(f"/api/tasks/{identity['id']}/decision", {"decision": "approve"})
+    [compliance] = pending_tasks(personas["reviewer"], thread["id"])
+    assert compliance["node"] == "compliance_review"
+    assert client.post(f"/api/tasks/{compliance['id']}/decision", {"decision": "approve"}).status_code == 201
