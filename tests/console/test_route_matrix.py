@@ -1,0 +1,96 @@
+"""Every console route × every role → the status it must get (generated; a new route without a rule fails).
+
+Pages use GET; actions use POST as a plain form would (CSRF has its own tests, in test_views).
+State-changing calls that are allowed get a fresh task so one role's action never hides another's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from approvals.models import Decision
+from console.urls import console_patterns
+from tests.console.conftest import console_client, task_make
+
+pytestmark = pytest.mark.usefixtures("live_db")
+
+ROLES = ("anonymous", "outsider", "reviewer", "loan_reviewer", "auditor", "operator", "admin")
+
+# Routes whose rules live elsewhere: sign-in/out (tests/test_security_baseline.py, test_views)
+# and the worker → web relay, authenticated by an HMAC, not a session (tests/console/test_live.py).
+ELSEWHERE = {"login", "logout", "live-relay"}
+
+# (route, method, subject, status for each of ROLES in order: anon, outsider, reviewer, loan_reviewer, auditor, operator, admin)
+MATRIX: list[tuple[str, str, str, tuple[int, ...]]] = [
+    ("inbox", "GET", "-", (302, 403, 200, 200, 200, 200, 200)),
+    ("task", "GET", "kyc", (302, 404, 200, 404, 200, 200, 200)),
+    ("task-live", "GET", "kyc", (302, 404, 200, 404, 200, 200, 200)),
+    # A successful form POST (no htmx) redirects back to the task page (post/redirect/get).
+    ("task-claim", "POST", "loan", (302, 404, 302, 302, 403, 403, 302)),
+    ("task-release", "POST", "loan", (302, 404, 302, 302, 302, 302, 302)),  # no claim held: nothing to do
+    ("task-decide", "POST", "loan", (302, 404, 302, 302, 403, 403, 302)),
+    ("threads", "GET", "-", (302, 403, 200, 200, 200, 200, 200)),
+    ("thread-start", "GET", "-", (302, 403, 403, 403, 403, 200, 200)),
+    ("thread", "GET", "kyc", (302, 404, 200, 404, 200, 200, 200)),
+    ("thread-live", "GET", "kyc", (302, 404, 200, 404, 200, 200, 200)),
+    ("thread-retry", "POST", "loan", (302, 404, 403, 403, 403, 409, 409)),
+    ("audit", "GET", "-", (302, 403, 403, 403, 200, 403, 200)),
+    ("decisions", "GET", "-", (302, 403, 403, 403, 200, 403, 200)),
+    ("decision", "GET", "decision", (302, 403, 403, 403, 200, 403, 200)),
+    ("webhooks", "GET", "-", (302, 403, 403, 403, 200, 200, 200)),
+    ("webhook-retry", "POST", "-", (302, 403, 403, 403, 403, 404, 404)),
+]
+
+
+def test_every_console_route_has_a_rule():
+    routes = {p.name for p in console_patterns} - ELSEWHERE
+    covered = {name for name, *_ in MATRIX}
+    assert routes - covered == set(), "console routes without a permission rule in MATRIX"
+    assert covered - routes == set(), "rules for routes that no longer exist"
+
+
+def _path(route: str, subject: str, task: Any, decision: Any = None) -> str:
+    ids = {
+        "task_id": task.pk if task else None,
+        "thread_id": task.thread_id if task else None,
+        "decision_id": decision.pk if decision else None,
+    }
+    pattern = str(next(p.pattern for p in console_patterns if p.name == route)).replace("<uuid:decision_id>", "{d}")
+    pattern = pattern.replace("{d}", str(ids.pop("decision_id")))
+    for key, value in ids.items():
+        pattern = pattern.replace(f"<uuid:{key}>", str(value))
+    return "/" + pattern.replace("<int:delivery_id>", "999999999")
+
+
+CASES = [
+    pytest.param(route, method, subject, role, statuses[i], id=f"{route} {role}")
+    for route, method, subject, statuses in MATRIX
+    for i, role in enumerate(ROLES)
+]
+
+
+@pytest.mark.parametrize("route,method,subject,role,expected", CASES)
+def test_each_role_gets_the_status_the_matrix_gives(personas, route, method, subject, role, expected):
+    task = decision = None
+    if subject == "kyc":
+        task = task_make(graph="kyc_onboarding", node="compliance_review")
+    elif subject in ("loan", "decision"):
+        task = task_make()
+    if subject == "decision":
+        decision = Decision.objects.create(
+            task=task,
+            actor=personas["admin"].user,
+            outcome="approve",
+            checkpoint_id=task.checkpoint_id,
+            payload_digest=task.payload_digest,
+            meaning="approved",
+            signer_name="admin",
+        )
+    client = Client() if role == "anonymous" else console_client(personas[role])
+    path = _path(route, subject, task, decision)
+    body = {"decision": "approve", "reason": "route matrix", "checkpoint_id": task.checkpoint_id} if task else {}
+    response = client.get(path) if method == "GET" else client.post(path, body)
+    assert response.status_code == expected, (path, response.content[:300])
