@@ -23,7 +23,8 @@ ROLES = ("anonymous", "outsider", "reviewer", "loan_reviewer", "auditor", "opera
 # and the worker → web relay, authenticated by an HMAC, not a session (tests/console/test_live.py).
 ELSEWHERE = {"login", "logout", "live-relay"}
 
-# (route, method, subject, status for each of ROLES in order: anon, outsider, reviewer, loan_reviewer, auditor, operator, admin)
+# (route, method, subject, status per role in ROLES order:
+#  anonymous, outsider, reviewer, loan_reviewer, auditor, operator, admin)
 MATRIX: list[tuple[str, str, str, tuple[int, ...]]] = [
     ("inbox", "GET", "-", (302, 403, 200, 200, 200, 200, 200)),
     ("task", "GET", "kyc", (302, 404, 200, 404, 200, 200, 200)),
