@@ -31,7 +31,7 @@ CLOSE_FORBIDDEN = 4403
 # milliseconds): coalesce them into one render.
 # Events of one change arrive together (run claimed, task opened, run interrupted): wait this
 # long after the first and render once. Short: it is added to what a reviewer waits for.
-DEBOUNCE_SECONDS = 0.03
+DEBOUNCE_SECONDS = 0.01
 # Reads that audit themselves change nothing on screen. Re-rendering on them would loop: a render
 # for a permitted viewer reveals sensitive fields, which writes ``sensitive.revealed``, which is published.
 QUIET_ACTIONS = frozenset({"sensitive.revealed"})
