@@ -19,6 +19,8 @@ run: install
 
 ## The whole suite: unit, integration (PostgreSQL, Redis, Celery worker), embedded, browser.
 test: install services
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy console approvals runtime
 	$(PY) -m pytest
 
 services:

@@ -83,8 +83,13 @@ def _when(value: str, name: str) -> datetime | None:
 
 
 def filters_parse(
-    *, graph: str | None = None, thread: str | None = None, actor: str | None = None, action: str | None = None,
-    since: str | None = None, until: str | None = None,
+    *,
+    graph: str | None = None,
+    thread: str | None = None,
+    actor: str | None = None,
+    action: str | None = None,
+    since: str | None = None,
+    until: str | None = None,
 ) -> ExportFilters:
     """Filters from query strings or command options; empty values (a blank form field) mean "any"."""
     ident = None
@@ -94,8 +99,12 @@ def filters_parse(
         except ValueError:
             raise InvalidInput("thread: not a thread id", field="thread") from None
     return ExportFilters(
-        graph=(graph or "").strip(), thread=ident, actor=(actor or "").strip(), action=(action or "").strip(),
-        since=_when((since or "").strip(), "since"), until=_when((until or "").strip(), "until"),
+        graph=(graph or "").strip(),
+        thread=ident,
+        actor=(actor or "").strip(),
+        action=(action or "").strip(),
+        since=_when((since or "").strip(), "since"),
+        until=_when((until or "").strip(), "until"),
     )
 
 
@@ -105,8 +114,11 @@ def audit_export_queryset(*, user: permissions.Principal, filters: ExportFilters
     if filters.actor:
         qs = qs.filter(actor_label__iexact=filters.actor)
     if filters.action:
-        qs = (qs.filter(action__startswith=filters.action) if filters.action.endswith(".")
-              else qs.filter(action=filters.action))
+        qs = (
+            qs.filter(action__startswith=filters.action)
+            if filters.action.endswith(".")
+            else qs.filter(action=filters.action)
+        )
     if filters.graph:
         qs = qs.filter(graph=filters.graph)
     if filters.thread:
@@ -122,8 +134,14 @@ def export_row(user: permissions.Principal, event: AuditEvent) -> dict[str, Any]
     fields = event_fields(event)
     shown = gateway.audit_details_for(user, event)
     masked = shown is not event.details and shown != event.details
-    return {"id": event.id, **fields, "details": shown, "prev_hash": event.prev_hash, "hash": event.hash,
-            "masked": masked}
+    return {
+        "id": event.id,
+        **fields,
+        "details": shown,
+        "prev_hash": event.prev_hash,
+        "hash": event.hash,
+        "masked": masked,
+    }
 
 
 @dataclass
@@ -183,9 +201,17 @@ class AuditExport:
 
     def trailer(self) -> dict[str, Any]:
         s = self.stats
-        return {"export": {"count": s.count, "first_id": s.first_id, "last_id": s.last_id,
-                           "head_hash": s.head_hash, "chained": self.chained, "masked": s.masked,
-                           "filters": self.filters.as_dict()}}
+        return {
+            "export": {
+                "count": s.count,
+                "first_id": s.first_id,
+                "last_id": s.last_id,
+                "head_hash": s.head_hash,
+                "chained": self.chained,
+                "masked": s.masked,
+                "filters": self.filters.as_dict(),
+            }
+        }
 
     def chunks(self) -> Iterator[str]:
         try:
@@ -226,9 +252,16 @@ class AuditExport:
                 action="audit.exported",
                 subject_type="audit",
                 subject_id=s.last_id or 0,
-                details={"format": self.format, "filters": self.filters.as_dict(), "count": s.count,
-                         "first_id": s.first_id, "last_id": s.last_id, "head_hash": s.head_hash,
-                         "complete": s.complete, "masked": s.masked},
+                details={
+                    "format": self.format,
+                    "filters": self.filters.as_dict(),
+                    "count": s.count,
+                    "first_id": s.first_id,
+                    "last_id": s.last_id,
+                    "head_hash": s.head_hash,
+                    "complete": s.complete,
+                    "masked": s.masked,
+                },
             )
 
 
@@ -306,8 +339,9 @@ def export_verify(lines: Iterable[str | bytes]) -> VerifyResult:
         if data["masked"]:
             masked += 1
         elif event_hash({k: data[k] for k in HASHED}, data["prev_hash"]) != data["hash"]:
-            return VerifyResult(False, rows, masked, line=number,
-                                reason=f"event {data['id']}: hash does not match its fields (altered)")
+            return VerifyResult(
+                False, rows, masked, line=number, reason=f"event {data['id']}: hash does not match its fields (altered)"
+            )
         if prev_hash is not None and data["prev_hash"] != prev_hash and first_link_break is None:
             first_link_break = (number, f"event {data['id']}: prev_hash does not link to the row before")
         if prev_hash is None:

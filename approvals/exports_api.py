@@ -72,8 +72,12 @@ def audit_export(request: HttpRequest, query: Query[ExportQuery]) -> StreamingHt
     user = request.auth  # type: ignore[attr-defined]
     permissions.require(user, "approvals.view_audit", "export the audit trail")
     filters = exports.filters_parse(
-        graph=query.graph, thread=query.thread, actor=query.actor, action=query.action,
-        since=query.since, until=query.until,
+        graph=query.graph,
+        thread=query.thread,
+        actor=query.actor,
+        action=query.action,
+        since=query.since,
+        until=query.until,
     )
     export = exports.AuditExport(user=user, filters=filters, format=query.format)
     response = SyncOrAsyncStreamingResponse(export.chunks(), content_type=export.content_type)

@@ -287,9 +287,7 @@ class OutboundDelivery(models.Model):
     delivered_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["subscription", "event_id"], name="one_delivery_per_event")
-        ]
+        constraints = [models.UniqueConstraint(fields=["subscription", "event_id"], name="one_delivery_per_event")]
         indexes = [models.Index(fields=["status", "next_attempt_at"], name="outbound_due")]
 
     def __str__(self) -> str:

@@ -161,7 +161,7 @@ def gate_assigned(user: Principal, task: ApprovalTask) -> bool:
     no assignment for the graph (admins, who see every graph) is not narrowed.
     """
     gates = set(
-        GraphAssignment.objects.filter(user_id=user.pk, graph__in=[task.graph, ALL_GRAPHS]).values_list(
+        GraphAssignment.objects.filter(user_id=user.pk or 0, graph__in=[task.graph, ALL_GRAPHS]).values_list(
             "gate", flat=True
         )
     )

@@ -42,7 +42,7 @@ from runtime.state import CheckpointView, thread_state_read
 # a graph has the same assistant_id here as on the Platform.
 ASSISTANT_NAMESPACE = uuid.UUID("6ba7b821-9dad-11d1-80b4-00c04fd430c8")
 
-THREAD_STATUS_OUT = {
+THREAD_STATUS_OUT: dict[str, str] = {
     ThreadStatus.IDLE: "idle",
     ThreadStatus.BUSY: "busy",
     ThreadStatus.INTERRUPTED: "interrupted",
@@ -56,7 +56,7 @@ THREAD_STATUS_IN = {
     "interrupted": [ThreadStatus.INTERRUPTED],
     "error": [ThreadStatus.FAILED],
 }
-RUN_STATUS_OUT = {
+RUN_STATUS_OUT: dict[str, str] = {
     RunStatus.QUEUED: "pending",
     RunStatus.RUNNING: "running",
     RunStatus.INTERRUPTED: "interrupted",

@@ -36,9 +36,13 @@ class InboxFilterForm(forms.Form):
         data = self.cleaned_data
         status = data.get("status") or "pending"
         return {
-            "q": data.get("q") or "", "graph": data.get("graph") or "", "node": data.get("node") or "",
-            "status": "" if status == "all" else status, "claimed": data.get("claimed") or "",
-            "sort": data.get("sort") or "newest", "cursor": data.get("cursor") or "",
+            "q": data.get("q") or "",
+            "graph": data.get("graph") or "",
+            "node": data.get("node") or "",
+            "status": "" if status == "all" else status,
+            "claimed": data.get("claimed") or "",
+            "sort": data.get("sort") or "newest",
+            "cursor": data.get("cursor") or "",
         }
 
 
@@ -105,16 +109,25 @@ def _widget_for(schema: dict[str, Any] | None, value: Any) -> tuple[str, list[An
     return "json", []
 
 
-def fields_from_schema(prefix: str, schema: dict[str, Any] | None, values: dict[str, Any],
-                       keys: list[str] | None = None) -> list[EditField]:
+def fields_from_schema(
+    prefix: str, schema: dict[str, Any] | None, values: dict[str, Any], keys: list[str] | None = None
+) -> list[EditField]:
     properties = (schema or {}).get("properties") or {}
     names = keys if keys is not None else list(dict.fromkeys([*properties, *values]))
     out = []
     for key in names:
         prop = properties.get(key) if isinstance(properties.get(key), dict) else None
         widget, choices = _widget_for(prop, values.get(key))
-        out.append(EditField(name=f"{prefix}.{key}", key=key, widget=widget, value=values.get(key), choices=choices,
-                             description=str((prop or {}).get("description", ""))))
+        out.append(
+            EditField(
+                name=f"{prefix}.{key}",
+                key=key,
+                widget=widget,
+                value=values.get(key),
+                choices=choices,
+                description=str((prop or {}).get("description", "")),
+            )
+        )
     return out
 
 
@@ -269,20 +282,35 @@ def decision_form_for(task: Any, state_values: dict[str, Any], state_schema: dic
     elif kind == "hitl":
         editable = []
         for index, req in enumerate(payload["action_requests"]):
-            config = next((c for c in payload["review_configs"] if c.get("action_name") == req.get("name")), {})
+            config: dict[str, Any] = next(
+                (c for c in payload["review_configs"] if c.get("action_name") == req.get("name")), {}
+            )
             base = f"decisions[{index}]"
             args = req.get("args") if isinstance(req.get("args"), dict) else {}
-            requests.append({
-                "index": index, "name": req.get("name"), "description": req.get("description", ""), "args": args,
-                "allowed": list(config.get("allowed_decisions") or ["approve", "edit", "reject", "respond"]),
-                "type_name": f"{base}.type", "args_name": f"{base}.args", "message_name": f"{base}.message",
-                "fields": fields_from_schema(f"{base}.args", config.get("args_schema"), args),
-            })
-    state_props = (state_schema.get("properties") or {})
+            requests.append(
+                {
+                    "index": index,
+                    "name": req.get("name"),
+                    "description": req.get("description", ""),
+                    "args": args,
+                    "allowed": list(config.get("allowed_decisions") or ["approve", "edit", "reject", "respond"]),
+                    "type_name": f"{base}.type",
+                    "args_name": f"{base}.args",
+                    "message_name": f"{base}.message",
+                    "fields": fields_from_schema(f"{base}.args", config.get("args_schema"), args),
+                }
+            )
+    state_props = state_schema.get("properties") or {}
     keys = [k for k in state_props if editable is None or k in editable]
     state_fields = fields_from_schema("edits", state_schema, state_values, keys)
-    return DecisionForm(kind=kind, allowed=allowed, state_fields=state_fields, arg_fields=arg_fields,
-                        requests=requests, response_schema=task.response_schema)
+    return DecisionForm(
+        kind=kind,
+        allowed=allowed,
+        state_fields=state_fields,
+        arg_fields=arg_fields,
+        requests=requests,
+        response_schema=task.response_schema,
+    )
 
 
 def decision_request_parse(form: DecisionForm, data: QueryDict) -> DecisionRequest | None:
@@ -324,7 +352,7 @@ def decision_request_parse(form: DecisionForm, data: QueryDict) -> DecisionReque
     has_resume = False
     if form.response_schema and (data.get("resume") or "").strip():
         try:
-            resume, has_resume = json.loads(data["resume"]), True
+            resume, has_resume = json.loads(str(data["resume"])), True
         except ValueError as exc:
             errors["resume"] = f"not valid JSON: {exc}"
     if errors:
@@ -339,8 +367,12 @@ def decision_request_parse(form: DecisionForm, data: QueryDict) -> DecisionReque
         # Changing a value and pressing Approve means "approve with my edits".
         outcome = "edit"
     request = DecisionRequest(
-        outcome=outcome, reason=reason, checkpoint_id=checkpoint_id, state_patch=patch or None,
-        action_args=action_args, message=message,
+        outcome=outcome,
+        reason=reason,
+        checkpoint_id=checkpoint_id,
+        state_patch=patch or None,
+        action_args=action_args,
+        message=message,
     )
     if has_resume:
         request.resume = resume

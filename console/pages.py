@@ -39,17 +39,22 @@ def inbox_context(user: Any, params: QueryDict, *, limit: int = INBOX_PAGE_SIZE)
         except DomainError as exc:
             error = exc.message
     else:
-        error = "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items())
+        error = "; ".join(f"{k}: {' '.join(str(e) for e in v)}" for k, v in form.errors.items())
     live_params = {k: v for k, v in params.items() if k in form.fields and v}
     base = {k: v for k, v in live_params.items() if k != "cursor"}
     next_url = "?" + urlencode({**base, "cursor": page.next_cursor}) if page.next_cursor else ""
     return {
-        "form": form, "page": page, "filters": filters, "error": error,
+        "form": form,
+        "page": page,
+        "filters": filters,
+        "error": error,
         "facets": selectors.inbox_facets(user=user),
         "claimed_ids": {t.pk for t in page.items if _claim_of(t) is not None},
         "rows": [(t, _claim_of(t)) for t in page.items],
         "live_url": "/ws/inbox/" + (f"?{urlencode(live_params)}" if live_params else ""),
-        "first_page": not filters.get("cursor"), "first_url": "?" + urlencode(base), "next_url": next_url,
+        "first_page": not filters.get("cursor"),
+        "first_url": "?" + urlencode(base),
+        "next_url": next_url,
         "me": user,
     }
 
@@ -72,7 +77,9 @@ def task_live_context(user: Any, task_id: Any) -> dict[str, Any]:
     recent = list(thread.effects.order_by("-created_at")[:5])
     effects = selectors.effects_shown(user=user, thread=thread, effects=recent)
     return {
-        "task": task, "thread": thread, "claim": claim,
+        "task": task,
+        "thread": thread,
+        "claim": claim,
         # A quorum task stays open after the first signature: the form stays for the others, not the signer.
         "can_decide": task.is_open and signed is None and permissions.can_decide(user, task),
         "my_decision": signed,
@@ -106,13 +113,20 @@ def task_context(user: Any, task_id: Any, form: DecisionForm | None = None) -> d
     if form is None:
         # Edit fields are prefilled from the masked payload too: a reviewer never receives a hidden value.
         form = decision_form_for(_task_as_shown(task, payload), values, schema)
-    ctx.update({
-        "state": state, "values": values, "diff": diff, "previous_checkpoint": previous_id,
-        "kind": payload_kind(payload, task.kind), "payload": payload, "form": form,
-        "timeline": selectors.timeline_for(user=user, thread=task.thread),
-        "proposed": payload.get("proposed_action") if isinstance(payload, dict) else None,
-        "inbox_item": _inbox_item(payload),
-    })
+    ctx.update(
+        {
+            "state": state,
+            "values": values,
+            "diff": diff,
+            "previous_checkpoint": previous_id,
+            "kind": payload_kind(payload, task.kind),
+            "payload": payload,
+            "form": form,
+            "timeline": selectors.timeline_for(user=user, thread=task.thread),
+            "proposed": payload.get("proposed_action") if isinstance(payload, dict) else None,
+            "inbox_item": _inbox_item(payload),
+        }
+    )
     return ctx
 
 

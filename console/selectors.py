@@ -64,8 +64,16 @@ def _keyset(qs: QuerySet[ApprovalTask], sort: str, cursor: str) -> QuerySet[Appr
 
 
 def inbox_list(
-    *, user: permissions.Principal, graph: str = "", node: str = "", status: str = "pending", claimed: str = "",
-    q: str = "", sort: str = "newest", cursor: str = "", limit: int = 50,
+    *,
+    user: permissions.Principal,
+    graph: str = "",
+    node: str = "",
+    status: str = "pending",
+    claimed: str = "",
+    q: str = "",
+    sort: str = "newest",
+    cursor: str = "",
+    limit: int = 50,
 ) -> Page:
     """One page of approval tasks; keyset-paginated so page 2,000 costs what page 1 does."""
     if sort not in SORTS:
@@ -79,11 +87,11 @@ def inbox_list(
         qs = qs.filter(node=node)
     now = timezone.now()
     if claimed == "mine":
-        qs = qs.filter(claim__user=user, claim__expires_at__gt=now)
+        qs = qs.filter(claim__user_id=user.pk or 0, claim__expires_at__gt=now)
     elif claimed == "unclaimed":
         qs = qs.filter(Q(claim__isnull=True) | Q(claim__expires_at__lte=now))
     elif claimed == "others":
-        qs = qs.filter(claim__expires_at__gt=now).exclude(claim__user=user)
+        qs = qs.filter(claim__expires_at__gt=now).exclude(claim__user_id=user.pk or 0)
     q = q.strip()
     if q:
         qs = qs.filter(_search(q))
@@ -106,9 +114,7 @@ def _search(q: str) -> Q:
         ident = uuid.UUID(q)
     except ValueError:
         return (
-            Q(thread__metadata__case__icontains=q)
-            | Q(thread__metadata__applicant__icontains=q)
-            | Q(title__icontains=q)
+            Q(thread__metadata__case__icontains=q) | Q(thread__metadata__applicant__icontains=q) | Q(title__icontains=q)
         )
     return Q(thread_id=ident) | Q(id=ident)
 
@@ -175,16 +181,27 @@ def timeline_for(*, user: permissions.Principal, thread: Thread, limit: int = 10
             continue
         writes = view.writes if isinstance(view.writes, dict) else {}
         nodes = ", ".join(sorted(writes)) or ("input" if view.source == "input" else view.source)
-        entries.append(TimelineEntry(
-            at=at, kind="checkpoint", title=f"Step {view.step}: {nodes}", checkpoint_id=view.checkpoint_id,
-            detail={"next": view.next}, extra={"step": view.step, "source": view.source},
-        ))
+        entries.append(
+            TimelineEntry(
+                at=at,
+                kind="checkpoint",
+                title=f"Step {view.step}: {nodes}",
+                checkpoint_id=view.checkpoint_id,
+                detail={"next": view.next},
+                extra={"step": view.step, "source": view.source},
+            )
+        )
     tasks = permissions.tasks_visible(user).filter(thread=thread).order_by("created_at")
     for task in tasks:
-        entries.append(TimelineEntry(
-            at=task.created_at, kind="task", title=f"Paused at {task.node}: {task.title}",
-            link=f"/tasks/{task.pk}/", extra={"status": task.status},
-        ))
+        entries.append(
+            TimelineEntry(
+                at=task.created_at,
+                kind="task",
+                title=f"Paused at {task.node}: {task.title}",
+                link=f"/tasks/{task.pk}/",
+                extra={"status": task.status},
+            )
+        )
     decisions = list(
         Decision.objects.filter(task__thread=thread, task__in=tasks)
         .select_related("actor", "task")
@@ -193,30 +210,46 @@ def timeline_for(*, user: permissions.Principal, thread: Thread, limit: int = 10
     effects = list(thread.effects.order_by("created_at"))
     # Edits and effect results can quote sensitive state: mask them in one gateway call (one audited reveal).
     shown, _ = gateway.guard(
-        user, thread.graph, {"edits": [d.state_patch for d in decisions], "results": [e.result for e in effects]},
-        subject=f"thread:{thread.pk}", thread_id=thread.pk,
+        user,
+        thread.graph,
+        {"edits": [d.state_patch for d in decisions], "results": [e.result for e in effects]},
+        subject=f"thread:{thread.pk}",
+        thread_id=thread.pk,
     )
     for decision, edits in zip(decisions, shown["edits"], strict=True):
-        entries.append(TimelineEntry(
-            at=decision.created_at, kind="decision", title=f"{decision.get_outcome_display()} at {decision.task.node}",
-            actor=decision.actor.get_username(), detail={"reason": decision.reason, "edits": edits},
-            link=f"/tasks/{decision.task_id}/",
-        ))
+        entries.append(
+            TimelineEntry(
+                at=decision.created_at,
+                kind="decision",
+                title=f"{decision.get_outcome_display()} at {decision.task.node}",
+                actor=decision.actor.get_username(),
+                detail={"reason": decision.reason, "edits": edits},
+                link=f"/tasks/{decision.task_id}/",
+            )
+        )
     for run in thread.runs.order_by("created_at"):
-        entries.append(TimelineEntry(
-            at=run.started_at or run.created_at, kind="run",
-            title=f"{run.get_kind_display()} run {run.get_status_display().lower()}",
-            extra={"status": run.status, "attempts": run.attempts},
-        ))
+        entries.append(
+            TimelineEntry(
+                at=run.started_at or run.created_at,
+                kind="run",
+                title=f"{run.get_kind_display()} run {run.get_status_display().lower()}",
+                extra={"status": run.status, "attempts": run.attempts},
+            )
+        )
         if run.error:
-            entries.append(TimelineEntry(at=run.finished_at or run.created_at, kind="error", title="Run failed",
-                                         detail=run.error))
+            entries.append(
+                TimelineEntry(at=run.finished_at or run.created_at, kind="error", title="Run failed", detail=run.error)
+            )
     for effect, result in zip(effects, shown["results"], strict=True):
-        entries.append(TimelineEntry(
-            at=effect.completed_at or effect.created_at, kind="effect", title=f"Effect {effect.name} {effect.status}",
-            detail={"key": effect.key, "result": result, "error": effect.error or None},
-            extra={"calls": effect.calls},
-        ))
+        entries.append(
+            TimelineEntry(
+                at=effect.completed_at or effect.created_at,
+                kind="effect",
+                title=f"Effect {effect.name} {effect.status}",
+                detail={"key": effect.key, "result": result, "error": effect.error or None},
+                extra={"calls": effect.calls},
+            )
+        )
     entries.sort(key=lambda e: e.at)
     return entries
 
@@ -314,8 +347,16 @@ def state_diff(before: Any, after: Any, path: str = "") -> list[DiffRow]:
 
 
 def audit_search(
-    *, user: permissions.Principal, actor: str = "", action: str = "", graph: str = "", thread: str = "",
-    since: datetime | None = None, until: datetime | None = None, before_id: int | None = None, limit: int = 100,
+    *,
+    user: permissions.Principal,
+    actor: str = "",
+    action: str = "",
+    graph: str = "",
+    thread: str = "",
+    since: datetime | None = None,
+    until: datetime | None = None,
+    before_id: int | None = None,
+    limit: int = 100,
 ) -> Page:
     qs = permissions.audit_visible(user)
     if actor:
@@ -366,8 +407,17 @@ def decisions_visible(*, user: permissions.Principal) -> QuerySet[Decision]:
 
 
 def decisions_search(
-    *, user: permissions.Principal, graph: str = "", node: str = "", outcome: str = "", meaning: str = "",
-    actor: str = "", since: datetime | None = None, until: datetime | None = None, cursor: str = "", limit: int = 50,
+    *,
+    user: permissions.Principal,
+    graph: str = "",
+    node: str = "",
+    outcome: str = "",
+    meaning: str = "",
+    actor: str = "",
+    since: datetime | None = None,
+    until: datetime | None = None,
+    cursor: str = "",
+    limit: int = 50,
 ) -> Page:
     """Decisions, newest first, keyset-paginated on (created_at, id)."""
     qs = decisions_visible(user=user).select_related("task", "actor", "run")
@@ -415,9 +465,12 @@ class DecisionEvidence:
 
 def decision_evidence(*, user: permissions.Principal, decision_id: Any) -> DecisionEvidence:
     """One decision with what its signer saw, what they changed, where the quorum stood and what followed."""
-    decision = decisions_visible(user=user).select_related("task", "task__thread", "actor", "run").filter(
-        pk=decision_id
-    ).first()
+    decision = (
+        decisions_visible(user=user)
+        .select_related("task", "task__thread", "actor", "run")
+        .filter(pk=decision_id)
+        .first()
+    )
     if decision is None:
         raise NotFound(f"decision {decision_id} not found", field="decision_id")
     task = decision.task
@@ -435,6 +488,12 @@ def decision_evidence(*, user: permissions.Principal, decision_id: Any) -> Decis
         ran = list(Effect.objects.filter(run_id=decision.run_id).order_by("created_at", "id"))
         effects = effects_shown(user=user, thread=task.thread, effects=ran)
     return DecisionEvidence(
-        decision=decision, task=task, seen=seen, seen_missing=missing, edits=edits, diff=diff, quorum=quorum,
+        decision=decision,
+        task=task,
+        seen=seen,
+        seen_missing=missing,
+        edits=edits,
+        diff=diff,
+        quorum=quorum,
         effects=effects,
     )

@@ -10,7 +10,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 from django.utils.formats import date_format
@@ -41,7 +41,7 @@ def _held_message(claim: TaskClaim) -> str:
 
 
 @transaction.atomic
-def task_claim(*, actor: AbstractBaseUser, task_id: Any) -> TaskClaim:
+def task_claim(*, actor: User, task_id: Any) -> TaskClaim:
     visible = permissions.task_get_for(actor, task_id)
     permissions.require_decide(actor, visible)
     # Lock the task row so two reviewers clicking "Claim" at once serialise here.
@@ -69,7 +69,7 @@ def task_claim(*, actor: AbstractBaseUser, task_id: Any) -> TaskClaim:
 
 
 @transaction.atomic
-def task_release(*, actor: AbstractBaseUser, task_id: Any) -> None:
+def task_release(*, actor: User, task_id: Any) -> None:
     visible = permissions.task_get_for(actor, task_id)
     task = ApprovalTask.objects.select_for_update().get(pk=visible.pk)
     claim = TaskClaim.objects.select_related("user").filter(task=task).first()
@@ -91,22 +91,20 @@ def task_release(*, actor: AbstractBaseUser, task_id: Any) -> None:
     )
 
 
-def claim_guard(actor: AbstractBaseUser, task: ApprovalTask) -> None:
+def claim_guard(actor: User, task: ApprovalTask) -> None:
     """Registered as an approvals decision guard: someone else's active claim refuses the decision."""
     claim = TaskClaim.objects.select_related("user").filter(task_id=task.pk).first()
     if claim is not None and claim.is_active and claim.user_id != actor.pk:
         raise Conflict(f"{_held_message(claim)}; ask them or an admin to release it", field="claim")
 
 
-def task_decide_checked(
-    *, actor: AbstractBaseUser, task_id: Any, request: DecisionRequest, password: str = ""
-) -> Decision:
+def task_decide_checked(*, actor: User, task_id: Any, request: DecisionRequest, password: str = "") -> Decision:
     """Decide from the console: signed with the session's sign-in (or the re-entered password).
 
     Not wrapped in a transaction of its own: ``task_decide`` audits policy
     refusals in a separate transaction, which an outer one would roll back.
     """
     signer = services.Signer(authenticated_at=getattr(actor, "last_login", None), password=password or None)
-    decision = services.task_decide(actor=actor, task_id=task_id, request=request, signer=signer)  # type: ignore[arg-type]
+    decision = services.task_decide(actor=actor, task_id=task_id, request=request, signer=signer)
     TaskClaim.objects.filter(task_id=decision.task_id).delete()
     return decision

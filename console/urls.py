@@ -1,7 +1,7 @@
 from django.conf import settings
 from django.contrib import admin
 from django.contrib.staticfiles.views import serve as static_serve
-from django.urls import include, path, re_path
+from django.urls import URLPattern, URLResolver, include, path, re_path
 
 from approvals.platform_api import api as platform_api
 from console.api import api
@@ -29,7 +29,7 @@ console_patterns = [
     path("internal/live/", relay.live_relay, name="live-relay"),
 ]
 
-urlpatterns = [
+urlpatterns: list[URLPattern | URLResolver] = [
     path("admin/", admin.site.urls),
     path("api/", api.urls),
     path("lg/", platform_api.urls),

@@ -28,7 +28,10 @@ def _scalar(value: Any) -> SafeString:
     if len(text) > 400:
         return format_html(
             '<details class="j-long"><summary><span class="j-str">"{}…"</span> ({} chars)</summary>'
-            '<pre class="j-str">{}</pre></details>', text[:120], len(text), text,
+            '<pre class="j-str">{}</pre></details>',
+            text[:120],
+            len(text),
+            text,
         )
     return format_html('<span class="j-str">"{}"</span>', text)
 
@@ -45,8 +48,10 @@ def _tree(value: Any, depth: int, budget: list[int]) -> str:
             for k, v in value.items()
         )
         opened = " open" if depth < _OPEN_DEPTH else ""
-        return (f'<details class="j-node"{opened}><summary>{{…}} <span class="j-count">{len(value)} keys</span>'
-                f'</summary><ul>{items}</ul></details>')
+        return (
+            f'<details class="j-node"{opened}><summary>{{…}} <span class="j-count">{len(value)} keys</span>'
+            f"</summary><ul>{items}</ul></details>"
+        )
     if isinstance(value, list):
         if not value:
             return '<span class="j-punct">[]</span>'
@@ -54,8 +59,10 @@ def _tree(value: Any, depth: int, budget: list[int]) -> str:
             f'<li><span class="j-idx">{i}</span> {_tree(v, depth + 1, budget)}</li>' for i, v in enumerate(value)
         )
         opened = " open" if depth < _OPEN_DEPTH else ""
-        return (f'<details class="j-node"{opened}><summary>[…] <span class="j-count">{len(value)} items</span>'
-                f'</summary><ul>{items}</ul></details>')
+        return (
+            f'<details class="j-node"{opened}><summary>[…] <span class="j-count">{len(value)} items</span>'
+            f"</summary><ul>{items}</ul></details>"
+        )
     return str(_scalar(value))
 
 

@@ -25,8 +25,14 @@ def audit(request: HttpRequest) -> HttpResponse:
         data = form.cleaned_data
         try:
             page = selectors.audit_search(
-                user=request.user, actor=data["actor"] or "", action=data["action"] or "", graph=data["graph"] or "",
-                thread=str(data["thread"] or ""), since=data["since"], until=data["until"], before_id=data["before"],
+                user=request.user,
+                actor=data["actor"] or "",
+                action=data["action"] or "",
+                graph=data["graph"] or "",
+                thread=str(data["thread"] or ""),
+                since=data["since"],
+                until=data["until"],
+                before_id=data["before"],
             )
         except DomainError as exc:
             error = exc.message

@@ -49,9 +49,13 @@ def decision_list(request: HttpRequest) -> HttpResponse:
         except DomainError as exc:
             error = exc.message
     ctx = {
-        "form": form, "page": page, "error": error, "nav": "decisions",
+        "form": form,
+        "page": page,
+        "error": error,
+        "nav": "decisions",
         "facets": selectors.decision_facets(user=request.user),
-        "outcomes": Outcome.choices, "meanings": SignatureMeaning.choices,
+        "outcomes": Outcome.choices,
+        "meanings": SignatureMeaning.choices,
         "first_page": not request.GET.get("cursor"),
     }
     if getattr(request, "htmx", False) and request.htmx.target == "decision-results":  # type: ignore[attr-defined]

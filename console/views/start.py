@@ -43,7 +43,10 @@ def thread_start(request: HttpRequest) -> HttpResponse:
         if not errors:
             try:
                 thread, _ = services.thread_start(
-                    actor=request.user, graph=graph, input=graph_input, metadata=metadata  # type: ignore[arg-type]
+                    actor=request.user,
+                    graph=graph,
+                    input=graph_input,
+                    metadata=metadata,  # type: ignore[arg-type]
                 )
             except DomainError as exc:
                 field = (exc.field or "").split("[")[0]
@@ -53,8 +56,14 @@ def thread_start(request: HttpRequest) -> HttpResponse:
                 return redirect("console:thread", thread_id=thread.id)
     for f in fields:
         f.error = errors.get(f.name, "")
-    ctx = {"graphs": graphs, "graph": graph, "fields": fields, "errors": errors, "data": source,
-           "schema_json": json.dumps(schema, indent=2)}
+    ctx = {
+        "graphs": graphs,
+        "graph": graph,
+        "fields": fields,
+        "errors": errors,
+        "data": source,
+        "schema_json": json.dumps(schema, indent=2),
+    }
     if getattr(request, "htmx", False) and request.htmx.target == "start-fields":  # type: ignore[attr-defined]
         return render(request, "console/partials/start_fields.html", ctx)
     return render(request, "console/start.html", ctx, status=422 if errors else 200)

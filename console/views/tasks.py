@@ -93,7 +93,9 @@ def task_decide(request: HttpRequest, task_id: UUID) -> HttpResponse:
     if decision_request is not None:
         try:
             decision = services.task_decide_checked(
-                actor=request.user, task_id=task_id, request=decision_request,  # type: ignore[arg-type]
+                actor=request.user,
+                task_id=task_id,
+                request=decision_request,  # type: ignore[arg-type]
                 password=request.POST.get("password", ""),
             )
         except DomainError as exc:

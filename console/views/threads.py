@@ -25,8 +25,9 @@ def thread_list(request: HttpRequest) -> HttpResponse:
     status = request.GET.get("status", "")
     status = status if status in ThreadStatus.values else ""
     threads = selectors.threads_list(user=request.user, status=status, graph=request.GET.get("graph", "")[:100])
-    return render(request, "console/threads.html",
-                  {"threads": threads, "status": status, "statuses": ThreadStatus.choices})
+    return render(
+        request, "console/threads.html", {"threads": threads, "status": status, "statuses": ThreadStatus.choices}
+    )
 
 
 @require_GET

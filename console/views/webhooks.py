@@ -45,9 +45,16 @@ def webhook_list(request: HttpRequest) -> HttpResponse:
         (subscription, list(log.filter(subscription=subscription).order_by("-created_at", "-id")[:RECENT]))
         for subscription in outbound.subscriptions_visible(user).order_by("created_at", "id")
     ]
-    return render(request, "console/webhooks.html", {
-        "endpoints": endpoints, "subscriptions": subscriptions, "can_retry": _can_retry(user), "nav": "webhooks",
-    })
+    return render(
+        request,
+        "console/webhooks.html",
+        {
+            "endpoints": endpoints,
+            "subscriptions": subscriptions,
+            "can_retry": _can_retry(user),
+            "nav": "webhooks",
+        },
+    )
 
 
 @require_POST
@@ -70,6 +77,13 @@ def delivery_retry(request: HttpRequest, delivery_id: int) -> HttpResponse:
     if delivery is None:  # not visible to this user: the refusal says so without showing the row
         return error_page(request, refused or NotFound(f"webhook delivery {delivery_id} not found"))
     # The row re-rendered in place: "pending" with the retry queued, or unchanged with the refusal beside it.
-    return render(request, "console/webhooks_delivery_row.html", {
-        "d": delivery, "can_retry": _can_retry(user), "row_error": refused.message if refused else "",
-    }, status=refused.status if refused else 200)
+    return render(
+        request,
+        "console/webhooks_delivery_row.html",
+        {
+            "d": delivery,
+            "can_retry": _can_retry(user),
+            "row_error": refused.message if refused else "",
+        },
+        status=refused.status if refused else 200,
+    )

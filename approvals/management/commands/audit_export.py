@@ -75,8 +75,9 @@ class Command(BaseCommand):
         user = self._principal(options["user"])
         try:
             filters = exports.filters_parse(**{k: options[k] for k in exports.FILTERS})
-            export = exports.AuditExport(user=user, filters=filters, format=options["format"],
-                                         actor_label=None if user.pk else "manage.py")
+            export = exports.AuditExport(
+                user=user, filters=filters, format=options["format"], actor_label=None if user.pk else "manage.py"
+            )
         except DomainError as exc:
             raise CommandError(exc.message) from None
         total = exports.audit_export_queryset(user=user, filters=filters).count()
@@ -117,7 +118,10 @@ class Command(BaseCommand):
             result = exports.export_verify(lines)
         if not result.ok:
             raise CommandError(f"{path}: BROKEN at line {result.line}: {result.reason} ({result.rows} rows before)")
-        links = "hashes and links verified from genesis" if result.chained else \
-            "each row's hash verified (filtered export: links not required)"
+        links = (
+            "hashes and links verified from genesis"
+            if result.chained
+            else "each row's hash verified (filtered export: links not required)"
+        )
         masked = f"; {result.masked} masked rows checked by link only" if result.masked else ""
         self.stdout.write(f"{path}: OK, {result.rows} events, {links}{masked}")
