@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, cast
 
 from django.contrib import messages
+from django.contrib.auth.models import User
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
@@ -43,7 +44,7 @@ def thread_start(request: HttpRequest) -> HttpResponse:
         if not errors:
             try:
                 thread, _ = services.thread_start(
-                    actor=request.user,
+                    actor=cast(User, request.user),  # @login_required
                     graph=graph,
                     input=graph_input,
                     metadata=metadata,  # type: ignore[arg-type]
