@@ -5,13 +5,16 @@ from __future__ import annotations
 from typing import Any
 
 from axes.signals import user_locked_out
+from django.contrib.auth.models import Group, Permission, User
 from django.contrib.auth.signals import user_logged_in, user_logged_out, user_login_failed
 from django.db import transaction
+from django.db.models.signals import m2m_changed, post_delete, post_save
 from django.dispatch import receiver
 from django.http import HttpRequest
 from django.utils import timezone
 
 from approvals.audit import audit_record
+from approvals.models import GraphAssignment
 
 SESSION_AUTH_AT = "gatehouse_authenticated_at"
 
@@ -67,3 +70,54 @@ def on_login_failed(
             subject_id=username,
             details=_client(request),
         )
+
+
+# --- permission changes ------------------------------------------------------------------
+# Role memberships, direct permissions, role definitions and graph assignments, from any
+# surface (admin, shell, commands). The signal does not know who made the change, so the
+# event records what changed; surfaces that know their actor audit it themselves too.
+
+
+def _permission_changed(kind: str, subject_type: str, subject_id: object, details: dict[str, Any]) -> None:
+    with transaction.atomic():
+        audit_record(
+            actor=None,
+            actor_label="system",
+            action=f"permission.{kind}",
+            subject_type=subject_type,
+            subject_id=subject_id,
+            details=details,
+        )
+
+
+@receiver(m2m_changed, sender=User.groups.through)
+def on_user_groups_changed(sender: Any, instance: Any, action: str, pk_set: set[int] | None, **kwargs: Any) -> None:
+    if action not in ("post_add", "post_remove", "post_clear"):
+        return
+    if isinstance(instance, User):
+        names = sorted(Group.objects.filter(pk__in=pk_set or []).values_list("name", flat=True))
+        details = {"user": instance.get_username(), "change": action.removeprefix("post_"), "groups": names}
+        _permission_changed("roles_changed", "user", instance.pk, details)
+    else:  # changed from the group's side
+        users = sorted(User.objects.filter(pk__in=pk_set or []).values_list("username", flat=True))
+        details = {"group": instance.name, "change": action.removeprefix("post_"), "users": users}
+        _permission_changed("roles_changed", "group", instance.pk, details)
+
+
+@receiver(m2m_changed, sender=User.user_permissions.through)
+@receiver(m2m_changed, sender=Group.permissions.through)
+def on_permissions_changed(sender: Any, instance: Any, action: str, pk_set: set[int] | None, **kwargs: Any) -> None:
+    if action not in ("post_add", "post_remove", "post_clear"):
+        return
+    codenames = sorted(Permission.objects.filter(pk__in=pk_set or []).values_list("codename", flat=True))
+    holder = instance.get_username() if isinstance(instance, User) else getattr(instance, "name", str(instance))
+    details = {"holder": holder, "change": action.removeprefix("post_"), "permissions": codenames}
+    _permission_changed("grants_changed", "user" if isinstance(instance, User) else "group", instance.pk, details)
+
+
+@receiver(post_save, sender=GraphAssignment)
+@receiver(post_delete, sender=GraphAssignment)
+def on_assignment_changed(sender: Any, instance: GraphAssignment, **kwargs: Any) -> None:
+    change = "removed" if kwargs.get("signal") is post_delete else "added"
+    details = {"user_id": instance.user_id, "graph": instance.graph, "gate": instance.gate, "change": change}
+    _permission_changed("assignment_changed", "user", instance.user_id, details)

@@ -360,8 +360,14 @@ def _quorum_position(
     thread: Thread,
 ) -> tuple[bool, bool]:
     """(does this decision count as an approval, does it complete the task)."""
+    if request.outcome == "reject":
+        # One rejection rejects, unless the gate asks for more ("rejections_required": N).
+        payload = task.payload if isinstance(task.payload, dict) else {}
+        needed = payload.get("rejections_required", 1)
+        needed = needed if isinstance(needed, int) and not isinstance(needed, bool) and needed >= 1 else 1
+        return False, sum(1 for d in earlier if d.outcome == "reject") + 1 >= needed
     if request.outcome not in APPROVING:
-        return False, True  # a rejection or a response decides at once
+        return False, True  # a response decides at once
     sod = _separation_required(task)
     if sod and proposes_edit:
         # Under separation of duties an edit is a proposal: someone else must approve it.

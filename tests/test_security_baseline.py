@@ -43,3 +43,28 @@ def test_repeated_failed_sign_ins_lock_the_account_out_and_are_audited(settings)
     audit = AuditEvent.objects.filter(subject_id="target")
     assert audit.filter(action="auth.login_failed").count() >= settings.AXES_FAILURE_LIMIT
     assert audit.filter(action="auth.locked_out").exists()
+
+
+def test_role_grant_and_assignment_changes_are_audited():
+    from django.contrib.auth.models import Group
+
+    from approvals.models import GraphAssignment
+
+    user = User.objects.create_user("promoted")
+    group, _ = Group.objects.get_or_create(name="reviewer")
+    user.groups.add(group)
+    assignment = GraphAssignment.objects.create(user=user, graph="loan_approval")
+    assignment.delete()
+    user.groups.remove(group)
+    events = list(
+        AuditEvent.objects.filter(action__startswith="permission.", subject_type="user", subject_id=str(user.pk))
+        .order_by("id")
+        .values_list("action", "details")
+    )
+    assert [(a, d.get("change")) for a, d in events] == [
+        ("permission.roles_changed", "add"),
+        ("permission.assignment_changed", "added"),
+        ("permission.assignment_changed", "removed"),
+        ("permission.roles_changed", "remove"),
+    ]
+    assert events[0][1]["groups"] == ["reviewer"]

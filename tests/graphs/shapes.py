@@ -132,6 +132,7 @@ def _four_eyes_gate(state: ReviewState) -> dict[str, Any]:
         proposed_action={"name": "release", "args": {"amount": state.get("amount")}},
         editable=["amount"],
         required_approvals=int(state.get("amount", 0) > 1000) + 1,  # big releases need two approvers
+        rejections_required=int(state.get("amount", 0) > 1_000_000) + 1,  # huge ones, two vetoes to stop
     )
     return {"answers": [f"{review.decision}:{state.get('amount')}"], "done": review.approved}
 

@@ -228,3 +228,15 @@ def test_reading_sensitive_audit_details_is_itself_audited(personas):
     personas["auditor"].client.get("/api/audit", thread=thread["id"], action="thread.started")
     reveal = AuditEvent.objects.filter(thread_id=thread["id"], action="sensitive.revealed", subject_type="audit")
     assert reveal.filter(actor_label=personas["auditor"].username).exists()
+
+
+def test_a_gate_may_require_several_rejections(personas):
+    thread = thread_start(personas["operator"], "four_eyes", {"subject": "huge", "amount": 2_000_000})
+    [task] = pending_tasks(personas["reviewer"], thread["id"])
+    body = {"decision": "reject", "reason": "too big"}
+    first = personas["reviewer"].client.post(f"/api/tasks/{task['id']}/decision", body)
+    assert first.status_code == 201 and first.json()["meaning"] == "rejected"
+    assert ApprovalTask.objects.get(pk=task["id"]).status == "pending"  # one veto of two
+    assert personas["approver"].client.post(f"/api/tasks/{task['id']}/decision", body).status_code == 201
+    done = thread_settled(personas["reviewer"], thread["id"])
+    assert done["values"]["answers"] == ["reject:2000000"]
