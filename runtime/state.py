@@ -14,6 +14,7 @@ history listings, so listing a thread never loads its documents;
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,7 +83,24 @@ def thread_history_read(
     graph = graph_get(thread.graph).compiled()
     before_cfg = _config(thread, before) if before else None
     with schema_readonly(), contextlib.nullcontext() if resolve_blobs else blobs_lazy():
-        return [_view(s) for s in graph.get_state_history(_config(thread), limit=limit, before=before_cfg)]
+        views = [_view(s) for s in graph.get_state_history(_config(thread), limit=limit, before=before_cfg)]
+    return _with_nodes_that_ran(views)
+
+
+def _with_nodes_that_ran(views: list[CheckpointView]) -> list[CheckpointView]:
+    """Name the nodes whose writes produced each checkpoint.
+
+    LangGraph 1.x no longer records ``writes`` in checkpoint metadata; the nodes
+    that ran between a checkpoint and its parent are the parent's ``next``.
+    Views are newest first, so a checkpoint's parent is the following view.
+    """
+    named = []
+    for index, view in enumerate(views):
+        parent = views[index + 1] if index + 1 < len(views) else None
+        if not view.writes and parent is not None and parent.checkpoint_id == view.parent_id and parent.next:
+            view = dataclasses.replace(view, writes=dict.fromkeys(parent.next))
+        named.append(view)
+    return named
 
 
 def thread_blob_read(thread: Thread, sha256: str) -> Any:

@@ -41,6 +41,12 @@ def test_an_approved_loan_is_disbursed_exactly_once(operator, reviewer, bank):
     assert effect.status == "done" and effect.calls == 1
     assert done["values"]["disbursement"] == effect.result
 
+    from runtime.models import Thread
+    from runtime.state import thread_history_read
+
+    ran = [sorted(v.writes) for v in thread_history_read(Thread.objects.get(pk=thread["id"])) if v.writes]
+    assert ["disburse"] in ran and ["human_review"] in ran and ["score_risk"] in ran  # timeline labels
+
     actions = _audit_actions(thread["id"])
     for expected in [
         "thread.started",
