@@ -54,6 +54,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "django_htmx",
+    "ninja",  # its templates and static files: /api/docs serves Swagger UI locally, no CDN
     "channels",
     "axes",
     "django_otp",

@@ -68,3 +68,10 @@ def test_role_grant_and_assignment_changes_are_audited():
         ("permission.roles_changed", "remove"),
     ]
     assert events[0][1]["groups"] == ["reviewer"]
+
+
+def test_the_api_docs_load_swagger_from_this_server_not_a_cdn():
+    page = Client().get("/api/docs").content.decode()
+    assert "/static/ninja/swagger-ui-bundle.js" in page
+    assert "cdn" not in page.lower()
+    assert Client().get("/static/ninja/swagger-ui-bundle.js").status_code == 200
