@@ -98,7 +98,7 @@ def subscription_create(
 
 
 def subscriptions_visible(user: Any) -> Any:
-    if not (permissions._can(user, "runtime.retry_thread") or permissions._can(user, "approvals.view_audit")):
+    if not (permissions.can(user, "runtime.retry_thread") or permissions.can(user, "approvals.view_audit")):
         return WebhookSubscription.objects.none()
     visible = permissions.graphs_visible(user)
     qs = WebhookSubscription.objects.all()

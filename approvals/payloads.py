@@ -137,7 +137,11 @@ def resume_value_build(
     if request.resume is not NOT_GIVEN:
         if response_schema:
             _schema_check(request.resume, response_schema, "resume")
-        return request.resume
+        resume = request.resume
+        if payload_kind(payload, task_kind) == "gatehouse" and isinstance(resume, dict) and "decision" in resume:
+            # A gate records who decided: the signed-in principal, not a name the caller typed.
+            resume = {**resume, "reviewer": reviewer}
+        return resume
     kind = payload_kind(payload, task_kind)
     if request.decisions is not None and kind != "hitl":
         raise InvalidInput("per-request decisions are only for tool-call reviews", field="decisions")

@@ -81,11 +81,8 @@ def can(user: Principal, perm: str) -> bool:
     return True
 
 
-_can = can
-
-
 def require(user: Principal, perm: str, action: str) -> None:
-    if not _can(user, perm):
+    if not can(user, perm):
         raise Forbidden(f"you may not {action}")
 
 
@@ -93,7 +90,7 @@ def graphs_visible(user: Principal) -> set[str] | None:
     """The graph names ``user`` may see; None means every graph."""
     if not user.is_authenticated or not user.is_active:
         return set()
-    if _can(user, "approvals.view_all_graphs"):
+    if can(user, "approvals.view_all_graphs"):
         return _token_graphs(user, None)
     names = set(GraphAssignment.objects.filter(user_id=user.pk).values_list("graph", flat=True))
     visible = None if ALL_GRAPHS in names else names
@@ -119,19 +116,19 @@ def _scope(qs: QuerySet[Any], user: Principal, field: str = "graph") -> QuerySet
 
 
 def threads_visible(user: Principal) -> QuerySet[Thread]:
-    if not _can(user, "runtime.view_thread"):
+    if not can(user, "runtime.view_thread"):
         return Thread.objects.none()
     return _scope(Thread.objects.all(), user)
 
 
 def tasks_visible(user: Principal) -> QuerySet[ApprovalTask]:
-    if not _can(user, "approvals.view_approvaltask"):
+    if not can(user, "approvals.view_approvaltask"):
         return ApprovalTask.objects.none()
     return _scope(ApprovalTask.objects.all(), user)
 
 
 def audit_visible(user: Principal) -> QuerySet[AuditEvent]:
-    if not _can(user, "approvals.view_audit"):
+    if not can(user, "approvals.view_audit"):
         return AuditEvent.objects.none()
     return _scope(AuditEvent.objects.all(), user)
 
@@ -151,7 +148,7 @@ def task_get_for(user: Principal, task_id: Any) -> ApprovalTask:
 
 
 def can_decide(user: Principal, task: ApprovalTask) -> bool:
-    return _can(user, "approvals.decide_task") and graph_visible(user, task.graph) and gate_assigned(user, task)
+    return can(user, "approvals.decide_task") and graph_visible(user, task.graph) and gate_assigned(user, task)
 
 
 def gate_assigned(user: Principal, task: ApprovalTask) -> bool:
@@ -170,7 +167,7 @@ def gate_assigned(user: Principal, task: ApprovalTask) -> bool:
 
 def require_decide(user: Principal, task: ApprovalTask) -> None:
     if not can_decide(user, task):
-        if _can(user, "approvals.decide_task") and graph_visible(user, task.graph):
+        if can(user, "approvals.decide_task") and graph_visible(user, task.graph):
             raise Forbidden(f"you are not assigned to the gate {task.node!r} of {task.graph!r}")
         raise Forbidden("you may not decide approval tasks")
 

@@ -31,7 +31,7 @@ from approvals import gateway, permissions, services
 from approvals.audit import audit_record
 from approvals.errors import Conflict, InvalidInput, NotFound
 from approvals.models import ApprovalTask, Decision, TaskKind, TaskStatus
-from approvals.payloads import NOT_GIVEN, DecisionRequest, payload_kind
+from approvals.payloads import NOT_GIVEN, DecisionRequest
 from runtime.models import ACTIVE_RUN_STATUSES, Run, RunKind, RunStatus, Thread, ThreadStatus
 from runtime.registry import UnknownGraph, graph_get, graph_names
 from runtime.runs import ThreadBusy, run_enqueue
@@ -202,13 +202,11 @@ def pending_tasks(thread: Thread) -> list[ApprovalTask]:
 
 def _payload_for(user: permissions.Principal, task: ApprovalTask) -> Any:
     # Payloads and value snapshots go out masked like everywhere else (gateway).
-    guarded = getattr(gateway, "payload_for", None)
-    return guarded(user, task)[0] if guarded is not None else task.payload
+    return gateway.payload_for(user, task)[0]
 
 
 def _values_for(user: permissions.Principal, thread: Thread) -> dict[str, Any]:
-    guarded = getattr(gateway, "thread_values_for", None)
-    return guarded(user, thread) if guarded is not None and thread.graph else (thread.values or {})
+    return gateway.thread_values_for(user, thread) if thread.graph else (thread.values or {})
 
 
 def _interrupt_out(user: permissions.Principal, task: ApprovalTask) -> dict[str, Any]:
@@ -554,7 +552,6 @@ def _run_resume(
         answers = [(pending[0], resume)]
     decision = None
     for index, (task, value) in enumerate(answers):
-        value = _reviewer_stamped(task, value, actor)
         request = DecisionRequest(
             outcome=_outcome_of(value),
             reason=_reason_of(value, metadata),
@@ -564,7 +561,7 @@ def _run_resume(
             decisions=value.get("decisions") if isinstance(value, dict) else None,
             resume=value,
         )
-        decision = services.task_decide(actor=actor, task_id=task.id, request=request, **_signed())
+        decision = services.task_decide(actor=actor, task_id=task.id, request=request, signer=_token_signer())
     assert decision is not None
     run = Decision.objects.select_related("run").get(pk=decision.pk).run
     if run is None:
@@ -579,19 +576,10 @@ def _run_resume(
     return run
 
 
-def _signed() -> dict[str, Any]:
+def _token_signer() -> services.Signer:
     # Every request here authenticates with an API token, which the native API
     # also counts as a fresh sign-in for the electronic-signature window.
-    signer = getattr(services, "Signer", None)
-    return {"signer": signer(authenticated_at=timezone.now())} if signer is not None else {}
-
-
-def _reviewer_stamped(task: ApprovalTask, value: Any, actor: User) -> Any:
-    # A gate records who decided; that is the authenticated principal, not a
-    # name the client typed into the resume value.
-    if payload_kind(task.payload, task.kind) == "gatehouse" and isinstance(value, dict) and "decision" in value:
-        return {**value, "reviewer": actor.get_username()}
-    return value
+    return services.Signer(authenticated_at=timezone.now())
 
 
 def _outcome_of(value: Any) -> str:
@@ -633,7 +621,7 @@ def _run_continue(actor: User, thread: Thread) -> Run:
         decision = None
         for task in breakpoints:
             request = DecisionRequest(outcome="approve", checkpoint_id=task.checkpoint_id)
-            decision = services.task_decide(actor=actor, task_id=task.id, request=request, **_signed())
+            decision = services.task_decide(actor=actor, task_id=task.id, request=request, signer=_token_signer())
         assert decision is not None
         run = Decision.objects.select_related("run").get(pk=decision.pk).run
         if run is not None:

@@ -151,7 +151,7 @@ def webhook_endpoint_create(
 
 
 def endpoints_visible(user: Any) -> Any:
-    if not (permissions._can(user, "runtime.retry_thread") or permissions._can(user, "approvals.view_audit")):
+    if not (permissions.can(user, "runtime.retry_thread") or permissions.can(user, "approvals.view_audit")):
         return WebhookEndpoint.objects.none()
     visible = permissions.graphs_visible(user)
     qs = WebhookEndpoint.objects.all()
@@ -393,7 +393,8 @@ def _process(endpoint: WebhookEndpoint, webhook_id: str, raw: bytes, digest: str
     reason = str(reason_value) if reason_value not in (None, "") else f"{mapping['field']}={status_value}"
     request = DecisionRequest(outcome=outcome, reason=f"[webhook {endpoint.name}] {reason}"[:2000])
     try:
-        decision = services.task_decide(actor=endpoint.principal, task_id=task.id, request=request, **_signed_now())
+        signer = _signature_signer()
+        decision = services.task_decide(actor=endpoint.principal, task_id=task.id, request=request, signer=signer)
     except DomainError as exc:
         return done(exc.status, _error(exc.status, exc.code, exc.message, exc.field), exc.message, task=task)
     return done(
@@ -407,11 +408,10 @@ def _process(endpoint: WebhookEndpoint, webhook_id: str, raw: bytes, digest: str
     )
 
 
-def _signed_now() -> dict[str, Any]:
+def _signature_signer() -> services.Signer:
     # The verified signature is this principal's authentication, made just now; it has no password
-    # to re-enter. (Guarded: ``Signer`` arrives with the electronic-signature rules in services.)
-    signer = getattr(services, "Signer", None)
-    return {"signer": signer(authenticated_at=timezone.now())} if signer is not None else {}
+    # to re-enter.
+    return services.Signer(authenticated_at=timezone.now())
 
 
 def deliveries_for(*, user: Any, name: str, limit: int = 100) -> list[InboundDelivery]:

@@ -212,6 +212,7 @@ def redis_forget(queue: str) -> None:
     client.close()
 
 
+# Run by bench_users() with ``PASSWORD = ...`` prepended.
 USERS_SCRIPT = """
 import json
 from django.contrib.auth import get_user_model
@@ -222,12 +223,19 @@ from approvals.tokens import token_issue
 groups = roles_ensure()
 tokens = {}
 for role in ("operator", "reviewer"):
-    user = get_user_model().objects.create_user(f"bench-{role}", password=None)
+    user = get_user_model().objects.create_user(f"bench-{role}", password=PASSWORD)
     user.groups.add(groups[role])
     GraphAssignment.objects.create(user=user, graph="*")
     tokens[role] = token_issue(user=user, name="bench")
 print("TOKENS " + json.dumps(tokens))
 """
+
+
+def bench_users(env: dict[str, str], password: str | None = None) -> dict[str, str]:
+    """Create the bench's operator and reviewer (signing in with ``password`` if given); their API tokens."""
+    output = manage(env, "shell", "-c", f"PASSWORD = {password!r}\n" + USERS_SCRIPT)
+    line = next(line for line in output.splitlines() if line.startswith("TOKENS "))
+    return json.loads(line[len("TOKENS "):])  # type: ignore[no-any-return]
 
 
 def manage(env: dict[str, str], *args: str, timeout: float = 180) -> str:
@@ -540,8 +548,7 @@ def main() -> int:
         db_created = True
         log("migrating")
         manage(env, "migrate", "--noinput", "-v", "0")
-        tokens = json.loads(next(line for line in manage(env, "shell", "-c", USERS_SCRIPT).splitlines()
-                                 if line.startswith("TOKENS "))[len("TOKENS "):])
+        tokens = bench_users(env)
 
         ready = run_dir / "worker.ready"
         ready.unlink(missing_ok=True)

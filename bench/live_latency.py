@@ -49,6 +49,7 @@ from bench.full_cycle import (  # noqa: E402
     Api,
     Proc,
     bench_env,
+    bench_users,
     db_drop,
     db_recreate,
     free_port,
@@ -62,22 +63,6 @@ from bench.full_cycle import (  # noqa: E402
 TARGET_P95_MS = 50.0
 PASSWORD = "bench-" + uuid.uuid4().hex[:12]
 
-USERS_SCRIPT = """
-import json
-from django.contrib.auth import get_user_model
-from approvals.models import GraphAssignment
-from approvals.roles import roles_ensure
-from approvals.tokens import token_issue
-
-groups = roles_ensure()
-tokens = {}
-for role in ("operator", "reviewer"):
-    user = get_user_model().objects.create_user(f"bench-{role}", password=PASSWORD)
-    user.groups.add(groups[role])
-    GraphAssignment.objects.create(user=user, graph="*")
-    tokens[role] = token_issue(user=user, name="bench")
-print("TOKENS " + json.dumps(tokens))
-"""
 
 
 def login(base_url: str) -> dict[str, str]:
@@ -193,9 +178,7 @@ def main() -> int:
         db_recreate(args.db)
         created = True
         manage(env, "migrate", "--noinput", "-v", "0")
-        script = f"PASSWORD = {PASSWORD!r}\n" + USERS_SCRIPT
-        tokens = json.loads(next(line for line in manage(env, "shell", "-c", script).splitlines()
-                                 if line.startswith("TOKENS "))[len("TOKENS "):])
+        tokens = bench_users(env, PASSWORD)
         ready = run_dir / "worker.ready"
         ready.unlink(missing_ok=True)
         worker = Proc("worker", [sys.executable, "-m", "celery", "-A", "console", "worker", "--pool=threads",

@@ -145,15 +145,21 @@ def _input_for(run: Run, graph: Pregel, config: RunnableConfig) -> Any:
     expected = (run.command or {}).get("checkpoint_id", "")
     if run.kind == RunKind.RETRY or current == expected:
         if isinstance(first_input, Command) and first_input.resume is not None:
-            return _resume_or_continue(graph, first_input, config)
+            # The dead attempt may have stored the resume value as a pending write
+            # of this checkpoint (it died inside the gate node): then the ids are no
+            # longer pending, and continuing picks the stored answer up.
+            try:
+                resume_guard(graph, config, first_input)
+            except UnknownInterruptError:
+                return None
         return first_input
+    # ``next`` leaves out tasks whose writes are already saved: an attempt killed
+    # after a node finished but before the step's checkpoint has an empty ``next``
+    # though the graph is mid-way (found by the chaos test), so "ended" also needs
+    # no tasks left.
     if snapshot.interrupts or (not snapshot.next and not snapshot.tasks):
         return _SKIP  # it reached its pause or its end; only the bookkeeping is missing
-    # Continue from the last checkpoint. Note ``next`` leaves out tasks whose
-    # writes are already saved: an attempt killed after a node finished but
-    # before the step's checkpoint has an empty ``next`` though the graph is
-    # mid-way (found by the chaos test), so "ended" also needs no tasks left.
-    return None
+    return None  # continue from the last checkpoint
 
 
 def resume_guard(graph: Pregel, config: RunnableConfig, command: Command) -> None:
@@ -175,17 +181,6 @@ def resume_guard(graph: Pregel, config: RunnableConfig, command: Command) -> Non
             interrupt_ids=unknown,
             pending_ids=sorted(pending),
         )
-
-
-def _resume_or_continue(graph: Pregel, command: Command, config: RunnableConfig) -> Any:
-    # The resume value may already be stored as a pending write of the
-    # checkpoint (the attempt died inside the gate node): strict resume then
-    # refuses it as already consumed, and continuing picks the write up.
-    pending = {i.id for i in graph.get_state(config, subgraphs=True).interrupts}
-    resume = command.resume if isinstance(command.resume, dict) else {}
-    if resume and not set(resume) <= pending:
-        return None
-    return command
 
 
 def _first_input(run: Run) -> Any:

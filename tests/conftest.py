@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -84,6 +85,38 @@ def django_db_setup(django_test_environment: None, django_db_blocker: Any) -> It
         teardown_databases(db_cfg, verbosity=0)
 
 
+# --- server processes ----------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def daphne_start(env: dict[str, str], log_path: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """daphne serving ``console.asgi`` on a free loopback port in its own process group; (process, base URL)."""
+    port = free_port()
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "console.asgi:application"],
+            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+    return proc, f"http://127.0.0.1:{port}"
+
+
+def process_group_stop(proc: subprocess.Popen[bytes], *, timeout: float = 15.0) -> None:
+    """SIGTERM the process's group, SIGKILL it if it has not exited within ``timeout``."""
+    if proc.poll() is not None:
+        return
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+
+
 # --- the outside world -------------------------------------------------------
 
 
@@ -152,12 +185,8 @@ class WorkerProcess:
             self.proc.wait(timeout=10)
 
     def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.kill()
+        if self.proc:
+            process_group_stop(self.proc)
 
     @property
     def alive(self) -> bool:

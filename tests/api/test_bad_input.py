@@ -324,9 +324,12 @@ def test_it_answers_404_for_ids_that_do_not_exist(personas, method, path):
     assert error["code"] == "not_found"
 
 
-@pytest.mark.parametrize("path", ["/api/threads/not-a-uuid", "/api/tasks/12345"])
-def test_it_refuses_a_malformed_id(personas, path):
-    assert personas["admin"].client.get(path).status_code in (404, 422)
+@pytest.mark.parametrize(
+    "path,field", [("/api/threads/not-a-uuid", "thread_id"), ("/api/tasks/12345", "task_id")]
+)
+def test_it_refuses_a_malformed_id(personas, path, field):
+    error = error_of(personas["admin"].client.get(path), 422)
+    assert error["field"] == field and "UUID" in error["message"]
 
 
 def asgi_post(path: str, body: bytes, headers: list[tuple[bytes, bytes]]) -> tuple[int, bytes]:

@@ -7,10 +7,6 @@ Screenshots land in var/screenshots/ (git-ignored). Every wait is bounded.
 from __future__ import annotations
 
 import os
-import signal
-import socket
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +18,17 @@ from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from approvals.models import ApprovalTask
 from runtime.models import Thread
-from tests.conftest import ROOT, loan_input, pending_tasks, thread_settled, thread_start, wait_for, worker_env
+from tests.conftest import (
+    ROOT,
+    daphne_start,
+    loan_input,
+    pending_tasks,
+    process_group_stop,
+    thread_settled,
+    thread_start,
+    wait_for,
+    worker_env,
+)
 from tests.console.conftest import task_make
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db", "live_worker")]
@@ -32,28 +38,17 @@ CHROMIUM = "/usr/bin/chromium"
 WAIT_MS = 30_000  # a resume crosses Celery, the graph and the fake bank: generous, but bounded
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
 
 @pytest.fixture(scope="module")
 def server(django_db_setup: None, bank: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """daphne serving the console (HTTP + websockets) on the test database, like production."""
-    port = _free_port()
     log_path = Path(tmp_path_factory.mktemp("daphne")) / "daphne.log"
-    # DEBUG only because the test serves plain http: production settings mark the
-    # session and CSRF cookies Secure, which a browser will not send back over http.
+    # The test serves plain http: production settings mark the session and CSRF cookies
+    # Secure, which a browser will not send back over http, so switch just that off.
     # tests.settings: the personas' passwords use the test-only fast hasher.
-    env = {**worker_env(bank), "GATEHOUSE_SERVE_STATIC": "true", "DEBUG": "true",
-           "DJANGO_SETTINGS_MODULE": "tests.settings"}
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "console.asgi:application"],
-            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        )
-    base = f"http://127.0.0.1:{port}"
+    env = {**worker_env(bank), "GATEHOUSE_SERVE_STATIC": "true", "SECURE_COOKIES": "false",
+           "SECURE_SSL_REDIRECT": "false", "DJANGO_SETTINGS_MODULE": "tests.settings"}
+    proc, base = daphne_start(env, log_path)
 
     def up() -> bool:
         if proc.poll() is not None:
@@ -67,17 +62,13 @@ def server(django_db_setup: None, bank: Any, tmp_path_factory: pytest.TempPathFa
         wait_for(up, timeout=40, what="daphne to serve the console")
         yield base
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+        process_group_stop(proc)
 
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
-    if not Path(CHROMIUM).exists():
-        pytest.skip("Debian's chromium is not installed (make chromium)")
+    # .ci/run installs it; a missing browser is a failed build, not a skipped check.
+    assert Path(CHROMIUM).exists(), "Debian's chromium is not installed: run `make chromium`"
     # Playwright's sync API drives an event loop in this thread; Django's ORM
     # calls from the test body are still plain sync calls.
     os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"

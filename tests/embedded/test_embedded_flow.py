@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -13,17 +11,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import ROOT, wait_for
+from tests.conftest import ROOT, daphne_start, process_group_stop, wait_for
 
 pytestmark = pytest.mark.embedded
 
 _SERVER_VARS = ("DATABASE_URL", "REDIS_URL", "GATEHOUSE_QUEUE", "GATEHOUSE_GRAPHS", "SECRET_KEY", "GATEHOUSE_VAR_DIR")
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture
@@ -47,11 +40,9 @@ def embedded(tmp_path: Path, bank) -> Iterator[dict[str, str]]:  # noqa: ANN001
     manage("migrate", "--no-input")
     manage("demo_setup")
     tokens = {name: manage("issue_token", name).strip() for name in ("operator", "reviewer")}
-    port = _free_port()
     ready = tmp_path / "worker-ready"
-    log = open(tmp_path / "processes.log", "wb")  # noqa: SIM115
-    procs = [
-        subprocess.Popen(
+    with open(tmp_path / "worker.log", "wb") as log:
+        worker = subprocess.Popen(
             [
                 sys.executable,
                 "-m",
@@ -70,17 +61,8 @@ def embedded(tmp_path: Path, bank) -> Iterator[dict[str, str]]:  # noqa: ANN001
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-        ),
-        subprocess.Popen(
-            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "console.asgi:application"],
-            cwd=ROOT,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        ),
-    ]
-    base = f"http://127.0.0.1:{port}"
+        )
+    web, base = daphne_start(env, tmp_path / "daphne.log")
 
     def web_up() -> bool:
         try:
@@ -93,15 +75,8 @@ def embedded(tmp_path: Path, bank) -> Iterator[dict[str, str]]:  # noqa: ANN001
         wait_for(web_up, timeout=40, what="embedded web server")
         yield {"base": base, **tokens, "var": str(tmp_path / "var")}
     finally:
-        for p in procs:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
-        log.close()
+        process_group_stop(worker)
+        process_group_stop(web)
 
 
 def test_the_embedded_stack_runs_start_decide_complete(embedded, bank):  # noqa: ANN001

@@ -117,3 +117,15 @@ def test_a_response_is_passed_to_the_graph(operator, reviewer):
         assert response.status_code == 201, response.content
     done = thread_settled(reviewer, thread["id"])
     assert sorted(done["values"]["answers"]) == ["legal:respond", "risk:respond"]
+
+
+def test_an_exact_resume_is_stamped_with_the_signed_in_reviewer(operator, reviewer):
+    thread = thread_start(operator, "loan_approval", loan_input())
+    [task] = pending_tasks(reviewer, thread["id"])
+    forged = {"decision": "reject", "reason": "exact resume", "reviewer": "someone-else"}
+    body = {"decision": "reject", "reason": "exact resume", "resume": forged}
+    response = reviewer.client.post(f"/api/tasks/{task['id']}/decision", body)
+    assert response.status_code == 201, response.content
+    assert response.json()["resume_value"]["reviewer"] == reviewer.username
+    done = thread_settled(reviewer, thread["id"])
+    assert done["values"]["review"]["reviewer"] == reviewer.username

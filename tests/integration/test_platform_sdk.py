@@ -7,11 +7,6 @@ graphs. Every wait is bounded (the SDK's own timeouts, and ``wait_for``).
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import socket
-import subprocess
-import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,35 +17,20 @@ from langgraph_sdk import get_client, get_sync_client
 from approvals.models import AuditEvent, Decision
 from approvals.platform import assistant_id_for
 from runtime.models import Run, Thread
-from tests.conftest import ROOT, WorkerProcess, loan_input, wait_for, worker_env
+from tests.conftest import WorkerProcess, daphne_start, loan_input, process_group_stop, wait_for, worker_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db", "live_worker")]
 
 TIMEOUT = httpx.Timeout(30.0)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
 
 @pytest.fixture(scope="session")
 def server(worker: WorkerProcess, bank: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """daphne on a free port, with the worker's environment (test database, Redis, queue, bank)."""
-    port = _free_port()
     log_path = tmp_path_factory.mktemp("daphne") / "daphne.log"
-    log = open(log_path, "wb")  # noqa: SIM115 - owned by the process
-    env = {**worker_env(bank), "GATEHOUSE_PLATFORM_WAIT_SECONDS": "30"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "console.asgi:application"],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    url = f"http://127.0.0.1:{port}/lg"
+    proc, base = daphne_start({**worker_env(bank), "GATEHOUSE_PLATFORM_WAIT_SECONDS": "30"}, log_path)
+    url = f"{base}/lg"
 
     def up() -> bool:
         if proc.poll() is not None:
@@ -61,14 +41,10 @@ def server(worker: WorkerProcess, bank: Any, tmp_path_factory: pytest.TempPathFa
             return False
 
     wait_for(up, timeout=40, interval=0.2, what="daphne to serve /lg/")
-    yield url
-    os.killpg(proc.pid, signal.SIGTERM)
     try:
-        proc.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
-    log.close()
+        yield url
+    finally:
+        process_group_stop(proc)
 
 
 def _async_client(url: str, token: str) -> Any:
