@@ -25,8 +25,20 @@ from demo.fakebank import BankServer, serve_in_thread
 ROOT = Path(__file__).resolve().parent.parent
 
 
+# One test-time factor for every deadline in the suite: a loaded or slow machine sets
+# GATEHOUSE_TEST_TIME_FACTOR=3 (CI defaults to 2) instead of each test guessing its own margin.
+TIME_FACTOR = float(os.environ.get("GATEHOUSE_TEST_TIME_FACTOR") or ("2" if os.environ.get("CI") else "1"))
+
+
+def scaled(seconds: float) -> float:
+    """A deadline in seconds, stretched by the suite's time factor."""
+    return seconds * TIME_FACTOR
+
+
 def wait_for(predicate: Callable[[], Any], *, timeout: float = 20.0, interval: float = 0.05, what: str = "") -> Any:
-    """Poll until ``predicate()`` is truthy; fail the test (never hang) after ``timeout`` seconds."""
+    """Poll until ``predicate()`` is truthy; fail the test (never hang) after ``timeout`` seconds
+    (scaled by the suite's time factor)."""
+    timeout = scaled(timeout)
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
