@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTHON ?= python3
 
-.PHONY: install run test lint typecheck bench services chromium clean
+.PHONY: install run test test-fast lint typecheck bench services chromium clean
 
 install: $(VENV)/.installed
 
@@ -22,6 +22,10 @@ test: install services
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy console approvals runtime
 	$(PY) -m pytest
+
+## Unit and domain tests only (no worker process, no browser, no fault injection): about a minute.
+test-fast: install services
+	$(PY) -m pytest -m "not integration and not embedded and not faults"
 
 services:
 	scripts/services-up
