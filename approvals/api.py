@@ -148,8 +148,8 @@ def task_detail(request: HttpRequest, task_id: UUID) -> TaskOut:
         payload=payload,
         evidence_digest=services.evidence_digest(task=task, redaction=services.redaction_policy(user, task)),
         required_approvals=task.required_approvals,
-        approvals=[_decision_out(d) for d in task.decisions.select_related("actor").order_by("created_at")],
-        payload_digest=task.payload_digest,
+        approvals=_decisions_out(user, task),
+        payload_digest=gateway.payload_digest_for(user, task),
         response_schema=task.response_schema,
         payload_kind=payload_kind(task.payload, task.kind),
         allowed_decisions=decisions_allowed(task.payload, task.kind, task.response_schema),
@@ -166,15 +166,22 @@ def _authenticated_at(request: HttpRequest) -> datetime | None:
     return datetime.fromisoformat(raw) if raw else None
 
 
-def _decision_out(decision: Decision) -> DecisionOut:
+def _decisions_out(user: Any, task: ApprovalTask) -> list[DecisionOut]:
+    decisions = list(task.decisions.select_related("actor").order_by("created_at"))
+    shown = gateway.decisions_shown(user, task, decisions)
+    return [_decision_out(d, s) for d, s in zip(decisions, shown, strict=True)]
+
+
+def _decision_out(decision: Decision, shown: gateway.DecisionShown) -> DecisionOut:
+    """A decision as its reader may see it: state patch and resume value through the gateway."""
     return DecisionOut(
         id=decision.id,
         task_id=decision.task_id,
         outcome=decision.outcome,
         reason=decision.reason,
         actor=decision.actor.get_username(),
-        state_patch=decision.state_patch,
-        resume_value=decision.resume_value,
+        state_patch=shown.state_patch,
+        resume_value=shown.resume_value,
         checkpoint_id=decision.checkpoint_id,
         run_id=decision.run_id,
         created_at=decision.created_at,
@@ -200,7 +207,8 @@ def task_decide(request: HttpRequest, task_id: UUID, body: DecisionIn) -> Status
     signer = services.Signer(authenticated_at=_authenticated_at(request), password=body.password, otp=body.otp)
     decision = services.task_decide(actor=_user(request), task_id=task_id, request=decision_request, signer=signer)
     decision.refresh_from_db()
-    return Status(201, _decision_out(decision))
+    [shown] = gateway.decisions_shown(_user(request), decision.task, [decision])
+    return Status(201, _decision_out(decision, shown))
 
 
 class AuditQuery(Schema):

@@ -11,14 +11,16 @@ event.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+from collections.abc import Sequence
 from typing import Any
 
 from django.db import transaction
 
 from approvals import permissions
-from approvals.audit import audit_record
+from approvals.audit import audit_record, canonical
 from approvals.errors import NotFound
-from approvals.models import ApprovalTask, AuditEvent
+from approvals.models import ApprovalTask, AuditEvent, Decision
 from approvals.redaction import redact
 from runtime.models import Thread
 from runtime.registry import UnknownGraph, graph_get
@@ -34,6 +36,11 @@ def sensitive_paths(graph: str) -> list[str]:
 
 def may_see_sensitive(user: permissions.Principal) -> bool:
     return permissions.can(user, "approvals.view_sensitive")
+
+
+def paths_masked_for(user: permissions.Principal, graph: str) -> list[str]:
+    """The sensitive paths ``user`` sees masked in ``graph`` (none for a principal who may see them)."""
+    return [] if may_see_sensitive(user) else sensitive_paths(graph)
 
 
 def guard(
@@ -121,3 +128,43 @@ def audit_details_for(user: permissions.Principal, event: AuditEvent) -> dict[st
         return event.details
     details, _ = guard(user, event.graph, event.details, subject=f"audit:{event.pk}", thread_id=event.thread_id)
     return details  # type: ignore[no-any-return]
+
+
+@dataclasses.dataclass(frozen=True)
+class DecisionShown:
+    """The state-carrying values of one decision, as a reader may see them."""
+
+    state_patch: dict[str, Any] | None
+    resume_value: Any
+
+
+def decisions_shown(
+    user: permissions.Principal, task: ApprovalTask, decisions: Sequence[Decision]
+) -> list[DecisionShown]:
+    """Each decision's state patch (edits or a proposal) and resume value (edited action arguments,
+    responses, the exact resume), masked for ``user`` in one gateway call (one audited reveal)."""
+    permissions.task_get_for(user, task.pk)
+    if not decisions:
+        return []
+    shown, _ = guard(
+        user,
+        task.graph,
+        [{"state_patch": d.state_patch, "resume_value": d.resume_value} for d in decisions],
+        subject=f"task:{task.pk}",
+        thread_id=task.thread_id,
+    )
+    return [DecisionShown(state_patch=s["state_patch"], resume_value=s["resume_value"]) for s in shown]
+
+
+def payload_digest_for(user: permissions.Principal, task: ApprovalTask) -> str:
+    """The payload digest a reader may see: of the payload as shown to them.
+
+    A digest of the unmasked payload would be an oracle: a masked value with
+    few possible values (a date of birth) is found by hashing candidates.
+    """
+    paths = paths_masked_for(user, task.graph)
+    return task.payload_digest if not paths else masked_digest(task.payload, paths)
+
+
+def masked_digest(value: Any, paths: Sequence[str]) -> str:
+    return hashlib.sha256(canonical(redact(value, paths)[0]).encode()).hexdigest()

@@ -32,6 +32,7 @@ from approvals.audit import audit_record
 from approvals.errors import Conflict, InvalidInput, NotFound
 from approvals.models import ApprovalTask, Decision, TaskKind, TaskStatus
 from approvals.payloads import NOT_GIVEN, DecisionRequest
+from approvals.redaction import filter_split, redact
 from runtime.models import ACTIVE_RUN_STATUSES, Run, RunKind, RunStatus, Thread, ThreadStatus
 from runtime.registry import UnknownGraph, graph_get, graph_names
 from runtime.runs import ThreadBusy, run_enqueue
@@ -139,6 +140,44 @@ def _json_filter(qs: QuerySet[Thread], column: str, wanted: dict[str, Any]) -> Q
     return qs
 
 
+def _values_filter(user: permissions.Principal, qs: QuerySet[Thread], wanted: dict[str, Any]) -> QuerySet[Thread]:
+    """Filter on state values as the reader sees them: a redacted location compares as the mask.
+
+    Comparing with the real values would be an oracle (0 results or 1 tells a
+    masked date of birth). Per graph with sensitive paths the reader may not
+    see: a filter naming a redacted location with a real value matches
+    nothing; one naming it with the mask is checked against the masked values;
+    one that reaches no redacted location compares in the database as before
+    (equal real values are equal masked values, and vice versa).
+    """
+    masked_graphs = {g: p for g in graph_names() if (p := gateway.paths_masked_for(user, g))}
+    if not masked_graphs:
+        return _json_filter(qs, "values", wanted)
+    plain_graphs = ~Q(graph__in=list(masked_graphs))
+    matches = Q(pk__in=_json_filter(qs.filter(plain_graphs), "values", wanted).values("pk"))
+    for graph, paths in masked_graphs.items():
+        split = filter_split(wanted, paths)
+        if split is None:
+            continue  # it names a redacted location with a real value: nothing can match
+        plain, masked = split
+        candidates = _json_filter(qs.filter(graph=graph), "values", plain)
+        if not masked:
+            matches |= Q(pk__in=candidates.values("pk"))
+            continue
+        found = [
+            pk
+            for pk, values in candidates.values_list("pk", "values").iterator(chunk_size=500)
+            if isinstance(values, dict) and _masked_equal(values, masked, paths)
+        ]
+        matches |= Q(pk__in=found)
+    return qs.filter(matches)
+
+
+def _masked_equal(values: dict[str, Any], wanted: dict[str, Any], paths: list[str]) -> bool:
+    shown = redact({k: values[k] for k in wanted if k in values}, paths)[0]
+    return all(k in shown and shown[k] == v for k, v in wanted.items())
+
+
 def threads_search(
     *,
     user: permissions.Principal,
@@ -159,7 +198,7 @@ def threads_search(
     if metadata:
         qs = _json_filter(qs, "metadata", metadata)
     if values:
-        qs = _json_filter(qs, "values", values)
+        qs = _values_filter(user, qs, values)
     column = {"thread_id": "id", None: "created_at"}.get(sort_by, sort_by or "created_at")
     order = column if sort_order == "asc" else f"-{column}"
     return list(qs.order_by(order, "-id")[offset : offset + limit])

@@ -64,3 +64,25 @@ def _render(location: tuple[str, ...]) -> str:
     for segment in location:
         out += f"[{segment}]" if segment.isdigit() else (f".{segment}" if out else segment)
     return out
+
+
+def filter_split(wanted: dict[str, Any], paths: Sequence[str]) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """Split a top-level equality filter for a reader who sees ``paths`` masked.
+
+    Returns (plain, masked): ``plain`` keys reach no redacted location, so they
+    compare with the real values exactly as with the masked ones; ``masked``
+    keys hold the mask at every redacted location they reach and must be
+    compared with the masked values. None when the filter puts a real value at
+    a redacted location: the masked values can never equal it.
+    """
+    plain: dict[str, Any] = {}
+    masked: dict[str, Any] = {}
+    for key, value in wanted.items():
+        shown, applied = redact({key: value}, paths)
+        if not applied:
+            plain[key] = value
+        elif shown[key] == value:
+            masked[key] = value
+        else:
+            return None
+    return plain, masked

@@ -28,7 +28,7 @@ from approvals.payloads import (
     payload_title,
     resume_value_build,
 )
-from approvals.redaction import MASK
+from approvals.redaction import MASK, redact
 from runtime.models import Run, RunKind, Thread, ThreadStatus
 from runtime.registry import UnknownGraph, graph_get, graph_names
 from runtime.runs import PendingInterrupt, ThreadBusy, run_enqueue, thread_create
@@ -204,8 +204,13 @@ class Signer:
 
 
 def evidence_digest(*, task: ApprovalTask, redaction: list[str]) -> str:
-    """What a decision is bound to: the payload, the checkpoint, and the redaction the signer saw under."""
-    evidence = {"payload": task.payload_digest, "checkpoint": task.checkpoint_id, "redaction": sorted(redaction)}
+    """What a decision is bound to: the payload, the checkpoint, and the redaction the signer saw under.
+
+    A signer who sees masked values is bound to the payload as shown: a digest
+    of the unmasked payload would let them hash candidates for a masked value.
+    """
+    payload = payload_digest(redact(task.payload, redaction)[0]) if redaction else task.payload_digest
+    evidence = {"payload": payload, "checkpoint": task.checkpoint_id, "redaction": sorted(redaction)}
     return hashlib.sha256(canonical(evidence).encode()).hexdigest()
 
 

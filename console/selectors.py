@@ -458,6 +458,7 @@ class DecisionEvidence:
     seen: Any  # the CheckpointView the signer decided on, masked for the viewer; None if no longer stored
     seen_missing: str
     edits: Any
+    resume: Any  # the resume value as the viewer may see it (masked like the edits)
     diff: list[DiffRow]
     quorum: Quorum
     effects: list[Effect]
@@ -479,7 +480,8 @@ def decision_evidence(*, user: permissions.Principal, decision_id: Any) -> Decis
         seen = gateway.state_for(user, task.thread_id, decision.checkpoint_id)
     except NotFound:
         missing = f"checkpoint {decision.checkpoint_id} is no longer stored (pruned by retention)"
-    [edits] = patch_shown(user=user, task=task, decisions=[decision])
+    [shown] = gateway.decisions_shown(user, task, [decision])
+    edits = shown.state_patch
     before = seen.values if seen else {}
     diff = state_diff(before, {**before, **edits}) if isinstance(edits, dict) and edits else []
     quorum = quorum_for(user=user, task=task)
@@ -493,6 +495,7 @@ def decision_evidence(*, user: permissions.Principal, decision_id: Any) -> Decis
         seen=seen,
         seen_missing=missing,
         edits=edits,
+        resume=shown.resume_value,
         diff=diff,
         quorum=quorum,
         effects=effects,
