@@ -148,6 +148,25 @@ class AuditEvent(models.Model):
         return f"#{self.id} {self.action} {self.subject_type}:{self.subject_id}"
 
 
+class AuditAnchor(models.Model):
+    """The chain's head at a moment: how many events it held and the newest one's hash.
+
+    Append-only like the events (database triggers refuse UPDATE, DELETE and
+    TRUNCATE on PostgreSQL). ``audit_verify`` checks the chain still reaches
+    every anchor: a chain shorter than an anchor, or whose anchored event
+    changed, lost or rewrote its tail.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    at = models.DateTimeField()
+    head_id = models.BigIntegerField()  # the anchored event (the anchor's own audit.anchor event)
+    head_hash = models.CharField(max_length=64)
+    length = models.PositiveBigIntegerField()  # events in the chain up to and including head_id
+
+    def __str__(self) -> str:
+        return f"anchor #{self.id}: {self.length} events, head #{self.head_id}"
+
+
 class ApiToken(models.Model):
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
     name = models.CharField(max_length=100, blank=True, default="")

@@ -9,18 +9,22 @@ can dedupe) and retries with exponential backoff, a bounded number of times.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import logging
 import os
 import secrets as pysecrets
-import urllib.error
-import urllib.request
+import socket
+from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
 from typing import Any
+from urllib.parse import urlsplit
 
+import httpx
 from django.conf import settings
 from django.db import transaction
+from django.db.models import F, Q
 from django.db.models.signals import post_save
 from django.dispatch import receiver
 from django.utils import timezone
@@ -30,7 +34,7 @@ from approvals.audit import audit_record
 from approvals.errors import Conflict, InvalidInput, NotFound
 from approvals.models import (
     ApprovalTask,
-    Decision,
+    AuditEvent,
     OutboundDelivery,
     OutboundStatus,
     WebhookSubscription,
@@ -39,12 +43,18 @@ from approvals.payloads import payload_kind
 from approvals.webhooks import secret_check, secret_generate, webhook_sign
 from runtime import signals
 from runtime.models import Run
+from runtime.registry import graph_names
 
 log = logging.getLogger(__name__)
 
-EVENT_TYPES = ("task.opened", "task.decided", "thread.completed", "thread.failed")
+# task.signed: one signature recorded (a quorum may still be open); task.decided: the task is decided.
+EVENT_TYPES = ("task.opened", "task.signed", "task.decided", "thread.completed", "thread.failed")
 MAX_ATTEMPTS = 6
 TIMEOUT_SECONDS = 10.0
+# A claimed attempt owns the row this long (the HTTP call runs outside any transaction).
+CLAIM_SECONDS = 4 * TIMEOUT_SECONDS + 30
+# What the delivery log keeps of a response: the status code and this much of the body, no headers.
+RESPONSE_EXCERPT_CHARS = 256
 
 
 def _backoff_base() -> float:
@@ -60,40 +70,165 @@ def backoff_delay(attempts: int) -> float:
     return _backoff_base() * (2 ** max(attempts - 1, 0))
 
 
+# --- where webhooks may go ---------------------------------------------------------------------
+
+Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+# Instance metadata services (AWS/GCP/Azure/OpenStack, ECS task credentials, Alibaba, Azure wire
+# server, AWS over IPv6): refused even when an allowlisted network contains them.
+METADATA_ADDRESSES = frozenset(
+    ipaddress.ip_address(a)
+    for a in ("169.254.169.254", "169.254.170.2", "100.100.100.200", "168.63.129.16", "fd00:ec2::254")
+)
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+
+
+class DestinationRefused(Exception):
+    """The URL resolves to an address outbound webhooks may not reach."""
+
+
+class DestinationUnresolvable(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class OutboundPolicy:
+    networks: tuple[Network, ...] = ()
+    hosts: frozenset[str] = frozenset()
+
+
+def outbound_policy() -> OutboundPolicy:
+    """GATEHOUSE_OUTBOUND_ALLOWED_NETWORKS: CIDRs and host names that may be reached although internal."""
+    networks: list[Network] = []
+    hosts: set[str] = set()
+    for entry in getattr(settings, "GATEHOUSE_OUTBOUND_ALLOWED_NETWORKS", []):
+        try:
+            networks.append(ipaddress.ip_network(entry, strict=False))
+        except ValueError:
+            hosts.add(entry.lower().rstrip("."))
+    return OutboundPolicy(tuple(networks), frozenset(hosts))
+
+
+def _embedded_ipv4(address: Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 one carries (mapped, 6to4, NAT64), which is where it leads."""
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return address.ipv4_mapped
+        if address.sixtofour is not None:
+            return address.sixtofour
+        if address in _NAT64:
+            return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    return None
+
+
+def address_refusal(address: Address, *, host: str, policy: OutboundPolicy) -> str | None:
+    """Why ``address`` may not be reached (None: it may)."""
+    candidates = [address] + [a for a in [_embedded_ipv4(address)] if a is not None]
+    if any(a in METADATA_ADDRESSES for a in candidates):
+        return "a cloud metadata address"
+    if host in policy.hosts or any(a in n for a in candidates for n in policy.networks):
+        return None
+    for a in candidates:
+        for refused, label in (
+            (a.is_loopback, "loopback"),
+            (a.is_link_local, "link-local"),
+            (a.is_multicast, "multicast"),
+            (a.is_unspecified, "unspecified"),
+            (isinstance(a, ipaddress.IPv6Address) and a.is_site_local, "site-local"),
+            (a.is_private, "private"),
+            (a.is_reserved, "reserved"),
+            (not a.is_global, "not publicly routable"),
+        ):
+            if refused:
+                return label
+    return None
+
+
+def url_parts(url: str) -> tuple[str, str, int]:
+    """(scheme, host, port) of an http(s) URL, or InvalidInput naming ``url``."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise InvalidInput(f"the url is not valid: {exc}", field="url") from None
+    if parts.scheme not in ("http", "https"):
+        raise InvalidInput("the url must be http(s)", field="url")
+    if not parts.hostname:
+        raise InvalidInput("the url has no host", field="url")
+    return parts.scheme, parts.hostname.lower().rstrip("."), port or (443 if parts.scheme == "https" else 80)
+
+
+def destination_resolve(url: str, *, policy: OutboundPolicy | None = None) -> list[Address]:
+    """Every address ``url``'s host resolves to, each one checked; DestinationRefused if any may not be reached.
+
+    Checking every address (not only the first) matters: a name with one public
+    and one internal address would otherwise reach the internal one on a retry.
+    """
+    policy = policy or outbound_policy()
+    _, host, port = url_parts(url)
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError) as exc:
+        raise DestinationUnresolvable(f"{host} does not resolve: {exc}") from None
+    addresses = list(dict.fromkeys(ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos))
+    if not addresses:
+        raise DestinationUnresolvable(f"{host} does not resolve")
+    for address in addresses:
+        reason = address_refusal(address, host=host, policy=policy)
+        if reason is not None:
+            raise DestinationRefused(
+                f"{host} resolves to {address} ({reason}); outbound webhooks may not reach it "
+                "unless GATEHOUSE_OUTBOUND_ALLOWED_NETWORKS allows it"
+            )
+    return addresses
+
+
+def destination_check(url: str) -> None:
+    """For a subscription being saved: InvalidInput naming ``url`` unless it is a reachable public address."""
+    try:
+        destination_resolve(url)
+    except (DestinationRefused, DestinationUnresolvable) as exc:
+        raise InvalidInput(str(exc), field="url") from None
+
+
 # --- subscriptions -------------------------------------------------------------------------
 
 
-@transaction.atomic
 def subscription_create(
     *, actor: Any, url: str, graph: str = "*", event_types: list[str], secret: str | None = None
 ) -> WebhookSubscription:
     if actor is not None:
         permissions.require(actor, "runtime.retry_thread", "manage webhooks")
+    if graph != "*" and graph not in graph_names():
+        raise InvalidInput(f"unknown graph {graph!r}", field="graph")
+    if actor is not None:
         if graph != "*" and not permissions.graph_visible(actor, graph):
             raise NotFound(f"graph {graph!r} not found", field="graph")
         if graph == "*" and permissions.graphs_visible(actor) is not None:
             raise InvalidInput("only principals who see every graph may subscribe to all of them", field="graph")
-    if not url.startswith(("http://", "https://")):
-        raise InvalidInput("the url must be http(s)", field="url")
     unknown = [e for e in event_types if e not in EVENT_TYPES]
     if unknown or not event_types:
         raise InvalidInput(f"event types must be among {', '.join(EVENT_TYPES)}", field="event_types")
-    subscription = WebhookSubscription.objects.create(
-        url=url,
-        graph=graph,
-        event_types=list(dict.fromkeys(event_types)),
-        secret=secret_check(secret) if secret else secret_generate(),
-        created_by=actor,
-    )
-    audit_record(
-        actor=actor,
-        actor_label=None if actor else "manage.py",
-        action="webhook.subscription_created",
-        subject_type="subscription",
-        subject_id=subscription.pk,
-        graph="" if graph == "*" else graph,
-        details={"url": url, "graph": graph, "event_types": subscription.event_types},
-    )
+    checked_secret = secret_check(secret) if secret else secret_generate()
+    destination_check(url)  # resolves the host: before the transaction, not while holding it
+    with transaction.atomic():
+        subscription = WebhookSubscription.objects.create(
+            url=url,
+            graph=graph,
+            event_types=list(dict.fromkeys(event_types)),
+            secret=checked_secret,
+            created_by=actor,
+        )
+        audit_record(
+            actor=actor,
+            actor_label=None if actor else "manage.py",
+            action="webhook.subscription_created",
+            subject_type="subscription",
+            subject_id=subscription.pk,
+            graph="" if graph == "*" else graph,
+            details={"url": url, "graph": graph, "event_types": subscription.event_types},
+        )
     return subscription
 
 
@@ -162,23 +297,37 @@ def on_task_saved(sender: Any, instance: ApprovalTask, created: bool, **kwargs: 
     )
 
 
-@receiver(post_save, sender=Decision, dispatch_uid="outbound.task_decided")
-def on_decision_saved(sender: Any, instance: Decision, created: bool, **kwargs: Any) -> None:
-    if not created:
+@receiver(post_save, sender=AuditEvent, dispatch_uid="outbound.task_signed_decided")
+def on_decision_recorded(sender: Any, instance: AuditEvent, created: bool, **kwargs: Any) -> None:
+    """A signature is ``task.signed``; only the one that decides the task (quorum met) is also ``task.decided``.
+
+    The audit event, not the Decision row, says whether the signature decided
+    the task: on a two-approver gate the first signature leaves it pending.
+    """
+    if not created or instance.action not in ("decision.made", "decision.recorded"):
         return
-    task = instance.task
+    details = instance.details
+    data = {
+        "task_id": instance.subject_id,
+        "thread_id": str(instance.thread_id),
+        "decision_id": details.get("decision"),
+        "outcome": details.get("outcome"),
+        "reason": details.get("reason", ""),
+        "actor": instance.actor_label,
+    }
+    quorum = details.get("quorum") or {}
     event_emit(
-        "task.decided",
-        graph=task.graph,
+        "task.signed",
+        graph=instance.graph,
         data={
-            "task_id": str(task.id),
-            "thread_id": str(task.thread_id),
-            "decision_id": str(instance.id),
-            "outcome": instance.outcome,
-            "reason": instance.reason,
-            "actor": instance.actor.get_username(),
+            **data,
+            "meaning": details.get("meaning"),
+            "approvals": quorum.get("approvals"),
+            "required": quorum.get("required"),
         },
     )
+    if instance.action == "decision.made":
+        event_emit("task.decided", graph=instance.graph, data=data)
 
 
 @receiver(signals.run_completed, dispatch_uid="outbound.thread_completed")
@@ -203,53 +352,121 @@ def on_run_failed(sender: Any, run: Run, error: str, **kwargs: Any) -> None:
 # --- sending ---------------------------------------------------------------------------------
 
 
+def delivery_claim(*, delivery_id: int) -> OutboundDelivery | None:
+    """Take one attempt of a due delivery: a conditional UPDATE, so one worker wins and no lock is kept.
+
+    ``next_attempt_at`` becomes the claim's expiry: a duplicate dispatch finds
+    the row not due, and if this worker dies the sweeper sends it again later.
+    """
+    now = timezone.now()
+    # Celery may run a countdown a moment early on another machine's clock.
+    due = Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=now + timedelta(seconds=2))
+    won = OutboundDelivery.objects.filter(due, pk=delivery_id, status=OutboundStatus.PENDING).update(
+        attempts=F("attempts") + 1, next_attempt_at=now + timedelta(seconds=CLAIM_SECONDS)
+    )
+    if not won:
+        return None  # delivered, given up, not due yet, or another worker holds it
+    return OutboundDelivery.objects.select_related("subscription").get(pk=delivery_id)
+
+
+@dataclass(frozen=True)
+class SendResult:
+    code: int | None = None
+    error: str = ""
+    refused: bool = False  # by the destination policy: nothing was sent
+
+
 def delivery_attempt(*, delivery_id: int) -> OutboundDelivery | None:
-    """One attempt: claim the row, POST it signed, record the result, schedule the next try."""
+    """One attempt: claim the row, POST it signed outside any transaction, record the result."""
+    delivery = delivery_claim(delivery_id=delivery_id)
+    if delivery is None:
+        return None
+    body = json.dumps(delivery.payload, separators=(",", ":")).encode()
+    headers = webhook_sign(delivery.subscription.secret, body, msg_id=delivery.event_id)
+    result = delivery_send(delivery.subscription.url, body, headers)
+    return _delivery_record(delivery, result)
+
+
+def _delivery_record(claimed: OutboundDelivery, result: SendResult) -> OutboundDelivery:
     with transaction.atomic():
-        delivery = (
-            OutboundDelivery.objects.select_for_update(skip_locked=True)
-            .select_related("subscription")
-            .filter(pk=delivery_id, status=OutboundStatus.PENDING)
-            .first()
-        )
-        if delivery is None:
-            return None  # delivered, given up, or another worker holds it
-        delivery.attempts += 1
-        body = json.dumps(delivery.payload, separators=(",", ":")).encode()
-        headers = webhook_sign(delivery.subscription.secret, body, msg_id=delivery.event_id)
-        code, error = _post(delivery.subscription.url, body, headers)
-        delivery.response_code = code
+        delivery = OutboundDelivery.objects.select_for_update().get(pk=claimed.pk)
+        if delivery.status != OutboundStatus.PENDING or delivery.attempts != claimed.attempts:
+            return delivery  # our claim lapsed and another attempt took over: its result counts
+        delivery.response_code = result.code
         now = timezone.now()
-        if code is not None and 200 <= code < 300:
+        if result.code is not None and 200 <= result.code < 300:
             delivery.status = OutboundStatus.DELIVERED
             delivery.delivered_at = now
             delivery.last_error = ""
             delivery.next_attempt_at = None
         else:
-            delivery.last_error = error or f"HTTP {code}"
-            # A manual retry of a delivery that gave up gets exactly one more attempt.
-            if delivery.attempts >= MAX_ATTEMPTS:
+            delivery.last_error = result.error or f"HTTP {result.code}"
+            # A manual retry of a delivery that gave up gets exactly one more attempt;
+            # a refused destination is not retried (a manual retry checks it again).
+            if result.refused or delivery.attempts >= MAX_ATTEMPTS:
                 delivery.status = OutboundStatus.FAILED
                 delivery.next_attempt_at = None
             else:
                 delay = backoff_delay(delivery.attempts)
                 delivery.next_attempt_at = now + timedelta(seconds=delay)
-                transaction.on_commit(lambda: _dispatch(delivery.pk, countdown=delay))
+                pk = delivery.pk
+                transaction.on_commit(lambda: _dispatch(pk, countdown=delay))
         delivery.save()
+        if result.refused:
+            audit_record(
+                actor=None,
+                actor_label="outbound",
+                action="webhook.delivery_refused",
+                subject_type="outbound_delivery",
+                subject_id=delivery.pk,
+                graph=delivery.graph,
+                details={"subscription": delivery.subscription_id, "error": delivery.last_error},
+            )
     return delivery
 
 
-def _post(url: str, body: bytes, headers: dict[str, str]) -> tuple[int | None, str]:
-    request = urllib.request.Request(
-        url, data=body, method="POST", headers={**headers, "Content-Type": "application/json"}
-    )
+def _excerpt(raw: bytes) -> str:
+    text = raw.decode("utf-8", errors="replace")[:RESPONSE_EXCERPT_CHARS]
+    return "".join(c if c.isprintable() else " " for c in text).strip()
+
+
+def delivery_send(url: str, body: bytes, headers: dict[str, str]) -> SendResult:
+    """POST to the address that was checked, never to a second lookup of the name (DNS rebinding).
+
+    The URL's host is replaced by the checked IP; the Host header and TLS SNI
+    (and certificate check) keep the name. Redirects are not followed, no
+    proxy from the environment is used, and only a bounded excerpt of the
+    response is kept.
+    """
     try:
-        with urllib.request.urlopen(request, timeout=TIMEOUT_SECONDS) as response:  # noqa: S310 - operator-set URL
-            return response.status, ""
-    except urllib.error.HTTPError as exc:
-        return exc.code, f"HTTP {exc.code}: {exc.read(500).decode(errors='replace')}"
-    except (urllib.error.URLError, OSError, TimeoutError) as exc:
-        return None, f"{type(exc).__name__}: {exc}"
+        addresses = destination_resolve(url)
+    except DestinationRefused as exc:
+        return SendResult(error=f"refused: {exc}", refused=True)
+    except (DestinationUnresolvable, InvalidInput) as exc:
+        return SendResult(error=str(exc)[:RESPONSE_EXCERPT_CHARS])
+    target = httpx.URL(url)
+    host = target.host
+    pinned = target.copy_with(host=str(addresses[0]))
+    extensions = {"sni_hostname": host} if target.scheme == "https" else {}
+    request_headers = {**headers, "Content-Type": "application/json", "Host": target.netloc.decode("ascii")}
+    try:
+        with (
+            httpx.Client(follow_redirects=False, trust_env=False, timeout=TIMEOUT_SECONDS) as client,
+            client.stream("POST", pinned, content=body, headers=request_headers, extensions=extensions) as response,
+        ):
+            raw = b""
+            for chunk in response.iter_raw():  # raw: a compressed body is not inflated
+                raw += chunk
+                if len(raw) >= RESPONSE_EXCERPT_CHARS * 4:
+                    break
+            code = response.status_code
+    except (httpx.HTTPError, OSError) as exc:
+        return SendResult(error=f"{type(exc).__name__}: {_excerpt(str(exc).encode())}")
+    if 200 <= code < 300:
+        return SendResult(code=code)
+    note = " (redirects are not followed)" if 300 <= code < 400 else ""
+    excerpt = _excerpt(raw)
+    return SendResult(code=code, error=f"HTTP {code}{note}" + (f": {excerpt}" if excerpt else ""))
 
 
 @transaction.atomic

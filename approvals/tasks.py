@@ -9,9 +9,11 @@ from approvals.audit import audit_anchor
 
 @shared_task(name="approvals.anchor_audit", ignore_result=True)
 def anchor_audit() -> str:
-    return audit_anchor().hash
+    return audit_anchor().head_hash
 
 
+# Routed to the outbound queue (CELERY_TASK_ROUTES): a receiver that is slow to answer
+# ties up an outbound worker slot, never one that runs graphs.
 @shared_task(name="approvals.deliver_webhook", acks_late=True, ignore_result=True)
 def deliver_webhook(delivery_id: int) -> None:
     from approvals.outbound import delivery_attempt

@@ -7,12 +7,15 @@ graphs. Setting ``DATABASE_URL`` and ``REDIS_URL`` gives production mode.
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import re
 from pathlib import Path
 from typing import Any
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
+from kombu import Queue
 
 from console.env import env_bool, env_float, env_int, env_list, env_str
 
@@ -216,6 +219,9 @@ GATEHOUSE_SEPARATION_OF_DUTIES = env_bool("GATEHOUSE_SEPARATION_OF_DUTIES", Fals
 GATEHOUSE_REAUTH_SECONDS = env_int("GATEHOUSE_REAUTH_SECONDS", 15 * 60, minimum=30)
 # How often beat records the audit chain's head as an anchor event.
 GATEHOUSE_ANCHOR_SECONDS = env_float("GATEHOUSE_ANCHOR_SECONDS", 3600.0, minimum=1.0)
+# Each anchor is also appended (one JSON line, O_APPEND, mode 0600) to this file,
+# kept where the database role cannot rewrite it; `audit_verify --sink` checks it.
+GATEHOUSE_AUDIT_ANCHOR_SINK = env_str("GATEHOUSE_AUDIT_ANCHOR_SINK") or ""
 GATEHOUSE_DEMO = env_bool("GATEHOUSE_DEMO", EMBEDDED)
 
 # --- Celery ----------------------------------------------------------------
@@ -248,6 +254,22 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 # Outbound webhook retries back off exponentially from this base.
 GATEHOUSE_WEBHOOK_BACKOFF_SECONDS = env_float("GATEHOUSE_WEBHOOK_BACKOFF_SECONDS", 10.0, minimum=0.05)
+# Outbound webhooks never go to loopback, private, link-local, multicast, reserved or
+# cloud-metadata addresses, except to networks (CIDR) or host names listed here.
+GATEHOUSE_OUTBOUND_ALLOWED_NETWORKS = env_list("GATEHOUSE_OUTBOUND_ALLOWED_NETWORKS", [])
+for _entry in GATEHOUSE_OUTBOUND_ALLOWED_NETWORKS:
+    try:
+        ipaddress.ip_network(_entry, strict=False)
+    except ValueError:
+        if not re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?\.?", _entry):
+            raise ImproperlyConfigured(
+                f"GATEHOUSE_OUTBOUND_ALLOWED_NETWORKS: {_entry!r} is neither a network (CIDR) nor a host name"
+            ) from None
+# Outbound webhook deliveries run on their own queue, so slow receivers never hold up runs.
+# A worker started without -Q consumes both queues; one with -Q must name both.
+GATEHOUSE_OUTBOUND_QUEUE = f"{CELERY_TASK_DEFAULT_QUEUE}.outbound"
+CELERY_TASK_QUEUES = [Queue(CELERY_TASK_DEFAULT_QUEUE), Queue(GATEHOUSE_OUTBOUND_QUEUE)]
+CELERY_TASK_ROUTES = {"approvals.deliver_webhook": {"queue": GATEHOUSE_OUTBOUND_QUEUE}}
 CELERY_BEAT_SCHEDULE = {
     "sweep-runs": {"task": "runtime.sweep_runs", "schedule": GATEHOUSE_SWEEP_SECONDS},
     "sweep-webhooks": {"task": "approvals.sweep_webhooks", "schedule": max(GATEHOUSE_SWEEP_SECONDS, 5.0)},

@@ -170,7 +170,7 @@ class WorkerProcess:
                 "--concurrency=4",
                 "--loglevel=INFO",
                 "-Q",
-                env["GATEHOUSE_QUEUE"],
+                f"{env['GATEHOUSE_QUEUE']},{env['GATEHOUSE_QUEUE']}.outbound",  # runs, and outbound webhooks
                 "--schedule",
                 str(self.workdir / f"beat-{uuid.uuid4().hex[:6]}"),
                 "--without-mingle",

@@ -19,6 +19,9 @@ os.environ.setdefault("GATEHOUSE_REDISPATCH_AFTER_SECONDS", "3")
 os.environ.setdefault("GATEHOUSE_VAR_DIR", str(_ROOT / "var" / "test"))
 # One queue per test session, so two sessions on one Redis never share work.
 os.environ.setdefault("GATEHOUSE_QUEUE", f"gatehouse-test-{uuid.uuid4().hex[:8]}")
+# The suite's fake webhook receivers listen on 127.0.0.1, which outbound webhooks refuse by
+# default; tests of that refusal clear this setting (tests/security/test_outbound_webhooks.py).
+os.environ.setdefault("GATEHOUSE_OUTBOUND_ALLOWED_NETWORKS", "127.0.0.1/32")
 
 from console.settings import *  # noqa: E402,F403
 

@@ -59,7 +59,11 @@ def test_audit_verify_names_the_first_event_a_superuser_tampered_with():
 
 def test_an_anchor_records_the_current_head_of_the_chain():
     head = _event("before-anchor")
+    length = AuditEvent.objects.count()
     anchor = audit_anchor()
-    assert anchor.action == "audit.anchor"
-    assert anchor.details == {"head_id": head.pk, "head_hash": head.hash}
-    assert anchor.prev_hash == head.hash
+    event = AuditEvent.objects.get(pk=anchor.head_id)
+    assert event.action == "audit.anchor"
+    assert event.details == {"head_id": head.pk, "head_hash": head.hash, "length": length}
+    assert event.prev_hash == head.hash
+    # The anchor pins its own event: the chain's newest hash and its length at that moment.
+    assert (anchor.head_hash, anchor.length) == (event.hash, length + 1)

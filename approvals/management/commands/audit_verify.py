@@ -1,21 +1,66 @@
+"""manage.py audit_verify [--sink [PATH]]
+
+Walks the audit hash chain (every link and hash) and checks it against every
+stored anchor: a chain shorter than an anchor, or whose anchored event is
+gone or different, lost or rewrote its tail. ``--sink`` also checks the
+anchors copied outside the database (``GATEHOUSE_AUDIT_ANCHOR_SINK`` or PATH),
+which catch rows and anchors deleted together. Exit status 1 on any finding.
+"""
+
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from approvals.audit import audit_verify
+from approvals.audit import (
+    SinkUnreadable,
+    anchor_sink_path,
+    anchors_compare,
+    anchors_from_sink,
+    anchors_stored,
+    audit_chain_check,
+)
 
 
 class Command(BaseCommand):
-    help = "Walk the audit hash chain and report the first broken link (exit status 1 if any)."
+    help = "Verify the audit hash chain and its anchors; name every finding (exit status 1 if any)."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--sink",
+            nargs="?",
+            const="",
+            default=None,
+            metavar="PATH",
+            help="also check the anchors in this file (default: GATEHOUSE_AUDIT_ANCHOR_SINK)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        checked, broken = audit_verify()
-        if broken is not None:
-            raise CommandError(
+        stored = anchors_stored()
+        sink: list[Any] = []
+        findings: list[str] = []
+        if options["sink"] is not None:
+            path = Path(options["sink"]) if options["sink"] else anchor_sink_path()
+            if path is None:
+                raise CommandError("--sink needs a PATH or GATEHOUSE_AUDIT_ANCHOR_SINK")
+            try:
+                sink = anchors_from_sink(path)
+            except SinkUnreadable as exc:
+                raise CommandError(str(exc)) from None
+            findings += anchors_compare(stored, sink)
+        report = audit_chain_check(anchors=[*stored, *sink])
+        if report.broken is not None:
+            broken = report.broken
+            findings.insert(
+                0,
                 f"audit chain BROKEN at event #{broken.pk} ({broken.action} {broken.subject_type}:{broken.subject_id}, "
                 f"{broken.at.isoformat()}): its hash does not match its contents or its predecessor; "
-                f"{checked} events before it verified"
+                f"{report.verified} events before it verified",
             )
-        self.stdout.write(f"audit chain intact: {checked} events verified")
+        findings += report.problems
+        if findings:
+            raise CommandError("\n".join(findings))
+        anchors = f"{len(stored)} anchors" + (f", {len(sink)} in the sink" if options["sink"] is not None else "")
+        self.stdout.write(f"audit chain intact: {report.checked} events verified against {anchors}")
