@@ -15,7 +15,7 @@ from typing import Any
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
-from kombu import Queue
+from kombu import Exchange, Queue
 
 from console.env import env_bool, env_float, env_int, env_list, env_str
 
@@ -268,7 +268,10 @@ for _entry in GATEHOUSE_OUTBOUND_ALLOWED_NETWORKS:
 # Outbound webhook deliveries run on their own queue, so slow receivers never hold up runs.
 # A worker started without -Q consumes both queues; one with -Q must name both.
 GATEHOUSE_OUTBOUND_QUEUE = f"{CELERY_TASK_DEFAULT_QUEUE}.outbound"
-CELERY_TASK_QUEUES = [Queue(CELERY_TASK_DEFAULT_QUEUE), Queue(GATEHOUSE_OUTBOUND_QUEUE)]
+# Each queue with its own exchange and routing key: two queues bound alike would both get every message.
+CELERY_TASK_QUEUES = [
+    Queue(name, Exchange(name), routing_key=name) for name in (CELERY_TASK_DEFAULT_QUEUE, GATEHOUSE_OUTBOUND_QUEUE)
+]
 CELERY_TASK_ROUTES = {"approvals.deliver_webhook": {"queue": GATEHOUSE_OUTBOUND_QUEUE}}
 CELERY_BEAT_SCHEDULE = {
     "sweep-runs": {"task": "runtime.sweep_runs", "schedule": GATEHOUSE_SWEEP_SECONDS},

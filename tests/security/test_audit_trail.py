@@ -135,7 +135,9 @@ def test_audit_verify_detects_a_tail_rewritten_with_consistent_hashes():
     assert "BROKEN" not in str(caught.value)  # the links alone would not have shown it
 
 
-def test_the_anchor_sink_catches_rows_and_anchors_deleted_together(settings, tmp_path, django_capture_on_commit_callbacks):
+def test_the_anchor_sink_catches_rows_and_anchors_deleted_together(
+    settings, tmp_path, django_capture_on_commit_callbacks
+):
     sink = tmp_path / "anchors.jsonl"
     settings.GATEHOUSE_AUDIT_ANCHOR_SINK = str(sink)
     _events(2)

@@ -50,7 +50,8 @@ class Receiver:
         class Handler(BaseHTTPRequestHandler):
             def _handle(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                receiver.requests.append((self.command, self.path, {k.lower(): v for k, v in self.headers.items()}, body))
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                receiver.requests.append((self.command, self.path, headers, body))
                 receiver.arrived.set()
                 if receiver.hold is not None:
                     receiver.hold.wait(timeout=60)
@@ -317,10 +318,13 @@ def test_the_delivery_log_keeps_only_a_short_excerpt_of_the_response(operator, r
 def test_deliveries_run_on_their_own_queue():
     from console.celery import app
 
-    route = app.amqp.router.route({}, "approvals.deliver_webhook")
-    assert route["queue"].name == f"{django_settings.CELERY_TASK_DEFAULT_QUEUE}.outbound"
-    run_route = app.amqp.router.route({}, "runtime.execute_run")
-    assert run_route["queue"].name == django_settings.CELERY_TASK_DEFAULT_QUEUE
+    outbound_queue = app.amqp.router.route({}, "approvals.deliver_webhook")["queue"]
+    run_queue = app.amqp.router.route({}, "runtime.execute_run")["queue"]
+    assert outbound_queue.name == f"{django_settings.CELERY_TASK_DEFAULT_QUEUE}.outbound"
+    assert run_queue.name == django_settings.CELERY_TASK_DEFAULT_QUEUE
+    # Bound apart: a message for one queue must not also land in the other.
+    bindings = {(q.exchange.name, q.routing_key) for q in app.amqp.queues.values()}
+    assert len(bindings) == len(app.amqp.queues) == 2
 
 
 # --- with the worker: locks and events --------------------------------------------------------
