@@ -5,6 +5,10 @@ change (an outbox: no event for a change that rolled back, none lost for one tha
 committed), and a Celery task is dispatched after commit. The sender signs each
 attempt per Standard Webhooks (same ``webhook-id`` on every attempt, so receivers
 can dedupe) and retries with exponential backoff, a bounded number of times.
+
+Destinations are checked at subscription and again at send time: internal,
+private and cloud-metadata addresses are refused unless allowlisted, and the
+request goes to the address that was checked (docs/security-audit.md).
 """
 
 from __future__ import annotations
