@@ -19,6 +19,7 @@ import logging
 import os
 import secrets as pysecrets
 import socket
+import ssl
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
@@ -455,7 +456,11 @@ def delivery_send(url: str, body: bytes, headers: dict[str, str]) -> SendResult:
     request_headers = {**headers, "Content-Type": "application/json", "Host": target.netloc.decode("ascii")}
     try:
         with (
-            httpx.Client(follow_redirects=False, trust_env=False, timeout=TIMEOUT_SECONDS) as client,
+            # trust_env=False: no proxy from the environment (it would resolve the name itself); the
+            # system's CA store (as before, honouring SSL_CERT_FILE) rather than httpx's bundled one.
+            httpx.Client(
+                follow_redirects=False, trust_env=False, timeout=TIMEOUT_SECONDS, verify=ssl.create_default_context()
+            ) as client,
             client.stream("POST", pinned, content=body, headers=request_headers, extensions=extensions) as response,
         ):
             raw = b""

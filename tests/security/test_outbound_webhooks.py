@@ -285,6 +285,60 @@ def test_the_request_goes_to_the_address_that_was_checked(dns, receiver, interna
     assert dns.calls["pinned.example.test"] == 1
 
 
+def _self_signed(tmp_path: Any, name: str) -> tuple[str, str]:
+    from datetime import UTC, datetime, timedelta
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = datetime.now(UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - timedelta(minutes=5))
+        .not_valid_after(now + timedelta(hours=1))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(name)]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    return str(cert_path), str(key_path)
+
+
+def test_https_goes_to_the_checked_address_and_still_verifies_the_name(dns, settings, tmp_path, monkeypatch):
+    import ssl
+
+    cert, key = _self_signed(tmp_path, "hooks.example.test")
+    monkeypatch.setenv("SSL_CERT_FILE", cert)  # the system store, as a deployment with an internal CA sets it
+    settings.GATEHOUSE_OUTBOUND_ALLOWED_NETWORKS = ["127.0.0.1/32"]
+    server = Receiver()
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    server.server.socket = context.wrap_socket(server.server.socket, server_side=True)
+    try:
+        dns.answers["hooks.example.test"] = [["127.0.0.1"], ["127.0.0.2"]]
+        dns.answers["impostor.example.test"] = [["127.0.0.1"]]
+        url = f"https://hooks.example.test:{server.port}/hook"
+        assert outbound.delivery_send(url, b"{}", {}).code == 204
+        assert server.requests[0][2]["host"] == f"hooks.example.test:{server.port}"
+        # SNI and the certificate check use the name, not the pinned IP: another name is refused.
+        wrong = outbound.delivery_send(f"https://impostor.example.test:{server.port}/hook", b"{}", {})
+        assert wrong.code is None and "CERTIFICATE_VERIFY_FAILED" in wrong.error
+    finally:
+        server.close()
+
+
 @pytest.mark.django_db
 def test_a_redirect_to_an_internal_address_is_not_followed(receiver, internal_service, settings):
     settings.GATEHOUSE_OUTBOUND_ALLOWED_NETWORKS = ["127.0.0.1/32"]
