@@ -27,8 +27,6 @@ from runtime.registry import graph_names
 
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_FORBIDDEN = 4403
-# Events arrive in bursts (run claimed, task opened, run interrupted within
-# milliseconds): coalesce them into one render.
 # Events of one change arrive together (run claimed, task opened, run interrupted): wait this
 # long after the first and render once. Short: it is added to what a reviewer waits for.
 DEBOUNCE_SECONDS = 0.01
