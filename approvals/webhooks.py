@@ -102,6 +102,13 @@ def graph_gates(graph: str) -> list[str]:
     return sorted(names)
 
 
+def endpoint_graph_choices(user: Any) -> list[tuple[str, list[str]]]:
+    """The graphs ``user`` may create endpoints for, each with its gates (for the console's form)."""
+    if not permissions.can(user, "approvals.manage_webhooks"):
+        return []
+    return [(name, graph_gates(name)) for name in graph_names() if permissions.graph_visible(user, name)]
+
+
 def _gates_check(graph: str, gates: Any) -> list[str]:
     if not isinstance(gates, list) or not gates or not all(isinstance(g, str) and g for g in gates):
         raise InvalidInput(

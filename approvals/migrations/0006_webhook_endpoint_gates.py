@@ -1,7 +1,7 @@
 """Inbound endpoints declare the gates they may decide; managing them becomes an admin permission.
 
 Existing endpoints get the gates they could already reach: a delivery is only ever
-matched to a task whose payload carries a ``correlation_key``, so the gates of the
+matched to a task whose payload carries a ``correlation_key`` value, so the gates of the
 endpoint's graph whose tasks carried one (plus any gate it actually decided) are
 exactly what it was used for. An endpoint with no such task yet gets no gates: it
 decides nothing until an admin declares them (``PATCH /api/webhook-endpoints/{name}``).
@@ -29,7 +29,10 @@ def gates_infer(apps, schema_editor):  # type: ignore[no-untyped-def]
     InboundDelivery = apps.get_model("approvals", "InboundDelivery")
     GraphAssignment = apps.get_model("approvals", "GraphAssignment")
     for endpoint in WebhookEndpoint.objects.all():
-        correlated = ApprovalTask.objects.filter(graph=endpoint.graph, payload__has_key="correlation_key")
+        # Gatehouse's gate payload always has the key; only a non-null value can be matched.
+        correlated = ApprovalTask.objects.filter(graph=endpoint.graph, payload__has_key="correlation_key").exclude(
+            payload__correlation_key=None
+        )
         decided = InboundDelivery.objects.filter(endpoint=endpoint, decision__isnull=False, task__isnull=False)
         gates = set(correlated.values_list("node", flat=True)) | set(decided.values_list("task__node", flat=True))
         endpoint.gates = sorted(gates)
