@@ -106,7 +106,8 @@ def subject_make(kind: str, personas: dict[str, Persona]) -> Subject:
         from approvals.webhooks import webhook_endpoint_create
 
         name = f"matrix-{uuid.uuid4().hex[:8]}"
-        endpoint = webhook_endpoint_create(actor=admin.user, name=name, graph="kyc_onboarding", gates=["identity_check"])
+        gates = ["identity_check"]
+        endpoint = webhook_endpoint_create(actor=admin.user, name=name, graph="kyc_onboarding", gates=gates)
         return Subject("kyc_onboarding", "", name=endpoint.name)
     if kind == "failed":
         thread = thread_start(admin, "flaky", {"subject": "matrix"})

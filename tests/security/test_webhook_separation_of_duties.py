@@ -36,6 +36,10 @@ def _identity_task(personas: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     return thread["id"], task
 
 
+def _kyc_endpoint(name: str) -> dict[str, Any]:
+    return {"name": name, "graph": "kyc_onboarding", "gates": ["identity_check"]}
+
+
 def _deliver(name: str, secret: str, thread_id: str) -> Any:
     raw = json.dumps({"correlation_key": f"kyc-{thread_id}", "status": "verified"}).encode()
     headers = webhook_sign(secret, raw)
@@ -134,7 +138,7 @@ def test_the_endpoint_principal_cannot_decide_another_gate_even_with_a_token(per
 def test_a_declared_gate_is_still_decided_by_a_signed_delivery(personas):
     admin = personas["admin"].client
     name = _name()
-    created = admin.post("/api/webhook-endpoints", {"name": name, "graph": "kyc_onboarding", "gates": ["identity_check"]})
+    created = admin.post("/api/webhook-endpoints", _kyc_endpoint(name))
     assert created.status_code == 201 and created.json()["gates"] == ["identity_check"]
     thread_id, task = _identity_task(personas)
 
@@ -147,7 +151,7 @@ def test_a_declared_gate_is_still_decided_by_a_signed_delivery(personas):
 def test_every_change_to_an_endpoint_is_audited_with_before_and_after_and_no_secret(personas):
     admin = personas["admin"].client
     name = _name()
-    created = admin.post("/api/webhook-endpoints", {"name": name, "graph": "kyc_onboarding", "gates": ["identity_check"]})
+    created = admin.post("/api/webhook-endpoints", _kyc_endpoint(name))
     assert created.status_code == 201
     first = created.json()["secrets"]
     rotated = admin.post(f"/api/webhook-endpoints/{name}/rotate", {"keep_previous": True})
@@ -172,10 +176,11 @@ def test_every_change_to_an_endpoint_is_audited_with_before_and_after_and_no_sec
     }
     assert all(e.actor_label == personas["admin"].username for e in events.values())
     assert events["webhook.endpoint_created"].details["after"]["gates"] == ["identity_check"]
-    assert events["webhook.endpoint_rotated"].details["before"]["secrets"] != events[
-        "webhook.endpoint_rotated"].details["after"]["secrets"]
-    assert events["webhook.endpoint_gates_changed"].details["before"] == {"gates": ["identity_check"]}
-    assert events["webhook.endpoint_gates_changed"].details["after"] == {"gates": ["compliance_review", "identity_check"]}
+    rotation = events["webhook.endpoint_rotated"].details
+    assert rotation["before"]["secrets"] != rotation["after"]["secrets"]
+    change = events["webhook.endpoint_gates_changed"].details
+    assert change["before"] == {"gates": ["identity_check"]}
+    assert change["after"] == {"gates": ["compliance_review", "identity_check"]}
     assert events["webhook.endpoint_deleted"].details["after"] == {"gates": [], "secrets": [], "active": False}
     trail = json.dumps([e.details for e in events.values()])
     for secret in [*first, *rotated.json()["secrets"]]:
