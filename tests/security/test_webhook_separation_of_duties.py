@@ -216,7 +216,7 @@ def test_the_webhooks_page_lists_declared_gates_and_shows_a_new_secret_once(pers
 def test_the_migration_limits_an_existing_endpoint_to_the_gates_it_could_reach(personas):
     from importlib import import_module
 
-    migration = import_module("approvals.migrations.0006_webhook_endpoint_gates")
+    migration = import_module("approvals.migrations.0007_webhook_endpoint_gates")
     _identity_task(personas)  # a task whose payload carries a correlation key, at identity_check
     endpoint = webhook_endpoint_create(actor=None, name=_name(), graph="kyc_onboarding", gates=["identity_check"])
     # As before the migration: no gates, a graph-wide assignment for its principal.

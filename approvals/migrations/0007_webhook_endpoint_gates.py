@@ -44,7 +44,7 @@ def gates_infer(apps, schema_editor):  # type: ignore[no-untyped-def]
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("approvals", "0005_console_scale_indexes"),
+        ("approvals", "0006_audit_anchors_truncate_guard"),
     ]
 
     operations = [
