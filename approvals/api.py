@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 from uuid import UUID
 
 from django.http import HttpRequest
-from django.utils import timezone
 from ninja import Query, Router, Schema, Status
 from pydantic import Field
 
@@ -27,7 +25,7 @@ from approvals.schemas import (
     ThreadIn,
     ThreadOut,
 )
-from approvals.security import SESSION_AUTH_AT
+from approvals.security import request_proof_at, session_proof_record
 from runtime.models import Run, Thread
 from runtime.registry import graph_get, graph_names
 from runtime.schema import json_schema_for
@@ -158,14 +156,6 @@ def task_detail(request: HttpRequest, task_id: UUID) -> TaskOut:
     )
 
 
-def _authenticated_at(request: HttpRequest) -> datetime | None:
-    """When the caller last proved who they are: now for a token, the sign-in time for a session."""
-    if request.META.get("HTTP_AUTHORIZATION", "").startswith("Bearer "):
-        return timezone.now()
-    raw = request.session.get(SESSION_AUTH_AT) if hasattr(request, "session") else None
-    return datetime.fromisoformat(raw) if raw else None
-
-
 def _decisions_out(user: Any, task: ApprovalTask) -> list[DecisionOut]:
     decisions = list(task.decisions.select_related("actor").order_by("created_at"))
     shown = gateway.decisions_shown(user, task, decisions)
@@ -204,8 +194,9 @@ def task_decide(request: HttpRequest, task_id: UUID, body: DecisionIn) -> Status
         resume=body.resume if "resume" in body.model_fields_set else NOT_GIVEN,
         evidence_digest=body.evidence_digest,
     )
-    signer = services.Signer(authenticated_at=_authenticated_at(request), password=body.password, otp=body.otp)
+    signer = services.Signer(authenticated_at=request_proof_at(request), password=body.password, otp=body.otp)
     decision = services.task_decide(actor=_user(request), task_id=task_id, request=decision_request, signer=signer)
+    session_proof_record(request, decision.reauthenticated_at)
     decision.refresh_from_db()
     [shown] = gateway.decisions_shown(_user(request), decision.task, [decision])
     return Status(201, _decision_out(decision, shown))

@@ -216,8 +216,13 @@ class WebhookEndpoint(models.Model):
     # Dotted path to the event's own time (ISO 8601 or epoch seconds); empty → the webhook-timestamp header.
     timestamp_path = models.CharField(max_length=200, blank=True, default="")
     principal = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    # The gates (node names of ``graph``) this endpoint may decide; its principal decides nothing else.
+    gates = models.JSONField(default=list)
     active = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        permissions = [("manage_webhooks", "Can create, rotate, scope and delete inbound webhook endpoints")]
 
     def __str__(self) -> str:
         return f"webhook {self.name} → {self.graph}"

@@ -51,6 +51,7 @@ ROLES: dict[str, list[str]] = {
         "runtime.start_thread",
         "runtime.retry_thread",
         "console.release_any_claim",
+        "approvals.manage_webhooks",  # an inbound endpoint's secret is a decision credential
     ],
     # Webhook principals (``webhook:<endpoint>``): decide tasks of their endpoint's graph, nothing else.
     "service": ["approvals.view_approvaltask", "approvals.decide_task", "runtime.view_thread"],

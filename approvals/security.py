@@ -1,7 +1,16 @@
-"""Authentication events: audited, and the sign-in time kept for electronic signatures."""
+"""Authentication events: audited, and each session's proof time kept for electronic signatures.
+
+The re-authentication window is per session: a session is fresh when *this session*
+proved who it is (signed in, or re-entered its password / a one-time code to sign)
+within ``GATEHOUSE_REAUTH_SECONDS``. Signing in from a second browser, or re-
+authenticating there, refreshes only that browser. An API token is fresh only when
+it authenticated the request in hand (the token auth classes mark the request); any
+other ``Authorization`` header proves nothing.
+"""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from axes.signals import user_locked_out
@@ -12,11 +21,42 @@ from django.db.models.signals import m2m_changed, post_delete, post_save
 from django.dispatch import receiver
 from django.http import HttpRequest
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
 from approvals.audit import audit_record
 from approvals.models import GraphAssignment
 
-SESSION_AUTH_AT = "gatehouse_authenticated_at"
+SESSION_AUTH_AT = "gatehouse_authenticated_at"  # this session's last proof (sign-in or re-authentication)
+REQUEST_TOKEN_AUTH = "gatehouse_token_authenticated"  # set by the API's token auth classes on success
+
+
+def request_token_mark(request: HttpRequest) -> None:
+    """Called by a token auth class once the token has authenticated this request."""
+    setattr(request, REQUEST_TOKEN_AUTH, True)
+
+
+def request_proof_at(request: HttpRequest) -> datetime | None:
+    """When the caller of this request last proved who they are.
+
+    Now, for a request a valid API token authenticated (each request re-presents the
+    secret); otherwise the time recorded in this session; otherwise never.
+    """
+    if getattr(request, REQUEST_TOKEN_AUTH, False):
+        return timezone.now()
+    session = getattr(request, "session", None)
+    raw = session.get(SESSION_AUTH_AT) if session is not None else None
+    parsed = parse_datetime(raw) if isinstance(raw, str) else None
+    if parsed is None or timezone.is_naive(parsed):
+        return None
+    return parsed
+
+
+def session_proof_record(request: HttpRequest, at: datetime | None) -> None:
+    """A successful re-authentication (password or one-time code) refreshes this session only."""
+    session = getattr(request, "session", None)
+    if at is None or session is None or getattr(request, REQUEST_TOKEN_AUTH, False):
+        return
+    session[SESSION_AUTH_AT] = at.isoformat()
 
 
 def _client(request: HttpRequest | None) -> dict[str, Any]:

@@ -33,7 +33,7 @@ from standardwebhooks.webhooks import WebhookVerificationError
 
 from approvals import permissions, services
 from approvals.audit import audit_record
-from approvals.errors import DomainError, InvalidInput, NotFound
+from approvals.errors import Conflict, DomainError, InvalidInput, NotFound
 from approvals.models import (
     ApprovalTask,
     DeliveryStatus,
@@ -87,30 +87,116 @@ def _decision_map_check(mapping: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def graph_gates(graph: str) -> list[str]:
+    """The node names of ``graph`` (and of its compiled subgraphs) that a task can carry as its gate."""
+    names: set[str] = set()
+
+    def walk(builder: Any) -> None:
+        for name, spec in builder.nodes.items():
+            names.add(name)
+            inner = getattr(spec.runnable, "builder", None)
+            if inner is not None:
+                walk(inner)
+
+    walk(graph_get(graph).builder)
+    return sorted(names)
+
+
+def endpoint_graph_choices(user: Any) -> list[tuple[str, list[str]]]:
+    """The graphs ``user`` may create endpoints for, each with its gates (for the console's form)."""
+    if not permissions.can(user, "approvals.manage_webhooks"):
+        return []
+    return [(name, graph_gates(name)) for name in graph_names() if permissions.graph_visible(user, name)]
+
+
+def _gates_check(graph: str, gates: Any) -> list[str]:
+    if not isinstance(gates, list) or not gates or not all(isinstance(g, str) and g for g in gates):
+        raise InvalidInput(
+            f"declare the gates this endpoint may decide: a non-empty list of gate names of {graph!r}", field="gates"
+        )
+    known = graph_gates(graph)
+    unknown = [g for g in gates if g not in known]
+    if unknown:
+        raise InvalidInput(
+            f"{', '.join(map(repr, unknown))} {'is not a gate' if len(unknown) == 1 else 'are not gates'} "
+            f"of {graph!r} (its gates: {', '.join(known)})",
+            field="gates",
+        )
+    return sorted(set(gates))
+
+
+def _manage_require(actor: User | None, graph: str) -> None:
+    """``actor`` None is the command line (trusted); otherwise an admin who sees ``graph``.
+
+    An endpoint's secret decides tasks, so handing one out is granting a decision
+    right: operators (who may not decide) must not be able to mint one.
+    """
+    if actor is None:
+        return
+    permissions.require(actor, "approvals.manage_webhooks", "manage inbound webhook endpoints")
+    if not permissions.graph_visible(actor, graph):
+        raise NotFound(f"graph {graph!r} not found", field="graph")
+
+
+def _principal_scope(endpoint: WebhookEndpoint) -> None:
+    """The principal may decide exactly the endpoint's gates: one gate-scoped assignment each.
+
+    ``permissions.require_decide`` narrows by these on every surface, so even a token
+    issued to ``webhook:<name>`` could decide nothing else.
+    """
+    GraphAssignment.objects.filter(user=endpoint.principal).exclude(
+        graph=endpoint.graph, gate__in=endpoint.gates
+    ).delete()
+    for gate in endpoint.gates:
+        GraphAssignment.objects.get_or_create(user=endpoint.principal, graph=endpoint.graph, gate=gate)
+
+
+def _fingerprints(secrets: list[str]) -> list[str]:
+    # What the audit trail keeps of a secret: enough to tell them apart, nothing to sign with.
+    return [hashlib.sha256(s.encode()).hexdigest()[:12] for s in secrets]
+
+
+def _endpoint_locked(actor: User | None, name: str) -> WebhookEndpoint:
+    endpoint = WebhookEndpoint.objects.select_for_update().filter(name=name).first()
+    if endpoint is None or (actor is not None and not endpoints_visible(actor).filter(pk=endpoint.pk).exists()):
+        raise NotFound(f"webhook endpoint {name!r} not found", field="name")
+    _manage_require(actor, endpoint.graph)
+    return endpoint
+
+
+def _endpoint_audit(actor: User | None, endpoint: WebhookEndpoint, action: str, details: dict[str, Any]) -> None:
+    audit_record(
+        actor=actor,
+        actor_label=None if actor else "manage.py",
+        action=action,
+        subject_type="webhook",
+        subject_id=endpoint.name,
+        graph=endpoint.graph,
+        details={"principal": endpoint.principal.get_username(), **details},
+    )
+
+
 @transaction.atomic
 def webhook_endpoint_create(
     *,
     actor: User | None,
     name: str,
     graph: str,
+    gates: list[str],
     secrets: list[str] | None = None,
     correlation_path: str = "correlation_key",
     decision_map: dict[str, Any] | None = None,
     reason_path: str = "reason",
     timestamp_path: str = "",
 ) -> WebhookEndpoint:
-    """Register an endpoint and its service principal ``webhook:<name>`` (role "service", scoped to ``graph``).
-
-    ``actor`` None is the command line (trusted); otherwise operators/admins of that graph.
-    """
-    if actor is not None:
-        permissions.require(actor, "runtime.retry_thread", "manage webhooks")
-        if not permissions.graph_visible(actor, graph):
-            raise NotFound(f"graph {graph!r} not found", field="graph")
+    """Register an endpoint and its service principal ``webhook:<name>`` (role "service"), which may
+    decide only ``gates`` of ``graph``. Admins (or the command line) only."""
+    _manage_require(actor, graph)
     try:
         graph_get(graph)
     except UnknownGraph:
         raise InvalidInput(f"unknown graph {graph!r} (registered: {', '.join(graph_names())})", field="graph") from None
+    declared = _gates_check(graph, gates)
     if WebhookEndpoint.objects.filter(name=name).exists():
         raise InvalidInput(f"a webhook endpoint named {name!r} exists", field="name")
     if not correlation_path:
@@ -119,13 +205,14 @@ def webhook_endpoint_create(
     username = f"webhook:{name}"
     principal, _ = User.objects.get_or_create(username=username)
     principal.set_unusable_password()
+    principal.is_active = True
     principal.save()
     group, _ = Group.objects.get_or_create(name=SERVICE_ROLE)
     principal.groups.add(group)
-    GraphAssignment.objects.get_or_create(user=principal, graph=graph)
     endpoint = WebhookEndpoint.objects.create(
         name=name,
         graph=graph,
+        gates=declared,
         secrets=chosen,
         correlation_path=correlation_path,
         decision_map=_decision_map_check(decision_map or DEFAULT_DECISION_MAP),
@@ -133,19 +220,75 @@ def webhook_endpoint_create(
         timestamp_path=timestamp_path,
         principal=principal,
     )
-    audit_record(
-        actor=actor,
-        actor_label=None if actor else "manage.py",
-        action="webhook.endpoint_created",
-        subject_type="webhook",
-        subject_id=name,
-        graph=graph,
-        details={
-            "principal": username,
+    _principal_scope(endpoint)
+    _endpoint_audit(
+        actor,
+        endpoint,
+        "webhook.endpoint_created",
+        {
+            "before": None,
+            "after": {"gates": declared, "secrets": _fingerprints(chosen), "active": True},
             "correlation_path": correlation_path,
             "decision_map": endpoint.decision_map,
-            "secrets": len(chosen),  # never the secrets themselves
         },
+    )
+    return endpoint
+
+
+@transaction.atomic
+def webhook_endpoint_rotate(
+    *, actor: User | None, name: str, keep_previous: bool = True
+) -> tuple[WebhookEndpoint, str]:
+    """A new signing secret, returned once. With ``keep_previous`` the newest old secret keeps
+    verifying (so the sender can switch without a gap); every older one stops now."""
+    endpoint = _endpoint_locked(actor, name)
+    if not endpoint.active:
+        raise Conflict(f"webhook endpoint {name!r} is deleted; create a new one", field="name")
+    before = list(endpoint.secrets)
+    secret = secret_generate()
+    endpoint.secrets = [secret, *before[:1]] if keep_previous else [secret]
+    endpoint.save(update_fields=["secrets"])
+    _endpoint_audit(
+        actor,
+        endpoint,
+        "webhook.endpoint_rotated",
+        {"before": {"secrets": _fingerprints(before)}, "after": {"secrets": _fingerprints(endpoint.secrets)}},
+    )
+    return endpoint, secret
+
+
+@transaction.atomic
+def webhook_endpoint_gates_set(*, actor: User | None, name: str, gates: list[str]) -> WebhookEndpoint:
+    """Change which gates the endpoint (and its principal) may decide."""
+    endpoint = _endpoint_locked(actor, name)
+    if not endpoint.active:
+        raise Conflict(f"webhook endpoint {name!r} is deleted; create a new one", field="name")
+    declared = _gates_check(endpoint.graph, gates)
+    before = list(endpoint.gates)
+    endpoint.gates = declared
+    endpoint.save(update_fields=["gates"])
+    _principal_scope(endpoint)
+    _endpoint_audit(
+        actor, endpoint, "webhook.endpoint_gates_changed", {"before": {"gates": before}, "after": {"gates": declared}}
+    )
+    return endpoint
+
+
+@transaction.atomic
+def webhook_endpoint_delete(*, actor: User | None, name: str) -> WebhookEndpoint:
+    """Retire the endpoint: its secrets are destroyed, its principal disabled and stripped of every
+    assignment. The row and its delivery log stay as evidence of what it decided."""
+    endpoint = _endpoint_locked(actor, name)
+    before = {"gates": list(endpoint.gates), "secrets": _fingerprints(endpoint.secrets), "active": endpoint.active}
+    endpoint.secrets, endpoint.gates, endpoint.active = [], [], False
+    endpoint.save(update_fields=["secrets", "gates", "active"])
+    GraphAssignment.objects.filter(user=endpoint.principal).delete()
+    User.objects.filter(pk=endpoint.principal_id).update(is_active=False)
+    _endpoint_audit(
+        actor,
+        endpoint,
+        "webhook.endpoint_deleted",
+        {"before": before, "after": {"gates": [], "secrets": [], "active": False}},
     )
     return endpoint
 
@@ -379,6 +522,30 @@ def _process(endpoint: WebhookEndpoint, webhook_id: str, raw: bytes, digest: str
     if len(mine) > 1:
         return refuse(409, "ambiguous", f"{len(mine)} pending tasks carry {key!r}", endpoint.correlation_path)
     task = mine[0]
+    if task.node not in endpoint.gates:
+        # Separation of duties: the endpoint was granted some gates, not the graph. Refused,
+        # logged on the delivery, and audited: a sender aiming at another gate is a signal.
+        message = (
+            f"this endpoint may decide the gates {', '.join(endpoint.gates) or '(none)'}; "
+            f"the task for {key!r} waits at {task.node!r}"
+        )
+        refused = refuse(403, "gate_not_allowed", message, endpoint.correlation_path, task=task)
+        audit_record(
+            actor=endpoint.principal,
+            action="webhook.gate_refused",
+            subject_type="task",
+            subject_id=task.id,
+            thread_id=task.thread_id,
+            graph=task.graph,
+            details={
+                "endpoint": endpoint.name,
+                "delivery": refused.delivery.pk if refused.delivery else None,
+                "webhook_id": webhook_id,
+                "gate": task.node,
+                "allowed": list(endpoint.gates),
+            },
+        )
+        return refused
 
     if outcome is None:
         # A non-final status ("processing"): recorded and acknowledged; it still orders later events.

@@ -18,6 +18,7 @@ router = Router(tags=["webhooks"])
 class EndpointIn(Schema):
     name: str = Field(pattern=r"^[-a-zA-Z0-9_]+$", max_length=100)
     graph: str
+    gates: list[str]  # the gates (node names of graph) this endpoint may decide; nothing else
     secrets: list[str] | None = None
     correlation_path: str = "correlation_key"
     decision_map: dict[str, Any] | None = None
@@ -25,9 +26,18 @@ class EndpointIn(Schema):
     timestamp_path: str = ""
 
 
+class EndpointGatesIn(Schema):
+    gates: list[str]
+
+
+class EndpointRotateIn(Schema):
+    keep_previous: bool = True  # the newest old secret keeps verifying until the next rotation
+
+
 class EndpointOut(Schema):
     name: str
     graph: str
+    gates: list[str]
     principal: str
     correlation_path: str
     decision_map: dict[str, Any]
@@ -35,7 +45,7 @@ class EndpointOut(Schema):
     timestamp_path: str
     active: bool
     url: str
-    secrets: list[str] | None = None  # only in the response that created the endpoint
+    secrets: list[str] | None = None  # only in the response that created the endpoint or rotated its secret
 
 
 class InboundDeliveryOut(Schema):
@@ -104,6 +114,7 @@ def _endpoint_out(endpoint: WebhookEndpoint, *, with_secrets: bool = False) -> E
     return EndpointOut(
         name=endpoint.name,
         graph=endpoint.graph,
+        gates=list(endpoint.gates),
         principal=f"webhook:{endpoint.name}",
         correlation_path=endpoint.correlation_path,
         decision_map=endpoint.decision_map,
@@ -172,6 +183,26 @@ def webhook_endpoints(request: HttpRequest) -> list[EndpointOut]:
 def webhook_endpoint_create(request: HttpRequest, body: EndpointIn) -> Status[EndpointOut]:
     endpoint = webhooks.webhook_endpoint_create(actor=_user(request), **body.model_dump())
     return Status(201, _endpoint_out(endpoint, with_secrets=True))
+
+
+@router.post("/webhook-endpoints/{name}/rotate", response=EndpointOut)
+def webhook_endpoint_rotate(request: HttpRequest, name: str, body: EndpointRotateIn) -> EndpointOut:
+    """A new signing secret (admins), shown in this response only, newest first."""
+    endpoint, _ = webhooks.webhook_endpoint_rotate(actor=_user(request), name=name, keep_previous=body.keep_previous)
+    return _endpoint_out(endpoint, with_secrets=True)
+
+
+@router.patch("/webhook-endpoints/{name}", response=EndpointOut)
+def webhook_endpoint_update(request: HttpRequest, name: str, body: EndpointGatesIn) -> EndpointOut:
+    """Change the gates the endpoint may decide (admins)."""
+    return _endpoint_out(webhooks.webhook_endpoint_gates_set(actor=_user(request), name=name, gates=body.gates))
+
+
+@router.delete("/webhook-endpoints/{name}", response={204: None})
+def webhook_endpoint_delete(request: HttpRequest, name: str) -> Status[None]:
+    """Retire the endpoint (admins): secrets destroyed, principal disabled, delivery log kept."""
+    webhooks.webhook_endpoint_delete(actor=_user(request), name=name)
+    return Status(204, None)
 
 
 @router.get("/webhook-subscriptions", response=list[SubscriptionOut])

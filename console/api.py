@@ -11,12 +11,16 @@ from ninja.security import HttpBearer, django_auth
 
 from approvals.api import router as approvals_router
 from approvals.errors import DomainError, validation_error_describe
+from approvals.security import request_token_mark
 from approvals.tokens import token_authenticate
 
 
 class TokenAuth(HttpBearer):
     def authenticate(self, request: HttpRequest, token: str) -> Any:
-        return token_authenticate(token)
+        user = token_authenticate(token)
+        if user is not None:
+            request_token_mark(request)  # only a token that authenticated counts as a fresh sign-in
+        return user
 
 
 api = NinjaAPI(

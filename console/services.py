@@ -6,7 +6,7 @@ of ``approvals`` until the domain takes them over; see ``task_decide_checked``.
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -98,13 +98,22 @@ def claim_guard(actor: User, task: ApprovalTask) -> None:
         raise Conflict(f"{_held_message(claim)}; ask them or an admin to release it", field="claim")
 
 
-def task_decide_checked(*, actor: User, task_id: Any, request: DecisionRequest, password: str = "") -> Decision:
-    """Decide from the console: signed with the session's sign-in (or the re-entered password).
+def task_decide_checked(
+    *,
+    actor: User,
+    task_id: Any,
+    request: DecisionRequest,
+    authenticated_at: datetime | None,
+    password: str = "",
+) -> Decision:
+    """Decide from the console: signed with this session's proof time (or the re-entered password).
 
+    ``authenticated_at`` is the session's own (``approvals.security.request_proof_at``), never
+    the user's last sign-in anywhere: a login in another browser must not refresh this one.
     Not wrapped in a transaction of its own: ``task_decide`` audits policy
     refusals in a separate transaction, which an outer one would roll back.
     """
-    signer = services.Signer(authenticated_at=getattr(actor, "last_login", None), password=password or None)
+    signer = services.Signer(authenticated_at=authenticated_at, password=password or None)
     decision = services.task_decide(actor=actor, task_id=task_id, request=request, signer=signer)
     TaskClaim.objects.filter(task_id=decision.task_id).delete()
     return decision

@@ -32,6 +32,33 @@ DATABASE_URL = env_str("DATABASE_URL")
 REDIS_URL = env_str("REDIS_URL")
 EMBEDDED = not DATABASE_URL
 
+
+# Nothing under var/ is for anyone but this user: the signing key, the databases
+# (sessions, audit trail, checkpoints) and the broker's messages.
+def _private_dir(path: Path) -> Path:
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    _private_mode(path, 0o700)
+    return path
+
+
+def _private_file(path: Path) -> Path:
+    """Create ``path`` empty and owner-only if missing (SQLite gives its -wal/-shm files the database's mode)."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # an existing directory may be the operator's
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except FileExistsError:
+        _private_mode(path, 0o600)  # tighten a file an older version left world-readable
+    return path
+
+
+def _private_mode(path: Path, mode: int) -> None:
+    try:
+        if path.stat().st_mode & 0o077:
+            path.chmod(mode)
+    except OSError:  # not ours (a mounted volume): leave it to the operator
+        pass
+
+
 SECRET_KEY = env_str("SECRET_KEY") or ""
 if not SECRET_KEY:
     if not (DEBUG or EMBEDDED):
@@ -41,8 +68,19 @@ if not SECRET_KEY:
     if not key_file.exists():
         import secrets
 
-        VAR_DIR.mkdir(parents=True, exist_ok=True)
-        key_file.write_text(secrets.token_urlsafe(50))
+        # Written owner-only under a private name, then linked into place: the key appears
+        # whole, and when web and worker start together the first link wins for both.
+        _private_dir(VAR_DIR)
+        draft = VAR_DIR / f".secret_key.{os.getpid()}"
+        with open(os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as handle:
+            handle.write(secrets.token_urlsafe(50))
+        try:
+            os.link(draft, key_file)
+        except FileExistsError:
+            pass
+        finally:
+            draft.unlink()
+    _private_mode(key_file, 0o600)
     SECRET_KEY = key_file.read_text().strip()
 
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]", "testserver"])
@@ -120,11 +158,11 @@ TEMPLATES = [
 
 DATABASES: dict[str, Any]
 if EMBEDDED:
-    VAR_DIR.mkdir(parents=True, exist_ok=True)
+    _private_dir(VAR_DIR)
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
-            "NAME": VAR_DIR / "gatehouse.sqlite3",
+            "NAME": _private_file(VAR_DIR / "gatehouse.sqlite3"),
             "OPTIONS": {
                 # The web server and the worker are separate processes: WAL
                 # lets readers run beside the writer, IMMEDIATE takes the
@@ -177,6 +215,8 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = GATEHOUSE_MAX_BODY_BYTES
 # --- graphs and runtime --------------------------------------------------
 GATEHOUSE_GRAPHS = env_str("GATEHOUSE_GRAPHS") or str(BASE_DIR / "demo" / "langgraph.json")
 GATEHOUSE_CHECKPOINT_SQLITE = Path(env_str("GATEHOUSE_CHECKPOINT_SQLITE") or VAR_DIR / "checkpoints.sqlite3")
+if EMBEDDED:
+    _private_file(GATEHOUSE_CHECKPOINT_SQLITE)
 GATEHOUSE_CHECKPOINT_POOL_SIZE = env_int("GATEHOUSE_CHECKPOINT_POOL_SIZE", 8, minimum=1)
 # A claimed run's lease; the worker renews it after every super-step. A run
 # whose lease lapsed (its worker died) is claimed again by the sweeper.
@@ -234,8 +274,9 @@ if REDIS_URL:
     CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT", 3600, minimum=60)}
 else:
     CELERY_BROKER_URL = "filesystem://"
+    _private_dir(BROKER_DIR)
     for sub in ("in", "processed"):
-        (BROKER_DIR / sub).mkdir(parents=True, exist_ok=True)
+        _private_dir(BROKER_DIR / sub)
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(BROKER_DIR / "in"),
         "data_folder_out": str(BROKER_DIR / "in"),

@@ -21,6 +21,7 @@ from approvals import permissions
 from approvals.errors import Conflict, DomainError
 from approvals.payloads import DecisionRequest
 from approvals.redaction import MASK
+from approvals.security import request_proof_at, session_proof_record
 from console import pages, services
 from console.forms import decision_request_parse
 from console.views.common import console_login_required, domain_errors
@@ -97,8 +98,10 @@ def task_decide(request: HttpRequest, task_id: UUID) -> HttpResponse:
                 actor=cast(User, request.user),  # @login_required
                 task_id=task_id,
                 request=decision_request,  # type: ignore[arg-type]
+                authenticated_at=request_proof_at(request),
                 password=request.POST.get("password", ""),
             )
+            session_proof_record(request, decision.reauthenticated_at)
         except DomainError as exc:
             status = exc.status
             if isinstance(exc, Conflict) and exc.field == "checkpoint_id":

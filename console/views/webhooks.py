@@ -1,17 +1,21 @@
-"""Webhooks for operators and admins (auditors read only): inbound endpoints with their recent deliveries,
-outbound subscriptions with their delivery log, and a manual retry for a delivery that gave up.
+"""Webhooks for operators and admins (auditors read only): inbound endpoints with their recent deliveries
+and the gates each may decide, outbound subscriptions with their delivery log, and a manual retry for a
+delivery that gave up. Admins create, rotate, re-scope and delete inbound endpoints here.
 
 Reads go through ``approvals.webhooks`` / ``approvals.outbound`` visibility helpers; secrets are
-never rendered (only how many an endpoint holds), nor are delivery payloads.
+never rendered (only how many an endpoint holds), nor are delivery payloads, except a new secret in
+the one response that created it (not cached, never put in a message or the session).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from django.contrib import messages
+from django.contrib.auth.models import User
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.utils.cache import add_never_cache_headers
 from django.views.decorators.http import require_GET, require_POST
 
 from approvals import outbound, permissions, webhooks
@@ -30,10 +34,11 @@ def _can_retry(user: Any) -> bool:
     return permissions.can(user, "runtime.retry_thread")
 
 
-@require_GET
-@console_login_required
-@domain_errors
-def webhook_list(request: HttpRequest) -> HttpResponse:
+def _can_manage(user: Any) -> bool:
+    return permissions.can(user, "approvals.manage_webhooks")
+
+
+def _page(request: HttpRequest, *, status: int = 200, **extra: Any) -> HttpResponse:
     user = request.user
     _require_view(user)
     endpoints = [
@@ -45,16 +50,94 @@ def webhook_list(request: HttpRequest) -> HttpResponse:
         (subscription, list(log.filter(subscription=subscription).order_by("-created_at", "-id")[:RECENT]))
         for subscription in outbound.subscriptions_visible(user).order_by("created_at", "id")
     ]
-    return render(
-        request,
-        "console/webhooks.html",
-        {
-            "endpoints": endpoints,
-            "subscriptions": subscriptions,
-            "can_retry": _can_retry(user),
-            "nav": "webhooks",
-        },
-    )
+    can_manage = _can_manage(user)
+    graphs = webhooks.endpoint_graph_choices(user)
+    context = {
+        "endpoints": endpoints,
+        "subscriptions": subscriptions,
+        "can_retry": _can_retry(user),
+        "can_manage": can_manage,
+        "graphs": graphs,
+        "nav": "webhooks",
+        "data": {},
+        **extra,
+    }
+    response = render(request, "console/webhooks.html", context, status=status)
+    if "revealed" in extra:
+        add_never_cache_headers(response)
+    return response
+
+
+@require_GET
+@console_login_required
+@domain_errors
+def webhook_list(request: HttpRequest) -> HttpResponse:
+    return _page(request)
+
+
+def _actor(request: HttpRequest) -> User:
+    return cast(User, request.user)  # @console_login_required
+
+
+def _gates_posted(request: HttpRequest) -> list[str]:
+    """Gates as checkboxes (several ``gates``) or one comma-separated field."""
+    return [g.strip() for raw in request.POST.getlist("gates") for g in raw.split(",") if g.strip()]
+
+
+@require_POST
+@console_login_required
+@domain_errors
+def endpoint_create(request: HttpRequest) -> HttpResponse:
+    _require_view(request.user)
+    if not _can_manage(request.user):
+        raise Forbidden("you may not manage inbound webhook endpoints")
+    data = {"name": request.POST.get("name", "").strip(), "graph": request.POST.get("graph", "")}
+    try:
+        endpoint = webhooks.webhook_endpoint_create(
+            actor=_actor(request),
+            name=data["name"],
+            graph=data["graph"],
+            gates=_gates_posted(request),
+        )
+    except DomainError as exc:
+        form_error = {"field": exc.field, "message": exc.message}
+        return _page(
+            request, status=exc.status, create_error=form_error, data={**data, "gates": _gates_posted(request)}
+        )
+    return _page(request, status=201, revealed={"endpoint": endpoint.name, "secret": endpoint.secrets[0]})
+
+
+@require_POST
+@console_login_required
+@domain_errors
+def endpoint_rotate(request: HttpRequest, name: str) -> HttpResponse:
+    # A hidden "0" precedes the checkbox's "1": the last value sent wins.
+    keep = request.POST.get("keep_previous", "1") == "1"
+    endpoint, secret = webhooks.webhook_endpoint_rotate(actor=_actor(request), name=name, keep_previous=keep)
+    return _page(request, revealed={"endpoint": endpoint.name, "secret": secret, "rotated": True})
+
+
+@require_POST
+@console_login_required
+@domain_errors
+def endpoint_gates(request: HttpRequest, name: str) -> HttpResponse:
+    try:
+        webhooks.webhook_endpoint_gates_set(actor=_actor(request), name=name, gates=_gates_posted(request))
+    except DomainError as exc:
+        if exc.status != 422:
+            raise
+        return _page(request, status=422, gates_error={"endpoint": name, "message": exc.message})
+    messages.success(request, f"Endpoint {name} may now decide: {', '.join(_gates_posted(request))}")
+    return redirect("console:webhooks")
+
+
+@require_POST
+@console_login_required
+@domain_errors
+def endpoint_delete(request: HttpRequest, name: str) -> HttpResponse:
+    webhooks.webhook_endpoint_delete(actor=_actor(request), name=name)
+    messages.success(request, f"Endpoint {name} deleted: its secrets are destroyed and it decides nothing")
+    return redirect("console:webhooks")
 
 
 @require_POST

@@ -8,6 +8,7 @@ fails the suite.
 
 from __future__ import annotations
 
+import json
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -50,7 +51,11 @@ MATRIX: list[tuple[str, str, str, tuple[int, ...]]] = [
     ("POST", "/api/webhooks/{name}",                "hook",   (401, 401, 401, 401, 401, 401, 401, 401)),
     ("GET",  "/api/webhooks/{name}/deliveries",     "hook",   (401, 404, 404, 404, 404, 200, 200, 200)),
     ("GET",  "/api/webhook-endpoints",              "-",      (401, 200, 200, 200, 200, 200, 200, 200)),
-    ("POST", "/api/webhook-endpoints",              "-",      (401, 403, 403, 403, 403, 403, 201, 201)),
+    # Inbound endpoints are admin-only: an endpoint's secret is a right to decide its gates.
+    ("POST", "/api/webhook-endpoints",              "-",      (401, 403, 403, 403, 403, 403, 403, 201)),
+    ("POST", "/api/webhook-endpoints/{name}/rotate", "hook",  (401, 404, 404, 404, 404, 403, 403, 200)),
+    ("PATCH", "/api/webhook-endpoints/{name}",      "hook",   (401, 404, 404, 404, 404, 403, 403, 200)),
+    ("DELETE", "/api/webhook-endpoints/{name}",     "hook",   (401, 404, 404, 404, 404, 403, 403, 204)),
     ("GET",  "/api/webhook-subscriptions",          "-",      (401, 200, 200, 200, 200, 200, 200, 200)),
     ("POST", "/api/webhook-subscriptions",          "-",      (401, 403, 403, 403, 403, 403, 201, 201)),
     ("GET",  "/api/webhook-deliveries",             "-",      (401, 200, 200, 200, 200, 200, 200, 200)),
@@ -101,7 +106,8 @@ def subject_make(kind: str, personas: dict[str, Persona]) -> Subject:
         from approvals.webhooks import webhook_endpoint_create
 
         name = f"matrix-{uuid.uuid4().hex[:8]}"
-        endpoint = webhook_endpoint_create(actor=admin.user, name=name, graph="kyc_onboarding")
+        gates = ["identity_check"]
+        endpoint = webhook_endpoint_create(actor=admin.user, name=name, graph="kyc_onboarding", gates=gates)
         return Subject("kyc_onboarding", "", name=endpoint.name)
     if kind == "failed":
         thread = thread_start(admin, "flaky", {"subject": "matrix"})
@@ -135,7 +141,12 @@ def call(client: ApiClient, method: str, path: str, subject: str, target: Subjec
     if method == "GET":
         return client.get(url)
     if path == "/api/webhook-endpoints":
-        return client.post(url, {"name": f"matrix-{uuid.uuid4().hex[:8]}", "graph": "kyc_onboarding"})
+        body = {"name": f"matrix-{uuid.uuid4().hex[:8]}", "graph": "kyc_onboarding", "gates": ["identity_check"]}
+        return client.post(url, body)
+    if method in ("PATCH", "DELETE"):
+        send = getattr(client.client, method.lower())
+        body = json.dumps({"gates": ["identity_check"]})
+        return send(url, body, content_type="application/json", headers=client.headers)
     if path == "/api/webhook-subscriptions":
         # A graph and event no other test produces, so the subscription never sends anything.
         body = {"url": "http://127.0.0.1:9/matrix", "graph": "breakpoint_review", "event_types": ["thread.failed"]}
@@ -152,7 +163,8 @@ def call(client: ApiClient, method: str, path: str, subject: str, target: Subjec
 def test_each_persona_gets_the_status_the_matrix_gives(personas, shared, method, path, subject, persona, expected):
     target: Subject | None = None
     if subject != "-" and path != "/api/threads":
-        fresh = method == "POST" and 200 <= expected < 300 and subject != "hook"
+        # A deleted endpoint is gone for every later row: deletion gets a fresh one.
+        fresh = 200 <= expected < 300 and ((method == "POST" and subject != "hook") or method == "DELETE")
         target = subject_make(subject, personas) if fresh else shared[subject]
     response = call(client_for(persona, personas), method, path, subject, target)
     assert response.status_code == expected, response.content

@@ -54,6 +54,8 @@ class Socket:
         self.comm = self._run(self._make(path, headers))
 
     async def _make(self, path: str, headers: list[tuple[bytes, bytes]]) -> WebsocketCommunicator:
+        if not any(name == b"host" for name, _ in headers):  # a browser always sends Host
+            headers = [(b"host", b"testserver"), *headers]
         return WebsocketCommunicator(application, path, headers=headers)
 
     def _run(self, coro: Any, timeout: float = 10) -> Any:

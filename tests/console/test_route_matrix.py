@@ -6,12 +6,14 @@ State-changing calls that are allowed get a fresh task so one role's action neve
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import pytest
 from django.test import Client
 
 from approvals.models import Decision
+from approvals.webhooks import webhook_endpoint_create
 from console.urls import console_patterns
 from tests.console.conftest import console_client, task_make
 
@@ -43,6 +45,11 @@ MATRIX: list[tuple[str, str, str, tuple[int, ...]]] = [
     ("decision", "GET", "decision", (302, 403, 403, 403, 200, 403, 200)),
     ("webhooks", "GET", "-", (302, 403, 403, 403, 200, 200, 200)),
     ("webhook-retry", "POST", "-", (302, 403, 403, 403, 403, 404, 404)),
+    # Inbound endpoints are managed by admins only (an empty form is a 422 for them; nothing is created).
+    ("webhook-endpoint-create", "POST", "-", (302, 403, 403, 403, 403, 403, 422)),
+    ("webhook-endpoint-rotate", "POST", "hook", (302, 404, 404, 404, 403, 403, 200)),
+    ("webhook-endpoint-gates", "POST", "hook", (302, 404, 404, 404, 403, 403, 422)),
+    ("webhook-endpoint-delete", "POST", "hook", (302, 404, 404, 404, 403, 403, 302)),
 ]
 
 
@@ -53,7 +60,7 @@ def test_every_console_route_has_a_rule():
     assert covered - routes == set(), "rules for routes that no longer exist"
 
 
-def _path(route: str, subject: str, task: Any, decision: Any = None) -> str:
+def _path(route: str, subject: str, task: Any, decision: Any = None, hook: str = "") -> str:
     ids = {
         "task_id": task.pk if task else None,
         "thread_id": task.thread_id if task else None,
@@ -63,7 +70,7 @@ def _path(route: str, subject: str, task: Any, decision: Any = None) -> str:
     pattern = pattern.replace("{d}", str(ids.pop("decision_id")))
     for key, value in ids.items():
         pattern = pattern.replace(f"<uuid:{key}>", str(value))
-    return "/" + pattern.replace("<int:delivery_id>", "999999999")
+    return "/" + pattern.replace("<int:delivery_id>", "999999999").replace("<slug:name>", hook)
 
 
 CASES = [
@@ -90,8 +97,12 @@ def test_each_role_gets_the_status_the_matrix_gives(personas, route, method, sub
             meaning="approved",
             signer_name="admin",
         )
+    hook = ""
+    if subject == "hook":
+        hook = f"matrix-{uuid.uuid4().hex[:8]}"
+        webhook_endpoint_create(actor=None, name=hook, graph="loan_approval", gates=["human_review"])
     client = Client() if role == "anonymous" else console_client(personas[role])
-    path = _path(route, subject, task, decision)
+    path = _path(route, subject, task, decision, hook)
     body = {"decision": "approve", "reason": "route matrix", "checkpoint_id": task.checkpoint_id} if task else {}
     response = client.get(path) if method == "GET" else client.post(path, body)
     assert response.status_code == expected, (path, response.content[:300])

@@ -20,7 +20,7 @@ def hooks(monkeypatch):
     sent: list[int] = []
     monkeypatch.setattr(outbound, "_dispatch", lambda pk, countdown=0: sent.append(pk))
     name = f"vendor-{uuid.uuid4().hex[:6]}"
-    endpoint = webhook_endpoint_create(actor=None, name=name, graph="loan_approval")
+    endpoint = webhook_endpoint_create(actor=None, name=name, graph="loan_approval", gates=["human_review"])
     InboundDelivery.objects.create(
         endpoint=endpoint, webhook_id=f"msg_{name}", verified=False, status="refused", http_status=401,
         reason="signature does not match", body_digest="0" * 64,

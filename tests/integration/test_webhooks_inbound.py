@@ -23,8 +23,12 @@ from tests.conftest import loan_input, pending_tasks, thread_settled, thread_sta
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db", "live_worker")]
 
 
+GATES = {"kyc_onboarding": ["identity_check"], "loan_approval": ["human_review"]}
+
+
 def _endpoint(graph: str = "kyc_onboarding", **kwargs: Any) -> WebhookEndpoint:
-    return webhook_endpoint_create(actor=None, name=f"vendor-{uuid.uuid4().hex[:8]}", graph=graph, **kwargs)
+    name = f"vendor-{uuid.uuid4().hex[:8]}"
+    return webhook_endpoint_create(actor=None, name=name, graph=graph, gates=GATES[graph], **kwargs)
 
 
 def _kyc_thread(operator: Any, reviewer: Any) -> tuple[str, dict[str, Any]]:
@@ -298,10 +302,11 @@ def test_the_delivery_log_needs_authentication():
     assert Client().get(f"/api/webhooks/{endpoint.name}/deliveries").status_code == 401
 
 
-@pytest.mark.parametrize("persona,expected", [("operator", 201), ("admin", 201), ("reviewer", 403), ("auditor", 403)])
-def test_operators_and_admins_register_endpoints(personas, persona, expected):
+@pytest.mark.parametrize("persona,expected", [("admin", 201), ("operator", 403), ("reviewer", 403), ("auditor", 403)])
+def test_only_admins_register_endpoints(personas, persona, expected):
     name = f"api-{uuid.uuid4().hex[:8]}"
-    response = personas[persona].client.post("/api/webhook-endpoints", {"name": name, "graph": "kyc_onboarding"})
+    body = {"name": name, "graph": "kyc_onboarding", "gates": ["identity_check"]}
+    response = personas[persona].client.post("/api/webhook-endpoints", body)
     assert response.status_code == expected, response.content
     if expected == 201:
         body = response.json()
@@ -312,19 +317,22 @@ def test_operators_and_admins_register_endpoints(personas, persona, expected):
         assert not WebhookEndpoint.objects.filter(name=name).exists()
 
 
-def test_the_service_principal_may_decide_only_its_graph():
+def test_the_service_principal_may_decide_only_its_gates():
     endpoint = _endpoint()
     principal = endpoint.principal
     assert principal.groups.filter(name="service").exists()
     assert principal.has_perm("approvals.decide_task") and not principal.has_perm("runtime.start_thread")
-    assert list(principal.graph_assignments.values_list("graph", flat=True)) == ["kyc_onboarding"]
+    assert list(principal.graph_assignments.values_list("graph", "gate")) == [("kyc_onboarding", "identity_check")]
     assert not principal.has_usable_password()
 
 
 def test_the_commands_register_an_endpoint_and_send_a_signed_delivery(operator, reviewer):
     name = f"cmd-{uuid.uuid4().hex[:8]}"
     out = io.StringIO()
-    call_command("webhook_endpoint_create", name, "--graph", "kyc_onboarding", stdout=out, stderr=io.StringIO())
+    call_command(
+        "webhook_endpoint_create", name, "--graph", "kyc_onboarding", "--gate", "identity_check",
+        stdout=out, stderr=io.StringIO(),
+    )
     secret = out.getvalue().strip()
     assert secret.startswith("whsec_") and WebhookEndpoint.objects.get(name=name).secrets == [secret]
 

@@ -49,6 +49,7 @@ from approvals.platform import assistant_id_for
 from approvals.platform_api import api as platform_api
 from approvals.redaction import path_parse
 from approvals.tokens import token_issue
+from approvals.webhooks import graph_gates
 from console.api import api as native_api
 from console.routing import websocket_urlpatterns
 from runtime.models import Thread
@@ -70,6 +71,9 @@ NOT_CRAWLED: dict[str, str] = {
     "POST /api/tasks/{task_id}/decision": "write (decide); the decision is read back through GET /api/tasks/{task_id}",
     "POST /api/webhooks/{name}": "write (a signed inbound delivery)",
     "POST /api/webhook-endpoints": "write (create an inbound endpoint)",
+    "POST /api/webhook-endpoints/{name}/rotate": "write (rotate an inbound endpoint's secret)",
+    "PATCH /api/webhook-endpoints/{name}": "write (change an inbound endpoint's gates)",
+    "DELETE /api/webhook-endpoints/{name}": "write (delete an inbound endpoint)",
     "POST /api/webhook-subscriptions": "write (create an outbound subscription)",
     "POST /api/webhook-deliveries/{delivery_id}/retry": "write (resend an outbound delivery)",
     "POST /lg/threads": "write (create a thread)",
@@ -90,6 +94,10 @@ CONSOLE_WRITES: dict[str, str] = {
     "console task-decide": "decide; the decision is read back on the task and decision pages",
     "console thread-retry": "retry a failed thread",
     "console webhook-retry": "resend an outbound delivery",
+    "console webhook-endpoint-create": "create an inbound endpoint",
+    "console webhook-endpoint-rotate": "rotate an inbound endpoint's secret",
+    "console webhook-endpoint-gates": "change an inbound endpoint's gates",
+    "console webhook-endpoint-delete": "delete an inbound endpoint",
     "console logout": "sign out",
     "console live-relay": "the worker's signed live events (HMAC, no session)",
 }
@@ -570,7 +578,8 @@ def planted_world(personas: dict[str, Persona], worker: Any, django_db_blocker: 
             subjects.append(subject_of(graph, plant_native(planter)))
             subjects.append(subject_of(graph, plant_platform(planter)))
             hook = personas["admin"].client.post(
-                "/api/webhook-endpoints", {"name": f"canary-{uuid.uuid4().hex[:8]}", "graph": graph}
+                "/api/webhook-endpoints",
+                {"name": f"canary-{uuid.uuid4().hex[:8]}", "graph": graph, "gates": graph_gates(graph)},
             )
             assert hook.status_code == 201, hook.content
             subjects[-1].hooks.append(hook.json()["name"])

@@ -12,12 +12,15 @@ from approvals.webhooks import DEFAULT_DECISION_MAP, webhook_endpoint_create
 class Command(BaseCommand):
     help = (
         "Register an inbound webhook endpoint NAME for GRAPH (POST /api/webhooks/NAME) and its service principal "
-        "webhook:NAME. Prints the signing secret once."
+        "webhook:NAME, which may decide only the --gate(s) given. Prints the signing secret once."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("name")
         parser.add_argument("--graph", required=True)
+        parser.add_argument(
+            "--gate", action="append", required=True, help="a gate (node) of GRAPH it may decide (repeat for several)"
+        )
         parser.add_argument(
             "--secret", action="append", default=None, help="whsec_... (repeat to accept several while rotating)"
         )
@@ -38,6 +41,7 @@ class Command(BaseCommand):
                 actor=None,
                 name=options["name"],
                 graph=options["graph"],
+                gates=options["gate"],
                 secrets=options["secret"],
                 correlation_path=options["correlation_path"],
                 decision_map=mapping,
