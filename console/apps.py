@@ -7,6 +7,7 @@ class ConsoleConfig(AppConfig):
 
     def ready(self) -> None:
         from approvals.services import decision_guard_register
+        from console import checks, logs  # noqa: F401 - registers system checks and the run log-context receiver
         from console.services import claim_guard
 
         decision_guard_register(claim_guard)

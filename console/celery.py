@@ -9,6 +9,7 @@ import threading
 from typing import Any
 
 from celery import Celery
+from celery.beat import PersistentScheduler
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
 
@@ -112,3 +113,64 @@ def _ready_probe(sender: Celery, **kwargs: object) -> None:
     worker_ready.connect(write_ready, weak=False)
     worker_shutting_down.connect(_bounded_shutdown, weak=False)
     worker_shutdown.connect(remove_ready, weak=False)
+    _ops_signals_connect()
+
+
+# --- health and log context (ops; see console/health.py, console/logs.py) -------------
+
+_heartbeat: Any = None
+
+
+def _ops_signals_connect() -> None:
+    from celery.signals import task_postrun, task_prerun, worker_ready, worker_shutdown
+
+    from console import logs
+
+    def heartbeat_start(sender: Any = None, **_: object) -> None:
+        global _heartbeat
+        from console.health import WorkerHeartbeat
+
+        _heartbeat = WorkerHeartbeat(getattr(sender, "hostname", None) or "celery")
+        _heartbeat.start()
+
+    def heartbeat_stop(**_: object) -> None:
+        if _heartbeat is not None:
+            _heartbeat.stop()
+
+    def sweep_recorded(sender: Any = None, state: str | None = None, **_: object) -> None:
+        if getattr(sender, "name", "") != "runtime.sweep_runs" or state != "SUCCESS":
+            return
+        from console.health import SWEEP, heartbeat_record
+        from console.models import HeartbeatComponent
+
+        try:
+            heartbeat_record(name=SWEEP, component=HeartbeatComponent.SWEEP)
+        except Exception:  # noqa: BLE001 - the readiness probe reports the missing sweep
+            log.warning("could not record the sweep heartbeat", exc_info=True)
+
+    worker_ready.connect(heartbeat_start, weak=False)
+    worker_shutdown.connect(heartbeat_stop, weak=False)
+    task_prerun.connect(logs.task_context_enter, weak=False)
+    task_postrun.connect(logs.task_context_exit, weak=False)
+    task_postrun.connect(sweep_recorded, weak=False)
+
+
+class HeartbeatScheduler(PersistentScheduler):
+    """Celery's persistent scheduler, touching GATEHOUSE_BEAT_HEARTBEAT_FILE on every tick.
+
+    ``manage.py health_check --component beat`` reads the file's age: beat proves it is
+    alive without a database or broker round trip (beat itself uses neither to tick).
+    """
+
+    def tick(self, *args: Any, **kwargs: Any) -> float:
+        from django.conf import settings
+
+        from console.health import beat_heartbeat_touch
+
+        delay = float(super().tick(*args, **kwargs))
+        try:
+            beat_heartbeat_touch()
+        except OSError:
+            log.warning("could not touch the beat heartbeat file", exc_info=True)
+        # Wake at least every heartbeat interval, however far the next schedule is.
+        return min(delay, float(settings.GATEHOUSE_HEARTBEAT_SECONDS))

@@ -31,6 +31,15 @@ DEBUG = env_bool("DEBUG", False)
 DATABASE_URL = env_str("DATABASE_URL")
 REDIS_URL = env_str("REDIS_URL")
 EMBEDDED = not DATABASE_URL
+# --- production needs Redis (ops) -------------------------------------------------
+# Without it the broker and the channel layer would fall back to per-process,
+# per-container stand-ins: runs dispatched by web never reach a worker, live
+# updates never reach another web process. Refuse to start instead.
+if DATABASE_URL and not REDIS_URL:
+    raise ImproperlyConfigured(
+        "REDIS_URL (or REDIS_URL_FILE) is required when DATABASE_URL is set: production mode uses Redis as the "
+        "Celery broker and the Channels layer. Unset DATABASE_URL for embedded mode (SQLite, no servers)."
+    )
 
 
 # Nothing under var/ is for anyone but this user: the signing key, the databases
@@ -106,7 +115,14 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # Health probes and /metrics answer before host validation and the HTTPS redirect:
+    # load balancers and Prometheus call them by address over the internal network (console/health.py).
+    "console.health.ProbeMiddleware",
+    # request_id / thread_id / task_id on every log line of a request (console/logs.py).
+    "console.logs.RequestContextMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    # Static files (hashed, compressed in production) from the web process itself; see --- static files ---.
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "console.middleware.RequestBodyLimitMiddleware",
     "console.middleware.ContentSecurityPolicyMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -144,7 +160,7 @@ WSGI_APPLICATION = None
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [BASE_DIR / "templates"],
+        "DIRS": [BASE_DIR / "console" / "templates"],  # inside the package: a wheel install has them
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -201,8 +217,27 @@ USE_I18N = False
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = VAR_DIR / "staticfiles"
+# console/static is found as the console app's static directory (it ships inside the package).
+
+# --- static files (ops) -----------------------------------------------------------
+# WhiteNoise serves /static/ from every web process. In production (DATABASE_URL set,
+# DEBUG off) files are collected at image build (`manage.py collectstatic`) with content-hashed
+# names (cached for a year) and gzip/brotli copies. Embedded mode and the test suite serve straight
+# from the apps' static directories (no collectstatic step, unhashed names).
+GATEHOUSE_STATIC_MANIFEST = env_bool("GATEHOUSE_STATIC_MANIFEST", not EMBEDDED and not DEBUG)
+STORAGES: dict[str, Any] = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"
+        if GATEHOUSE_STATIC_MANIFEST
+        else "django.contrib.staticfiles.storage.StaticFilesStorage"
+    },
+}
+WHITENOISE_USE_FINDERS = not GATEHOUSE_STATIC_MANIFEST
+if WHITENOISE_USE_FINDERS:
+    STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # WhiteNoise warns about a missing root; finders win anyway
+WHITENOISE_AUTOREFRESH = DEBUG
 
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"
@@ -350,11 +385,23 @@ if not DEBUG and not EMBEDDED:
     SESSION_COOKIE_SECURE = env_bool("SECURE_COOKIES", True)
     CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
 
+# --- logging (ops) ----------------------------------------------------------------
+# GATEHOUSE_LOG_FORMAT=json: one JSON object per line with request, thread, run and task
+# ids wherever they are known (console/logs.py); "plain" (default) for people reading a terminal.
+GATEHOUSE_LOG_FORMAT = (env_str("GATEHOUSE_LOG_FORMAT") or "plain").strip().lower()
+if GATEHOUSE_LOG_FORMAT not in ("plain", "json"):
+    raise ImproperlyConfigured(f'GATEHOUSE_LOG_FORMAT={GATEHOUSE_LOG_FORMAT!r} must be "plain" or "json"')
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {"context": {"()": "console.logs.ContextFilter"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+        "json": {"()": "console.logs.JsonFormatter"},
+    },
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": GATEHOUSE_LOG_FORMAT, "filters": ["context"]}
+    },
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL") or "INFO"},
     "loggers": {"httpx": {"level": "WARNING"}},
 }
@@ -362,8 +409,11 @@ LOGGING = {
 # --- reviewer console --------------------------------------------------------
 # A claim keeps other reviewers off a task this long unless released earlier.
 GATEHOUSE_CLAIM_SECONDS = env_int("GATEHOUSE_CLAIM_SECONDS", 30 * 60, minimum=60)
-# Serve /static/ from Django itself (vendored htmx + one CSS/JS file); turn off behind a proxy/CDN.
+# Serve /static/ from every web process with WhiteNoise (see --- static files ---); turn off
+# when a proxy or CDN serves a copy of STATIC_ROOT.
 GATEHOUSE_SERVE_STATIC = env_bool("GATEHOUSE_SERVE_STATIC", True)
+if not GATEHOUSE_SERVE_STATIC:
+    MIDDLEWARE.remove("whitenoise.middleware.WhiteNoiseMiddleware")
 # Embedded mode only: where workers relay live events to the web process (see console/live.py).
 GATEHOUSE_LIVE_RELAY_URL = env_str("GATEHOUSE_LIVE_RELAY_URL") or (
     "" if REDIS_URL else f"http://127.0.0.1:{env_int('PORT', 8000, minimum=1)}/internal/live/"
@@ -380,8 +430,10 @@ GATEHOUSE_BLOB_STORAGE = env_str("GATEHOUSE_BLOB_STORAGE") or "db"
 if GATEHOUSE_BLOB_STORAGE not in ("db", "s3") and not GATEHOUSE_BLOB_STORAGE.startswith("storage:"):
     raise ImproperlyConfigured('GATEHOUSE_BLOB_STORAGE must be "db", "s3" or "storage:<STORAGES alias>"')
 if GATEHOUSE_BLOB_STORAGE == "s3":
+    # Added to the STORAGES above: replacing the dict dropped "default" and "staticfiles",
+    # and every page using {% static %} failed.
     STORAGES = {
-        **globals().get("STORAGES", {}),
+        **STORAGES,
         "gatehouse_blobs": {
             "BACKEND": "storages.backends.s3.S3Storage",
             "OPTIONS": {
@@ -416,3 +468,17 @@ CELERY_BEAT_SCHEDULE["prune-checkpoints"] = {
 }
 # The retention task lives beside runtime/tasks.py; the worker imports it with this.
 CELERY_IMPORTS = [*globals().get("CELERY_IMPORTS", []), "runtime.storage_tasks"]
+
+# --- health and metrics (ops; console/health.py, console/metrics.py, docs/operations.md) ------
+# Workers write a heartbeat row this often; readiness fails when none is fresher than the stale limit.
+GATEHOUSE_HEARTBEAT_SECONDS = env_float("GATEHOUSE_HEARTBEAT_SECONDS", 10.0, minimum=0.1)
+GATEHOUSE_HEARTBEAT_STALE_SECONDS = env_float(
+    "GATEHOUSE_HEARTBEAT_STALE_SECONDS", max(3 * GATEHOUSE_HEARTBEAT_SECONDS, 30.0), minimum=0.2
+)
+# Beat touches this file on every tick (`manage.py health_check --component beat` reads its age).
+GATEHOUSE_BEAT_HEARTBEAT_FILE = Path(env_str("GATEHOUSE_BEAT_HEARTBEAT_FILE") or VAR_DIR / "beat.heartbeat")
+CELERY_BEAT_SCHEDULER = "console.celery:HeartbeatScheduler"
+# GET /metrics needs "Authorization: Bearer <this>"; unset = /metrics answers 404.
+GATEHOUSE_METRICS_TOKEN = env_str("GATEHOUSE_METRICS_TOKEN") or ""
+# Time-to-decision histogram buckets, seconds (1 min … 7 days).
+GATEHOUSE_METRICS_DECISION_BUCKETS = [60.0, 300.0, 900.0, 3600.0, 4 * 3600.0, 86400.0, 3 * 86400.0, 7 * 86400.0]

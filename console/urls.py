@@ -1,7 +1,5 @@
-from django.conf import settings
 from django.contrib import admin
-from django.contrib.staticfiles.views import serve as static_serve
-from django.urls import URLPattern, URLResolver, include, path, re_path
+from django.urls import URLPattern, URLResolver, include, path
 
 from approvals.platform_api import api as platform_api
 from console.api import api
@@ -40,7 +38,5 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("", include((console_patterns, "console"))),
 ]
 
-if settings.GATEHOUSE_SERVE_STATIC:
-    # A handful of vendored files: serving them from daphne keeps embedded mode and
-    # small deployments to one process; put a CDN or proxy in front for anything bigger.
-    urlpatterns.append(re_path(r"^static/(?P<path>.*)$", static_serve, {"insecure": True}))
+# /static/ is served by WhiteNoise (settings: --- static files ---); /health/live, /health/ready
+# and /metrics by console.health.ProbeMiddleware, before host validation and the HTTPS redirect.

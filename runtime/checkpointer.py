@@ -99,17 +99,7 @@ def _pool_get(db: dict[str, object]) -> Any:
     from psycopg.rows import dict_row
     from psycopg_pool import ConnectionPool
 
-    conninfo = " ".join(
-        f"{key}={value}"
-        for key, value in (
-            ("dbname", db["NAME"]),
-            ("user", db.get("USER")),
-            ("password", db.get("PASSWORD")),
-            ("host", db.get("HOST")),
-            ("port", db.get("PORT")),
-        )
-        if value
-    )
+    conninfo = checkpointer_conninfo(db)
     _pool = ConnectionPool(
         conninfo,
         min_size=1,
@@ -122,6 +112,43 @@ def _pool_get(db: dict[str, object]) -> Any:
         name="gatehouse-checkpoints",
     )
     return _pool
+
+
+def checkpointer_conninfo(db: dict[str, Any]) -> str:
+    """A libpq connection string for Django's database settings, OPTIONS included.
+
+    ``make_conninfo`` quotes every value (a password with a space or a quote) and
+    keeps what Django passes through OPTIONS — ``sslmode``, ``sslrootcert``,
+    ``options``, ``service``, ``target_session_attrs`` … — so the checkpointer
+    connects exactly as Django does.
+    """
+    from psycopg import pq
+    from psycopg.conninfo import make_conninfo
+
+    # OPTIONS also holds Django's own keys (pool, isolation_level …) and psycopg.connect()
+    # keywords (prepare_threshold …): keep only what libpq knows as a connection parameter.
+    libpq_keys = {option.keyword.decode() for option in pq.Conninfo.get_defaults()}
+    params: dict[str, Any] = {
+        key: value for key, value in (db.get("OPTIONS") or {}).items() if key in libpq_keys and value is not None
+    }
+    for key, setting in (("dbname", "NAME"), ("user", "USER"), ("password", "PASSWORD"), ("host", "HOST")):
+        if db.get(setting):
+            params[key] = db[setting]
+    if db.get("PORT"):
+        params["port"] = str(db["PORT"])
+    return make_conninfo("", **params)
+
+
+def checkpointer_ping() -> None:
+    """One round trip through the checkpointer's own connection (pool or SQLite handle); raises if it fails."""
+    saver = checkpointer_get()
+    db = connections["default"].settings_dict
+    if db["ENGINE"] == "django.db.backends.postgresql":
+        with _pool_get(db).connection(timeout=3) as conn:
+            conn.execute("SELECT 1")
+        return
+    with saver.lock:  # type: ignore[attr-defined]
+        saver.conn.execute("SELECT 1")  # type: ignore[attr-defined]
 
 
 def _sqlite_saver() -> BaseCheckpointSaver[str]:

@@ -17,6 +17,8 @@ os.environ.setdefault("GATEHOUSE_LEASE_SECONDS", "2")
 os.environ.setdefault("GATEHOUSE_SWEEP_SECONDS", "0.5")
 os.environ.setdefault("GATEHOUSE_REDISPATCH_AFTER_SECONDS", "3")
 os.environ.setdefault("GATEHOUSE_VAR_DIR", str(_ROOT / "var" / "test"))
+# Static files straight from the apps (no collectstatic per session); tests/ops covers the manifest.
+os.environ.setdefault("GATEHOUSE_STATIC_MANIFEST", "false")
 # One queue per test session, so two sessions on one Redis never share work.
 os.environ.setdefault("GATEHOUSE_QUEUE", f"gatehouse-test-{uuid.uuid4().hex[:8]}")
 # The suite's fake webhook receivers listen on 127.0.0.1, which outbound webhooks refuse by

@@ -1,0 +1,280 @@
+"""Health: liveness and readiness probes, and the heartbeats they read.
+
+* ``GET /health/live`` — the process answers; it touches nothing else, so a
+  database outage never makes an orchestrator restart healthy web processes.
+* ``GET /health/ready`` — every dependency a web process needs, plus the
+  background machinery: database, checkpointer pool, broker, channel layer, a
+  fresh worker heartbeat, and the age of beat's last sweep (``beat``). 200 when every
+  check passes, 503 otherwise; ``?checks=database,broker`` narrows the set (a
+  web container's own health should not depend on the workers).
+
+Both are unauthenticated and say nothing an outsider could use: per check a
+status, a duration and, on failure, only the exception's class name (the
+message may name hosts; it goes to the log instead).
+
+Heartbeats are rows in the database (``console.Heartbeat``): each worker
+writes ``worker:<nodename>`` every ``GATEHOUSE_HEARTBEAT_SECONDS`` from a
+background thread, the sweeper task writes ``sweep`` each time it runs, and
+beat touches a file (``GATEHOUSE_BEAT_HEARTBEAT_FILE``) on every scheduler tick
+so its own container can tell it is alive without a database round trip.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.db import close_old_connections, connection
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.utils import timezone
+
+from console.models import Heartbeat, HeartbeatComponent
+
+log = logging.getLogger(__name__)
+
+SWEEP = "sweep"
+# Rows of worker nodes gone this long are deleted by the next heartbeat write.
+FORGET_AFTER = timedelta(days=1)
+
+
+# --- heartbeats ----------------------------------------------------------------------
+
+
+def heartbeat_record(*, name: str, component: HeartbeatComponent) -> None:
+    now = timezone.now()
+    Heartbeat.objects.update_or_create(name=name, defaults={"component": component, "seen_at": now})
+
+
+def heartbeat_age(*, component: HeartbeatComponent, name: str | None = None) -> float | None:
+    """Seconds since the freshest heartbeat of ``component`` (or of the row ``name``); None if never seen."""
+    rows = Heartbeat.objects.filter(component=component)
+    if name is not None:
+        rows = rows.filter(name=name)
+    latest = rows.order_by("-seen_at").values_list("seen_at", flat=True).first()
+    if latest is None:
+        return None
+    return max((timezone.now() - latest).total_seconds(), 0.0)
+
+
+def workers_alive() -> int:
+    cutoff = timezone.now() - timedelta(seconds=settings.GATEHOUSE_HEARTBEAT_STALE_SECONDS)
+    return Heartbeat.objects.filter(component=HeartbeatComponent.WORKER, seen_at__gte=cutoff).count()
+
+
+def worker_heartbeat_name(nodename: str) -> str:
+    return f"worker:{nodename}"
+
+
+def default_worker_nodename() -> str:
+    # Celery's default node name; in a container the health check runs on the same host name.
+    return f"celery@{socket.gethostname()}"
+
+
+class WorkerHeartbeat:
+    """Writes this worker's heartbeat row every GATEHOUSE_HEARTBEAT_SECONDS until stopped."""
+
+    def __init__(self, nodename: str) -> None:
+        self.name = worker_heartbeat_name(nodename)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="gatehouse-heartbeat", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _loop(self) -> None:
+        interval = float(settings.GATEHOUSE_HEARTBEAT_SECONDS)
+        try:
+            while True:
+                try:
+                    heartbeat_record(name=self.name, component=HeartbeatComponent.WORKER)
+                    Heartbeat.objects.filter(seen_at__lt=timezone.now() - FORGET_AFTER).delete()
+                except Exception:  # noqa: BLE001 - the probe reports the silence; keep trying
+                    log.warning("could not record the worker heartbeat", exc_info=True)
+                    close_old_connections()
+                if self._stop.wait(interval):
+                    return
+        finally:
+            connection.close()
+
+
+def beat_heartbeat_touch() -> None:
+    path = Path(settings.GATEHOUSE_BEAT_HEARTBEAT_FILE)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.touch()
+
+
+def beat_heartbeat_age() -> float | None:
+    try:
+        return max(time.time() - Path(settings.GATEHOUSE_BEAT_HEARTBEAT_FILE).stat().st_mtime, 0.0)
+    except FileNotFoundError:
+        return None
+
+
+def sweep_stale_seconds() -> float:
+    """The sweeper runs every GATEHOUSE_SWEEP_SECONDS; several missed sweeps in a row mean trouble."""
+    return max(4 * float(settings.GATEHOUSE_SWEEP_SECONDS), 30.0)
+
+
+# --- readiness checks ------------------------------------------------------------------
+
+
+class CheckFailed(Exception):
+    """A check's own verdict (no exception from a dependency): its message is safe to show."""
+
+
+def _check_database() -> dict[str, Any]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1")
+        cursor.fetchone()
+    return {}
+
+
+def _check_checkpointer() -> dict[str, Any]:
+    from runtime.checkpointer import checkpointer_ping
+
+    checkpointer_ping()
+    return {}
+
+
+def _check_broker() -> dict[str, Any]:
+    from console.celery import app
+
+    with app.connection_for_write(connect_timeout=3) as conn:
+        conn.ensure_connection(max_retries=1, timeout=3)
+        # Lazy transports (Redis) connect on first channel use: open one.
+        conn.default_channel  # noqa: B018
+    return {}
+
+
+def _check_channel_layer() -> dict[str, Any]:
+    from asgiref.sync import async_to_sync
+    from channels.layers import get_channel_layer
+
+    layer = get_channel_layer()
+    if layer is None:
+        raise CheckFailed("no channel layer configured")
+
+    async def round_trip() -> None:
+        channel = await layer.new_channel("health.")
+        await layer.send(channel, {"type": "health.ping"})
+        await asyncio.wait_for(layer.receive(channel), timeout=3)
+
+    async_to_sync(round_trip)()
+    return {}
+
+
+def _check_worker() -> dict[str, Any]:
+    alive = workers_alive()
+    age = heartbeat_age(component=HeartbeatComponent.WORKER)
+    if age is None:
+        raise CheckFailed("no worker has ever reported")
+    if not alive:
+        raise CheckFailed(f"no worker heartbeat within the last {settings.GATEHOUSE_HEARTBEAT_STALE_SECONDS:g} s")
+    return {"workers": alive, "age_seconds": round(age or 0.0, 1)}
+
+
+def _check_beat() -> dict[str, Any]:
+    """Beat's last sweep: proves beat schedules, the broker carries and a worker executes."""
+    age = heartbeat_age(component=HeartbeatComponent.SWEEP, name=SWEEP)
+    if age is None:
+        raise CheckFailed("the sweeper has never run (is beat running?)")
+    if age > sweep_stale_seconds():
+        raise CheckFailed(f"the last sweep was {age:.0f} s ago (beat or every worker is down)")
+    return {"age_seconds": round(age, 1)}
+
+
+CHECKS: dict[str, Callable[[], dict[str, Any]]] = {
+    "database": _check_database,
+    "checkpointer": _check_checkpointer,
+    "broker": _check_broker,
+    "channel_layer": _check_channel_layer,
+    "worker": _check_worker,
+    "beat": _check_beat,
+}
+
+
+@dataclass
+class Readiness:
+    ok: bool
+    checks: dict[str, dict[str, Any]]
+
+
+def readiness_evaluate(*, names: list[str] | None = None) -> Readiness:
+    results: dict[str, dict[str, Any]] = {}
+    for name in names or list(CHECKS):
+        started = time.perf_counter()
+        try:
+            result = {"status": "ok", **CHECKS[name]()}
+        except CheckFailed as exc:
+            result = {"status": "fail", "detail": str(exc)}
+        except Exception as exc:  # noqa: BLE001 - a probe reports, it never raises
+            log.warning("readiness check %s failed", name, exc_info=True)
+            result = {"status": "fail", "detail": type(exc).__name__}
+            if name == "database":
+                close_old_connections()
+        result["ms"] = round((time.perf_counter() - started) * 1000, 1)
+        results[name] = result
+    return Readiness(ok=all(r["status"] == "ok" for r in results.values()), checks=results)
+
+
+# --- the endpoints ------------------------------------------------------------------
+
+
+def health_live(request: HttpRequest) -> HttpResponse:
+    return JsonResponse({"status": "ok"})
+
+
+def health_ready(request: HttpRequest) -> HttpResponse:
+    raw = request.GET.get("checks", "")
+    names = [n.strip() for n in raw.split(",") if n.strip()] if raw else None
+    unknown = sorted(set(names or []) - set(CHECKS))
+    if unknown:
+        return JsonResponse(
+            {"error": "bad_request", "field": "checks", "message": f"unknown checks {unknown}; known: {list(CHECKS)}"},
+            status=400,
+        )
+    readiness = readiness_evaluate(names=names)
+    return JsonResponse(
+        {"status": "ok" if readiness.ok else "fail", "checks": readiness.checks}, status=200 if readiness.ok else 503
+    )
+
+
+class ProbeMiddleware:
+    """Answers the probes and /metrics before host validation, the HTTPS redirect and sessions.
+
+    Orchestrators and Prometheus call a container by its address over plain HTTP on the
+    internal network; ALLOWED_HOSTS and SECURE_SSL_REDIRECT are for browsers, not for them.
+    """
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        from console.metrics import metrics_view
+
+        self.get_response = get_response
+        self.routes: dict[str, Callable[[HttpRequest], HttpResponse]] = {
+            "/health/live": health_live,
+            "/health/ready": health_ready,
+            "/metrics": metrics_view,
+        }
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        view = self.routes.get(request.path_info.rstrip("/") or "/")
+        if view is None:
+            return self.get_response(request)
+        if request.method not in ("GET", "HEAD"):
+            return JsonResponse({"error": "method_not_allowed"}, status=405, headers={"Allow": "GET, HEAD"})
+        response = view(request)
+        response["Cache-Control"] = "no-store"
+        return response

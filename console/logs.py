@@ -1,0 +1,150 @@
+"""Log context and the JSON log format (``GATEHOUSE_LOG_FORMAT=json``).
+
+Every log line carries the ids known where it was emitted: ``request_id``
+(web; taken from a sane ``X-Request-ID`` header or generated, and echoed back),
+``thread_id`` and ``task_id`` (from the URL of the request being served, or the
+run being executed), ``run_id`` and ``celery_task_id`` (worker). They live in
+context variables, so a value set for one request or run never leaks into
+another thread's lines. The plain format ignores them; the JSON format writes
+one object per line with whichever are set.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar, Token
+from datetime import UTC, datetime
+from typing import Any
+
+from django.dispatch import receiver
+from django.http import HttpRequest, HttpResponse
+
+from runtime import signals
+
+FIELDS = ("request_id", "thread_id", "run_id", "task_id", "celery_task_id")
+_vars: dict[str, ContextVar[str | None]] = {name: ContextVar(f"gatehouse_{name}", default=None) for name in FIELDS}
+_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+
+
+def log_context_get() -> dict[str, str]:
+    return {name: value for name, var in _vars.items() if (value := var.get()) is not None}
+
+
+def log_context_set(**values: str | None) -> dict[str, Token[str | None]]:
+    unknown = set(values) - set(FIELDS)
+    if unknown:
+        raise ValueError(f"unknown log context fields {sorted(unknown)}")
+    return {name: _vars[name].set(None if value is None else str(value)) for name, value in values.items()}
+
+
+def log_context_reset(tokens: dict[str, Token[str | None]]) -> None:
+    for name, token in tokens.items():
+        _vars[name].reset(token)
+
+
+@contextmanager
+def log_context(**values: str | None) -> Iterator[None]:
+    tokens = log_context_set(**values)
+    try:
+        yield
+    finally:
+        log_context_reset(tokens)
+
+
+class ContextFilter(logging.Filter):
+    """Copies the context ids onto each record (``record.request_id`` …) for any formatter to use."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        context = log_context_get()
+        for name in FIELDS:
+            setattr(record, name, context.get(name))
+        return True
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, message, thread name, context ids, exception."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, tz=UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+            "process": record.process,
+            "thread_name": record.threadName,
+        }
+        context = log_context_get()
+        for name in FIELDS:
+            value = getattr(record, name, None) or context.get(name)
+            if value:
+                entry[name] = value
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        if record.stack_info:
+            entry["stack"] = self.formatStack(record.stack_info)
+        return json.dumps(entry, default=str, ensure_ascii=False)
+
+
+# --- web: one context per request ---------------------------------------------------
+
+
+class RequestContextMiddleware:
+    """Sets request_id (and thread_id / task_id from the URL) for everything logged while serving a request."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        incoming = request.headers.get("X-Request-ID", "")
+        request_id = incoming if _REQUEST_ID.match(incoming) else uuid.uuid4().hex
+        # Every field is set (thread and task ids to None until process_view knows them) so the
+        # reset in `finally` also undoes what process_view set: nothing leaks to the next request.
+        tokens = log_context_set(request_id=request_id, thread_id=None, run_id=None, task_id=None)
+        try:
+            response = self.get_response(request)
+        finally:
+            log_context_reset(tokens)
+        response["X-Request-ID"] = request_id
+        return response
+
+    def process_view(
+        self, request: HttpRequest, view: Callable[..., Any], args: Any, kwargs: dict[str, Any]
+    ) -> HttpResponse | None:
+        for field in ("thread_id", "task_id"):
+            if kwargs.get(field) is not None:
+                _vars[field].set(str(kwargs[field]))
+        return None
+
+
+# --- worker: one context per Celery task --------------------------------------------
+
+_task_tokens = threading.local()
+
+
+def task_context_enter(task_id: str | None = None, task: Any = None, kwargs: Any = None, **_: object) -> None:
+    run_id = (kwargs or {}).get("run_id") if isinstance(kwargs, dict) else None
+    _task_tokens.tokens = {
+        name: _vars[name].set(value)
+        for name, value in (("celery_task_id", task_id), ("run_id", run_id), ("thread_id", None), ("task_id", None))
+    }
+
+
+def task_context_exit(**_: object) -> None:
+    tokens = getattr(_task_tokens, "tokens", None)
+    if tokens:
+        for name, token in reversed(list(tokens.items())):
+            _vars[name].reset(token)
+        _task_tokens.tokens = None
+
+
+@receiver(signals.run_claimed)
+def _run_claimed(sender: Any, run: Any, **_: object) -> None:
+    # Sent inside run_claim, in the thread that is about to execute the run.
+    _vars["run_id"].set(str(run.id))
+    _vars["thread_id"].set(str(run.thread_id))

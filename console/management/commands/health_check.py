@@ -1,0 +1,61 @@
+"""``manage.py health_check --component worker|beat|web``: exit 0 when healthy, 1 when stale or failing.
+
+For container health checks of processes that serve no HTTP: a worker is
+healthy while its own heartbeat row (``worker:celery@<hostname>``) is fresh, beat
+while its tick file is. ``web`` runs the readiness checks in-process (no HTTP).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from console.health import (
+    beat_heartbeat_age,
+    default_worker_nodename,
+    heartbeat_age,
+    readiness_evaluate,
+    worker_heartbeat_name,
+)
+from console.models import HeartbeatComponent
+
+
+class Command(BaseCommand):
+    help = "Exit non-zero when this container's worker, beat or web dependencies are not healthy."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--component", required=True, choices=["worker", "beat", "web"])
+        parser.add_argument(
+            "--node", default=None, help="worker node name (default: celery@<this host>, Celery's default)"
+        )
+        parser.add_argument(
+            "--max-age",
+            type=float,
+            default=None,
+            help="seconds a heartbeat may be old (default: GATEHOUSE_HEARTBEAT_STALE_SECONDS)",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        max_age = options["max_age"] or float(settings.GATEHOUSE_HEARTBEAT_STALE_SECONDS)
+        component = options["component"]
+        if component == "web":
+            readiness = readiness_evaluate(names=["database", "checkpointer", "broker", "channel_layer"])
+            failed = {name: r.get("detail", "") for name, r in readiness.checks.items() if r["status"] != "ok"}
+            if failed:
+                raise CommandError(f"unhealthy: {failed}")
+            self.stdout.write("ok")
+            return
+        if component == "worker":
+            node = options["node"] or default_worker_nodename()
+            age = heartbeat_age(component=HeartbeatComponent.WORKER, name=worker_heartbeat_name(node))
+            what = f"worker {node}"
+        else:
+            age = beat_heartbeat_age()
+            what = f"beat ({settings.GATEHOUSE_BEAT_HEARTBEAT_FILE})"
+        if age is None:
+            raise CommandError(f"{what}: no heartbeat yet")
+        if age > max_age:
+            raise CommandError(f"{what}: last heartbeat {age:.1f} s ago (limit {max_age:g} s)")
+        self.stdout.write(f"ok: {what} heartbeat {age:.1f} s ago")
