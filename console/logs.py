@@ -143,8 +143,24 @@ def task_context_exit(**_: object) -> None:
         _task_tokens.tokens = None
 
 
+runs_log = logging.getLogger("gatehouse.runs")
+
+
 @receiver(signals.run_claimed)
 def _run_claimed(sender: Any, run: Any, **_: object) -> None:
-    # Sent inside run_claim, in the thread that is about to execute the run.
+    # Sent inside run_claim, in the thread about to execute the run: the ids stay set for
+    # every line the run logs, until task_context_exit restores the task's context.
     _vars["run_id"].set(str(run.id))
     _vars["thread_id"].set(str(run.thread_id))
+    runs_log.info("run %s claimed (%s, attempt %s)", run.id, run.kind, run.attempts)
+
+
+@receiver(signals.run_interrupted)
+@receiver(signals.run_completed)
+def _run_finished(sender: Any, run: Any, **_: object) -> None:
+    runs_log.info("run %s finished: %s", run.id, run.status)
+
+
+@receiver(signals.run_failed)
+def _run_failed(sender: Any, run: Any, error: str, **_: object) -> None:
+    runs_log.warning("run %s failed: %s", run.id, error.splitlines()[0][:200] if error else "")

@@ -480,5 +480,7 @@ GATEHOUSE_BEAT_HEARTBEAT_FILE = Path(env_str("GATEHOUSE_BEAT_HEARTBEAT_FILE") or
 CELERY_BEAT_SCHEDULER = "console.celery:HeartbeatScheduler"
 # GET /metrics needs "Authorization: Bearer <this>"; unset = /metrics answers 404.
 GATEHOUSE_METRICS_TOKEN = env_str("GATEHOUSE_METRICS_TOKEN") or ""
+if GATEHOUSE_METRICS_TOKEN and len(GATEHOUSE_METRICS_TOKEN) < 24:
+    raise ImproperlyConfigured("GATEHOUSE_METRICS_TOKEN must be at least 24 characters (a random secret)")
 # Time-to-decision histogram buckets, seconds (1 min … 7 days).
 GATEHOUSE_METRICS_DECISION_BUCKETS = [60.0, 300.0, 900.0, 3600.0, 4 * 3600.0, 86400.0, 3 * 86400.0, 7 * 86400.0]

@@ -13,7 +13,6 @@ what that user would download from the API. ``--anchors`` exports only the
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -23,30 +22,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from approvals import exports, permissions
 from approvals.errors import DomainError
-
-
-class Progress:
-    """A one-line progress bar on stderr, redrawn at most every 0.2 s."""
-
-    def __init__(self, total: int, stream: TextIO, width: int = 30) -> None:
-        self.total, self.stream, self.width = max(total, 0), stream, width
-        self.started = self.drawn = time.monotonic()
-
-    def update(self, done: int, *, force: bool = False) -> None:
-        now = time.monotonic()
-        if not force and now - self.drawn < 0.2:
-            return
-        self.drawn = now
-        fraction = min(done / self.total, 1.0) if self.total else 1.0
-        bar = "#" * int(fraction * self.width)
-        rate = done / max(now - self.started, 1e-9)
-        self.stream.write(f"\r[{bar:<{self.width}}] {done:,}/{self.total:,} events {fraction:4.0%} {rate:,.0f}/s")
-        self.stream.flush()
-
-    def finish(self, done: int) -> None:
-        self.update(done, force=True)
-        self.stream.write("\n")
-        self.stream.flush()
+from runtime.progress import progress
 
 
 class Command(BaseCommand):
@@ -81,19 +57,16 @@ class Command(BaseCommand):
         except DomainError as exc:
             raise CommandError(exc.message) from None
         total = exports.audit_export_queryset(user=user, filters=filters).count()
-        progress = None if options["no_progress"] else Progress(total, sys.stderr)
         out: TextIO
         out = sys.stdout if options["output"] == "-" else open(options["output"], "w", encoding="utf-8")  # noqa: SIM115
         try:
-            for chunk in export.chunks():
-                out.write(chunk)
-                if progress:
-                    progress.update(export.stats.count)
+            with progress(total, desc="exporting", unit="event", enabled=not options["no_progress"]) as update:
+                for chunk in export.chunks():
+                    out.write(chunk)
+                    update(export.stats.count)
         finally:
             if out is not sys.stdout:
                 out.close()
-        if progress:
-            progress.finish(export.stats.count)
         s = export.stats
         self.stderr.write(
             f"exported {s.count} events ({s.first_id}..{s.last_id}), head {s.head_hash}, "

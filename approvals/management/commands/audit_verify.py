@@ -22,6 +22,8 @@ from approvals.audit import (
     anchors_stored,
     audit_chain_check,
 )
+from approvals.models import AuditEvent
+from runtime.progress import progress_spinner
 
 
 class Command(BaseCommand):
@@ -50,7 +52,8 @@ class Command(BaseCommand):
             except SinkUnreadable as exc:
                 raise CommandError(str(exc)) from None
             findings += anchors_compare(stored, sink)
-        report = audit_chain_check(anchors=[*stored, *sink])
+        with progress_spinner(desc=f"verifying {AuditEvent.objects.count():,} audit events"):
+            report = audit_chain_check(anchors=[*stored, *sink])
         if report.broken is not None:
             broken = report.broken
             findings.insert(

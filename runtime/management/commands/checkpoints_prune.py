@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from runtime.progress import progress
 from runtime.retention import checkpoints_prune
 
 
@@ -21,9 +21,8 @@ class Command(BaseCommand):
         parser.add_argument("--graph", help="only threads of this graph")
 
     def handle(self, *args: Any, dry_run: bool = False, graph: str | None = None, **options: Any) -> None:
-        report = checkpoints_prune(graph=graph, dry_run=dry_run, progress=_progress)
-        if report.threads:
-            sys.stderr.write("\n")
+        with progress(None, desc="pruning", unit="thread") as update:
+            report = checkpoints_prune(graph=graph, dry_run=dry_run, progress=update)
         verb = "would delete" if dry_run else "deleted"
         self.stdout.write(
             f"{report.threads} thread(s): {verb} {report.checkpoints_deleted} checkpoint(s), "
@@ -31,10 +30,6 @@ class Command(BaseCommand):
         )
         for error in report.errors:
             self.stderr.write(f"failed: {error}")
+        if report.errors:
+            raise CommandError(f"{len(report.errors)} thread(s) could not be pruned (see above)")
 
-
-def _progress(done: int, total: int) -> None:
-    width = 30
-    filled = width * done // max(total, 1)
-    sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} threads")
-    sys.stderr.flush()
