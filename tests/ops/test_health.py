@@ -1,0 +1,156 @@
+"""Liveness and readiness probes, worker and beat heartbeats, ``manage.py health_check``."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+from django.test import Client
+
+from tests.conftest import ROOT, free_port, process_group_stop, wait_for, worker_env
+from tests.ops.test_production_settings import _script, _session_database_url
+from tests.test_deploy_settings import _production_env
+
+pytestmark = pytest.mark.usefixtures("live_db")
+
+
+def test_liveness_answers_any_host_without_touching_anything():
+    # An orchestrator probes by address: not in ALLOWED_HOSTS, plain HTTP.
+    response = Client().get("/health/live", headers={"host": "10.1.2.3:8000"})
+
+    assert response.status_code == 200
+    assert response.json() == {"status": "ok"}
+    assert response["Cache-Control"] == "no-store"
+
+
+def test_probes_refuse_writes():
+    assert Client().post("/health/ready").status_code == 405
+
+
+def test_readiness_with_a_live_worker_and_beat_passes_every_check(live_worker):
+    def ready():
+        response = Client().get("/health/ready", headers={"host": "10.1.2.3:8000"})
+        return response if response.status_code == 200 else None
+
+    response = wait_for(ready, timeout=30, what="every readiness check to pass")
+
+    body = response.json()
+    assert body["status"] == "ok"
+    assert set(body["checks"]) == {"database", "checkpointer", "broker", "channel_layer", "worker", "beat"}
+    assert all(check["status"] == "ok" for check in body["checks"].values()), body
+    assert body["checks"]["worker"]["workers"] >= 1
+    assert body["checks"]["beat"]["age_seconds"] < 30
+
+
+def test_readiness_can_be_narrowed_and_names_an_unknown_check():
+    narrowed = Client().get("/health/ready", {"checks": "database,checkpointer"})
+    assert narrowed.status_code == 200
+    assert set(narrowed.json()["checks"]) == {"database", "checkpointer"}
+
+    unknown = Client().get("/health/ready", {"checks": "database,dilithium"})
+    assert unknown.status_code == 400
+    assert unknown.json()["field"] == "checks"
+    assert "dilithium" in unknown.json()["message"]
+
+
+def test_readiness_fails_with_503_naming_the_checks_but_not_the_secrets(tmp_path):
+    port = free_port()  # nothing listens there: the broker and channel layer are down
+    env = _production_env(
+        tmp_path, DATABASE_URL=_session_database_url(), REDIS_URL=f"redis://:hunter2-secret@127.0.0.1:{port}/0"
+    )
+    result = _script(
+        env,
+        """
+        from django.test import Client
+        response = Client().get("/health/ready", {"checks": "database,broker,channel_layer"})
+        print(json.dumps({"status": response.status_code, "body": response.content.decode()}))
+        """,
+    )
+
+    assert result["status"] == 503
+    body = json.loads(result["body"])
+    assert body["status"] == "fail"
+    assert body["checks"]["database"]["status"] == "ok"
+    assert body["checks"]["broker"]["status"] == "fail"
+    assert body["checks"]["channel_layer"]["status"] == "fail"
+    assert "hunter2" not in result["body"] and str(port) not in result["body"]
+
+
+def _manage(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+def _start(env: dict[str, str], args: list[str], log: Path) -> subprocess.Popen[bytes]:
+    with open(log, "wb") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "console", *args],
+            cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+
+
+def test_a_worker_is_healthy_while_it_beats_and_stale_once_killed(bank, tmp_path):
+    node = f"ops-{uuid.uuid4().hex[:8]}@{os.uname().nodename}"
+    # Its own queue: this worker takes no part in other tests' runs.
+    env = {**worker_env(bank), "GATEHOUSE_HEARTBEAT_SECONDS": "0.3", "GATEHOUSE_QUEUE": f"ops-{uuid.uuid4().hex[:8]}"}
+    check = ["health_check", "--component", "worker", "--node", node, "--max-age", "2"]
+    assert _manage(env, *check).returncode != 0  # never seen yet
+
+    worker = _start(
+        env,
+        ["worker", "--pool=threads", "--concurrency=1", "-n", node, "-Q", env["GATEHOUSE_QUEUE"],
+         "--without-mingle", "--without-gossip", "-l", "INFO"],
+        tmp_path / "worker.log",
+    )
+    try:
+        wait_for(lambda: _manage(env, *check).returncode == 0, timeout=60, interval=0.5, what="worker heartbeat")
+        os.killpg(worker.pid, 9)
+        worker.wait(timeout=10)
+        stale = wait_for(
+            lambda: (r := _manage(env, *check)).returncode != 0 and r, timeout=30, interval=0.5, what="stale"
+        )
+        assert f"worker {node}: last heartbeat" in stale.stderr
+    finally:
+        process_group_stop(worker)
+
+
+def test_beat_is_healthy_while_it_ticks_and_stale_once_killed(bank, tmp_path):
+    env = {
+        **worker_env(bank),
+        "GATEHOUSE_HEARTBEAT_SECONDS": "0.3",
+        "GATEHOUSE_BEAT_HEARTBEAT_FILE": str(tmp_path / "beat.heartbeat"),
+        # Its sweeps go to a queue nobody consumes: this beat is only here to tick.
+        "GATEHOUSE_QUEUE": f"ops-{uuid.uuid4().hex[:8]}",
+    }
+    check = ["health_check", "--component", "beat", "--max-age", "2"]
+    assert "no heartbeat yet" in _manage(env, *check).stderr
+
+    beat = _start(env, ["beat", "-l", "INFO", "--schedule", str(tmp_path / "schedule")], tmp_path / "beat.log")
+    try:
+        wait_for(lambda: _manage(env, *check).returncode == 0, timeout=60, interval=0.5, what="beat heartbeat")
+        os.killpg(beat.pid, 9)
+        beat.wait(timeout=10)
+        stale = wait_for(
+            lambda: (r := _manage(env, *check)).returncode != 0 and r, timeout=30, interval=0.5, what="stale"
+        )
+        assert "last heartbeat" in stale.stderr
+    finally:
+        process_group_stop(beat)
+        _purge_queue(env["GATEHOUSE_QUEUE"])
+
+
+def _purge_queue(name: str) -> None:
+    import redis
+    from django.conf import settings
+
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    try:
+        client.delete(name)
+    finally:
+        client.close()
