@@ -22,6 +22,7 @@ from contextvars import ContextVar, Token
 from datetime import UTC, datetime
 from typing import Any
 
+from django.core.signals import request_finished
 from django.dispatch import receiver
 from django.http import HttpRequest, HttpResponse
 
@@ -95,7 +96,11 @@ class JsonFormatter(logging.Formatter):
 
 
 class RequestContextMiddleware:
-    """Sets request_id (and thread_id / task_id from the URL) for everything logged while serving a request."""
+    """Sets request_id (and thread_id / task_id from the URL) for everything logged while serving a request.
+
+    The ids stay set until ``request_finished`` (sent when the response is closed), not only
+    while the middleware runs: Django logs 4xx/5xx responses after the middleware chain returns.
+    """
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
@@ -103,13 +108,9 @@ class RequestContextMiddleware:
     def __call__(self, request: HttpRequest) -> HttpResponse:
         incoming = request.headers.get("X-Request-ID", "")
         request_id = incoming if _REQUEST_ID.match(incoming) else uuid.uuid4().hex
-        # Every field is set (thread and task ids to None until process_view knows them) so the
-        # reset in `finally` also undoes what process_view set: nothing leaks to the next request.
-        tokens = log_context_set(request_id=request_id, thread_id=None, run_id=None, task_id=None)
-        try:
-            response = self.get_response(request)
-        finally:
-            log_context_reset(tokens)
+        # Every field, so nothing from an earlier request on this thread survives.
+        log_context_set(request_id=request_id, thread_id=None, run_id=None, task_id=None, celery_task_id=None)
+        response = self.get_response(request)
         response["X-Request-ID"] = request_id
         return response
 
@@ -120,6 +121,11 @@ class RequestContextMiddleware:
             if kwargs.get(field) is not None:
                 _vars[field].set(str(kwargs[field]))
         return None
+
+
+@receiver(request_finished)
+def _request_finished(**_: object) -> None:
+    log_context_set(**dict.fromkeys(FIELDS))
 
 
 # --- worker: one context per Celery task --------------------------------------------

@@ -59,7 +59,8 @@ client = Client()
 page = client.get("/accounts/login/", secure=True, headers={"host": "gatehouse.example.com"})
 html = page.content.decode()
 css = re.search(r'/static/console/console\\.[0-9a-f]{12}\\.css', html)
-asset = client.get(css.group(0), secure=True, headers={"host": "gatehouse.example.com", "accept-encoding": "gzip"}) if css else None
+headers = {"host": "gatehouse.example.com", "accept-encoding": "gzip"}
+asset = client.get(css.group(0), secure=True, headers=headers) if css else None
 print(json.dumps({
     "storages": sorted(settings.STORAGES),
     "status": page.status_code,

@@ -1,0 +1,111 @@
+"""GATEHOUSE_LOG_FORMAT=json: one JSON object per line, with request, thread, run and task ids where known."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import uuid
+
+import pytest
+from django.test import Client
+
+from console.logs import ContextFilter, JsonFormatter, log_context
+from tests.conftest import WorkerProcess, loan_input, pending_tasks, thread_start, wait_for, worker_env
+
+pytestmark = pytest.mark.usefixtures("live_db")
+
+
+@pytest.fixture
+def json_lines():
+    """A JSON handler on the root logger, as settings.LOGGING builds it for GATEHOUSE_LOG_FORMAT=json."""
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JsonFormatter())
+    handler.addFilter(ContextFilter())
+    root = logging.getLogger()
+    root.addHandler(handler)
+    try:
+        yield lambda: [json.loads(line) for line in stream.getvalue().splitlines()]
+    finally:
+        root.removeHandler(handler)
+
+
+def test_a_request_logs_its_request_and_thread_ids_and_echoes_the_request_id(reviewer, json_lines):
+    client = Client()
+    client.force_login(reviewer.user)
+    thread_id = uuid.uuid4()
+
+    response = client.get(f"/threads/{thread_id}/", headers={"x-request-id": "req-ops-42"})
+
+    assert response.status_code == 404
+    assert response["X-Request-ID"] == "req-ops-42"
+    [line] = [entry for entry in json_lines() if entry["logger"] == "django.request"]
+    assert line["message"] == f"Not Found: /threads/{thread_id}/"
+    assert line["level"] == "WARNING"
+    assert line["request_id"] == "req-ops-42"
+    assert line["thread_id"] == str(thread_id)
+    assert "time" in line and "thread_name" in line
+
+
+def test_an_unsafe_request_id_is_replaced_and_ids_do_not_leak_between_requests(reviewer, json_lines):
+    client = Client()
+    client.force_login(reviewer.user)
+
+    first = client.get(f"/tasks/{uuid.uuid4()}/", headers={"x-request-id": "bad id\nwith newline"})
+    second = client.get("/no-such-page/")
+
+    assert first["X-Request-ID"] != "bad id\nwith newline" and len(first["X-Request-ID"]) == 32
+    lines = [entry for entry in json_lines() if entry["logger"] == "django.request"]
+    assert lines[0]["request_id"] == first["X-Request-ID"] and "task_id" in lines[0]
+    assert lines[1]["request_id"] == second["X-Request-ID"] and "task_id" not in lines[1]
+    logging.getLogger("gatehouse.test").warning("outside any request")
+    assert not {"request_id", "task_id", "thread_id"} & set(json_lines()[-1])
+
+
+def test_the_context_is_restored_after_a_block(json_lines):
+    log = logging.getLogger("gatehouse.test")
+    with log_context(run_id="r-1", thread_id="t-1"):
+        log.info("inside")
+    log.info("outside")
+
+    inside, outside = json_lines()[-2:]
+    assert (inside["run_id"], inside["thread_id"]) == ("r-1", "t-1")
+    assert "run_id" not in outside and "thread_id" not in outside
+
+
+@pytest.mark.integration
+def test_a_worker_logs_json_lines_carrying_the_run_thread_and_task_ids(worker, bank, operator, reviewer, tmp_path):
+    worker.stop()  # the session worker would take the run; later tests restart it (live_worker)
+    json_worker = WorkerProcess({**worker_env(bank), "GATEHOUSE_LOG_FORMAT": "json"}, tmp_path)
+    json_worker.start()
+    try:
+        thread = thread_start(operator, "loan_approval", loan_input())
+        pending_tasks(reviewer, thread["id"])
+        claimed = wait_for(
+            lambda: [e for e in _json_entries(json_worker) if e["message"].startswith("run ")
+                     and e["message"].endswith("finished: interrupted")],
+            what="the run's finish in the worker log",
+        )
+    finally:
+        json_worker.stop()
+
+    entries = _json_entries(json_worker)
+    run_lines = [e for e in entries if e.get("thread_id") == thread["id"]]
+    messages = [e["message"] for e in run_lines]
+    assert any("claimed (start, attempt 1)" in m for m in messages), messages
+    assert claimed[0] in run_lines
+    for entry in run_lines:
+        assert entry["run_id"] and entry["celery_task_id"], entry
+    # After the task, the ids are gone again (the heartbeat and sweeper lines carry none of them).
+    sweeps = [e for e in entries if "sweep" in e["logger"] or "Task runtime.sweep_runs" in e["message"]]
+    assert all("run_id" not in e or e["message"].startswith("sweeper") for e in sweeps)
+    assert len({e["run_id"] for e in run_lines}) == 1
+
+
+def _json_entries(process: WorkerProcess) -> list[dict]:
+    entries = []
+    for line in process.log_path.read_text(errors="replace").splitlines():
+        if line.startswith("{"):
+            entries.append(json.loads(line))
+    return entries

@@ -1,0 +1,173 @@
+"""/metrics: protected by a static bearer token, and after a real flow every number matches the database."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.conf import settings
+from django.test import Client, override_settings
+from django.utils import timezone
+from prometheus_client.parser import text_string_to_metric_families
+
+from approvals.models import ApprovalTask, AuditEvent, InboundDelivery, OutboundDelivery, TaskStatus
+from runtime.models import Effect, Run, Thread
+from tests.conftest import loan_input, pending_tasks, thread_settled, thread_start, wait_for
+
+pytestmark = pytest.mark.usefixtures("live_db")
+
+TOKEN = "metrics-token-for-tests-0123456789abcdef"
+
+
+def _scrape(token: str | None = TOKEN) -> Any:
+    headers = {"host": "10.9.8.7:8000"}  # Prometheus scrapes by address, over the internal network
+    if token is not None:
+        headers["authorization"] = f"Bearer {token}"
+    return Client().get("/metrics", headers=headers)
+
+
+def _samples() -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    with override_settings(GATEHOUSE_METRICS_TOKEN=TOKEN):
+        response = _scrape()
+    assert response.status_code == 200, response.content
+    out = {}
+    for family in text_string_to_metric_families(response.content.decode()):
+        for sample in family.samples:
+            out[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return out
+
+
+def _get(samples: dict, name: str, **labels: str) -> float:
+    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+def test_metrics_are_off_without_a_token_and_refuse_a_wrong_one():
+    with override_settings(GATEHOUSE_METRICS_TOKEN=""):
+        assert _scrape().status_code == 404
+    with override_settings(GATEHOUSE_METRICS_TOKEN=TOKEN):
+        assert _scrape(None).status_code == 401
+        assert _scrape(None)["WWW-Authenticate"].startswith("Bearer")
+        assert _scrape(TOKEN + "x").status_code == 401
+        ok = _scrape()
+        assert ok.status_code == 200
+        assert ok["Content-Type"].startswith("text/plain; version=")
+
+
+def _database_view(now: Any) -> dict[str, Any]:
+    """The same numbers, counted row by row in Python (no shared query code with console.metrics)."""
+    pending: Counter[tuple[str, str]] = Counter()
+    overdue: Counter[tuple[str, str]] = Counter()
+    for graph, node, due_at in ApprovalTask.objects.filter(status=TaskStatus.PENDING).values_list(
+        "graph", "node", "due_at"
+    ):
+        pending[(graph, node)] += 1
+        if due_at is not None and due_at < now:
+            overdue[(graph, node)] += 1
+    durations: dict[str, list[float]] = defaultdict(list)
+    for graph, created, decided in ApprovalTask.objects.filter(status=TaskStatus.DECIDED).values_list(
+        "graph", "created_at", "decided_at"
+    ):
+        durations[graph].append((decided - created).total_seconds())
+    runs = list(Run.objects.values_list("status", "attempts", "error"))
+    effects = list(Effect.objects.values_list("status", "calls"))
+    outbound = list(OutboundDelivery.objects.values_list("status", "attempts"))
+    return {
+        "pending": pending,
+        "overdue": overdue,
+        "durations": durations,
+        "runs": Counter(status for status, _, _ in runs),
+        "threads": Counter(Thread.objects.values_list("status", flat=True)),
+        "redeliveries": sum(max(attempts - 1, 0) for _, attempts, _ in runs),
+        "dead": sum(1 for status, _, error in runs if status == "failed" and error.startswith("gave up after")),
+        "effects": Counter(status for status, _ in effects),
+        "effect_retries": sum(max(calls - 1, 0) for _, calls in effects),
+        "inbound": Counter(InboundDelivery.objects.values_list("status", flat=True)),
+        "outbound": Counter(status for status, _ in outbound),
+        "outbound_attempts": sum(attempts for _, attempts in outbound),
+        "audit": AuditEvent.objects.count(),
+    }
+
+
+def _mismatches(samples: dict, db: dict[str, Any]) -> list[str]:
+    wrong = []
+
+    def expect(name: str, value: float, **labels: str) -> None:
+        got = _get(samples, name, **labels)
+        if abs(got - value) > 1e-6:
+            wrong.append(f"{name}{labels}: metric {got} != database {value}")
+
+    for (graph, gate), n in db["pending"].items():
+        expect("gatehouse_tasks_pending", n, graph=graph, gate=gate)
+        expect("gatehouse_tasks_overdue", db["overdue"][(graph, gate)], graph=graph, gate=gate)
+    listed = {dict(labels)["graph"] for name, labels in samples if name == "gatehouse_tasks_pending"}
+    if listed != {graph for graph, _ in db["pending"]}:
+        wrong.append(f"pending graphs {listed} != {set(db['pending'])}")
+    for graph, values in db["durations"].items():
+        expect("gatehouse_task_time_to_decision_seconds_count", len(values), graph=graph)
+        expect("gatehouse_task_time_to_decision_seconds_sum", round(sum(values), 6), graph=graph)
+        for bound in settings.GATEHOUSE_METRICS_DECISION_BUCKETS:
+            le = f"{bound:g}"
+            expect(
+                "gatehouse_task_time_to_decision_seconds_bucket", sum(v <= bound for v in values), graph=graph, le=le
+            )
+    for status in ("queued", "running", "interrupted", "succeeded", "failed"):
+        expect("gatehouse_runs", db["runs"][status], status=status)
+    for status, n in db["threads"].items():
+        expect("gatehouse_threads", n, status=status)
+    expect("gatehouse_run_redeliveries_total", db["redeliveries"])
+    expect("gatehouse_runs_dead_lettered_total", db["dead"])
+    for status in ("started", "done", "failed"):
+        expect("gatehouse_effects", db["effects"][status], status=status)
+    expect("gatehouse_effect_retries_total", db["effect_retries"])
+    for status in ("accepted", "refused", "duplicate"):
+        expect("gatehouse_webhook_inbound_deliveries_total", db["inbound"][status], outcome=status)
+    for status in ("pending", "delivered", "failed"):
+        expect("gatehouse_webhook_outbound_deliveries", db["outbound"][status], outcome=status)
+    expect("gatehouse_webhook_outbound_attempts_total", db["outbound_attempts"])
+    expect("gatehouse_audit_chain_length", db["audit"])
+    return wrong
+
+
+@pytest.mark.integration
+def test_after_a_real_flow_every_metric_matches_the_database(live_worker, operator, reviewer):
+    before = _samples()
+    gate = {"graph": "loan_approval", "gate": "human_review"}
+
+    threads = [thread_start(operator, "loan_approval", loan_input(amount=20000)) for _ in range(3)]
+    tasks = [pending_tasks(reviewer, t["id"])[0] for t in threads]
+    # One task's SLA has run out (its due time is in the past): a breach the metrics must show.
+    ApprovalTask.objects.filter(pk=tasks[1]["id"]).update(due_at=timezone.now() - timedelta(hours=1))
+    decided = tasks[0]
+    detail = reviewer.client.get(f"/api/tasks/{decided['id']}").json()
+    response = reviewer.client.post(
+        f"/api/tasks/{decided['id']}/decision",
+        {"decision": "approve", "reason": "metrics", "checkpoint_id": detail["checkpoint_id"]},
+    )
+    assert response.status_code == 201, response.content
+    assert thread_settled(reviewer, threads[0]["id"])["status"] == "completed"
+
+    # The worker may still be writing the last audit rows: wait until a scrape and the rows agree.
+    def consistent() -> dict | None:
+        samples = _samples()
+        wrong = _mismatches(samples, _database_view(timezone.now()))
+        return samples if not wrong else None
+
+    after = wait_for(consistent, timeout=30, interval=0.3, what="metrics to match the database")
+
+    assert _get(after, "gatehouse_tasks_pending", **gate) - _get(before, "gatehouse_tasks_pending", **gate) == 2
+    assert _get(after, "gatehouse_tasks_overdue", **gate) - _get(before, "gatehouse_tasks_overdue", **gate) == 1
+    count = "gatehouse_task_time_to_decision_seconds_count"
+    assert _get(after, count, graph="loan_approval") - _get(before, count, graph="loan_approval") == 1
+    fast = "gatehouse_task_time_to_decision_seconds_bucket"
+    assert _get(after, fast, graph="loan_approval", le="60") - _get(before, fast, graph="loan_approval", le="60") == 1
+    assert _get(after, "gatehouse_runs", status="succeeded") - _get(before, "gatehouse_runs", status="succeeded") >= 1
+    assert _get(after, "gatehouse_effects", status="done") - _get(before, "gatehouse_effects", status="done") == 1
+    assert _get(after, "gatehouse_audit_chain_length") > _get(before, "gatehouse_audit_chain_length")
+    oldest = _get(after, "gatehouse_task_oldest_pending_age_seconds", **gate)
+    first = ApprovalTask.objects.filter(status=TaskStatus.PENDING, graph="loan_approval", node="human_review")
+    expected_age = (timezone.now() - first.order_by("created_at").first().created_at).total_seconds()
+    assert abs(oldest - expected_age) < 30
+    assert _get(after, "gatehouse_workers_alive") >= 1
+    assert ("gatehouse_beat_last_sweep_age_seconds", ()) in after
