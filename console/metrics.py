@@ -209,23 +209,25 @@ def _audit(now: Any) -> Iterator[Metric]:
         "gatehouse_audit_chain_length", "Events in the hash-chained audit trail", value=AuditEvent.objects.count()
     )
     last_anchor = AuditEvent.objects.filter(action="audit.anchor").aggregate(at=Max("at"))["at"]
+    anchor_age = GaugeMetricFamily(
+        "gatehouse_audit_last_anchor_age_seconds",
+        "Seconds since beat last anchored the audit chain's head (no sample before the first anchor)",
+    )
     if last_anchor is not None:
-        yield GaugeMetricFamily(
-            "gatehouse_audit_last_anchor_age_seconds",
-            "Seconds since beat last anchored the audit chain's head (absent until the first anchor)",
-            value=max((now - last_anchor).total_seconds(), 0.0),
-        )
+        anchor_age.add_metric([], max((now - last_anchor).total_seconds(), 0.0))
+    yield anchor_age
 
 
 def _background() -> Iterator[Metric]:
     yield GaugeMetricFamily("gatehouse_workers_alive", "Workers with a fresh heartbeat", value=workers_alive())
     age = heartbeat_age(component=HeartbeatComponent.SWEEP, name=SWEEP)
+    sweep_age = GaugeMetricFamily(
+        "gatehouse_beat_last_sweep_age_seconds",
+        "Seconds since the run sweeper (scheduled by beat) last ran (no sample before the first sweep)",
+    )
     if age is not None:
-        yield GaugeMetricFamily(
-            "gatehouse_beat_last_sweep_age_seconds",
-            "Seconds since the run sweeper (scheduled by beat) last ran",
-            value=age,
-        )
+        sweep_age.add_metric([], age)
+    yield sweep_age
 
 
 def metrics_render() -> bytes:

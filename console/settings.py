@@ -223,7 +223,7 @@ STATIC_ROOT = VAR_DIR / "staticfiles"
 # --- static files (ops) -----------------------------------------------------------
 # WhiteNoise serves /static/ from every web process. In production (DATABASE_URL set,
 # DEBUG off) files are collected at image build (`manage.py collectstatic`) with content-hashed
-# names (cached for a year) and gzip/brotli copies. Embedded mode and the test suite serve straight
+# names (cached for a year) and gzip copies. Embedded mode and the test suite serve straight
 # from the apps' static directories (no collectstatic step, unhashed names).
 GATEHOUSE_STATIC_MANIFEST = env_bool("GATEHOUSE_STATIC_MANIFEST", not EMBEDDED and not DEBUG)
 STORAGES: dict[str, Any] = {

@@ -91,7 +91,11 @@ def _start(env: dict[str, str], args: list[str], log: Path) -> subprocess.Popen[
     with open(log, "wb") as out:
         return subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", "console", *args],
-            cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
 
 
@@ -104,8 +108,19 @@ def test_a_worker_is_healthy_while_it_beats_and_stale_once_killed(bank, tmp_path
 
     worker = _start(
         env,
-        ["worker", "--pool=threads", "--concurrency=1", "-n", node, "-Q", env["GATEHOUSE_QUEUE"],
-         "--without-mingle", "--without-gossip", "-l", "INFO"],
+        [
+            "worker",
+            "--pool=threads",
+            "--concurrency=1",
+            "-n",
+            node,
+            "-Q",
+            env["GATEHOUSE_QUEUE"],
+            "--without-mingle",
+            "--without-gossip",
+            "-l",
+            "INFO",
+        ],
         tmp_path / "worker.log",
     )
     try:

@@ -83,8 +83,11 @@ def test_a_worker_logs_json_lines_carrying_the_run_thread_and_task_ids(worker, b
         thread = thread_start(operator, "loan_approval", loan_input())
         pending_tasks(reviewer, thread["id"])
         claimed = wait_for(
-            lambda: [e for e in _json_entries(json_worker) if e["message"].startswith("run ")
-                     and e["message"].endswith("finished: interrupted")],
+            lambda: [
+                e
+                for e in _json_entries(json_worker)
+                if e["message"].startswith("run ") and e["message"].endswith("finished: interrupted")
+            ],
             what="the run's finish in the worker log",
         )
     finally:

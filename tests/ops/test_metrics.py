@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import re
 from collections import Counter, defaultdict
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -171,3 +174,29 @@ def test_after_a_real_flow_every_metric_matches_the_database(live_worker, operat
     assert abs(oldest - expected_age) < 30
     assert _get(after, "gatehouse_workers_alive") >= 1
     assert ("gatehouse_beat_last_sweep_age_seconds", ()) in after
+
+
+def test_the_dashboard_and_the_docs_use_only_metrics_the_endpoint_exposes():
+    from django.db import transaction
+
+    from approvals.audit import audit_anchor
+
+    with transaction.atomic():
+        audit_anchor()  # the anchor-age gauge exists once there is an anchor
+    with override_settings(GATEHOUSE_METRICS_TOKEN=TOKEN):
+        families = list(text_string_to_metric_families(_scrape().content.decode()))
+    suffixes = {"counter": ["_total"], "histogram": ["_bucket", "_count", "_sum"]}
+    exposed = {f.name + suffix for f in families for suffix in suffixes.get(f.type, [""])}
+    root = Path(__file__).resolve().parent.parent.parent
+    dashboard = json.loads((root / "docs" / "grafana-dashboard.json").read_text())
+    used = {
+        name
+        for panel in dashboard["panels"]
+        for target in panel["targets"]
+        for name in re.findall(r"gatehouse_[a-z_]+", target["expr"])
+    }
+    documented = set(re.findall(r"^\| `(gatehouse_[a-z_]+)`", (root / "docs" / "operations.md").read_text(), re.M))
+    histograms = {f.name for f in families if f.type == "histogram"}
+    assert used - exposed == set()
+    assert documented - exposed - histograms == set()
+    assert len(documented) >= 19
