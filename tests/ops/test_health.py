@@ -169,3 +169,12 @@ def _purge_queue(name: str) -> None:
         client.delete(name)
     finally:
         client.close()
+
+
+def test_the_web_health_command_checks_the_web_roles_own_dependencies(bank, tmp_path):
+    env = worker_env(bank)
+    assert _manage(env, "health_check", "--component", "web").returncode == 0
+
+    down = _manage({**env, "REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"}, "health_check", "--component", "web")
+    assert down.returncode == 1
+    assert "broker" in down.stderr and "channel_layer" in down.stderr and "database" not in down.stderr

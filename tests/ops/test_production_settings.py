@@ -90,7 +90,7 @@ def test_s3_blob_storage_keeps_the_default_and_static_storages_and_pages_render(
 
 def test_embedded_mode_serves_static_files_with_debug_off_and_no_collectstatic(tmp_path):
     env = {k: v for k, v in _production_env(tmp_path).items() if k not in ("DATABASE_URL", "REDIS_URL")}
-    env["DEBUG"] = "false"
+    env.update(DEBUG="false", ALLOWED_HOSTS="testserver")
     result = _script(
         env,
         """

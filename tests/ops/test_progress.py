@@ -59,26 +59,27 @@ def test_audit_export_draws_progress_only_on_a_terminal(bank, tmp_path):
     env = _env(bank)
     target = tmp_path / "audit.jsonl"
 
-    status, _, terminal = _run(env, "audit_export", "--output", str(target), tty=True)
-    assert status == 0, terminal
-    assert "exporting" in terminal and "event" in terminal and "%" in terminal
-
     status, _, logged = _run(env, "audit_export", "--output", str(target), tty=False)
     assert status == 0, logged
-    assert "exporting" not in logged and "\r" not in logged
+    assert "\r" not in logged and "%" not in logged  # no bar in a log
     assert logged.startswith("exported ")  # the one summary line stays
+
+    status, _, terminal = _run(env, "audit_export", "--output", str(target), tty=True)
+    assert status == 0, terminal
+    assert "exporting" in terminal and "event" in terminal and "100%" in terminal
 
 
 def test_checkpoints_prune_draws_progress_only_on_a_terminal(bank):
     thread, _ = _thread_with_history()
     env = _env(bank)
 
+    status, out, logged = _run(env, "checkpoints_prune", "--dry-run", "--graph", thread.graph, tty=False)
+    assert status == 0 and logged == "", logged  # no bar in a log
+    assert "would delete" in out
+
     status, out, terminal = _run(env, "checkpoints_prune", "--dry-run", "--graph", thread.graph, tty=True)
     assert status == 0, terminal
     assert "pruning" in terminal and "1/1" in terminal
-    status, out, logged = _run(env, "checkpoints_prune", "--dry-run", "--graph", thread.graph, tty=False)
-    assert status == 0 and logged == "", logged
-    assert "would delete" in out
 
 
 def test_checkpoints_prune_exits_non_zero_when_a_thread_fails(bank):
