@@ -116,7 +116,7 @@ def _ready_probe(sender: Celery, **kwargs: object) -> None:
     _ops_signals_connect()
 
 
-# --- health and log context (ops; see console/health.py, console/logs.py) -------------
+# --- health and log context (ops; see console/heartbeats.py, console/logs.py) -------------
 
 _heartbeat: Any = None
 
@@ -128,7 +128,7 @@ def _ops_signals_connect() -> None:
 
     def heartbeat_start(sender: Any = None, **_: object) -> None:
         global _heartbeat
-        from console.health import WorkerHeartbeat
+        from console.heartbeats import WorkerHeartbeat
 
         _heartbeat = WorkerHeartbeat(getattr(sender, "hostname", None) or "celery")
         _heartbeat.start()
@@ -140,7 +140,7 @@ def _ops_signals_connect() -> None:
     def sweep_recorded(sender: Any = None, state: str | None = None, **_: object) -> None:
         if getattr(sender, "name", "") != "runtime.sweep_runs" or state != "SUCCESS":
             return
-        from console.health import SWEEP, heartbeat_record
+        from console.heartbeats import SWEEP, heartbeat_record
         from console.models import HeartbeatComponent
 
         try:
@@ -165,7 +165,7 @@ class HeartbeatScheduler(PersistentScheduler):
     def tick(self, *args: Any, **kwargs: Any) -> float:
         from django.conf import settings
 
-        from console.health import beat_heartbeat_touch
+        from console.heartbeats import beat_heartbeat_touch
 
         delay = float(super().tick(*args, **kwargs))
         try:

@@ -31,6 +31,7 @@ from prometheus_client.registry import Collector
 
 from approvals.models import (
     ApprovalTask,
+    AuditAnchor,
     AuditEvent,
     DeliveryStatus,
     InboundDelivery,
@@ -38,7 +39,7 @@ from approvals.models import (
     OutboundStatus,
     TaskStatus,
 )
-from console.health import SWEEP, heartbeat_age, workers_alive
+from console.heartbeats import SWEEP, heartbeat_age, workers_alive
 from console.models import HeartbeatComponent
 from runtime.models import Effect, EffectStatus, Run, RunStatus, Thread, ThreadStatus
 
@@ -208,7 +209,7 @@ def _audit(now: Any) -> Iterator[Metric]:
     yield GaugeMetricFamily(
         "gatehouse_audit_chain_length", "Events in the hash-chained audit trail", value=AuditEvent.objects.count()
     )
-    last_anchor = AuditEvent.objects.filter(action="audit.anchor").aggregate(at=Max("at"))["at"]
+    last_anchor = AuditAnchor.objects.aggregate(at=Max("at"))["at"]
     anchor_age = GaugeMetricFamily(
         "gatehouse_audit_last_anchor_age_seconds",
         "Seconds since beat last anchored the audit chain's head (no sample before the first anchor)",

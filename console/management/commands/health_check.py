@@ -12,13 +12,8 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from console.health import (
-    beat_heartbeat_age,
-    default_worker_nodename,
-    heartbeat_age,
-    readiness_evaluate,
-    worker_heartbeat_name,
-)
+from console.health import readiness_evaluate
+from console.heartbeats import beat_heartbeat_age, default_worker_nodename, heartbeat_age, worker_heartbeat_name
 from console.models import HeartbeatComponent
 
 
