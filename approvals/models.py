@@ -1,4 +1,4 @@
-"""Approval tasks, decisions, the audit trail, API tokens and graph assignments."""
+"""Approval tasks, decisions, the audit trail, API tokens, graph assignments and SSO identities."""
 
 from __future__ import annotations
 
@@ -193,9 +193,29 @@ class GraphAssignment(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["user", "graph", "gate"], name="one_assignment_per_gate")]
+        permissions = [("manage_users", "Can administer users: roles, graph and gate assignments, credentials")]
 
     def __str__(self) -> str:
         return f"{self.user_id} → {self.graph}"
+
+
+class ExternalIdentity(models.Model):
+    """A user who signs in through single sign-on (OpenID Connect).
+
+    The provider's issuer and subject identify the person, never the email or
+    username a claim carries: an e-mail address can be reassigned, a subject cannot.
+    """
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="external_identity")
+    issuer = models.CharField(max_length=300)
+    subject = models.CharField(max_length=255)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["issuer", "subject"], name="one_user_per_external_identity")]
+
+    def __str__(self) -> str:
+        return f"{self.issuer} {self.subject} → {self.user_id}"
 
 
 # --- webhooks (inbound deliveries that decide tasks; outbound event notifications) ---------------

@@ -52,6 +52,7 @@ ROLES: dict[str, list[str]] = {
         "runtime.retry_thread",
         "console.release_any_claim",
         "approvals.manage_webhooks",  # an inbound endpoint's secret is a decision credential
+        "approvals.manage_users",  # user administration (approvals.users); a token needs the "admin" action
     ],
     # Webhook principals (``webhook:<endpoint>``): decide tasks of their endpoint's graph, nothing else.
     "service": ["approvals.view_approvaltask", "approvals.decide_task", "runtime.view_thread"],

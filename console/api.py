@@ -35,6 +35,7 @@ api = NinjaAPI(
 api.add_router("/", approvals_router)
 api.add_router("/", "approvals.webhooks_api.router")  # signed inbound webhooks, outbound subscriptions
 api.add_router("/", "approvals.exports_api.router")  # streamed, verifiable audit exports
+api.add_router("/", "approvals.users_api.router")  # user administration (admins)
 
 
 def error_response(

@@ -97,7 +97,6 @@ CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 
 INSTALLED_APPS = [
     "daphne",
-    "django.contrib.admin",
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -484,3 +483,45 @@ if GATEHOUSE_METRICS_TOKEN and len(GATEHOUSE_METRICS_TOKEN) < 24:
     raise ImproperlyConfigured("GATEHOUSE_METRICS_TOKEN must be at least 24 characters (a random secret)")
 # Time-to-decision histogram buckets, seconds (1 min … 7 days).
 GATEHOUSE_METRICS_DECISION_BUCKETS = [60.0, 300.0, 900.0, 3600.0, 4 * 3600.0, 86400.0, 3 * 86400.0, 7 * 86400.0]
+
+# --- single sign-on: OpenID Connect (console/sso.py, docs/users.md) -----------------------------
+# Off unless OIDC_RP_CLIENT_ID is set. The provider's endpoints come from its discovery document
+# (OIDC_OP_ISSUER + /.well-known/openid-configuration) unless all four are given explicitly.
+OIDC_RP_CLIENT_ID = env_str("OIDC_RP_CLIENT_ID") or ""
+GATEHOUSE_OIDC_ENABLED = bool(OIDC_RP_CLIENT_ID)
+if GATEHOUSE_OIDC_ENABLED:
+    import json as _json
+
+    OIDC_RP_CLIENT_SECRET = env_str("OIDC_RP_CLIENT_SECRET") or ""
+    OIDC_OP_ISSUER = (env_str("OIDC_OP_ISSUER") or "").rstrip("/")
+    OIDC_OP_AUTHORIZATION_ENDPOINT = env_str("OIDC_OP_AUTHORIZATION_ENDPOINT") or ""
+    OIDC_OP_TOKEN_ENDPOINT = env_str("OIDC_OP_TOKEN_ENDPOINT") or ""
+    OIDC_OP_USER_ENDPOINT = env_str("OIDC_OP_USER_ENDPOINT") or ""
+    OIDC_OP_JWKS_ENDPOINT = env_str("OIDC_OP_JWKS_ENDPOINT") or ""
+    _explicit = (OIDC_OP_AUTHORIZATION_ENDPOINT, OIDC_OP_TOKEN_ENDPOINT, OIDC_OP_USER_ENDPOINT, OIDC_OP_JWKS_ENDPOINT)
+    if not OIDC_OP_ISSUER:
+        raise ImproperlyConfigured("OIDC_RP_CLIENT_ID is set: set OIDC_OP_ISSUER (the provider's issuer URL) too")
+    if not OIDC_RP_CLIENT_SECRET:
+        raise ImproperlyConfigured("OIDC_RP_CLIENT_ID is set: set OIDC_RP_CLIENT_SECRET or OIDC_RP_CLIENT_SECRET_FILE")
+    if any(_explicit) and not all(_explicit):
+        raise ImproperlyConfigured(
+            "set all of OIDC_OP_AUTHORIZATION_ENDPOINT, _TOKEN_, _USER_ and _JWKS_ENDPOINT, or none (discovery)"
+        )
+    OIDC_RP_SIGN_ALGO = env_str("OIDC_RP_SIGN_ALGO") or "RS256"
+    OIDC_RP_SCOPES = env_str("OIDC_RP_SCOPES") or "openid email profile"
+    OIDC_USE_PKCE = env_bool("OIDC_USE_PKCE", True)
+    OIDC_TIMEOUT = env_float("OIDC_TIMEOUT_SECONDS", 10.0, minimum=0.5)
+    OIDC_AUTHENTICATION_CALLBACK_URL = "oidc:callback"
+    LOGIN_REDIRECT_URL_FAILURE = "/accounts/login/?sso=failed"
+    # The claim whose value(s) select roles and graphs, and the mapping from each value:
+    # {"gh-reviewers": {"roles": ["reviewer"], "graphs": ["loan_approval"], "gates": ["kyc:review"]}}
+    GATEHOUSE_OIDC_ROLE_CLAIM = env_str("GATEHOUSE_OIDC_ROLE_CLAIM") or "groups"
+    GATEHOUSE_OIDC_USERNAME_CLAIM = env_str("GATEHOUSE_OIDC_USERNAME_CLAIM") or "preferred_username"
+    try:
+        GATEHOUSE_OIDC_MAPPING = _json.loads(env_str("GATEHOUSE_OIDC_MAPPING") or "{}")
+    except ValueError as _exc:
+        raise ImproperlyConfigured(f"GATEHOUSE_OIDC_MAPPING is not JSON: {_exc}") from None
+    if not isinstance(GATEHOUSE_OIDC_MAPPING, dict):
+        raise ImproperlyConfigured("GATEHOUSE_OIDC_MAPPING must be a JSON object: claim value → roles and graphs")
+    GATEHOUSE_OIDC_BUTTON = env_str("GATEHOUSE_OIDC_BUTTON") or "Sign in with single sign-on"
+    AUTHENTICATION_BACKENDS = [*AUTHENTICATION_BACKENDS, "console.sso.GatehouseOIDCBackend"]

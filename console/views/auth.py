@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib.auth import views as auth_views
 
-login = auth_views.LoginView.as_view(template_name="console/login.html", redirect_authenticated_user=True)
+login = auth_views.LoginView.as_view(
+    template_name="console/login.html",
+    redirect_authenticated_user=True,
+    # Single sign-on (console/sso.py) adds a button when configured.
+    extra_context={"sso_button": getattr(settings, "GATEHOUSE_OIDC_BUTTON", "")},
+)
 # Django 5 only accepts POST for logout, so a stray GET (a prefetch, a link) cannot sign anyone out.
 logout = auth_views.LogoutView.as_view()

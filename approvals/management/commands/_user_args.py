@@ -1,0 +1,51 @@
+"""Arguments shared by the user_* commands: roles, graphs and gates, validated by approvals.users."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import CommandError, CommandParser
+
+from approvals import users
+from approvals.errors import DomainError
+
+
+def access_arguments(parser: CommandParser, verb: str) -> None:
+    roles = ", ".join(users.ASSIGNABLE_ROLES)
+    parser.add_argument("--role", action="append", default=[], help=f"a role to {verb} (repeatable): {roles}")
+    parser.add_argument(
+        "--graph", action="append", default=[], help=f'a graph to {verb} (repeatable); "*" means every graph'
+    )
+    parser.add_argument(
+        "--gate", action="append", default=[], help=f"a single gate to {verb}, as GRAPH:NODE (repeatable)"
+    )
+
+
+def gates_parse(values: list[str]) -> list[users.Assignment]:
+    parsed = [users.Assignment.parse(v) for v in values]
+    bad = [v for v, a in zip(values, parsed, strict=True) if not a.gate]
+    if bad:
+        raise CommandError(f"--gate {bad[0]!r}: give GRAPH:NODE")
+    return parsed
+
+
+def user_find(username: str) -> Any:
+    try:
+        return users.user_by_username(username)
+    except DomainError as exc:
+        raise CommandError(exc.message) from None
+
+
+def domain_call(call: Any) -> Any:
+    """Run a service; its refusal becomes a CommandError (exit status 1) naming the field."""
+    try:
+        return call()
+    except DomainError as exc:
+        raise CommandError(f"{exc.field}: {exc.message}" if exc.field else exc.message) from None
+
+
+def describe(user: Any) -> str:
+    roles = ", ".join(users.user_roles(user)) or "no role"
+    graphs = ", ".join(str(a) for a in users.user_assignments(user)) or "no graph"
+    state = "active" if user.is_active else "deactivated"
+    return f"{user.username}: {state}; roles: {roles}; graphs: {graphs}"

@@ -1,0 +1,281 @@
+"""User administration for admins: list, create, detail with effective permissions, and the changes
+(roles, graph and gate assignments, deactivate/reactivate, password and OTP resets).
+
+Every rule and every audit event lives in ``approvals.users``; these views translate form posts
+into its services. Changes on the detail page are htmx posts that re-render the panel they change
+(a plain form post redirects back, for browsers without script). A set-password link is shown once,
+in the response that created it, and never stored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, cast
+
+from django.contrib import messages
+from django.contrib.auth import views as auth_views
+from django.contrib.auth.models import User
+from django.db import transaction
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_POST
+
+from approvals import permissions, users
+from approvals.errors import DomainError
+from console.views.common import console_login_required, domain_errors, error_page
+from runtime.registry import graph_names
+
+
+def _actor(request: HttpRequest) -> User:
+    return cast(User, request.user)  # @console_login_required
+
+
+def _assignment_choices(user: User | None) -> list[dict[str, Any]]:
+    """Per graph: whether the whole graph is assigned, and each known gate with its state."""
+    held = set(users.user_assignments(user)) if user is not None else set()
+    graphs = sorted(set(graph_names()) | {a.graph for a in held if a.graph != permissions.ALL_GRAPHS})
+    rows = [
+        {
+            "graph": permissions.ALL_GRAPHS,
+            "label": "Every graph",
+            "whole": users.Assignment(permissions.ALL_GRAPHS) in held,
+            "gates": [],
+        }
+    ]
+    for graph in graphs:
+        assigned_gates = [a.gate for a in held if a.graph == graph and a.gate]
+        rows.append(
+            {
+                "graph": graph,
+                "label": graph,
+                "whole": users.Assignment(graph) in held,
+                "gates": [
+                    {"name": gate, "value": f"{graph}:{gate}", "checked": gate in assigned_gates}
+                    for gate in users.graph_gates(graph, assigned_gates)
+                ],
+            }
+        )
+    return rows
+
+
+def _detail_context(request: HttpRequest, user_id: int) -> dict[str, Any]:
+    actor = _actor(request)
+    subject = users.user_get(actor=actor, user_id=user_id)
+    history = (
+        permissions.audit_visible(actor)
+        .filter(subject_type="user", subject_id=str(subject.pk), action__startswith="user.")
+        .order_by("-id")[:20]
+    )
+    return {
+        "subject": subject,
+        "is_sso": users.user_is_sso(subject),
+        "effective": users.user_effective_permissions(actor=actor, user_id=subject.pk),
+        "roles": users.ASSIGNABLE_ROLES,
+        "held_roles": users.user_roles(subject),
+        "assignment_rows": _assignment_choices(subject),
+        "credentials": users.user_credentials(subject),
+        "history": history,
+        "nav": "users",
+    }
+
+
+def _panel(request: HttpRequest, user_id: int, *, status: int = 200, **extra: Any) -> HttpResponse:
+    """After a change: the detail panel for htmx, or post/redirect/get for a plain form."""
+    if request.htmx:  # type: ignore[attr-defined]
+        ctx = {**_detail_context(request, user_id), **extra}
+        return render(request, "console/users/_panel.html", ctx, status=status)
+    return redirect("console:user", user_id=user_id)
+
+
+def _change(request: HttpRequest, user_id: int, change: Callable[[], str]) -> HttpResponse:
+    """Run one service call; its message goes to the panel (htmx) or the redirected page."""
+    try:
+        done = change()
+    except DomainError as exc:
+        if not request.htmx:  # type: ignore[attr-defined]
+            raise
+        return _panel(request, user_id, status=exc.status, panel_error=exc)
+    if request.htmx:  # type: ignore[attr-defined]
+        return _panel(request, user_id, panel_done=done)
+    messages.success(request, done)
+    return _panel(request, user_id)
+
+
+@require_GET
+@console_login_required
+@domain_errors
+def user_list(request: HttpRequest) -> HttpResponse:
+    query = request.GET.get("q", "").strip()[:150]
+    state = request.GET.get("state", "")
+    active = {"active": True, "inactive": False}.get(state)
+    listed = users.users_list(actor=_actor(request), query=query, active=active)
+    return render(
+        request,
+        "console/users/list.html",
+        {"users": listed[:500], "q": query, "state": state if active is not None else "", "nav": "users"},
+    )
+
+
+@console_login_required
+@domain_errors
+def user_create(request: HttpRequest) -> HttpResponse:
+    actor = _actor(request)
+    users.require_admin(actor)
+    if request.method not in ("GET", "POST"):
+        return HttpResponse(status=405)
+    data = request.POST if request.method == "POST" else request.GET
+    errors: dict[str, str] = {}
+    status = 200
+    if request.method == "POST":
+        try:
+            created = users.user_create(
+                actor=actor,
+                username=data.get("username", ""),
+                email=data.get("email", ""),
+                first_name=data.get("first_name", "").strip(),
+                last_name=data.get("last_name", "").strip(),
+                roles=data.getlist("roles"),
+                assignments=[users.Assignment.parse(v) for v in data.getlist("assign")],
+            )
+            setup = users.user_password_reset(actor=actor, user_id=created.pk)
+        except DomainError as exc:
+            errors[exc.field or "__all__"] = exc.message
+            status = exc.status
+        else:
+            return render(
+                request,
+                "console/users/created.html",
+                {"subject": created, "link": _link(request, setup), "setup": setup, "nav": "users"},
+            )
+    held = set(data.getlist("assign"))
+    rows = _assignment_choices(None)
+    for row in rows:
+        row["whole"] = row["graph"] in held
+        for gate in row["gates"]:
+            gate["checked"] = gate["value"] in held
+    return render(
+        request,
+        "console/users/create.html",
+        {
+            "roles": users.ASSIGNABLE_ROLES,
+            "held_roles": data.getlist("roles"),
+            "assignment_rows": rows,
+            "data": data,
+            "errors": errors,
+            "nav": "users",
+        },
+        status=status,
+    )
+
+
+def _link(request: HttpRequest, setup: users.PasswordSetup | None) -> str:
+    if setup is None:
+        return ""
+    return request.build_absolute_uri(
+        reverse("console:password-set", kwargs={"uidb64": setup.uidb64, "token": setup.token})
+    )
+
+
+@require_GET
+@console_login_required
+@domain_errors
+def user_detail(request: HttpRequest, user_id: int) -> HttpResponse:
+    return render(request, "console/users/detail.html", _detail_context(request, user_id))
+
+
+@require_POST
+@console_login_required
+@domain_errors
+def user_roles(request: HttpRequest, user_id: int) -> HttpResponse:
+    roles = request.POST.getlist("roles")
+    def change() -> str:
+        users.user_roles_set(actor=_actor(request), user_id=user_id, roles=roles)
+        return "Roles saved"
+
+    return _change(request, user_id, change)
+
+
+@require_POST
+@console_login_required
+@domain_errors
+def user_assignments(request: HttpRequest, user_id: int) -> HttpResponse:
+    wanted = [users.Assignment.parse(v) for v in request.POST.getlist("assign")]
+    def change() -> str:
+        users.user_assignments_set(actor=_actor(request), user_id=user_id, assignments=wanted)
+        return "Graphs and gates saved"
+
+    return _change(request, user_id, change)
+
+
+@require_POST
+@console_login_required
+@domain_errors
+def user_deactivate(request: HttpRequest, user_id: int) -> HttpResponse:
+    reason = request.POST.get("reason", "").strip()
+    def change() -> str:
+        users.user_deactivate(actor=_actor(request), user_id=user_id, reason=reason)
+        return "Deactivated: signed out everywhere, API tokens revoked"
+
+    return _change(request, user_id, change)
+
+
+@require_POST
+@console_login_required
+@domain_errors
+def user_reactivate(request: HttpRequest, user_id: int) -> HttpResponse:
+    def change() -> str:
+        users.user_reactivate(actor=_actor(request), user_id=user_id)
+        return "Reactivated: the user may sign in again (revoked API tokens stay revoked)"
+
+    return _change(request, user_id, change)
+
+
+@require_POST
+@console_login_required
+@domain_errors
+def user_password(request: HttpRequest, user_id: int) -> HttpResponse:
+    """Void the password and show a set-password link once (in this response only)."""
+    try:
+        setup = users.user_password_reset(actor=_actor(request), user_id=user_id)
+    except DomainError as exc:
+        return error_page(request, exc)
+    ctx = {"link": _link(request, setup), "setup": setup}
+    if request.htmx:  # type: ignore[attr-defined]
+        return render(request, "console/users/_password_link.html", ctx)
+    return render(
+        request, "console/users/password.html", {**ctx, "subject": User.objects.get(pk=user_id), "nav": "users"}
+    )
+
+
+@require_POST
+@console_login_required
+@domain_errors
+def user_otp(request: HttpRequest, user_id: int) -> HttpResponse:
+    def change() -> str:
+        count = users.user_otp_reset(actor=_actor(request), user_id=user_id)
+        return f"OTP reset: {count} device{'s' if count != 1 else ''} removed"
+
+    return _change(request, user_id, change)
+
+
+class PasswordSetView(auth_views.PasswordResetConfirmView):
+    """Choose a password from a set-password link (Django checks the token and hides it from the
+    address bar and Referer); the change goes through ``approvals.users`` and is audited."""
+
+    template_name = "console/users/password_set.html"
+    success_url = "/accounts/login/?password=set"
+    post_reset_login = False
+
+    def form_valid(self, form: Any) -> HttpResponse:
+        try:
+            with transaction.atomic():
+                users.user_password_set_by_link(user=form.user, password=form.cleaned_data["new_password1"])
+        except DomainError as exc:
+            form.add_error("new_password1", exc.message)
+            return self.form_invalid(form)
+        del self.request.session[auth_views.INTERNAL_RESET_SESSION_TOKEN]
+        return redirect(self.success_url)
+
+
+password_set = PasswordSetView.as_view()

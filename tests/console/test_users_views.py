@@ -1,0 +1,194 @@
+"""User administration pages: the admin's list, create (with a one-time set-password link), detail with
+effective permissions, htmx changes with CSRF, the set-password page, and no /admin/ door."""
+
+from __future__ import annotations
+
+import re
+import uuid
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+
+from approvals import users
+from approvals.models import AuditEvent
+from tests.console.conftest import console_client
+
+pytestmark = pytest.mark.usefixtures("live_db")
+
+
+def _name(prefix: str = "u") -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def test_django_admin_is_not_mounted():
+    # A second door to users and permissions, outside the policy, OTP and the audit trail: gone.
+    assert Client().get("/admin/").status_code == 404
+    assert Client().get("/admin/login/").status_code == 404
+
+
+@pytest.mark.parametrize("role,sees", [("admin", True), ("auditor", False), ("operator", False), ("reviewer", False)])
+def test_only_admins_get_the_users_link(personas, role, sees):
+    page = console_client(personas[role]).get("/").content.decode()
+    assert ('href="/users/"' in page) is sees
+
+
+def test_the_list_shows_roles_graphs_state_and_last_sign_in(personas):
+    name = _name("list")
+    user = users.user_create(
+        actor=users.CLI,
+        username=name,
+        roles=["reviewer"],
+        assignments=[users.Assignment("kyc_onboarding", "compliance_review")],
+    )
+    users.user_deactivate(actor=users.CLI, user_id=user.pk)
+    page = console_client(personas["admin"]).get("/users/", {"q": name}).content.decode()
+    row = re.search(rf'<tr data-user="{name}">(.*?)</tr>', page, re.S)
+    assert row, page
+    assert "reviewer" in row.group(1) and "kyc_onboarding:compliance_review" in row.group(1)
+    assert "Deactivated" in row.group(1) and "never" in row.group(1)
+    active_only = console_client(personas["admin"]).get("/users/", {"q": name, "state": "active"}).content.decode()
+    assert f'data-user="{name}"' not in active_only
+
+
+def test_an_admin_creates_a_user_who_sets_a_password_from_the_link_and_signs_in(personas):
+    admin = console_client(personas["admin"])
+    name = _name("new")
+    response = admin.post(
+        "/users/new",
+        {"username": name, "email": f"{name}@example.org", "roles": ["reviewer"], "assign": ["loan_approval"]},
+    )
+    assert response.status_code == 200, response.content[:500]
+    link = re.search(r'value="(http://testserver/accounts/set-password/[^"]+)"', response.content.decode()).group(1)
+    user = User.objects.get(username=name)
+    assert users.user_roles(user) == ["reviewer"]
+    assert [str(a) for a in users.user_assignments(user)] == ["loan_approval"]
+
+    person = Client()
+    form = person.get(link.removeprefix("http://testserver"), follow=True)  # Django hides the token behind a redirect
+    assert form.status_code == 200 and b"Choose a password" in form.content
+    page = form.redirect_chain[-1][0]
+    weak = person.post(page, {"new_password1": "abc", "new_password2": "abc"})
+    assert weak.status_code == 200 and b"too short" in weak.content
+    done = person.post(page, {"new_password1": "correct-horse-battery-9", "new_password2": "correct-horse-battery-9"})
+    assert done.status_code == 302 and done.url == "/accounts/login/?password=set"
+    assert person.post("/accounts/login/", {"username": name, "password": "correct-horse-battery-9"}).status_code == 302
+    assert b"Inbox" in person.get("/").content
+    # The link works once.
+    again = Client().get(link.removeprefix("http://testserver"), follow=True)
+    assert b"not valid" in again.content
+    actions = list(
+        AuditEvent.objects.filter(subject_type="user", subject_id=str(user.pk)).values_list("action", "actor_label")
+    )
+    assert ("user.created", personas["admin"].username) in actions
+    assert ("user.password_reset", personas["admin"].username) in actions
+    assert ("user.password_set", name) in actions
+
+
+@pytest.mark.parametrize(
+    "form,field,message",
+    [
+        ({"username": ""}, "username", "a username is required"),
+        ({"username": "two words"}, "username", "may contain only"),
+        ({"email": "nope"}, "email", "is not an e-mail address"),
+        ({"roles": ["superhero"]}, "roles", "unknown role"),
+        ({"assign": ["no_such_graph"]}, "graphs", "unknown graph"),
+    ],
+)
+def test_bad_input_on_the_create_form_is_shown_at_its_field_and_creates_nothing(personas, form, field, message):
+    before = User.objects.count()
+    response = console_client(personas["admin"]).post("/users/new", {"username": _name(), **form})
+    assert response.status_code == 422
+    assert message in response.content.decode()
+    assert User.objects.count() == before
+
+
+def test_the_detail_page_shows_effective_permissions_per_graph_and_gate(personas):
+    user = users.user_create(
+        actor=users.CLI,
+        username=_name("eff"),
+        roles=["reviewer"],
+        assignments=[users.Assignment("kyc_onboarding", "compliance_review")],
+    )
+    page = console_client(personas["admin"]).get(f"/users/{user.pk}/").content.decode()
+    kyc = re.search(r'<tr data-graph="kyc_onboarding">(.*?)</tr>', page, re.S).group(1)
+    assert "<code>compliance_review</code>" in kyc and "identity_check" not in kyc
+    loan = re.search(r'<tr data-graph="loan_approval">(.*?)</tr>', page, re.S).group(1)
+    assert loan.count("yes") == 0  # not assigned: sees nothing, decides nothing
+
+
+def test_htmx_changes_re_render_the_panel_and_are_audited(personas):
+    admin = console_client(personas["admin"])
+    user = users.user_create(actor=users.CLI, username=_name("hx"), roles=["reviewer"])
+    htmx = {"HX-Request": "true", "HX-Target": "user-panel"}
+    response = admin.post(f"/users/{user.pk}/roles", {"roles": ["approver"]}, headers=htmx)
+    assert response.status_code == 200 and b'id="user-panel"' in response.content and b"Roles saved" in response.content
+    assert b"<html" not in response.content  # a partial
+    response = admin.post(
+        f"/users/{user.pk}/assignments", {"assign": ["loan_approval", "kyc_onboarding:compliance_review"]}, headers=htmx
+    )
+    assert response.status_code == 200
+    assert [str(a) for a in users.user_assignments(user)] == ["kyc_onboarding:compliance_review", "loan_approval"]
+    response = admin.post(f"/users/{user.pk}/assignments", {"assign": ["nope"]}, headers=htmx)
+    assert response.status_code == 422 and b"unknown graph" in response.content
+    response = admin.post(f"/users/{user.pk}/deactivate", {"reason": "test"}, headers=htmx)
+    assert b"Reactivate" in response.content and not User.objects.get(pk=user.pk).is_active
+    response = admin.post(f"/users/{user.pk}/reactivate", headers=htmx)
+    assert User.objects.get(pk=user.pk).is_active
+    response = admin.post(f"/users/{user.pk}/password", headers=htmx)
+    assert b"shown once" in response.content and b"/accounts/set-password/" in response.content
+    response = admin.post(f"/users/{user.pk}/otp", headers=htmx)
+    assert b"OTP reset: 0 devices removed" in response.content
+    actions = [
+        a
+        for a in AuditEvent.objects.filter(subject_type="user", subject_id=str(user.pk))
+        .order_by("id")
+        .values_list("action", flat=True)
+        if a.startswith("user.")
+    ]
+    assert actions == [
+        "user.created",
+        "user.access_changed",
+        "user.access_changed",
+        "user.deactivated",
+        "user.reactivated",
+        "user.password_reset",
+        "user.otp_reset",
+    ]
+
+
+def test_a_plain_form_post_redirects_back_to_the_detail_page(personas):
+    user = users.user_create(actor=users.CLI, username=_name("plain"))
+    response = console_client(personas["admin"]).post(f"/users/{user.pk}/roles", {"roles": ["auditor"]})
+    assert response.status_code == 302 and response.url == f"/users/{user.pk}/"
+
+
+@pytest.mark.parametrize("action", ["roles", "assignments", "deactivate", "reactivate", "password", "otp"])
+def test_changes_without_a_csrf_token_are_refused(personas, action):
+    user = users.user_create(actor=users.CLI, username=_name("csrf"), roles=["reviewer"])
+    client = console_client(personas["admin"], enforce_csrf=True)
+    assert client.post(f"/users/{user.pk}/{action}", {"roles": ["admin"]}).status_code == 403
+    assert client.post("/users/new", {"username": _name()}).status_code == 403
+    assert users.user_roles(User.objects.get(pk=user.pk)) == ["reviewer"]
+    assert User.objects.get(pk=user.pk).is_active
+
+
+def test_an_htmx_post_with_the_token_from_the_page_is_accepted(personas):
+    user = users.user_create(actor=users.CLI, username=_name("tok"), roles=["reviewer"])
+    client = console_client(personas["admin"], enforce_csrf=True)
+    page = client.get(f"/users/{user.pk}/").content.decode()
+    token = re.search(r'"X-CSRFToken": "([^"]+)"', page).group(1)
+    response = client.post(
+        f"/users/{user.pk}/roles", {"roles": ["auditor"]}, headers={"HX-Request": "true", "X-CSRFToken": token}
+    )
+    assert response.status_code == 200
+    assert users.user_roles(User.objects.get(pk=user.pk)) == ["auditor"]
+
+
+def test_the_pages_hold_no_inline_script(personas):
+    user = users.user_create(actor=users.CLI, username=_name("csp"))
+    admin = console_client(personas["admin"])
+    for path in ("/users/", "/users/new", f"/users/{user.pk}/"):
+        page = admin.get(path).content.decode()
+        assert not re.search(r"<script(?![^>]*\bsrc=)", page), path
+        assert not re.search(r"<[^>]+\son[a-z]+=", page), path  # no inline event handlers
