@@ -47,7 +47,8 @@ MANAGE_USERS = "approvals.manage_users"
 ASSIGNABLE_ROLES: tuple[str, ...] = tuple(r for r in permissions.ROLES if r != "service")
 _LOCK_KEY = 0x67687573  # "ghus": one user-administration change at a time (PostgreSQL advisory lock)
 _DB_SESSION_ENGINES = ("django.contrib.sessions.backends.db", "django.contrib.sessions.backends.cached_db")
-_GATE_RE = re.compile(r"^[^\s:]{1,200}$")
+_GATE_RE = re.compile(r"^[^\s:\x00-\x1f\x7f]{1,200}$")
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,7 @@ def require_admin(actor: Actor) -> None:
 
 def users_list(*, actor: Actor, query: str = "", active: bool | None = None) -> QuerySet[User]:
     require_admin(actor)
+    query = _plain(query, field="q", max_length=150)
     users = User.objects.exclude(username__startswith="webhook:").order_by("username")
     if query:
         users = users.filter(Q(username__icontains=query) | Q(email__icontains=query))
@@ -277,6 +279,16 @@ def _assignments_check(
     return {a for a in out if not a.gate or a.graph not in whole}
 
 
+def _plain(value: str, *, field: str, max_length: int) -> str:
+    """Free text stored as is: no control characters (PostgreSQL refuses NUL), bounded length."""
+    value = (value or "").strip()
+    if _CONTROL.search(value):
+        raise InvalidInput("control characters are not allowed", field=field)
+    if len(value) > max_length:
+        raise InvalidInput(f"at most {max_length} characters", field=field)
+    return value
+
+
 def _username_check(username: str) -> str:
     username = (username or "").strip()
     if not username:
@@ -403,12 +415,14 @@ def user_create(
     require_admin(actor)
     username = _username_check(username)
     email = _email_check(email)
+    first_name = _plain(first_name, field="first_name", max_length=150)
+    last_name = _plain(last_name, field="last_name", max_length=150)
     wanted_roles = _roles_check(roles)
     wanted = _assignments_check(assignments, field="graphs")
     _lock()
     if User.objects.filter(username__iexact=username).exists():
         raise Conflict(f"a user named {username!r} already exists", field="username")
-    user = User(username=username, email=email, first_name=first_name[:150], last_name=last_name[:150])
+    user = User(username=username, email=email, first_name=first_name, last_name=last_name)
     if password is None:
         user.set_unusable_password()
     else:
@@ -535,6 +549,7 @@ def user_deactivate(*, actor: Actor, user_id: Any, reason: str = "") -> User:
     """Sign the user out everywhere and keep them out: inactive, API tokens revoked, sessions ended.
     Their decisions and audit history stay (users are never deleted)."""
     require_admin(actor)
+    reason = _plain(reason, field="reason", max_length=500)
     _lock()
     user = _locked_user(user_id)
     if not user.is_active:
@@ -554,7 +569,7 @@ def user_deactivate(*, actor: Actor, user_id: Any, reason: str = "") -> User:
         "sessions_ended": sessions,
     }
     if reason:
-        details["reason"] = reason[:500]
+        details["reason"] = reason
     _audit(actor, "user.deactivated", user, details)
     return user
 
@@ -710,6 +725,7 @@ class SsoRefused(Exception):
 
 
 def _sso_refused(*, issuer: str, subject: str, username: str, reason: str) -> SsoRefused:
+    issuer, subject, username = (_CONTROL.sub("", v) for v in (issuer, subject, username))
     with transaction.atomic():
         audit_record(
             actor=None,
@@ -729,6 +745,8 @@ def user_sso_sync(
     from the mapped claims (the provider is the source of truth for SSO users' roles). Audited
     when anything changes. Raises ``SsoRefused`` (audited) when the claims give no access, the
     account is deactivated, or the username belongs to a local account."""
+    if _CONTROL.search(issuer + subject) or len(subject) > 255 or len(issuer) > 300:
+        raise _sso_refused(issuer=issuer, subject=subject[:255], username=username, reason="malformed subject")
     with transaction.atomic():
         _lock()
         identity = ExternalIdentity.objects.select_related("user").filter(issuer=issuer, subject=subject).first()
@@ -746,7 +764,7 @@ def user_sso_sync(
                 except InvalidInput as exc:
                     refuse = f"claim rejected: {exc.message}"
             if not refuse:
-                first, _, last = name.partition(" ")
+                first, _, last = _CONTROL.sub("", name).partition(" ")
                 user = User(username=username, email=email, first_name=first[:150], last_name=last[:150])
                 user.set_unusable_password()
                 user.save()

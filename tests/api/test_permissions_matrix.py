@@ -60,6 +60,16 @@ MATRIX: list[tuple[str, str, str, tuple[int, ...]]] = [
     ("POST", "/api/webhook-subscriptions",          "-",      (401, 403, 403, 403, 403, 403, 201, 201)),
     ("GET",  "/api/webhook-deliveries",             "-",      (401, 200, 200, 200, 200, 200, 200, 200)),
     ("POST", "/api/webhook-deliveries/{delivery_id}/retry", "-", (401, 403, 403, 403, 403, 403, 404, 404)),
+    # User administration: admins only ("user" is a reviewer account; a fresh one per allowed change).
+    ("GET",  "/api/users",                          "-",      (401, 403, 403, 403, 403, 403, 403, 200)),
+    ("POST", "/api/users",                          "-",      (401, 403, 403, 403, 403, 403, 403, 201)),
+    ("GET",  "/api/users/{user_id}",                "user",   (401, 403, 403, 403, 403, 403, 403, 200)),
+    ("POST", "/api/users/{user_id}/roles",          "user",   (401, 403, 403, 403, 403, 403, 403, 200)),
+    ("POST", "/api/users/{user_id}/assignments",    "user",   (401, 403, 403, 403, 403, 403, 403, 200)),
+    ("POST", "/api/users/{user_id}/deactivate",     "user",   (401, 403, 403, 403, 403, 403, 403, 200)),
+    ("POST", "/api/users/{user_id}/reactivate",     "user",   (401, 403, 403, 403, 403, 403, 403, 200)),
+    ("POST", "/api/users/{user_id}/password",       "user",   (401, 403, 403, 403, 403, 403, 403, 200)),
+    ("POST", "/api/users/{user_id}/otp-reset",      "user",   (401, 403, 403, 403, 403, 403, 403, 200)),
 ]
 
 CASES = [
@@ -94,6 +104,7 @@ class Subject:
     thread_id: str
     task_id: str = ""
     name: str = ""
+    user_id: int = 0
 
 
 def kyc_input() -> dict[str, Any]:
@@ -102,6 +113,11 @@ def kyc_input() -> dict[str, Any]:
 
 def subject_make(kind: str, personas: dict[str, Persona]) -> Subject:
     admin = personas["admin"]
+    if kind == "user":
+        from approvals import users
+
+        user = users.user_create(actor=users.CLI, username=f"matrix-{uuid.uuid4().hex[:8]}", roles=["reviewer"])
+        return Subject("", "", user_id=user.pk)
     if kind == "hook":
         from approvals.webhooks import webhook_endpoint_create
 
@@ -124,7 +140,7 @@ def shared(worker, personas, django_db_blocker) -> dict[str, Subject]:
     if not worker.alive:
         worker.start()
     with django_db_blocker.unblock():
-        return {kind: subject_make(kind, personas) for kind in ("loan", "kyc", "failed", "hook")}
+        return {kind: subject_make(kind, personas) for kind in ("loan", "kyc", "failed", "hook", "user")}
 
 
 def client_for(persona: str, personas: dict[str, Persona]) -> ApiClient:
@@ -137,6 +153,7 @@ def call(client: ApiClient, method: str, path: str, subject: str, target: Subjec
         task_id=target.task_id if target else "",
         name=target.name if target else "",
         delivery_id=999_999_999,  # none: the permission check comes before the lookup
+        user_id=target.user_id if target else 0,
     )
     if method == "GET":
         return client.get(url)
@@ -151,6 +168,12 @@ def call(client: ApiClient, method: str, path: str, subject: str, target: Subjec
         # A graph and event no other test produces, so the subscription never sends anything.
         body = {"url": "http://127.0.0.1:9/matrix", "graph": "breakpoint_review", "event_types": ["thread.failed"]}
         return client.post(url, body)
+    if path == "/api/users":
+        return client.post(url, {"username": f"matrix-{uuid.uuid4().hex[:8]}", "roles": ["reviewer"]})
+    if path.endswith("/roles"):
+        return client.post(url, {"roles": ["reviewer", "operator"]})
+    if path.endswith("/assignments"):
+        return client.post(url, {"assignments": [{"graph": "loan_approval"}]})
     if path == "/api/threads":
         graph, graph_input = ("loan_approval", loan_input()) if subject == "loan" else ("kyc_onboarding", kyc_input())
         return client.post(url, {"graph": graph, "input": graph_input})

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
+from approvals import users
 from approvals.models import Decision
 from approvals.webhooks import webhook_endpoint_create
 from console.urls import console_patterns
@@ -23,7 +24,8 @@ ROLES = ("anonymous", "outsider", "reviewer", "loan_reviewer", "auditor", "opera
 
 # Routes whose rules live elsewhere: sign-in/out (tests/test_security_baseline.py, test_views)
 # and the worker → web relay, authenticated by an HMAC, not a session (tests/console/test_live.py).
-ELSEWHERE = {"login", "logout", "live-relay"}
+# The set-password page is reached by its one-time token, not a session (test_users_views.py).
+ELSEWHERE = {"login", "logout", "live-relay", "password-set"}
 
 # (route, method, subject, status per role in ROLES order:
 #  anonymous, outsider, reviewer, loan_reviewer, auditor, operator, admin)
@@ -50,6 +52,16 @@ MATRIX: list[tuple[str, str, str, tuple[int, ...]]] = [
     ("webhook-endpoint-rotate", "POST", "hook", (302, 404, 404, 404, 403, 403, 200)),
     ("webhook-endpoint-gates", "POST", "hook", (302, 404, 404, 404, 403, 403, 422)),
     ("webhook-endpoint-delete", "POST", "hook", (302, 404, 404, 404, 403, 403, 302)),
+    # User administration: admins only. "user" is a fresh account per case.
+    ("users", "GET", "-", (302, 403, 403, 403, 403, 403, 200)),
+    ("user-create", "GET", "-", (302, 403, 403, 403, 403, 403, 200)),
+    ("user", "GET", "user", (302, 403, 403, 403, 403, 403, 200)),
+    ("user-roles", "POST", "user", (302, 403, 403, 403, 403, 403, 302)),
+    ("user-assignments", "POST", "user", (302, 403, 403, 403, 403, 403, 302)),
+    ("user-deactivate", "POST", "user", (302, 403, 403, 403, 403, 403, 302)),
+    ("user-reactivate", "POST", "user", (302, 403, 403, 403, 403, 403, 302)),
+    ("user-password", "POST", "user", (302, 403, 403, 403, 403, 403, 200)),  # the link, shown once
+    ("user-otp", "POST", "user", (302, 403, 403, 403, 403, 403, 302)),
 ]
 
 
@@ -60,7 +72,7 @@ def test_every_console_route_has_a_rule():
     assert covered - routes == set(), "rules for routes that no longer exist"
 
 
-def _path(route: str, subject: str, task: Any, decision: Any = None, hook: str = "") -> str:
+def _path(route: str, subject: str, task: Any, decision: Any = None, hook: str = "", user: Any = None) -> str:
     ids = {
         "task_id": task.pk if task else None,
         "thread_id": task.thread_id if task else None,
@@ -70,6 +82,7 @@ def _path(route: str, subject: str, task: Any, decision: Any = None, hook: str =
     pattern = pattern.replace("{d}", str(ids.pop("decision_id")))
     for key, value in ids.items():
         pattern = pattern.replace(f"<uuid:{key}>", str(value))
+    pattern = pattern.replace("<int:user_id>", str(user.pk) if user else "")
     return "/" + pattern.replace("<int:delivery_id>", "999999999").replace("<slug:name>", hook)
 
 
@@ -97,12 +110,15 @@ def test_each_role_gets_the_status_the_matrix_gives(personas, route, method, sub
             meaning="approved",
             signer_name="admin",
         )
+    user = None
+    if subject == "user":
+        user = users.user_create(actor=users.CLI, username=f"matrix-{uuid.uuid4().hex[:8]}", roles=["reviewer"])
     hook = ""
     if subject == "hook":
         hook = f"matrix-{uuid.uuid4().hex[:8]}"
         webhook_endpoint_create(actor=None, name=hook, graph="loan_approval", gates=["human_review"])
     client = Client() if role == "anonymous" else console_client(personas[role])
-    path = _path(route, subject, task, decision, hook)
+    path = _path(route, subject, task, decision, hook, user)
     body = {"decision": "approve", "reason": "route matrix", "checkpoint_id": task.checkpoint_id} if task else {}
     response = client.get(path) if method == "GET" else client.post(path, body)
     assert response.status_code == expected, (path, response.content[:300])

@@ -1,0 +1,116 @@
+"""The user_* management commands: same services, audited as the command line, refusals as errors."""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+import uuid
+
+import pytest
+from django.contrib.auth.models import User
+from django.core.management import CommandError, call_command, load_command_class
+
+from approvals import users
+from approvals.models import AuditEvent
+
+pytestmark = pytest.mark.django_db
+
+
+def _name() -> str:
+    return f"cli-{uuid.uuid4().hex[:8]}"
+
+
+def _run(*args: str, stdin: str | None = None, monkeypatch: pytest.MonkeyPatch | None = None) -> tuple[str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    if stdin is not None and monkeypatch is not None:
+        monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
+    call_command(*args, stdout=out, stderr=err)
+    return out.getvalue(), err.getvalue()
+
+
+@pytest.mark.parametrize("command", ["user_create", "user_grant", "user_revoke", "user_deactivate", "user_list"])
+def test_every_command_has_help(command):
+    text = load_command_class("approvals", command).create_parser("manage.py", command).format_help()
+    assert text.startswith(f"usage: manage.py {command}")
+    assert len(text.split("\n\n")[1]) > 40  # a description, not just the usage line
+
+
+def test_user_create_prints_a_generated_password_that_signs_in(client):
+    name = _name()
+    out, err = _run("user_create", name, "--email", f"{name}@example.org", "--role", "reviewer",
+                    "--graph", "loan_approval", "--gate", "kyc_onboarding:compliance_review")
+    password = out.strip()
+    assert len(password) >= 20 and "\n" not in password
+    assert "roles: reviewer" in err
+    user = User.objects.get(username=name)
+    assert [str(a) for a in users.user_assignments(user)] == ["kyc_onboarding:compliance_review", "loan_approval"]
+    assert client.post("/accounts/login/", {"username": name, "password": password}).status_code == 302
+    event = AuditEvent.objects.get(action="user.created", subject_id=str(user.pk))
+    assert event.actor_id is None and event.actor_label == "cli"
+
+
+def test_user_create_reads_the_password_from_stdin(monkeypatch, client):
+    name = _name()
+    out, _ = _run("user_create", name, "--role", "admin", "--password-stdin",
+                  stdin="a-long-passphrase-42\n", monkeypatch=monkeypatch)
+    assert out == ""
+    assert client.post("/accounts/login/", {"username": name, "password": "a-long-passphrase-42"}).status_code == 302
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--role", "wizard"], "roles: unknown role 'wizard'"),
+        (["--graph", "nope"], "graphs: unknown graph 'nope'"),
+        (["--gate", "loan_approval"], "give GRAPH:NODE"),
+        (["--email", "x"], "email:"),
+    ],
+)
+def test_user_create_refuses_bad_input_and_creates_nothing(args, message):
+    name = _name()
+    with pytest.raises(CommandError, match=message):
+        _run("user_create", name, *args)
+    assert not User.objects.filter(username=name).exists()
+
+
+def test_grant_revoke_deactivate_and_list():
+    name = _name()
+    _run("user_create", name, "--role", "reviewer")
+    out, _ = _run("user_grant", name, "--role", "approver", "--graph", "*", "--gate", "kyc_onboarding:identity_check")
+    assert "roles: approver, reviewer; graphs: *, kyc_onboarding:identity_check" in out
+    out, _ = _run("user_revoke", name, "--role", "reviewer", "--graph", "*")
+    assert "roles: approver; graphs: kyc_onboarding:identity_check" in out
+    out, _ = _run("user_revoke", name, "--gate", "kyc_onboarding:identity_check")
+    assert "graphs: no graph" in out
+    out, _ = _run("user_deactivate", name, "--reason", "left")
+    assert f"{name}: deactivated" in out
+    rows = [json.loads(line) for line in _run("user_list", "--json", "--inactive")[0].splitlines()]
+    assert any(r["username"] == name and r["active"] is False for r in rows)
+    table = _run("user_list")[0]
+    assert table.splitlines()[0].split() == ["USERNAME", "STATE", "ROLES", "GRAPHS", "LAST", "SIGN-IN"]
+    assert _run("user_deactivate", name, "--reactivate")[0].startswith(f"{name}: active")
+    user = User.objects.get(username=name)
+    labels = set(
+        AuditEvent.objects.filter(subject_type="user", subject_id=str(user.pk), action__startswith="user.")
+        .values_list("actor_label", flat=True)
+    )
+    assert labels == {"cli"}
+
+
+def test_a_command_for_an_unknown_user_fails():
+    with pytest.raises(CommandError, match="no user named"):
+        _run("user_grant", "nobody-" + uuid.uuid4().hex, "--role", "reviewer")
+    with pytest.raises(CommandError, match="at least one"):
+        _run("user_grant", "whoever")
+
+
+def test_the_command_line_cannot_remove_the_last_admin():
+    name = _name()
+    _run("user_create", name, "--role", "admin")
+    me = User.objects.get(username=name)
+    User.objects.exclude(pk=me.pk).update(is_active=False)  # rolled back with the test
+    with pytest.raises(CommandError, match="last active admin"):
+        _run("user_revoke", name, "--role", "admin")
+    with pytest.raises(CommandError, match="last active admin"):
+        _run("user_deactivate", name)
