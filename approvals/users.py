@@ -724,7 +724,8 @@ class SsoRefused(Exception):
     """Single sign-on authenticated the person but gives them no access here (audited)."""
 
 
-def _sso_refused(*, issuer: str, subject: str, username: str, reason: str) -> SsoRefused:
+def sso_refused(*, issuer: str, subject: str, username: str, reason: str) -> SsoRefused:
+    """Audit a refused single sign-on (its own transaction) and return the exception to raise."""
     issuer, subject, username = (_CONTROL.sub("", v) for v in (issuer, subject, username))
     with transaction.atomic():
         audit_record(
@@ -746,7 +747,7 @@ def user_sso_sync(
     when anything changes. Raises ``SsoRefused`` (audited) when the claims give no access, the
     account is deactivated, or the username belongs to a local account."""
     if _CONTROL.search(issuer + subject) or len(subject) > 255 or len(issuer) > 300:
-        raise _sso_refused(issuer=issuer, subject=subject[:255], username=username, reason="malformed subject")
+        raise sso_refused(issuer=issuer, subject=subject[:255], username=username, reason="malformed subject")
     with transaction.atomic():
         _lock()
         identity = ExternalIdentity.objects.select_related("user").filter(issuer=issuer, subject=subject).first()
@@ -804,7 +805,7 @@ def user_sso_sync(
                     return User.objects.get(pk=user.pk)
                 refuse = "the identity provider's claims map to no role"
     # Outside the transaction above: a stripped role stays stripped even though sign-in is refused.
-    raise _sso_refused(issuer=issuer, subject=subject, username=username, reason=refuse)
+    raise sso_refused(issuer=issuer, subject=subject, username=username, reason=refuse)
 
 
 def user_is_sso(user: User) -> bool:

@@ -525,3 +525,4 @@ if GATEHOUSE_OIDC_ENABLED:
         raise ImproperlyConfigured("GATEHOUSE_OIDC_MAPPING must be a JSON object: claim value → roles and graphs")
     GATEHOUSE_OIDC_BUTTON = env_str("GATEHOUSE_OIDC_BUTTON") or "Sign in with single sign-on"
     AUTHENTICATION_BACKENDS = [*AUTHENTICATION_BACKENDS, "console.sso.GatehouseOIDCBackend"]
+    AXES_WHITELIST_CALLABLE = "console.sso.axes_exempt"  # callbacks are no password guesses (console/sso.py)

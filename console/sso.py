@@ -30,7 +30,7 @@ from mozilla_django_oidc.utils import import_from_settings
 from mozilla_django_oidc.views import OIDCAuthenticationCallbackView, OIDCAuthenticationRequestView
 
 from approvals.errors import InvalidInput
-from approvals.users import SsoMapping, SsoRefused, sso_mapping_parse, user_sso_sync
+from approvals.users import SsoMapping, SsoRefused, sso_mapping_parse, sso_refused, user_sso_sync
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +118,10 @@ class GatehouseOIDCBackend(OIDCAuthenticationBackend):  # type: ignore[misc]
         except (ProviderUnavailable, requests.RequestException) as exc:
             log.warning("single sign-on failed: %s", exc)
             return None
+        except SuspiciousOperation as exc:  # a token or userinfo that does not check out: audited
+            log.warning("single sign-on refused: %s", exc)
+            sso_refused(issuer=settings.OIDC_OP_ISSUER, subject="", username="", reason=str(exc)[:500])
+            return None
 
     def _verify_jws(self, payload: str, key: Any) -> dict[str, Any]:
         header = jwt.get_unverified_header(payload)
@@ -138,7 +142,14 @@ class GatehouseOIDCBackend(OIDCAuthenticationBackend):  # type: ignore[misc]
     def get_or_create_user(self, access_token: str, id_token: str, payload: dict[str, Any]) -> User | None:
         userinfo = self.get_userinfo(access_token, id_token, payload)
         if not isinstance(userinfo, dict) or userinfo.get("sub") != payload.get("sub"):
-            raise SuspiciousOperation("userinfo is about another subject than the ID token")
+            # OpenID Connect Core 5.3.2: the userinfo sub must be the ID token's, or it is not used.
+            sso_refused(
+                issuer=str(payload.get("iss", "")),
+                subject=str(payload.get("sub", ""))[:255],
+                username="",
+                reason="userinfo is about another subject than the ID token",
+            )
+            return None
         claims = {**payload, **userinfo}
         username = str(claims.get(settings.GATEHOUSE_OIDC_USERNAME_CLAIM) or claims.get("email") or claims["sub"])
         try:
@@ -158,6 +169,13 @@ class GatehouseOIDCBackend(OIDCAuthenticationBackend):  # type: ignore[misc]
         # The library's get_user ignores is_active; a deactivated user's session must not come back.
         user = self.UserModel.objects.filter(pk=user_id, is_active=True).first()
         return user  # type: ignore[no-any-return]
+
+
+def axes_exempt(request: HttpRequest, credentials: dict[str, Any] | None) -> bool:
+    """django-axes counts failed sign-ins per username and address; an SSO callback has no username,
+    so five refusals would lock every SSO user behind the same address out. A callback is no password
+    guess (it needs this session's state and a code the provider issued), so axes skips it."""
+    return request.path == "/oidc/callback/"
 
 
 class SsoStart(OIDCAuthenticationRequestView):  # type: ignore[misc]
