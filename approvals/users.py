@@ -172,6 +172,10 @@ class GraphAccess:
     start: bool
     retry: bool
 
+    @property
+    def decide_everywhere(self) -> bool:
+        return bool(self.gates) and all(g.can_decide for g in self.gates)
+
 
 @dataclass
 class EffectivePermissions:
