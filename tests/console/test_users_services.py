@@ -283,3 +283,41 @@ def test_an_assignment_to_an_unregistered_graph_can_still_be_removed(personas):
     assert users.user_assignments(user) == []
     with pytest.raises(InvalidInput):
         users.user_assignments_set(actor=admin, user_id=user.pk, assignments=[users.Assignment("retired_graph")])
+
+
+# --- the SSO claim mapping ---------------------------------------------------------------------
+
+
+def test_the_sso_mapping_grants_the_union_of_matching_claim_values():
+    mapping = users.sso_mapping_parse(
+        "groups",
+        {
+            "rev": {"roles": ["reviewer"], "graphs": ["loan_approval"]},
+            "kyc": {"roles": ["reviewer"], "gates": ["kyc_onboarding:compliance_review"]},
+            "graphs-only": {"graphs": ["*"]},
+        },
+    )
+    grant = mapping.grant_for({"groups": ["rev", "kyc", "other"]})
+    assert grant.roles == {"reviewer"}
+    assert {str(a) for a in grant.assignments} == {"loan_approval", "kyc_onboarding:compliance_review"}
+    assert mapping.grant_for({"groups": "rev"}).roles == {"reviewer"}
+    assert mapping.grant_for({"groups": ["graphs-only"]}) == users.SsoGrant(frozenset(), frozenset())
+    assert mapping.grant_for({}) == users.SsoGrant(frozenset(), frozenset())
+    assert mapping.grant_for({"groups": {"rev": True}}) == users.SsoGrant(frozenset(), frozenset())
+
+
+@pytest.mark.parametrize(
+    "raw,field",
+    [
+        ({"x": {"roles": ["wizard"]}}, "GATEHOUSE_OIDC_MAPPING['x'].roles"),
+        ({"x": {"roles": ["reviewer"], "graphs": ["nope"]}}, "GATEHOUSE_OIDC_MAPPING['x'].graphs"),
+        ({"x": {"roles": ["reviewer"], "gates": ["loan_approval"]}}, "GATEHOUSE_OIDC_MAPPING['x'].gates"),
+        ({"x": {"roles": "reviewer"}}, "GATEHOUSE_OIDC_MAPPING['x'].roles"),
+        ({"x": ["reviewer"]}, "GATEHOUSE_OIDC_MAPPING['x']"),
+        ({"x": {"role": ["reviewer"]}}, "GATEHOUSE_OIDC_MAPPING['x']"),
+    ],
+)
+def test_a_bad_sso_mapping_names_the_entry(raw, field):
+    with pytest.raises(InvalidInput) as refused:
+        users.sso_mapping_parse("groups", raw)
+    assert refused.value.field == field
