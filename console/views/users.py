@@ -146,7 +146,13 @@ def user_create(request: HttpRequest) -> HttpResponse:
             return render(
                 request,
                 "console/users/created.html",
-                {"subject": created, "link": _link(request, setup), "setup": setup, "nav": "users"},
+                {
+                    "subject": created,
+                    "link": _link(request, setup),
+                    "setup": setup,
+                    "new_account": True,
+                    "nav": "users",
+                },
             )
     held = set(data.getlist("assign"))
     rows = _assignment_choices(None)
