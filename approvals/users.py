@@ -278,8 +278,11 @@ def _assignments_check(
         if item.gate and (item.graph == permissions.ALL_GRAPHS or not _GATE_RE.match(item.gate)):
             raise InvalidInput(f"{item} is not a gate: use graph:node with a registered graph", field=field)
         out.add(item)
-    # A whole-graph assignment covers every gate of that graph: drop the redundant gate rows.
+    # A whole-graph assignment covers every gate of that graph ("*" every gate of every graph):
+    # drop the redundant gate rows.
     whole = {a.graph for a in out if not a.gate}
+    if permissions.ALL_GRAPHS in whole:
+        return {a for a in out if not a.gate}
     return {a for a in out if not a.gate or a.graph not in whole}
 
 

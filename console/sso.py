@@ -88,7 +88,7 @@ def mapping() -> SsoMapping:
         try:
             _mapping = sso_mapping_parse(settings.GATEHOUSE_OIDC_ROLE_CLAIM, settings.GATEHOUSE_OIDC_MAPPING)
         except InvalidInput as exc:
-            raise ImproperlyConfigured(exc.message) from None
+            raise ImproperlyConfigured(f"{exc.field}: {exc.message}") from None
     return _mapping
 
 

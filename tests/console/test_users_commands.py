@@ -77,9 +77,11 @@ def test_user_create_refuses_bad_input_and_creates_nothing(args, message):
 def test_grant_revoke_deactivate_and_list():
     name = _name()
     _run("user_create", name, "--role", "reviewer")
-    out, _ = _run("user_grant", name, "--role", "approver", "--graph", "*", "--gate", "kyc_onboarding:identity_check")
-    assert "roles: approver, reviewer; graphs: *, kyc_onboarding:identity_check" in out
-    out, _ = _run("user_revoke", name, "--role", "reviewer", "--graph", "*")
+    out, _ = _run(
+        "user_grant", name, "--role", "approver", "--graph", "loan_approval", "--gate", "kyc_onboarding:identity_check"
+    )
+    assert "roles: approver, reviewer; graphs: kyc_onboarding:identity_check, loan_approval" in out
+    out, _ = _run("user_revoke", name, "--role", "reviewer", "--graph", "loan_approval")
     assert "roles: approver; graphs: kyc_onboarding:identity_check" in out
     out, _ = _run("user_revoke", name, "--gate", "kyc_onboarding:identity_check")
     assert "graphs: no graph" in out

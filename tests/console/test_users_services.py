@@ -321,3 +321,16 @@ def test_a_bad_sso_mapping_names_the_entry(raw, field):
     with pytest.raises(InvalidInput) as refused:
         users.sso_mapping_parse("groups", raw)
     assert refused.value.field == field
+
+
+def test_gate_assignments_covered_by_a_whole_graph_are_dropped():
+    user = users.user_create(
+        actor=users.CLI,
+        username=_name(),
+        assignments=[users.Assignment("loan_approval"), users.Assignment("loan_approval", "human_review")],
+    )
+    assert [str(a) for a in users.user_assignments(user)] == ["loan_approval"]
+    users.user_grant(actor=users.CLI, user_id=user.pk, assignments=[users.Assignment("*")])
+    gate = users.Assignment("kyc_onboarding", "compliance_review")
+    users.user_grant(actor=users.CLI, user_id=user.pk, assignments=[gate])
+    assert [str(a) for a in users.user_assignments(user)] == ["*", "loan_approval"]
