@@ -359,7 +359,8 @@ if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL]},
+            # Several deployments (or test sessions) may share one Redis: groups are namespaced.
+            "CONFIG": {"hosts": [REDIS_URL], "prefix": env_str("GATEHOUSE_CHANNEL_PREFIX") or "asgi"},
         }
     }
 else:

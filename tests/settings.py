@@ -20,7 +20,10 @@ os.environ.setdefault("GATEHOUSE_VAR_DIR", str(_ROOT / "var" / "test"))
 # Static files straight from the apps (no collectstatic per session); tests/ops covers the manifest.
 os.environ.setdefault("GATEHOUSE_STATIC_MANIFEST", "false")
 # One queue per test session, so two sessions on one Redis never share work.
-os.environ.setdefault("GATEHOUSE_QUEUE", f"gatehouse-test-{uuid.uuid4().hex[:8]}")
+_SESSION = uuid.uuid4().hex[:8]
+os.environ.setdefault("GATEHOUSE_QUEUE", f"gatehouse-test-{_SESSION}")
+# ...and one channel-layer namespace: another session's live events must not reach this one's sockets.
+os.environ.setdefault("GATEHOUSE_CHANNEL_PREFIX", f"asgi-test-{_SESSION}")
 # The suite's fake webhook receivers listen on 127.0.0.1, which outbound webhooks refuse by
 # default; tests of that refusal clear this setting (tests/security/test_outbound_webhooks.py).
 os.environ.setdefault("GATEHOUSE_OUTBOUND_ALLOWED_NETWORKS", "127.0.0.1/32")
