@@ -255,3 +255,54 @@ def _verify_effects(thread: Thread, finding: ThreadFinding) -> None:
         else:
             matched = ", ".join(f"{k}={canonical(signed_args[k])}" for k in common)
             finding.matched.append(f"{label} = signed {matched} (decision {final.pk})")
+
+
+# --- what an auditor is shown ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ActionEdit:
+    """A proposed action whose arguments a decision signed with changes."""
+
+    name: str
+    proposed: dict[str, Any]
+    signed: dict[str, Any]
+
+
+def action_edits(decision: Decision) -> list[ActionEdit]:
+    """Every proposed action whose arguments this decision changed (proposed vs signed), in any payload shape."""
+    task, value = decision.task, decision.resume_value
+    payload: Any = task.payload
+    kind = payload_kind(payload, task.kind)
+    found: list[tuple[str, Any, Any]] = []
+    if kind == "gatehouse":
+        action = proposed_action(task)
+        if action is not None:
+            proposed: dict[str, Any] = action["args"] if isinstance(action.get("args"), dict) else {}
+            signed = decision.signed_action
+            if isinstance(signed, dict):
+                found.append((action["name"], proposed, signed.get("args")))
+            else:  # a decision recorded before signed actions: its edited arguments
+                found.append((action["name"], proposed, {**proposed, **_edited_args(decision)}))
+    elif kind == "tool_approval" and isinstance(value, dict) and value.get("type") == "edit":
+        edited = value.get("edited_action") or {}
+        found.append((str(payload.get("name")), payload.get("args"), edited.get("args")))
+    elif kind == "agent_inbox" and isinstance(value, list) and value and isinstance(value[0], dict):
+        answer = value[0]
+        item = payload[0] if isinstance(payload, list) else payload
+        request = item.get("action_request") or {}
+        if answer.get("type") == "edit" and isinstance(answer.get("args"), dict):
+            found.append((str(request.get("action")), request.get("args"), answer["args"].get("args")))
+    elif kind == "hitl" and isinstance(value, dict):
+        requests = payload.get("action_requests") or []
+        for index, item in enumerate(value.get("decisions") or []):
+            if isinstance(item, dict) and item.get("type") == "edit" and index < len(requests):
+                edited = item.get("edited_action") or {}
+                found.append(
+                    (f"{requests[index].get('name')}[{index}]", requests[index].get("args"), edited.get("args"))
+                )
+    return [
+        ActionEdit(name=name, proposed=proposed, signed=signed)
+        for name, proposed, signed in found
+        if isinstance(proposed, dict) and isinstance(signed, dict) and canonical(proposed) != canonical(signed)
+    ]

@@ -290,3 +290,40 @@ def test_langgraph_still_names_the_input_task_and_answer_channel_as_the_executor
     assert executor.NULL_TASK_ID == LG_NULL == NULL_TASK_ID
     assert executor.RESUME_CHANNEL == RESUME
     assert json.dumps(NULL_TASK_ID)
+
+
+# --- the auditor sees every edit; the reviewer edits each value once ---------------------------
+
+
+def test_an_auditor_sees_an_edit_of_the_action_arguments_as_a_diff(operator, reviewer, auditor, bank):
+    from tests.console.conftest import console_client
+
+    thread, task = _paused_loan(operator, reviewer, amount=18000)
+    response = reviewer.client.post(
+        f"/api/tasks/{task['id']}/decision", {"decision": "edit", "reason": "cap", "action_args": {"amount": 15000}}
+    )
+    assert response.status_code == 201, response.content
+    assert thread_settled(reviewer, thread["id"])["status"] == "completed"
+    browser = console_client(auditor)
+
+    page = browser.get(f"/decisions/{response.json()['id']}/").content.decode()
+    assert "No edits" not in page
+    assert 'data-action="disburse"' in page
+    section = page.split('data-action="disburse"', 1)[1].split("</table>", 1)[0]
+    assert "<code>amount</code>" in section and "18000" in section and "15000" in section
+
+    listing = browser.get("/decisions/", {"node": "human_review"}).content.decode()
+    assert "disburse.amount: 18000 → 15000" in listing
+
+    task_page = browser.get(f"/tasks/{task['id']}/").content.decode()
+    assert 'class="small action-edit"' in task_page and "15000" in task_page.split('class="small action-edit"', 1)[1]
+
+
+def test_the_task_page_offers_one_input_per_value_saying_what_it_changes(operator, reviewer):
+    from tests.console.conftest import console_client
+
+    thread, task = _paused_loan(operator, reviewer)
+    page = console_client(reviewer).get(f"/tasks/{task['id']}/").content.decode()
+    assert page.count('name="edits.amount"') == 1
+    assert 'name="action_args.amount"' not in page and 'name="action_args.term_months"' not in page
+    assert "state field, also the disburse argument" in page
