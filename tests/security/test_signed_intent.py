@@ -327,3 +327,37 @@ def test_the_task_page_offers_one_input_per_value_saying_what_it_changes(operato
     assert page.count('name="edits.amount"') == 1
     assert 'name="action_args.amount"' not in page and 'name="action_args.term_months"' not in page
     assert "state field, also the disburse argument" in page
+
+
+def test_an_idempotency_key_is_never_replayed_for_an_effect_with_other_arguments(bank):
+    """A replay that would pay a different amount under the key of a recorded payment is refused before any call."""
+    import uuid
+    from typing import TypedDict
+
+    from langgraph.graph import START, StateGraph
+
+    from runtime.effects import EffectArgsConflict, perform_effect
+
+    class S(TypedDict, total=False):
+        amount: int
+
+    calls: list[int] = []
+    key = f"gh:test:{uuid.uuid4().hex}"
+
+    def pay(state: S) -> dict:
+        amount = state["amount"]
+        perform_effect("disburse", lambda k: calls.append(amount) or {"paid": amount}, key=key, args={"amount": amount})
+        return {}
+
+    builder = StateGraph(S)
+    builder.add_node(pay)
+    builder.add_edge(START, "pay")
+    graph = builder.compile()
+    thread = Thread.objects.create(graph="loan_approval")
+    config = {"configurable": {"thread_id": str(thread.pk)}}
+    graph.invoke({"amount": 15000}, config)
+    graph.invoke({"amount": 15000}, config)  # a replay with the same arguments returns the recorded result
+    with pytest.raises(EffectArgsConflict):
+        graph.invoke({"amount": 18000}, config)
+    assert calls == [15000]
+    assert Effect.objects.get(key=key).args == {"amount": 15000}
