@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("approvals", "0005_console_scale_indexes"),
+        ("approvals", "0006_audit_anchors_truncate_guard"),
     ]
 
     operations = [
