@@ -296,7 +296,7 @@ def _task_decide(*, actor: User, task_id: Any, request: DecisionRequest, signer:
         reviewer=actor.get_username(),
     )
     _storable_or_refuse(resume_value, "resume")
-    signed_action = _signed_action(task, request, state_patch)
+    signed_action = _signed_action(task, request.outcome, state_patch, resume_value)
     proposes_edit = bool(state_patch) or request.action_args is not None or request.outcome == "edit"
     counts, final = _quorum_position(task, request, earlier, actor=actor, proposes_edit=proposes_edit, thread=thread)
     reauthenticated_at = _signature_check(actor, signer, task) if request.outcome in APPROVING + ("reject",) else None
@@ -490,31 +490,32 @@ def _storable_check(request: DecisionRequest) -> None:
         _storable_or_refuse(request.resume, "resume")
 
 
-def _signed_action(task: ApprovalTask, request: DecisionRequest, state_patch: dict[str, Any] | None) -> Any:
+def _signed_action(task: ApprovalTask, outcome: str, state_patch: dict[str, Any] | None, resume_value: Any) -> Any:
     """The action an approving signer of a gate signed: the proposed action with their edits applied.
 
     Gatekeeper convention: a proposed action's argument is read from the state
     field of the same name, so a state edit of that field edits the argument
-    too; an edited action argument overrides it. Sending both with different
+    too; an edited action argument (``action_args`` in the resume value, which
+    the gate reads) overrides it. Editing one argument both ways with different
     values is refused: the signer must say one thing.
     """
     action = proposed_action(task)
     if action is None:
         return None
-    patch, edited = state_patch or {}, request.action_args or {}
-    for key in sorted(set(patch) & set(edited)):
+    proposed = action["args"] if isinstance(action.get("args"), dict) else {}
+    patch = state_patch or {}
+    edited = resume_value.get("action_args") if isinstance(resume_value, dict) else None
+    edited = edited if isinstance(edited, dict) else {}
+    for key in sorted(set(patch) & set(edited) & set(proposed)):
         if canonical(patch[key]) != canonical(edited[key]):
             raise InvalidInput(
-                f"{key!r} is edited both as a state field ({patch[key]!r}) and as an action argument "
-                f"({edited[key]!r}); edit it once",
+                f"{key!r} is edited both as a state field and as an argument of {action['name']}, with different "
+                "values; edit it once",
                 field=f"action_args.{key}",
             )
-    if request.outcome not in APPROVING:
+    if outcome not in APPROVING:
         return None
-    args = dict(action.get("args") or {}) if isinstance(action.get("args"), dict) else {}
-    for key in args:
-        if key in patch:
-            args[key] = patch[key]
+    args = {key: patch.get(key, value) for key, value in proposed.items()}
     args.update(edited)
     return {"name": action["name"], "args": args}
 

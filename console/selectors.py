@@ -310,14 +310,15 @@ def action_diffs_shown(
 def decision_edits_summarise(*, user: permissions.Principal, decisions: list[Decision]) -> None:
     """Set ``edits_summary`` on each decision: its state edits and changed action arguments, one line each, masked.
 
-    One gateway call per graph on the page (so one audited reveal, not one per row).
+    One gateway call per graph on the page (so one audited reveal, not one per row). Lists, not
+    tuples: the redaction walks dicts and lists.
     """
     by_graph: dict[str, list[Decision]] = {}
     for d in decisions:
         by_graph.setdefault(d.task.graph, []).append(d)
     for graph, group in by_graph.items():
         raw = [
-            {"state": d.state_patch or {}, "args": [(e.name, e.proposed, e.signed) for e in action_edits(d)]}
+            {"state": d.state_patch or {}, "args": [[e.name, e.proposed, e.signed] for e in action_edits(d)]}
             for d in group
         ]
         shown, _ = gateway.guard(user, graph, raw, subject=f"graph:{graph}")
