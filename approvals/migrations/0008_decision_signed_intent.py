@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("approvals", "0006_audit_anchors_truncate_guard"),
+        ("approvals", "0007_webhook_endpoint_gates"),
     ]
 
     operations = [
