@@ -108,6 +108,11 @@ class Decision(models.Model):
     signer_name = models.CharField(max_length=300, blank=True, default="")
     meaning = models.CharField(max_length=10, choices=SignatureMeaning.choices, blank=True, default="")
     reauthenticated_at = models.DateTimeField(null=True, blank=True)
+    # Signed intent: the action an approving signer signed (proposed action + their edits),
+    # and the SHA-256 of everything signed (resume, state update, action; see services.signed_digest).
+    # ``decisions_verify`` proves the effects that followed match them.
+    signed_action = models.JSONField(null=True, blank=True)
+    signed_digest = models.CharField(max_length=64, blank=True, default="")
     # The resume run that carried this decision; null while sibling
     # interrupts of the same super-step still wait for their decisions.
     run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="decisions")

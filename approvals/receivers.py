@@ -7,6 +7,7 @@ from typing import Any
 from django.dispatch import receiver
 
 from approvals.audit import audit_record
+from approvals.intent import decision_followed
 from approvals.services import tasks_open
 from runtime import signals
 from runtime.models import Effect, Run
@@ -67,5 +68,14 @@ def on_effect_executed(sender: Any, effect: Effect, **kwargs: Any) -> None:
         subject_id=effect.key,
         thread_id=thread.pk if thread else None,
         graph=thread.graph if thread else "",
-        details={"name": effect.name, "result": effect.result, "calls": effect.calls},
+        details={
+            "name": effect.name,
+            "result": effect.result,
+            "calls": effect.calls,
+            "args": effect.args,
+            "args_digest": effect.args_digest,
+            "run": str(effect.run_id) if effect.run_id else None,
+            # The signed intent it followed, bound in the tamper-evident trail (decisions_verify).
+            "follows_decision": decision_followed(effect=effect),
+        },
     )

@@ -21,8 +21,10 @@ from django.utils import timezone
 from approvals import permissions
 from approvals.audit import audit_record, canonical
 from approvals.errors import Conflict, Forbidden, InvalidInput
+from approvals.intent import proposed_action, signed_command, signed_digest
 from approvals.models import ApprovalTask, Decision, TaskKind, TaskStatus
 from approvals.payloads import (
+    NOT_GIVEN,
     DecisionRequest,
     payload_kind,
     payload_title,
@@ -31,8 +33,9 @@ from approvals.payloads import (
 from approvals.redaction import MASK, redact
 from runtime.models import Run, RunKind, Thread, ThreadStatus
 from runtime.registry import UnknownGraph, graph_get, graph_names
-from runtime.runs import PendingInterrupt, ThreadBusy, run_enqueue, thread_create
+from runtime.runs import PendingInterrupt, ThreadBusy, retry_command, run_enqueue, thread_create
 from runtime.schema import FieldError, values_validate
+from runtime.storable import NotStorable, value_storable_check
 
 REASON_REQUIRED = {"reject", "edit"}
 
@@ -90,7 +93,7 @@ def thread_retry(*, actor: User, thread_id: Any) -> Run:
     if thread.status != ThreadStatus.FAILED:
         raise Conflict(f"only failed threads can be retried; this one is {thread.status}", field="thread_id")
     try:
-        run = run_enqueue(thread=thread, kind=RunKind.RETRY, created_by=actor)
+        run = run_enqueue(thread=thread, kind=RunKind.RETRY, command=retry_command(thread=thread), created_by=actor)
     except ThreadBusy as exc:
         raise Conflict(str(exc), field="thread_id") from None
     audit_record(
@@ -100,7 +103,7 @@ def thread_retry(*, actor: User, thread_id: Any) -> Run:
         subject_id=thread.id,
         thread_id=thread.id,
         graph=thread.graph,
-        details={"run": str(run.id)},
+        details={"run": str(run.id), "reapplies": (run.command or {}).get("retry_of")},
     )
     return run
 
@@ -283,6 +286,7 @@ def _task_decide(*, actor: User, task_id: Any, request: DecisionRequest, signer:
     earlier = list(task.decisions.all())
     if any(d.actor_id == actor.pk for d in earlier):
         raise Conflict("you have already signed this task; another approver must decide", field="task_id")
+    _storable_check(request)
     state_patch = _state_patch_check(task, request)
     resume_value = resume_value_build(
         payload=task.payload,
@@ -291,6 +295,8 @@ def _task_decide(*, actor: User, task_id: Any, request: DecisionRequest, signer:
         request=request,
         reviewer=actor.get_username(),
     )
+    _storable_or_refuse(resume_value, "resume")
+    signed_action = _signed_action(task, request.outcome, state_patch, resume_value)
     proposes_edit = bool(state_patch) or request.action_args is not None or request.outcome == "edit"
     counts, final = _quorum_position(task, request, earlier, actor=actor, proposes_edit=proposes_edit, thread=thread)
     reauthenticated_at = _signature_check(actor, signer, task) if request.outcome in APPROVING + ("reject",) else None
@@ -311,6 +317,14 @@ def _task_decide(*, actor: User, task_id: Any, request: DecisionRequest, signer:
         signer_name=actor.get_full_name() or actor.get_username(),
         meaning=meaning,
         reauthenticated_at=reauthenticated_at,
+        signed_action=signed_action,
+        signed_digest=signed_digest(
+            interrupt_id=task.interrupt_id,
+            checkpoint_id=task.checkpoint_id,
+            resume=resume_value,
+            update=state_patch,
+            action=signed_action,
+        ),
     )
     approvals = sum(1 for d in earlier if d.meaning == "approved") + (1 if meaning == "approved" else 0)
     quorum = {"approvals": approvals, "required": task.required_approvals, "met": final}
@@ -334,6 +348,8 @@ def _task_decide(*, actor: User, task_id: Any, request: DecisionRequest, signer:
             "evidence_digest": evidence,
             "redacted_paths": redaction,
             "quorum": quorum,
+            "signed_action": signed_action,
+            "signed_digest": decision.signed_digest,
         },
     )
     if not final:
@@ -447,6 +463,63 @@ def _mask_refuse(value: Any, field: str) -> None:
             _mask_refuse(item, f"{field}[{index}]")
 
 
+def _storable_or_refuse(value: Any, field: str) -> None:
+    try:
+        value_storable_check(value, field=field)
+    except NotStorable as exc:
+        raise InvalidInput(exc.message, field=exc.field) from None
+
+
+def _storable_check(request: DecisionRequest) -> None:
+    """Every value of a decision must be one the checkpointer stores exactly (see ``runtime.storable``).
+
+    Checked before anything else about the values, so a number too large, a
+    non-finite float or a NUL character gets a 422 naming its field instead of
+    a resume run that fails half-applied.
+    """
+    _storable_or_refuse(request.reason, "reason")
+    if request.message is not None:
+        _storable_or_refuse(request.message, "message")
+    if request.state_patch is not None:
+        _storable_or_refuse(request.state_patch, "edits")
+    if request.action_args is not None:
+        _storable_or_refuse(request.action_args, "action_args")
+    if request.decisions is not None:
+        _storable_or_refuse(request.decisions, "decisions")
+    if request.resume is not NOT_GIVEN:
+        _storable_or_refuse(request.resume, "resume")
+
+
+def _signed_action(task: ApprovalTask, outcome: str, state_patch: dict[str, Any] | None, resume_value: Any) -> Any:
+    """The action an approving signer of a gate signed: the proposed action with their edits applied.
+
+    Gatekeeper convention: a proposed action's argument is read from the state
+    field of the same name, so a state edit of that field edits the argument
+    too; an edited action argument (``action_args`` in the resume value, which
+    the gate reads) overrides it. Editing one argument both ways with different
+    values is refused: the signer must say one thing.
+    """
+    action = proposed_action(task)
+    if action is None:
+        return None
+    proposed = action["args"] if isinstance(action.get("args"), dict) else {}
+    patch = state_patch or {}
+    edited = resume_value.get("action_args") if isinstance(resume_value, dict) else None
+    edited = edited if isinstance(edited, dict) else {}
+    for key in sorted(set(patch) & set(edited) & set(proposed)):
+        if canonical(patch[key]) != canonical(edited[key]):
+            raise InvalidInput(
+                f"{key!r} is edited both as a state field and as an argument of {action['name']}, with different "
+                "values; edit it once",
+                field=f"action_args.{key}",
+            )
+    if outcome not in APPROVING:
+        return None
+    args = {key: patch.get(key, value) for key, value in proposed.items()}
+    args.update(edited)
+    return {"name": action["name"], "args": args}
+
+
 def _state_patch_check(task: ApprovalTask, request: DecisionRequest) -> dict[str, Any] | None:
     _mask_refuse(request.state_patch, "edits")
     _mask_refuse(request.action_args, "action_args")
@@ -476,11 +549,8 @@ def _resume_enqueue(thread: Thread, checkpoint_id: str, actor: User) -> Run:
         .filter(task__thread=thread, task__checkpoint_id=checkpoint_id, run__isnull=True)
         .order_by("created_at")
     )
-    resume = {d.task.interrupt_id: d.resume_value for d in waiting if d.task.kind == TaskKind.INTERRUPT}
-    update: dict[str, Any] = {}
-    for d in waiting:
-        update.update(d.state_patch or {})
-    command = {"resume": resume or None, "update": update or None, "checkpoint_id": checkpoint_id}
+    command = signed_command(waiting, checkpoint_id=checkpoint_id)
+    resume, update = command["resume"] or {}, command["update"]
     try:
         run = run_enqueue(thread=thread, kind=RunKind.RESUME, command=command, created_by=actor)
     except ThreadBusy as exc:

@@ -67,6 +67,7 @@ class EditField:
     value: Any
     choices: list[Any] = field(default_factory=list)
     description: str = ""
+    note: str = ""  # what the value feeds (a state field, an action argument, or both)
     error: str = ""
     raw: str | None = None  # what the user typed, re-shown after an error
 
@@ -265,11 +266,21 @@ def decision_form_for(task: Any, state_values: dict[str, Any], state_schema: dic
     editable: list[str] | None = None
     arg_fields: list[EditField] = []
     requests: list[dict[str, Any]] = []
+    action_name = ""
+    state_args: set[str] = set()
     if kind == "gatehouse":
+        # One edit surface: an argument the gate reads from the state field of the same
+        # name (the gatekeeper convention) is edited once, as that state field, which is
+        # what the action node reads; only the other arguments get their own inputs.
         editable = list(payload.get("editable") or [])
         action = payload.get("proposed_action") or {}
+        action_name = str(action.get("name") or "")
         if isinstance(action.get("args"), dict):
-            arg_fields = fields_from_schema("action_args", action.get("args_schema"), action["args"])
+            state_args = {k for k in action["args"] if k in editable}
+            own = [k for k in action["args"] if k not in state_args]
+            arg_fields = fields_from_schema("action_args", action.get("args_schema"), action["args"], own)
+            for f in arg_fields:
+                f.note = f"argument of {action_name} only (the state is not changed)"
     elif kind == "agent_inbox":
         item = payload[0] if isinstance(payload, list) else payload
         args = item["action_request"].get("args") or {}
@@ -303,6 +314,8 @@ def decision_form_for(task: Any, state_values: dict[str, Any], state_schema: dic
     state_props = state_schema.get("properties") or {}
     keys = [k for k in state_props if editable is None or k in editable]
     state_fields = fields_from_schema("edits", state_schema, state_values, keys)
+    for f in state_fields:
+        f.note = f"state field, also the {action_name} argument" if f.key in state_args else "state field"
     return DecisionForm(
         kind=kind,
         allowed=allowed,

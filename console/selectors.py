@@ -17,6 +17,7 @@ from django.utils.dateparse import parse_datetime
 
 from approvals import gateway, permissions
 from approvals.errors import InvalidInput, NotFound
+from approvals.intent import action_edits
 from approvals.models import ApprovalTask, AuditEvent, Decision
 from runtime.models import Effect, Thread
 
@@ -212,18 +213,25 @@ def timeline_for(*, user: permissions.Principal, thread: Thread, limit: int = 10
     shown, _ = gateway.guard(
         user,
         thread.graph,
-        {"edits": [d.state_patch for d in decisions], "results": [e.result for e in effects]},
+        {
+            "edits": [d.state_patch for d in decisions],
+            "args": [_args_edited(d) for d in decisions],
+            "results": [e.result for e in effects],
+        },
         subject=f"thread:{thread.pk}",
         thread_id=thread.pk,
     )
-    for decision, edits in zip(decisions, shown["edits"], strict=True):
+    for decision, edits, args in zip(decisions, shown["edits"], shown["args"], strict=True):
+        detail = {"reason": decision.reason, "edits": edits}
+        if args:
+            detail["action_args"] = args
         entries.append(
             TimelineEntry(
                 at=decision.created_at,
                 kind="decision",
                 title=f"{decision.get_outcome_display()} at {decision.task.node}",
                 actor=decision.actor.get_username(),
-                detail={"reason": decision.reason, "edits": edits},
+                detail=detail,
                 link=f"/tasks/{decision.task_id}/",
             )
         )
@@ -254,6 +262,10 @@ def timeline_for(*, user: permissions.Principal, thread: Thread, limit: int = 10
     return entries
 
 
+def _args_edited(decision: Decision) -> dict[str, Any]:
+    return {a.name: {"proposed": a.proposed, "signed": a.signed} for a in action_edits(decision)}
+
+
 def effects_shown(*, user: permissions.Principal, thread: Thread, effects: list[Effect]) -> list[Effect]:
     """Effects with their results masked for ``user`` (copies: the rows themselves are never touched)."""
     if not effects:
@@ -267,6 +279,61 @@ def effects_shown(*, user: permissions.Principal, thread: Thread, effects: list[
         shown.result = result
         out.append(shown)
     return out
+
+
+@dataclass
+class ActionDiff:
+    """Proposed vs signed arguments of one action, masked for the viewer."""
+
+    name: str
+    rows: list[DiffRow]
+
+
+def action_diffs_shown(
+    *, user: permissions.Principal, task: ApprovalTask, decisions: list[Decision]
+) -> list[list[ActionDiff]]:
+    """For each decision, the action arguments it changed (proposed → signed), masked as ``user`` may see them."""
+    edits = [action_edits(d) for d in decisions]
+    if not any(edits):
+        return [[] for _ in decisions]
+    pairs = [[{"proposed": e.proposed, "signed": e.signed} for e in each] for each in edits]
+    shown, _ = gateway.guard(user, task.graph, pairs, subject=f"task:{task.pk}", thread_id=task.thread_id)
+    return [
+        [
+            ActionDiff(name=e.name, rows=state_diff(pair["proposed"], pair["signed"]))
+            for e, pair in zip(each, shown_each, strict=True)
+        ]
+        for each, shown_each in zip(edits, shown, strict=True)
+    ]
+
+
+def decision_edits_summarise(*, user: permissions.Principal, decisions: list[Decision]) -> None:
+    """Set ``edits_summary`` on each decision: its state edits and changed action arguments, one line each, masked.
+
+    One gateway call per graph on the page (so one audited reveal, not one per row). Lists, not
+    tuples: the redaction walks dicts and lists.
+    """
+    by_graph: dict[str, list[Decision]] = {}
+    for d in decisions:
+        by_graph.setdefault(d.task.graph, []).append(d)
+    for graph, group in by_graph.items():
+        raw = [
+            {"state": d.state_patch or {}, "args": [[e.name, e.proposed, e.signed] for e in action_edits(d)]}
+            for d in group
+        ]
+        shown, _ = gateway.guard(user, graph, raw, subject=f"graph:{graph}")
+        for d, item in zip(group, shown, strict=True):
+            lines = [f"{key} = {_compact(value)}" for key, value in item["state"].items()]
+            for name, proposed, signed in item["args"]:
+                lines.extend(
+                    f"{name}.{row.path}: {_compact(row.old)} → {_compact(row.new)}"
+                    for row in state_diff(proposed, signed)
+                )
+            d.edits_summary = lines  # type: ignore[attr-defined]
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)[:80]
 
 
 def patch_shown(*, user: permissions.Principal, task: ApprovalTask, decisions: list[Decision]) -> list[Any]:
@@ -311,6 +378,8 @@ def quorum_for(*, user: permissions.Principal, task: ApprovalTask) -> Quorum:
     decisions = list(task.decisions.select_related("actor").order_by("created_at", "id"))
     for decision, patch in zip(decisions, patch_shown(user=user, task=task, decisions=decisions), strict=True):
         decision.patch_shown = patch  # type: ignore[attr-defined]
+    for decision, diffs in zip(decisions, action_diffs_shown(user=user, task=task, decisions=decisions), strict=True):
+        decision.action_diffs = diffs  # type: ignore[attr-defined]
     return Quorum(required=task.required_approvals, decisions=decisions)
 
 
@@ -460,6 +529,7 @@ class DecisionEvidence:
     edits: Any
     resume: Any  # the resume value as the viewer may see it (masked like the edits)
     diff: list[DiffRow]
+    action_diffs: list[ActionDiff]
     quorum: Quorum
     effects: list[Effect]
 
@@ -484,6 +554,7 @@ def decision_evidence(*, user: permissions.Principal, decision_id: Any) -> Decis
     edits = shown.state_patch
     before = seen.values if seen else {}
     diff = state_diff(before, {**before, **edits}) if isinstance(edits, dict) and edits else []
+    [action_diffs] = action_diffs_shown(user=user, task=task, decisions=[decision])
     quorum = quorum_for(user=user, task=task)
     effects: list[Effect] = []
     if decision.run_id:
@@ -497,6 +568,7 @@ def decision_evidence(*, user: permissions.Principal, decision_id: Any) -> Decis
         edits=edits,
         resume=shown.resume_value,
         diff=diff,
+        action_diffs=action_diffs,
         quorum=quorum,
         effects=effects,
     )

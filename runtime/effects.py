@@ -3,11 +3,19 @@
 Usage in an action node::
 
     def open_account(state):
+        args = {"applicant": state["applicant"]["name"], "tier": state["tier"]}
         account = perform_effect(
             "open_account",
-            lambda key: bank.open_account(state["applicant"], idempotency_key=key),
+            lambda key: bank.open_account(**args, idempotency_key=key),
+            args=args,
         )
         return {"account": account}
+
+``args`` is what the effect is executed with. The ledger records it (canonical
+JSON and its SHA-256) so ``decisions_verify`` can prove the effect is what the
+decision before it signed, and refuses a replay of the same key with different
+arguments (as a payment provider refuses an idempotency key reused with another
+body): a key can never stand for two different effects.
 
 The intent is recorded before the call and the result after it. A node that
 runs again (a retry, a redelivered run) gets the recorded result back without
@@ -19,8 +27,10 @@ first result instead of acting twice.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from django.db import transaction
 from django.db.models import F
@@ -39,17 +49,43 @@ def effect_key(name: str, *parts: object) -> str:
     return ":".join(["gh", str(thread_id), name, *(str(p) for p in parts)])
 
 
-def perform_effect(name: str, call: Callable[[str], T], *, key: str | None = None) -> T:
+class EffectArgsConflict(RuntimeError):
+    """The idempotency key was already used for an effect with other arguments."""
+
+
+def canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def args_digest(args: Any) -> str:
+    return hashlib.sha256(canonical_json(args).encode()).hexdigest()
+
+
+def perform_effect(
+    name: str, call: Callable[[str], T], *, key: str | None = None, args: dict[str, Any] | None = None
+) -> T:
     """Run ``call(idempotency_key)`` at most once per key and return its (recorded) result.
 
-    The result must be JSON-serialisable: it is what a replay returns.
+    ``args`` (JSON) are the arguments the effect is executed with; recorded
+    with the intent. The result must be JSON-serialisable: it is what a replay returns.
     """
     configurable = get_config().get("configurable", {})
     key = key or effect_key(name)
+    digest = args_digest(args) if args is not None else ""
     thread = Thread.objects.filter(pk=str(configurable.get("thread_id"))).first()
     run_id = configurable.get("gatehouse_run_id")
     run = Run.objects.filter(pk=run_id).first() if run_id else None
-    effect, _ = Effect.objects.get_or_create(key=key, defaults={"name": name, "thread": thread, "run": run})
+    effect, _ = Effect.objects.get_or_create(
+        key=key, defaults={"name": name, "thread": thread, "run": run, "args": args, "args_digest": digest}
+    )
+    if not effect.args_digest and digest:
+        # Recorded by a version that kept no arguments: record them now.
+        Effect.objects.filter(pk=effect.pk, args_digest="").update(args=args, args_digest=digest)
+    elif effect.args_digest != digest:
+        raise EffectArgsConflict(
+            f"effect {key!r} was recorded with arguments {canonical_json(effect.args)}; "
+            f"refusing to perform it with {canonical_json(args)}"
+        )
     if effect.status == EffectStatus.DONE:
         return effect.result  # type: ignore[return-value]
     Effect.objects.filter(pk=effect.pk).update(calls=F("calls") + 1, run=run)

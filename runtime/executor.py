@@ -4,6 +4,11 @@ A run may execute more than once (a worker killed mid-run is replaced after
 its lease lapses). The checkpointer tells how far the previous attempt got,
 so a redelivered run continues from the last checkpoint instead of applying
 its input twice.
+
+A resume carries a signed command (``Command(resume=..., update=...)``). What
+ran must be what was signed: the command is checked to be storable before it
+runs, and a redelivered or retried resume re-applies whatever part of it the
+checkpoints do not hold yet, or fails; it never continues without it.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import os
 import socket
 import threading
 import traceback
+from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
@@ -22,6 +28,7 @@ from langgraph.errors import UnknownInterruptError
 from langgraph.pregel import Pregel
 from langgraph.types import Command, StateSnapshot
 
+from runtime.effects import canonical_json
 from runtime.errors import is_transient
 from runtime.jsonable import to_jsonable
 from runtime.models import Run, RunKind, RunStatus
@@ -37,11 +44,33 @@ from runtime.runs import (
     run_release,
     runs_hand_back,
 )
+from runtime.storable import NotStorable, value_storable_check
 
 log = logging.getLogger(__name__)
 
 WORKER_ID = f"{socket.gethostname()}:{os.getpid()}"
 _SKIP = object()  # the previous attempt already got past this run's input
+# LangGraph's (private) names for the input step's task and the answers channel;
+# tests/security/test_signed_intent.py checks they still match.
+NULL_TASK_ID = "00000000-0000-0000-0000-000000000000"
+RESUME_CHANNEL = "__resume__"
+
+
+class SignedCommandRefused(Exception):
+    """The signed command cannot be applied exactly as signed: the run fails instead of continuing without it."""
+
+
+@dataclass(frozen=True)
+class _Recovery:
+    """Re-apply a signed command a failed attempt may have partly stored.
+
+    ``first`` is tried; if LangGraph says its interrupts were already answered
+    (the answers are stored; nothing is written by the refusal), ``fallback``
+    carries the rest of the command.
+    """
+
+    first: Any
+    fallback: Any
 
 
 def run_execute(*, run_id: str) -> None:
@@ -106,14 +135,14 @@ def _execute_claimed(run: Run, heartbeat: _Heartbeat) -> None:
     config = run_config(run)
     try:
         graph_input = _input_for(run, graph, config)
-        if graph_input is not _SKIP:
+        if isinstance(graph_input, _Recovery):
             try:
-                _stream(graph, graph_input, config, heartbeat)
+                _stream(graph, graph_input.first, config, heartbeat)
             except UnknownInterruptError:
-                if run.attempts <= 1:
-                    raise
-                # The dead attempt had already stored this resume value.
-                _stream(graph, None, config, heartbeat)
+                # The failed attempt had already stored these answers (checked against the signed ones).
+                _stream(graph, graph_input.fallback, config, heartbeat)
+        elif graph_input is not _SKIP:
+            _stream(graph, graph_input, config, heartbeat)
         snapshot = graph.get_state(config, subgraphs=True)
     except LeaseLost:
         raise
@@ -135,24 +164,23 @@ def _stream(graph: Pregel, graph_input: Any, config: RunnableConfig, heartbeat: 
 
 def _input_for(run: Run, graph: Pregel, config: RunnableConfig) -> Any:
     first_input = _first_input(run)
+    if isinstance(first_input, Command):
+        return _command_input(run, graph, config, first_input)
     if run.attempts <= 1:
-        if isinstance(first_input, Command):
-            resume_guard(graph, config, first_input)
         return first_input
     # A previous attempt died. Work out how far it got from the checkpoints.
     snapshot = graph.get_state(config)
-    current = snapshot.config.get("configurable", {}).get("checkpoint_id", "") if snapshot.created_at else ""
-    expected = (run.command or {}).get("checkpoint_id", "")
-    if run.kind == RunKind.RETRY or current == expected:
-        if isinstance(first_input, Command) and first_input.resume is not None:
-            # The dead attempt may have stored the resume value as a pending write
-            # of this checkpoint (it died inside the gate node): then the ids are no
-            # longer pending, and continuing picks the stored answer up.
-            try:
-                resume_guard(graph, config, first_input)
-            except UnknownInterruptError:
-                return None
+    if run.kind == RunKind.RETRY or _checkpoint_of(snapshot) == (run.command or {}).get("checkpoint_id", ""):
         return first_input
+    return _past_input(snapshot)
+
+
+def _checkpoint_of(snapshot: StateSnapshot) -> str:
+    return str(snapshot.config.get("configurable", {}).get("checkpoint_id", "")) if snapshot.created_at else ""
+
+
+def _past_input(snapshot: StateSnapshot) -> Any:
+    """The input for a run whose previous attempt got past the checkpoint its input applied to."""
     # ``next`` leaves out tasks whose writes are already saved: an attempt killed
     # after a node finished but before the step's checkpoint has an empty ``next``
     # though the graph is mid-way (found by the chaos test), so "ended" also needs
@@ -160,6 +188,74 @@ def _input_for(run: Run, graph: Pregel, config: RunnableConfig) -> Any:
     if snapshot.interrupts or (not snapshot.next and not snapshot.tasks):
         return _SKIP  # it reached its pause or its end; only the bookkeeping is missing
     return None  # continue from the last checkpoint
+
+
+def _command_input(run: Run, graph: Pregel, config: RunnableConfig, command: Command) -> Any:
+    """The signed command, or on recovery the part of it the checkpoints do not hold yet."""
+    _command_storable_check(command)
+    if run.attempts <= 1 and run.kind != RunKind.RETRY:
+        resume_guard(graph, config, command)
+        return command
+    # A redelivered attempt, or an operator's retry of a failed resume.
+    snapshot = graph.get_state(config)
+    if _checkpoint_of(snapshot) != (run.command or {}).get("checkpoint_id", ""):
+        # The thread moved past the checkpoint the command was signed at: the step
+        # that applied it completed, and its checkpoint holds the update and the answers.
+        return _past_input(snapshot)
+    return _recovery(graph, config, command)
+
+
+def _command_storable_check(command: Command) -> None:
+    try:
+        if command.resume is not None:
+            value_storable_check(command.resume, field="resume")
+        if command.update is not None:
+            value_storable_check(command.update, field="update")
+    except NotStorable as exc:
+        raise SignedCommandRefused(
+            f"the signed command cannot be stored by the checkpointer ({exc.field}: {exc.message}); "
+            "nothing was applied"
+        ) from None
+
+
+def _recovery(graph: Pregel, config: RunnableConfig, command: Command) -> _Recovery:
+    """Still at the signed checkpoint: compare what a failed attempt stored with what was signed.
+
+    LangGraph stores a command in pieces (the update as writes of the input
+    step, each answer as a write of the gate task that consumed it), so an
+    attempt that failed part-way may have stored the answers without the
+    update: continuing from the checkpoints alone would then run the gate's
+    stored answer on the state as it was before the edit. Re-apply the missing
+    update; refuse when a stored piece differs from the signed one.
+    """
+    saved = graph.checkpointer.get_tuple(config) if graph.checkpointer else None  # type: ignore[union-attr]
+    writes = list(saved.pending_writes or []) if saved else []
+    signed_update = list((command.update or {}).items())
+    stored_update = [(c, v) for t, c, v in writes if t == NULL_TASK_ID and c != RESUME_CHANNEL]
+    if stored_update and canonical_json(stored_update) != canonical_json(signed_update):
+        raise SignedCommandRefused(
+            f"the stored state update {canonical_json(dict(stored_update))} is not the signed one "
+            f"{canonical_json(command.update)}; the thread cannot continue without the signed command"
+        )
+    signed_answers = {canonical_json(v) for v in (command.resume or {}).values()} if command.resume else set()
+    for t, c, v in writes:
+        if t == NULL_TASK_ID or c != RESUME_CHANNEL:
+            continue
+        for answer in v if isinstance(v, list) else [v]:
+            if canonical_json(answer) not in signed_answers:
+                raise SignedCommandRefused(
+                    f"a stored answer {canonical_json(answer)} is not one of the signed answers; "
+                    "the thread cannot continue without the signed command"
+                )
+    update = None if stored_update else command.update
+    rest: Command[Any] | None = Command(update=update) if update else None
+    if command.resume is None:
+        return _Recovery(first=rest, fallback=rest)
+    try:
+        resume_guard(graph, config, command)
+    except UnknownInterruptError:
+        return _Recovery(first=rest, fallback=rest)
+    return _Recovery(first=Command(resume=command.resume, update=update), fallback=rest)
 
 
 def resume_guard(graph: Pregel, config: RunnableConfig, command: Command) -> None:
@@ -186,8 +282,6 @@ def resume_guard(graph: Pregel, config: RunnableConfig, command: Command) -> Non
 def _first_input(run: Run) -> Any:
     if run.kind == RunKind.START:
         return run.input or {}
-    if run.kind == RunKind.RETRY:
-        return None
     command = run.command or {}
     resume, update = command.get("resume"), command.get("update") or None
     if resume is None and update is None:
@@ -253,6 +347,8 @@ def _checkpoint_id_safe(graph: Pregel, config: RunnableConfig) -> str:
 def _error_text(exc: BaseException) -> str:
     if isinstance(exc, UnknownInterruptError):
         return f"resume refused by LangGraph: {exc}"
+    if isinstance(exc, SignedCommandRefused):
+        return f"signed command refused: {exc}"[:4000]
     lines = traceback.format_exception_only(type(exc), exc)
     return "".join(lines).strip()[:4000]
 

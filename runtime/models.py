@@ -127,6 +127,10 @@ class Effect(models.Model):
     run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="effects")
     status = models.CharField(max_length=8, choices=EffectStatus.choices, default=EffectStatus.STARTED)
     result = models.JSONField(null=True, blank=True)
+    # What the effect was executed with (canonical JSON and its SHA-256), so an
+    # auditor can prove it is what the decision before it signed.
+    args = models.JSONField(null=True, blank=True)
+    args_digest = models.CharField(max_length=64, blank=True, default="")
     error = models.TextField(blank=True, default="")
     calls = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)

@@ -86,6 +86,21 @@ def run_enqueue(
     return run
 
 
+def retry_command(*, thread: Thread) -> dict[str, Any] | None:
+    """The command a retry of ``thread`` must carry: the signed command of its failed resume, if any.
+
+    A resume run that failed may have stored its command only in part; the
+    retry re-applies what is missing (or fails), instead of continuing from the
+    checkpoints without it (see ``runtime.executor``).
+    """
+    last = thread.runs.order_by("-created_at").first()
+    if last is None or last.status != RunStatus.FAILED or not last.command:
+        return None
+    if last.command.get("resume") is None and not last.command.get("update"):
+        return None
+    return {**last.command, "retry_of": str(last.id)}
+
+
 def run_dispatch(*, run_id: Any) -> None:
     """Send the run to Celery. A failure here is logged, not raised: the sweeper re-sends."""
     from runtime.tasks import execute_run

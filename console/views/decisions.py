@@ -46,6 +46,7 @@ def decision_list(request: HttpRequest) -> HttpResponse:
     if form.is_valid():
         try:
             page = selectors.decisions_search(user=request.user, limit=PAGE_SIZE, **_filters(form.cleaned_data))
+            selectors.decision_edits_summarise(user=request.user, decisions=page.items)
         except DomainError as exc:
             error = exc.message
     ctx = {

@@ -98,6 +98,7 @@ def open_account(state: KycState) -> dict[str, Any]:
     account = perform_effect(
         "open_account",
         lambda key: bank_client.open_account(applicant=applicant, tier=tier, idempotency_key=key),
+        args={"applicant": applicant.get("name"), "tier": tier},  # what the bank is sent
     )
     return {"account": account, "status": "account_opened"}
 

@@ -72,10 +72,11 @@ def human_review(state: LoanState) -> Command[Literal["disburse", "decline"]]:
 
 
 def disburse(state: LoanState) -> dict[str, Any]:
-    loan_id, amount = state.get("loan_id", ""), int(state.get("amount", 0))
+    args: dict[str, Any] = {"loan_id": state.get("loan_id", ""), "amount": int(state.get("amount", 0))}
     payment = perform_effect(
         "disburse",
-        lambda key: bank_client.disburse(loan_id=loan_id, amount=amount, idempotency_key=key),
+        lambda key: bank_client.disburse(**args, idempotency_key=key),
+        args=args,  # recorded in the effect ledger: decisions_verify checks them against the signed action
     )
     return {"disbursement": payment, "status": "disbursed"}
 

@@ -101,8 +101,9 @@ def test_auditors_get_no_decision_controls_and_the_endpoint_refuses_them(persona
 def test_the_task_page_renders_the_gate_payload_and_a_typed_edit_form(personas, loan_task):
     page = console_client(personas["reviewer"]).get(f"/tasks/{loan_task.pk}/").content.decode()
     assert "Proposed action" in page and "disburse" in page
-    assert 'name="action_args.amount"' in page and 'inputmode="numeric"' in page
-    assert 'name="edits.amount"' in page and 'name="edits.term_months"' in page
+    assert 'name="edits.amount"' in page and 'inputmode="numeric"' in page and 'name="edits.term_months"' in page
+    assert 'name="action_args.amount"' not in page  # one input per value: the state field the action reads
+    assert "also the disburse argument" in page
     assert 'name="edits.applicant"' not in page  # not editable at this gate
     assert f'name="checkpoint_id" value="{loan_task.checkpoint_id}"' in page
     assert 'ws-connect="/ws/tasks/' in page

@@ -1,0 +1,308 @@
+"""Signed intent = executed effect: what a set of decisions signs, and the proof the effects match it.
+
+A decision signs a resume value and a state update (``Decision.signed_digest``);
+an approving decision on a Gatehouse gate also signs an action: the gate's
+proposed action with the signer's edits (``Decision.signed_action``). The
+effect ledger records the arguments every effect was executed with
+(``Effect.args``). ``intent_verify`` binds each effect to the gate decision it
+followed and proves the two agree; ``manage.py decisions_verify`` runs it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db.models import Q
+
+from approvals.audit import canonical
+from approvals.models import ApprovalTask, Decision, TaskKind, TaskStatus
+from approvals.payloads import payload_kind
+from runtime.effects import args_digest
+from runtime.models import Effect, EffectStatus, Run, RunKind, Thread
+
+APPROVING = ("approve", "edit")
+
+
+def signed_digest(*, interrupt_id: str, checkpoint_id: str, resume: Any, update: Any, action: Any) -> str:
+    """SHA-256 of the canonical JSON of exactly what a decision signs: the resume, the state update, the action."""
+    signed = {
+        "interrupt_id": interrupt_id,
+        "checkpoint_id": checkpoint_id,
+        "resume": resume,
+        "update": update,
+        "action": action,
+    }
+    return hashlib.sha256(canonical(signed).encode()).hexdigest()
+
+
+def decision_digest(decision: Decision) -> str:
+    return signed_digest(
+        interrupt_id=decision.task.interrupt_id,
+        checkpoint_id=decision.checkpoint_id,
+        resume=decision.resume_value,
+        update=decision.state_patch,
+        action=decision.signed_action,
+    )
+
+
+def proposed_action(task: ApprovalTask) -> dict[str, Any] | None:
+    payload = task.payload if isinstance(task.payload, dict) else {}
+    action = payload.get("proposed_action") if payload_kind(payload, task.kind) == "gatehouse" else None
+    return action if isinstance(action, dict) and isinstance(action.get("name"), str) else None
+
+
+def _edited_args(decision: Decision) -> dict[str, Any]:
+    value = decision.resume_value
+    if decision.outcome in APPROVING and isinstance(value, dict) and isinstance(value.get("action_args"), dict):
+        return dict(value["action_args"])
+    return {}
+
+
+def signed_command(decisions: Iterable[Decision], *, checkpoint_id: str) -> dict[str, Any]:
+    """The resume command the decisions of one super-step sign, in the order they were made.
+
+    State updates merge (a later signer's value wins). For a gate decided by a
+    quorum, the final approval approves the proposal before it: action
+    arguments edited by an earlier signer stay in the final resume value, as
+    their state edits stay in the update. Without this an edit proposed by one
+    approver and approved by another vanished from the resume.
+    """
+    resume: dict[str, Any] = {}
+    update: dict[str, Any] = {}
+    edited: dict[str, dict[str, Any]] = {}
+    for d in decisions:
+        update.update(d.state_patch or {})
+        if d.task.kind != TaskKind.INTERRUPT:
+            continue
+        resume[d.task.interrupt_id] = d.resume_value
+        if proposed_action(d.task) is not None:
+            edited.setdefault(d.task.interrupt_id, {}).update(_edited_args(d))
+    for interrupt_id, args in edited.items():
+        final = resume[interrupt_id]
+        if args and isinstance(final, dict) and final.get("decision") in APPROVING:
+            resume[interrupt_id] = {**final, "action_args": args}
+    return {"resume": resume or None, "update": update or None, "checkpoint_id": checkpoint_id}
+
+
+def task_signed_action(task: ApprovalTask, decisions: list[Decision]) -> dict[str, Any] | None:
+    """The action a decided gate signed: proposed arguments, then state edits of the same name, then edited arguments.
+
+    That is the order the gatekeeper convention applies them (the update is
+    applied before the gate re-runs; the gate copies edited arguments over it).
+    None if the gate proposed no action or was not approved.
+    """
+    action = proposed_action(task)
+    if action is None or not decisions or decisions[-1].outcome not in APPROVING:
+        return None
+    args = dict(action.get("args") or {}) if isinstance(action.get("args"), dict) else {}
+    for d in decisions:
+        for key, value in (d.state_patch or {}).items():
+            if key in args:
+                args[key] = value
+    for d in decisions:
+        args.update(_edited_args(d))
+    return {"name": action["name"], "args": args}
+
+
+def _gate_followed(effect: Effect) -> ApprovalTask | None:
+    """The last decided gate of the effect's thread, before the effect, that proposed an action of its name."""
+    if effect.thread_id is None:
+        return None
+    tasks = ApprovalTask.objects.filter(
+        thread_id=effect.thread_id, status=TaskStatus.DECIDED, decided_at__lte=effect.created_at
+    ).order_by("-decided_at")
+    for task in tasks:
+        action = proposed_action(task)
+        if action is not None and action["name"] == effect.name:
+            return task
+    return None
+
+
+def _carried(task: ApprovalTask) -> list[Decision]:
+    """The decisions the resume run carried for ``task``, in the order they were made."""
+    return list(task.decisions.select_related("task").filter(run__isnull=False).order_by("created_at", "id"))
+
+
+def decision_followed(*, effect: Effect) -> str | None:
+    """The final decision of the gate the effect followed (recorded with the effect in the audit trail)."""
+    task = _gate_followed(effect)
+    carried = _carried(task) if task is not None else []
+    return str(carried[-1].pk) if carried else None
+
+
+# --- the proof ---------------------------------------------------------------------------------
+
+
+@dataclass
+class ThreadFinding:
+    thread_id: str
+    graph: str
+    problems: list[str] = field(default_factory=list)  # signed intent and executed effect disagree
+    unverifiable: list[str] = field(default_factory=list)  # nothing to compare (legacy rows, effects without args)
+    matched: list[str] = field(default_factory=list)
+
+
+@dataclass
+class IntentReport:
+    threads: list[ThreadFinding] = field(default_factory=list)
+
+    @property
+    def failing(self) -> list[ThreadFinding]:
+        return [t for t in self.threads if t.problems]
+
+    @property
+    def effects_matched(self) -> int:
+        return sum(len(t.matched) for t in self.threads)
+
+
+def intent_verify(*, threads: Iterable[Thread] | None = None) -> IntentReport:
+    """Prove, for every thread with decisions or effects, that what ran is what was signed."""
+    if threads is None:
+        with_effects = Effect.objects.values("thread_id")
+        with_decisions = Decision.objects.values("task__thread_id")
+        threads = Thread.objects.filter(Q(pk__in=with_effects) | Q(pk__in=with_decisions)).order_by("created_at")
+    report = IntentReport()
+    for thread in threads:
+        finding = ThreadFinding(thread_id=str(thread.pk), graph=thread.graph)
+        _verify_decisions(thread, finding)
+        _verify_runs(thread, finding)
+        _verify_effects(thread, finding)
+        report.threads.append(finding)
+    return report
+
+
+def _verify_decisions(thread: Thread, finding: ThreadFinding) -> None:
+    for d in Decision.objects.select_related("task").filter(task__thread=thread).order_by("created_at", "id"):
+        if not d.signed_digest:
+            finding.unverifiable.append(f"decision {d.pk} predates signed digests")
+        elif decision_digest(d) != d.signed_digest:
+            finding.problems.append(
+                f"decision {d.pk} at {d.task.node}: its recorded resume, edits or action no longer match "
+                f"its signed digest {d.signed_digest[:12]}"
+            )
+
+
+def _verify_runs(thread: Thread, finding: ThreadFinding) -> None:
+    """Every resume run (and retry of one) carried exactly the command its decisions sign."""
+    runs = {str(r.pk): r for r in Run.objects.filter(thread=thread)}
+    carried: dict[Any, list[Decision]] = {}
+    for d in Decision.objects.select_related("task").filter(task__thread=thread, run__isnull=False):
+        carried.setdefault(str(d.run_id), []).append(d)
+    for run_id, decisions in carried.items():
+        decisions.sort(key=lambda d: (d.created_at, str(d.pk)))
+        expected = signed_command(decisions, checkpoint_id=decisions[0].checkpoint_id)
+        run = runs.get(run_id)
+        if run is None:
+            continue
+        if canonical(_command_core(run.command)) != canonical(expected):
+            finding.problems.append(f"resume run {run.pk} carried a command its decisions did not sign")
+    for run in runs.values():
+        origin = runs.get(str((run.command or {}).get("retry_of")))
+        reapplied = canonical(_command_core(run.command))
+        if run.kind == RunKind.RETRY and origin is not None and reapplied != canonical(_command_core(origin.command)):
+            finding.problems.append(f"retry run {run.pk} re-applied a command other than the one of run {origin.pk}")
+
+
+def _command_core(command: Any) -> dict[str, Any]:
+    command = command or {}
+    return {
+        "resume": command.get("resume"),
+        "update": command.get("update"),
+        "checkpoint_id": command.get("checkpoint_id"),
+    }
+
+
+def _verify_effects(thread: Thread, finding: ThreadFinding) -> None:
+    for effect in Effect.objects.filter(thread=thread).order_by("created_at", "id"):
+        if effect.calls == 0 and effect.status != EffectStatus.DONE:
+            continue  # recorded intent only: never performed
+        label = f"effect {effect.name} ({effect.key})"
+        if effect.args is not None and effect.args_digest != args_digest(effect.args):
+            finding.problems.append(
+                f"{label}: its recorded arguments do not match their digest (the ledger row was altered)"
+            )
+            continue
+        task = _gate_followed(effect)
+        if task is None:
+            finding.unverifiable.append(f"{label}: no gate proposed it (ran without a decision)")
+            continue
+        decisions = _carried(task)
+        if not decisions:
+            finding.unverifiable.append(f"{label}: gate {task.node} has no carried decisions")
+            continue
+        final = decisions[-1]
+        if final.outcome not in APPROVING:
+            finding.problems.append(
+                f"{label} ran after decision {final.pk} at {task.node} {final.get_outcome_display().lower()} it"
+            )
+            continue
+        signed = task_signed_action(task, decisions)
+        if signed is None or effect.args is None:
+            finding.unverifiable.append(f"{label}: the effect recorded no arguments")
+            continue
+        signed_args: dict[str, Any] = signed["args"]
+        common = sorted(set(signed_args) & set(effect.args))
+        if not common:
+            finding.unverifiable.append(f"{label}: records none of the signed arguments {sorted(signed_args)}")
+            continue
+        differing = [k for k in common if canonical(signed_args[k]) != canonical(effect.args[k])]
+        if differing:
+            ran = ", ".join(f"{k}={canonical(effect.args[k])} (signed {canonical(signed_args[k])})" for k in differing)
+            finding.problems.append(f"{label} followed decision {final.pk} at {task.node} but ran with {ran}")
+        else:
+            matched = ", ".join(f"{k}={canonical(signed_args[k])}" for k in common)
+            finding.matched.append(f"{label} = signed {matched} (decision {final.pk})")
+
+
+# --- what an auditor is shown ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ActionEdit:
+    """A proposed action whose arguments a decision signed with changes."""
+
+    name: str
+    proposed: dict[str, Any]
+    signed: dict[str, Any]
+
+
+def action_edits(decision: Decision) -> list[ActionEdit]:
+    """Every proposed action whose arguments this decision changed (proposed vs signed), in any payload shape."""
+    task, value = decision.task, decision.resume_value
+    payload: Any = task.payload
+    kind = payload_kind(payload, task.kind)
+    found: list[tuple[str, Any, Any]] = []
+    if kind == "gatehouse":
+        action = proposed_action(task)
+        if action is not None:
+            proposed: dict[str, Any] = action["args"] if isinstance(action.get("args"), dict) else {}
+            signed = decision.signed_action
+            if isinstance(signed, dict):
+                found.append((action["name"], proposed, signed.get("args")))
+            else:  # a decision recorded before signed actions: its edited arguments
+                found.append((action["name"], proposed, {**proposed, **_edited_args(decision)}))
+    elif kind == "tool_approval" and isinstance(value, dict) and value.get("type") == "edit":
+        edited = value.get("edited_action") or {}
+        found.append((str(payload.get("name")), payload.get("args"), edited.get("args")))
+    elif kind == "agent_inbox" and isinstance(value, list) and value and isinstance(value[0], dict):
+        answer = value[0]
+        item = payload[0] if isinstance(payload, list) else payload
+        request = item.get("action_request") or {}
+        if answer.get("type") == "edit" and isinstance(answer.get("args"), dict):
+            found.append((str(request.get("action")), request.get("args"), answer["args"].get("args")))
+    elif kind == "hitl" and isinstance(value, dict):
+        requests = payload.get("action_requests") or []
+        for index, item in enumerate(value.get("decisions") or []):
+            if isinstance(item, dict) and item.get("type") == "edit" and index < len(requests):
+                edited = item.get("edited_action") or {}
+                found.append(
+                    (f"{requests[index].get('name')}[{index}]", requests[index].get("args"), edited.get("args"))
+                )
+    return [
+        ActionEdit(name=name, proposed=proposed, signed=signed)
+        for name, proposed, signed in found
+        if isinstance(proposed, dict) and isinstance(signed, dict) and canonical(proposed) != canonical(signed)
+    ]
