@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("approvals", "0007_webhook_endpoint_gates"),
+        ("approvals", "0008_user_administration"),
     ]
 
     operations = [
