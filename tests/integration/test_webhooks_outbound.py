@@ -100,7 +100,13 @@ def test_task_and_thread_events_arrive_signed(operator, reviewer, receiver):
     with pytest.raises(Exception):  # noqa: B017 - the library's WebhookVerificationError
         Webhook(sub["secret"]).verify(tampered_body + b" ", tampered_headers)
 
-    log = operator.client.get("/api/webhook-deliveries", subscription=sub["id"]).json()
+    # The result is recorded after the HTTP call returns (no transaction is held across it),
+    # so the receiver can have the event a moment before the log says "delivered".
+    def log_settled() -> list[dict[str, Any]] | None:
+        log = operator.client.get("/api/webhook-deliveries", subscription=sub["id"]).json()
+        return log if log and all(d["status"] != "pending" for d in log) else None
+
+    log = wait_for(log_settled, what="every delivery recorded")
     assert {d["status"] for d in log} == {"delivered"} and all(d["response_code"] == 204 for d in log)
 
 
