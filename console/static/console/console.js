@@ -23,13 +23,19 @@
     document.querySelectorAll("#inbox-results tr[data-task-id]").forEach(function (tr) { ids.add(tr.dataset.taskId); });
     return ids;
   }
+  // A row stays highlighted for the whole flash even when another live render (the same
+  // change's next event) replaces it a moment later with fresh HTML.
+  var FLASH_MS = 2500;
+  var appearedAt = new Map();
   function markNew() {
     var now = rowIds();
-    if (seen) {
-      document.querySelectorAll("#inbox-results tr[data-task-id]").forEach(function (tr) {
-        if (!seen.has(tr.dataset.taskId)) tr.classList.add("is-new");
-      });
-    }
+    var t = Date.now();
+    if (seen) now.forEach(function (id) { if (!seen.has(id)) appearedAt.set(id, t); });
+    document.querySelectorAll("#inbox-results tr[data-task-id]").forEach(function (tr) {
+      var at = appearedAt.get(tr.dataset.taskId);
+      if (at !== undefined && t - at < FLASH_MS) tr.classList.add("is-new");
+    });
+    appearedAt.forEach(function (at, id) { if (t - at >= FLASH_MS) appearedAt.delete(id); });
     seen = now;
     restoreSelection();
   }
