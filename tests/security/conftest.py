@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +19,7 @@ import httpx
 import pytest
 
 from demo.fakebank import BankServer
-from tests.conftest import ROOT, Persona, daphne_start, process_group_stop, wait_for, worker_env
+from tests.conftest import ROOT, Persona, daphne_start, process_group_stop, scaled, wait_for, worker_env
 
 _SERVER_VARS = ("DATABASE_URL", "REDIS_URL", "GATEHOUSE_QUEUE", "GATEHOUSE_GRAPHS", "SECRET_KEY", "GATEHOUSE_VAR_DIR")
 
@@ -29,13 +30,16 @@ import hashlib, uuid, django
 django.setup()
 from django.core.management import call_command
 from django.contrib.auth import get_user_model
-from approvals.demo import demo_setup
-from approvals.models import ApprovalTask
+from approvals.models import ApprovalTask, GraphAssignment
+from approvals.roles import roles_ensure
 from approvals.tokens import token_issue
+from approvals.webhooks import webhook_endpoint_create
 from runtime.gatekeeper import gate_payload
 from runtime.models import Thread, ThreadStatus
 call_command("migrate", verbosity=0, interactive=False)
-demo_setup()
+admin = get_user_model().objects.create_user("fuzz-admin")  # no password: a token is all it needs
+admin.groups.add(roles_ensure()["admin"])
+GraphAssignment.objects.create(user=admin, graph="*")
 payload = gate_payload(title="Loan", summary="fuzz", proposed_action={"name": "disburse", "args": {"amount": 1}},
                        editable=["amount"], sla_seconds=3600, details={})
 checkpoint = str(uuid.uuid4())
@@ -43,8 +47,8 @@ thread = Thread.objects.create(graph="loan_approval", status=ThreadStatus.INTERR
 task = ApprovalTask.objects.create(thread=thread, graph="loan_approval", node="human_review",
     interrupt_id=uuid.uuid4().hex, checkpoint_id=checkpoint, payload=payload,
     payload_digest=hashlib.sha256(repr(payload).encode()).hexdigest(), title="Loan")
-admin = get_user_model().objects.get(username="admin")
-print(token_issue(user=admin), thread.id, task.id)
+endpoint = webhook_endpoint_create(actor=None, name="fuzz", graph="loan_approval")
+print(token_issue(user=admin), thread.id, task.id, endpoint.secrets[0])
 """
 
 
@@ -56,6 +60,8 @@ class Server:
     log: Path
     thread_id: str
     task_id: str
+    endpoint: str  # a signed webhook endpoint, and its secret
+    secret: str
     database: Path | None = None  # the SQLite file, to count rows from outside the server
 
     def client(self, *, token: str | None = None, auth: bool = True) -> httpx.Client:
@@ -69,9 +75,7 @@ class Server:
             return ""
 
 
-def _serve(env: dict[str, str], log: Path) -> tuple[subprocess.Popen[bytes], str]:
-    proc, base = daphne_start(env, log)
-
+def _serving(proc: subprocess.Popen[bytes], base: str, log: Path) -> None:
     def up() -> bool:
         if proc.poll() is not None:
             raise RuntimeError(f"daphne exited with {proc.returncode}: {log.read_text(errors='replace')[-2000:]}")
@@ -80,8 +84,13 @@ def _serve(env: dict[str, str], log: Path) -> tuple[subprocess.Popen[bytes], str
         except httpx.HTTPError:
             return False
 
+    wait_for(up, timeout=40, what="daphne")
+
+
+def _serve(env: dict[str, str], log: Path) -> tuple[subprocess.Popen[bytes], str]:
+    proc, base = daphne_start(env, log)
     try:
-        wait_for(up, timeout=40, what="daphne")
+        _serving(proc, base, log)
     except BaseException:
         process_group_stop(proc)
         raise
@@ -96,17 +105,30 @@ def _base_env() -> dict[str, str]:
 
 @pytest.fixture(scope="session")
 def sqlite_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """daphne in embedded mode (SQLite, filesystem broker, no worker) with demo users."""
+    """daphne in embedded mode (SQLite, filesystem broker, no worker) with an admin and a paused task."""
     workdir = tmp_path_factory.mktemp("sqlite-edge")
-    env = {**_base_env(), "GATEHOUSE_VAR_DIR": str(workdir / "var"), "GATEHOUSE_GRAPHS": os.environ["GATEHOUSE_GRAPHS"]}
-    done = subprocess.run(
-        [sys.executable, "-c", _SQLITE_SETUP], cwd=ROOT, env=env, capture_output=True, text=True, timeout=180
+    env = {
+        **_base_env(),
+        "GATEHOUSE_VAR_DIR": str(workdir / "var"),
+        "GATEHOUSE_GRAPHS": os.environ["GATEHOUSE_GRAPHS"],
+        "SECRET_KEY": f"edge-tests-{uuid.uuid4().hex}",  # two processes start at once: no key file to race for
+    }
+    (workdir / "var").mkdir()
+    setup = subprocess.Popen(
+        [sys.executable, "-c", _SQLITE_SETUP], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True,
     )
-    assert done.returncode == 0, done.stderr[-3000:]
-    token, thread_id, task_id = done.stdout.split()[-3:]
-    proc, base = _serve(env, workdir / "daphne.log")
+    proc, base = daphne_start(env, workdir / "daphne.log")  # imports while the schema is migrated
+    try:
+        out, err = setup.communicate(timeout=scaled(180))
+        assert setup.returncode == 0, err[-3000:]
+        _serving(proc, base, workdir / "daphne.log")
+    except BaseException:
+        process_group_stop(proc)
+        raise
+    token, thread_id, task_id, secret = out.split()[-4:]
     database = workdir / "var" / "gatehouse.sqlite3"
-    yield Server("sqlite", base, token, workdir / "daphne.log", thread_id, task_id, database)
+    yield Server("sqlite", base, token, workdir / "daphne.log", thread_id, task_id, "fuzz", secret, database)
     process_group_stop(proc)
 
 
@@ -115,12 +137,17 @@ def postgres_server(
     personas: dict[str, Persona], bank: BankServer, django_db_blocker: Any, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Server]:
     """daphne on this session's PostgreSQL test database, as the admin persona, with a paused task."""
+    from approvals.webhooks import webhook_endpoint_create
     from tests.console.conftest import task_make
 
     env = {**worker_env(bank), "GATEHOUSE_PLATFORM_WAIT_SECONDS": "1"}
     with django_db_blocker.unblock():
         task = task_make()
+        endpoint = webhook_endpoint_create(actor=None, name=f"fuzz-{uuid.uuid4().hex[:8]}", graph="loan_approval")
     workdir = tmp_path_factory.mktemp("postgres-edge")
     proc, base = _serve(env, workdir / "daphne.log")
-    yield Server("postgres", base, personas["admin"].token, workdir / "daphne.log", str(task.thread_id), str(task.id))
+    yield Server(
+        "postgres", base, personas["admin"].token, workdir / "daphne.log", str(task.thread_id), str(task.id),
+        endpoint.name, endpoint.secrets[0],
+    )
     process_group_stop(proc)
