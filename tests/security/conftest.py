@@ -7,6 +7,7 @@ production (ASGI, middleware, both NinjaAPIs) and a 500 shows in the server's lo
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import uuid
@@ -47,7 +48,7 @@ thread = Thread.objects.create(graph="loan_approval", status=ThreadStatus.INTERR
 task = ApprovalTask.objects.create(thread=thread, graph="loan_approval", node="human_review",
     interrupt_id=uuid.uuid4().hex, checkpoint_id=checkpoint, payload=payload,
     payload_digest=hashlib.sha256(repr(payload).encode()).hexdigest(), title="Loan")
-endpoint = webhook_endpoint_create(actor=None, name="fuzz", graph="loan_approval")
+endpoint = webhook_endpoint_create(actor=None, name="fuzz", graph="loan_approval", gates=["human_review"])
 print(token_issue(user=admin), thread.id, task.id, endpoint.secrets[0])
 """
 
@@ -97,6 +98,13 @@ def _serve(env: dict[str, str], log: Path) -> tuple[subprocess.Popen[bytes], str
     return proc, base
 
 
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    # Nothing to drain: a graceful daphne shutdown only costs the suite seconds.
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+
+
 def _base_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in _SERVER_VARS and not k.startswith("PYTEST")}
     env.update(DJANGO_SETTINGS_MODULE="console.settings", PYTHONUNBUFFERED="1", GATEHOUSE_PLATFORM_WAIT_SECONDS="1")
@@ -129,7 +137,7 @@ def sqlite_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     token, thread_id, task_id, secret = out.split()[-4:]
     database = workdir / "var" / "gatehouse.sqlite3"
     yield Server("sqlite", base, token, workdir / "daphne.log", thread_id, task_id, "fuzz", secret, database)
-    process_group_stop(proc)
+    _stop(proc)
 
 
 @pytest.fixture(scope="session")
@@ -143,11 +151,13 @@ def postgres_server(
     env = {**worker_env(bank), "GATEHOUSE_PLATFORM_WAIT_SECONDS": "1"}
     with django_db_blocker.unblock():
         task = task_make()
-        endpoint = webhook_endpoint_create(actor=None, name=f"fuzz-{uuid.uuid4().hex[:8]}", graph="loan_approval")
+        endpoint = webhook_endpoint_create(
+            actor=None, name=f"fuzz-{uuid.uuid4().hex[:8]}", graph="loan_approval", gates=["human_review"]
+        )
     workdir = tmp_path_factory.mktemp("postgres-edge")
     proc, base = _serve(env, workdir / "daphne.log")
     yield Server(
         "postgres", base, personas["admin"].token, workdir / "daphne.log", str(task.thread_id), str(task.id),
         endpoint.name, endpoint.secrets[0],
     )
-    process_group_stop(proc)
+    _stop(proc)

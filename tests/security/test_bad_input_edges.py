@@ -289,7 +289,9 @@ def test_nesting_within_the_limit_is_accepted(operator):
 
 @pytest.fixture
 def webhook_endpoint() -> WebhookEndpoint:
-    return webhook_endpoint_create(actor=None, name=f"edge-{uuid.uuid4().hex[:8]}", graph="loan_approval")
+    return webhook_endpoint_create(
+        actor=None, name=f"edge-{uuid.uuid4().hex[:8]}", graph="loan_approval", gates=["human_review"]
+    )
 
 
 def signed_post(endpoint: WebhookEndpoint, raw: bytes) -> Any:
@@ -330,7 +332,8 @@ def test_a_nul_byte_in_a_webhook_id_header_is_refused_before_anything_is_logged(
 def test_a_webhook_endpoint_name_over_the_limit_is_refused_writing_nothing(personas, length):
     name = (uuid.uuid4().hex + "e" * length)[:length]
     endpoints = WebhookEndpoint.objects.count()
-    response = personas["admin"].client.post("/api/webhook-endpoints", {"name": name, "graph": "loan_approval"})
+    body = {"name": name, "graph": "loan_approval", "gates": ["human_review"]}
+    response = personas["admin"].client.post("/api/webhook-endpoints", body)
     error = error_of(response, 422)
     assert error["field"] == "name"
     assert WebhookEndpoint.objects.count() == endpoints

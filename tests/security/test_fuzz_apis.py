@@ -18,7 +18,7 @@ top-level body field (and a key inside each object field) set once to each of a 
 poison values; then ``GATEHOUSE_FUZZ_EXAMPLES`` random examples (default 10).
 
 Budget: all of it inside
-``GATEHOUSE_FUZZ_SECONDS`` per backend (default 35; a budget, so not stretched by the time factor),
+``GATEHOUSE_FUZZ_SECONDS`` per backend (default 30; a budget, so not stretched by the time factor),
 shared evenly: each operation gets the time left divided by the operations left, so a
 slow machine runs fewer examples of each rather than none of the last (the count is printed).
 Generation is seeded (``GATEHOUSE_FUZZ_SEED``, printed) so a failure reproduces with the same seed.
@@ -50,7 +50,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db")]
 
 SEED = int(os.environ.get("GATEHOUSE_FUZZ_SEED") or 20261201)
 EXAMPLES = int(os.environ.get("GATEHOUSE_FUZZ_EXAMPLES") or 10)
-SECONDS = float(os.environ.get("GATEHOUSE_FUZZ_SECONDS") or 35)
+SECONDS = float(os.environ.get("GATEHOUSE_FUZZ_SECONDS") or 30)
 
 
 class Raw:
@@ -137,7 +137,8 @@ LOAN_INPUT = {"applicant": "Fuzz", "loan_id": "L-F", "amount": 18000, "income": 
 VALID_BODIES: dict[str, dict[str, Any]] = {
     "POST /api/threads": {"graph": "loan_approval", "input": LOAN_INPUT, "metadata": {"case": "F-1"}},
     "POST /api/tasks/{task_id}/decision": {"decision": "edit", "reason": "fuzz", "edits": {"amount": 1}},
-    "POST /api/webhook-endpoints": {"name": "fuzz-new", "graph": "loan_approval"},
+    "POST /api/webhook-endpoints": {"name": "fuzz-new", "graph": "loan_approval", "gates": ["human_review"]},
+    "PATCH /api/webhook-endpoints/{name}": {"gates": ["human_review"]},
     "POST /api/webhook-subscriptions": {"url": "https://example.invalid/hook", "event_types": ["task.opened"]},
     "POST /api/webhooks/{name}": {"correlation_key": "fuzz", "status": "approved", "reason": "ok"},
     "POST /lg/threads": {"metadata": {"graph_id": "loan_approval"}},
@@ -191,6 +192,8 @@ class Run:
     statuses: dict[int, int] = field(default_factory=dict)
     examples: dict[str, int] = field(default_factory=dict)
     planned: dict[str, int] = field(default_factory=dict)
+    generated: int = 0  # examples Hypothesis ran, and the seconds it took: the pace
+    seconds: float = 0.0
     failures: list[Failure] = field(default_factory=list)
 
 
@@ -317,18 +320,24 @@ def _operation_fuzz(run: Run, client: httpx.Client, operation: Any, until: float
     # parameters), which costs more than the requests; the poison above makes the bad data.
     strategy = operation.as_strategy(generation_mode=GenerationMode.POSITIVE)
     sweep = sweep_of(operation)
-    run.planned[operation.label] = len(sweep) + EXAMPLES
+    planned = run.planned[operation.label] = len(sweep) + EXAMPLES
+    examples = planned
+    if run.generated:  # as many as the time left allows at the pace so far: Hypothesis cannot be stopped
+        examples = max(1, min(planned, int((until - time.monotonic()) / (run.seconds / run.generated))))
 
     @seed(SEED)
     @settings(
-        max_examples=len(sweep) + EXAMPLES, deadline=None, database=None, phases=[Phase.generate],
+        max_examples=examples, deadline=None, database=None, phases=[Phase.generate],
         suppress_health_check=list(HealthCheck), print_blob=False,
     )
     @given(case=strategy, data=st.data())
     def one(case: Any, data: Any) -> None:
         _send(run, client, operation, case, data, until, sweep.pop(0) if sweep else None)
 
+    started = time.monotonic()
     one()
+    run.generated += examples
+    run.seconds += time.monotonic() - started
 
 
 @pytest.mark.parametrize("backend", ["postgres", "sqlite"])
