@@ -10,6 +10,7 @@ from ninja import Query, Router, Schema, Status
 from pydantic import Field
 
 from approvals import gateway, permissions, selectors, services
+from approvals.inputs import CheckpointId, DbId
 from approvals.models import ApprovalTask, AuditEvent, Decision
 from approvals.payloads import NOT_GIVEN, DecisionRequest, decisions_allowed, payload_kind
 from approvals.schemas import (
@@ -93,7 +94,7 @@ def thread_detail(request: HttpRequest, thread_id: UUID) -> ThreadOut:
 
 class HistoryQuery(Schema):
     limit: int = Field(default=50, ge=1, le=500)
-    before: str | None = None
+    before: CheckpointId | None = None
 
 
 @router.get("/threads/{thread_id}/history", response=list[CheckpointOut], tags=["threads"])
@@ -115,10 +116,10 @@ def thread_retry(request: HttpRequest, thread_id: UUID) -> Status[Run]:
 
 class TaskQuery(Schema):
     status: str | None = Field(default=None, pattern="^(pending|decided|superseded|cancelled)$")
-    graph: str | None = None
+    graph: str | None = Field(default=None, max_length=100)
     thread: UUID | None = None
     limit: int = Field(default=50, ge=1, le=200)
-    cursor: str | None = None
+    cursor: str | None = Field(default=None, max_length=400)
 
 
 @router.get("/tasks", response=TaskPageOut, tags=["tasks"])
@@ -204,9 +205,9 @@ def task_decide(request: HttpRequest, task_id: UUID, body: DecisionIn) -> Status
 
 class AuditQuery(Schema):
     thread: UUID | None = None
-    action: str | None = None
+    action: str | None = Field(default=None, max_length=64)
     limit: int = Field(default=100, ge=1, le=1000)
-    before_id: int | None = None
+    before_id: DbId | None = None
 
 
 @router.get("/audit", response=list[AuditEventOut], tags=["audit"])

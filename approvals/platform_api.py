@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -30,6 +31,7 @@ from pydantic import Field
 
 from approvals import platform
 from approvals.errors import DomainError, InvalidInput, validation_error_describe
+from approvals.inputs import CHECKPOINT_ID_PATTERN, Offset, StrictJsonParser, parse_error_of
 from approvals.payloads import NOT_GIVEN
 from approvals.platform_schemas import (
     AssistantSearchIn,
@@ -74,6 +76,7 @@ api = NinjaAPI(
     auth=[ApiKeyAuth(), BearerAuth()],
     urls_namespace="lg",
     docs_url="/docs",
+    parser=StrictJsonParser(),  # NUL bytes, non-finite or 64-bit-overflowing numbers, deep nesting: 4xx
 )
 
 
@@ -108,6 +111,9 @@ def on_auth_error(request: HttpRequest, exc: AuthenticationError) -> HttpRespons
 
 @api.exception_handler(HttpError)
 def on_http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
+    parse_error = parse_error_of(exc)
+    if parse_error is not None:
+        return error_response(request, parse_error.status, parse_error.code, parse_error.message, parse_error.field)
     if exc.status_code == 400 and "parse request body" in str(exc):
         return error_response(request, 400, "malformed_json", f"request body is not valid JSON: {exc}", "body")
     return error_response(request, exc.status_code, "error", str(exc))
@@ -245,6 +251,10 @@ def thread_history(request: HttpRequest, thread_id: UUID, body: HistoryIn) -> li
     if body.checkpoint and body.checkpoint.get("checkpoint_ns"):
         raise InvalidInput("subgraph history is not served", field="checkpoint.checkpoint_ns")
     before = body.before.get("checkpoint_id") if isinstance(body.before, dict) else body.before
+    if before and not (isinstance(before, str) and re.fullmatch(CHECKPOINT_ID_PATTERN, before)):
+        # Not a checkpoint id: compared with every id, it would page nothing and return everything.
+        field = "before.checkpoint_id" if isinstance(body.before, dict) else "before"
+        raise InvalidInput(f"{field}: not a checkpoint id", field=field)
     return platform.thread_history(_user(request), thread_id, limit=body.limit, before=before or None)
 
 
@@ -302,8 +312,8 @@ def run_create(request: HttpRequest, thread_id: UUID, body: RunCreateIn) -> Http
 
 class RunListQuery(Schema):
     limit: int = Field(default=10, ge=1, le=1000)
-    offset: int = Field(default=0, ge=0)
-    status: str | None = None
+    offset: Offset = 0
+    status: str | None = Field(default=None, max_length=20)
 
 
 @api.get("/threads/{uuid:thread_id}/runs", tags=["runs"])
@@ -321,8 +331,8 @@ def run_get(request: HttpRequest, thread_id: UUID, run_id: UUID) -> dict[str, An
 
 
 class CancelQuery(Schema):
-    wait: int = 0
-    action: str = "interrupt"
+    wait: bool = False
+    action: str = Field(default="interrupt", max_length=20)
 
 
 @api.post("/threads/{uuid:thread_id}/runs/{uuid:run_id}/cancel", tags=["runs"])

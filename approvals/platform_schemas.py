@@ -8,26 +8,28 @@ with a 422 naming them, so a client never believes an option took effect.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from ninja import Schema
 from pydantic import Field
+
+from approvals.inputs import Offset
 
 SortOrder = Literal["asc", "desc"]
 
 
 class AssistantSearchIn(Schema):
-    graph_id: str | None = None
+    graph_id: str | None = Field(default=None, max_length=200)
     metadata: dict[str, Any] | None = None
-    name: str | None = None
+    name: str | None = Field(default=None, max_length=200)
     limit: int = Field(default=10, ge=1, le=1000)
-    offset: int = Field(default=0, ge=0)
+    offset: Offset = 0
     sort_by: str | None = None
     sort_order: SortOrder | None = None
 
 
 class ThreadCreateIn(Schema):
-    thread_id: str | None = None
+    thread_id: str | None = Field(default=None, max_length=64)
     metadata: dict[str, Any] | None = None
     if_exists: Literal["raise", "do_nothing"] | None = None
     supersteps: list[Any] | None = None
@@ -37,10 +39,10 @@ class ThreadCreateIn(Schema):
 class ThreadSearchIn(Schema):
     metadata: dict[str, Any] | None = None
     values: dict[str, Any] | None = None
-    ids: list[str] | None = None
+    ids: list[Annotated[str, Field(max_length=64)]] | None = Field(default=None, max_length=1000)
     status: Literal["idle", "busy", "interrupted", "error"] | None = None
     limit: int = Field(default=10, ge=1, le=1000)
-    offset: int = Field(default=0, ge=0)
+    offset: Offset = 0
     sort_by: Literal["thread_id", "status", "created_at", "updated_at"] | None = None
     sort_order: SortOrder | None = None
     select: list[str] | None = None
@@ -49,9 +51,9 @@ class ThreadSearchIn(Schema):
 
 class ThreadStateUpdateIn(Schema):
     values: dict[str, Any] | None = None
-    as_node: str | None = None
+    as_node: str | None = Field(default=None, max_length=200)
     checkpoint: dict[str, Any] | None = None
-    checkpoint_id: str | None = None
+    checkpoint_id: str | None = Field(default=None, max_length=64)
 
 
 class ThreadCheckpointIn(Schema):
@@ -61,7 +63,7 @@ class ThreadCheckpointIn(Schema):
 
 class HistoryIn(Schema):
     limit: int = Field(default=10, ge=1, le=1000)
-    before: str | dict[str, Any] | None = None
+    before: str | dict[str, Any] | None = None  # a checkpoint id, checked by the handler
     metadata: dict[str, Any] | None = None
     checkpoint: dict[str, Any] | None = None
 
@@ -85,6 +87,6 @@ class RunCreateIn(Schema):
     interrupt_after: Any = None
     webhook: str | None = None
     checkpoint: dict[str, Any] | None = None
-    checkpoint_id: str | None = None
+    checkpoint_id: str | None = Field(default=None, max_length=64)
     after_seconds: float | None = None
     if_not_exists: Literal["create", "reject"] | None = None

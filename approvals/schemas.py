@@ -94,7 +94,7 @@ class DecisionIn(Schema):
     decision: Literal["approve", "reject", "edit", "respond"]
     reason: str = Field(default="", max_length=4000)
     checkpoint_id: str | None = Field(
-        default=None, description="The checkpoint the reviewer saw; a stale one is refused with 409."
+        default=None, max_length=64, description="The checkpoint the reviewer saw; a stale one is refused with 409."
     )
     edits: dict[str, Any] | None = Field(default=None, description="State values to change (validated).")
     action_args: dict[str, Any] | None = Field(default=None, description="Edited arguments of the proposed action.")
@@ -104,7 +104,9 @@ class DecisionIn(Schema):
     )
     resume: Any = Field(default=None, description="The exact resume value, for callers that know the graph's contract.")
     evidence_digest: str | None = Field(
-        default=None, description="The task's evidence_digest as you saw it; refused with 409 if it changed."
+        default=None,
+        max_length=64,
+        description="The task's evidence_digest as you saw it; refused with 409 if it changed.",
     )
     password: str | None = Field(
         default=None, max_length=512, description="Re-entered to sign when your sign-in is older than the window."

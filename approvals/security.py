@@ -59,6 +59,17 @@ def session_proof_record(request: HttpRequest, at: datetime | None) -> None:
     session[SESSION_AUTH_AT] = at.isoformat()
 
 
+# A failed sign-in is audited whatever the username typed, truncated to what the audit
+# columns hold (AuditEvent.subject_id, actor_label): a longer one must not lose the row.
+USERNAME_MAX = 150  # User.username
+SUBJECT_ID_MAX = 64  # AuditEvent.subject_id
+ANONYMOUS = "anonymous:"
+
+
+def _anonymous_label(username: str) -> str:
+    return ANONYMOUS + username[: 150 - len(ANONYMOUS)]  # AuditEvent.actor_label
+
+
 def _client(request: HttpRequest | None) -> dict[str, Any]:
     if request is None:
         return {}
@@ -88,10 +99,10 @@ def on_locked_out(sender: Any, request: HttpRequest | None, username: str | None
     with transaction.atomic():
         audit_record(
             actor=None,
-            actor_label=f"anonymous:{(username or '')[:150]}",
+            actor_label=_anonymous_label(username or ""),
             action="auth.locked_out",
             subject_type="user",
-            subject_id=(username or "")[:150],
+            subject_id=(username or "")[:SUBJECT_ID_MAX],
             details=_client(request),
         )
 
@@ -100,14 +111,14 @@ def on_locked_out(sender: Any, request: HttpRequest | None, username: str | None
 def on_login_failed(
     sender: Any, credentials: dict[str, Any], request: HttpRequest | None = None, **kwargs: Any
 ) -> None:
-    username = str(credentials.get("username", ""))[:150]
+    username = str(credentials.get("username", ""))[:USERNAME_MAX]
     with transaction.atomic():
         audit_record(
             actor=None,
-            actor_label=f"anonymous:{username}",
+            actor_label=_anonymous_label(username),
             action="auth.login_failed",
             subject_type="user",
-            subject_id=username,
+            subject_id=username[:SUBJECT_ID_MAX],
             details=_client(request),
         )
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import json
 import secrets as pysecrets
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -34,6 +33,7 @@ from standardwebhooks.webhooks import WebhookVerificationError
 from approvals import permissions, services
 from approvals.audit import audit_record
 from approvals.errors import Conflict, DomainError, InvalidInput, NotFound
+from approvals.inputs import json_loads_strict
 from approvals.models import (
     ApprovalTask,
     DeliveryStatus,
@@ -466,9 +466,9 @@ def _process(endpoint: WebhookEndpoint, webhook_id: str, raw: bytes, digest: str
     if not endpoint.active:
         return refuse(404, "not_found", f"webhook endpoint {endpoint.name!r} is disabled", "name")
     try:
-        body = json.loads(raw)
-    except ValueError as exc:
-        return refuse(400, "malformed_json", f"request body is not valid JSON: {exc}", "body")
+        body = json_loads_strict(raw)
+    except DomainError as exc:  # not JSON (400), or NUL bytes, non-finite numbers, too deep (422)
+        return refuse(exc.status, exc.code, exc.message, exc.field)
     if not isinstance(body, dict):
         return refuse(422, "invalid", "the body must be a JSON object", "body")
 

@@ -3,31 +3,34 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
 from django.http import HttpRequest, JsonResponse
 from ninja import Query, Router, Schema, Status
 from pydantic import Field
 
 from approvals import outbound, webhooks
+from approvals.inputs import DbId
 from approvals.models import InboundDelivery, OutboundDelivery, WebhookEndpoint, WebhookSubscription
 
 router = Router(tags=["webhooks"])
 
 
 class EndpointIn(Schema):
-    name: str = Field(pattern=r"^[-a-zA-Z0-9_]+$", max_length=100)
-    graph: str
-    gates: list[str]  # the gates (node names of graph) this endpoint may decide; nothing else
-    secrets: list[str] | None = None
-    correlation_path: str = "correlation_key"
+    # 64: the name is also the audit trail's subject_id (AuditEvent.subject_id).
+    name: str = Field(pattern=r"^[-a-zA-Z0-9_]+$", max_length=64)
+    graph: str = Field(max_length=100)
+    # the gates (node names of graph) this endpoint may decide; nothing else
+    gates: list[Annotated[str, Field(max_length=200)]] = Field(max_length=100)
+    secrets: list[Annotated[str, Field(max_length=200)]] | None = Field(default=None, max_length=10)
+    correlation_path: str = Field(default="correlation_key", max_length=200)
     decision_map: dict[str, Any] | None = None
-    reason_path: str = "reason"
-    timestamp_path: str = ""
+    reason_path: str = Field(default="reason", max_length=200)
+    timestamp_path: str = Field(default="", max_length=200)
 
 
 class EndpointGatesIn(Schema):
-    gates: list[str]
+    gates: list[Annotated[str, Field(max_length=200)]] = Field(max_length=100)
 
 
 class EndpointRotateIn(Schema):
@@ -66,9 +69,9 @@ class InboundDeliveryOut(Schema):
 
 class SubscriptionIn(Schema):
     url: str = Field(max_length=500)
-    graph: str = "*"
-    event_types: list[str]
-    secret: str | None = None
+    graph: str = Field(default="*", max_length=100)
+    event_types: list[Annotated[str, Field(max_length=32)]] = Field(max_length=20)
+    secret: str | None = Field(default=None, max_length=200)
 
 
 class SubscriptionOut(Schema):
@@ -101,7 +104,7 @@ class DeliveryQuery(Schema):
 
 
 class OutboundQuery(Schema):
-    subscription: int | None = None
+    subscription: DbId | None = None
     status: str | None = Field(default=None, pattern="^(pending|delivered|failed)$")
     limit: int = Field(default=100, ge=1, le=500)
 
@@ -227,5 +230,5 @@ def webhook_outbound_deliveries(request: HttpRequest, query: Query[OutboundQuery
 
 
 @router.post("/webhook-deliveries/{delivery_id}/retry", response={202: OutboundDeliveryOut})
-def webhook_delivery_retry(request: HttpRequest, delivery_id: int) -> Status[OutboundDeliveryOut]:
+def webhook_delivery_retry(request: HttpRequest, delivery_id: DbId) -> Status[OutboundDeliveryOut]:
     return Status(202, _outbound_out(outbound.delivery_retry(actor=_user(request), delivery_id=delivery_id)))

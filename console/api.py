@@ -11,6 +11,7 @@ from ninja.security import HttpBearer, django_auth
 
 from approvals.api import router as approvals_router
 from approvals.errors import DomainError, validation_error_describe
+from approvals.inputs import StrictJsonParser, parse_error_of
 from approvals.security import request_token_mark
 from approvals.tokens import token_authenticate
 
@@ -31,6 +32,7 @@ api = NinjaAPI(
     auth=[TokenAuth(), django_auth],
     urls_namespace="api",
     docs_url="/docs",
+    parser=StrictJsonParser(),  # NUL bytes, non-finite or 64-bit-overflowing numbers, deep nesting: 4xx
 )
 api.add_router("/", approvals_router)
 api.add_router("/", "approvals.webhooks_api.router")  # signed inbound webhooks, outbound subscriptions
@@ -64,6 +66,9 @@ def on_auth_error(request: HttpRequest, exc: AuthenticationError) -> HttpRespons
 
 @api.exception_handler(HttpError)
 def on_http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
+    parse_error = parse_error_of(exc)
+    if parse_error is not None:
+        return error_response(request, parse_error.status, parse_error.code, parse_error.message, parse_error.field)
     if exc.status_code == 400 and "parse request body" in str(exc):
         return error_response(request, 400, "malformed_json", f"request body is not valid JSON: {exc}", "body")
     return error_response(request, exc.status_code, "error", str(exc))

@@ -8,12 +8,17 @@ a service lands next to the input that caused it.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from django import forms
+from django.contrib.auth.forms import AuthenticationForm
+from django.core.validators import MaxLengthValidator
 from django.http import QueryDict
 
+from approvals.errors import DomainError
+from approvals.inputs import INT64_MAX, INT64_MIN, MalformedJson, json_loads_strict
 from approvals.models import TaskStatus
 from approvals.payloads import DecisionRequest, decisions_allowed, payload_kind
 from console.selectors import SORTS
@@ -21,6 +26,16 @@ from console.selectors import SORTS
 CLAIM_CHOICES = [("", "Anyone"), ("mine", "Claimed by me"), ("unclaimed", "Unclaimed"), ("others", "Claimed by others")]
 STATUS_CHOICES = [(s.value, s.label) for s in TaskStatus] + [("all", "Any status")]
 DECISION_LABELS = {"approve": "Approve", "reject": "Reject", "edit": "Edit and approve", "respond": "Respond"}
+
+
+class LoginForm(AuthenticationForm):
+    """Django's sign-in form, with the username's length enforced (Django only sets the widget's
+    ``maxlength``): a longer name can belong to no account and is refused before authenticating."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        field = self.fields["username"]
+        field.validators.append(MaxLengthValidator(self.username_field.max_length or 150))
 
 
 class InboxFilterForm(forms.Form):
@@ -142,14 +157,21 @@ def parse_value(f: EditField, raw: str) -> Any:
         if raw == "":
             raise FieldInvalid("enter a whole number")
         try:
-            return int(raw)
+            whole = int(raw)
         except ValueError:
             raise FieldInvalid(f"{raw!r} is not a whole number") from None
+        if not INT64_MIN <= whole <= INT64_MAX:
+            raise FieldInvalid("the number is outside the signed 64-bit range")
+        return whole
     if f.widget == "number":
         try:
             number = float(raw)
         except ValueError:
             raise FieldInvalid(f"{raw!r} is not a number") from None
+        if not math.isfinite(number):
+            raise FieldInvalid("the number must be finite")
+        if number.is_integer() and not INT64_MIN <= number <= INT64_MAX:
+            raise FieldInvalid("the number is outside the signed 64-bit range")
         return int(number) if number.is_integer() and "." not in raw and "e" not in raw.lower() else number
     if f.widget == "boolean":
         if raw not in ("true", "false"):
@@ -164,10 +186,14 @@ def parse_value(f: EditField, raw: str) -> Any:
         if raw == "":
             return None
         try:
-            return json.loads(raw)
-        except ValueError as exc:
-            raise FieldInvalid(f"not valid JSON: {exc}") from None
+            return json_loads_strict(raw)
+        except DomainError as exc:
+            raise FieldInvalid(_json_problem(exc)) from None
     return raw
+
+
+def _json_problem(exc: DomainError) -> str:
+    return exc.message.replace("request body is ", "", 1) if isinstance(exc, MalformedJson) else exc.message
 
 
 def changed_values(fields: list[EditField], data: QueryDict, errors: dict[str, str]) -> dict[str, Any]:
@@ -196,9 +222,9 @@ def json_object(data: QueryDict, name: str, errors: dict[str, str]) -> dict[str,
     if not raw:
         return None
     try:
-        value = json.loads(raw)
-    except ValueError as exc:
-        errors[name] = f"not valid JSON: {exc}"
+        value = json_loads_strict(raw)
+    except DomainError as exc:
+        errors[name] = _json_problem(exc)
         return None
     if not isinstance(value, dict):
         errors[name] = "must be a JSON object"
@@ -365,9 +391,9 @@ def decision_request_parse(form: DecisionForm, data: QueryDict) -> DecisionReque
     has_resume = False
     if form.response_schema and (data.get("resume") or "").strip():
         try:
-            resume, has_resume = json.loads(str(data["resume"])), True
-        except ValueError as exc:
-            errors["resume"] = f"not valid JSON: {exc}"
+            resume, has_resume = json_loads_strict(str(data["resume"])), True
+        except DomainError as exc:
+            errors["resume"] = _json_problem(exc)
     if errors:
         return None
     action_args: dict[str, Any] | None = None

@@ -1,4 +1,4 @@
-"""Refuse oversized request bodies before any view or parser reads them."""
+"""Refuse oversized request bodies and unstorable text before any view or parser reads them."""
 
 from __future__ import annotations
 
@@ -34,6 +34,34 @@ class RequestBodyLimitMiddleware:
                 f"request body is over the limit of {limit} bytes",
                 "body",
             )
+        return self.get_response(request)
+
+
+class RequestTextMiddleware:
+    """Refuse a NUL byte in the path, a query or form parameter, or a header, naming where it is.
+
+    PostgreSQL cannot store or even compare text containing NUL: a filter like
+    ``?graph=%00`` or a form field ``reason=ok%00`` would otherwise end in a 500 deep
+    in a query. JSON bodies are checked by their parser (``approvals.inputs``).
+    """
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        if "\x00" in request.path:
+            return _error(400, "bad_request", "the URL path contains a NUL byte", "path")
+        for name, value in request.headers.items():
+            if "\x00" in value:
+                return _error(400, "bad_request", f"header {name} contains a NUL byte", name)
+        sources = [request.GET]
+        if request.content_type in ("application/x-www-form-urlencoded", "multipart/form-data"):
+            sources.append(request.POST)
+        for params in sources:
+            for key, values in params.lists():
+                label = key.replace("\x00", "\\u0000")
+                if "\x00" in key or any("\x00" in v for v in values):
+                    return _error(422, "invalid", f"{label}: the text contains a NUL byte", label)
         return self.get_response(request)
 
 

@@ -123,6 +123,7 @@ MIDDLEWARE = [
     # Static files (hashed, compressed in production) from the web process itself; see --- static files ---.
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "console.middleware.RequestBodyLimitMiddleware",
+    "console.middleware.RequestTextMiddleware",
     "console.middleware.ContentSecurityPolicyMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",

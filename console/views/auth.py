@@ -5,9 +5,12 @@ from __future__ import annotations
 from django.conf import settings
 from django.contrib.auth import views as auth_views
 
+from console.forms import LoginForm
+
 login = auth_views.LoginView.as_view(
     template_name="console/login.html",
     redirect_authenticated_user=True,
+    authentication_form=LoginForm,  # the username's length enforced
     # Single sign-on (console/sso.py) adds a button when configured.
     extra_context={"sso_button": getattr(settings, "GATEHOUSE_OIDC_BUTTON", "")},
 )

@@ -97,7 +97,12 @@ def test_an_account_from_creation_to_deactivation(admin, personas):
         ({"username": "{name}", "roles": ["root"]}, 422, "roles"),
         ({"username": "{name}", "roles": "admin"}, 422, "roles"),
         ({"username": "{name}", "assignments": [{"graph": "nope"}]}, 422, "graphs"),
-        ({"username": "{name}", "assignments": [{"graph": "loan_approval", "gate": "a\x00b"}]}, 422, "graphs"),
+        # refused at the edge (approvals.inputs), naming the exact path
+        (
+            {"username": "{name}", "assignments": [{"graph": "loan_approval", "gate": "a\x00b"}]},
+            422,
+            "assignments.0.gate",
+        ),
         ({"username": "{name}", "assignments": [{"gate": "x"}]}, 422, "assignments.0.graph"),
         ({"username": "{name}", "password": "123"}, 422, "password"),
     ],

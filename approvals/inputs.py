@@ -1,0 +1,126 @@
+"""The edge every request crosses: one strict JSON reader and the bounds of numbers and ids.
+
+Both APIs (``/api/`` and ``/lg/``), the signed webhooks and the console's JSON form fields
+read request JSON through ``json_loads_strict``. It refuses, naming the JSON path, what
+PostgreSQL or SQLite cannot store or what would crash a handler deeper down:
+
+- NUL bytes (PostgreSQL text and jsonb cannot hold ``\\u0000``) and lone UTF-16
+  surrogates (not encodable as UTF-8) in strings and object keys;
+- non-finite numbers (``NaN``, ``Infinity``, ``1e309``): not JSON, refused by SQLite's
+  ``JSON_VALID`` and PostgreSQL's jsonb;
+- integers outside signed 64 bits, which no checkpointer or database column stores;
+- nesting deeper than ``MAX_JSON_DEPTH``: Python's recursive encoders and validators
+  raise ``RecursionError`` on deep documents.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Annotated, Any
+
+from django.http import HttpRequest
+from ninja.parser import Parser
+from pydantic import Field
+
+from approvals.errors import DomainError, InvalidInput
+
+MAX_JSON_DEPTH = 64
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
+# Offsets past a million rows are not paging but probing; keyset cursors serve deep reads.
+MAX_OFFSET = 1_000_000
+
+# Query and path parameters, bounded so no database sees a number it cannot bind.
+DbId = Annotated[int, Field(ge=1, le=INT64_MAX)]
+Offset = Annotated[int, Field(ge=0, le=MAX_OFFSET)]
+# A LangGraph checkpoint id (a UUID, version 6 in practice).
+CHECKPOINT_ID_PATTERN = r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
+CheckpointId = Annotated[str, Field(pattern=CHECKPOINT_ID_PATTERN, max_length=36)]
+
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+class MalformedJson(DomainError):
+    status = 400
+    code = "malformed_json"
+
+
+def text_problem(text: str) -> str | None:
+    """Why ``text`` cannot be stored, or None."""
+    found = _UNSTORABLE.search(text)
+    if found is None:
+        return None
+    return "contains a NUL byte" if found.group() == "\x00" else "contains an unpaired UTF-16 surrogate"
+
+
+def _key_label(key: str) -> str:
+    # A key that carries the problem is named escaped, so the field itself is printable.
+    return json.dumps(key)[1:-1] if text_problem(key) else key
+
+
+def json_check(value: Any, *, field: str = "") -> None:
+    """Refuse what cannot be stored or safely processed, naming the first offending path (``a.b.0``).
+
+    Iterative, so a deep document fails on the depth limit and never on the interpreter's stack.
+    """
+    stack: list[tuple[Any, str, int]] = [(value, field, 0)]
+    while stack:
+        item, path, depth = stack.pop()
+        where = path or "body"
+        if isinstance(item, dict | list):
+            if depth >= MAX_JSON_DEPTH:
+                raise InvalidInput(f"{where}: nested deeper than {MAX_JSON_DEPTH} levels", field=where)
+            if isinstance(item, dict):
+                children = []
+                for key, child in item.items():
+                    name = f"{path}.{_key_label(str(key))}" if path else _key_label(str(key))
+                    problem = text_problem(str(key))
+                    if problem:
+                        raise InvalidInput(f"{name}: the key {problem}", field=name)
+                    children.append((child, name, depth + 1))
+            else:
+                children = [(child, f"{path}.{i}" if path else str(i), depth + 1) for i, child in enumerate(item)]
+            stack.extend(reversed(children))
+        elif isinstance(item, str):
+            problem = text_problem(item)
+            if problem:
+                raise InvalidInput(f"{where}: the text {problem}", field=where)
+        elif isinstance(item, bool) or item is None:
+            continue
+        elif isinstance(item, int):
+            if not INT64_MIN <= item <= INT64_MAX:
+                raise InvalidInput(f"{where}: integer outside the signed 64-bit range", field=where)
+        elif isinstance(item, float) and not math.isfinite(item):
+            raise InvalidInput(f"{where}: numbers must be finite (no NaN, Infinity or overflow)", field=where)
+
+
+def json_loads_strict(raw: bytes | str, *, field: str = "") -> Any:
+    """Parse ``raw`` as JSON and ``json_check`` it; ``MalformedJson`` (400) for text that is not JSON."""
+    try:
+        value = json.loads(raw)
+    except RecursionError:
+        where = field or "body"
+        raise InvalidInput(f"{where}: nested deeper than {MAX_JSON_DEPTH} levels", field=where) from None
+    except ValueError as exc:  # includes UnicodeDecodeError
+        raise MalformedJson(f"request body is not valid JSON: {exc}", field=field or "body") from None
+    json_check(value, field=field)
+    return value
+
+
+class StrictJsonParser(Parser):
+    """django-ninja's body parser for both APIs: ``json_loads_strict``.
+
+    Ninja wraps any parser exception in ``HttpError(400)``; the APIs' ``HttpError``
+    handlers answer with ``parse_error_of`` so the field and status survive.
+    """
+
+    def parse_body(self, request: HttpRequest) -> Any:
+        return json_loads_strict(request.body)
+
+
+def parse_error_of(exc: BaseException) -> DomainError | None:
+    """The ``DomainError`` a ``StrictJsonParser`` raised, if it is what ``exc`` wraps."""
+    cause = exc.__cause__
+    return cause if isinstance(cause, DomainError) else None
