@@ -3,7 +3,9 @@
 The connection details come from Django's default database, read when first
 used, so tests (which rename the database) and forked workers get the right one.
 
-Both are the libraries' own savers with two mixins: ``BlobSpillingSaver``
+Both are the libraries' own savers with three mixins: ``FencedPostgresSaver`` /
+``FencedSqliteSaver`` (a claimed run's checkpoint writes are refused once
+another worker took the run over, see ``runtime.fencing``), ``BlobSpillingSaver``
 (large values stored once by content, see ``runtime.blobs``) and
 ``SchemaVersionedSaver`` (schema version stamped on checkpoints, old ones
 upcast on load, see ``runtime.upcasters``).
@@ -23,6 +25,7 @@ from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 
 from runtime.blobs import BlobSpillingSaver, PostgresSql, Sql, SqliteSql, blob_store_build
+from runtime.fencing import FencedPostgresSaver, FencedSqliteSaver
 from runtime.upcasters import SchemaVersionedSaver
 
 _lock = threading.Lock()
@@ -61,15 +64,20 @@ def _forget_after_fork() -> None:
 os.register_at_fork(after_in_child=_forget_after_fork)
 
 
-class GatehousePostgresSaver(SchemaVersionedSaver, BlobSpillingSaver, PostgresSaver):
+# The fence mixin comes first: its put/put_writes mark the write as fenced for
+# the library's cursor, underneath the blob spilling and schema stamping.
+class GatehousePostgresSaver(FencedPostgresSaver, SchemaVersionedSaver, BlobSpillingSaver, PostgresSaver):
     def __init__(self, conn: Any, **kwargs: Any) -> None:
         super().__init__(conn, **kwargs)
         self._blobs_init(blob_store_build(_blob_sql()), settings.GATEHOUSE_BLOB_THRESHOLD_BYTES)
 
 
-class GatehouseSqliteSaver(SchemaVersionedSaver, BlobSpillingSaver, SqliteSaver):
+class GatehouseSqliteSaver(FencedSqliteSaver, SchemaVersionedSaver, BlobSpillingSaver, SqliteSaver):
     def __init__(self, conn: sqlite3.Connection, **kwargs: Any) -> None:
         super().__init__(conn, **kwargs)
+        db = connections["default"].settings_dict
+        if db["ENGINE"] == "django.db.backends.sqlite3":
+            self.app_db_path = str(db["NAME"])
         self._blobs_init(blob_store_build(_blob_sql()), settings.GATEHOUSE_BLOB_THRESHOLD_BYTES)
 
 

@@ -17,7 +17,10 @@ decision before it signed, and refuses a replay of the same key with different
 arguments (as a payment provider refuses an idempotency key reused with another
 body): a key can never stand for two different effects.
 
-The intent is recorded before the call and the result after it. A node that
+The intent is recorded before the call and the result after it. A run that
+lost its lease (another worker took the thread over) is refused before it
+records the intent or calls out (``LeaseLost``); a call already under way when
+the lease was lost is absorbed by the idempotency key. A node that
 runs again (a retry, a redelivered run) gets the recorded result back without
 calling the outside world. If the process dies between the call and the
 record, the next attempt calls again *with the same key*, so a provider that
@@ -38,6 +41,7 @@ from django.utils import timezone
 from langgraph.config import get_config
 
 from runtime import signals
+from runtime.fencing import config_fence, stale
 from runtime.models import Effect, EffectStatus, Run, Thread
 
 T = TypeVar("T")
@@ -69,10 +73,15 @@ def perform_effect(
     ``args`` (JSON) are the arguments the effect is executed with; recorded
     with the intent. The result must be JSON-serialisable: it is what a replay returns.
     """
-    configurable = get_config().get("configurable", {})
+    config = get_config()
+    configurable = config.get("configurable", {})
     key = key or effect_key(name)
     digest = args_digest(args) if args is not None else ""
     thread = Thread.objects.filter(pk=str(configurable.get("thread_id"))).first()
+    fenced = config_fence(config)
+    if fenced is not None and (thread is None or thread.fence != fenced[1]):
+        # Another worker claimed the thread since this run did: it performs the effect.
+        raise stale(fenced[0], fenced[1], None if thread is None else thread.fence)
     run_id = configurable.get("gatehouse_run_id")
     run = Run.objects.filter(pk=run_id).first() if run_id else None
     effect, _ = Effect.objects.get_or_create(
@@ -95,9 +104,14 @@ def perform_effect(
         Effect.objects.filter(pk=effect.pk).update(status=EffectStatus.FAILED, error=repr(exc)[:2000])
         raise
     with transaction.atomic():
-        Effect.objects.filter(pk=effect.pk).update(
-            status=EffectStatus.DONE, result=result, error="", completed_at=timezone.now()
+        # The first to record the result wins: a worker whose call was already
+        # under way when it lost its lease got the same (replayed) answer.
+        recorded = (
+            Effect.objects.filter(pk=effect.pk)
+            .exclude(status=EffectStatus.DONE)
+            .update(status=EffectStatus.DONE, result=result, error="", completed_at=timezone.now())
         )
-        effect.refresh_from_db()
-        signals.effect_executed.send(sender=Effect, effect=effect)
+        if recorded:
+            effect.refresh_from_db()
+            signals.effect_executed.send(sender=Effect, effect=effect)
     return result

@@ -30,6 +30,7 @@ from langgraph.types import Command, StateSnapshot
 
 from runtime.effects import canonical_json
 from runtime.errors import is_transient
+from runtime.fencing import FENCE_KEY
 from runtime.jsonable import to_jsonable
 from runtime.models import Run, RunKind, RunStatus
 from runtime.registry import UnknownGraph, graph_get
@@ -82,8 +83,10 @@ def run_execute(*, run_id: str) -> None:
     heartbeat.start()
     try:
         _execute_claimed(run, heartbeat)
-    except LeaseLost:
-        log.warning("run %s: lease lost; leaving it to the worker that took over", run.id)
+    except LeaseLost as exc:
+        log.warning(
+            "run %s: lease lost (fence %s); leaving it to the worker that took over: %s", run.id, run.fence, exc
+        )
     except Exception as exc:
         if not is_transient(exc):
             raise
@@ -122,6 +125,10 @@ def run_config(run: Run) -> RunnableConfig:
             # being ignored (or, worse, taken as the answer).
             "__pregel_strict_resume": True,
             "gatehouse_run_id": str(run.id),
+            # Every checkpoint write and effect of this run is checked against the
+            # thread's current fence (runtime.fencing); it also lands in each
+            # checkpoint's metadata, which tells which claim wrote it.
+            FENCE_KEY: run.fence,
         }
     }
 
@@ -380,6 +387,7 @@ class _Heartbeat:
                 try:
                     lease_renew(run=self.run)
                 except LeaseLost as exc:
+                    log.warning("run %s: heartbeat refused, the lease is lost (fence %s)", self.run.id, self.run.fence)
                     self.lost = exc
                     return
                 except Exception:

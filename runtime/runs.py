@@ -4,7 +4,12 @@ At most one run per thread is queued or running (a partial unique index), so a
 second start or resume fails on insert. A worker claims a run by bumping the
 thread's fence; every later write of that worker is conditional on the fence,
 so a worker that lost its lease (it stalled, or was presumed dead) cannot
-overwrite the work of the one that took over.
+overwrite the work of the one that took over. The same fence guards the run's
+checkpoint writes and effects (``runtime.fencing``).
+
+Lease arithmetic uses the database's clock (``Now()`` inside the statements),
+never a process's own: a worker or sweeper whose clock is off by more than a
+lease would otherwise steal a live run or keep a dead one. See docs/zombies.md.
 """
 
 from __future__ import annotations
@@ -18,10 +23,15 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
 from django.db.models import F, Q
+from django.db.models.expressions import CombinedExpression
+from django.db.models.functions import Coalesce, Now
 from django.utils import timezone
 
 from runtime import signals
+from runtime.fencing import LeaseLost
 from runtime.models import Run, RunKind, RunStatus, Thread, ThreadStatus
+
+__all__ = ["LeaseLost"]  # re-exported: callers catch it from here
 
 log = logging.getLogger(__name__)
 
@@ -32,10 +42,6 @@ class ThreadBusy(Exception):
     def __init__(self, thread: Thread) -> None:
         super().__init__(f"thread {thread.id} already has a queued or running run")
         self.thread = thread
-
-
-class LeaseLost(Exception):
-    """Another worker holds the run now; this one must stop writing."""
 
 
 @dataclass(frozen=True)
@@ -110,17 +116,23 @@ def run_dispatch(*, run_id: Any) -> None:
     except Exception:  # broker down: the run stays queued and the sweeper finds it
         log.exception("dispatch of run %s failed; the sweeper will retry", run_id)
         return
-    Run.objects.filter(pk=run_id, status=RunStatus.QUEUED).update(dispatched_at=timezone.now())
+    Run.objects.filter(pk=run_id, status=RunStatus.QUEUED).update(dispatched_at=Now())
+
+
+def _lease_end() -> CombinedExpression:
+    """A new lease's expiry, by the database's clock."""
+    return Now() + timedelta(seconds=settings.GATEHOUSE_LEASE_SECONDS)
 
 
 def run_claim(*, run_id: str, worker: str) -> Run | None:
     """Take the run if it is queued, or running under a lapsed lease. None if someone else has it."""
-    now = timezone.now()
     with transaction.atomic():
-        run = Run.objects.select_for_update().select_related("thread").filter(pk=run_id).first()
+        run = Run.objects.select_for_update().select_related("thread").annotate(db_now=Now()).filter(pk=run_id).first()
         if run is None:
             return None
-        lapsed = run.status == RunStatus.RUNNING and (run.lease_expires_at is None or run.lease_expires_at < now)
+        lapsed = run.status == RunStatus.RUNNING and (
+            run.lease_expires_at is None or run.lease_expires_at < run.db_now  # type: ignore[attr-defined]
+        )
         if run.status != RunStatus.QUEUED and not lapsed:
             return None
         if run.attempts >= settings.GATEHOUSE_MAX_RUN_ATTEMPTS:
@@ -128,21 +140,24 @@ def run_claim(*, run_id: str, worker: str) -> Run | None:
             return None
         Thread.objects.filter(pk=run.thread_id).update(fence=F("fence") + 1)
         fence = Thread.objects.values_list("fence", flat=True).get(pk=run.thread_id)
-        run.status = RunStatus.RUNNING
-        run.attempts += 1
-        run.fence = fence
-        run.lease_owner = worker
-        run.lease_expires_at = now + timedelta(seconds=settings.GATEHOUSE_LEASE_SECONDS)
-        run.started_at = run.started_at or now
-        run.save(update_fields=["status", "attempts", "fence", "lease_owner", "lease_expires_at", "started_at"])
+        Run.objects.filter(pk=run.pk).update(
+            status=RunStatus.RUNNING,
+            attempts=F("attempts") + 1,
+            fence=fence,
+            lease_owner=worker,
+            lease_expires_at=_lease_end(),
+            started_at=Coalesce("started_at", Now()),
+        )
+        run.refresh_from_db(fields=["status", "attempts", "fence", "lease_owner", "lease_expires_at", "started_at"])
         run.thread.fence = fence
         signals.run_claimed.send(sender=Run, run=run)
     return run
 
 
 def lease_renew(*, run: Run) -> None:
-    expires = timezone.now() + timedelta(seconds=settings.GATEHOUSE_LEASE_SECONDS)
-    renewed = Run.objects.filter(pk=run.pk, fence=run.fence, status=RunStatus.RUNNING).update(lease_expires_at=expires)
+    renewed = Run.objects.filter(pk=run.pk, fence=run.fence, status=RunStatus.RUNNING).update(
+        lease_expires_at=_lease_end()
+    )
     if not renewed:
         raise LeaseLost(f"run {run.id} was taken over (fence {run.fence})")
 
@@ -200,7 +215,7 @@ def run_release(*, run: Run, error: str) -> bool:
     False if the run was taken over meanwhile (nothing to hand back).
     """
     released = Run.objects.filter(pk=run.pk, fence=run.fence, status=RunStatus.RUNNING).update(
-        lease_expires_at=timezone.now(), lease_owner="", error=error
+        lease_expires_at=Now(), lease_owner="", error=error
     )
     return bool(released)
 
@@ -208,12 +223,12 @@ def run_release(*, run: Run, error: str) -> bool:
 def runs_hand_back(*, owner_prefix: str) -> int:
     """Release the leases of every run this worker process holds (it is shutting down)."""
     return Run.objects.filter(status=RunStatus.RUNNING, lease_owner__startswith=owner_prefix).update(
-        lease_expires_at=timezone.now(), lease_owner=""
+        lease_expires_at=Now(), lease_owner=""
     )
 
 
 def run_retry_due(*, run: Run, now: Any) -> bool:
-    """A running run whose lease lapsed may be dispatched again once its backoff has passed."""
+    """A running run whose lease lapsed may be dispatched again once its backoff has passed (``now``: the DB's)."""
     from runtime.errors import retry_backoff
 
     if run.lease_expires_at is None:
@@ -228,20 +243,23 @@ def runs_sweep() -> int:
     marked failed here (the dead letter), so a run that kills every worker it
     lands on stops after GATEHOUSE_MAX_RUN_ATTEMPTS.
     """
-    now = timezone.now()
-    stale_dispatch = now - timedelta(seconds=settings.GATEHOUSE_REDISPATCH_AFTER_SECONDS)
-    candidates = Run.objects.filter(
-        Q(status=RunStatus.RUNNING, lease_expires_at__lt=now)
-        | Q(status=RunStatus.QUEUED, dispatched_at__isnull=True, created_at__lt=stale_dispatch)
-        | Q(status=RunStatus.QUEUED, dispatched_at__lt=stale_dispatch)
-    ).only("id", "status", "attempts", "lease_expires_at")[:500]
+    stale_dispatch = Now() - timedelta(seconds=settings.GATEHOUSE_REDISPATCH_AFTER_SECONDS)
+    candidates = (
+        Run.objects.annotate(db_now=Now())
+        .filter(
+            Q(status=RunStatus.RUNNING, lease_expires_at__lt=Now())
+            | Q(status=RunStatus.QUEUED, dispatched_at__isnull=True, created_at__lt=stale_dispatch)
+            | Q(status=RunStatus.QUEUED, dispatched_at__lt=stale_dispatch)
+        )
+        .only("id", "status", "attempts", "lease_expires_at")[:500]
+    )
     count = 0
     for run in candidates:
         if run.status == RunStatus.RUNNING:
             if run.attempts >= settings.GATEHOUSE_MAX_RUN_ATTEMPTS:
                 _run_dead_letter(run_id=run.id)
                 continue
-            if not run_retry_due(run=run, now=now):
+            if not run_retry_due(run=run, now=run.db_now):  # type: ignore[attr-defined]
                 continue
         log.warning("sweeper: re-dispatching run %s (attempts so far: %s)", run.id, run.attempts)
         run_dispatch(run_id=run.id)
@@ -251,9 +269,8 @@ def runs_sweep() -> int:
 
 def _run_dead_letter(*, run_id: Any) -> None:
     with transaction.atomic():
-        run = Run.objects.select_for_update().select_related("thread").filter(pk=run_id).first()
-        now = timezone.now()
-        lapsed = run is not None and run.lease_expires_at is not None and run.lease_expires_at < now
+        run = Run.objects.select_for_update().select_related("thread").annotate(db_now=Now()).filter(pk=run_id).first()
+        lapsed = run is not None and run.lease_expires_at is not None and run.lease_expires_at < run.db_now  # type: ignore[attr-defined]
         if run is None or run.status != RunStatus.RUNNING or not lapsed:
             return  # finished or re-claimed meanwhile
         _run_fail_locked(run, _gave_up(run))

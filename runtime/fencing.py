@@ -1,0 +1,162 @@
+"""Fencing tokens for everything a run writes: checkpoints, effects, run rows.
+
+A worker claims a run by bumping ``Thread.fence`` (``runtime.runs.run_claim``)
+and carries the new value in the run's config (``configurable["gatehouse_fence"]``).
+A worker that was paused (SIGSTOP, a long GC, a VM migration) or cut off from
+the database past its lease wakes up still holding the old value: every write
+it attempts is checked against the thread's current fence *in the same
+transaction as the write*, and refused with ``LeaseLost`` if it is stale.
+
+Checkpoint writes are checked under a shared row lock on the thread
+(``FOR SHARE`` on PostgreSQL, the database write lock on SQLite), which the
+claim's ``UPDATE ... SET fence = fence + 1`` must wait for. So a checkpoint
+write either commits before the takeover, and the new worker (which reads the
+checkpoints only after its claim committed) sees it, or it runs after the
+takeover and is refused. Nothing in between.
+
+This module sits below ``runtime.runs`` and the checkpointer (it imports
+neither), so both can use it without an import cycle.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import sqlite3
+import uuid
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+
+FENCE_KEY = "gatehouse_fence"
+THREAD_TABLE = "runtime_thread"
+
+
+class LeaseLost(Exception):
+    """Another worker holds the run now; this one must stop writing."""
+
+
+def config_fence(config: RunnableConfig | None) -> tuple[str, int] | None:
+    """(thread id, fence) when ``config`` belongs to a claimed run, else None (reads, tools, the console)."""
+    configurable = (config or {}).get("configurable") or {}
+    fence = configurable.get(FENCE_KEY)
+    if fence is None:
+        return None
+    return str(configurable["thread_id"]), int(fence)
+
+
+def stale(thread_id: str, fence: int, current: int | None) -> LeaseLost:
+    return LeaseLost(f"thread {thread_id}: write under fence {fence} refused, the thread's fence is now {current}")
+
+
+# The fence of the write in progress on this thread of execution: set by the
+# saver's put/put_writes (which see the config) for the cursor they open (which does not).
+_writing: contextvars.ContextVar[tuple[str, int] | None] = contextvars.ContextVar("gatehouse_fenced", default=None)
+
+
+@contextlib.contextmanager
+def _fenced(config: RunnableConfig) -> Iterator[None]:
+    token = _writing.set(config_fence(config))
+    try:
+        yield
+    finally:
+        _writing.reset(token)
+
+
+class FencedSaver:
+    """Mixin for the savers: checkpoint writes of a claimed run carry its fence (must come before the saver)."""
+
+    def put(self, config: RunnableConfig, checkpoint: Any, metadata: Any, new_versions: Any) -> RunnableConfig:
+        with _fenced(config):
+            return super().put(config, checkpoint, metadata, new_versions)  # type: ignore[misc,no-any-return]
+
+    def put_writes(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
+    ) -> None:
+        with _fenced(config):
+            return super().put_writes(config, writes, task_id, task_path)  # type: ignore[misc,no-any-return]
+
+
+class FencedPostgresSaver(FencedSaver):
+    """PostgresSaver writes through ``_cursor(pipeline=True)``: a fenced one runs in a transaction that
+    first takes the thread row ``FOR SHARE`` and checks the fence."""
+
+    @contextlib.contextmanager
+    def _cursor(self, *, pipeline: bool = False) -> Iterator[Any]:
+        fenced = _writing.get() if pipeline else None
+        if fenced is None:
+            with super()._cursor(pipeline=pipeline) as cur:  # type: ignore[misc]
+                yield cur
+            return
+        from langgraph.checkpoint.postgres import _internal
+        from psycopg.rows import dict_row
+
+        thread_id, fence = fenced
+        with (
+            self.lock,  # type: ignore[attr-defined]
+            _internal.get_connection(self.conn) as conn,  # type: ignore[attr-defined]
+            conn.transaction(),
+            conn.cursor(binary=True, row_factory=dict_row) as cur,
+        ):
+            cur.execute(f"SELECT fence FROM {THREAD_TABLE} WHERE id = %s::uuid FOR SHARE", [thread_id])
+            row = cur.fetchone()
+            current = None if row is None else int(row["fence"])
+            if current != fence:
+                raise stale(thread_id, fence, current)
+            yield cur
+
+
+class FencedSqliteSaver(FencedSaver):
+    """SqliteSaver: checkpoints live in their own file, the fence in the app database.
+
+    The app database is attached to the saver's connection, and a fenced write
+    opens with a no-op ``UPDATE`` of the thread row guarded by the fence: it takes
+    the app database's write lock (so a claim, itself a write, waits for this
+    transaction) and its row count says whether the fence still holds. The lock
+    is held until the checkpoint transaction commits. Atomicity across the two
+    files is not needed (the app database is only read); isolation is what the
+    lock gives.
+    """
+
+    conn: sqlite3.Connection
+    app_db_path: str | None = None
+
+    @contextlib.contextmanager
+    def cursor(self, transaction: bool = True) -> Iterator[sqlite3.Cursor]:
+        fenced = _writing.get() if transaction else None
+        if fenced is None:
+            with super().cursor(transaction) as cur:  # type: ignore[misc]
+                yield cur
+            return
+        thread_id, fence = fenced
+        with self.lock:  # type: ignore[attr-defined]
+            self.setup()  # type: ignore[attr-defined]
+            self._attach_app_db()
+            cur = self.conn.cursor()
+            try:
+                cur.execute("BEGIN IMMEDIATE")
+                cur.execute(
+                    f"UPDATE gatehouse_app.{THREAD_TABLE} SET fence = fence WHERE id = ? AND fence = ?",
+                    [uuid.UUID(thread_id).hex, fence],
+                )
+                if cur.rowcount != 1:
+                    row = self.conn.execute(
+                        f"SELECT fence FROM gatehouse_app.{THREAD_TABLE} WHERE id = ?", [uuid.UUID(thread_id).hex]
+                    ).fetchone()
+                    raise stale(thread_id, fence, None if row is None else int(row[0]))
+                yield cur
+            except BaseException:
+                self.conn.rollback()
+                raise
+            else:
+                self.conn.commit()
+            finally:
+                cur.close()
+
+    def _attach_app_db(self) -> None:
+        if self.app_db_path is None:
+            raise RuntimeError("fenced SQLite checkpoint writes need the app database (set app_db_path)")
+        attached = {row[1] for row in self.conn.execute("PRAGMA database_list")}
+        if "gatehouse_app" not in attached:
+            self.conn.execute("ATTACH DATABASE ? AS gatehouse_app", [self.app_db_path])

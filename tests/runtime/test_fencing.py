@@ -1,0 +1,388 @@
+"""The fencing token, guard by guard: a worker whose run was taken over can change nothing.
+
+In-process and deterministic (the pause faults in tests/faults/test_pause.py
+show the same end to end with real worker processes): worker A claims a run,
+its lease lapses, worker B claims it (the thread's fence moves on), and A,
+still holding its stale ``Run``, tries every write it could make. Each guard is
+exercised on its own, so removing any one of them fails a test here (see
+docs/mutation-testing.md).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import uuid
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.db import connection, transaction
+from django.db.models.functions import Now
+from django.test.utils import override_settings
+from langgraph.graph import END, START, StateGraph
+
+from runtime.checkpointer import GatehouseSqliteSaver, checkpointer_get
+from runtime.effects import perform_effect
+from runtime.fencing import FENCE_KEY, LeaseLost
+from runtime.models import Effect, Run, RunKind, RunStatus, Thread, ThreadStatus
+from runtime.runs import (
+    Outcome,
+    _run_dead_letter,
+    lease_renew,
+    run_claim,
+    run_fail,
+    run_finish,
+    run_release,
+    runs_sweep,
+)
+
+pytestmark = pytest.mark.usefixtures("live_db")
+
+
+def _run(graph: str = "zombie_pay") -> Run:
+    thread = Thread.objects.create(graph=graph, status=ThreadStatus.BUSY)
+    return Run.objects.create(thread=thread, kind=RunKind.START, input={})
+
+
+def _lapse(run: Run) -> None:
+    Run.objects.filter(pk=run.pk).update(lease_expires_at=Now() - timedelta(seconds=1))
+
+
+def _taken_over() -> tuple[Run, Run]:
+    """(A's stale view of the run, B's claim of it): A claimed, its lease lapsed, B claimed."""
+    run = _run()
+    a = run_claim(run_id=str(run.id), worker="host:1:a")
+    assert a is not None
+    _lapse(a)
+    b = run_claim(run_id=str(run.id), worker="host:2:b")
+    assert b is not None and b.fence == a.fence + 1
+    return a, b
+
+
+def _row(run: Run) -> tuple[Any, ...]:
+    return tuple(
+        Run.objects.filter(pk=run.pk).values_list("status", "fence", "lease_owner", "lease_expires_at", "error").get()
+    )
+
+
+def _outcome() -> Outcome:
+    return Outcome(RunStatus.SUCCEEDED, "zombie-checkpoint", {"paid_by": "zombie"})
+
+
+# --- run rows -----------------------------------------------------------------------------
+
+
+def test_a_live_lease_is_not_claimed_again():
+    run = _run()
+    assert run_claim(run_id=str(run.id), worker="host:1:a") is not None
+    assert run_claim(run_id=str(run.id), worker="host:2:b") is None
+
+
+def test_the_zombie_cannot_renew_the_lease_it_lost():
+    a, b = _taken_over()
+    before = _row(b)
+    with pytest.raises(LeaseLost):
+        lease_renew(run=a)
+    assert _row(b) == before
+    lease_renew(run=b)  # the holder still can
+
+
+def test_the_zombie_cannot_record_its_outcome_over_the_run_another_worker_holds():
+    a, b = _taken_over()
+    before = _row(b)
+    with pytest.raises(LeaseLost):
+        run_finish(run=a, outcome=_outcome())
+    assert _row(b) == before
+    thread = Thread.objects.get(pk=a.thread_id)
+    assert thread.values == {} and thread.checkpoint_id == ""
+
+
+def test_the_zombie_cannot_record_its_outcome_over_the_one_the_new_holder_recorded():
+    a, b = _taken_over()
+    run_finish(run=b, outcome=Outcome(RunStatus.SUCCEEDED, "b-checkpoint", {"paid_by": "b"}))
+    before = _row(b)
+    with pytest.raises(LeaseLost):
+        run_finish(run=a, outcome=_outcome())
+    assert _row(b) == before
+    assert Thread.objects.get(pk=a.thread_id).values == {"paid_by": "b"}
+
+
+def test_the_zombie_cannot_fail_the_run_another_worker_holds():
+    a, b = _taken_over()
+    before = _row(b)
+    with pytest.raises(LeaseLost):
+        run_fail(run=a, error="zombie says no")
+    assert _row(b) == before
+
+
+def test_the_zombie_cannot_hand_back_the_run_another_worker_holds():
+    a, b = _taken_over()
+    before = _row(b)
+    assert run_release(run=a, error="transient (attempt 1): zombie") is False
+    assert _row(b) == before
+
+
+@override_settings(GATEHOUSE_MAX_RUN_ATTEMPTS=1)
+def test_a_run_dead_lettered_while_its_worker_was_paused_stays_failed():
+    # The dead letter does not bump the fence: only the status tells the zombie it lost the run.
+    run = _run()
+    a = run_claim(run_id=str(run.id), worker="host:1:a")
+    assert a is not None
+    _lapse(a)
+    _run_dead_letter(run_id=a.id)
+    before = _row(a)
+    assert before[0] == RunStatus.FAILED
+    with pytest.raises(LeaseLost):
+        lease_renew(run=a)
+    with pytest.raises(LeaseLost):
+        run_finish(run=a, outcome=_outcome())
+    with pytest.raises(LeaseLost):
+        run_fail(run=a, error="zombie")
+    assert run_release(run=a, error="zombie") is False
+    assert _row(a) == before
+    assert Thread.objects.get(pk=a.thread_id).status == ThreadStatus.FAILED
+
+
+# --- the database's clock -------------------------------------------------------------------
+
+
+def _skew(monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
+    from django.utils import timezone
+
+    real = timezone.now
+    monkeypatch.setattr(timezone, "now", lambda: real() + timedelta(seconds=seconds))
+
+
+def test_a_claimer_whose_clock_runs_ahead_does_not_take_a_live_run(monkeypatch):
+    run = _run()
+    assert run_claim(run_id=str(run.id), worker="host:1:a") is not None
+    _skew(monkeypatch, 30)
+    assert run_claim(run_id=str(run.id), worker="host:2:b") is None
+
+
+def test_a_lease_written_by_a_process_whose_clock_runs_ahead_still_lapses_on_time(monkeypatch):
+    run = _run()
+    _skew(monkeypatch, 600)
+    a = run_claim(run_id=str(run.id), worker="host:1:a")
+    assert a is not None
+    lease_renew(run=a)
+    a.refresh_from_db()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT STATEMENT_TIMESTAMP()")
+        db_now = cursor.fetchone()[0]
+    from django.conf import settings
+
+    assert a.lease_expires_at is not None
+    assert abs((a.lease_expires_at - db_now).total_seconds() - settings.GATEHOUSE_LEASE_SECONDS) < 5
+
+
+def test_a_sweeper_whose_clock_runs_behind_still_sees_a_lapsed_lease(monkeypatch):
+    from runtime import runs
+
+    run = _run()
+    a = run_claim(run_id=str(run.id), worker="host:1:a")
+    assert a is not None
+    Run.objects.filter(pk=a.pk).update(lease_expires_at=Now() - timedelta(seconds=120))
+    sent: list[Any] = []
+    monkeypatch.setattr(runs, "run_dispatch", lambda *, run_id: sent.append(run_id))
+    _skew(monkeypatch, -600)
+    runs_sweep()
+    assert a.id in sent
+
+
+def test_a_sweeper_whose_clock_runs_ahead_does_not_resend_a_live_run(monkeypatch):
+    from runtime import runs
+
+    run = _run()
+    a = run_claim(run_id=str(run.id), worker="host:1:a")
+    assert a is not None
+    sent: list[Any] = []
+    monkeypatch.setattr(runs, "run_dispatch", lambda *, run_id: sent.append(run_id))
+    _skew(monkeypatch, 600)
+    runs_sweep()
+    assert a.id not in sent
+
+
+# --- checkpoint writes ------------------------------------------------------------------------
+
+
+def _graph(saver: Any) -> Any:
+    def step(state: dict[str, Any]) -> dict[str, Any]:
+        return {"n": state.get("n", 0) + 1}
+
+    builder: StateGraph[Any] = StateGraph(dict)  # type: ignore[type-var]
+    builder.add_node("step", step)
+    builder.add_edge(START, "step")
+    builder.add_edge("step", END)
+    return builder.compile(checkpointer=saver)
+
+
+def _fenced_config(thread: Thread, fence: int) -> Any:
+    return {"configurable": {"thread_id": str(thread.id), FENCE_KEY: fence}}
+
+
+def _checkpoint_rows(thread_id: str) -> tuple[int, int]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM checkpoints WHERE thread_id = %s", [thread_id])
+        checkpoints = cursor.fetchone()[0]
+        cursor.execute("SELECT count(*) FROM checkpoint_writes WHERE thread_id = %s", [thread_id])
+        return int(checkpoints), int(cursor.fetchone()[0])
+
+
+def test_checkpoint_writes_under_the_current_fence_are_stored_and_stamped():
+    thread = Thread.objects.create(graph="zombie_pay", fence=7)
+    graph = _graph(checkpointer_get())
+    graph.invoke({"n": 0}, _fenced_config(thread, 7), durability="sync")
+    tuples = list(checkpointer_get().list({"configurable": {"thread_id": str(thread.id)}}))
+    assert tuples and {t.metadata.get(FENCE_KEY) for t in tuples} == {7}
+
+
+def test_a_stale_fence_writes_no_checkpoint():
+    thread = Thread.objects.create(graph="zombie_pay", fence=7)
+    graph = _graph(checkpointer_get())
+    graph.invoke({"n": 0}, _fenced_config(thread, 7), durability="sync")
+    before = _checkpoint_rows(str(thread.id))
+    Thread.objects.filter(pk=thread.pk).update(fence=8)  # another worker claimed it
+    with pytest.raises(LeaseLost):
+        graph.invoke({"n": 5}, _fenced_config(thread, 7), durability="sync")
+    assert _checkpoint_rows(str(thread.id)) == before
+
+
+def test_a_stale_fence_writes_no_pending_writes():
+    thread = Thread.objects.create(graph="zombie_pay", fence=7)
+    saver = checkpointer_get()
+    config = _fenced_config(thread, 7)
+    graph = _graph(saver)
+    graph.invoke({"n": 0}, config, durability="sync")
+    latest = saver.get_tuple(config)
+    assert latest is not None
+    Thread.objects.filter(pk=thread.pk).update(fence=8)
+    before = _checkpoint_rows(str(thread.id))
+    with pytest.raises(LeaseLost):
+        saver.put_writes({**latest.config, "configurable": {**latest.config["configurable"], FENCE_KEY: 7}},
+                         [("n", 99)], "zombie-task")
+    assert _checkpoint_rows(str(thread.id)) == before
+
+
+def test_a_claim_waits_for_a_checkpoint_write_in_flight():
+    """The fence check and the write are one transaction holding the thread row: the claim's bump waits."""
+    from runtime import fencing
+
+    thread = Thread.objects.create(graph="zombie_pay", fence=3)
+    saver = checkpointer_get()
+    token = fencing._writing.set((str(thread.id), 3))
+    outcome: dict[str, Any] = {}
+    inside, done = threading.Event(), threading.Event()
+
+    def claim() -> None:
+        inside.wait(10)
+        try:
+            with transaction.atomic(), connection.cursor() as cursor:
+                cursor.execute("SET LOCAL lock_timeout = '300ms'")
+                Thread.objects.filter(pk=thread.pk).update(fence=4)
+            outcome["claim"] = "bumped"
+        except Exception as exc:  # the lock timeout
+            outcome["claim"] = type(exc.__cause__ or exc).__name__
+        finally:
+            connection.close()
+            done.set()
+
+    bumper = threading.Thread(target=claim)
+    bumper.start()
+    try:
+        with saver._cursor(pipeline=True):  # type: ignore[attr-defined]
+            inside.set()
+            assert done.wait(15)
+    finally:
+        fencing._writing.reset(token)
+        bumper.join(10)
+    assert outcome["claim"] == "LockNotAvailable"
+    assert Thread.objects.get(pk=thread.pk).fence == 3
+
+
+def test_unfenced_checkpoint_writes_are_not_checked():
+    # Reads, the console's state edits and the libraries' own tests carry no fence.
+    graph = _graph(checkpointer_get())
+    thread_id = f"unfenced-{uuid.uuid4().hex}"
+    graph.invoke({"n": 0}, {"configurable": {"thread_id": thread_id}}, durability="sync")
+    assert _checkpoint_rows(thread_id)[0] > 0
+
+
+def _sqlite_saver(tmp_path: Path) -> tuple[GatehouseSqliteSaver, sqlite3.Connection]:
+    app = sqlite3.connect(tmp_path / "app.sqlite3", isolation_level=None)
+    app.execute("CREATE TABLE runtime_thread (id char(32) PRIMARY KEY, fence bigint NOT NULL)")
+    saver = GatehouseSqliteSaver(sqlite3.connect(tmp_path / "checkpoints.sqlite3", check_same_thread=False))
+    saver.app_db_path = str(tmp_path / "app.sqlite3")
+    return saver, app
+
+
+def test_sqlite_a_stale_fence_writes_no_checkpoint(tmp_path):
+    saver, app = _sqlite_saver(tmp_path)
+    thread_id = uuid.uuid4()
+    app.execute("INSERT INTO runtime_thread VALUES (?, 7)", [thread_id.hex])
+    graph = _graph(saver)
+    config = {"configurable": {"thread_id": str(thread_id), FENCE_KEY: 7}}
+    graph.invoke({"n": 0}, config, durability="sync")
+    stored = len(list(saver.list({"configurable": {"thread_id": str(thread_id)}})))
+    assert stored > 0
+    app.execute("UPDATE runtime_thread SET fence = 8 WHERE id = ?", [thread_id.hex])
+    with pytest.raises(LeaseLost):
+        graph.invoke({"n": 5}, config, durability="sync")
+    latest = saver.get_tuple({"configurable": {"thread_id": str(thread_id)}})
+    assert latest is not None
+    with pytest.raises(LeaseLost):
+        saver.put_writes({"configurable": {**latest.config["configurable"], FENCE_KEY: 7}}, [("n", 9)], "zombie")
+    assert len(list(saver.list({"configurable": {"thread_id": str(thread_id)}}))) == stored
+    assert latest.pending_writes == []
+
+
+def test_sqlite_a_claim_waits_for_a_checkpoint_write_in_flight(tmp_path):
+    from runtime import fencing
+
+    saver, app = _sqlite_saver(tmp_path)
+    thread_id = uuid.uuid4()
+    app.execute("INSERT INTO runtime_thread VALUES (?, 3)", [thread_id.hex])
+    app.execute("PRAGMA busy_timeout = 200")
+    token = fencing._writing.set((str(thread_id), 3))
+    try:
+        with saver.cursor():
+            with pytest.raises(sqlite3.OperationalError, match="locked"):
+                app.execute("UPDATE runtime_thread SET fence = 4 WHERE id = ?", [thread_id.hex])
+    finally:
+        fencing._writing.reset(token)
+    app.execute("UPDATE runtime_thread SET fence = 4 WHERE id = ?", [thread_id.hex])  # free once it committed
+
+
+# --- effects ------------------------------------------------------------------------------------
+
+
+def _effect_graph(calls: list[str]) -> Any:
+    def act(state: dict[str, Any]) -> dict[str, Any]:
+        return {"result": perform_effect("charge", lambda key: calls.append(key) or {"charged": True})}
+
+    builder: StateGraph[Any] = StateGraph(dict)  # type: ignore[type-var]
+    builder.add_node("act", act)
+    builder.add_edge(START, "act")
+    builder.add_edge("act", END)
+    return builder.compile()  # no checkpointer: only the effect's own fence is under test
+
+
+def test_an_effect_under_the_current_fence_runs_once():
+    thread = Thread.objects.create(graph="zombie_pay", fence=2)
+    calls: list[str] = []
+    graph = _effect_graph(calls)
+    graph.invoke({}, _fenced_config(thread, 2))
+    graph.invoke({}, _fenced_config(thread, 2))
+    assert len(calls) == 1
+    assert Effect.objects.get(thread=thread).calls == 1
+
+
+def test_an_effect_under_a_stale_fence_is_refused_before_it_calls_out():
+    thread = Thread.objects.create(graph="zombie_pay", fence=2)
+    calls: list[str] = []
+    with pytest.raises(LeaseLost):
+        _effect_graph(calls).invoke({}, _fenced_config(thread, 1))
+    assert calls == []
+    assert not Effect.objects.filter(thread=thread).exists()
