@@ -261,8 +261,11 @@ def test_a_stale_fence_writes_no_pending_writes():
     Thread.objects.filter(pk=thread.pk).update(fence=8)
     before = _checkpoint_rows(str(thread.id))
     with pytest.raises(LeaseLost):
-        saver.put_writes({**latest.config, "configurable": {**latest.config["configurable"], FENCE_KEY: 7}},
-                         [("n", 99)], "zombie-task")
+        saver.put_writes(
+            {**latest.config, "configurable": {**latest.config["configurable"], FENCE_KEY: 7}},
+            [("n", 99)],
+            "zombie-task",
+        )
     assert _checkpoint_rows(str(thread.id)) == before
 
 
@@ -347,9 +350,8 @@ def test_sqlite_a_claim_waits_for_a_checkpoint_write_in_flight(tmp_path):
     app.execute("PRAGMA busy_timeout = 200")
     token = fencing._writing.set((str(thread_id), 3))
     try:
-        with saver.cursor():
-            with pytest.raises(sqlite3.OperationalError, match="locked"):
-                app.execute("UPDATE runtime_thread SET fence = 4 WHERE id = ?", [thread_id.hex])
+        with saver.cursor(), pytest.raises(sqlite3.OperationalError, match="locked"):
+            app.execute("UPDATE runtime_thread SET fence = 4 WHERE id = ?", [thread_id.hex])
     finally:
         fencing._writing.reset(token)
     app.execute("UPDATE runtime_thread SET fence = 4 WHERE id = ?", [thread_id.hex])  # free once it committed

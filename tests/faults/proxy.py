@@ -1,0 +1,82 @@
+"""A TCP proxy the test can pause: the worker's connections to PostgreSQL hang instead of failing.
+
+That is what a network partition, a saturated link or a stalled NAT does: the
+worker's queries are sent, nothing comes back, and after ``resume()`` the bytes
+held meanwhile are delivered, late, in order. Killing connections
+(``pg_terminate_backend``) fails them at once, which is a different fault.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+
+
+class PausableProxy:
+    def __init__(self, upstream: tuple[str, int]) -> None:
+        self.upstream = upstream
+        self.listener = socket.socket()
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(64)
+        self.listener.settimeout(0.2)
+        self.port = int(self.listener.getsockname()[1])
+        self.flowing = threading.Event()
+        self.flowing.set()
+        self.closed = threading.Event()
+        self.sockets: list[socket.socket] = []
+        self.lock = threading.Lock()
+        threading.Thread(target=self._accept, name="pg-proxy", daemon=True).start()
+
+    def pause(self) -> None:
+        """From now on nothing passes in either direction (connections stay open)."""
+        self.flowing.clear()
+
+    def resume(self) -> None:
+        self.flowing.set()
+
+    def close(self) -> None:
+        self.closed.set()
+        self.flowing.set()
+        with contextlib.suppress(OSError):
+            self.listener.close()
+        with self.lock:
+            for sock in self.sockets:
+                with contextlib.suppress(OSError):
+                    sock.close()
+
+    def _accept(self) -> None:
+        while not self.closed.is_set():
+            try:
+                client, _ = self.listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            self.flowing.wait()
+            try:
+                server = socket.create_connection(self.upstream)
+            except OSError:
+                client.close()
+                continue
+            with self.lock:
+                self.sockets += [client, server]
+            for src, dst in ((client, server), (server, client)):
+                threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                self.flowing.wait()  # held here while paused: delivered late, never lost
+                if self.closed.is_set():
+                    break
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            with contextlib.suppress(OSError):
+                dst.shutdown(socket.SHUT_WR)
