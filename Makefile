@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTHON ?= python3
 
-.PHONY: install run test test-fast lint typecheck bench services chromium clean
+.PHONY: install run test test-fast lint typecheck bench mutants services chromium clean
 
 install: $(VENV)/.installed
 
@@ -44,6 +44,12 @@ typecheck: install
 bench: install services
 	$(PY) -m pip install -q -c constraints.txt -e '.[bench]'
 	$(PY) bench/run_all.py
+
+## Mutation testing of the guarantee-holding modules (not part of make test): MUTANTS_BUDGET minutes (30),
+## MUTANTS_MODULES=runtime/runs.py,... to pick modules, MUTANTS_DEEP=1 to add the worker/fault tests. Report: var/mutants/
+mutants: install services
+	$(PY) -m pip install -q -c constraints.txt -e '.[mutants]'
+	$(PY) scripts/mutants.py
 
 clean:
 	rm -rf var .pytest_cache

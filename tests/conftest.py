@@ -87,10 +87,26 @@ def django_db_setup(django_test_environment: None, django_db_blocker: Any) -> It
     from runtime.checkpointer import checkpointer_close
 
     _drop_orphaned_test_databases()
+    # `make mutants` runs the same tests once per mutant: it names one database
+    # to keep between sessions (GATEHOUSE_TEST_KEEPDB) instead of migrating a new one each time.
+    keep = os.environ.get("GATEHOUSE_TEST_KEEPDB")
+    if keep:
+        settings.DATABASES["default"]["TEST"]["NAME"] = keep
+        connection.settings_dict["TEST"]["NAME"] = keep
     with django_db_blocker.unblock():
-        db_cfg = setup_databases(verbosity=0, interactive=False, aliases={"default"})
+        db_cfg = setup_databases(
+            verbosity=0,
+            interactive=False,
+            aliases={"default"},
+            keepdb=bool(keep),
+            serialized_aliases=set() if keep else None,
+        )
     yield
     checkpointer_close()
+    if keep:
+        with django_db_blocker.unblock():
+            connection.close()
+        return
     _terminate_backends(connection.settings_dict["NAME"])
     with django_db_blocker.unblock():
         connection.close()
@@ -112,7 +128,11 @@ def daphne_start(env: dict[str, str], log_path: Path) -> tuple[subprocess.Popen[
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "console.asgi:application"],
-            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
     return proc, f"http://127.0.0.1:{port}"
 

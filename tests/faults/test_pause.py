@@ -15,7 +15,6 @@ goes first. No sleeps: every wait is a condition with a deadline.
 
 from __future__ import annotations
 
-import os
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,42 +30,12 @@ from runtime.models import Effect, Run, RunStatus
 from runtime.registry import graph_get
 from tests.conftest import pending_tasks, thread_settled, thread_start, wait_for
 from tests.faults.conftest import FaultWorker
+from tests.faults.holds import hold_reached, hold_release, logged, pay_input, signal_group
 from tests.faults.proxy import PausableProxy
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.usefixtures("live_db")]
 
 ENV = {"GATEHOUSE_RETRY_BACKOFF_SECONDS": "0.2"}
-
-
-def _input(hold_dir: Path, hold: str, *, review: bool = False) -> dict[str, Any]:
-    return {
-        "payment_id": f"P-{hold_dir.name[-8:]}",
-        "amount": 120,
-        "review": review,
-        "hold": hold,
-        "hold_dir": str(hold_dir),
-    }
-
-
-def _reached(hold_dir: Path, point: str, *, besides: int | None = None) -> int | None:
-    for path in hold_dir.glob(f"{point}.*.reached"):
-        pid = int(path.name.split(".")[1])
-        if pid != besides:
-            return pid
-    return None
-
-
-def _release(hold_dir: Path, point: str, pid: int) -> None:
-    Path(hold_dir / f"{point}.{pid}.go").write_text("go")
-
-
-def _signal(worker: FaultWorker, sig: signal.Signals) -> None:
-    assert worker.proc is not None
-    os.killpg(worker.proc.pid, sig)
-
-
-def _logged(worker: FaultWorker, text: str) -> bool:
-    return text in worker.log_path.read_text(errors="replace")
 
 
 def _lapsed(run_id: Any) -> bool:
@@ -114,7 +83,7 @@ def frozen() -> Iterator[list[FaultWorker]]:
     yield stopped
     for worker in stopped:
         if worker.alive:
-            _signal(worker, signal.SIGCONT)
+            signal_group(worker, signal.SIGCONT)
 
 
 def _take_over(
@@ -129,17 +98,17 @@ def _take_over(
 ) -> tuple[FaultWorker, int, int]:
     """Freeze ``zombie`` (or cut its database link) where it holds, until its lease lapses and a second
     worker claimed the run and reached the same point. Returns (second worker, zombie pid, its pid)."""
-    zombie_pid = wait_for(lambda: _reached(hold_dir, point), timeout=40, what=f"the first worker at {point}")
+    zombie_pid = wait_for(lambda: hold_reached(hold_dir, point), timeout=40, what=f"the first worker at {point}")
     assert zombie.proc is not None and zombie_pid == zombie.proc.pid
     if cut is not None:
         cut.pause()
     else:
-        _signal(zombie, signal.SIGSTOP)
+        signal_group(zombie, signal.SIGSTOP)
         frozen.append(zombie)
     wait_for(lambda: _lapsed(run.id), timeout=15, what="the first worker's lease to lapse")
     successor = fault_worker(**ENV)
     successor_pid = wait_for(
-        lambda: _reached(hold_dir, point, besides=zombie_pid), timeout=40, what=f"the second worker at {point}"
+        lambda: hold_reached(hold_dir, point, besides=zombie_pid), timeout=40, what=f"the second worker at {point}"
     )
     run.refresh_from_db()
     assert _owner_pid(run) == successor_pid and run.attempts == 2
@@ -150,9 +119,9 @@ def _wake(zombie: FaultWorker, run: Run, *, cut: PausableProxy | None = None) ->
     if cut is not None:
         cut.resume()
     else:
-        _signal(zombie, signal.SIGCONT)
+        signal_group(zombie, signal.SIGCONT)
     wait_for(
-        lambda: _logged(zombie, f"run {run.id}: heartbeat refused, the lease is lost"),
+        lambda: logged(zombie, f"run {run.id}: heartbeat refused, the lease is lost"),
         timeout=15,
         what="the zombie's heartbeat to be refused",
     )
@@ -160,7 +129,7 @@ def _wake(zombie: FaultWorker, run: Run, *, cut: PausableProxy | None = None) ->
 
 def _assert_zombie_gave_up(zombie: FaultWorker, run: Run) -> None:
     wait_for(
-        lambda: _logged(zombie, f"run {run.id}: lease lost (fence {run.fence - 1})"),
+        lambda: logged(zombie, f"run {run.id}: lease lost (fence {run.fence - 1})"),
         timeout=15,
         what="the zombie to log that it lost the lease and leave the run",
     )
@@ -176,7 +145,7 @@ def _assert_written_by(thread_id: str, takeover: set[tuple[Any, ...]], fence: in
 
 def _assert_zombie_serves_new_runs(zombie: FaultWorker, successor: FaultWorker, operator: Any, hold_dir: Path) -> None:
     successor.stop()
-    thread = thread_start(operator, "zombie_pay", {**_input(hold_dir, "none"), "payment_id": "P-after"})
+    thread = thread_start(operator, "zombie_pay", {**pay_input(hold_dir, "none"), "payment_id": "P-after"})
     done = thread_settled(operator, thread["id"], timeout=40)
     assert done["status"] == "completed", done
     assert zombie.proc is not None and done["values"]["paid_by"] == zombie.proc.pid
@@ -192,7 +161,7 @@ def _pause_before_the_effect(fault_worker, frozen, operator, bank, hold_dir, *, 
         env["DATABASE_URL"] = f"postgres://{db['USER']}@127.0.0.1:{proxy.port}/{db['NAME']}"
     try:
         zombie = fault_worker(**env)
-        thread = thread_start(operator, "zombie_pay", _input(hold_dir, "before_effect"))
+        thread = thread_start(operator, "zombie_pay", pay_input(hold_dir, "before_effect"))
         run = Run.objects.get(thread_id=thread["id"])
         key = f"gh:{thread['id']}:pay"
         successor, zombie_pid, successor_pid = _take_over(
@@ -201,11 +170,11 @@ def _pause_before_the_effect(fault_worker, frozen, operator, bank, hold_dir, *, 
         if cut_link:
             # The zombie goes on while cut off: its next queries (the effect's fence
             # check among them) wait in the proxy and reach PostgreSQL late.
-            _release(hold_dir, "before_effect", zombie_pid)
+            hold_release(hold_dir, "before_effect", zombie_pid)
         takeover, row = _store(thread["id"]), _run_row(run.id)
         _wake(zombie, run, cut=proxy)
         if not cut_link:
-            _release(hold_dir, "before_effect", zombie_pid)
+            hold_release(hold_dir, "before_effect", zombie_pid)
         _assert_zombie_gave_up(zombie, run)
 
         assert bank.ledger.received.get(key) is None  # the zombie never called the bank
@@ -213,7 +182,7 @@ def _pause_before_the_effect(fault_worker, frozen, operator, bank, hold_dir, *, 
         assert _store(thread["id"]) == takeover  # nor wrote a checkpoint or a pending write
         assert _run_row(run.id) == row
 
-        _release(hold_dir, "before_effect", successor_pid)
+        hold_release(hold_dir, "before_effect", successor_pid)
         done = thread_settled(operator, thread["id"], timeout=30)
         assert done["status"] == "completed", done
         assert done["values"]["paid_by"] == successor_pid
@@ -244,7 +213,7 @@ def test_a_worker_paused_after_its_effect_writes_no_checkpoint_and_the_effect_is
     fault_worker, frozen, operator, bank, hold_dir
 ):
     zombie = fault_worker(**ENV)
-    thread = thread_start(operator, "zombie_pay", _input(hold_dir, "after_effect"))
+    thread = thread_start(operator, "zombie_pay", pay_input(hold_dir, "after_effect"))
     run = Run.objects.get(thread_id=thread["id"])
     key = f"gh:{thread['id']}:pay"
     successor, zombie_pid, successor_pid = _take_over(fault_worker, frozen, hold_dir, "after_effect", zombie, run)
@@ -252,12 +221,12 @@ def test_a_worker_paused_after_its_effect_writes_no_checkpoint_and_the_effect_is
     takeover, row = _store(thread["id"]), _run_row(run.id)
 
     _wake(zombie, run)
-    _release(hold_dir, "after_effect", zombie_pid)  # its node returns: its writes are refused
+    hold_release(hold_dir, "after_effect", zombie_pid)  # its node returns: its writes are refused
     _assert_zombie_gave_up(zombie, run)
     assert _store(thread["id"]) == takeover
     assert _run_row(run.id) == row
 
-    _release(hold_dir, "after_effect", successor_pid)
+    hold_release(hold_dir, "after_effect", successor_pid)
     done = thread_settled(operator, thread["id"], timeout=30)
     assert done["status"] == "completed", done
     assert done["values"]["paid_by"] == successor_pid  # the state is the successor's
@@ -273,12 +242,12 @@ def test_a_worker_paused_inside_a_gate_neither_rewrites_the_pause_nor_duplicates
     fault_worker, frozen, operator, reviewer, bank, hold_dir
 ):
     zombie = fault_worker(**ENV)
-    thread = thread_start(operator, "zombie_pay", _input(hold_dir, "gate", review=True))
+    thread = thread_start(operator, "zombie_pay", pay_input(hold_dir, "gate", review=True))
     run = Run.objects.get(thread_id=thread["id"])
     key = f"gh:{thread['id']}:pay"
     successor, zombie_pid, successor_pid = _take_over(fault_worker, frozen, hold_dir, "gate", zombie, run)
 
-    _release(hold_dir, "gate", successor_pid)  # the successor pauses the thread for review first
+    hold_release(hold_dir, "gate", successor_pid)  # the successor pauses the thread for review first
     [task] = pending_tasks(reviewer, thread["id"], timeout=30)
     assert ApprovalTask.objects.get(pk=task["id"]).payload["prepared_by"] == successor_pid
     run.refresh_from_db()
@@ -286,7 +255,7 @@ def test_a_worker_paused_inside_a_gate_neither_rewrites_the_pause_nor_duplicates
     takeover, row = _store(thread["id"]), _run_row(run.id)
 
     _wake(zombie, run)
-    _release(hold_dir, "gate", zombie_pid)  # the zombie's gate interrupts too: its pause is refused
+    hold_release(hold_dir, "gate", zombie_pid)  # the zombie's gate interrupts too: its pause is refused
     _assert_zombie_gave_up(zombie, run)
     assert _store(thread["id"]) == takeover  # the pending interrupt is still the successor's
     assert _run_row(run.id) == row

@@ -83,7 +83,7 @@ def test_a_live_lease_is_not_claimed_again():
 def test_the_zombie_cannot_renew_the_lease_it_lost():
     a, b = _taken_over()
     before = _row(b)
-    with pytest.raises(LeaseLost):
+    with pytest.raises(LeaseLost, match=f"run {a.id} was taken over"):
         lease_renew(run=a)
     assert _row(b) == before
     lease_renew(run=b)  # the holder still can
@@ -92,7 +92,7 @@ def test_the_zombie_cannot_renew_the_lease_it_lost():
 def test_the_zombie_cannot_record_its_outcome_over_the_run_another_worker_holds():
     a, b = _taken_over()
     before = _row(b)
-    with pytest.raises(LeaseLost):
+    with pytest.raises(LeaseLost, match=f"run {a.id} was taken over"):
         run_finish(run=a, outcome=_outcome())
     assert _row(b) == before
     thread = Thread.objects.get(pk=a.thread_id)
@@ -112,7 +112,7 @@ def test_the_zombie_cannot_record_its_outcome_over_the_one_the_new_holder_record
 def test_the_zombie_cannot_fail_the_run_another_worker_holds():
     a, b = _taken_over()
     before = _row(b)
-    with pytest.raises(LeaseLost):
+    with pytest.raises(LeaseLost, match=f"run {a.id} was taken over"):
         run_fail(run=a, error="zombie says no")
     assert _row(b) == before
 
@@ -143,6 +143,92 @@ def test_a_run_dead_lettered_while_its_worker_was_paused_stays_failed():
     assert run_release(run=a, error="zombie") is False
     assert _row(a) == before
     assert Thread.objects.get(pk=a.thread_id).status == ThreadStatus.FAILED
+
+
+# --- what the holder of the lease does (so a guard that refuses everyone fails too) -----------
+
+
+def _signals() -> Any:
+    from runtime import signals
+
+    received: list[tuple[str, dict[str, Any]]] = []
+
+    def receiver(name: str) -> Any:
+        def on(sender: Any, **kwargs: Any) -> None:
+            received.append((name, kwargs))
+
+        return on
+
+    handlers = {name: receiver(name) for name in ("run_interrupted", "run_completed", "run_failed")}
+    for name, handler in handlers.items():
+        getattr(signals, name).connect(handler, sender=Run, weak=False)
+    return received, handlers
+
+
+@pytest.fixture
+def emitted() -> Any:
+    from runtime import signals
+
+    received, handlers = _signals()
+    yield received
+    for name, handler in handlers.items():
+        getattr(signals, name).disconnect(handler, sender=Run)
+
+
+def test_the_holder_records_a_completed_outcome(emitted):
+    _, b = _taken_over()
+    Thread.objects.filter(pk=b.thread_id).update(error="an earlier failure")
+    run_finish(run=b, outcome=Outcome(RunStatus.SUCCEEDED, "cp-1", {"paid_by": "b"}))
+    run = Run.objects.select_related("thread").get(pk=b.pk)
+    assert run.status == RunStatus.SUCCEEDED and run.finished_at is not None and run.lease_expires_at is None
+    assert (run.thread.status, run.thread.values, run.thread.checkpoint_id, run.thread.error) == (
+        ThreadStatus.COMPLETED,
+        {"paid_by": "b"},
+        "cp-1",
+        "",
+    )
+    assert b.status == RunStatus.SUCCEEDED
+    [(name, kwargs)] = [e for e in emitted if e[1]["run"].pk == b.pk]
+    assert name == "run_completed" and kwargs["values"] == {"paid_by": "b"}
+
+
+def test_the_holder_records_a_pause(emitted):
+    from runtime.runs import PendingInterrupt
+
+    _, b = _taken_over()
+    pending = [PendingInterrupt(interrupt_id="i-1", value={"title": "t"}, node="gate", checkpoint_id="cp-2")]
+    run_finish(run=b, outcome=Outcome(RunStatus.INTERRUPTED, "cp-2", {"n": 1}, pending))
+    run = Run.objects.select_related("thread").get(pk=b.pk)
+    assert run.status == RunStatus.INTERRUPTED and run.thread.status == ThreadStatus.INTERRUPTED
+    [(name, kwargs)] = [e for e in emitted if e[1]["run"].pk == b.pk]
+    assert name == "run_interrupted" and kwargs["interrupts"] == pending
+
+
+def test_the_holder_records_a_failure(emitted):
+    _, b = _taken_over()
+    run_fail(run=b, error="node raised", checkpoint_id="cp-3")
+    run = Run.objects.select_related("thread").get(pk=b.pk)
+    assert (run.status, run.error, run.lease_expires_at) == (RunStatus.FAILED, "node raised", None)
+    assert run.finished_at is not None
+    assert (run.thread.status, run.thread.error, run.thread.checkpoint_id) == (
+        ThreadStatus.FAILED,
+        "node raised",
+        "cp-3",
+    )
+    [(name, kwargs)] = [e for e in emitted if e[1]["run"].pk == b.pk]
+    assert name == "run_failed" and kwargs["error"] == "node raised"
+
+
+def test_the_holder_hands_its_run_back_for_a_later_attempt():
+    _, b = _taken_over()
+    assert run_release(run=b, error="transient (attempt 2): connection reset") is True
+    run = Run.objects.get(pk=b.pk)
+    assert run.status == RunStatus.RUNNING and run.lease_owner == ""
+    assert run.error == "transient (attempt 2): connection reset"
+    assert run.lease_expires_at is not None
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT STATEMENT_TIMESTAMP()")
+        assert run.lease_expires_at <= cursor.fetchone()[0]  # lapsed at once: the sweeper may resend it
 
 
 # --- the database's clock -------------------------------------------------------------------

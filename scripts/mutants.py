@@ -1,0 +1,169 @@
+"""`make mutants`: mutation testing of the modules that hold Gatehouse's guarantees, within a time budget.
+
+For each module in scripts/mutants.toml (or those named in MUTANTS_MODULES,
+comma-separated), in a scratch copy of the project (var/mutants/work/<module>):
+mutmut 3 mutates the module and runs the module's tests against every mutant
+(``fast`` tests; ``deep`` ones too with MUTANTS_DEEP=1). The tests run from the
+scratch copy, so worker processes they start see the mutant as well. The whole
+run stops after MUTANTS_BUDGET minutes (default 30), split evenly between the
+modules; a mutant not reached in time is reported as not checked.
+
+Writes var/mutants/<module>.md (score, survivors with their diff) and
+var/mutants/summary.md + summary.json (the score of every module). A survivor in
+a guard condition needs a test that kills it, or a line in
+docs/mutation-testing.md saying why it is equivalent.
+
+Needs the test services (PostgreSQL, Redis) and the dev extra (mutmut).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "var" / "mutants"
+SKIP = {".git", "var", "mutants", ".venv", "node_modules", ".pytest_cache", ".mypy_cache", ".ruff_cache", "bench"}
+STATUS = re.compile(r"^\s+(\S+): (.+)$")
+
+
+def main() -> int:
+    config = tomllib.loads((ROOT / "scripts" / "mutants.toml").read_text())["modules"]
+    wanted = [m for m in os.environ.get("MUTANTS_MODULES", "").split(",") if m] or list(config)
+    unknown = [m for m in wanted if m not in config]
+    if unknown:
+        print(f"not in scripts/mutants.toml: {unknown}", file=sys.stderr)
+        return 2
+    budget = float(os.environ.get("MUTANTS_BUDGET", "30")) * 60
+    deep = os.environ.get("MUTANTS_DEEP") == "1"
+    OUT.mkdir(parents=True, exist_ok=True)
+    summary: dict[str, dict[str, object]] = {}
+    started = time.monotonic()
+    for index, module in enumerate(wanted):
+        left = budget - (time.monotonic() - started)
+        share = left / (len(wanted) - index)
+        summary[module] = _run_module(module, config[module], share, deep)
+        _write_summary(summary)
+    print((OUT / "summary.md").read_text())
+    return 0
+
+
+def _run_module(module: str, spec: dict[str, list[str]], budget: float, deep: bool) -> dict[str, object]:
+    slug = module.removesuffix(".py").replace("/", ".")
+    work = OUT / "work" / slug
+    if work.exists():
+        shutil.rmtree(work)
+    shutil.copytree(ROOT, work, ignore=lambda d, names: [n for n in names if n in SKIP or n == "__pycache__"])
+    tests = list(spec["fast"]) + (list(spec.get("deep", [])) if deep else [])
+    top = sorted(p.name for p in work.iterdir() if p.name not in {"pyproject.toml"})
+    with open(work / "pyproject.toml", "a") as fh:
+        fh.write(
+            "\n[tool.mutmut]\n"
+            f"source_paths = [{json.dumps(module)}]\n"
+            f"also_copy = {json.dumps([*top, 'pyproject.toml'])}\n"
+            'pytest_add_cli_args = ["-p", "no:cacheprovider", "-q"]\n'
+            f"pytest_add_cli_args_test_selection = {json.dumps(tests)}\n"
+        )
+    names = [f"{slug}.x{_mangle(fn)}__mutmut_*" for fn in spec.get("only", [])]
+    env = {
+        **os.environ,
+        # One database kept across the per-mutant test sessions (tests/conftest.py).
+        "GATEHOUSE_TEST_KEEPDB": f"test_gatehouse_mutants_{slug.replace('.', '_')}",
+    }
+    print(f"== {module}: {len(tests)} test path(s), budget {budget / 60:.1f} min", flush=True)
+    log = open(OUT / f"{slug}.log", "w")  # noqa: SIM115 - closed below
+    try:
+        subprocess.run(
+            [sys.executable, "-m", "mutmut", "run", "--max-children", "1", *names],
+            cwd=work,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            timeout=max(budget, 60),
+        )
+        timed_out = False
+    except subprocess.TimeoutExpired:
+        timed_out = True
+    finally:
+        log.close()
+    statuses = _statuses(work, env)
+    if names:
+        only = tuple(n.removesuffix("*") for n in names)
+        statuses = {k: v for k, v in statuses.items() if k.startswith(only)}
+    counts: dict[str, int] = {}
+    for status in statuses.values():
+        counts[status] = counts.get(status, 0) + 1
+    killed = counts.get("killed", 0) + counts.get("timeout", 0)
+    checked = killed + counts.get("survived", 0) + counts.get("suspicious", 0)
+    score = round(100 * killed / checked, 1) if checked else None
+    survivors = sorted(k for k, v in statuses.items() if v in ("survived", "suspicious"))
+    lines = [
+        f"# Mutants of `{module}`",
+        "",
+        f"- tests: {', '.join(f'`{t}`' for t in tests)}",
+        f"- functions: {', '.join(spec.get('only', [])) or 'all'}",
+        f"- score: **{score}%** ({killed} killed of {checked} checked)" if score is not None else "- score: n/a",
+        f"- by status: {json.dumps(counts, sort_keys=True)}",
+        f"- stopped by the time budget: {'yes' if timed_out else 'no'}",
+        "",
+        "## Survivors",
+        "",
+    ]
+    for name in survivors:
+        diff = subprocess.run(
+            [sys.executable, "-m", "mutmut", "show", name], cwd=work, env=env, capture_output=True, text=True
+        ).stdout
+        lines += [f"### {name}", "", "```diff", diff.strip(), "```", ""]
+    if not survivors:
+        lines.append("none")
+    (OUT / f"{slug}.md").write_text("\n".join(lines) + "\n")
+    _drop_database(env["GATEHOUSE_TEST_KEEPDB"])
+    return {"score": score, "killed": killed, "checked": checked, "counts": counts, "timed_out": timed_out}
+
+
+def _mangle(function: str) -> str:
+    # mutmut names a function's mutants x_<name>__mutmut_<n> (methods: xǁClassǁname)
+    return f"_{function}"
+
+
+def _statuses(work: Path, env: dict[str, str]) -> dict[str, str]:
+    done = subprocess.run(
+        [sys.executable, "-m", "mutmut", "results", "--all", "true"], cwd=work, env=env, capture_output=True, text=True
+    )
+    return {m.group(1): m.group(2).strip() for line in done.stdout.splitlines() if (m := STATUS.match(line))}
+
+
+def _drop_database(name: str) -> None:
+    import psycopg
+
+    url = os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/gatehouse")
+    match = re.match(r"postgres(?:ql)?://([^@/]+)@([^:/]+)(?::(\d+))?/", url)
+    user, host, port = (
+        (match.group(1), match.group(2), match.group(3) or "5432") if match else ("postgres", "127.0.0.1", "5432")
+    )
+    with psycopg.connect(host=host, port=port, user=user, dbname="postgres", autocommit=True) as conn:
+        conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", [name])
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+
+
+def _write_summary(summary: dict[str, dict[str, object]]) -> None:
+    (OUT / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True))
+    rows = ["| module | score | killed / checked | by status | budget hit |", "| --- | --- | --- | --- | --- |"]
+    for module, result in summary.items():
+        score = f"{result['score']}%" if result["score"] is not None else "n/a"
+        rows.append(
+            f"| `{module}` | {score} | {result['killed']} / {result['checked']} | "
+            f"{json.dumps(result['counts'], sort_keys=True)} | {'yes' if result['timed_out'] else 'no'} |"
+        )
+    (OUT / "summary.md").write_text("# Mutation scores\n\n" + "\n".join(rows) + "\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,141 @@
+"""The sweeper's guard conditions, one by one: what it re-sends, what it leaves alone, what it dead-letters.
+
+In-process: ``run_dispatch`` is replaced by a recorder, so nothing reaches
+Celery and the test sees exactly which runs a sweep would send. The database
+holds other tests' runs too, so each test looks only at its own.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.db.models.functions import Now
+from django.test.utils import override_settings
+
+from runtime import runs
+from runtime.models import Run, RunKind, RunStatus, Thread, ThreadStatus
+from runtime.runs import _run_dead_letter, run_claim, run_retry_due, runs_sweep
+
+pytestmark = pytest.mark.usefixtures("live_db")
+
+
+@pytest.fixture
+def sent(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    dispatched: list[Any] = []
+    monkeypatch.setattr(runs, "run_dispatch", lambda *, run_id: dispatched.append(run_id))
+    return dispatched
+
+
+def _run(**fields: Any) -> Run:
+    thread = Thread.objects.create(graph="zombie_pay", status=ThreadStatus.BUSY)
+    return Run.objects.create(thread=thread, kind=RunKind.START, input={}, **fields)
+
+
+def _ago(seconds: float) -> Any:
+    return Now() - timedelta(seconds=seconds)
+
+
+def _set(run: Run, **fields: Any) -> None:
+    Run.objects.filter(pk=run.pk).update(**fields)
+
+
+def test_it_resends_a_lapsed_run_once_its_backoff_passed_and_counts_what_it_sent(sent):
+    run = _run()
+    claimed = run_claim(run_id=str(run.id), worker="host:1:a")
+    assert claimed is not None
+    _set(run, lease_expires_at=_ago(600))
+    count = runs_sweep()
+    assert run.id in sent
+    assert count == len(sent)
+
+
+@override_settings(GATEHOUSE_RETRY_BACKOFF_SECONDS=60)
+def test_it_waits_out_the_backoff_of_a_lapsed_run(sent):
+    run = _run()
+    assert run_claim(run_id=str(run.id), worker="host:1:a") is not None
+    _set(run, lease_expires_at=_ago(1))
+    runs_sweep()
+    assert run.id not in sent
+    assert Run.objects.get(pk=run.pk).status == RunStatus.RUNNING
+
+
+def test_it_leaves_a_live_lease_alone(sent):
+    run = _run()
+    assert run_claim(run_id=str(run.id), worker="host:1:a") is not None
+    runs_sweep()
+    assert run.id not in sent
+
+
+@override_settings(GATEHOUSE_MAX_RUN_ATTEMPTS=2)
+def test_a_lapsed_run_with_attempts_left_is_resent_and_one_without_is_dead_lettered(sent):
+    retry, spent = _run(), _run()
+    for run in (retry, spent):
+        assert run_claim(run_id=str(run.id), worker="host:1:a") is not None
+    _set(retry, lease_expires_at=_ago(600), attempts=1)
+    _set(spent, lease_expires_at=_ago(600), attempts=2)
+    runs_sweep()
+    assert retry.id in sent and spent.id not in sent
+    assert Run.objects.get(pk=retry.pk).status == RunStatus.RUNNING
+    dead = Run.objects.get(pk=spent.pk)
+    assert dead.status == RunStatus.FAILED and "gave up after 2 attempts" in dead.error
+
+
+@override_settings(GATEHOUSE_REDISPATCH_AFTER_SECONDS=30)
+def test_it_resends_a_queued_run_whose_dispatch_was_lost_and_not_one_just_sent(sent):
+    never_sent_old, never_sent_new = _run(), _run()
+    sent_old, sent_new = _run(), _run()
+    _set(never_sent_old, created_at=_ago(600))
+    _set(sent_old, created_at=_ago(600), dispatched_at=_ago(600))
+    _set(sent_new, created_at=_ago(600), dispatched_at=Now())
+    runs_sweep()
+    assert never_sent_old.id in sent and sent_old.id in sent
+    assert never_sent_new.id not in sent and sent_new.id not in sent
+
+
+@override_settings(GATEHOUSE_REDISPATCH_AFTER_SECONDS=30)
+@pytest.mark.parametrize("status", [RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.INTERRUPTED])
+def test_it_never_resends_a_finished_run(sent, status):
+    run = _run()
+    _set(run, status=status, created_at=_ago(600), dispatched_at=_ago(600), lease_expires_at=_ago(600))
+    runs_sweep()
+    assert run.id not in sent
+
+
+def test_the_retry_backoff_counts_from_the_lapse():
+    run = Run(attempts=1, lease_expires_at=None)
+    from django.utils import timezone
+
+    now = timezone.now()
+    assert run_retry_due(run=run, now=now)  # handed back with no lease: due at once
+    with override_settings(GATEHOUSE_RETRY_BACKOFF_SECONDS=10):
+        run.lease_expires_at = now - timedelta(seconds=5)
+        assert not run_retry_due(run=run, now=now)
+        run.lease_expires_at = now - timedelta(seconds=10)
+        assert run_retry_due(run=run, now=now)  # exactly the backoff: due
+        run.lease_expires_at = now - timedelta(seconds=11)
+        assert run_retry_due(run=run, now=now)
+
+
+def test_the_dead_letter_leaves_a_run_that_was_claimed_again_meanwhile():
+    run = _run()
+    assert run_claim(run_id=str(run.id), worker="host:1:a") is not None  # a live lease
+    _run_dead_letter(run_id=run.id)
+    assert Run.objects.get(pk=run.pk).status == RunStatus.RUNNING
+
+
+def test_the_dead_letter_leaves_a_run_that_is_no_longer_running():
+    run = _run()
+    _set(run, status=RunStatus.SUCCEEDED, lease_expires_at=_ago(600))
+    _run_dead_letter(run_id=run.id)
+    assert Run.objects.get(pk=run.pk).status == RunStatus.SUCCEEDED
+
+
+def test_the_dead_letter_fails_a_lapsed_running_run():
+    run = _run()
+    assert run_claim(run_id=str(run.id), worker="host:1:a") is not None
+    _set(run, lease_expires_at=_ago(600))
+    _run_dead_letter(run_id=run.id)
+    failed = Run.objects.select_related("thread").get(pk=run.pk)
+    assert failed.status == RunStatus.FAILED and failed.thread.status == ThreadStatus.FAILED
