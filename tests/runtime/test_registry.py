@@ -18,7 +18,7 @@ from runtime import registry
 from runtime.registry import GraphRegistryError, UnknownGraph, graph_get, graph_names, graphs_read, registry_load
 
 GRAPH_MODULE = textwrap.dedent(
-    """
+    '''
     from typing import TypedDict
 
     from langgraph.graph import END, START, StateGraph
@@ -65,7 +65,7 @@ GRAPH_MODULE = textwrap.dedent(
 
     def factory_returning_junk():
         return "not a graph"
-    """
+    '''
 )
 
 
@@ -151,7 +151,7 @@ def test_it_calls_a_factory_without_parameters_with_no_arguments(project):
 
 
 TYPED_STATE_MODULE = textwrap.dedent(
-    """
+    '''
     from dataclasses import dataclass
     from typing import TypedDict
 
@@ -190,7 +190,7 @@ TYPED_STATE_MODULE = textwrap.dedent(
 
     uncompiled = factory()
     compiled = factory().compile()
-    """
+    '''
 )
 
 
@@ -242,8 +242,8 @@ def test_it_restores_the_graphs_own_state_types_from_checkpoints_under_strict_ms
         ("factory_raises", "./graphs/agent.py:factory_raising", "the model endpoint is down"),
         ("no_colon", "./graphs/agent.py", "is not of the form ./path/file.py:attr"),
         ("empty_attr", "./graphs/agent.py:", "is not of the form ./path/file.py:attr"),
-        ("wrong_type", 42, 'expected "file.py:attr"'),
-        ("path_missing", {"description": "no path"}, 'expected "file.py:attr"'),
+        ("wrong_type", 42, "expected \"file.py:attr\""),
+        ("path_missing", {"description": "no path"}, "expected \"file.py:attr\""),
     ],
 )
 def test_it_refuses_a_bad_entry_naming_the_graph_and_the_problem(project, name, value, problem):
@@ -270,9 +270,9 @@ def test_it_names_the_bad_graph_among_good_ones(project):
     "config,problem",
     [
         ('{"graphs": {"a": ', "invalid JSON"),
-        ("[]", 'expected an object with a "graphs" object'),
-        ({"dependencies": ["."]}, 'expected an object with a "graphs" object'),
-        ({"graphs": ["./graphs/agent.py:compiled"]}, 'expected an object with a "graphs" object'),
+        ("[]", "expected an object with a \"graphs\" object"),
+        ({"dependencies": ["."]}, "expected an object with a \"graphs\" object"),
+        ({"graphs": ["./graphs/agent.py:compiled"]}, "expected an object with a \"graphs\" object"),
     ],
 )
 def test_it_refuses_a_malformed_config_file_naming_it(project, config, problem):
@@ -347,13 +347,10 @@ def test_the_env_is_applied_before_graph_modules_are_imported(project, monkeypat
 def test_it_puts_local_dependencies_on_sys_path(project):
     (project / "libs").mkdir()
     (project / "libs" / "gh_test_helper_pkg.py").write_text("VALUE = 'helper'\n")
-    (project / "graphs" / "uses_dep.py").write_text(
-        "import gh_test_helper_pkg\nHELPER = gh_test_helper_pkg.VALUE\n" + GRAPH_MODULE
-    )
-    config = {
-        "dependencies": ["./libs", "some-installed-package"],
-        "graphs": {"uses_dep": "./graphs/uses_dep.py:compiled"},
-    }
+    (project / "graphs" / "uses_dep.py").write_text("import gh_test_helper_pkg\nHELPER = gh_test_helper_pkg.VALUE\n"
+                                                    + GRAPH_MODULE)
+    config = {"dependencies": ["./libs", "some-installed-package"],
+              "graphs": {"uses_dep": "./graphs/uses_dep.py:compiled"}}
     graphs_read(config_write(project, config))
     assert str((project / "libs").resolve()) in sys.path
     assert sys.modules["gatehouse_graphs.uses_dep"].HELPER == "helper"
