@@ -44,7 +44,9 @@ def main() -> int:
     budget = float(os.environ.get("MUTANTS_BUDGET", "30")) * 60
     deep = os.environ.get("MUTANTS_DEEP") == "1"
     OUT.mkdir(parents=True, exist_ok=True)
-    summary: dict[str, dict[str, object]] = {}
+    # Modules not run this time keep their last result in the summary.
+    previous = OUT / "summary.json"
+    summary: dict[str, dict[str, object]] = json.loads(previous.read_text()) if previous.exists() else {}
     started = time.monotonic()
     for index, module in enumerate(wanted):
         left = budget - (time.monotonic() - started)
