@@ -4,7 +4,8 @@ For each module in scripts/mutants.toml (or those named in MUTANTS_MODULES,
 comma-separated), in a scratch copy of the project (var/mutants/work/<module>):
 mutmut 3 mutates the module and runs the module's tests against every mutant
 (``fast`` tests; ``deep`` ones too with MUTANTS_DEEP=1). The tests run from the
-scratch copy, so worker processes they start see the mutant as well. The whole
+scratch copy, so worker processes they start see the mutant as well
+(MUTANTS_TESTS=path,path replaces the listed tests). The whole
 run stops after MUTANTS_BUDGET minutes (default 30), split evenly between the
 modules; a mutant not reached in time is reported as not checked.
 
@@ -64,6 +65,8 @@ def _run_module(module: str, spec: dict[str, list[str]], budget: float, deep: bo
         shutil.rmtree(work)
     shutil.copytree(ROOT, work, ignore=lambda d, names: [n for n in names if n in SKIP or n == "__pycache__"])
     tests = list(spec["fast"]) + (list(spec.get("deep", [])) if deep else [])
+    if os.environ.get("MUTANTS_TESTS"):  # what do these tests alone kill? (e.g. the suite before a change)
+        tests = os.environ["MUTANTS_TESTS"].split(",")
     top = sorted(p.name for p in work.iterdir() if p.name not in {"pyproject.toml"})
     with open(work / "pyproject.toml", "a") as fh:
         fh.write(
