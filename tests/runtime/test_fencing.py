@@ -470,7 +470,9 @@ def test_an_effect_under_the_current_fence_runs_once():
 def test_an_effect_under_a_stale_fence_is_refused_before_it_calls_out():
     thread = Thread.objects.create(graph="zombie_pay", fence=2)
     calls: list[str] = []
-    with pytest.raises(LeaseLost):
+    with pytest.raises(
+        LeaseLost, match=f"thread {thread.id}: write under fence 1 refused, the thread's fence is now 2"
+    ):
         _effect_graph(calls).invoke({}, _fenced_config(thread, 1))
     assert calls == []
     assert not Effect.objects.filter(thread=thread).exists()

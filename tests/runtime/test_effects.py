@@ -1,0 +1,110 @@
+"""The effect ledger in-process: what it records, what it replays, and who records a result first.
+
+(The fence check of ``perform_effect`` is in test_fencing.py; effects across
+worker processes in tests/faults.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from langgraph.graph import END, START, StateGraph
+
+from runtime import signals
+from runtime.effects import effect_key, perform_effect
+from runtime.fencing import FENCE_KEY
+from runtime.models import Effect, EffectStatus, Run, RunKind, Thread
+
+pytestmark = pytest.mark.usefixtures("live_db")
+
+
+def _graph(call: Callable[[str], Any], *parts: object) -> Any:
+    def act(state: dict[str, Any]) -> dict[str, Any]:
+        key = effect_key("charge", *parts) if parts else None
+        return {"result": perform_effect("charge", call, key=key)}
+
+    builder: StateGraph[Any] = StateGraph(dict)  # type: ignore[type-var]
+    builder.add_node("act", act)
+    builder.add_edge(START, "act")
+    builder.add_edge("act", END)
+    return builder.compile()
+
+
+def _config(thread: Thread, run: Run | None = None) -> Any:
+    configurable: dict[str, Any] = {"thread_id": str(thread.id), FENCE_KEY: thread.fence}
+    if run is not None:
+        configurable["gatehouse_run_id"] = str(run.id)
+    return {"configurable": configurable}
+
+
+@pytest.fixture
+def executed() -> Iterator[list[Effect]]:
+    seen: list[Effect] = []
+
+    def on(sender: Any, effect: Effect, **kwargs: Any) -> None:
+        seen.append(effect)
+
+    signals.effect_executed.connect(on, sender=Effect, weak=False)
+    yield seen
+    signals.effect_executed.disconnect(on, sender=Effect)
+
+
+def test_it_records_the_result_and_replays_it_without_calling_again(executed):
+    thread = Thread.objects.create(graph="zombie_pay", fence=1)
+    run = Run.objects.create(thread=thread, kind=RunKind.START)
+    keys: list[str] = []
+    graph = _graph(lambda key: keys.append(key) or {"charged": 10})
+    first = graph.invoke({}, _config(thread, run))
+    again = graph.invoke({}, _config(thread, run))
+    assert first["result"] == again["result"] == {"charged": 10}
+    assert keys == [f"gh:{thread.id}:charge"]
+    effect = Effect.objects.get(key=keys[0])
+    assert (effect.status, effect.result, effect.error, effect.calls) == (EffectStatus.DONE, {"charged": 10}, "", 1)
+    assert effect.completed_at is not None and effect.run_id == run.id and effect.thread_id == thread.id
+    assert [e.key for e in executed] == keys
+
+
+def test_a_failed_call_is_recorded_and_the_retry_uses_the_same_key(executed):
+    thread = Thread.objects.create(graph="zombie_pay", fence=1)
+    run = Run.objects.create(thread=thread, kind=RunKind.START)
+    keys: list[str] = []
+
+    def flaky(key: str) -> Any:
+        keys.append(key)
+        if len(keys) == 1:
+            raise ConnectionError("bank down")
+        return {"charged": 10}
+
+    with pytest.raises(ConnectionError):
+        _graph(flaky).invoke({}, _config(thread, run))
+    effect = Effect.objects.get(key=f"gh:{thread.id}:charge")
+    assert effect.status == EffectStatus.FAILED and "bank down" in effect.error and effect.run_id == run.id
+    assert executed == []
+    _graph(flaky).invoke({}, _config(thread, run))
+    effect.refresh_from_db()
+    assert keys == [effect.key, effect.key]
+    assert (effect.status, effect.error, effect.calls) == (EffectStatus.DONE, "", 2)
+
+
+def test_a_result_recorded_meanwhile_by_another_worker_is_kept(executed):
+    """The first to record wins: a worker whose call was under way when it lost its lease adds nothing."""
+    thread = Thread.objects.create(graph="zombie_pay", fence=1)
+
+    def late(key: str) -> Any:
+        # The worker that took over finished the same effect while this call was in flight.
+        Effect.objects.filter(key=key).update(status=EffectStatus.DONE, result={"charged": "first"})
+        return {"charged": "replayed"}
+
+    _graph(late).invoke({}, _config(thread))
+    effect = Effect.objects.get(key=f"gh:{thread.id}:charge")
+    assert effect.result == {"charged": "first"}
+    assert executed == []
+
+
+def test_the_key_names_the_thread_the_effect_and_its_parts():
+    thread = Thread.objects.create(graph="zombie_pay", fence=1)
+    keys: list[str] = []
+    _graph(lambda key: keys.append(key) or {}, "invoice", 7).invoke({}, _config(thread))
+    assert keys == [f"gh:{thread.id}:charge:invoice:7"]
