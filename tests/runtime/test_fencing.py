@@ -74,6 +74,27 @@ def _outcome() -> Outcome:
 # --- run rows -----------------------------------------------------------------------------
 
 
+def test_a_claim_takes_the_lease_and_a_takeover_keeps_the_first_start():
+    a, b = _taken_over()
+    run = Run.objects.get(pk=b.pk)
+    assert (run.status, run.attempts, run.lease_owner, run.fence) == (RunStatus.RUNNING, 2, "host:2:b", a.fence + 1)
+    assert run.started_at is not None and run.started_at == a.started_at
+    assert Thread.objects.get(pk=run.thread_id).fence == run.fence
+
+
+@override_settings(GATEHOUSE_MAX_RUN_ATTEMPTS=2)
+def test_a_claim_past_the_last_attempt_dead_letters_the_run():
+    run = _run()
+    Run.objects.filter(pk=run.pk).update(attempts=2)
+    assert run_claim(run_id=str(run.id), worker="host:1:a") is None
+    failed = Run.objects.select_related("thread").get(pk=run.pk)
+    assert failed.status == RunStatus.FAILED and failed.error.startswith("gave up after 2 attempts")
+    assert failed.thread.status == ThreadStatus.FAILED
+    once_more = _run()
+    Run.objects.filter(pk=once_more.pk).update(attempts=1)
+    assert run_claim(run_id=str(once_more.id), worker="host:1:a") is not None  # the last attempt is allowed
+
+
 def test_a_live_lease_is_not_claimed_again():
     run = _run()
     assert run_claim(run_id=str(run.id), worker="host:1:a") is not None

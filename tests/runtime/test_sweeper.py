@@ -97,10 +97,11 @@ def test_it_resends_a_queued_run_whose_dispatch_was_lost_and_not_one_just_sent(s
 @override_settings(GATEHOUSE_REDISPATCH_AFTER_SECONDS=30)
 @pytest.mark.parametrize("status", [RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.INTERRUPTED])
 def test_it_never_resends_a_finished_run(sent, status):
-    run = _run()
+    run, claimed_before_its_dispatch_was_stamped = _run(), _run()
     _set(run, status=status, created_at=_ago(600), dispatched_at=_ago(600), lease_expires_at=_ago(600))
+    _set(claimed_before_its_dispatch_was_stamped, status=status, created_at=_ago(600), lease_expires_at=_ago(600))
     runs_sweep()
-    assert run.id not in sent
+    assert run.id not in sent and claimed_before_its_dispatch_was_stamped.id not in sent
 
 
 def test_the_retry_backoff_counts_from_the_lapse():
