@@ -344,6 +344,11 @@ def test_checkpoint_writes_under_the_current_fence_are_stored_and_stamped():
     graph.invoke({"n": 0}, _fenced_config(thread, 7), durability="sync")
     tuples = list(checkpointer_get().list({"configurable": {"thread_id": str(thread.id)}}))
     assert tuples and {t.metadata.get(FENCE_KEY) for t in tuples} == {7}
+    with connection.cursor() as cursor:  # the writes keep their task path (LangGraph orders them by it)
+        cursor.execute(
+            "SELECT count(*) FROM checkpoint_writes WHERE thread_id = %s AND task_path <> ''", [str(thread.id)]
+        )
+        assert cursor.fetchone()[0] > 0
 
 
 def test_a_stale_fence_writes_no_checkpoint():
