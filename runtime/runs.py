@@ -251,20 +251,54 @@ def runs_sweep() -> int:
             | Q(status=RunStatus.QUEUED, dispatched_at__isnull=True, created_at__lt=stale_dispatch)
             | Q(status=RunStatus.QUEUED, dispatched_at__lt=stale_dispatch)
         )
-        .only("id", "status", "attempts", "lease_expires_at")[:500]
+        .only("id", "status", "attempts", "lease_expires_at", "dispatched_at", "created_at")
+        .order_by(F("dispatched_at").asc(nulls_first=True))[:500]
     )
     count = 0
     for run in candidates:
+        now = run.db_now  # type: ignore[attr-defined]
         if run.status == RunStatus.RUNNING:
             if run.attempts >= settings.GATEHOUSE_MAX_RUN_ATTEMPTS:
                 _run_dead_letter(run_id=run.id)
                 continue
-            if not run_retry_due(run=run, now=run.db_now):  # type: ignore[attr-defined]
+            if not run_retry_due(run=run, now=now) or _resent_since_lapse(run, now):
                 continue
+        elif not _redispatch_due(run, now):
+            continue
+        if not _redispatch_claim(run):
+            continue  # an overlapping sweep re-sent it a moment ago
         log.warning("sweeper: re-dispatching run %s (attempts so far: %s)", run.id, run.attempts)
         run_dispatch(run_id=run.id)
         count += 1
     return count
+
+
+def _redispatch_due(run: Run, now: Any) -> bool:
+    """A queued run is re-sent at doubling intervals: once more after as long again as it had waited.
+
+    A backlog longer than the re-dispatch delay (a slow or busy worker) is not a
+    lost dispatch; re-sending every queued run each time would grow the queue
+    faster than the worker drains it.
+    """
+    if run.dispatched_at is None:
+        return True
+    delay = timedelta(seconds=settings.GATEHOUSE_REDISPATCH_AFTER_SECONDS)
+    waited_before = min(run.dispatched_at - run.created_at, delay * 16)  # capped: a lost one is still found
+    return bool(now - run.dispatched_at >= max(delay, waited_before))
+
+
+def _resent_since_lapse(run: Run, now: Any) -> bool:
+    """A lapsed run already re-sent after its lease ended is given the re-dispatch delay to be claimed."""
+    if run.dispatched_at is None or run.lease_expires_at is None or run.dispatched_at < run.lease_expires_at:
+        return False
+    return bool(now - run.dispatched_at < timedelta(seconds=settings.GATEHOUSE_REDISPATCH_AFTER_SECONDS))
+
+
+def _redispatch_claim(run: Run) -> bool:
+    """Only one sweeper re-sends a run: the one whose conditional UPDATE moves its dispatch stamp."""
+    return bool(
+        Run.objects.filter(pk=run.pk, status=run.status, dispatched_at=run.dispatched_at).update(dispatched_at=Now())
+    )
 
 
 def _run_dead_letter(*, run_id: Any) -> None:

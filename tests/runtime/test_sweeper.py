@@ -140,3 +140,48 @@ def test_the_dead_letter_fails_a_lapsed_running_run():
     _run_dead_letter(run_id=run.id)
     failed = Run.objects.select_related("thread").get(pk=run.pk)
     assert failed.status == RunStatus.FAILED and failed.thread.status == ThreadStatus.FAILED
+
+
+# --- a busy worker is not a lost dispatch: no re-dispatch storm ---------------------------------
+
+
+@override_settings(GATEHOUSE_REDISPATCH_AFTER_SECONDS=3)
+def test_a_queued_run_is_resent_at_doubling_intervals_as_it_waits(sent):
+    # Waited 60 s before its last dispatch: it is re-sent only 60 s after that dispatch, not every 3 s.
+    run = _run()
+    _set(run, created_at=_ago(100), dispatched_at=_ago(40))
+    runs_sweep()
+    assert run.id not in sent
+    _set(run, created_at=_ago(130), dispatched_at=_ago(70))
+    runs_sweep()
+    assert run.id in sent
+
+
+@override_settings(GATEHOUSE_REDISPATCH_AFTER_SECONDS=3)
+def test_a_lost_dispatch_is_still_resent_after_the_delay(sent):
+    run = _run()
+    _set(run, created_at=_ago(10), dispatched_at=_ago(9))
+    runs_sweep()
+    assert run.id in sent
+
+
+@override_settings(GATEHOUSE_REDISPATCH_AFTER_SECONDS=3)
+def test_overlapping_sweeps_resend_a_run_once(sent):
+    # Two sweeps read the same candidate before either sent it: the conditional UPDATE picks one.
+    run = _run()
+    _set(run, created_at=_ago(10), dispatched_at=_ago(9))
+    first, second = Run.objects.get(pk=run.pk), Run.objects.get(pk=run.pk)
+    assert runs._redispatch_claim(first) is True
+    assert runs._redispatch_claim(second) is False
+
+
+@override_settings(GATEHOUSE_REDISPATCH_AFTER_SECONDS=3)
+def test_a_lapsed_run_resent_after_its_lease_ended_is_given_time_to_be_claimed(sent):
+    run = _run()
+    assert run_claim(run_id=str(run.id), worker="host:1:a") is not None
+    _set(run, lease_expires_at=_ago(600), dispatched_at=_ago(1))
+    runs_sweep()
+    assert run.id not in sent
+    _set(run, dispatched_at=_ago(5))
+    runs_sweep()
+    assert run.id in sent
