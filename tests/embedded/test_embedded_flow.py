@@ -18,7 +18,6 @@ pytestmark = pytest.mark.embedded
 _SERVER_VARS = ("DATABASE_URL", "REDIS_URL", "GATEHOUSE_QUEUE", "GATEHOUSE_GRAPHS", "SECRET_KEY", "GATEHOUSE_VAR_DIR")
 
 
-
 @pytest.fixture
 def embedded(tmp_path: Path, bank) -> Iterator[dict[str, str]]:  # noqa: ANN001
     env = {k: v for k, v in os.environ.items() if k not in _SERVER_VARS and not k.startswith("PYTEST")}

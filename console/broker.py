@@ -1,0 +1,119 @@
+"""The embedded broker: kombu's SQLAlchemy transport on one SQLite file, safe for several processes.
+
+kombu's filesystem transport crashed workers (``JSONDecodeError`` in ``_get``,
+celery/kombu#1551): a reader can rename a message file away before its writer
+has written it. A SQLite table has no such window: a message is inserted and
+taken inside transactions. What kombu's SQLAlchemy transport leaves to us:
+
+- WAL, so the web process and the workers read while one of them writes, and
+  a busy timeout, so writers queue for the lock instead of failing;
+- ``BEGIN IMMEDIATE`` for the take (kombu issues it; we keep it), so two
+  consumers never read the same row;
+- deleting a taken message: kombu only marks it invisible, so the table would
+  grow forever (an unacknowledged message is put back by the channel on close,
+  and a run lost with a killed worker is re-dispatched by the sweeper);
+- ``polling_interval`` is a transport option kombu also hands to
+  ``create_engine``, which rejects it.
+
+Selected in ``console/settings.py`` (``CELERY_BROKER_TRANSPORT``) when no
+``REDIS_URL`` is set; the choice is measured in ``bench/embedded_broker.py``
+and explained in ``docs/embedded.md``.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from queue import Empty
+from typing import Any
+
+from kombu.transport.sqlalchemy import Channel as SqlaChannel
+from kombu.transport.sqlalchemy import Transport as SqlaTransport
+from kombu.utils.encoding import bytes_to_str
+from kombu.utils.json import loads
+from sqlalchemy import create_engine, event, text
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import OperationalError
+
+# kombu's retry/table options, and ours: none of them is a create_engine() argument.
+_NOT_ENGINE_OPTIONS = (
+    "queue_tablename",
+    "message_tablename",
+    "callback",
+    "errback",
+    "max_retries",
+    "interval_start",
+    "interval_step",
+    "interval_max",
+    "retry_errors",
+    "polling_interval",
+    "busy_timeout",
+)
+
+
+def _sqlite_pragmas(dbapi_connection: sqlite3.Connection, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.close()
+
+
+def engine_create(url: str, *, busy_timeout: float = 30.0, **options: Any) -> Engine:
+    """An engine for the broker file: WAL on every connection, writers wait up to ``busy_timeout`` s."""
+    engine = create_engine(url, connect_args={"timeout": busy_timeout, "check_same_thread": False}, **options)
+    event.listen(engine, "connect", _sqlite_pragmas)
+    return engine
+
+
+class Channel(SqlaChannel):
+    def _engine_from_config(self) -> Engine:
+        conninfo = self.connection.client
+        options = {k: v for k, v in conninfo.transport_options.items() if k not in _NOT_ENGINE_OPTIONS}
+        busy_timeout = float(conninfo.transport_options.get("busy_timeout", 30.0))
+        return engine_create(conninfo.hostname, busy_timeout=busy_timeout, **options)
+
+    def _open(self) -> Any:
+        # Several processes start at once: two may both see no table and both
+        # CREATE it; the loser's "already exists" is harmless, so try again.
+        try:
+            return super()._open()
+        except OperationalError as exc:
+            if "already exists" not in str(exc):
+                raise
+            self._engines.pop(self.connection.client.hostname, None)
+            return super()._open()
+
+    def _get(self, queue: str) -> Any:
+        obj = self._get_or_create(queue)
+        session = self.session
+        waiting = (
+            session.query(self.message_cls.id)
+            .filter(self.message_cls.queue_id == obj.id)
+            .filter(self.message_cls.visible.is_(True))
+        )
+        # An idle poll only reads (WAL readers never wait), so idle consumers
+        # do not queue for the write lock that publishers need.
+        if waiting.first() is None:
+            session.commit()
+            raise Empty()
+        session.execute(text("BEGIN IMMEDIATE"))  # the write lock first: one taker per row
+        try:
+            message = (
+                session.query(self.message_cls)
+                .filter(self.message_cls.queue_id == obj.id)
+                .filter(self.message_cls.visible.is_(True))
+                .order_by(self.message_cls.sent_at, self.message_cls.id)
+                .first()
+            )
+            if message is None:
+                raise Empty()
+            payload = message.payload
+            session.delete(message)
+        except BaseException:
+            session.rollback()
+            raise
+        session.commit()
+        return loads(bytes_to_str(payload))
+
+
+class Transport(SqlaTransport):
+    Channel = Channel
