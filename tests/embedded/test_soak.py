@@ -41,6 +41,7 @@ def _counts(stack: Stack, sql: str) -> dict[str, int]:
         return dict(db.execute(sql).fetchall())
 
 
+@pytest.mark.timeout(900)
 def test_the_embedded_stack_takes_2000_runs_without_a_crash(tmp_path: Path, stacks: list[Stack]) -> None:
     stack = stack_new(
         tmp_path,
