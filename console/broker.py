@@ -82,7 +82,7 @@ class Channel(SqlaChannel):
             self._engines.pop(self.connection.client.hostname, None)
             return super()._open()
 
-    def _get(self, queue: str) -> Any:
+    def _get(self, queue: str, timeout: Any = None) -> Any:
         obj = self._get_or_create(queue)
         session = self.session
         waiting = (

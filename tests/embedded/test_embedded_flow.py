@@ -1,4 +1,4 @@
-"""The embedded stack (SQLite + kombu filesystem broker, no servers) runs the same flow over HTTP."""
+"""The embedded stack (SQLite, SQLite broker, no servers) runs the same flow over HTTP."""
 
 from __future__ import annotations
 
