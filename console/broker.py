@@ -7,11 +7,11 @@ taken inside transactions. What kombu's SQLAlchemy transport leaves to us:
 
 - WAL, so the web process and the workers read while one of them writes, and
   a busy timeout, so writers queue for the lock instead of failing;
-- ``BEGIN IMMEDIATE`` for the take (kombu issues it; we keep it), so two
-  consumers never read the same row;
+- ``BEGIN IMMEDIATE`` for the take, so two consumers never take the same row;
 - deleting a taken message: kombu only marks it invisible, so the table would
   grow forever (an unacknowledged message is put back by the channel on close,
   and a run lost with a killed worker is re-dispatched by the sweeper);
+- one Core statement per message instead of kombu's ORM unit of work;
 - ``polling_interval`` is a transport option kombu also hands to
   ``create_engine``, which rejects it.
 
@@ -29,8 +29,8 @@ from typing import Any
 from kombu.transport.sqlalchemy import Channel as SqlaChannel
 from kombu.transport.sqlalchemy import Transport as SqlaTransport
 from kombu.utils.encoding import bytes_to_str
-from kombu.utils.json import loads
-from sqlalchemy import create_engine, event, text
+from kombu.utils.json import dumps, loads
+from sqlalchemy import create_engine, delete, event, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import OperationalError
 
@@ -82,37 +82,47 @@ class Channel(SqlaChannel):
             self._engines.pop(self.connection.client.hostname, None)
             return super()._open()
 
+    # kombu's ORM path (a queue lookup and a unit of work per message) cost about 16 ms of CPU per
+    # publish; with the queue's id cached, one Core statement per message does the same work.
+    def _queue_id(self, queue: str) -> int:
+        ids: dict[str, int] = self.__dict__.setdefault("_queue_ids", {})
+        if queue not in ids:
+            ids[queue] = int(self._get_or_create(queue).id)
+        return ids[queue]
+
+    def _put(self, queue: str, payload: Any, **kwargs: Any) -> None:
+        table = self.message_cls.__table__
+        engine, _ = self._open()
+        with engine.begin() as conn:
+            conn.execute(table.insert().values(queue_id=self._queue_id(queue), payload=dumps(payload)))
+
     def _get(self, queue: str, timeout: Any = None) -> Any:
-        obj = self._get_or_create(queue)
-        session = self.session
+        table = self.message_cls.__table__
         waiting = (
-            session.query(self.message_cls.id)
-            .filter(self.message_cls.queue_id == obj.id)
-            .filter(self.message_cls.visible.is_(True))
+            select(table.c.id, table.c.payload)
+            .where(table.c.queue_id == self._queue_id(queue), table.c.visible.is_(True))
+            .order_by(table.c.id)
+            .limit(1)
         )
-        # An idle poll only reads (WAL readers never wait), so idle consumers
-        # do not queue for the write lock that publishers need.
-        if waiting.first() is None:
-            session.commit()
-            raise Empty()
-        session.execute(text("BEGIN IMMEDIATE"))  # the write lock first: one taker per row
-        try:
-            message = (
-                session.query(self.message_cls)
-                .filter(self.message_cls.queue_id == obj.id)
-                .filter(self.message_cls.visible.is_(True))
-                .order_by(self.message_cls.sent_at, self.message_cls.id)
-                .first()
-            )
-            if message is None:
+        engine, _ = self._open()
+        with engine.connect() as conn:
+            # An idle poll only reads (WAL readers never wait), so idle consumers
+            # do not queue for the write lock that publishers need.
+            if conn.execute(waiting).first() is None:
+                conn.rollback()
                 raise Empty()
-            payload = message.payload
-            session.delete(message)
-        except BaseException:
-            session.rollback()
-            raise
-        session.commit()
-        return loads(bytes_to_str(payload))
+            conn.rollback()
+            conn.exec_driver_sql("BEGIN IMMEDIATE")  # the write lock first: one taker per message
+            try:
+                row = conn.execute(waiting).first()
+                if row is None:
+                    raise Empty()  # another consumer took it
+                conn.execute(delete(table).where(table.c.id == row.id))
+            except BaseException:
+                conn.rollback()
+                raise
+            conn.commit()
+        return loads(bytes_to_str(row.payload))
 
 
 class Transport(SqlaTransport):
