@@ -97,7 +97,7 @@ def test_a_failed_setup_leaves_no_process_and_frees_the_ports(tmp_path: Path, st
     assert stack.proc is not None
     assert stack.proc.wait(timeout=scaled(120)) == 1
     assert "cannot start: manage.py demo_setup failed" in stack.log()
-    assert "input.applicant: unknown field" in stack.log()
+    assert "a demo thread cannot start: input.applicant: unknown field" in stack.log()
     assert stack.processes() == []
     assert port_free(stack.port) and port_free(bank_port)
 
