@@ -149,15 +149,10 @@ def port_listening(port: int) -> bool:
         return False
 
 
-def worker_queues(env: dict[str, str]) -> list[str]:
-    """The queues the embedded workers consume (one more queue: one more entry)."""
-    return [env.get("GATEHOUSE_QUEUE") or "gatehouse"]
-
-
-def worker_args(python: str, env: dict[str, str], var: Path, *, index: int) -> list[str]:
+def worker_args(python: str, var: Path, *, index: int) -> list[str]:
+    # No -Q: a worker consumes every queue in CELERY_TASK_QUEUES (runs and outbound webhooks).
     args = [python, "-m", "celery", "-A", "console", "worker", "--pool=threads", "--concurrency=4"]
-    args += ["--loglevel=INFO", "-Q", ",".join(worker_queues(env)), "-n", f"worker{index}@%h"]
-    args += ["--without-mingle", "--without-gossip"]
+    args += ["--loglevel=INFO", "-n", f"worker{index}@%h", "--without-mingle", "--without-gossip"]
     if index == 1:  # one beat for the whole stack
         args += ["--beat", "--schedule", str(var / "celerybeat-schedule")]
     return args
@@ -213,7 +208,7 @@ def start(supervisor: Supervisor, env: dict[str, str]) -> int:
         supervisor.start(Child("fake bank", [python, "-m", "demo.fakebank", "--port", str(bank_port)], env))
     for index in range(1, env_int("GATEHOUSE_WORKERS", 1, minimum=1) + 1):
         name = "worker" if index == 1 else f"worker {index}"
-        supervisor.start(Child(name, worker_args(python, env, var, index=index), env))
+        supervisor.start(Child(name, worker_args(python, var, index=index), env))
     web = [python, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "console.asgi:application"]
     supervisor.start(Child("web", web, env))
     return port
