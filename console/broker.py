@@ -90,11 +90,12 @@ class Channel(SqlaChannel):
             ids[queue] = int(self._get_or_create(queue).id)
         return ids[queue]
 
-    def _put(self, queue: str, message: Any, **kwargs: Any) -> None:
+    # kombu's two base classes name the argument differently (message, payload): mypy cannot satisfy both.
+    def _put(self, queue: str, payload: Any, **kwargs: Any) -> None:  # type: ignore[override]
         table = self.message_cls.__table__
         engine, _ = self._open()
         with engine.begin() as conn:
-            conn.execute(table.insert().values(queue_id=self._queue_id(queue), payload=dumps(message)))
+            conn.execute(table.insert().values(queue_id=self._queue_id(queue), payload=dumps(payload)))
 
     def _get(self, queue: str, timeout: Any = None) -> Any:
         table = self.message_cls.__table__
