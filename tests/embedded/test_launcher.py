@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 import time
 from pathlib import Path
 
@@ -75,6 +76,10 @@ def test_a_signal_stops_every_process_within_seconds(tmp_path: Path, stacks: lis
     stack = stack_new(tmp_path, GATEHOUSE_GRAPHS=str(SOAK_GRAPHS), GATEHOUSE_DEMO="false", GATEHOUSE_WORKERS="2")
     stacks.append(stack.start())
     stack.wait_serving()
+    # Your own graphs, demo mode off: it comes up empty and says how to create the first admin.
+    assert "manage.py user_create --role admin <username>" in stack.log()
+    with sqlite3.connect(f"file:{stack.var / 'gatehouse.sqlite3'}?mode=ro", uri=True) as db:
+        assert db.execute("SELECT COUNT(*) FROM auth_user").fetchone()[0] == 0
     # Every child up: the bank, two workers (one with its beat process), the web server.
     wait_for(lambda: len(stack.processes()) >= 6, timeout=30, what="all children")
     stack.signal(sig)
