@@ -13,7 +13,7 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PY) -m pip install -q -c constraints.txt -e '.[dev]'
 	touch $@
 
-## Embedded mode: SQLite, filesystem broker, demo users and threads, http://127.0.0.1:8000
+## Embedded mode: SQLite, SQLite broker file, demo users and threads, http://127.0.0.1:8000 (PORT; docs/embedded.md)
 run: install
 	$(PY) -m console.embedded
 

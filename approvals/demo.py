@@ -1,4 +1,8 @@
-"""Demo users and paused demo threads for embedded mode (never in production)."""
+"""Demo users and paused demo threads for embedded mode (never in production).
+
+Works with any ``GATEHOUSE_GRAPHS``: the demo users are assigned to the graphs
+that are registered, and demo threads start only for demo graphs that are.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ from approvals import services
 from approvals.models import GraphAssignment
 from approvals.roles import roles_ensure
 from runtime.models import Thread
+from runtime.registry import graph_names
 
 DEMO_PASSWORD = "gatehouse"
 DEMO_USERS: dict[str, tuple[str, list[str]]] = {
@@ -44,12 +49,23 @@ DEMO_THREADS: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
 ]
 
 
+def _assigned(graphs: list[str], registered: list[str]) -> list[str]:
+    """A demo user's graphs among the registered ones; a one-graph reviewer whose demo graph
+    is not registered gets the first registered graph, so it still shows a narrower scope."""
+    if graphs == ["*"] or not graphs:
+        return graphs
+    kept = [g for g in graphs if g in registered]
+    return kept or registered[:1]
+
+
 @transaction.atomic
 def demo_setup() -> list[str]:
     roles = roles_ensure()
     User = get_user_model()
+    registered = graph_names()
     done = []
-    for username, (role, graphs) in DEMO_USERS.items():
+    for username, (role, demo_graphs) in DEMO_USERS.items():
+        graphs = _assigned(demo_graphs, registered)
         user, created = User.objects.get_or_create(username=username)
         if created:
             user.set_password(DEMO_PASSWORD)
@@ -62,6 +78,8 @@ def demo_setup() -> list[str]:
             GraphAssignment.objects.get_or_create(user=user, graph=graph)
     operator = User.objects.get(username="operator")
     for graph, graph_input, metadata in DEMO_THREADS:
+        if graph not in registered:
+            continue
         if Thread.objects.filter(graph=graph, metadata__case=metadata["case"]).exists():
             continue
         thread, _ = services.thread_start(actor=operator, graph=graph, input=graph_input, metadata=metadata)

@@ -37,8 +37,6 @@ from runtime.runs import PendingInterrupt, ThreadBusy, retry_command, run_enqueu
 from runtime.schema import FieldError, values_validate
 from runtime.storable import NotStorable, value_storable_check
 
-REASON_REQUIRED = {"reject", "edit"}
-
 # Checks other layers add to every decision, run under the task's row lock
 # (the console registers its claim check here, so the API and webhooks honour
 # claims too). A guard raises a DomainError to refuse.
@@ -226,6 +224,14 @@ def redaction_policy(actor: User, task: ApprovalTask) -> list[str]:
         return []
 
 
+def _reason_required(task: ApprovalTask, outcome: str) -> bool:
+    """The graph's reason policy for this gate (langgraph.json "gatehouse": {"reasons": ...})."""
+    try:
+        return graph_get(task.graph).reason_required(gate=task.node, outcome=outcome)
+    except UnknownGraph:
+        return outcome in ("reject", "edit")  # a graph no longer registered: the strict default
+
+
 def task_decide(*, actor: User, task_id: Any, request: DecisionRequest, signer: Signer | None = None) -> Decision:
     """Record ``actor``'s decision; resume the thread once the task's quorum is met.
 
@@ -281,7 +287,7 @@ def _task_decide(*, actor: User, task_id: Any, request: DecisionRequest, signer:
     evidence = evidence_digest(task=task, redaction=redaction)
     if request.evidence_digest is not None and request.evidence_digest != evidence:
         raise Conflict("the evidence you reviewed no longer matches this task; reload it", field="evidence_digest")
-    if request.outcome in REASON_REQUIRED and not request.reason.strip():
+    if _reason_required(task, request.outcome) and not request.reason.strip():
         raise InvalidInput(f"a reason is required to {request.outcome}", field="reason")
     earlier = list(task.decisions.all())
     if any(d.actor_id == actor.pk for d in earlier):

@@ -7,6 +7,11 @@ from django.core.asgi import get_asgi_application
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
 django_asgi_app = get_asgi_application()
 
+from runtime.registry import registry_load  # noqa: E402
+
+# The graphs load as the server starts (never in migrate/collectstatic): a broken one stops it, named.
+registry_load()
+
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 

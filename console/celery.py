@@ -87,9 +87,20 @@ def _bounded_shutdown(**_: object) -> None:
     timer.start()
 
 
+def _graphs_load(**_: object) -> None:
+    """Import the registered graphs before taking work: a broken one stops the worker, named."""
+    from runtime.registry import GraphRegistryError, registry_load
+
+    try:
+        registry_load()
+    except GraphRegistryError as exc:
+        log.critical("cannot start: %s", exc)
+        raise SystemExit(f"gatehouse worker: {exc}") from exc  # Celery logs and swallows Exceptions
+
+
 @app.on_after_finalize.connect
 def _ready_probe(sender: Celery, **kwargs: object) -> None:
-    from celery.signals import worker_ready, worker_shutdown, worker_shutting_down
+    from celery.signals import worker_init, worker_ready, worker_shutdown, worker_shutting_down
 
     def write_ready(**_: object) -> None:
         # A file-based readiness probe for process supervisors and tests.
@@ -109,6 +120,7 @@ def _ready_probe(sender: Celery, **kwargs: object) -> None:
         except Exception:
             log.exception("could not check the broker's eviction policy")
 
+    worker_init.connect(_graphs_load, weak=False)
     worker_ready.connect(check_broker, weak=False)
     worker_ready.connect(write_ready, weak=False)
     worker_shutting_down.connect(_bounded_shutdown, weak=False)

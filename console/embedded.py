@@ -1,88 +1,247 @@
-"""``make run``: the whole console on one machine with no servers.
+"""``make run``: the whole console on one machine with no servers, supervised.
 
-Migrates the SQLite database, creates demo users and threads, then runs the
-fake bank, a Celery worker (with beat, over kombu's filesystem transport) and
-daphne on http://127.0.0.1:8000, until Ctrl-C stops them all.
+Setup first, while nothing else runs: migrate the SQLite database, import the
+registered graphs (a broken one stops here, named), then either create the
+demo users and threads (demo mode) or say how to create the first admin. Only
+then start the long-lived children, each in its own process group: the fake
+bank (unless ``GATEHOUSE_FAKE_BANK_URL`` names one), ``GATEHOUSE_WORKERS``
+Celery workers (the first runs beat) and daphne on ``PORT``.
+
+A child that dies is started again after a backoff (1 s, doubling to 30 s;
+reset once it has run for a minute), with a log line. Ctrl-C or SIGTERM stops
+every child's process group: SIGTERM, then SIGKILL after a few seconds. A
+failed start stops whatever had been started. Ports and files: docs/embedded.md.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import socket
+import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from console.env import env_bool, env_int
+
 ROOT = Path(__file__).resolve().parent.parent
+BACKOFF_FIRST = 1.0
+BACKOFF_MAX = 30.0
+STABLE_AFTER = 60.0  # a child up this long has its backoff reset
+STOP_SECONDS = 5.0  # SIGTERM → SIGKILL
+# Celery's warm shutdown lets runs finish this long before handing them back (below STOP_SECONDS).
+SHUTDOWN_GRACE_SECONDS = "3"
 
 
-def _spawn(name: str, args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
-    print(f"[gatehouse] starting {name}: {' '.join(args)}", flush=True)
-    return subprocess.Popen(args, cwd=ROOT, env=env, start_new_session=True)
+class StartError(Exception):
+    """A setup step failed; nothing long-lived is left running."""
+
+
+def log(message: str) -> None:
+    print(f"[gatehouse] {message}", flush=True)
+
+
+@dataclass
+class Child:
+    name: str
+    args: list[str]
+    env: dict[str, str]
+    proc: subprocess.Popen[bytes] | None = None
+    started_at: float = 0.0
+    backoff: float = BACKOFF_FIRST
+    restart_at: float | None = None
+    restarts: int = 0
+
+    def start(self) -> None:
+        log(f"starting {self.name}: {' '.join(self.args)}")
+        self.proc = subprocess.Popen(self.args, cwd=ROOT, env=self.env, start_new_session=True)
+        self.started_at = time.monotonic()
+        self.restart_at = None
+
+    def signal_group(self, sig: int) -> None:
+        # The group outlives its leader when the leader dies first (Celery's beat, pool threads).
+        if self.proc is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, sig)
+
+    def group_alive(self) -> bool:
+        if self.proc is None:
+            return False
+        if self.proc.poll() is None:
+            return True
+        try:
+            os.killpg(self.proc.pid, 0)
+        except (ProcessLookupError, PermissionError):
+            return False
+        return True
+
+
+@dataclass
+class Supervisor:
+    children: list[Child] = field(default_factory=list)
+    clock: Callable[[], float] = time.monotonic
+
+    def start(self, child: Child) -> None:
+        self.children.append(child)
+        child.start()
+
+    def tend(self) -> None:
+        """Restart children that died, each after its backoff."""
+        now = self.clock()
+        for child in self.children:
+            proc = child.proc
+            if proc is None:
+                continue
+            if child.restart_at is None and proc.poll() is not None:
+                child.signal_group(signal.SIGKILL)  # whatever it left behind in its group
+                if now - child.started_at >= STABLE_AFTER:
+                    child.backoff = BACKOFF_FIRST
+                child.restart_at = now + child.backoff
+                log(f"{child.name} exited with code {proc.returncode}; restarting in {child.backoff:g}s")
+                child.backoff = min(child.backoff * 2, BACKOFF_MAX)
+            elif child.restart_at is not None and now >= child.restart_at:
+                child.restarts += 1
+                child.start()
+
+    def stop(self, timeout: float = STOP_SECONDS) -> None:
+        for child in self.children:
+            child.signal_group(signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while any(c.group_alive() for c in self.children) and time.monotonic() < deadline:
+            for child in self.children:
+                if child.proc is not None:
+                    child.proc.poll()  # reap
+            time.sleep(0.05)
+        for child in self.children:
+            if child.group_alive():
+                log(f"{child.name} did not stop within {timeout:g}s; killing it")
+                child.signal_group(signal.SIGKILL)
+                if child.proc is not None:
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        child.proc.wait(timeout=5)
+
+
+def port_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def port_pick() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def port_listening(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def worker_args(python: str, var: Path, *, index: int) -> list[str]:
+    # No -Q: a worker consumes every queue in CELERY_TASK_QUEUES (runs and outbound webhooks).
+    args = [python, "-m", "celery", "-A", "console", "worker", "--pool=threads", "--concurrency=4"]
+    args += ["--loglevel=INFO", "-n", f"worker{index}@%h", "--without-mingle", "--without-gossip"]
+    if index == 1:  # one beat for the whole stack
+        args += ["--beat", "--schedule", str(var / "celerybeat-schedule")]
+    return args
+
+
+def _setup(python: str, env: dict[str, str], *args: str) -> None:
+    done = subprocess.run([python, "manage.py", *args], cwd=ROOT, env=env)
+    if done.returncode != 0:
+        raise StartError(f"manage.py {' '.join(args)} failed (exit {done.returncode})")
+
+
+def _users_exist(var: Path, env: dict[str, str]) -> bool:
+    if env.get("DATABASE_URL"):
+        return True  # not ours to inspect: a server database has its own administration
+    with sqlite3.connect(f"file:{var / 'gatehouse.sqlite3'}?mode=ro", uri=True) as db:
+        return bool(db.execute("SELECT EXISTS (SELECT 1 FROM auth_user)").fetchone()[0])
+
+
+def environment() -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    env.setdefault("GATEHOUSE_SHUTDOWN_GRACE_SECONDS", SHUTDOWN_GRACE_SECONDS)
+    env["GATEHOUSE_VAR_DIR"] = str(Path(env.get("GATEHOUSE_VAR_DIR") or ROOT / "var").resolve())
+    return env
+
+
+def start(supervisor: Supervisor, env: dict[str, str]) -> int:
+    """Set up, then start the children; returns the web port. Raises StartError."""
+    python = sys.executable
+    var = Path(env["GATEHOUSE_VAR_DIR"])
+    var.mkdir(parents=True, exist_ok=True)
+    port = env_int("PORT", 8000, minimum=1)
+    if not port_free(port):
+        raise StartError(f"port {port} is in use: set PORT to another port (and GATEHOUSE_VAR_DIR for a 2nd instance)")
+    env["PORT"] = str(port)
+    bank_port: int | None = None
+    if not env.get("GATEHOUSE_FAKE_BANK_URL"):
+        bank_port = env_int("BANK_PORT", 0, minimum=0) or port_pick()
+        if not port_free(bank_port):
+            raise StartError(f"BANK_PORT {bank_port} is in use: pick another (or leave it unset for a free one)")
+        env["GATEHOUSE_FAKE_BANK_URL"] = f"http://127.0.0.1:{bank_port}"
+
+    _setup(python, env, "migrate", "--no-input", "-v", "0")
+    _setup(python, env, "graphs_check")
+    if env_bool("GATEHOUSE_DEMO", not env.get("DATABASE_URL")):
+        _setup(python, env, "demo_setup")
+    elif not _users_exist(var, env):
+        log("demo mode is off and there are no users yet. Create the first admin, then sign in:")
+        log(f"    {python} manage.py user_create --role admin <username>")
+
+    if bank_port is not None:
+        supervisor.start(Child("fake bank", [python, "-m", "demo.fakebank", "--port", str(bank_port)], env))
+    for index in range(1, env_int("GATEHOUSE_WORKERS", 1, minimum=1) + 1):
+        name = "worker" if index == 1 else f"worker {index}"
+        supervisor.start(Child(name, worker_args(python, var, index=index), env))
+    web = [python, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "console.asgi:application"]
+    supervisor.start(Child("web", web, env))
+    return port
 
 
 def main() -> int:
-    env = dict(os.environ)
-    env.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
-    env.setdefault("DEBUG", "true")
-    env.setdefault("GATEHOUSE_FAKE_BANK_URL", "http://127.0.0.1:8765")
-    port = env.get("PORT", "8000")
-    python = sys.executable
-    var = Path(env.get("GATEHOUSE_VAR_DIR", ROOT / "var"))
-    var.mkdir(parents=True, exist_ok=True)
+    env = environment()
+    supervisor = Supervisor()
+    stopping: list[int] = []
 
-    subprocess.run([python, "manage.py", "migrate", "--no-input", "-v", "0"], cwd=ROOT, env=env, check=True)
-    procs = [
-        _spawn("fake bank", [python, "-m", "demo.fakebank", "--port", "8765"], env),
-        _spawn(
-            "worker",
-            [
-                python,
-                "-m",
-                "celery",
-                "-A",
-                "console",
-                "worker",
-                "--beat",
-                "--pool=threads",
-                "--concurrency=4",
-                "--loglevel=INFO",
-                "--schedule",
-                str(var / "celerybeat-schedule"),
-            ],
-            env,
-        ),
-    ]
-    subprocess.run([python, "manage.py", "demo_setup"], cwd=ROOT, env=env, check=True)
-    procs.append(
-        _spawn("web", [python, "-m", "daphne", "-b", "127.0.0.1", "-p", port, "console.asgi:application"], env)
-    )
-    print(f"[gatehouse] console on http://127.0.0.1:{port}/  (API docs: /api/docs) — Ctrl-C stops", flush=True)
-
-    stopping = False
-
-    def stop(*_: object) -> None:
-        nonlocal stopping
-        stopping = True
+    def stop(signum: int, _frame: object) -> None:
+        stopping.append(signum)
 
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
     try:
-        while not stopping and all(p.poll() is None for p in procs):
-            time.sleep(0.3)
+        port = start(supervisor, env)
+        announced = False
+        while not stopping:
+            supervisor.tend()
+            if not announced and port_listening(port):
+                log(f"console on http://127.0.0.1:{port}/  (API docs: /api/docs) — Ctrl-C stops")
+                announced = True
+            time.sleep(0.2)
+    except StartError as exc:
+        log(f"cannot start: {exc}")
+        return 1
+    except KeyboardInterrupt:  # a Ctrl-C before the handler was installed
+        pass
     finally:
-        for p in procs:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGTERM)
-        deadline = time.monotonic() + 10
-        for p in procs:
-            try:
-                p.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
-        print("[gatehouse] stopped", flush=True)
-    return 0 if stopping else 1
+        supervisor.stop()
+        log("stopped")
+    return 0
 
 
 if __name__ == "__main__":

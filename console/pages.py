@@ -21,7 +21,7 @@ from console import selectors
 from console.forms import DecisionForm, InboxFilterForm, decision_form_for
 from console.services import can_release_any, claim_active
 from runtime.models import Thread
-from runtime.registry import UnknownGraph, graph_get
+from runtime.registry import REASON_OUTCOMES, UnknownGraph, graph_get
 from runtime.schema import json_schema_for
 
 INBOX_PAGE_SIZE = 50
@@ -106,9 +106,13 @@ def task_context(user: Any, task_id: Any, form: DecisionForm | None = None) -> d
         before = gateway.state_for(user, task.thread_id, state.parent_id)
         diff = selectors.state_diff(before.values if before else {}, values)
     try:
-        schema = json_schema_for(graph_get(task.graph).state_schema)
+        entry = graph_get(task.graph)
+        schema = json_schema_for(entry.state_schema)
+        # The graph's reason policy for this gate (langgraph.json "gatehouse": {"reasons": ...}).
+        reasons_required = [o for o in REASON_OUTCOMES if entry.reason_required(gate=task.node, outcome=o)]
     except UnknownGraph:
         schema = {"type": "object", "properties": {}}
+        reasons_required = ["reject", "edit"]
     payload, _ = gateway.payload_for(user, task)
     if form is None:
         # Edit fields are prefilled from the masked payload too: a reviewer never receives a hidden value.
@@ -125,6 +129,7 @@ def task_context(user: Any, task_id: Any, form: DecisionForm | None = None) -> d
             "timeline": selectors.timeline_for(user=user, thread=task.thread),
             "proposed": payload.get("proposed_action") if isinstance(payload, dict) else None,
             "inbox_item": _inbox_item(payload),
+            "reasons_required": reasons_required,
         }
     )
     return ctx

@@ -1,8 +1,8 @@
 """Gatehouse settings, driven by environment variables.
 
-No variables at all gives *embedded mode*: SQLite files under ``var/``,
-Celery over kombu's filesystem transport, an in-memory channel layer, demo
-graphs. Setting ``DATABASE_URL`` and ``REDIS_URL`` gives production mode.
+No variables at all gives *embedded mode*: SQLite files under ``var/``
+(``GATEHOUSE_VAR_DIR``), Celery over a SQLite broker file there, an in-memory
+channel layer, demo graphs (docs/embedded.md). Setting ``DATABASE_URL`` and ``REDIS_URL`` gives production mode.
 """
 
 from __future__ import annotations
@@ -300,7 +300,6 @@ GATEHOUSE_AUDIT_ANCHOR_SINK = env_str("GATEHOUSE_AUDIT_ANCHOR_SINK") or ""
 GATEHOUSE_DEMO = env_bool("GATEHOUSE_DEMO", EMBEDDED)
 
 # --- Celery ----------------------------------------------------------------
-BROKER_DIR = VAR_DIR / "broker"
 CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, Any]
 if REDIS_URL:
     CELERY_BROKER_URL = REDIS_URL
@@ -308,17 +307,13 @@ if REDIS_URL:
     # run. Runs whose worker died are recovered sooner by the lease sweeper.
     CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT", 3600, minimum=60)}
 else:
-    CELERY_BROKER_URL = "filesystem://"
-    _private_dir(BROKER_DIR)
-    for sub in ("in", "processed"):
-        _private_dir(BROKER_DIR / sub)
-    CELERY_BROKER_TRANSPORT_OPTIONS = {
-        "data_folder_in": str(BROKER_DIR / "in"),
-        "data_folder_out": str(BROKER_DIR / "in"),
-        "processed_folder": str(BROKER_DIR / "processed"),
-        "store_processed": False,
-        "polling_interval": 0.05,
-    }
+    # Embedded: one SQLite file is the broker (console/broker.py; why not kombu's
+    # filesystem transport: docs/embedded.md). No remote control: its fanout
+    # queues would only add polling.
+    CELERY_BROKER_URL = f"sqlite:///{_private_file(VAR_DIR / 'broker.sqlite3')}"
+    CELERY_BROKER_TRANSPORT = "console.broker:Transport"
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"polling_interval": 0.05, "busy_timeout": 30}
+    CELERY_WORKER_ENABLE_REMOTE_CONTROL = False
 CELERY_TASK_DEFAULT_QUEUE = env_str("GATEHOUSE_QUEUE") or "gatehouse"
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True

@@ -5,9 +5,5 @@ class RuntimeConfig(AppConfig):
     name = "runtime"
     label = "runtime"
     default_auto_field = "django.db.models.BigAutoField"
-
-    def ready(self) -> None:
-        # Fail at start-up, naming the graph, rather than on the first run.
-        from runtime.registry import registry_load
-
-        registry_load()
+    # The graph registry is not loaded here: migrate and collectstatic must not import graph
+    # modules. The worker and the web server load it as they start (runtime.registry).

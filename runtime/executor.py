@@ -33,7 +33,7 @@ from runtime.errors import is_transient
 from runtime.fencing import FENCE_KEY
 from runtime.jsonable import to_jsonable
 from runtime.models import Run, RunKind, RunStatus
-from runtime.registry import UnknownGraph, graph_get
+from runtime.registry import GraphRegistryError, UnknownGraph, graph_get
 from runtime.runs import (
     LeaseLost,
     Outcome,
@@ -134,12 +134,16 @@ def run_config(run: Run) -> RunnableConfig:
 
 
 def _execute_claimed(run: Run, heartbeat: _Heartbeat) -> None:
+    config = run_config(run)
     try:
-        graph = graph_get(run.thread.graph).compiled()
+        # A factory that takes a config builds this run's graph from it (as LangGraph Server does).
+        graph = graph_get(run.thread.graph).compiled(config)
     except UnknownGraph as exc:
         run_fail(run=run, error=f"graph {exc.name!r} is not registered")
         return
-    config = run_config(run)
+    except GraphRegistryError as exc:  # the graph's factory failed for this run's config
+        run_fail(run=run, error=str(exc))
+        return
     try:
         graph_input = _input_for(run, graph, config)
         if isinstance(graph_input, _Recovery):

@@ -7,9 +7,23 @@ Reads the file format langgraph-cli uses::
                 "loan": {"path": "./graphs/loan.py:make_graph", "description": "..."}}}
 
 ``attr`` may be a compiled graph, an uncompiled ``StateGraph`` or a factory
-returning either. Graph modules are imported once at start-up (so a broken
-entry stops the process with a message naming it); compiling against the
-checkpointer happens on first use, in the process that runs the graph.
+returning either. Graph modules are imported on first use, not when Django
+starts: ``migrate`` and ``collectstatic`` never import them (a factory that
+needs an API key must not break a migration). The worker and the web server
+load the registry as they start (``console.celery``, ``console.asgi``), so a
+broken entry still stops them with a message naming it; ``manage.py
+graphs_check`` does the same on demand. Compiling against the checkpointer
+happens on first use, in the process that runs the graph.
+
+Factories behave as on LangGraph Server: a factory that takes a config
+argument is called again for every run with that run's ``RunnableConfig``
+(a graph built per run); it is also called once at load with an empty config
+for the graph's schema, state reads and validation. A factory without
+parameters is called once.
+
+Gatehouse's own per-graph settings live in the file's ``"gatehouse"`` section
+(docs/graphs.md): ``sensitive_paths``, ``retention``, ``schema_versions``,
+``upcasters`` and ``reasons``.
 """
 
 from __future__ import annotations
@@ -20,12 +34,14 @@ import json
 import os
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
+from django.db.models import TextChoices
 from langgraph.graph import StateGraph
 from langgraph.pregel import Pregel
 
@@ -42,6 +58,15 @@ class UnknownGraph(LookupError):
         self.name = name
 
 
+class ReasonRule(TextChoices):
+    REQUIRED = "required"
+    OPTIONAL = "optional"
+
+
+# Decisions a reason policy may name ("reasons" in langgraph.json's "gatehouse" section).
+REASON_OUTCOMES = ("approve", "edit", "reject", "respond")
+
+
 @dataclass
 class GraphEntry:
     name: str
@@ -55,6 +80,12 @@ class GraphEntry:
     upcasters: dict[int, Any] = field(default_factory=dict)
     # Days after completion when a thread's intermediate checkpoints go (None: the setting's default).
     retention_days: int | None = None
+    # Whether a decision needs a reason, per outcome, for the graph and per gate (node) overrides.
+    # No policy: none is required, as on LangGraph Server.
+    reasons: dict[str, str] = field(default_factory=dict)
+    gate_reasons: dict[str, dict[str, str]] = field(default_factory=dict)
+    # A factory taking a RunnableConfig: called again for every run with the run's config.
+    factory: Callable[[Any], Any] | None = field(default=None, repr=False)
     _compiled: Pregel | None = field(default=None, repr=False)
 
     @property
@@ -71,8 +102,18 @@ class GraphEntry:
     def input_schema(self) -> type:
         return self.builder.input_schema  # type: ignore[no-any-return]
 
-    def compiled(self) -> Pregel:
-        """The graph bound to this process's checkpointer (compiled once)."""
+    def reason_required(self, *, gate: str, outcome: str) -> bool:
+        rule = self.gate_reasons.get(gate, {}).get(outcome) or self.reasons.get(outcome)
+        return rule == ReasonRule.REQUIRED
+
+    def compiled(self, config: Any = None) -> Pregel:
+        """The graph bound to this process's checkpointer (compiled once).
+
+        With a run's ``config``, a factory that takes one builds the graph for
+        that run, as LangGraph Server does.
+        """
+        if config is not None and self.factory is not None:
+            return _bind_checkpointer(_factory_result(self.name, self.factory, config), self.schema())
         if self._compiled is None:
             with _compile_lock:
                 if self._compiled is None:
@@ -91,6 +132,7 @@ class GraphEntry:
 
 
 _compile_lock = threading.Lock()
+_load_lock = threading.Lock()
 _registry: dict[str, GraphEntry] | None = None
 
 
@@ -101,17 +143,25 @@ def registry_load(path: str | os.PathLike[str] | None = None) -> dict[str, Graph
     return _registry
 
 
+def _registry_get() -> dict[str, GraphEntry]:
+    # Loaded on first use; the lock keeps concurrent first requests from importing the modules twice.
+    if _registry is None:
+        with _load_lock:
+            if _registry is None:
+                return registry_load()
+    assert _registry is not None
+    return _registry
+
+
 def graph_get(name: str) -> GraphEntry:
-    registry = _registry if _registry is not None else registry_load()
     try:
-        return registry[name]
+        return _registry_get()[name]
     except KeyError:
         raise UnknownGraph(name) from None
 
 
 def graph_names() -> list[str]:
-    registry = _registry if _registry is not None else registry_load()
-    return sorted(registry)
+    return sorted(_registry_get())
 
 
 def graphs_read(config_path: Path) -> dict[str, GraphEntry]:
@@ -142,10 +192,11 @@ def graphs_read(config_path: Path) -> dict[str, GraphEntry]:
             raise GraphRegistryError(f'graph {name!r}: expected "file.py:attr" or {{"path": ...}}')
         if not all(isinstance(p, str) and p for p in sensitive):
             raise GraphRegistryError(f"graph {name!r}: sensitive_paths must be non-empty strings")
-        source = _source_load(name, base, spec)
-        entry = GraphEntry(name, spec, description, source, sensitive)
+        source, factory = _source_load(name, base, spec)
+        entry = GraphEntry(name, spec, description, source, sensitive, factory=factory)
         _schema_options(entry, base, gatehouse)
         entry.retention_days = _retention_days(name, gatehouse)
+        entry.reasons, entry.gate_reasons = _reason_policy(name, gatehouse)
         entry.schema()  # a bad version/upcaster map stops start-up, naming the graph
         entries[name] = entry
     return entries
@@ -178,6 +229,28 @@ def _retention_days(name: str, gatehouse: dict[str, Any]) -> int | None:
     if not isinstance(days, int) or isinstance(days, bool) or days < 0:
         raise GraphRegistryError(f'graph {name!r}: retention needs {{"completed_after_days": <integer >= 0>}}')
     return days
+
+
+def _reason_policy(name: str, gatehouse: dict[str, Any]) -> tuple[dict[str, str], dict[str, dict[str, str]]]:
+    """``"reasons": {graph: {"edit": "required", ..., "gates": {node: {"approve": "required"}}}}``."""
+    policy = gatehouse.get("reasons", {}).get(name)
+    if policy is None:
+        return {}, {}
+    if not isinstance(policy, dict):
+        raise GraphRegistryError(f'graph {name!r}: reasons must be an object like {{"edit": "required"}}')
+    gates = policy.get("gates", {})
+    if not isinstance(gates, dict) or not all(isinstance(rules, dict) for rules in gates.values()):
+        raise GraphRegistryError(f'graph {name!r}: reasons.gates must map gate names to {{"<decision>": "required"}}')
+    rules = {k: v for k, v in policy.items() if k != "gates"}
+    for where, checked in [("reasons", rules)] + [(f"reasons.gates.{g}", r) for g, r in gates.items()]:
+        for outcome, rule in checked.items():
+            if outcome not in REASON_OUTCOMES:
+                raise GraphRegistryError(
+                    f"graph {name!r}: {where}: unknown decision {outcome!r} (one of {', '.join(REASON_OUTCOMES)})"
+                )
+            if rule not in ReasonRule.values:
+                raise GraphRegistryError(f'graph {name!r}: {where}.{outcome} must be "required" or "optional"')
+    return rules, {gate: dict(r) for gate, r in gates.items()}
 
 
 def _attr_load(name: str, base: Path, spec: str, what: str) -> Any:
@@ -239,7 +312,8 @@ def _dotenv_parse(text: str) -> dict[str, str]:
     return values
 
 
-def _source_load(name: str, base: Path, spec: str) -> Any:
+def _source_load(name: str, base: Path, spec: str) -> tuple[Any, Callable[[Any], Any] | None]:
+    """(the graph as loaded, the factory to call per run if it takes a config)."""
     file_part, sep, attr = spec.rpartition(":")
     if not sep or not file_part or not attr:
         raise GraphRegistryError(f"graph {name!r}: {spec!r} is not of the form ./path/file.py:attr")
@@ -248,10 +322,22 @@ def _source_load(name: str, base: Path, spec: str) -> Any:
         raise GraphRegistryError(f"graph {name!r}: file {file_path} does not exist")
     value = _module_attr(name, file_path, attr, module_name=f"gatehouse_graphs.{name}")
     if callable(value) and not isinstance(value, (StateGraph, Pregel)):
-        try:
-            value = _factory_call(value)
-        except Exception as exc:
-            raise GraphRegistryError(f"graph {name!r}: factory {attr}() failed: {exc!r}") from exc
+        # LangGraph Server passes a RunnableConfig to factories that take one, for every run.
+        per_run = value if inspect.signature(value).parameters else None
+        return _factory_result(name, value, {"configurable": {}}), per_run
+    return _graph_checked(name, attr, value), None
+
+
+def _factory_result(name: str, factory: Callable[..., Any], config: Any) -> Any:
+    attr = getattr(factory, "__name__", "factory")
+    try:
+        value = factory(config) if inspect.signature(factory).parameters else factory()
+    except Exception as exc:
+        raise GraphRegistryError(f"graph {name!r}: factory {attr}() failed: {exc!r}") from exc
+    return _graph_checked(name, attr, value)
+
+
+def _graph_checked(name: str, attr: str, value: Any) -> Any:
     if isinstance(value, Pregel) and not hasattr(value, "builder"):
         raise GraphRegistryError(f"graph {name!r}: {attr} is a compiled graph without a StateGraph builder")
     if not isinstance(value, (StateGraph, Pregel)):
@@ -259,12 +345,6 @@ def _source_load(name: str, base: Path, spec: str) -> Any:
             f"graph {name!r}: {attr} is a {type(value).__name__}, not a StateGraph, compiled graph or factory"
         )
     return value
-
-
-def _factory_call(factory: Any) -> Any:
-    # langgraph-cli passes a RunnableConfig to factories that take one.
-    params = inspect.signature(factory).parameters
-    return factory({"configurable": {}}) if params else factory()
 
 
 def _bind_checkpointer(source: Any, schema: GraphSchema | None = None) -> Pregel:

@@ -351,3 +351,18 @@ def test_the_start_form_is_generated_from_the_input_schema_and_validates(persona
 
 def test_a_reviewer_cannot_start_threads(personas):
     assert console_client(personas["reviewer"]).post("/threads/new", {"graph": "loan_approval"}).status_code == 403
+
+
+@pytest.mark.parametrize("graph,node,hint", [
+    ("loan_approval", "human_review", "required to edit or reject"),  # the demo graphs' strict policy
+    ("gate_policy_review", "legal", "required to approve"),  # a gate's own rule
+    ("hitl_agent", "model", None),  # no policy: a reason is never required
+])
+def test_the_reason_field_says_what_this_gates_policy_requires(personas, graph, node, hint):
+    task = task_make(graph=graph, node=node)
+    page = console_client(personas["reviewer"]).get(f"/tasks/{task.pk}/").content.decode()
+    assert "recorded in the audit trail" in page
+    if hint:
+        assert hint in page
+    else:
+        assert "required to" not in page

@@ -1,4 +1,4 @@
-"""The embedded stack (SQLite + kombu filesystem broker, no servers) runs the same flow over HTTP."""
+"""The embedded stack (SQLite, SQLite broker, no servers) runs the same flow over HTTP."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ from tests.conftest import ROOT, daphne_start, process_group_stop, wait_for
 pytestmark = pytest.mark.embedded
 
 _SERVER_VARS = ("DATABASE_URL", "REDIS_URL", "GATEHOUSE_QUEUE", "GATEHOUSE_GRAPHS", "SECRET_KEY", "GATEHOUSE_VAR_DIR")
-
 
 
 @pytest.fixture

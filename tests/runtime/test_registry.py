@@ -18,7 +18,7 @@ from runtime import registry
 from runtime.registry import GraphRegistryError, UnknownGraph, graph_get, graph_names, graphs_read, registry_load
 
 GRAPH_MODULE = textwrap.dedent(
-    '''
+    """
     from typing import TypedDict
 
     from langgraph.graph import END, START, StateGraph
@@ -65,7 +65,7 @@ GRAPH_MODULE = textwrap.dedent(
 
     def factory_returning_junk():
         return "not a graph"
-    '''
+    """
 )
 
 
@@ -151,7 +151,7 @@ def test_it_calls_a_factory_without_parameters_with_no_arguments(project):
 
 
 TYPED_STATE_MODULE = textwrap.dedent(
-    '''
+    """
     from dataclasses import dataclass
     from typing import TypedDict
 
@@ -190,7 +190,7 @@ TYPED_STATE_MODULE = textwrap.dedent(
 
     uncompiled = factory()
     compiled = factory().compile()
-    '''
+    """
 )
 
 
@@ -242,8 +242,8 @@ def test_it_restores_the_graphs_own_state_types_from_checkpoints_under_strict_ms
         ("factory_raises", "./graphs/agent.py:factory_raising", "the model endpoint is down"),
         ("no_colon", "./graphs/agent.py", "is not of the form ./path/file.py:attr"),
         ("empty_attr", "./graphs/agent.py:", "is not of the form ./path/file.py:attr"),
-        ("wrong_type", 42, "expected \"file.py:attr\""),
-        ("path_missing", {"description": "no path"}, "expected \"file.py:attr\""),
+        ("wrong_type", 42, 'expected "file.py:attr"'),
+        ("path_missing", {"description": "no path"}, 'expected "file.py:attr"'),
     ],
 )
 def test_it_refuses_a_bad_entry_naming_the_graph_and_the_problem(project, name, value, problem):
@@ -270,9 +270,9 @@ def test_it_names_the_bad_graph_among_good_ones(project):
     "config,problem",
     [
         ('{"graphs": {"a": ', "invalid JSON"),
-        ("[]", "expected an object with a \"graphs\" object"),
-        ({"dependencies": ["."]}, "expected an object with a \"graphs\" object"),
-        ({"graphs": ["./graphs/agent.py:compiled"]}, "expected an object with a \"graphs\" object"),
+        ("[]", 'expected an object with a "graphs" object'),
+        ({"dependencies": ["."]}, 'expected an object with a "graphs" object'),
+        ({"graphs": ["./graphs/agent.py:compiled"]}, 'expected an object with a "graphs" object'),
     ],
 )
 def test_it_refuses_a_malformed_config_file_naming_it(project, config, problem):
@@ -347,10 +347,13 @@ def test_the_env_is_applied_before_graph_modules_are_imported(project, monkeypat
 def test_it_puts_local_dependencies_on_sys_path(project):
     (project / "libs").mkdir()
     (project / "libs" / "gh_test_helper_pkg.py").write_text("VALUE = 'helper'\n")
-    (project / "graphs" / "uses_dep.py").write_text("import gh_test_helper_pkg\nHELPER = gh_test_helper_pkg.VALUE\n"
-                                                    + GRAPH_MODULE)
-    config = {"dependencies": ["./libs", "some-installed-package"],
-              "graphs": {"uses_dep": "./graphs/uses_dep.py:compiled"}}
+    (project / "graphs" / "uses_dep.py").write_text(
+        "import gh_test_helper_pkg\nHELPER = gh_test_helper_pkg.VALUE\n" + GRAPH_MODULE
+    )
+    config = {
+        "dependencies": ["./libs", "some-installed-package"],
+        "graphs": {"uses_dep": "./graphs/uses_dep.py:compiled"},
+    }
     graphs_read(config_write(project, config))
     assert str((project / "libs").resolve()) in sys.path
     assert sys.modules["gatehouse_graphs.uses_dep"].HELPER == "helper"
@@ -388,3 +391,123 @@ def test_the_default_registry_is_the_configured_file():
     registry_load()
     assert {"kyc_onboarding", "loan_approval"} <= set(graph_names())
     assert registry._registry is not None
+
+
+# --- factories per run, as LangGraph Server calls them ------------------------------------
+
+
+def test_a_factory_that_takes_a_config_is_called_again_for_each_run_with_its_config(project):
+    entry = graphs_read(config_write(project, {"graphs": {"per_run": "./graphs/agent.py:factory_with_config"}}))[
+        "per_run"
+    ]
+    module = sys.modules["gatehouse_graphs.per_run"]
+    assert module.SEEN_CONFIGS == [{"configurable": {}}]  # once at load: schema, state reads
+    run_config = {"configurable": {"thread_id": "t-1", "gatehouse_run_id": "r-1"}}
+    first, second = entry.compiled(run_config), entry.compiled(run_config)
+    assert module.SEEN_CONFIGS[1:] == [run_config, run_config]
+    assert first is not second and first.checkpointer is not None
+    assert entry.compiled() is entry.compiled()  # without a run config: the one built at load
+    assert len(module.SEEN_CONFIGS) == 3
+
+
+def test_a_factory_without_parameters_is_called_once(project):
+    entry = graphs_read(config_write(project, {"graphs": {"plain": "./graphs/agent.py:factory"}}))["plain"]
+    assert entry.factory is None
+    assert entry.compiled({"configurable": {"thread_id": "t"}}) is entry.compiled()
+
+
+def test_a_factory_failing_for_a_run_names_the_graph(project):
+    module_text = GRAPH_MODULE + textwrap.dedent(
+        """
+        def picky(config):
+            if config["configurable"].get("thread_id") == "bad":
+                raise RuntimeError("no model for this tenant")
+            return _builder()
+        """
+    )
+    (project / "graphs" / "agent.py").write_text(module_text)
+    entry = graphs_read(config_write(project, {"graphs": {"picky": "./graphs/agent.py:picky"}}))["picky"]
+    with pytest.raises(
+        GraphRegistryError, match=r"graph 'picky': factory picky\(\) failed: .*no model for this tenant"
+    ):
+        entry.compiled({"configurable": {"thread_id": "bad"}})
+
+
+# --- the reason policy ("gatehouse": {"reasons": ...}) --------------------------------------
+
+
+def test_a_graph_without_a_reason_policy_requires_no_reason(project):
+    entry = graphs_read(config_write(project, {"graphs": {"agent": "./graphs/agent.py:compiled"}}))["agent"]
+    for outcome in ("approve", "edit", "reject", "respond"):
+        assert not entry.reason_required(gate="step", outcome=outcome)
+
+
+def test_the_reason_policy_is_per_graph_with_per_gate_overrides(project):
+    config = {
+        "graphs": {"agent": "./graphs/agent.py:compiled", "other": "./graphs/agent.py:uncompiled"},
+        "gatehouse": {
+            "reasons": {
+                "agent": {
+                    "edit": "required",
+                    "reject": "required",
+                    "approve": "optional",
+                    "gates": {"payout": {"approve": "required", "reject": "optional"}},
+                }
+            }
+        },
+    }
+    entries = graphs_read(config_write(project, config))
+    agent = entries["agent"]
+    assert agent.reason_required(gate="step", outcome="edit")
+    assert agent.reason_required(gate="step", outcome="reject")
+    assert not agent.reason_required(gate="step", outcome="approve")
+    assert agent.reason_required(gate="payout", outcome="approve")  # the gate's override
+    assert not agent.reason_required(gate="payout", outcome="reject")
+    assert agent.reason_required(gate="payout", outcome="edit")  # not overridden: the graph's rule
+    assert not entries["other"].reason_required(gate="step", outcome="edit")
+
+
+@pytest.mark.parametrize(
+    "policy,message",
+    [
+        ("required", "graph 'agent': reasons must be an object"),
+        ({"edit": "always"}, 'graph \'agent\': reasons.edit must be "required" or "optional"'),
+        ({"cancel": "required"}, "graph 'agent': reasons: unknown decision 'cancel'"),
+        ({"gates": ["payout"]}, "graph 'agent': reasons.gates must map gate names"),
+        ({"gates": {"payout": {"approve": True}}}, "graph 'agent': reasons.gates.payout.approve must be"),
+    ],
+)
+def test_a_bad_reason_policy_stops_loading_naming_the_graph(project, policy, message):
+    config = {"graphs": {"agent": "./graphs/agent.py:compiled"}, "gatehouse": {"reasons": {"agent": policy}}}
+    assert message in registry_error(project, config)
+
+
+def test_the_demo_graphs_declare_a_strict_reason_policy():
+    from django.conf import settings
+
+    demo = graphs_read(Path(settings.BASE_DIR) / "demo" / "langgraph.json")
+    for name in ("loan_approval", "kyc_onboarding"):
+        assert demo[name].reason_required(gate="any", outcome="edit")
+        assert demo[name].reason_required(gate="any", outcome="reject")
+        assert not demo[name].reason_required(gate="any", outcome="approve")
+
+
+# --- loading on first use ------------------------------------------------------------------
+
+
+def test_django_start_up_imports_no_graph_module():
+    """``migrate`` and ``collectstatic`` set Django up, and nothing more: the registry waits for first use."""
+    import subprocess
+
+    code = "import django, sys; django.setup(); print(any(m.startswith('gatehouse_graphs.') for m in sys.modules))"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**env, "DJANGO_SETTINGS_MODULE": "tests.settings"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"

@@ -113,7 +113,7 @@ def _base_env() -> dict[str, str]:
 
 @pytest.fixture(scope="session")
 def sqlite_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """daphne in embedded mode (SQLite, filesystem broker, no worker) with an admin and a paused task."""
+    """daphne in embedded mode (SQLite, SQLite broker, no worker) with an admin and a paused task."""
     workdir = tmp_path_factory.mktemp("sqlite-edge")
     env = {
         **_base_env(),

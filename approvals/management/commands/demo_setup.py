@@ -6,6 +6,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from approvals.demo import DEMO_PASSWORD, demo_setup
+from approvals.errors import DomainError
 
 
 class Command(BaseCommand):
@@ -17,6 +18,14 @@ class Command(BaseCommand):
     def handle(self, *args: Any, force: bool, **options: Any) -> None:
         if not (settings.GATEHOUSE_DEMO or force):
             raise CommandError("demo users have a known password: refusing outside demo mode (GATEHOUSE_DEMO=true)")
-        for line in demo_setup():
+        try:
+            created = demo_setup()
+        except DomainError as exc:
+            where = f"{exc.field}: " if exc.field else ""
+            raise CommandError(
+                f"a demo thread cannot start: {where}{exc.message} "
+                "(a graph registered under a demo graph's name that is not the demo graph?)"
+            ) from exc
+        for line in created:
             self.stdout.write(f"created {line}")
         self.stdout.write(f"demo users ready; password for all: {DEMO_PASSWORD}")

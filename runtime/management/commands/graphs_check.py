@@ -1,0 +1,21 @@
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+
+from runtime.registry import GraphRegistryError, registry_load
+
+
+class Command(BaseCommand):
+    help = "Import the graphs of GATEHOUSE_GRAPHS and list them; exit 1 naming the graph that fails to load."
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        try:
+            entries = registry_load()
+        except GraphRegistryError as exc:
+            raise CommandError(f"{settings.GATEHOUSE_GRAPHS}: {exc}") from exc
+        for name, entry in sorted(entries.items()):
+            built = "built per run from its config" if entry.factory else "built once"
+            self.stdout.write(f"{name}: {entry.spec} ({built})")

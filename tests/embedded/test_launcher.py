@@ -1,0 +1,160 @@
+"""``make run``'s launcher supervises: restarts children, leaves nothing behind, stops on a signal, shares a machine."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import free_port, scaled, wait_for
+from tests.embedded.conftest import SOAK_GRAPHS, Stack, cmdline, port_free, stack_new
+
+pytestmark = pytest.mark.embedded
+
+
+def _leader(stack: Stack, marker: str) -> int | None:
+    """The pid of the stack's child whose command line has ``marker`` (the leader of its process group)."""
+    for pid in stack.processes():
+        try:
+            if os.getpgid(pid) == pid and marker in cmdline(pid):
+                return pid
+        except ProcessLookupError:
+            continue
+    return None
+
+
+def _tick_completes(stack: Stack) -> None:
+    operator = stack.client("operator")
+    started = operator.post("/api/threads", json={"graph": "soak_tick", "input": {"n": 1}})
+    assert started.status_code == 201, started.text
+    thread_id = started.json()["id"]
+
+    def completed() -> bool:
+        return operator.get(f"/api/threads/{thread_id}").json()["status"] == "completed"
+
+    wait_for(completed, timeout=60, what="a thread to complete")
+
+
+def test_a_child_that_dies_is_restarted_and_the_console_keeps_serving(tmp_path: Path, stacks: list[Stack]) -> None:
+    stack = stack_new(tmp_path, GATEHOUSE_GRAPHS=str(SOAK_GRAPHS))
+    stacks.append(stack.start())
+    stack.wait_serving()
+    _tick_completes(stack)
+
+    for name, marker in (("worker", " worker "), ("web", "daphne")):
+        before = _leader(stack, marker)
+        assert before is not None, stack.processes()
+        os.kill(before, signal.SIGKILL)
+        wait_for(
+            lambda n=name: f"{n} exited with code -9; restarting in" in stack.log(), timeout=20, what="the log line"
+        )
+        wait_for(
+            lambda m=marker, b=before: _leader(stack, m) not in (None, b), timeout=30, what=f"{name} to be restarted"
+        )
+
+    assert stack.proc is not None and stack.proc.poll() is None, "the launcher must outlive its children"
+    # The new web answers and the new worker runs graphs.
+    wait_for(lambda: _serves(stack), timeout=60, what="the restarted web server")
+    _tick_completes(stack)
+
+
+def _serves(stack: Stack) -> bool:
+    try:
+        return httpx.get(f"{stack.base}/accounts/login/", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_a_signal_stops_every_process_within_seconds(tmp_path: Path, stacks: list[Stack], sig: int) -> None:
+    stack = stack_new(tmp_path, GATEHOUSE_GRAPHS=str(SOAK_GRAPHS), GATEHOUSE_DEMO="false", GATEHOUSE_WORKERS="2")
+    stacks.append(stack.start())
+    stack.wait_serving()
+    # Your own graphs, demo mode off: it comes up empty and says how to create the first admin.
+    assert "manage.py user_create --role admin <username>" in stack.log()
+    with sqlite3.connect(f"file:{stack.var / 'gatehouse.sqlite3'}?mode=ro", uri=True) as db:
+        assert db.execute("SELECT COUNT(*) FROM auth_user").fetchone()[0] == 0
+    # Every child up: the bank, two workers (one with its beat process), the web server.
+    wait_for(lambda: len(stack.processes()) >= 6, timeout=30, what="all children")
+    stack.signal(sig)
+    stopped = time.monotonic()
+    wait_for(lambda: not stack.processes(), timeout=8, what="every process of the stack to exit")
+    assert stack.proc is not None and stack.proc.wait(timeout=scaled(2)) == 0
+    assert time.monotonic() - stopped < scaled(8)
+    assert port_free(stack.port)
+
+
+def test_a_failed_setup_leaves_no_process_and_frees_the_ports(tmp_path: Path, stacks: list[Stack]) -> None:
+    # A graph registered as "loan_approval" whose input the demo thread does not fit: demo_setup fails.
+    graphs = tmp_path / "graphs.json"
+    soak = SOAK_GRAPHS.parent / "soak.py"
+    config = {"dependencies": [str(SOAK_GRAPHS.parents[3])], "graphs": {"loan_approval": f"{soak}:tick_graph"}}
+    graphs.write_text(json.dumps(config))
+    bank_port = free_port()
+    stack = stack_new(tmp_path, GATEHOUSE_GRAPHS=str(graphs), BANK_PORT=str(bank_port))
+    stacks.append(stack.start())
+    assert stack.proc is not None
+    assert stack.proc.wait(timeout=scaled(120)) == 1
+    assert "cannot start: manage.py demo_setup failed" in stack.log()
+    assert "a demo thread cannot start: input.applicant: unknown field" in stack.log()
+    assert stack.processes() == []
+    assert port_free(stack.port) and port_free(bank_port)
+
+
+def test_a_web_port_in_use_is_refused_before_anything_starts(tmp_path: Path, stacks: list[Stack]) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        stack = stack_new(tmp_path, GATEHOUSE_GRAPHS=str(SOAK_GRAPHS))
+        stack.port = taken.getsockname()[1]
+        stack.env["PORT"] = str(stack.port)
+        stacks.append(stack.start())
+        assert stack.proc is not None and stack.proc.wait(timeout=scaled(30)) == 1
+    assert f"port {stack.port} is in use" in stack.log()
+    assert stack.processes() == []
+
+
+def test_two_instances_run_side_by_side_with_debug_off(tmp_path: Path, stacks: list[Stack]) -> None:
+    """Two ``make run``s on one machine: own PORT and var dir each, the bank's port picked for each."""
+    first, second = stack_new(tmp_path, "first"), stack_new(tmp_path, "second")
+    stacks += [first.start(), second.start()]
+    for stack in (first, second):
+        stack.wait_serving(timeout=180)
+    banks = [cmdline(_leader(stack, "demo.fakebank") or 0).split()[-1] for stack in (first, second)]
+    assert banks[0] != banks[1] and "8765" not in banks, banks  # each launcher picked a free port
+    for stack in (first, second):
+        reviewer = stack.client("reviewer")
+        # demo_setup paused the demo threads at their gates; approve a loan: the action pays through this
+        # instance's own fake bank.
+        tasks = wait_for(
+            lambda r=reviewer: r.get("/api/tasks", params={"status": "pending", "graph": "loan_approval"}).json()[
+                "items"
+            ],
+            timeout=90,
+            what="the demo loan tasks",
+        )
+        decided = reviewer.post(f"/api/tasks/{tasks[0]['id']}/decision", json={"decision": "approve", "reason": "ok"})
+        assert decided.status_code == 201, decided.text
+        thread_id = tasks[0]["thread_id"]
+
+        def disbursed(r: httpx.Client = reviewer, t: str = thread_id) -> bool:
+            body = r.get(f"/api/threads/{t}").json()
+            assert body["status"] != "failed", body
+            return body["status"] == "completed" and body["values"]["status"] == "disbursed"
+
+        wait_for(disbursed, timeout=60, what="the demo loan to be disbursed")
+
+    # Debug is off: a 404 lists no URL patterns, and static files are still served.
+    missing = httpx.get(f"{first.base}/no/such/page", timeout=10)
+    assert missing.status_code == 404
+    assert "URLconf" not in missing.text and "urlpatterns" not in missing.text and "api/" not in missing.text
+    css = httpx.get(f"{first.base}/static/console/console.css", timeout=10)
+    assert css.status_code == 200 and css.headers["content-type"].startswith("text/css")

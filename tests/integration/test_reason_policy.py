@@ -1,0 +1,79 @@
+"""Whether a decision needs a reason is the graph's policy (langgraph.json "gatehouse": {"reasons": ...}).
+
+A graph without a policy accepts what LangGraph Server accepts: an unmodified
+client (langgraph-sdk) edits a HumanInTheLoopMiddleware tool call with no
+reason. The demo graphs declare a strict policy; a gate may override its
+graph's rule.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+import pytest
+from langgraph_sdk import get_sync_client
+
+from approvals.models import Decision
+from tests.conftest import loan_input, pending_tasks, thread_settled, thread_start
+from tests.integration.test_platform_sdk import server  # noqa: F401 - the daphne fixture, shared
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db", "live_worker")]
+
+TRANSFER = {"name": "transfer", "args": {"to": "bob", "amount": 5}}
+
+
+def _client(url: str, token: str) -> Any:
+    return get_sync_client(url=url, api_key=token, timeout=httpx.Timeout(30.0))
+
+
+def test_an_unmodified_sdk_client_edits_a_tool_call_without_a_reason(server, personas):  # noqa: F811
+    op, rv = _client(server, personas["operator"].token), _client(server, personas["reviewer"].token)
+    thread = op.threads.create(metadata={"case": "reason-free-edit"})
+    paused = op.runs.wait(
+        thread["thread_id"], "hitl_agent", input={"messages": [{"role": "user", "content": json.dumps([TRANSFER])}]}
+    )
+    [interrupt] = paused["__interrupt__"]
+    assert interrupt["value"]["action_requests"][0]["name"] == "transfer"
+    # Exactly what HumanInTheLoopMiddleware's docs send: a decision list, no reason anywhere.
+    edited = {"type": "edit", "edited_action": {"name": "transfer", "args": {"to": "carol", "amount": 3}}}
+    final = rv.runs.wait(thread["thread_id"], "hitl_agent", command={"resume": {"decisions": [edited]}})
+    tools = [m for m in final["messages"] if m["type"] == "tool"]
+    assert tools and tools[-1]["content"].endswith("sent 3 (int) to carol")
+    decision = Decision.objects.get(task__thread_id=thread["thread_id"])
+    assert (decision.outcome, decision.reason) == ("edit", "")
+
+
+def test_a_demo_graph_keeps_requiring_a_reason_to_reject_through_the_sdk(server, personas):  # noqa: F811
+    op, rv = _client(server, personas["operator"].token), _client(server, personas["reviewer"].token)
+    thread = op.threads.create(metadata={"case": "strict-reject"})
+    op.runs.wait(thread["thread_id"], "loan_approval", input=loan_input(amount=20000, income=40000))
+    with pytest.raises(httpx.HTTPStatusError) as refused:
+        rv.runs.wait(thread["thread_id"], "loan_approval", command={"resume": {"decision": "reject"}})
+    assert refused.value.response.status_code == 422
+    error = refused.value.response.json()
+    assert "a reason is required to reject" in json.dumps(error) and "reason" in json.dumps(error)
+    assert not Decision.objects.filter(task__thread_id=thread["thread_id"]).exists()
+    final = rv.runs.wait(
+        thread["thread_id"], "loan_approval", command={"resume": {"decision": "reject", "reason": "income too low"}}
+    )
+    assert final["status"] == "declined"
+
+
+def test_a_gate_can_require_a_reason_its_graph_does_not(operator, reviewer):
+    thread = thread_start(operator, "gate_policy_review", {"subject": "per-gate"})
+    tasks = {t["node"]: t for t in pending_tasks(reviewer, thread["id"], count=2)}
+    # "risk" follows the graph (no rule): approving without a reason is fine.
+    assert (
+        reviewer.client.post(f"/api/tasks/{tasks['risk']['id']}/decision", {"decision": "approve"}).status_code == 201
+    )
+    # "legal" overrides it: approve needs a reason there.
+    refused = reviewer.client.post(f"/api/tasks/{tasks['legal']['id']}/decision", {"decision": "approve"})
+    assert refused.status_code == 422
+    error = refused.json()["error"]
+    assert (error["field"], error["message"]) == ("reason", "a reason is required to approve")
+    assert not Decision.objects.filter(task_id=tasks["legal"]["id"]).exists()
+    body = {"decision": "approve", "reason": "memo attached"}
+    assert reviewer.client.post(f"/api/tasks/{tasks['legal']['id']}/decision", body).status_code == 201
+    assert thread_settled(reviewer, thread["id"])["status"] == "completed"
