@@ -36,6 +36,15 @@ class GraphRegistryError(ImproperlyConfigured):
     pass
 
 
+# Threads of external engines' tasks (approvals.external) carry graph names under this prefix:
+# no LangGraph graph, no checkpoints, never run here.
+EXTERNAL_GRAPH_PREFIX = "external:"
+
+
+def graph_is_external(name: str) -> bool:
+    return name.startswith(EXTERNAL_GRAPH_PREFIX)
+
+
 class UnknownGraph(LookupError):
     def __init__(self, name: str) -> None:
         super().__init__(name)
