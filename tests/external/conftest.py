@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
 
-from tests.conftest import ApiClient, Persona
+from tests.conftest import ApiClient, Persona, daphne_start, process_group_stop, wait_for, worker_env
 
 
 def engine_persona(source: str, *, actions: tuple[str, ...] = ("start", "read")) -> Persona:
@@ -46,3 +48,24 @@ def task_body(source: str, key: str = "k1", **extra: Any) -> dict[str, Any]:
 
 def create(client: ApiClient, body: dict[str, Any]) -> Any:
     return client.post("/api/external-tasks", body)
+
+
+@pytest.fixture(scope="module")
+def gatehouse_url(django_db_setup: None, bank: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """daphne serving the API on a free port, with the test database (what an engine's worker talks to)."""
+    log_path = tmp_path_factory.mktemp("daphne") / "daphne.log"
+    proc, base = daphne_start(worker_env(bank), log_path)
+
+    def up() -> bool:
+        if proc.poll() is not None:
+            raise RuntimeError(f"daphne exited: {log_path.read_text(errors='replace')[-3000:]}")
+        try:
+            return httpx.get(f"{base}/api/external-tasks/{uuid.uuid4()}", timeout=2).status_code == 401
+        except httpx.TransportError:
+            return False
+
+    wait_for(up, timeout=40, interval=0.2, what="daphne to serve /api/")
+    try:
+        yield base
+    finally:
+        process_group_stop(proc)
