@@ -110,7 +110,7 @@ def external_task_create(request: HttpRequest, body: ExternalTaskIn) -> Status[E
     return Status(201 if created else 200, _out(user, item, show_secret=not body.secret))
 
 
-@router.get("/external-tasks/by-key/{source}/{key}", response=ExternalTaskOut)
+@router.get("/external-tasks/by-key/{source}/{path:key}", response=ExternalTaskOut)
 def external_task_by_key(request: HttpRequest, source: str, key: str) -> ExternalTaskOut:
     user = request.auth  # type: ignore[attr-defined]
     return _out(user, external.external_task_get_by_key(user, source=source, key=key), show_secret=False)

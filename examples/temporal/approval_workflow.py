@@ -20,6 +20,7 @@ from typing import Any
 
 from temporalio import activity, workflow
 from temporalio.common import RetryPolicy
+from temporalio.exceptions import CancelledError
 
 with workflow.unsafe.imports_passed_through():
     from gatehouse_client import GatehouseClient
@@ -61,7 +62,7 @@ def gatehouse_decision(request: ApprovalRequest) -> dict[str, Any]:
         while True:
             activity.heartbeat(task.id)
             if activity.is_cancelled():
-                raise activity.CancelledError("the workflow no longer waits for this decision")
+                raise CancelledError("the workflow no longer waits for this decision")
             decision = client.decision_wait(task.id, timeout=POLL_SECONDS, secret=task.secret)
             if decision is not None:
                 return {
