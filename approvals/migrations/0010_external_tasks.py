@@ -6,7 +6,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("approvals", "0007_webhook_endpoint_gates"),
+        ("approvals", "0009_decision_signed_intent"),
     ]
 
     operations = [
