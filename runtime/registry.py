@@ -29,6 +29,7 @@ from django.core.exceptions import ImproperlyConfigured
 from langgraph.graph import StateGraph
 from langgraph.pregel import Pregel
 
+from runtime.controls import RuntimeControls, controls_parse
 from runtime.upcasters import GraphSchema, schema_build
 
 
@@ -64,6 +65,8 @@ class GraphEntry:
     upcasters: dict[int, Any] = field(default_factory=dict)
     # Days after completion when a thread's intermediate checkpoints go (None: the setting's default).
     retention_days: int | None = None
+    # Durability mode, recursion limit and run timeout (runtime.controls; docs/runtime-controls.md).
+    controls: RuntimeControls = field(default_factory=RuntimeControls)
     _compiled: Pregel | None = field(default=None, repr=False)
 
     @property
@@ -155,6 +158,10 @@ def graphs_read(config_path: Path) -> dict[str, GraphEntry]:
         entry = GraphEntry(name, spec, description, source, sensitive)
         _schema_options(entry, base, gatehouse)
         entry.retention_days = _retention_days(name, gatehouse)
+        try:
+            entry.controls = controls_parse(name, gatehouse)
+        except ValueError as exc:
+            raise GraphRegistryError(str(exc)) from None
         entry.schema()  # a bad version/upcaster map stops start-up, naming the graph
         entries[name] = entry
     return entries
