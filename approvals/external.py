@@ -33,6 +33,7 @@ from django.utils import timezone
 from approvals import permissions, services
 from approvals.audit import audit_record, canonical
 from approvals.errors import Conflict, Forbidden, InvalidInput, NotFound
+from approvals.inputs import text_problem
 from approvals.models import (
     ApprovalTask,
     Decision,
@@ -247,6 +248,8 @@ def external_task_get_for(user: Any, task_id: Any) -> ExternalTask:
 
 
 def external_task_get_by_key(user: Any, *, source: str, key: str) -> ExternalTask:
+    if text_problem(source) or text_problem(key):  # no such row can exist, and the database would refuse the query
+        raise NotFound(f"no external task with key {key!r} in {source!r}", field="key")
     external = ExternalTask.objects.select_related("task", "source").filter(source__name=source, key=key).first()
     if external is None or not permissions.tasks_visible(user).filter(pk=external.task_id).exists():
         raise NotFound(f"no external task with key {key!r} in {source!r}", field="key")

@@ -64,6 +64,36 @@ class ExternalTaskOut(Schema):
     decision: dict[str, Any] | None
 
 
+class SignerOut(Schema):
+    actor: str
+    name: str
+    meaning: str
+    outcome: str
+    evidence_digest: str
+    at: str
+
+
+class ExternalDecisionOut(Schema):
+    """The signed result; a 200 of the long-poll is exactly this object (docs/external-tasks.md)."""
+
+    type: str
+    id: str
+    task_id: str
+    source: str
+    key: str
+    decision: str
+    reason: str
+    response: Any = None
+    message: str | None = None
+    decided_at: str
+    signers: list[SignerOut]
+
+
+class DecisionPendingOut(Schema):
+    status: str
+    decision: None = None
+
+
 class DecisionWaitQuery(Schema):
     wait: float = Field(default=0, ge=0, le=MAX_WAIT_SECONDS, description="Seconds to wait for the decision.")
 
@@ -142,7 +172,10 @@ def _decision_response(user: Any, item: ExternalTask) -> HttpResponse:
     return response
 
 
-@router.get("/external-tasks/{task_id}/decision")
+@router.get(
+    "/external-tasks/{task_id}/decision",
+    response={200: ExternalDecisionOut, 202: DecisionPendingOut, 410: DecisionPendingOut},
+)
 async def external_task_decision(request: HttpRequest, task_id: UUID, query: Query[DecisionWaitQuery]) -> HttpResponse:
     """Long-poll: the decision when there is one, else 202 after ``wait`` seconds (a bounded wait).
 

@@ -70,10 +70,14 @@ def test_a_dbos_workflow_resumes_with_the_signed_decision(dbos, source, personas
 
     # The callback went through the outbox once, under the result's id (the engine's dedupe key) ...
     external.refresh_from_db()
-    delivery = OutboundDelivery.objects.get(subscription=external.subscription_id)
-    assert (
-        delivery.status == OutboundStatus.DELIVERED and delivery.event_id == external.result_id == result["decision_id"]
+    # The workflow can wake before the worker records the 2xx it got: wait for the record.
+    delivery = wait_for(
+        lambda: OutboundDelivery.objects.filter(
+            subscription=external.subscription_id, status=OutboundStatus.DELIVERED
+        ).first(),
+        what="the callback delivery to be recorded as delivered",
     )
+    assert delivery.event_id == external.result_id == result["decision_id"] and delivery.attempts == 1
     # ... and a repeated delivery (Gatehouse retries until a 2xx) is acknowledged; DBOS.send drops it by its key.
     assert example.callback_handle(result_body(external), result_headers(external)) == 204
 
