@@ -32,7 +32,7 @@ class RecursionLimitReached(Exception):
 class RuntimeControls:
     graph: str = ""
     durability: Durability = DEFAULT_DURABILITY
-    recursion_limit: int | None = None  # None: LangGraph's default (25 super-steps)
+    recursion_limit: int | None = None  # None: LangGraph's default (10,007 super-steps in langgraph 1.2)
     run_timeout_seconds: float | None = None
 
     def config(self, config: RunnableConfig) -> RunnableConfig:
@@ -53,7 +53,7 @@ class RuntimeControls:
 
 
     def recursion_error(self, exc: Exception) -> RecursionLimitReached:
-        limit = self.recursion_limit if self.recursion_limit is not None else "the default (25)"
+        limit = self.recursion_limit if self.recursion_limit is not None else "LangGraph's default number of"
         return RecursionLimitReached(
             f"recursion limit: the run took more than {limit} steps without finishing "
             f"(gatehouse.runtime.{self.graph}.recursion_limit in langgraph.json); {exc}"
