@@ -20,14 +20,17 @@ from django.db import transaction
 from approvals import permissions
 from approvals.audit import audit_record, canonical
 from approvals.errors import NotFound
-from approvals.models import ApprovalTask, AuditEvent, Decision
+from approvals.models import ApprovalTask, AuditEvent, Decision, ExternalSource
 from approvals.redaction import redact
 from runtime.models import Thread
-from runtime.registry import UnknownGraph, graph_get
+from runtime.registry import EXTERNAL_GRAPH_PREFIX, UnknownGraph, graph_get, graph_is_external
 from runtime.state import CheckpointView, thread_history_read, thread_state_read
 
 
 def sensitive_paths(graph: str) -> list[str]:
+    if graph_is_external(graph):  # an external source's tasks bring their own redaction paths
+        source = ExternalSource.objects.filter(name=graph.removeprefix(EXTERNAL_GRAPH_PREFIX)).first()
+        return list(source.redaction_paths) if source else []
     try:
         return graph_get(graph).sensitive_paths
     except UnknownGraph:

@@ -21,6 +21,7 @@ class TaskStatus(models.TextChoices):
 class TaskKind(models.TextChoices):
     INTERRUPT = "interrupt", "Interrupt"
     BREAKPOINT = "breakpoint", "Static breakpoint"
+    EXTERNAL = "external", "External engine"  # created by another engine's API call (approvals.external)
 
 
 class ApprovalTask(models.Model):
@@ -341,3 +342,46 @@ class OutboundDelivery(models.Model):
 
     def __str__(self) -> str:
         return f"{self.event_type} {self.event_id} → {self.subscription_id} ({self.status})"
+
+
+# --- external tasks (humans in the loop for other engines: Temporal, DBOS, ...) ---------------
+
+
+class ExternalSource(models.Model):
+    """An engine that creates tasks; its tasks live under the graph name ``external:<name>``.
+
+    ``redaction_paths`` is the union of every one of its tasks' paths: audit
+    details and exports know a graph, not a task, so they mask by this union
+    (masking more, never less, than one task asked for).
+    """
+
+    name = models.SlugField(max_length=80, unique=True)
+    redaction_paths = models.JSONField(default=list, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"external source {self.name}"
+
+
+class ExternalTask(models.Model):
+    """The engine's side of an external approval task: its idempotency key, callback and result."""
+
+    task = models.OneToOneField(ApprovalTask, primary_key=True, on_delete=models.CASCADE, related_name="external")
+    source = models.ForeignKey(ExternalSource, on_delete=models.PROTECT, related_name="tasks")
+    key = models.CharField(max_length=200)  # the engine's own idempotency key
+    body_digest = models.CharField(max_length=64)  # same key + different body is refused
+    redaction_paths = models.JSONField(default=list, blank=True)
+    secret = models.CharField(max_length=200)  # signs the decision (callback and long-poll alike)
+    callback_url = models.URLField(max_length=500, blank=True, default="")
+    # The callback rides the outbound outbox: an inactive subscription of its own receives no events.
+    subscription = models.ForeignKey(
+        WebhookSubscription, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    result = models.JSONField(null=True, blank=True)  # the decision as delivered, fixed once written
+    result_id = models.CharField(max_length=64, blank=True, default="")  # its webhook-id, stable for dedupe
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["source", "key"], name="one_external_task_per_key")]
+
+    def __str__(self) -> str:
+        return f"external task {self.source_id}/{self.key}"

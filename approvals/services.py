@@ -18,7 +18,7 @@ from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
-from approvals import permissions
+from approvals import gateway, permissions
 from approvals.audit import audit_record, canonical
 from approvals.errors import Conflict, Forbidden, InvalidInput
 from approvals.intent import proposed_action, signed_command, signed_digest
@@ -47,6 +47,12 @@ decision_guards: list[DecisionGuard] = []
 def decision_guard_register(guard: DecisionGuard) -> None:
     if guard not in decision_guards:
         decision_guards.append(guard)
+
+
+# How a decided task of a kind with no graph to resume completes, by task kind
+# (approvals.external registers the external kind). Runs in the decision's transaction.
+TaskCompleter = Callable[[ApprovalTask, Decision, User], None]
+task_completers: dict[str, TaskCompleter] = {}
 
 
 def payload_digest(payload: Any) -> str:
@@ -218,10 +224,7 @@ def evidence_digest(*, task: ApprovalTask, redaction: list[str]) -> str:
 def redaction_policy(actor: User, task: ApprovalTask) -> list[str]:
     if permissions.can(actor, "approvals.view_sensitive"):
         return []
-    try:
-        return list(graph_get(task.graph).sensitive_paths)
-    except UnknownGraph:
-        return []
+    return gateway.sensitive_paths(task.graph)  # one lookup for graphs and external sources alike
 
 
 def _reason_required(task: ApprovalTask, outcome: str) -> bool:
@@ -363,7 +366,9 @@ def _task_decide(*, actor: User, task_id: Any, request: DecisionRequest, signer:
     task.status = TaskStatus.DECIDED
     task.decided_at = timezone.now()
     task.save(update_fields=["status", "decided_at"])
-    if task.kind == TaskKind.BREAKPOINT and request.outcome == "reject":
+    if task.kind in task_completers:
+        task_completers[task.kind](task, decision, actor)
+    elif task.kind == TaskKind.BREAKPOINT and request.outcome == "reject":
         _thread_cancel(thread, actor=actor, reason=request.reason)
     elif not ApprovalTask.objects.filter(thread=thread, status=TaskStatus.PENDING).exists():
         _resume_enqueue(thread, task.checkpoint_id, actor)
@@ -544,6 +549,8 @@ def _state_patch_check(task: ApprovalTask, request: DecisionRequest) -> dict[str
         editable = payload["editable"]
     try:
         return values_validate(graph_get(task.graph).state_schema, patch, prefix="edits", allowed=editable)
+    except UnknownGraph:
+        raise InvalidInput("this task has no graph state to edit", field="edits") from None
     except FieldError as exc:
         raise InvalidInput(exc.message, field=exc.field) from None
 

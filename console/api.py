@@ -38,6 +38,7 @@ api.add_router("/", approvals_router)
 api.add_router("/", "approvals.webhooks_api.router")  # signed inbound webhooks, outbound subscriptions
 api.add_router("/", "approvals.exports_api.router")  # streamed, verifiable audit exports
 api.add_router("/", "approvals.users_api.router")  # user administration (admins)
+api.add_router("/", "approvals.external_api.router")  # tasks created by other engines (Temporal, DBOS, ...)
 
 
 def error_response(

@@ -24,10 +24,11 @@ from typing import Any
 from django.conf import settings
 from django.db import close_old_connections, connection
 from langchain_core.runnables import RunnableConfig
-from langgraph.errors import UnknownInterruptError
+from langgraph.errors import GraphRecursionError, UnknownInterruptError
 from langgraph.pregel import Pregel
 from langgraph.types import Command, StateSnapshot
 
+from runtime.controls import RuntimeControls
 from runtime.effects import canonical_json
 from runtime.errors import is_transient
 from runtime.fencing import FENCE_KEY
@@ -136,8 +137,11 @@ def run_config(run: Run) -> RunnableConfig:
 def _execute_claimed(run: Run, heartbeat: _Heartbeat) -> None:
     config = run_config(run)
     try:
+        entry = graph_get(run.thread.graph)
+        controls = entry.controls  # durability, recursion limit, run timeout (langgraph.json)
+        config = controls.config(config)
         # A factory that takes a config builds this run's graph from it (as LangGraph Server does).
-        graph = graph_get(run.thread.graph).compiled(config)
+        graph = entry.compiled(config)
     except UnknownGraph as exc:
         run_fail(run=run, error=f"graph {exc.name!r} is not registered")
         return
@@ -148,12 +152,12 @@ def _execute_claimed(run: Run, heartbeat: _Heartbeat) -> None:
         graph_input = _input_for(run, graph, config)
         if isinstance(graph_input, _Recovery):
             try:
-                _stream(graph, graph_input.first, config, heartbeat)
+                _stream(graph, graph_input.first, config, heartbeat, controls)
             except UnknownInterruptError:
                 # The failed attempt had already stored these answers (checked against the signed ones).
-                _stream(graph, graph_input.fallback, config, heartbeat)
+                _stream(graph, graph_input.fallback, config, heartbeat, controls)
         elif graph_input is not _SKIP:
-            _stream(graph, graph_input, config, heartbeat)
+            _stream(graph, graph_input, config, heartbeat, controls)
         snapshot = graph.get_state(config, subgraphs=True)
     except LeaseLost:
         raise
@@ -168,9 +172,16 @@ def _execute_claimed(run: Run, heartbeat: _Heartbeat) -> None:
     run_finish(run=run, outcome=outcome_read(snapshot))
 
 
-def _stream(graph: Pregel, graph_input: Any, config: RunnableConfig, heartbeat: _Heartbeat) -> None:
-    for _chunk in graph.stream(graph_input, config, stream_mode="updates", durability="sync"):
-        heartbeat.check()
+def _stream(
+    graph: Pregel, graph_input: Any, config: RunnableConfig, heartbeat: _Heartbeat, controls: RuntimeControls
+) -> None:
+    deadline = controls.deadline()
+    try:
+        for _chunk in graph.stream(graph_input, config, stream_mode="updates", durability=controls.durability):
+            heartbeat.check()
+            controls.check(deadline)
+    except GraphRecursionError as exc:
+        raise controls.recursion_error(exc) from None
 
 
 def _input_for(run: Run, graph: Pregel, config: RunnableConfig) -> Any:

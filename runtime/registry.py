@@ -45,11 +45,21 @@ from django.db.models import TextChoices
 from langgraph.graph import StateGraph
 from langgraph.pregel import Pregel
 
+from runtime.controls import RuntimeControls, controls_parse
 from runtime.upcasters import GraphSchema, schema_build
 
 
 class GraphRegistryError(ImproperlyConfigured):
     pass
+
+
+# Threads of external engines' tasks (approvals.external) carry graph names under this prefix:
+# no LangGraph graph, no checkpoints, never run here.
+EXTERNAL_GRAPH_PREFIX = "external:"
+
+
+def graph_is_external(name: str) -> bool:
+    return name.startswith(EXTERNAL_GRAPH_PREFIX)
 
 
 class UnknownGraph(LookupError):
@@ -86,6 +96,8 @@ class GraphEntry:
     gate_reasons: dict[str, dict[str, str]] = field(default_factory=dict)
     # A factory taking a RunnableConfig: called again for every run with the run's config.
     factory: Callable[[Any], Any] | None = field(default=None, repr=False)
+    # Durability mode, recursion limit and run timeout (runtime.controls; docs/runtime-controls.md).
+    controls: RuntimeControls = field(default_factory=RuntimeControls)
     _compiled: Pregel | None = field(default=None, repr=False)
 
     @property
@@ -197,6 +209,10 @@ def graphs_read(config_path: Path) -> dict[str, GraphEntry]:
         _schema_options(entry, base, gatehouse)
         entry.retention_days = _retention_days(name, gatehouse)
         entry.reasons, entry.gate_reasons = _reason_policy(name, gatehouse)
+        try:
+            entry.controls = controls_parse(name, gatehouse)
+        except ValueError as exc:
+            raise GraphRegistryError(str(exc)) from None
         entry.schema()  # a bad version/upcaster map stops start-up, naming the graph
         entries[name] = entry
     return entries

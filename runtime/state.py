@@ -24,7 +24,7 @@ from runtime.blobs import MARKER, BlobSpillingSaver, blobs_lazy
 from runtime.checkpointer import checkpointer_get
 from runtime.jsonable import to_jsonable
 from runtime.models import BlobRef, Thread
-from runtime.registry import graph_get
+from runtime.registry import graph_get, graph_is_external
 from runtime.upcasters import schema_readonly
 
 
@@ -65,7 +65,8 @@ def _view(snapshot: Any) -> CheckpointView:
 def thread_state_read(
     thread: Thread, checkpoint_id: str | None = None, *, resolve_blobs: bool = True
 ) -> CheckpointView | None:
-    if not thread.graph:  # created through /lg/ and not bound to a graph by a first run yet
+    # Created through /lg/ and not bound to a graph by a first run yet, or an external engine's thread.
+    if not thread.graph or graph_is_external(thread.graph):
         return None
     graph = graph_get(thread.graph).compiled()
     with schema_readonly(), contextlib.nullcontext() if resolve_blobs else blobs_lazy():
@@ -78,7 +79,7 @@ def thread_state_read(
 def thread_history_read(
     thread: Thread, *, limit: int = 100, before: str | None = None, resolve_blobs: bool = False
 ) -> list[CheckpointView]:
-    if not thread.graph:
+    if not thread.graph or graph_is_external(thread.graph):
         return []
     graph = graph_get(thread.graph).compiled()
     before_cfg = _config(thread, before) if before else None

@@ -70,6 +70,11 @@ MATRIX: list[tuple[str, str, str, tuple[int, ...]]] = [
     ("POST", "/api/users/{user_id}/reactivate",     "user",   (401, 403, 403, 403, 403, 403, 403, 200)),
     ("POST", "/api/users/{user_id}/password",       "user",   (401, 403, 403, 403, 403, 403, 403, 200)),
     ("POST", "/api/users/{user_id}/otp-reset",      "user",   (401, 403, 403, 403, 403, 403, 403, 200)),
+    # External tasks ("ext": a pending task of source "matrix"): engines (start) create, assignees read.
+    ("POST", "/api/external-tasks",                 "-",      (401, 403, 403, 403, 403, 403, 201, 201)),
+    ("GET",  "/api/external-tasks/{task_id}",       "ext",    (401, 404, 200, 200, 404, 200, 200, 200)),
+    ("GET",  "/api/external-tasks/by-key/{source}/{key}", "ext", (401, 404, 200, 200, 404, 200, 200, 200)),
+    ("GET",  "/api/external-tasks/{task_id}/decision", "ext", (401, 404, 202, 202, 404, 202, 202, 202)),
 ]
 
 CASES = [
@@ -118,6 +123,13 @@ def subject_make(kind: str, personas: dict[str, Persona]) -> Subject:
 
         user = users.user_create(actor=users.CLI, username=f"matrix-{uuid.uuid4().hex[:8]}", roles=["reviewer"])
         return Subject("", "", user_id=user.pk)
+    if kind == "ext":
+        from approvals.external import ExternalTaskSpec, external_task_create
+
+        key = f"matrix-{uuid.uuid4().hex[:8]}"
+        spec = ExternalTaskSpec(source="matrix", key=key, title="m", payload={})
+        item, _ = external_task_create(actor=admin.user, spec=spec)
+        return Subject("external:matrix", str(item.task.thread_id), str(item.task_id), name=key)
     if kind == "hook":
         from approvals.webhooks import webhook_endpoint_create
 
@@ -140,7 +152,7 @@ def shared(worker, personas, django_db_blocker) -> dict[str, Subject]:
     if not worker.alive:
         worker.start()
     with django_db_blocker.unblock():
-        return {kind: subject_make(kind, personas) for kind in ("loan", "kyc", "failed", "hook", "user")}
+        return {kind: subject_make(kind, personas) for kind in ("loan", "kyc", "failed", "hook", "user", "ext")}
 
 
 def client_for(persona: str, personas: dict[str, Persona]) -> ApiClient:
@@ -154,6 +166,8 @@ def call(client: ApiClient, method: str, path: str, subject: str, target: Subjec
         name=target.name if target else "",
         delivery_id=999_999_999,  # none: the permission check comes before the lookup
         user_id=target.user_id if target else 0,
+        source="matrix",
+        key=target.name if target else "",
     )
     if method == "GET":
         return client.get(url)
@@ -168,6 +182,8 @@ def call(client: ApiClient, method: str, path: str, subject: str, target: Subjec
         # A graph and event no other test produces, so the subscription never sends anything.
         body = {"url": "http://127.0.0.1:9/matrix", "graph": "breakpoint_review", "event_types": ["thread.failed"]}
         return client.post(url, body)
+    if path == "/api/external-tasks":
+        return client.post(url, {"source": "matrix", "key": f"matrix-{uuid.uuid4().hex[:8]}", "title": "m"})
     if path == "/api/users":
         return client.post(url, {"username": f"matrix-{uuid.uuid4().hex[:8]}", "roles": ["reviewer"]})
     if path.endswith("/roles"):

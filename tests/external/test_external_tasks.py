@@ -1,0 +1,174 @@
+"""External tasks through /api/external-tasks: idempotent create, the shared decision rules, the signed result."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+from standardwebhooks import Webhook
+
+from approvals.models import ApprovalTask, AuditEvent, ExternalTask, TaskKind
+from approvals.redaction import MASK
+from tests.conftest import scaled
+from tests.external.conftest import create, engine_persona, task_body
+
+pytestmark = pytest.mark.usefixtures("live_db")
+
+
+def decide(persona: Any, task_id: str, decision: str = "approve", **extra: Any) -> Any:
+    return persona.client.post(f"/api/tasks/{task_id}/decision", {"decision": decision, "reason": "ok", **extra})
+
+
+def test_create_is_idempotent_on_the_engines_key(engine, source):
+    first = create(engine.client, task_body(source))
+    assert first.status_code == 201, first.content
+    again = create(engine.client, task_body(source))
+    assert again.status_code == 200, again.content
+    assert again.json()["id"] == first.json()["id"]
+    assert first.json()["secret"].startswith("whsec_")
+    assert again.json()["secret"] == first.json()["secret"]  # a retried create still learns the secret
+    task = ApprovalTask.objects.get(pk=first.json()["id"])
+    assert task.kind == TaskKind.EXTERNAL and task.graph == f"external:{source}"
+
+
+def test_the_same_key_with_a_different_body_is_refused_and_writes_nothing(engine, source):
+    assert create(engine.client, task_body(source)).status_code == 201
+    response = create(engine.client, task_body(source, title="Something else"))
+    assert response.status_code == 409
+    assert response.json()["error"]["field"] == "key"
+    assert ExternalTask.objects.filter(source__name=source).count() == 1
+
+
+@pytest.mark.parametrize(
+    "extra,field",
+    [
+        ({"decisions": ["maybe"]}, "decisions.0"),
+        ({"decisions": ["approve", "edit"]}, "decisions"),  # an edit needs a response schema
+        ({"response_schema": {"type": "no-such-type"}}, "response_schema"),
+        ({"redaction_paths": [" "]}, "redaction_paths[0]"),
+        ({"due_at": "2001-01-01T00:00:00Z"}, "due_at"),
+        ({"callback_url": "http://169.254.169.254/latest"}, "callback_url"),
+        ({"callback_url": "ftp://example.com/x"}, "callback_url"),
+        ({"secret": "not-a-secret"}, "secret"),
+        ({"required_approvals": 0}, "required_approvals"),
+        ({"source": "Bad Source!"}, "source"),
+    ],
+)
+def test_bad_input_names_the_field_and_writes_nothing(engine, source, extra, field):
+    body = {**task_body(source), **extra}
+    response = create(engine.client, body)
+    assert 400 <= response.status_code < 500, response.content
+    assert response.json()["error"]["field"] == field
+    assert not ExternalTask.objects.filter(key="k1", source__name=source).exists()
+
+
+def test_an_engine_may_only_create_for_its_own_source(engine, source, personas):
+    other = create(engine.client, task_body(source + "x"))
+    assert other.status_code == 403 and other.json()["error"]["field"] == "source"
+    assert create(personas["outsider"].client, task_body(source)).status_code == 403
+    assert create(personas["reviewer"].client, task_body(source)).status_code == 403  # reviewers do not start
+
+
+def test_reviewers_need_an_assignment_to_the_source(engine, source, personas):
+    task_id = create(engine.client, task_body(source)).json()["id"]
+    unassigned = personas["loan_reviewer"]
+    assert unassigned.client.get(f"/api/tasks/{task_id}").status_code == 404
+    assert decide(unassigned, task_id).status_code == 404
+    inbox = personas["reviewer"].client.get("/api/tasks", status="pending", graph=f"external:{source}").json()
+    assert [t["id"] for t in inbox["items"]] == [task_id]
+
+
+def test_its_own_redaction_paths_mask_the_payload_and_the_audit(engine, source, personas):
+    task_id = create(engine.client, task_body(source, redaction_paths=["applicant.ssn"])).json()["id"]
+    shown = personas["reviewer"].client.get(f"/api/tasks/{task_id}").json()
+    assert shown["payload"]["details"]["applicant"] == {"name": "Ada", "ssn": MASK}
+    assert shown["allowed_decisions"] == ["approve", "reject"]
+    revealed = personas["approver"].client.get(f"/api/tasks/{task_id}").json()
+    assert revealed["payload"]["details"]["applicant"]["ssn"] == "123-45-6789"
+
+
+def test_a_decision_comes_back_signed_exactly_once(engine, source, personas):
+    created = create(engine.client, task_body(source)).json()
+    task_id, secret = created["id"], created["secret"]
+    pending = engine.client.get(f"/api/external-tasks/{task_id}/decision", wait=0)
+    assert pending.status_code == 202 and pending.json()["status"] == "pending"
+
+    assert decide(personas["reviewer"], task_id).status_code == 201
+    answer = engine.client.get(f"/api/external-tasks/{task_id}/decision", wait=0)
+    assert answer.status_code == 200
+    result = Webhook(secret).verify(answer.content, dict(answer.headers))
+    assert result["decision"] == "approve" and result["key"] == "k1" and result["source"] == source
+    assert [s["actor"] for s in result["signers"]] == [personas["reviewer"].username]
+
+    second = decide(personas["reviewer2"], task_id, "reject")
+    assert second.status_code == 409
+    again = engine.client.get(f"/api/external-tasks/{task_id}/decision", wait=0)
+    assert again.content == answer.content and again.headers["webhook-id"] == answer.headers["webhook-id"]
+    actions = list(AuditEvent.objects.filter(subject_id=task_id).order_by("id").values_list("action", flat=True))
+    assert actions[0] == "task.opened" and actions[-2:] == ["decision.made", "external.decided"]
+
+
+def test_the_long_poll_returns_when_the_decision_lands(engine, source, personas):
+    task_id = create(engine.client, task_body(source)).json()["id"]
+    waiting = threading.Event()
+    answers: list[Any] = []
+
+    def poll() -> None:
+        waiting.set()
+        answers.append(engine.client.get(f"/api/external-tasks/{task_id}/decision", wait=scaled(30)))
+
+    poller = threading.Thread(target=poll)
+    poller.start()
+    waiting.wait(scaled(5))
+    assert decide(personas["reviewer"], task_id).status_code == 201
+    poller.join(scaled(30))
+    assert answers and answers[0].status_code == 200
+    assert answers[0].json()["decision"] == "approve"
+
+
+def test_quorum_and_separation_of_duties_hold(engine, source, personas):
+    body = task_body(source, required_approvals=2, decisions=["approve", "reject", "edit"])
+    body["response_schema"] = {"type": "object", "properties": {"limit": {"type": "integer"}}}
+    task_id = create(engine.client, body).json()["id"]
+    bad = decide(personas["approver"], task_id, "edit", action_args={"limit": "lots"})
+    assert bad.status_code == 422 and bad.json()["error"]["field"] == "action_args.limit"
+    assert decide(personas["approver"], task_id, "edit", action_args={"limit": 5000}).status_code == 201
+    assert engine.client.get(f"/api/external-tasks/{task_id}/decision").status_code == 202  # one of two
+    assert decide(personas["approver"], task_id).status_code == 409  # the same signer twice
+    assert decide(personas["approver2"], task_id).status_code == 201  # the edit was a proposal: 1 of 2
+    assert engine.client.get(f"/api/external-tasks/{task_id}/decision").status_code == 202
+    refused = decide(personas["reviewer"], task_id)  # the final approval needs the approver role
+    assert refused.status_code == 403
+    assert decide(personas["admin"], task_id).status_code == 201
+    result = engine.client.get(f"/api/external-tasks/{task_id}/decision").json()
+    assert result["decision"] == "approve" and len(result["signers"]) == 3
+    assert result["response"] == {"limit": 5000}
+
+
+def test_state_edits_are_refused_for_a_task_without_a_graph(engine, source, personas):
+    task_id = create(engine.client, task_body(source)).json()["id"]
+    response = decide(personas["reviewer"], task_id, "approve", edits={"x": 1})
+    assert response.status_code == 422 and response.json()["error"]["field"] == "edits"
+
+
+def test_the_console_task_page_renders_an_external_task(engine, source, personas):
+    from django.test import Client
+
+    task_id = create(engine.client, task_body(source, redaction_paths=["applicant.ssn"])).json()["id"]
+    browser = Client()
+    browser.force_login(personas["reviewer"].user)
+    page = browser.get(f"/tasks/{task_id}/")
+    assert page.status_code == 200, page.content[:500]
+    assert b"Release wire 42" in page.content and b"123-45-6789" not in page.content
+
+
+def test_the_engine_reads_its_task_by_key(engine, source):
+    task_id = create(engine.client, task_body(source, key="wire/42:1")).json()["id"]
+    found = engine.client.get(f"/api/external-tasks/by-key/{source}/wire/42:1")
+    assert found.status_code == 200 and found.json()["id"] == task_id
+    assert found.json()["secret"] is None  # shown to the creating call only
+    assert engine.client.get(f"/api/external-tasks/by-key/{source}/nope").status_code == 404
+    stranger = engine_persona(source + "y")
+    assert stranger.client.get(f"/api/external-tasks/{task_id}").status_code == 404
+    assert stranger.client.get(f"/api/external-tasks/by-key/{source}/wire/42:1").status_code == 404
