@@ -198,7 +198,6 @@ def task_decide(request: HttpRequest, task_id: UUID, body: DecisionIn) -> Status
     signer = services.Signer(authenticated_at=request_proof_at(request), password=body.password, otp=body.otp)
     decision = services.task_decide(actor=_user(request), task_id=task_id, request=decision_request, signer=signer)
     session_proof_record(request, decision.reauthenticated_at)
-    decision.refresh_from_db()
     [shown] = gateway.decisions_shown(_user(request), decision.task, [decision])
     return Status(201, _decision_out(decision, shown))
 
