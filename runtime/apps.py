@@ -11,3 +11,4 @@ class RuntimeConfig(AppConfig):
         from runtime.registry import registry_load
 
         registry_load()
+        from runtime import notify  # noqa: F401  (connects the NOTIFY receivers)

@@ -30,7 +30,7 @@ pytestmark = pytest.mark.usefixtures("live_db")
 START_QUERIES = 17
 DECISION_QUERIES = 28
 CLAIM_QUERIES = 9
-FINISH_QUERIES = 14
+FINISH_QUERIES = 15  # includes the pg_notify that wakes waiters
 INBOX_QUERIES = 10
 
 
