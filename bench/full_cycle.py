@@ -500,7 +500,7 @@ def baseline_graph(db_name: str, pool_size: int) -> Iterator[Any]:
 
     from demo.graphs import loan_approval
 
-    def direct_effect(name: str, call: Callable[[str], Any], *, key: str | None = None) -> Any:
+    def direct_effect(name: str, call: Callable[[str], Any], *, key: str | None = None, args: Any = None) -> Any:
         thread_id = get_config()["configurable"]["thread_id"]
         return call(key or f"raw:{thread_id}:{name}")
 

@@ -142,7 +142,7 @@ def langgraph_dev(args: argparse.Namespace) -> dict[str, Any] | str:
            "LANGGRAPH_CLI_NO_ANALYTICS": "1", "LANGSMITH_TRACING": "false", "PYTHONPATH": str(ROOT)}
     logdir = OUT_DIR / "run-sdk"
     logdir.mkdir(parents=True, exist_ok=True)
-    proc = Proc("langgraph-dev", [python, "-m", "langgraph_cli.cli", "dev", "--no-browser", "--no-reload",
+    proc = Proc("langgraph-dev", [str(Path(python).parent / "langgraph"), "dev", "--no-browser", "--no-reload",
                                   "--port", str(port), "--config", str(ROOT / "bench" / "lgdev" / "langgraph.json")],
                 env, logdir)
     try:

@@ -17,7 +17,7 @@ from langgraph.config import get_config  # noqa: E402
 from demo.graphs import loan_approval  # noqa: E402
 
 
-def _direct_effect(name: str, call: Callable[[str], Any], *, key: str | None = None) -> Any:
+def _direct_effect(name: str, call: Callable[[str], Any], *, key: str | None = None, args: Any = None) -> Any:
     thread_id = get_config()["configurable"]["thread_id"]
     return call(key or f"lgdev:{thread_id}:{name}")
 
