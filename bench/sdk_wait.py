@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import sys
 import time
@@ -165,6 +166,7 @@ def langgraph_dev(args: argparse.Namespace) -> dict[str, Any] | str:
     finally:
         proc.stop()
         bank.shutdown()
+        shutil.rmtree(ROOT / ".langgraph_api", ignore_errors=True)  # langgraph dev's in-memory store dump
 
 
 def main() -> int:
