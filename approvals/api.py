@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 from uuid import UUID
 
+from asgiref.sync import sync_to_async
+from django.conf import settings
 from django.http import HttpRequest
 from ninja import Query, Router, Schema, Status
 from pydantic import Field
 
 from approvals import gateway, permissions, selectors, services
+from approvals.errors import InvalidInput
 from approvals.inputs import CheckpointId, DbId
 from approvals.models import ApprovalTask, AuditEvent, Decision
 from approvals.payloads import NOT_GIVEN, DecisionRequest, decisions_allowed, payload_kind
@@ -27,7 +31,8 @@ from approvals.schemas import (
     ThreadOut,
 )
 from approvals.security import request_proof_at, session_proof_record
-from runtime.models import Run, Thread
+from runtime.models import ACTIVE_RUN_STATUSES, Run, Thread, ThreadStatus
+from runtime.notify import ThreadWatch
 from runtime.registry import graph_get, graph_names
 from runtime.schema import json_schema_for
 
@@ -80,9 +85,62 @@ def thread_create(request: HttpRequest, body: ThreadIn) -> Status[ThreadOut]:
     return Status(201, _thread_out(user, thread, run))
 
 
+class ThreadWaitQuery(Schema):
+    wait_for: str | None = Field(
+        default=None, description="Comma-separated thread statuses: hold the request until the thread reaches one."
+    )
+    timeout: float = Field(default=30.0, description="With wait_for: the longest wait in seconds.")
+
+
+def _wait_seconds(value: float, field: str) -> float:
+    limit = float(settings.GATEHOUSE_PLATFORM_WAIT_SECONDS)
+    if not 0 <= value <= limit:
+        raise InvalidInput(f"{field} must be between 0 and {limit:g} seconds", field=field)
+    return value
+
+
+def _statuses(value: str) -> set[str]:
+    wanted = {s.strip() for s in value.split(",") if s.strip()}
+    unknown = sorted(wanted - set(ThreadStatus.values))
+    if not wanted or unknown:
+        raise InvalidInput(
+            f"wait_for takes thread statuses ({', '.join(ThreadStatus.values)}); got {', '.join(unknown) or 'none'}",
+            field="wait_for",
+        )
+    return wanted
+
+
+def _thread_status(user: Any, thread_id: UUID) -> str:
+    return permissions.thread_get_for(user, thread_id).status
+
+
+def _run_status(run_id: Any) -> str:
+    return str(Run.objects.values_list("status", flat=True).get(pk=run_id))
+
+
+async def _until(thread_id: Any, read: Any, done: Any, seconds: float) -> Any:
+    """Re-read with ``read()`` until ``done(value)`` or ``seconds`` pass, waking on the thread's NOTIFY."""
+    deadline = time.monotonic() + seconds
+    async with ThreadWatch(thread_id) as watch:
+        while True:
+            value = await sync_to_async(read)()
+            remaining = deadline - time.monotonic()
+            if done(value) or remaining <= 0:
+                return value
+            await watch.changed(remaining)
+
+
 @router.get("/threads/{thread_id}", response=ThreadOut, tags=["threads"])
-def thread_detail(request: HttpRequest, thread_id: UUID) -> ThreadOut:
+async def thread_detail(request: HttpRequest, thread_id: UUID, query: Query[ThreadWaitQuery]) -> ThreadOut:
+    """The thread; with ``wait_for`` (long poll) once it reaches one of those statuses or ``timeout`` passes."""
     user = _user(request)
+    if query.wait_for is not None:
+        wanted, seconds = _statuses(query.wait_for), _wait_seconds(query.timeout, "timeout")
+        await _until(thread_id, lambda: _thread_status(user, thread_id), lambda s: s in wanted, seconds)
+    return await sync_to_async(_thread_detail)(user, thread_id)
+
+
+def _thread_detail(user: Any, thread_id: UUID) -> ThreadOut:
     thread = permissions.thread_get_for(user, thread_id)
     state = gateway.state_for(user, thread_id)
     out = _thread_out(user, thread)
@@ -183,7 +241,21 @@ def _decision_out(decision: Decision, shown: gateway.DecisionShown) -> DecisionO
 
 
 @router.post("/tasks/{task_id}/decision", response={201: DecisionOut}, tags=["tasks"])
-def task_decide(request: HttpRequest, task_id: UUID, body: DecisionIn) -> Status[DecisionOut]:
+async def task_decide(
+    request: HttpRequest, task_id: UUID, body: DecisionIn, wait: float | None = None
+) -> Status[DecisionOut]:
+    """Decide; with ``?wait=<seconds>`` the response waits until the resumed run has finished (bounded)."""
+    seconds = _wait_seconds(wait, "wait") if wait is not None else 0.0
+    out, thread_id = await sync_to_async(_task_decide)(request, task_id, body)
+    if seconds and out.run_id is not None:
+        run_id = out.run_id
+        out.run_status = await _until(
+            thread_id, lambda: _run_status(run_id), lambda s: s not in ACTIVE_RUN_STATUSES, seconds
+        )
+    return Status(201, out)
+
+
+def _task_decide(request: HttpRequest, task_id: UUID, body: DecisionIn) -> tuple[DecisionOut, Any]:
     decision_request = DecisionRequest(
         outcome=body.decision,
         reason=body.reason,
@@ -198,9 +270,8 @@ def task_decide(request: HttpRequest, task_id: UUID, body: DecisionIn) -> Status
     signer = services.Signer(authenticated_at=request_proof_at(request), password=body.password, otp=body.otp)
     decision = services.task_decide(actor=_user(request), task_id=task_id, request=decision_request, signer=signer)
     session_proof_record(request, decision.reauthenticated_at)
-    decision.refresh_from_db()
     [shown] = gateway.decisions_shown(_user(request), decision.task, [decision])
-    return Status(201, _decision_out(decision, shown))
+    return _decision_out(decision, shown), decision.task.thread_id
 
 
 class AuditQuery(Schema):

@@ -12,10 +12,14 @@ First-class shapes:
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 import jsonschema
+import jsonschema.exceptions
+import jsonschema.validators
 
 from approvals.errors import InvalidInput
 from runtime.gatekeeper import GATE_MARKER
@@ -208,14 +212,31 @@ def _json_type(value: Any) -> str:
     return "null"
 
 
-def _schema_check(value: Any, schema: Any, field: str) -> None:
+@lru_cache(maxsize=256)
+def schema_validator(schema_text: str) -> Any:
+    """The compiled validator for a (canonical JSON) schema, or None if the schema is invalid.
+
+    ``jsonschema.validate`` checks the schema against its metaschema and builds a
+    validator on every call; a gate's schema is the same for all its tasks, so
+    compile it once per process.
+    """
+    schema = json.loads(schema_text)
+    cls = jsonschema.validators.validator_for(schema)
     try:
-        jsonschema.validate(value, schema)
-    except jsonschema.ValidationError as exc:
-        where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in exc.absolute_path)
-        raise InvalidInput(exc.message, field=f"{field}{where}") from None
+        cls.check_schema(schema)
     except jsonschema.SchemaError:
+        return None
+    return cls(schema)
+
+
+def _schema_check(value: Any, schema: Any, field: str) -> None:
+    validator = schema_validator(json.dumps(schema, sort_keys=True, separators=(",", ":"), default=str))
+    if validator is None:
         return  # a schema we cannot read is the graph's problem, not the reviewer's
+    error = jsonschema.exceptions.best_match(validator.iter_errors(value))  # what jsonschema.validate raises
+    if error is not None:
+        where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
+        raise InvalidInput(error.message, field=f"{field}{where}") from None
 
 
 def _hitl_decisions(payload: dict[str, Any], request: DecisionRequest) -> list[dict[str, Any]]:

@@ -88,13 +88,30 @@ def require(user: Principal, perm: str, action: str) -> None:
         raise Forbidden(f"you may not {action}")
 
 
+_ASSIGNMENTS_CACHE = "_gatehouse_assignments"
+
+
+def _assignments(user: Principal) -> list[tuple[str, str]]:
+    """The user's (graph, gate) assignments, read once per user object.
+
+    Cached on the instance like Django's own permission cache (``_perm_cache``):
+    a request loads its user afresh, so one request sees one consistent set and
+    pays one query for it however many checks it makes.
+    """
+    cached: list[tuple[str, str]] | None = getattr(user, _ASSIGNMENTS_CACHE, None)
+    if cached is None:
+        cached = list(GraphAssignment.objects.filter(user_id=user.pk or 0).values_list("graph", "gate"))
+        setattr(user, _ASSIGNMENTS_CACHE, cached)
+    return cached
+
+
 def graphs_visible(user: Principal) -> set[str] | None:
     """The graph names ``user`` may see; None means every graph."""
     if not user.is_authenticated or not user.is_active:
         return set()
     if can(user, "approvals.view_all_graphs"):
         return _token_graphs(user, None)
-    names = set(GraphAssignment.objects.filter(user_id=user.pk).values_list("graph", flat=True))
+    names = {graph for graph, _ in _assignments(user)}
     visible = None if ALL_GRAPHS in names else names
     return _token_graphs(user, visible)
 
@@ -142,8 +159,12 @@ def thread_get_for(user: Principal, thread_id: Any) -> Thread:
     return thread
 
 
-def task_get_for(user: Principal, task_id: Any) -> ApprovalTask:
-    task = tasks_visible(user).select_related("thread").filter(pk=task_id).first()
+def task_get_for(user: Principal, task_id: Any, *, lock: bool = False) -> ApprovalTask:
+    """The task if ``user`` may see it; ``lock`` also locks it and its thread (in one statement)."""
+    qs = tasks_visible(user).select_related("thread")
+    if lock:
+        qs = qs.select_for_update()
+    task = qs.filter(pk=task_id).first()
     if task is None:
         raise NotFound(f"task {task_id} not found", field="task_id")
     return task
@@ -159,11 +180,7 @@ def gate_assigned(user: Principal, task: ApprovalTask) -> bool:
     An assignment without a gate (or to every graph) covers every gate; a principal with
     no assignment for the graph (admins, who see every graph) is not narrowed.
     """
-    gates = set(
-        GraphAssignment.objects.filter(user_id=user.pk or 0, graph__in=[task.graph, ALL_GRAPHS]).values_list(
-            "gate", flat=True
-        )
-    )
+    gates = {gate for graph, gate in _assignments(user) if graph in (task.graph, ALL_GRAPHS)}
     return not gates or "" in gates or task.node in gates
 
 

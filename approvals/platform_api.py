@@ -6,13 +6,13 @@ Handlers translate only; the work is in ``approvals.platform``. See
 ``docs/platform-api.md`` for what is supported and what differs.
 
 Blocking endpoints (``runs/wait``, ``join``, ``runs/stream``) are async views that
-poll the database with short ``sync_to_async`` calls and ``asyncio.sleep``, so a
-waiting client holds no worker thread, and every wait is bounded.
+sleep until the run's outcome is committed (``runtime.notify``: PostgreSQL
+NOTIFY, with a bounded fallback poll), so a waiting client holds no worker
+thread and wakes as soon as the run settles; every wait is bounded.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 import time
@@ -44,10 +44,9 @@ from approvals.platform_schemas import (
 )
 from approvals.tokens import token_authenticate
 from runtime.models import ACTIVE_RUN_STATUSES, Run, RunStatus, Thread
+from runtime.notify import ThreadWatch
 from runtime.registry import graph_get
 from runtime.schema import json_schema_for
-
-POLL_SECONDS = 0.2
 
 
 def _wait_limit() -> float:
@@ -344,14 +343,16 @@ def run_cancel(request: HttpRequest, thread_id: UUID, run_id: UUID, query: Query
 
 
 async def _run_settled(user: Any, thread_id: Any, run_id: Any, deadline: float) -> tuple[Thread, Run, bool]:
-    """Poll until the run is no longer queued or running, or the deadline passes."""
-    while True:
-        thread, run = await sync_to_async(platform.run_progress)(user, thread_id, run_id)
-        if run.status not in ACTIVE_RUN_STATUSES:
-            return thread, run, True
-        if time.monotonic() >= deadline:
-            return thread, run, False
-        await asyncio.sleep(POLL_SECONDS)
+    """Wait until the run is no longer queued or running, or the deadline passes."""
+    async with ThreadWatch(thread_id) as watch:
+        while True:
+            thread, run = await sync_to_async(platform.run_progress)(user, thread_id, run_id)
+            if run.status not in ACTIVE_RUN_STATUSES:
+                return thread, run, True
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return thread, run, False
+            await watch.changed(remaining)
 
 
 def _timeout_output(thread_id: Any, run_id: Any, limit: float) -> dict[str, Any]:
@@ -395,6 +396,13 @@ def _sse(event: str, data: Any) -> bytes:
 async def _run_events(user: Any, thread_id: Any, run: Run, limit: float) -> AsyncIterator[bytes]:
     """metadata, then a values event per new checkpoint, then the final values and end."""
     yield _sse("metadata", {"run_id": str(run.id), "attempt": 1})
+    async with ThreadWatch(thread_id) as watch:
+        async for chunk in _run_values(user, thread_id, run, limit, watch):
+            yield chunk
+    yield _sse("end", None)
+
+
+async def _run_values(user: Any, thread_id: Any, run: Run, limit: float, watch: ThreadWatch) -> AsyncIterator[bytes]:
     deadline = time.monotonic() + limit
     seen = ""
     last_beat = time.monotonic()
@@ -421,8 +429,7 @@ async def _run_events(user: Any, thread_id: Any, run: Run, limit: float) -> Asyn
         if time.monotonic() - last_beat > 10:
             last_beat = time.monotonic()
             yield b": heartbeat\n\n"  # keeps proxies from closing an idle stream
-        await asyncio.sleep(POLL_SECONDS)
-    yield _sse("end", None)
+        await watch.changed(min(deadline, last_beat + 10) - time.monotonic())
 
 
 @api.post("/threads/{uuid:thread_id}/runs/stream", tags=["runs"])

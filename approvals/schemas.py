@@ -70,6 +70,9 @@ class DecisionOut(Schema):
     meaning: str
     signer_name: str
     evidence_digest: str
+    run_status: str | None = Field(
+        default=None, description="With ?wait=: the resumed run's status when the response was sent."
+    )
 
 
 class TaskOut(TaskSummaryOut):

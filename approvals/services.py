@@ -32,6 +32,7 @@ from approvals.payloads import (
 )
 from approvals.redaction import MASK, redact
 from runtime.models import Run, RunKind, Thread, ThreadStatus
+from runtime.notify import thread_notify
 from runtime.registry import UnknownGraph, graph_get, graph_names
 from runtime.runs import PendingInterrupt, ThreadBusy, retry_command, run_enqueue, thread_create
 from runtime.schema import FieldError, values_validate
@@ -122,15 +123,17 @@ def tasks_open(*, run: Run, interrupts: list[PendingInterrupt]) -> list[Approval
     """
     thread = run.thread
     current_ids = {i.interrupt_id for i in interrupts}
-    stale = ApprovalTask.objects.filter(thread=thread, status=TaskStatus.PENDING).exclude(interrupt_id__in=current_ids)
-    for task in stale:
-        _task_supersede(task, reason="the thread moved on without this interrupt")
+    # One read of the thread's pending tasks serves the stale check and every interrupt below.
+    pending: dict[str, ApprovalTask] = {}
+    for task in ApprovalTask.objects.filter(thread=thread, status=TaskStatus.PENDING).order_by("created_at"):
+        if task.interrupt_id in current_ids and task.interrupt_id not in pending:
+            pending[task.interrupt_id] = task
+        else:
+            _task_supersede(task, reason="the thread moved on without this interrupt")
     opened = []
     for item in interrupts:
         digest = payload_digest(item.value)
-        existing = ApprovalTask.objects.filter(
-            thread=thread, interrupt_id=item.interrupt_id, status=TaskStatus.PENDING
-        ).first()
+        existing = pending.pop(item.interrupt_id, None)
         if existing is not None and existing.payload_digest == digest:
             if existing.checkpoint_id != item.checkpoint_id:
                 existing.checkpoint_id = item.checkpoint_id
@@ -271,10 +274,10 @@ APPROVING = ("approve", "edit")
 
 @transaction.atomic
 def _task_decide(*, actor: User, task_id: Any, request: DecisionRequest, signer: Signer) -> Decision:
-    visible = permissions.task_get_for(actor, task_id)
-    permissions.require_decide(actor, visible)
-    task = ApprovalTask.objects.select_for_update().get(pk=visible.pk)
-    thread = Thread.objects.select_for_update().get(pk=task.thread_id)
+    # One statement finds the task (404 if not visible) and locks it with its thread.
+    task = permissions.task_get_for(actor, task_id, lock=True)
+    permissions.require_decide(actor, task)
+    thread = task.thread
     if task.status != TaskStatus.PENDING:
         raise Conflict(f"this task is {task.status} and can no longer be decided", field="task_id")
     if request.checkpoint_id is not None and request.checkpoint_id != task.checkpoint_id:
@@ -371,7 +374,7 @@ def _task_decide(*, actor: User, task_id: Any, request: DecisionRequest, signer:
     elif task.kind == TaskKind.BREAKPOINT and request.outcome == "reject":
         _thread_cancel(thread, actor=actor, reason=request.reason)
     elif not ApprovalTask.objects.filter(thread=thread, status=TaskStatus.PENDING).exists():
-        _resume_enqueue(thread, task.checkpoint_id, actor)
+        decision.run = _resume_enqueue(thread, task.checkpoint_id, actor)  # it carries this decision too
     return decision
 
 
@@ -583,6 +586,7 @@ def _resume_enqueue(thread: Thread, checkpoint_id: str, actor: User) -> Run:
 
 def _thread_cancel(thread: Thread, *, actor: User, reason: str) -> None:
     Thread.objects.filter(pk=thread.pk).update(status=ThreadStatus.CANCELLED, updated_at=timezone.now())
+    thread_notify(thread.id)  # wakes long polls waiting on this thread, on commit
     audit_record(
         actor=actor,
         action="thread.cancelled",

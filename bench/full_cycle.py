@@ -176,6 +176,7 @@ def bench_env(db_name: str, queue: str, bank_url: str, var_dir: Path) -> dict[st
         GATEHOUSE_FAKE_BANK_URL=bank_url,
         GATEHOUSE_VAR_DIR=str(var_dir),
         LOG_LEVEL="WARNING",
+        GATEHOUSE_STATIC_MANIFEST="false",  # no collectstatic here; /api/docs (the readiness probe) needs static
         PYTHONUNBUFFERED="1",
     )
     return env
@@ -284,7 +285,18 @@ class Api:
             raise RuntimeError(f"start failed: {response.status_code} {response.text[:500]}")
         return str(response.json()["id"])
 
+    longpoll = True  # the native API's long polls (wait_for / ?wait=), or polling every ``poll`` seconds
+
     def task_visible(self, thread_id: str, poll: float) -> str:
+        if self.longpoll:
+            response = self.http.get(f"/api/threads/{thread_id}", headers=self.headers["reviewer"],
+                                     params={"wait_for": "interrupted,completed,failed,cancelled",
+                                             "timeout": min(self.timeout, 60)}, timeout=self.timeout + 10)
+            response.raise_for_status()
+            body = response.json()
+            if body["status"] != "interrupted" or not body["pending_tasks"]:
+                raise RuntimeError(f"thread {thread_id} did not pause: {body['status']} {body.get('error')}")
+            return str(body["pending_tasks"][0]["id"])
         def visible() -> str | None:
             response = self.http.get("/api/tasks", params={"status": "pending", "thread": thread_id},
                                      headers=self.headers["reviewer"])
@@ -294,13 +306,27 @@ class Api:
 
         return str(wait_until(visible, timeout=self.timeout, interval=poll, what=f"task on {thread_id}"))
 
-    def decide(self, task_id: str) -> None:
+    def decide(self, task_id: str, *, wait: bool = False) -> None:
+        """Post the decision; with ``wait`` (long poll) return once the resumed run has finished."""
+        params = {"wait": min(self.timeout, 60)} if wait else None
         response = self.http.post(f"/api/tasks/{task_id}/decision", json={"decision": "approve", "reason": "bench"},
-                                  headers=self.headers["reviewer"])
+                                  headers=self.headers["reviewer"], params=params, timeout=self.timeout + 10)
         if response.status_code != 201:
             raise RuntimeError(f"decision failed: {response.status_code} {response.text[:500]}")
+        if wait and response.json().get("run_status") != "succeeded":
+            raise RuntimeError(f"resumed run ended {response.json().get('run_status')!r}")
 
     def completed(self, thread_id: str, poll: float) -> dict[str, Any]:
+        if self.longpoll:
+            response = self.http.get(f"/api/threads/{thread_id}", headers=self.headers["reviewer"],
+                                     params={"wait_for": "completed,failed,cancelled",
+                                             "timeout": min(self.timeout, 60)}, timeout=self.timeout + 10)
+            response.raise_for_status()
+            body = response.json()
+            if body["status"] != "completed":
+                raise RuntimeError(f"thread {thread_id} {body['status']}: {body.get('error')}")
+            return dict(body)
+
         def done() -> dict[str, Any] | None:
             response = self.http.get(f"/api/threads/{thread_id}", headers=self.headers["reviewer"])
             response.raise_for_status()
@@ -327,11 +353,12 @@ def measure_full_stack(api: Api, n: int, clients: int, poll: float) -> tuple[Res
     def decide(item: tuple[str, str]) -> tuple[float, float]:
         thread_id, task_id = item
         t0 = time.perf_counter()
-        api.decide(task_id)
-        body = api.completed(thread_id, poll)
+        api.decide(task_id, wait=api.longpoll)
+        t1 = time.perf_counter() if api.longpoll else None
+        body = api.completed(thread_id, poll)  # with the long poll: returns at once (the run has finished)
         if body["values"].get("status") != "disbursed":
             raise RuntimeError(f"thread {thread_id} ended with {body['values'].get('status')!r}")
-        return t0, time.perf_counter()
+        return t0, t1 or time.perf_counter()
 
     started = run_pool(start, list(range(n)), clients)
     decided = run_pool(decide, [(t, k) for t, k, _ in started], clients)
@@ -340,8 +367,9 @@ def measure_full_stack(api: Api, n: int, clients: int, poll: float) -> tuple[Res
             [t for t, _, _ in started])
 
 
-def measure_full_stack_idle(api: Api, n: int, poll: float) -> tuple[Result, list[str], list[float]]:
+def measure_full_stack_idle(api: Api, n: int, poll: float) -> tuple[Result, list[str], list[float], Result | None]:
     spans, threads, posts = [], [], []
+    waits: list[tuple[float, float]] = []
     for _ in range(n):
         thread_id = api.start()
         task_id = api.task_visible(thread_id, poll)
@@ -351,7 +379,14 @@ def measure_full_stack_idle(api: Api, n: int, poll: float) -> tuple[Result, list
         api.completed(thread_id, poll)
         spans.append((t0, time.perf_counter()))
         threads.append(thread_id)
-    return Result.of("decision → completed, one at a time", "gatehouse", 1, spans), threads, posts
+        if api.longpoll:  # and the same through one request: decide and wait for the run
+            thread_id = api.start()
+            task_id = api.task_visible(thread_id, poll)
+            t0 = time.perf_counter()
+            api.decide(task_id, wait=True)
+            waits.append((t0, time.perf_counter()))
+    waited = Result.of("decision?wait → run finished, one at a time", "gatehouse", 1, waits) if waits else None
+    return Result.of("decision → completed, one at a time", "gatehouse", 1, spans), threads, posts, waited
 
 
 def server_breakdown(db_name: str, thread_ids: list[str]) -> dict[str, float]:
@@ -372,6 +407,84 @@ def server_breakdown(db_name: str, thread_ids: list[str]) -> dict[str, float]:
     return {name: round(float(value), 2) for name, value in zip(steps, row or (), strict=True) if value is not None}
 
 
+# --- SQL statements per request and per run (in this process, after the stack stopped) -------
+
+
+class _StatementCounter:
+    """Counts every statement psycopg sends from this process: Django's and the checkpointer's pool alike."""
+
+    def __init__(self) -> None:
+        import psycopg
+
+        self.count = 0
+        self._originals = {name: getattr(psycopg.Cursor, name) for name in ("execute", "executemany")}
+
+    def __enter__(self) -> _StatementCounter:
+        import psycopg
+
+        for name, original in self._originals.items():
+            def counted(cursor: Any, *args: Any, _original: Any = original, **kwargs: Any) -> Any:
+                self.count += 1
+                return _original(cursor, *args, **kwargs)
+            setattr(psycopg.Cursor, name, counted)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        import psycopg
+
+        for name, original in self._originals.items():
+            setattr(psycopg.Cursor, name, original)
+
+
+def measure_queries(tokens: dict[str, str]) -> dict[str, dict[str, int]]:
+    """SQL per step of one thread: Django ORM queries (CaptureQueriesContext) and all statements.
+
+    The requests go through Django's test client and the runs through the
+    executor, in this process against the bench database, so the counts are
+    exact (no worker or web process needed).
+    """
+    import django
+
+    django.setup()
+    from django.db import connection
+    from django.test import Client
+    from django.test.utils import CaptureQueriesContext
+
+    from runtime.executor import run_execute
+    from runtime.models import Run
+
+    client = Client(SERVER_NAME="127.0.0.1")
+    operator = {"Authorization": f"Bearer {tokens['operator']}"}
+    reviewer = {"Authorization": f"Bearer {tokens['reviewer']}"}
+    out: dict[str, dict[str, int]] = {}
+
+    def step(name: str, call: Callable[[], Any]) -> Any:
+        with _StatementCounter() as all_sql, CaptureQueriesContext(connection) as orm:
+            value = call()
+        out[name] = {"orm_queries": len(orm), "sql_statements": all_sql.count}
+        return value
+
+    client.get("/api/graphs", headers=operator)  # token last-used updates happen here, not in a step
+    client.get("/api/graphs", headers=reviewer)
+    response = step("POST /api/threads (start)", lambda: client.post(
+        "/api/threads", {"graph": GRAPH, "input": loan_input(), "metadata": {}}, content_type="application/json",
+        headers=operator))
+    thread_id = response.json()["id"]
+    start_run = Run.objects.filter(thread_id=thread_id).order_by("created_at").values_list("id", flat=True).first()
+    step("run: start → interrupt (claim, graph, finish, task)", lambda: run_execute(run_id=str(start_run)))
+    tasks = step("GET /api/tasks?thread=…", lambda: client.get(
+        "/api/tasks", {"status": "pending", "thread": thread_id}, headers=reviewer)).json()["items"]
+    step("GET /api/tasks/{id} (detail)", lambda: client.get(f"/api/tasks/{tasks[0]['id']}", headers=reviewer))
+    decision = step("POST /api/tasks/{id}/decision", lambda: client.post(
+        f"/api/tasks/{tasks[0]['id']}/decision", {"decision": "approve", "reason": "bench"},
+        content_type="application/json", headers=reviewer))
+    resume_run = decision.json()["run_id"]
+    step("run: resume → completed (claim, graph, effect, finish)", lambda: run_execute(run_id=str(resume_run)))
+    step("GET /api/threads/{id}", lambda: client.get(f"/api/threads/{thread_id}", headers=reviewer))
+    connection.close()
+    return out
+
+
 # --- the baseline: raw LangGraph + PostgresSaver in this process ---------------------------
 
 
@@ -387,7 +500,7 @@ def baseline_graph(db_name: str, pool_size: int) -> Iterator[Any]:
 
     from demo.graphs import loan_approval
 
-    def direct_effect(name: str, call: Callable[[str], Any], *, key: str | None = None) -> Any:
+    def direct_effect(name: str, call: Callable[[str], Any], *, key: str | None = None, args: Any = None) -> Any:
         thread_id = get_config()["configurable"]["thread_id"]
         return call(key or f"raw:{thread_id}:{name}")
 
@@ -513,6 +626,8 @@ def main() -> int:
     parser.add_argument("--idle-samples", type=int, default=50, help="one-at-a-time decision samples (default 50)")
     parser.add_argument("--warmup", type=int, default=5, help="unmeasured threads per system first (default 5)")
     parser.add_argument("--poll", type=float, default=0.02, help="poll interval (s) under load (default 0.02)")
+    parser.add_argument("--client", choices=("longpoll", "poll"), default="longpoll",
+                        help="wait with the API's long polls (default) or poll every --poll / --idle-poll")
     parser.add_argument("--idle-poll", type=float, default=0.002, help="poll interval (s) one at a time (0.002)")
     parser.add_argument("--no-web-pool", dest="web_pool", action="store_false",
                         help="run daphne on the stock settings (persistent connections per request thread; "
@@ -580,11 +695,13 @@ def main() -> int:
         log(f"stack up: daphne :{port}, worker x{args.worker_concurrency} on queue {queue}, bank {bank.url}")
 
         api = Api(f"http://127.0.0.1:{port}", tokens, timeout=args.wait_timeout)
+        api.longpoll = args.client == "longpoll"
         log(f"full stack: warm-up ({args.warmup}), then {args.threads} threads, {args.clients} clients")
         measure_full_stack(api, args.warmup, min(args.clients, args.warmup), args.poll)
         gh_start, gh_decide, gh_threads = measure_full_stack(api, args.threads, args.clients, args.poll)
         log(f"full stack: {args.idle_samples} decisions one at a time")
-        gh_idle, gh_idle_threads, posts_ms = measure_full_stack_idle(api, args.idle_samples, args.idle_poll)
+        gh_idle, gh_idle_threads, posts_ms, gh_waited = measure_full_stack_idle(api, args.idle_samples,
+                                                                                args.idle_poll)
         breakdown = {"decision POST (client)": round(statistics.median(posts_ms), 2),
                      **server_breakdown(args.db, gh_idle_threads)}
 
@@ -593,6 +710,9 @@ def main() -> int:
         for proc in reversed(procs):
             proc.stop()
         procs.clear()
+
+        log("SQL per request and per run (in-process, one thread)")
+        queries = measure_queries(tokens)
 
         log(f"baseline: warm-up, then {args.threads} threads on {args.baseline_concurrency} threads")
         with baseline_graph(args.db, args.baseline_concurrency + 1) as graph:
@@ -615,6 +735,9 @@ def main() -> int:
         for mine, base in ((gh_start, raw_start), (gh_decide, raw_decide), (gh_idle, raw_idle)):
             mine.ratio = mine.throughput / base.throughput
             results += [mine, base]
+        if gh_waited is not None:
+            gh_waited.ratio = gh_waited.throughput / raw_idle.throughput
+            results += [gh_waited]
         cycle = combined("full cycle start → completed", "gatehouse", [gh_start, gh_decide])
         raw_cycle = combined("full cycle start → completed", "baseline", [raw_start, raw_decide])
         cycle.ratio = cycle.throughput / raw_cycle.throughput
@@ -632,8 +755,14 @@ def main() -> int:
                   "CONN_MAX_AGE=0); worker: stock console.settings")
         print("one-at-a-time decision → completed, medians (ms): "
               + "; ".join(f"{k} {v:.1f}" for k, v in breakdown.items()))
-        print("latency = client-observed over HTTP, polling every "
-              f"{args.poll * 1000:.0f} ms under load and {args.idle_poll * 1000:.0f} ms one at a time")
+        print("SQL per step (Django ORM queries, counting BEGIN/COMMIT / psycopg statements incl. the checkpointer's): "
+              + "; ".join(f"{k} {v['orm_queries']}/{v['sql_statements']}" for k, v in queries.items()))
+        if api.longpoll:
+            print("latency = client-observed over HTTP with the API's long polls (GET /api/threads/{id}?wait_for=, "
+                  "under load POST …/decision?wait=)")
+        else:
+            print("latency = client-observed over HTTP, polling every "
+                  f"{args.poll * 1000:.0f} ms under load and {args.idle_poll * 1000:.0f} ms one at a time")
 
         report = {
             "command": " ".join([Path(sys.executable).name, *sys.argv]),
@@ -644,6 +773,7 @@ def main() -> int:
             "baseline_variant": BASELINE_VARIANT,
             "effects": effects,
             "idle_breakdown_median_ms": breakdown,
+            "sql_per_step": queries,
             "results": [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in asdict(r).items()}
                         for r in results],
         }

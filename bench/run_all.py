@@ -23,6 +23,8 @@ SCENARIOS: dict[str, tuple[list[str], list[str], int]] = {
     "live_latency": ([], ["--threads", "15"], 1000),
     "console_scale": ([], ["--tasks", "10000", "--events", "100000", "--samples", "20"], 1600),
     "storage": (["--threads", "30", "--rounds", "3"], ["--threads", "10", "--rounds", "1"], 900),
+    "sdk_wait": ([], ["--threads", "10"], 900),
+    "decision_profile": ([], ["--samples", "10"], 600),
 }
 
 

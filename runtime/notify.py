@@ -1,0 +1,161 @@
+"""Wake waiters when a thread's run settles: PostgreSQL LISTEN/NOTIFY, with a bounded fallback poll.
+
+Why LISTEN/NOTIFY rather than the channel layer: the notification is sent in
+the same transaction that records the run's outcome (``pg_notify`` inside the
+signal receivers below), so PostgreSQL delivers it exactly when — and only if —
+the outcome commits; a waiter woken by it always reads the committed row. A
+channel-layer message would be sent after commit from the worker, one more hop
+(Redis) that can be lost between the commit and the send.
+
+Every process that waits runs one listener thread holding one dedicated
+connection (``LISTEN gatehouse_thread``; payload = the thread id), created on
+first use. Waiters still re-read the database every ``FALLBACK_SECONDS``, so a
+notification lost while the listener reconnects only delays them. On SQLite
+(embedded) there is no NOTIFY: waiters poll every ``EMBEDDED_POLL_SECONDS``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from django.conf import settings
+from django.db import connection
+from django.dispatch import receiver
+
+from runtime import signals
+
+log = logging.getLogger(__name__)
+
+CHANNEL = "gatehouse_thread"
+FALLBACK_SECONDS = 1.0  # a lost notification delays a waiter by at most this much
+EMBEDDED_POLL_SECONDS = 0.2
+IDLE_SECONDS = 30.0  # a listener with no waiters this long closes its connection
+
+
+def thread_notify(thread_id: Any) -> None:
+    """Tell waiters that ``thread_id`` changed, when (and if) the current transaction commits."""
+    if connection.vendor != "postgresql":
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, str(thread_id)])
+
+
+@receiver(signals.run_interrupted, dispatch_uid="runtime.notify.interrupted")
+@receiver(signals.run_completed, dispatch_uid="runtime.notify.completed")
+@receiver(signals.run_failed, dispatch_uid="runtime.notify.failed")
+def _on_run_settled(sender: Any, run: Any, **kwargs: Any) -> None:
+    thread_notify(run.thread_id)
+
+
+def _postgres() -> bool:
+    return bool(settings.DATABASES["default"]["ENGINE"].endswith("postgresql"))
+
+
+class _Listener:
+    """One LISTEN connection per process; calls the callbacks subscribed to a thread id."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._callbacks: dict[str, set[Callable[[], None]]] = {}
+        self._thread: threading.Thread | None = None
+        self.listening = threading.Event()  # set while LISTEN is in effect
+
+    def subscribe(self, thread_id: str, callback: Callable[[], None]) -> None:
+        with self._lock:
+            self._callbacks.setdefault(thread_id, set()).add(callback)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="gatehouse-listen", daemon=True)
+                self._thread.start()
+
+    def unsubscribe(self, thread_id: str, callback: Callable[[], None]) -> None:
+        with self._lock:
+            callbacks = self._callbacks.get(thread_id)
+            if callbacks is not None:
+                callbacks.discard(callback)
+                if not callbacks:
+                    del self._callbacks[thread_id]
+
+    def _dispatch(self, thread_id: str) -> None:
+        with self._lock:
+            callbacks = list(self._callbacks.get(thread_id, ()))
+        for callback in callbacks:
+            callback()
+
+    def _run(self) -> None:
+        import psycopg
+
+        from runtime.checkpointer import checkpointer_conninfo
+
+        while True:
+            try:
+                with psycopg.connect(checkpointer_conninfo(settings.DATABASES["default"]), autocommit=True,
+                                     connect_timeout=10) as conn:
+                    conn.execute(f"LISTEN {CHANNEL}")
+                    self.listening.set()
+                    idle_since = time.monotonic()
+                    while True:
+                        for notice in conn.notifies(timeout=5.0):
+                            self._dispatch(notice.payload)
+                        with self._lock:
+                            if self._callbacks:
+                                idle_since = time.monotonic()
+                            elif time.monotonic() - idle_since > IDLE_SECONDS:
+                                # Nobody waits: give the connection back; the next watch starts a listener.
+                                self.listening.clear()
+                                self._thread = None
+                                return
+            except Exception as exc:  # the waiters' fallback poll covers the gap
+                self.listening.clear()
+                log.warning("LISTEN %s connection lost (%s); reconnecting", CHANNEL, exc)
+                time.sleep(1.0)
+
+
+_listener = _Listener()
+
+
+def listener_ready(timeout: float) -> bool:
+    """True once this process's LISTEN connection is up (it starts with the first watch)."""
+    return _listener.listening.wait(timeout)
+
+
+class ThreadWatch:
+    """``async with ThreadWatch(thread_id) as watch: ... await watch.changed(timeout)``.
+
+    Subscribe first, then read the row, then wait: a change committed between
+    the read and the wait still sets the event, so nothing is missed.
+    """
+
+    def __init__(self, thread_id: Any) -> None:
+        self.thread_id = str(thread_id)
+        self._event = asyncio.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._listening = _postgres()
+
+    def _wake(self) -> None:
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._event.set)
+
+    async def __aenter__(self) -> ThreadWatch:
+        self._loop = asyncio.get_running_loop()
+        if self._listening:
+            _listener.subscribe(self.thread_id, self._wake)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._listening:
+            _listener.unsubscribe(self.thread_id, self._wake)
+
+    async def changed(self, timeout: float) -> bool:
+        """Wait until notified or ``timeout`` (capped by the fallback interval); True if notified."""
+        cap = FALLBACK_SECONDS if self._listening else EMBEDDED_POLL_SECONDS
+        try:
+            await asyncio.wait_for(self._event.wait(), timeout=max(0.0, min(timeout, cap)))
+        except TimeoutError:
+            return False
+        self._event.clear()
+        return True

@@ -1,0 +1,119 @@
+"""Push, not poll: waiters wake on the run's committed outcome (PostgreSQL NOTIFY), and the native
+API's long polls (``GET /api/threads/{id}?wait_for=…``, ``POST …/decision?wait=…``) return the final
+status, respect their timeout and refuse bad values."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+from asgiref.sync import sync_to_async
+
+from approvals.models import Decision
+from runtime.notify import ThreadWatch, listener_ready
+from runtime.runs import run_finish
+from tests.conftest import loan_input, pending_tasks, scaled, thread_start
+from tests.perf.test_query_counts import _claimed_run, _interrupt_outcome
+
+pytestmark = pytest.mark.usefixtures("live_db")
+
+
+def test_a_watch_is_woken_by_the_committed_run_outcome(operator):
+    run = _claimed_run(operator)
+
+    async def scenario() -> tuple[bool, bool]:
+        async with ThreadWatch(run.thread_id) as watch:
+            assert await sync_to_async(listener_ready)(scaled(10))
+            before = await watch.changed(0.05)  # nothing happened yet
+            await sync_to_async(run_finish)(run=run, outcome=_interrupt_outcome("notify"))
+            # changed() gives up after the fallback interval without a notification: retry until one comes.
+            deadline = time.monotonic() + scaled(10)
+            woken = False
+            while not woken and time.monotonic() < deadline:
+                woken = await watch.changed(deadline - time.monotonic())
+            return before, woken
+
+    before, woken = asyncio.run(scenario())
+    assert before is False
+    assert woken is True
+
+
+def test_another_threads_outcome_does_not_wake_a_watch(operator):
+    mine, other = _claimed_run(operator), _claimed_run(operator)
+
+    async def scenario() -> bool:
+        async with ThreadWatch(mine.thread_id) as watch, ThreadWatch(other.thread_id) as other_watch:
+            assert await sync_to_async(listener_ready)(scaled(10))
+            await sync_to_async(run_finish)(run=other, outcome=_interrupt_outcome("other"))
+            deadline = time.monotonic() + scaled(10)
+            while not await other_watch.changed(deadline - time.monotonic()):
+                assert time.monotonic() < deadline, "the other thread's notification never came"
+            return await watch.changed(0.05)
+
+    assert asyncio.run(scenario()) is False
+
+
+@pytest.mark.integration
+@pytest.mark.usefixtures("live_worker")
+def test_the_long_poll_returns_once_the_thread_pauses_and_the_decision_waits_for_its_run(operator, reviewer):
+    thread = thread_start(operator, "loan_approval", loan_input())
+    timeout = scaled(30)
+    paused = reviewer.client.get(f"/api/threads/{thread['id']}", wait_for="interrupted,failed", timeout=timeout)
+    assert paused.status_code == 200, paused.content
+    body = paused.json()
+    assert body["status"] == "interrupted"
+    [task] = body["pending_tasks"]
+
+    decided = reviewer.client.client.post(
+        f"/api/tasks/{task['id']}/decision?wait={timeout}",
+        '{"decision": "approve", "reason": "ok"}', content_type="application/json", headers=reviewer.client.headers,
+    )
+    assert decided.status_code == 201, decided.content
+    assert decided.json()["run_status"] == "succeeded"
+    # The response came after the run's outcome committed: a plain read sees the thread completed.
+    done = reviewer.client.get(f"/api/threads/{thread['id']}").json()
+    assert done["status"] == "completed" and done["values"]["status"] == "disbursed"
+
+
+@pytest.mark.integration
+@pytest.mark.usefixtures("live_worker")
+def test_the_long_poll_returns_the_current_state_when_its_timeout_passes(operator, reviewer):
+    thread = thread_start(operator, "loan_approval", loan_input())
+    pending_tasks(reviewer, thread["id"])
+    t0 = time.monotonic()
+    response = reviewer.client.get(f"/api/threads/{thread['id']}", wait_for="completed", timeout=0.3)
+    assert response.status_code == 200
+    assert response.json()["status"] == "interrupted"
+    assert time.monotonic() - t0 >= 0.3
+
+
+@pytest.mark.parametrize(
+    "params,field",
+    [
+        ({"wait_for": "finished"}, "wait_for"),
+        ({"wait_for": ","}, "wait_for"),
+        ({"wait_for": "completed", "timeout": "-1"}, "timeout"),
+        ({"wait_for": "completed", "timeout": "100000"}, "timeout"),
+        ({"wait_for": "completed", "timeout": "soon"}, "timeout"),
+    ],
+)
+def test_bad_long_poll_values_are_refused_naming_the_field(operator, params, field):
+    thread = thread_start(operator, "loan_approval", loan_input())
+    response = operator.client.get(f"/api/threads/{thread['id']}", **params)
+    assert 400 <= response.status_code < 500, response.content
+    assert field in response.content.decode()
+
+
+@pytest.mark.parametrize("wait", ["-1", "100000", "later"])
+def test_a_bad_decision_wait_is_refused_and_decides_nothing(operator, reviewer, wait):
+    run = _claimed_run(operator)
+    run_finish(run=run, outcome=_interrupt_outcome("bad-wait"))
+    task = run.thread.tasks.get()
+    response = reviewer.client.client.post(
+        f"/api/tasks/{task.id}/decision?wait={wait}", '{"decision": "approve", "reason": "ok"}',
+        content_type="application/json", headers=reviewer.client.headers,
+    )
+    assert 400 <= response.status_code < 500, response.content
+    assert "wait" in response.content.decode()
+    assert not Decision.objects.filter(task=task).exists()
