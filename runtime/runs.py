@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from celery import current_app
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
@@ -34,6 +35,9 @@ from runtime.models import Run, RunKind, RunStatus, Thread, ThreadStatus
 __all__ = ["LeaseLost"]  # re-exported: callers catch it from here
 
 log = logging.getLogger(__name__)
+
+# The Celery task that executes a run (runtime.tasks.execute_run).
+EXECUTE_RUN_TASK = "runtime.execute_run"
 
 
 class ThreadBusy(Exception):
@@ -108,11 +112,12 @@ def retry_command(*, thread: Thread) -> dict[str, Any] | None:
 
 
 def run_dispatch(*, run_id: Any) -> None:
-    """Send the run to Celery. A failure here is logged, not raised: the sweeper re-sends."""
-    from runtime.tasks import execute_run
+    """Send the run to Celery. A failure here is logged, not raised: the sweeper re-sends.
 
+    Sent by task name: runtime.tasks imports the executor, which imports this module.
+    """
     try:
-        execute_run.delay(str(run_id))
+        current_app.send_task(EXECUTE_RUN_TASK, args=[str(run_id)])
     except Exception:  # broker down: the run stays queued and the sweeper finds it
         log.exception("dispatch of run %s failed; the sweeper will retry", run_id)
         return

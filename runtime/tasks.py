@@ -9,7 +9,7 @@ from django.db import connection
 
 from runtime.errors import is_transient, retry_backoff
 from runtime.executor import run_execute
-from runtime.runs import runs_sweep
+from runtime.runs import EXECUTE_RUN_TASK, runs_sweep
 
 # Transient errors that escape run_execute happened before the run was claimed
 # (a claimed run is handed back by the executor itself). A few quick retries
@@ -17,7 +17,7 @@ from runtime.runs import runs_sweep
 CLAIM_RETRIES = 3
 
 
-@shared_task(bind=True, name="runtime.execute_run", acks_late=True, reject_on_worker_lost=True)
+@shared_task(bind=True, name=EXECUTE_RUN_TASK, acks_late=True, reject_on_worker_lost=True)
 def execute_run(self: Any, run_id: str) -> None:
     try:
         run_execute(run_id=run_id)
