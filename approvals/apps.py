@@ -8,6 +8,7 @@ class ApprovalsConfig(AppConfig):
 
     def ready(self) -> None:
         import approvals.external  # noqa: F401  (completes external tasks: services.task_completers)
-        import approvals.outbound  # noqa: F401  (queues outbound webhook events in the same transaction)
-        from approvals import receivers, security  # noqa: F401  (subscribe to runtime and auth events)
-        from console import live  # noqa: F401  (publishes audit events to websocket groups after commit)
+        from approvals import outbound, receivers, security  # noqa: F401  (subscribe to runtime and auth events)
+        from approvals.events import events_subscribe
+
+        events_subscribe(outbound.on_audit_recorded, in_transaction=True)  # the outbound webhook outbox

@@ -20,6 +20,7 @@ from django.contrib.auth.models import AnonymousUser, User
 from django.db import connection, transaction
 from django.utils import timezone
 
+from approvals.events import events_publish
 from approvals.models import AuditAnchor, AuditEvent
 
 GENESIS = "0" * 64
@@ -84,6 +85,7 @@ def audit_record(
     )
     event.hash = event_hash(event_fields(event), prev)
     event.save()
+    events_publish(event)
     return event
 
 

@@ -27,10 +27,10 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
+from celery import current_app
 from django.conf import settings
 from django.db import transaction
 from django.db.models import F, Q
-from django.db.models.signals import post_save
 from django.dispatch import receiver
 from django.utils import timezone
 
@@ -60,6 +60,8 @@ TIMEOUT_SECONDS = 10.0
 CLAIM_SECONDS = 4 * TIMEOUT_SECONDS + 30
 # What the delivery log keeps of a response: the status code and this much of the body, no headers.
 RESPONSE_EXCERPT_CHARS = 256
+# The Celery task that sends one delivery (approvals.tasks.deliver_webhook).
+DELIVER_WEBHOOK_TASK = "approvals.deliver_webhook"
 
 
 def _backoff_base() -> float:
@@ -276,41 +278,45 @@ def event_emit(event_type: str, *, graph: str, data: dict[str, Any]) -> list[Out
 
 
 def _dispatch(delivery_id: int, countdown: float = 0) -> None:
-    from approvals.tasks import deliver_webhook
-
+    # Sent by task name: approvals.tasks imports this module.
     try:
-        deliver_webhook.apply_async(args=[delivery_id], countdown=countdown)
+        current_app.send_task(DELIVER_WEBHOOK_TASK, args=[delivery_id], countdown=countdown)
     except Exception:  # the broker is down: the row stays pending with its next_attempt_at
         log.exception("could not dispatch outbound webhook %s", delivery_id)
 
 
-@receiver(post_save, sender=ApprovalTask, dispatch_uid="outbound.task_opened")
-def on_task_saved(sender: Any, instance: ApprovalTask, created: bool, **kwargs: Any) -> None:
-    if not created:
+def on_audit_recorded(event: AuditEvent) -> None:
+    """Subscribed in the transaction (approvals.events): the outbox rows commit or roll back with the change."""
+    if event.action == "task.opened":
+        _task_opened(event)
+    elif event.action in ("decision.made", "decision.recorded"):
+        _decision_recorded(event)
+
+
+def _task_opened(event: AuditEvent) -> None:
+    task = ApprovalTask.objects.filter(pk=event.subject_id).first()
+    if task is None:  # an audit row about a task that is not (or no longer) stored: nothing to describe
         return
     event_emit(
         "task.opened",
-        graph=instance.graph,
+        graph=task.graph,
         data={
-            "task_id": str(instance.id),
-            "thread_id": str(instance.thread_id),
-            "node": instance.node,
-            "title": instance.title,
-            "payload_kind": payload_kind(instance.payload, instance.kind),
-            "correlation_key": instance.payload.get("correlation_key") if isinstance(instance.payload, dict) else None,
+            "task_id": str(task.id),
+            "thread_id": str(task.thread_id),
+            "node": task.node,
+            "title": task.title,
+            "payload_kind": payload_kind(task.payload, task.kind),
+            "correlation_key": task.payload.get("correlation_key") if isinstance(task.payload, dict) else None,
         },
     )
 
 
-@receiver(post_save, sender=AuditEvent, dispatch_uid="outbound.task_signed_decided")
-def on_decision_recorded(sender: Any, instance: AuditEvent, created: bool, **kwargs: Any) -> None:
+def _decision_recorded(instance: AuditEvent) -> None:
     """A signature is ``task.signed``; only the one that decides the task (quorum met) is also ``task.decided``.
 
     The audit event, not the Decision row, says whether the signature decided
     the task: on a two-approver gate the first signature leaves it pending.
     """
-    if not created or instance.action not in ("decision.made", "decision.recorded"):
-        return
     details = instance.details
     data = {
         "task_id": instance.subject_id,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from celery import shared_task
 
 from approvals.audit import audit_anchor
+from approvals.outbound import DELIVER_WEBHOOK_TASK, deliveries_due, delivery_attempt
 
 
 @shared_task(name="approvals.anchor_audit", ignore_result=True)
@@ -14,18 +15,14 @@ def anchor_audit() -> str:
 
 # Routed to the outbound queue (CELERY_TASK_ROUTES): a receiver that is slow to answer
 # ties up an outbound worker slot, never one that runs graphs.
-@shared_task(name="approvals.deliver_webhook", acks_late=True, ignore_result=True)
+@shared_task(name=DELIVER_WEBHOOK_TASK, acks_late=True, ignore_result=True)
 def deliver_webhook(delivery_id: int) -> None:
-    from approvals.outbound import delivery_attempt
-
     delivery_attempt(delivery_id=delivery_id)
 
 
 @shared_task(name="approvals.sweep_webhooks", ignore_result=True)
 def sweep_webhooks() -> int:
     """Re-dispatch outbound deliveries whose scheduled retry never ran (broker lost, worker killed)."""
-    from approvals.outbound import deliveries_due
-
     due = deliveries_due()
     for delivery_id in due:
         deliver_webhook.delay(delivery_id)

@@ -4,9 +4,9 @@ What is published
     Every change in the domain already writes an ``AuditEvent`` in the same
     transaction (thread started, run claimed/queued/failed, task opened,
     claimed, released, decided or superseded, effect executed, thread
-    completed or cancelled). Most runtime status changes are queryset
-    ``.update()`` calls that fire no ``post_save``, so instead of hooking each
-    model we listen to ``AuditEvent`` ``post_save`` and, on commit, publish a
+    completed or cancelled), and ``audit_record`` publishes it to the
+    domain's event subscribers (``approvals.events``). This module subscribes
+    after commit (from ``ConsoleConfig.ready``) and publishes a
     small event ``{"type": "live.event", "action", "graph", "thread", ...}``
     to two groups: ``graph.<graph>`` and ``thread.<thread id>``. A rolled-back
     change publishes nothing.
@@ -50,9 +50,6 @@ from asgiref.sync import async_to_sync
 from channels import DEFAULT_CHANNEL_LAYER
 from channels.layers import channel_layers, get_channel_layer
 from django.conf import settings
-from django.db import transaction
-from django.db.models.signals import post_save
-from django.dispatch import receiver
 from django.utils.crypto import salted_hmac
 
 from approvals.models import AuditEvent
@@ -106,12 +103,9 @@ def groups_for(event: dict[str, Any]) -> list[str]:
     return groups
 
 
-@receiver(post_save, sender=AuditEvent, dispatch_uid="console.live.audit_published")
-def _on_audit_saved(sender: Any, instance: AuditEvent, created: bool, **kwargs: Any) -> None:
-    if created:
-        event = event_from_audit(instance)
-        # robust: a broken channel layer must never fail the change itself.
-        transaction.on_commit(lambda: event_publish(event), robust=True)
+def on_audit_recorded(audit: AuditEvent) -> None:
+    """Subscribed after commit (approvals.events, from ConsoleConfig.ready)."""
+    event_publish(event_from_audit(audit))
 
 
 class _Publisher:
