@@ -21,7 +21,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from approvals.events import events_publish
-from approvals.models import AuditAnchor, AuditEvent
+from approvals.models import AuditAction, AuditAnchor, AuditEvent
 
 GENESIS = "0" * 64
 _LOCK_KEY = 0x6761746568  # "gateh"
@@ -57,7 +57,7 @@ def _chain_lock() -> None:
 def audit_record(
     *,
     actor: User | AnonymousUser | None,
-    action: str,
+    action: AuditAction | str,
     subject_type: str,
     subject_id: object,
     thread_id: Any = None,
@@ -75,7 +75,7 @@ def audit_record(
         at=timezone.now(),
         actor=user,
         actor_label=label,
-        action=action,
+        action=str(action),  # the stored value, also what the hash covers
         subject_type=subject_type,
         subject_id=str(subject_id),
         thread_id=thread_id,
@@ -108,7 +108,7 @@ def audit_anchor() -> AuditAnchor:
         event = audit_record(
             actor=None,
             actor_label="system",
-            action="audit.anchor",
+            action=AuditAction.AUDIT_ANCHOR,
             subject_type="audit",
             subject_id=head["id"] if head else 0,
             details={

@@ -38,7 +38,7 @@ from django.utils.dateparse import parse_datetime
 from approvals import gateway, permissions
 from approvals.audit import GENESIS, audit_record, event_fields, event_hash
 from approvals.errors import InvalidInput
-from approvals.models import AuditEvent
+from approvals.models import AuditAction, AuditEvent
 
 FORMATS = ("jsonl", "csv")
 FILTERS = ("graph", "thread", "actor", "action", "since", "until")
@@ -249,7 +249,7 @@ class AuditExport:
             audit_record(
                 actor=user,
                 actor_label=self.actor_label,
-                action="audit.exported",
+                action=AuditAction.AUDIT_EXPORTED,
                 subject_type="audit",
                 subject_id=s.last_id or 0,
                 details={

@@ -20,7 +20,7 @@ from django.db import transaction
 from approvals import permissions
 from approvals.audit import audit_record, canonical
 from approvals.errors import NotFound
-from approvals.models import ApprovalTask, AuditEvent, Decision, ExternalSource
+from approvals.models import ApprovalTask, AuditAction, AuditEvent, Decision, ExternalSource
 from approvals.redaction import redact
 from runtime.models import Thread
 from runtime.registry import EXTERNAL_GRAPH_PREFIX, UnknownGraph, graph_get, graph_is_external
@@ -64,7 +64,7 @@ def guard(
     with transaction.atomic():
         audit_record(
             actor=user,  # type: ignore[arg-type]
-            action="sensitive.revealed",
+            action=AuditAction.SENSITIVE_REVEALED,
             subject_type=subject.split(":", 1)[0],
             subject_id=subject.split(":", 1)[-1],
             thread_id=thread_id,
@@ -127,7 +127,7 @@ def audit_details_for(user: permissions.Principal, event: AuditEvent) -> dict[st
 
     Reading the reveal events themselves reveals nothing, so they are not re-audited.
     """
-    if not event.graph or event.action == "sensitive.revealed":
+    if not event.graph or event.action == AuditAction.SENSITIVE_REVEALED:
         return event.details
     details, _ = guard(user, event.graph, event.details, subject=f"audit:{event.pk}", thread_id=event.thread_id)
     return details  # type: ignore[no-any-return]

@@ -39,6 +39,7 @@ from approvals.audit import audit_record
 from approvals.errors import Conflict, InvalidInput, NotFound
 from approvals.models import (
     ApprovalTask,
+    AuditAction,
     AuditEvent,
     OutboundDelivery,
     OutboundStatus,
@@ -230,7 +231,7 @@ def subscription_create(
         audit_record(
             actor=actor,
             actor_label=None if actor else "manage.py",
-            action="webhook.subscription_created",
+            action=AuditAction.WEBHOOK_SUBSCRIPTION_CREATED,
             subject_type="subscription",
             subject_id=subscription.pk,
             graph="" if graph == "*" else graph,
@@ -287,9 +288,9 @@ def _dispatch(delivery_id: int, countdown: float = 0) -> None:
 
 def on_audit_recorded(event: AuditEvent) -> None:
     """Subscribed in the transaction (approvals.events): the outbox rows commit or roll back with the change."""
-    if event.action == "task.opened":
+    if event.action == AuditAction.TASK_OPENED:
         _task_opened(event)
-    elif event.action in ("decision.made", "decision.recorded"):
+    elif event.action in (AuditAction.DECISION_MADE, AuditAction.DECISION_RECORDED):
         _decision_recorded(event)
 
 
@@ -337,7 +338,7 @@ def _decision_recorded(instance: AuditEvent) -> None:
             "required": quorum.get("required"),
         },
     )
-    if instance.action == "decision.made":
+    if instance.action == AuditAction.DECISION_MADE:
         event_emit("task.decided", graph=instance.graph, data=data)
 
 
@@ -427,7 +428,7 @@ def _delivery_record(claimed: OutboundDelivery, result: SendResult) -> OutboundD
             audit_record(
                 actor=None,
                 actor_label="outbound",
-                action="webhook.delivery_refused",
+                action=AuditAction.WEBHOOK_DELIVERY_REFUSED,
                 subject_type="outbound_delivery",
                 subject_id=delivery.pk,
                 graph=delivery.graph,
@@ -500,7 +501,7 @@ def delivery_retry(*, actor: Any, delivery_id: int) -> OutboundDelivery:
     delivery.save(update_fields=["status", "next_attempt_at"])
     audit_record(
         actor=actor,
-        action="webhook.delivery_retried",
+        action=AuditAction.WEBHOOK_DELIVERY_RETRIED,
         subject_type="outbound_delivery",
         subject_id=delivery.pk,
         graph=delivery.graph,

@@ -30,7 +30,7 @@ from django.utils import timezone
 from approvals import gateway, permissions, services
 from approvals.audit import audit_record
 from approvals.errors import Conflict, InvalidInput, NotFound
-from approvals.models import ApprovalTask, Decision, TaskKind, TaskStatus
+from approvals.models import ApprovalTask, AuditAction, Decision, TaskKind, TaskStatus
 from approvals.payloads import NOT_GIVEN, DecisionRequest
 from approvals.redaction import filter_split, redact
 from runtime.models import ACTIVE_RUN_STATUSES, Run, RunKind, RunStatus, Thread, ThreadStatus
@@ -225,7 +225,7 @@ def thread_create(
     thread = Thread.objects.create(id=pk, graph=graph, metadata=metadata, created_by=actor)
     audit_record(
         actor=actor,
-        action="thread.created",
+        action=AuditAction.THREAD_CREATED,
         subject_type="thread",
         subject_id=thread.id,
         thread_id=thread.id,
@@ -418,7 +418,7 @@ def thread_state_update(*, actor: User, thread_id: Any, values: dict[str, Any], 
     )
     audit_record(
         actor=actor,
-        action="thread.state_updated",
+        action=AuditAction.THREAD_STATE_UPDATED,
         subject_type="thread",
         subject_id=thread.id,
         thread_id=thread.id,
@@ -527,7 +527,7 @@ def _run_start(actor: User, thread_pk: Any, graph: str, graph_input: dict[str, A
         ) from None
     audit_record(
         actor=actor,
-        action="thread.started" if first else "run.queued",
+        action=AuditAction.THREAD_STARTED if first else AuditAction.RUN_QUEUED,
         subject_type="thread" if first else "run",
         subject_id=thread.id if first else run.id,
         thread_id=thread.id,
@@ -696,7 +696,7 @@ def run_cancel(*, actor: User, thread_id: Any, run_id: Any) -> Run:
     Thread.objects.filter(pk=thread.pk, status=ThreadStatus.BUSY).update(status=restored, updated_at=timezone.now())
     audit_record(
         actor=actor,
-        action="run.cancelled",
+        action=AuditAction.RUN_CANCELLED,
         subject_type="run",
         subject_id=run.id,
         thread_id=thread.id,

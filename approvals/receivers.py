@@ -8,12 +8,13 @@ from django.dispatch import receiver
 
 from approvals.audit import audit_record
 from approvals.intent import decision_followed
+from approvals.models import AuditAction
 from approvals.services import tasks_open
 from runtime import signals
 from runtime.models import Effect, Run
 
 
-def _audit_run(run: Run, action: str, details: dict[str, Any]) -> None:
+def _audit_run(run: Run, action: AuditAction, details: dict[str, Any]) -> None:
     audit_record(
         actor=None,
         actor_label=f"worker:{run.lease_owner}" if run.lease_owner else "runtime",
@@ -28,22 +29,22 @@ def _audit_run(run: Run, action: str, details: dict[str, Any]) -> None:
 
 @receiver(signals.run_claimed)
 def on_run_claimed(sender: Any, run: Run, **kwargs: Any) -> None:
-    _audit_run(run, "run.claimed", {"attempt": run.attempts, "fence": run.fence})
+    _audit_run(run, AuditAction.RUN_CLAIMED, {"attempt": run.attempts, "fence": run.fence})
 
 
 @receiver(signals.run_interrupted)
 def on_run_interrupted(sender: Any, run: Run, interrupts: list[Any], **kwargs: Any) -> None:
-    _audit_run(run, "run.interrupted", {"interrupts": [i.interrupt_id for i in interrupts]})
+    _audit_run(run, AuditAction.RUN_INTERRUPTED, {"interrupts": [i.interrupt_id for i in interrupts]})
     tasks_open(run=run, interrupts=interrupts)
 
 
 @receiver(signals.run_completed)
 def on_run_completed(sender: Any, run: Run, values: dict[str, Any], **kwargs: Any) -> None:
-    _audit_run(run, "run.succeeded", {})
+    _audit_run(run, AuditAction.RUN_SUCCEEDED, {})
     audit_record(
         actor=None,
         actor_label="runtime",
-        action="thread.completed",
+        action=AuditAction.THREAD_COMPLETED,
         subject_type="thread",
         subject_id=run.thread_id,
         thread_id=run.thread_id,
@@ -54,7 +55,7 @@ def on_run_completed(sender: Any, run: Run, values: dict[str, Any], **kwargs: An
 
 @receiver(signals.run_failed)
 def on_run_failed(sender: Any, run: Run, error: str, **kwargs: Any) -> None:
-    _audit_run(run, "run.failed", {"error": error, "attempt": run.attempts})
+    _audit_run(run, AuditAction.RUN_FAILED, {"error": error, "attempt": run.attempts})
 
 
 @receiver(signals.effect_executed)
@@ -63,7 +64,7 @@ def on_effect_executed(sender: Any, effect: Effect, **kwargs: Any) -> None:
     audit_record(
         actor=None,
         actor_label="runtime",
-        action="effect.executed",
+        action=AuditAction.EFFECT_EXECUTED,
         subject_type="effect",
         subject_id=effect.key,
         thread_id=thread.pk if thread else None,

@@ -24,7 +24,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from approvals.audit import audit_record
-from approvals.models import GraphAssignment
+from approvals.models import AuditAction, GraphAssignment
 
 SESSION_AUTH_AT = "gatehouse_authenticated_at"  # this session's last proof (sign-in or re-authentication)
 REQUEST_TOKEN_AUTH = "gatehouse_token_authenticated"  # set by the API's token auth classes on success
@@ -81,7 +81,9 @@ def on_logged_in(sender: Any, request: HttpRequest | None, user: Any, **kwargs: 
     if request is not None and hasattr(request, "session"):
         request.session[SESSION_AUTH_AT] = timezone.now().isoformat()
     with transaction.atomic():
-        audit_record(actor=user, action="auth.login", subject_type="user", subject_id=user.pk, details=_client(request))
+        audit_record(
+            actor=user, action=AuditAction.AUTH_LOGIN, subject_type="user", subject_id=user.pk, details=_client(request)
+        )
 
 
 @receiver(user_logged_out)
@@ -90,7 +92,11 @@ def on_logged_out(sender: Any, request: HttpRequest | None, user: Any, **kwargs:
         return
     with transaction.atomic():
         audit_record(
-            actor=user, action="auth.logout", subject_type="user", subject_id=user.pk, details=_client(request)
+            actor=user,
+            action=AuditAction.AUTH_LOGOUT,
+            subject_type="user",
+            subject_id=user.pk,
+            details=_client(request),
         )
 
 
@@ -100,7 +106,7 @@ def on_locked_out(sender: Any, request: HttpRequest | None, username: str | None
         audit_record(
             actor=None,
             actor_label=_anonymous_label(username or ""),
-            action="auth.locked_out",
+            action=AuditAction.AUTH_LOCKED_OUT,
             subject_type="user",
             subject_id=(username or "")[:SUBJECT_ID_MAX],
             details=_client(request),
@@ -116,7 +122,7 @@ def on_login_failed(
         audit_record(
             actor=None,
             actor_label=_anonymous_label(username),
-            action="auth.login_failed",
+            action=AuditAction.AUTH_LOGIN_FAILED,
             subject_type="user",
             subject_id=username[:SUBJECT_ID_MAX],
             details=_client(request),
@@ -129,12 +135,12 @@ def on_login_failed(
 # event records what changed; surfaces that know their actor audit it themselves too.
 
 
-def _permission_changed(kind: str, subject_type: str, subject_id: object, details: dict[str, Any]) -> None:
+def _permission_changed(action: AuditAction, subject_type: str, subject_id: object, details: dict[str, Any]) -> None:
     with transaction.atomic():
         audit_record(
             actor=None,
             actor_label="system",
-            action=f"permission.{kind}",
+            action=action,
             subject_type=subject_type,
             subject_id=subject_id,
             details=details,
@@ -148,11 +154,11 @@ def on_user_groups_changed(sender: Any, instance: Any, action: str, pk_set: set[
     if isinstance(instance, User):
         names = sorted(Group.objects.filter(pk__in=pk_set or []).values_list("name", flat=True))
         details = {"user": instance.get_username(), "change": action.removeprefix("post_"), "groups": names}
-        _permission_changed("roles_changed", "user", instance.pk, details)
+        _permission_changed(AuditAction.PERMISSION_ROLES_CHANGED, "user", instance.pk, details)
     else:  # changed from the group's side
         users = sorted(User.objects.filter(pk__in=pk_set or []).values_list("username", flat=True))
         details = {"group": instance.name, "change": action.removeprefix("post_"), "users": users}
-        _permission_changed("roles_changed", "group", instance.pk, details)
+        _permission_changed(AuditAction.PERMISSION_ROLES_CHANGED, "group", instance.pk, details)
 
 
 @receiver(m2m_changed, sender=User.user_permissions.through)
@@ -163,7 +169,9 @@ def on_permissions_changed(sender: Any, instance: Any, action: str, pk_set: set[
     codenames = sorted(Permission.objects.filter(pk__in=pk_set or []).values_list("codename", flat=True))
     holder = instance.get_username() if isinstance(instance, User) else getattr(instance, "name", str(instance))
     details = {"holder": holder, "change": action.removeprefix("post_"), "permissions": codenames}
-    _permission_changed("grants_changed", "user" if isinstance(instance, User) else "group", instance.pk, details)
+    _permission_changed(
+        AuditAction.PERMISSION_GRANTS_CHANGED, "user" if isinstance(instance, User) else "group", instance.pk, details
+    )
 
 
 @receiver(post_save, sender=GraphAssignment)
@@ -171,4 +179,4 @@ def on_permissions_changed(sender: Any, instance: Any, action: str, pk_set: set[
 def on_assignment_changed(sender: Any, instance: GraphAssignment, **kwargs: Any) -> None:
     change = "removed" if kwargs.get("signal") is post_delete else "added"
     details = {"user_id": instance.user_id, "graph": instance.graph, "gate": instance.gate, "change": change}
-    _permission_changed("assignment_changed", "user", instance.user_id, details)
+    _permission_changed(AuditAction.PERMISSION_ASSIGNMENT_CHANGED, "user", instance.user_id, details)

@@ -22,7 +22,7 @@ from approvals import gateway, permissions
 from approvals.audit import audit_record, canonical
 from approvals.errors import Conflict, Forbidden, InvalidInput
 from approvals.intent import proposed_action, signed_command, signed_digest
-from approvals.models import ApprovalTask, Decision, TaskKind, TaskStatus
+from approvals.models import ApprovalTask, AuditAction, Decision, TaskKind, TaskStatus
 from approvals.payloads import (
     NOT_GIVEN,
     DecisionRequest,
@@ -80,7 +80,7 @@ def thread_start(*, actor: User, graph: str, input: dict[str, Any], metadata: di
     run = run_enqueue(thread=thread, kind=RunKind.START, input=input, created_by=actor)
     audit_record(
         actor=actor,
-        action="thread.started",
+        action=AuditAction.THREAD_STARTED,
         subject_type="thread",
         subject_id=thread.id,
         thread_id=thread.id,
@@ -103,7 +103,7 @@ def thread_retry(*, actor: User, thread_id: Any) -> Run:
         raise Conflict(str(exc), field="thread_id") from None
     audit_record(
         actor=actor,
-        action="thread.retried",
+        action=AuditAction.THREAD_RETRIED,
         subject_type="thread",
         subject_id=thread.id,
         thread_id=thread.id,
@@ -160,7 +160,7 @@ def tasks_open(*, run: Run, interrupts: list[PendingInterrupt]) -> list[Approval
         audit_record(
             actor=None,
             actor_label="runtime",
-            action="task.opened",
+            action=AuditAction.TASK_OPENED,
             subject_type="task",
             subject_id=task.id,
             thread_id=thread.id,
@@ -195,7 +195,7 @@ def _task_supersede(task: ApprovalTask, *, reason: str) -> None:
     audit_record(
         actor=None,
         actor_label="runtime",
-        action="task.superseded",
+        action=AuditAction.TASK_SUPERSEDED,
         subject_type="task",
         subject_id=task.id,
         thread_id=task.thread_id,
@@ -251,7 +251,7 @@ def task_decide(*, actor: User, task_id: Any, request: DecisionRequest, signer: 
         with transaction.atomic():
             audit_record(
                 actor=actor,
-                action="decision.refused",
+                action=AuditAction.DECISION_REFUSED,
                 subject_type="task",
                 subject_id=task_id,
                 thread_id=refusal.thread_id,
@@ -342,7 +342,7 @@ def _task_decide(*, actor: User, task_id: Any, request: DecisionRequest, signer:
     quorum = {"approvals": approvals, "required": task.required_approvals, "met": final}
     audit_record(
         actor=actor,
-        action="decision.made" if final else "decision.recorded",
+        action=AuditAction.DECISION_MADE if final else AuditAction.DECISION_RECORDED,
         subject_type="task",
         subject_id=task.id,
         thread_id=thread.id,
@@ -574,7 +574,7 @@ def _resume_enqueue(thread: Thread, checkpoint_id: str, actor: User) -> Run:
     Decision.objects.filter(pk__in=[d.pk for d in waiting]).update(run=run)
     audit_record(
         actor=actor,
-        action="run.queued",
+        action=AuditAction.RUN_QUEUED,
         subject_type="run",
         subject_id=run.id,
         thread_id=thread.id,
@@ -589,7 +589,7 @@ def _thread_cancel(thread: Thread, *, actor: User, reason: str) -> None:
     thread_notify(thread.id)  # wakes long polls waiting on this thread, on commit
     audit_record(
         actor=actor,
-        action="thread.cancelled",
+        action=AuditAction.THREAD_CANCELLED,
         subject_type="thread",
         subject_id=thread.id,
         thread_id=thread.id,

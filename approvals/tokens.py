@@ -11,7 +11,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from approvals.audit import audit_record
-from approvals.models import ApiToken
+from approvals.models import ApiToken, AuditAction
 from approvals.permissions import TOKEN_ACTIONS, TOKEN_SCOPE_ATTR
 
 TOKEN_ACTION_NAMES = set(TOKEN_ACTIONS.values()) | {"admin"}
@@ -50,7 +50,7 @@ def token_issue(
     audit_record(
         actor=actor,
         actor_label=None if actor else "cli",
-        action="token.issued",
+        action=AuditAction.TOKEN_ISSUED,
         subject_type="token",
         subject_id=token.pk,
         details={
@@ -76,7 +76,7 @@ def token_revoke(*, prefix: str, actor: User | None = None) -> int:
         audit_record(
             actor=actor,
             actor_label=None if actor else "cli",
-            action="token.revoked",
+            action=AuditAction.TOKEN_REVOKED,
             subject_type="token",
             subject_id=token.pk,
             details={"user": token.user.get_username(), "prefix": token.prefix},

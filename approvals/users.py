@@ -38,7 +38,7 @@ from django.utils.http import urlsafe_base64_encode
 from approvals import permissions
 from approvals.audit import audit_record
 from approvals.errors import Conflict, InvalidInput, NotFound
-from approvals.models import ApiToken, ApprovalTask, ExternalIdentity, GraphAssignment
+from approvals.models import ApiToken, ApprovalTask, AuditAction, ExternalIdentity, GraphAssignment
 from approvals.roles import roles_ensure
 from runtime.registry import UnknownGraph, graph_get, graph_names
 
@@ -343,7 +343,7 @@ def _lock() -> None:
             cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_LOCK_KEY])
 
 
-def _audit(actor: Actor, action: str, user: User, details: dict[str, Any]) -> None:
+def _audit(actor: Actor, action: AuditAction, user: User, details: dict[str, Any]) -> None:
     audit_record(
         actor=actor if isinstance(actor, User) else None,
         actor_label=actor.label if isinstance(actor, SystemActor) else None,
@@ -401,7 +401,7 @@ def _access_apply(
     details: dict[str, Any] = {"before": before, "after": after}
     if reason:
         details["reason"] = reason
-    _audit(actor, "user.access_changed", user, details)
+    _audit(actor, AuditAction.USER_ACCESS_CHANGED, user, details)
     return True
 
 
@@ -442,7 +442,7 @@ def user_create(
         GraphAssignment.objects.create(user=user, graph=item.graph, gate=item.gate)
     _audit(
         actor,
-        "user.created",
+        AuditAction.USER_CREATED,
         user,
         {"email": email, "after": access_snapshot(user), "password": "set" if password else "none (set-password link)"},
     )
@@ -577,7 +577,7 @@ def user_deactivate(*, actor: Actor, user_id: Any, reason: str = "") -> User:
     }
     if reason:
         details["reason"] = reason
-    _audit(actor, "user.deactivated", user, details)
+    _audit(actor, AuditAction.USER_DEACTIVATED, user, details)
     return user
 
 
@@ -592,7 +592,7 @@ def user_reactivate(*, actor: Actor, user_id: Any) -> User:
     before = access_snapshot(user)
     user.is_active = True
     user.save(update_fields=["is_active"])
-    _audit(actor, "user.reactivated", user, {"before": before, "after": access_snapshot(user)})
+    _audit(actor, AuditAction.USER_REACTIVATED, user, {"before": before, "after": access_snapshot(user)})
     return user
 
 
@@ -628,7 +628,7 @@ def user_password_reset(*, actor: Actor, user_id: Any, password: str | None = No
         )
     _audit(
         actor,
-        "user.password_reset",
+        AuditAction.USER_PASSWORD_RESET,
         user,
         {"method": "password set by admin" if password is not None else "set-password link issued"},
     )
@@ -643,7 +643,7 @@ def user_password_set_by_link(*, user: User, password: str) -> None:
     user.save(update_fields=["password"])
     audit_record(
         actor=user,
-        action="user.password_set",
+        action=AuditAction.USER_PASSWORD_SET,
         subject_type="user",
         subject_id=user.pk,
         details={"user": user.get_username(), "method": "set-password link"},
@@ -665,7 +665,7 @@ def user_otp_reset(*, actor: Actor, user_id: Any) -> int:
         device.delete()
     _audit(
         actor,
-        "user.otp_reset",
+        AuditAction.USER_OTP_RESET,
         user,
         {"devices_removed": [f"{type(d).__name__}:{d.name}" for d in devices]},
     )
@@ -738,7 +738,7 @@ def sso_refused(*, issuer: str, subject: str, username: str, reason: str) -> Sso
         audit_record(
             actor=None,
             actor_label=f"sso:{username[:140]}",
-            action="auth.sso_refused",
+            action=AuditAction.AUTH_SSO_REFUSED,
             subject_type="user",
             subject_id=username[:64],
             details={"issuer": issuer, "subject": subject, "reason": reason},
@@ -783,7 +783,7 @@ def user_sso_sync(
                     GraphAssignment.objects.create(user=user, graph=item.graph, gate=item.gate)
                 _audit(
                     SSO,
-                    "user.created",
+                    AuditAction.USER_CREATED,
                     user,
                     {"source": "oidc", "issuer": issuer, "subject": subject, "email": email,
                      "after": access_snapshot(user)},

@@ -36,6 +36,7 @@ from approvals.errors import Conflict, DomainError, InvalidInput, NotFound
 from approvals.inputs import json_loads_strict
 from approvals.models import (
     ApprovalTask,
+    AuditAction,
     DeliveryStatus,
     GraphAssignment,
     InboundDelivery,
@@ -164,7 +165,9 @@ def _endpoint_locked(actor: User | None, name: str) -> WebhookEndpoint:
     return endpoint
 
 
-def _endpoint_audit(actor: User | None, endpoint: WebhookEndpoint, action: str, details: dict[str, Any]) -> None:
+def _endpoint_audit(
+    actor: User | None, endpoint: WebhookEndpoint, action: AuditAction, details: dict[str, Any]
+) -> None:
     audit_record(
         actor=actor,
         actor_label=None if actor else "manage.py",
@@ -224,7 +227,7 @@ def webhook_endpoint_create(
     _endpoint_audit(
         actor,
         endpoint,
-        "webhook.endpoint_created",
+        AuditAction.WEBHOOK_ENDPOINT_CREATED,
         {
             "before": None,
             "after": {"gates": declared, "secrets": _fingerprints(chosen), "active": True},
@@ -251,7 +254,7 @@ def webhook_endpoint_rotate(
     _endpoint_audit(
         actor,
         endpoint,
-        "webhook.endpoint_rotated",
+        AuditAction.WEBHOOK_ENDPOINT_ROTATED,
         {"before": {"secrets": _fingerprints(before)}, "after": {"secrets": _fingerprints(endpoint.secrets)}},
     )
     return endpoint, secret
@@ -269,7 +272,10 @@ def webhook_endpoint_gates_set(*, actor: User | None, name: str, gates: list[str
     endpoint.save(update_fields=["gates"])
     _principal_scope(endpoint)
     _endpoint_audit(
-        actor, endpoint, "webhook.endpoint_gates_changed", {"before": {"gates": before}, "after": {"gates": declared}}
+        actor,
+        endpoint,
+        AuditAction.WEBHOOK_ENDPOINT_GATES_CHANGED,
+        {"before": {"gates": before}, "after": {"gates": declared}},
     )
     return endpoint
 
@@ -287,7 +293,7 @@ def webhook_endpoint_delete(*, actor: User | None, name: str) -> WebhookEndpoint
     _endpoint_audit(
         actor,
         endpoint,
-        "webhook.endpoint_deleted",
+        AuditAction.WEBHOOK_ENDPOINT_DELETED,
         {"before": before, "after": {"gates": [], "secrets": [], "active": False}},
     )
     return endpoint
@@ -434,7 +440,7 @@ def _refuse_signature(endpoint: WebhookEndpoint, webhook_id: str, digest: str, p
         audit_record(
             actor=None,
             actor_label=f"webhook:{endpoint.name}",
-            action="webhook.refused",
+            action=AuditAction.WEBHOOK_REFUSED,
             subject_type="webhook",
             subject_id=endpoint.name,
             graph=endpoint.graph,
@@ -532,7 +538,7 @@ def _process(endpoint: WebhookEndpoint, webhook_id: str, raw: bytes, digest: str
         refused = refuse(403, "gate_not_allowed", message, endpoint.correlation_path, task=task)
         audit_record(
             actor=endpoint.principal,
-            action="webhook.gate_refused",
+            action=AuditAction.WEBHOOK_GATE_REFUSED,
             subject_type="task",
             subject_id=task.id,
             thread_id=task.thread_id,

@@ -22,6 +22,7 @@ from django.template.loader import render_to_string
 
 from approvals import permissions
 from approvals.errors import DomainError
+from approvals.models import AuditAction
 from console import live, pages
 from runtime.registry import graph_names
 
@@ -32,7 +33,7 @@ CLOSE_FORBIDDEN = 4403
 DEBOUNCE_SECONDS = 0.01
 # Reads that audit themselves change nothing on screen. Re-rendering on them would loop: a render
 # for a permitted viewer reveals sensitive fields, which writes ``sensitive.revealed``, which is published.
-QUIET_ACTIONS = frozenset({"sensitive.revealed"})
+QUIET_ACTIONS = frozenset({AuditAction.SENSITIVE_REVEALED})
 
 
 class LiveConsumer(AsyncWebsocketConsumer):

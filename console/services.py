@@ -18,7 +18,7 @@ from django.utils.formats import date_format
 from approvals import permissions, services
 from approvals.audit import audit_record
 from approvals.errors import Conflict, Forbidden
-from approvals.models import ApprovalTask, Decision
+from approvals.models import ApprovalTask, AuditAction, Decision
 from approvals.payloads import DecisionRequest
 from console.models import TaskClaim
 
@@ -58,7 +58,7 @@ def task_claim(*, actor: User, task_id: Any) -> TaskClaim:
     )
     audit_record(
         actor=actor,
-        action="task.claimed",
+        action=AuditAction.TASK_CLAIMED,
         subject_type="task",
         subject_id=task.id,
         thread_id=task.thread_id,
@@ -82,7 +82,7 @@ def task_release(*, actor: User, task_id: Any) -> None:
     claim.delete()
     audit_record(
         actor=actor,
-        action="task.released",
+        action=AuditAction.TASK_RELEASED,
         subject_type="task",
         subject_id=task.id,
         thread_id=task.thread_id,

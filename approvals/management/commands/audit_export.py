@@ -22,6 +22,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from approvals import exports, permissions
 from approvals.errors import DomainError
+from approvals.models import AuditAction
 from runtime.progress import progress
 
 
@@ -45,9 +46,9 @@ class Command(BaseCommand):
         if not options["output"]:
             raise CommandError("--output FILE is required (or --verify FILE)")
         if options["anchors"]:
-            if options["action"] and options["action"] != "audit.anchor":
+            if options["action"] and options["action"] != AuditAction.AUDIT_ANCHOR:
                 raise CommandError("--anchors exports audit.anchor events; drop --action")
-            options["action"] = "audit.anchor"
+            options["action"] = AuditAction.AUDIT_ANCHOR.value
         user = self._principal(options["user"])
         try:
             filters = exports.filters_parse(**{k: options[k] for k in exports.FILTERS})
