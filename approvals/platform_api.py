@@ -25,13 +25,12 @@ from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from ninja import NinjaAPI, Query, Schema
-from ninja.errors import AuthenticationError, HttpError, ValidationError
-from ninja.security import APIKeyHeader, HttpBearer
 from pydantic import Field
 
 from approvals import platform
-from approvals.errors import DomainError, InvalidInput, validation_error_describe
-from approvals.inputs import CHECKPOINT_ID_PATTERN, Offset, StrictJsonParser, parse_error_of
+from approvals.api_common import ApiKeyAuth, BearerAuth, api_errors_install, error_body_gatehouse
+from approvals.errors import InvalidInput
+from approvals.inputs import CHECKPOINT_ID_PATTERN, Offset, StrictJsonParser
 from approvals.payloads import NOT_GIVEN
 from approvals.platform_schemas import (
     AssistantSearchIn,
@@ -42,7 +41,6 @@ from approvals.platform_schemas import (
     ThreadSearchIn,
     ThreadStateUpdateIn,
 )
-from approvals.tokens import token_authenticate
 from runtime.models import ACTIVE_RUN_STATUSES, Run, RunStatus, Thread
 from runtime.notify import ThreadWatch
 from runtime.registry import graph_get
@@ -51,20 +49,6 @@ from runtime.schema import json_schema_for
 
 def _wait_limit() -> float:
     return float(getattr(settings, "GATEHOUSE_PLATFORM_WAIT_SECONDS", 120))
-
-
-class ApiKeyAuth(APIKeyHeader):
-    """``x-api-key``: how ``langgraph_sdk`` sends ``api_key``."""
-
-    param_name = "x-api-key"
-
-    def authenticate(self, request: HttpRequest, key: str | None) -> Any:
-        return token_authenticate(key) if key else None
-
-
-class BearerAuth(HttpBearer):
-    def authenticate(self, request: HttpRequest, token: str) -> Any:
-        return token_authenticate(token)
 
 
 api = NinjaAPI(
@@ -82,40 +66,16 @@ api = NinjaAPI(
 # --- errors: status codes first (the SDK raises on them), a message the SDK can show ---------
 
 
-def error_response(
-    request: HttpRequest, status: int, code: str, message: str, field: str | None = None
-) -> HttpResponse:
+def _error_body(code: str, message: str, field: str | None) -> dict[str, Any]:
     # "detail" is where the Platform puts its message; "error" is Gatehouse's own shape.
-    body = {"detail": message, "error": {"code": code, "message": message, "field": field}}
-    return api.create_response(request, body, status=status)
+    return {"detail": message, **error_body_gatehouse(code, message, field)}
 
 
-@api.exception_handler(DomainError)
-def on_domain_error(request: HttpRequest, exc: DomainError) -> HttpResponse:
-    return error_response(request, exc.status, exc.code, exc.message, exc.field)
-
-
-@api.exception_handler(ValidationError)
-def on_validation_error(request: HttpRequest, exc: ValidationError) -> HttpResponse:
-    error = validation_error_describe(exc.errors)
-    return error_response(request, error.status, error.code, error.message, error.field)
-
-
-@api.exception_handler(AuthenticationError)
-def on_auth_error(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:
-    return error_response(
-        request, 401, "unauthenticated", "send a valid API token: x-api-key: <token> or Authorization: Bearer <token>"
-    )
-
-
-@api.exception_handler(HttpError)
-def on_http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
-    parse_error = parse_error_of(exc)
-    if parse_error is not None:
-        return error_response(request, parse_error.status, parse_error.code, parse_error.message, parse_error.field)
-    if exc.status_code == 400 and "parse request body" in str(exc):
-        return error_response(request, 400, "malformed_json", f"request body is not valid JSON: {exc}", "body")
-    return error_response(request, exc.status_code, "error", str(exc))
+api_errors_install(
+    api,
+    body=_error_body,
+    unauthenticated="send a valid API token: x-api-key: <token> or Authorization: Bearer <token>",
+)
 
 
 def _user(request: HttpRequest) -> Any:

@@ -1,0 +1,83 @@
+"""What both HTTP APIs share (native ``/api/`` and LangGraph-Platform ``/lg/``): token auth and one error shape.
+
+``api_errors_install`` is the one place that turns domain errors, validation
+errors, failed authentication and ninja's own HTTP errors into responses; each
+API says only how its error body looks and what a caller without a token is told.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse
+from ninja import NinjaAPI
+from ninja.errors import AuthenticationError, HttpError, ValidationError
+from ninja.security import APIKeyHeader, HttpBearer
+
+from approvals.errors import DomainError, validation_error_describe
+from approvals.inputs import parse_error_of
+from approvals.security import request_token_mark
+from approvals.tokens import token_authenticate
+
+# (code, message, field) → the JSON body of an error response.
+ErrorBody = Callable[[str, str, str | None], dict[str, Any]]
+
+
+def error_body_gatehouse(code: str, message: str, field: str | None) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message, "field": field}}
+
+
+class BearerAuth(HttpBearer):
+    """``Authorization: Bearer <token>``; ``mark_fresh``: a token that authenticated counts as a fresh sign-in."""
+
+    def __init__(self, *, mark_fresh: bool = False) -> None:
+        super().__init__()
+        self.mark_fresh = mark_fresh
+
+    def authenticate(self, request: HttpRequest, token: str) -> Any:
+        user = token_authenticate(token)
+        if user is not None and self.mark_fresh:
+            request_token_mark(request)
+        return user
+
+
+class ApiKeyAuth(APIKeyHeader):
+    """``x-api-key``: how ``langgraph_sdk`` sends ``api_key``."""
+
+    param_name = "x-api-key"
+
+    def authenticate(self, request: HttpRequest, key: str | None) -> Any:
+        return token_authenticate(key) if key else None
+
+
+def api_errors_install(
+    api: NinjaAPI, *, body: ErrorBody, unauthenticated: str, unauthenticated_field: str | None = None
+) -> None:
+    """Install the error handlers every API shares on ``api``."""
+
+    def respond(request: HttpRequest, status: int, code: str, message: str, field: str | None = None) -> HttpResponse:
+        return api.create_response(request, body(code, message, field), status=status)
+
+    def on_domain_error(request: HttpRequest, exc: DomainError) -> HttpResponse:
+        return respond(request, exc.status, exc.code, exc.message, exc.field)
+
+    def on_validation_error(request: HttpRequest, exc: ValidationError) -> HttpResponse:
+        error = validation_error_describe(exc.errors)
+        return respond(request, error.status, error.code, error.message, error.field)
+
+    def on_auth_error(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:
+        return respond(request, 401, "unauthenticated", unauthenticated, unauthenticated_field)
+
+    def on_http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
+        parse_error = parse_error_of(exc)
+        if parse_error is not None:
+            return respond(request, parse_error.status, parse_error.code, parse_error.message, parse_error.field)
+        if exc.status_code == 400 and "parse request body" in str(exc):
+            return respond(request, 400, "malformed_json", f"request body is not valid JSON: {exc}", "body")
+        return respond(request, exc.status_code, "error", str(exc))
+
+    api.exception_handler(DomainError)(on_domain_error)
+    api.exception_handler(ValidationError)(on_validation_error)
+    api.exception_handler(AuthenticationError)(on_auth_error)
+    api.exception_handler(HttpError)(on_http_error)
