@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
@@ -10,13 +10,13 @@ from approvals import gateway, permissions
 from approvals.errors import DomainError
 from console import selectors
 from console.forms import AuditFilterForm
-from console.views.common import console_login_required, domain_errors
+from console.views.common import HtmxHttpRequest, console_login_required, domain_errors
 
 
 @require_GET
 @console_login_required
 @domain_errors
-def audit(request: HttpRequest) -> HttpResponse:
+def audit(request: HtmxHttpRequest) -> HttpResponse:
     permissions.require(request.user, "approvals.view_audit", "read the audit trail")
     form = AuditFilterForm(request.GET)
     page = selectors.Page(items=[], next_cursor=None)
@@ -40,6 +40,6 @@ def audit(request: HttpRequest) -> HttpResponse:
     rows = [(event, gateway.audit_details_for(request.user, event)) for event in page.items]
     actions = selectors.audit_actions(user=request.user)
     ctx = {"form": form, "page": page, "rows": rows, "error": error, "actions": actions}
-    if getattr(request, "htmx", False) and request.htmx.target == "audit-results":  # type: ignore[attr-defined]
+    if request.htmx and request.htmx.target == "audit-results":
         return render(request, "console/partials/audit_results.html", ctx)
     return render(request, "console/audit.html", ctx)

@@ -12,10 +12,17 @@ from django.contrib.auth.views import redirect_to_login
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django_htmx.http import HttpResponseClientRedirect
+from django_htmx.middleware import HtmxDetails
 
 from approvals.errors import DomainError
 
 View = Callable[..., HttpResponse]
+
+
+class HtmxHttpRequest(HttpRequest):
+    """A request that went through django-htmx's middleware (django-htmx's documented typing recipe)."""
+
+    htmx: HtmxDetails
 
 
 def console_login_required(view: View) -> View:
@@ -23,10 +30,10 @@ def console_login_required(view: View) -> View:
     page at the sign-in form, instead of swapping the sign-in page into a table cell."""
 
     @functools.wraps(view)
-    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+    def wrapper(request: HtmxHttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         if not request.user.is_authenticated:
-            if getattr(request, "htmx", False):
-                back = request.htmx.current_url_abs_path or "/"  # type: ignore[attr-defined]
+            if request.htmx:
+                back = request.htmx.current_url_abs_path or "/"
                 return HttpResponseClientRedirect(f"{settings.LOGIN_URL}?{urlencode({'next': back})}")
             return redirect_to_login(request.get_full_path())
         return view(request, *args, **kwargs)
@@ -34,8 +41,8 @@ def console_login_required(view: View) -> View:
     return wrapper
 
 
-def error_page(request: HttpRequest, exc: DomainError) -> HttpResponse:
-    template = "console/partials/error.html" if getattr(request, "htmx", False) else "console/error.html"
+def error_page(request: HtmxHttpRequest, exc: DomainError) -> HttpResponse:
+    template = "console/partials/error.html" if request.htmx else "console/error.html"
     return render(request, template, {"error": exc}, status=exc.status)
 
 
@@ -43,7 +50,7 @@ def domain_errors(view: View) -> View:
     """Render a ``DomainError`` (not found, forbidden, conflict, invalid) with its status and message."""
 
     @functools.wraps(view)
-    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+    def wrapper(request: HtmxHttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         try:
             return view(request, *args, **kwargs)
         except DomainError as exc:

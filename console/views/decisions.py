@@ -11,7 +11,7 @@ from typing import Any
 from uuid import UUID
 
 from django import forms
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
@@ -19,7 +19,7 @@ from approvals import permissions
 from approvals.errors import DomainError
 from approvals.models import Outcome, SignatureMeaning
 from console import selectors
-from console.views.common import console_login_required, domain_errors
+from console.views.common import HtmxHttpRequest, console_login_required, domain_errors
 
 PAGE_SIZE = 50
 
@@ -38,7 +38,7 @@ class DecisionFilterForm(forms.Form):
 @require_GET
 @console_login_required
 @domain_errors
-def decision_list(request: HttpRequest) -> HttpResponse:
+def decision_list(request: HtmxHttpRequest) -> HttpResponse:
     permissions.require(request.user, "approvals.view_audit", "read the decision history")
     form = DecisionFilterForm(request.GET)
     page = selectors.Page(items=[], next_cursor=None)
@@ -59,7 +59,7 @@ def decision_list(request: HttpRequest) -> HttpResponse:
         "meanings": SignatureMeaning.choices,
         "first_page": not request.GET.get("cursor"),
     }
-    if getattr(request, "htmx", False) and request.htmx.target == "decision-results":  # type: ignore[attr-defined]
+    if request.htmx and request.htmx.target == "decision-results":
         return render(request, "console/decisions_results.html", ctx)
     return render(request, "console/decisions.html", ctx)
 
@@ -71,7 +71,7 @@ def _filters(data: dict[str, Any]) -> dict[str, Any]:
 @require_GET
 @console_login_required
 @domain_errors
-def decision_detail(request: HttpRequest, decision_id: UUID) -> HttpResponse:
+def decision_detail(request: HtmxHttpRequest, decision_id: UUID) -> HttpResponse:
     permissions.require(request.user, "approvals.view_audit", "read the decision history")
     evidence = selectors.decision_evidence(user=request.user, decision_id=decision_id)
     return render(request, "console/decisions_detail.html", {"e": evidence, "nav": "decisions"})

@@ -2,23 +2,23 @@
 
 from __future__ import annotations
 
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
 from approvals.errors import Forbidden
 from console import pages
-from console.views.common import console_login_required, domain_errors
+from console.views.common import HtmxHttpRequest, console_login_required, domain_errors
 
 
 @require_GET
 @console_login_required
 @domain_errors
-def inbox(request: HttpRequest) -> HttpResponse:
+def inbox(request: HtmxHttpRequest) -> HttpResponse:
     if not request.user.has_perm("approvals.view_approvaltask"):
         raise Forbidden("your account has no role in Gatehouse yet; ask an admin to assign one")
     ctx = pages.inbox_context(request.user, request.GET)
     # The filter form targets the results only; a full page for everything else.
-    if getattr(request, "htmx", False) and request.htmx.target == "inbox-results":  # type: ignore[attr-defined]
+    if request.htmx and request.htmx.target == "inbox-results":
         return render(request, "console/partials/inbox_results.html", ctx)
     return render(request, "console/inbox.html", ctx)

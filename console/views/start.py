@@ -7,13 +7,13 @@ from typing import Any, cast
 
 from django.contrib import messages
 from django.contrib.auth.models import User
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import redirect, render
 
 from approvals import permissions, services
 from approvals.errors import DomainError
 from console.forms import json_object, start_fields, start_input_parse
-from console.views.common import console_login_required, domain_errors
+from console.views.common import HtmxHttpRequest, console_login_required, domain_errors
 from runtime.registry import graph_get, graph_names
 from runtime.schema import json_schema_for
 
@@ -24,7 +24,7 @@ def _graphs_for(user: Any) -> list[tuple[str, str]]:
 
 @console_login_required
 @domain_errors
-def thread_start(request: HttpRequest) -> HttpResponse:
+def thread_start(request: HtmxHttpRequest) -> HttpResponse:
     permissions.require(request.user, "runtime.start_thread", "start threads")
     if request.method not in ("GET", "POST"):
         return HttpResponse(status=405)
@@ -65,6 +65,6 @@ def thread_start(request: HttpRequest) -> HttpResponse:
         "data": source,
         "schema_json": json.dumps(schema, indent=2),
     }
-    if getattr(request, "htmx", False) and request.htmx.target == "start-fields":  # type: ignore[attr-defined]
+    if request.htmx and request.htmx.target == "start-fields":
         return render(request, "console/partials/start_fields.html", ctx)
     return render(request, "console/start.html", ctx, status=422 if errors else 200)

@@ -13,7 +13,7 @@ from uuid import UUID
 
 from django.contrib import messages
 from django.contrib.auth.models import User
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
@@ -24,7 +24,7 @@ from approvals.redaction import MASK
 from approvals.security import request_proof_at, session_proof_record
 from console import pages, services
 from console.forms import decision_request_parse
-from console.views.common import console_login_required, domain_errors
+from console.views.common import HtmxHttpRequest, console_login_required, domain_errors
 
 
 def _quotes_mask(request: DecisionRequest) -> bool:
@@ -35,20 +35,20 @@ def _quotes_mask(request: DecisionRequest) -> bool:
 @require_GET
 @console_login_required
 @domain_errors
-def task_detail(request: HttpRequest, task_id: UUID) -> HttpResponse:
+def task_detail(request: HtmxHttpRequest, task_id: UUID) -> HttpResponse:
     return render(request, "console/task.html", pages.task_context(request.user, task_id))
 
 
 @require_GET
 @console_login_required
 @domain_errors
-def task_live(request: HttpRequest, task_id: UUID) -> HttpResponse:
+def task_live(request: HtmxHttpRequest, task_id: UUID) -> HttpResponse:
     """The live panel alone (the websocket pushes the same fragment; this is its plain-HTTP twin)."""
     return render(request, "console/partials/task_live.html", pages.task_live_context(request.user, task_id))
 
 
-def _claim_response(request: HttpRequest, task_id: UUID, error: str = "", status: int = 200) -> HttpResponse:
-    if not getattr(request, "htmx", False):
+def _claim_response(request: HtmxHttpRequest, task_id: UUID, error: str = "", status: int = 200) -> HttpResponse:
+    if not request.htmx:
         if error:
             messages.error(request, error)
         return redirect("console:task", task_id=task_id)
@@ -60,7 +60,7 @@ def _claim_response(request: HttpRequest, task_id: UUID, error: str = "", status
 @require_POST
 @console_login_required
 @domain_errors
-def task_claim(request: HttpRequest, task_id: UUID) -> HttpResponse:
+def task_claim(request: HtmxHttpRequest, task_id: UUID) -> HttpResponse:
     try:
         services.task_claim(actor=request.user, task_id=task_id)  # type: ignore[arg-type]
     except Conflict as exc:
@@ -71,7 +71,7 @@ def task_claim(request: HttpRequest, task_id: UUID) -> HttpResponse:
 @require_POST
 @console_login_required
 @domain_errors
-def task_release(request: HttpRequest, task_id: UUID) -> HttpResponse:
+def task_release(request: HtmxHttpRequest, task_id: UUID) -> HttpResponse:
     services.task_release(actor=request.user, task_id=task_id)  # type: ignore[arg-type]
     return _claim_response(request, task_id)
 
@@ -79,7 +79,7 @@ def task_release(request: HttpRequest, task_id: UUID) -> HttpResponse:
 @require_POST
 @console_login_required
 @domain_errors
-def task_decide(request: HttpRequest, task_id: UUID) -> HttpResponse:
+def task_decide(request: HtmxHttpRequest, task_id: UUID) -> HttpResponse:
     task = permissions.task_get_for(request.user, task_id)
     # Refuse before parsing: an auditor must not even learn how the form would validate.
     permissions.require_decide(request.user, task)
@@ -109,12 +109,12 @@ def task_decide(request: HttpRequest, task_id: UUID) -> HttpResponse:
             else:
                 form.attach(exc.field, exc.message)
         else:
-            if not getattr(request, "htmx", False):
+            if not request.htmx:
                 messages.success(request, f"Decision recorded: {decision.get_outcome_display()}")
                 return redirect("console:task", task_id=task_id)
             done = pages.task_live_context(request.user, task_id)
             done["decision"] = done["my_decision"] or decision
             return render(request, "console/partials/decision_done.html", done, status=201)
     ctx.update({"form": form, "stale": stale})
-    template = "console/partials/decision_form.html" if getattr(request, "htmx", False) else "console/task.html"
+    template = "console/partials/decision_form.html" if request.htmx else "console/task.html"
     return render(request, template, ctx, status=status)

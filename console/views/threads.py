@@ -5,21 +5,21 @@ from __future__ import annotations
 from uuid import UUID
 
 from django.contrib import messages
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from approvals import services
 from approvals.errors import Forbidden
 from console import pages, selectors
-from console.views.common import console_login_required, domain_errors
+from console.views.common import HtmxHttpRequest, console_login_required, domain_errors
 from runtime.models import ThreadStatus
 
 
 @require_GET
 @console_login_required
 @domain_errors
-def thread_list(request: HttpRequest) -> HttpResponse:
+def thread_list(request: HtmxHttpRequest) -> HttpResponse:
     if not request.user.has_perm("runtime.view_thread"):
         raise Forbidden("your account has no role in Gatehouse yet; ask an admin to assign one")
     status = request.GET.get("status", "")
@@ -33,10 +33,10 @@ def thread_list(request: HttpRequest) -> HttpResponse:
 @require_GET
 @console_login_required
 @domain_errors
-def thread_detail(request: HttpRequest, thread_id: UUID) -> HttpResponse:
+def thread_detail(request: HtmxHttpRequest, thread_id: UUID) -> HttpResponse:
     checkpoint = request.GET.get("checkpoint", "")[:64]
     ctx = pages.thread_context(request.user, thread_id, checkpoint)
-    if getattr(request, "htmx", False) and request.htmx.target == "checkpoint-view":  # type: ignore[attr-defined]
+    if request.htmx and request.htmx.target == "checkpoint-view":
         return render(request, "console/partials/checkpoint.html", ctx)
     return render(request, "console/thread.html", ctx)
 
@@ -44,14 +44,14 @@ def thread_detail(request: HttpRequest, thread_id: UUID) -> HttpResponse:
 @require_GET
 @console_login_required
 @domain_errors
-def thread_live(request: HttpRequest, thread_id: UUID) -> HttpResponse:
+def thread_live(request: HtmxHttpRequest, thread_id: UUID) -> HttpResponse:
     return render(request, "console/partials/thread_live.html", pages.thread_live_context(request.user, thread_id))
 
 
 @require_POST
 @console_login_required
 @domain_errors
-def thread_retry(request: HttpRequest, thread_id: UUID) -> HttpResponse:
+def thread_retry(request: HtmxHttpRequest, thread_id: UUID) -> HttpResponse:
     services.thread_retry(actor=request.user, thread_id=thread_id)  # type: ignore[arg-type]
     messages.success(request, "Retry queued")
     return redirect("console:thread", thread_id=thread_id)

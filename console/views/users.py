@@ -16,18 +16,18 @@ from django.contrib import messages
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.models import User
 from django.db import transaction
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from approvals import permissions, users
 from approvals.errors import DomainError
-from console.views.common import console_login_required, domain_errors, error_page
+from console.views.common import HtmxHttpRequest, console_login_required, domain_errors, error_page
 from runtime.registry import graph_names
 
 
-def _actor(request: HttpRequest) -> User:
+def _actor(request: HtmxHttpRequest) -> User:
     return cast(User, request.user)  # @console_login_required
 
 
@@ -59,7 +59,7 @@ def _assignment_choices(user: User | None) -> list[dict[str, Any]]:
     return rows
 
 
-def _detail_context(request: HttpRequest, user_id: int) -> dict[str, Any]:
+def _detail_context(request: HtmxHttpRequest, user_id: int) -> dict[str, Any]:
     actor = _actor(request)
     subject = users.user_get(actor=actor, user_id=user_id)
     history = (
@@ -80,23 +80,23 @@ def _detail_context(request: HttpRequest, user_id: int) -> dict[str, Any]:
     }
 
 
-def _panel(request: HttpRequest, user_id: int, *, status: int = 200, **extra: Any) -> HttpResponse:
+def _panel(request: HtmxHttpRequest, user_id: int, *, status: int = 200, **extra: Any) -> HttpResponse:
     """After a change: the detail panel for htmx, or post/redirect/get for a plain form."""
-    if request.htmx:  # type: ignore[attr-defined]
+    if request.htmx:
         ctx = {**_detail_context(request, user_id), **extra}
         return render(request, "console/users/_panel.html", ctx, status=status)
     return redirect("console:user", user_id=user_id)
 
 
-def _change(request: HttpRequest, user_id: int, change: Callable[[], str]) -> HttpResponse:
+def _change(request: HtmxHttpRequest, user_id: int, change: Callable[[], str]) -> HttpResponse:
     """Run one service call; its message goes to the panel (htmx) or the redirected page."""
     try:
         done = change()
     except DomainError as exc:
-        if not request.htmx:  # type: ignore[attr-defined]
+        if not request.htmx:
             raise
         return _panel(request, user_id, status=exc.status, panel_error=exc)
-    if request.htmx:  # type: ignore[attr-defined]
+    if request.htmx:
         return _panel(request, user_id, panel_done=done)
     messages.success(request, done)
     return _panel(request, user_id)
@@ -105,7 +105,7 @@ def _change(request: HttpRequest, user_id: int, change: Callable[[], str]) -> Ht
 @require_GET
 @console_login_required
 @domain_errors
-def user_list(request: HttpRequest) -> HttpResponse:
+def user_list(request: HtmxHttpRequest) -> HttpResponse:
     query = request.GET.get("q", "").strip()[:150]
     state = request.GET.get("state", "")
     active = {"active": True, "inactive": False}.get(state)
@@ -119,7 +119,7 @@ def user_list(request: HttpRequest) -> HttpResponse:
 
 @console_login_required
 @domain_errors
-def user_create(request: HttpRequest) -> HttpResponse:
+def user_create(request: HtmxHttpRequest) -> HttpResponse:
     actor = _actor(request)
     users.require_admin(actor)
     if request.method not in ("GET", "POST"):
@@ -175,7 +175,7 @@ def user_create(request: HttpRequest) -> HttpResponse:
     )
 
 
-def _link(request: HttpRequest, setup: users.PasswordSetup | None) -> str:
+def _link(request: HtmxHttpRequest, setup: users.PasswordSetup | None) -> str:
     if setup is None:
         return ""
     return request.build_absolute_uri(
@@ -186,14 +186,14 @@ def _link(request: HttpRequest, setup: users.PasswordSetup | None) -> str:
 @require_GET
 @console_login_required
 @domain_errors
-def user_detail(request: HttpRequest, user_id: int) -> HttpResponse:
+def user_detail(request: HtmxHttpRequest, user_id: int) -> HttpResponse:
     return render(request, "console/users/detail.html", _detail_context(request, user_id))
 
 
 @require_POST
 @console_login_required
 @domain_errors
-def user_roles(request: HttpRequest, user_id: int) -> HttpResponse:
+def user_roles(request: HtmxHttpRequest, user_id: int) -> HttpResponse:
     roles = request.POST.getlist("roles")
     def change() -> str:
         users.user_roles_set(actor=_actor(request), user_id=user_id, roles=roles)
@@ -205,7 +205,7 @@ def user_roles(request: HttpRequest, user_id: int) -> HttpResponse:
 @require_POST
 @console_login_required
 @domain_errors
-def user_assignments(request: HttpRequest, user_id: int) -> HttpResponse:
+def user_assignments(request: HtmxHttpRequest, user_id: int) -> HttpResponse:
     wanted = [users.Assignment.parse(v) for v in request.POST.getlist("assign")]
     def change() -> str:
         users.user_assignments_set(actor=_actor(request), user_id=user_id, assignments=wanted)
@@ -217,7 +217,7 @@ def user_assignments(request: HttpRequest, user_id: int) -> HttpResponse:
 @require_POST
 @console_login_required
 @domain_errors
-def user_deactivate(request: HttpRequest, user_id: int) -> HttpResponse:
+def user_deactivate(request: HtmxHttpRequest, user_id: int) -> HttpResponse:
     reason = request.POST.get("reason", "").strip()
     def change() -> str:
         users.user_deactivate(actor=_actor(request), user_id=user_id, reason=reason)
@@ -229,7 +229,7 @@ def user_deactivate(request: HttpRequest, user_id: int) -> HttpResponse:
 @require_POST
 @console_login_required
 @domain_errors
-def user_reactivate(request: HttpRequest, user_id: int) -> HttpResponse:
+def user_reactivate(request: HtmxHttpRequest, user_id: int) -> HttpResponse:
     def change() -> str:
         users.user_reactivate(actor=_actor(request), user_id=user_id)
         return "Reactivated: the user may sign in again (revoked API tokens stay revoked)"
@@ -240,14 +240,14 @@ def user_reactivate(request: HttpRequest, user_id: int) -> HttpResponse:
 @require_POST
 @console_login_required
 @domain_errors
-def user_password(request: HttpRequest, user_id: int) -> HttpResponse:
+def user_password(request: HtmxHttpRequest, user_id: int) -> HttpResponse:
     """Void the password and show a set-password link once (in this response only)."""
     try:
         setup = users.user_password_reset(actor=_actor(request), user_id=user_id)
     except DomainError as exc:
         return error_page(request, exc)
     ctx = {"link": _link(request, setup), "setup": setup}
-    if request.htmx:  # type: ignore[attr-defined]
+    if request.htmx:
         return render(request, "console/users/_password_link.html", ctx)
     return render(
         request, "console/users/password.html", {**ctx, "subject": User.objects.get(pk=user_id), "nav": "users"}
@@ -257,7 +257,7 @@ def user_password(request: HttpRequest, user_id: int) -> HttpResponse:
 @require_POST
 @console_login_required
 @domain_errors
-def user_otp(request: HttpRequest, user_id: int) -> HttpResponse:
+def user_otp(request: HtmxHttpRequest, user_id: int) -> HttpResponse:
     def change() -> str:
         count = users.user_otp_reset(actor=_actor(request), user_id=user_id)
         return f"OTP reset: {count} device{'s' if count != 1 else ''} removed"

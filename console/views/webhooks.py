@@ -13,14 +13,14 @@ from typing import Any, cast
 
 from django.contrib import messages
 from django.contrib.auth.models import User
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.utils.cache import add_never_cache_headers
 from django.views.decorators.http import require_GET, require_POST
 
 from approvals import outbound, permissions, webhooks
 from approvals.errors import DomainError, Forbidden, NotFound
-from console.views.common import console_login_required, domain_errors, error_page
+from console.views.common import HtmxHttpRequest, console_login_required, domain_errors, error_page
 
 RECENT = 20
 
@@ -38,7 +38,7 @@ def _can_manage(user: Any) -> bool:
     return permissions.can(user, "approvals.manage_webhooks")
 
 
-def _page(request: HttpRequest, *, status: int = 200, **extra: Any) -> HttpResponse:
+def _page(request: HtmxHttpRequest, *, status: int = 200, **extra: Any) -> HttpResponse:
     user = request.user
     _require_view(user)
     endpoints = [
@@ -71,15 +71,15 @@ def _page(request: HttpRequest, *, status: int = 200, **extra: Any) -> HttpRespo
 @require_GET
 @console_login_required
 @domain_errors
-def webhook_list(request: HttpRequest) -> HttpResponse:
+def webhook_list(request: HtmxHttpRequest) -> HttpResponse:
     return _page(request)
 
 
-def _actor(request: HttpRequest) -> User:
+def _actor(request: HtmxHttpRequest) -> User:
     return cast(User, request.user)  # @console_login_required
 
 
-def _gates_posted(request: HttpRequest) -> list[str]:
+def _gates_posted(request: HtmxHttpRequest) -> list[str]:
     """Gates as checkboxes (several ``gates``) or one comma-separated field."""
     return [g.strip() for raw in request.POST.getlist("gates") for g in raw.split(",") if g.strip()]
 
@@ -87,7 +87,7 @@ def _gates_posted(request: HttpRequest) -> list[str]:
 @require_POST
 @console_login_required
 @domain_errors
-def endpoint_create(request: HttpRequest) -> HttpResponse:
+def endpoint_create(request: HtmxHttpRequest) -> HttpResponse:
     _require_view(request.user)
     if not _can_manage(request.user):
         raise Forbidden("you may not manage inbound webhook endpoints")
@@ -110,7 +110,7 @@ def endpoint_create(request: HttpRequest) -> HttpResponse:
 @require_POST
 @console_login_required
 @domain_errors
-def endpoint_rotate(request: HttpRequest, name: str) -> HttpResponse:
+def endpoint_rotate(request: HtmxHttpRequest, name: str) -> HttpResponse:
     # A hidden "0" precedes the checkbox's "1": the last value sent wins.
     keep = request.POST.get("keep_previous", "1") == "1"
     endpoint, secret = webhooks.webhook_endpoint_rotate(actor=_actor(request), name=name, keep_previous=keep)
@@ -120,7 +120,7 @@ def endpoint_rotate(request: HttpRequest, name: str) -> HttpResponse:
 @require_POST
 @console_login_required
 @domain_errors
-def endpoint_gates(request: HttpRequest, name: str) -> HttpResponse:
+def endpoint_gates(request: HtmxHttpRequest, name: str) -> HttpResponse:
     try:
         webhooks.webhook_endpoint_gates_set(actor=_actor(request), name=name, gates=_gates_posted(request))
     except DomainError as exc:
@@ -134,7 +134,7 @@ def endpoint_gates(request: HttpRequest, name: str) -> HttpResponse:
 @require_POST
 @console_login_required
 @domain_errors
-def endpoint_delete(request: HttpRequest, name: str) -> HttpResponse:
+def endpoint_delete(request: HtmxHttpRequest, name: str) -> HttpResponse:
     webhooks.webhook_endpoint_delete(actor=_actor(request), name=name)
     messages.success(request, f"Endpoint {name} deleted: its secrets are destroyed and it decides nothing")
     return redirect("console:webhooks")
@@ -143,9 +143,9 @@ def endpoint_delete(request: HttpRequest, name: str) -> HttpResponse:
 @require_POST
 @console_login_required
 @domain_errors
-def delivery_retry(request: HttpRequest, delivery_id: int) -> HttpResponse:
+def delivery_retry(request: HtmxHttpRequest, delivery_id: int) -> HttpResponse:
     user = request.user
-    htmx = getattr(request, "htmx", False)
+    htmx = bool(request.htmx)
     refused: DomainError | None = None
     try:
         outbound.delivery_retry(actor=user, delivery_id=delivery_id)
