@@ -125,7 +125,7 @@ def audit_anchor() -> AuditAnchor:
 
 
 def anchor_sink_path() -> Path | None:
-    value = getattr(settings, "GATEHOUSE_AUDIT_ANCHOR_SINK", "") or ""
+    value = settings.GATEHOUSE_AUDIT_ANCHOR_SINK
     return Path(value) if value else None
 
 

@@ -110,7 +110,7 @@ def outbound_policy() -> OutboundPolicy:
     """GATEHOUSE_OUTBOUND_ALLOWED_NETWORKS: CIDRs and host names that may be reached although internal."""
     networks: list[Network] = []
     hosts: set[str] = set()
-    for entry in getattr(settings, "GATEHOUSE_OUTBOUND_ALLOWED_NETWORKS", []):
+    for entry in settings.GATEHOUSE_OUTBOUND_ALLOWED_NETWORKS:
         try:
             networks.append(ipaddress.ip_network(entry, strict=False))
         except ValueError:

@@ -48,7 +48,7 @@ from runtime.schema import json_schema_for
 
 
 def _wait_limit() -> float:
-    return float(getattr(settings, "GATEHOUSE_PLATFORM_WAIT_SECONDS", 120))
+    return float(settings.GATEHOUSE_PLATFORM_WAIT_SECONDS)
 
 
 api = NinjaAPI(

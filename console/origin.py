@@ -67,7 +67,7 @@ def _own_origin(scope: dict[str, Any]) -> Origin | None:
     if not domain or not validate_host(domain, _allowed_hosts()):
         return None
     secure = scope.get("scheme") in ("wss", "https")
-    proxy = getattr(settings, "SECURE_PROXY_SSL_HEADER", None)
+    proxy = settings.SECURE_PROXY_SSL_HEADER
     if proxy:
         header, value = proxy
         name = header.removeprefix("HTTP_").replace("_", "-").lower().encode()

@@ -283,7 +283,6 @@ GATEHOUSE_SHUTDOWN_GRACE_SECONDS = env_float("GATEHOUSE_SHUTDOWN_GRACE_SECONDS",
 #   evicting policy may drop a queue key, i.e. lose dispatched runs (the sweeper
 #   would re-send them after GATEHOUSE_REDISPATCH_AFTER_SECONDS, but only while
 #   their rows say queued). The worker logs a warning at start when it is not.
-GATEHOUSE_READY_FILE = env_str("GATEHOUSE_READY_FILE")
 # /lg/ runs.wait, join and stream hold the request at most this long.
 GATEHOUSE_PLATFORM_WAIT_SECONDS = env_float("GATEHOUSE_PLATFORM_WAIT_SECONDS", 120.0, minimum=1.0)
 # --- governance ----------------------------------------------------------------
@@ -462,8 +461,6 @@ CELERY_BEAT_SCHEDULE["prune-checkpoints"] = {
     "task": "runtime.prune_checkpoints",
     "schedule": GATEHOUSE_RETENTION_SECONDS,
 }
-# The retention task lives beside runtime/tasks.py; the worker imports it with this.
-CELERY_IMPORTS = [*globals().get("CELERY_IMPORTS", []), "runtime.storage_tasks"]
 
 # --- health and metrics (ops; console/health.py, console/metrics.py, docs/operations.md) ------
 # Workers write a heartbeat row this often; readiness fails when none is fresher than the stale limit.

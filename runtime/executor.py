@@ -30,11 +30,11 @@ from langgraph.types import Command, StateSnapshot
 
 from runtime.controls import RuntimeControls
 from runtime.effects import canonical_json
-from runtime.errors import is_transient
 from runtime.fencing import FENCE_KEY
 from runtime.jsonable import to_jsonable
 from runtime.models import Run, RunKind, RunStatus
 from runtime.registry import GraphRegistryError, UnknownGraph, graph_get
+from runtime.retry import is_transient
 from runtime.runs import (
     LeaseLost,
     Outcome,

@@ -234,7 +234,7 @@ def runs_hand_back(*, owner_prefix: str) -> int:
 
 def run_retry_due(*, run: Run, now: Any) -> bool:
     """A running run whose lease lapsed may be dispatched again once its backoff has passed (``now``: the DB's)."""
-    from runtime.errors import retry_backoff
+    from runtime.retry import retry_backoff
 
     if run.lease_expires_at is None:
         return True

@@ -7,8 +7,9 @@ from typing import Any
 from celery import shared_task
 from django.db import connection
 
-from runtime.errors import is_transient, retry_backoff
 from runtime.executor import run_execute
+from runtime.retention import checkpoints_prune
+from runtime.retry import is_transient, retry_backoff
 from runtime.runs import EXECUTE_RUN_TASK, runs_sweep
 
 # Transient errors that escape run_execute happened before the run was claimed
@@ -31,3 +32,15 @@ def execute_run(self: Any, run_id: str) -> None:
 @shared_task(name="runtime.sweep_runs", acks_late=True, ignore_result=True)
 def sweep_runs() -> int:
     return runs_sweep()
+
+
+# Checkpoint retention (beat: ``prune-checkpoints`` in console/settings.py).
+@shared_task(name="runtime.prune_checkpoints", acks_late=True, ignore_result=True)
+def prune_checkpoints(graph: str | None = None) -> dict[str, int]:
+    report = checkpoints_prune(graph=graph)
+    return {
+        "threads": report.threads,
+        "checkpoints_deleted": report.checkpoints_deleted,
+        "blobs_deleted": report.blobs_deleted,
+        "errors": len(report.errors),
+    }

@@ -7,7 +7,7 @@ import psycopg_pool
 import pytest
 from django.db import utils as db_utils
 
-from runtime.errors import is_transient, retry_backoff
+from runtime.retry import is_transient, retry_backoff
 
 pytestmark = [pytest.mark.faults]
 
