@@ -37,6 +37,7 @@ from django.utils import timezone
 from approvals import permissions
 from approvals.audit import audit_record
 from approvals.errors import Conflict, InvalidInput, NotFound
+from approvals.gate_policy import gate_policy
 from approvals.models import (
     ApprovalTask,
     AuditAction,
@@ -307,7 +308,7 @@ def _task_opened(event: AuditEvent) -> None:
             "node": task.node,
             "title": task.title,
             "payload_kind": payload_kind(task.payload, task.kind),
-            "correlation_key": task.payload.get("correlation_key") if isinstance(task.payload, dict) else None,
+            "correlation_key": gate_policy(task.payload, task.kind).correlation_key,
         },
     )
 

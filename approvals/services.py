@@ -21,12 +21,12 @@ from django.utils import timezone
 from approvals import gateway, permissions
 from approvals.audit import audit_record, canonical
 from approvals.errors import Conflict, Forbidden, InvalidInput
+from approvals.gate_policy import GatePolicy, gate_policy
 from approvals.intent import proposed_action, signed_command, signed_digest
 from approvals.models import ApprovalTask, AuditAction, Decision, TaskKind, TaskStatus
 from approvals.payloads import (
     NOT_GIVEN,
     DecisionRequest,
-    payload_kind,
     payload_title,
     resume_value_build,
 )
@@ -154,8 +154,8 @@ def tasks_open(*, run: Run, interrupts: list[PendingInterrupt]) -> list[Approval
             payload_digest=digest,
             response_schema=item.response_schema,
             title=payload_title(item.value, item.node),
-            due_at=_due_at(item.value),
-            required_approvals=_required_approvals(item.value),
+            due_at=_due_at(gate_policy(item.value)),
+            required_approvals=gate_policy(item.value).approvals_required,
         )
         audit_record(
             actor=None,
@@ -178,14 +178,9 @@ def tasks_open(*, run: Run, interrupts: list[PendingInterrupt]) -> list[Approval
     return opened
 
 
-def _required_approvals(payload: Any) -> int:
-    value = payload.get("required_approvals") if isinstance(payload, dict) else None
-    return value if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 10 else 1
-
-
-def _due_at(payload: Any) -> Any:
-    if payload_kind(payload) == "gatehouse" and isinstance(payload.get("sla_seconds"), int):
-        return timezone.now() + timedelta(seconds=payload["sla_seconds"])
+def _due_at(policy: GatePolicy) -> Any:
+    if policy.sla_seconds is not None:
+        return timezone.now() + timedelta(seconds=policy.sla_seconds)
     return None
 
 
@@ -379,9 +374,10 @@ def _task_decide(*, actor: User, task_id: Any, request: DecisionRequest, signer:
 
 
 def _separation_required(task: ApprovalTask) -> bool:
-    payload = task.payload if isinstance(task.payload, dict) else {}
     return bool(
-        task.required_approvals > 1 or payload.get("separation_of_duties") or settings.GATEHOUSE_SEPARATION_OF_DUTIES
+        task.required_approvals > 1
+        or gate_policy(task.payload, task.kind).separation_of_duties
+        or settings.GATEHOUSE_SEPARATION_OF_DUTIES
     )
 
 
@@ -397,9 +393,7 @@ def _quorum_position(
     """(does this decision count as an approval, does it complete the task)."""
     if request.outcome == "reject":
         # One rejection rejects, unless the gate asks for more ("rejections_required": N).
-        payload = task.payload if isinstance(task.payload, dict) else {}
-        needed = payload.get("rejections_required", 1)
-        needed = needed if isinstance(needed, int) and not isinstance(needed, bool) and needed >= 1 else 1
+        needed = gate_policy(task.payload, task.kind).rejections_required
         return False, sum(1 for d in earlier if d.outcome == "reject") + 1 >= needed
     if request.outcome not in APPROVING:
         return False, True  # a response decides at once
@@ -546,10 +540,7 @@ def _state_patch_check(task: ApprovalTask, request: DecisionRequest) -> dict[str
         return None
     if request.outcome not in ("edit", "approve"):
         raise InvalidInput("state edits go with an edit or approve decision", field="edits")
-    editable = None
-    payload = task.payload if isinstance(task.payload, dict) else {}
-    if payload_kind(payload, task.kind) == "gatehouse" and payload.get("editable"):
-        editable = payload["editable"]
+    editable = gate_policy(task.payload, task.kind).editable
     try:
         return values_validate(graph_get(task.graph).state_schema, patch, prefix="edits", allowed=editable)
     except UnknownGraph:

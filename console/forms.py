@@ -18,6 +18,7 @@ from django.core.validators import MaxLengthValidator
 from django.http import QueryDict
 
 from approvals.errors import DomainError
+from approvals.gate_policy import gate_policy
 from approvals.inputs import INT64_MAX, INT64_MIN, MalformedJson, json_loads_strict
 from approvals.models import TaskStatus
 from approvals.payloads import DecisionRequest, decisions_allowed, payload_kind
@@ -298,7 +299,7 @@ def decision_form_for(task: Any, state_values: dict[str, Any], state_schema: dic
         # One edit surface: an argument the gate reads from the state field of the same
         # name (the gatekeeper convention) is edited once, as that state field, which is
         # what the action node reads; only the other arguments get their own inputs.
-        editable = list(payload.get("editable") or [])
+        editable = list(gate_policy(payload, task.kind).editable or [])
         action = payload.get("proposed_action") or {}
         action_name = str(action.get("name") or "")
         if isinstance(action.get("args"), dict):

@@ -1,0 +1,49 @@
+"""A gate's policy, read once from its interrupt payload into a typed object.
+
+Gate authors set these keys in the payload they interrupt with (the gatekeeper
+helpers in ``runtime.gatekeeper`` write them); everything that enforces or shows
+a rule reads ``gate_policy(...)`` instead of looking into the payload itself.
+Values of the wrong type fall back to the default, as they always did.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from approvals.payloads import payload_kind
+
+MAX_APPROVALS = 10
+
+
+@dataclass(frozen=True)
+class GatePolicy:
+    approvals_required: int = 1  # signatures that complete an approval (a quorum), 1..MAX_APPROVALS
+    rejections_required: int = 1  # rejections that reject the task
+    separation_of_duties: bool = False  # asked for by the gate (the global setting and quorums add to it)
+    editable: tuple[str, ...] | None = None  # state fields a reviewer may edit (None: the state schema decides)
+    sla_seconds: int | None = None  # the task is due this long after it opens
+    correlation_key: Any = None  # echoed to outbound webhooks so a receiver can match its own records
+
+
+def _count(value: Any, *, maximum: int | None = None) -> int | None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        return None
+    return value if maximum is None or value <= maximum else None
+
+
+def gate_policy(payload: Any, task_kind: str = "interrupt") -> GatePolicy:
+    """The policy of a gate whose interrupt carried ``payload`` (any payload: unknown shapes get the defaults)."""
+    if not isinstance(payload, dict):
+        return GatePolicy()
+    editable = payload.get("editable") if payload_kind(payload, task_kind) == "gatehouse" else None
+    # The deadline is read whatever the task's kind (as when the task opens, before it has one).
+    sla = payload.get("sla_seconds") if payload_kind(payload) == "gatehouse" else None
+    return GatePolicy(
+        approvals_required=_count(payload.get("required_approvals"), maximum=MAX_APPROVALS) or 1,
+        rejections_required=_count(payload.get("rejections_required", 1)) or 1,
+        separation_of_duties=bool(payload.get("separation_of_duties")),
+        editable=(tuple(editable) if isinstance(editable, list | tuple) else (str(editable),)) if editable else None,
+        sla_seconds=sla if isinstance(sla, int) else None,
+        correlation_key=payload.get("correlation_key"),
+    )
