@@ -17,7 +17,7 @@ from approvals.roles import roles_ensure
 from runtime.models import Thread
 from runtime.registry import graph_names
 
-DEMO_PASSWORD = "gatehouse"
+DEMO_PASSWORD = "gatehouse"  # noqa: S105 - the demo's documented sign-in, created only by demo_setup
 DEMO_USERS: dict[str, tuple[str, list[str]]] = {
     # username: (role, assigned graphs)
     "reviewer": ("reviewer", ["*"]),

@@ -71,7 +71,7 @@ TOKEN_ACTIONS: dict[str, str] = {
     "runtime.start_thread": "start",
     "runtime.retry_thread": "retry",
 }
-TOKEN_SCOPE_ATTR = "gatehouse_token_scope"  # set on the user by token authentication
+TOKEN_SCOPE_ATTR = "gatehouse_token_scope"  # noqa: S105 - set on the user by token authentication
 
 
 def can(user: Principal, perm: str) -> bool:

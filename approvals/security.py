@@ -27,7 +27,7 @@ from approvals.audit import audit_record
 from approvals.models import AuditAction, GraphAssignment
 
 SESSION_AUTH_AT = "gatehouse_authenticated_at"  # this session's last proof (sign-in or re-authentication)
-REQUEST_TOKEN_AUTH = "gatehouse_token_authenticated"  # set by the API's token auth classes on success
+REQUEST_TOKEN_AUTH = "gatehouse_token_authenticated"  # noqa: S105 - set by the API's token auth classes on success
 
 
 def request_token_mark(request: HttpRequest) -> None:

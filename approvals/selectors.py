@@ -22,7 +22,7 @@ def cursor_decode(cursor: str) -> tuple[datetime, str]:
     try:
         created, pk = json.loads(base64.urlsafe_b64decode(cursor.encode()))
         return datetime.fromisoformat(created), str(pk)
-    except Exception:
+    except Exception:  # noqa: BLE001 - any malformed cursor is the caller's 400
         raise InvalidInput("cursor is not one this API returned", field="cursor") from None
 
 

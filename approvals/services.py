@@ -306,7 +306,7 @@ def _task_decide(*, actor: User, task_id: Any, request: DecisionRequest, signer:
     signed_action = _signed_action(task, request.outcome, state_patch, resume_value)
     proposes_edit = bool(state_patch) or request.action_args is not None or request.outcome == "edit"
     counts, final = _quorum_position(task, request, earlier, actor=actor, proposes_edit=proposes_edit, thread=thread)
-    reauthenticated_at = _signature_check(actor, signer, task) if request.outcome in APPROVING + ("reject",) else None
+    reauthenticated_at = _signature_check(actor, signer, task) if request.outcome in (*APPROVING, "reject") else None
     meaning = {"approve": "approved", "edit": "approved", "reject": "rejected"}.get(request.outcome, "reviewed")
     if request.outcome in APPROVING and not counts:
         meaning = "reviewed"

@@ -16,7 +16,7 @@ from approvals.permissions import TOKEN_ACTIONS, TOKEN_SCOPE_ATTR
 
 TOKEN_ACTION_NAMES = set(TOKEN_ACTIONS.values()) | {"admin"}
 
-TOKEN_PREFIX = "gh_"
+TOKEN_PREFIX = "gh_"  # noqa: S105 - the public prefix of every token
 
 
 def _digest(secret: str) -> str:

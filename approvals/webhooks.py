@@ -46,7 +46,7 @@ from approvals.models import (
 from approvals.payloads import DecisionRequest
 from runtime.registry import UnknownGraph, graph_get, graph_names
 
-SECRET_PREFIX = "whsec_"
+SECRET_PREFIX = "whsec_"  # noqa: S105 - the public prefix of every secret (Standard Webhooks)
 SERVICE_ROLE = "service"
 DEFAULT_DECISION_MAP: dict[str, Any] = {
     "field": "status",
@@ -67,7 +67,7 @@ def secret_check(secret: str) -> str:
         raise InvalidInput("a webhook secret looks like whsec_<base64>", field="secret")
     try:
         Webhook(secret)
-    except Exception:
+    except Exception:  # noqa: BLE001 - the library refuses a bad secret with any of several types
         raise InvalidInput("the secret after whsec_ must be base64", field="secret") from None
     return secret
 
@@ -367,7 +367,7 @@ def _signature_check(endpoint: WebhookEndpoint, raw: bytes, headers: dict[str, s
             last = str(exc)
             if "timestamp" in last.lower() or "headers" in last.lower():
                 return last  # the same for every secret
-        except Exception as exc:  # a malformed signature header (e.g. no comma) raises ValueError
+        except Exception as exc:  # noqa: BLE001 - a malformed signature header (e.g. no comma) raises ValueError
             last = f"malformed signature header ({type(exc).__name__})"
     return last
 

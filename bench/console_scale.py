@@ -344,7 +344,7 @@ def main() -> int:
             connections.close_all()
             try:
                 db_drop(args.db)
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 print(f"could not drop {args.db}: {exc}", file=sys.stderr)
 
 

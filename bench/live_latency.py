@@ -159,7 +159,7 @@ def main() -> int:
 
     # Read, not imported: importing the consumers needs Django set up, which this process does not do.
     source = (ROOT / "console" / "consumers.py").read_text()
-    DEBOUNCE_SECONDS = float(re.search(r"^DEBOUNCE_SECONDS = ([0-9.]+)", source, re.M).group(1))  # type: ignore[union-attr]  # noqa: N806
+    DEBOUNCE_SECONDS = float(re.search(r"^DEBOUNCE_SECONDS = ([0-9.]+)", source, re.M).group(1))  # type: ignore[union-attr]
     from demo.fakebank import serve_in_thread
 
     OUT_DIR.mkdir(parents=True, exist_ok=True)

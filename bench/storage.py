@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import itertools
 import json
 import os
 import statistics
@@ -77,7 +78,7 @@ def _graph(saver: Any, steps: int) -> Any:
     for name in names:
         builder.add_node(name, lambda s, name=name: {"steps": [*s.get("steps", []), name]})
     builder.add_edge(START, names[0])
-    for a, b in zip(names, names[1:], strict=False):
+    for a, b in itertools.pairwise(names):
         builder.add_edge(a, b)
     builder.add_edge(names[-1], END)
     return builder.compile(checkpointer=saver)

@@ -28,7 +28,7 @@ def broker_eviction_warning(client: Any) -> str | None:
     """
     try:
         policy = client.config_get("maxmemory-policy").get("maxmemory-policy")
-    except Exception:  # CONFIG disabled or unreachable: the check is advisory
+    except Exception:  # noqa: BLE001 - CONFIG disabled or unreachable: the check is advisory
         return None
     if policy in (None, "noeviction"):
         return None
@@ -157,7 +157,7 @@ def _ops_signals_connect() -> None:
 
         try:
             heartbeat_record(name=SWEEP, component=HeartbeatComponent.SWEEP)
-        except Exception:  # noqa: BLE001 - the readiness probe reports the missing sweep
+        except Exception:
             log.warning("could not record the sweep heartbeat", exc_info=True)
 
     worker_ready.connect(heartbeat_start, weak=False)

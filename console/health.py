@@ -123,7 +123,7 @@ def readiness_evaluate(*, names: list[str] | None = None) -> Readiness:
             result = {"status": "ok", **CHECKS[name]()}
         except CheckFailed as exc:
             result = {"status": "fail", "detail": str(exc)}
-        except Exception as exc:  # noqa: BLE001 - a probe reports, it never raises
+        except Exception as exc:
             log.warning("readiness check %s failed", name, exc_info=True)
             result = {"status": "fail", "detail": type(exc).__name__}
             if name == "database":

@@ -84,7 +84,7 @@ class WorkerHeartbeat:
                 try:
                     heartbeat_record(name=self.name, component=HeartbeatComponent.WORKER)
                     Heartbeat.objects.filter(seen_at__lt=timezone.now() - FORGET_AFTER).delete()
-                except Exception:  # noqa: BLE001 - the probe reports the silence; keep trying
+                except Exception:
                     log.warning("could not record the worker heartbeat", exc_info=True)
                     close_old_connections()
                 if self._stop.wait(interval):

@@ -179,7 +179,7 @@ def event_publish(event: dict[str, Any]) -> None:
             deliver_local(event)
         elif settings.GATEHOUSE_LIVE_RELAY_URL:
             _relay_post(event)
-    except Exception:  # noqa: BLE001 - a live update is a hint; never break the caller
+    except Exception:
         log.warning("live event %s not delivered", event.get("action"), exc_info=True)
 
 

@@ -45,7 +45,7 @@ def _cursor_decode(cursor: str, sort: str) -> tuple[datetime | None, str]:
         cursor_sort, value, pk = json.loads(base64.urlsafe_b64decode(cursor.encode()))
         when = datetime.fromisoformat(value) if value is not None else None
         uuid.UUID(pk)
-    except Exception:
+    except Exception:  # noqa: BLE001 - any malformed cursor is the caller's 400
         raise InvalidInput("this page link is broken; start again from the first page", field="cursor") from None
     if cursor_sort != sort:
         raise InvalidInput("this page link belongs to another sort order", field="cursor")

@@ -59,7 +59,7 @@ class BankServer(ThreadingHTTPServer):
 class BankHandler(BaseHTTPRequestHandler):
     server: BankServer
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet by default
+    def log_message(self, format: str, *args: Any) -> None:
         if os.environ.get("FAKE_BANK_VERBOSE"):
             super().log_message(format, *args)
 
@@ -75,7 +75,7 @@ class BankHandler(BaseHTTPRequestHandler):
         with contextlib.suppress(BrokenPipeError, ConnectionResetError):
             self.wfile.write(data)
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         if self.path == "/stats":
             ledger = self.server.ledger
             with ledger.lock:
@@ -88,7 +88,7 @@ class BankHandler(BaseHTTPRequestHandler):
         else:
             self._send(404, {"error": "not found"})
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length)
         if self.path == "/reset":
@@ -122,7 +122,7 @@ class BankHandler(BaseHTTPRequestHandler):
             return
         latency = float(self.headers.get("X-Fake-Latency-Ms") or self.server.latency_ms)
         time.sleep(latency / 1000)
-        if self.server.fail_rate and random.random() < self.server.fail_rate:
+        if self.server.fail_rate and random.random() < self.server.fail_rate:  # noqa: S311 - simulated flakiness, not security
             self._send(503, {"error": "temporarily unavailable, retry with the same key"})
             return
         kind = kinds[self.path]

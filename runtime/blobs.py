@@ -403,7 +403,7 @@ class BlobSpillingSaver:
     def list(self, config: RunnableConfig | None, **kwargs: Any) -> Iterator[CheckpointTuple]:
         for tup in super().list(config, **kwargs):  # type: ignore[misc]
             resolved = self._resolve_tuple(tup)
-            assert resolved is not None
+            assert resolved is not None  # noqa: S101 - a listed tuple always resolves; narrows the type
             yield resolved
 
     def blob_markers(self, thread_id: str) -> set[str]:

@@ -361,7 +361,7 @@ def _task_interrupts(task: Any, checkpoint_id: str, namespace: str) -> list[Pend
 def _checkpoint_id_safe(graph: Pregel, config: RunnableConfig) -> str:
     try:
         snapshot = graph.get_state(config)
-    except Exception:
+    except Exception:  # noqa: BLE001 - only a hint for the error message
         return ""
     return str(snapshot.config.get("configurable", {}).get("checkpoint_id", ""))
 

@@ -161,7 +161,7 @@ def _registry_get() -> dict[str, GraphEntry]:
         with _load_lock:
             if _registry is None:
                 return registry_load()
-    assert _registry is not None
+    assert _registry is not None  # noqa: S101 - set by registry_load above; narrows the type
     return _registry
 
 

@@ -234,7 +234,7 @@ def _delete(saver: Any, thread_id: str, doomed: list[tuple[str, str]]) -> None:
             marks = ",".join("?" * len(ids))
             for table in ("writes", "checkpoints"):
                 cur.execute(
-                    f"DELETE FROM {table} WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id IN ({marks})",
+                    f"DELETE FROM {table} WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id IN ({marks})",  # noqa: S608 - the table name is one of two constants; values are bound
                     (thread_id, ns, *ids),
                 )
         cur.execute(

@@ -34,7 +34,7 @@ def schema_fields(schema: type) -> dict[str, Any]:
         return {f.name: f.type for f in dataclasses.fields(schema)}
     try:
         return typing.get_type_hints(schema, include_extras=True)
-    except Exception:
+    except Exception:  # noqa: BLE001 - unresolvable hints fall back to raw annotations
         return dict(getattr(schema, "__annotations__", {}))
 
 
@@ -71,7 +71,7 @@ def json_schema_for(schema: type) -> dict[str, Any]:
         adapter = _adapter(annotation)
         try:
             properties[key] = adapter.json_schema() if adapter else {}
-        except Exception:
+        except Exception:  # noqa: BLE001 - a type without a JSON schema gets an open one
             properties[key] = {}
     return {"type": "object", "properties": properties, "additionalProperties": False}
 
@@ -96,7 +96,7 @@ def _adapter_build(annotation: Any) -> TypeAdapter[Any] | None:
             return None
     try:
         return TypeAdapter(_compatible(annotation))
-    except Exception:
+    except Exception:  # noqa: BLE001 - a type pydantic cannot adapt is left unchecked
         return None
 
 

@@ -68,7 +68,7 @@ def _serde_round_trip(value: Any, *, field: str) -> None:
     serde = checkpointer_get().serde
     try:
         loaded = serde.loads_typed(serde.dumps_typed(value))
-    except Exception as exc:  # the serializer's own refusal, whatever its type
+    except Exception as exc:  # noqa: BLE001 - the serializer's own refusal, whatever its type
         raise NotStorable(field, f"the checkpointer cannot store it: {exc}") from None
     if loaded != value:
         raise NotStorable(field, "the checkpointer would not read it back unchanged")

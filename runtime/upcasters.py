@@ -147,7 +147,7 @@ class SchemaVersionedSaver:
     def list(self, config: RunnableConfig | None, **kwargs: Any) -> Iterator[CheckpointTuple]:
         for tup in super().list(config, **kwargs):  # type: ignore[misc]
             upcast = self._upcast_tuple(tup, persist=False)
-            assert upcast is not None
+            assert upcast is not None  # noqa: S101 - a listed tuple always upcasts; narrows the type
             yield upcast
 
     def _upcast_tuple(self, tup: CheckpointTuple | None, *, persist: bool) -> CheckpointTuple | None:

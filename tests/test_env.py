@@ -122,7 +122,7 @@ def test_env_float_refuses_a_non_number(clean_env):
 
 def test_env_float_refuses_a_value_below_the_minimum(clean_env):
     clean_env.setenv(NAME, "0.01")
-    with pytest.raises(ImproperlyConfigured, match="must be at least 0.1"):
+    with pytest.raises(ImproperlyConfigured, match=r"must be at least 0\.1"):
         env_float(NAME, 1.0, minimum=0.1)
 
 

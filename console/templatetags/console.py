@@ -19,7 +19,7 @@ _MAX_NODES = 2000  # stop rendering absurdly large values rather than hang the p
 
 def _scalar(value: Any) -> SafeString:
     if value is None:
-        return mark_safe('<span class="j-null">null</span>')  # noqa: S308 - a constant
+        return mark_safe('<span class="j-null">null</span>')
     if isinstance(value, bool):
         return format_html('<span class="j-bool">{}</span>', "true" if value else "false")
     if isinstance(value, (int, float)):

@@ -51,7 +51,7 @@ def test_audit_verify_names_the_first_event_a_superuser_tampered_with():
         cursor.execute("UPDATE approvals_auditevent SET details = %s WHERE id = %s", ['{"forged": true}', events[1].pk])
         cursor.execute("SET LOCAL session_replication_role = origin")
 
-    checked, broken = audit_verify()
+    _checked, broken = audit_verify()
     assert broken is not None and broken.pk == events[1].pk
     with pytest.raises(CommandError, match=f"#{events[1].pk}"):
         call_command("audit_verify", stdout=StringIO())

@@ -19,7 +19,7 @@ _SERVER_VARS = ("DATABASE_URL", "REDIS_URL", "GATEHOUSE_QUEUE", "GATEHOUSE_GRAPH
 
 
 @pytest.fixture
-def embedded(tmp_path: Path, bank) -> Iterator[dict[str, str]]:  # noqa: ANN001
+def embedded(tmp_path: Path, bank) -> Iterator[dict[str, str]]:
     env = {k: v for k, v in os.environ.items() if k not in _SERVER_VARS and not k.startswith("PYTEST")}
     env.update(
         DJANGO_SETTINGS_MODULE="console.settings",
@@ -78,7 +78,7 @@ def embedded(tmp_path: Path, bank) -> Iterator[dict[str, str]]:  # noqa: ANN001
         process_group_stop(web)
 
 
-def test_the_embedded_stack_runs_start_decide_complete(embedded, bank):  # noqa: ANN001
+def test_the_embedded_stack_runs_start_decide_complete(embedded, bank):
     base = embedded["base"]
     operator = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {embedded['operator']}"}, timeout=10)
     reviewer = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {embedded['reviewer']}"}, timeout=10)

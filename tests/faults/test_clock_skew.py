@@ -52,7 +52,7 @@ def _held_by_first_worker(fault_worker: Any, operator: Any, hold_dir: Path, **en
 
 
 def test_a_worker_whose_clock_runs_30s_ahead_does_not_steal_a_live_run(fault_worker, operator, hold_dir):
-    first, run, first_pid = _held_by_first_worker(fault_worker, operator, hold_dir)
+    _first, run, first_pid = _held_by_first_worker(fault_worker, operator, hold_dir)
     ahead = fault_worker(**_skewed(30))
     # Its sweeper sees the run (it would re-send it each time, and its claim would
     # take it, if it measured the lease with its own clock): give it ten sweeps.

@@ -10,7 +10,7 @@ from tests.conftest import loan_input, pending_tasks, thread_settled, thread_sta
 pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.usefixtures("live_db")]
 
 
-def _decide_with_a_slow_bank(reviewer, operator, bank, latency_ms: int) -> tuple[dict, str]:  # noqa: ANN001
+def _decide_with_a_slow_bank(reviewer, operator, bank, latency_ms: int) -> tuple[dict, str]:
     thread = thread_start(operator, "loan_approval", loan_input())
     [task] = pending_tasks(reviewer, thread["id"], timeout=30)
     key = f"gh:{thread['id']}:disburse"

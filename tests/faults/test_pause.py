@@ -152,7 +152,7 @@ def _assert_zombie_serves_new_runs(zombie: FaultWorker, successor: FaultWorker, 
     assert Run.objects.get(thread_id=thread["id"]).attempts == 1
 
 
-def _pause_before_the_effect(fault_worker, frozen, operator, bank, hold_dir, *, cut_link: bool) -> None:  # noqa: ANN001
+def _pause_before_the_effect(fault_worker, frozen, operator, bank, hold_dir, *, cut_link: bool) -> None:
     proxy = None
     env = dict(ENV)
     if cut_link:

@@ -19,7 +19,7 @@ class ReviewState(TypedDict, total=False):
     done: bool
 
 
-def _ask(name: str):  # noqa: ANN202
+def _ask(name: str):
     def node(state: ReviewState) -> dict[str, Any]:
         answer = interrupt({"title": f"{name} check for {state.get('subject')}", "check": name})
         return {"answers": [f"{name}:{answer.get('decision')}"]}

@@ -173,7 +173,7 @@ class FakeOidcProvider:
                 self.end_headers()
                 self.wfile.write(raw)
 
-            def do_GET(self) -> None:  # noqa: N802
+            def do_GET(self) -> None:
                 url = urlparse(self.path)
                 provider.requests.append(f"GET {url.path}")
                 query = {k: v[0] for k, v in parse_qs(url.query).items()}
@@ -190,7 +190,7 @@ class FakeOidcProvider:
                 else:
                     self._send(404, {"error": "not_found"})
 
-            def do_POST(self) -> None:  # noqa: N802
+            def do_POST(self) -> None:
                 url = urlparse(self.path)
                 provider.requests.append(f"POST {url.path}")
                 length = int(self.headers.get("Content-Length") or 0)

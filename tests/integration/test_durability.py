@@ -16,7 +16,7 @@ from tests.conftest import loan_input, pending_tasks, thread_settled, thread_sta
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db")]
 
 
-def _in_threads(count: int, fn):  # noqa: ANN001, ANN202
+def _in_threads(count: int, fn):
     barrier = threading.Barrier(count)
     results: list[object] = [None] * count
 

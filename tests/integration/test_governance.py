@@ -18,7 +18,7 @@ from tests.conftest import ApiClient, pending_tasks, thread_settled, thread_star
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db", "live_worker")]
 
 
-def _decide(persona, task_id: str, **body):  # noqa: ANN001, ANN202
+def _decide(persona, task_id: str, **body):
     return persona.client.post(f"/api/tasks/{task_id}/decision", {"decision": "approve", **body})
 
 
@@ -108,7 +108,7 @@ def test_a_decision_is_bound_to_the_evidence_its_signer_saw(personas):
     assert Decision.objects.get(pk=ok.json()["id"]).evidence_digest == detail["evidence_digest"]
 
 
-def _kyc_task(personas):  # noqa: ANN001, ANN202
+def _kyc_task(personas):
     applicant = {"name": "Rosalind Franklin", "country": "GB", "date_of_birth": "1920-07-25"}
     documents = [{"type": "passport", "number": "P1234567", "status": "received"}]
     thread = thread_start(personas["operator"], "kyc_onboarding", {"applicant": applicant, "documents": documents})

@@ -301,7 +301,7 @@ def _problem(operation: Any, response: httpx.Response) -> str | None:
     status = response.status_code
     if status >= 500:
         return f"server error {status}: {response.text[:300]}"
-    documented, responses = _documented(operation)
+    documented, _responses = _documented(operation)
     if 200 <= status < 300 and str(status) not in documented and "default" not in documented:
         return f"undocumented success status {status} (documented: {sorted(documented)})"
     if 400 <= status < 500 and response.headers.get("content-type", "").startswith("application/json"):

@@ -62,7 +62,7 @@ class Receiver:
                 self.end_headers()
                 self.wfile.write(receiver.body)
 
-            do_POST = do_GET = _handle  # noqa: N815 - http.server's names
+            do_POST = do_GET = _handle
 
             def log_message(self, *args: Any) -> None:
                 pass
@@ -96,7 +96,7 @@ class FakeDns:
         self.calls: dict[str, int] = {}
         self.real = socket.getaddrinfo
 
-    def getaddrinfo(self, host: Any, port: Any, family: int = 0, type: int = 0, proto: int = 0, flags: int = 0) -> Any:  # noqa: A002
+    def getaddrinfo(self, host: Any, port: Any, family: int = 0, type: int = 0, proto: int = 0, flags: int = 0) -> Any:
         name = host.decode() if isinstance(host, bytes) else host
         if name not in self.answers:
             return self.real(host, port, family, type, proto, flags)

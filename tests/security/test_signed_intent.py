@@ -203,7 +203,7 @@ def test_a_quorum_keeps_the_action_arguments_one_approver_proposed(operator, per
 
 
 def test_an_amount_edited_differently_as_state_and_as_action_argument_is_refused(operator, reviewer):
-    thread, task = _paused_loan(operator, reviewer)
+    _thread, task = _paused_loan(operator, reviewer)
     response = reviewer.client.post(
         f"/api/tasks/{task['id']}/decision",
         {"decision": "edit", "reason": "r", "edits": {"amount": 15000}, "action_args": {"amount": 12000}},
@@ -322,7 +322,7 @@ def test_an_auditor_sees_an_edit_of_the_action_arguments_as_a_diff(operator, rev
 def test_the_task_page_offers_one_input_per_value_saying_what_it_changes(operator, reviewer):
     from tests.console.conftest import console_client
 
-    thread, task = _paused_loan(operator, reviewer)
+    _thread, task = _paused_loan(operator, reviewer)
     page = console_client(reviewer).get(f"/tasks/{task['id']}/").content.decode()
     assert page.count('name="edits.amount"') == 1
     assert 'name="action_args.amount"' not in page and 'name="action_args.term_months"' not in page

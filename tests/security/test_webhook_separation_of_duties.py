@@ -47,7 +47,7 @@ def _deliver(name: str, secret: str, thread_id: str) -> Any:
 
 
 def test_an_operator_cannot_mint_a_webhook_secret_and_decide_through_it(personas):
-    thread_id, task = _identity_task(personas)
+    _thread_id, task = _identity_task(personas)
     name = _name()
 
     created = personas["operator"].client.post(

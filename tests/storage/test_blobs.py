@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import sqlite3
 import uuid
 from collections.abc import Iterator
@@ -40,7 +41,7 @@ def _graph(saver: Any, steps: int = 5) -> Any:
     for name in names:
         builder.add_node(name, _step(name))
     builder.add_edge(START, names[0])
-    for a, b in zip(names, names[1:], strict=False):
+    for a, b in itertools.pairwise(names):
         builder.add_edge(a, b)
     builder.add_edge(names[-1], END)
     return builder.compile(checkpointer=saver)
