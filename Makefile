@@ -21,6 +21,7 @@ run: install
 test: install services
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy console approvals runtime
+	$(PY) manage.py makemigrations --check --dry-run
 	$(PY) -m pytest
 
 ## Unit and domain tests only (no worker process, no browser, no fault injection): about a minute.
