@@ -210,7 +210,7 @@ def task_detail(request: HttpRequest, task_id: UUID) -> TaskOut:
         response_schema=task.response_schema,
         payload_kind=payload_kind(task.payload, task.kind),
         allowed_decisions=decisions_allowed(task.payload, task.kind, task.response_schema),
-        can_decide=task.is_open and permissions.can_decide(user, task),
+        can_decide=selectors.task_can_decide(user=user, task=task),
         state=state.values if state else None,
     )
 

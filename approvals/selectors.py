@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
@@ -11,7 +12,7 @@ from django.db.models import Q, QuerySet
 
 from approvals import permissions
 from approvals.errors import InvalidInput
-from approvals.models import ApprovalTask, AuditEvent
+from approvals.models import ApprovalTask, AuditEvent, Decision
 
 
 def cursor_encode(created_at: datetime, pk: Any) -> str:
@@ -24,6 +25,22 @@ def cursor_decode(cursor: str) -> tuple[datetime, str]:
         return datetime.fromisoformat(created), str(pk)
     except Exception:  # noqa: BLE001 - any malformed cursor is the caller's 400
         raise InvalidInput("cursor is not one this API returned", field="cursor") from None
+
+
+def task_can_decide(
+    *, user: permissions.Principal, task: ApprovalTask, decisions: Iterable[Decision] | None = None
+) -> bool:
+    """May ``user`` decide ``task`` now: it is open, the policy lets them, and they have not signed it yet.
+
+    A quorum task stays open after the first signature; ``task_decide`` refuses the
+    same signer a second time, so no surface offers it. ``decisions``: the task's
+    decisions when the caller has them loaded already.
+    """
+    if not task.is_open or not permissions.can_decide(user, task):
+        return False
+    if decisions is None:
+        return not task.decisions.filter(actor_id=user.pk).exists()
+    return all(d.actor_id != user.pk for d in decisions)
 
 
 def tasks_list(

@@ -14,6 +14,7 @@ from urllib.parse import urlencode
 from django.http import QueryDict
 
 from approvals import gateway, permissions
+from approvals import selectors as approvals_selectors
 from approvals.errors import DomainError
 from approvals.models import ApprovalTask
 from approvals.payloads import payload_kind
@@ -80,8 +81,7 @@ def task_live_context(user: Any, task_id: Any) -> dict[str, Any]:
         "task": task,
         "thread": thread,
         "claim": claim,
-        # A quorum task stays open after the first signature: the form stays for the others, not the signer.
-        "can_decide": task.is_open and signed is None and permissions.can_decide(user, task),
+        "can_decide": approvals_selectors.task_can_decide(user=user, task=task, decisions=quorum.decisions),
         "my_decision": signed,
         "quorum": quorum,
         "can_release": claim is not None and (claim.user_id == user.pk or can_release_any(user)),
