@@ -39,6 +39,7 @@ from approvals import gateway, permissions
 from approvals.audit import GENESIS, audit_record, event_fields, event_hash
 from approvals.errors import InvalidInput
 from approvals.models import AuditAction, AuditEvent
+from approvals.selectors import audit_filter
 
 FORMATS = ("jsonl", "csv")
 FILTERS = ("graph", "thread", "actor", "action", "since", "until")
@@ -110,23 +111,15 @@ def filters_parse(
 
 def audit_export_queryset(*, user: permissions.Principal, filters: ExportFilters) -> QuerySet[AuditEvent]:
     """The events ``user`` may export, in chain order. Same filter semantics as the console's audit page."""
-    qs = permissions.audit_visible(user)
-    if filters.actor:
-        qs = qs.filter(actor_label__iexact=filters.actor)
-    if filters.action:
-        qs = (
-            qs.filter(action__startswith=filters.action)
-            if filters.action.endswith(".")
-            else qs.filter(action=filters.action)
-        )
-    if filters.graph:
-        qs = qs.filter(graph=filters.graph)
-    if filters.thread:
-        qs = qs.filter(thread_id=filters.thread)
-    if filters.since:
-        qs = qs.filter(at__gte=filters.since)
-    if filters.until:
-        qs = qs.filter(at__lt=filters.until)
+    qs = audit_filter(
+        permissions.audit_visible(user),
+        actor=filters.actor,
+        action=filters.action,
+        graph=filters.graph,
+        thread_id=filters.thread,
+        since=filters.since,
+        until=filters.until,
+    )
     return qs.order_by("id")
 
 

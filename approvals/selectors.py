@@ -14,14 +14,28 @@ from approvals import permissions
 from approvals.errors import InvalidInput
 from approvals.models import ApprovalTask, AuditEvent, Decision
 
+# --- keyset cursors: one codec (a JSON list, URL-safe base64); each list says what it holds ----------
+
+
+def cursor_pack(parts: list[Any]) -> str:
+    return base64.urlsafe_b64encode(json.dumps(parts).encode()).decode()
+
+
+def cursor_unpack(cursor: str, *, count: int) -> list[Any]:
+    """The ``count`` parts of ``cursor``; ValueError for anything this codec did not produce."""
+    parts = json.loads(base64.urlsafe_b64decode(cursor.encode()))
+    if not isinstance(parts, list) or len(parts) != count:
+        raise ValueError("not a cursor")
+    return parts
+
 
 def cursor_encode(created_at: datetime, pk: Any) -> str:
-    return base64.urlsafe_b64encode(json.dumps([created_at.isoformat(), str(pk)]).encode()).decode()
+    return cursor_pack([created_at.isoformat(), str(pk)])
 
 
 def cursor_decode(cursor: str) -> tuple[datetime, str]:
     try:
-        created, pk = json.loads(base64.urlsafe_b64decode(cursor.encode()))
+        created, pk = cursor_unpack(cursor, count=2)
         return datetime.fromisoformat(created), str(pk)
     except Exception:  # noqa: BLE001 - any malformed cursor is the caller's 400
         raise InvalidInput("cursor is not one this API returned", field="cursor") from None
@@ -88,3 +102,30 @@ def audit_list(
     if before_id:
         qs = qs.filter(id__lt=before_id)
     return list(qs.order_by("-id")[:limit])
+
+
+def audit_filter(
+    qs: QuerySet[AuditEvent],
+    *,
+    actor: str = "",
+    action: str = "",
+    graph: str = "",
+    thread_id: Any = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+) -> QuerySet[AuditEvent]:
+    """The audit page's and the export's filters: an actor label (any case), an action or, ending in ".",
+    a family of actions ("webhook."), a graph, a thread, and a half-open time window [since, until)."""
+    if actor:
+        qs = qs.filter(actor_label__iexact=actor)
+    if action:
+        qs = qs.filter(action__startswith=action) if action.endswith(".") else qs.filter(action=action)
+    if graph:
+        qs = qs.filter(graph=graph)
+    if thread_id:
+        qs = qs.filter(thread_id=thread_id)
+    if since:
+        qs = qs.filter(at__gte=since)
+    if until:
+        qs = qs.filter(at__lt=until)
+    return qs

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import copy
 import json
 import time
@@ -19,6 +18,7 @@ from approvals import gateway, permissions
 from approvals.errors import InvalidInput, NotFound
 from approvals.intent import action_edits
 from approvals.models import ApprovalTask, AuditEvent, Decision
+from approvals.selectors import audit_filter, cursor_pack, cursor_unpack
 from runtime.models import Effect, Thread
 
 SORTS = {
@@ -36,13 +36,12 @@ class Page:
 
 
 def _cursor_encode(sort: str, value: datetime | None, pk: Any) -> str:
-    raw = json.dumps([sort, value.isoformat() if value else None, str(pk)])
-    return base64.urlsafe_b64encode(raw.encode()).decode()
+    return cursor_pack([sort, value.isoformat() if value else None, str(pk)])
 
 
 def _cursor_decode(cursor: str, sort: str) -> tuple[datetime | None, str]:
     try:
-        cursor_sort, value, pk = json.loads(base64.urlsafe_b64decode(cursor.encode()))
+        cursor_sort, value, pk = cursor_unpack(cursor, count=3)
         when = datetime.fromisoformat(value) if value is not None else None
         uuid.UUID(pk)
     except Exception:  # noqa: BLE001 - any malformed cursor is the caller's 400
@@ -427,22 +426,19 @@ def audit_search(
     before_id: int | None = None,
     limit: int = 100,
 ) -> Page:
-    qs = permissions.audit_visible(user)
-    if actor:
-        qs = qs.filter(actor_label__iexact=actor)
-    if action:
-        qs = qs.filter(action__startswith=action) if action.endswith(".") else qs.filter(action=action)
-    if graph:
-        qs = qs.filter(graph=graph)
-    if thread:
-        try:
-            qs = qs.filter(thread_id=uuid.UUID(thread))
-        except ValueError:
-            raise InvalidInput("not a thread id", field="thread") from None
-    if since:
-        qs = qs.filter(at__gte=since)
-    if until:
-        qs = qs.filter(at__lt=until)
+    try:
+        thread_id = uuid.UUID(thread) if thread else None
+    except ValueError:
+        raise InvalidInput("not a thread id", field="thread") from None
+    qs = audit_filter(
+        permissions.audit_visible(user),
+        actor=actor,
+        action=action,
+        graph=graph,
+        thread_id=thread_id,
+        since=since,
+        until=until,
+    )
     if before_id:
         qs = qs.filter(id__lt=before_id)
     rows: list[AuditEvent] = list(qs.order_by("-id")[: limit + 1])
