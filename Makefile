@@ -20,6 +20,7 @@ run: install
 ## The whole suite: unit, integration (PostgreSQL, Redis, Celery worker), embedded, browser.
 test: install services
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy console approvals runtime
 	$(PY) manage.py makemigrations --check --dry-run
 	$(PY) -m pytest
@@ -37,6 +38,7 @@ chromium:
 
 lint: install
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 typecheck: install
 	$(VENV)/bin/mypy console approvals runtime

@@ -746,9 +746,7 @@ def sso_refused(*, issuer: str, subject: str, username: str, reason: str) -> Sso
     return SsoRefused(reason)
 
 
-def user_sso_sync(
-    *, issuer: str, subject: str, username: str, email: str, name: str, grant: SsoGrant
-) -> User:
+def user_sso_sync(*, issuer: str, subject: str, username: str, email: str, name: str, grant: SsoGrant) -> User:
     """The user behind an SSO identity, created on first sign-in and updated on every later one
     from the mapped claims (the provider is the source of truth for SSO users' roles). Audited
     when anything changes. Raises ``SsoRefused`` (audited) when the claims give no access, the
@@ -785,8 +783,13 @@ def user_sso_sync(
                     SSO,
                     AuditAction.USER_CREATED,
                     user,
-                    {"source": "oidc", "issuer": issuer, "subject": subject, "email": email,
-                     "after": access_snapshot(user)},
+                    {
+                        "source": "oidc",
+                        "issuer": issuer,
+                        "subject": subject,
+                        "email": email,
+                        "after": access_snapshot(user),
+                    },
                 )
                 return user
         else:
@@ -836,4 +839,3 @@ def user_credentials(user: User) -> dict[str, Any]:
         "otp_devices": devices,
         "sso": user_is_sso(user),
     }
-

@@ -150,8 +150,6 @@ def _assignments(items: list[AssignmentIO]) -> list[users.Assignment]:
     return [users.Assignment(graph=a.graph.strip(), gate=a.gate.strip()) for a in items]
 
 
-
-
 @router.get("/users", response=list[UserOut])
 def user_list(request: HttpRequest, query: Query[UsersQuery]) -> list[dict[str, Any]]:
     listed = users.users_list(actor=_actor(request), query=query.q.strip(), active=query.active)

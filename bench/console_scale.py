@@ -89,8 +89,16 @@ def load_events(cursor: Any, n: int, thread_ids: list[str]) -> str:
     from approvals.audit import GENESIS, event_fields, event_hash
     from approvals.models import AuditEvent
 
-    actions = ["task.opened", "run.claimed", "run.interrupted", "task.decided", "effect.executed",
-               "thread.completed", "task.claimed", "run.queued"]
+    actions = [
+        "task.opened",
+        "run.claimed",
+        "run.interrupted",
+        "task.decided",
+        "effect.executed",
+        "thread.completed",
+        "task.claimed",
+        "run.queued",
+    ]
     base = datetime.now(UTC) - timedelta(days=30)
     prev = GENESIS
     columns = "at, actor_label, action, subject_type, subject_id, thread_id, graph, details, prev_hash, hash"
@@ -98,13 +106,31 @@ def load_events(cursor: Any, n: int, thread_ids: list[str]) -> str:
         for i in range(n):
             thread = thread_ids[i % len(thread_ids)]
             graph = GRAPHS[i % 7 == 0]
-            event = AuditEvent(at=base + timedelta(milliseconds=i * 2), actor_label=f"user{i % 40}",
-                               action=actions[i % len(actions)], subject_type="task",
-                               subject_id=str(uuid.UUID(int=i + 1)), thread_id=thread, graph=graph,
-                               details={"n": i, "reason": "bulk", "amount": i % 50000})
+            event = AuditEvent(
+                at=base + timedelta(milliseconds=i * 2),
+                actor_label=f"user{i % 40}",
+                action=actions[i % len(actions)],
+                subject_type="task",
+                subject_id=str(uuid.UUID(int=i + 1)),
+                thread_id=thread,
+                graph=graph,
+                details={"n": i, "reason": "bulk", "amount": i % 50000},
+            )
             digest = event_hash(event_fields(event), prev)
-            copy.write_row((event.at, event.actor_label, event.action, event.subject_type, event.subject_id,
-                            thread, graph, json.dumps(event.details), prev, digest))
+            copy.write_row(
+                (
+                    event.at,
+                    event.actor_label,
+                    event.action,
+                    event.subject_type,
+                    event.subject_id,
+                    thread,
+                    graph,
+                    json.dumps(event.details),
+                    prev,
+                    digest,
+                )
+            )
             prev = digest
     return prev
 
@@ -177,16 +203,32 @@ def measure(label: str, urls: dict[str, str], samples: int) -> list[dict[str, An
         p50, p95 = statistics.median(lat), percentile(lat, 95)
         if baseline is None:
             baseline = p50
-        rows.append({"indexes": label, "page": name, "url": url, "n": len(lat), "p50_ms": round(p50, 2),
-                     "p95_ms": round(p95, 2), "min_ms": round(min(lat), 2), "max_ms": round(max(lat), 2),
-                     "ratio_p50_vs_trivial": round(p50 / baseline, 1),
-                     "meets_target": None if url.startswith("/bench/") else p95 < TARGET_MS})
+        rows.append(
+            {
+                "indexes": label,
+                "page": name,
+                "url": url,
+                "n": len(lat),
+                "p50_ms": round(p50, 2),
+                "p95_ms": round(p95, 2),
+                "min_ms": round(min(lat), 2),
+                "max_ms": round(max(lat), 2),
+                "ratio_p50_vs_trivial": round(p50 / baseline, 1),
+                "meets_target": None if url.startswith("/bench/") else p95 < TARGET_MS,
+            }
+        )
     return rows
 
 
 def export_child(db_url_env: dict[str, str], timeout: float) -> dict[str, Any]:
-    proc = subprocess.run([sys.executable, __file__, "--export-child"], cwd=ROOT, env=db_url_env,
-                          capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, __file__, "--export-child"],
+        cwd=ROOT,
+        env=db_url_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"export child failed:\n{proc.stderr[-3000:]}")
     return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
@@ -217,22 +259,37 @@ def export_child_main() -> int:
     elapsed = time.perf_counter() - t0
     peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     trailer = json.loads(last.rstrip(b"\n").rsplit(b"\n", 1)[-1])["export"]
-    print(json.dumps({"rows": trailer["count"], "lines": lines, "bytes": size, "seconds": round(elapsed, 2),
-                      "rows_per_s": round(trailer["count"] / elapsed), "peak_rss_mb": round(peak_kb / 1024, 1),
-                      "rss_before_export_mb": round(before_kb / 1024, 1),
-                      "growth_mb": round((peak_kb - before_kb) / 1024, 1), "head_hash": trailer["head_hash"],
-                      "chained": trailer["chained"]}))
+    print(
+        json.dumps(
+            {
+                "rows": trailer["count"],
+                "lines": lines,
+                "bytes": size,
+                "seconds": round(elapsed, 2),
+                "rows_per_s": round(trailer["count"] / elapsed),
+                "peak_rss_mb": round(peak_kb / 1024, 1),
+                "rss_before_export_mb": round(before_kb / 1024, 1),
+                "growth_mb": round((peak_kb - before_kb) / 1024, 1),
+                "head_hash": trailer["head_hash"],
+                "chained": trailer["chained"],
+            }
+        )
+    )
     return 0
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    head = f"{'indexes':<7} {'page':<40} {'n':>4} {'p50 ms':>8} {'p95 ms':>8} {'max ms':>8} {'vs trivial':>10} " \
-           f"{'p95<50ms':>8}"
+    head = (
+        f"{'indexes':<7} {'page':<40} {'n':>4} {'p50 ms':>8} {'p95 ms':>8} {'max ms':>8} {'vs trivial':>10} "
+        f"{'p95<50ms':>8}"
+    )
     lines = [head, "-" * len(head)]
     for r in rows:
         ok = "-" if r["meets_target"] is None else ("yes" if r["meets_target"] else "NO")
-        lines.append(f"{r['indexes']:<7} {r['page']:<40} {r['n']:>4} {r['p50_ms']:>8.1f} {r['p95_ms']:>8.1f} "
-                     f"{r['max_ms']:>8.1f} {r['ratio_p50_vs_trivial']:>9.1f}x {ok:>8}")
+        lines.append(
+            f"{r['indexes']:<7} {r['page']:<40} {r['n']:>4} {r['p50_ms']:>8.1f} {r['p95_ms']:>8.1f} "
+            f"{r['max_ms']:>8.1f} {r['ratio_p50_vs_trivial']:>9.1f}x {ok:>8}"
+        )
     return "\n".join(lines)
 
 
@@ -284,8 +341,10 @@ def main() -> int:
             cursor.execute("SELECT id FROM runtime_thread LIMIT 5000")
             thread_ids = [str(r[0]) for r in cursor.fetchall()]
         t_tasks = time.perf_counter() - t0
-        log(f"loaded {args.tasks:,} pending tasks on {args.threads:,} threads in {t_tasks:.1f}s; "
-            f"loading {args.events:,} chained audit events")
+        log(
+            f"loaded {args.tasks:,} pending tasks on {args.threads:,} threads in {t_tasks:.1f}s; "
+            f"loading {args.events:,} chained audit events"
+        )
         t0 = time.perf_counter()
         with connection.cursor() as cursor:
             head = load_events(cursor.cursor, args.events, thread_ids)
@@ -311,23 +370,25 @@ def main() -> int:
         print()
         print(table(rows))
         print()
-        print(f"audit export of {export['rows']:,} events ({export['bytes'] / 2**20:.0f} MiB JSONL) in "
-              f"{export['seconds']:.1f}s ({export['rows_per_s']:,}/s): exporting process peak RSS "
-              f"{export['peak_rss_mb']:.0f} MB (before the export {export['rss_before_export_mb']:.0f} MB, growth "
-              f"{export['growth_mb']:.0f} MB) — target < {EXPORT_TARGET_MB:.0f} MB: "
-              f"{'yes' if export['meets_target'] else 'NO'}; whole chain: {export['chained']}")
+        print(
+            f"audit export of {export['rows']:,} events ({export['bytes'] / 2**20:.0f} MiB JSONL) in "
+            f"{export['seconds']:.1f}s ({export['rows_per_s']:,}/s): exporting process peak RSS "
+            f"{export['peak_rss_mb']:.0f} MB (before the export {export['rss_before_export_mb']:.0f} MB, growth "
+            f"{export['growth_mb']:.0f} MB) — target < {EXPORT_TARGET_MB:.0f} MB: "
+            f"{'yes' if export['meets_target'] else 'NO'}; whole chain: {export['chained']}"
+        )
         after = [r for r in rows if r["indexes"] == "after" and r["meets_target"] is not None]
-        print(f"after indexes: {sum(r['meets_target'] for r in after)}/{len(after)} pages with p95 < "
-              f"{TARGET_MS:.0f} ms; server time = Django test client in-process (middleware, session, "
-              f"templates, queries; no socket)")
+        print(
+            f"after indexes: {sum(r['meets_target'] for r in after)}/{len(after)} pages with p95 < "
+            f"{TARGET_MS:.0f} ms; server time = Django test client in-process (middleware, session, "
+            f"templates, queries; no socket)"
+        )
         report = {
             "command": " ".join([Path(sys.executable).name, *sys.argv]),
             "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
-            "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                        "platform": platform.platform()},
+            "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
             "config": {k: v for k, v in vars(args).items() if k != "export_child"},
-            "load_seconds": {"tasks": round(t_tasks, 1), "events": round(t_events, 1),
-                             "indexes": round(t_index, 1)},
+            "load_seconds": {"tasks": round(t_tasks, 1), "events": round(t_events, 1), "indexes": round(t_index, 1)},
             "pages": rows,
             "export": export,
             "targets": {"page_p95_ms": TARGET_MS, "export_peak_mb": EXPORT_TARGET_MB},

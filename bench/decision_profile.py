@@ -84,8 +84,12 @@ def _measure(args: argparse.Namespace, tokens: dict[str, str]) -> int:
     client.get("/api/graphs", headers=reviewer)
 
     def paused_task() -> str:
-        thread_id = client.post("/api/threads", {"graph": GRAPH, "input": loan_input(), "metadata": {}},
-                                content_type="application/json", headers=operator).json()["id"]
+        thread_id = client.post(
+            "/api/threads",
+            {"graph": GRAPH, "input": loan_input(), "metadata": {}},
+            content_type="application/json",
+            headers=operator,
+        ).json()["id"]
         run_id = Run.objects.filter(thread_id=thread_id).values_list("id", flat=True).get()
         run_execute(run_id=str(run_id))
         items = client.get("/api/tasks", {"status": "pending", "thread": thread_id}, headers=reviewer).json()["items"]
@@ -100,8 +104,12 @@ def _measure(args: argparse.Namespace, tokens: dict[str, str]) -> int:
             if profiled:
                 profiler.enable()
             t0 = time.perf_counter()
-            response = client.post(f"/api/tasks/{task_id}/decision", {"decision": "approve", "reason": "profile"},
-                                   content_type="application/json", headers=reviewer)
+            response = client.post(
+                f"/api/tasks/{task_id}/decision",
+                {"decision": "approve", "reason": "profile"},
+                content_type="application/json",
+                headers=reviewer,
+            )
             elapsed = (time.perf_counter() - t0) * 1000
             if profiled:
                 profiler.disable()
@@ -115,11 +123,17 @@ def _measure(args: argparse.Namespace, tokens: dict[str, str]) -> int:
     OUT_DIR.mkdir(parents=True, exist_ok=True)
     stats.dump_stats(str(OUT_DIR / "decision_profile.prof"))
     print(out.getvalue())
-    summary = {"samples": args.samples, "median_ms": round(statistics.median(times), 2),
-               "min_ms": round(min(times), 2), "queries_median": statistics.median(queries)}
+    summary = {
+        "samples": args.samples,
+        "median_ms": round(statistics.median(times), 2),
+        "min_ms": round(min(times), 2),
+        "queries_median": statistics.median(queries),
+    }
     (OUT_DIR / "decision_profile.json").write_text(json.dumps(summary, indent=2))
-    print(f"decision POST in-process: median {summary['median_ms']} ms (min {summary['min_ms']}), "
-          f"SQL queries {summary['queries_median']} (median of {args.samples}, Django test client, live PostgreSQL)")
+    print(
+        f"decision POST in-process: median {summary['median_ms']} ms (min {summary['min_ms']}), "
+        f"SQL queries {summary['queries_median']} (median of {args.samples}, Django test client, live PostgreSQL)"
+    )
     return 0
 
 

@@ -97,8 +97,13 @@ def free_port() -> int:
 
 
 def loan_input() -> dict[str, Any]:
-    return {"applicant": "Bench Applicant", "loan_id": f"L-{uuid.uuid4().hex[:8]}", "amount": 20000,
-            "income": 40000, "term_months": 24}
+    return {
+        "applicant": "Bench Applicant",
+        "loan_id": f"L-{uuid.uuid4().hex[:8]}",
+        "amount": 20000,
+        "income": 40000,
+        "term_months": 24,
+    }
 
 
 @dataclass
@@ -120,9 +125,20 @@ class Result:
     def of(cls, scenario: str, system: str, concurrency: int, spans: list[tuple[float, float]]) -> Result:
         lat = [(end - start) * 1000 for start, end in spans]
         wall = max(end for _, end in spans) - min(start for start, _ in spans)
-        return cls(scenario, system, len(spans), concurrency, statistics.median(lat), percentile(lat, 95),
-                   min(lat), max(lat), wall, len(spans) / wall if wall > 0 else float("inf"), None,
-                   [round(x, 3) for x in lat])
+        return cls(
+            scenario,
+            system,
+            len(spans),
+            concurrency,
+            statistics.median(lat),
+            percentile(lat, 95),
+            min(lat),
+            max(lat),
+            wall,
+            len(spans) / wall if wall > 0 else float("inf"),
+            None,
+            [round(x, 3) for x in lat],
+        )
 
 
 # --- processes ------------------------------------------------------------------------------
@@ -135,8 +151,9 @@ class Proc:
         self.name = name
         self.log_path = logdir / f"{name}.log"
         self.log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(
+            args, cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True
+        )
 
     @property
     def alive(self) -> bool:
@@ -162,9 +179,12 @@ class Proc:
 
 
 def bench_env(db_name: str, queue: str, bank_url: str, var_dir: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("GATEHOUSE_", "DJANGO_", "SECRET_KEY", "CELERY_", "SECURE_"))
-           and k not in ("DEBUG", "DATABASE_URL", "REDIS_URL", "ALLOWED_HOSTS", "LOG_LEVEL")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("GATEHOUSE_", "DJANGO_", "SECRET_KEY", "CELERY_", "SECURE_"))
+        and k not in ("DEBUG", "DATABASE_URL", "REDIS_URL", "ALLOWED_HOSTS", "LOG_LEVEL")
+    }
     env.update(
         DJANGO_SETTINGS_MODULE="console.settings",
         DATABASE_URL=f"{PG_SERVER}/{db_name}",
@@ -187,8 +207,10 @@ def db_recreate(name: str) -> None:
     from psycopg import sql
 
     with psycopg.connect(f"{PG_SERVER}/postgres", autocommit=True, connect_timeout=10) as conn:
-        conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s "
-                     "AND pid <> pg_backend_pid()", [name])
+        conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
+            [name],
+        )
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(name)))
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
 
@@ -198,8 +220,10 @@ def db_drop(name: str) -> None:
     from psycopg import sql
 
     with psycopg.connect(f"{PG_SERVER}/postgres", autocommit=True, connect_timeout=10) as conn:
-        conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s "
-                     "AND pid <> pg_backend_pid()", [name])
+        conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
+            [name],
+        )
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(name)))
 
 
@@ -236,12 +260,13 @@ def bench_users(env: dict[str, str], password: str | None = None) -> dict[str, s
     """Create the bench's operator and reviewer (signing in with ``password`` if given); their API tokens."""
     output = manage(env, "shell", "-c", f"PASSWORD = {password!r}\n" + USERS_SCRIPT)
     line = next(line for line in output.splitlines() if line.startswith("TOKENS "))
-    return json.loads(line[len("TOKENS "):])  # type: ignore[no-any-return]
+    return json.loads(line[len("TOKENS ") :])  # type: ignore[no-any-return]
 
 
 def manage(env: dict[str, str], *args: str, timeout: float = 180) -> str:
-    result = subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env, capture_output=True,
-                            text=True, timeout=timeout)
+    result = subprocess.run(
+        [sys.executable, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
+    )
     if result.returncode != 0:
         raise RuntimeError(f"manage.py {' '.join(args[:1])} failed ({result.returncode}):\n{result.stderr[-3000:]}")
     return result.stdout
@@ -278,9 +303,11 @@ class Api:
             client.close()
 
     def start(self) -> str:
-        response = self.http.post("/api/threads", json={"graph": GRAPH, "input": loan_input(),
-                                                        "metadata": {"bench": True}},
-                                  headers=self.headers["operator"])
+        response = self.http.post(
+            "/api/threads",
+            json={"graph": GRAPH, "input": loan_input(), "metadata": {"bench": True}},
+            headers=self.headers["operator"],
+        )
         if response.status_code != 201:
             raise RuntimeError(f"start failed: {response.status_code} {response.text[:500]}")
         return str(response.json()["id"])
@@ -289,17 +316,22 @@ class Api:
 
     def task_visible(self, thread_id: str, poll: float) -> str:
         if self.longpoll:
-            response = self.http.get(f"/api/threads/{thread_id}", headers=self.headers["reviewer"],
-                                     params={"wait_for": "interrupted,completed,failed,cancelled",
-                                             "timeout": min(self.timeout, 60)}, timeout=self.timeout + 10)
+            response = self.http.get(
+                f"/api/threads/{thread_id}",
+                headers=self.headers["reviewer"],
+                params={"wait_for": "interrupted,completed,failed,cancelled", "timeout": min(self.timeout, 60)},
+                timeout=self.timeout + 10,
+            )
             response.raise_for_status()
             body = response.json()
             if body["status"] != "interrupted" or not body["pending_tasks"]:
                 raise RuntimeError(f"thread {thread_id} did not pause: {body['status']} {body.get('error')}")
             return str(body["pending_tasks"][0]["id"])
+
         def visible() -> str | None:
-            response = self.http.get("/api/tasks", params={"status": "pending", "thread": thread_id},
-                                     headers=self.headers["reviewer"])
+            response = self.http.get(
+                "/api/tasks", params={"status": "pending", "thread": thread_id}, headers=self.headers["reviewer"]
+            )
             response.raise_for_status()
             items = response.json()["items"]
             return str(items[0]["id"]) if items else None
@@ -309,8 +341,13 @@ class Api:
     def decide(self, task_id: str, *, wait: bool = False) -> None:
         """Post the decision; with ``wait`` (long poll) return once the resumed run has finished."""
         params = {"wait": min(self.timeout, 60)} if wait else None
-        response = self.http.post(f"/api/tasks/{task_id}/decision", json={"decision": "approve", "reason": "bench"},
-                                  headers=self.headers["reviewer"], params=params, timeout=self.timeout + 10)
+        response = self.http.post(
+            f"/api/tasks/{task_id}/decision",
+            json={"decision": "approve", "reason": "bench"},
+            headers=self.headers["reviewer"],
+            params=params,
+            timeout=self.timeout + 10,
+        )
         if response.status_code != 201:
             raise RuntimeError(f"decision failed: {response.status_code} {response.text[:500]}")
         if wait and response.json().get("run_status") != "succeeded":
@@ -318,9 +355,12 @@ class Api:
 
     def completed(self, thread_id: str, poll: float) -> dict[str, Any]:
         if self.longpoll:
-            response = self.http.get(f"/api/threads/{thread_id}", headers=self.headers["reviewer"],
-                                     params={"wait_for": "completed,failed,cancelled",
-                                             "timeout": min(self.timeout, 60)}, timeout=self.timeout + 10)
+            response = self.http.get(
+                f"/api/threads/{thread_id}",
+                headers=self.headers["reviewer"],
+                params={"wait_for": "completed,failed,cancelled", "timeout": min(self.timeout, 60)},
+                timeout=self.timeout + 10,
+            )
             response.raise_for_status()
             body = response.json()
             if body["status"] != "completed":
@@ -362,9 +402,11 @@ def measure_full_stack(api: Api, n: int, clients: int, poll: float) -> tuple[Res
 
     started = run_pool(start, list(range(n)), clients)
     decided = run_pool(decide, [(t, k) for t, k, _ in started], clients)
-    return (Result.of("start → task visible", "gatehouse", clients, [s for _, _, s in started]),
-            Result.of("decision → completed", "gatehouse", clients, decided),
-            [t for t, _, _ in started])
+    return (
+        Result.of("start → task visible", "gatehouse", clients, [s for _, _, s in started]),
+        Result.of("decision → completed", "gatehouse", clients, decided),
+        [t for t, _, _ in started],
+    )
 
 
 def measure_full_stack_idle(api: Api, n: int, poll: float) -> tuple[Result, list[str], list[float], Result | None]:
@@ -399,11 +441,15 @@ def server_breakdown(db_name: str, thread_ids: list[str]) -> dict[str, float]:
         "claimed → run finished (graph + bookkeeping)": "finished_at - started_at",
         "decision committed → run finished": "finished_at - created_at",
     }
-    columns = ", ".join(f"percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM {expr}) * 1000)"
-                        for expr in steps.values())
+    columns = ", ".join(
+        f"percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM {expr}) * 1000)" for expr in steps.values()
+    )
     with psycopg.connect(f"{PG_SERVER}/{db_name}", connect_timeout=10) as conn:
-        row = conn.execute(f"SELECT {columns} FROM runtime_run WHERE kind = 'resume' "  # noqa: S608
-                           "AND thread_id = ANY(%s::uuid[])", [thread_ids]).fetchone()
+        row = conn.execute(
+            f"SELECT {columns} FROM runtime_run WHERE kind = 'resume' "  # noqa: S608
+            "AND thread_id = ANY(%s::uuid[])",
+            [thread_ids],
+        ).fetchone()
     return {name: round(float(value), 2) for name, value in zip(steps, row or (), strict=True) if value is not None}
 
 
@@ -423,9 +469,11 @@ class _StatementCounter:
         import psycopg
 
         for name, original in self._originals.items():
+
             def counted(cursor: Any, *args: Any, _original: Any = original, **kwargs: Any) -> Any:
                 self.count += 1
                 return _original(cursor, *args, **kwargs)
+
             setattr(psycopg.Cursor, name, counted)
         return self
 
@@ -466,18 +514,32 @@ def measure_queries(tokens: dict[str, str]) -> dict[str, dict[str, int]]:
 
     client.get("/api/graphs", headers=operator)  # token last-used updates happen here, not in a step
     client.get("/api/graphs", headers=reviewer)
-    response = step("POST /api/threads (start)", lambda: client.post(
-        "/api/threads", {"graph": GRAPH, "input": loan_input(), "metadata": {}}, content_type="application/json",
-        headers=operator))
+    response = step(
+        "POST /api/threads (start)",
+        lambda: client.post(
+            "/api/threads",
+            {"graph": GRAPH, "input": loan_input(), "metadata": {}},
+            content_type="application/json",
+            headers=operator,
+        ),
+    )
     thread_id = response.json()["id"]
     start_run = Run.objects.filter(thread_id=thread_id).order_by("created_at").values_list("id", flat=True).first()
     step("run: start → interrupt (claim, graph, finish, task)", lambda: run_execute(run_id=str(start_run)))
-    tasks = step("GET /api/tasks?thread=…", lambda: client.get(
-        "/api/tasks", {"status": "pending", "thread": thread_id}, headers=reviewer)).json()["items"]
+    tasks = step(
+        "GET /api/tasks?thread=…",
+        lambda: client.get("/api/tasks", {"status": "pending", "thread": thread_id}, headers=reviewer),
+    ).json()["items"]
     step("GET /api/tasks/{id} (detail)", lambda: client.get(f"/api/tasks/{tasks[0]['id']}", headers=reviewer))
-    decision = step("POST /api/tasks/{id}/decision", lambda: client.post(
-        f"/api/tasks/{tasks[0]['id']}/decision", {"decision": "approve", "reason": "bench"},
-        content_type="application/json", headers=reviewer))
+    decision = step(
+        "POST /api/tasks/{id}/decision",
+        lambda: client.post(
+            f"/api/tasks/{tasks[0]['id']}/decision",
+            {"decision": "approve", "reason": "bench"},
+            content_type="application/json",
+            headers=reviewer,
+        ),
+    )
     resume_run = decision.json()["run_id"]
     step("run: resume → completed (claim, graph, effect, finish)", lambda: run_execute(run_id=str(resume_run)))
     step("GET /api/threads/{id}", lambda: client.get(f"/api/threads/{thread_id}", headers=reviewer))
@@ -506,9 +568,14 @@ def baseline_graph(db_name: str, pool_size: int) -> Iterator[Any]:
 
     # The disburse node looks perform_effect up at call time: swap the ledger for a direct call.
     loan_approval.perform_effect = direct_effect  # type: ignore[assignment]
-    pool = ConnectionPool(f"{PG_SERVER}/{db_name}", min_size=1,
-                          max_size=pool_size, open=True, timeout=30,
-                          kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row})
+    pool = ConnectionPool(
+        f"{PG_SERVER}/{db_name}",
+        min_size=1,
+        max_size=pool_size,
+        open=True,
+        timeout=30,
+        kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row},
+    )
     try:
         saver = PostgresSaver(pool)  # type: ignore[arg-type]
         saver.setup()  # no-op: the tables come from Gatehouse's migration in this database
@@ -542,9 +609,11 @@ def measure_baseline(graph: Any, n: int, concurrency: int) -> tuple[Result, Resu
 
     started = run_pool(start, list(range(n)), concurrency)
     resumed = run_pool(resume, [t for t, _ in started], concurrency)
-    return (Result.of("start → task visible", "baseline", concurrency, [s for _, s in started]),
-            Result.of("decision → completed", "baseline", concurrency, resumed),
-            [t for t, _ in started])
+    return (
+        Result.of("start → task visible", "baseline", concurrency, [s for _, s in started]),
+        Result.of("decision → completed", "baseline", concurrency, resumed),
+        [t for t, _ in started],
+    )
 
 
 def measure_baseline_idle(graph: Any, n: int) -> tuple[Result, list[str]]:
@@ -571,20 +640,36 @@ def combined(scenario: str, system: str, parts: list[Result]) -> Result:
     """Whole cycle (start → completed) throughput: N over the sum of the phases' wall times."""
     wall = sum(p.wall_s for p in parts)
     n = parts[0].n
-    return Result(scenario, system, n, parts[0].concurrency, float("nan"), float("nan"), float("nan"),
-                  float("nan"), wall, n / wall)
+    return Result(
+        scenario,
+        system,
+        n,
+        parts[0].concurrency,
+        float("nan"),
+        float("nan"),
+        float("nan"),
+        float("nan"),
+        wall,
+        n / wall,
+    )
 
 
 def table(results: list[Result]) -> str:
-    head = f"{'scenario':<38} {'system':<10} {'n':>5} {'conc':>4} {'median ms':>10} {'p95 ms':>9} " \
-           f"{'max ms':>9} {'threads/s':>10} {'vs baseline':>12}"
+    head = (
+        f"{'scenario':<38} {'system':<10} {'n':>5} {'conc':>4} {'median ms':>10} {'p95 ms':>9} "
+        f"{'max ms':>9} {'threads/s':>10} {'vs baseline':>12}"
+    )
     lines = [head, "-" * len(head)]
     for r in results:
+
         def ms(x: float) -> str:
             return "-" if math.isnan(x) else f"{x:.1f}"
+
         ratio = f"{r.ratio:.2f}x" if r.ratio is not None else "1.00x" if r.system == "baseline" else "-"
-        lines.append(f"{r.scenario:<38} {r.system:<10} {r.n:>5} {r.concurrency:>4} {ms(r.median_ms):>10} "
-                     f"{ms(r.p95_ms):>9} {ms(r.max_ms):>9} {r.throughput:>10.1f} {ratio:>12}")
+        lines.append(
+            f"{r.scenario:<38} {r.system:<10} {r.n:>5} {r.concurrency:>4} {ms(r.median_ms):>10} "
+            f"{ms(r.p95_ms):>9} {ms(r.max_ms):>9} {r.throughput:>10.1f} {ratio:>12}"
+        )
     return "\n".join(lines)
 
 
@@ -600,8 +685,9 @@ def chart(results: list[Result], path: Path) -> str:
     fig, ax = plt.subplots(figsize=(9, 4.5))
     width = 0.38
     for offset, system in ((-width / 2, "gatehouse"), (width / 2, "baseline")):
-        values = [next((r.throughput for r in results if r.scenario == s and r.system == system), 0.0)
-                  for s in scenarios]
+        values = [
+            next((r.throughput for r in results if r.scenario == s and r.system == system), 0.0) for s in scenarios
+        ]
         ax.bar([i + offset for i in range(len(scenarios))], values, width, label=system)
     ax.set_xticks(range(len(scenarios)), scenarios, rotation=12, fontsize=8)
     ax.set_ylabel("threads/s")
@@ -621,17 +707,29 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=200, help="threads per concurrent scenario (default 200)")
     parser.add_argument("--clients", type=int, default=8, help="HTTP requests in flight, full stack (default 8)")
     parser.add_argument("--worker-concurrency", type=int, default=4, help="Celery worker threads (default 4)")
-    parser.add_argument("--baseline-concurrency", type=int, default=4,
-                        help="threads invoking the raw graph (default 4, like the worker)")
+    parser.add_argument(
+        "--baseline-concurrency",
+        type=int,
+        default=4,
+        help="threads invoking the raw graph (default 4, like the worker)",
+    )
     parser.add_argument("--idle-samples", type=int, default=50, help="one-at-a-time decision samples (default 50)")
     parser.add_argument("--warmup", type=int, default=5, help="unmeasured threads per system first (default 5)")
     parser.add_argument("--poll", type=float, default=0.02, help="poll interval (s) under load (default 0.02)")
-    parser.add_argument("--client", choices=("longpoll", "poll"), default="longpoll",
-                        help="wait with the API's long polls (default) or poll every --poll / --idle-poll")
+    parser.add_argument(
+        "--client",
+        choices=("longpoll", "poll"),
+        default="longpoll",
+        help="wait with the API's long polls (default) or poll every --poll / --idle-poll",
+    )
     parser.add_argument("--idle-poll", type=float, default=0.002, help="poll interval (s) one at a time (0.002)")
-    parser.add_argument("--no-web-pool", dest="web_pool", action="store_false",
-                        help="run daphne on the stock settings (persistent connections per request thread; "
-                             "exhausts max_connections=100 under load) instead of bench/settings.py's pool")
+    parser.add_argument(
+        "--no-web-pool",
+        dest="web_pool",
+        action="store_false",
+        help="run daphne on the stock settings (persistent connections per request thread; "
+        "exhausts max_connections=100 under load) instead of bench/settings.py's pool",
+    )
     parser.add_argument("--db", default="gatehouse_bench", help="database to recreate (default gatehouse_bench)")
     parser.add_argument("--keep-db", action="store_true", help="keep the database afterwards for inspection")
     parser.add_argument("--wait-timeout", type=float, default=120.0, help="max wait for one thread step (s)")
@@ -667,15 +765,36 @@ def main() -> int:
 
         ready = run_dir / "worker.ready"
         ready.unlink(missing_ok=True)
-        worker = Proc("worker", [sys.executable, "-m", "celery", "-A", "console", "worker", "--pool=threads",
-                                 f"--concurrency={args.worker_concurrency}", "--loglevel=WARNING", "-Q", queue,
-                                 "--without-mingle", "--without-gossip", "--without-heartbeat"],
-                      {**env, "GATEHOUSE_READY_FILE": str(ready)}, run_dir)
+        worker = Proc(
+            "worker",
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "console",
+                "worker",
+                "--pool=threads",
+                f"--concurrency={args.worker_concurrency}",
+                "--loglevel=WARNING",
+                "-Q",
+                queue,
+                "--without-mingle",
+                "--without-gossip",
+                "--without-heartbeat",
+            ],
+            {**env, "GATEHOUSE_READY_FILE": str(ready)},
+            run_dir,
+        )
         procs.append(worker)
         port = free_port()
         web_env = {**env, "DJANGO_SETTINGS_MODULE": "bench.settings"} if args.web_pool else env
-        web = Proc("web", [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-                           "console.asgi:application"], web_env, run_dir)
+        web = Proc(
+            "web",
+            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "console.asgi:application"],
+            web_env,
+            run_dir,
+        )
         procs.append(web)
         wait_until(lambda: ready.exists() or not worker.alive, timeout=60, interval=0.1, what="worker ready")
         if not worker.alive:
@@ -700,10 +819,11 @@ def main() -> int:
         measure_full_stack(api, args.warmup, min(args.clients, args.warmup), args.poll)
         gh_start, gh_decide, gh_threads = measure_full_stack(api, args.threads, args.clients, args.poll)
         log(f"full stack: {args.idle_samples} decisions one at a time")
-        gh_idle, gh_idle_threads, posts_ms, gh_waited = measure_full_stack_idle(api, args.idle_samples,
-                                                                                args.idle_poll)
-        breakdown = {"decision POST (client)": round(statistics.median(posts_ms), 2),
-                     **server_breakdown(args.db, gh_idle_threads)}
+        gh_idle, gh_idle_threads, posts_ms, gh_waited = measure_full_stack_idle(api, args.idle_samples, args.idle_poll)
+        breakdown = {
+            "decision POST (client)": round(statistics.median(posts_ms), 2),
+            **server_breakdown(args.db, gh_idle_threads),
+        }
 
         # Nothing else runs while the baseline does.
         api.close()
@@ -726,8 +846,7 @@ def main() -> int:
             "gatehouse_threads": len(gh_threads) + len(gh_idle_threads),
             "gatehouse_paid_once": sum(executions.get(f"gh:{t}:disburse") == 1 for t in gh_threads + gh_idle_threads),
             "baseline_threads": len(raw_threads) + len(raw_idle_threads),
-            "baseline_paid_once": sum(executions.get(f"raw:{t}:disburse") == 1
-                                      for t in raw_threads + raw_idle_threads),
+            "baseline_paid_once": sum(executions.get(f"raw:{t}:disburse") == 1 for t in raw_threads + raw_idle_threads),
             "max_executions_per_key": max(executions.values(), default=0),
         }
 
@@ -747,22 +866,34 @@ def main() -> int:
         print(table(results))
         print()
         print(f"baseline: {BASELINE_VARIANT}")
-        print(f"effects executed exactly once: gatehouse {effects['gatehouse_paid_once']}/"
-              f"{effects['gatehouse_threads']}, baseline {effects['baseline_paid_once']}/"
-              f"{effects['baseline_threads']}")
+        print(
+            f"effects executed exactly once: gatehouse {effects['gatehouse_paid_once']}/"
+            f"{effects['gatehouse_threads']}, baseline {effects['baseline_paid_once']}/"
+            f"{effects['baseline_threads']}"
+        )
         if args.web_pool:
-            print("web process: bench/settings.py = console.settings + Django's psycopg pool (max 16, "
-                  "CONN_MAX_AGE=0); worker: stock console.settings")
-        print("one-at-a-time decision → completed, medians (ms): "
-              + "; ".join(f"{k} {v:.1f}" for k, v in breakdown.items()))
-        print("SQL per step (Django ORM queries, counting BEGIN/COMMIT / psycopg statements incl. the checkpointer's): "
-              + "; ".join(f"{k} {v['orm_queries']}/{v['sql_statements']}" for k, v in queries.items()))
+            print(
+                "web process: bench/settings.py = console.settings + Django's psycopg pool (max 16, "
+                "CONN_MAX_AGE=0); worker: stock console.settings"
+            )
+        print(
+            "one-at-a-time decision → completed, medians (ms): "
+            + "; ".join(f"{k} {v:.1f}" for k, v in breakdown.items())
+        )
+        print(
+            "SQL per step (Django ORM queries, counting BEGIN/COMMIT / psycopg statements incl. the checkpointer's): "
+            + "; ".join(f"{k} {v['orm_queries']}/{v['sql_statements']}" for k, v in queries.items())
+        )
         if api.longpoll:
-            print("latency = client-observed over HTTP with the API's long polls (GET /api/threads/{id}?wait_for=, "
-                  "under load POST …/decision?wait=)")
+            print(
+                "latency = client-observed over HTTP with the API's long polls (GET /api/threads/{id}?wait_for=, "
+                "under load POST …/decision?wait=)"
+            )
         else:
-            print("latency = client-observed over HTTP, polling every "
-                  f"{args.poll * 1000:.0f} ms under load and {args.idle_poll * 1000:.0f} ms one at a time")
+            print(
+                "latency = client-observed over HTTP, polling every "
+                f"{args.poll * 1000:.0f} ms under load and {args.idle_poll * 1000:.0f} ms one at a time"
+            )
 
         report = {
             "command": " ".join([Path(sys.executable).name, *sys.argv]),
@@ -774,8 +905,10 @@ def main() -> int:
             "effects": effects,
             "idle_breakdown_median_ms": breakdown,
             "sql_per_step": queries,
-            "results": [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in asdict(r).items()}
-                        for r in results],
+            "results": [
+                {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in asdict(r).items()}
+                for r in results
+            ],
         }
         json_path = OUT_DIR / "full_cycle.json"
         json_path.write_text(json.dumps(report, indent=2, ensure_ascii=False))

@@ -64,7 +64,6 @@ TARGET_P95_MS = 50.0
 PASSWORD = "bench-" + uuid.uuid4().hex[:12]
 
 
-
 def login(base_url: str) -> dict[str, str]:
     """Sign in through the console's login form; returns the cookies a browser would hold."""
     import httpx
@@ -75,9 +74,16 @@ def login(base_url: str) -> dict[str, str]:
         match = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text)
         if not match:
             raise RuntimeError("no CSRF token in the login form")
-        response = http.post("/accounts/login/", data={"username": "bench-reviewer", "password": PASSWORD,
-                                                       "csrfmiddlewaretoken": match.group(1), "next": "/"},
-                             headers={"Referer": f"{base_url}/accounts/login/"})
+        response = http.post(
+            "/accounts/login/",
+            data={
+                "username": "bench-reviewer",
+                "password": PASSWORD,
+                "csrfmiddlewaretoken": match.group(1),
+                "next": "/",
+            },
+            headers={"Referer": f"{base_url}/accounts/login/"},
+        )
         if response.status_code != 302 or "sessionid" not in http.cookies:
             raise RuntimeError(f"login failed: {response.status_code} {response.text[:300]}")
         return dict(http.cookies.items())
@@ -91,8 +97,13 @@ class InboxListener(threading.Thread):
         from websockets.sync.client import connect
 
         cookie = "; ".join(f"{k}={v}" for k, v in cookies.items())
-        self.ws = connect(url, additional_headers={"Cookie": cookie}, origin=origin, open_timeout=10,  # type: ignore[arg-type]
-                          max_size=2**24)
+        self.ws = connect(
+            url,
+            additional_headers={"Cookie": cookie},
+            origin=origin,
+            open_timeout=10,  # type: ignore[arg-type]
+            max_size=2**24,
+        )
         self.messages: list[tuple[float, str]] = []
         self.cond = threading.Condition()
         self.stopping = False
@@ -125,8 +136,9 @@ class InboxListener(threading.Thread):
 def db_poll_task(conn: Any, thread_id: str, *, timeout: float, interval: float = 0.001) -> tuple[float, str]:
     deadline = time.monotonic() + timeout
     while True:
-        row = conn.execute("SELECT id FROM approvals_approvaltask WHERE thread_id = %s AND status = 'pending'",
-                           [thread_id]).fetchone()
+        row = conn.execute(
+            "SELECT id FROM approvals_approvaltask WHERE thread_id = %s AND status = 'pending'", [thread_id]
+        ).fetchone()
         if row:
             return time.perf_counter(), str(row[0])
         if time.monotonic() > deadline:
@@ -135,8 +147,13 @@ def db_poll_task(conn: Any, thread_id: str, *, timeout: float, interval: float =
 
 
 def stats(values: list[float]) -> dict[str, float]:
-    return {"n": len(values), "p50_ms": round(statistics.median(values), 2), "p95_ms": round(percentile(values, 95), 2),
-            "min_ms": round(min(values), 2), "max_ms": round(max(values), 2)}
+    return {
+        "n": len(values),
+        "p50_ms": round(statistics.median(values), 2),
+        "p95_ms": round(percentile(values, 95), 2),
+        "min_ms": round(min(values), 2),
+        "max_ms": round(max(values), 2),
+    }
 
 
 def main() -> int:
@@ -181,14 +198,35 @@ def main() -> int:
         tokens = bench_users(env, PASSWORD)
         ready = run_dir / "worker.ready"
         ready.unlink(missing_ok=True)
-        worker = Proc("worker", [sys.executable, "-m", "celery", "-A", "console", "worker", "--pool=threads",
-                                 "--concurrency=4", "--loglevel=WARNING", "-Q", queue, "--without-mingle",
-                                 "--without-gossip", "--without-heartbeat"],
-                      {**env, "GATEHOUSE_READY_FILE": str(ready)}, run_dir)
+        worker = Proc(
+            "worker",
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "console",
+                "worker",
+                "--pool=threads",
+                "--concurrency=4",
+                "--loglevel=WARNING",
+                "-Q",
+                queue,
+                "--without-mingle",
+                "--without-gossip",
+                "--without-heartbeat",
+            ],
+            {**env, "GATEHOUSE_READY_FILE": str(ready)},
+            run_dir,
+        )
         procs.append(worker)
         port = free_port()
-        web = Proc("web", [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-                           "console.asgi:application"], {**env, "DJANGO_SETTINGS_MODULE": "bench.settings"}, run_dir)
+        web = Proc(
+            "web",
+            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "console.asgi:application"],
+            {**env, "DJANGO_SETTINGS_MODULE": "bench.settings"},
+            run_dir,
+        )
         procs.append(web)
         wait_until(lambda: ready.exists() or not worker.alive, timeout=60, interval=0.1, what="worker ready")
         if not worker.alive:
@@ -210,8 +248,10 @@ def main() -> int:
         listener = InboxListener(f"ws://127.0.0.1:{port}/ws/inbox/", cookies, base)
         listener.start()
         wait_until(lambda: listener.messages, timeout=10, interval=0.01, what="the first inbox render")
-        log(f"stack up (daphne :{port}); reviewer subscribed to /ws/inbox/; {args.warmup} warm-up + "
-            f"{args.threads} threads one at a time")
+        log(
+            f"stack up (daphne :{port}); reviewer subscribed to /ws/inbox/; {args.warmup} warm-up + "
+            f"{args.threads} threads one at a time"
+        )
         api = Api(base, tokens, timeout=args.wait_timeout)
         ws_ms: list[float] = []
         db_ms: list[float] = []
@@ -232,28 +272,41 @@ def main() -> int:
         for s, base_s in ((ws, db), (db, db)):
             s["ratio_p50_vs_baseline"] = round(s["p50_ms"] / base_s["p50_ms"], 2)
             s["ratio_p95_vs_baseline"] = round(s["p95_ms"] / base_s["p95_ms"], 2)
-        head = f"{'measure (from start request returned)':<48} {'n':>4} {'p50 ms':>8} {'p95 ms':>8} " \
-               f"{'max ms':>8} {'p50 ratio':>9} {'p95 ratio':>9}"
+        head = (
+            f"{'measure (from start request returned)':<48} {'n':>4} {'p50 ms':>8} {'p95 ms':>8} "
+            f"{'max ms':>8} {'p50 ratio':>9} {'p95 ratio':>9}"
+        )
         print()
         print(head)
         print("-" * len(head))
-        for name, s in (("task visible: websocket push to reviewer", ws),
-                        ("baseline: task row visible, DB poll 1 ms", db)):
-            print(f"{name:<48} {s['n']:>4} {s['p50_ms']:>8.1f} {s['p95_ms']:>8.1f} {s['max_ms']:>8.1f} "
-                  f"{s['ratio_p50_vs_baseline']:>8.2f}x {s['ratio_p95_vs_baseline']:>8.2f}x")
-        print(f"{'live path added after commit (ws − db)':<48} {added['n']:>4} {added['p50_ms']:>8.1f} "
-              f"{added['p95_ms']:>8.1f} {added['max_ms']:>8.1f}")
-        print(f"\ntarget: websocket p95 < {TARGET_P95_MS:.0f} ms — "
-              f"{'met' if ws['p95_ms'] < TARGET_P95_MS else 'MISSED'}; the consumer debounces events "
-              f"{DEBOUNCE_SECONDS * 1000:.0f} ms (console.consumers.DEBOUNCE_SECONDS), included above")
+        for name, s in (
+            ("task visible: websocket push to reviewer", ws),
+            ("baseline: task row visible, DB poll 1 ms", db),
+        ):
+            print(
+                f"{name:<48} {s['n']:>4} {s['p50_ms']:>8.1f} {s['p95_ms']:>8.1f} {s['max_ms']:>8.1f} "
+                f"{s['ratio_p50_vs_baseline']:>8.2f}x {s['ratio_p95_vs_baseline']:>8.2f}x"
+            )
+        print(
+            f"{'live path added after commit (ws − db)':<48} {added['n']:>4} {added['p50_ms']:>8.1f} "
+            f"{added['p95_ms']:>8.1f} {added['max_ms']:>8.1f}"
+        )
+        print(
+            f"\ntarget: websocket p95 < {TARGET_P95_MS:.0f} ms — "
+            f"{'met' if ws['p95_ms'] < TARGET_P95_MS else 'MISSED'}; the consumer debounces events "
+            f"{DEBOUNCE_SECONDS * 1000:.0f} ms (console.consumers.DEBOUNCE_SECONDS), included above"
+        )
         report = {
             "command": " ".join([Path(sys.executable).name, *sys.argv]),
             "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
             "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
             "config": vars(args),
             "debounce_ms": DEBOUNCE_SECONDS * 1000,
-            "websocket": ws, "baseline_db_poll": db, "added_after_commit": added,
-            "target_p95_ms": TARGET_P95_MS, "meets_target": ws["p95_ms"] < TARGET_P95_MS,
+            "websocket": ws,
+            "baseline_db_poll": db,
+            "added_after_commit": added,
+            "target_p95_ms": TARGET_P95_MS,
+            "meets_target": ws["p95_ms"] < TARGET_P95_MS,
             "latencies_ms": {"websocket": [round(x, 2) for x in ws_ms], "db_poll": [round(x, 2) for x in db_ms]},
         }
         path = OUT_DIR / "live_latency.json"

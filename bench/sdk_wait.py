@@ -74,9 +74,13 @@ def sequential(url: str, operator_key: str | None, reviewer_key: str | None, n: 
         resumes.append((t2 - t1) * 1000)
     wall = time.perf_counter() - t_start
     calls = to_interrupt + resumes
-    return {"n": n, "wait_to_interrupt_median_ms": round(statistics.median(to_interrupt), 1),
-            "wait_resume_median_ms": round(statistics.median(resumes), 1),
-            "wait_call_median_ms": round(statistics.median(calls), 1), "threads_per_s": round(n / wall, 2)}
+    return {
+        "n": n,
+        "wait_to_interrupt_median_ms": round(statistics.median(to_interrupt), 1),
+        "wait_resume_median_ms": round(statistics.median(resumes), 1),
+        "wait_call_median_ms": round(statistics.median(calls), 1),
+        "threads_per_s": round(n / wall, 2),
+    }
 
 
 def gatehouse(args: argparse.Namespace) -> dict[str, Any]:
@@ -94,15 +98,37 @@ def gatehouse(args: argparse.Namespace) -> dict[str, Any]:
         tokens = bench_users(env)
         ready = run_dir / "worker.ready"
         ready.unlink(missing_ok=True)
-        worker = Proc("worker", [sys.executable, "-m", "celery", "-A", "console", "worker", "--pool=threads",
-                                 "--concurrency=4", "--loglevel=WARNING", "-Q", queue, "--without-mingle",
-                                 "--without-gossip", "--without-heartbeat"],
-                      {**env, "GATEHOUSE_READY_FILE": str(ready)}, run_dir)
+        worker = Proc(
+            "worker",
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "console",
+                "worker",
+                "--pool=threads",
+                "--concurrency=4",
+                "--loglevel=WARNING",
+                "-Q",
+                queue,
+                "--without-mingle",
+                "--without-gossip",
+                "--without-heartbeat",
+            ],
+            {**env, "GATEHOUSE_READY_FILE": str(ready)},
+            run_dir,
+        )
         procs.append(worker)
         port = free_port()
-        procs.append(Proc("web", [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-                                  "console.asgi:application"], {**env, "DJANGO_SETTINGS_MODULE": "bench.settings"},
-                          run_dir))
+        procs.append(
+            Proc(
+                "web",
+                [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "console.asgi:application"],
+                {**env, "DJANGO_SETTINGS_MODULE": "bench.settings"},
+                run_dir,
+            )
+        )
         wait_until(lambda: ready.exists() or not worker.alive, timeout=90, interval=0.1, what="worker ready")
         import httpx
 
@@ -139,13 +165,29 @@ def langgraph_dev(args: argparse.Namespace) -> dict[str, Any] | str:
     port = free_port()
     bank = serve_in_thread(latency_ms=0.0)
     # Django is set up in the server only so the demo graph imports; it never touches the database.
-    env = {**bench_env(args.db, "unused", bank.url, OUT_DIR / "run-sdk" / "var"),
-           "LANGGRAPH_CLI_NO_ANALYTICS": "1", "LANGSMITH_TRACING": "false", "PYTHONPATH": str(ROOT)}
+    env = {
+        **bench_env(args.db, "unused", bank.url, OUT_DIR / "run-sdk" / "var"),
+        "LANGGRAPH_CLI_NO_ANALYTICS": "1",
+        "LANGSMITH_TRACING": "false",
+        "PYTHONPATH": str(ROOT),
+    }
     logdir = OUT_DIR / "run-sdk"
     logdir.mkdir(parents=True, exist_ok=True)
-    proc = Proc("langgraph-dev", [str(Path(python).parent / "langgraph"), "dev", "--no-browser", "--no-reload",
-                                  "--port", str(port), "--config", str(ROOT / "bench" / "lgdev" / "langgraph.json")],
-                env, logdir)
+    proc = Proc(
+        "langgraph-dev",
+        [
+            str(Path(python).parent / "langgraph"),
+            "dev",
+            "--no-browser",
+            "--no-reload",
+            "--port",
+            str(port),
+            "--config",
+            str(ROOT / "bench" / "lgdev" / "langgraph.json"),
+        ],
+        env,
+        logdir,
+    )
     try:
         import httpx
 
@@ -174,8 +216,11 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--db", default="gatehouse_bench_sdk")
-    parser.add_argument("--langgraph-dev-python", default=os.environ.get("LANGGRAPH_DEV_PYTHON", ""),
-                        help="a Python that has langgraph-cli[inmem] installed (or $LANGGRAPH_DEV_PYTHON)")
+    parser.add_argument(
+        "--langgraph-dev-python",
+        default=os.environ.get("LANGGRAPH_DEV_PYTHON", ""),
+        help="a Python that has langgraph-cli[inmem] installed (or $LANGGRAPH_DEV_PYTHON)",
+    )
     args = parser.parse_args()
     log(f"gatehouse /lg/: {args.threads} threads one at a time")
     mine = gatehouse(args)
@@ -184,8 +229,10 @@ def main() -> int:
     print(f"\ngatehouse /lg/ : {mine}")
     print(f"langgraph dev  : {theirs}")
     met = mine["wait_call_median_ms"] <= TARGET_MS
-    print(f"target runs.wait ≤ {TARGET_MS:.0f} ms per call (median): {mine['wait_call_median_ms']} ms — "
-          f"{'met' if met else 'MISSED'}")
+    print(
+        f"target runs.wait ≤ {TARGET_MS:.0f} ms per call (median): {mine['wait_call_median_ms']} ms — "
+        f"{'met' if met else 'MISSED'}"
+    )
     report: dict[str, Any] = {"gatehouse": mine, "langgraph_dev": theirs, "target_ms": TARGET_MS, "target_met": met}
     if isinstance(theirs, dict):
         ratio = mine["threads_per_s"] / theirs["threads_per_s"]

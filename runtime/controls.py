@@ -51,7 +51,6 @@ class RuntimeControls:
                 f"(gatehouse.runtime.{self.graph}.run_timeout_seconds in langgraph.json)"
             )
 
-
     def recursion_error(self, exc: Exception) -> RecursionLimitReached:
         limit = self.recursion_limit if self.recursion_limit is not None else "LangGraph's default number of"
         return RecursionLimitReached(

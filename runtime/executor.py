@@ -235,8 +235,7 @@ def _command_storable_check(command: Command) -> None:
             value_storable_check(command.update, field="update")
     except NotStorable as exc:
         raise SignedCommandRefused(
-            f"the signed command cannot be stored by the checkpointer ({exc.field}: {exc.message}); "
-            "nothing was applied"
+            f"the signed command cannot be stored by the checkpointer ({exc.field}: {exc.message}); nothing was applied"
         ) from None
 
 

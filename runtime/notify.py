@@ -93,8 +93,9 @@ class _Listener:
 
         while True:
             try:
-                with psycopg.connect(checkpointer_conninfo(settings.DATABASES["default"]), autocommit=True,
-                                     connect_timeout=10) as conn:
+                with psycopg.connect(
+                    checkpointer_conninfo(settings.DATABASES["default"]), autocommit=True, connect_timeout=10
+                ) as conn:
                     conn.execute(f"LISTEN {CHANNEL}")
                     self.listening.set()
                     idle_since = time.monotonic()

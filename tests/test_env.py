@@ -50,8 +50,18 @@ def test_an_unreadable_file_is_an_error_naming_the_variable(clean_env, tmp_path)
 
 @pytest.mark.parametrize(
     "raw,expected",
-    [("1", True), ("true", True), ("TRUE", True), (" yes ", True), ("on", True),
-     ("0", False), ("false", False), ("No", False), ("off", False), ("", False)],
+    [
+        ("1", True),
+        ("true", True),
+        ("TRUE", True),
+        (" yes ", True),
+        ("on", True),
+        ("0", False),
+        ("false", False),
+        ("No", False),
+        ("off", False),
+        ("", False),
+    ],
 )
 def test_env_bool_parses_the_usual_spellings(clean_env, raw, expected):
     clean_env.setenv(NAME, raw)

@@ -195,6 +195,7 @@ def user_detail(request: HtmxHttpRequest, user_id: int) -> HttpResponse:
 @domain_errors
 def user_roles(request: HtmxHttpRequest, user_id: int) -> HttpResponse:
     roles = request.POST.getlist("roles")
+
     def change() -> str:
         users.user_roles_set(actor=_actor(request), user_id=user_id, roles=roles)
         return "Roles saved"
@@ -207,6 +208,7 @@ def user_roles(request: HtmxHttpRequest, user_id: int) -> HttpResponse:
 @domain_errors
 def user_assignments(request: HtmxHttpRequest, user_id: int) -> HttpResponse:
     wanted = [users.Assignment.parse(v) for v in request.POST.getlist("assign")]
+
     def change() -> str:
         users.user_assignments_set(actor=_actor(request), user_id=user_id, assignments=wanted)
         return "Graphs and gates saved"
@@ -219,6 +221,7 @@ def user_assignments(request: HtmxHttpRequest, user_id: int) -> HttpResponse:
 @domain_errors
 def user_deactivate(request: HtmxHttpRequest, user_id: int) -> HttpResponse:
     reason = request.POST.get("reason", "").strip()
+
     def change() -> str:
         users.user_deactivate(actor=_actor(request), user_id=user_id, reason=reason)
         return "Deactivated: signed out everywhere, API tokens revoked"

@@ -81,7 +81,7 @@ def callback_handle(body: bytes, headers: Mapping[str, str]) -> int:
 
 
 class CallbackHandler(BaseHTTPRequestHandler):
-    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+    def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         self.send_response(callback_handle(body, dict(self.headers.items())))
         self.end_headers()

@@ -128,8 +128,8 @@ def test_it_refuses_a_thread_request_of_the_wrong_shape_naming_the_field(operato
         ({"amount": "15000"}, "edits.amount"),
         ({"amount": True}, "edits.amount"),
         ({"term_months": 1.5}, "edits.term_months"),
-        ({"income": 90000}, "edits.income"),      # not editable at this gate
-        ({"amout": 15000}, "edits.amout"),        # not in the state
+        ({"income": 90000}, "edits.income"),  # not editable at this gate
+        ({"amout": 15000}, "edits.amout"),  # not in the state
     ],
 )
 def test_it_refuses_a_schema_violating_edit_and_writes_nothing(reviewer, loan_task, edits, field):
@@ -158,8 +158,9 @@ def test_it_refuses_a_wrongly_typed_action_argument_naming_it(reviewer, loan_tas
 def test_it_refuses_a_schema_violating_nested_edit_at_the_kyc_compliance_gate(reviewer, kyc_identity_task):
     response = decide(reviewer, kyc_identity_task, decision="approve", reason="documents match")
     assert response.status_code == 201, response.content
-    compliance = [t for t in pending_tasks(reviewer, kyc_identity_task["thread_id"])
-                  if t["node"] == "compliance_review"]
+    compliance = [
+        t for t in pending_tasks(reviewer, kyc_identity_task["thread_id"]) if t["node"] == "compliance_review"
+    ]
     task = reviewer.client.get(f"/api/tasks/{compliance[0]['id']}").json() if compliance else None
     assert task is not None, "the thread did not reach compliance_review"
     before = snapshot(task["id"])
@@ -298,8 +299,12 @@ def test_it_refuses_a_cursor_it_did_not_issue(reviewer, cursor):
 
 @pytest.mark.parametrize(
     "params,field",
-    [({"status": "open"}, "status"), ({"limit": "0"}, "limit"), ({"limit": "201"}, "limit"),
-     ({"thread": "not-a-uuid"}, "thread")],
+    [
+        ({"status": "open"}, "status"),
+        ({"limit": "0"}, "limit"),
+        ({"limit": "201"}, "limit"),
+        ({"thread": "not-a-uuid"}, "thread"),
+    ],
 )
 def test_it_refuses_bad_task_filters_naming_them(reviewer, params, field):
     assert error_of(reviewer.client.get("/api/tasks", **params), 422)["field"] == field
@@ -324,9 +329,7 @@ def test_it_answers_404_for_ids_that_do_not_exist(personas, method, path):
     assert error["code"] == "not_found"
 
 
-@pytest.mark.parametrize(
-    "path,field", [("/api/threads/not-a-uuid", "thread_id"), ("/api/tasks/12345", "task_id")]
-)
+@pytest.mark.parametrize("path,field", [("/api/threads/not-a-uuid", "thread_id"), ("/api/tasks/12345", "task_id")])
 def test_it_refuses_a_malformed_id(personas, path, field):
     error = error_of(personas["admin"].client.get(path), 422)
     assert error["field"] == field and "UUID" in error["message"]
@@ -340,7 +343,7 @@ def asgi_post(path: str, body: bytes, headers: list[tuple[bytes, bytes]]) -> tup
     from django.core.asgi import get_asgi_application
 
     app = get_asgi_application()
-    chunks = [body[i:i + 65536] for i in range(0, len(body), 65536)] or [b""]
+    chunks = [body[i : i + 65536] for i in range(0, len(body), 65536)] or [b""]
     messages = [{"type": "http.request", "body": c, "more_body": i < len(chunks) - 1} for i, c in enumerate(chunks)]
     sent: list[dict[str, Any]] = []
 
@@ -353,9 +356,20 @@ def asgi_post(path: str, body: bytes, headers: list[tuple[bytes, bytes]]) -> tup
     async def send(message: dict[str, Any]) -> None:
         sent.append(message)
 
-    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
-             "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "", "headers": headers,
-             "client": ("127.0.0.1", 50000), "server": ("testserver", 80)}
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": headers,
+        "client": ("127.0.0.1", 50000),
+        "server": ("testserver", 80),
+    }
     async_to_sync(asyncio.wait_for)(app(scope, receive, send), 30)
     status = next(m["status"] for m in sent if m["type"] == "http.response.start")
     return status, b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")

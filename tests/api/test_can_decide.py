@@ -11,7 +11,10 @@ pytestmark = pytest.mark.usefixtures("live_db")
 
 def _signed_by(persona, task):
     Decision.objects.create(
-        task=task, actor=persona.user, outcome="approve", checkpoint_id=task.checkpoint_id,
+        task=task,
+        actor=persona.user,
+        outcome="approve",
+        checkpoint_id=task.checkpoint_id,
         payload_digest=task.payload_digest,
     )
 

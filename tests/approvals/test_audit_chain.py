@@ -21,8 +21,15 @@ def tamper(sql: str, params: list[object]) -> None:
 
 def record(n: int = 3, **details: object) -> list[AuditEvent]:
     return [
-        audit_record(actor=None, actor_label="test", action=f"test.step{i}", subject_type="test",
-                     subject_id=i, graph="loan_approval", details={"step": i, **details})
+        audit_record(
+            actor=None,
+            actor_label="test",
+            action=f"test.step{i}",
+            subject_type="test",
+            subject_id=i,
+            graph="loan_approval",
+            details={"step": i, **details},
+        )
         for i in range(n)
     ]
 
@@ -53,8 +60,13 @@ def test_details_are_stored_as_canonical_json():
     import uuid
 
     ident = uuid.uuid4()
-    event = audit_record(actor=None, action="test.canonical", subject_type="test", subject_id="x",
-                         details={"b": 1, "a": ident, "when": datetime.date(2024, 1, 2)})
+    event = audit_record(
+        actor=None,
+        action="test.canonical",
+        subject_type="test",
+        subject_id="x",
+        details={"b": 1, "a": ident, "when": datetime.date(2024, 1, 2)},
+    )
     event.refresh_from_db()
     assert event.details == {"a": str(ident), "b": 1, "when": "2024-01-02"}
     assert event.hash == event_hash(event_fields(event), event.prev_hash)
@@ -72,7 +84,7 @@ def test_audit_verify_accepts_an_intact_chain():
 @pytest.mark.parametrize(
     "column,value",
     [
-        ("details", "'{\"step\": 1, \"amount\": 999999}'::jsonb"),
+        ("details", '\'{"step": 1, "amount": 999999}\'::jsonb'),
         ("action", "'test.nothing_happened'"),
         ("actor_label", "'someone-else'"),
         ("subject_id", "'42'"),
@@ -96,8 +108,10 @@ def test_audit_verify_reports_an_event_whose_hash_was_recomputed_after_tampering
     tampered = AuditEvent.objects.get(pk=events[1].pk)
     tampered.details = {"step": 1, "amount": 999999}
     tampered.hash = event_hash(event_fields(tampered), tampered.prev_hash)
-    tamper("UPDATE approvals_auditevent SET details = %s::jsonb, hash = %s WHERE id = %s",
-           ['{"step": 1, "amount": 999999}', tampered.hash, tampered.id])
+    tamper(
+        "UPDATE approvals_auditevent SET details = %s::jsonb, hash = %s WHERE id = %s",
+        ['{"step": 1, "amount": 999999}', tampered.hash, tampered.id],
+    )
     assert audit_verify()[1].id == events[2].id
 
 

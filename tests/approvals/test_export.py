@@ -31,10 +31,24 @@ pytestmark = pytest.mark.django_db
 URL = "/api/audit/export"
 
 
-def event(action: str = "test.export", *, graph: str = "loan_approval", actor: str = "exporter",
-          thread: uuid.UUID | None = None, **details: Any) -> AuditEvent:
-    return audit_record(actor=None, actor_label=actor, action=action, subject_type="test", subject_id=action,
-                        thread_id=thread, graph=graph, details=details)
+def event(
+    action: str = "test.export",
+    *,
+    graph: str = "loan_approval",
+    actor: str = "exporter",
+    thread: uuid.UUID | None = None,
+    **details: Any,
+) -> AuditEvent:
+    return audit_record(
+        actor=None,
+        actor_label=actor,
+        action=action,
+        subject_type="test",
+        subject_id=action,
+        thread_id=thread,
+        graph=graph,
+        details=details,
+    )
 
 
 def download(client: ApiClient, **params: Any) -> bytes:
@@ -85,7 +99,7 @@ def test_csv_has_a_header_and_one_row_per_event(auditor):
     import csv
     import io
 
-    e = event("test.export.csv", note="a, \"quoted\" value")
+    e = event("test.export.csv", note='a, "quoted" value')
     rows = list(csv.DictReader(io.StringIO(download(auditor.client, format="csv", action="test.export.csv").decode())))
     assert [int(r["id"]) for r in rows] == [e.id]
     assert json.loads(rows[0]["details"]) == {"note": 'a, "quoted" value'}
@@ -105,8 +119,9 @@ def test_a_bad_filter_is_a_422_naming_the_field(auditor):
 def test_sensitive_paths_are_masked_for_a_reader_without_view_sensitive(auditor):
     e = event("test.export.kyc", graph="kyc_onboarding", applicant={"name": "Ada", "date_of_birth": "1920-07-25"})
     reader = User.objects.create_user(f"export-reader-{uuid.uuid4().hex[:6]}")
-    reader.user_permissions.add(Permission.objects.get(codename="view_audit"),
-                                Permission.objects.get(codename="view_all_graphs"))
+    reader.user_permissions.add(
+        Permission.objects.get(codename="view_audit"), Permission.objects.get(codename="view_all_graphs")
+    )
     for fmt in ("jsonl", "csv"):
         body = download(ApiClient(token_issue(user=reader)), action="test.export.kyc", format=fmt)
         assert b"1920-07-25" not in body and MASK.encode() in body
@@ -117,8 +132,10 @@ def test_sensitive_paths_are_masked_for_a_reader_without_view_sensitive(auditor)
     assert full["details"]["applicant"]["date_of_birth"] == "1920-07-25" and full["masked"] is False
 
 
-@pytest.mark.parametrize("persona,status", [("reviewer", 403), ("operator", 403), ("outsider", 403),
-                                            ("anonymous", 401), ("auditor", 200), ("admin", 200)])
+@pytest.mark.parametrize(
+    "persona,status",
+    [("reviewer", 403), ("operator", 403), ("outsider", 403), ("anonymous", 401), ("auditor", 200), ("admin", 200)],
+)
 def test_only_audit_readers_may_export(personas: dict[str, Persona], persona, status):
     client = ApiClient(None) if persona == "anonymous" else personas[persona].client
     response = client.get(URL, action="test.none")
@@ -257,12 +274,31 @@ def bulk_load(n: int) -> tuple[int, str]:
     columns = "at, actor_label, action, subject_type, subject_id, thread_id, graph, details, prev_hash, hash"
     with connection.cursor() as cursor, cursor.cursor.copy(f"COPY approvals_auditevent ({columns}) FROM STDIN") as cp:
         for i in range(n):
-            ev = AuditEvent(at=base + timedelta(microseconds=i * 7), actor_label="bulk", action="test.bulk",
-                            subject_type="task", subject_id=str(i), thread_id=thread, graph="loan_approval",
-                            details={"n": i, "decision": "approve", "reason": "bulk load for the export test"})
+            ev = AuditEvent(
+                at=base + timedelta(microseconds=i * 7),
+                actor_label="bulk",
+                action="test.bulk",
+                subject_type="task",
+                subject_id=str(i),
+                thread_id=thread,
+                graph="loan_approval",
+                details={"n": i, "decision": "approve", "reason": "bulk load for the export test"},
+            )
             digest = event_hash(event_fields(ev), prev)
-            cp.write_row((ev.at, ev.actor_label, ev.action, ev.subject_type, ev.subject_id, thread, ev.graph,
-                          json.dumps(ev.details), prev, digest))
+            cp.write_row(
+                (
+                    ev.at,
+                    ev.actor_label,
+                    ev.action,
+                    ev.subject_type,
+                    ev.subject_id,
+                    thread,
+                    ev.graph,
+                    json.dumps(ev.details),
+                    prev,
+                    digest,
+                )
+            )
             prev = digest
     return n, prev
 
@@ -326,11 +362,13 @@ def test_an_export_of_200k_events_streams_in_bounded_memory(auditor):
             tracemalloc.stop()
     rss_peak = sampler.stop()
     done = time.perf_counter()
-    print(f"\nexport of {rows - 1:,} events ({size / 2**20:.0f} MiB JSONL) through the test client: "
-          f"peak RSS growth {rss_peak / 2**20:.1f} MiB over the whole stream, tracemalloc peak "
-          f"{traced_peak / 2**20:.1f} MiB over the first {TRACED_ROWS:,} rows "
-          f"({TRACED_ROWS * size / rows / 2**20:.0f} MiB of output); "
-          f"bulk load {loaded - t0:.1f}s, export {done - loaded:.1f}s")
+    print(
+        f"\nexport of {rows - 1:,} events ({size / 2**20:.0f} MiB JSONL) through the test client: "
+        f"peak RSS growth {rss_peak / 2**20:.1f} MiB over the whole stream, tracemalloc peak "
+        f"{traced_peak / 2**20:.1f} MiB over the first {TRACED_ROWS:,} rows "
+        f"({TRACED_ROWS * size / rows / 2**20:.0f} MiB of output); "
+        f"bulk load {loaded - t0:.1f}s, export {done - loaded:.1f}s"
+    )
     trailer = json.loads(last)["export"]
     assert trailer["count"] == rows - 1 == BULK and trailer["head_hash"] == head
     assert rss_peak < 50 * 2**20, f"peak RSS growth {rss_peak / 2**20:.1f} MiB"

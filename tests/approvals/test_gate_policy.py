@@ -16,12 +16,24 @@ def test_a_payload_that_is_not_an_object_has_the_defaults():
 
 def test_a_gate_states_its_whole_policy():
     policy = gate_policy(
-        _gate(required_approvals=2, rejections_required=2, separation_of_duties=True, editable=["amount"],
-              sla_seconds=60, correlation_key="case-7"),
+        _gate(
+            required_approvals=2,
+            rejections_required=2,
+            separation_of_duties=True,
+            editable=["amount"],
+            sla_seconds=60,
+            correlation_key="case-7",
+        ),
         "interrupt",
     )
-    assert policy == GatePolicy(approvals_required=2, rejections_required=2, separation_of_duties=True,
-                                editable=("amount",), sla_seconds=60, correlation_key="case-7")
+    assert policy == GatePolicy(
+        approvals_required=2,
+        rejections_required=2,
+        separation_of_duties=True,
+        editable=("amount",),
+        sla_seconds=60,
+        correlation_key="case-7",
+    )
 
 
 @pytest.mark.parametrize("value", [0, 11, True, "2", None, -1])

@@ -25,16 +25,24 @@ GATE = gate_payload(
 GATE_APPROVE_REJECT = gate_payload(title="Identity ok?", decisions=["approve", "reject"])
 GATE_WITH_ARGS_SCHEMA = gate_payload(
     title="Pay?",
-    proposed_action={"name": "pay", "args": {"amount": 1},
-                     "args_schema": {"type": "object", "properties": {"amount": {"type": "integer", "maximum": 100}},
-                                     "additionalProperties": False}},
+    proposed_action={
+        "name": "pay",
+        "args": {"amount": 1},
+        "args_schema": {
+            "type": "object",
+            "properties": {"amount": {"type": "integer", "maximum": 100}},
+            "additionalProperties": False,
+        },
+    },
 )
 
 
 def hitl(*configs: tuple[str, list[str]], args: dict[str, Any] | None = None) -> dict[str, Any]:
     return {
-        "action_requests": [{"name": name, "args": dict(args or {"to": "a@example.com"}), "description": f"call {name}"}
-                            for name, _ in configs],
+        "action_requests": [
+            {"name": name, "args": dict(args or {"to": "a@example.com"}), "description": f"call {name}"}
+            for name, _ in configs
+        ],
         "review_configs": [{"action_name": name, "allowed_decisions": allowed} for name, allowed in configs],
     }
 
@@ -45,26 +53,36 @@ TOOL = {"type": "tool_approval", "name": "refund", "args": {"amount": 30}}
 TOOL_SCHEMA = {
     "anyOf": [
         {"type": "object", "properties": {"type": {"const": "approve"}}, "required": ["type"]},
-        {"type": "object", "properties": {"type": {"const": "reject"}, "message": {"type": "string"}},
-         "required": ["type"]},
+        {
+            "type": "object",
+            "properties": {"type": {"const": "reject"}, "message": {"type": "string"}},
+            "required": ["type"],
+        },
     ]
 }
 
 
 def inbox(**flags: bool) -> list[dict[str, Any]]:
     config = {"allow_accept": False, "allow_edit": False, "allow_respond": False, "allow_ignore": False, **flags}
-    return [{"action_request": {"action": "send_email", "args": {"to": "a@example.com", "count": 2}},
-             "config": config, "description": "Send the welcome email"}]
+    return [
+        {
+            "action_request": {"action": "send_email", "args": {"to": "a@example.com", "count": 2}},
+            "config": config,
+            "description": "Send the welcome email",
+        }
+    ]
 
 
 INBOX_ALL = inbox(allow_accept=True, allow_edit=True, allow_respond=True, allow_ignore=True)
 
 
-def build(payload: Any, outcome: str = "approve", *, task_kind: str = "interrupt", response_schema: Any = None,
-          **fields: Any) -> Any:
+def build(
+    payload: Any, outcome: str = "approve", *, task_kind: str = "interrupt", response_schema: Any = None, **fields: Any
+) -> Any:
     request = DecisionRequest(outcome=outcome, **fields)
-    return resume_value_build(payload=payload, task_kind=task_kind, response_schema=response_schema,
-                              request=request, reviewer="rita")
+    return resume_value_build(
+        payload=payload, task_kind=task_kind, response_schema=response_schema, request=request, reviewer="rita"
+    )
 
 
 def refused(payload: Any, outcome: str = "approve", **kwargs: Any) -> InvalidInput:
@@ -197,8 +215,12 @@ def test_it_refuses_per_request_decisions_outside_tool_call_reviews():
 
 # --- explicit resume values -------------------------------------------------------------------
 
-REPLY_SCHEMA = {"type": "object", "properties": {"approved": {"type": "boolean"}, "limit": {"type": "integer"}},
-                "required": ["approved", "limit"], "additionalProperties": False}
+REPLY_SCHEMA = {
+    "type": "object",
+    "properties": {"approved": {"type": "boolean"}, "limit": {"type": "integer"}},
+    "required": ["approved", "limit"],
+    "additionalProperties": False,
+}
 
 
 @pytest.mark.parametrize("resume", [{"approved": True, "limit": 5}, {"approved": False, "limit": 0}])
@@ -241,21 +263,34 @@ def test_a_one_click_rejection_carries_the_reason_to_every_tool_call():
 
 
 def test_per_request_decisions_are_applied_in_order():
-    value = build(HITL_TWO, "approve", decisions=[
-        {"type": "edit", "args": {"to": "b@example.com", "cc": ["c@example.com"], "retries": 3, "html": True}},
-        {"type": "reject", "message": "keep the file"},
-    ])
-    assert value == {"decisions": [
-        {"type": "edit", "edited_action": {"name": "send_email",
-                                           "args": {"to": "b@example.com", "cc": ["c@example.com"], "retries": 3,
-                                                    "html": True}}},
-        {"type": "reject", "message": "keep the file"},
-    ]}
+    value = build(
+        HITL_TWO,
+        "approve",
+        decisions=[
+            {"type": "edit", "args": {"to": "b@example.com", "cc": ["c@example.com"], "retries": 3, "html": True}},
+            {"type": "reject", "message": "keep the file"},
+        ],
+    )
+    assert value == {
+        "decisions": [
+            {
+                "type": "edit",
+                "edited_action": {
+                    "name": "send_email",
+                    "args": {"to": "b@example.com", "cc": ["c@example.com"], "retries": 3, "html": True},
+                },
+            },
+            {"type": "reject", "message": "keep the file"},
+        ]
+    }
 
 
 def test_an_edit_keeps_the_json_types_of_the_arguments():
-    [decision] = build(HITL_ONE, "edit", action_args={"to": "b@example.com", "count": 2, "ratio": 0.5,
-                                                      "dry_run": False, "tags": ["x"], "extra": None})["decisions"]
+    [decision] = build(
+        HITL_ONE,
+        "edit",
+        action_args={"to": "b@example.com", "count": 2, "ratio": 0.5, "dry_run": False, "tags": ["x"], "extra": None},
+    )["decisions"]
     args = decision["edited_action"]["args"]
     assert args == {"to": "b@example.com", "count": 2, "ratio": 0.5, "dry_run": False, "tags": ["x"], "extra": None}
     assert type(args["count"]) is int and type(args["dry_run"]) is bool and type(args["ratio"]) is float
@@ -310,8 +345,11 @@ def test_a_one_click_decision_not_allowed_for_one_tool_call_is_refused_naming_it
         ("approve", {}, {"type": "approve"}),
         ("reject", {"reason": "too much"}, {"type": "reject", "message": "too much"}),
         ("reject", {}, {"type": "reject"}),
-        ("edit", {"action_args": {"amount": 10}},
-         {"type": "edit", "edited_action": {"name": "refund", "args": {"amount": 10}}}),
+        (
+            "edit",
+            {"action_args": {"amount": 10}},
+            {"type": "edit", "edited_action": {"name": "refund", "args": {"amount": 10}}},
+        ),
         ("respond", {"message": "call the customer"}, {"type": "respond", "message": "call the customer"}),
     ],
 )
@@ -340,8 +378,11 @@ def test_a_tool_approval_edit_needs_arguments():
     "outcome,fields,response",
     [
         ("approve", {}, {"type": "accept", "args": None}),
-        ("edit", {"action_args": {"to": "b@example.com", "count": 3}},
-         {"type": "edit", "args": {"action": "send_email", "args": {"to": "b@example.com", "count": 3}}}),
+        (
+            "edit",
+            {"action_args": {"to": "b@example.com", "count": 3}},
+            {"type": "edit", "args": {"action": "send_email", "args": {"to": "b@example.com", "count": 3}}},
+        ),
         ("respond", {"message": "not yet"}, {"type": "response", "args": "not yet"}),
         ("reject", {"reason": "spam"}, {"type": "ignore", "args": None}),
     ],

@@ -69,12 +69,19 @@ def test_authentication_records_the_last_use(user):
 @pytest.mark.parametrize(
     "spoil",
     [
-        pytest.param(lambda token, user: token.__class__.objects.filter(pk=token.pk).update(
-            expires_at=timezone.now() - timedelta(seconds=1)), id="expired"),
-        pytest.param(lambda token, user: token.__class__.objects.filter(pk=token.pk).update(
-            revoked_at=timezone.now()), id="revoked"),
-        pytest.param(lambda token, user: user.__class__.objects.filter(pk=user.pk).update(is_active=False),
-                     id="inactive-user"),
+        pytest.param(
+            lambda token, user: token.__class__.objects.filter(pk=token.pk).update(
+                expires_at=timezone.now() - timedelta(seconds=1)
+            ),
+            id="expired",
+        ),
+        pytest.param(
+            lambda token, user: token.__class__.objects.filter(pk=token.pk).update(revoked_at=timezone.now()),
+            id="revoked",
+        ),
+        pytest.param(
+            lambda token, user: user.__class__.objects.filter(pk=user.pk).update(is_active=False), id="inactive-user"
+        ),
     ],
 )
 def test_it_lets_nobody_in_with_a_spoiled_token(user, spoil):

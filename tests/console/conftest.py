@@ -35,15 +35,24 @@ def as_role(personas: dict[str, Persona]) -> Callable[[str], Client]:
 
 def loan_gate(amount: int = 20000) -> dict[str, Any]:
     return gate_payload(
-        title=f"Loan for {amount}", summary="Borderline risk",
+        title=f"Loan for {amount}",
+        summary="Borderline risk",
         proposed_action={"name": "disburse", "args": {"amount": amount, "term_months": 24}},
-        editable=["amount", "term_months"], sla_seconds=3600, details={"risk_score": 0.5},
+        editable=["amount", "term_months"],
+        sla_seconds=3600,
+        details={"risk_score": 0.5},
     )
 
 
 def task_make(
-    *, graph: str = "loan_approval", node: str = "human_review", payload: Any = None, status: str = "pending",
-    metadata: dict[str, Any] | None = None, created_at: datetime | None = None, due_at: datetime | None = None,
+    *,
+    graph: str = "loan_approval",
+    node: str = "human_review",
+    payload: Any = None,
+    status: str = "pending",
+    metadata: dict[str, Any] | None = None,
+    created_at: datetime | None = None,
+    due_at: datetime | None = None,
     title: str = "",
 ) -> ApprovalTask:
     payload = loan_gate() if payload is None else payload
@@ -52,9 +61,15 @@ def task_make(
         graph=graph, status=ThreadStatus.INTERRUPTED, metadata=metadata or {}, checkpoint_id=checkpoint
     )
     task = ApprovalTask.objects.create(
-        thread=thread, graph=graph, node=node, interrupt_id=uuid.uuid4().hex, checkpoint_id=checkpoint,
-        payload=payload, payload_digest=hashlib.sha256(repr(payload).encode()).hexdigest(),
-        title=title or (payload.get("title", node) if isinstance(payload, dict) else node), status=status,
+        thread=thread,
+        graph=graph,
+        node=node,
+        interrupt_id=uuid.uuid4().hex,
+        checkpoint_id=checkpoint,
+        payload=payload,
+        payload_digest=hashlib.sha256(repr(payload).encode()).hexdigest(),
+        title=title or (payload.get("title", node) if isinstance(payload, dict) else node),
+        status=status,
         due_at=due_at,
     )
     if created_at is not None:

@@ -38,7 +38,6 @@ CHROMIUM = "/usr/bin/chromium"
 WAIT_MS = 30_000  # a resume crosses Celery, the graph and the fake bank: generous, but bounded
 
 
-
 @pytest.fixture(scope="module")
 def server(django_db_setup: None, bank: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """daphne serving the console (HTTP + websockets) on the test database, like production."""
@@ -46,8 +45,13 @@ def server(django_db_setup: None, bank: Any, tmp_path_factory: pytest.TempPathFa
     # The test serves plain http: production settings mark the session and CSRF cookies
     # Secure, which a browser will not send back over http, so switch just that off.
     # tests.settings: the personas' passwords use the test-only fast hasher.
-    env = {**worker_env(bank), "GATEHOUSE_SERVE_STATIC": "true", "SECURE_COOKIES": "false",
-           "SECURE_SSL_REDIRECT": "false", "DJANGO_SETTINGS_MODULE": "tests.settings"}
+    env = {
+        **worker_env(bank),
+        "GATEHOUSE_SERVE_STATIC": "true",
+        "SECURE_COOKIES": "false",
+        "SECURE_SSL_REDIRECT": "false",
+        "DJANGO_SETTINGS_MODULE": "tests.settings",
+    }
     proc, base = daphne_start(env, log_path)
 
     def up() -> bool:
@@ -76,7 +80,8 @@ def browser() -> Iterator[Browser]:
     expect.set_options(timeout=10_000)
     with sync_playwright() as pw:
         chromium = pw.chromium.launch(
-            executable_path=CHROMIUM, headless=True,
+            executable_path=CHROMIUM,
+            headless=True,
             args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
         )
         yield chromium
@@ -103,8 +108,9 @@ def _live(page: Page) -> None:
 def test_a_reviewer_claims_edits_approves_and_watches_the_thread_complete(browser, server, personas, bank):
     reviewer = personas["reviewer"]
     case = f"B-{uuid.uuid4().hex[:6]}"
-    thread = thread_start(personas["operator"], "loan_approval", loan_input(amount=20000), case=case,
-                          applicant="Ada Lovelace")
+    thread = thread_start(
+        personas["operator"], "loan_approval", loan_input(amount=20000), case=case, applicant="Ada Lovelace"
+    )
     [task] = pending_tasks(reviewer, thread["id"])
 
     page = _sign_in(browser, server, reviewer, f"/?q={case}")

@@ -20,8 +20,15 @@ pytestmark = pytest.mark.usefixtures("live_db")
 
 def _decision(task, actor, *, outcome="approve", meaning="approved", reason="", at=None, **extra) -> Decision:
     decision = Decision.objects.create(
-        task=task, actor=actor, outcome=outcome, meaning=meaning, reason=reason, checkpoint_id=task.checkpoint_id,
-        payload_digest=task.payload_digest, signer_name=actor.get_username(), **extra,
+        task=task,
+        actor=actor,
+        outcome=outcome,
+        meaning=meaning,
+        reason=reason,
+        checkpoint_id=task.checkpoint_id,
+        payload_digest=task.payload_digest,
+        signer_name=actor.get_username(),
+        **extra,
     )
     if at is not None:
         Decision.objects.filter(pk=decision.pk).update(created_at=at)
@@ -39,10 +46,22 @@ def recorded(personas):
     other = task_make(node=gate, status="decided")
     return gate, {
         "approved": _decision(loan, personas["approver"].user, reason="fine", at=now - timedelta(hours=3)),
-        "rejected": _decision(kyc, personas["reviewer"].user, outcome="reject", meaning="rejected",
-                              reason="bad docs", at=now - timedelta(hours=2)),
-        "reviewed": _decision(other, personas["reviewer2"].user, outcome="edit", meaning="reviewed",
-                              state_patch={"amount": 1}, at=now - timedelta(hours=1)),
+        "rejected": _decision(
+            kyc,
+            personas["reviewer"].user,
+            outcome="reject",
+            meaning="rejected",
+            reason="bad docs",
+            at=now - timedelta(hours=2),
+        ),
+        "reviewed": _decision(
+            other,
+            personas["reviewer2"].user,
+            outcome="edit",
+            meaning="reviewed",
+            state_patch={"amount": 1},
+            at=now - timedelta(hours=1),
+        ),
     }
 
 
@@ -51,9 +70,17 @@ def _ids(response) -> set[str]:
     return {part.split('"', 1)[0] for part in html.split('data-decision-id="')[1:]}
 
 
-@pytest.mark.parametrize("role,expected", [
-    ("auditor", 200), ("admin", 200), ("reviewer", 403), ("approver", 403), ("operator", 403), ("outsider", 403),
-])
+@pytest.mark.parametrize(
+    "role,expected",
+    [
+        ("auditor", 200),
+        ("admin", 200),
+        ("reviewer", 403),
+        ("approver", 403),
+        ("operator", 403),
+        ("outsider", 403),
+    ],
+)
 def test_only_audit_readers_see_the_decision_history(role, expected, personas, recorded):
     client = console_client(personas[role])
     assert client.get("/decisions/").status_code == expected
@@ -65,13 +92,16 @@ def test_the_nav_links_to_decisions_for_auditors_only(personas):
     assert 'href="/decisions/"' not in console_client(personas["reviewer"]).get("/").content.decode()
 
 
-@pytest.mark.parametrize("params,expect", [
-    ({}, {"approved", "rejected", "reviewed"}),
-    ({"graph": "kyc_onboarding"}, {"rejected"}),
-    ({"outcome": "reject"}, {"rejected"}),
-    ({"meaning": "reviewed"}, {"reviewed"}),
-    ({"outcome": "approve"}, {"approved"}),
-])
+@pytest.mark.parametrize(
+    "params,expect",
+    [
+        ({}, {"approved", "rejected", "reviewed"}),
+        ({"graph": "kyc_onboarding"}, {"rejected"}),
+        ({"outcome": "reject"}, {"rejected"}),
+        ({"meaning": "reviewed"}, {"reviewed"}),
+        ({"outcome": "approve"}, {"approved"}),
+    ],
+)
 def test_filters_by_graph_outcome_and_meaning(params, expect, personas, recorded):
     gate, decisions = recorded
     response = console_client(personas["auditor"]).get("/decisions/", {"node": gate, **params})
@@ -104,8 +134,10 @@ def test_keyset_pages_cover_every_decision_once_newest_first(personas, monkeypat
     monkeypatch.setattr(view, "PAGE_SIZE", 2)
     gate = f"gate_{uuid.uuid4().hex[:6]}"
     now = timezone.now()
-    made = [_decision(task_make(node=gate, status="decided"), personas["approver"].user, at=now - timedelta(minutes=i))
-            for i in range(5)]
+    made = [
+        _decision(task_make(node=gate, status="decided"), personas["approver"].user, at=now - timedelta(minutes=i))
+        for i in range(5)
+    ]
     client = console_client(personas["auditor"])
     seen: list[str] = []
     params = {"node": gate}
@@ -135,18 +167,28 @@ def test_a_decision_whose_checkpoint_is_gone_still_shows_its_signature(personas,
 @pytest.mark.usefixtures("live_worker")
 def test_a_decision_shows_its_evidence_signature_quorum_and_effects(personas):
     name = f"Evidence {uuid.uuid4().hex[:6]}"
-    thread = thread_start(personas["operator"], "kyc_onboarding", {
-        "applicant": {"name": name, "country": "GB", "date_of_birth": "1931-02-03"},
-        "documents": [{"type": "passport", "number": "P0000042", "status": "received"}],
-    })
+    thread = thread_start(
+        personas["operator"],
+        "kyc_onboarding",
+        {
+            "applicant": {"name": name, "country": "GB", "date_of_birth": "1931-02-03"},
+            "documents": [{"type": "passport", "number": "P0000042", "status": "received"}],
+        },
+    )
     [identity] = pending_tasks(personas["reviewer"], thread["id"])
-    assert personas["approver"].client.post(
-        f"/api/tasks/{identity['id']}/decision", {"decision": "approve"}
-    ).status_code == 201
+    assert (
+        personas["approver"].client.post(f"/api/tasks/{identity['id']}/decision", {"decision": "approve"}).status_code
+        == 201
+    )
     compliance = next(t for t in pending_tasks(personas["reviewer"], thread["id"]) if t["id"] != identity["id"])
-    made = personas["approver"].client.post(f"/api/tasks/{compliance['id']}/decision", {
-        "decision": "edit", "reason": "premium customer", "edits": {"tier": "premium"},
-    })
+    made = personas["approver"].client.post(
+        f"/api/tasks/{compliance['id']}/decision",
+        {
+            "decision": "edit",
+            "reason": "premium customer",
+            "edits": {"tier": "premium"},
+        },
+    )
     assert made.status_code == 201, made.content
     assert thread_settled(personas["reviewer"], thread["id"], timeout=30)["status"] == "completed"
     decision = Decision.objects.get(pk=made.json()["id"])
@@ -162,6 +204,7 @@ def test_a_decision_shows_its_evidence_signature_quorum_and_effects(personas):
     assert "tier" in edits_html and "premium" in edits_html, edits_html  # the edits (as a diff against the state seen)
     assert effect.key in html and effect.status in html  # what the action then did
 
-    listed = console_client(personas["auditor"]).get("/decisions/", {"graph": "kyc_onboarding",
-                                                                     "node": "compliance_review"})
+    listed = console_client(personas["auditor"]).get(
+        "/decisions/", {"graph": "kyc_onboarding", "node": "compliance_review"}
+    )
     assert str(decision.pk) in _ids(listed)

@@ -76,8 +76,11 @@ class Socket:
     def settle(self) -> None:
         """Wait until no run of an earlier test is still executing on the session worker (its events
         would re-render this socket), then drain what already arrived: "nothing" then means nothing."""
-        wait_for(lambda: not Run.objects.filter(status__in=ACTIVE_RUN_STATUSES).exists(), timeout=60,
-                 what="earlier tests' runs to settle")
+        wait_for(
+            lambda: not Run.objects.filter(status__in=ACTIVE_RUN_STATUSES).exists(),
+            timeout=60,
+            what="earlier tests' runs to settle",
+        )
         while not self.nothing(0.3):
             self.receive()
 
@@ -88,8 +91,15 @@ class Socket:
 def _emit(graph: str, thread_id: Any, action: str = "task.opened") -> None:
     """A domain change as services make it: an audit row, published on commit."""
     with transaction.atomic():
-        audit_record(actor=None, actor_label="test", action=action, subject_type="task",
-                     subject_id=uuid.uuid4(), thread_id=thread_id, graph=graph)
+        audit_record(
+            actor=None,
+            actor_label="test",
+            action=action,
+            subject_type="task",
+            subject_id=uuid.uuid4(),
+            thread_id=thread_id,
+            graph=graph,
+        )
 
 
 def test_an_anonymous_socket_is_refused(loop):
@@ -151,8 +161,15 @@ def test_bursts_of_events_are_coalesced_into_one_render(personas, loop, monkeypa
     socket.receive()
     with transaction.atomic():
         for action in ("run.claimed", "task.opened", "run.interrupted"):
-            audit_record(actor=None, actor_label="test", action=action, subject_type="task",
-                         subject_id=uuid.uuid4(), thread_id=task.thread_id, graph="loan_approval")
+            audit_record(
+                actor=None,
+                actor_label="test",
+                action=action,
+                subject_type="task",
+                subject_id=uuid.uuid4(),
+                thread_id=task.thread_id,
+                graph="loan_approval",
+            )
     assert 'id="task-live"' in socket.receive()
     assert socket.nothing(1.0)
     socket.close()
@@ -190,8 +207,15 @@ def test_a_rolled_back_change_publishes_nothing(personas, loop):
     assert socket.connect()[0]
     socket.receive()
     with pytest.raises(RuntimeError), transaction.atomic():
-        audit_record(actor=None, actor_label="test", action="task.opened", subject_type="task",
-                     subject_id=task.pk, thread_id=task.thread_id, graph="loan_approval")
+        audit_record(
+            actor=None,
+            actor_label="test",
+            action="task.opened",
+            subject_type="task",
+            subject_id=task.pk,
+            thread_id=task.thread_id,
+            graph="loan_approval",
+        )
         raise RuntimeError("boom")
     assert socket.nothing()
     socket.close()
@@ -216,21 +240,37 @@ def test_the_relay_endpoint_delivers_signed_events_and_refuses_others(personas, 
     socket = Socket(loop, f"/ws/tasks/{task.pk}/", [ORIGIN, _cookie(personas["reviewer"])])
     assert socket.connect()[0]
     socket.receive()
-    event = {"type": live.EVENT_TYPE, "id": 1, "action": "task.claimed", "graph": "loan_approval",
-             "thread": str(task.thread_id), "subject_type": "task", "subject_id": str(task.pk)}
+    event = {
+        "type": live.EVENT_TYPE,
+        "id": 1,
+        "action": "task.claimed",
+        "graph": "loan_approval",
+        "thread": str(task.thread_id),
+        "subject_type": "task",
+        "subject_id": str(task.pk),
+    }
     body = json.dumps(event).encode()
     client = Client(enforce_csrf_checks=True)
-    forged = client.post("/internal/live/", body, content_type="application/json",
-                         headers={live.RELAY_HEADER: "t=1,v1=00"})
+    forged = client.post(
+        "/internal/live/", body, content_type="application/json", headers={live.RELAY_HEADER: "t=1,v1=00"}
+    )
     assert forged.status_code == 403
     assert socket.nothing(0.4)
-    signed = client.post("/internal/live/", body, content_type="application/json",
-                         headers={live.RELAY_HEADER: live.relay_sign(body, int(time.time()))})
+    signed = client.post(
+        "/internal/live/",
+        body,
+        content_type="application/json",
+        headers={live.RELAY_HEADER: live.relay_sign(body, int(time.time()))},
+    )
     assert signed.status_code == 204
     assert 'id="task-live"' in socket.receive()
     odd = json.dumps({**event, "html": "<script>"}).encode()
-    refused = client.post("/internal/live/", odd, content_type="application/json",
-                          headers={live.RELAY_HEADER: live.relay_sign(odd, int(time.time()))})
+    refused = client.post(
+        "/internal/live/",
+        odd,
+        content_type="application/json",
+        headers={live.RELAY_HEADER: live.relay_sign(odd, int(time.time()))},
+    )
     assert refused.status_code == 400
     socket.close()
 

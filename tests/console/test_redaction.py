@@ -108,9 +108,7 @@ def test_the_diff_that_introduces_the_applicant_is_masked_for_a_reviewer(persona
     client = console_client(personas["reviewer"])
     diffs = []
     for cp in _checkpoint_ids(personas, kyc["thread"]):
-        html = client.get(
-            f"/threads/{kyc['thread']}/", {"checkpoint": cp}, headers=CHECKPOINT_VIEW
-        ).content.decode()
+        html = client.get(f"/threads/{kyc['thread']}/", {"checkpoint": cp}, headers=CHECKPOINT_VIEW).content.decode()
         diff = html.partition("Changed at this step")[2]
         if "<code>applicant</code>" in diff or "<code>documents</code>" in diff:
             diffs.append(diff)
@@ -128,7 +126,8 @@ def test_a_permitted_viewer_sees_the_values_and_each_reveal_is_audited(role, per
     _assert_shown(task_page)
     assert _reveals(kyc["thread"], persona) > before
     revealed = {
-        p for e in AuditEvent.objects.filter(thread_id=kyc["thread"], action="sensitive.revealed", actor=persona.user)
+        p
+        for e in AuditEvent.objects.filter(thread_id=kyc["thread"], action="sensitive.revealed", actor=persona.user)
         for p in e.details["paths"]
     }
     assert any(p.endswith("applicant.date_of_birth") for p in revealed)
@@ -190,10 +189,16 @@ def test_an_edit_that_would_save_the_mask_over_a_real_value_is_refused(personas)
     compliance = next(t for t in pending_tasks(personas["reviewer"], thread["id"]) if t["id"] != identity["id"])
     task = ApprovalTask.objects.get(pk=compliance["id"])
     client = console_client(personas["reviewer"])
-    response = client.post(f"/tasks/{task.pk}/decide", {
-        "decision": "edit", "checkpoint_id": task.checkpoint_id, "reason": "fix the name",
-        "edits.applicant": json.dumps({"name": "Edited", "country": "GB", "date_of_birth": MASK}),
-    }, headers={"HX-Request": "true"})
+    response = client.post(
+        f"/tasks/{task.pk}/decide",
+        {
+            "decision": "edit",
+            "checkpoint_id": task.checkpoint_id,
+            "reason": "fix the name",
+            "edits.applicant": json.dumps({"name": "Edited", "country": "GB", "date_of_birth": MASK}),
+        },
+        headers={"HX-Request": "true"},
+    )
     assert response.status_code == 422, response.content.decode()[-3000:]
     assert "redacted" in response.content.decode()
     assert ApprovalTask.objects.get(pk=task.pk).status == "pending"

@@ -38,8 +38,18 @@ def test_every_command_has_help(command):
 
 def test_user_create_prints_a_generated_password_that_signs_in(client):
     name = _name()
-    out, err = _run("user_create", name, "--email", f"{name}@example.org", "--role", "reviewer",
-                    "--graph", "loan_approval", "--gate", "kyc_onboarding:compliance_review")
+    out, err = _run(
+        "user_create",
+        name,
+        "--email",
+        f"{name}@example.org",
+        "--role",
+        "reviewer",
+        "--graph",
+        "loan_approval",
+        "--gate",
+        "kyc_onboarding:compliance_review",
+    )
     password = out.strip()
     assert len(password) >= 20 and "\n" not in password
     assert "roles: reviewer" in err
@@ -52,8 +62,15 @@ def test_user_create_prints_a_generated_password_that_signs_in(client):
 
 def test_user_create_reads_the_password_from_stdin(monkeypatch, client):
     name = _name()
-    out, _ = _run("user_create", name, "--role", "admin", "--password-stdin",
-                  stdin="a-long-passphrase-42\n", monkeypatch=monkeypatch)
+    out, _ = _run(
+        "user_create",
+        name,
+        "--role",
+        "admin",
+        "--password-stdin",
+        stdin="a-long-passphrase-42\n",
+        monkeypatch=monkeypatch,
+    )
     assert out == ""
     assert client.post("/accounts/login/", {"username": name, "password": "a-long-passphrase-42"}).status_code == 302
 
@@ -94,8 +111,9 @@ def test_grant_revoke_deactivate_and_list():
     assert _run("user_deactivate", name, "--reactivate")[0].startswith(f"{name}: active")
     user = User.objects.get(username=name)
     labels = set(
-        AuditEvent.objects.filter(subject_type="user", subject_id=str(user.pk), action__startswith="user.")
-        .values_list("actor_label", flat=True)
+        AuditEvent.objects.filter(subject_type="user", subject_id=str(user.pk), action__startswith="user.").values_list(
+            "actor_label", flat=True
+        )
     )
     assert labels == {"cli"}
 

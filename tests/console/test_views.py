@@ -32,19 +32,23 @@ PAGES = ["inbox", "loan_task", "kyc_task", "loan_thread", "threads", "audit", "s
 # role → status per page, in PAGES order:
 #                 inbox loan_task kyc_task loan_thread threads audit start
 EXPECTED = {
-    "reviewer":      (200, 200, 200, 200, 200, 403, 403),
+    "reviewer": (200, 200, 200, 200, 200, 403, 403),
     "loan_reviewer": (200, 200, 404, 200, 200, 403, 403),
-    "auditor":       (200, 200, 200, 200, 200, 200, 403),
-    "operator":      (200, 200, 200, 200, 200, 403, 200),
-    "admin":         (200, 200, 200, 200, 200, 200, 200),
-    "outsider":      (403, 404, 404, 404, 403, 403, 403),
+    "auditor": (200, 200, 200, 200, 200, 200, 403),
+    "operator": (200, 200, 200, 200, 200, 403, 200),
+    "admin": (200, 200, 200, 200, 200, 200, 200),
+    "outsider": (403, 404, 404, 404, 403, 403, 403),
 }
 
 
 def _url(page: str, loan_task, kyc_task) -> str:
     return {
-        "inbox": "/", "loan_task": f"/tasks/{loan_task.pk}/", "kyc_task": f"/tasks/{kyc_task.pk}/",
-        "loan_thread": f"/threads/{loan_task.thread_id}/", "threads": "/threads/", "audit": "/audit/",
+        "inbox": "/",
+        "loan_task": f"/tasks/{loan_task.pk}/",
+        "kyc_task": f"/tasks/{kyc_task.pk}/",
+        "loan_thread": f"/threads/{loan_task.thread_id}/",
+        "threads": "/threads/",
+        "audit": "/audit/",
         "start": "/threads/new",
     }[page]
 
@@ -74,11 +78,15 @@ def test_sign_in_and_sign_out(personas):
     page = client.get("/accounts/login/")
     assert b'name="username"' in page.content and b'for="id_username"' in page.content
     token = page.cookies["csrftoken"].value
-    bad = client.post("/accounts/login/", {"username": personas["reviewer"].username, "password": "nope",
-                                           "csrfmiddlewaretoken": token})
+    bad = client.post(
+        "/accounts/login/",
+        {"username": personas["reviewer"].username, "password": "nope", "csrfmiddlewaretoken": token},
+    )
     assert b"did not match" in bad.content
-    good = client.post("/accounts/login/", {"username": personas["reviewer"].username, "password": "gatehouse",
-                                            "csrfmiddlewaretoken": token})
+    good = client.post(
+        "/accounts/login/",
+        {"username": personas["reviewer"].username, "password": "gatehouse", "csrfmiddlewaretoken": token},
+    )
     assert good.status_code == 302
     assert client.get("/").status_code == 200
     token = client.cookies["csrftoken"].value
@@ -91,8 +99,10 @@ def test_auditors_get_no_decision_controls_and_the_endpoint_refuses_them(persona
     page = client.get(f"/tasks/{loan_task.pk}/").content.decode()
     assert 'id="read-only-note"' in page
     assert "decide-button" not in page and "claim-button" not in page
-    response = client.post(f"/tasks/{loan_task.pk}/decide", {"decision": "approve", "reason": "x",
-                                                             "checkpoint_id": loan_task.checkpoint_id})
+    response = client.post(
+        f"/tasks/{loan_task.pk}/decide",
+        {"decision": "approve", "reason": "x", "checkpoint_id": loan_task.checkpoint_id},
+    )
     assert response.status_code == 403
     assert client.post(f"/tasks/{loan_task.pk}/claim").status_code == 403
     assert not Decision.objects.filter(task=loan_task).exists()
@@ -110,16 +120,32 @@ def test_the_task_page_renders_the_gate_payload_and_a_typed_edit_form(personas, 
     assert "<script>" not in page  # external scripts only (CSP-ready)
 
 
-@pytest.mark.parametrize("payload,expect", [
-    ({"action_requests": [{"name": "send_email", "args": {"to": "a@b.c"}, "description": "Send it"}],
-      "review_configs": [{"action_name": "send_email", "allowed_decisions": ["approve", "edit", "reject"]}]},
-     ['name="decisions[0].type"', 'name="decisions[0].args.to"', "send_email"]),
-    ([{"action_request": {"action": "refund", "args": {"amount": 12.5}}, "description": "Refund?",
-       "config": {"allow_accept": True, "allow_edit": True, "allow_respond": False, "allow_ignore": True}}],
-     ['name="action_args.amount"', 'inputmode="decimal"', "Refund?", 'value="approve"', 'value="reject"']),
-    ({"question": "Anything else?", "nested": {"deep": [1, 2, {"x": True}]}},
-     ['class="json-tree"', "Anything else?", 'value="respond"']),
-])
+@pytest.mark.parametrize(
+    "payload,expect",
+    [
+        (
+            {
+                "action_requests": [{"name": "send_email", "args": {"to": "a@b.c"}, "description": "Send it"}],
+                "review_configs": [{"action_name": "send_email", "allowed_decisions": ["approve", "edit", "reject"]}],
+            },
+            ['name="decisions[0].type"', 'name="decisions[0].args.to"', "send_email"],
+        ),
+        (
+            [
+                {
+                    "action_request": {"action": "refund", "args": {"amount": 12.5}},
+                    "description": "Refund?",
+                    "config": {"allow_accept": True, "allow_edit": True, "allow_respond": False, "allow_ignore": True},
+                }
+            ],
+            ['name="action_args.amount"', 'inputmode="decimal"', "Refund?", 'value="approve"', 'value="reject"'],
+        ),
+        (
+            {"question": "Anything else?", "nested": {"deep": [1, 2, {"x": True}]}},
+            ['class="json-tree"', "Anything else?", 'value="respond"'],
+        ),
+    ],
+)
 def test_each_payload_kind_renders_its_own_form(personas, payload, expect):
     task = task_make(payload=payload, node="gate")
     page = console_client(personas["reviewer"]).get(f"/tasks/{task.pk}/").content.decode()
@@ -136,8 +162,11 @@ def _decide(client: Client, task, **data):
 
 
 def test_a_value_of_the_wrong_type_is_shown_next_to_its_field(personas, loan_task):
-    response = _decide(console_client(personas["reviewer"]), loan_task,
-                       **{"decision": "approve", "reason": "ok", "edits.amount": "lots"})
+    response = _decide(
+        console_client(personas["reviewer"]),
+        loan_task,
+        **{"decision": "approve", "reason": "ok", "edits.amount": "lots"},
+    )
     assert response.status_code == 422
     html = response.content.decode()
     assert 'id="f-edits-amount-err"' in html and "is not a whole number" in html
@@ -159,8 +188,13 @@ def test_a_missing_outcome_is_refused(personas, loan_task):
 
 
 def test_a_stale_view_is_refused_with_a_refresh_offer(personas, loan_task):
-    response = _decide(console_client(personas["reviewer"]), loan_task, decision="approve", reason="ok",
-                       checkpoint_id="an-older-checkpoint")
+    response = _decide(
+        console_client(personas["reviewer"]),
+        loan_task,
+        decision="approve",
+        reason="ok",
+        checkpoint_id="an-older-checkpoint",
+    )
     assert response.status_code == 409
     html = response.content.decode()
     assert 'id="stale-notice"' in html and "Refresh the task" in html
@@ -168,8 +202,9 @@ def test_a_stale_view_is_refused_with_a_refresh_offer(personas, loan_task):
 
 
 def test_invalid_raw_json_edits_are_refused(personas, loan_task):
-    response = _decide(console_client(personas["reviewer"]), loan_task, decision="edit", reason="r",
-                       edits_json="{not json")
+    response = _decide(
+        console_client(personas["reviewer"]), loan_task, decision="edit", reason="r", edits_json="{not json"
+    )
     assert response.status_code == 422
     assert "not valid JSON" in response.content.decode()
 
@@ -285,8 +320,11 @@ def test_keyset_pages_cover_every_task_once_in_order(personas, sort):
     marker = uuid.uuid4().hex[:8]
     base = timezone.now() - timedelta(hours=1)
     made = [
-        task_make(metadata={"case": marker}, created_at=base + timedelta(seconds=i // 2),  # ties on created_at
-                  due_at=(base + timedelta(hours=i % 3)) if i % 4 else None)
+        task_make(
+            metadata={"case": marker},
+            created_at=base + timedelta(seconds=i // 2),  # ties on created_at
+            due_at=(base + timedelta(hours=i % 3)) if i % 4 else None,
+        )
         for i in range(9)
     ]
     seen, cursor = [], ""
@@ -302,7 +340,7 @@ def test_keyset_pages_cover_every_task_once_in_order(personas, sort):
         assert [t.created_at for t in seen] == sorted((t.created_at for t in seen), reverse=True)
     if sort == "due":
         dues = [t.due_at for t in seen if t.due_at]
-        assert dues == sorted(dues) and all(t.due_at is None for t in seen[len(dues):])
+        assert dues == sorted(dues) and all(t.due_at is None for t in seen[len(dues) :])
 
 
 def test_a_broken_cursor_is_a_clear_error_not_a_crash(personas):
@@ -353,11 +391,14 @@ def test_a_reviewer_cannot_start_threads(personas):
     assert console_client(personas["reviewer"]).post("/threads/new", {"graph": "loan_approval"}).status_code == 403
 
 
-@pytest.mark.parametrize("graph,node,hint", [
-    ("loan_approval", "human_review", "required to edit or reject"),  # the demo graphs' strict policy
-    ("gate_policy_review", "legal", "required to approve"),  # a gate's own rule
-    ("hitl_agent", "model", None),  # no policy: a reason is never required
-])
+@pytest.mark.parametrize(
+    "graph,node,hint",
+    [
+        ("loan_approval", "human_review", "required to edit or reject"),  # the demo graphs' strict policy
+        ("gate_policy_review", "legal", "required to approve"),  # a gate's own rule
+        ("hitl_agent", "model", None),  # no policy: a reason is never required
+    ],
+)
 def test_the_reason_field_says_what_this_gates_policy_requires(personas, graph, node, hint):
     task = task_make(graph=graph, node=node)
     page = console_client(personas["reviewer"]).get(f"/tasks/{task.pk}/").content.decode()

@@ -22,8 +22,13 @@ def hooks(monkeypatch):
     name = f"vendor-{uuid.uuid4().hex[:6]}"
     endpoint = webhook_endpoint_create(actor=None, name=name, graph="loan_approval", gates=["human_review"])
     InboundDelivery.objects.create(
-        endpoint=endpoint, webhook_id=f"msg_{name}", verified=False, status="refused", http_status=401,
-        reason="signature does not match", body_digest="0" * 64,
+        endpoint=endpoint,
+        webhook_id=f"msg_{name}",
+        verified=False,
+        status="refused",
+        http_status=401,
+        reason="signature does not match",
+        body_digest="0" * 64,
     )
     subscription = outbound.subscription_create(
         actor=None, url=f"http://127.0.0.1:9/{name}", graph="loan_approval", event_types=[outbound.EVENT_TYPES[0]]
@@ -31,8 +36,13 @@ def hooks(monkeypatch):
 
     def delivery(status: str, **fields) -> OutboundDelivery:
         return OutboundDelivery.objects.create(
-            subscription=subscription, event_id=f"evt_{uuid.uuid4().hex[:12]}", event_type=outbound.EVENT_TYPES[0],
-            graph="loan_approval", payload={"type": "x"}, status=status, **fields,
+            subscription=subscription,
+            event_id=f"evt_{uuid.uuid4().hex[:12]}",
+            event_type=outbound.EVENT_TYPES[0],
+            graph="loan_approval",
+            payload={"type": "x"},
+            status=status,
+            **fields,
         )
 
     failed = delivery(OutboundStatus.FAILED, attempts=outbound.MAX_ATTEMPTS, last_error="HTTP 500: receiver down")
@@ -40,9 +50,17 @@ def hooks(monkeypatch):
     return {"endpoint": endpoint, "subscription": subscription, "failed": failed, "delivered": done, "sent": sent}
 
 
-@pytest.mark.parametrize("role,expected", [
-    ("operator", 200), ("admin", 200), ("auditor", 200), ("reviewer", 403), ("approver", 403), ("outsider", 403),
-])
+@pytest.mark.parametrize(
+    "role,expected",
+    [
+        ("operator", 200),
+        ("admin", 200),
+        ("auditor", 200),
+        ("reviewer", 403),
+        ("approver", 403),
+        ("outsider", 403),
+    ],
+)
 def test_only_operators_admins_and_auditors_see_webhooks(role, expected, personas, hooks):
     assert console_client(personas[role]).get("/webhooks/").status_code == expected
 
@@ -59,7 +77,7 @@ def test_the_page_lists_endpoints_deliveries_and_the_outbound_log_without_secret
         assert secret.removeprefix("whsec_") not in html
     # A retry button for the failed delivery only.
     assert f'hx-post="/webhooks/deliveries/{hooks["failed"].pk}/retry"' in html
-    assert f'/webhooks/deliveries/{hooks["delivered"].pk}/retry' not in html
+    assert f"/webhooks/deliveries/{hooks['delivered'].pk}/retry" not in html
 
 
 def test_auditors_read_the_log_but_get_no_retry_button_and_cannot_retry(personas, hooks):

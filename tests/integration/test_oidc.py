@@ -249,4 +249,3 @@ def test_without_configuration_there_is_no_single_sign_on():
     assert Client().get("/oidc/authenticate/").status_code == 404
     assert b"single sign-on" not in Client().get("/accounts/login/").content
     assert "console.sso.GatehouseOIDCBackend" not in settings.AUTHENTICATION_BACKENDS
-

@@ -24,7 +24,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db", "live_
 TIMEOUT = httpx.Timeout(30.0)
 
 
-
 @pytest.fixture(scope="session")
 def server(worker: WorkerProcess, bank: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """daphne on a free port, with the worker's environment (test database, Redis, queue, bank)."""

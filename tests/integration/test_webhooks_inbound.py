@@ -330,8 +330,14 @@ def test_the_commands_register_an_endpoint_and_send_a_signed_delivery(operator, 
     name = f"cmd-{uuid.uuid4().hex[:8]}"
     out = io.StringIO()
     call_command(
-        "webhook_endpoint_create", name, "--graph", "kyc_onboarding", "--gate", "identity_check",
-        stdout=out, stderr=io.StringIO(),
+        "webhook_endpoint_create",
+        name,
+        "--graph",
+        "kyc_onboarding",
+        "--gate",
+        "identity_check",
+        stdout=out,
+        stderr=io.StringIO(),
     )
     secret = out.getvalue().strip()
     assert secret.startswith("whsec_") and WebhookEndpoint.objects.get(name=name).secrets == [secret]

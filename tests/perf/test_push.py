@@ -67,7 +67,9 @@ def test_the_long_poll_returns_once_the_thread_pauses_and_the_decision_waits_for
 
     decided = reviewer.client.client.post(
         f"/api/tasks/{task['id']}/decision?wait={timeout}",
-        '{"decision": "approve", "reason": "ok"}', content_type="application/json", headers=reviewer.client.headers,
+        '{"decision": "approve", "reason": "ok"}',
+        content_type="application/json",
+        headers=reviewer.client.headers,
     )
     assert decided.status_code == 201, decided.content
     assert decided.json()["run_status"] == "succeeded"
@@ -111,8 +113,10 @@ def test_a_bad_decision_wait_is_refused_and_decides_nothing(operator, reviewer, 
     run_finish(run=run, outcome=_interrupt_outcome("bad-wait"))
     task = run.thread.tasks.get()
     response = reviewer.client.client.post(
-        f"/api/tasks/{task.id}/decision?wait={wait}", '{"decision": "approve", "reason": "ok"}',
-        content_type="application/json", headers=reviewer.client.headers,
+        f"/api/tasks/{task.id}/decision?wait={wait}",
+        '{"decision": "approve", "reason": "ok"}',
+        content_type="application/json",
+        headers=reviewer.client.headers,
     )
     assert 400 <= response.status_code < 500, response.content
     assert "wait" in response.content.decode()

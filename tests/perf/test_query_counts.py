@@ -49,12 +49,16 @@ def _claimed_run(operator: Persona, **metadata: Any) -> Run:
 def _interrupt_outcome(tag: str) -> Outcome:
     checkpoint_id = f"cp-{uuid.uuid4()}"
     payload = gate_payload(
-        title=f"Loan {tag}", summary="Borderline risk",
+        title=f"Loan {tag}",
+        summary="Borderline risk",
         proposed_action={"name": "disburse", "args": {"amount": 20000, "term_months": 24}},
-        editable=["amount", "term_months"], sla_seconds=3600, details={"risk_score": 0.5},
+        editable=["amount", "term_months"],
+        sla_seconds=3600,
+        details={"risk_score": 0.5},
     )
-    interrupt = PendingInterrupt(interrupt_id=uuid.uuid4().hex, value=payload, node="human_review",
-                                 checkpoint_id=checkpoint_id)
+    interrupt = PendingInterrupt(
+        interrupt_id=uuid.uuid4().hex, value=payload, node="human_review", checkpoint_id=checkpoint_id
+    )
     return Outcome(RunStatus.INTERRUPTED, checkpoint_id, {"amount": 20000, "applicant": tag}, [interrupt])
 
 

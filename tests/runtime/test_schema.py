@@ -72,13 +72,13 @@ def refused(schema: type, values: Any, **kwargs: Any) -> FieldError:
 @pytest.mark.parametrize(
     "key,value",
     [
-        ("amount", "5"),      # a numeric string is not an int
-        ("amount", True),     # a boolean is not an int
-        ("amount", 5.5),      # a fraction is not an int
+        ("amount", "5"),  # a numeric string is not an int
+        ("amount", True),  # a boolean is not an int
+        ("amount", 5.5),  # a fraction is not an int
         ("amount", None),
-        ("note", 5),          # a number is not a string
-        ("urgent", "true"),   # a string is not a boolean
-        ("urgent", 1),        # a number is not a boolean
+        ("note", 5),  # a number is not a string
+        ("urgent", "true"),  # a string is not a boolean
+        ("urgent", 1),  # a number is not a boolean
         ("rate", "0.5"),
         ("tags", "a,b"),
     ],
@@ -209,8 +209,11 @@ def test_it_validates_dataclass_and_pydantic_states(schema):
 
 @pytest.mark.parametrize("schema", [CaseState, DataclassState, PydanticState])
 def test_schema_fields_lists_every_key(schema):
-    expected = {"amount", "note"} if schema is not CaseState else {
-        "amount", "rate", "note", "urgent", "tags", "tier", "person", "messages"}
+    expected = (
+        {"amount", "note"}
+        if schema is not CaseState
+        else {"amount", "rate", "note", "urgent", "tags", "tier", "person", "messages"}
+    )
     assert set(schema_fields(schema)) == expected
 
 
@@ -258,7 +261,8 @@ def test_json_schema_for_describes_a_langchain_agent_state():
     from langchain.agents.middleware import HumanInTheLoopMiddleware
     from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 
-    agent = create_agent(GenericFakeChatModel(messages=iter([])), tools=[],
-                         middleware=[HumanInTheLoopMiddleware(interrupt_on={})])
+    agent = create_agent(
+        GenericFakeChatModel(messages=iter([])), tools=[], middleware=[HumanInTheLoopMiddleware(interrupt_on={})]
+    )
     schema = json_schema_for(agent.builder.state_schema)
     assert "messages" in schema["properties"]

@@ -123,7 +123,11 @@ def sqlite_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     }
     (workdir / "var").mkdir()
     setup = subprocess.Popen(
-        [sys.executable, "-c", _SQLITE_SETUP], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        [sys.executable, "-c", _SQLITE_SETUP],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
     )
     proc, base = daphne_start(env, workdir / "daphne.log")  # imports while the schema is migrated
@@ -157,7 +161,13 @@ def postgres_server(
     workdir = tmp_path_factory.mktemp("postgres-edge")
     proc, base = _serve(env, workdir / "daphne.log")
     yield Server(
-        "postgres", base, personas["admin"].token, workdir / "daphne.log", str(task.thread_id), str(task.id),
-        endpoint.name, endpoint.secrets[0],
+        "postgres",
+        base,
+        personas["admin"].token,
+        workdir / "daphne.log",
+        str(task.thread_id),
+        str(task.id),
+        endpoint.name,
+        endpoint.secrets[0],
     )
     _stop(proc)

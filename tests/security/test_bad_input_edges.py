@@ -207,8 +207,14 @@ def test_a_non_finite_number_in_a_console_start_form_is_a_form_error(personas):
     before = Thread.objects.count()
     response = console_client(personas["operator"]).post(
         "/threads/new",
-        {"graph": "loan_approval", "input.applicant": "Ada", "input.loan_id": "L-1", "input.amount": "1e309",
-         "input.income": "1", "metadata_json": '{"x": NaN}'},
+        {
+            "graph": "loan_approval",
+            "input.applicant": "Ada",
+            "input.loan_id": "L-1",
+            "input.amount": "1e309",
+            "input.income": "1",
+            "metadata_json": '{"x": NaN}',
+        },
     )
     assert response.status_code == 422
     assert b"must be finite" in response.content

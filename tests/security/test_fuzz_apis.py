@@ -107,8 +107,28 @@ POISON_VALUES = st.sampled_from(
     ]
 )
 POISON_TEXT = st.sampled_from(
-    ["\x00", "a\x00b", "9" * 30, str(2**63), str(2**64), "-1", "0", "-9223372036854775809", "1e309", "NaN",
-     "garbage", "x" * 5000, "", " ", "../../etc/passwd", "%", "é", "true", "null", "[]"]
+    [
+        "\x00",
+        "a\x00b",
+        "9" * 30,
+        str(2**63),
+        str(2**64),
+        "-1",
+        "0",
+        "-9223372036854775809",
+        "1e309",
+        "NaN",
+        "garbage",
+        "x" * 5000,
+        "",
+        " ",
+        "../../etc/passwd",
+        "%",
+        "é",
+        "true",
+        "null",
+        "[]",
+    ]
 )
 
 
@@ -119,7 +139,7 @@ def poison_json(draw: Any, value: Any, depth: int = 0) -> Any:
         return {**value, key: poison_json(draw, value[key], depth + 1)}
     if depth < 6 and isinstance(value, list) and value and draw(st.booleans()):
         index = draw(st.integers(0, len(value) - 1))
-        return [*value[:index], poison_json(draw, value[index], depth + 1), *value[index + 1:]]
+        return [*value[:index], poison_json(draw, value[index], depth + 1), *value[index + 1 :]]
     if isinstance(value, dict) and draw(st.booleans()):
         return {**value, draw(st.sampled_from(["x", "\x00", "offset", "limit", "metadata"])): draw(POISON_VALUES)}
     return draw(POISON_VALUES)
@@ -203,7 +223,12 @@ def _documented(operation: Any) -> tuple[set[str], dict[str, Any]]:
 
 
 def _send(
-    run: Run, client: httpx.Client, operation: Any, case: Any, data: Any, until: float,
+    run: Run,
+    client: httpx.Client,
+    operation: Any,
+    case: Any,
+    data: Any,
+    until: float,
     sweep: tuple[str, str, Any] | None = None,
 ) -> None:
     server = run.server
@@ -268,7 +293,10 @@ def _send(
     run.examples[operation.label] = run.examples.get(operation.label, 0) + 1
     try:
         response = client.request(
-            operation.method.upper(), url, params={k: str(v) for k, v in query.items()}, content=content,
+            operation.method.upper(),
+            url,
+            params={k: str(v) for k, v in query.items()},
+            content=content,
             headers=headers,
         )
     except (httpx.InvalidURL, UnicodeEncodeError, httpx.LocalProtocolError):
@@ -327,8 +355,12 @@ def _operation_fuzz(run: Run, client: httpx.Client, operation: Any, until: float
 
     @seed(SEED)
     @settings(
-        max_examples=examples, deadline=None, database=None, phases=[Phase.generate],
-        suppress_health_check=list(HealthCheck), print_blob=False,
+        max_examples=examples,
+        deadline=None,
+        database=None,
+        phases=[Phase.generate],
+        suppress_health_check=list(HealthCheck),
+        print_blob=False,
     )
     @given(case=strategy, data=st.data())
     def one(case: Any, data: Any) -> None:
@@ -376,7 +408,6 @@ def test_no_request_to_either_api_causes_a_server_error(request, backend, capsys
         distinct.setdefault((failure.operation, failure.status), failure)
     report = "\n".join(f"- {f.operation}: {f.problem}\n    {f.request}" for f in distinct.values())
     assert not distinct, (
-        f"{len(run.failures)} bad responses on {backend} (seed {SEED}):\n{report}\n"
-        f"server log:\n{server.log_tail(80)}"
+        f"{len(run.failures)} bad responses on {backend} (seed {SEED}):\n{report}\nserver log:\n{server.log_tail(80)}"
     )
     assert run.requests > 0

@@ -240,8 +240,11 @@ def test_dns_rebinding_to_loopback_is_refused_at_send_time(operator, dns, receiv
     created = _subscribe(operator, receiver.url("rebind.example.test"), graph="breakpoint_review")
     assert created.status_code == 201, created.content
     delivery = OutboundDelivery.objects.create(
-        subscription_id=created.json()["id"], event_id="evt_rebind", event_type="task.opened",
-        graph="breakpoint_review", payload={"type": "task.opened"},
+        subscription_id=created.json()["id"],
+        event_id="evt_rebind",
+        event_type="task.opened",
+        graph="breakpoint_review",
+        payload={"type": "task.opened"},
     )
     outbound.delivery_attempt(delivery_id=delivery.pk)
     delivery.refresh_from_db()

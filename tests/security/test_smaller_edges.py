@@ -116,7 +116,12 @@ def test_embedded_mode_keeps_the_secret_key_and_databases_owner_only(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "SECRET_KEY")}
     env.update(DJANGO_SETTINGS_MODULE="console.settings", GATEHOUSE_VAR_DIR=str(tmp_path / "var"))
     result = subprocess.run(
-        [sys.executable, "-c", PROBE], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+        [sys.executable, "-c", PROBE],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
         preexec_fn=lambda: os.umask(0o022),
     )
     assert result.returncode == 0, result.stderr[-3000:]
@@ -140,8 +145,9 @@ def test_a_world_readable_file_left_by_an_older_version_is_tightened(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "SECRET_KEY")}
     env.update(DJANGO_SETTINGS_MODULE="console.settings", GATEHOUSE_VAR_DIR=str(var))
     probe = "import django; django.setup(); from django.conf import settings; print(settings.SECRET_KEY)"
-    result = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True, text=True,
-                            timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip().splitlines()[-1] == "an-old-key"
     assert stat.S_IMODE(var.stat().st_mode) == 0o700

@@ -157,13 +157,17 @@ def test_every_change_to_an_endpoint_is_audited_with_before_and_after_and_no_sec
     rotated = admin.post(f"/api/webhook-endpoints/{name}/rotate", {"keep_previous": True})
     assert rotated.status_code == 200 and rotated.json()["secrets"][1:] == first
     scoped = admin.client.patch(
-        f"/api/webhook-endpoints/{name}", json.dumps({"gates": ["identity_check", "compliance_review"]}),
-        content_type="application/json", headers=admin.headers,
+        f"/api/webhook-endpoints/{name}",
+        json.dumps({"gates": ["identity_check", "compliance_review"]}),
+        content_type="application/json",
+        headers=admin.headers,
     )
     assert scoped.status_code == 200 and scoped.json()["gates"] == ["compliance_review", "identity_check"]
     unknown = admin.client.patch(
-        f"/api/webhook-endpoints/{name}", json.dumps({"gates": ["nope"]}),
-        content_type="application/json", headers=admin.headers,
+        f"/api/webhook-endpoints/{name}",
+        json.dumps({"gates": ["nope"]}),
+        content_type="application/json",
+        headers=admin.headers,
     )
     assert unknown.status_code == 422 and unknown.json()["error"]["field"] == "gates"
     deleted = admin.client.delete(f"/api/webhook-endpoints/{name}", headers=admin.headers)
@@ -171,7 +175,9 @@ def test_every_change_to_an_endpoint_is_audited_with_before_and_after_and_no_sec
 
     events = {e.action: e for e in AuditEvent.objects.filter(subject_type="webhook", subject_id=name)}
     assert set(events) == {
-        "webhook.endpoint_created", "webhook.endpoint_rotated", "webhook.endpoint_gates_changed",
+        "webhook.endpoint_created",
+        "webhook.endpoint_rotated",
+        "webhook.endpoint_gates_changed",
         "webhook.endpoint_deleted",
     }
     assert all(e.actor_label == personas["admin"].username for e in events.values())

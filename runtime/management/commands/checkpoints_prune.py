@@ -32,4 +32,3 @@ class Command(BaseCommand):
             self.stderr.write(f"failed: {error}")
         if report.errors:
             raise CommandError(f"{len(report.errors)} thread(s) could not be pruned (see above)")
-
