@@ -36,6 +36,7 @@ from approvals.errors import Conflict, Forbidden, InvalidInput, NotFound
 from approvals.inputs import text_problem
 from approvals.models import (
     ApprovalTask,
+    AuditAction,
     Decision,
     ExternalSource,
     ExternalTask,
@@ -220,7 +221,7 @@ def _create(*, actor: User, spec: ExternalTaskSpec, source: ExternalSource, grap
     )
     audit_record(
         actor=actor,
-        action="task.opened",
+        action=AuditAction.TASK_OPENED,
         subject_type="task",
         subject_id=task.id,
         thread_id=thread.id,
@@ -321,7 +322,7 @@ def _external_complete(task: ApprovalTask, decision: Decision, actor: User) -> N
         transaction.on_commit(lambda: _dispatch(pk))
     audit_record(
         actor=actor,
-        action="external.decided",
+        action=AuditAction.EXTERNAL_DECIDED,
         subject_type="task",
         subject_id=task.id,
         thread_id=task.thread_id,

@@ -147,6 +147,7 @@ class AuditAction(models.TextChoices):
     DECISION_REFUSED = "decision.refused"
     EFFECT_EXECUTED = "effect.executed"
     SENSITIVE_REVEALED = "sensitive.revealed"
+    EXTERNAL_DECIDED = "external.decided"
     AUDIT_ANCHOR = "audit.anchor"
     AUDIT_EXPORTED = "audit.exported"
     AUTH_LOGIN = "auth.login"

@@ -110,7 +110,7 @@ class _Listener:
                                 self.listening.clear()
                                 self._thread = None
                                 return
-            except Exception as exc:  # the waiters' fallback poll covers the gap
+            except Exception as exc:  # noqa: BLE001 - the waiters' fallback poll covers the gap
                 self.listening.clear()
                 log.warning("LISTEN %s connection lost (%s); reconnecting", CHANNEL, exc)
                 time.sleep(1.0)
