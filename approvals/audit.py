@@ -67,8 +67,10 @@ def audit_record(
 ) -> AuditEvent:
     if not transaction.get_connection().in_atomic_block:
         raise RuntimeError("audit_record must run inside the transaction of the change it records")
-    user = actor if isinstance(actor, User) else None
-    label = actor_label or (user.get_username() if user is not None else "system")
+    # A principal that was never stored (``manage.py`` acting as a superuser) is recorded by its name.
+    named = actor if isinstance(actor, User) else None
+    user = named if named is not None and named.pk is not None else None
+    label = actor_label or (named.get_username() if named is not None else "system")
     _chain_lock()
     prev = AuditEvent.objects.order_by("-id").values_list("hash", flat=True).first() or GENESIS
     event = AuditEvent(

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from django.test import Client
+from django.utils import timezone
 
 from approvals.models import ApprovalTask
 from runtime.gatekeeper import gate_payload
@@ -71,6 +72,8 @@ def task_make(
         title=title or (payload.get("title", node) if isinstance(payload, dict) else node),
         status=status,
         due_at=due_at,
+        # A decided task has a decision time, as task_decide records it (metrics and history read it).
+        decided_at=timezone.now() if status == "decided" else None,
     )
     if created_at is not None:
         ApprovalTask.objects.filter(pk=task.pk).update(created_at=created_at)
