@@ -17,14 +17,13 @@ import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from approvals.models import ApprovalTask
-from runtime.models import Thread
+from runtime.models import Thread, ThreadStatus
 from tests.conftest import (
     ROOT,
     daphne_start,
     loan_input,
     pending_tasks,
     process_group_stop,
-    thread_settled,
     thread_start,
     wait_for,
     worker_env,
@@ -135,8 +134,11 @@ def test_a_reviewer_claims_edits_approves_and_watches_the_thread_complete(browse
     expect(page.locator("#task-live")).to_contain_text("disburse")
     page.screenshot(path=str(SCREENSHOTS / "task.png"), full_page=True)
 
-    done = thread_settled(reviewer, thread["id"])
-    assert done["values"]["amount"] == 15000 and done["values"]["status"] == "disbursed"
+    # Read from the database: Playwright's sync API runs an event loop in this thread, so the
+    # test client cannot call the (async, long-polling) thread endpoint from here.
+    done = Thread.objects.get(pk=thread["id"])
+    assert done.status == ThreadStatus.COMPLETED
+    assert done.values["amount"] == 15000 and done.values["status"] == "disbursed"
     assert bank.ledger.executions[f"gh:{thread['id']}:disburse"] == 1
 
     page.goto(f"{server}/threads/{thread['id']}/")
