@@ -67,6 +67,10 @@ CARRIERS = ("input", "edit", "args", "resume", "lg_input", "lg_edit", "lg_args",
 NOT_CRAWLED: dict[str, str] = {
     # writes: their response echoes the caller's own request; what they store is read back by the crawl
     "POST /api/threads": "write (start a thread)",
+    "POST /api/external-tasks": "write (an engine creates an external task)",
+    # The canary is planted in graph threads only; external tasks (their own redaction paths) are
+    # covered by tests/external. The same task is crawled by id through GET /api/external-tasks/{task_id}.
+    "GET /api/external-tasks/by-key/{source}/{key}": "external tasks are not planted (see tests/external)",
     "POST /api/threads/{thread_id}/retry": "write (retry a failed thread)",
     "POST /api/tasks/{task_id}/decision": "write (decide); the decision is read back through GET /api/tasks/{task_id}",
     "POST /api/webhooks/{name}": "write (a signed inbound delivery)",
