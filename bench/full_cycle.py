@@ -178,6 +178,16 @@ class Proc:
             return ""
 
 
+def worker_proc(env: dict[str, str], queue: str, run_dir: Path, *, concurrency: int = 4) -> tuple[Proc, Path]:
+    """A Celery worker on ``queue`` (threads pool) and the file it writes once it is ready."""
+    ready = run_dir / "worker.ready"
+    ready.unlink(missing_ok=True)
+    command = [sys.executable, "-m", "celery", "-A", "console", "worker", "--pool=threads",
+               f"--concurrency={concurrency}", "--loglevel=WARNING", "-Q", queue,
+               "--without-mingle", "--without-gossip", "--without-heartbeat"]  # fmt: skip
+    return Proc("worker", command, {**env, "GATEHOUSE_READY_FILE": str(ready)}, run_dir), ready
+
+
 def bench_env(db_name: str, queue: str, bank_url: str, var_dir: Path) -> dict[str, str]:
     env = {
         k: v
@@ -763,29 +773,7 @@ def main() -> int:
         manage(env, "migrate", "--noinput", "-v", "0")
         tokens = bench_users(env)
 
-        ready = run_dir / "worker.ready"
-        ready.unlink(missing_ok=True)
-        worker = Proc(
-            "worker",
-            [
-                sys.executable,
-                "-m",
-                "celery",
-                "-A",
-                "console",
-                "worker",
-                "--pool=threads",
-                f"--concurrency={args.worker_concurrency}",
-                "--loglevel=WARNING",
-                "-Q",
-                queue,
-                "--without-mingle",
-                "--without-gossip",
-                "--without-heartbeat",
-            ],
-            {**env, "GATEHOUSE_READY_FILE": str(ready)},
-            run_dir,
-        )
+        worker, ready = worker_proc(env, queue, run_dir, concurrency=args.worker_concurrency)
         procs.append(worker)
         port = free_port()
         web_env = {**env, "DJANGO_SETTINGS_MODULE": "bench.settings"} if args.web_pool else env

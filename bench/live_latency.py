@@ -58,6 +58,7 @@ from bench.full_cycle import (  # noqa: E402
     percentile,
     redis_forget,
     wait_until,
+    worker_proc,
 )
 
 TARGET_P95_MS = 50.0
@@ -196,29 +197,7 @@ def main() -> int:
         created = True
         manage(env, "migrate", "--noinput", "-v", "0")
         tokens = bench_users(env, PASSWORD)
-        ready = run_dir / "worker.ready"
-        ready.unlink(missing_ok=True)
-        worker = Proc(
-            "worker",
-            [
-                sys.executable,
-                "-m",
-                "celery",
-                "-A",
-                "console",
-                "worker",
-                "--pool=threads",
-                "--concurrency=4",
-                "--loglevel=WARNING",
-                "-Q",
-                queue,
-                "--without-mingle",
-                "--without-gossip",
-                "--without-heartbeat",
-            ],
-            {**env, "GATEHOUSE_READY_FILE": str(ready)},
-            run_dir,
-        )
+        worker, ready = worker_proc(env, queue, run_dir)
         procs.append(worker)
         port = free_port()
         web = Proc(

@@ -44,6 +44,7 @@ from bench.full_cycle import (  # noqa: E402
     manage,
     redis_forget,
     wait_until,
+    worker_proc,
 )
 
 RESUME = {"decision": "approve", "reason": "bench", "reviewer": "bench"}
@@ -96,29 +97,7 @@ def gatehouse(args: argparse.Namespace) -> dict[str, Any]:
     try:
         manage(env, "migrate", "--noinput", "-v", "0")
         tokens = bench_users(env)
-        ready = run_dir / "worker.ready"
-        ready.unlink(missing_ok=True)
-        worker = Proc(
-            "worker",
-            [
-                sys.executable,
-                "-m",
-                "celery",
-                "-A",
-                "console",
-                "worker",
-                "--pool=threads",
-                "--concurrency=4",
-                "--loglevel=WARNING",
-                "-Q",
-                queue,
-                "--without-mingle",
-                "--without-gossip",
-                "--without-heartbeat",
-            ],
-            {**env, "GATEHOUSE_READY_FILE": str(ready)},
-            run_dir,
-        )
+        worker, ready = worker_proc(env, queue, run_dir)
         procs.append(worker)
         port = free_port()
         procs.append(
