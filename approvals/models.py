@@ -44,6 +44,13 @@ class ApprovalTask(models.Model):
     required_approvals = models.PositiveSmallIntegerField(default=1)
     created_at = models.DateTimeField(auto_now_add=True)
     decided_at = models.DateTimeField(null=True, blank=True)
+    # Routing (hand-offs, escalation): a person and/or a group the task is assigned to. Empty means
+    # everyone the policy lets decide the gate; an assignment narrows who is asked, never who may see.
+    assigned_user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    assigned_group = models.ForeignKey("auth.Group", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    assigned_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [
