@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
+from django.utils import timezone
 
 from runtime.models import Run, Thread
 
@@ -183,6 +185,11 @@ class AuditAction(models.TextChoices):
     WEBHOOK_SUBSCRIPTION_CREATED = "webhook.subscription_created"
     WEBHOOK_DELIVERY_REFUSED = "webhook.delivery_refused"
     WEBHOOK_DELIVERY_RETRIED = "webhook.delivery_retried"
+    # hand-offs (approvals/claims.py, approvals/assignment.py)
+    TASK_REASSIGNED = "task.reassigned"
+    TASK_DELEGATED = "task.delegated"
+    USER_AWAY_SET = "user.away_set"
+    USER_AWAY_CLEARED = "user.away_cleared"
 
 
 class AuditEvent(models.Model):
@@ -447,3 +454,57 @@ class ExternalTask(models.Model):
 
     def __str__(self) -> str:
         return f"external task {self.source_id}/{self.key}"
+
+
+# --- hand-offs: claims, out-of-office (approvals/claims.py, approvals/assignment.py) -----------
+
+
+class TaskClaim(models.Model):
+    """A time-limited lock a reviewer takes on a task so two people do not review it at once.
+
+    One row per task (the primary key is the task): a claim that expired is
+    simply overwritten by the next claimant, so no sweeper is needed. The table
+    keeps the name it had when claims lived in the console (``console_taskclaim``).
+    """
+
+    task = models.OneToOneField(ApprovalTask, primary_key=True, on_delete=models.CASCADE, related_name="claim")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    claimed_at = models.DateTimeField()
+    expires_at = models.DateTimeField(db_index=True)
+
+    class Meta:
+        db_table = "console_taskclaim"
+        indexes = [models.Index(fields=["user", "expires_at"], name="claim_user_expires")]
+        permissions = [
+            ("release_any_claim", "Can release a task claimed by someone else"),
+            ("reassign_task", "Can reassign approval tasks to a person or a group (leads)"),
+        ]
+
+    def __str__(self) -> str:
+        return f"claim on {self.task_id} by {self.user_id} until {self.expires_at:%H:%M}"
+
+    @property
+    def is_active(self) -> bool:
+        return self.expires_at > timezone.now()
+
+
+class Away(models.Model):
+    """A reviewer's out-of-office: while it lasts, new assignments naming them go to ``delegate``.
+
+    ``starts_at`` / ``ends_at`` are optional: no start means "from now", no end "until cleared".
+    """
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, primary_key=True, on_delete=models.CASCADE, related_name="away"
+    )
+    delegate = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    starts_at = models.DateTimeField(null=True, blank=True)
+    ends_at = models.DateTimeField(null=True, blank=True)
+    note = models.CharField(max_length=300, blank=True, default="")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"{self.user_id} away → {self.delegate_id}"
+
+    def is_active_at(self, when: datetime) -> bool:
+        return (self.starts_at is None or self.starts_at <= when) and (self.ends_at is None or when < self.ends_at)

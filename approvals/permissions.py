@@ -50,12 +50,21 @@ ROLES: dict[str, list[str]] = {
         "runtime.view_thread",
         "runtime.start_thread",
         "runtime.retry_thread",
-        "console.release_any_claim",
+        "approvals.release_any_claim",
         "approvals.manage_webhooks",  # an inbound endpoint's secret is a decision credential
         "approvals.manage_users",  # user administration (approvals.users); a token needs the "admin" action
+        "approvals.reassign_task",  # hand-offs: move a task to a person or a group
     ],
     # Webhook principals (``webhook:<endpoint>``): decide tasks of their endpoint's graph, nothing else.
     "service": ["approvals.view_approvaltask", "approvals.decide_task", "runtime.view_thread"],
+    # hand-offs: a team lead reviews, moves tasks between people and groups, and breaks stale claims.
+    "lead": [
+        "approvals.view_approvaltask",
+        "approvals.decide_task",
+        "runtime.view_thread",
+        "approvals.reassign_task",
+        "approvals.release_any_claim",
+    ],
 }
 
 
@@ -70,6 +79,7 @@ TOKEN_ACTIONS: dict[str, str] = {
     "approvals.approve_final": "decide",
     "runtime.start_thread": "start",
     "runtime.retry_thread": "retry",
+    "approvals.reassign_task": "decide",  # hand-offs: routing decision work is decision work
 }
 TOKEN_SCOPE_ATTR = "gatehouse_token_scope"  # noqa: S105 - set on the user by token authentication
 
@@ -199,3 +209,16 @@ def require_start(user: Principal, graph: str) -> None:
 
 def require_retry(user: Principal, thread: Thread) -> None:
     require(user, "runtime.retry_thread", "retry threads")
+
+
+# --- hand-offs -----------------------------------------------------------------------------------
+
+
+def can_reassign(user: Principal, task: ApprovalTask) -> bool:
+    """Leads and admins move tasks of graphs they may see to people and groups."""
+    return can(user, "approvals.reassign_task") and graph_visible(user, task.graph)
+
+
+def require_reassign(user: Principal, task: ApprovalTask) -> None:
+    if not can_reassign(user, task):
+        raise Forbidden("you may not reassign tasks (a lead's or an admin's right)")

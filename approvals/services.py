@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from approvals import gateway, permissions
 from approvals.audit import audit_record, canonical
+from approvals.claims import claim_check
 from approvals.errors import Conflict, Forbidden, InvalidInput
 from approvals.gate_policy import GatePolicy, gate_policy
 from approvals.intent import proposed_action, signed_command, signed_digest
@@ -37,18 +38,6 @@ from runtime.registry import UnknownGraph, graph_get, graph_names
 from runtime.runs import PendingInterrupt, ThreadBusy, retry_command, run_enqueue, thread_create
 from runtime.schema import FieldError, values_validate
 from runtime.storable import NotStorable, value_storable_check
-
-# Checks other layers add to every decision, run under the task's row lock
-# (the console registers its claim check here, so the API and webhooks honour
-# claims too). A guard raises a DomainError to refuse.
-DecisionGuard = Callable[[User, ApprovalTask], None]
-decision_guards: list[DecisionGuard] = []
-
-
-def decision_guard_register(guard: DecisionGuard) -> None:
-    if guard not in decision_guards:
-        decision_guards.append(guard)
-
 
 # How a decided task of a kind with no graph to resume completes, by task kind
 # (approvals.external registers the external kind). Runs in the decision's transaction.
@@ -282,8 +271,7 @@ def _task_decide(*, actor: User, task_id: Any, request: DecisionRequest, signer:
         )
     if thread.status != ThreadStatus.INTERRUPTED or thread.checkpoint_id != task.checkpoint_id:
         raise Conflict("the thread has moved on since this task opened; reload it", field="checkpoint_id")
-    for guard in decision_guards:
-        guard(actor, task)
+    own_claim = claim_check(actor, task)  # someone else's active claim refuses, on every surface
     redaction = redaction_policy(actor, task)
     evidence = evidence_digest(task=task, redaction=redaction)
     if request.evidence_digest is not None and request.evidence_digest != evidence:
@@ -333,6 +321,8 @@ def _task_decide(*, actor: User, task_id: Any, request: DecisionRequest, signer:
             action=signed_action,
         ),
     )
+    if own_claim is not None:
+        own_claim.delete()  # the holder has signed: the task is free for the next signer (or done)
     approvals = sum(1 for d in earlier if d.meaning == "approved") + (1 if meaning == "approved" else 0)
     quorum = {"approvals": approvals, "required": task.required_approvals, "met": final}
     audit_record(
@@ -373,7 +363,7 @@ def _task_decide(*, actor: User, task_id: Any, request: DecisionRequest, signer:
     return decision
 
 
-def _separation_required(task: ApprovalTask) -> bool:
+def separation_required(task: ApprovalTask) -> bool:
     return bool(
         task.required_approvals > 1
         or gate_policy(task.payload, task.kind).separation_of_duties
@@ -397,7 +387,7 @@ def _quorum_position(
         return False, sum(1 for d in earlier if d.outcome == "reject") + 1 >= needed
     if request.outcome not in APPROVING:
         return False, True  # a response decides at once
-    sod = _separation_required(task)
+    sod = separation_required(task)
     if sod and proposes_edit:
         # Under separation of duties an edit is a proposal: someone else must approve it.
         return False, False

@@ -7,11 +7,7 @@ class ConsoleConfig(AppConfig):
 
     def ready(self) -> None:
         from approvals.events import events_subscribe
-        from approvals.services import decision_guard_register
         from console import checks, logs  # noqa: F401 - registers system checks and the run log-context receiver
         from console.live import on_audit_recorded
-        from console.services import claim_guard
 
         events_subscribe(on_audit_recorded)  # live updates to websocket groups, after commit
-
-        decision_guard_register(claim_guard)

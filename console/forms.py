@@ -25,6 +25,7 @@ from approvals.payloads import DecisionRequest, decisions_allowed, payload_kind
 from console.selectors import SORTS
 
 CLAIM_CHOICES = [("", "Anyone"), ("mine", "Claimed by me"), ("unclaimed", "Unclaimed"), ("others", "Claimed by others")]
+ASSIGNED_CHOICES = [("", "Anyone"), ("me", "Assigned to me / my groups")]  # hand-offs
 STATUS_CHOICES = [(s.value, s.label) for s in TaskStatus] + [("all", "Any status")]
 DECISION_LABELS = {"approve": "Approve", "reject": "Reject", "edit": "Edit and approve", "respond": "Respond"}
 
@@ -47,6 +48,8 @@ class InboxFilterForm(forms.Form):
     claimed = forms.ChoiceField(required=False, choices=CLAIM_CHOICES, label="Claim")
     sort = forms.ChoiceField(required=False, choices=[(k, v[1]) for k, v in SORTS.items()])
     cursor = forms.CharField(required=False, max_length=400)
+    # hand-offs: tasks asked of me by name or through one of my groups
+    assigned = forms.ChoiceField(required=False, choices=ASSIGNED_CHOICES, label="Assigned")
 
     def filters(self) -> dict[str, str]:
         data = self.cleaned_data
@@ -59,6 +62,7 @@ class InboxFilterForm(forms.Form):
             "claimed": data.get("claimed") or "",
             "sort": data.get("sort") or "newest",
             "cursor": data.get("cursor") or "",
+            "assigned": data.get("assigned") or "",
         }
 
 

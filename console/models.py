@@ -1,36 +1,8 @@
-"""Console-only state: who is working on which approval task right now."""
+"""Console-only state: heartbeats of background processes (claims moved to ``approvals.models.TaskClaim``)."""
 
 from __future__ import annotations
 
-from django.conf import settings
 from django.db import models
-from django.utils import timezone
-
-from approvals.models import ApprovalTask
-
-
-class TaskClaim(models.Model):
-    """A time-limited lock a reviewer takes on a task so two people do not review it at once.
-
-    One row per task (the primary key is the task): a claim that expired is
-    simply overwritten by the next claimant, so no sweeper is needed.
-    """
-
-    task = models.OneToOneField(ApprovalTask, primary_key=True, on_delete=models.CASCADE, related_name="claim")
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
-    claimed_at = models.DateTimeField()
-    expires_at = models.DateTimeField(db_index=True)
-
-    class Meta:
-        indexes = [models.Index(fields=["user", "expires_at"], name="claim_user_expires")]
-        permissions = [("release_any_claim", "Can release a task claimed by someone else")]
-
-    def __str__(self) -> str:
-        return f"claim on {self.task_id} by {self.user_id} until {self.expires_at:%H:%M}"
-
-    @property
-    def is_active(self) -> bool:
-        return self.expires_at > timezone.now()
 
 
 class HeartbeatComponent(models.TextChoices):

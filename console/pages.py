@@ -13,14 +13,14 @@ from urllib.parse import urlencode
 
 from django.http import QueryDict
 
-from approvals import gateway, permissions
+from approvals import assignment, gateway, permissions
 from approvals import selectors as approvals_selectors
+from approvals.claims import can_release_any, claim_for
 from approvals.errors import DomainError
 from approvals.models import ApprovalTask
 from approvals.payloads import payload_kind
 from console import selectors
 from console.forms import DecisionForm, InboxFilterForm, decision_form_for
-from console.services import can_release_any, claim_active
 from runtime.models import Thread
 from runtime.registry import REASON_OUTCOMES, UnknownGraph, graph_get
 from runtime.schema import json_schema_for
@@ -57,6 +57,7 @@ def inbox_context(user: Any, params: QueryDict, *, limit: int = INBOX_PAGE_SIZE)
         "first_url": "?" + urlencode(base),
         "next_url": next_url,
         "me": user,
+        "away": assignment.away_get(user),  # hand-offs: the header says when you are away and who covers
     }
 
 
@@ -72,7 +73,7 @@ def task_live_context(user: Any, task_id: Any) -> dict[str, Any]:
     """The part of the task page that changes while the reviewer looks at it."""
     task = permissions.task_get_for(user, task_id)
     thread = task.thread
-    claim = claim_active(task) if task.is_open else None
+    claim = claim_for(task) if task.is_open else None
     quorum = selectors.quorum_for(user=user, task=task)
     signed = next((d for d in quorum.decisions if d.actor_id == user.pk), None)
     recent = list(thread.effects.order_by("-created_at")[:5])
@@ -92,6 +93,23 @@ def task_live_context(user: Any, task_id: Any) -> dict[str, Any]:
         # Only a finished thread's values are shown, and only as the gateway masks them for this viewer.
         "result": gateway.thread_values_for(user, thread) if thread.is_finished else None,
         "me": user,
+        **_handoff_context(user, task, claim),
+    }
+
+
+# --- hand-offs (approvals.assignment): who the task is assigned to, and the reassign/delegate forms ---
+
+
+def _handoff_context(user: Any, task: ApprovalTask, claim: Any) -> dict[str, Any]:
+    can_reassign = task.is_open and permissions.can_reassign(user, task)
+    can_delegate = task.is_open and claim is not None and claim.user_id == user.pk
+    return {
+        "assignees": assignment.task_assignees(task),
+        "can_reassign": can_reassign,
+        "can_delegate": can_delegate,
+        # Pickers only for whoever sees a form; the services check each choice.
+        "colleagues": assignment.colleagues_for(user) if can_reassign or can_delegate else [],
+        "groups": assignment.groups_for_reassign() if can_reassign else [],
     }
 
 

@@ -15,6 +15,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from approvals import gateway, permissions
+from approvals.assignment import assigned_to_q
 from approvals.errors import InvalidInput, NotFound
 from approvals.intent import action_edits
 from approvals.models import ApprovalTask, AuditEvent, Decision
@@ -74,11 +75,14 @@ def inbox_list(
     sort: str = "newest",
     cursor: str = "",
     limit: int = 50,
+    assigned: str = "",
 ) -> Page:
     """One page of approval tasks; keyset-paginated so page 2,000 costs what page 1 does."""
     if sort not in SORTS:
         raise InvalidInput(f"unknown sort {sort!r}", field="sort")
-    qs = permissions.tasks_visible(user).select_related("thread", "claim", "claim__user")
+    qs = permissions.tasks_visible(user).select_related(
+        "thread", "claim", "claim__user", "assigned_user", "assigned_group"
+    )
     if status:
         qs = qs.filter(status=status)
     if graph:
@@ -92,6 +96,8 @@ def inbox_list(
         qs = qs.filter(Q(claim__isnull=True) | Q(claim__expires_at__lte=now))
     elif claimed == "others":
         qs = qs.filter(claim__expires_at__gt=now).exclude(claim__user_id=user.pk or 0)
+    if assigned == "me":  # hand-offs: the one rule for reading assignments (approvals.assignment)
+        qs = qs.filter(assigned_to_q(user))
     q = q.strip()
     if q:
         qs = qs.filter(_search(q))

@@ -1,7 +1,7 @@
 """The task page, claiming, and deciding.
 
-Deciding goes through ``console.services.task_decide_checked`` (claims, then
-``approvals.services.task_decide``). Every refusal re-renders the decision
+Deciding goes through ``console.services.task_decide_checked`` (``approvals.services.task_decide``
+with this session's sign-in proof; it checks claims itself). Every refusal re-renders the decision
 panel with the message next to the field it concerns; nothing is saved.
 """
 
@@ -17,7 +17,7 @@ from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
-from approvals import permissions
+from approvals import claims, permissions
 from approvals.errors import Conflict, DomainError
 from approvals.payloads import DecisionRequest
 from approvals.redaction import MASK
@@ -62,7 +62,7 @@ def _claim_response(request: HtmxHttpRequest, task_id: UUID, error: str = "", st
 @domain_errors
 def task_claim(request: HtmxHttpRequest, task_id: UUID) -> HttpResponse:
     try:
-        services.task_claim(actor=request.user, task_id=task_id)  # type: ignore[arg-type]
+        claims.task_claim(actor=request.user, task_id=task_id)  # type: ignore[arg-type]
     except Conflict as exc:
         return _claim_response(request, task_id, exc.message, exc.status)
     return _claim_response(request, task_id)
@@ -72,7 +72,7 @@ def task_claim(request: HtmxHttpRequest, task_id: UUID) -> HttpResponse:
 @console_login_required
 @domain_errors
 def task_release(request: HtmxHttpRequest, task_id: UUID) -> HttpResponse:
-    services.task_release(actor=request.user, task_id=task_id)  # type: ignore[arg-type]
+    claims.task_release(actor=request.user, task_id=task_id)  # type: ignore[arg-type]
     return _claim_response(request, task_id)
 
 

@@ -9,8 +9,7 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from approvals.models import AuditEvent, Decision
-from console.models import TaskClaim
+from approvals.models import AuditEvent, Decision, TaskClaim
 from console.selectors import inbox_list
 from tests.console.conftest import console_client, task_make
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from approvals.claims import task_claim, task_release
 from approvals.models import ApprovalTask
-from console.services import task_claim, task_release
 from tests.conftest import loan_input, pending_tasks, thread_settled, thread_start
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db", "live_worker")]

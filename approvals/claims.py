@@ -1,0 +1,113 @@
+"""Claims: who is working on a task right now (a domain concept every surface honours).
+
+A claim is a time-limited lock (``GATEHOUSE_CLAIM_SECONDS``) one reviewer takes
+on an open task. ``task_decide`` checks it inline (``claim_check``): someone
+else's active claim refuses the decision on every surface (console, API,
+webhooks, /lg/). Only the holder or a principal with
+``approvals.release_any_claim`` (admins, leads) releases it early; an expired
+claim is simply overwritten by the next claimant.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.db import transaction
+from django.utils import timezone
+from django.utils.formats import date_format
+
+from approvals import permissions
+from approvals.audit import audit_record
+from approvals.errors import Conflict, Forbidden
+from approvals.models import ApprovalTask, AuditAction, TaskClaim
+
+
+def can_release_any(user: permissions.Principal) -> bool:
+    """Admins and leads may break someone else's claim (a reviewer went home holding ten tasks)."""
+    return permissions.can(user, "approvals.release_any_claim")
+
+
+def claim_for(task: ApprovalTask) -> TaskClaim | None:
+    """The task's active claim, if any (an expired row is no claim)."""
+    claim = TaskClaim.objects.select_related("user").filter(task_id=task.pk).first()
+    return claim if claim is not None and claim.is_active else None
+
+
+def claim_held_message(claim: TaskClaim) -> str:
+    until = date_format(timezone.localtime(claim.expires_at), "H:i")
+    return f"{claim.user.get_username()} has claimed this task until {until} UTC"
+
+
+def claim_check(actor: User, task: ApprovalTask) -> TaskClaim | None:
+    """Refuse ``actor``'s decision while someone else holds an active claim (called under the task's lock).
+
+    Returns ``actor``'s own active claim, which the decision then ends.
+    """
+    claim = claim_for(task)
+    if claim is not None and claim.user_id != actor.pk:
+        raise Conflict(f"{claim_held_message(claim)}; ask them or an admin to release it", field="claim")
+    return claim
+
+
+def claim_put(*, task: ApprovalTask, user: User) -> TaskClaim:
+    """Write ``user``'s claim on ``task`` (the caller holds the task's lock and audits)."""
+    now = timezone.now()
+    expires = now + timedelta(seconds=settings.GATEHOUSE_CLAIM_SECONDS)
+    claim, _ = TaskClaim.objects.update_or_create(
+        task=task, defaults={"user": user, "claimed_at": now, "expires_at": expires}
+    )
+    return claim
+
+
+def claim_drop(*, task: ApprovalTask) -> None:
+    TaskClaim.objects.filter(task_id=task.pk).delete()
+
+
+@transaction.atomic
+def task_claim(*, actor: User, task_id: Any) -> TaskClaim:
+    visible = permissions.task_get_for(actor, task_id)
+    permissions.require_decide(actor, visible)
+    # Lock the task row so two reviewers clicking "Claim" at once serialise here.
+    task = ApprovalTask.objects.select_for_update().get(pk=visible.pk)
+    if not task.is_open:
+        raise Conflict(f"this task is {task.status}; there is nothing to claim", field="task_id")
+    held = claim_for(task)
+    if held is not None and held.user_id != actor.pk:
+        raise Conflict(claim_held_message(held), field="claim")
+    claim = claim_put(task=task, user=actor)
+    audit_record(
+        actor=actor,
+        action=AuditAction.TASK_CLAIMED,
+        subject_type="task",
+        subject_id=task.id,
+        thread_id=task.thread_id,
+        graph=task.graph,
+        details={"until": claim.expires_at.isoformat()},
+    )
+    return claim
+
+
+@transaction.atomic
+def task_release(*, actor: User, task_id: Any) -> None:
+    visible = permissions.task_get_for(actor, task_id)
+    task = ApprovalTask.objects.select_for_update().get(pk=visible.pk)
+    claim = TaskClaim.objects.select_related("user").filter(task=task).first()
+    if claim is None or not claim.is_active:
+        claim_drop(task=task)
+        return
+    if claim.user_id != actor.pk and not can_release_any(actor):
+        raise Forbidden(f"only {claim.user.get_username()} or an admin can release this claim", field="claim")
+    holder = claim.user.get_username()
+    claim.delete()
+    audit_record(
+        actor=actor,
+        action=AuditAction.TASK_RELEASED,
+        subject_type="task",
+        subject_id=task.id,
+        thread_id=task.thread_id,
+        graph=task.graph,
+        details={"holder": holder},
+    )
