@@ -38,6 +38,7 @@ from approvals.services import separation_required
 from runtime.storable import NotStorable, value_storable_check
 
 MAX_AWAY_HOPS = 5
+SERVICE_PREFIX = "webhook:"  # inbound webhooks' principals (approvals.webhooks): never handed work
 NOTE_MAX = 1000
 
 
@@ -84,6 +85,8 @@ def assignee_refusal(*, task: ApprovalTask, user: User) -> str | None:
     name = user.get_username()
     if not user.is_active:
         return f"{name} is not an active user"
+    if name.startswith(SERVICE_PREFIX):
+        return f"{name} is a webhook's service principal, not a person"
     if not permissions.can_decide(user, task):
         if permissions.can(user, "approvals.decide_task") and permissions.graph_visible(user, task.graph):
             return f"{name} is not assigned to the gate {task.node!r} of {task.graph!r}"
@@ -340,7 +343,7 @@ def colleagues_for(user: permissions.Principal, task: ApprovalTask | None = None
             | Q(user_permissions__codename="decide_task", user_permissions__content_type__app_label="approvals")
         )
         .exclude(pk=user.pk or 0)
-        .exclude(username__startswith="webhook:")
+        .exclude(username__startswith=SERVICE_PREFIX)
         .distinct()
         .order_by("username")[:COLLEAGUES_MAX]
     )
@@ -350,4 +353,4 @@ def colleagues_for(user: permissions.Principal, task: ApprovalTask | None = None
 
 
 def groups_for_reassign() -> list[Group]:
-    return list(Group.objects.order_by("name")[:COLLEAGUES_MAX])
+    return list(Group.objects.exclude(name="service").order_by("name")[:COLLEAGUES_MAX])

@@ -75,6 +75,15 @@ MATRIX: list[tuple[str, str, str, tuple[int, ...]]] = [
     ("GET", "/api/external-tasks/{task_id}", "ext", (401, 404, 200, 200, 404, 200, 200, 200)),
     ("GET", "/api/external-tasks/by-key/{source}/{key}", "ext", (401, 404, 200, 200, 404, 200, 200, 200)),
     ("GET", "/api/external-tasks/{task_id}/decision", "ext", (401, 404, 202, 202, 404, 202, 202, 202)),
+    # Hand-offs: claims for whoever decides; reassign for leads and admins; delegate only by the claim
+    # holder (nobody holds the shared task's claim: 409); one's own out-of-office (PUT here clears it).
+    ("GET", "/api/tasks/{task_id}/claim", "loan", (401, 404, 200, 200, 200, 200, 200, 200)),
+    ("POST", "/api/tasks/{task_id}/claim", "loan", (401, 404, 201, 201, 201, 403, 403, 201)),
+    ("DELETE", "/api/tasks/{task_id}/claim", "loan", (401, 404, 200, 200, 200, 200, 200, 200)),  # none held
+    ("POST", "/api/tasks/{task_id}/reassign", "loan", (401, 404, 403, 403, 403, 403, 403, 200)),
+    ("POST", "/api/tasks/{task_id}/delegate", "loan", (401, 404, 409, 409, 409, 403, 403, 409)),
+    ("GET", "/api/me/away", "-", (401, 200, 200, 200, 200, 200, 200, 200)),
+    ("PUT", "/api/me/away", "-", (401, 200, 200, 200, 200, 200, 200, 200)),
 ]
 
 CASES = [
@@ -195,6 +204,17 @@ def call(client: ApiClient, method: str, path: str, subject: str, target: Subjec
         return client.post(url, {"graph": graph, "input": graph_input})
     if path.endswith("/decision"):
         return client.post(url, {"decision": "approve", "reason": "permission matrix"})
+    # hand-offs
+    if path.endswith("/reassign"):
+        return client.post(url, {"to_group": "reviewer", "note": "permission matrix"})
+    if path.endswith("/delegate"):
+        from django.contrib.auth import get_user_model
+
+        someone = get_user_model().objects.order_by("pk").values_list("username", flat=True).first()
+        return client.post(url, {"to_user": someone, "note": "permission matrix"})
+    if method == "PUT":
+        body = json.dumps({"delegate": None})
+        return client.client.put(url, body, content_type="application/json", headers=client.headers)
     return client.post(url, {})
 
 
@@ -203,7 +223,10 @@ def test_each_persona_gets_the_status_the_matrix_gives(personas, shared, method,
     target: Subject | None = None
     if subject != "-" and path != "/api/threads":
         # A deleted endpoint is gone for every later row: deletion gets a fresh one.
-        fresh = 200 <= expected < 300 and ((method == "POST" and subject != "hook") or method == "DELETE")
+        # (Releasing a claim nobody holds changes nothing: the shared task serves.)
+        fresh = 200 <= expected < 300 and (
+            (method == "POST" and subject != "hook") or (method == "DELETE" and not path.endswith("/claim"))
+        )
         target = subject_make(subject, personas) if fresh else shared[subject]
     response = call(client_for(persona, personas), method, path, subject, target)
     assert response.status_code == expected, response.content

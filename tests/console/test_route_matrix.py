@@ -62,6 +62,11 @@ MATRIX: list[tuple[str, str, str, tuple[int, ...]]] = [
     ("user-reactivate", "POST", "user", (302, 403, 403, 403, 403, 403, 302)),
     ("user-password", "POST", "user", (302, 403, 403, 403, 403, 403, 200)),  # the link, shown once
     ("user-otp", "POST", "user", (302, 403, 403, 403, 403, 403, 302)),
+    # Hand-offs: an empty form is refused next to the form (a redirect back, nothing written) for whoever
+    # may act; the others get 403. Reassign is for leads and admins; away is for whoever decides.
+    ("task-reassign", "POST", "loan", (302, 404, 403, 403, 403, 403, 302)),
+    ("task-delegate", "POST", "loan", (302, 404, 302, 302, 403, 403, 302)),
+    ("away", "GET", "-", (302, 403, 200, 200, 403, 403, 200)),
 ]
 
 

@@ -95,6 +95,13 @@ NOT_CRAWLED: dict[str, str] = {
     "POST /api/users/{user_id}/otp-reset": "write (user administration)",
     # routes outside the console's own URLs
     "static": "vendored CSS and JS files",
+    # hand-offs: writes whose responses carry names and times, never state; GET .../claim and GET /api/me/away
+    # are crawled
+    "POST /api/tasks/{task_id}/claim": "write (claim a task)",
+    "DELETE /api/tasks/{task_id}/claim": "write (release a claim)",
+    "POST /api/tasks/{task_id}/reassign": "write (a lead reassigns a task)",
+    "POST /api/tasks/{task_id}/delegate": "write (the claim holder delegates a task)",
+    "PUT /api/me/away": "write (one's own out-of-office)",
 }
 
 # Console routes that only take POST: crawled with GET all the same, and must answer it with 405.
@@ -116,6 +123,8 @@ CONSOLE_WRITES: dict[str, str] = {
     "console user-reactivate": "reactivate a user",
     "console user-password": "issue a set-password link",
     "console user-otp": "remove a user's OTP devices",
+    "console task-reassign": "reassign a task (hand-offs)",
+    "console task-delegate": "delegate a claimed task (hand-offs)",
 }
 
 # Surfaces a role with "view sensitive" must receive a canary on: proof that the crawl reaches the values.

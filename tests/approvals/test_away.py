@@ -1,0 +1,208 @@
+"""Out-of-office: new assignments naming an away reviewer go to their delegate; chains resolve
+safely (no loops, a cap, a fallback to the group); settable through the API and the console."""
+
+from __future__ import annotations
+
+import itertools
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from approvals import assignment, claims
+from approvals.errors import Forbidden, InvalidInput
+from approvals.models import ApprovalTask, AuditEvent, Away
+from tests.approvals.handoffs import api, person, put, team
+from tests.conftest import Persona
+from tests.console.conftest import console_client, task_make
+
+pytestmark = pytest.mark.usefixtures("live_db")
+
+
+def _reassigned(task: ApprovalTask) -> tuple[ApprovalTask, dict]:
+    event = AuditEvent.objects.filter(subject_id=str(task.pk), action="task.reassigned").latest("id")
+    return ApprovalTask.objects.get(pk=task.pk), event.details
+
+
+def test_a_task_reassigned_to_someone_away_goes_to_their_delegate_recorded():
+    away, cover = person(), person()
+    assignment.away_set(actor=away, delegate=cover, note="holiday")
+    task = task_make()
+    assignment.task_reassign(actor=person("lead"), task=task, to_user=away, note="")
+    task, details = _reassigned(task)
+    assert task.assigned_user == cover
+    assert details["requested"]["user"] == away.username
+    assert details["to"] == {"user": cover.username, "group": None, "away": [away.username]}
+    assert AuditEvent.objects.filter(subject_id=str(away.pk), action="user.away_set").exists()
+
+
+def test_a_delegation_to_someone_away_lands_on_their_delegate_with_the_claim():
+    holder, away, cover = person(), person(), person()
+    assignment.away_set(actor=away, delegate=cover)
+    task = task_make()
+    claims.task_claim(actor=holder, task_id=task.pk)
+    assignment.task_delegate(actor=holder, task=task, to_user=away, note="for you")
+    task.refresh_from_db()
+    assert task.assigned_user == cover and claims.claim_for(task).user == cover
+
+
+def test_a_chain_of_delegates_is_followed():
+    a, b, c = person(), person(), person()
+    assignment.away_set(actor=a, delegate=b)
+    assignment.away_set(actor=b, delegate=c)
+    task = task_make()
+    assignment.task_reassign(actor=person("lead"), task=task, to_user=a, note="")
+    task, details = _reassigned(task)
+    assert task.assigned_user == c and details["to"]["away"] == [a.username, b.username]
+
+
+def test_two_reviewers_away_to_each_other_do_not_loop_and_the_task_falls_back_to_the_group():
+    a, b = person(), person()
+    group = team(a, b)
+    assignment.away_set(actor=a, delegate=b)
+    assignment.away_set(actor=b, delegate=a)
+    task = task_make()
+    assignment.task_reassign(actor=person("lead"), task=task, to_user=a, to_group=group, note="")
+    task, details = _reassigned(task)
+    assert task.assigned_user is None and task.assigned_group == group
+    assert "loop" in details["to"]["fallback"]
+
+
+def test_a_chain_longer_than_the_cap_falls_back():
+    chain = [person() for _ in range(assignment.MAX_AWAY_HOPS + 2)]
+    for here, there in itertools.pairwise(chain):
+        assignment.away_set(actor=here, delegate=there)
+    task = task_make()
+    assignment.task_reassign(actor=person("lead"), task=task, to_user=chain[0], note="")
+    task, details = _reassigned(task)
+    assert task.assigned_user is None
+    assert "more than" in details["to"]["fallback"]
+
+
+def test_a_delegate_who_may_not_decide_the_gate_is_skipped_for_the_group():
+    away, loan_only, member = person(), person(graphs=("loan_approval",)), person()
+    group = team(member)
+    assignment.away_set(actor=away, delegate=loan_only)
+    task = task_make(graph="kyc_onboarding", node="compliance_review")
+    assignment.task_reassign(actor=person("lead"), task=task, to_user=away, to_group=group, note="")
+    task, details = _reassigned(task)
+    assert task.assigned_user is None and task.assigned_group == group
+    assert "may not decide" in details["to"]["fallback"]
+
+
+@pytest.mark.parametrize(
+    "starts,ends,redirected",
+    [(None, None, True), (-1, 1, True), (1, 2, False), (None, 1, True)],
+)
+def test_only_an_away_that_covers_now_redirects(starts, ends, redirected):
+    now = timezone.now()
+    away, cover = person(), person()
+    Away.objects.create(
+        user=away,
+        delegate=cover,
+        starts_at=now + timedelta(hours=starts) if starts is not None else None,
+        ends_at=now + timedelta(hours=ends) if ends is not None else None,
+    )
+    task = task_make()
+    assignment.task_reassign(actor=person("lead"), task=task, to_user=away, note="")
+    assert ApprovalTask.objects.get(pk=task.pk).assigned_user == (cover if redirected else away)
+
+
+def test_an_ended_away_no_longer_redirects():
+    away, cover = person(), person()
+    Away.objects.create(user=away, delegate=cover, ends_at=timezone.now() - timedelta(minutes=1))
+    task = task_make()
+    assignment.task_reassign(actor=person("lead"), task=task, to_user=away, note="")
+    assert ApprovalTask.objects.get(pk=task.pk).assigned_user == away
+
+
+def test_tasks_already_assigned_stay_put_when_someone_goes_away():
+    a, cover = person(), person()
+    task = task_make()
+    assignment.task_reassign(actor=person("lead"), task=task, to_user=a, note="")
+    assignment.away_set(actor=a, delegate=cover)
+    assert ApprovalTask.objects.get(pk=task.pk).assigned_user == a
+
+
+@pytest.mark.parametrize(
+    "kwargs,field",
+    [
+        ({"delegate": "self"}, "delegate"),
+        ({"delegate": "auditor"}, "delegate"),
+        ({"starts_at": 2, "ends_at": 1}, "ends_at"),
+        ({"ends_at": -1}, "ends_at"),
+    ],
+)
+def test_a_bad_out_of_office_is_refused_naming_the_field(kwargs, field):
+    me = person()
+    delegate = {"self": me, "auditor": person("auditor")}.get(kwargs.pop("delegate", ""), person())
+    now = timezone.now()
+    times = {k: now + timedelta(hours=v) for k, v in kwargs.items()}
+    with pytest.raises(InvalidInput) as refused:
+        assignment.away_set(actor=me, delegate=delegate, **times)
+    assert refused.value.field == field
+    assert not Away.objects.filter(user=me).exists()
+
+
+def test_someone_who_reviews_nothing_cannot_be_away():
+    with pytest.raises(Forbidden):
+        assignment.away_set(actor=person("auditor"), delegate=person())
+
+
+def test_clearing_is_audited_and_ends_the_redirect():
+    me, cover = person(), person()
+    assignment.away_set(actor=me, delegate=cover)
+    assignment.away_clear(actor=me)
+    assert not Away.objects.filter(user=me).exists()
+    assert AuditEvent.objects.filter(subject_id=str(me.pk), action="user.away_cleared").exists()
+
+
+# --- API and console --------------------------------------------------------------------------
+
+
+def test_the_api_sets_shows_and_clears_ones_own_out_of_office():
+    me, cover = person(), person()
+    client = api(me)
+    assert client.get("/api/me/away").json() == {
+        "away": False,
+        "active": False,
+        "delegate": None,
+        "starts_at": None,
+        "ends_at": None,
+        "note": "",
+    }
+    until = (timezone.now() + timedelta(days=3)).isoformat()
+    set_ = put(client, "/api/me/away", {"delegate": cover.username, "ends_at": until, "note": "conference"})
+    assert set_.status_code == 200, set_.content
+    body = client.get("/api/me/away").json()
+    assert body["active"] is True and body["delegate"] == cover.username and body["note"] == "conference"
+    cleared = put(client, "/api/me/away", {"delegate": None})
+    assert cleared.status_code == 200 and cleared.json()["away"] is False
+
+
+@pytest.mark.parametrize(
+    "body,field",
+    [({"delegate": "no-such-user-anywhere"}, "delegate"), ({"delegate": "x", "ends_at": "soon"}, "ends_at")],
+)
+def test_the_api_names_the_bad_field_of_an_out_of_office(body, field):
+    me = person()
+    response = put(api(me), "/api/me/away", body)
+    assert response.status_code == 422, response.content
+    assert response.json()["error"]["field"].endswith(field)
+    assert not Away.objects.filter(user=me).exists()
+
+
+def test_the_console_settings_page_sets_it_and_the_inbox_header_shows_it():
+    me, cover = person(), person()
+    client = console_client(Persona(me.username, "reviewer", "", me))
+    assert client.get("/settings/away").status_code == 200
+    saved = client.post("/settings/away", {"delegate": cover.username, "ends_at": "2099-01-01T09:00", "note": ""})
+    assert saved.status_code == 302
+    away = Away.objects.get(user=me)
+    assert away.delegate == cover and away.ends_at.year == 2099
+    inbox = client.get("/").content.decode()
+    assert 'id="away-banner"' in inbox and cover.username in inbox
+    refused = client.post("/settings/away", {"delegate": me.username})
+    assert refused.status_code == 422 and "yourself" in refused.content.decode()
+    client.post("/settings/away", {"clear": "1"})
+    assert not Away.objects.filter(user=me).exists()

@@ -1,0 +1,91 @@
+"""Hand-offs in real Chromium: a lead's reassign and a reviewer's delegation show up live, without a
+reload, in the inbox of the reviewer they went to ("assigned to me / my groups").
+
+Real daphne, Redis channel layer and PostgreSQL (the fixtures of test_browser.py); the tasks are made
+without a worker, since nothing here resumes a thread. Screenshots land in var/screenshots/.
+"""
+
+from __future__ import annotations
+
+import uuid
+from types import SimpleNamespace
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from approvals.models import ApprovalTask, AuditEvent, TaskClaim
+from tests.approvals.handoffs import person
+from tests.conftest import scaled
+from tests.console.conftest import task_make
+from tests.console.test_browser import SCREENSHOTS, _live, _sign_in, browser, server  # noqa: F401 - fixtures
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db")]
+
+LIVE_MS = scaled(15) * 1000  # an event crosses Redis to the consumer, which re-renders: bounded, not slept
+
+
+def _who(user) -> SimpleNamespace:
+    return SimpleNamespace(username=user.username)
+
+
+def _inbox(browser, server, user, marker: str) -> Page:  # noqa: F811 - browser is the module's fixture
+    page = _sign_in(browser, server, _who(user), f"/?assigned=me&q={marker}")
+    expect(page.locator("#inbox-results")).to_contain_text("No tasks match")
+    _live(page)
+    # Set once on this document: still there at the end means the page never reloaded.
+    page.evaluate("window.__handoffsNoReload = true")
+    return page
+
+
+def _still_same_document(page: Page) -> None:
+    assert page.evaluate("window.__handoffsNoReload === true"), "the inbox reloaded"
+
+
+def test_a_reassign_and_a_delegation_arrive_live_in_the_other_reviewers_inbox(browser, server):  # noqa: F811
+    alice, bob, lead = person(), person(), person("lead")
+    marker = f"HO-{uuid.uuid4().hex[:8]}"
+    task = task_make(title=f"Loan {marker}")
+    row = f'#inbox-results tr[data-task-id="{task.pk}"]'
+
+    alice_inbox = _inbox(browser, server, alice, marker)
+    bob_inbox = _inbox(browser, server, bob, marker)
+
+    # 1. The lead reassigns the task to Alice from the task page.
+    lead_page = _sign_in(browser, server, _who(lead), f"/tasks/{task.pk}/")
+    lead_page.locator("#reassign-user").fill(alice.username)
+    lead_page.locator("#reassign-note").fill("Alice knows this applicant")
+    lead_page.locator("#reassign-button").click()
+    # The panel's "Assigned to" line (the live push that follows re-renders the panel, so no flash message).
+    expect(lead_page.locator("#assigned-user")).to_have_text(alice.username)
+    expect(alice_inbox.locator(row)).to_have_count(1, timeout=LIVE_MS)
+    expect(alice_inbox.locator(row)).to_contain_text("you")
+    expect(bob_inbox.locator(row)).to_have_count(0)
+    _still_same_document(alice_inbox)
+    alice_inbox.screenshot(path=str(SCREENSHOTS / "handoffs-reassigned-inbox.png"), full_page=True)
+    lead_page.context.close()
+
+    # 2. Alice claims it and delegates it to Bob with a note, in her own tab.
+    alice_task = alice_inbox.context.new_page()
+    alice_task.goto(f"{server}/tasks/{task.pk}/")
+    alice_task.locator("#claim-button").click()
+    expect(alice_task.locator("#task-live")).to_contain_text("Claimed by you")
+    alice_task.locator("#delegate-to").fill(bob.username)
+    alice_task.locator("#delegate-note").fill("Please check the income proof")
+    alice_task.screenshot(path=str(SCREENSHOTS / "handoffs-delegate-form.png"), full_page=True)
+    alice_task.locator("#delegate-button").click()
+    expect(alice_task.locator("#assigned-user")).to_have_text(bob.username)
+
+    expect(bob_inbox.locator(row)).to_have_count(1, timeout=LIVE_MS)
+    expect(bob_inbox.locator(row)).to_contain_text("you")  # assigned to and claimed by Bob now
+    expect(alice_inbox.locator(row)).to_have_count(0, timeout=LIVE_MS)  # no longer hers, also live
+    _still_same_document(bob_inbox)
+    _still_same_document(alice_inbox)
+    bob_inbox.screenshot(path=str(SCREENSHOTS / "handoffs-delegated-inbox.png"), full_page=True)
+
+    fresh = ApprovalTask.objects.get(pk=task.pk)
+    assert fresh.assigned_user_id == bob.pk
+    assert TaskClaim.objects.get(task=task).user_id == bob.pk
+    actions = set(AuditEvent.objects.filter(subject_id=str(task.pk)).values_list("action", flat=True))
+    assert {"task.reassigned", "task.claimed", "task.delegated"} <= actions
+    alice_inbox.context.close()
+    bob_inbox.context.close()
