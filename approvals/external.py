@@ -5,8 +5,8 @@ signed decision back by a callback webhook or a long-poll (docs/external-tasks.m
 
 Why an ApprovalTask on a lightweight thread rather than a model of its own:
 ``services.task_decide`` holds every decision rule (quorum, separation of
-duties, re-authentication, reasons, evidence binding, claims through the
-decision guards, audit). An external task is an ApprovalTask of kind
+duties, re-authentication, reasons, evidence binding, claims (checked inline,
+``approvals.claims``), audit). An external task is an ApprovalTask of kind
 ``external`` on a Thread whose graph is ``external:<source>`` (no LangGraph
 graph, no checkpoints: ``runtime.state`` reads nothing for it), so the inbox,
 task page, permissions (assignments to ``external:<source>``), redaction and
