@@ -26,6 +26,7 @@ from console.selectors import SORTS
 
 CLAIM_CHOICES = [("", "Anyone"), ("mine", "Claimed by me"), ("unclaimed", "Unclaimed"), ("others", "Claimed by others")]
 STATUS_CHOICES = [(s.value, s.label) for s in TaskStatus] + [("all", "Any status")]
+DUE_CHOICES = [("", "Any deadline"), ("soon", "Due soon"), ("overdue", "Overdue"), ("escalated", "Escalated")]
 DECISION_LABELS = {"approve": "Approve", "reject": "Reject", "edit": "Edit and approve", "respond": "Respond"}
 
 
@@ -47,11 +48,14 @@ class InboxFilterForm(forms.Form):
     claimed = forms.ChoiceField(required=False, choices=CLAIM_CHOICES, label="Claim")
     sort = forms.ChoiceField(required=False, choices=[(k, v[1]) for k, v in SORTS.items()])
     cursor = forms.CharField(required=False, max_length=400)
+    # deadlines: ?due=overdue|escalated|soon
+    due = forms.ChoiceField(required=False, choices=DUE_CHOICES, label="Due")
 
     def filters(self) -> dict[str, str]:
         data = self.cleaned_data
         status = data.get("status") or "pending"
         return {
+            "due": data.get("due") or "",
             "q": data.get("q") or "",
             "graph": data.get("graph") or "",
             "node": data.get("node") or "",
