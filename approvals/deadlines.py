@@ -26,6 +26,7 @@ after commit.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -77,10 +78,11 @@ def due_state(
     if due_at is None:
         return None
     now = now or timezone.now()
-    seconds = int((due_at - now).total_seconds())
-    overdue = seconds <= 0
-    soon = not overdue and (seconds <= SOON_SECONDS or (remind_at is not None and remind_at <= now))
-    text = f"overdue {duration_human(-seconds)}" if overdue else f"due in {duration_human(seconds)}"
+    delta = (due_at - now).total_seconds()
+    overdue = delta <= 0  # on the instant, not a second early: console.js decides the same way
+    seconds = math.floor(delta)
+    soon = not overdue and (delta <= SOON_SECONDS or (remind_at is not None and remind_at <= now))
+    text = f"overdue {duration_human(math.floor(-delta))}" if overdue else f"due in {duration_human(math.ceil(delta))}"
     return DueState(due_at=due_at, seconds=seconds, overdue=overdue, soon=soon, text=text)
 
 

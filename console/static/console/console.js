@@ -131,14 +131,14 @@
     document.querySelectorAll("[data-due-badge]").forEach(function (el) {
       var due = Date.parse(el.getAttribute("datetime"));
       if (isNaN(due)) return;
-      var secs = Math.trunc((due - now) / 1000);
-      var overdue = secs <= 0;
-      var text = overdue ? "overdue " + durationHuman(-secs) : "due in " + durationHuman(secs);
+      var delta = (due - now) / 1000;
+      var overdue = delta <= 0;
+      var text = overdue ? "overdue " + durationHuman(Math.floor(-delta)) : "due in " + durationHuman(Math.ceil(delta));
       if (el.textContent !== text) el.textContent = text;
       el.classList.toggle("badge-danger", overdue);
       el.classList.toggle("is-overdue", overdue);
       if (overdue) el.classList.remove("badge-warn");
-      else if (secs <= SOON_SECONDS) el.classList.add("badge-warn");
+      else if (delta <= SOON_SECONDS) el.classList.add("badge-warn");
       var tr = el.closest("tr");
       if (tr) tr.classList.toggle("is-overdue", overdue);
     });
