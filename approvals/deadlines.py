@@ -150,9 +150,14 @@ def deadlines_escalations_due(*, now: datetime, graphs: Iterable[str] | None = N
 
 
 def _locked(task_id: Any, **condition: Any) -> ApprovalTask | None:
-    """The task if its step is still to take and no other sweeper holds it (skip, never wait)."""
+    """The task if its step is still to take and nobody holds it or its thread (skip, never wait).
+
+    Task and thread are locked in one statement, as ``task_decide`` locks them: a sweeper that
+    held the task while waiting for a thread a run holds (and the run waiting for the task) could
+    deadlock; skipping leaves the step to the next sweep.
+    """
     return (
-        ApprovalTask.objects.select_for_update(skip_locked=True, of=("self",))
+        ApprovalTask.objects.select_for_update(skip_locked=True, of=("self", "thread"))
         .select_related("thread")
         .filter(pk=task_id, status=TaskStatus.PENDING, **condition)
         .first()

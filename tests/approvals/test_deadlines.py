@@ -409,3 +409,24 @@ def test_beat_runs_the_sweep():
     from approvals.tasks import sweep_deadlines
 
     assert settings.CELERY_BEAT_SCHEDULE["sweep-deadlines"]["task"] == sweep_deadlines.name
+
+
+def test_embedded_mode_writes_deadline_mail_to_var_mail(tmp_path):
+    """No servers: the file backend puts each e-mail under var/mail/ (a subprocess: settings load once)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: os.environ[k] for k in ("PATH", "HOME", "LANG") if k in os.environ}
+    env.update(GATEHOUSE_VAR_DIR=str(tmp_path / "var"), DJANGO_SETTINGS_MODULE="console.settings")
+    code = (
+        "from approvals.deadlines import _mail_send; "
+        "_mail_send('[Gatehouse] overdue 20 min: Loan', 'body', ['lead@example.com'])"
+    )
+    result = subprocess.run(
+        [sys.executable, "manage.py", "shell", "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+        timeout=scaled(120),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    [mail] = list((tmp_path / "var" / "mail").iterdir())
+    assert "Subject: [Gatehouse] overdue 20 min: Loan" in mail.read_text()  # Bcc: no address in the headers
