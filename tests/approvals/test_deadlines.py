@@ -212,6 +212,7 @@ def test_a_reminder_is_sent_once_before_the_deadline(personas, mailoutbox, djang
 def test_an_overdue_task_is_escalated_once_to_its_group(personas, mailoutbox, django_capture_on_commit_callbacks):
     leads, _ = Group.objects.get_or_create(name=LEADS)
     lead = _reviewer_with_mail(group=leads)
+    blind = _reviewer_with_mail("loan_approval", group=leads)  # in the group, but may not see this graph
     subscription = _subscription()
     task = task_make(graph=GRAPH, node="compliance_review", due_at=timezone.now() - timedelta(minutes=20))
     ApprovalTask.objects.filter(pk=task.pk).update(assigned_user=personas["reviewer"].user)
@@ -228,8 +229,9 @@ def test_an_overdue_task_is_escalated_once_to_its_group(personas, mailoutbox, dj
     [event] = _events(task, AuditAction.DEADLINE_ESCALATED)
     assert event.details["escalated_to"] == LEADS
     assert event.details["assigned_before"] == {"user": personas["reviewer"].username, "group": None}
-    assert event.details["notified"] == [lead.username]
+    assert event.details["notified"] == [lead.username]  # not ``blind``: mail goes only where the task may be seen
     assert [m for m in mailoutbox if lead.email in m.bcc and "escalated" in m.subject]
+    assert not [m for m in mailoutbox if blind.email in m.bcc]
     assert OutboundDelivery.objects.filter(subscription=subscription, event_type="task.escalated").count() == 1
     assert task.status == "pending" and not task.decisions.exists()  # this gate has no timeout outcome
 
@@ -276,6 +278,22 @@ def test_an_approval_policy_without_the_allowance_is_refused_at_the_sweep_too(pe
     assert not Decision.objects.filter(task=task).exists()
 
 
+@pytest.mark.django_db
+def test_a_timeout_refused_by_the_decision_path_is_recorded_and_the_task_stays_open(personas):
+    from console.models import TaskClaim
+
+    task = task_make(graph=GRAPH, node="human_review", due_at=timezone.now() - timedelta(seconds=1))
+    now = timezone.now()
+    TaskClaim.objects.create(
+        task=task, user=personas["reviewer"].user, claimed_at=now, expires_at=now + timedelta(hours=1)
+    )
+    assert task_escalate(task_id=task.pk, now=timezone.now()) == (1, 0)
+    [refused] = _events(task, AuditAction.DEADLINE_TIMEOUT_REFUSED)
+    assert refused.details["outcome"] == "reject" and "claimed" in refused.details["message"]
+    task.refresh_from_db()
+    assert task.status == "pending" and task.escalated_at is not None and not task.decisions.exists()
+
+
 # --- surfaces: API and console --------------------------------------------------------------------
 
 
@@ -293,6 +311,10 @@ def test_the_api_says_how_due_a_task_is(personas):
     ids = lambda due: {t["id"] for t in reviewer.client.get("/api/tasks", due=due, graph=GRAPH).json()["items"]}  # noqa: E731
     assert str(late.pk) in ids("overdue") and str(late.pk) in ids("escalated") and str(late.pk) not in ids("soon")
     assert str(soon.pk) in ids("soon") and str(soon.pk) not in ids("overdue")
+    # Scoped by the one policy: a reviewer of another graph sees neither the task nor its deadline.
+    outside = personas["loan_reviewer"].client
+    assert str(late.pk) not in {t["id"] for t in outside.get("/api/tasks", due="overdue").json()["items"]}
+    assert outside.get(f"/api/tasks/{late.pk}").status_code == 404
     response = reviewer.client.get("/api/tasks", due="late")
     assert response.status_code == 422 and "due" in response.content.decode()
 
