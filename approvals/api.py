@@ -178,6 +178,7 @@ class TaskQuery(Schema):
     thread: UUID | None = None
     limit: int = Field(default=50, ge=1, le=200)
     cursor: str | None = Field(default=None, max_length=400)
+    due: str | None = Field(default=None, pattern="^(overdue|escalated|soon)$")  # deadlines
 
 
 @router.get("/tasks", response=TaskPageOut, tags=["tasks"])
@@ -189,6 +190,7 @@ def tasks_list(request: HttpRequest, query: Query[TaskQuery]) -> TaskPageOut:
         thread_id=query.thread,
         limit=query.limit,
         cursor=query.cursor,
+        due=query.due,
     )
     return TaskPageOut(items=[_task_summary(t) for t in items], next_cursor=next_cursor)
 

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from approvals.payloads import payload_kind
+from runtime.deadlines import ALL_GATES, Deadline, payload_deadline
+from runtime.registry import UnknownGraph, graph_get
 
 MAX_APPROVALS = 10
 
@@ -24,6 +26,7 @@ class GatePolicy:
     editable: tuple[str, ...] | None = None  # state fields a reviewer may edit (None: the state schema decides)
     sla_seconds: int | None = None  # the task is due this long after it opens
     correlation_key: Any = None  # echoed to outbound webhooks so a receiver can match its own records
+    deadline: Deadline | None = None  # what the payload asks for (due, remind_before, ...); see gate_deadline
 
 
 def _count(value: Any, *, maximum: int | None = None) -> int | None:
@@ -46,4 +49,19 @@ def gate_policy(payload: Any, task_kind: str = "interrupt") -> GatePolicy:
         editable=(tuple(editable) if isinstance(editable, list | tuple) else (str(editable),)) if editable else None,
         sla_seconds=sla if isinstance(sla, int) else None,
         correlation_key=payload.get("correlation_key"),
+        deadline=payload_deadline(payload) if payload_kind(payload) == "gatehouse" else None,
     )
+
+
+def gate_deadline(*, graph: str, node: str, payload: Any, task_kind: str = "interrupt") -> Deadline | None:
+    """A gate's deadline: langgraph.json's policy for the gate (or the graph's "*"), with what it leaves
+    unset taken from the payload. The operator's file wins; a payload can never add an automatic approval."""
+    try:
+        configured = graph_get(graph).deadlines
+    except UnknownGraph:
+        configured = {}
+    config = configured.get(node) or configured.get(ALL_GATES)
+    asked = gate_policy(payload, task_kind).deadline
+    if config is None:
+        return asked
+    return config.merged_over(asked)

@@ -53,6 +53,12 @@ class ApprovalTask(models.Model):
     )
     assigned_group = models.ForeignKey("auth.Group", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     assigned_at = models.DateTimeField(null=True, blank=True)
+    # Deadlines (approvals.deadlines, docs/deadlines.md): when the one reminder is due and was sent,
+    # and since when and why the task is escalated. Each is set once, by the sweep that won the row.
+    remind_at = models.DateTimeField(null=True, blank=True)
+    reminded_at = models.DateTimeField(null=True, blank=True)
+    escalated_at = models.DateTimeField(null=True, blank=True)
+    escalation_reason = models.CharField(max_length=500, blank=True, default="")
 
     class Meta:
         constraints = [
@@ -70,6 +76,8 @@ class ApprovalTask(models.Model):
             # The inbox without a graph filter (newest / due first) at 100k pending tasks: no sort.
             models.Index(fields=["status", "-created_at", "-id"], name="task_status_newest"),
             models.Index(fields=["status", "due_at", "id"], name="task_status_due"),
+            # deadlines: the sweep's reminder scan
+            models.Index(fields=["status", "remind_at"], name="task_status_remind"),
         ]
         permissions = [
             ("decide_task", "Can decide approval tasks"),
@@ -190,6 +198,11 @@ class AuditAction(models.TextChoices):
     TASK_DELEGATED = "task.delegated"
     USER_AWAY_SET = "user.away_set"
     USER_AWAY_CLEARED = "user.away_cleared"
+    # deadlines and escalation (approvals.deadlines)
+    DEADLINE_REMINDED = "deadline.reminded"
+    DEADLINE_ESCALATED = "deadline.escalated"
+    DEADLINE_TIMED_OUT = "deadline.timed_out"
+    DEADLINE_TIMEOUT_REFUSED = "deadline.timeout_refused"
 
 
 class AuditEvent(models.Model):

@@ -55,7 +55,16 @@ from runtime.registry import graph_names
 log = logging.getLogger(__name__)
 
 # task.signed: one signature recorded (a quorum may still be open); task.decided: the task is decided.
-EVENT_TYPES = ("task.opened", "task.signed", "task.decided", "thread.completed", "thread.failed")
+EVENT_TYPES = (
+    "task.opened",
+    "task.signed",
+    "task.decided",
+    "thread.completed",
+    "thread.failed",
+    # deadlines (approvals.deadlines): the reminder before, the escalation after the deadline
+    "task.reminded",
+    "task.escalated",
+)
 MAX_ATTEMPTS = 6
 TIMEOUT_SECONDS = 10.0
 # A claimed attempt owns the row this long (the HTTP call runs outside any transaction).
@@ -293,6 +302,27 @@ def on_audit_recorded(event: AuditEvent) -> None:
         _task_opened(event)
     elif event.action in (AuditAction.DECISION_MADE, AuditAction.DECISION_RECORDED):
         _decision_recorded(event)
+    elif event.action in _DEADLINE_EVENTS:  # deadlines
+        _deadline_step(event)
+
+
+_DEADLINE_EVENTS = {AuditAction.DEADLINE_REMINDED: "task.reminded", AuditAction.DEADLINE_ESCALATED: "task.escalated"}
+
+
+def _deadline_step(event: AuditEvent) -> None:
+    details = event.details
+    event_emit(
+        _DEADLINE_EVENTS[AuditAction(event.action)],
+        graph=event.graph,
+        data={
+            "task_id": event.subject_id,
+            "thread_id": str(event.thread_id),
+            "node": details.get("node"),
+            "due_at": details.get("due_at"),
+            "escalated_to": details.get("escalated_to"),
+            "reason": details.get("reason", ""),
+        },
+    )
 
 
 def _task_opened(event: AuditEvent) -> None:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Literal
 from uuid import UUID
 
 from ninja import Schema
 from pydantic import Field
+
+from approvals.deadlines import DueState, due_state
 
 
 class ThreadIn(Schema):
@@ -30,6 +33,39 @@ class TaskSummaryOut(Schema):
     created_at: datetime
     decided_at: datetime | None
     due_at: datetime | None
+    # deadlines (approvals.deadlines.due_state): null when the task has no due time or is closed
+    due_in_seconds: int | None = Field(default=None, description="Seconds until due; negative once overdue.")
+    overdue: bool = False
+    due_text: str | None = Field(default=None, description='"due in 3 h", "overdue 20 min"')
+    escalated_at: datetime | None = None
+    escalation_reason: str = ""
+    assigned_group: str | None = Field(default=None, description="The group the task is assigned (escalated) to.")
+
+    @staticmethod
+    def resolve_due_in_seconds(obj: Any) -> int | None:
+        return _due(obj, "due_in_seconds", lambda state: state.seconds, None)
+
+    @staticmethod
+    def resolve_overdue(obj: Any) -> bool:
+        return bool(_due(obj, "overdue", lambda state: state.overdue, False))
+
+    @staticmethod
+    def resolve_due_text(obj: Any) -> str | None:
+        return _due(obj, "due_text", lambda state: state.text, None)
+
+    @staticmethod
+    def resolve_assigned_group(obj: Any) -> str | None:
+        if isinstance(obj, dict):
+            return obj.get("assigned_group")
+        return obj.assigned_group.name if obj.assigned_group_id is not None else None
+
+
+def _due(task: Any, name: str, pick: Callable[[DueState], Any], default: Any) -> Any:
+    """A deadline field of a task (computed now), or of a summary already built (a dict: kept as is)."""
+    if isinstance(task, dict):
+        return task.get(name, default)
+    state = due_state(task.due_at, remind_at=task.remind_at) if task.is_open else None
+    return pick(state) if state is not None else default
 
 
 class ThreadOut(Schema):

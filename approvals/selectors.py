@@ -11,6 +11,7 @@ from typing import Any
 from django.db.models import Q, QuerySet
 
 from approvals import permissions
+from approvals.deadlines import tasks_due_filter
 from approvals.errors import InvalidInput
 from approvals.models import ApprovalTask, AuditEvent, Decision
 
@@ -65,9 +66,12 @@ def tasks_list(
     thread_id: Any = None,
     limit: int = 50,
     cursor: str | None = None,
+    due: str | None = None,
 ) -> tuple[list[ApprovalTask], str | None]:
     """Newest first, keyset-paginated on (created_at, id) so deep pages stay fast."""
-    qs: QuerySet[ApprovalTask] = permissions.tasks_visible(user)
+    qs: QuerySet[ApprovalTask] = permissions.tasks_visible(user).select_related("assigned_group")
+    if due:  # deadlines: overdue, escalated or due soon
+        qs = tasks_due_filter(qs, due)
     if status:
         qs = qs.filter(status=status)
     if graph:

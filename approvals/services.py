@@ -22,7 +22,7 @@ from approvals import gateway, permissions
 from approvals.audit import audit_record, canonical
 from approvals.claims import claim_check
 from approvals.errors import Conflict, Forbidden, InvalidInput
-from approvals.gate_policy import GatePolicy, gate_policy
+from approvals.gate_policy import gate_deadline, gate_policy
 from approvals.intent import proposed_action, signed_command, signed_digest
 from approvals.models import ApprovalTask, AuditAction, Decision, TaskKind, TaskStatus
 from approvals.payloads import (
@@ -130,6 +130,7 @@ def tasks_open(*, run: Run, interrupts: list[PendingInterrupt]) -> list[Approval
             continue
         if existing is not None:
             _task_supersede(existing, reason="the interrupt was raised again with a different payload")
+        due_at, remind_at = _deadline_times(thread.graph, item.node, item.value)
         task = ApprovalTask.objects.create(
             thread=thread,
             run=run,
@@ -143,7 +144,8 @@ def tasks_open(*, run: Run, interrupts: list[PendingInterrupt]) -> list[Approval
             payload_digest=digest,
             response_schema=item.response_schema,
             title=payload_title(item.value, item.node),
-            due_at=_due_at(gate_policy(item.value)),
+            due_at=due_at,
+            remind_at=remind_at,
             required_approvals=gate_policy(item.value).approvals_required,
         )
         audit_record(
@@ -167,10 +169,14 @@ def tasks_open(*, run: Run, interrupts: list[PendingInterrupt]) -> list[Approval
     return opened
 
 
-def _due_at(policy: GatePolicy) -> Any:
-    if policy.sla_seconds is not None:
-        return timezone.now() + timedelta(seconds=policy.sla_seconds)
-    return None
+def _deadline_times(graph: str, node: str, payload: Any) -> tuple[datetime | None, datetime | None]:
+    """(due, remind) times of a task opening now, by the gate's deadline (approvals.gate_policy.gate_deadline)."""
+    deadline = gate_deadline(graph=graph, node=node, payload=payload)
+    if deadline is None or deadline.due_seconds is None:
+        return None, None
+    due_at = timezone.now() + timedelta(seconds=deadline.due_seconds)
+    remind = deadline.remind_before_seconds
+    return due_at, (due_at - timedelta(seconds=remind) if remind else None)
 
 
 def _task_supersede(task: ApprovalTask, *, reason: str) -> None:

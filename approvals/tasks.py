@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 from celery import shared_task
 
 from approvals.audit import audit_anchor
+from approvals.deadlines import deadlines_sweep
 from approvals.outbound import DELIVER_WEBHOOK_TASK, deliveries_due, delivery_attempt
 
 
@@ -27,3 +30,9 @@ def sweep_webhooks() -> int:
     for delivery_id in due:
         deliver_webhook.delay(delivery_id)
     return len(due)
+
+
+# deadlines: reminders, escalations and timeout outcomes (approvals.deadlines); beat runs it.
+@shared_task(name="approvals.sweep_deadlines", ignore_result=True)
+def sweep_deadlines() -> dict[str, int]:
+    return asdict(deadlines_sweep())

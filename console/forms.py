@@ -27,6 +27,7 @@ from console.selectors import SORTS
 CLAIM_CHOICES = [("", "Anyone"), ("mine", "Claimed by me"), ("unclaimed", "Unclaimed"), ("others", "Claimed by others")]
 ASSIGNED_CHOICES = [("", "Anyone"), ("me", "Assigned to me / my groups")]  # hand-offs
 STATUS_CHOICES = [(s.value, s.label) for s in TaskStatus] + [("all", "Any status")]
+DUE_CHOICES = [("", "Any deadline"), ("soon", "Due soon"), ("overdue", "Overdue"), ("escalated", "Escalated")]
 DECISION_LABELS = {"approve": "Approve", "reject": "Reject", "edit": "Edit and approve", "respond": "Respond"}
 
 
@@ -50,11 +51,14 @@ class InboxFilterForm(forms.Form):
     cursor = forms.CharField(required=False, max_length=400)
     # hand-offs: tasks asked of me by name or through one of my groups
     assigned = forms.ChoiceField(required=False, choices=ASSIGNED_CHOICES, label="Assigned")
+    # deadlines: ?due=overdue|escalated|soon
+    due = forms.ChoiceField(required=False, choices=DUE_CHOICES, label="Due")
 
     def filters(self) -> dict[str, str]:
         data = self.cleaned_data
         status = data.get("status") or "pending"
         return {
+            "due": data.get("due") or "",
             "q": data.get("q") or "",
             "graph": data.get("graph") or "",
             "node": data.get("node") or "",

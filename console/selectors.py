@@ -16,6 +16,7 @@ from django.utils.dateparse import parse_datetime
 
 from approvals import gateway, permissions
 from approvals.assignment import assigned_to_q
+from approvals.deadlines import tasks_due_filter
 from approvals.errors import InvalidInput, NotFound
 from approvals.intent import action_edits
 from approvals.models import ApprovalTask, AuditEvent, Decision
@@ -76,6 +77,7 @@ def inbox_list(
     cursor: str = "",
     limit: int = 50,
     assigned: str = "",
+    due: str = "",
 ) -> Page:
     """One page of approval tasks; keyset-paginated so page 2,000 costs what page 1 does."""
     if sort not in SORTS:
@@ -101,6 +103,9 @@ def inbox_list(
     q = q.strip()
     if q:
         qs = qs.filter(_search(q))
+    # deadlines: overdue, escalated or due soon; the due badge names the escalation group
+    if due:
+        qs = tasks_due_filter(qs, due, now=now)
     if cursor:
         qs = _keyset(qs, sort, cursor)
     # Tasks without a due time sort last, matching the "due" keyset above.
@@ -489,6 +494,7 @@ def decisions_search(
     until: datetime | None = None,
     cursor: str = "",
     limit: int = 50,
+    due: str = "",
 ) -> Page:
     """Decisions, newest first, keyset-paginated on (created_at, id)."""
     qs = decisions_visible(user=user).select_related("task", "actor", "run")

@@ -298,6 +298,27 @@ GATEHOUSE_ANCHOR_SECONDS = env_float("GATEHOUSE_ANCHOR_SECONDS", 3600.0, minimum
 GATEHOUSE_AUDIT_ANCHOR_SINK = env_str("GATEHOUSE_AUDIT_ANCHOR_SINK") or ""
 GATEHOUSE_DEMO = env_bool("GATEHOUSE_DEMO", EMBEDDED)
 
+# --- deadlines: the reminder/escalation sweep, and the e-mail it sends (approvals.deadlines) ---
+GATEHOUSE_DEADLINE_SWEEP_SECONDS = env_float("GATEHOUSE_DEADLINE_SWEEP_SECONDS", 30.0, minimum=1.0)
+# Links in e-mails point here (e.g. https://gatehouse.example.com); empty: paths only.
+GATEHOUSE_PUBLIC_URL = env_str("GATEHOUSE_PUBLIC_URL") or ""
+# Embedded mode writes each e-mail to a file under var/mail/; otherwise SMTP when EMAIL_HOST is set,
+# else the console (the process's log). EMAIL_BACKEND overrides either.
+EMAIL_HOST = env_str("EMAIL_HOST") or "localhost"
+EMAIL_PORT = env_int("EMAIL_PORT", 25, minimum=1)
+EMAIL_HOST_USER = env_str("EMAIL_HOST_USER") or ""
+EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD") or ""
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
+EMAIL_BACKEND = env_str("EMAIL_BACKEND") or (
+    "django.core.mail.backends.filebased.EmailBackend"
+    if EMBEDDED
+    else "django.core.mail.backends.smtp.EmailBackend"
+    if env_str("EMAIL_HOST")
+    else "django.core.mail.backends.console.EmailBackend"
+)
+EMAIL_FILE_PATH = VAR_DIR / "mail"
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL") or "gatehouse@localhost"
+
 # --- Celery ----------------------------------------------------------------
 CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, Any]
 if REDIS_URL:
@@ -347,6 +368,7 @@ CELERY_BEAT_SCHEDULE = {
     "sweep-runs": {"task": "runtime.sweep_runs", "schedule": GATEHOUSE_SWEEP_SECONDS},
     "sweep-webhooks": {"task": "approvals.sweep_webhooks", "schedule": max(GATEHOUSE_SWEEP_SECONDS, 5.0)},
     "anchor-audit": {"task": "approvals.anchor_audit", "schedule": GATEHOUSE_ANCHOR_SECONDS},
+    "sweep-deadlines": {"task": "approvals.sweep_deadlines", "schedule": GATEHOUSE_DEADLINE_SWEEP_SECONDS},  # deadlines
 }
 
 # --- Channels ------------------------------------------------------------

@@ -56,6 +56,7 @@ def gate_payload(
     sla_seconds: int | None = None,
     correlation_key: str | None = None,
     details: dict[str, Any] | None = None,
+    due: str | None = None,
 ) -> dict[str, Any]:
     unknown = set(decisions) - set(ALL_DECISIONS)
     if unknown:
@@ -72,6 +73,8 @@ def gate_payload(
         "sla_seconds": sla_seconds,
         "correlation_key": correlation_key,
         "details": details or {},
+        # deadlines: "4h", "30m" (docs/deadlines.md); only when given, so existing payloads are unchanged
+        **({"due": due} if due is not None else {}),
     }
 
 

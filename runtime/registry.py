@@ -23,7 +23,7 @@ parameters is called once.
 
 Gatehouse's own per-graph settings live in the file's ``"gatehouse"`` section
 (docs/graphs.md): ``sensitive_paths``, ``retention``, ``schema_versions``,
-``upcasters`` and ``reasons``.
+``upcasters``, ``reasons`` and ``deadlines``.
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ from langgraph.graph import StateGraph
 from langgraph.pregel import Pregel
 
 from runtime.controls import RuntimeControls, controls_parse
+from runtime.deadlines import Deadline, DeadlineError, deadlines_parse
 from runtime.upcasters import GraphSchema, schema_build
 
 
@@ -98,6 +99,8 @@ class GraphEntry:
     factory: Callable[[Any], Any] | None = field(default=None, repr=False)
     # Durability mode, recursion limit and run timeout (runtime.controls; docs/runtime-controls.md).
     controls: RuntimeControls = field(default_factory=RuntimeControls)
+    # Deadlines per gate ("*": the graph's default), from "gatehouse": {"deadlines": ...} (docs/deadlines.md).
+    deadlines: dict[str, Deadline] = field(default_factory=dict)
     _compiled: Pregel | None = field(default=None, repr=False)
 
     @property
@@ -214,8 +217,24 @@ def graphs_read(config_path: Path) -> dict[str, GraphEntry]:
         except ValueError as exc:
             raise GraphRegistryError(str(exc)) from None
         entry.schema()  # a bad version/upcaster map stops start-up, naming the graph
+        entry.deadlines = _deadlines(name, gatehouse)
         entries[name] = entry
+    _deadlines_unknown(gatehouse, entries)
     return entries
+
+
+def _deadlines(name: str, gatehouse: dict[str, Any]) -> dict[str, Deadline]:
+    try:
+        return deadlines_parse(name, gatehouse)
+    except DeadlineError as exc:
+        raise GraphRegistryError(f"graph {name!r}: {exc}") from None
+
+
+def _deadlines_unknown(gatehouse: dict[str, Any], entries: dict[str, GraphEntry]) -> None:
+    section = gatehouse.get("deadlines", {})
+    unknown = sorted(set(section) - set(entries)) if isinstance(section, dict) else []
+    if unknown:
+        raise GraphRegistryError(f"gatehouse.deadlines.{unknown[0]}: no graph of that name is registered")
 
 
 def _schema_options(entry: GraphEntry, base: Path, gatehouse: dict[str, Any]) -> None:

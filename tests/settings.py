@@ -16,6 +16,9 @@ os.environ.setdefault("GATEHOUSE_GRAPHS", str(_ROOT / "tests" / "graphs" / "lang
 os.environ.setdefault("GATEHOUSE_LEASE_SECONDS", "2")
 os.environ.setdefault("GATEHOUSE_SWEEP_SECONDS", "0.5")
 os.environ.setdefault("GATEHOUSE_REDISPATCH_AFTER_SECONDS", "3")
+# Tests drive the deadline sweep themselves (approvals.deadlines.deadlines_sweep, scoped to their graph):
+# the session worker's beat must not escalate other tests' overdue tasks under them.
+os.environ.setdefault("GATEHOUSE_DEADLINE_SWEEP_SECONDS", "86400")
 os.environ.setdefault("GATEHOUSE_VAR_DIR", str(_ROOT / "var" / "test"))
 # Static files straight from the apps (no collectstatic per session); tests/ops covers the manifest.
 os.environ.setdefault("GATEHOUSE_STATIC_MANIFEST", "false")

@@ -11,6 +11,9 @@ from django.utils import timezone
 from django.utils.html import escape, format_html
 from django.utils.safestring import SafeString, mark_safe
 
+from approvals.deadlines import due_state
+from runtime.deadlines import DeadlineError, duration_human, duration_parse
+
 register = template.Library()
 
 _OPEN_DEPTH = 2  # deeper objects start collapsed: state can be large
@@ -127,3 +130,25 @@ def qs(context: Any, **changes: Any) -> str:
             params[key] = value
     encoded = params.urlencode()
     return f"?{encoded}" if encoded else "?"
+
+
+# --- deadlines: one rendering of "how due" for every page (approvals.deadlines.due_state) ---------
+
+
+@register.inclusion_tag("console/partials/due_badge.html")
+def due_badge(task: Any) -> dict[str, Any]:
+    """The task's due badge ("due in 3 h", "overdue 20 min") and, once escalated, since when and why.
+
+    console.js ticks the countdown from the badge's ISO time, so an open page turns overdue on time.
+    """
+    shown = due_state(task.due_at, remind_at=task.remind_at) if task.is_open else None
+    return {"task": task, "due": shown}
+
+
+@register.filter
+def duration(value: Any) -> str:
+    """A duration ("4h", "90s" or seconds) as people say it: "4 h", "1 min 30 s" → never "86400 s"."""
+    try:
+        return duration_human(duration_parse(value))
+    except DeadlineError:
+        return str(value)

@@ -4,6 +4,7 @@ import pytest
 
 from approvals.gate_policy import GatePolicy, gate_policy
 from approvals.payloads import GATE_MARKER
+from runtime.deadlines import Deadline
 
 
 def _gate(**keys):
@@ -33,6 +34,7 @@ def test_a_gate_states_its_whole_policy():
         editable=("amount",),
         sla_seconds=60,
         correlation_key="case-7",
+        deadline=Deadline(due_seconds=60),  # sla_seconds still sets the due time (approvals.deadlines)
     )
 
 

@@ -111,4 +111,40 @@
   document.addEventListener("click", function (e) {
     if (e.target.closest && e.target.closest(".kbd-help-toggle")) toggleHelp();
   });
+
+  // --- deadlines: due badges count down from their ISO time, so an open page turns overdue on time ---
+  // Same text as runtime/deadlines.py duration_human and approvals.deadlines.due_state.
+  function durationHuman(s) {
+    s = Math.floor(Math.abs(s));
+    if (s < 60) return s + " s";
+    if (s < 3600) return Math.floor(s / 60) + " min";
+    if (s < 86400) {
+      var h = Math.floor(s / 3600), m = Math.floor((s % 3600) / 60);
+      return m && h < 10 ? h + " h " + m + " min" : h + " h";
+    }
+    var d = Math.floor(s / 86400), dh = Math.floor((s % 86400) / 3600);
+    return dh && d < 10 ? d + " d " + dh + " h" : d + " d";
+  }
+  var SOON_SECONDS = 3600;
+  function tickDue() {
+    var now = Date.now();
+    document.querySelectorAll("[data-due-badge]").forEach(function (el) {
+      var due = Date.parse(el.getAttribute("datetime"));
+      if (isNaN(due)) return;
+      var delta = (due - now) / 1000;
+      var overdue = delta <= 0;
+      var text = overdue ? "overdue " + durationHuman(Math.floor(-delta)) : "due in " + durationHuman(Math.ceil(delta));
+      if (el.textContent !== text) el.textContent = text;
+      el.classList.toggle("badge-danger", overdue);
+      el.classList.toggle("is-overdue", overdue);
+      if (overdue) el.classList.remove("badge-warn");
+      else if (delta <= SOON_SECONDS) el.classList.add("badge-warn");
+      var tr = el.closest("tr");
+      if (tr) tr.classList.toggle("is-overdue", overdue);
+    });
+  }
+  document.addEventListener("DOMContentLoaded", tickDue);
+  document.addEventListener("htmx:wsAfterMessage", tickDue);
+  document.addEventListener("htmx:afterSwap", tickDue);
+  setInterval(tickDue, 1000);
 })();
