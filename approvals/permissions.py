@@ -199,3 +199,19 @@ def require_start(user: Principal, graph: str) -> None:
 
 def require_retry(user: Principal, thread: Thread) -> None:
     require(user, "runtime.retry_thread", "retry threads")
+
+
+# --- Conversation (comments) -------------------------------------------------------------------
+# Who may read a comment is who may see its task or thread (task_get_for / thread_get_for).
+# Who may post works on the graph: a reviewer or approver (decides), an operator (starts or
+# retries threads) or an admin — never an auditor (reads only) or a read-only token.
+COMMENT_POST_PERMS = ("approvals.decide_task", "runtime.start_thread", "runtime.retry_thread")
+
+
+def can_comment(user: Principal, graph: str) -> bool:
+    return graph_visible(user, graph) and any(can(user, perm) for perm in COMMENT_POST_PERMS)
+
+
+def require_comment(user: Principal, graph: str) -> None:
+    if not can_comment(user, graph):
+        raise Forbidden("you may not comment here: commenting is for reviewers, operators and leads of the graph")

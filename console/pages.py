@@ -13,12 +13,13 @@ from urllib.parse import urlencode
 
 from django.http import QueryDict
 
-from approvals import gateway, permissions
+from approvals import comments, gateway, permissions
 from approvals import selectors as approvals_selectors
 from approvals.errors import DomainError
 from approvals.models import ApprovalTask
 from approvals.payloads import payload_kind
 from console import selectors
+from console.conversation import conversation_context  # Conversation (comments)
 from console.forms import DecisionForm, InboxFilterForm, decision_form_for
 from console.services import can_release_any, claim_active
 from runtime.models import Thread
@@ -57,6 +58,9 @@ def inbox_context(user: Any, params: QueryDict, *, limit: int = INBOX_PAGE_SIZE)
         "first_url": "?" + urlencode(base),
         "next_url": next_url,
         "me": user,
+        # Conversation (comments): open questions and mentions of the viewer, per row
+        "waiting_ids": comments.tasks_waiting_for_answer(task_ids=[t.pk for t in page.items]),
+        "mentioned_ids": comments.tasks_mentioning(user=user, task_ids=[t.pk for t in page.items]),
     }
 
 
@@ -92,6 +96,7 @@ def task_live_context(user: Any, task_id: Any) -> dict[str, Any]:
         # Only a finished thread's values are shown, and only as the gateway masks them for this viewer.
         "result": gateway.thread_values_for(user, thread) if thread.is_finished else None,
         "me": user,
+        **conversation_context(user, task=task),  # Conversation (comments)
     }
 
 
@@ -160,6 +165,7 @@ def thread_live_context(user: Any, thread_id: Any) -> dict[str, Any]:
         ),
         "can_retry": thread.status == "failed" and user.has_perm("runtime.retry_thread"),
         "me": user,
+        **conversation_context(user, thread=thread),  # Conversation (comments)
     }
 
 
