@@ -199,11 +199,6 @@ def thread_redacted_values(thread: Thread) -> set[str]:
     return redacted_values(sources, paths)
 
 
-def text_values_masked_for(user: permissions.Principal, thread: Thread) -> set[str]:
-    """The redacted values free text about ``thread`` must not quote to ``user`` (none if they may see them)."""
-    return set() if may_see_sensitive(user) else thread_redacted_values(thread)
-
-
 def text_shown(user: permissions.Principal, thread: Thread, texts: Sequence[str], *, subject: str) -> list[str]:
     """``texts`` (comment bodies) as ``user`` may read them: quoted redacted values masked.
 

@@ -58,7 +58,7 @@ def _respond(
     if not request.htmx and error is None:
         messages.success(request, "Comment posted")
         return redirect("console:task", task_id=task.pk) if task else redirect("console:thread", thread_id=thread.pk)  # type: ignore[union-attr]
-    ctx: dict[str, Any] = {"task": task, "thread": thread, "me": request.user}
+    ctx: dict[str, Any] = {"task": task, "thread": task.thread if task else thread, "me": request.user}
     ctx.update(conversation_context(request.user, task=task, thread=thread))
     if error is not None:
         ctx.update({"comment_error": error, "comment_body": request.POST.get("body", "")[: comments.BODY_MAX_CHARS]})

@@ -152,7 +152,12 @@ def test_an_answer_must_reply_to_a_question_of_the_same_task(personas):
         comments.comment_post(actor=actor, task=task, body="answer across", kind="answer", reply_to=foreign)
     with pytest.raises(InvalidInput) as bad_kind:
         comments.comment_post(actor=actor, task=task, body="?", kind="shout")
-    assert [e.value.field for e in (no_reply, to_remark, cross, bad_kind)] == ["reply_to", "reply_to", "reply_to", "kind"]
+    assert [e.value.field for e in (no_reply, to_remark, cross, bad_kind)] == [
+        "reply_to",
+        "reply_to",
+        "reply_to",
+        "kind",
+    ]
     assert Comment.objects.filter(task=task).count() == 1
 
 
