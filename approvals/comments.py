@@ -155,6 +155,8 @@ def comment_edit(*, actor: User, comment: Comment, body: str) -> CommentVersion:
     mentioned = mentions_resolve(body=text, thread=comment.thread, task=comment.task)
     try:
         with transaction.atomic():
+            # Edits of one comment queue on its row (FOR UPDATE fires no trigger): each reads the newest version.
+            Comment.objects.select_for_update().filter(pk=comment.pk).first()
             latest = CommentVersion.objects.filter(comment=comment).order_by("-version").first()
             number = (latest.version if latest else 0) + 1
             if latest is not None and latest.body == text:
@@ -181,7 +183,7 @@ def comment_edit(*, actor: User, comment: Comment, body: str) -> CommentVersion:
                 },
             )
     except IntegrityError:
-        # Two edits at once took the same version number: the database let one win.
+        # Two edits at once took the same version number (SQLite has no row locks): the database let one win.
         raise Conflict("the comment was edited meanwhile; reload and edit again", field="body") from None
     return version
 

@@ -213,3 +213,33 @@ def test_the_orm_cannot_rewrite_a_comment_either(personas):
     with pytest.raises(DatabaseError), transaction.atomic():
         Comment.objects.filter(pk=comment.pk).delete()
     assert CommentVersion.objects.get(comment=comment).body == "kept"
+
+
+def test_simultaneous_edits_each_get_their_own_version(personas):
+    """Both editors start together (a barrier); the row lock queues them, so neither is lost or refused."""
+    import threading
+
+    from django.db import connections
+
+    author = personas["reviewer"].user
+    comment = comments.comment_post(actor=author, task=task_make(), body="v1")
+    barrier = threading.Barrier(2)
+    results: list[object] = []
+
+    def edit(text: str) -> None:
+        try:
+            barrier.wait(timeout=10)
+            results.append(comments.comment_edit(actor=author, comment=comment, body=text).version)
+        except Exception as exc:  # reported by the assertion below
+            results.append(exc)
+        finally:
+            connections.close_all()
+
+    workers = [threading.Thread(target=edit, args=(f"edit {i}",)) for i in range(2)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(timeout=30)
+    assert sorted(r for r in results if isinstance(r, int)) == [2, 3], results
+    bodies = set(CommentVersion.objects.filter(comment=comment, version__gt=1).values_list("body", flat=True))
+    assert bodies == {"edit 0", "edit 1"}
