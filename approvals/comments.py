@@ -313,19 +313,52 @@ def task_waiting_for_answer(*, task: ApprovalTask) -> bool:
 
 def tasks_mentioning(*, user: permissions.Principal, task_ids: list[Any]) -> set[Any]:
     """Of ``task_ids``, those whose conversation (the task's or its thread's) mentions ``user``, newest versions."""
-    if not task_ids or not user.is_authenticated:
-        return set()
-    rows = list(ApprovalTask.objects.filter(pk__in=task_ids).values_list("pk", "thread_id"))
-    threads = {thread for _, thread in rows}
-    # Newest versions only (an edit can drop a mention); filtered here, as SQLite has no JSON "contains".
-    newest: dict[Any, tuple[int, Any, Any, list[int]]] = {}
-    versions = CommentVersion.objects.filter(comment__thread_id__in=threads).values_list(
-        "comment_id", "version", "comment__thread_id", "comment__task_id", "mentions"
+    tasks = list(ApprovalTask.objects.filter(pk__in=task_ids).only("pk", "thread_id"))
+    return inbox_conversation(user=user, tasks=tasks).mentioned
+
+
+@dataclass(frozen=True)
+class InboxConversation:
+    waiting: set[Any]  # task ids with a question nobody answered
+    mentioned: set[Any]  # task ids whose conversation (or their thread's) mentions the viewer
+
+
+def inbox_conversation(*, user: permissions.Principal, tasks: list[ApprovalTask]) -> InboxConversation:
+    """For an inbox page: which rows wait for an answer and which mention ``user`` — one query for the page.
+
+    Mentions count in newest versions only (an edit can drop one); filtered here, as SQLite
+    has no JSON "contains".
+    """
+    if not tasks:
+        return InboxConversation(set(), set())
+    threads = {t.thread_id for t in tasks}
+    rows = CommentVersion.objects.filter(comment__thread_id__in=threads).values_list(
+        "comment_id",
+        "version",
+        "comment__thread_id",
+        "comment__task_id",
+        "comment__kind",
+        "comment__reply_to_id",
+        "mentions",
     )
-    for comment_id, version, thread, task, mentions in versions:
+    newest: dict[Any, tuple[int, Any, Any, list[int]]] = {}
+    questions: dict[Any, Any] = {}  # question id -> its task
+    answered: set[Any] = set()
+    for comment_id, version, thread, task, kind, reply_to, mentions in rows:
         if comment_id not in newest or newest[comment_id][0] < version:
             newest[comment_id] = (version, thread, task, mentions)
-    hits = [(thread, task) for _, thread, task, mentions in newest.values() if user.pk in (mentions or [])]
+        if kind == CommentKind.QUESTION and task is not None:
+            questions[comment_id] = task
+        elif kind == CommentKind.ANSWER:
+            answered.add(reply_to)
+    waiting = {task for question, task in questions.items() if question not in answered}
+    me = user.pk if user.is_authenticated else None
+    hits = [
+        (thread, task) for _, thread, task, mentions in newest.values() if me is not None and me in (mentions or [])
+    ]
     by_thread = {thread for thread, task in hits if task is None}
     by_task = {task for _, task in hits if task is not None}
-    return {pk for pk, thread in rows if pk in by_task or thread in by_thread}
+    return InboxConversation(
+        waiting={t.pk for t in tasks if t.pk in waiting},
+        mentioned={t.pk for t in tasks if t.pk in by_task or t.thread_id in by_thread},
+    )

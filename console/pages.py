@@ -58,9 +58,8 @@ def inbox_context(user: Any, params: QueryDict, *, limit: int = INBOX_PAGE_SIZE)
         "first_url": "?" + urlencode(base),
         "next_url": next_url,
         "me": user,
-        # Conversation (comments): open questions and mentions of the viewer, per row
-        "waiting_ids": comments.tasks_waiting_for_answer(task_ids=[t.pk for t in page.items]),
-        "mentioned_ids": comments.tasks_mentioning(user=user, task_ids=[t.pk for t in page.items]),
+        # Conversation (comments): per row, an open question and a mention of the viewer (one query)
+        "conversation": comments.inbox_conversation(user=user, tasks=page.items),
     }
 
 

@@ -129,12 +129,15 @@ def test_a_question_waits_until_it_is_answered(personas):
     )
     assert comments.task_waiting_for_answer(task=task)
     assert comments.tasks_waiting_for_answer(task_ids=[task.pk, other.pk]) == {task.pk}
+    reader = personas["reviewer2"].user
+    assert comments.inbox_conversation(user=reader, tasks=[task, other]).waiting == {task.pk}  # the inbox's view
     comments.comment_post(actor=personas["reviewer2"].user, task=task, body="A remark, not an answer")
     assert comments.task_waiting_for_answer(task=task)
     comments.comment_post(
         actor=personas["reviewer2"].user, task=task, body="Yes, verified.", kind="answer", reply_to=question
     )
     assert not comments.task_waiting_for_answer(task=task)
+    assert comments.inbox_conversation(user=reader, tasks=[task, other]).waiting == set()
     shown = comments.comments_for(user=personas["reviewer"].user, task=task)
     assert [(c.kind, c.waiting) for c in shown] == [("question", False), ("comment", False), ("answer", False)]
 

@@ -34,7 +34,7 @@ CLAIM_QUERIES = 10  # the lease is set on the database clock and read back (fenc
 FINISH_QUERIES = 16
 # A graph no test subscribes webhooks to: matching subscriptions (other tests') would add outbox rows.
 QUIET_GRAPH = "nested_review"
-INBOX_QUERIES = 10
+INBOX_QUERIES = 11  # Conversation (comments): +1, the page rows' open questions and mentions in one query
 
 
 def _sql(ctx: CaptureQueriesContext) -> str:
