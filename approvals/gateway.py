@@ -21,7 +21,7 @@ from approvals import permissions
 from approvals.audit import audit_record, canonical
 from approvals.errors import NotFound
 from approvals.models import ApprovalTask, AuditAction, AuditEvent, Decision, ExternalSource
-from approvals.redaction import redact
+from approvals.redaction import redact, redacted_values, text_mask
 from runtime.models import Thread
 from runtime.registry import EXTERNAL_GRAPH_PREFIX, UnknownGraph, graph_get, graph_is_external
 from runtime.state import CheckpointView, thread_history_read, thread_state_read
@@ -130,6 +130,8 @@ def audit_details_for(user: permissions.Principal, event: AuditEvent) -> dict[st
     if not event.graph or event.action == AuditAction.SENSITIVE_REVEALED:
         return event.details
     details, _ = guard(user, event.graph, event.details, subject=f"audit:{event.pk}", thread_id=event.thread_id)
+    if event.action in COMMENT_ACTIONS:  # Conversation (comments): free text quoting redacted values
+        details = _comment_details_masked(user, event, details)
     return details  # type: ignore[no-any-return]
 
 
@@ -171,3 +173,63 @@ def payload_digest_for(user: permissions.Principal, task: ApprovalTask) -> str:
 
 def masked_digest(value: Any, paths: Sequence[str]) -> str:
     return hashlib.sha256(canonical(redact(value, paths)[0]).encode()).hexdigest()
+
+
+# --- Conversation (comments): free text is masked by the redacted values it quotes ----------------
+
+COMMENT_ACTIONS = frozenset({AuditAction.COMMENT_POSTED, AuditAction.COMMENT_EDITED})
+
+
+def thread_redacted_values(thread: Thread) -> set[str]:
+    """The values at the graph's sensitive paths anywhere the thread carried them.
+
+    The thread's last values, every task's payload, every decision's edits,
+    resume value and signed action: a value replaced by an edit is still found
+    in the payload or decision that carried it.
+    """
+    paths = sensitive_paths(thread.graph)
+    if not paths:
+        return set()
+    sources: list[Any] = [thread.values]
+    sources += list(ApprovalTask.objects.filter(thread=thread).values_list("payload", flat=True))
+    for patch, resume, action in Decision.objects.filter(task__thread=thread).values_list(
+        "state_patch", "resume_value", "signed_action"
+    ):
+        sources += [patch, resume, action]
+    return redacted_values(sources, paths)
+
+
+def text_shown(user: permissions.Principal, thread: Thread, texts: Sequence[str], *, subject: str) -> list[str]:
+    """``texts`` (comment bodies) as ``user`` may read them: quoted redacted values masked.
+
+    A permitted reader shown a text that quotes one is audited like any other reveal.
+    """
+    values = thread_redacted_values(thread)
+    if not values:
+        return list(texts)
+    masked = [text_mask(t, values) for t in texts]
+    if masked == list(texts):
+        return masked
+    if not may_see_sensitive(user):
+        return masked
+    with transaction.atomic():
+        audit_record(
+            actor=user,  # type: ignore[arg-type]
+            action=AuditAction.SENSITIVE_REVEALED,
+            subject_type=subject.split(":", 1)[0],
+            subject_id=subject.split(":", 1)[-1],
+            thread_id=thread.pk,
+            graph=thread.graph,
+            details={"paths": ["comment.body"]},
+        )
+    return list(texts)
+
+
+def _comment_details_masked(user: permissions.Principal, event: AuditEvent, details: dict[str, Any]) -> dict[str, Any]:
+    body = details.get("body")
+    if not isinstance(body, str) or may_see_sensitive(user) or event.thread_id is None:
+        return details
+    thread = Thread.objects.filter(pk=event.thread_id).first()
+    values = thread_redacted_values(thread) if thread is not None else set()
+    shown = text_mask(body, values)
+    return details if shown == body else {**details, "body": shown}

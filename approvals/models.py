@@ -203,6 +203,9 @@ class AuditAction(models.TextChoices):
     DEADLINE_ESCALATED = "deadline.escalated"
     DEADLINE_TIMED_OUT = "deadline.timed_out"
     DEADLINE_TIMEOUT_REFUSED = "deadline.timeout_refused"
+    # Conversation (comments)
+    COMMENT_POSTED = "comment.posted"
+    COMMENT_EDITED = "comment.edited"
 
 
 class AuditEvent(models.Model):
@@ -521,3 +524,58 @@ class Away(models.Model):
 
     def is_active_at(self, when: datetime) -> bool:
         return (self.starts_at is None or self.starts_at <= when) and (self.ends_at is None or when < self.ends_at)
+
+
+# Conversation (comments) ------------------------------------------------------------------------
+# Comments on a task or a thread (approvals.comments). Append-only like the audit trail: database
+# triggers refuse UPDATE and DELETE on both tables (PostgreSQL); an edit is a new CommentVersion.
+
+
+class CommentKind(models.TextChoices):
+    COMMENT = "comment", "Comment"
+    QUESTION = "question", "Question"  # the task shows "waiting for answer" until an answer replies to it
+    ANSWER = "answer", "Answer"
+
+
+class Comment(models.Model):
+    """Who said what kind of thing, where; the text lives in its versions (the newest is shown)."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    thread = models.ForeignKey(Thread, on_delete=models.PROTECT, related_name="comments")
+    task = models.ForeignKey(ApprovalTask, null=True, blank=True, on_delete=models.PROTECT, related_name="comments")
+    graph = models.CharField(max_length=100)  # denormalised: the permission scope
+    author = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    kind = models.CharField(max_length=10, choices=CommentKind.choices, default=CommentKind.COMMENT)
+    reply_to = models.ForeignKey("self", null=True, blank=True, on_delete=models.PROTECT, related_name="replies")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["thread", "created_at"], name="comment_thread"),
+            models.Index(fields=["task", "kind"], name="comment_task_kind"),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=~Q(kind="answer") | Q(reply_to__isnull=False), name="comment_answer_replies"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.id} on {self.task_id or self.thread_id}"
+
+
+class CommentVersion(models.Model):
+    """One version of a comment's text; never changed, never deleted."""
+
+    id = models.BigAutoField(primary_key=True)
+    comment = models.ForeignKey(Comment, on_delete=models.PROTECT, related_name="versions")
+    version = models.PositiveIntegerField()
+    body = models.TextField()
+    mentions = models.JSONField(default=list, blank=True)  # ids of the users the text mentions (resolved)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["comment", "version"], name="one_comment_version")]
+
+    def __str__(self) -> str:
+        return f"comment {self.comment_id} v{self.version}"

@@ -222,3 +222,24 @@ def can_reassign(user: Principal, task: ApprovalTask) -> bool:
 def require_reassign(user: Principal, task: ApprovalTask) -> None:
     if not can_reassign(user, task):
         raise Forbidden("you may not reassign tasks (a lead's or an admin's right)")
+
+
+# --- Conversation (comments) -------------------------------------------------------------------
+# Who may read a comment is who may see its task or thread (task_get_for / thread_get_for).
+# Who may post works on the graph: a reviewer or approver (decides), an operator (starts or
+# retries threads) or an admin — never an auditor (reads only) or a read-only token.
+COMMENT_POST_PERMS = (
+    "approvals.decide_task",
+    "runtime.start_thread",
+    "runtime.retry_thread",
+    "approvals.reassign_task",
+)
+
+
+def can_comment(user: Principal, graph: str) -> bool:
+    return graph_visible(user, graph) and any(can(user, perm) for perm in COMMENT_POST_PERMS)
+
+
+def require_comment(user: Principal, graph: str) -> None:
+    if not can_comment(user, graph):
+        raise Forbidden("you may not comment here: commenting is for reviewers, operators and leads of the graph")

@@ -9,6 +9,7 @@ diffs, exports and audit details.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -86,3 +87,47 @@ def filter_split(wanted: dict[str, Any], paths: Sequence[str]) -> tuple[dict[str
         else:
             return None
     return plain, masked
+
+
+# Conversation (comments): free text cannot be masked by path, only by value.
+TEXT_MASK = "•••"
+# Shorter values are not masked in free text: a one-character "value" would mask every such
+# letter or digit in every comment, and a value that short is no secret a mask could keep.
+TEXT_MASK_MIN_LENGTH = 2
+
+
+def redacted_values(value: Any, paths: Sequence[str]) -> set[str]:
+    """Every scalar found at (or under) a location ``paths`` redact, as text: what a reader must not be quoted."""
+    if not paths:
+        return set()
+    patterns = [path_parse(p) for p in paths]
+    found: set[str] = set()
+    _collect(value, (), patterns, found, inside=False)
+    return found
+
+
+def _collect(
+    value: Any, location: tuple[str, ...], patterns: list[tuple[Segment, ...]], found: set[str], *, inside: bool
+) -> None:
+    inside = inside or bool(location and any(_matches(location, p) for p in patterns))
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _collect(v, (*location, str(k)), patterns, found, inside=inside)
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _collect(v, (*location, str(i)), patterns, found, inside=inside)
+    elif inside and value is not None and not isinstance(value, bool):
+        text = str(value).strip()
+        if len(text) >= TEXT_MASK_MIN_LENGTH and text != MASK:
+            found.add(text)
+
+
+def text_mask(text: str, values: set[str] | frozenset[str]) -> str:
+    """``text`` with every occurrence of each of ``values`` (any letter case) replaced by ``TEXT_MASK``.
+
+    Longest values first, so a value that contains another is masked whole.
+    """
+    if not values or not text:
+        return text
+    pattern = "|".join(re.escape(v) for v in sorted(values, key=lambda v: (-len(v), v)))
+    return re.sub(pattern, TEXT_MASK, text, flags=re.IGNORECASE)

@@ -13,13 +13,14 @@ from urllib.parse import urlencode
 
 from django.http import QueryDict
 
-from approvals import assignment, gateway, permissions
+from approvals import assignment, comments, gateway, permissions
 from approvals import selectors as approvals_selectors
 from approvals.claims import can_release_any, claim_for
 from approvals.errors import DomainError
 from approvals.models import ApprovalTask
 from approvals.payloads import payload_kind
 from console import selectors
+from console.conversation import conversation_context  # Conversation (comments)
 from console.forms import DecisionForm, InboxFilterForm, decision_form_for
 from runtime.models import Thread
 from runtime.registry import REASON_OUTCOMES, UnknownGraph, graph_get
@@ -58,6 +59,8 @@ def inbox_context(user: Any, params: QueryDict, *, limit: int = INBOX_PAGE_SIZE)
         "next_url": next_url,
         "me": user,
         "away": assignment.away_get(user),  # hand-offs: the header says when you are away and who covers
+        # Conversation (comments): per row, an open question and a mention of the viewer (one query)
+        "conversation": comments.inbox_conversation(user=user, tasks=page.items),
     }
 
 
@@ -94,6 +97,7 @@ def task_live_context(user: Any, task_id: Any) -> dict[str, Any]:
         "result": gateway.thread_values_for(user, thread) if thread.is_finished else None,
         "me": user,
         **_handoff_context(user, task, claim),
+        **conversation_context(user, task=task),  # Conversation (comments)
     }
 
 
@@ -178,6 +182,7 @@ def thread_live_context(user: Any, thread_id: Any) -> dict[str, Any]:
         ),
         "can_retry": thread.status == "failed" and user.has_perm("runtime.retry_thread"),
         "me": user,
+        **conversation_context(user, thread=thread),  # Conversation (comments)
     }
 
 

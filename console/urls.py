@@ -4,6 +4,7 @@ from django.urls import URLPattern, URLResolver, include, path
 from approvals.platform_api import api as platform_api
 from console.api import api
 from console.views import audit, auth, decisions, handoffs, inbox, relay, start, tasks, threads, users, webhooks
+from console.views import comments as comment_views  # Conversation (comments)
 
 console_patterns = [
     path("", inbox.inbox, name="inbox"),
@@ -43,6 +44,10 @@ console_patterns = [
     path("tasks/<uuid:task_id>/reassign", handoffs.task_reassign, name="task-reassign"),
     path("tasks/<uuid:task_id>/delegate", handoffs.task_delegate, name="task-delegate"),
     path("settings/away", handoffs.away, name="away"),
+    # Conversation (comments)
+    path("tasks/<uuid:task_id>/comments", comment_views.task_comment, name="task-comment"),
+    path("threads/<uuid:thread_id>/comments", comment_views.thread_comment, name="thread-comment"),
+    path("comments/<uuid:comment_id>/versions", comment_views.comment_version, name="comment-version"),
 ]
 
 # No /admin/: Django's admin would be a second door to users and permissions, outside the

@@ -84,6 +84,16 @@ MATRIX: list[tuple[str, str, str, tuple[int, ...]]] = [
     ("POST", "/api/tasks/{task_id}/delegate", "loan", (401, 404, 409, 409, 409, 403, 403, 409)),
     ("GET", "/api/me/away", "-", (401, 200, 200, 200, 200, 200, 200, 200)),
     ("PUT", "/api/me/away", "-", (401, 200, 200, 200, 200, 200, 200, 200)),
+    # Conversation (comments; "talk"/"talk-kyc": a task made without the worker, with a comment by admin).
+    # Read = who sees the task; post = reviewers, operators, admins (never auditors); edit = the author only.
+    ("GET", "/api/tasks/{task_id}/comments", "talk", (401, 404, 200, 200, 200, 200, 200, 200)),
+    ("GET", "/api/tasks/{task_id}/comments", "talk-kyc", (401, 404, 200, 200, 404, 200, 200, 200)),
+    ("POST", "/api/tasks/{task_id}/comments", "talk", (401, 404, 201, 201, 201, 403, 201, 201)),
+    ("POST", "/api/tasks/{task_id}/comments", "talk-kyc", (401, 404, 201, 201, 404, 403, 201, 201)),
+    ("GET", "/api/threads/{thread_id}/comments", "talk-kyc", (401, 404, 200, 200, 404, 200, 200, 200)),
+    ("POST", "/api/threads/{thread_id}/comments", "talk-kyc", (401, 404, 201, 201, 404, 403, 201, 201)),
+    ("POST", "/api/comments/{comment_id}/versions", "talk", (401, 404, 403, 403, 403, 403, 403, 201)),
+    ("POST", "/api/comments/{comment_id}/versions", "talk-kyc", (401, 404, 403, 403, 404, 403, 403, 201)),
 ]
 
 CASES = [
@@ -119,6 +129,7 @@ class Subject:
     task_id: str = ""
     name: str = ""
     user_id: int = 0
+    comment_id: str = ""  # Conversation (comments)
 
 
 def kyc_input() -> dict[str, Any]:
@@ -127,6 +138,14 @@ def kyc_input() -> dict[str, Any]:
 
 def subject_make(kind: str, personas: dict[str, Persona]) -> Subject:
     admin = personas["admin"]
+    if kind in ("talk", "talk-kyc"):  # Conversation (comments): no worker needed to talk about a task
+        from approvals.comments import comment_post
+        from tests.console.conftest import task_make
+
+        graph, node = ("loan_approval", "human_review") if kind == "talk" else ("kyc_onboarding", "compliance_review")
+        task = task_make(graph=graph, node=node)
+        comment = comment_post(actor=admin.user, task=task, body="matrix")
+        return Subject(graph, str(task.thread_id), str(task.pk), comment_id=str(comment.pk))
     if kind == "user":
         from approvals import users
 
@@ -161,7 +180,8 @@ def shared(worker, personas, django_db_blocker) -> dict[str, Subject]:
     if not worker.alive:
         worker.start()
     with django_db_blocker.unblock():
-        return {kind: subject_make(kind, personas) for kind in ("loan", "kyc", "failed", "hook", "user", "ext")}
+        kinds = ("loan", "kyc", "failed", "hook", "user", "ext", "talk", "talk-kyc")
+        return {kind: subject_make(kind, personas) for kind in kinds}
 
 
 def client_for(persona: str, personas: dict[str, Persona]) -> ApiClient:
@@ -177,6 +197,7 @@ def call(client: ApiClient, method: str, path: str, subject: str, target: Subjec
         user_id=target.user_id if target else 0,
         source="matrix",
         key=target.name if target else "",
+        comment_id=target.comment_id if target else "",
     )
     if method == "GET":
         return client.get(url)
@@ -202,6 +223,8 @@ def call(client: ApiClient, method: str, path: str, subject: str, target: Subjec
     if path == "/api/threads":
         graph, graph_input = ("loan_approval", loan_input()) if subject == "loan" else ("kyc_onboarding", kyc_input())
         return client.post(url, {"graph": graph, "input": graph_input})
+    if path.endswith("/comments") or path.endswith("/versions"):  # Conversation (comments)
+        return client.post(url, {"body": f"permission matrix {uuid.uuid4().hex[:6]}"})
     if path.endswith("/decision"):
         return client.post(url, {"decision": "approve", "reason": "permission matrix"})
     # hand-offs

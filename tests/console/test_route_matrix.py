@@ -13,6 +13,7 @@ import pytest
 from django.test import Client
 
 from approvals import users
+from approvals.comments import comment_post
 from approvals.models import Decision
 from approvals.webhooks import webhook_endpoint_create
 from console.urls import console_patterns
@@ -67,6 +68,11 @@ MATRIX: list[tuple[str, str, str, tuple[int, ...]]] = [
     ("task-reassign", "POST", "loan", (302, 404, 403, 403, 403, 403, 302)),
     ("task-delegate", "POST", "loan", (302, 404, 302, 302, 403, 403, 302)),
     ("away", "GET", "-", (302, 403, 200, 200, 403, 403, 200)),
+    # Conversation (comments): an empty form is a 422 for who may post (nothing is written); auditors
+    # read only. A comment ("comment", by admin) is edited by its author only.
+    ("task-comment", "POST", "loan", (302, 404, 422, 422, 403, 422, 422)),
+    ("thread-comment", "POST", "loan", (302, 404, 422, 422, 403, 422, 422)),
+    ("comment-version", "POST", "comment", (302, 404, 403, 403, 403, 403, 422)),
 ]
 
 
@@ -77,7 +83,9 @@ def test_every_console_route_has_a_rule():
     assert covered - routes == set(), "rules for routes that no longer exist"
 
 
-def _path(route: str, subject: str, task: Any, decision: Any = None, hook: str = "", user: Any = None) -> str:
+def _path(
+    route: str, subject: str, task: Any, decision: Any = None, hook: str = "", user: Any = None, comment: Any = None
+) -> str:
     ids = {
         "task_id": task.pk if task else None,
         "thread_id": task.thread_id if task else None,
@@ -88,6 +96,7 @@ def _path(route: str, subject: str, task: Any, decision: Any = None, hook: str =
     for key, value in ids.items():
         pattern = pattern.replace(f"<uuid:{key}>", str(value))
     pattern = pattern.replace("<int:user_id>", str(user.pk) if user else "")
+    pattern = pattern.replace("<uuid:comment_id>", str(comment.pk) if comment else "")  # Conversation (comments)
     return "/" + pattern.replace("<int:delivery_id>", "999999999").replace("<slug:name>", hook)
 
 
@@ -103,8 +112,11 @@ def test_each_role_gets_the_status_the_matrix_gives(personas, route, method, sub
     task = decision = None
     if subject == "kyc":
         task = task_make(graph="kyc_onboarding", node="compliance_review")
-    elif subject in ("loan", "decision"):
+    elif subject in ("loan", "decision", "comment"):
         task = task_make()
+    comment = None
+    if subject == "comment":  # Conversation (comments)
+        comment = comment_post(actor=personas["admin"].user, task=task, body="route matrix")
     if subject == "decision":
         decision = Decision.objects.create(
             task=task,
@@ -123,7 +135,7 @@ def test_each_role_gets_the_status_the_matrix_gives(personas, route, method, sub
         hook = f"matrix-{uuid.uuid4().hex[:8]}"
         webhook_endpoint_create(actor=None, name=hook, graph="loan_approval", gates=["human_review"])
     client = Client() if role == "anonymous" else console_client(personas[role])
-    path = _path(route, subject, task, decision, hook, user)
+    path = _path(route, subject, task, decision, hook, user, comment)
     body = {"decision": "approve", "reason": "route matrix", "checkpoint_id": task.checkpoint_id} if task else {}
     response = client.get(path) if method == "GET" else client.post(path, body)
     assert response.status_code == expected, (path, response.content[:300])

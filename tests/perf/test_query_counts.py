@@ -34,7 +34,7 @@ CLAIM_QUERIES = 10  # the lease is set on the database clock and read back (fenc
 FINISH_QUERIES = 16
 # A graph no test subscribes webhooks to: matching subscriptions (other tests') would add outbox rows.
 QUIET_GRAPH = "nested_review"
-INBOX_QUERIES = 11  # hand-offs: +1, the header shows the reviewer's own out-of-office
+INBOX_QUERIES = 12  # hand-offs +1 (the header's own out-of-office), comments +1 (rows' open questions, mentions)
 
 
 def _sql(ctx: CaptureQueriesContext) -> str:

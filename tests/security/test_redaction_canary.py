@@ -44,7 +44,7 @@ from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
 
 from approvals.gateway import sensitive_paths
-from approvals.models import ApprovalTask, AuditEvent, Decision
+from approvals.models import ApprovalTask, AuditEvent, Comment, Decision
 from approvals.platform import assistant_id_for
 from approvals.platform_api import api as platform_api
 from approvals.redaction import path_parse
@@ -93,6 +93,10 @@ NOT_CRAWLED: dict[str, str] = {
     "POST /api/users/{user_id}/reactivate": "write (user administration)",
     "POST /api/users/{user_id}/password": "write (user administration)",
     "POST /api/users/{user_id}/otp-reset": "write (user administration)",
+    # Conversation (comments): the planted comments are read back through the GET comment endpoints
+    "POST /api/tasks/{task_id}/comments": "write (comment on a task)",
+    "POST /api/threads/{thread_id}/comments": "write (comment on a thread)",
+    "POST /api/comments/{comment_id}/versions": "write (edit a comment: a new version)",
     # routes outside the console's own URLs
     "static": "vendored CSS and JS files",
     # hand-offs: writes whose responses carry names and times, never state; GET .../claim and GET /api/me/away
@@ -125,6 +129,10 @@ CONSOLE_WRITES: dict[str, str] = {
     "console user-otp": "remove a user's OTP devices",
     "console task-reassign": "reassign a task (hand-offs)",
     "console task-delegate": "delegate a claimed task (hand-offs)",
+    # Conversation (comments)
+    "console task-comment": "comment on a task; read back on the task page",
+    "console thread-comment": "comment on a thread; read back on the thread page",
+    "console comment-version": "edit a comment; read back on the task and thread pages",
 }
 
 # Surfaces a role with "view sensitive" must receive a canary on: proof that the crawl reaches the values.
@@ -148,6 +156,9 @@ MUST_REVEAL = {
     "ws /ws/tasks/<uuid:task_id>/",
     "ws /ws/threads/<uuid:thread_id>/",
     "export audit_export --user",
+    # Conversation (comments): the planted comments quote the input canary verbatim
+    "GET /api/tasks/{task_id}/comments",
+    "GET /api/threads/{thread_id}/comments",
 }
 
 # Roles without "view sensitive" (the canary must appear nowhere) and with it (it must appear).
@@ -193,6 +204,7 @@ class Subject:
     checkpoints: list[str] = field(default_factory=list)
     hooks: list[str] = field(default_factory=list)  # inbound webhook endpoints of the graph
     actions: list[str] = field(default_factory=list)  # audit actions of the thread (reads are not planted)
+    comments: list[str] = field(default_factory=list)  # Conversation (comments) on the thread and its tasks
 
 
 class Planter:
@@ -260,7 +272,22 @@ def plant_native(planter: Planter) -> str:
             response = admin.client.post(f"/api/tasks/{task['id']}/decision", body)
             assert response.status_code == 201, response.content
             decided.add(task["id"])
+    comment_plant(planter, thread_id)
     return thread_id
+
+
+def comment_plant(planter: Planter, thread_id: str) -> None:
+    """Conversation (comments): comments quoting the input canary verbatim, on the first task and the thread,
+    one of them edited so that both its versions quote it."""
+    admin, canary = planter.admin, planter.canary("input")
+    task_id = admin.client.get("/api/tasks", thread=thread_id, status="decided").json()["items"][0]["id"]
+    posted = admin.client.post(f"/api/tasks/{task_id}/comments", {"body": f"quoting {canary} verbatim"})
+    assert posted.status_code == 201, posted.content
+    edited = admin.client.post(f"/api/comments/{posted.json()['id']}/versions", {"body": f"{canary.upper()}!"})
+    assert edited.status_code == 201, edited.content
+    question = {"body": f"thread: {canary}", "kind": "question"}
+    on_thread = admin.client.post(f"/api/threads/{thread_id}/comments", question)
+    assert on_thread.status_code == 201, on_thread.content
 
 
 def plant_platform(planter: Planter) -> str:
@@ -296,6 +323,7 @@ def subject_of(graph: str, thread_id: str) -> Subject:
     subject.tasks = [str(t) for t in ApprovalTask.objects.filter(thread=thread).values_list("pk", flat=True)]
     subject.decisions = [str(d) for d in Decision.objects.filter(task__thread=thread).values_list("pk", flat=True)]
     subject.runs = [str(r) for r in thread.runs.values_list("pk", flat=True)]
+    subject.comments = [str(c) for c in Comment.objects.filter(thread=thread).values_list("pk", flat=True)]
     events = AuditEvent.objects.filter(thread_id=thread.pk).exclude(action="sensitive.revealed")
     subject.actions = sorted(set(events.values_list("action", flat=True)))
     # The checkpoints where the set of canaries in the state changes, and the head: where a leak would show.
@@ -341,6 +369,7 @@ def _ids(subjects: list[Subject]) -> dict[str, list[dict[str, str]]]:
         "user_id": [{"user_id": str(pk)} for pk in User.objects.order_by("pk").values_list("pk", flat=True)[:1]],
         "uidb64": [{"uidb64": "MQ"}],
         "token": [{"token": "not-a-valid-token"}],
+        "comment_id": [{"comment_id": c} for s in subjects for c in s.comments],  # Conversation (comments)
     }
 
 
