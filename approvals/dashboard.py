@@ -23,8 +23,8 @@ from urllib.parse import urlencode
 
 from django.core.exceptions import FieldDoesNotExist
 from django.db.models import Count, DurationField, ExpressionWrapper, F, Q, QuerySet
-from django.db.models.functions import RowNumber
 from django.db.models.expressions import Window
+from django.db.models.functions import RowNumber
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
@@ -61,7 +61,12 @@ class DashboardFilters:
         return out
 
     def range_params(self) -> dict[str, str]:
-        return {"since": self.since.isoformat(), "until": self.until.isoformat()}
+        # UTC without an offset: what the console's datetime-local pickers show and send back.
+        return {"since": _utc_text(self.since), "until": _utc_text(self.until)}
+
+
+def _utc_text(when: datetime) -> str:
+    return when.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="seconds")
 
 
 def _when(value: str, name: str, *, end: bool) -> datetime:
@@ -307,7 +312,12 @@ def decision_counts(
     span = filters.range_params()
     by_outcome = dict(decisions.order_by().values_list("outcome").annotate(n=Count("id")))
     outcomes = [
-        Counted(value, str(label), by_outcome.get(value, 0), _link(DECISIONS_URL, graph=filters.graph, outcome=value, **span))
+        Counted(
+            value,
+            str(label),
+            by_outcome.get(value, 0),
+            _link(DECISIONS_URL, graph=filters.graph, outcome=value, **span),
+        )
         for value, label in Outcome.choices
     ]
     by_actor = (
@@ -327,7 +337,10 @@ def decision_counts(
     ]
     totals = decisions.aggregate(total=Count("id"), webhook=Count("id", filter=decisions_by_webhook_q()))
     webhook = Counted(
-        "webhook", "Decided by webhook", totals["webhook"], _link(DECISIONS_URL, graph=filters.graph, via="webhook", **span)
+        "webhook",
+        "Decided by webhook",
+        totals["webhook"],
+        _link(DECISIONS_URL, graph=filters.graph, via="webhook", **span),
     )
     return outcomes, reviewers, webhook, totals["total"]
 
@@ -346,12 +359,6 @@ def dashboard_for(*, user: permissions.Principal, filters: DashboardFilters, now
     permissions.require_dashboard(user)
     overdue, escalated = queue_alarms(user=user, filters=filters, now=now)
     outcomes, reviewers, webhook, total = decision_counts(user=user, filters=filters)
-    visible = permissions.graphs_visible(user)
-    graphs = sorted(
-        visible
-        if visible is not None
-        else set(permissions.tasks_visible(user).order_by().values_list("graph", flat=True).distinct()[:500])
-    )
     return Dashboard(
         filters=filters,
         pending=pending_over_time(user=user, filters=filters),
@@ -363,5 +370,13 @@ def dashboard_for(*, user: permissions.Principal, filters: DashboardFilters, now
         webhook=webhook,
         decisions_total=total,
         webhook_share=(webhook.count / total) if total else 0.0,
-        graphs=[g for g in graphs if g != permissions.ALL_GRAPHS],
+        graphs=dashboard_graphs(user=user),
     )
+
+
+def dashboard_graphs(*, user: permissions.Principal) -> list[str]:
+    """The graphs the filter menu offers: those ``user`` may see (with tasks, when that is every graph)."""
+    visible = permissions.graphs_visible(user)
+    if visible is None:
+        visible = set(permissions.tasks_visible(user).order_by().values_list("graph", flat=True).distinct()[:500])
+    return sorted(g for g in visible if g != permissions.ALL_GRAPHS)

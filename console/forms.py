@@ -17,6 +17,7 @@ from django.contrib.auth.forms import AuthenticationForm
 from django.core.validators import MaxLengthValidator
 from django.http import QueryDict
 
+from approvals import dashboard
 from approvals.errors import DomainError
 from approvals.gate_policy import gate_policy
 from approvals.inputs import INT64_MAX, INT64_MIN, MalformedJson, json_loads_strict
@@ -47,6 +48,8 @@ class InboxFilterForm(forms.Form):
     claimed = forms.ChoiceField(required=False, choices=CLAIM_CHOICES, label="Claim")
     sort = forms.ChoiceField(required=False, choices=[(k, v[1]) for k, v in SORTS.items()])
     cursor = forms.CharField(required=False, max_length=400)
+    # Overdue / escalated filter (team dashboard links).
+    due = forms.ChoiceField(required=False, choices=lambda: _due_choices(), label="Due")
 
     def filters(self) -> dict[str, str]:
         data = self.cleaned_data
@@ -59,7 +62,14 @@ class InboxFilterForm(forms.Form):
             "claimed": data.get("claimed") or "",
             "sort": data.get("sort") or "newest",
             "cursor": data.get("cursor") or "",
+            "due": data.get("due") or "",  # team dashboard
         }
+
+
+def _due_choices() -> list[tuple[str, str]]:
+    """Overdue always; escalated once tasks carry an escalation marker (team dashboard)."""
+    escalated = [("escalated", "Escalated")] if dashboard.escalation_field() else []
+    return [("", "Any"), ("overdue", "Overdue"), *escalated]
 
 
 class AuditFilterForm(forms.Form):

@@ -14,7 +14,7 @@ from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from approvals import gateway, permissions
+from approvals import dashboard, gateway, permissions
 from approvals.errors import InvalidInput, NotFound
 from approvals.intent import action_edits
 from approvals.models import ApprovalTask, AuditEvent, Decision
@@ -74,6 +74,7 @@ def inbox_list(
     sort: str = "newest",
     cursor: str = "",
     limit: int = 50,
+    due: str = "",
 ) -> Page:
     """One page of approval tasks; keyset-paginated so page 2,000 costs what page 1 does."""
     if sort not in SORTS:
@@ -95,6 +96,9 @@ def inbox_list(
     q = q.strip()
     if q:
         qs = qs.filter(_search(q))
+    # Overdue / escalated (team dashboard links): the same predicates the dashboard counts with.
+    if due:
+        qs = qs.filter(_due_q(due, now))
     if cursor:
         qs = _keyset(qs, sort, cursor)
     # Tasks without a due time sort last, matching the "due" keyset above.
@@ -107,6 +111,15 @@ def inbox_list(
         value = last.due_at if sort == "due" else last.created_at
         next_cursor = _cursor_encode(sort, value, last.pk)
     return Page(items=rows[:limit], next_cursor=next_cursor)
+
+
+def _due_q(due: str, now: datetime) -> Q:
+    if due == "overdue":
+        return dashboard.tasks_overdue_q(now=now)
+    escalated = dashboard.tasks_escalated_q() if due == "escalated" else None
+    if escalated is None:
+        raise InvalidInput(f"unknown due filter {due!r}", field="due")
+    return escalated
 
 
 def _search(q: str) -> Q:
@@ -483,6 +496,8 @@ def decisions_search(
     until: datetime | None = None,
     cursor: str = "",
     limit: int = 50,
+    thread: uuid.UUID | None = None,
+    via: str = "",
 ) -> Page:
     """Decisions, newest first, keyset-paginated on (created_at, id)."""
     qs = decisions_visible(user=user).select_related("task", "actor", "run")
@@ -500,6 +515,15 @@ def decisions_search(
         qs = qs.filter(created_at__gte=since)
     if until:
         qs = qs.filter(created_at__lt=until)
+    # Thread and webhook-decided filters (team dashboard links).
+    if thread:
+        qs = qs.filter(task__thread_id=thread)
+    if via == "webhook":
+        qs = qs.filter(dashboard.decisions_by_webhook_q())
+    elif via == "person":
+        qs = qs.exclude(dashboard.decisions_by_webhook_q())
+    elif via:
+        raise InvalidInput(f"unknown decider {via!r}", field="via")
     if cursor:
         when, pk = _cursor_decode(cursor, DECISIONS_SORT)
         qs = qs.filter(Q(created_at__lt=when) | Q(created_at=when, id__lt=pk))

@@ -4,6 +4,7 @@ from django.urls import URLPattern, URLResolver, include, path
 from approvals.platform_api import api as platform_api
 from console.api import api
 from console.views import audit, auth, decisions, inbox, relay, start, tasks, threads, users, webhooks
+from console.views import dashboard as dashboard_views  # team dashboard
 
 console_patterns = [
     path("", inbox.inbox, name="inbox"),
@@ -39,6 +40,7 @@ console_patterns = [
     path("accounts/login/", auth.login, name="login"),
     path("accounts/logout/", auth.logout, name="logout"),
     path("internal/live/", relay.live_relay, name="live-relay"),
+    path("dashboard/", dashboard_views.dashboard_page, name="dashboard"),  # team dashboard
 ]
 
 # No /admin/: Django's admin would be a second door to users and permissions, outside the

@@ -258,7 +258,12 @@ def test_the_api_returns_the_numbers_with_their_links(auditor, personas):
 
     assert body["filters"]["graph"] == graph and body["filters"]["step"] == "hour"
     [timing] = body["time_to_decision"]
-    assert (timing["node"], timing["decided"], timing["p50_seconds"], timing["p95_seconds"]) == ("review", 3, 1200, 1800)
+    assert (timing["node"], timing["decided"], timing["p50_seconds"], timing["p95_seconds"]) == (
+        "review",
+        3,
+        1200,
+        1800,
+    )
     assert {o["key"]: o["count"] for o in body["outcomes"]}["approve"] == 3
     assert body["reviewers"] == [
         {
@@ -271,3 +276,87 @@ def test_the_api_returns_the_numbers_with_their_links(auditor, personas):
     assert body["webhook"]["count"] == 0 and body["decisions_total"] == 3 and body["webhook_share"] == 0
     assert body["escalated"] is None or "count" in body["escalated"]
     assert body["reviewers"][0]["link"].startswith("/decisions/?")
+
+
+# --- the same SQL on SQLite (embedded mode) ----------------------------------------------------------
+
+_SQLITE_PROBE = """
+import json, uuid
+import django
+django.setup()
+from datetime import UTC, datetime, timedelta
+from django.core.management import call_command
+call_command("migrate", verbosity=0)
+from django.contrib.auth import get_user_model
+from approvals import dashboard
+from approvals.models import ApprovalTask
+from approvals.roles import roles_ensure
+from runtime.models import Thread
+
+user = get_user_model().objects.create_user("auditor")
+user.groups.add(roles_ensure()["auditor"])
+T0 = datetime(2026, 6, 1, tzinfo=UTC)
+
+def task(node, created, waited=None, status=None):
+    thread = Thread.objects.create(graph="g", status="interrupted", checkpoint_id="c")
+    t = ApprovalTask.objects.create(
+        thread=thread, graph="g", node=node, interrupt_id=uuid.uuid4().hex, checkpoint_id="c", payload={},
+        payload_digest="d", status=status or ("decided" if waited is not None else "pending"),
+    )
+    ApprovalTask.objects.filter(pk=t.pk).update(
+        created_at=created, decided_at=created + waited if waited is not None else None
+    )
+
+for minutes in range(20, 0, -1):
+    task("review", T0 + timedelta(hours=1), timedelta(minutes=minutes))
+for hours in (5, 1, 9):
+    task("second_look", T0 + timedelta(hours=2), timedelta(hours=hours))
+task("gate", T0 - timedelta(hours=1))
+task("gate", T0 + timedelta(hours=12), timedelta(hours=24))
+task("gate", T0 + timedelta(days=1), timedelta(days=1))
+task("gate", T0, status="superseded")
+f = dashboard.dashboard_filters_parse(user=user, since=T0.isoformat(), until=(T0 + timedelta(days=3)).isoformat())
+timing = dashboard.time_to_decision(user=user, filters=f)
+series = dashboard.pending_over_time(user=user, filters=f)
+print(json.dumps({
+    "timing": {t.node: [t.decided, t.p50_seconds, t.p95_seconds] for t in timing},
+    "pending": {s.node: [p.count for p in s.points] for s in series},
+}))
+"""
+
+
+@pytest.mark.embedded
+def test_percentiles_and_series_are_the_same_on_sqlite(tmp_path):
+    """The window and conditional-count SQL runs on SQLite (embedded mode) with the same results."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
+    env.update(
+        {
+            "GATEHOUSE_VAR_DIR": str(tmp_path / "var"),
+            "DJANGO_SETTINGS_MODULE": "console.settings",
+            "PYTHONPATH": str(root),
+        }
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", _SQLITE_PROBE],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["timing"] == {
+        "review": [20, 600, 1140],
+        "second_look": [3, 5 * 3600, 9 * 3600],
+        "gate": [2, 86400, 86400],
+    }
+    assert result["pending"]["gate"] == [1, 3, 1, 1]
