@@ -38,7 +38,7 @@ class Series:
 
 def duration_text(seconds: float) -> str:
     """A human duration: "42 s", "12 min", "3 h 5 min", "2 d 4 h"."""
-    s = int(round(seconds))
+    s = round(seconds)
     if s < 60:
         return f"{s} s"
     minutes, s = divmod(s, 60)
