@@ -27,6 +27,7 @@ class Bar:
     text: str  # the value as shown (e.g. "12 min")
     link: str
     key: str = ""  # a stable name for the bar (tests and styles read data-key)
+    colour: str = ""  # default: the palette in order
 
 
 @dataclass
@@ -79,7 +80,8 @@ def bar_chart(chart_id: str, title: str, bars: list[Bar], *, empty: str = "Nothi
     top = max((b.value for b in bars), default=0) or 1
     span = WIDTH - label_w - value_w
     rows = []
-    for i, (bar, colour) in enumerate(zip(bars, cycle(PALETTE), strict=False)):
+    for i, (bar, default) in enumerate(zip(bars, cycle(PALETTE), strict=False)):
+        colour = bar.colour or default
         y = i * row
         w = max(bar.value / top * span, 1 if bar.value else 0)
         rows.append(

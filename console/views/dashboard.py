@@ -41,16 +41,31 @@ def dashboard_context(d: dashboard.Dashboard) -> dict[str, Any]:
     for t in d.timing:
         label = f"{t.graph} / {t.node}"
         timing_bars.append(
-            charts.Bar(f"{label} p50", t.p50_seconds, charts.duration_text(t.p50_seconds), t.link, f"{label}:p50")
+            charts.Bar(
+                f"{label} p50",
+                t.p50_seconds,
+                charts.duration_text(t.p50_seconds),
+                t.link,
+                f"{label}:p50",
+                charts.PALETTE[0],
+            )
         )
         timing_bars.append(
-            charts.Bar(f"{label} p95", t.p95_seconds, charts.duration_text(t.p95_seconds), t.link, f"{label}:p95")
+            charts.Bar(
+                f"{label} p95",
+                t.p95_seconds,
+                charts.duration_text(t.p95_seconds),
+                t.link,
+                f"{label}:p95",
+                charts.PALETTE[1],
+            )
         )
     pending_now = sum(s.now for s in d.pending)
     return {
         "d": d,
         "graphs": d.graphs,
         "pending_now": pending_now,
+        "step": dashboard.step_name(d.filters),
         "webhook_percent": round(d.webhook_share * 100, 1),
         "timing_rows": [
             (t, charts.duration_text(t.p50_seconds), charts.duration_text(t.p95_seconds)) for t in d.timing

@@ -75,6 +75,8 @@ MATRIX: list[tuple[str, str, str, tuple[int, ...]]] = [
     ("GET", "/api/external-tasks/{task_id}", "ext", (401, 404, 200, 200, 404, 200, 200, 200)),
     ("GET", "/api/external-tasks/by-key/{source}/{key}", "ext", (401, 404, 200, 200, 404, 200, 200, 200)),
     ("GET", "/api/external-tasks/{task_id}/decision", "ext", (401, 404, 202, 202, 404, 202, 202, 202)),
+    # Team dashboard: leads (tests/approvals/test_dashboard.py), auditors and admins.
+    ("GET", "/api/dashboard", "-", (401, 403, 403, 403, 403, 200, 403, 200)),
 ]
 
 CASES = [

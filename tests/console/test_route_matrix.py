@@ -62,6 +62,8 @@ MATRIX: list[tuple[str, str, str, tuple[int, ...]]] = [
     ("user-reactivate", "POST", "user", (302, 403, 403, 403, 403, 403, 302)),
     ("user-password", "POST", "user", (302, 403, 403, 403, 403, 403, 200)),  # the link, shown once
     ("user-otp", "POST", "user", (302, 403, 403, 403, 403, 403, 302)),
+    # Team dashboard: leads (tests/console/test_dashboard_views.py), auditors and admins.
+    ("dashboard", "GET", "-", (302, 403, 403, 403, 200, 403, 200)),
 ]
 
 
