@@ -21,7 +21,9 @@ def dashboard_page(request: HtmxHttpRequest) -> HttpResponse:
     dashboard.require_viewer(request.user)
     params = {k: request.GET.get(k, "") for k in ("graph", "since", "until")}
     try:
-        filters = dashboard.dashboard_filters_parse(user=request.user, **params)
+        filters = dashboard.dashboard_filters_parse(
+            user=request.user, graph=params["graph"], since=params["since"], until=params["until"]
+        )
     except DomainError as exc:
         # The page still renders its form, with the message next to the field; nothing is counted.
         ctx = {
