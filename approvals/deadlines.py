@@ -86,13 +86,23 @@ def due_state(
     return DueState(due_at=due_at, seconds=seconds, overdue=overdue, soon=soon, text=text)
 
 
+def overdue_q(*, now: datetime) -> Q:
+    """Open tasks at or past their due time: the one definition the inbox filter and the dashboard count with."""
+    return Q(status=TaskStatus.PENDING, due_at__lte=now)
+
+
+def escalated_q() -> Q:
+    """Open tasks a deadline escalated (``escalated_at`` says since when, ``escalation_reason`` why)."""
+    return Q(status=TaskStatus.PENDING, escalated_at__isnull=False)
+
+
 def tasks_due_filter(qs: QuerySet[ApprovalTask], due: str, *, now: datetime | None = None) -> QuerySet[ApprovalTask]:
     """``due``: "overdue" (past due, still open), "escalated", or "soon" (see ``due_state``)."""
     now = now or timezone.now()
     if due == "overdue":
-        return qs.filter(status=TaskStatus.PENDING, due_at__lte=now)
+        return qs.filter(overdue_q(now=now))
     if due == "escalated":
-        return qs.filter(escalated_at__isnull=False)
+        return qs.filter(escalated_q())
     if due == "soon":
         return qs.filter(status=TaskStatus.PENDING, due_at__gt=now).filter(
             Q(due_at__lte=now + timedelta(seconds=SOON_SECONDS)) | Q(remind_at__lte=now)

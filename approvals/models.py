@@ -84,6 +84,7 @@ class ApprovalTask(models.Model):
             ("approve_final", "Can give the final approval of a quorum"),
             ("view_all_graphs", "Can see every graph's threads and tasks"),
             ("view_sensitive", "Can see sensitive state fields unmasked"),
+            ("view_dashboard", "Can see the team dashboard"),  # team dashboard
         ]
 
     def __str__(self) -> str:

@@ -33,6 +33,7 @@ ROLES: dict[str, list[str]] = {
         "approvals.view_audit",
         "approvals.view_all_graphs",
         "approvals.view_sensitive",
+        "approvals.view_dashboard",  # team dashboard
     ],
     "operator": [
         "approvals.view_approvaltask",
@@ -54,16 +55,20 @@ ROLES: dict[str, list[str]] = {
         "approvals.manage_webhooks",  # an inbound endpoint's secret is a decision credential
         "approvals.manage_users",  # user administration (approvals.users); a token needs the "admin" action
         "approvals.reassign_task",  # hand-offs: move a task to a person or a group
+        "approvals.view_dashboard",  # team dashboard
     ],
     # Webhook principals (``webhook:<endpoint>``): decide tasks of their endpoint's graph, nothing else.
     "service": ["approvals.view_approvaltask", "approvals.decide_task", "runtime.view_thread"],
-    # hand-offs: a team lead reviews, moves tasks between people and groups, and breaks stale claims.
+    # A team lead reviews, moves tasks between people and groups (hand-offs), breaks stale claims,
+    # watches the team dashboard and follows its numbers to the decision history behind them.
     "lead": [
         "approvals.view_approvaltask",
         "approvals.decide_task",
         "runtime.view_thread",
         "approvals.reassign_task",
         "approvals.release_any_claim",
+        "approvals.view_audit",
+        "approvals.view_dashboard",
     ],
 }
 
@@ -80,6 +85,7 @@ TOKEN_ACTIONS: dict[str, str] = {
     "runtime.start_thread": "start",
     "runtime.retry_thread": "retry",
     "approvals.reassign_task": "decide",  # hand-offs: routing decision work is decision work
+    "approvals.view_dashboard": "read",  # team dashboard
 }
 TOKEN_SCOPE_ATTR = "gatehouse_token_scope"  # noqa: S105 - set on the user by token authentication
 
@@ -199,6 +205,11 @@ def require_decide(user: Principal, task: ApprovalTask) -> None:
         if can(user, "approvals.decide_task") and graph_visible(user, task.graph):
             raise Forbidden(f"you are not assigned to the gate {task.node!r} of {task.graph!r}")
         raise Forbidden("you may not decide approval tasks")
+
+
+def require_dashboard(user: Principal) -> None:
+    """The team dashboard: leads, auditors and admins (its numbers are scoped like every other read)."""
+    require(user, "approvals.view_dashboard", "see the team dashboard")
 
 
 def require_start(user: Principal, graph: str) -> None:

@@ -140,7 +140,8 @@ class TaskConsumer(LiveConsumer):
         return [live.thread_group(task.thread_id)]
 
     def context(self, user: Any) -> dict[str, Any]:
-        return pages.task_live_context(user, self.scope["url_route"]["kwargs"]["task_id"])
+        # The header and timeline ride along out of band (live task page).
+        return pages.task_push_context(user, self.scope["url_route"]["kwargs"]["task_id"])
 
 
 class ThreadConsumer(LiveConsumer):

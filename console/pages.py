@@ -196,3 +196,13 @@ def thread_context(user: Any, thread_id: Any, checkpoint_id: str = "") -> dict[s
         diff = selectors.state_diff(before.values if before else {}, shown.values)
     ctx.update({"current": current, "shown": shown, "diff": diff, "checkpoint_id": checkpoint_id})
     return ctx
+
+
+def task_push_context(user: Any, task_id: Any) -> dict[str, Any]:
+    """What the task page's websocket pushes: the live panel plus, out of band, the header and the timeline.
+
+    Read with the viewer's own permissions on every push, so redaction applies to what is pushed.
+    """
+    ctx = task_live_context(user, task_id)
+    ctx["timeline"] = selectors.timeline_for(user=user, thread=ctx["thread"])
+    return ctx

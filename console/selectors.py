@@ -14,7 +14,7 @@ from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from approvals import gateway, permissions
+from approvals import dashboard, gateway, permissions
 from approvals.assignment import assigned_to_q
 from approvals.deadlines import tasks_due_filter
 from approvals.errors import InvalidInput, NotFound
@@ -495,6 +495,8 @@ def decisions_search(
     cursor: str = "",
     limit: int = 50,
     due: str = "",
+    thread: uuid.UUID | None = None,
+    via: str = "",
 ) -> Page:
     """Decisions, newest first, keyset-paginated on (created_at, id)."""
     qs = decisions_visible(user=user).select_related("task", "actor", "run")
@@ -512,6 +514,15 @@ def decisions_search(
         qs = qs.filter(created_at__gte=since)
     if until:
         qs = qs.filter(created_at__lt=until)
+    # Thread and webhook-decided filters (team dashboard links).
+    if thread:
+        qs = qs.filter(task__thread_id=thread)
+    if via == "webhook":
+        qs = qs.filter(dashboard.decisions_by_webhook_q())
+    elif via == "person":
+        qs = qs.exclude(dashboard.decisions_by_webhook_q())
+    elif via:
+        raise InvalidInput(f"unknown decider {via!r}", field="via")
     if cursor:
         when, pk = _cursor_decode(cursor, DECISIONS_SORT)
         qs = qs.filter(Q(created_at__lt=when) | Q(created_at=when, id__lt=pk))

@@ -5,6 +5,7 @@ from approvals.platform_api import api as platform_api
 from console.api import api
 from console.views import audit, auth, decisions, handoffs, inbox, relay, start, tasks, threads, users, webhooks
 from console.views import comments as comment_views  # Conversation (comments)
+from console.views import dashboard as dashboard_views  # team dashboard
 
 console_patterns = [
     path("", inbox.inbox, name="inbox"),
@@ -48,6 +49,7 @@ console_patterns = [
     path("tasks/<uuid:task_id>/comments", comment_views.task_comment, name="task-comment"),
     path("threads/<uuid:thread_id>/comments", comment_views.thread_comment, name="thread-comment"),
     path("comments/<uuid:comment_id>/versions", comment_views.comment_version, name="comment-version"),
+    path("dashboard/", dashboard_views.dashboard_page, name="dashboard"),  # team dashboard
 ]
 
 # No /admin/: Django's admin would be a second door to users and permissions, outside the

@@ -33,6 +33,9 @@ class DecisionFilterForm(forms.Form):
     since = forms.DateTimeField(required=False)
     until = forms.DateTimeField(required=False)
     cursor = forms.CharField(required=False, max_length=500)
+    # Thread filter and webhook-decided filter (the team dashboard links here with them).
+    thread = forms.UUIDField(required=False)
+    via = forms.ChoiceField(required=False, choices=[("", "Anyone"), ("webhook", "A webhook"), ("person", "A person")])
 
 
 @require_GET
@@ -65,7 +68,7 @@ def decision_list(request: HtmxHttpRequest) -> HttpResponse:
 
 
 def _filters(data: dict[str, Any]) -> dict[str, Any]:
-    return {k: (v if v is not None else "") if k not in ("since", "until") else v for k, v in data.items()}
+    return {k: (v if v is not None else "") if k not in ("since", "until", "thread") else v for k, v in data.items()}
 
 
 @require_GET

@@ -94,6 +94,8 @@ MATRIX: list[tuple[str, str, str, tuple[int, ...]]] = [
     ("POST", "/api/threads/{thread_id}/comments", "talk-kyc", (401, 404, 201, 201, 404, 403, 201, 201)),
     ("POST", "/api/comments/{comment_id}/versions", "talk", (401, 404, 403, 403, 403, 403, 403, 201)),
     ("POST", "/api/comments/{comment_id}/versions", "talk-kyc", (401, 404, 403, 403, 404, 403, 403, 201)),
+    # Team dashboard: leads (tests/approvals/test_dashboard.py), auditors and admins.
+    ("GET", "/api/dashboard", "-", (401, 403, 403, 403, 403, 200, 403, 200)),
 ]
 
 CASES = [

@@ -73,6 +73,8 @@ MATRIX: list[tuple[str, str, str, tuple[int, ...]]] = [
     ("task-comment", "POST", "loan", (302, 404, 422, 422, 403, 422, 422)),
     ("thread-comment", "POST", "loan", (302, 404, 422, 422, 403, 422, 422)),
     ("comment-version", "POST", "comment", (302, 404, 403, 403, 403, 403, 422)),
+    # Team dashboard: leads (tests/console/test_dashboard_views.py), auditors and admins.
+    ("dashboard", "GET", "-", (302, 403, 403, 403, 200, 403, 200)),
 ]
 
 

@@ -1,0 +1,362 @@
+"""The team dashboard's numbers: exact on seeded data (percentiles included), scoped, filtered, refusing bad input.
+
+Every test seeds tasks of graphs whose names are unique to it, and reads the
+dashboard filtered to those graphs (or as a lead assigned only to them), so
+rows other tests leave behind never change a number here.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.utils import timezone
+
+from approvals import dashboard
+from approvals.errors import Forbidden, InvalidInput, NotFound
+from approvals.models import ApprovalTask, Decision, GraphAssignment, WebhookEndpoint
+from approvals.roles import roles_ensure
+from approvals.tokens import token_issue
+from tests.conftest import ApiClient, Persona
+from tests.console.conftest import task_make
+
+pytestmark = pytest.mark.usefixtures("live_db")
+
+T0 = datetime(2026, 6, 1, tzinfo=UTC)
+
+
+def _graph(prefix: str = "dash") -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:8]}"
+
+
+def _decided(graph: str, node: str, *, created: datetime, waited: timedelta) -> ApprovalTask:
+    task = task_make(graph=graph, node=node, status="decided", created_at=created)
+    ApprovalTask.objects.filter(pk=task.pk).update(decided_at=created + waited)
+    task.refresh_from_db()
+    return task
+
+
+def _decision(task: ApprovalTask, actor, *, outcome: str = "approve", at: datetime) -> Decision:
+    decision = Decision.objects.create(
+        task=task,
+        actor=actor,
+        outcome=outcome,
+        meaning="rejected" if outcome == "reject" else "approved",
+        checkpoint_id=task.checkpoint_id,
+        payload_digest=task.payload_digest,
+        signer_name=actor.get_username(),
+    )
+    Decision.objects.filter(pk=decision.pk).update(created_at=at)
+    return decision
+
+
+def lead_make(graphs: list[str]) -> Persona:
+    user = get_user_model().objects.create_user(f"lead-{uuid.uuid4().hex[:6]}", password="gatehouse")
+    user.groups.add(roles_ensure()["lead"])
+    for graph in graphs:
+        GraphAssignment.objects.create(user=user, graph=graph)
+    return Persona(user.username, "lead", token_issue(user=user), user)
+
+
+def _filters(user, graph: str = "", since: str = "", until: str = "") -> dashboard.DashboardFilters:
+    return dashboard.dashboard_filters_parse(user=user, graph=graph, since=since, until=until)
+
+
+# --- the numbers ----------------------------------------------------------------------------
+
+
+def test_percentiles_are_nearest_rank_per_gate(auditor):
+    graph = _graph()
+    for minutes in range(20, 0, -1):  # inserted in reverse: the database sorts, not the insert order
+        _decided(graph, "review", created=T0 + timedelta(hours=1), waited=timedelta(minutes=minutes))
+    for hours in (5, 1, 9):
+        _decided(graph, "second_look", created=T0 + timedelta(hours=2), waited=timedelta(hours=hours))
+    _decided(graph, "single", created=T0, waited=timedelta(seconds=42))
+    # Decided outside the range: not counted.
+    _decided(graph, "review", created=T0 - timedelta(days=3), waited=timedelta(hours=1))
+    # Still pending: has no time to decision.
+    task_make(graph=graph, node="review", created_at=T0)
+
+    f = _filters(auditor.user, graph, "2026-06-01", "2026-06-03")
+    timing = {(t.node): t for t in dashboard.time_to_decision(user=auditor.user, filters=f)}
+
+    assert set(timing) == {"review", "second_look", "single"}
+    assert (timing["review"].decided, timing["review"].p50_seconds, timing["review"].p95_seconds) == (20, 600, 1140)
+    assert (timing["second_look"].decided, timing["second_look"].p50_seconds, timing["second_look"].p95_seconds) == (
+        3,
+        5 * 3600,
+        9 * 3600,
+    )
+    assert (timing["single"].p50_seconds, timing["single"].p95_seconds) == (42, 42)
+    assert timing["review"].link.startswith("/decisions/?")
+    assert f"graph={graph}" in timing["review"].link and "node=review" in timing["review"].link
+
+
+def test_pending_over_time_counts_what_was_open_at_each_instant(auditor):
+    graph = _graph()
+    task_make(graph=graph, node="gate", created_at=T0 - timedelta(hours=1))  # open throughout
+    _decided(graph, "gate", created=T0 + timedelta(hours=12), waited=timedelta(hours=24))  # open at day 1
+    _decided(graph, "gate", created=T0 + timedelta(days=1), waited=timedelta(days=1))  # opened at day 1, closed day 2
+    task_make(graph=graph, node="gate", status="superseded", created_at=T0)  # no closing time: left out
+    task_make(graph=graph, node="gate", created_at=T0 + timedelta(days=3, hours=1))  # after the range
+    task_make(graph=graph, node="other", created_at=T0 + timedelta(days=2))
+
+    f = _filters(auditor.user, graph, T0.isoformat(), (T0 + timedelta(days=3)).isoformat())
+    series = {s.node: s for s in dashboard.pending_over_time(user=auditor.user, filters=f)}
+
+    assert [p.at for p in series["gate"].points] == [T0 + timedelta(days=i) for i in range(4)]
+    assert [p.count for p in series["gate"].points] == [1, 3, 1, 1]
+    assert [p.count for p in series["other"].points] == [0, 0, 1, 1]
+    assert series["gate"].now == 1
+    assert series["gate"].link == f"/?graph={graph}&node=gate"
+
+
+def test_a_short_range_is_sampled_hourly(auditor):
+    f = _filters(auditor.user, "", T0.isoformat(), (T0 + timedelta(hours=5)).isoformat())
+    assert len(f.points()) == 6 and f.step == timedelta(hours=1)
+
+
+def test_overdue_counts_open_tasks_past_due_whatever_the_range(auditor):
+    graph = _graph()
+    now = timezone.now()
+    task_make(graph=graph, due_at=now - timedelta(minutes=5))
+    task_make(graph=graph, due_at=now - timedelta(days=30))
+    task_make(graph=graph, due_at=now + timedelta(hours=1))  # not yet due
+    task_make(graph=graph)  # no due time
+    task_make(graph=graph, status="decided", due_at=now - timedelta(hours=1))  # closed
+
+    overdue, escalated = dashboard.queue_alarms(user=auditor.user, filters=_filters(auditor.user, graph))
+
+    assert overdue.count == 2
+    assert overdue.link == f"/?graph={graph}&due=overdue"
+    assert escalated.count == 0  # none of these was escalated
+    assert escalated.link == f"/?graph={graph}&due=escalated"
+
+
+def test_decisions_by_outcome_reviewer_and_webhook(auditor, personas):
+    graph = _graph()
+    reviewer, approver = personas["reviewer"].user, personas["approver"].user
+    hook_user = get_user_model().objects.create_user(f"webhook:dash-{uuid.uuid4().hex[:6]}")
+    WebhookEndpoint.objects.create(name=f"dash-{uuid.uuid4().hex[:8]}", graph=graph, principal=hook_user)
+    at = T0 + timedelta(hours=3)
+    for actor, outcome in [
+        (reviewer, "approve"),
+        (reviewer, "approve"),
+        (reviewer, "reject"),
+        (approver, "edit"),
+        (approver, "approve"),
+        (hook_user, "approve"),
+        (hook_user, "reject"),
+    ]:
+        _decision(task_make(graph=graph, status="decided"), actor, outcome=outcome, at=at)
+    _decision(task_make(graph=graph, status="decided"), reviewer, at=T0 - timedelta(days=1))  # before the range
+
+    f = _filters(auditor.user, graph, "2026-06-01", "2026-06-02")
+    outcomes, reviewers, webhook, total = dashboard.decision_counts(user=auditor.user, filters=f)
+
+    assert {c.key: c.count for c in outcomes} == {"approve": 4, "reject": 2, "edit": 1, "respond": 0}
+    assert [(c.key, c.count) for c in reviewers] == sorted(
+        [(reviewer.username, 3), (approver.username, 2), (hook_user.username, 2)], key=lambda kv: (-kv[1], kv[0])
+    )
+    assert (webhook.count, total) == (2, 7)
+    d = dashboard.dashboard_for(user=auditor.user, filters=f)
+    assert d.webhook_share == pytest.approx(2 / 7)
+    assert "via=webhook" in webhook.link and f"graph={graph}" in webhook.link
+    assert "outcome=reject" in next(c.link for c in outcomes if c.key == "reject")
+
+
+# --- scoping ------------------------------------------------------------------------------------
+
+
+def test_a_lead_scoped_to_one_graph_never_sees_another_graphs_numbers():
+    mine, theirs = _graph("dashA"), _graph("dashB")
+    lead = lead_make([mine])
+    other_lead = lead_make([theirs])
+    now = timezone.now()
+    task_make(graph=mine, due_at=now - timedelta(hours=1))
+    for _ in range(3):
+        task_make(graph=theirs, due_at=now - timedelta(hours=1))
+    _decision(task_make(graph=theirs, status="decided"), other_lead.user, at=now - timedelta(hours=1))
+
+    d = dashboard.dashboard_for(user=lead.user, filters=_filters(lead.user))
+
+    assert d.overdue.count == 1
+    assert {s.graph for s in d.pending} == {mine}
+    assert d.decisions_total == 0 and d.reviewers == []
+    assert d.graphs == [mine]
+    # Naming the other graph is a 404, as for any object one may not see.
+    with pytest.raises(NotFound) as exc:
+        _filters(lead.user, theirs)
+    assert exc.value.field == "graph"
+    # Through the API, too: the token's user is scoped the same way.
+    response = lead.client.get("/api/dashboard", graph=theirs)
+    assert response.status_code == 404 and response.json()["error"]["field"] == "graph"
+    body = lead.client.get("/api/dashboard").json()
+    assert body["overdue"]["count"] == 1
+    assert {s["graph"] for s in body["pending"]} == {mine}
+
+
+def test_a_token_scoped_to_a_graph_narrows_an_auditor(auditor):
+    mine, theirs = _graph(), _graph()
+    task_make(graph=mine, due_at=timezone.now() - timedelta(hours=1))
+    task_make(graph=theirs, due_at=timezone.now() - timedelta(hours=1))
+    token = token_issue(user=auditor.user, graphs=[mine], actions=["read"])
+    client = ApiClient(token)
+    assert client.get("/api/dashboard", graph=theirs).status_code == 404
+    body = client.get("/api/dashboard").json()
+    assert {s["graph"] for s in body["pending"]} == {mine}
+
+
+@pytest.mark.parametrize(
+    "role,expected", [("auditor", 200), ("admin", 200), ("reviewer", 403), ("approver", 403), ("operator", 403)]
+)
+def test_who_may_see_the_dashboard(personas, role, expected):
+    assert personas[role].client.get("/api/dashboard").status_code == expected
+
+
+def test_a_reviewer_is_refused_in_the_domain_too(personas):
+    with pytest.raises(Forbidden):
+        dashboard.dashboard_for(user=personas["reviewer"].user, filters=_filters(personas["reviewer"].user))
+
+
+# --- filters and bad input -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "params,field",
+    [
+        ({"since": "yesterday"}, "since"),
+        ({"until": "2026-13-40"}, "until"),
+        ({"since": "2026-06-02", "until": "2026-06-01"}, "since"),
+        ({"since": "2026-01-01", "until": "2026-12-01"}, "since"),  # longer than 92 days
+        ({"graph": "g" * 101}, "graph"),
+        ({"since": "2026-06-01T00:00:00\x00"}, "since"),
+    ],
+)
+def test_bad_filters_are_refused_naming_the_field(auditor, params, field):
+    with pytest.raises(InvalidInput) as exc:
+        dashboard.dashboard_filters_parse(user=auditor.user, **params)
+    assert exc.value.field == field
+    response = auditor.client.get("/api/dashboard", **params)
+    assert 400 <= response.status_code < 500
+    assert response.json()["error"]["field"] == field
+
+
+def test_a_bare_until_date_means_the_end_of_that_day(auditor):
+    f = _filters(auditor.user, "", "2026-06-01", "2026-06-01")
+    assert (f.since, f.until) == (T0, T0 + timedelta(days=1))
+
+
+def test_the_api_returns_the_numbers_with_their_links(auditor, personas):
+    graph = _graph()
+    for minutes in (10, 20, 30):
+        task = _decided(graph, "review", created=T0, waited=timedelta(minutes=minutes))
+        _decision(task, personas["reviewer"].user, at=T0 + timedelta(minutes=minutes))
+    body = auditor.client.get("/api/dashboard", graph=graph, since="2026-06-01", until="2026-06-01").json()
+
+    assert body["filters"]["graph"] == graph and body["filters"]["step"] == "hour"
+    [timing] = body["time_to_decision"]
+    assert (timing["node"], timing["decided"], timing["p50_seconds"], timing["p95_seconds"]) == (
+        "review",
+        3,
+        1200,
+        1800,
+    )
+    assert {o["key"]: o["count"] for o in body["outcomes"]}["approve"] == 3
+    assert body["reviewers"] == [
+        {
+            "key": personas["reviewer"].username,
+            "label": personas["reviewer"].username,
+            "count": 3,
+            "link": body["reviewers"][0]["link"],
+        }
+    ]
+    assert body["webhook"]["count"] == 0 and body["decisions_total"] == 3 and body["webhook_share"] == 0
+    assert body["escalated"] is None or "count" in body["escalated"]
+    assert body["reviewers"][0]["link"].startswith("/decisions/?")
+
+
+# --- the same SQL on SQLite (embedded mode) ----------------------------------------------------------
+
+_SQLITE_PROBE = """
+import json, uuid
+import django
+django.setup()
+from datetime import UTC, datetime, timedelta
+from django.core.management import call_command
+call_command("migrate", verbosity=0)
+from django.contrib.auth import get_user_model
+from approvals import dashboard
+from approvals.models import ApprovalTask
+from approvals.roles import roles_ensure
+from runtime.models import Thread
+
+user = get_user_model().objects.create_user("auditor")
+user.groups.add(roles_ensure()["auditor"])
+T0 = datetime(2026, 6, 1, tzinfo=UTC)
+
+def task(node, created, waited=None, status=None):
+    thread = Thread.objects.create(graph="g", status="interrupted", checkpoint_id="c")
+    t = ApprovalTask.objects.create(
+        thread=thread, graph="g", node=node, interrupt_id=uuid.uuid4().hex, checkpoint_id="c", payload={},
+        payload_digest="d", status=status or ("decided" if waited is not None else "pending"),
+    )
+    ApprovalTask.objects.filter(pk=t.pk).update(
+        created_at=created, decided_at=created + waited if waited is not None else None
+    )
+
+for minutes in range(20, 0, -1):
+    task("review", T0 + timedelta(hours=1), timedelta(minutes=minutes))
+for hours in (5, 1, 9):
+    task("second_look", T0 + timedelta(hours=2), timedelta(hours=hours))
+task("gate", T0 - timedelta(hours=1))
+task("gate", T0 + timedelta(hours=12), timedelta(hours=24))
+task("gate", T0 + timedelta(days=1), timedelta(days=1))
+task("gate", T0, status="superseded")
+f = dashboard.dashboard_filters_parse(user=user, since=T0.isoformat(), until=(T0 + timedelta(days=3)).isoformat())
+timing = dashboard.time_to_decision(user=user, filters=f)
+series = dashboard.pending_over_time(user=user, filters=f)
+print(json.dumps({
+    "timing": {t.node: [t.decided, t.p50_seconds, t.p95_seconds] for t in timing},
+    "pending": {s.node: [p.count for p in s.points] for s in series},
+}))
+"""
+
+
+@pytest.mark.embedded
+def test_percentiles_and_series_are_the_same_on_sqlite(tmp_path):
+    """The window and conditional-count SQL runs on SQLite (embedded mode) with the same results."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
+    env.update(
+        {
+            "GATEHOUSE_VAR_DIR": str(tmp_path / "var"),
+            "DJANGO_SETTINGS_MODULE": "console.settings",
+            "PYTHONPATH": str(root),
+        }
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", _SQLITE_PROBE],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["timing"] == {
+        "review": [20, 600, 1140],
+        "second_look": [3, 5 * 3600, 9 * 3600],
+        "gate": [2, 86400, 86400],
+    }
+    assert result["pending"]["gate"] == [1, 3, 1, 1]
