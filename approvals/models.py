@@ -176,6 +176,10 @@ class AuditAction(models.TextChoices):
     WEBHOOK_SUBSCRIPTION_CREATED = "webhook.subscription_created"
     WEBHOOK_DELIVERY_REFUSED = "webhook.delivery_refused"
     WEBHOOK_DELIVERY_RETRIED = "webhook.delivery_retried"
+    # time travel (approvals.time_travel)
+    THREAD_FORKED = "thread.forked"
+    THREAD_REPLAYED = "thread.replayed"
+    THREAD_COPIED = "thread.copied"
 
 
 class AuditEvent(models.Model):

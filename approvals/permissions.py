@@ -39,6 +39,7 @@ ROLES: dict[str, list[str]] = {
         "runtime.view_thread",
         "runtime.start_thread",
         "runtime.retry_thread",
+        "runtime.time_travel",  # time travel: replay and fork from a past checkpoint
     ],
     "admin": [
         "approvals.view_approvaltask",
@@ -53,6 +54,7 @@ ROLES: dict[str, list[str]] = {
         "console.release_any_claim",
         "approvals.manage_webhooks",  # an inbound endpoint's secret is a decision credential
         "approvals.manage_users",  # user administration (approvals.users); a token needs the "admin" action
+        "runtime.time_travel",  # time travel: replay and fork from a past checkpoint
     ],
     # Webhook principals (``webhook:<endpoint>``): decide tasks of their endpoint's graph, nothing else.
     "service": ["approvals.view_approvaltask", "approvals.decide_task", "runtime.view_thread"],
@@ -199,3 +201,11 @@ def require_start(user: Principal, graph: str) -> None:
 
 def require_retry(user: Principal, thread: Thread) -> None:
     require(user, "runtime.retry_thread", "retry threads")
+
+
+# --- time travel (approvals.time_travel) ---
+
+
+def require_time_travel(user: Principal, thread: Thread) -> None:
+    """Replaying or forking a thread (operators): it may re-run effects on a new branch."""
+    require(user, "runtime.time_travel", "replay or fork threads")
