@@ -4,6 +4,7 @@ from django.urls import URLPattern, URLResolver, include, path
 from approvals.platform_api import api as platform_api
 from console.api import api
 from console.views import audit, auth, decisions, inbox, relay, start, tasks, threads, users, webhooks
+from console.views import time_travel as time_travel_views
 
 console_patterns = [
     path("", inbox.inbox, name="inbox"),
@@ -39,6 +40,9 @@ console_patterns = [
     path("accounts/login/", auth.login, name="login"),
     path("accounts/logout/", auth.logout, name="logout"),
     path("internal/live/", relay.live_relay, name="live-relay"),
+    # time travel: fork or replay from a past checkpoint (operators)
+    path("threads/<uuid:thread_id>/fork", time_travel_views.thread_fork, name="thread-fork"),
+    path("threads/<uuid:thread_id>/replay", time_travel_views.thread_replay, name="thread-replay"),
 ]
 
 # No /admin/: Django's admin would be a second door to users and permissions, outside the

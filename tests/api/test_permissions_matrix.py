@@ -75,6 +75,14 @@ MATRIX: list[tuple[str, str, str, tuple[int, ...]]] = [
     ("GET", "/api/external-tasks/{task_id}", "ext", (401, 404, 200, 200, 404, 200, 200, 200)),
     ("GET", "/api/external-tasks/by-key/{source}/{key}", "ext", (401, 404, 200, 200, 404, 200, 200, 200)),
     ("GET", "/api/external-tasks/{task_id}/decision", "ext", (401, 404, 202, 202, 404, 202, 202, 202)),
+    # time travel: fork/replay for operators and admins (a fresh paused thread each); branches and
+    # subgraph states for whoever may read the thread
+    ("POST", "/api/threads/{thread_id}/fork", "loan", (401, 404, 403, 403, 403, 403, 201, 201)),
+    ("POST", "/api/threads/{thread_id}/replay", "loan", (401, 404, 403, 403, 403, 403, 202, 202)),
+    ("GET", "/api/threads/{thread_id}/branches", "loan", (401, 404, 200, 200, 200, 200, 200, 200)),
+    ("GET", "/api/threads/{thread_id}/branches", "kyc", (401, 404, 200, 200, 404, 200, 200, 200)),
+    ("GET", "/api/threads/{thread_id}/subgraphs", "loan", (401, 404, 200, 200, 200, 200, 200, 200)),
+    ("GET", "/api/threads/{thread_id}/subgraphs", "kyc", (401, 404, 200, 200, 404, 200, 200, 200)),
 ]
 
 CASES = [
@@ -195,6 +203,11 @@ def call(client: ApiClient, method: str, path: str, subject: str, target: Subjec
         return client.post(url, {"graph": graph, "input": graph_input})
     if path.endswith("/decision"):
         return client.post(url, {"decision": "approve", "reason": "permission matrix"})
+    if path.endswith(("/fork", "/replay")):  # time travel: from the checkpoint the thread paused at
+        from runtime.models import Thread
+
+        checkpoint = Thread.objects.get(pk=target.thread_id).checkpoint_id if target else ""
+        return client.post(url, {"checkpoint_id": checkpoint, "reason": "permission matrix"})
     return client.post(url, {})
 
 

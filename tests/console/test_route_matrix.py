@@ -62,6 +62,9 @@ MATRIX: list[tuple[str, str, str, tuple[int, ...]]] = [
     ("user-reactivate", "POST", "user", (302, 403, 403, 403, 403, 403, 302)),
     ("user-password", "POST", "user", (302, 403, 403, 403, 403, 403, 200)),  # the link, shown once
     ("user-otp", "POST", "user", (302, 403, 403, 403, 403, 403, 302)),
+    # time travel: operators and admins only (the matrix's task has no real checkpoint: a 422 naming it)
+    ("thread-fork", "POST", "loan", (302, 404, 403, 403, 403, 422, 422)),
+    ("thread-replay", "POST", "loan", (302, 404, 403, 403, 403, 422, 422)),
 ]
 
 

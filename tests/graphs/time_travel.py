@@ -1,8 +1,9 @@
 """A payment behind a gate, with an in-process provider, for the time-travel tests (runtime.branches).
 
-``CALLS`` records every idempotency key the provider was called with. ``crash`` in the state makes ``pay`` fail after the
-provider answered, once per key (a worker dying after the call, before the
-checkpoint), so a retry must get the recorded result back.
+``CALLS`` records every idempotency key the provider was called with.
+``crash`` in the state makes ``pay`` fail after the provider answered, once
+per key (a worker dying after the call, before the checkpoint), so a retry
+must get the recorded result back.
 """
 
 from __future__ import annotations
@@ -62,3 +63,23 @@ def _travel_pay() -> StateGraph[TravelState]:
 
 
 travel_pay = _travel_pay()
+
+
+def inner_gate(state: TravelState) -> dict[str, Any]:
+    # The payload carries no state: what a reviewer sees of the secret is the (redacted) state.
+    answer = interrupt({"title": "inner check", "amount": state.get("amount")})
+    return {"decision": str((answer or {}).get("decision", ""))}
+
+
+def _travel_nested() -> StateGraph[TravelState]:
+    inner = StateGraph(TravelState)
+    inner.add_node(inner_gate)
+    inner.add_edge(START, "inner_gate")
+    builder = StateGraph(TravelState)
+    builder.add_node("child", inner.compile())
+    builder.add_edge(START, "child")
+    builder.add_edge("child", END)
+    return builder
+
+
+travel_nested = _travel_nested()

@@ -93,6 +93,11 @@ NOT_CRAWLED: dict[str, str] = {
     "POST /api/users/{user_id}/reactivate": "write (user administration)",
     "POST /api/users/{user_id}/password": "write (user administration)",
     "POST /api/users/{user_id}/otp-reset": "write (user administration)",
+    # time travel: writes; the forked state is read back through the state and history reads
+    # (tests/integration/test_time_travel.py plants a canary in a fork and a subgraph)
+    "POST /api/threads/{thread_id}/fork": "write (fork a thread at a past checkpoint)",
+    "POST /api/threads/{thread_id}/replay": "write (replay a thread from a past checkpoint)",
+    "POST /lg/threads/{thread_id}/copy": "write (copy a thread); the copy is read through GET /lg/threads/{thread_id}",
     # routes outside the console's own URLs
     "static": "vendored CSS and JS files",
 }
@@ -116,6 +121,8 @@ CONSOLE_WRITES: dict[str, str] = {
     "console user-reactivate": "reactivate a user",
     "console user-password": "issue a set-password link",
     "console user-otp": "remove a user's OTP devices",
+    "console thread-fork": "fork a thread at a past checkpoint (time travel)",
+    "console thread-replay": "replay a thread from a past checkpoint (time travel)",
 }
 
 # Surfaces a role with "view sensitive" must receive a canary on: proof that the crawl reaches the values.
