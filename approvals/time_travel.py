@@ -32,9 +32,9 @@ from runtime.branches import (
     branches_of,
     thread_copy,
 )
-from runtime.models import Branch, Thread
+from runtime.models import Branch, Run, RunKind, Thread, ThreadStatus
 from runtime.registry import graph_get, graph_is_external
-from runtime.runs import ThreadBusy
+from runtime.runs import ThreadBusy, run_enqueue
 from runtime.schema import FieldError, values_validate
 
 REASON_MAX = 2000
@@ -190,6 +190,34 @@ def thread_copy_make(*, actor: User, thread_id: Any, reason: str | None = None) 
         details={"copied_from": str(thread.id), "checkpoint_id": thread.checkpoint_id, "reason": reason or ""},
     )
     return copy
+
+
+@transaction.atomic
+def thread_continue(*, actor: User, thread_id: Any) -> Run:
+    """Run an idle thread on from its latest checkpoint (a fork made without a run, or a copy)."""
+    thread = permissions.thread_get_for(actor, thread_id)
+    permissions.require_start(actor, thread.graph)
+    thread = Thread.objects.select_for_update().get(pk=thread.pk)
+    if thread.status != ThreadStatus.IDLE or not thread.checkpoint_id:
+        raise Conflict(f"only an idle thread with checkpoints can be continued; this one is {thread.status}")
+    try:
+        # As a run past a static breakpoint: no input, no command; the checkpoint it
+        # starts from tells a redelivered attempt whether it already moved on.
+        run = run_enqueue(
+            thread=thread, kind=RunKind.RESUME, command={"checkpoint_id": thread.checkpoint_id}, created_by=actor
+        )
+    except ThreadBusy:
+        raise Conflict("a run is active on this thread", field="thread_id") from None
+    audit_record(
+        actor=actor,
+        action=AuditAction.RUN_QUEUED,
+        subject_type="run",
+        subject_id=run.id,
+        thread_id=thread.id,
+        graph=thread.graph,
+        details={"run": str(run.id), "kind": "continue", "checkpoint_id": thread.checkpoint_id},
+    )
+    return run
 
 
 def branches_for(user: permissions.Principal, thread_id: Any) -> list[Branch]:

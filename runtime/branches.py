@@ -224,7 +224,9 @@ def thread_copy(*, thread: Thread, created_by: User | None) -> Thread:
         metadata=dict(thread.metadata or {}),
         values=thread.values,
         checkpoint_id=thread.checkpoint_id,
-        status=ThreadStatus.IDLE if thread.status == ThreadStatus.BUSY else thread.status,
+        # Approval tasks are not copied: a copy of a paused thread is idle, and a run
+        # continuing it pauses at the same gate again, opening the copy's own task.
+        status=ThreadStatus.IDLE if thread.status in (ThreadStatus.BUSY, ThreadStatus.INTERRUPTED) else thread.status,
         error=thread.error,
         created_by=created_by,
     )
