@@ -12,7 +12,7 @@ from django.views.decorators.http import require_POST
 
 from approvals import time_travel
 from approvals.errors import InvalidInput
-from approvals.inputs import json_loads_strict
+from approvals.inputs import MalformedJson, json_loads_strict
 from console.views.common import HtmxHttpRequest, console_login_required, domain_errors
 
 VALUES_MAX = 100_000  # characters of the fork's JSON values field
@@ -23,7 +23,10 @@ def _values(raw: str) -> dict[str, Any] | None:
         return None
     if len(raw) > VALUES_MAX:
         raise InvalidInput(f"values: longer than {VALUES_MAX} characters", field="values")
-    parsed = json_loads_strict(raw, field="values")  # not JSON: a 400 naming the field
+    try:
+        parsed = json_loads_strict(raw, field="values")
+    except MalformedJson as exc:  # its message speaks of a request body; this is one field of a form
+        raise MalformedJson(f"values: not valid JSON ({exc.message.rsplit(': ', 1)[-1]})", field="values") from None
     if not isinstance(parsed, dict):
         raise InvalidInput("values: a JSON object of state keys is required", field="values")
     return parsed
