@@ -23,7 +23,7 @@ from django.http import HttpRequest
 from ninja import Router
 
 from approvals import platform, time_travel
-from approvals.errors import InvalidInput
+from approvals.errors import Conflict, InvalidInput
 from approvals.inputs import CHECKPOINT_ID_PATTERN
 from approvals.platform_schemas import RunCreateIn, ThreadStateUpdateIn
 from runtime.models import Run
@@ -79,7 +79,10 @@ def run_replay(request: HttpRequest, thread_id: UUID, body: RunCreateIn, checkpo
             "update_state(..., checkpoint_id=...) first, then create a run",
             field=field,
         )
-    platform.assistant_graph(request.auth, body.assistant_id)  # type: ignore[attr-defined]
+    graph = platform.assistant_graph(request.auth, body.assistant_id)  # type: ignore[attr-defined]
+    thread = platform.thread_get_for(request.auth, thread_id)  # type: ignore[attr-defined]
+    if thread.graph and thread.graph != graph:
+        raise Conflict(f"thread {thread.id} runs graph {thread.graph!r}, not {graph!r}", field="assistant_id")
     branch = time_travel.thread_replay(
         actor=request.auth,  # type: ignore[attr-defined]
         thread_id=thread_id,

@@ -197,7 +197,7 @@ class Branch(models.Model):
     parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.CASCADE, related_name="children")
     kind = models.CharField(max_length=8, choices=BranchKind.choices)
     from_checkpoint_id = models.CharField(max_length=64)
-    # The branch's first checkpoint: the fork's update_state, or the replay's first step ("" until it ran).
+    # A fork: the checkpoint its update_state wrote. A replay: where its run first settled ("" until then).
     head_checkpoint_id = models.CharField(max_length=64, blank=True, default="")
     update_keys = models.JSONField(default=list, blank=True)  # the state keys a fork changed (never their values)
     as_node = models.CharField(max_length=100, blank=True, default="")

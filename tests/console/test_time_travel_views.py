@@ -14,9 +14,22 @@ from approvals.models import ApprovalTask, TaskStatus
 from runtime import runs
 from runtime.executor import run_execute
 from runtime.models import Branch, RunKind, RunStatus, Thread
+from runtime.registry import graph_get
 from tests.console.conftest import console_client
 
 pytestmark = pytest.mark.usefixtures("live_db")
+
+
+@pytest.fixture
+def secret_masked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``secret`` is a sensitive path of the time-travel graphs, for this process's reads.
+
+    Set here rather than in langgraph.json: redaction happens where state is read (this
+    process), and the redaction canary plants every graph that declares sensitive paths,
+    which these graphs' dedicated attacker tests make redundant.
+    """
+    for graph in ("travel_pay", "travel_nested"):
+        monkeypatch.setattr(graph_get(graph), "sensitive_paths", ["secret"])
 
 
 @pytest.fixture
@@ -88,7 +101,7 @@ def test_bad_fork_forms_are_refused_naming_the_field(dispatched, personas, form,
     assert not Branch.objects.filter(thread=thread).exists()
 
 
-def test_a_reviewer_sees_the_tree_and_subgraph_states_but_no_forms(dispatched, personas):
+def test_a_reviewer_sees_the_tree_and_subgraph_states_but_no_forms(dispatched, personas, secret_masked):
     thread, _ = _paused("travel_nested", {"secret": "hidden-value", "amount": 2})
     html = console_client(personas["reviewer"]).get(f"/threads/{thread.pk}/").content.decode()
     assert "Subgraph states at this checkpoint" in html and "child:" in html

@@ -24,6 +24,18 @@ from tests.console.conftest import console_client
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db")]
 
 
+@pytest.fixture
+def secret_masked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``secret`` is a sensitive path of the time-travel graphs, for this process's reads.
+
+    Set here rather than in langgraph.json: redaction happens where state is read (this
+    process), and the redaction canary plants every graph that declares sensitive paths,
+    which these graphs' dedicated attacker tests make redundant.
+    """
+    for graph in ("travel_pay", "travel_nested"):
+        monkeypatch.setattr(graph_get(graph), "sensitive_paths", ["secret"])
+
+
 def _paid_loan(operator: Persona, reviewer: Persona) -> tuple[str, dict[str, Any]]:
     """A loan approved and disbursed: (thread id, the task it paused on)."""
     thread = thread_start(operator, "loan_approval", loan_input())
@@ -155,7 +167,7 @@ def _surfaces(persona: Persona, thread_id: str) -> dict[str, str]:
     }
 
 
-def test_a_value_planted_by_a_fork_is_masked_on_every_surface(live_worker, personas):
+def test_a_value_planted_by_a_fork_is_masked_on_every_surface(live_worker, personas, secret_masked):
     operator = personas["operator"]
     canary = f"cnry{uuid.uuid4().hex[:12]}"
     thread = thread_start(operator, "travel_pay", {"amount": 10})
@@ -174,7 +186,7 @@ def test_a_value_planted_by_a_fork_is_masked_on_every_surface(live_worker, perso
     assert shown["values"]["secret"] == canary
 
 
-def test_a_subgraphs_sensitive_state_is_masked_on_every_surface(live_worker, personas):
+def test_a_subgraphs_sensitive_state_is_masked_on_every_surface(live_worker, personas, secret_masked):
     operator = personas["operator"]
     canary = f"cnry{uuid.uuid4().hex[:12]}"
     thread = thread_start(operator, "travel_nested", {"secret": canary, "amount": 3})
