@@ -24,7 +24,7 @@ from approvals.models import ApprovalTask, AuditAction, AuditEvent, Decision, Ex
 from approvals.redaction import redact, redacted_values, text_mask
 from runtime.models import Thread
 from runtime.registry import EXTERNAL_GRAPH_PREFIX, UnknownGraph, graph_get, graph_is_external
-from runtime.state import CheckpointView, thread_history_read, thread_state_read
+from runtime.state import CheckpointView, SubgraphView, thread_history_read, thread_state_read, thread_subgraphs_read
 
 
 def sensitive_paths(graph: str) -> list[str]:
@@ -233,3 +233,21 @@ def _comment_details_masked(user: permissions.Principal, event: AuditEvent, deta
     values = thread_redacted_values(thread) if thread is not None else set()
     shown = text_mask(body, values)
     return details if shown == body else {**details, "body": shown}
+
+
+# --- subgraph states (approvals.time_travel) ---
+
+
+def subgraph_states_for(
+    user: permissions.Principal, thread_id: Any, checkpoint_id: str | None = None
+) -> list[SubgraphView]:
+    """The subgraphs in flight at the checkpoint, each state masked for ``user`` like the root's."""
+    thread = permissions.thread_get_for(user, thread_id)
+    subgraphs = thread_subgraphs_read(thread, checkpoint_id)
+
+    def guarded(items: list[SubgraphView]) -> list[SubgraphView]:
+        return [
+            dataclasses.replace(s, view=_guard_view(user, thread, s.view), children=guarded(s.children)) for s in items
+        ]
+
+    return guarded(subgraphs)

@@ -207,6 +207,10 @@ class AuditAction(models.TextChoices):
     # Conversation (comments)
     COMMENT_POSTED = "comment.posted"
     COMMENT_EDITED = "comment.edited"
+    # time travel (approvals.time_travel)
+    THREAD_FORKED = "thread.forked"
+    THREAD_REPLAYED = "thread.replayed"
+    THREAD_COPIED = "thread.copied"
 
 
 class AuditEvent(models.Model):

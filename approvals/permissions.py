@@ -40,6 +40,7 @@ ROLES: dict[str, list[str]] = {
         "runtime.view_thread",
         "runtime.start_thread",
         "runtime.retry_thread",
+        "runtime.time_travel",  # time travel: replay and fork from a past checkpoint
     ],
     "admin": [
         "approvals.view_approvaltask",
@@ -56,6 +57,7 @@ ROLES: dict[str, list[str]] = {
         "approvals.manage_users",  # user administration (approvals.users); a token needs the "admin" action
         "approvals.reassign_task",  # hand-offs: move a task to a person or a group
         "approvals.view_dashboard",  # team dashboard
+        "runtime.time_travel",  # time travel: replay and fork from a past checkpoint
     ],
     # Webhook principals (``webhook:<endpoint>``): decide tasks of their endpoint's graph, nothing else.
     "service": ["approvals.view_approvaltask", "approvals.decide_task", "runtime.view_thread"],
@@ -254,3 +256,11 @@ def can_comment(user: Principal, graph: str) -> bool:
 def require_comment(user: Principal, graph: str) -> None:
     if not can_comment(user, graph):
         raise Forbidden("you may not comment here: commenting is for reviewers, operators and leads of the graph")
+
+
+# --- time travel (approvals.time_travel) ---
+
+
+def require_time_travel(user: Principal, thread: Thread) -> None:
+    """Replaying or forking a thread (operators): it may re-run effects on a new branch."""
+    require(user, "runtime.time_travel", "replay or fork threads")

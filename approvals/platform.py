@@ -27,7 +27,7 @@ from django.db.models import Q, QuerySet
 from django.db.models.fields.json import KeyTransform
 from django.utils import timezone
 
-from approvals import gateway, permissions, services
+from approvals import gateway, permissions, services, time_travel
 from approvals.audit import audit_record
 from approvals.errors import Conflict, InvalidInput, NotFound
 from approvals.models import ApprovalTask, AuditAction, Decision, TaskKind, TaskStatus
@@ -668,6 +668,8 @@ def _run_continue(actor: User, thread: Thread) -> Run:
         raise Conflict("the breakpoint was passed but interrupts still wait for decisions", field="command")
     if thread.status == ThreadStatus.INTERRUPTED:
         raise InvalidInput("the thread waits for a decision: send command={'resume': ...}", field="command")
+    if thread.status == ThreadStatus.IDLE and thread.checkpoint_id:  # time travel: continue a fork or a copy
+        return time_travel.thread_continue(actor=actor, thread_id=thread.pk)
     raise InvalidInput("send input to start the thread", field="input")
 
 

@@ -27,7 +27,7 @@ from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from ninja import NinjaAPI, Query, Schema
 from pydantic import Field
 
-from approvals import platform
+from approvals import platform, platform_time_travel
 from approvals.api_common import ApiKeyAuth, BearerAuth, api_errors_install, error_body_gatehouse
 from approvals.errors import InvalidInput
 from approvals.inputs import CHECKPOINT_ID_PATTERN, Offset, StrictJsonParser
@@ -71,6 +71,7 @@ def _error_body(code: str, message: str, field: str | None) -> dict[str, Any]:
     return {"detail": message, **error_body_gatehouse(code, message, field)}
 
 
+api.add_router("/", platform_time_travel.router)  # time travel: threads.copy (and fork/replay, subgraph state)
 api_errors_install(
     api,
     body=_error_body,
@@ -175,12 +176,14 @@ class StateQuery(Schema):
 
 @api.get("/threads/{uuid:thread_id}/state", tags=["threads"])
 def thread_state(request: HttpRequest, thread_id: UUID, query: Query[StateQuery]) -> dict[str, Any]:
-    return platform.thread_state(_user(request), thread_id)
+    state = platform.thread_state(_user(request), thread_id)
+    return platform_time_travel.state_with_subgraphs(request, state, thread_id) if query.subgraphs else state
 
 
 @api.get("/threads/{uuid:thread_id}/state/{uuid:checkpoint_id}", tags=["threads"])
 def thread_state_at(request: HttpRequest, thread_id: UUID, checkpoint_id: UUID, query: Query[StateQuery]) -> Any:
-    return platform.thread_state(_user(request), thread_id, str(checkpoint_id))
+    state = platform.thread_state(_user(request), thread_id, str(checkpoint_id))
+    return platform_time_travel.state_with_subgraphs(request, state, thread_id) if query.subgraphs else state
 
 
 @api.post("/threads/{uuid:thread_id}/state/checkpoint", tags=["threads"])
@@ -189,13 +192,15 @@ def thread_state_checkpoint(request: HttpRequest, thread_id: UUID, body: ThreadC
         raise InvalidInput(
             "subgraph checkpoints are not served; read the root thread", field="checkpoint.checkpoint_ns"
         )
-    return platform.thread_state(_user(request), thread_id, body.checkpoint.get("checkpoint_id") or None)
+    state = platform.thread_state(_user(request), thread_id, body.checkpoint.get("checkpoint_id") or None)
+    return platform_time_travel.state_with_subgraphs(request, state, thread_id) if body.subgraphs else state
 
 
 @api.post("/threads/{uuid:thread_id}/state", tags=["threads"])
 def thread_state_update(request: HttpRequest, thread_id: UUID, body: ThreadStateUpdateIn) -> dict[str, Any]:
-    if body.checkpoint or body.checkpoint_id:
-        raise InvalidInput("updating a past checkpoint (forking) is not supported", field="checkpoint_id")
+    forked_at = platform_time_travel.checkpoint_wanted(body.checkpoint, body.checkpoint_id)
+    if forked_at:  # time travel: a fork at a past checkpoint
+        return platform_time_travel.state_fork(request, thread_id, body, forked_at)
     if not body.values:
         raise InvalidInput("values to update are required", field="values")
     return platform.thread_state_update(
@@ -224,14 +229,13 @@ _UNSUPPORTED = {
     "interrupt_before": "static breakpoints are part of the registered graph",
     "interrupt_after": "static breakpoints are part of the registered graph",
     "webhook": "use Gatehouse's outbound webhooks",
-    "checkpoint": "replaying or forking from a checkpoint is not supported",
-    "checkpoint_id": "replaying or forking from a checkpoint is not supported",
     "after_seconds": "delayed runs are not supported",
     "context": "runs take no context; the graph is configured by its registration",
 }
 
 
 def _run_create_sync(request: HttpRequest, thread_id: UUID, body: RunCreateIn) -> Run:
+    replay_from = platform_time_travel.checkpoint_wanted(body.checkpoint, body.checkpoint_id)
     for name, why in _UNSUPPORTED.items():
         if getattr(body, name):
             raise InvalidInput(f"not supported: {why}", field=name)
@@ -244,6 +248,8 @@ def _run_create_sync(request: HttpRequest, thread_id: UUID, body: RunCreateIn) -
     command = body.command
     if command is not None and command.goto is not None:
         raise InvalidInput("command.goto is not supported; the graph routes itself", field="command.goto")
+    if replay_from:  # time travel: a run from a past checkpoint replays it on a new branch
+        return platform_time_travel.run_replay(request, thread_id, body, replay_from)
     resume = command.resume if command is not None and "resume" in command.model_fields_set else NOT_GIVEN
     return platform.run_create(
         actor=_user(request),

@@ -8,7 +8,7 @@ from django.dispatch import receiver
 
 from approvals.audit import audit_record
 from approvals.intent import decision_followed
-from approvals.models import AuditAction
+from approvals.models import AuditAction, AuditEvent
 from approvals.services import tasks_open
 from runtime import signals
 from runtime.models import Effect, Run
@@ -58,6 +58,9 @@ def on_run_failed(sender: Any, run: Run, error: str, **kwargs: Any) -> None:
     _audit_run(run, AuditAction.RUN_FAILED, {"error": error, "attempt": run.attempts})
 
 
+SUBJECT_ID_MAX = AuditEvent._meta.get_field("subject_id").max_length or 64
+
+
 @receiver(signals.effect_executed)
 def on_effect_executed(sender: Any, effect: Effect, **kwargs: Any) -> None:
     thread = effect.thread
@@ -66,10 +69,12 @@ def on_effect_executed(sender: Any, effect: Effect, **kwargs: Any) -> None:
         actor_label="runtime",
         action=AuditAction.EFFECT_EXECUTED,
         subject_type="effect",
-        subject_id=effect.key,
+        # A key longer than the subject column (a custom key, a branch-scoped one) is named by its row id.
+        subject_id=effect.key if len(effect.key) <= SUBJECT_ID_MAX else f"#{effect.pk}",
         thread_id=thread.pk if thread else None,
         graph=thread.graph if thread else "",
         details={
+            "key": effect.key,
             "name": effect.name,
             "result": effect.result,
             "calls": effect.calls,

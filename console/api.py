@@ -27,6 +27,7 @@ api.add_router("/", "approvals.external_api.router")  # tasks created by other e
 api.add_router("/", "approvals.handoffs_api.router")  # hand-offs: claims, reassign, delegate, out-of-office
 api.add_router("/", "approvals.comments_api.router")  # Conversation (comments) on tasks and threads
 api.add_router("/", "approvals.dashboard_api.router")  # team dashboard
+api.add_router("/", "approvals.time_travel_api.router")  # time travel: fork, replay, branches, subgraph states
 api_errors_install(
     api,
     body=error_body_gatehouse,

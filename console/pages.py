@@ -8,12 +8,13 @@ what a page load by the same user would.
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
 from django.http import QueryDict
 
-from approvals import assignment, comments, gateway, permissions
+from approvals import assignment, comments, gateway, permissions, time_travel
 from approvals import selectors as approvals_selectors
 from approvals.claims import can_release_any, claim_for
 from approvals.errors import DomainError
@@ -195,6 +196,7 @@ def thread_context(user: Any, thread_id: Any, checkpoint_id: str = "") -> dict[s
         before = gateway.state_for(user, thread_id, shown.parent_id)
         diff = selectors.state_diff(before.values if before else {}, shown.values)
     ctx.update({"current": current, "shown": shown, "diff": diff, "checkpoint_id": checkpoint_id})
+    ctx.update(time_travel_context(user, thread_id, shown))  # time travel: branches, subgraph states, forms
     return ctx
 
 
@@ -206,3 +208,37 @@ def task_push_context(user: Any, task_id: Any) -> dict[str, Any]:
     ctx = task_live_context(user, task_id)
     ctx["timeline"] = selectors.timeline_for(user=user, thread=ctx["thread"])
     return ctx
+
+
+# --- time travel (approvals.time_travel) ---
+
+
+@dataclass(frozen=True)
+class BranchRow:
+    branch: Any
+    depth: int
+
+
+def _branch_rows(branches: list[Any]) -> list[BranchRow]:
+    """The branch tree, depth-first (a branch under the branch its source checkpoint was on)."""
+    children: dict[Any, list[Any]] = {}
+    for branch in branches:
+        children.setdefault(branch.parent_id, []).append(branch)
+    rows: list[BranchRow] = []
+
+    def walk(parent: Any, depth: int) -> None:
+        for branch in children.get(parent, []):
+            rows.append(BranchRow(branch, depth))
+            walk(branch.id, depth + 1)
+
+    walk(None, 1)
+    return rows
+
+
+def time_travel_context(user: Any, thread_id: Any, shown: Any) -> dict[str, Any]:
+    checkpoint = shown.checkpoint_id if shown else None
+    return {
+        "branch_rows": _branch_rows(time_travel.branches_for(user, thread_id)),
+        "subgraphs": time_travel.subgraph_states_for(user, thread_id, checkpoint) if checkpoint else [],
+        "can_time_travel": bool(shown) and permissions.can(user, "runtime.time_travel"),
+    }

@@ -6,6 +6,7 @@ from console.api import api
 from console.views import audit, auth, decisions, handoffs, inbox, relay, start, tasks, threads, users, webhooks
 from console.views import comments as comment_views  # Conversation (comments)
 from console.views import dashboard as dashboard_views  # team dashboard
+from console.views import time_travel as time_travel_views
 
 console_patterns = [
     path("", inbox.inbox, name="inbox"),
@@ -50,6 +51,9 @@ console_patterns = [
     path("threads/<uuid:thread_id>/comments", comment_views.thread_comment, name="thread-comment"),
     path("comments/<uuid:comment_id>/versions", comment_views.comment_version, name="comment-version"),
     path("dashboard/", dashboard_views.dashboard_page, name="dashboard"),  # team dashboard
+    # time travel: fork or replay from a past checkpoint (operators)
+    path("threads/<uuid:thread_id>/fork", time_travel_views.thread_fork, name="thread-fork"),
+    path("threads/<uuid:thread_id>/replay", time_travel_views.thread_replay, name="thread-replay"),
 ]
 
 # No /admin/: Django's admin would be a second door to users and permissions, outside the

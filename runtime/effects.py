@@ -41,6 +41,7 @@ from django.utils import timezone
 from langgraph.config import get_config
 
 from runtime import signals
+from runtime.branches import scoped_effect_key
 from runtime.fencing import config_fence, stale
 from runtime.models import Effect, EffectStatus, Run, Thread
 
@@ -75,7 +76,9 @@ def perform_effect(
     """
     config = get_config()
     configurable = config.get("configurable", {})
-    key = key or effect_key(name)
+    # On a branch started by time travel the key is scoped to the branch (runtime.branches):
+    # a forked payment is a new payment, a retry within the branch is still the same one.
+    key = scoped_effect_key(key or effect_key(name), configurable)
     digest = args_digest(args) if args is not None else ""
     thread = Thread.objects.filter(pk=str(configurable.get("thread_id"))).first()
     fenced = config_fence(config)

@@ -28,6 +28,7 @@ from langgraph.errors import GraphRecursionError, UnknownInterruptError
 from langgraph.pregel import Pregel
 from langgraph.types import Command, StateSnapshot
 
+from runtime.branches import BRANCH_KEY, REPLAY_FROM, ReplayFrom, branch_current_id, replay_head_record, replay_input
 from runtime.controls import RuntimeControls
 from runtime.effects import canonical_json
 from runtime.fencing import FENCE_KEY
@@ -119,8 +120,11 @@ def worker_hand_back() -> int:
 
 
 def run_config(run: Run) -> RunnableConfig:
+    # time travel: a run on a branch carries the branch (checkpoint metadata, effect keys)
+    branch_id = (run.command or {}).get("branch_id") or branch_current_id(thread_id=run.thread_id)
     return {
         "configurable": {
+            **({BRANCH_KEY: branch_id} if branch_id else {}),
             "thread_id": str(run.thread_id),
             # An unknown or already-answered interrupt id raises instead of
             # being ignored (or, worse, taken as the answer).
@@ -156,6 +160,12 @@ def _execute_claimed(run: Run, heartbeat: _Heartbeat) -> None:
             except UnknownInterruptError:
                 # The failed attempt had already stored these answers (checked against the signed ones).
                 _stream(graph, graph_input.fallback, config, heartbeat, controls)
+        elif isinstance(graph_input, ReplayFrom):  # time travel: re-execute from a past checkpoint
+            at: RunnableConfig = {
+                **config,
+                "configurable": {**config.get("configurable", {}), "checkpoint_id": graph_input.checkpoint_id},
+            }
+            _stream(graph, None, at, heartbeat, controls)
         elif graph_input is not _SKIP:
             _stream(graph, graph_input, config, heartbeat, controls)
         snapshot = graph.get_state(config, subgraphs=True)
@@ -169,7 +179,10 @@ def _execute_claimed(run: Run, heartbeat: _Heartbeat) -> None:
         run_fail(run=run, error=_error_text(exc), checkpoint_id=checkpoint_id)
         return
     heartbeat.check()
-    run_finish(run=run, outcome=outcome_read(snapshot))
+    outcome = outcome_read(snapshot)
+    if run.kind == RunKind.REPLAY:
+        replay_head_record(run=run, checkpoint_id=outcome.checkpoint_id)
+    run_finish(run=run, outcome=outcome)
 
 
 def _stream(
@@ -185,6 +198,11 @@ def _stream(
 
 
 def _input_for(run: Run, graph: Pregel, config: RunnableConfig) -> Any:
+    if run.kind == RunKind.REPLAY and (run.command or {}).get(REPLAY_FROM):
+        replay = replay_input(run=run, graph=graph, config=config)
+        if replay is not None:
+            return replay
+        return _past_input(graph.get_state(config))
     first_input = _first_input(run)
     if isinstance(first_input, Command):
         return _command_input(run, graph, config, first_input)

@@ -55,6 +55,8 @@ class RunKind(models.TextChoices):
     START = "start", "Start"
     RESUME = "resume", "Resume"
     RETRY = "retry", "Retry"
+    # time travel (runtime.branches): a run on a branch, from its fork point or a replayed checkpoint
+    REPLAY = "replay", "Replay"
 
 
 class RunStatus(models.TextChoices):
@@ -170,3 +172,45 @@ class BlobRef(models.Model):
 
     def __str__(self) -> str:
         return f"{self.thread_id} → {self.blob_id}"
+
+
+# --- time travel (runtime.branches) ---------------------------------------------------------
+
+
+class BranchKind(models.TextChoices):
+    FORK = "fork", "Fork (state updated at a past checkpoint)"
+    REPLAY = "replay", "Replay (re-run from a past checkpoint)"
+
+
+class Branch(models.Model):
+    """A line of a thread's history that an operator started from a past checkpoint.
+
+    The thread's first line has no row. Checkpoints written on a branch carry its
+    id in their metadata (``gatehouse_branch_id``), and effects performed on it get
+    idempotency keys scoped to it, so a forked payment is a new payment while a
+    retry within one branch still pays once.
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    thread = models.ForeignKey(Thread, on_delete=models.CASCADE, related_name="branches")
+    # The branch the source checkpoint was on (None: the thread's first line).
+    parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.CASCADE, related_name="children")
+    kind = models.CharField(max_length=8, choices=BranchKind.choices)
+    from_checkpoint_id = models.CharField(max_length=64)
+    # A fork: the checkpoint its update_state wrote. A replay: where its run first settled ("" until then).
+    head_checkpoint_id = models.CharField(max_length=64, blank=True, default="")
+    update_keys = models.JSONField(default=list, blank=True)  # the state keys a fork changed (never their values)
+    as_node = models.CharField(max_length=100, blank=True, default="")
+    reason = models.TextField()
+    run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["thread", "-created_at"], name="branch_thread_created")]
+        permissions = [("time_travel", "Can replay and fork threads from a past checkpoint")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.id} of {self.thread_id} at {self.from_checkpoint_id}"

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
+from langgraph.types import StateSnapshot
 
 from runtime.blobs import MARKER, BlobSpillingSaver, blobs_lazy
 from runtime.checkpointer import checkpointer_get
@@ -132,3 +133,45 @@ def _marker_for(saver: BlobSpillingSaver, thread_id: str, sha256: str) -> dict[s
             if is_marker(value) and value[MARKER] == sha256:
                 return value  # type: ignore[no-any-return]
     return None
+
+
+# --- subgraph states (time travel / inspection: checkpoint_ns) ------------------------------
+
+
+@dataclass(frozen=True)
+class SubgraphView:
+    """The state of a subgraph in flight at a checkpoint: the task that runs it, its namespace, its state."""
+
+    task_id: str
+    name: str
+    checkpoint_ns: str
+    view: CheckpointView
+    children: list[SubgraphView]
+
+
+def _subgraphs_of(snapshot: Any) -> list[SubgraphView]:
+    found = []
+    for task in snapshot.tasks:
+        child = task.state
+        if not isinstance(child, StateSnapshot) or not child.created_at:
+            continue
+        found.append(
+            SubgraphView(
+                task_id=str(task.id),
+                name=task.name,
+                checkpoint_ns=str(child.config.get("configurable", {}).get("checkpoint_ns", "")),
+                view=_view(child),
+                children=_subgraphs_of(child),
+            )
+        )
+    return found
+
+
+def thread_subgraphs_read(thread: Thread, checkpoint_id: str | None = None) -> list[SubgraphView]:
+    """The subgraphs in flight at the checkpoint (LangGraph keeps their state only while they are)."""
+    if not thread.graph or graph_is_external(thread.graph):
+        return []
+    graph = graph_get(thread.graph).compiled()
+    with schema_readonly():
+        snapshot = graph.get_state(_config(thread, checkpoint_id), subgraphs=True)
+    return _subgraphs_of(snapshot) if snapshot.created_at else []

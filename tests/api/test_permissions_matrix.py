@@ -96,6 +96,14 @@ MATRIX: list[tuple[str, str, str, tuple[int, ...]]] = [
     ("POST", "/api/comments/{comment_id}/versions", "talk-kyc", (401, 404, 403, 403, 404, 403, 403, 201)),
     # Team dashboard: leads (tests/approvals/test_dashboard.py), auditors and admins.
     ("GET", "/api/dashboard", "-", (401, 403, 403, 403, 403, 200, 403, 200)),
+    # time travel: fork/replay for operators and admins (a fresh paused thread each); branches and
+    # subgraph states for whoever may read the thread
+    ("POST", "/api/threads/{thread_id}/fork", "loan", (401, 404, 403, 403, 403, 403, 201, 201)),
+    ("POST", "/api/threads/{thread_id}/replay", "loan", (401, 404, 403, 403, 403, 403, 202, 202)),
+    ("GET", "/api/threads/{thread_id}/branches", "loan", (401, 404, 200, 200, 200, 200, 200, 200)),
+    ("GET", "/api/threads/{thread_id}/branches", "kyc", (401, 404, 200, 200, 404, 200, 200, 200)),
+    ("GET", "/api/threads/{thread_id}/subgraphs", "loan", (401, 404, 200, 200, 200, 200, 200, 200)),
+    ("GET", "/api/threads/{thread_id}/subgraphs", "kyc", (401, 404, 200, 200, 404, 200, 200, 200)),
 ]
 
 CASES = [
@@ -240,6 +248,11 @@ def call(client: ApiClient, method: str, path: str, subject: str, target: Subjec
     if method == "PUT":
         body = json.dumps({"delegate": None})
         return client.client.put(url, body, content_type="application/json", headers=client.headers)
+    if path.endswith(("/fork", "/replay")):  # time travel: from the checkpoint the thread paused at
+        from runtime.models import Thread
+
+        checkpoint = Thread.objects.get(pk=target.thread_id).checkpoint_id if target else ""
+        return client.post(url, {"checkpoint_id": checkpoint, "reason": "permission matrix"})
     return client.post(url, {})
 
 

@@ -280,7 +280,7 @@ def test_an_approval_policy_without_the_allowance_is_refused_at_the_sweep_too(pe
 
 @pytest.mark.django_db
 def test_a_timeout_refused_by_the_decision_path_is_recorded_and_the_task_stays_open(personas):
-    from console.models import TaskClaim
+    from approvals.models import TaskClaim
 
     task = task_make(graph=GRAPH, node="human_review", due_at=timezone.now() - timedelta(seconds=1))
     now = timezone.now()

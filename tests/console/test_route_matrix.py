@@ -75,6 +75,9 @@ MATRIX: list[tuple[str, str, str, tuple[int, ...]]] = [
     ("comment-version", "POST", "comment", (302, 404, 403, 403, 403, 403, 422)),
     # Team dashboard: leads (tests/console/test_dashboard_views.py), auditors and admins.
     ("dashboard", "GET", "-", (302, 403, 403, 403, 200, 403, 200)),
+    # time travel: operators and admins only (the matrix's task has no real checkpoint: a 422 naming it)
+    ("thread-fork", "POST", "loan", (302, 404, 403, 403, 403, 422, 422)),
+    ("thread-replay", "POST", "loan", (302, 404, 403, 403, 403, 422, 422)),
 ]
 
 

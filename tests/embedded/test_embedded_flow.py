@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from tests.conftest import ROOT, daphne_start, process_group_stop, wait_for
+from tests.embedded.time_travel_checks import fork_pays_anew_once
 
 pytestmark = pytest.mark.embedded
 
@@ -113,3 +114,5 @@ def test_the_embedded_stack_runs_start_decide_complete(embedded, bank):
     # The demo set-up paused its own threads at their gates, too.
     demo_pending = reviewer.get("/api/tasks", params={"status": "pending"}).json()["items"]
     assert {t["graph"] for t in demo_pending} >= {"loan_approval", "kyc_onboarding"}
+    # time travel on SQLite: a forked loan pays anew, once; the original payment stays one
+    fork_pays_anew_once(embedded, bank)

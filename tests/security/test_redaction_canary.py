@@ -97,6 +97,11 @@ NOT_CRAWLED: dict[str, str] = {
     "POST /api/tasks/{task_id}/comments": "write (comment on a task)",
     "POST /api/threads/{thread_id}/comments": "write (comment on a thread)",
     "POST /api/comments/{comment_id}/versions": "write (edit a comment: a new version)",
+    # time travel: writes; the forked state is read back through the state and history reads
+    # (tests/integration/test_time_travel.py plants a canary in a fork and a subgraph)
+    "POST /api/threads/{thread_id}/fork": "write (fork a thread at a past checkpoint)",
+    "POST /api/threads/{thread_id}/replay": "write (replay a thread from a past checkpoint)",
+    "POST /lg/threads/{thread_id}/copy": "write (copy a thread); the copy is read through GET /lg/threads/{thread_id}",
     # routes outside the console's own URLs
     "static": "vendored CSS and JS files",
     # hand-offs: writes whose responses carry names and times, never state; GET .../claim and GET /api/me/away
@@ -133,6 +138,8 @@ CONSOLE_WRITES: dict[str, str] = {
     "console task-comment": "comment on a task; read back on the task page",
     "console thread-comment": "comment on a thread; read back on the thread page",
     "console comment-version": "edit a comment; read back on the task and thread pages",
+    "console thread-fork": "fork a thread at a past checkpoint (time travel)",
+    "console thread-replay": "replay a thread from a past checkpoint (time travel)",
 }
 
 # Surfaces a role with "view sensitive" must receive a canary on: proof that the crawl reaches the values.

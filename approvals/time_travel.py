@@ -1,0 +1,231 @@
+"""Time travel for operators: replay or fork a thread from a past checkpoint, copy a thread.
+
+Every surface (console, native API, ``/lg/``) calls these services; they
+authorise (``runtime.time_travel``), require a reason, validate, delegate the
+LangGraph work to ``runtime.branches`` and audit, in one transaction.
+
+What the original branch keeps: its checkpoints, decisions, effects and audit
+rows are never rewritten. The thread moves to the new branch (as LangGraph's
+own time travel does), so approval tasks still pending on the old branch can no
+longer be answered there: they are superseded (audited), and the new branch's
+pauses open new tasks bound to its own checkpoints.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from django.contrib.auth.models import User
+from django.db import transaction
+
+from approvals import gateway, permissions
+from approvals.audit import audit_record
+from approvals.errors import Conflict, InvalidInput, NotFound
+from approvals.inputs import CHECKPOINT_ID_PATTERN
+from approvals.models import ApprovalTask, AuditAction, TaskStatus
+from runtime.branches import (
+    CheckpointNotFound,
+    UnknownNode,
+    branch_fork,
+    branch_replay,
+    branches_of,
+    thread_copy,
+)
+from runtime.models import Branch, Run, RunKind, Thread, ThreadStatus
+from runtime.registry import graph_get, graph_is_external
+from runtime.runs import ThreadBusy, run_enqueue
+from runtime.schema import FieldError, values_validate
+
+REASON_MAX = 2000
+
+
+def _reason_clean(reason: str | None) -> str:
+    text = (reason or "").strip()
+    if not text:
+        raise InvalidInput("a reason is required to replay or fork a thread", field="reason")
+    if len(text) > REASON_MAX:
+        raise InvalidInput(f"the reason is longer than {REASON_MAX} characters", field="reason")
+    return text
+
+
+def _checkpoint_check(checkpoint_id: str) -> None:
+    if not isinstance(checkpoint_id, str) or not re.fullmatch(CHECKPOINT_ID_PATTERN, checkpoint_id):
+        raise InvalidInput(f"checkpoint_id: {checkpoint_id!r} is not a checkpoint id", field="checkpoint_id")
+
+
+def _thread_for(actor: User, thread_id: Any) -> Thread:
+    thread = permissions.thread_get_for(actor, thread_id)
+    permissions.require_time_travel(actor, thread)
+    if not thread.graph or graph_is_external(thread.graph) or not thread.checkpoint_id:
+        raise Conflict("this thread has no checkpoints to travel to", field="thread_id")
+    return thread
+
+
+def _supersede_open_tasks(thread: Thread, branch: Branch) -> list[str]:
+    """Pending tasks of the line the thread leaves cannot be answered any more: supersede them (audited)."""
+    superseded = []
+    for task in ApprovalTask.objects.select_for_update().filter(thread=thread, status=TaskStatus.PENDING):
+        task.status = TaskStatus.SUPERSEDED
+        task.save(update_fields=["status"])
+        audit_record(
+            actor=None,
+            actor_label="runtime",
+            action=AuditAction.TASK_SUPERSEDED,
+            subject_type="task",
+            subject_id=task.id,
+            thread_id=thread.id,
+            graph=task.graph,
+            details={"reason": f"the thread moved to {branch.kind} branch {branch.id}", "branch": str(branch.id)},
+        )
+        superseded.append(str(task.id))
+    return superseded
+
+
+@transaction.atomic
+def thread_fork(
+    *,
+    actor: User,
+    thread_id: Any,
+    checkpoint_id: str,
+    values: dict[str, Any] | None,
+    as_node: str | None = None,
+    reason: str | None,
+    run: bool = False,
+) -> Branch:
+    """Update the state at a past checkpoint as a new branch; with ``run``, continue it on the worker."""
+    thread = _thread_for(actor, thread_id)
+    reason = _reason_clean(reason)
+    _checkpoint_check(checkpoint_id)
+    if values is not None and not isinstance(values, dict):
+        raise InvalidInput("values must be an object of state keys", field="values")
+    try:
+        values_validate(graph_get(thread.graph).state_schema, values or {}, prefix="values")
+    except FieldError as exc:
+        raise InvalidInput(exc.message, field=exc.field) from None
+    try:
+        branch = branch_fork(
+            thread=thread,
+            checkpoint_id=checkpoint_id,
+            values=values or None,
+            as_node=as_node,
+            reason=reason,
+            created_by=actor,
+            run=run,
+        )
+    except CheckpointNotFound as exc:
+        raise NotFound(str(exc), field="checkpoint_id") from None
+    except UnknownNode as exc:
+        raise InvalidInput(str(exc), field="as_node") from None
+    except ThreadBusy:
+        raise Conflict("a run is active on this thread; wait for it to settle", field="thread_id") from None
+    superseded = _supersede_open_tasks(thread, branch)
+    audit_record(
+        actor=actor,
+        action=AuditAction.THREAD_FORKED,
+        subject_type="thread",
+        subject_id=thread.id,
+        thread_id=thread.id,
+        graph=thread.graph,
+        details={
+            "branch": str(branch.id),
+            "parent_branch": str(branch.parent_id) if branch.parent_id else None,
+            "from_checkpoint_id": checkpoint_id,
+            "head_checkpoint_id": branch.head_checkpoint_id,
+            "values": values or {},  # masked on the way out (gateway.audit_details_for)
+            "as_node": as_node,
+            "reason": reason,
+            "run": str(branch.run_id) if branch.run_id else None,
+            "superseded_tasks": superseded,
+        },
+    )
+    return branch
+
+
+@transaction.atomic
+def thread_replay(*, actor: User, thread_id: Any, checkpoint_id: str, reason: str | None) -> Branch:
+    """Re-run the thread from a past checkpoint on the worker, as a new branch."""
+    thread = _thread_for(actor, thread_id)
+    reason = _reason_clean(reason)
+    _checkpoint_check(checkpoint_id)
+    try:
+        branch = branch_replay(thread=thread, checkpoint_id=checkpoint_id, reason=reason, created_by=actor)
+    except CheckpointNotFound as exc:
+        raise NotFound(str(exc), field="checkpoint_id") from None
+    except ThreadBusy:
+        raise Conflict("a run is active on this thread; wait for it to settle", field="thread_id") from None
+    superseded = _supersede_open_tasks(thread, branch)
+    audit_record(
+        actor=actor,
+        action=AuditAction.THREAD_REPLAYED,
+        subject_type="thread",
+        subject_id=thread.id,
+        thread_id=thread.id,
+        graph=thread.graph,
+        details={
+            "branch": str(branch.id),
+            "parent_branch": str(branch.parent_id) if branch.parent_id else None,
+            "from_checkpoint_id": checkpoint_id,
+            "reason": reason,
+            "run": str(branch.run_id),
+            "superseded_tasks": superseded,
+        },
+    )
+    return branch
+
+
+@transaction.atomic
+def thread_copy_make(*, actor: User, thread_id: Any, reason: str | None = None) -> Thread:
+    """A new thread holding a copy of the thread's checkpoints (``/lg/`` ``threads.copy``)."""
+    thread = permissions.thread_get_for(actor, thread_id)
+    permissions.require_time_travel(actor, thread)
+    copy = thread_copy(thread=thread, created_by=actor)
+    audit_record(
+        actor=actor,
+        action=AuditAction.THREAD_COPIED,
+        subject_type="thread",
+        subject_id=copy.id,
+        thread_id=copy.id,
+        graph=copy.graph,
+        details={"copied_from": str(thread.id), "checkpoint_id": thread.checkpoint_id, "reason": reason or ""},
+    )
+    return copy
+
+
+@transaction.atomic
+def thread_continue(*, actor: User, thread_id: Any) -> Run:
+    """Run an idle thread on from its latest checkpoint (a fork made without a run, or a copy)."""
+    thread = permissions.thread_get_for(actor, thread_id)
+    permissions.require_start(actor, thread.graph)
+    thread = Thread.objects.select_for_update().get(pk=thread.pk)
+    if thread.status != ThreadStatus.IDLE or not thread.checkpoint_id:
+        raise Conflict(f"only an idle thread with checkpoints can be continued; this one is {thread.status}")
+    try:
+        # As a run past a static breakpoint: no input, no command; the checkpoint it
+        # starts from tells a redelivered attempt whether it already moved on.
+        run = run_enqueue(
+            thread=thread, kind=RunKind.RESUME, command={"checkpoint_id": thread.checkpoint_id}, created_by=actor
+        )
+    except ThreadBusy:
+        raise Conflict("a run is active on this thread", field="thread_id") from None
+    audit_record(
+        actor=actor,
+        action=AuditAction.RUN_QUEUED,
+        subject_type="run",
+        subject_id=run.id,
+        thread_id=thread.id,
+        graph=thread.graph,
+        details={"run": str(run.id), "kind": "continue", "checkpoint_id": thread.checkpoint_id},
+    )
+    return run
+
+
+def branches_for(user: permissions.Principal, thread_id: Any) -> list[Branch]:
+    """The thread's branches, oldest first (the thread's first line has none)."""
+    thread = permissions.thread_get_for(user, thread_id)
+    return branches_of(thread=thread)
+
+
+def subgraph_states_for(user: permissions.Principal, thread_id: Any, checkpoint_id: str | None = None) -> Any:
+    """Subgraph states (by ``checkpoint_ns``) at the checkpoint, redacted for ``user``."""
+    return gateway.subgraph_states_for(user, thread_id, checkpoint_id)

@@ -1,0 +1,111 @@
+"""The thread page's time travel: the branch tree, subgraph states, and the fork/replay forms (operators, CSRF).
+
+In-process: runs are executed here by the worker's executor (dispatch recorded, not sent).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.db import transaction
+
+from approvals.models import ApprovalTask, TaskStatus
+from runtime import runs
+from runtime.executor import run_execute
+from runtime.models import Branch, RunKind, RunStatus, Thread
+from runtime.registry import graph_get
+from tests.console.conftest import console_client
+
+pytestmark = pytest.mark.usefixtures("live_db")
+
+
+@pytest.fixture
+def secret_masked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``secret`` is a sensitive path of the time-travel graphs, for this process's reads.
+
+    Set here rather than in langgraph.json: redaction happens where state is read (this
+    process), and the redaction canary plants every graph that declares sensitive paths,
+    which these graphs' dedicated attacker tests make redundant.
+    """
+    for graph in ("travel_pay", "travel_nested"):
+        monkeypatch.setattr(graph_get(graph), "sensitive_paths", ["secret"])
+
+
+@pytest.fixture
+def dispatched(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    sent: list[str] = []
+    monkeypatch.setattr(runs, "run_dispatch", lambda *, run_id: sent.append(str(run_id)))
+    return sent
+
+
+def _paused(graph: str, graph_input: dict[str, Any]) -> tuple[Thread, ApprovalTask]:
+    thread = Thread.objects.create(graph=graph)
+    with transaction.atomic():
+        run = runs.run_enqueue(thread=thread, kind=RunKind.START, input=graph_input)
+    run_execute(run_id=str(run.id))
+    run.refresh_from_db()
+    assert run.status == RunStatus.INTERRUPTED, run.error
+    thread.refresh_from_db()
+    [task] = ApprovalTask.objects.filter(thread=thread, status=TaskStatus.PENDING)
+    return thread, task
+
+
+def test_an_operator_forks_from_the_page_and_the_tree_shows_the_branch(dispatched, personas):
+    thread, task = _paused("travel_pay", {"amount": 40})
+    operator = console_client(personas["operator"], enforce_csrf=True)
+    page = operator.get(f"/threads/{thread.pk}/", {"checkpoint": task.checkpoint_id})
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert f'action="/threads/{thread.pk}/fork"' in html and "Replay from here" in html
+    token = page.cookies["csrftoken"].value if "csrftoken" in page.cookies else operator.cookies["csrftoken"].value
+    response = operator.post(
+        f"/threads/{thread.pk}/fork",
+        {
+            "checkpoint_id": task.checkpoint_id,
+            "values": '{"amount": 41}',
+            "reason": "fix the amount",
+            "csrfmiddlewaretoken": token,
+        },
+    )
+    assert response.status_code == 302, response.content[:300]
+    branch = Branch.objects.get(thread=thread)
+    assert branch.update_keys == ["amount"] and branch.reason == "fix the amount"
+    tree = operator.get(f"/threads/{thread.pk}/").content.decode()
+    assert f'data-branch="{branch.id}"' in tree and "fix the amount" in tree
+
+
+def test_a_fork_form_without_a_csrf_token_is_refused(dispatched, personas):
+    thread, task = _paused("travel_pay", {"amount": 40})
+    operator = console_client(personas["operator"], enforce_csrf=True)
+    response = operator.post(f"/threads/{thread.pk}/fork", {"checkpoint_id": task.checkpoint_id, "reason": "r"})
+    assert response.status_code == 403
+    assert not Branch.objects.filter(thread=thread).exists()
+
+
+@pytest.mark.parametrize(
+    ("form", "status", "says"),
+    [
+        ({"values": "{not json", "reason": "r"}, 400, "values"),
+        ({"values": "[1]", "reason": "r"}, 422, "values"),
+        ({"reason": ""}, 422, "reason"),
+    ],
+)
+def test_bad_fork_forms_are_refused_naming_the_field(dispatched, personas, form, status, says):
+    thread, task = _paused("travel_pay", {"amount": 40})
+    response = console_client(personas["operator"]).post(
+        f"/threads/{thread.pk}/fork", {"checkpoint_id": task.checkpoint_id, **form}
+    )
+    assert response.status_code == status
+    assert says in response.content.decode()
+    assert not Branch.objects.filter(thread=thread).exists()
+
+
+def test_a_reviewer_sees_the_tree_and_subgraph_states_but_no_forms(dispatched, personas, secret_masked):
+    thread, _ = _paused("travel_nested", {"secret": "hidden-value", "amount": 2})
+    html = console_client(personas["reviewer"]).get(f"/threads/{thread.pk}/").content.decode()
+    assert "Subgraph states at this checkpoint" in html and "child:" in html
+    assert "Fork from here" not in html and "Replay from here" not in html
+    assert "hidden-value" not in html  # the subgraph's sensitive state is masked
+    shown = console_client(personas["approver"]).get(f"/threads/{thread.pk}/").content.decode()
+    assert "hidden-value" in shown
