@@ -176,6 +176,9 @@ class AuditAction(models.TextChoices):
     WEBHOOK_SUBSCRIPTION_CREATED = "webhook.subscription_created"
     WEBHOOK_DELIVERY_REFUSED = "webhook.delivery_refused"
     WEBHOOK_DELIVERY_RETRIED = "webhook.delivery_retried"
+    # Long-term memory store (approvals/store.py): every write, by a graph run or through /lg/.
+    STORE_ITEM_PUT = "store.item_put"
+    STORE_ITEM_DELETED = "store.item_deleted"
 
 
 class AuditEvent(models.Model):

@@ -4,6 +4,7 @@ from django.urls import URLPattern, URLResolver, include, path
 from approvals.platform_api import api as platform_api
 from console.api import api
 from console.views import audit, auth, decisions, inbox, relay, start, tasks, threads, users, webhooks
+from console.views import store as store_views  # long-term memory store browser
 
 console_patterns = [
     path("", inbox.inbox, name="inbox"),
@@ -39,6 +40,8 @@ console_patterns = [
     path("accounts/login/", auth.login, name="login"),
     path("accounts/logout/", auth.logout, name="logout"),
     path("internal/live/", relay.live_relay, name="live-relay"),
+    # Long-term memory store browser (docs/memory-store.md)
+    path("store/", store_views.store_browser, name="store"),
 ]
 
 # No /admin/: Django's admin would be a second door to users and permissions, outside the
