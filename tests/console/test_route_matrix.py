@@ -62,6 +62,8 @@ MATRIX: list[tuple[str, str, str, tuple[int, ...]]] = [
     ("user-reactivate", "POST", "user", (302, 403, 403, 403, 403, 403, 302)),
     ("user-password", "POST", "user", (302, 403, 403, 403, 403, 403, 200)),  # the link, shown once
     ("user-otp", "POST", "user", (302, 403, 403, 403, 403, 403, 302)),
+    # Long-term memory store browser: every role that may read the store (namespaces are scoped per graph).
+    ("store", "GET", "-", (302, 403, 200, 200, 200, 200, 200)),
 ]
 
 

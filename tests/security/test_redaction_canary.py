@@ -93,6 +93,11 @@ NOT_CRAWLED: dict[str, str] = {
     "POST /api/users/{user_id}/reactivate": "write (user administration)",
     "POST /api/users/{user_id}/password": "write (user administration)",
     "POST /api/users/{user_id}/otp-reset": "write (user administration)",
+    # Long-term memory store: writes; items are read back through GET/search (tests/security/test_store_redaction.py
+    # plants a canary in a masked store field — store items hold no graph state, so this crawl's canaries
+    # never reach them).
+    "PUT /lg/store/items": "write (put a store item)",
+    "DELETE /lg/store/items": "write (delete a store item)",
     # routes outside the console's own URLs
     "static": "vendored CSS and JS files",
 }
@@ -359,6 +364,9 @@ READ_BODIES: dict[str, Callable[[dict[str, str], list[Subject]], list[Any]]] = {
     "/lg/threads/{thread_id}/state/checkpoint": lambda ids, subjects: [
         {"checkpoint": {"checkpoint_id": c}} for s in subjects if s.thread == ids["thread_id"] for c in s.checkpoints
     ],
+    # Long-term memory store reads (their own canary test: tests/security/test_store_redaction.py)
+    "/lg/store/items/search": lambda ids, subjects: [{"namespace_prefix": [], "limit": 1000}],
+    "/lg/store/namespaces": lambda ids, subjects: [{}],
 }
 
 
