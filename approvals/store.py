@@ -18,6 +18,8 @@ pages, the audit of a graph run's writes — goes through these functions:
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from django.contrib.auth.models import AnonymousUser, User
@@ -40,7 +42,17 @@ from runtime.store import namespace_label, store_config, store_get
 
 Principal = User | AnonymousUser
 AUDIT_VALUE_MAX_CHARS = 8000
+TTL_MAX_MINUTES = 100 * 366 * 24 * 60  # a century: beyond it a datetime overflows
 _SEARCH_SCAN_MAX = 1000  # items read to answer one filter on masked fields
+
+
+@contextmanager
+def _store_refusals(field: str) -> Iterator[None]:
+    """The library's refusals of an input (an unsupported filter operator, an unsafe filter key) are 422s."""
+    try:
+        yield
+    except ValueError as exc:  # InvalidNamespaceError included
+        raise InvalidInput(f"the store refused it: {exc}", field=field) from None
 
 
 def store_namespace_check(namespace: Any, *, field: str = "namespace", allow_empty: bool = False) -> tuple[str, ...]:
@@ -134,12 +146,13 @@ def store_item_put(
         and not (isinstance(index, list) and all(isinstance(p, str) and p for p in index))
     ):
         raise InvalidInput("index is false or a list of field paths", field="index")
-    if ttl is not None and ttl <= 0:
-        raise InvalidInput("ttl is a positive number of minutes", field="ttl")
+    if ttl is not None and not 0 < ttl <= TTL_MAX_MINUTES:
+        raise InvalidInput(f"ttl is a number of minutes in (0, {TTL_MAX_MINUTES}]", field="ttl")
     with transaction.atomic():
         # Audit first: if the store write fails, the audit row rolls back with it.
         store_write_audit(actor=actor, actor_label=None, namespace=namespace, key=key, value=value)
-        store_get().put(namespace, key, value, index=index, ttl=ttl)
+        with _store_refusals("value"):
+            store_get().put(namespace, key, value, index=index, ttl=ttl)
 
 
 def store_item_delete(*, actor: User, namespace: Any, key: Any) -> None:
@@ -167,7 +180,8 @@ def store_item_get(
     namespace = store_namespace_check(namespace)
     key = _key_check(key)
     store_require(user, namespace)
-    item = store_get().get(namespace, key, refresh_ttl=refresh_ttl)
+    with _store_refusals("namespace"):
+        item = store_get().get(namespace, key, refresh_ttl=refresh_ttl)
     return None if item is None else item_out(item, store_redaction(user, namespace))
 
 
@@ -199,7 +213,8 @@ def store_items_search(
     prefixes = _readable_prefixes(user, prefix)
     found: list[tuple[SearchItem, list[str]]] = []
     for each in prefixes:
-        found += _search_one(user, each, filter or {}, limit + offset, query, refresh_ttl)
+        with _store_refusals("filter"):
+            found += _search_one(user, each, filter or {}, limit + offset, query, refresh_ttl)
     if len(prefixes) > 1:  # one store answer per prefix: merge them as one store would order them
         found.sort(key=lambda pair: (pair[0].score or 0.0, pair[0].updated_at), reverse=True)
     return [item_out(item, paths) for item, paths in found[offset : offset + limit]]
@@ -262,9 +277,10 @@ def store_namespaces_list(
     wanted_suffix = store_namespace_check(suffix, field="suffix") if suffix else None
     found: list[tuple[str, ...]] = []
     for each in _readable_prefixes(user, wanted_prefix):
-        found += store_get().list_namespaces(
-            prefix=each or None, suffix=wanted_suffix, max_depth=max_depth, limit=limit + offset
-        )
+        with _store_refusals("prefix"):
+            found += store_get().list_namespaces(
+                prefix=each or None, suffix=wanted_suffix, max_depth=max_depth, limit=limit + offset
+            )
     found = sorted(set(found))
     return [list(ns) for ns in found[offset : offset + limit]]
 

@@ -239,3 +239,24 @@ def test_the_console_store_browser_masks_for_reviewers(personas, seeded):
     assert str(seeded["canary"]).encode() in full.content
     refused = console_client(personas["loan_reviewer"]).get("/store/", {"ns": seeded["misc"]})
     assert refused.status_code == 403
+
+
+@pytest.mark.parametrize(
+    "body,field",
+    [
+        ({"namespace_prefix": ["ok"], "filter": {"n": {"$regex": ".*"}}}, "filter"),
+        ({"namespace_prefix": ["ok"], "filter": "income"}, "filter"),
+        ({"namespace_prefix": ["ok"], "limit": 0}, "limit"),
+        ({"namespace_prefix": ["a.b"]}, "namespace_prefix.0"),
+    ],
+)
+def test_bad_search_input_is_a_422_naming_the_field(personas, body, field):
+    response = _call(personas["admin"], "POST", "/lg/store/items/search", body)
+    assert response.status_code == 422, response.content
+    assert response.json()["error"]["field"].startswith(field)
+
+
+def test_a_ttl_past_what_a_date_holds_is_a_422(personas):
+    body = {"namespace": ["ok"], "key": "k", "value": {}, "ttl": 1e300}
+    response = _call(personas["admin"], "PUT", "/lg/store/items", body)
+    assert response.status_code == 422 and response.json()["error"]["field"] == "ttl"
