@@ -113,3 +113,9 @@ def test_the_embedded_stack_runs_start_decide_complete(embedded, bank):
     # The demo set-up paused its own threads at their gates, too.
     demo_pending = reviewer.get("/api/tasks", params={"status": "pending"}).json()["items"]
     assert {t["graph"] for t in demo_pending} >= {"loan_approval", "kyc_onboarding"}
+    # Long-term memory on SQLite (docs/memory-store.md): the run remembered the outcome for the applicant.
+    assert (Path(embedded["var"]) / "store.sqlite3").exists()
+    found = reviewer.post("/lg/store/items/search", json={"namespace_prefix": ["applicants", "Embedded"]})
+    assert found.status_code == 200, found.text
+    [memory] = [i for i in found.json()["items"] if i["key"] == "E-1"]
+    assert memory["value"]["outcome"] == "disbursed" and memory["value"]["income"] == "•••• redacted"
