@@ -205,9 +205,10 @@ def test_a_graph_scoped_reader_never_sees_other_namespaces(personas, seeded):
     assert all(item["namespace"][0] == "applicants" for item in found["items"])
     namespaces = _call(loan_reviewer, "POST", "/lg/store/namespaces", {"limit": 1000}).json()["namespaces"]
     assert namespaces and all(ns[0] == "applicants" for ns in namespaces)
-    assert [seeded["misc"]] in _call(personas["admin"], "POST", "/lg/store/namespaces", {"limit": 1000}).json()[
-        "namespaces"
-    ]
+    admin_sees = _call(personas["admin"], "POST", "/lg/store/namespaces", {"prefix": [seeded["misc"]]}).json()
+    assert admin_sees["namespaces"] == [[seeded["misc"]]]
+    hidden = _call(loan_reviewer, "POST", "/lg/store/namespaces", {"prefix": [seeded["misc"]]})
+    assert hidden.status_code == 403
 
 
 @pytest.mark.parametrize(
