@@ -211,6 +211,9 @@ class AuditAction(models.TextChoices):
     THREAD_FORKED = "thread.forked"
     THREAD_REPLAYED = "thread.replayed"
     THREAD_COPIED = "thread.copied"
+    # Long-term memory store (approvals/store.py): every write, by a graph run or through /lg/.
+    STORE_ITEM_PUT = "store.item_put"
+    STORE_ITEM_DELETED = "store.item_deleted"
 
 
 class AuditEvent(models.Model):

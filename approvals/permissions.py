@@ -264,3 +264,46 @@ def require_comment(user: Principal, graph: str) -> None:
 def require_time_travel(user: Principal, thread: Thread) -> None:
     """Replaying or forking a thread (operators): it may re-run effects on a new branch."""
     require(user, "runtime.time_travel", "replay or fork threads")
+
+
+# --- long-term memory store (approvals/store.py, approvals/platform_store.py, console store pages) ---
+# Readers: every role but webhook services; writers: operators and admins. A namespace is scoped by
+# its first label's rule in langgraph.json (gatehouse.store.namespaces): a principal must see one of
+# the rule's graphs; a namespace without a rule naming graphs is for principals who see every graph.
+for _role in ("reviewer", "approver", "auditor", "operator", "admin", "lead"):
+    ROLES[_role].append("runtime.view_store")
+for _role in ("operator", "admin"):
+    ROLES[_role].append("runtime.write_store")
+TOKEN_ACTIONS.update({"runtime.view_store": "read", "runtime.write_store": "store"})
+
+
+def store_namespace_visible(user: Principal, namespace: tuple[str, ...] | list[str]) -> bool:
+    from runtime.store import store_config
+
+    visible = graphs_visible(user)
+    if visible is None:
+        return True
+    rule = store_config().rule(namespace)
+    return rule is not None and bool(set(rule.graphs) & visible)
+
+
+def store_require(user: Principal, namespace: tuple[str, ...] | list[str], *, write: bool = False) -> None:
+    """Raise unless ``user`` may read (or write) items of ``namespace`` (403: the rule is configuration,
+    not data, so refusing says nothing about which items exist)."""
+    if write:
+        require(user, "runtime.write_store", "write long-term memory")
+    else:
+        require(user, "runtime.view_store", "read long-term memory")
+    if namespace and not store_namespace_visible(user, namespace):
+        verb = "write" if write else "read"
+        raise Forbidden(f"you may not {verb} the namespace {list(namespace)}", field="namespace")
+
+
+def store_redaction(user: Principal, namespace: tuple[str, ...] | list[str]) -> list[str]:
+    """The paths masked in ``namespace``'s item values for ``user``."""
+    from runtime.store import store_config
+
+    if can(user, "approvals.view_sensitive"):
+        return []
+    rule = store_config().rule(namespace)
+    return list(rule.sensitive_paths) if rule else []

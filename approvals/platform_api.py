@@ -414,3 +414,6 @@ async def run_stream(request: HttpRequest, thread_id: UUID, body: RunCreateIn) -
     response["X-Accel-Buffering"] = "no"
     response["Content-Location"] = _run_location(thread_id, run.id)
     return response
+
+
+api.add_router("", "approvals.platform_store.router")  # long-term memory store (client.store)

@@ -85,3 +85,22 @@ def on_effect_executed(sender: Any, effect: Effect, **kwargs: Any) -> None:
             "follows_decision": decision_followed(effect=effect),
         },
     )
+
+
+# Long-term memory: a graph run's store write is audited in the transaction that records it (runtime.store).
+@receiver(signals.store_written)
+def on_store_written(
+    sender: Any, operation: Any, namespace: tuple[str, ...], key: str, value: dict[str, Any] | None, **kwargs: Any
+) -> None:
+    from approvals.store import store_write_audit
+
+    run = Run.objects.only("lease_owner").get(pk=operation.run_id)
+    store_write_audit(
+        actor=None,
+        actor_label=f"worker:{run.lease_owner}" if run.lease_owner else "runtime",
+        namespace=namespace,
+        key=key,
+        value=value,
+        thread_id=operation.thread_id,
+        run_id=operation.run_id,
+    )

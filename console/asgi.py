@@ -12,6 +12,11 @@ from runtime.registry import registry_load  # noqa: E402
 # The graphs load as the server starts (never in migrate/collectstatic): a broken one stops it, named.
 registry_load()
 
+from runtime.checkpointer import checkpointer_preflight  # noqa: E402
+
+# GATEHOUSE_CHECKPOINTER=redis without RedisJSON/RediSearch (or the package): refuse at start, named.
+checkpointer_preflight()
+
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 

@@ -89,11 +89,13 @@ def _bounded_shutdown(**_: object) -> None:
 
 def _graphs_load(**_: object) -> None:
     """Import the registered graphs before taking work: a broken one stops the worker, named."""
+    from runtime.checkpointer import CheckpointerUnavailable, checkpointer_preflight
     from runtime.registry import GraphRegistryError, registry_load
 
     try:
         registry_load()
-    except GraphRegistryError as exc:
+        checkpointer_preflight()  # GATEHOUSE_CHECKPOINTER=redis without its modules: refuse now, not mid-run
+    except (GraphRegistryError, CheckpointerUnavailable) as exc:
         log.critical("cannot start: %s", exc)
         raise SystemExit(f"gatehouse worker: {exc}") from exc  # Celery logs and swallows Exceptions
 

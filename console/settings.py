@@ -542,3 +542,18 @@ if GATEHOUSE_OIDC_ENABLED:
     GATEHOUSE_OIDC_BUTTON = env_str("GATEHOUSE_OIDC_BUTTON") or "Sign in with single sign-on"
     AUTHENTICATION_BACKENDS = [*AUTHENTICATION_BACKENDS, "console.sso.GatehouseOIDCBackend"]
     AXES_WHITELIST_CALLABLE = "console.sso.axes_exempt"  # callbacks are no password guesses (console/sso.py)
+
+# Long-term memory store and the checkpointer choice (runtime/store.py, runtime/checkpointer.py;
+# docs/memory-store.md, docs/runtime-controls.md).
+GATEHOUSE_STORE_SQLITE = Path(env_str("GATEHOUSE_STORE_SQLITE") or VAR_DIR / "store.sqlite3")
+if EMBEDDED:
+    _private_file(GATEHOUSE_STORE_SQLITE)  # memories are as private as checkpoints
+GATEHOUSE_CHECKPOINTER = (env_str("GATEHOUSE_CHECKPOINTER") or "").strip().lower()
+if GATEHOUSE_CHECKPOINTER not in ("", "redis"):
+    raise ImproperlyConfigured(
+        "GATEHOUSE_CHECKPOINTER must be unset (the database's own saver: PostgreSQL or SQLite) or redis, "
+        f"not {GATEHOUSE_CHECKPOINTER!r}"
+    )
+GATEHOUSE_CHECKPOINTER_REDIS_URL = (
+    env_str("GATEHOUSE_CHECKPOINTER_REDIS_URL") or REDIS_URL or "redis://127.0.0.1:6379/0"
+)

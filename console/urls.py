@@ -6,6 +6,7 @@ from console.api import api
 from console.views import audit, auth, decisions, handoffs, inbox, relay, start, tasks, threads, users, webhooks
 from console.views import comments as comment_views  # Conversation (comments)
 from console.views import dashboard as dashboard_views  # team dashboard
+from console.views import store as store_views  # long-term memory store browser
 from console.views import time_travel as time_travel_views
 
 console_patterns = [
@@ -54,6 +55,8 @@ console_patterns = [
     # time travel: fork or replay from a past checkpoint (operators)
     path("threads/<uuid:thread_id>/fork", time_travel_views.thread_fork, name="thread-fork"),
     path("threads/<uuid:thread_id>/replay", time_travel_views.thread_replay, name="thread-replay"),
+    # Long-term memory store browser (docs/memory-store.md)
+    path("store/", store_views.store_browser, name="store"),
 ]
 
 # No /admin/: Django's admin would be a second door to users and permissions, outside the

@@ -13,12 +13,14 @@ upcast on load, see ``runtime.upcasters``).
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sqlite3
 import threading
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.postgres import PostgresSaver
@@ -90,6 +92,9 @@ def _blob_sql() -> Sql:
 
 
 def _saver_build() -> BaseCheckpointSaver[str]:
+    if settings.GATEHOUSE_CHECKPOINTER == "redis":
+        checkpointer_preflight()
+        return _redis_saver()
     db = connections["default"].settings_dict
     if db["ENGINE"] == "django.db.backends.postgresql":
         return _postgres_saver(db)
@@ -98,6 +103,11 @@ def _saver_build() -> BaseCheckpointSaver[str]:
 
 def _postgres_saver(db: dict[str, object]) -> BaseCheckpointSaver[str]:
     return GatehousePostgresSaver(_pool_get(db))
+
+
+def checkpointer_pool() -> Any:
+    """The PostgreSQL connection pool of the savers (the long-term memory store shares it)."""
+    return _pool_get(connections["default"].settings_dict)
 
 
 def _pool_get(db: dict[str, object]) -> Any:
@@ -166,3 +176,73 @@ def _sqlite_saver() -> BaseCheckpointSaver[str]:
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA busy_timeout=30000")
     return GatehouseSqliteSaver(conn)
+
+
+# --- Redis checkpointer (GATEHOUSE_CHECKPOINTER=redis; docs/runtime-controls.md) -------------------
+
+# langgraph-checkpoint-redis stores checkpoints as JSON documents and finds them with
+# FT.SEARCH: it needs these Redis modules (MODULE LIST name → what to install).
+REDIS_MODULES = {"rejson": "RedisJSON", "search": "RediSearch"}
+REDIS_PACKAGE = "langgraph-checkpoint-redis"
+
+
+class CheckpointerUnavailable(ImproperlyConfigured):
+    """The configured checkpointer cannot work here; raised at start-up, naming what is missing."""
+
+
+def checkpointer_preflight() -> None:
+    """Refuse a Redis checkpointer at start-up when Redis lacks its modules or the package is missing.
+
+    Without this, ``langgraph-checkpoint-redis`` would fail at the first
+    checkpoint write with ``unknown command 'JSON.SET'`` — mid-run, after the
+    run was claimed. No-op for the PostgreSQL and SQLite savers.
+    """
+    if settings.GATEHOUSE_CHECKPOINTER != "redis":
+        return
+    import redis
+
+    url = settings.GATEHOUSE_CHECKPOINTER_REDIS_URL
+    problems: list[str] = []
+    client = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
+    try:
+        loaded = {_module_name(m) for m in client.module_list()}
+    except redis.RedisError as exc:
+        raise CheckpointerUnavailable(
+            f"GATEHOUSE_CHECKPOINTER=redis: cannot list the modules of the Redis at {_safe_url(url)} "
+            f"(MODULE LIST failed: {exc})"
+        ) from None
+    finally:
+        client.close()
+    missing = [label for name, label in REDIS_MODULES.items() if name not in loaded]
+    if missing:
+        problems.append(
+            f"the Redis at {_safe_url(url)} lacks the module(s) {', '.join(missing)} that {REDIS_PACKAGE} needs "
+            f"(MODULE LIST shows: {', '.join(sorted(loaded)) or 'no modules'}); use Redis 8 or Redis Stack"
+        )
+    if importlib.util.find_spec("langgraph.checkpoint.redis") is None:
+        problems.append(f"the package {REDIS_PACKAGE} is not installed (pip install {REDIS_PACKAGE})")
+    if problems:
+        raise CheckpointerUnavailable("GATEHOUSE_CHECKPOINTER=redis: " + "; and ".join(problems))
+
+
+def _module_name(module: Any) -> str:
+    name = module.get(b"name", module.get("name", b"")) if isinstance(module, dict) else b""
+    return (name.decode() if isinstance(name, bytes) else str(name)).lower()
+
+
+def _safe_url(url: str) -> str:
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    return f"{parts.scheme}://{host}{f':{parts.port}' if parts.port else ''}{parts.path}"
+
+
+def _redis_saver() -> BaseCheckpointSaver[str]:  # pragma: no cover - the package is not installed here
+    # The library's own saver, as is: run fencing, blob spilling and schema upcasting are
+    # PostgreSQL/SQLite mixins and do not apply (docs/runtime-controls.md says what that costs).
+    from langgraph.checkpoint.redis import RedisSaver  # type: ignore[import-not-found]
+
+    saver = RedisSaver(redis_url=settings.GATEHOUSE_CHECKPOINTER_REDIS_URL)
+    saver.setup()
+    return saver  # type: ignore[no-any-return]

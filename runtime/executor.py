@@ -48,6 +48,7 @@ from runtime.runs import (
     runs_hand_back,
 )
 from runtime.storable import NotStorable, value_storable_check
+from runtime.store import StoreConfigError, store_for_run
 
 log = logging.getLogger(__name__)
 
@@ -146,10 +147,13 @@ def _execute_claimed(run: Run, heartbeat: _Heartbeat) -> None:
         config = controls.config(config)
         # A factory that takes a config builds this run's graph from it (as LangGraph Server does).
         graph = entry.compiled(config)
+        # Long-term memory, as LangGraph Server injects it: nodes take ``store: BaseStore``
+        # or call get_store(); every operation is recorded against this run (runtime.store).
+        graph = graph.copy(update={"store": store_for_run(thread_id=run.thread_id, run_id=run.id)})
     except UnknownGraph as exc:
         run_fail(run=run, error=f"graph {exc.name!r} is not registered")
         return
-    except GraphRegistryError as exc:  # the graph's factory failed for this run's config
+    except (GraphRegistryError, StoreConfigError) as exc:  # the graph's factory (or the store) failed for this run
         run_fail(run=run, error=str(exc))
         return
     try:

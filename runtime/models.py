@@ -214,3 +214,33 @@ class Branch(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.id} of {self.thread_id} at {self.from_checkpoint_id}"
+
+
+# --- long-term memory store (runtime/store.py; docs/memory-store.md) ------------------------------
+
+
+class StoreOperation(models.Model):
+    """One store operation a run made: what the thread page lists as its memory reads and writes.
+
+    The item itself lives in LangGraph's store tables; this row only says who touched
+    which namespace/key (``namespace`` is the dotted label path; labels cannot hold dots).
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    at = models.DateTimeField(auto_now_add=True)
+    thread = models.ForeignKey(Thread, on_delete=models.CASCADE, related_name="store_operations")
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="store_operations")
+    op = models.CharField(max_length=16)  # get | put | delete | search | list_namespaces
+    namespace = models.CharField(max_length=512)
+    key = models.CharField(max_length=512, blank=True, default="")
+    hits = models.IntegerField(default=0)  # get: found (0/1); search/list: results; writes: 1
+
+    class Meta:
+        indexes = [models.Index(fields=["thread", "-id"], name="storeop_thread_newest")]
+        permissions = [
+            ("view_store", "Can read long-term memory (store namespaces and items)"),
+            ("write_store", "Can put and delete long-term memory items"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.op} {self.namespace}/{self.key} by run {self.run_id}"

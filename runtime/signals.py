@@ -16,3 +16,6 @@ run_completed = Signal()
 run_failed = Signal()
 # effect: Effect
 effect_executed = Signal()
+# Long-term memory (runtime.store): a run put or deleted a store item.
+# operation: StoreOperation, namespace: tuple[str, ...], key: str, value: dict | None (None: deleted)
+store_written = Signal()

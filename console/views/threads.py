@@ -9,7 +9,7 @@ from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
-from approvals import services
+from approvals import services, store
 from approvals.errors import Forbidden
 from console import pages, selectors
 from console.views.common import HtmxHttpRequest, console_login_required, domain_errors
@@ -38,6 +38,8 @@ def thread_detail(request: HtmxHttpRequest, thread_id: UUID) -> HttpResponse:
     ctx = pages.thread_context(request.user, thread_id, checkpoint)
     if request.htmx and request.htmx.target == "checkpoint-view":
         return render(request, "console/partials/checkpoint.html", ctx)
+    # Long-term memory: what this thread's runs read and wrote (approvals.store).
+    ctx["store_operations"] = store.store_operations_visible(user=request.user, thread=ctx["thread"])
     return render(request, "console/thread.html", ctx)
 
 

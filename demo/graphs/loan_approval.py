@@ -1,9 +1,15 @@
-"""Loan approval: pull documents → score risk → route → human review for borderline risk → disburse."""
+"""Loan approval: pull documents → score risk → route → human review for borderline risk → disburse.
+
+Long-term memory (docs/memory-store.md): every outcome is remembered per applicant
+in the store under ``("applicants", <applicant id>)``, one item per loan, across
+threads; the review gate shows the applicant's previous outcome to the reviewer.
+"""
 
 from __future__ import annotations
 
 from typing import Any, Literal, TypedDict
 
+from langgraph.config import get_store
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command
 
@@ -17,6 +23,7 @@ AUTO_DECLINE_ABOVE = 0.8
 
 class LoanState(TypedDict, total=False):
     applicant: str
+    applicant_id: str
     loan_id: str
     amount: int
     income: int
@@ -58,7 +65,11 @@ def human_review(state: LoanState) -> Command[Literal["disburse", "decline"]]:
         },
         editable=["amount", "term_months"],
         sla_seconds=24 * 3600,
-        details={"risk_score": state.get("risk_score"), "documents": state.get("documents")},
+        details={
+            "risk_score": state.get("risk_score"),
+            "documents": state.get("documents"),
+            "previous_outcome": previous_outcome(state),
+        },
     )
     decision = {"decision": review.decision, "reason": review.reason, "reviewer": review.reviewer}
     if not review.approved:
@@ -78,11 +89,47 @@ def disburse(state: LoanState) -> dict[str, Any]:
         lambda key: bank_client.disburse(**args, idempotency_key=key),
         args=args,  # recorded in the effect ledger: decisions_verify checks them against the signed action
     )
+    outcome_remember(state, "disbursed", amount=args["amount"])
     return {"disbursement": payment, "status": "disbursed"}
 
 
 def decline(state: LoanState) -> dict[str, Any]:
+    outcome_remember(state, "declined", amount=int(state.get("amount", 0)))
     return {"status": "declined"}
+
+
+# --- long-term memory: past outcomes per applicant, across threads -------------------------------
+
+
+def applicant_namespace(state: LoanState) -> tuple[str, str]:
+    # A namespace label cannot hold "." (the store refuses it); an applicant without an id goes by name.
+    who = str(state.get("applicant_id") or state.get("applicant") or "unknown").replace(".", "_").strip()
+    return ("applicants", who or "unknown")
+
+
+def previous_outcome(state: LoanState) -> dict[str, Any] | None:
+    """The applicant's most recent outcome of another loan (what the reviewer is shown), or None."""
+    store = get_store()
+    if store is None:  # compiled without a store (a bare test graph)
+        return None
+    items = [i for i in store.search(applicant_namespace(state), limit=50) if i.key != state.get("loan_id", "")]
+    if not items:
+        return None
+    last = max(items, key=lambda i: i.updated_at)
+    # Only what a reviewer needs; the item's other fields (income) stay in the store, redacted there.
+    return {"loan_id": last.key, "outcome": last.value.get("outcome"), "amount": last.value.get("amount")}
+
+
+def outcome_remember(state: LoanState, outcome: str, *, amount: int) -> None:
+    store = get_store()
+    if store is None:
+        return
+    # Keyed by loan: a re-executed action node overwrites its own item with the same value.
+    store.put(
+        applicant_namespace(state),
+        str(state.get("loan_id", "")) or "unknown",
+        {"outcome": outcome, "amount": amount, "income": state.get("income"), "applicant": state.get("applicant")},
+    )
 
 
 def make_graph() -> StateGraph[LoanState]:

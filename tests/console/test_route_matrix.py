@@ -78,6 +78,8 @@ MATRIX: list[tuple[str, str, str, tuple[int, ...]]] = [
     # time travel: operators and admins only (the matrix's task has no real checkpoint: a 422 naming it)
     ("thread-fork", "POST", "loan", (302, 404, 403, 403, 403, 422, 422)),
     ("thread-replay", "POST", "loan", (302, 404, 403, 403, 403, 422, 422)),
+    # Long-term memory store browser: every role that may read the store (namespaces are scoped per graph).
+    ("store", "GET", "-", (302, 403, 200, 200, 200, 200, 200)),
 ]
 
 

@@ -116,3 +116,9 @@ def test_the_embedded_stack_runs_start_decide_complete(embedded, bank):
     assert {t["graph"] for t in demo_pending} >= {"loan_approval", "kyc_onboarding"}
     # time travel on SQLite: a forked loan pays anew, once; the original payment stays one
     fork_pays_anew_once(embedded, bank)
+    # Long-term memory on SQLite (docs/memory-store.md): the run remembered the outcome for the applicant.
+    assert (Path(embedded["var"]) / "store.sqlite3").exists()
+    found = reviewer.post("/lg/store/items/search", json={"namespace_prefix": ["applicants", "Embedded"]})
+    assert found.status_code == 200, found.text
+    [memory] = [i for i in found.json()["items"] if i["key"] == "E-1"]
+    assert memory["value"]["outcome"] == "disbursed" and memory["value"]["income"] == "•••• redacted"

@@ -102,6 +102,11 @@ NOT_CRAWLED: dict[str, str] = {
     "POST /api/threads/{thread_id}/fork": "write (fork a thread at a past checkpoint)",
     "POST /api/threads/{thread_id}/replay": "write (replay a thread from a past checkpoint)",
     "POST /lg/threads/{thread_id}/copy": "write (copy a thread); the copy is read through GET /lg/threads/{thread_id}",
+    # Long-term memory store: writes; items are read back through GET/search (tests/security/test_store_redaction.py
+    # plants a canary in a masked store field — store items hold no graph state, so this crawl's canaries
+    # never reach them).
+    "PUT /lg/store/items": "write (put a store item)",
+    "DELETE /lg/store/items": "write (delete a store item)",
     # routes outside the console's own URLs
     "static": "vendored CSS and JS files",
     # hand-offs: writes whose responses carry names and times, never state; GET .../claim and GET /api/me/away
@@ -404,6 +409,9 @@ READ_BODIES: dict[str, Callable[[dict[str, str], list[Subject]], list[Any]]] = {
     "/lg/threads/{thread_id}/state/checkpoint": lambda ids, subjects: [
         {"checkpoint": {"checkpoint_id": c}} for s in subjects if s.thread == ids["thread_id"] for c in s.checkpoints
     ],
+    # Long-term memory store reads (their own canary test: tests/security/test_store_redaction.py)
+    "/lg/store/items/search": lambda ids, subjects: [{"namespace_prefix": [], "limit": 1000}],
+    "/lg/store/namespaces": lambda ids, subjects: [{}],
 }
 
 

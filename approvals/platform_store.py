@@ -1,0 +1,108 @@
+"""``/lg/store/...``: the LangGraph Platform store endpoints, so ``client.store`` works unchanged.
+
+Same routes, bodies and answers as LangGraph Server (``langgraph_api``'s store routes):
+``PUT /store/items`` → 204, ``GET /store/items?namespace=a.b&key=k`` → the item or
+``null``, ``DELETE /store/items`` (JSON body) → 204, ``POST /store/items/search`` →
+``{"items": [...]}``, ``POST /store/namespaces`` → ``{"namespaces": [[...], ...]}``.
+Handlers translate only; permission, redaction and audit are ``approvals.store``'s.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse
+from ninja import Query, Router, Schema
+from pydantic import Field
+
+from approvals import store
+
+router = Router(tags=["store"])
+
+
+class StorePutIn(Schema):
+    namespace: list[str]
+    key: str
+    value: dict[str, Any]
+    index: bool | list[str] | None = None
+    ttl: float | None = None
+
+
+class StoreDeleteIn(Schema):
+    namespace: list[str]
+    key: str
+
+
+class StoreGetQuery(Schema):
+    namespace: str = ""
+    key: str = ""
+    refresh_ttl: bool | None = None
+
+
+class StoreSearchIn(Schema):
+    namespace_prefix: list[str] = Field(default_factory=list)
+    filter: dict[str, Any] | None = None
+    limit: int = Field(10, ge=1, le=1000)
+    offset: int = Field(0, ge=0, le=100_000)
+    query: str | None = Field(None, max_length=4000)
+    refresh_ttl: bool | None = None
+
+
+class StoreNamespacesIn(Schema):
+    prefix: list[str] | None = None
+    suffix: list[str] | None = None
+    max_depth: int | None = Field(None, ge=1, le=100)
+    limit: int = Field(100, ge=1, le=1000)
+    offset: int = Field(0, ge=0, le=100_000)
+
+
+def _user(request: HttpRequest) -> Any:
+    return request.auth  # type: ignore[attr-defined]
+
+
+@router.put("/store/items", response={204: None})
+def store_item_put(request: HttpRequest, body: StorePutIn) -> HttpResponse:
+    store.store_item_put(
+        actor=_user(request), namespace=body.namespace, key=body.key, value=body.value, index=body.index, ttl=body.ttl
+    )
+    return HttpResponse(status=204)
+
+
+@router.get("/store/items")
+def store_item_get(request: HttpRequest, query: Query[StoreGetQuery]) -> Any:
+    # The SDK sends the namespace dotted (labels cannot hold dots).
+    namespace = query.namespace.split(".") if query.namespace else []
+    return store.store_item_get(user=_user(request), namespace=namespace, key=query.key, refresh_ttl=query.refresh_ttl)
+
+
+@router.delete("/store/items", response={204: None})
+def store_item_delete(request: HttpRequest, body: StoreDeleteIn) -> HttpResponse:
+    store.store_item_delete(actor=_user(request), namespace=body.namespace, key=body.key)
+    return HttpResponse(status=204)
+
+
+@router.post("/store/items/search")
+def store_items_search(request: HttpRequest, body: StoreSearchIn) -> dict[str, Any]:
+    items = store.store_items_search(
+        user=_user(request),
+        namespace_prefix=body.namespace_prefix,
+        filter=body.filter,
+        limit=body.limit,
+        offset=body.offset,
+        query=body.query,
+        refresh_ttl=body.refresh_ttl,
+    )
+    return {"items": items}
+
+
+@router.post("/store/namespaces")
+def store_namespaces_list(request: HttpRequest, body: StoreNamespacesIn) -> dict[str, Any]:
+    namespaces = store.store_namespaces_list(
+        user=_user(request),
+        prefix=body.prefix,
+        suffix=body.suffix,
+        max_depth=body.max_depth,
+        limit=body.limit,
+        offset=body.offset,
+    )
+    return {"namespaces": namespaces}

@@ -1,0 +1,14 @@
+from typing import Any
+
+from django.core.management.base import BaseCommand
+
+from runtime.store import store_close, store_setup
+
+
+class Command(BaseCommand):
+    help = "Create or upgrade the long-term memory store's tables, vector index included (migrate does this too)."
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        store_setup()
+        store_close()
+        self.stdout.write("store tables are up to date")
