@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import base64
 import json
+import uuid
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
 from django.db.models import Q, QuerySet
+from django.utils import timezone
 
 from approvals import permissions
 from approvals.errors import InvalidInput
@@ -129,3 +131,49 @@ def audit_filter(
     if until:
         qs = qs.filter(at__lt=until)
     return qs
+
+
+# --- the inbox filter: one definition for the inbox page, its live updates and bulk selections (issue 14) ---
+
+INBOX_CLAIMED = ("", "mine", "unclaimed", "others")
+
+
+def tasks_inbox(
+    *,
+    user: permissions.Principal,
+    graph: str = "",
+    node: str = "",
+    status: str = "pending",
+    claimed: str = "",
+    q: str = "",
+) -> QuerySet[ApprovalTask]:
+    """The approval tasks ``user`` may see that match the inbox's filters (unordered)."""
+    qs = permissions.tasks_visible(user)
+    if status:
+        qs = qs.filter(status=status)
+    if graph:
+        qs = qs.filter(graph=graph)
+    if node:
+        qs = qs.filter(node=node)
+    now = timezone.now()
+    # Claims are the console's rows (console.models.TaskClaim); the filter names the relation, no import.
+    if claimed == "mine":
+        qs = qs.filter(claim__user_id=user.pk or 0, claim__expires_at__gt=now)
+    elif claimed == "unclaimed":
+        qs = qs.filter(Q(claim__isnull=True) | Q(claim__expires_at__lte=now))
+    elif claimed == "others":
+        qs = qs.filter(claim__expires_at__gt=now).exclude(claim__user_id=user.pk or 0)
+    q = q.strip()
+    if q:
+        qs = qs.filter(_inbox_search(q))
+    return qs
+
+
+def _inbox_search(q: str) -> Q:
+    try:
+        ident = uuid.UUID(q)
+    except ValueError:
+        return (
+            Q(thread__metadata__case__icontains=q) | Q(thread__metadata__applicant__icontains=q) | Q(title__icontains=q)
+        )
+    return Q(thread_id=ident) | Q(id=ident)

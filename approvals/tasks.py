@@ -5,6 +5,8 @@ from __future__ import annotations
 from celery import shared_task
 
 from approvals.audit import audit_anchor
+from approvals.bulk import BULK_RUN_TASK
+from approvals.bulk import bulk_run as bulk_decide_run
 from approvals.outbound import DELIVER_WEBHOOK_TASK, deliveries_due, delivery_attempt
 
 
@@ -27,3 +29,9 @@ def sweep_webhooks() -> int:
     for delivery_id in due:
         deliver_webhook.delay(delivery_id)
     return len(due)
+
+
+# Bulk actions (issue 14): the service decides each task through task_decide; this only runs it.
+@shared_task(name=BULK_RUN_TASK, acks_late=True, ignore_result=True)
+def bulk_run(bulk_id: str) -> None:
+    bulk_decide_run(bulk_id=bulk_id)

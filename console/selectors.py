@@ -11,14 +11,13 @@ from datetime import datetime
 from typing import Any
 
 from django.db.models import F, Q, QuerySet
-from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from approvals import gateway, permissions
 from approvals.errors import InvalidInput, NotFound
 from approvals.intent import action_edits
 from approvals.models import ApprovalTask, AuditEvent, Decision
-from approvals.selectors import audit_filter, cursor_pack, cursor_unpack
+from approvals.selectors import audit_filter, cursor_pack, cursor_unpack, tasks_inbox
 from runtime.models import Effect, Thread
 
 SORTS = {
@@ -78,23 +77,9 @@ def inbox_list(
     """One page of approval tasks; keyset-paginated so page 2,000 costs what page 1 does."""
     if sort not in SORTS:
         raise InvalidInput(f"unknown sort {sort!r}", field="sort")
-    qs = permissions.tasks_visible(user).select_related("thread", "claim", "claim__user")
-    if status:
-        qs = qs.filter(status=status)
-    if graph:
-        qs = qs.filter(graph=graph)
-    if node:
-        qs = qs.filter(node=node)
-    now = timezone.now()
-    if claimed == "mine":
-        qs = qs.filter(claim__user_id=user.pk or 0, claim__expires_at__gt=now)
-    elif claimed == "unclaimed":
-        qs = qs.filter(Q(claim__isnull=True) | Q(claim__expires_at__lte=now))
-    elif claimed == "others":
-        qs = qs.filter(claim__expires_at__gt=now).exclude(claim__user_id=user.pk or 0)
-    q = q.strip()
-    if q:
-        qs = qs.filter(_search(q))
+    qs = tasks_inbox(user=user, graph=graph, node=node, status=status, claimed=claimed, q=q).select_related(
+        "thread", "claim", "claim__user"
+    )
     if cursor:
         qs = _keyset(qs, sort, cursor)
     # Tasks without a due time sort last, matching the "due" keyset above.
@@ -107,16 +92,6 @@ def inbox_list(
         value = last.due_at if sort == "due" else last.created_at
         next_cursor = _cursor_encode(sort, value, last.pk)
     return Page(items=rows[:limit], next_cursor=next_cursor)
-
-
-def _search(q: str) -> Q:
-    try:
-        ident = uuid.UUID(q)
-    except ValueError:
-        return (
-            Q(thread__metadata__case__icontains=q) | Q(thread__metadata__applicant__icontains=q) | Q(title__icontains=q)
-        )
-    return Q(thread_id=ident) | Q(id=ident)
 
 
 _FACETS_TTL_SECONDS = 60.0
