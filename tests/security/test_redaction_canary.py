@@ -93,6 +93,10 @@ NOT_CRAWLED: dict[str, str] = {
     "POST /api/users/{user_id}/reactivate": "write (user administration)",
     "POST /api/users/{user_id}/password": "write (user administration)",
     "POST /api/users/{user_id}/otp-reset": "write (user administration)",
+    # Bulk decisions (issue 14): each task's decision is read back through GET /api/tasks/{task_id};
+    # a bulk's own record holds task ids, titles and skip reasons, never payload or state.
+    "POST /api/bulk-decisions": "write (start a bulk decision)",
+    "GET /api/bulk-decisions/{bulk_id}": "task ids, titles and skip reasons only (no payload or state)",
     # routes outside the console's own URLs
     "static": "vendored CSS and JS files",
 }
