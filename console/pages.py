@@ -13,7 +13,7 @@ from urllib.parse import urlencode
 
 from django.http import QueryDict
 
-from approvals import gateway, permissions
+from approvals import bulk, gateway, permissions
 from approvals import selectors as approvals_selectors
 from approvals.errors import DomainError
 from approvals.models import ApprovalTask
@@ -57,6 +57,7 @@ def inbox_context(user: Any, params: QueryDict, *, limit: int = INBOX_PAGE_SIZE)
         "first_url": "?" + urlencode(base),
         "next_url": next_url,
         "me": user,
+        "bulk": bulk_inbox_context(user, filters),  # bulk decisions (issue 14)
     }
 
 
@@ -173,3 +174,26 @@ def thread_context(user: Any, thread_id: Any, checkpoint_id: str = "") -> dict[s
         diff = selectors.state_diff(before.values if before else {}, shown.values)
     ctx.update({"current": current, "shown": shown, "diff": diff, "checkpoint_id": checkpoint_id})
     return ctx
+
+
+# --- Bulk decisions (issue 14) ---------------------------------------------------------------------
+
+
+def bulk_inbox_context(user: Any, filters: dict[str, str]) -> dict[str, Any]:
+    """The inbox's bulk bar: may the user decide, and how many pending tasks the current filter matches."""
+    if not filters or not permissions.can(user, "approvals.decide_task"):
+        return {"enabled": False}
+    wanted = bulk.BulkFilter(**{key: filters.get(key, "") for key in bulk.FILTER_KEYS})
+    pending_only = filters.get("status") in ("pending", "")
+    return {
+        "enabled": True,
+        "filter": wanted.as_dict(),
+        "matching": bulk.bulk_count(user=user, filter=wanted) if pending_only else 0,
+        "max": bulk.BULK_MAX,
+    }
+
+
+def bulk_context(user: Any, bulk_id: Any) -> dict[str, Any]:
+    action = bulk.bulk_get_for(user, bulk_id)
+    percent = round(100 * action.done / action.total) if action.total else 100
+    return {"bulk": action, "percent": percent, "elapsed": bulk.bulk_elapsed(action), "me": user}

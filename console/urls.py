@@ -3,7 +3,7 @@ from django.urls import URLPattern, URLResolver, include, path
 
 from approvals.platform_api import api as platform_api
 from console.api import api
-from console.views import audit, auth, decisions, inbox, relay, start, tasks, threads, users, webhooks
+from console.views import audit, auth, bulk, decisions, inbox, relay, start, tasks, threads, users, webhooks
 
 console_patterns = [
     path("", inbox.inbox, name="inbox"),
@@ -39,6 +39,9 @@ console_patterns = [
     path("accounts/login/", auth.login, name="login"),
     path("accounts/logout/", auth.logout, name="logout"),
     path("internal/live/", relay.live_relay, name="live-relay"),
+    # Bulk decisions (issue 14)
+    path("bulk/", bulk.bulk_start, name="bulk-start"),
+    path("bulk/<uuid:bulk_id>/", bulk.bulk_detail, name="bulk"),
 ]
 
 # No /admin/: Django's admin would be a second door to users and permissions, outside the

@@ -44,7 +44,7 @@ from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
 
 from approvals.gateway import sensitive_paths
-from approvals.models import ApprovalTask, AuditEvent, Decision
+from approvals.models import ApprovalTask, AuditEvent, BulkAction, Decision
 from approvals.platform import assistant_id_for
 from approvals.platform_api import api as platform_api
 from approvals.redaction import path_parse
@@ -120,6 +120,7 @@ CONSOLE_WRITES: dict[str, str] = {
     "console user-reactivate": "reactivate a user",
     "console user-password": "issue a set-password link",
     "console user-otp": "remove a user's OTP devices",
+    "console bulk-start": "start a bulk decision (issue 14); each decision is read back on the task pages",
 }
 
 # Surfaces a role with "view sensitive" must receive a canary on: proof that the crawl reaches the values.
@@ -336,6 +337,10 @@ def _ids(subjects: list[Subject]) -> dict[str, list[dict[str, str]]]:
         "user_id": [{"user_id": str(pk)} for pk in User.objects.order_by("pk").values_list("pk", flat=True)[:1]],
         "uidb64": [{"uidb64": "MQ"}],
         "token": [{"token": "not-a-valid-token"}],
+        # bulk decisions (issue 14): a bulk's page and socket show task titles and skip reasons, no state
+        "bulk_id": [
+            {"bulk_id": str(pk)} for pk in BulkAction.objects.order_by("-created_at").values_list("pk", flat=True)[:2]
+        ],
     }
 
 
