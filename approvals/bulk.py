@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -43,7 +43,7 @@ log = logging.getLogger(__name__)
 BULK_RUN_TASK = "approvals.bulk_run"
 BULK_MAX = 500  # tasks per action
 BULK_OUTCOMES = ("approve", "reject")
-FILTER_KEYS = ("graph", "node", "claimed", "q")
+FILTER_KEYS = ("graph", "node", "claimed", "q", "columns")
 
 
 class SkipCode:
@@ -66,6 +66,7 @@ class BulkFilter:
     node: str = ""
     claimed: str = ""
     q: str = ""
+    columns: dict[str, str] = field(default_factory=dict)  # the gate's inbox-column filters (approvals.columns)
 
     @classmethod
     def parse(cls, raw: Any) -> BulkFilter:
@@ -76,8 +77,15 @@ class BulkFilter:
             raise InvalidInput(
                 f"unknown inbox filter {unknown[0]!r} (filters: {', '.join(FILTER_KEYS)})", field=f"filter.{unknown[0]}"
             )
-        values: dict[str, str] = {}
-        for key in FILTER_KEYS:
+        values: dict[str, Any] = {}
+        columns = raw.get("columns") or {}
+        if not isinstance(columns, dict) or len(columns) > 8:
+            raise InvalidInput("columns must map at most 8 column keys to filters", field="filter.columns")
+        for key, value in columns.items():
+            if not isinstance(value, str) or len(value) > 200:
+                raise InvalidInput("a column filter is text of at most 200 characters", field=f"filter.columns.{key}")
+        values["columns"] = dict(columns)
+        for key in FILTER_KEYS[:4]:
             value = raw.get(key, "")
             if not isinstance(value, str) or len(value) > 200:
                 raise InvalidInput(f"{key} must be text of at most 200 characters", field=f"filter.{key}")
@@ -87,8 +95,13 @@ class BulkFilter:
             raise InvalidInput(f"claimed must be one of {choices}", field="filter.claimed")
         return cls(**values)
 
-    def as_dict(self) -> dict[str, str]:
-        return {"graph": self.graph, "node": self.node, "claimed": self.claimed, "q": self.q}
+    def as_dict(self) -> dict[str, Any]:
+        return {"graph": self.graph, "node": self.node, "claimed": self.claimed, "q": self.q, "columns": self.columns}
+
+    def fields(self) -> dict[str, str]:
+        """As form fields, the inbox's names ("c.<key>" for column filters)."""
+        flat = {"graph": self.graph, "node": self.node, "claimed": self.claimed, "q": self.q}
+        return {**flat, **{f"c.{key}": value for key, value in self.columns.items()}}
 
 
 def bulk_matching(*, user: permissions.Principal, filter: BulkFilter) -> Any:

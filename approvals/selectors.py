@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -13,6 +13,7 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from approvals import permissions
+from approvals.columns import columns_filter
 from approvals.errors import InvalidInput
 from approvals.models import ApprovalTask, AuditEvent, Decision
 
@@ -146,8 +147,12 @@ def tasks_inbox(
     status: str = "pending",
     claimed: str = "",
     q: str = "",
+    columns: Mapping[str, str] | None = None,
 ) -> QuerySet[ApprovalTask]:
-    """The approval tasks ``user`` may see that match the inbox's filters (unordered)."""
+    """The approval tasks ``user`` may see that match the inbox's filters (unordered).
+
+    ``columns``: filters on the gate's inbox columns ({key: expression}, ``approvals.columns``).
+    """
     qs = permissions.tasks_visible(user)
     if status:
         qs = qs.filter(status=status)
@@ -166,6 +171,8 @@ def tasks_inbox(
     q = q.strip()
     if q:
         qs = qs.filter(_inbox_search(q))
+    if columns:
+        qs = columns_filter(qs, user=user, graph=graph, node=node, filters=columns)
     return qs
 
 

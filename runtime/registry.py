@@ -98,6 +98,8 @@ class GraphEntry:
     factory: Callable[[Any], Any] | None = field(default=None, repr=False)
     # Durability mode, recursion limit and run timeout (runtime.controls; docs/runtime-controls.md).
     controls: RuntimeControls = field(default_factory=RuntimeControls)
+    # Keys of the "gatehouse" section that upper layers own, parsed by their registered parser.
+    options: dict[str, Any] = field(default_factory=dict)
     _compiled: Pregel | None = field(default=None, repr=False)
 
     @property
@@ -141,6 +143,17 @@ class GraphEntry:
             return schema_build(self.name, state_schema, version=self.schema_version, upcasters=self.upcasters)
         except ValueError as exc:
             raise GraphRegistryError(str(exc)) from exc
+
+
+# Parsers of "gatehouse" keys that upper layers own (approvals.columns registers "columns"), so a bad
+# value stops start-up like any other registry error: each gets (graph name, the section) and returns
+# the parsed value for ``GraphEntry.options[key]``, or raises ValueError naming the key.
+GatehouseOption = Callable[[str, dict[str, Any]], Any]
+gatehouse_options: dict[str, GatehouseOption] = {}
+
+
+def gatehouse_option_register(key: str, parse: GatehouseOption) -> None:
+    gatehouse_options[key] = parse
 
 
 _compile_lock = threading.Lock()
@@ -214,6 +227,11 @@ def graphs_read(config_path: Path) -> dict[str, GraphEntry]:
         except ValueError as exc:
             raise GraphRegistryError(str(exc)) from None
         entry.schema()  # a bad version/upcaster map stops start-up, naming the graph
+        for key, parse in gatehouse_options.items():
+            try:
+                entry.options[key] = parse(name, gatehouse)
+            except ValueError as exc:
+                raise GraphRegistryError(str(exc)) from None
         entries[name] = entry
     return entries
 

@@ -5,7 +5,7 @@ Translation only: ``approvals.bulk`` decides, each task through ``services.task_
 
 from __future__ import annotations
 
-from typing import cast
+from typing import Any, cast
 from uuid import UUID
 
 from django.contrib.auth.models import User
@@ -30,9 +30,11 @@ def bulk_start(request: HtmxHttpRequest) -> HttpResponse:
     permissions.require(user, "approvals.decide_task", "decide approval tasks")
     post = request.POST
     task_ids: list[str] | None = None
-    filter_: dict[str, str] | None = None
+    filter_: dict[str, Any] | None = None
     if post.get("all_matching") == "1":
-        filter_ = {key: post.get(key, "") for key in bulk.FILTER_KEYS}
+        # The inbox's own filter fields, as the inbox page sent them (its column filters are "c.<key>").
+        filter_ = {key: post.get(key, "") for key in bulk.FILTER_KEYS[:4]}
+        filter_["columns"] = {k[2:]: v for k, v in post.items() if k.startswith("c.") and v}
     else:
         task_ids = post.getlist("task_ids")
     signer = services.Signer(authenticated_at=request_proof_at(request), password=post.get("password") or None)
