@@ -24,7 +24,7 @@ from runtime.gatekeeper import gate_payload
 from runtime.models import Run, Thread, ThreadStatus
 from tests.conftest import loan_input, pending_tasks, scaled, thread_start, wait_for
 from tests.console.conftest import task_make
-from tests.console.test_browser import SCREENSHOTS, WAIT_MS, _live, _sign_in, browser, server  # noqa: F401
+from tests.console.test_browser import SCREENSHOTS, WAIT_MS, _live, _sign_in, browser, server  # noqa: F401  (fixtures)
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db", "live_worker")]
 
@@ -72,7 +72,7 @@ class HeldDecision(threading.Thread):
             connection.close()
 
 
-def test_a_bulk_approval_of_100_tasks_skips_3_with_why_and_shows_progress_live(browser, server, personas):
+def test_a_bulk_approval_of_100_tasks_skips_3_with_why_and_shows_progress_live(browser, server, personas):  # noqa: F811
     approver, operator = personas["approver"], personas["operator"]
     tag = f"BULKB-{uuid.uuid4().hex[:6]}"
 
