@@ -58,7 +58,7 @@ def inbox_context(user: Any, params: QueryDict, *, limit: int = INBOX_PAGE_SIZE)
         "first_url": "?" + urlencode(base),
         "next_url": next_url,
         "me": user,
-        "bulk": bulk_inbox_context(user, filters, columns),  # bulk decisions (issue 14)
+        "bulk": bulk_inbox_context(user, filters, columns, page),  # bulk decisions (issue 14)
         # inbox columns per gate and previous-page navigation (issue 14)
         **inbox_columns_context(user, page, filters, columns, base),
     }
@@ -182,13 +182,21 @@ def thread_context(user: Any, thread_id: Any, checkpoint_id: str = "") -> dict[s
 # --- Bulk decisions (issue 14) ---------------------------------------------------------------------
 
 
-def bulk_inbox_context(user: Any, filters: dict[str, str], columns: dict[str, str]) -> dict[str, Any]:
+def bulk_inbox_context(
+    user: Any, filters: dict[str, str], columns: dict[str, str], page: selectors.Page
+) -> dict[str, Any]:
     """The inbox's bulk bar: may the user decide, and how many pending tasks the current filter matches."""
     if not filters or not permissions.can(user, "approvals.decide_task"):
         return {"enabled": False}
     wanted = bulk.BulkFilter(**{key: filters.get(key, "") for key in bulk.FILTER_KEYS[:4]}, columns=columns)
+    whole = not (page.next_cursor or page.prev_cursor or filters.get("cursor") or filters.get("before"))
     try:
-        matching = bulk.bulk_count(user=user, filter=wanted) if filters.get("status") in ("pending", "") else 0
+        if filters.get("status") == "pending" and whole:
+            matching = len(page.items)  # the list is all there is: no COUNT query
+        elif filters.get("status") in ("pending", ""):
+            matching = bulk.bulk_count(user=user, filter=wanted)
+        else:
+            matching = 0
     except DomainError:
         matching = 0  # the list shows the error
     return {"enabled": True, "filter": wanted.fields(), "matching": matching, "max": bulk.BULK_MAX}
