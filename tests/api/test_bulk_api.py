@@ -13,8 +13,9 @@ from approvals import bulk
 from approvals.models import AuditEvent, BulkAction, Decision
 from approvals.security import SESSION_AUTH_AT
 from tests.console.conftest import task_make
+from tests.fake_resumes import fake_resumes_closed  # noqa: F401  (fixture)
 
-pytestmark = pytest.mark.usefixtures("live_db")
+pytestmark = pytest.mark.usefixtures("live_db", "fake_resumes_closed")
 
 
 @pytest.fixture(autouse=True)

@@ -22,8 +22,9 @@ from console.selectors import inbox_list
 from runtime.gatekeeper import gate_payload
 from runtime.models import Run, RunKind, Thread
 from tests.console.conftest import task_make
+from tests.fake_resumes import fake_resumes_closed  # noqa: F401  (fixture)
 
-pytestmark = pytest.mark.usefixtures("live_db")
+pytestmark = pytest.mark.usefixtures("live_db", "fake_resumes_closed")
 
 
 @pytest.fixture(autouse=True)

@@ -21,8 +21,9 @@ from approvals.models import ApprovalTask, Decision
 from approvals.payloads import DecisionRequest
 from tests.conftest import scaled, wait_for
 from tests.console.conftest import task_make
+from tests.fake_resumes import fake_resumes_closed  # noqa: F401  (fixture)
 
-pytestmark = pytest.mark.usefixtures("live_db")
+pytestmark = pytest.mark.usefixtures("live_db", "fake_resumes_closed")
 
 
 @pytest.fixture(autouse=True)
