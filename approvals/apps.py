@@ -12,3 +12,8 @@ class ApprovalsConfig(AppConfig):
         from approvals.events import events_subscribe
 
         events_subscribe(outbound.on_audit_recorded, in_transaction=True)  # the outbound webhook outbox
+        # Inbox columns per gate (issue 14): "gatehouse": {"columns": ...}, checked as the registry loads.
+        from approvals.columns import columns_from_config
+        from runtime.registry import gatehouse_option_register
+
+        gatehouse_option_register("columns", columns_from_config)

@@ -39,3 +39,18 @@ def events_publish(event: AuditEvent) -> None:
         handler(event)
     for handler in _after_commit:
         transaction.on_commit(partial(handler, event), robust=True)
+
+
+# --- Bulk actions (issue 14): progress steps are events too, but not audit rows ----------------------
+# A bulk action's per-task step is recorded by the task's own decision (or nothing, for a skip); the
+# progress is a hint for screens, so it goes to the after-commit subscribers only, as an unsaved
+# event (id None) of the action ``bulk.progress``: outboxes never see it, live updates do.
+
+BULK_PROGRESS = "bulk.progress"
+
+
+def events_step_publish(*, action: str, subject_type: str, subject_id: str, graph: str = "") -> None:
+    """Publish a step that has no audit row of its own; call inside the transaction that made the step."""
+    event = AuditEvent(action=action, subject_type=subject_type, subject_id=subject_id, graph=graph, details={})
+    for handler in _after_commit:
+        transaction.on_commit(partial(handler, event), robust=True)

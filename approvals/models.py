@@ -214,6 +214,9 @@ class AuditAction(models.TextChoices):
     # Long-term memory store (approvals/store.py): every write, by a graph run or through /lg/.
     STORE_ITEM_PUT = "store.item_put"
     STORE_ITEM_DELETED = "store.item_deleted"
+    # Bulk actions (issue 14): each task's decision is its own row; these frame the action.
+    BULK_STARTED = "bulk.started"
+    BULK_FINISHED = "bulk.finished"
 
 
 class AuditEvent(models.Model):
@@ -587,3 +590,50 @@ class CommentVersion(models.Model):
 
     def __str__(self) -> str:
         return f"comment {self.comment_id} v{self.version}"
+
+
+# --- Bulk actions (issue 14): one reviewer approves or rejects many tasks, each decided on its own ---------
+
+
+class BulkStatus(models.TextChoices):
+    QUEUED = "queued", "Queued"
+    RUNNING = "running", "Running"
+    FINISHED = "finished", "Finished"
+
+
+class BulkAction(models.Model):
+    """One bulk approve/reject: the selection fixed when it started, and its progress task by task.
+
+    Each task of it gets its own ``Decision`` through ``services.task_decide``; this row only
+    says which tasks were decided and which were skipped, and why.
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    outcome = models.CharField(max_length=8, choices=Outcome.choices)
+    reason = models.TextField(blank=True, default="")
+    task_ids = models.JSONField(default=list)  # in the order they are decided
+    filter = models.JSONField(null=True, blank=True)  # the inbox filter the selection came from, if any
+    status = models.CharField(max_length=10, choices=BulkStatus.choices, default=BulkStatus.QUEUED)
+    done = models.PositiveIntegerField(default=0)
+    decided = models.JSONField(default=list)  # [{"task", "title", "decision", "run", "final"}]
+    skipped = models.JSONField(default=list)  # [{"task", "title", "code", "reason"}]
+    # The signer's proof, checked once when the action started (the password itself is never stored).
+    authenticated_at = models.DateTimeField(null=True, blank=True)
+    reauthenticated_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["actor", "-created_at"], name="bulk_actor_recent")]
+
+    def __str__(self) -> str:
+        return f"bulk {self.outcome} {self.id} ({self.done}/{len(self.task_ids)}, {self.status})"
+
+    @property
+    def total(self) -> int:
+        return len(self.task_ids)
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status == BulkStatus.FINISHED

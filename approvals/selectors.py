@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterable
+import uuid
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
 from django.db.models import Q, QuerySet
+from django.utils import timezone
 
 from approvals import permissions
+from approvals.assignment import assigned_to_q
+from approvals.columns import columns_filter
 from approvals.deadlines import tasks_due_filter
 from approvals.errors import InvalidInput
 from approvals.models import ApprovalTask, AuditEvent, Decision
@@ -133,3 +137,62 @@ def audit_filter(
     if until:
         qs = qs.filter(at__lt=until)
     return qs
+
+
+# --- the inbox filter: one definition for the inbox page, its live updates and bulk selections (issue 14) ---
+
+INBOX_CLAIMED = ("", "mine", "unclaimed", "others")
+
+
+def tasks_inbox(
+    *,
+    user: permissions.Principal,
+    graph: str = "",
+    node: str = "",
+    status: str = "pending",
+    claimed: str = "",
+    q: str = "",
+    columns: Mapping[str, str] | None = None,
+    assigned: str = "",
+    due: str = "",
+) -> QuerySet[ApprovalTask]:
+    """The approval tasks ``user`` may see that match the inbox's filters (unordered).
+
+    ``columns``: filters on the gate's inbox columns ({key: expression}, ``approvals.columns``);
+    ``assigned="me"``: asked of the user by name or through one of their groups (hand-offs);
+    ``due``: overdue, escalated or due soon (deadlines).
+    """
+    qs = permissions.tasks_visible(user)
+    if status:
+        qs = qs.filter(status=status)
+    if graph:
+        qs = qs.filter(graph=graph)
+    if node:
+        qs = qs.filter(node=node)
+    now = timezone.now()
+    if claimed == "mine":
+        qs = qs.filter(claim__user_id=user.pk or 0, claim__expires_at__gt=now)
+    elif claimed == "unclaimed":
+        qs = qs.filter(Q(claim__isnull=True) | Q(claim__expires_at__lte=now))
+    elif claimed == "others":
+        qs = qs.filter(claim__expires_at__gt=now).exclude(claim__user_id=user.pk or 0)
+    q = q.strip()
+    if q:
+        qs = qs.filter(_inbox_search(q))
+    if assigned == "me":  # the one rule for reading assignments (approvals.assignment)
+        qs = qs.filter(assigned_to_q(user))
+    if due:
+        qs = tasks_due_filter(qs, due, now=now)
+    if columns:
+        qs = columns_filter(qs, user=user, graph=graph, node=node, filters=columns)
+    return qs
+
+
+def _inbox_search(q: str) -> Q:
+    try:
+        ident = uuid.UUID(q)
+    except ValueError:
+        return (
+            Q(thread__metadata__case__icontains=q) | Q(thread__metadata__applicant__icontains=q) | Q(title__icontains=q)
+        )
+    return Q(thread_id=ident) | Q(id=ident)

@@ -201,6 +201,9 @@ class Signer:
     authenticated_at: datetime | None = None  # last login (sessions) or now (API tokens)
     password: str | None = None  # re-entered to sign when the login is older than the window
     otp: str | None = None  # or a one-time code from a confirmed django-otp device
+    # A re-authentication the caller verified already, once for many decisions (approvals.bulk):
+    # it signs while it is inside the window, as a fresh sign-in does.
+    reauthenticated_at: datetime | None = None
 
 
 def evidence_digest(*, task: ApprovalTask, redaction: list[str]) -> str:
@@ -300,7 +303,7 @@ def _task_decide(*, actor: User, task_id: Any, request: DecisionRequest, signer:
     signed_action = _signed_action(task, request.outcome, state_patch, resume_value)
     proposes_edit = bool(state_patch) or request.action_args is not None or request.outcome == "edit"
     counts, final = _quorum_position(task, request, earlier, actor=actor, proposes_edit=proposes_edit, thread=thread)
-    reauthenticated_at = _signature_check(actor, signer, task) if request.outcome in (*APPROVING, "reject") else None
+    reauthenticated_at = signature_check(actor, signer, task) if request.outcome in (*APPROVING, "reject") else None
     meaning = {"approve": "approved", "edit": "approved", "reject": "rejected"}.get(request.outcome, "reviewed")
     if request.outcome in APPROVING and not counts:
         meaning = "reviewed"
@@ -423,28 +426,45 @@ def _quorum_position(
     return True, True
 
 
-def _signature_check(actor: User, signer: Signer, task: ApprovalTask) -> datetime | None:
-    """Require the password (or a one-time code) again when the sign-in is older than the window."""
+class SignatureRefused(Forbidden):
+    def __init__(self, message: str, *, rule: str, field: str) -> None:
+        super().__init__(message, field=field)
+        self.rule = rule
+
+
+def signature_proof(actor: User, signer: Signer) -> datetime | None:
+    """When ``signer`` re-authenticated (None: the sign-in is fresh enough); ``SignatureRefused`` if due and not done.
+
+    Requires the password (or a one-time code) again when the sign-in is older than the window.
+    """
     window = timedelta(seconds=settings.GATEHOUSE_REAUTH_SECONDS)
     if signer.authenticated_at is not None and timezone.now() - signer.authenticated_at <= window:
         return None
+    if signer.reauthenticated_at is not None and timezone.now() - signer.reauthenticated_at <= window:
+        return signer.reauthenticated_at
     if signer.otp:
         if _otp_verify(actor, signer.otp):
             return timezone.now()
-        raise PolicyRefusal("the one-time code is not valid", rule="signature.otp_failed", task=task, field="otp")
+        raise SignatureRefused("the one-time code is not valid", rule="signature.otp_failed", field="otp")
     if not signer.password:
-        raise PolicyRefusal(
+        raise SignatureRefused(
             f"your sign-in is older than {settings.GATEHOUSE_REAUTH_SECONDS // 60} minutes: "
             "re-enter your password (or a one-time code) to sign this decision",
             rule="signature.reauthentication_required",
-            task=task,
             field="password",
         )
     if not actor.check_password(signer.password):
-        raise PolicyRefusal(
-            "the password is not correct", rule="signature.reauthentication_failed", task=task, field="password"
+        raise SignatureRefused(
+            "the password is not correct", rule="signature.reauthentication_failed", field="password"
         )
     return timezone.now()
+
+
+def signature_check(actor: User, signer: Signer, task: ApprovalTask) -> datetime | None:
+    try:
+        return signature_proof(actor, signer)
+    except SignatureRefused as exc:
+        raise PolicyRefusal(exc.message, rule=exc.rule, task=task, field=exc.field) from None
 
 
 def _otp_verify(actor: User, code: str) -> bool:

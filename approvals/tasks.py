@@ -7,6 +7,8 @@ from dataclasses import asdict
 from celery import shared_task
 
 from approvals.audit import audit_anchor
+from approvals.bulk import BULK_RUN_TASK
+from approvals.bulk import bulk_run as bulk_decide_run
 from approvals.deadlines import deadlines_sweep
 from approvals.outbound import DELIVER_WEBHOOK_TASK, deliveries_due, delivery_attempt
 
@@ -36,3 +38,9 @@ def sweep_webhooks() -> int:
 @shared_task(name="approvals.sweep_deadlines", ignore_result=True)
 def sweep_deadlines() -> dict[str, int]:
     return asdict(deadlines_sweep())
+
+
+# Bulk actions (issue 14): the service decides each task through task_decide; this only runs it.
+@shared_task(name=BULK_RUN_TASK, acks_late=True, ignore_result=True)
+def bulk_run(bulk_id: str) -> None:
+    bulk_decide_run(bulk_id=bulk_id)

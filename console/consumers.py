@@ -20,7 +20,7 @@ from django.contrib.sessions.backends.base import SessionBase
 from django.http import QueryDict
 from django.template.loader import render_to_string
 
-from approvals import permissions
+from approvals import bulk, permissions
 from approvals.errors import DomainError
 from approvals.models import AuditAction
 from console import live, pages
@@ -156,3 +156,20 @@ class ThreadConsumer(LiveConsumer):
 
     def context(self, user: Any) -> dict[str, Any]:
         return pages.thread_live_context(user, self.scope["url_route"]["kwargs"]["thread_id"])
+
+
+# --- Bulk decisions (issue 14): the progress page -------------------------------------------------------
+
+
+class BulkConsumer(LiveConsumer):
+    template = "console/partials/bulk_progress.html"
+
+    def groups_authorised(self, user: Any) -> list[str] | None:
+        try:
+            action = bulk.bulk_get_for(user, self.scope["url_route"]["kwargs"]["bulk_id"])
+        except DomainError:
+            return None
+        return [live.bulk_group(action.pk)]
+
+    def context(self, user: Any) -> dict[str, Any]:
+        return pages.bulk_context(user, self.scope["url_route"]["kwargs"]["bulk_id"])

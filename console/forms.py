@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,18 +42,26 @@ class LoginForm(AuthenticationForm):
         field.validators.append(MaxLengthValidator(self.username_field.max_length or 150))
 
 
+class InboxSortField(forms.ChoiceField):
+    """The inbox's sorts, plus "col:<key>" / "-col:<key>" by a gate's inbox column (issue 14)."""
+
+    def valid_value(self, value: Any) -> bool:
+        return super().valid_value(value) or bool(re.match(r"^-?col:[a-z][a-z0-9_]{0,39}$", str(value)))
+
+
 class InboxFilterForm(forms.Form):
     q = forms.CharField(required=False, max_length=200, label="Search")
     graph = forms.CharField(required=False, max_length=100)
     node = forms.CharField(required=False, max_length=200, label="Gate")
     status = forms.ChoiceField(required=False, choices=STATUS_CHOICES)
     claimed = forms.ChoiceField(required=False, choices=CLAIM_CHOICES, label="Claim")
-    sort = forms.ChoiceField(required=False, choices=[(k, v[1]) for k, v in SORTS.items()])
+    sort = InboxSortField(required=False, choices=[(k, v[1]) for k, v in SORTS.items()])
     cursor = forms.CharField(required=False, max_length=400)
     # hand-offs: tasks asked of me by name or through one of my groups
     assigned = forms.ChoiceField(required=False, choices=ASSIGNED_CHOICES, label="Assigned")
     # deadlines: ?due=overdue|escalated|soon
     due = forms.ChoiceField(required=False, choices=DUE_CHOICES, label="Due")
+    before = forms.CharField(required=False, max_length=400)  # previous page (issue 14)
 
     def filters(self) -> dict[str, str]:
         data = self.cleaned_data
@@ -67,6 +76,7 @@ class InboxFilterForm(forms.Form):
             "sort": data.get("sort") or "newest",
             "cursor": data.get("cursor") or "",
             "assigned": data.get("assigned") or "",
+            "before": data.get("before") or "",
         }
 
 

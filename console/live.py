@@ -100,7 +100,13 @@ def groups_for(event: dict[str, Any]) -> list[str]:
         groups.append(graph_group(str(event["graph"])))
     if event.get("thread"):
         groups.append(thread_group(event["thread"]))
+    if event.get("subject_type") == "bulk":  # bulk decisions (issue 14): the progress page's group
+        groups.append(bulk_group(event.get("subject_id")))
     return groups
+
+
+def bulk_group(bulk_id: object) -> str:
+    return f"bulk.{bulk_id}"
 
 
 def on_audit_recorded(audit: AuditEvent) -> None:

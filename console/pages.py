@@ -14,7 +14,7 @@ from urllib.parse import urlencode
 
 from django.http import QueryDict
 
-from approvals import assignment, comments, gateway, permissions, time_travel
+from approvals import assignment, bulk, columns, comments, gateway, permissions, time_travel
 from approvals import selectors as approvals_selectors
 from approvals.claims import can_release_any, claim_for
 from approvals.errors import DomainError
@@ -35,16 +35,17 @@ def inbox_context(user: Any, params: QueryDict, *, limit: int = INBOX_PAGE_SIZE)
     error = ""
     page = selectors.Page(items=[], next_cursor=None)
     filters: dict[str, str] = {}
+    columns = inbox_column_filters(params)  # inbox columns per gate (issue 14): "c.<key>" parameters
     if form.is_valid():
         filters = form.filters()
         try:
-            page = selectors.inbox_list(user=user, limit=limit, **filters)
+            page = selectors.inbox_list(user=user, limit=limit, columns=columns, **filters)
         except DomainError as exc:
             error = exc.message
     else:
         error = "; ".join(f"{k}: {' '.join(str(e) for e in v)}" for k, v in form.errors.items())
-    live_params = {k: v for k, v in params.items() if k in form.fields and v}
-    base = {k: v for k, v in live_params.items() if k != "cursor"}
+    live_params = {k: str(v) for k, v in params.items() if (k in form.fields or k[2:] in columns) and v}
+    base = {k: v for k, v in live_params.items() if k not in ("cursor", "before")}
     next_url = "?" + urlencode({**base, "cursor": page.next_cursor}) if page.next_cursor else ""
     return {
         "form": form,
@@ -55,13 +56,16 @@ def inbox_context(user: Any, params: QueryDict, *, limit: int = INBOX_PAGE_SIZE)
         "claimed_ids": {t.pk for t in page.items if _claim_of(t) is not None},
         "rows": [(t, _claim_of(t)) for t in page.items],
         "live_url": "/ws/inbox/" + (f"?{urlencode(live_params)}" if live_params else ""),
-        "first_page": not filters.get("cursor"),
+        "first_page": not filters.get("cursor") and not (filters.get("before") and not page.prev_cursor),
         "first_url": "?" + urlencode(base),
         "next_url": next_url,
         "me": user,
         "away": assignment.away_get(user),  # hand-offs: the header says when you are away and who covers
         # Conversation (comments): per row, an open question and a mention of the viewer (one query)
         "conversation": comments.inbox_conversation(user=user, tasks=page.items),
+        "bulk": bulk_inbox_context(user, filters, columns, page),  # bulk decisions (issue 14)
+        # inbox columns per gate and previous-page navigation (issue 14)
+        **inbox_columns_context(user, page, filters, columns, base),
     }
 
 
@@ -242,3 +246,67 @@ def time_travel_context(user: Any, thread_id: Any, shown: Any) -> dict[str, Any]
         "subgraphs": time_travel.subgraph_states_for(user, thread_id, checkpoint) if checkpoint else [],
         "can_time_travel": bool(shown) and permissions.can(user, "runtime.time_travel"),
     }
+
+
+# --- Bulk decisions (issue 14) ---------------------------------------------------------------------
+
+
+def bulk_inbox_context(
+    user: Any, filters: dict[str, str], columns: dict[str, str], page: selectors.Page
+) -> dict[str, Any]:
+    """The inbox's bulk bar: may the user decide, and how many pending tasks the current filter matches."""
+    if not filters or not permissions.can(user, "approvals.decide_task"):
+        return {"enabled": False}
+    wanted = bulk.BulkFilter(**{key: filters.get(key, "") for key in bulk.TEXT_FILTER_KEYS}, columns=columns)
+    whole = not (page.next_cursor or page.prev_cursor or filters.get("cursor") or filters.get("before"))
+    try:
+        if filters.get("status") == "pending" and whole:
+            matching = len(page.items)  # the list is all there is: no COUNT query
+        elif filters.get("status") in ("pending", ""):
+            matching = bulk.bulk_count(user=user, filter=wanted)
+        else:
+            matching = 0
+    except DomainError:
+        matching = 0  # the list shows the error
+    return {"enabled": True, "filter": wanted.fields(), "matching": matching, "max": bulk.BULK_MAX}
+
+
+# --- Inbox columns per gate and previous-page navigation (issue 14) --------------------------------
+
+
+def inbox_column_filters(params: QueryDict) -> dict[str, str]:
+    """The "c.<key>" column filters of an inbox request (at most MAX_COLUMNS, each bounded)."""
+    found = {k[2:]: str(v)[:200] for k, v in params.items() if k.startswith("c.") and len(k) <= 42}
+    return dict(list(found.items())[: columns.MAX_COLUMNS])
+
+
+def inbox_columns_context(
+    user: Any, page: selectors.Page, filters: dict[str, str], column_filters: dict[str, str], base: dict[str, str]
+) -> dict[str, Any]:
+    cells = columns.cells_for(user=user, tasks=page.items, columns=page.columns)
+    for task in page.items:
+        task.inbox_cells = cells.get(task.pk, [])  # type: ignore[attr-defined]
+    paths = columns.masked_paths(user, filters.get("graph", "")) if page.columns else []
+    masked = {c.key for c in page.columns if columns.column_redacted(c, paths)}
+    sort = filters.get("sort", "")
+    heads = [
+        {
+            "column": c,
+            "masked": c.key in masked,
+            "sorted": "asc" if sort == f"col:{c.key}" else "desc" if sort == f"-col:{c.key}" else "",
+            "sort_url": "?"
+            + urlencode({**base, "sort": f"-col:{c.key}" if sort == f"col:{c.key}" else f"col:{c.key}"}),
+            "filter": column_filters.get(c.key, ""),
+        }
+        for c in page.columns
+    ]
+    return {
+        "column_heads": heads,
+        "prev_url": "?" + urlencode({**base, "before": page.prev_cursor}) if page.prev_cursor else "",
+    }
+
+
+def bulk_context(user: Any, bulk_id: Any) -> dict[str, Any]:
+    action = bulk.bulk_get_for(user, bulk_id)
+    percent = round(100 * action.done / action.total) if action.total else 100
+    return {"bulk": action, "percent": percent, "elapsed": bulk.bulk_elapsed(action), "me": user}

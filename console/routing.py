@@ -10,4 +10,5 @@ websocket_urlpatterns = [
     path("ws/inbox/", consumers.InboxConsumer.as_asgi()),
     path("ws/tasks/<uuid:task_id>/", consumers.TaskConsumer.as_asgi()),
     path("ws/threads/<uuid:thread_id>/", consumers.ThreadConsumer.as_asgi()),
+    path("ws/bulk/<uuid:bulk_id>/", consumers.BulkConsumer.as_asgi()),  # bulk decisions (issue 14)
 ]

@@ -11,16 +11,14 @@ from datetime import datetime
 from typing import Any
 
 from django.db.models import F, Q, QuerySet
-from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from approvals import dashboard, gateway, permissions
-from approvals.assignment import assigned_to_q
-from approvals.deadlines import tasks_due_filter
+from approvals.columns import Column, PayloadValue, column_for_sort, gate_columns
 from approvals.errors import InvalidInput, NotFound
 from approvals.intent import action_edits
 from approvals.models import ApprovalTask, AuditEvent, Decision
-from approvals.selectors import audit_filter, cursor_pack, cursor_unpack
+from approvals.selectors import audit_filter, cursor_pack, cursor_unpack, tasks_inbox
 from runtime.models import Effect, Thread
 
 SORTS = {
@@ -35,6 +33,58 @@ SORTS = {
 class Page:
     items: list[Any]
     next_cursor: str | None
+    prev_cursor: str | None = None  # keyset cursor for the page before (``before=``); None on the first page
+    columns: tuple[Column, ...] = ()  # the gate's inbox columns (approvals.columns)
+
+
+# Column sorts (issue 14): "col:<key>" ascending, "-col:<key>" descending, by the gate's inbox column.
+COLUMN_SORT_PREFIXES = ("col:", "-col:")
+
+
+@dataclass(frozen=True)
+class _Order:
+    """A keyset order: a field (or annotation), its direction, whether it may be NULL (NULLs last), then id."""
+
+    field: str
+    descending: bool
+    nullable: bool
+    datetime: bool
+
+    def ordering(self, *, reverse: bool = False) -> tuple[Any, ...]:
+        down = self.descending != reverse
+        value = F(self.field)
+        # NULLs sort last going forward, so first going backward.
+        nulls = {"nulls_first": True} if reverse else {"nulls_last": True}
+        expr = value.desc(**nulls) if down else value.asc(**nulls)
+        return (expr, "-id" if down else "id")
+
+    def after(self, value: Any, pk: str) -> Q:
+        """Rows after (value, pk) in this order."""
+        f = self.field
+        if value is None:
+            return Q(**{f"{f}__isnull": True, "id__lt" if self.descending else "id__gt": pk})
+        op = "lt" if self.descending else "gt"
+        q = Q(**{f"{f}__{op}": value}) | Q(**{f: value, f"id__{op}": pk})
+        return q | Q(**{f"{f}__isnull": True}) if self.nullable else q
+
+    def before(self, value: Any, pk: str) -> Q:
+        """Rows before (value, pk) in this order."""
+        f = self.field
+        if value is None:
+            return Q(**{f"{f}__isnull": False}) | Q(
+                **{f"{f}__isnull": True, "id__gt" if self.descending else "id__lt": pk}
+            )
+        op = "gt" if self.descending else "lt"
+        return Q(**{f"{f}__{op}": value}) | Q(**{f: value, f"id__{op}": pk})
+
+
+_SORT_ORDERS = {
+    "newest": _Order("created_at", True, False, True),
+    "oldest": _Order("created_at", False, False, True),
+    # "due": tasks with a due time first (soonest first), then those without, by id.
+    "due": _Order("due_at", False, True, True),
+}
+_SORT_VALUE = "sort_value"
 
 
 def _cursor_encode(sort: str, value: datetime | None, pk: Any) -> str:
@@ -53,16 +103,26 @@ def _cursor_decode(cursor: str, sort: str) -> tuple[datetime | None, str]:
     return when, pk
 
 
-def _keyset(qs: QuerySet[ApprovalTask], sort: str, cursor: str) -> QuerySet[ApprovalTask]:
-    when, pk = _cursor_decode(cursor, sort)
-    if sort == "newest":
-        return qs.filter(Q(created_at__lt=when) | Q(created_at=when, id__lt=pk))
-    if sort == "oldest":
-        return qs.filter(Q(created_at__gt=when) | Q(created_at=when, id__gt=pk))
-    # "due": tasks with a due time first (soonest first), then those without, by id.
-    if when is None:
-        return qs.filter(due_at__isnull=True, id__gt=pk)
-    return qs.filter(Q(due_at__gt=when) | Q(due_at=when, id__gt=pk) | Q(due_at__isnull=True))
+def _keyset_encode(sort: str, order: _Order, row: ApprovalTask) -> str:
+    value = getattr(row, order.field)
+    if order.datetime:
+        value = value.isoformat() if value else None
+    return cursor_pack([sort, value, str(row.pk)])
+
+
+def _keyset_decode(cursor: str, sort: str, order: _Order, field: str) -> tuple[Any, str]:
+    try:
+        cursor_sort, value, pk = cursor_unpack(cursor, count=3)
+        if order.datetime:
+            value = datetime.fromisoformat(value) if value is not None else None
+        elif (value is not None and not isinstance(value, int | float | str)) or isinstance(value, bool):
+            raise ValueError("not a sort value")
+        uuid.UUID(pk)
+    except Exception:  # noqa: BLE001 - any malformed cursor is the caller's 400
+        raise InvalidInput("this page link is broken; start again from the first page", field=field) from None
+    if cursor_sort != sort:
+        raise InvalidInput("this page link belongs to another sort order", field=field)
+    return value, pk
 
 
 def inbox_list(
@@ -75,59 +135,56 @@ def inbox_list(
     q: str = "",
     sort: str = "newest",
     cursor: str = "",
+    before: str = "",
+    columns: dict[str, str] | None = None,
     limit: int = 50,
     assigned: str = "",
     due: str = "",
 ) -> Page:
-    """One page of approval tasks; keyset-paginated so page 2,000 costs what page 1 does."""
-    if sort not in SORTS:
-        raise InvalidInput(f"unknown sort {sort!r}", field="sort")
-    qs = permissions.tasks_visible(user).select_related(
-        "thread", "claim", "claim__user", "assigned_user", "assigned_group"
+    """One page of approval tasks; keyset-paginated both ways so page 2,000 costs what page 1 does.
+
+    ``cursor`` pages forward from a page's last row, ``before`` back from its first: a task
+    inserted meanwhile never shifts a page (no offsets). ``columns`` filter and a ``col:<key>``
+    sort use the gate's inbox columns (``approvals.columns``), refused when redacted for ``user``.
+    """
+    qs = tasks_inbox(
+        user=user,
+        graph=graph,
+        node=node,
+        status=status,
+        claimed=claimed,
+        q=q,
+        columns=columns,
+        assigned=assigned,
+        due=due,
     )
-    if status:
-        qs = qs.filter(status=status)
-    if graph:
-        qs = qs.filter(graph=graph)
-    if node:
-        qs = qs.filter(node=node)
-    now = timezone.now()
-    if claimed == "mine":
-        qs = qs.filter(claim__user_id=user.pk or 0, claim__expires_at__gt=now)
-    elif claimed == "unclaimed":
-        qs = qs.filter(Q(claim__isnull=True) | Q(claim__expires_at__lte=now))
-    elif claimed == "others":
-        qs = qs.filter(claim__expires_at__gt=now).exclude(claim__user_id=user.pk or 0)
-    if assigned == "me":  # hand-offs: the one rule for reading assignments (approvals.assignment)
-        qs = qs.filter(assigned_to_q(user))
-    q = q.strip()
-    if q:
-        qs = qs.filter(_search(q))
-    # deadlines: overdue, escalated or due soon; the due badge names the escalation group
-    if due:
-        qs = tasks_due_filter(qs, due, now=now)
+    qs = qs.select_related("thread", "claim", "claim__user", "assigned_user", "assigned_group")
+    if sort.startswith(COLUMN_SORT_PREFIXES):
+        column = column_for_sort(user=user, graph=graph, node=node, key=sort.split(":", 1)[1])
+        qs = qs.annotate(**{_SORT_VALUE: PayloadValue(column)})
+        order = _Order(_SORT_VALUE, sort.startswith("-"), True, False)
+    elif sort in _SORT_ORDERS:
+        order = _SORT_ORDERS[sort]
+    else:
+        raise InvalidInput(f"unknown sort {sort!r}", field="sort")
+    if cursor and before:
+        raise InvalidInput("a page link goes either forward (cursor) or back (before), not both", field="before")
+    shown = gate_columns(user=user, graph=graph, node=node)
+    if before:
+        value, pk = _keyset_decode(before, sort, order, "before")
+        rows = list(qs.filter(order.before(value, pk)).order_by(*order.ordering(reverse=True))[: limit + 1])
+        items = list(reversed(rows[:limit]))
+        prev_cursor = _keyset_encode(sort, order, items[0]) if len(rows) > limit else None
+        next_cursor = _keyset_encode(sort, order, items[-1]) if items else None
+        return Page(items=items, next_cursor=next_cursor, prev_cursor=prev_cursor, columns=shown)
     if cursor:
-        qs = _keyset(qs, sort, cursor)
-    # Tasks without a due time sort last, matching the "due" keyset above.
-    ordering = (F("due_at").asc(nulls_last=True), "id") if sort == "due" else SORTS[sort][0]
-    qs = qs.order_by(*ordering)
-    rows = list(qs[: limit + 1])
-    next_cursor = None
-    if len(rows) > limit:
-        last = rows[limit - 1]
-        value = last.due_at if sort == "due" else last.created_at
-        next_cursor = _cursor_encode(sort, value, last.pk)
-    return Page(items=rows[:limit], next_cursor=next_cursor)
-
-
-def _search(q: str) -> Q:
-    try:
-        ident = uuid.UUID(q)
-    except ValueError:
-        return (
-            Q(thread__metadata__case__icontains=q) | Q(thread__metadata__applicant__icontains=q) | Q(title__icontains=q)
-        )
-    return Q(thread_id=ident) | Q(id=ident)
+        value, pk = _keyset_decode(cursor, sort, order, "cursor")
+        qs = qs.filter(order.after(value, pk))
+    rows = list(qs.order_by(*order.ordering())[: limit + 1])
+    items = rows[:limit]
+    next_cursor = _keyset_encode(sort, order, items[-1]) if len(rows) > limit else None
+    prev_cursor = _keyset_encode(sort, order, items[0]) if cursor and items else None
+    return Page(items=items, next_cursor=next_cursor, prev_cursor=prev_cursor, columns=shown)
 
 
 _FACETS_TTL_SECONDS = 60.0

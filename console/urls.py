@@ -3,7 +3,7 @@ from django.urls import URLPattern, URLResolver, include, path
 
 from approvals.platform_api import api as platform_api
 from console.api import api
-from console.views import audit, auth, decisions, handoffs, inbox, relay, start, tasks, threads, users, webhooks
+from console.views import audit, auth, bulk, decisions, handoffs, inbox, relay, start, tasks, threads, users, webhooks
 from console.views import comments as comment_views  # Conversation (comments)
 from console.views import dashboard as dashboard_views  # team dashboard
 from console.views import store as store_views  # long-term memory store browser
@@ -57,6 +57,9 @@ console_patterns = [
     path("threads/<uuid:thread_id>/replay", time_travel_views.thread_replay, name="thread-replay"),
     # Long-term memory store browser (docs/memory-store.md)
     path("store/", store_views.store_browser, name="store"),
+    # Bulk decisions (issue 14)
+    path("bulk/", bulk.bulk_start, name="bulk-start"),
+    path("bulk/<uuid:bulk_id>/", bulk.bulk_detail, name="bulk"),
 ]
 
 # No /admin/: Django's admin would be a second door to users and permissions, outside the

@@ -101,6 +101,8 @@ class GraphEntry:
     controls: RuntimeControls = field(default_factory=RuntimeControls)
     # Deadlines per gate ("*": the graph's default), from "gatehouse": {"deadlines": ...} (docs/deadlines.md).
     deadlines: dict[str, Deadline] = field(default_factory=dict)
+    # Keys of the "gatehouse" section that upper layers own, parsed by their registered parser.
+    options: dict[str, Any] = field(default_factory=dict)
     _compiled: Pregel | None = field(default=None, repr=False)
 
     @property
@@ -144,6 +146,17 @@ class GraphEntry:
             return schema_build(self.name, state_schema, version=self.schema_version, upcasters=self.upcasters)
         except ValueError as exc:
             raise GraphRegistryError(str(exc)) from exc
+
+
+# Parsers of "gatehouse" keys that upper layers own (approvals.columns registers "columns"), so a bad
+# value stops start-up like any other registry error: each gets (graph name, the section) and returns
+# the parsed value for ``GraphEntry.options[key]``, or raises ValueError naming the key.
+GatehouseOption = Callable[[str, dict[str, Any]], Any]
+gatehouse_options: dict[str, GatehouseOption] = {}
+
+
+def gatehouse_option_register(key: str, parse: GatehouseOption) -> None:
+    gatehouse_options[key] = parse
 
 
 _compile_lock = threading.Lock()
@@ -218,6 +231,11 @@ def graphs_read(config_path: Path) -> dict[str, GraphEntry]:
             raise GraphRegistryError(str(exc)) from None
         entry.schema()  # a bad version/upcaster map stops start-up, naming the graph
         entry.deadlines = _deadlines(name, gatehouse)
+        for key, parse in gatehouse_options.items():
+            try:
+                entry.options[key] = parse(name, gatehouse)
+            except ValueError as exc:
+                raise GraphRegistryError(str(exc)) from None
         entries[name] = entry
     _deadlines_unknown(gatehouse, entries)
     return entries

@@ -104,6 +104,10 @@ MATRIX: list[tuple[str, str, str, tuple[int, ...]]] = [
     ("GET", "/api/threads/{thread_id}/branches", "kyc", (401, 404, 200, 200, 404, 200, 200, 200)),
     ("GET", "/api/threads/{thread_id}/subgraphs", "loan", (401, 404, 200, 200, 200, 200, 200, 200)),
     ("GET", "/api/threads/{thread_id}/subgraphs", "kyc", (401, 404, 200, 200, 404, 200, 200, 200)),
+    # Bulk decisions (issue 14): deciders start one (each task then passes its own checks); a bulk is
+    # seen by its starter ("bulk": the admin's) and by auditors and admins who see every graph.
+    ("POST", "/api/bulk-decisions", "-", (401, 403, 202, 202, 202, 403, 403, 202)),
+    ("GET", "/api/bulk-decisions/{bulk_id}", "bulk", (401, 404, 404, 404, 404, 200, 404, 200)),
 ]
 
 CASES = [
@@ -175,6 +179,20 @@ def subject_make(kind: str, personas: dict[str, Persona]) -> Subject:
         gates = ["identity_check"]
         endpoint = webhook_endpoint_create(actor=admin.user, name=name, graph="kyc_onboarding", gates=gates)
         return Subject("kyc_onboarding", "", name=endpoint.name)
+    if kind == "bulk":  # bulk decisions (issue 14): the admin's, of a task that does not exist (skipped)
+        from django.utils import timezone
+
+        from approvals.bulk import bulk_decide
+        from approvals.services import Signer
+
+        started = bulk_decide(
+            actor=admin.user,
+            outcome="approve",
+            reason="matrix",
+            task_ids=[str(uuid.uuid4())],
+            signer=Signer(authenticated_at=timezone.now()),
+        )
+        return Subject("", "", name=str(started.pk))
     if kind == "failed":
         thread = thread_start(admin, "flaky", {"subject": "matrix"})
         thread_settled(admin, thread["id"], statuses=("failed",))
@@ -192,6 +210,7 @@ def shared(worker, personas, django_db_blocker) -> dict[str, Subject]:
     with django_db_blocker.unblock():
         kinds = ("loan", "kyc", "failed", "hook", "user", "ext", "talk", "talk-kyc")
         return {kind: subject_make(kind, personas) for kind in kinds}
+        return {kind: subject_make(kind, personas) for kind in ("loan", "kyc", "failed", "hook", "user", "ext", "bulk")}
 
 
 def client_for(persona: str, personas: dict[str, Persona]) -> ApiClient:
@@ -208,6 +227,7 @@ def call(client: ApiClient, method: str, path: str, subject: str, target: Subjec
         source="matrix",
         key=target.name if target else "",
         comment_id=target.comment_id if target else "",
+        bulk_id=target.name if target else "",
     )
     if method == "GET":
         return client.get(url)
@@ -224,6 +244,8 @@ def call(client: ApiClient, method: str, path: str, subject: str, target: Subjec
         return client.post(url, body)
     if path == "/api/external-tasks":
         return client.post(url, {"source": "matrix", "key": f"matrix-{uuid.uuid4().hex[:8]}", "title": "m"})
+    if path == "/api/bulk-decisions":  # bulk decisions (issue 14): a task that does not exist is skipped
+        return client.post(url, {"outcome": "approve", "reason": "matrix", "task_ids": [str(uuid.uuid4())]})
     if path == "/api/users":
         return client.post(url, {"username": f"matrix-{uuid.uuid4().hex[:8]}", "roles": ["reviewer"]})
     if path.endswith("/roles"):

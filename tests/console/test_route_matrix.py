@@ -11,10 +11,13 @@ from typing import Any
 
 import pytest
 from django.test import Client
+from django.utils import timezone
 
 from approvals import users
+from approvals.bulk import bulk_decide
 from approvals.comments import comment_post
 from approvals.models import Decision
+from approvals.services import Signer
 from approvals.webhooks import webhook_endpoint_create
 from console.urls import console_patterns
 from tests.console.conftest import console_client, task_make
@@ -80,6 +83,10 @@ MATRIX: list[tuple[str, str, str, tuple[int, ...]]] = [
     ("thread-replay", "POST", "loan", (302, 404, 403, 403, 403, 422, 422)),
     # Long-term memory store browser: every role that may read the store (namespaces are scoped per graph).
     ("store", "GET", "-", (302, 403, 200, 200, 200, 200, 200)),
+    # Bulk decisions (issue 14): deciders start one (a form without tasks is a 422, nothing written);
+    # "bulk" is an admin's bulk: seen by its starter and by auditors and admins who see every graph.
+    ("bulk-start", "POST", "-", (302, 403, 422, 422, 403, 403, 422)),
+    ("bulk", "GET", "bulk", (302, 404, 404, 404, 200, 404, 200)),
 ]
 
 
@@ -143,6 +150,16 @@ def test_each_role_gets_the_status_the_matrix_gives(personas, route, method, sub
         webhook_endpoint_create(actor=None, name=hook, graph="loan_approval", gates=["human_review"])
     client = Client() if role == "anonymous" else console_client(personas[role])
     path = _path(route, subject, task, decision, hook, user, comment)
+    path = _path(route, subject, task, decision, hook, user)
+    if subject == "bulk":  # bulk decisions (issue 14): an admin's bulk of a task that does not exist
+        started = bulk_decide(
+            actor=personas["admin"].user,
+            outcome="approve",
+            reason="route matrix",
+            task_ids=[str(uuid.uuid4())],
+            signer=Signer(authenticated_at=timezone.now()),
+        )
+        path = path.replace("<uuid:bulk_id>", str(started.pk))
     body = {"decision": "approve", "reason": "route matrix", "checkpoint_id": task.checkpoint_id} if task else {}
     response = client.get(path) if method == "GET" else client.post(path, body)
     assert response.status_code == expected, (path, response.content[:300])

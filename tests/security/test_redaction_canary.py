@@ -107,6 +107,10 @@ NOT_CRAWLED: dict[str, str] = {
     # never reach them).
     "PUT /lg/store/items": "write (put a store item)",
     "DELETE /lg/store/items": "write (delete a store item)",
+    # Bulk decisions (issue 14): each task's decision is read back through GET /api/tasks/{task_id};
+    # a bulk's own record holds task ids, titles and skip reasons, never payload or state.
+    "POST /api/bulk-decisions": "write (start a bulk decision)",
+    "GET /api/bulk-decisions/{bulk_id}": "task ids, titles and skip reasons only (no payload or state)",
     # routes outside the console's own URLs
     "static": "vendored CSS and JS files",
     # hand-offs: writes whose responses carry names and times, never state; GET .../claim and GET /api/me/away
@@ -145,6 +149,7 @@ CONSOLE_WRITES: dict[str, str] = {
     "console comment-version": "edit a comment; read back on the task and thread pages",
     "console thread-fork": "fork a thread at a past checkpoint (time travel)",
     "console thread-replay": "replay a thread from a past checkpoint (time travel)",
+    "console bulk-start": "start a bulk decision (issue 14); each decision is read back on the task pages",
 }
 
 # Surfaces a role with "view sensitive" must receive a canary on: proof that the crawl reaches the values.
@@ -382,6 +387,9 @@ def _ids(subjects: list[Subject]) -> dict[str, list[dict[str, str]]]:
         "uidb64": [{"uidb64": "MQ"}],
         "token": [{"token": "not-a-valid-token"}],
         "comment_id": [{"comment_id": c} for s in subjects for c in s.comments],  # Conversation (comments)
+        # bulk decisions (issue 14): a bulk's page and socket show task titles and skip reasons (no payload or
+        # state) to its starter only, whom no crawled reader is; their access rules: test_route_matrix, test_bulk_api
+        "bulk_id": [],
     }
 
 

@@ -1,0 +1,351 @@
+"""Bulk decisions: approve or reject many tasks with one reason and one signature.
+
+Nothing here decides a task itself. ``bulk_decide`` fixes the selection (explicit
+ids, or the inbox's own filter — ``selectors.tasks_inbox``), checks the signer's
+proof once and records ``bulk.started``; ``bulk_run`` (the Celery task
+``approvals.bulk_run``) then hands every task to ``services.task_decide``, so each
+gets its own decision bound to its own evidence digest, its own audit row and
+its own resume, with every check a single decision has. A task the signer
+cannot decide (it needs an edit, a quorum position they cannot fill, it is
+stale, decided meanwhile, claimed by someone else, not permitted) is skipped
+and listed with why. Each step commits with its progress row and publishes a
+``bulk.progress`` event (``approvals.events``); ``bulk.finished`` closes it.
+
+Concurrency: ``task_decide`` locks the task row and refuses a task that is no
+longer pending, so a task decided by someone else while the bulk runs is
+skipped as "already decided", never decided twice. Each step locks the bulk
+row and skips tasks it has already processed, so a redelivered Celery task
+continues where the first one stopped.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.contrib.auth.models import User
+from django.db import transaction
+from django.utils import timezone
+
+from approvals import permissions, services
+from approvals.audit import audit_record
+from approvals.deadlines import DUE_FILTERS
+from approvals.errors import Conflict, DomainError, Forbidden, InvalidInput, NotFound
+from approvals.events import BULK_PROGRESS, events_step_publish
+from approvals.models import ApprovalTask, AuditAction, BulkAction, BulkStatus, TaskStatus
+from approvals.payloads import DecisionRequest, decisions_allowed
+from approvals.selectors import INBOX_CLAIMED, tasks_inbox
+
+log = logging.getLogger(__name__)
+
+BULK_RUN_TASK = "approvals.bulk_run"
+BULK_MAX = 500  # tasks per action
+BULK_OUTCOMES = ("approve", "reject")
+# The inbox's text filters, then its column filters: "select all matching" selects exactly what the inbox lists.
+TEXT_FILTER_KEYS = ("graph", "node", "claimed", "q", "assigned", "due")
+FILTER_KEYS = (*TEXT_FILTER_KEYS, "columns")
+
+
+class SkipCode:
+    NEEDS_EDIT = "needs_edit"
+    QUORUM = "quorum_position"
+    STALE = "stale"
+    ALREADY_DECIDED = "already_decided"
+    ALREADY_SIGNED = "already_signed"
+    CLAIMED = "claimed"
+    NOT_PERMITTED = "not_permitted"
+    SIGNATURE = "signature"
+    INVALID = "invalid"
+
+
+@dataclass(frozen=True)
+class BulkFilter:
+    """The inbox filter a "select all matching" came from (the inbox's own fields; always pending tasks)."""
+
+    graph: str = ""
+    node: str = ""
+    claimed: str = ""
+    q: str = ""
+    assigned: str = ""  # "me": asked of the signer by name or through a group (approvals.assignment)
+    due: str = ""  # overdue | escalated | soon (approvals.deadlines)
+    columns: dict[str, str] = field(default_factory=dict)  # the gate's inbox-column filters (approvals.columns)
+
+    @classmethod
+    def parse(cls, raw: Any) -> BulkFilter:
+        if not isinstance(raw, dict):
+            raise InvalidInput("filter must be an object of inbox filters", field="filter")
+        unknown = sorted(set(raw) - set(FILTER_KEYS))
+        if unknown:
+            raise InvalidInput(
+                f"unknown inbox filter {unknown[0]!r} (filters: {', '.join(FILTER_KEYS)})", field=f"filter.{unknown[0]}"
+            )
+        values: dict[str, Any] = {}
+        columns = raw.get("columns") or {}
+        if not isinstance(columns, dict) or len(columns) > 8:
+            raise InvalidInput("columns must map at most 8 column keys to filters", field="filter.columns")
+        for key, value in columns.items():
+            if not isinstance(value, str) or len(value) > 200:
+                raise InvalidInput("a column filter is text of at most 200 characters", field=f"filter.columns.{key}")
+        values["columns"] = dict(columns)
+        for key in TEXT_FILTER_KEYS:
+            value = raw.get(key, "")
+            if not isinstance(value, str) or len(value) > 200:
+                raise InvalidInput(f"{key} must be text of at most 200 characters", field=f"filter.{key}")
+            values[key] = value
+        if values["claimed"] not in INBOX_CLAIMED:
+            choices = ", ".join(c for c in INBOX_CLAIMED if c)
+            raise InvalidInput(f"claimed must be one of {choices}", field="filter.claimed")
+        if values["assigned"] not in ("", "me"):
+            raise InvalidInput("assigned must be 'me' or empty", field="filter.assigned")
+        if values["due"] not in ("", *DUE_FILTERS):
+            raise InvalidInput(f"due must be one of {', '.join(DUE_FILTERS)}", field="filter.due")
+        return cls(**values)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**self._text(), "columns": self.columns}
+
+    def _text(self) -> dict[str, str]:
+        return {key: getattr(self, key) for key in TEXT_FILTER_KEYS}
+
+    def fields(self) -> dict[str, str]:
+        """As form fields, the inbox's names ("c.<key>" for column filters)."""
+        return {**self._text(), **{f"c.{key}": value for key, value in self.columns.items()}}
+
+
+def bulk_matching(*, user: permissions.Principal, filter: BulkFilter) -> Any:
+    """The pending tasks a "select all matching" selects: exactly the inbox's filter, oldest first."""
+    return tasks_inbox(user=user, status=TaskStatus.PENDING, **filter.as_dict()).order_by("created_at", "id")
+
+
+def bulk_count(*, user: permissions.Principal, filter: BulkFilter) -> int:
+    return int(bulk_matching(user=user, filter=filter).count())
+
+
+def _ids_parse(raw: Any) -> list[str]:
+    if not isinstance(raw, list) or not raw:
+        raise InvalidInput("task_ids must be a non-empty list of task ids", field="task_ids")
+    if len(raw) > BULK_MAX:
+        raise InvalidInput(f"at most {BULK_MAX} tasks per bulk action (got {len(raw)})", field="task_ids")
+    out: list[str] = []
+    for index, item in enumerate(raw):
+        try:
+            out.append(str(uuid.UUID(str(item))))
+        except ValueError:
+            raise InvalidInput(f"{item!r} is not a task id", field=f"task_ids[{index}]") from None
+    return list(dict.fromkeys(out))  # a task listed twice is decided once
+
+
+def bulk_decide(
+    *,
+    actor: User,
+    outcome: str,
+    reason: str,
+    task_ids: list[Any] | None = None,
+    filter: Any = None,
+    signer: services.Signer | None = None,
+) -> BulkAction:
+    """Start a bulk decision; returns the queued action (``bulk_run`` decides its tasks, after commit).
+
+    Refused with nothing written: an outcome other than approve/reject, both or neither of
+    ``task_ids`` and ``filter``, more than ``BULK_MAX`` tasks, no right to decide, a failed
+    re-authentication, a reason the outcome needs but did not get.
+    """
+    if outcome not in BULK_OUTCOMES:
+        raise InvalidInput(f"a bulk decision is {' or '.join(BULK_OUTCOMES)}", field="outcome")
+    if not isinstance(reason, str) or len(reason) > 10_000:
+        raise InvalidInput("reason must be text of at most 10000 characters", field="reason")
+    if (task_ids is None) == (filter is None):
+        raise InvalidInput("give either task_ids or filter (select all matching)", field="task_ids")
+    permissions.require(actor, "approvals.decide_task", "decide approval tasks")
+    signer = signer or services.Signer()
+    try:
+        reauthenticated_at = services.signature_proof(actor, signer)
+    except services.SignatureRefused as exc:
+        with transaction.atomic():
+            audit_record(
+                actor=actor,
+                action=AuditAction.DECISION_REFUSED,
+                subject_type="bulk",
+                subject_id="-",
+                details={"rule": exc.rule, "message": exc.message, "outcome": outcome},
+            )
+        raise
+    parsed: BulkFilter | None = None
+    if filter is not None:
+        parsed = BulkFilter.parse(filter)
+        ids = [str(pk) for pk in bulk_matching(user=actor, filter=parsed).values_list("id", flat=True)[: BULK_MAX + 1]]
+        if not ids:
+            raise InvalidInput("no pending task matches this filter", field="filter")
+        if len(ids) > BULK_MAX:
+            total = bulk_count(user=actor, filter=parsed)
+            raise InvalidInput(
+                f"{total} tasks match this filter; a bulk action takes at most {BULK_MAX}: narrow the filter",
+                field="filter",
+            )
+    else:
+        ids = _ids_parse(task_ids)
+    with transaction.atomic():
+        bulk = BulkAction.objects.create(
+            actor=actor,
+            outcome=outcome,
+            reason=reason,
+            task_ids=ids,
+            filter=parsed.as_dict() if parsed else None,
+            authenticated_at=signer.authenticated_at,
+            reauthenticated_at=reauthenticated_at,
+        )
+        audit_record(
+            actor=actor,
+            action=AuditAction.BULK_STARTED,
+            subject_type="bulk",
+            subject_id=bulk.id,
+            details={
+                "outcome": outcome,
+                "reason": reason,
+                "tasks": len(ids),
+                "task_ids": ids,
+                "filter": bulk.filter,
+                "reauthenticated": reauthenticated_at is not None,
+            },
+        )
+        transaction.on_commit(lambda: bulk_dispatch(bulk_id=bulk.pk))
+    return bulk
+
+
+def bulk_dispatch(*, bulk_id: Any) -> None:
+    """Send the bulk to a worker (by name: the worker imports ``approvals.tasks``)."""
+    from celery import current_app
+
+    try:
+        current_app.send_task(BULK_RUN_TASK, args=[str(bulk_id)])
+    except Exception:  # the broker is down: the action stays queued; GET /api/bulk-decisions/{id} shows it
+        log.exception("dispatch of bulk action %s failed", bulk_id)
+
+
+def bulk_get_for(user: permissions.Principal, bulk_id: Any) -> BulkAction:
+    """The bulk action if ``user`` started it (or is an admin who sees every graph); 404 otherwise."""
+    bulk = BulkAction.objects.filter(pk=bulk_id).first()
+    if bulk is None or not user.is_authenticated:
+        raise NotFound(f"bulk action {bulk_id} not found", field="bulk_id")
+    # Its starter, or an auditor/admin who sees every graph (the rows name tasks of any graph).
+    sees_all = permissions.can(user, "approvals.view_audit") and permissions.graphs_visible(user) is None
+    if bulk.actor_id != user.pk and not sees_all:
+        raise NotFound(f"bulk action {bulk_id} not found", field="bulk_id")
+    return bulk
+
+
+def bulk_run(*, bulk_id: Any) -> BulkAction:
+    """Decide every task of the bulk action one by one (idempotent: a rerun continues, never repeats)."""
+    bulk = BulkAction.objects.select_related("actor").get(pk=bulk_id)
+    if bulk.is_finished:
+        return bulk
+    BulkAction.objects.filter(pk=bulk.pk, status=BulkStatus.QUEUED).update(status=BulkStatus.RUNNING)
+    for task_id in bulk.task_ids:
+        bulk_step(bulk_id=bulk.pk, task_id=task_id)
+    return bulk_finish(bulk_id=bulk.pk)
+
+
+def _signer(bulk: BulkAction) -> services.Signer:
+    return services.Signer(authenticated_at=bulk.authenticated_at, reauthenticated_at=bulk.reauthenticated_at)
+
+
+def _title(task_id: str) -> str:
+    task = ApprovalTask.objects.filter(pk=task_id).only("title", "node").first()
+    return (task.title or task.node) if task else ""
+
+
+def bulk_step(*, bulk_id: Any, task_id: str) -> None:
+    """Decide one task of the bulk (or skip it, saying why); commits with the progress row."""
+    with transaction.atomic():
+        bulk = BulkAction.objects.select_for_update().select_related("actor").get(pk=bulk_id)
+        processed = {item["task"] for item in bulk.decided} | {item["task"] for item in bulk.skipped}
+        if task_id in processed:
+            return
+        actor: User = bulk.actor
+        entry: dict[str, Any] = {"task": task_id, "title": ""}
+        skip = _precheck(actor, task_id, bulk.outcome)
+        if skip is None:
+            request = DecisionRequest(outcome=bulk.outcome, reason=bulk.reason)
+            try:
+                # A savepoint: a refused decision rolls back to here (its refusal audit commits with the step).
+                decision = services.task_decide(actor=actor, task_id=task_id, request=request, signer=_signer(bulk))
+            except DomainError as exc:
+                skip = _skip_from(exc)
+            else:
+                entry.update(
+                    title=decision.task.title or decision.task.node,
+                    decision=str(decision.id),
+                    run=str(decision.run_id) if decision.run_id else None,
+                    final=decision.task.status == TaskStatus.DECIDED,
+                    meaning=decision.meaning,
+                )
+                bulk.decided = [*bulk.decided, entry]
+        if skip is not None:
+            entry.update(title=entry["title"] or _title(task_id), code=skip[0], reason=skip[1])
+            bulk.skipped = [*bulk.skipped, entry]
+        bulk.done += 1
+        bulk.save(update_fields=["decided", "skipped", "done"])
+        events_step_publish(action=BULK_PROGRESS, subject_type="bulk", subject_id=str(bulk.pk))
+
+
+def _precheck(actor: User, task_id: str, outcome: str) -> tuple[str, str] | None:
+    """Skips a one-click decision can never pass; ``task_decide`` makes every other check itself."""
+    task = permissions.tasks_visible(actor).filter(pk=task_id).first()
+    if task is None:
+        return SkipCode.NOT_PERMITTED, "you may not see this task (or it no longer exists)"
+    if task.is_open and outcome not in decisions_allowed(task.payload, task.kind, task.response_schema):
+        allowed = ", ".join(decisions_allowed(task.payload, task.kind, task.response_schema)) or "none"
+        return SkipCode.NEEDS_EDIT, f"this gate does not take a plain {outcome} (it allows: {allowed}); open it"
+    return None
+
+
+def _skip_from(exc: DomainError) -> tuple[str, str]:
+    if isinstance(exc, services.PolicyRefusal):
+        if exc.rule.startswith("signature."):
+            return SkipCode.SIGNATURE, exc.message
+        return SkipCode.QUORUM, exc.message
+    if isinstance(exc, NotFound | Forbidden):
+        return SkipCode.NOT_PERMITTED, exc.message
+    if isinstance(exc, Conflict):
+        if exc.field == "checkpoint_id":
+            return SkipCode.STALE, exc.message
+        if exc.field == "claim":
+            return SkipCode.CLAIMED, exc.message
+        if "already signed" in exc.message:
+            return SkipCode.ALREADY_SIGNED, exc.message
+        if exc.field == "task_id":
+            return SkipCode.ALREADY_DECIDED, exc.message
+        return SkipCode.STALE, exc.message
+    if isinstance(exc, InvalidInput) and exc.field in ("edits", "decision", "resume", "action_args", "decisions"):
+        return SkipCode.NEEDS_EDIT, exc.message
+    return SkipCode.INVALID, exc.message
+
+
+def bulk_finish(*, bulk_id: Any) -> BulkAction:
+    with transaction.atomic():
+        bulk = BulkAction.objects.select_for_update().get(pk=bulk_id)
+        if bulk.is_finished:
+            return bulk
+        bulk.status = BulkStatus.FINISHED
+        bulk.finished_at = timezone.now()
+        bulk.save(update_fields=["status", "finished_at"])
+        audit_record(
+            actor=bulk.actor,
+            action=AuditAction.BULK_FINISHED,
+            subject_type="bulk",
+            subject_id=bulk.id,
+            details={
+                "outcome": bulk.outcome,
+                "decided": [item["task"] for item in bulk.decided],
+                "skipped": [{"task": s["task"], "code": s["code"]} for s in bulk.skipped],
+            },
+        )
+    return bulk
+
+
+def bulk_elapsed(bulk: BulkAction) -> float | None:
+    end: datetime | None = bulk.finished_at
+    return (end - bulk.created_at).total_seconds() if end else None

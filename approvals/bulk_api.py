@@ -1,0 +1,86 @@
+"""Bulk decisions over the API: ``POST /api/bulk-decisions`` starts one, ``GET /api/bulk-decisions/{id}`` follows it.
+
+Translation only: ``approvals.bulk`` decides (each task through ``services.task_decide``).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+from uuid import UUID
+
+from django.http import HttpRequest
+from ninja import Router, Schema, Status
+from pydantic import Field
+
+from approvals import bulk, services
+from approvals.models import BulkAction
+from approvals.security import request_proof_at, session_proof_record
+
+router = Router(tags=["bulk"])
+
+
+class BulkDecisionIn(Schema):
+    outcome: Literal["approve", "reject"]
+    reason: str = Field(default="", max_length=10_000)
+    task_ids: list[Any] | None = Field(default=None, description=f"At most {bulk.BULK_MAX} task ids.")
+    filter: dict[str, Any] | None = Field(
+        default=None, description="Select all pending tasks matching these inbox filters: graph, node, claimed, q."
+    )
+    password: str | None = Field(default=None, max_length=200)
+    otp: str | None = Field(default=None, max_length=20)
+
+
+class BulkDecidedOut(Schema):
+    task: str
+    title: str = ""
+    decision: str | None = None
+    run: str | None = None
+    final: bool = False
+    meaning: str = ""
+
+
+class BulkSkippedOut(Schema):
+    task: str
+    title: str = ""
+    code: str
+    reason: str
+
+
+class BulkOut(Schema):
+    id: UUID
+    status: str
+    outcome: str
+    reason: str
+    total: int
+    done: int
+    filter: dict[str, Any] | None
+    decided: list[BulkDecidedOut]
+    skipped: list[BulkSkippedOut]
+    created_at: datetime
+    finished_at: datetime | None
+
+
+def _out(action: BulkAction) -> BulkOut:
+    return BulkOut.model_validate(action, from_attributes=True)
+
+
+@router.post("/bulk-decisions", response={202: BulkOut})
+def bulk_decision_create(request: HttpRequest, body: BulkDecisionIn) -> Status[BulkOut]:
+    """Approve or reject many tasks with one reason and one signature; each task is decided on its own."""
+    signer = services.Signer(authenticated_at=request_proof_at(request), password=body.password, otp=body.otp)
+    action = bulk.bulk_decide(
+        actor=request.auth,  # type: ignore[attr-defined]
+        outcome=body.outcome,
+        reason=body.reason,
+        task_ids=body.task_ids,
+        filter=body.filter,
+        signer=signer,
+    )
+    session_proof_record(request, action.reauthenticated_at)
+    return Status(202, _out(action))
+
+
+@router.get("/bulk-decisions/{bulk_id}", response=BulkOut)
+def bulk_decision_detail(request: HttpRequest, bulk_id: UUID) -> BulkOut:
+    return _out(bulk.bulk_get_for(request.auth, bulk_id))  # type: ignore[attr-defined]

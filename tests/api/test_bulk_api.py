@@ -1,0 +1,104 @@
+"""POST /api/bulk-decisions and GET /api/bulk-decisions/{id}: translation of approvals.bulk, errors naming fields."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+import pytest
+from django.test import Client
+from django.utils import timezone
+
+from approvals import bulk
+from approvals.models import AuditEvent, BulkAction, Decision
+from approvals.security import SESSION_AUTH_AT
+from tests.console.conftest import task_make
+from tests.fake_resumes import fake_resumes_closed  # noqa: F401  (fixture)
+
+pytestmark = pytest.mark.usefixtures("live_db", "fake_resumes_closed")
+
+
+@pytest.fixture(autouse=True)
+def run_here(monkeypatch):
+    """Run the bulk in this process when it would be dispatched (no worker in these tests)."""
+    monkeypatch.setattr(bulk, "bulk_dispatch", lambda *, bulk_id: bulk.bulk_run(bulk_id=bulk_id))
+
+
+def test_a_bulk_started_over_the_api_decides_each_task_and_reports_skips(personas):
+    approver = personas["approver"]
+    tag = f"API-{uuid.uuid4().hex[:6]}"
+    ok = [task_make(title=f"{tag} {i}", metadata={"case": tag}) for i in range(2)]
+    gone = task_make(title=f"{tag} gone", status="decided", metadata={"case": tag})
+    response = approver.client.post(
+        "/api/bulk-decisions", {"outcome": "approve", "reason": "fine", "task_ids": [str(t.pk) for t in [*ok, gone]]}
+    )
+    assert response.status_code == 202, response.content
+    body = approver.client.get(f"/api/bulk-decisions/{response.json()['id']}").json()
+    assert body["status"] == "finished" and body["total"] == 3 and body["done"] == 3
+    assert [d["task"] for d in body["decided"]] == [str(t.pk) for t in ok]
+    assert body["skipped"] == [
+        {
+            "task": str(gone.pk),
+            "title": f"{tag} gone",
+            "code": "already_decided",
+            "reason": body["skipped"][0]["reason"],
+        }
+    ]
+    assert Decision.objects.filter(task__in=ok, actor=approver.user).count() == 2
+
+
+def test_select_all_matching_a_filter_over_the_api(personas):
+    approver = personas["approver"]
+    tag = f"API-{uuid.uuid4().hex[:6]}"
+    tasks = [task_make(title=f"{tag} {i}", metadata={"case": tag}) for i in range(3)]
+    response = approver.client.post("/api/bulk-decisions", {"outcome": "approve", "filter": {"q": tag}})
+    assert response.status_code == 202, response.content
+    assert set(BulkAction.objects.get(pk=response.json()["id"]).task_ids) == {str(t.pk) for t in tasks}
+
+
+@pytest.mark.parametrize(
+    "body,status,field",
+    [
+        ({"outcome": "edit", "task_ids": [str(uuid.uuid4())]}, 422, "outcome"),
+        ({"outcome": "approve"}, 422, "task_ids"),
+        ({"outcome": "approve", "task_ids": [str(uuid.uuid4()) for _ in range(bulk.BULK_MAX + 1)]}, 422, "task_ids"),
+        ({"outcome": "approve", "task_ids": ["nope"]}, 422, "task_ids[0]"),
+        ({"outcome": "approve", "filter": {"status": "decided"}}, 422, "filter.status"),
+        ({"outcome": "approve", "filter": "all"}, 422, "filter"),
+        ({"outcome": "approve", "task_ids": "all"}, 422, "task_ids"),
+    ],
+)
+def test_bad_input_is_a_4xx_naming_the_field_and_writes_nothing(personas, body, status, field):
+    before = (BulkAction.objects.count(), AuditEvent.objects.filter(action="bulk.started").count())
+    response = personas["approver"].client.post("/api/bulk-decisions", body)
+    assert response.status_code == status, response.content
+    assert response.json()["error"]["field"] == field, response.content
+    assert (BulkAction.objects.count(), AuditEvent.objects.filter(action="bulk.started").count()) == before
+
+
+def test_a_stale_session_must_reenter_its_password_once(personas):
+    reviewer = personas["approver"]
+    client = Client()
+    client.force_login(reviewer.user)
+    session = client.session  # a sign-in a day old: signing needs the password again
+    session[SESSION_AUTH_AT] = (timezone.now() - timedelta(days=1)).isoformat()
+    session.save()
+    task = task_make(title="session bulk")
+    body = {"outcome": "approve", "task_ids": [str(task.pk)]}
+    refused = client.post("/api/bulk-decisions", body, content_type="application/json")
+    assert refused.status_code == 403 and refused.json()["error"]["field"] == "password"
+    signed = client.post("/api/bulk-decisions", {**body, "password": "gatehouse"}, content_type="application/json")
+    assert signed.status_code == 202, signed.content
+    assert Decision.objects.get(task=task).reauthenticated_at is not None
+
+
+def test_someone_elses_bulk_is_not_found(personas):
+    task = task_make(title="private bulk")
+    started = personas["reviewer"].client.post(
+        "/api/bulk-decisions", {"outcome": "approve", "task_ids": [str(task.pk)]}
+    )
+    assert started.status_code == 202
+    url = f"/api/bulk-decisions/{started.json()['id']}"
+    assert personas["reviewer2"].client.get(url).status_code == 404
+    assert personas["auditor"].client.get(url).status_code == 200
+    assert personas["reviewer"].client.get(f"/api/bulk-decisions/{uuid.uuid4()}").status_code == 404

@@ -1,0 +1,145 @@
+"""A bulk and a single decision on the same task at once: exactly one decides, the other is told why.
+
+The race is controlled, not timed: one side holds the task's row lock (a single decision
+not yet committed, or the bulk stopped inside its step by a decision guard) until the
+database shows the other side waiting for that lock; only then is the first released.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from typing import Any
+
+import pytest
+from django.db import connection, transaction
+from django.utils import timezone
+
+from approvals import bulk, services
+from approvals.errors import Conflict
+from approvals.models import ApprovalTask, Decision
+from approvals.payloads import DecisionRequest
+from tests.conftest import scaled, wait_for
+from tests.console.conftest import task_make
+from tests.fake_resumes import fake_resumes_closed  # noqa: F401  (fixture)
+
+pytestmark = pytest.mark.usefixtures("live_db", "fake_resumes_closed")
+
+
+@pytest.fixture(autouse=True)
+def no_worker_dispatch(monkeypatch):
+    monkeypatch.setattr(bulk, "bulk_dispatch", lambda *, bulk_id: None)
+
+
+def _fresh() -> services.Signer:
+    return services.Signer(authenticated_at=timezone.now())
+
+
+def _waiting_for_lock(pid: int) -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", [pid])
+        row = cursor.fetchone()
+    return bool(row and row[0] == "Lock")
+
+
+class Side(threading.Thread):
+    """Runs ``work`` on its own database connection; remembers its backend pid, result and error."""
+
+    def __init__(self, work: Any) -> None:
+        super().__init__(daemon=True)
+        self.work = work
+        self.pid: int | None = None
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self.ready = threading.Event()
+
+    def run(self) -> None:
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_backend_pid()")
+                self.pid = cursor.fetchone()[0]
+            self.ready.set()
+            self.result = self.work()
+        except BaseException as exc:  # reported to the test thread
+            self.error = exc
+        finally:
+            self.ready.set()
+            connection.close()
+
+
+def _tasks(tag: str) -> tuple[ApprovalTask, ApprovalTask]:
+    return task_make(title=f"{tag} contested", metadata={"case": tag}), task_make(title=f"{tag} free")
+
+
+def test_a_task_decided_by_someone_else_while_the_bulk_waits_is_skipped_not_decided_twice(personas):
+    approver, approver2 = personas["approver"].user, personas["approver2"].user
+    contested, free = _tasks(f"RACE-{uuid.uuid4().hex[:6]}")
+    started = bulk.bulk_decide(
+        actor=approver, outcome="approve", reason="", task_ids=[str(contested.pk), str(free.pk)], signer=_fresh()
+    )
+    decided, release = threading.Event(), threading.Event()
+
+    def single() -> Any:
+        with transaction.atomic():  # the single decision holds the task's lock until release
+            decision = services.task_decide(
+                actor=approver2, task_id=contested.pk, request=DecisionRequest(outcome="approve"), signer=_fresh()
+            )
+            decided.set()
+            assert release.wait(scaled(30))
+        return decision
+
+    first = Side(single)
+    first.start()
+    assert decided.wait(scaled(30)), first.error
+    second = Side(lambda: bulk.bulk_run(bulk_id=started.pk))
+    second.start()
+    second.ready.wait(scaled(30))
+    wait_for(lambda: second.pid and _waiting_for_lock(second.pid), what="the bulk to wait for the task's lock")
+    release.set()
+    first.join(scaled(30))
+    second.join(scaled(30))
+    assert first.error is None and second.error is None, (first.error, second.error)
+
+    assert list(Decision.objects.filter(task=contested).values_list("actor", flat=True)) == [approver2.pk]
+    done = second.result
+    assert [s["task"] for s in done.skipped] == [str(contested.pk)]
+    assert done.skipped[0]["code"] == bulk.SkipCode.ALREADY_DECIDED
+    assert [d["task"] for d in done.decided] == [str(free.pk)]
+
+
+def test_a_single_decision_arriving_while_the_bulk_decides_that_task_gets_a_conflict(personas, monkeypatch):
+    approver, approver2 = personas["approver"].user, personas["approver2"].user
+    contested, free = _tasks(f"RACE-{uuid.uuid4().hex[:6]}")
+    started = bulk.bulk_decide(
+        actor=approver, outcome="approve", reason="", task_ids=[str(contested.pk), str(free.pk)], signer=_fresh()
+    )
+    inside, release = threading.Event(), threading.Event()
+
+    def hold(actor: Any, task: ApprovalTask) -> None:
+        # A decision guard runs under the task's row lock: the bulk stops here, holding it.
+        if actor.pk == approver.pk and task.pk == contested.pk:
+            inside.set()
+            assert release.wait(scaled(30))
+
+    monkeypatch.setattr(services, "decision_guards", [*services.decision_guards, hold])
+    first = Side(lambda: bulk.bulk_run(bulk_id=started.pk))
+    first.start()
+    assert inside.wait(scaled(30)), first.error
+
+    def single() -> Any:
+        return services.task_decide(
+            actor=approver2, task_id=contested.pk, request=DecisionRequest(outcome="approve"), signer=_fresh()
+        )
+
+    second = Side(single)
+    second.start()
+    second.ready.wait(scaled(30))
+    wait_for(lambda: second.pid and _waiting_for_lock(second.pid), what="the single decision to wait for the lock")
+    release.set()
+    first.join(scaled(30))
+    second.join(scaled(30))
+    assert first.error is None, first.error
+    assert isinstance(second.error, Conflict) and "decided" in second.error.message
+
+    assert list(Decision.objects.filter(task=contested).values_list("actor", flat=True)) == [approver.pk]
+    assert [d["task"] for d in first.result.decided] == [str(contested.pk), str(free.pk)]

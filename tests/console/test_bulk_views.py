@@ -1,0 +1,71 @@
+"""The inbox's bulk bar: checked rows or "select all matching" (the list's own filter), CSRF, errors naming fields."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from approvals import bulk
+from approvals.models import BulkAction, Decision
+from tests.console.conftest import console_client, task_make
+from tests.fake_resumes import fake_resumes_closed  # noqa: F401  (fixture)
+
+pytestmark = pytest.mark.usefixtures("live_db", "fake_resumes_closed")
+
+
+@pytest.fixture(autouse=True)
+def run_here(monkeypatch):
+    monkeypatch.setattr(bulk, "bulk_dispatch", lambda *, bulk_id: bulk.bulk_run(bulk_id=bulk_id))
+
+
+def _tagged(tag: str, n: int, **kwargs):
+    return [task_make(title=f"{tag} {i}", metadata={"case": tag}, **kwargs) for i in range(n)]
+
+
+def test_the_list_carries_the_filter_that_select_all_sends(personas):
+    tag = f"V-{uuid.uuid4().hex[:6]}"
+    _tagged(tag, 3)
+    html = console_client(personas["approver"]).get("/", {"q": tag}).content.decode()
+    assert f'name="q" value="{tag}" form="bulk-form"' in html
+    assert "Select all <strong>3</strong> pending tasks matching this filter" in html
+    assert html.count('name="task_ids"') == 3
+
+
+def test_select_all_decides_exactly_the_filtered_tasks(personas):
+    tag = f"V-{uuid.uuid4().hex[:6]}"
+    wanted = _tagged(tag, 3)
+    other_gate = _tagged(tag, 2, node="elsewhere")
+    client = console_client(personas["approver"])
+    body = {"all_matching": "1", "q": tag, "node": "human_review", "graph": "", "claimed": "", "outcome": "approve"}
+    response = client.post("/bulk/", body, headers={"HX-Request": "true"})
+    assert response.status_code == 200 and response["HX-Redirect"].startswith("/bulk/")
+    action = BulkAction.objects.get(pk=response["HX-Redirect"].strip("/").split("/")[-1])
+    assert set(action.task_ids) == {str(t.pk) for t in wanted}
+    assert Decision.objects.filter(task__in=wanted).count() == 3
+    assert not Decision.objects.filter(task__in=other_gate).exists()
+    page = client.get(response["HX-Redirect"]).content.decode()
+    assert "Finished" in page and "3 decided, 0 skipped" in page
+
+
+def test_checked_rows_are_decided_and_a_bad_form_names_the_field(personas):
+    tag = f"V-{uuid.uuid4().hex[:6]}"
+    tasks = _tagged(tag, 2)
+    client = console_client(personas["approver"])
+    refused = client.post(
+        "/bulk/", {"task_ids": [str(tasks[0].pk)], "outcome": "respond"}, headers={"HX-Request": "true"}
+    )
+    assert refused.status_code == 422 and b"outcome" in refused.content
+    empty = client.post("/bulk/", {"outcome": "approve"}, headers={"HX-Request": "true"})
+    assert empty.status_code == 422 and b"task_ids" in empty.content
+    done = client.post("/bulk/", {"task_ids": [str(tasks[0].pk)], "outcome": "approve"})
+    assert done.status_code == 302
+    assert Decision.objects.filter(task=tasks[0]).count() == 1 and not Decision.objects.filter(task=tasks[1]).exists()
+
+
+def test_the_bulk_form_needs_its_csrf_token(personas):
+    task = _tagged(f"V-{uuid.uuid4().hex[:6]}", 1)[0]
+    client = console_client(personas["approver"], enforce_csrf=True)
+    response = client.post("/bulk/", {"task_ids": [str(task.pk)], "outcome": "approve"})
+    assert response.status_code == 403
+    assert not Decision.objects.filter(task=task).exists()
