@@ -15,9 +15,8 @@ from django.utils import timezone
 
 from approvals import bulk, services
 from approvals.errors import Forbidden, InvalidInput, NotFound
-from approvals.models import ApprovalTask, AuditEvent, BulkAction, BulkStatus, Decision
+from approvals.models import ApprovalTask, AuditEvent, BulkAction, BulkStatus, Decision, TaskClaim
 from approvals.payloads import DecisionRequest
-from console.models import TaskClaim
 from console.selectors import inbox_list
 from runtime.gatekeeper import gate_payload
 from runtime.models import Run, RunKind, Thread
