@@ -183,6 +183,9 @@ class AuditAction(models.TextChoices):
     WEBHOOK_SUBSCRIPTION_CREATED = "webhook.subscription_created"
     WEBHOOK_DELIVERY_REFUSED = "webhook.delivery_refused"
     WEBHOOK_DELIVERY_RETRIED = "webhook.delivery_retried"
+    # Cancelling a running run (approvals.run_cancel): the thread rolled back, a task of the run withdrawn.
+    RUN_ROLLED_BACK = "run.rolled_back"
+    TASK_CANCELLED = "task.cancelled"
 
 
 class AuditEvent(models.Model):

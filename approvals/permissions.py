@@ -199,3 +199,10 @@ def require_start(user: Principal, graph: str) -> None:
 
 def require_retry(user: Principal, thread: Thread) -> None:
     require(user, "runtime.retry_thread", "retry threads")
+
+
+# Cancelling runs (approvals.run_cancel): an operator's run control, as retrying is.
+def require_run_cancel(user: Principal, thread: Thread) -> None:
+    require(user, "runtime.retry_thread", "cancel runs")
+    if not graph_visible(user, thread.graph):
+        raise Forbidden(f"you are not assigned to graph {thread.graph!r}", field="graph")

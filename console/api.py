@@ -24,6 +24,7 @@ api.add_router("/", "approvals.webhooks_api.router")  # signed inbound webhooks,
 api.add_router("/", "approvals.exports_api.router")  # streamed, verifiable audit exports
 api.add_router("/", "approvals.users_api.router")  # user administration (admins)
 api.add_router("/", "approvals.external_api.router")  # tasks created by other engines (Temporal, DBOS, ...)
+api.add_router("/", "approvals.run_cancel_api.router")  # cancelling a running run (interrupt / rollback)
 api_errors_install(
     api,
     body=error_body_gatehouse,

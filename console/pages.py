@@ -21,7 +21,7 @@ from approvals.payloads import payload_kind
 from console import selectors
 from console.forms import DecisionForm, InboxFilterForm, decision_form_for
 from console.services import can_release_any, claim_active
-from runtime.models import Thread
+from runtime.models import ACTIVE_RUN_STATUSES, Thread
 from runtime.registry import REASON_OUTCOMES, UnknownGraph, graph_get
 from runtime.schema import json_schema_for
 
@@ -150,6 +150,7 @@ def _inbox_item(payload: Any) -> Any:
 def thread_live_context(user: Any, thread_id: Any) -> dict[str, Any]:
     thread: Thread = permissions.thread_get_for(user, thread_id)
     pending = list(permissions.tasks_visible(user).filter(thread=thread, status="pending").order_by("created_at"))
+    active = thread.runs.filter(status__in=ACTIVE_RUN_STATUSES).first()
     return {
         "thread": thread,
         "pending": pending,
@@ -160,6 +161,9 @@ def thread_live_context(user: Any, thread_id: Any) -> dict[str, Any]:
         ),
         "can_retry": thread.status == "failed" and user.has_perm("runtime.retry_thread"),
         "me": user,
+        # Cancelling the active run (approvals.run_cancel): operators and admins.
+        "active_run": active,
+        "can_cancel_run": active is not None and permissions.can(user, "runtime.retry_thread"),
     }
 
 

@@ -4,6 +4,7 @@ from django.urls import URLPattern, URLResolver, include, path
 from approvals.platform_api import api as platform_api
 from console.api import api
 from console.views import audit, auth, decisions, inbox, relay, start, tasks, threads, users, webhooks
+from console.views import run_cancel as run_cancel_views
 
 console_patterns = [
     path("", inbox.inbox, name="inbox"),
@@ -39,6 +40,8 @@ console_patterns = [
     path("accounts/login/", auth.login, name="login"),
     path("accounts/logout/", auth.logout, name="logout"),
     path("internal/live/", relay.live_relay, name="live-relay"),
+    # Cancelling a running run (interrupt / rollback), from the thread page.
+    path("threads/<uuid:thread_id>/cancel-run", run_cancel_views.thread_run_cancel, name="thread-run-cancel"),
 ]
 
 # No /admin/: Django's admin would be a second door to users and permissions, outside the

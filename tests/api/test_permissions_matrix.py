@@ -75,6 +75,9 @@ MATRIX: list[tuple[str, str, str, tuple[int, ...]]] = [
     ("GET", "/api/external-tasks/{task_id}", "ext", (401, 404, 200, 200, 404, 200, 200, 200)),
     ("GET", "/api/external-tasks/by-key/{source}/{key}", "ext", (401, 404, 200, 200, 404, 200, 200, 200)),
     ("GET", "/api/external-tasks/{task_id}/decision", "ext", (401, 404, 202, 202, 404, 202, 202, 202)),
+    # Cancelling a running run: operators and admins (the thread has no active run: 409 for them).
+    ("POST", "/api/threads/{thread_id}/cancel-run", "loan", (401, 404, 403, 403, 403, 403, 409, 409)),
+    ("POST", "/api/threads/{thread_id}/cancel-run", "kyc", (401, 404, 403, 403, 404, 403, 409, 409)),
 ]
 
 CASES = [

@@ -93,6 +93,8 @@ NOT_CRAWLED: dict[str, str] = {
     "POST /api/users/{user_id}/reactivate": "write (user administration)",
     "POST /api/users/{user_id}/password": "write (user administration)",
     "POST /api/users/{user_id}/otp-reset": "write (user administration)",
+    # Cancelling a running run
+    "POST /api/threads/{thread_id}/cancel-run": "write (cancel a run)",
     # routes outside the console's own URLs
     "static": "vendored CSS and JS files",
 }
@@ -116,6 +118,8 @@ CONSOLE_WRITES: dict[str, str] = {
     "console user-reactivate": "reactivate a user",
     "console user-password": "issue a set-password link",
     "console user-otp": "remove a user's OTP devices",
+    # Cancelling a running run
+    "console thread-run-cancel": "cancel a thread's running run",
 }
 
 # Surfaces a role with "view sensitive" must receive a canary on: proof that the crawl reaches the values.
