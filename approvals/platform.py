@@ -66,9 +66,9 @@ RUN_STATUS_OUT: dict[str, str] = {
     RunStatus.FAILED: "error",
     RunStatus.CANCELLED: "interrupted",  # as LangGraph Server shows a cancelled run; ``error`` says who and why
 }
-RUN_STATUSES_IN: dict[str, list[str]] = {}
-for _status, _out in RUN_STATUS_OUT.items():
-    RUN_STATUSES_IN.setdefault(_out, []).append(_status)
+RUN_STATUSES_IN: dict[str, list[str]] = {
+    out: [status for status, shown in RUN_STATUS_OUT.items() if shown == out] for out in set(RUN_STATUS_OUT.values())
+}
 _INTERRUPT_ID = re.compile(r"[0-9a-f]{32}")
 _INBOX_OUTCOMES = {"accept": "approve", "edit": "edit", "response": "respond", "ignore": "reject"}
 _OUTCOMES = {"approve", "reject", "edit", "respond"}

@@ -92,9 +92,7 @@ def _start(operator: Any, hold_dir: Path, hold: str) -> tuple[dict[str, Any], Ru
     return thread, run, pid
 
 
-def test_interrupting_a_running_run_keeps_its_checkpoints_and_refuses_its_effect(
-    operator, live_worker, bank, hold_dir
-):
+def test_interrupting_a_running_run_keeps_its_checkpoints_and_refuses_its_effect(operator, live_worker, bank, hold_dir):
     thread, run, pid = _start(operator, hold_dir, "before_effect")
     key = f"gh:{thread['id']}:pay"
     before = _store(thread["id"])
@@ -225,7 +223,9 @@ def test_cancel_refuses_a_bad_action_naming_the_field_and_changes_nothing(server
         native = operator.client.post(f"/api/threads/{thread['thread_id']}/cancel-run", {"action": "explode"})
         assert native.status_code == 422 and native.json()["error"]["field"] == "action"
         with pytest.raises(httpx.HTTPStatusError) as enqueue:
-            op.runs.create(thread["thread_id"], "zombie_pay", input=_input(hold_dir, "none"), multitask_strategy="enqueue")
+            op.runs.create(
+                thread["thread_id"], "zombie_pay", input=_input(hold_dir, "none"), multitask_strategy="enqueue"
+            )
         assert enqueue.value.response.status_code == 422
         assert enqueue.value.response.json()["error"]["field"] == "multitask_strategy"
         # A reviewer may see the thread but not cancel its run.

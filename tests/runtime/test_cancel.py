@@ -43,9 +43,7 @@ def _cancel(run: Run, action: str = "interrupt", reason: str = "") -> Run:
 
 
 def _config(run: Run) -> Any:
-    return {
-        "configurable": {"thread_id": str(run.thread_id), FENCE_KEY: run.fence, "gatehouse_run_id": str(run.id)}
-    }
+    return {"configurable": {"thread_id": str(run.thread_id), FENCE_KEY: run.fence, "gatehouse_run_id": str(run.id)}}
 
 
 def _graph(calls: list[str] | None = None) -> Any:
