@@ -21,7 +21,13 @@ from approvals import permissions
 from approvals.audit import audit_record
 from approvals.errors import Conflict, InvalidInput, NotFound
 from approvals.models import ApprovalTask, AuditAction, TaskStatus
-from runtime.cancel import CancelRefused, cancel_action_parse, run_cancel_settle, run_cancel_stopped
+from runtime.cancel import (
+    CancelRefused,
+    cancel_action_parse,
+    run_cancel_settle,
+    run_cancel_stopped,
+    run_rollback_unfinished,
+)
 from runtime.cancel import run_cancel as runtime_run_cancel
 from runtime.models import ACTIVE_RUN_STATUSES, Run, RunCancelAction, Thread
 
@@ -82,6 +88,8 @@ def _run_cancel(
         run = thread.runs.filter(pk=run_id).first()
         if run is None:
             raise NotFound(f"run {run_id} not found on thread {thread.id}", field="run_id")
+    if run_rollback_unfinished(run=run):
+        return run  # cancelled and audited before; only the rollback of its checkpoints is left to do
     was = run.status
     try:
         run = runtime_run_cancel(run=run, action=cancel, actor_label=actor.get_username(), reason=reason)

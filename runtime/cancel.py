@@ -109,7 +109,6 @@ def run_cancel(*, run: Run, action: str, actor_label: str, reason: str) -> Run:
             "a resume run applies a recorded decision and cannot be rolled back; use action=interrupt",
             field="action",
         )
-    was_running = locked.status == RunStatus.RUNNING
     now = timezone.now()
     # The same move as a takeover: every fenced write of the worker that holds the run is refused from now on.
     Thread.objects.filter(pk=locked.thread_id).update(fence=F("fence") + 1)
@@ -133,9 +132,13 @@ def run_cancel(*, run: Run, action: str, actor_label: str, reason: str) -> Run:
         ]
     )
     thread = locked.thread
-    # Stopped mid-way: idle at its last checkpoint. Never started: back to how it was.
-    status = ThreadStatus.COMPLETED if (thread.checkpoint_id and not was_running) else ThreadStatus.IDLE
-    Thread.objects.filter(pk=thread.pk, status=ThreadStatus.BUSY).update(status=status, error="", updated_at=now)
+    if cancel == RunCancelAction.ROLLBACK:
+        # Busy until its checkpoints are gone (``run_cancel_settle``): no new run may build on them meanwhile.
+        Thread.objects.filter(pk=thread.pk).update(error="", updated_at=now)
+    else:
+        Thread.objects.filter(pk=thread.pk, status=ThreadStatus.BUSY).update(
+            status=_idle_status(locked, thread.checkpoint_id), error="", updated_at=now
+        )
     thread.refresh_from_db()
     thread_notify(thread.id)  # wakes joins and long polls on commit
     log.info("run %s: %s", locked.id, locked.error)
@@ -158,16 +161,34 @@ def run_cancel_settle(*, run: Run) -> int:
             thread_checkpoints_delete(saver, str(run.thread_id), doomed)
             removed = len(doomed)
     view = thread_state_read(run.thread) if run.thread.graph else None
+    checkpoint_id = view.checkpoint_id if view else ""
     with transaction.atomic():
         Thread.objects.filter(pk=run.thread_id).update(
-            checkpoint_id=view.checkpoint_id if view else "",
-            values=view.values if view else {},
-            updated_at=timezone.now(),
+            checkpoint_id=checkpoint_id, values=view.values if view else {}, updated_at=timezone.now()
         )
+        # A rolled-back thread was kept busy until now; no run can have been enqueued on it meanwhile.
+        Thread.objects.filter(pk=run.thread_id, status=ThreadStatus.BUSY).exclude(
+            runs__status__in=(RunStatus.QUEUED, RunStatus.RUNNING)
+        ).update(status=_idle_status(run, checkpoint_id))
         thread_notify(run.thread_id)
     if removed:
         log.info("run %s: rolled back, %s checkpoint(s) of the run removed", run.id, removed)
     return removed
+
+
+def _idle_status(run: Run, checkpoint_id: str) -> ThreadStatus:
+    """Stopped mid-way: idle at its last checkpoint. Never started: back to how it was before."""
+    return ThreadStatus.COMPLETED if (checkpoint_id and run.started_at is None) else ThreadStatus.IDLE
+
+
+def run_rollback_unfinished(*, run: Run) -> bool:
+    """A rollback whose second step did not complete (the process died): the thread is still busy for it."""
+    return (
+        run.status == RunStatus.CANCELLED
+        and run.cancel_action == RunCancelAction.ROLLBACK
+        and Thread.objects.filter(pk=run.thread_id, status=ThreadStatus.BUSY).exists()
+        and not Run.objects.filter(thread_id=run.thread_id, status__in=(RunStatus.QUEUED, RunStatus.RUNNING)).exists()
+    )
 
 
 def checkpoints_of_run(saver: Any, thread_id: str, run_id: str) -> list[tuple[str, str]]:

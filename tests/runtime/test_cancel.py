@@ -19,6 +19,7 @@ from runtime.cancel import (
     run_cancel_acknowledge,
     run_cancel_check,
     run_cancel_settle,
+    run_rollback_unfinished,
 )
 from runtime.checkpointer import checkpointer_get
 from runtime.effects import perform_effect
@@ -135,7 +136,12 @@ def test_rollback_removes_only_the_cancelled_runs_checkpoints():
     graph.invoke({"n": 10}, _config(run), durability="sync")
     assert checkpoints_of_run(checkpointer_get(), str(run.thread_id), str(run.id))
     _cancel(run, "rollback")
+    # Busy until the checkpoints are gone: no new run builds on them meanwhile; a repeated cancel finishes it.
+    assert Thread.objects.get(pk=run.thread_id).status == ThreadStatus.BUSY
+    assert run_rollback_unfinished(run=Run.objects.get(pk=run.pk))
     assert run_cancel_settle(run=run) > 0
+    assert Thread.objects.get(pk=run.thread_id).status == ThreadStatus.IDLE
+    assert not run_rollback_unfinished(run=Run.objects.get(pk=run.pk))
     assert run_cancel_settle(run=run) == 0  # idempotent
     now = graph.get_state({"configurable": {"thread_id": str(run.thread_id)}})
     assert now.config["configurable"]["checkpoint_id"] == start.config["configurable"]["checkpoint_id"]
