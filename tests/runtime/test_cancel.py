@@ -176,3 +176,29 @@ def test_what_cannot_be_cancelled_is_refused_and_changes_nothing(status, kind, a
     assert refused.value.field == field
     assert Run.objects.get(pk=run.pk).status == status
     assert Thread.objects.get(pk=thread.pk).fence == 0
+
+
+def test_sqlite_rollback_finds_and_removes_only_the_runs_checkpoints(tmp_path):
+    import sqlite3
+    import uuid
+
+    from runtime.checkpointer import GatehouseSqliteSaver
+    from runtime.retention import thread_checkpoints_delete
+
+    saver = GatehouseSqliteSaver(sqlite3.connect(tmp_path / "checkpoints.sqlite3", check_same_thread=False))
+    graph = _graph().copy(update={"checkpointer": saver})
+    thread_id = str(uuid.uuid4())
+
+    def config(run_id: str) -> Any:
+        return {"configurable": {"thread_id": thread_id, "gatehouse_run_id": run_id}}
+
+    graph.invoke({"n": 0}, config("first"), durability="sync")
+    start = graph.get_state({"configurable": {"thread_id": thread_id}})
+    graph.invoke({"n": 10}, config("second"), durability="sync")
+    doomed = checkpoints_of_run(saver, thread_id, "second")
+    assert doomed and all(ns == "" for ns, _ in doomed)
+    thread_checkpoints_delete(saver, thread_id, doomed)
+    assert checkpoints_of_run(saver, thread_id, "second") == []
+    now = graph.get_state({"configurable": {"thread_id": thread_id}})
+    assert now.config["configurable"]["checkpoint_id"] == start.config["configurable"]["checkpoint_id"]
+    assert now.values == {"n": 1}
