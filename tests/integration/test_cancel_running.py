@@ -9,6 +9,7 @@ nothing it writes lands. No sleeps: every wait is a condition with a deadline.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -181,33 +182,73 @@ def test_the_sdk_rolls_a_running_run_back_to_where_it_started(server, personas, 
         assert op.threads.get(thread["thread_id"])["status"] == "idle"
 
 
-def test_the_sdk_interrupts_with_wait_and_multitask_strategy_interrupt_starts_the_next_run(
+@pytest.mark.parametrize("strategy", ["interrupt", "rollback"])
+def test_multitask_strategy_cancels_the_active_run_then_starts_the_new_one(
     server,  # noqa: F811
     personas,
     live_worker,
     hold_dir,
+    strategy,
 ):
     operator = personas["operator"]
     with get_sync_client(url=server, api_key=operator.token, timeout=httpx.Timeout(30.0)) as op:
         thread = op.threads.create()
         held = op.runs.create(thread["thread_id"], "zombie_pay", input=_input(hold_dir, "before_effect", "C-a"))
         pid = wait_for(lambda: _reached(hold_dir, "before_effect"), timeout=30, what="the run to hold")
-        # A second start with multitask_strategy=interrupt cancels the held run, then runs.
         second = op.runs.create(
             thread["thread_id"],
             "zombie_pay",
             input=_input(hold_dir, "none", "C-b"),
-            multitask_strategy="interrupt",
+            multitask_strategy=strategy,
         )
-        assert op.runs.get(thread["thread_id"], held["run_id"])["status"] == "interrupted"
+        cancelled = op.runs.get(thread["thread_id"], held["run_id"])
+        assert cancelled["status"] == "interrupted"
+        assert cancelled["error"].startswith(f"cancelled by {operator.username} ({strategy}): multitask_strategy=")
         _release(hold_dir, "before_effect", pid)
         done = op.runs.join(thread["thread_id"], second["run_id"])
         assert done["payment_id"] == "C-b" and done["paid_by"]
         _stopped(live_worker, held["run_id"])
-        # wait=true on a run whose worker already stopped answers at once; a finished run is a conflict.
+        history = op.threads.get_history(thread["thread_id"], limit=100)
+        held_steps = [h for h in history if h["values"].get("payment_id") == "C-a"]
+        assert bool(held_steps) is (strategy == "interrupt")  # rollback removed the held run's checkpoints
+        # A finished run is not cancellable.
         with pytest.raises(httpx.HTTPStatusError) as late:
             op.runs.cancel(thread["thread_id"], second["run_id"], wait=True, action="interrupt")
         assert late.value.response.status_code == 409
+
+
+def test_cancel_with_wait_returns_once_the_worker_has_stopped(server, personas, live_worker, hold_dir):  # noqa: F811
+    operator = personas["operator"]
+    with get_sync_client(url=server, api_key=operator.token, timeout=httpx.Timeout(30.0)) as op:
+        thread = op.threads.create()
+        run = op.runs.create(thread["thread_id"], "zombie_pay", input=_input(hold_dir, "before_effect", "C-w"))
+    pid = wait_for(lambda: _reached(hold_dir, "before_effect"), timeout=30, what="the run to hold")
+
+    def release_once_cancelled() -> None:
+        # The node goes on only after the cancel committed: the wait must outlast the worker's stop.
+        wait_for(
+            lambda: Run.objects.filter(pk=run["run_id"], status=RunStatus.CANCELLED).exists(),
+            timeout=30,
+            what="the cancel to commit",
+        )
+        assert Run.objects.get(pk=run["run_id"]).lease_owner  # the worker still holds it
+        _release(hold_dir, "before_effect", pid)
+        connection.close()
+
+    releaser = threading.Thread(target=release_once_cancelled)
+    releaser.start()
+    try:
+        response = httpx.post(
+            f"{server}/threads/{thread['thread_id']}/runs/{run['run_id']}/cancel",
+            params={"wait": 1, "action": "interrupt"},
+            headers={"x-api-key": operator.token},
+            timeout=40,
+        )
+    finally:
+        releaser.join(timeout=40)
+    assert response.status_code == 204, response.text
+    assert Run.objects.get(pk=run["run_id"]).lease_owner == ""
+    assert _logged(live_worker, f"run {run['run_id']}: cancelled; stopped")
 
 
 def test_cancel_refuses_a_bad_action_naming_the_field_and_changes_nothing(server, personas, hold_dir):  # noqa: F811
