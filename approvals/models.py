@@ -217,6 +217,9 @@ class AuditAction(models.TextChoices):
     # Bulk actions (issue 14): each task's decision is its own row; these frame the action.
     BULK_STARTED = "bulk.started"
     BULK_FINISHED = "bulk.finished"
+    # Cancelling a running run (approvals.run_cancel): the thread rolled back, a task of the run withdrawn.
+    RUN_ROLLED_BACK = "run.rolled_back"
+    TASK_CANCELLED = "task.cancelled"
 
 
 class AuditEvent(models.Model):

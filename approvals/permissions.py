@@ -307,3 +307,10 @@ def store_redaction(user: Principal, namespace: tuple[str, ...] | list[str]) -> 
         return []
     rule = store_config().rule(namespace)
     return list(rule.sensitive_paths) if rule else []
+
+
+# Cancelling runs (approvals.run_cancel): an operator's run control, as retrying is.
+def require_run_cancel(user: Principal, thread: Thread) -> None:
+    require(user, "runtime.retry_thread", "cancel runs")
+    if not graph_visible(user, thread.graph):
+        raise Forbidden(f"you are not assigned to graph {thread.graph!r}", field="graph")

@@ -33,6 +33,7 @@ from approvals.errors import Conflict, InvalidInput, NotFound
 from approvals.models import ApprovalTask, AuditAction, Decision, TaskKind, TaskStatus
 from approvals.payloads import NOT_GIVEN, DecisionRequest
 from approvals.redaction import filter_split, redact
+from approvals.run_cancel import run_cancel as run_cancel_service
 from runtime.models import ACTIVE_RUN_STATUSES, Run, RunKind, RunStatus, Thread, ThreadStatus
 from runtime.registry import UnknownGraph, graph_get, graph_names
 from runtime.runs import ThreadBusy, run_enqueue
@@ -63,8 +64,11 @@ RUN_STATUS_OUT: dict[str, str] = {
     RunStatus.INTERRUPTED: "interrupted",
     RunStatus.SUCCEEDED: "success",
     RunStatus.FAILED: "error",
+    RunStatus.CANCELLED: "interrupted",  # as LangGraph Server shows a cancelled run; ``error`` says who and why
 }
-RUN_STATUS_IN = {v: k for k, v in RUN_STATUS_OUT.items()}
+RUN_STATUSES_IN: dict[str, list[str]] = {
+    out: [status for status, shown in RUN_STATUS_OUT.items() if shown == out] for out in set(RUN_STATUS_OUT.values())
+}
 _INTERRUPT_ID = re.compile(r"[0-9a-f]{32}")
 _INBOX_OUTCOMES = {"accept": "approve", "edit": "edit", "response": "respond", "ignore": "reject"}
 _OUTCOMES = {"approve", "reject", "edit", "respond"}
@@ -452,7 +456,7 @@ def runs_list(
     thread = thread_get_for(user, thread_id)
     qs = thread.runs.order_by("-created_at")
     if status:
-        qs = qs.filter(status=RUN_STATUS_IN.get(status, "-"))
+        qs = qs.filter(status__in=RUN_STATUSES_IN.get(status, []))
     return thread, list(qs[offset : offset + limit])
 
 
@@ -473,13 +477,29 @@ def run_create(
     resume: Any = NOT_GIVEN,
     update: dict[str, Any] | None = None,
     metadata: dict[str, Any] | None = None,
+    multitask_strategy: str | None = None,
 ) -> Run:
-    """Start, resume, retry or continue a thread, as the request's shape says."""
+    """Start, resume, retry or continue a thread, as the request's shape says.
+
+    ``multitask_strategy`` ``interrupt`` / ``rollback``: a start (``input``) first
+    cancels the thread's active run with that action, as LangGraph Server does.
+    """
     thread = thread_get_for(actor, thread_id)
     graph = assistant_graph(actor, assistant_id)
     if thread.graph and thread.graph != graph:
         raise Conflict(f"thread {thread.id} runs graph {thread.graph!r}, not {graph!r}", field="assistant_id")
     metadata = metadata or {}
+    if multitask_strategy in ("interrupt", "rollback") and input is not None:
+        active = thread.runs.filter(status__in=ACTIVE_RUN_STATUSES).first()
+        if active is not None:
+            run_cancel_service(
+                actor=actor,
+                thread_id=thread.pk,
+                run_id=active.pk,
+                action=multitask_strategy,
+                reason=f"multitask_strategy={multitask_strategy}: a new run was created on the thread",
+                via="platform-api",
+            )
     if resume is not NOT_GIVEN or update:
         if input is not None:
             raise InvalidInput("send either input or a command, not both", field="input")
@@ -673,40 +693,11 @@ def _run_continue(actor: User, thread: Thread) -> Run:
     raise InvalidInput("send input to start the thread", field="input")
 
 
-@transaction.atomic
-def run_cancel(*, actor: User, thread_id: Any, run_id: Any) -> Run:
-    """Cancel a start run that no worker has claimed yet.
-
-    A claimed run is not stopped: its node may be mid-way through an effect, and
-    the runtime's guarantees rest on nodes finishing or being re-run from their
-    checkpoint. A queued resume carries decisions already recorded; it is not
-    cancelled either (the decisions would be left without their run).
-    """
-    thread, run = run_get_for(actor, thread_id, run_id)
-    permissions.require_start(actor, thread.graph)
-    won = Run.objects.filter(pk=run.pk, status=RunStatus.QUEUED, kind=RunKind.START).update(
-        status=RunStatus.FAILED, error=f"cancelled by {actor.get_username()}", finished_at=timezone.now()
+def run_cancel(*, actor: User, thread_id: Any, run_id: Any, action: str) -> Run:
+    """``POST /threads/{id}/runs/{run_id}/cancel``: the runtime's cancel (``approvals.run_cancel``)."""
+    return run_cancel_service(
+        actor=actor, thread_id=thread_id, run_id=run_id, action=action, reason="", via="platform-api"
     )
-    if not won:
-        run.refresh_from_db()
-        raise Conflict(
-            f"run {run.id} is {RUN_STATUS_OUT.get(run.status, run.status)} ({run.kind}); only a start run that no "
-            "worker has claimed can be cancelled",
-            field="run_id",
-        )
-    restored = ThreadStatus.COMPLETED if thread.checkpoint_id else ThreadStatus.IDLE
-    Thread.objects.filter(pk=thread.pk, status=ThreadStatus.BUSY).update(status=restored, updated_at=timezone.now())
-    audit_record(
-        actor=actor,
-        action=AuditAction.RUN_CANCELLED,
-        subject_type="run",
-        subject_id=run.id,
-        thread_id=thread.id,
-        graph=thread.graph,
-        details={"kind": run.kind, "via": "platform-api"},
-    )
-    run.refresh_from_db()
-    return run
 
 
 def run_progress(user: permissions.Principal, thread_id: Any, run_id: Any) -> tuple[Thread, Run]:

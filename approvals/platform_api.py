@@ -41,6 +41,7 @@ from approvals.platform_schemas import (
     ThreadSearchIn,
     ThreadStateUpdateIn,
 )
+from approvals.run_cancel import run_cancel_done
 from runtime.models import ACTIVE_RUN_STATUSES, Run, RunStatus, Thread
 from runtime.notify import ThreadWatch
 from runtime.registry import graph_get
@@ -241,9 +242,11 @@ def _run_create_sync(request: HttpRequest, thread_id: UUID, body: RunCreateIn) -
             raise InvalidInput(f"not supported: {why}", field=name)
     if body.config and any(body.config.get(k) for k in ("configurable",)):
         raise InvalidInput("not supported: runs take no configurable values", field="config.configurable")
-    if body.multitask_strategy not in (None, "reject"):
+    if body.multitask_strategy == "enqueue":
         raise InvalidInput(
-            "only multitask_strategy 'reject' is supported: a thread runs one run at a time", field="multitask_strategy"
+            "multitask_strategy 'enqueue' is not supported: a thread runs one run at a time; use 'reject', "
+            "'interrupt' or 'rollback'",
+            field="multitask_strategy",
         )
     command = body.command
     if command is not None and command.goto is not None:
@@ -259,6 +262,7 @@ def _run_create_sync(request: HttpRequest, thread_id: UUID, body: RunCreateIn) -
         resume=resume,
         update=command.update if command is not None else None,
         metadata=body.metadata,
+        multitask_strategy=body.multitask_strategy,
     )
 
 
@@ -301,11 +305,21 @@ class CancelQuery(Schema):
 
 
 @api.post("/threads/{uuid:thread_id}/runs/{uuid:run_id}/cancel", tags=["runs"])
-def run_cancel(request: HttpRequest, thread_id: UUID, run_id: UUID, query: Query[CancelQuery]) -> HttpResponse:
-    if query.action != "interrupt":
-        raise InvalidInput("only action=interrupt is supported", field="action")
-    platform.run_cancel(actor=_user(request), thread_id=thread_id, run_id=run_id)
-    return HttpResponse(status=202)
+async def run_cancel(request: HttpRequest, thread_id: UUID, run_id: UUID, query: Query[CancelQuery]) -> HttpResponse:
+    """Cancel a queued or running run (``action=interrupt|rollback``); ``wait=true`` also waits, bounded,
+    until the worker executing it has stopped (204; 202 if it has not yet: the cancel is in force anyway)."""
+    user = _user(request)
+    await sync_to_async(platform.run_cancel)(actor=user, thread_id=thread_id, run_id=run_id, action=query.action)
+    if not query.wait:
+        return HttpResponse(status=202)
+    deadline = time.monotonic() + _wait_limit()
+    async with ThreadWatch(thread_id) as watch:
+        while not await sync_to_async(run_cancel_done)(user=user, thread_id=thread_id, run_id=run_id):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return HttpResponse(status=202)
+            await watch.changed(remaining)
+    return HttpResponse(status=204)
 
 
 async def _run_settled(user: Any, thread_id: Any, run_id: Any, deadline: float) -> tuple[Thread, Run, bool]:

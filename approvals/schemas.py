@@ -177,6 +177,10 @@ class RunOut(Schema):
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+    # Set when an operator cancelled the run (approvals.run_cancel).
+    cancel_action: str = ""
+    cancelled_by: str = ""
+    cancel_reason: str = ""
 
 
 class GraphOut(Schema):

@@ -29,6 +29,7 @@ api.add_router("/", "approvals.comments_api.router")  # Conversation (comments) 
 api.add_router("/", "approvals.dashboard_api.router")  # team dashboard
 api.add_router("/", "approvals.time_travel_api.router")  # time travel: fork, replay, branches, subgraph states
 api.add_router("/", "approvals.bulk_api.router")  # bulk decisions (issue 14)
+api.add_router("/", "approvals.run_cancel_api.router")  # cancelling a running run (interrupt / rollback)
 api_errors_install(
     api,
     body=error_body_gatehouse,

@@ -23,7 +23,7 @@ from approvals.payloads import payload_kind
 from console import selectors
 from console.conversation import conversation_context  # Conversation (comments)
 from console.forms import DecisionForm, InboxFilterForm, decision_form_for
-from runtime.models import Thread
+from runtime.models import ACTIVE_RUN_STATUSES, Thread
 from runtime.registry import REASON_OUTCOMES, UnknownGraph, graph_get
 from runtime.schema import json_schema_for
 
@@ -177,6 +177,7 @@ def _inbox_item(payload: Any) -> Any:
 def thread_live_context(user: Any, thread_id: Any) -> dict[str, Any]:
     thread: Thread = permissions.thread_get_for(user, thread_id)
     pending = list(permissions.tasks_visible(user).filter(thread=thread, status="pending").order_by("created_at"))
+    active = thread.runs.filter(status__in=ACTIVE_RUN_STATUSES).first()
     return {
         "thread": thread,
         "pending": pending,
@@ -188,6 +189,9 @@ def thread_live_context(user: Any, thread_id: Any) -> dict[str, Any]:
         "can_retry": thread.status == "failed" and user.has_perm("runtime.retry_thread"),
         "me": user,
         **conversation_context(user, thread=thread),  # Conversation (comments)
+        # Cancelling the active run (approvals.run_cancel): operators and admins.
+        "active_run": active,
+        "can_cancel_run": active is not None and permissions.can(user, "runtime.retry_thread"),
     }
 
 

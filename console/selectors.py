@@ -19,7 +19,7 @@ from approvals.errors import InvalidInput, NotFound
 from approvals.intent import action_edits
 from approvals.models import ApprovalTask, AuditEvent, Decision
 from approvals.selectors import audit_filter, cursor_pack, cursor_unpack, tasks_inbox
-from runtime.models import Effect, Thread
+from runtime.models import Effect, RunStatus, Thread
 
 SORTS = {
     # name: (order_by, label)
@@ -313,7 +313,13 @@ def timeline_for(*, user: permissions.Principal, thread: Thread, limit: int = 10
         )
         if run.error:
             entries.append(
-                TimelineEntry(at=run.finished_at or run.created_at, kind="error", title="Run failed", detail=run.error)
+                TimelineEntry(
+                    at=run.finished_at or run.created_at,
+                    kind="error",
+                    # A cancelled run's error names who cancelled it, the action and the reason.
+                    title="Run cancelled" if run.status == RunStatus.CANCELLED else "Run failed",
+                    detail=run.error,
+                )
             )
     for effect, result in zip(effects, shown["results"], strict=True):
         entries.append(

@@ -6,6 +6,7 @@ from console.api import api
 from console.views import audit, auth, bulk, decisions, handoffs, inbox, relay, start, tasks, threads, users, webhooks
 from console.views import comments as comment_views  # Conversation (comments)
 from console.views import dashboard as dashboard_views  # team dashboard
+from console.views import run_cancel as run_cancel_views
 from console.views import store as store_views  # long-term memory store browser
 from console.views import time_travel as time_travel_views
 
@@ -60,6 +61,8 @@ console_patterns = [
     # Bulk decisions (issue 14)
     path("bulk/", bulk.bulk_start, name="bulk-start"),
     path("bulk/<uuid:bulk_id>/", bulk.bulk_detail, name="bulk"),
+    # Cancelling a running run (interrupt / rollback), from the thread page.
+    path("threads/<uuid:thread_id>/cancel-run", run_cancel_views.thread_run_cancel, name="thread-run-cancel"),
 ]
 
 # No /admin/: Django's admin would be a second door to users and permissions, outside the

@@ -29,6 +29,7 @@ from langgraph.pregel import Pregel
 from langgraph.types import Command, StateSnapshot
 
 from runtime.branches import BRANCH_KEY, REPLAY_FROM, ReplayFrom, branch_current_id, replay_head_record, replay_input
+from runtime.cancel import run_cancel_acknowledge, run_cancel_check
 from runtime.controls import RuntimeControls
 from runtime.effects import canonical_json
 from runtime.fencing import FENCE_KEY
@@ -87,9 +88,13 @@ def run_execute(*, run_id: str) -> None:
     try:
         _execute_claimed(run, heartbeat)
     except LeaseLost as exc:
-        log.warning(
-            "run %s: lease lost (fence %s); leaving it to the worker that took over: %s", run.id, run.fence, exc
-        )
+        if run_cancel_acknowledge(run=run):
+            # An operator cancelled the run (runtime.cancel): its writes from here on were refused.
+            log.warning("run %s: cancelled; stopped, its late writes are refused (%s)", run.id, exc)
+        else:
+            log.warning(
+                "run %s: lease lost (fence %s); leaving it to the worker that took over: %s", run.id, run.fence, exc
+            )
     except Exception as exc:
         if not is_transient(exc):
             raise
@@ -160,18 +165,18 @@ def _execute_claimed(run: Run, heartbeat: _Heartbeat) -> None:
         graph_input = _input_for(run, graph, config)
         if isinstance(graph_input, _Recovery):
             try:
-                _stream(graph, graph_input.first, config, heartbeat, controls)
+                _stream(graph, graph_input.first, config, heartbeat, controls, run)
             except UnknownInterruptError:
                 # The failed attempt had already stored these answers (checked against the signed ones).
-                _stream(graph, graph_input.fallback, config, heartbeat, controls)
+                _stream(graph, graph_input.fallback, config, heartbeat, controls, run)
         elif isinstance(graph_input, ReplayFrom):  # time travel: re-execute from a past checkpoint
             at: RunnableConfig = {
                 **config,
                 "configurable": {**config.get("configurable", {}), "checkpoint_id": graph_input.checkpoint_id},
             }
-            _stream(graph, None, at, heartbeat, controls)
+            _stream(graph, None, at, heartbeat, controls, run)
         elif graph_input is not _SKIP:
-            _stream(graph, graph_input, config, heartbeat, controls)
+            _stream(graph, graph_input, config, heartbeat, controls, run)
         snapshot = graph.get_state(config, subgraphs=True)
     except LeaseLost:
         raise
@@ -190,12 +195,20 @@ def _execute_claimed(run: Run, heartbeat: _Heartbeat) -> None:
 
 
 def _stream(
-    graph: Pregel, graph_input: Any, config: RunnableConfig, heartbeat: _Heartbeat, controls: RuntimeControls
+    graph: Pregel,
+    graph_input: Any,
+    config: RunnableConfig,
+    heartbeat: _Heartbeat,
+    controls: RuntimeControls,
+    run: Run,
 ) -> None:
     deadline = controls.deadline()
     try:
         for _chunk in graph.stream(graph_input, config, stream_mode="updates", durability=controls.durability):
             heartbeat.check()
+            # Cancelled by an operator? Stop before the next step (under async/exit durability no
+            # checkpoint write would tell us until the run ends).
+            run_cancel_check(run=run)
             controls.check(deadline)
     except GraphRecursionError as exc:
         raise controls.recursion_error(exc) from None

@@ -65,6 +65,14 @@ class RunStatus(models.TextChoices):
     INTERRUPTED = "interrupted", "Interrupted"
     SUCCEEDED = "succeeded", "Succeeded"
     FAILED = "failed", "Failed"
+    CANCELLED = "cancelled", "Cancelled"  # by an operator (runtime.cancel); who and why are on the run
+
+
+class RunCancelAction(models.TextChoices):
+    """What cancelling a run does to its thread (LangGraph Server's cancel ``action``)."""
+
+    INTERRUPT = "interrupt", "Interrupt"  # keep the checkpoints written so far; stop at the last one
+    ROLLBACK = "rollback", "Roll back"  # remove the run's checkpoints; back to where it started
 
 
 ACTIVE_RUN_STATUSES = (RunStatus.QUEUED, RunStatus.RUNNING)
@@ -90,6 +98,10 @@ class Run(models.Model):
     dispatched_at = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # Run cancellation (runtime.cancel): what was asked, by whom, why.
+    cancel_action = models.CharField(max_length=9, choices=RunCancelAction.choices, blank=True, default="")
+    cancelled_by = models.CharField(max_length=150, blank=True, default="")
+    cancel_reason = models.TextField(blank=True, default="")
 
     class Meta:
         constraints = [

@@ -244,3 +244,12 @@ def _delete(saver: Any, thread_id: str, doomed: list[tuple[str, str]]) -> None:
             "AND p.checkpoint_ns = checkpoints.checkpoint_ns)",
             (thread_id, thread_id),
         )
+
+
+def thread_checkpoints_delete(saver: Any, thread_id: str, doomed: list[tuple[str, str]]) -> None:
+    """Delete these (namespace, checkpoint id) of a thread with their pending writes; used by a run's rollback."""
+    if not doomed:
+        return
+    _delete(saver, thread_id, doomed)
+    if isinstance(saver, BlobSpillingSaver):
+        blob_refs_set(thread_id, saver.blob_markers(thread_id))

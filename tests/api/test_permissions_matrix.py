@@ -108,6 +108,9 @@ MATRIX: list[tuple[str, str, str, tuple[int, ...]]] = [
     # seen by its starter ("bulk": the admin's) and by auditors and admins who see every graph.
     ("POST", "/api/bulk-decisions", "-", (401, 403, 202, 202, 202, 403, 403, 202)),
     ("GET", "/api/bulk-decisions/{bulk_id}", "bulk", (401, 404, 404, 404, 404, 200, 404, 200)),
+    # Cancelling a running run: operators and admins (the thread has no active run: 409 for them).
+    ("POST", "/api/threads/{thread_id}/cancel-run", "loan", (401, 404, 403, 403, 403, 403, 409, 409)),
+    ("POST", "/api/threads/{thread_id}/cancel-run", "kyc", (401, 404, 403, 403, 404, 403, 409, 409)),
 ]
 
 CASES = [

@@ -87,6 +87,8 @@ MATRIX: list[tuple[str, str, str, tuple[int, ...]]] = [
     # "bulk" is an admin's bulk: seen by its starter and by auditors and admins who see every graph.
     ("bulk-start", "POST", "-", (302, 403, 422, 422, 403, 403, 422)),
     ("bulk", "GET", "bulk", (302, 404, 404, 404, 200, 404, 200)),
+    # Cancelling a running run: operators and admins (the thread has no active run: 409 for them).
+    ("thread-run-cancel", "POST", "loan", (302, 404, 403, 403, 403, 409, 409)),
 ]
 
 

@@ -111,6 +111,8 @@ NOT_CRAWLED: dict[str, str] = {
     # a bulk's own record holds task ids, titles and skip reasons, never payload or state.
     "POST /api/bulk-decisions": "write (start a bulk decision)",
     "GET /api/bulk-decisions/{bulk_id}": "task ids, titles and skip reasons only (no payload or state)",
+    # Cancelling a running run
+    "POST /api/threads/{thread_id}/cancel-run": "write (cancel a run)",
     # routes outside the console's own URLs
     "static": "vendored CSS and JS files",
     # hand-offs: writes whose responses carry names and times, never state; GET .../claim and GET /api/me/away
@@ -150,6 +152,8 @@ CONSOLE_WRITES: dict[str, str] = {
     "console thread-fork": "fork a thread at a past checkpoint (time travel)",
     "console thread-replay": "replay a thread from a past checkpoint (time travel)",
     "console bulk-start": "start a bulk decision (issue 14); each decision is read back on the task pages",
+    # Cancelling a running run
+    "console thread-run-cancel": "cancel a thread's running run",
 }
 
 # Surfaces a role with "view sensitive" must receive a canary on: proof that the crawl reaches the values.
