@@ -137,11 +137,9 @@ def _run_module(module: str, spec: dict[str, list[str]], budget: float, deep: bo
         "## Survivors",
         "",
     ]
+    diffs = _diffs(work, env, survivors)
     for name in survivors:
-        diff = subprocess.run(
-            [sys.executable, "-m", "mutmut", "show", name], cwd=work, env=env, capture_output=True, text=True
-        ).stdout
-        lines += [f"### {name}", "", "```diff", diff.strip(), "```", ""]
+        lines += [f"### {name}", "", "```diff", diffs.get(name, "(no diff)").strip(), "```", ""]
     if not survivors:
         lines.append("none")
     (OUT / f"{slug}.md").write_text("\n".join(lines) + "\n")
@@ -156,6 +154,32 @@ def _run_module(module: str, spec: dict[str, list[str]], budget: float, deep: bo
         "functions": only,
         "tests": tests,
     }
+
+
+# Every survivor's diff in one process (`mutmut show` per mutant costs an interpreter start each).
+_DIFFS = """
+import json, sys
+from mutmut.mutation.diff_apply import find_mutant, get_diff_for_mutant
+out = {}
+for name in json.load(sys.stdin):
+    try:
+        out[name] = get_diff_for_mutant(name, path=find_mutant(name).path)
+    except Exception as exc:
+        out[name] = f"(no diff: {exc!r})"
+print(json.dumps(out))
+"""
+
+
+def _diffs(work: Path, env: dict[str, str], names: list[str]) -> dict[str, str]:
+    if not names:
+        return {}
+    done = subprocess.run(
+        [sys.executable, "-c", _DIFFS], cwd=work, env=env, input=json.dumps(names), capture_output=True, text=True
+    )
+    try:
+        return dict(json.loads(done.stdout))
+    except ValueError:
+        return {name: f"(no diff: {done.stderr.strip()[-300:]})" for name in names}
 
 
 def _mangle(function: str) -> str:
