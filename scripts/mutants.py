@@ -3,7 +3,10 @@
 For each module in scripts/mutants.toml (or those named in MUTANTS_MODULES,
 comma-separated), in a scratch copy of the project (var/mutants/work/<module>):
 mutmut 3 mutates the module and runs the module's tests against every mutant
-(``fast`` tests; ``deep`` ones too with MUTANTS_DEEP=1). The tests run from the
+(``fast`` tests; ``deep`` ones too with MUTANTS_DEEP=1; without it tests marked
+integration, embedded or faults are deselected even in the ``fast`` files).
+MUTANTS_ONLY=fn,fn mutates only the named functions of the module (instead of
+its ``only`` list, or all of it). The tests run from the
 scratch copy, so worker processes they start see the mutant as well
 (MUTANTS_TESTS=path,path replaces the listed tests). The whole
 run stops after MUTANTS_BUDGET minutes (default 30), split evenly between the

@@ -323,6 +323,14 @@ def test_the_starter_cannot_give_the_final_approval_of_a_quorum(approver):
             "outcome": "approve",
         }
     ]
+    # The refusal is on the record although the decision's transaction rolled back: who, what, where.
+    refusal = AuditEvent.objects.get(action=AuditAction.DECISION_REFUSED, subject_id=str(task.pk))
+    assert (refusal.actor_id, refusal.subject_type, refusal.thread_id, refusal.graph) == (
+        approver.pk,
+        "task",
+        task.thread_id,
+        LOAN,
+    )
 
 
 def test_the_starter_cannot_approve_a_gate_that_asks_for_separation_of_duties(approver):

@@ -200,10 +200,10 @@ def test_an_invisible_thread_or_task_is_not_found_rather_than_forbidden():
     """A 403 would tell the caller the id exists."""
     reviewer = user_make("reviewer", LOAN)
     theirs = task_make(graph=OTHER)
-    with pytest.raises(NotFound) as thread_error:
+    with pytest.raises(NotFound, match=f"thread {theirs.thread_id} not found") as thread_error:
         permissions.thread_get_for(reviewer, theirs.thread_id)
     assert thread_error.value.field == "thread_id"
-    with pytest.raises(NotFound) as task_error:
+    with pytest.raises(NotFound, match=f"task {theirs.pk} not found") as task_error:
         permissions.task_get_for(reviewer, theirs.pk)
     assert task_error.value.field == "task_id"
     with pytest.raises(NotFound):
