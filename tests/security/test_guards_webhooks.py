@@ -78,11 +78,19 @@ def test_a_generated_secret_is_a_fresh_standard_webhooks_secret():
     assert len(first) == len(SECRET_PREFIX) + 32  # 24 random bytes in base64
 
 
-@pytest.mark.parametrize("secret", ["", "not-a-secret", "whsec_not base64!", "WHSEC_" + "A" * 32])
-def test_a_malformed_secret_is_refused_naming_the_field(secret):
+@pytest.mark.parametrize(
+    ("secret", "message"),
+    [
+        ("", "a webhook secret looks like whsec_<base64>"),
+        ("not-a-secret", "a webhook secret looks like whsec_<base64>"),
+        ("WHSEC_" + "A" * 32, "a webhook secret looks like whsec_<base64>"),
+        ("whsec_not base64!", "the secret after whsec_ must be base64"),
+    ],
+)
+def test_a_malformed_secret_is_refused_naming_the_field(secret, message):
     with pytest.raises(InvalidInput) as error:
         secret_check(secret)
-    assert error.value.field == "secret"
+    assert (error.value.field, error.value.message) == ("secret", message)
 
 
 def test_a_non_string_secret_is_refused():
@@ -107,12 +115,19 @@ def test_a_signed_delivery_decides_the_waiting_task_as_the_endpoints_principal()
 
 def assert_refused(endpoint, outcome, task: ApprovalTask | None, problem: str) -> None:
     assert outcome.http_status == 401, outcome.body
+    assert outcome.body["error"]["code"] == "bad_signature"
     assert outcome.body["error"]["field"] == "webhook-signature"
+    assert outcome.body["error"]["message"].startswith("webhook signature refused: ")
     assert problem.lower() in outcome.body["error"]["message"].lower()
     delivery = outcome.delivery
     assert delivery is not None and not delivery.verified and delivery.status == DeliveryStatus.REFUSED
+    assert (delivery.http_status, delivery.response) == (401, outcome.body)
+    # The security event says which endpoint, which delivery and which body: enough to trace the sender.
     audit = AuditEvent.objects.get(action=AuditAction.WEBHOOK_REFUSED, details__delivery=delivery.pk)
     assert audit.actor_label == f"webhook:{endpoint.name}" and audit.graph == LOAN
+    assert (audit.subject_type, audit.subject_id) == ("webhook", endpoint.name)
+    assert audit.details["webhook_id"] == delivery.webhook_id
+    assert audit.details["body_sha256"] == delivery.body_digest
     assert problem.lower() in audit.details["reason"].lower()
     if task is not None:
         assert not decided(task)
@@ -349,7 +364,13 @@ def test_a_delivery_for_a_gate_not_granted_is_refused_and_audited():
     task = waiting_task("K-15", node="final_signoff")
     outcome = send(endpoint, {"correlation_key": "K-15", "status": "verified"})
     assert outcome.http_status == 403 and outcome.body["error"]["code"] == "gate_not_allowed"
+    assert outcome.body["error"]["field"] == "correlation_key"
+    assert "may decide the gates human_review" in outcome.body["error"]["message"]
     assert not decided(task)
+    delivery = outcome.delivery
+    assert (delivery.task_id, delivery.status, delivery.http_status) == (task.pk, DeliveryStatus.REFUSED, 403)
+    assert outcome.body["delivery"] == delivery.pk
+    assert InboundDelivery.objects.get(pk=delivery.pk).response == outcome.body == delivery.response
     audit = AuditEvent.objects.get(action=AuditAction.WEBHOOK_GATE_REFUSED, subject_id=str(task.pk))
     assert audit.details["gate"] == "final_signoff" and audit.details["allowed"] == ["human_review"]
 
@@ -368,6 +389,11 @@ def test_a_disabled_endpoint_decides_nothing_even_with_a_valid_signature():
     type(endpoint).objects.filter(pk=endpoint.pk).update(active=False)
     outcome = send(endpoint, {"correlation_key": "K-17", "status": "verified"})
     assert outcome.http_status == 404
+    assert outcome.body["error"] == {
+        "code": "not_found",
+        "message": f"webhook endpoint {endpoint.name!r} is disabled",
+        "field": "name",
+    }
     assert not decided(task)
 
 
