@@ -403,3 +403,38 @@ def test_a_webhook_decision_needs_no_password_the_signature_is_its_authenticatio
     assert send(endpoint, {"correlation_key": "K-18", "status": "failed"}).http_status == 202
     assert decided(task)
     assert Decision.objects.get(task=task).outcome == "reject"
+
+
+# --- bad input: a clear 4xx naming the field, recorded, nothing decided ------------------------------
+
+
+@pytest.mark.parametrize(
+    ("raw", "status", "code", "field", "message"),
+    [
+        (b"{not json", 400, "malformed_json", "body", "request body is not valid JSON"),
+        (b'["a", "list"]', 422, "invalid", "body", "the body must be a JSON object"),
+        (b'{"status": "verified"}', 422, "invalid", "correlation_key", "no correlation key at 'correlation_key'"),
+        (b'{"correlation_key": ""}', 422, "invalid", "correlation_key", "no correlation key at 'correlation_key'"),
+        (b'{"correlation_key": true}', 422, "invalid", "correlation_key", "no correlation key at 'correlation_key'"),
+        (b'{"correlation_key": ["K"]}', 422, "invalid", "correlation_key", "no correlation key at 'correlation_key'"),
+    ],
+    ids=["not-json", "not-an-object", "no-key", "empty-key", "boolean-key", "list-key"],
+)
+def test_a_signed_but_unusable_body_is_refused_naming_the_field(raw, status, code, field, message):
+    endpoint = endpoint_make()
+    outcome = delivery_receive(name=endpoint.name, raw=raw, headers=webhook_sign(endpoint.secrets[0], raw))
+    assert outcome.http_status == status, outcome.body
+    error = outcome.body["error"]
+    assert (error["code"], error["field"]) == (code, field)
+    assert error["message"].startswith(message)
+    delivery = outcome.delivery
+    assert (delivery.status, delivery.http_status, delivery.verified) == (DeliveryStatus.REFUSED, status, True)
+    assert delivery.reason == error["message"] and delivery.response == outcome.body
+    assert not Decision.objects.filter(task__graph=LOAN, actor=endpoint.principal).exists()
+
+
+def test_a_numeric_correlation_key_matches_its_text():
+    endpoint = endpoint_make()
+    task = waiting_task("4711")
+    assert send(endpoint, {"correlation_key": 4711, "status": "verified"}).http_status == 202
+    assert decided(task)
