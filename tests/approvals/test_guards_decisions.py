@@ -392,18 +392,21 @@ def test_a_response_decides_at_once_and_counts_as_no_approval(reviewer):
 def test_an_old_sign_in_must_re_enter_the_password_to_sign(reviewer, outcome):
     task = task_make()
     fields = {"reason": "because", **({"state_patch": {"amount": 5}} if outcome == "edit" else {})}
-    with pytest.raises(Forbidden, match="re-enter your password") as error:
+    with pytest.raises(Forbidden) as error:
         decide(reviewer, task, outcome, signer=stale(), **fields)
     assert error.value.field == "password"
+    assert error.value.message == (
+        "your sign-in is older than 15 minutes: re-enter your password (or a one-time code) to sign this decision"
+    )
     assert decisions_of(task) == 0
     assert [r["rule"] for r in refusals_of(task)] == ["signature.reauthentication_required"]
 
 
 def test_a_wrong_password_does_not_sign(reviewer):
     task = task_make()
-    with pytest.raises(Forbidden, match="password is not correct") as error:
+    with pytest.raises(Forbidden) as error:
         decide(reviewer, task, signer=stale(password="guess"))
-    assert error.value.field == "password"
+    assert (error.value.field, error.value.message) == ("password", "the password is not correct")
     assert decisions_of(task) == 0
     assert [r["rule"] for r in refusals_of(task)] == ["signature.reauthentication_failed"]
 
@@ -417,9 +420,9 @@ def test_the_right_password_signs_and_the_signature_records_when(reviewer):
 
 def test_a_one_time_code_without_a_device_does_not_sign(reviewer):
     task = task_make()
-    with pytest.raises(Forbidden, match="one-time code") as error:
+    with pytest.raises(Forbidden) as error:
         decide(reviewer, task, signer=stale(otp="123456", password=PASSWORD))
-    assert error.value.field == "otp"
+    assert (error.value.field, error.value.message) == ("otp", "the one-time code is not valid")
     assert [r["rule"] for r in refusals_of(task)] == ["signature.otp_failed"]
 
 
@@ -513,3 +516,60 @@ def test_a_task_without_a_graph_has_no_state_to_edit(approver):
     with pytest.raises(InvalidInput, match="no graph state") as error:
         decide(approver, task, "edit", reason="x", state_patch={"amount": 1})
     assert error.value.field == "edits"
+
+
+def totp_device(user, *, confirmed: bool):
+    from django_otp.plugins.otp_totp.models import TOTPDevice
+
+    return TOTPDevice.objects.create(user=user, name="phone", confirmed=confirmed)
+
+
+def current_code(device) -> str:
+    from django_otp.oath import totp
+
+    return f"{totp(device.bin_key, device.step, device.t0, device.digits, device.drift):06d}"
+
+
+def test_a_code_from_a_confirmed_device_signs_instead_of_the_password(reviewer):
+    device = totp_device(reviewer, confirmed=True)
+    decision = decide(reviewer, task_make(), signer=stale(otp=current_code(device)))
+    assert decision.reauthenticated_at is not None
+
+
+def test_a_code_from_a_device_never_confirmed_does_not_sign(reviewer):
+    """A device added but not confirmed (by whoever held the session for a moment) is no second factor."""
+    device = totp_device(reviewer, confirmed=False)
+    task = task_make()
+    with pytest.raises(Forbidden, match="one-time code") as error:
+        decide(reviewer, task, signer=stale(otp=current_code(device)))
+    assert error.value.field == "otp"
+    assert decisions_of(task) == 0
+
+
+def test_a_wrong_code_does_not_sign_even_with_a_confirmed_device(reviewer):
+    device = totp_device(reviewer, confirmed=True)
+    wrong = f"{(int(current_code(device)) + 1) % 10**6:06d}"
+    with pytest.raises(Forbidden, match="one-time code"):
+        decide(reviewer, task_make(), signer=stale(otp=wrong))
+
+
+def test_a_three_approval_quorum_needs_three_different_signers(approver):
+    task = quorum(task_make(), 3)
+    decide(approver, task)
+    decide(user_make("approver", "*"), task)
+    task.refresh_from_db()
+    assert task.status == TaskStatus.PENDING  # two of three
+    decide(user_make("approver", "*"), task)
+    task.refresh_from_db()
+    assert task.status == TaskStatus.DECIDED
+
+
+def test_three_required_rejections_are_three(reviewer):
+    task = task_make(payload=gate_payload(title="Loan", rejections_required=3))
+    decide(reviewer, task, "reject", reason="no")
+    decide(user_make("reviewer", "*"), task, "reject", reason="no")
+    task.refresh_from_db()
+    assert task.status == TaskStatus.PENDING  # two of three
+    decide(user_make("reviewer", "*"), task, "reject", reason="no")
+    task.refresh_from_db()
+    assert task.status == TaskStatus.DECIDED
