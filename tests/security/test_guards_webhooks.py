@@ -122,6 +122,7 @@ def assert_refused(endpoint, outcome, task: ApprovalTask | None, problem: str) -
     delivery = outcome.delivery
     assert delivery is not None and not delivery.verified and delivery.status == DeliveryStatus.REFUSED
     assert (delivery.http_status, delivery.response) == (401, outcome.body)
+    assert problem.lower() in delivery.reason.lower()  # the delivery log says why
     # The security event says which endpoint, which delivery and which body: enough to trace the sender.
     audit = AuditEvent.objects.get(action=AuditAction.WEBHOOK_REFUSED, details__delivery=delivery.pk)
     assert audit.actor_label == f"webhook:{endpoint.name}" and audit.graph == LOAN
@@ -437,4 +438,22 @@ def test_a_numeric_correlation_key_matches_its_text():
     endpoint = endpoint_make()
     task = waiting_task("4711")
     assert send(endpoint, {"correlation_key": 4711, "status": "verified"}).http_status == 202
+    assert decided(task)
+
+
+def test_an_overlong_correlation_key_is_answered_not_a_server_error():
+    endpoint = endpoint_make()
+    key = "K" * 400
+    outcome = send(endpoint, {"correlation_key": key, "status": "verified"})
+    assert outcome.http_status == 404 and outcome.body["error"]["code"] == "unknown_correlation"
+    assert outcome.delivery.correlation_key == key[:300]
+
+
+def test_an_endpoints_own_decision_map_replaces_the_default():
+    endpoint = endpoint_make(decision_map={"field": "result", "approve": ["ok"], "reject": ["bad"]})
+    task = waiting_task("K-19")
+    default_word = send(endpoint, {"correlation_key": "K-19", "status": "verified", "result": "pending"})
+    assert default_word.http_status == 202 and default_word.body["decision"] is None  # acknowledged only
+    assert not decided(task)
+    assert send(endpoint, {"correlation_key": "K-19", "result": "ok"}).body["decision"] == "approve"
     assert decided(task)
