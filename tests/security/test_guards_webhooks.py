@@ -270,6 +270,8 @@ def test_an_older_event_cannot_overtake_a_newer_one_for_the_same_key():
     older = {"correlation_key": "K-11", "status": "verified", "occurred_at": "2026-01-01T11:59:59Z"}
     outcome = send(endpoint, older)
     assert outcome.http_status == 409 and outcome.body["error"]["code"] == "out_of_order"
+    assert outcome.body["error"]["field"] == "webhook-timestamp"
+    assert "is older than the last accepted event for 'K-11'" in outcome.body["error"]["message"]
     assert not decided(task)
     same_time = {"correlation_key": "K-11", "status": "verified", "occurred_at": "2026-01-01T12:00:00Z"}
     assert send(endpoint, same_time).http_status == 202
@@ -381,6 +383,8 @@ def test_a_delivery_for_another_graphs_task_is_refused():
     task = waiting_task("K-16", graph="kyc_onboarding")
     outcome = send(endpoint, {"correlation_key": "K-16", "status": "verified"})
     assert outcome.http_status == 409 and outcome.body["error"]["code"] == "wrong_graph"
+    assert outcome.body["error"]["field"] == "correlation_key"
+    assert "belongs to a task of another graph" in outcome.body["error"]["message"]
     assert not decided(task)
 
 
@@ -457,3 +461,61 @@ def test_an_endpoints_own_decision_map_replaces_the_default():
     assert not decided(task)
     assert send(endpoint, {"correlation_key": "K-19", "result": "ok"}).body["decision"] == "approve"
     assert decided(task)
+
+
+def test_another_endpoints_events_do_not_order_this_ones():
+    first = endpoint_make(timestamp_path="occurred_at")
+    second = endpoint_make(timestamp_path="occurred_at")
+    task = waiting_task("K-20")
+    newer = {"correlation_key": "K-20", "status": "processing", "occurred_at": "2026-03-01T00:00:00Z"}
+    assert send(first, newer).http_status == 202
+    older = {"correlation_key": "K-20", "status": "verified", "occurred_at": "2026-02-01T00:00:00Z"}
+    assert send(second, older).http_status == 202
+    assert decided(task)
+
+
+def test_the_order_of_an_overlong_key_is_kept_on_its_stored_prefix():
+    endpoint = endpoint_make(timestamp_path="occurred_at")
+    key = "L" * 400
+    task = waiting_task(key)
+    assert (
+        send(endpoint, {"correlation_key": key, "status": "x", "occurred_at": "2026-03-01T00:00:00Z"}).http_status
+        == 202
+    )
+    late = send(endpoint, {"correlation_key": key, "status": "verified", "occurred_at": "2026-02-01T00:00:00Z"})
+    assert late.http_status == 409 and late.body["error"]["code"] == "out_of_order"
+    assert not decided(task)
+
+
+def test_a_key_reused_after_a_decided_task_decides_the_pending_one():
+    endpoint = endpoint_make()
+    done_task = waiting_task("K-21")
+    assert send(endpoint, {"correlation_key": "K-21", "status": "verified"}).http_status == 202
+    again = waiting_task("K-21")  # a new application under the same reference
+    outcome = send(endpoint, {"correlation_key": "K-21", "status": "failed"})
+    assert outcome.http_status == 202, outcome.body
+    assert decided(again) and Decision.objects.get(task=again).outcome == "reject"
+    assert Decision.objects.filter(task=done_task).count() == 1
+
+
+def test_a_delivery_for_a_decided_task_says_so_and_names_it():
+    endpoint = endpoint_make()
+    task = waiting_task("K-22")
+    assert send(endpoint, {"correlation_key": "K-22", "status": "verified"}).http_status == 202
+    late = send(endpoint, {"correlation_key": "K-22", "status": "failed"})
+    assert late.http_status == 409
+    assert late.body["error"] == {
+        "code": "already_decided",
+        "message": "the task for 'K-22' is decided and can no longer be decided",
+        "field": "correlation_key",
+    }
+    assert late.delivery.task_id == task.pk
+    assert Decision.objects.get(task=task).outcome == "approve"
+
+
+def test_a_decided_task_of_another_graph_is_not_this_endpoints_business():
+    endpoint = endpoint_make()
+    other = waiting_task("K-23", graph="kyc_onboarding")
+    ApprovalTask.objects.filter(pk=other.pk).update(status=TaskStatus.DECIDED)
+    outcome = send(endpoint, {"correlation_key": "K-23", "status": "verified"})
+    assert outcome.http_status == 404 and outcome.body["error"]["code"] == "unknown_correlation"
