@@ -518,4 +518,18 @@ def test_a_decided_task_of_another_graph_is_not_this_endpoints_business():
     other = waiting_task("K-23", graph="kyc_onboarding")
     ApprovalTask.objects.filter(pk=other.pk).update(status=TaskStatus.DECIDED)
     outcome = send(endpoint, {"correlation_key": "K-23", "status": "verified"})
-    assert outcome.http_status == 404 and outcome.body["error"]["code"] == "unknown_correlation"
+    assert outcome.http_status == 404
+    assert outcome.body["error"] == {
+        "code": "unknown_correlation",
+        "message": "no task waits for 'K-23'",
+        "field": "correlation_key",
+    }
+
+
+def test_two_tasks_waiting_for_one_key_are_decided_by_neither():
+    """Which of the two the sender meant is a guess; a guess is no decision."""
+    endpoint = endpoint_make()
+    one, two = waiting_task("K-24"), waiting_task("K-24")
+    outcome = send(endpoint, {"correlation_key": "K-24", "status": "verified"})
+    assert outcome.http_status == 409 and outcome.body["error"]["code"] == "ambiguous"
+    assert not decided(one) and not decided(two)
