@@ -264,8 +264,9 @@ def test_a_quorum_completes_with_the_last_required_signature_only(approver):
 def test_the_final_signature_of_a_quorum_needs_the_approver_role(approver, reviewer):
     task = quorum(task_make(), 2)
     decide(reviewer, task)  # a reviewer may give an earlier signature
-    with pytest.raises(Forbidden, match="approver role"):
+    with pytest.raises(Forbidden) as error:
         decide(user_make("reviewer", "*"), task)
+    assert error.value.message == "the final approval of a multi-approver task needs the approver role"
     task.refresh_from_db()
     assert task.status == TaskStatus.PENDING
     assert [r["rule"] for r in refusals_of(task)] == ["quorum.final_approver"]
@@ -573,3 +574,10 @@ def test_three_required_rejections_are_three(reviewer):
     decide(user_make("reviewer", "*"), task, "reject", reason="no")
     task.refresh_from_db()
     assert task.status == TaskStatus.DECIDED
+
+
+def test_without_the_one_time_code_app_a_code_never_signs(reviewer, monkeypatch):
+    device = totp_device(reviewer, confirmed=True)
+    monkeypatch.setattr(services.django_apps, "is_installed", lambda name: name != "django_otp")
+    with pytest.raises(Forbidden, match="one-time code"):
+        decide(reviewer, task_make(), signer=stale(otp=current_code(device)))
