@@ -375,7 +375,19 @@ def test_a_delivery_for_a_gate_not_granted_is_refused_and_audited():
     assert outcome.body["delivery"] == delivery.pk
     assert InboundDelivery.objects.get(pk=delivery.pk).response == outcome.body == delivery.response
     audit = AuditEvent.objects.get(action=AuditAction.WEBHOOK_GATE_REFUSED, subject_id=str(task.pk))
-    assert audit.details["gate"] == "final_signoff" and audit.details["allowed"] == ["human_review"]
+    assert (audit.actor_id, audit.subject_type, audit.thread_id, audit.graph) == (
+        endpoint.principal_id,
+        "task",
+        task.thread_id,
+        LOAN,
+    )
+    assert audit.details == {
+        "endpoint": endpoint.name,
+        "delivery": outcome.delivery.pk,
+        "webhook_id": outcome.delivery.webhook_id,
+        "gate": "final_signoff",
+        "allowed": ["human_review"],
+    }
 
 
 def test_a_delivery_for_another_graphs_task_is_refused():
@@ -531,5 +543,32 @@ def test_two_tasks_waiting_for_one_key_are_decided_by_neither():
     endpoint = endpoint_make()
     one, two = waiting_task("K-24"), waiting_task("K-24")
     outcome = send(endpoint, {"correlation_key": "K-24", "status": "verified"})
-    assert outcome.http_status == 409 and outcome.body["error"]["code"] == "ambiguous"
+    assert outcome.http_status == 409
+    assert outcome.body["error"] == {
+        "code": "ambiguous",
+        "message": "2 pending tasks carry 'K-24'",
+        "field": "correlation_key",
+    }
     assert not decided(one) and not decided(two)
+
+
+def test_a_status_that_maps_to_no_decision_is_acknowledged_against_its_task():
+    endpoint = endpoint_make()
+    task = waiting_task("K-25")
+    outcome = send(endpoint, {"correlation_key": "K-25", "status": "processing"})
+    assert outcome.http_status == 202
+    assert outcome.body == {
+        "status": "acknowledged",
+        "task_id": str(task.pk),
+        "decision": None,
+        "delivery": outcome.delivery.pk,
+    }
+    assert outcome.delivery.task_id == task.pk and outcome.delivery.status == DeliveryStatus.ACCEPTED
+    assert not decided(task)
+
+
+def test_without_a_reason_path_the_reason_is_the_mapped_status():
+    endpoint = endpoint_make(reason_path="")
+    task = waiting_task("K-26")
+    send(endpoint, {"correlation_key": "K-26", "status": "verified", "reason": "ignored"})
+    assert Decision.objects.get(task=task).reason == f"[webhook {endpoint.name}] status=verified"
