@@ -49,7 +49,8 @@ bench: install services
 	$(PY) bench/run_all.py
 
 ## Mutation testing of the guarantee-holding modules (not part of make test): MUTANTS_BUDGET minutes (30),
-## MUTANTS_MODULES=runtime/runs.py,... to pick modules, MUTANTS_DEEP=1 to add the worker/fault tests. Report: var/mutants/
+## MUTANTS_MODULES=runtime/runs.py,... to pick modules, MUTANTS_ONLY=fn,fn to pick functions, MUTANTS_DEEP=1 to add
+## the worker/fault/embedded tests (otherwise only the in-process ones run). Report: var/mutants/
 mutants: install services
 	$(PY) -m pip install -q -c constraints.txt -e '.[mutants]'
 	$(PY) scripts/mutants.py

@@ -3,7 +3,10 @@
 For each module in scripts/mutants.toml (or those named in MUTANTS_MODULES,
 comma-separated), in a scratch copy of the project (var/mutants/work/<module>):
 mutmut 3 mutates the module and runs the module's tests against every mutant
-(``fast`` tests; ``deep`` ones too with MUTANTS_DEEP=1). The tests run from the
+(``fast`` tests; ``deep`` ones too with MUTANTS_DEEP=1; without it tests marked
+integration, embedded or faults are deselected even in the ``fast`` files).
+MUTANTS_ONLY=fn,fn mutates only the named functions of the module (instead of
+its ``only`` list, or all of it). The tests run from the
 scratch copy, so worker processes they start see the mutant as well
 (MUTANTS_TESTS=path,path replaces the listed tests). The whole
 run stops after MUTANTS_BUDGET minutes (default 30), split evenly between the
@@ -23,6 +26,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -33,6 +37,8 @@ ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "var" / "mutants"
 SKIP = {".git", "var", "mutants", ".venv", "node_modules", ".pytest_cache", ".mypy_cache", ".ruff_cache", "bench"}
 STATUS = re.compile(r"^\s+(\S+): (.+)$")
+# The in-process tests (`make test-fast`); MUTANTS_DEEP=1 runs the marked ones too.
+FAST_MARKERS = "not integration and not embedded and not faults"
 
 
 def main() -> int:
@@ -45,15 +51,13 @@ def main() -> int:
     budget = float(os.environ.get("MUTANTS_BUDGET", "30")) * 60
     deep = os.environ.get("MUTANTS_DEEP") == "1"
     OUT.mkdir(parents=True, exist_ok=True)
-    # Modules not run this time keep their last result in the summary.
-    previous = OUT / "summary.json"
-    summary: dict[str, dict[str, object]] = json.loads(previous.read_text()) if previous.exists() else {}
+    # Modules not run this time keep their last result in the summary (_write_summary).
     started = time.monotonic()
     for index, module in enumerate(wanted):
         left = budget - (time.monotonic() - started)
         share = left / (len(wanted) - index)
-        summary[module] = _run_module(module, config[module], share, deep)
-        _write_summary(summary)
+        result = _run_module(module, config[module], share, deep)
+        _write_summary({module: result})
     print((OUT / "summary.md").read_text())
     return 0
 
@@ -68,15 +72,22 @@ def _run_module(module: str, spec: dict[str, list[str]], budget: float, deep: bo
     if os.environ.get("MUTANTS_TESTS"):  # what do these tests alone kill? (e.g. the suite before a change)
         tests = os.environ["MUTANTS_TESTS"].split(",")
     top = sorted(p.name for p in work.iterdir() if p.name not in {"pyproject.toml"})
+    pytest_args = ["-p", "no:cacheprovider", "-q"]
+    if not deep:
+        # Worker processes, the embedded stack and fault injection take seconds to minutes per
+        # mutant: without MUTANTS_DEEP=1 only the in-process tests of the listed files run.
+        pytest_args += ["-m", FAST_MARKERS]
+    pytest_args += [f"--deselect={node}" for node in spec.get("deselect", [])]
     with open(work / "pyproject.toml", "a") as fh:
         fh.write(
             "\n[tool.mutmut]\n"
             f"source_paths = [{json.dumps(module)}]\n"
             f"also_copy = {json.dumps([*top, 'pyproject.toml'])}\n"
-            'pytest_add_cli_args = ["-p", "no:cacheprovider", "-q"]\n'
+            f"pytest_add_cli_args = {json.dumps(pytest_args)}\n"
             f"pytest_add_cli_args_test_selection = {json.dumps(tests)}\n"
         )
-    names = [f"{slug}.x{_mangle(fn)}__mutmut_*" for fn in spec.get("only", [])]
+    only = [f for f in os.environ.get("MUTANTS_ONLY", "").split(",") if f] or list(spec.get("only", []))
+    names = [f"{slug}.x{_mangle(fn)}__mutmut_*" for fn in only]
     env = {
         **os.environ,
         # One database kept across the per-mutant test sessions (tests/conftest.py).
@@ -84,18 +95,22 @@ def _run_module(module: str, spec: dict[str, list[str]], budget: float, deep: bo
     }
     print(f"== {module}: {len(tests)} test path(s), budget {budget / 60:.1f} min", flush=True)
     log = open(OUT / f"{slug}.log", "w")  # noqa: SIM115 - closed below
+    # Its own process group: at the budget the forked per-mutant children stop with mutmut.
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mutmut", "run", "--max-children", "1", *names],
+        cwd=work,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
-        subprocess.run(
-            [sys.executable, "-m", "mutmut", "run", "--max-children", "1", *names],
-            cwd=work,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            timeout=max(budget, 60),
-        )
+        proc.wait(timeout=max(budget, 60))
         timed_out = False
     except subprocess.TimeoutExpired:
         timed_out = True
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
     finally:
         log.close()
     statuses = _statuses(work, env)
@@ -107,13 +122,17 @@ def _run_module(module: str, spec: dict[str, list[str]], budget: float, deep: bo
         counts[status] = counts.get(status, 0) + 1
     killed = counts.get("killed", 0) + counts.get("timeout", 0)
     checked = killed + counts.get("survived", 0) + counts.get("suspicious", 0)
+    # Mutants the budget cut off before their turn ("not checked") or that no selected test reaches
+    # ("no tests") are not in the score; the report counts them.
+    not_reached = counts.get("not checked", 0)
     score = round(100 * killed / checked, 1) if checked else None
     survivors = sorted(k for k, v in statuses.items() if v in ("survived", "suspicious"))
     lines = [
         f"# Mutants of `{module}`",
         "",
         f"- tests: {', '.join(f'`{t}`' for t in tests)}",
-        f"- functions: {', '.join(spec.get('only', [])) or 'all'}",
+        f"- functions: {', '.join(only) or 'all'}",
+        f"- markers: {'all (MUTANTS_DEEP=1)' if deep else FAST_MARKERS}",
         f"- score: **{score}%** ({killed} killed of {checked} checked)" if score is not None else "- score: n/a",
         f"- by status: {json.dumps(counts, sort_keys=True)}",
         f"- stopped by the time budget: {'yes' if timed_out else 'no'}",
@@ -121,16 +140,49 @@ def _run_module(module: str, spec: dict[str, list[str]], budget: float, deep: bo
         "## Survivors",
         "",
     ]
+    diffs = _diffs(work, env, survivors)
     for name in survivors:
-        diff = subprocess.run(
-            [sys.executable, "-m", "mutmut", "show", name], cwd=work, env=env, capture_output=True, text=True
-        ).stdout
-        lines += [f"### {name}", "", "```diff", diff.strip(), "```", ""]
+        lines += [f"### {name}", "", "```diff", diffs.get(name, "(no diff)").strip(), "```", ""]
     if not survivors:
         lines.append("none")
     (OUT / f"{slug}.md").write_text("\n".join(lines) + "\n")
     _drop_database(env["GATEHOUSE_TEST_KEEPDB"])
-    return {"score": score, "killed": killed, "checked": checked, "counts": counts, "timed_out": timed_out}
+    return {
+        "score": score,
+        "killed": killed,
+        "checked": checked,
+        "not_reached": not_reached,
+        "counts": counts,
+        "timed_out": timed_out,
+        "functions": only,
+        "tests": tests,
+    }
+
+
+# Every survivor's diff in one process (`mutmut show` per mutant costs an interpreter start each).
+_DIFFS = """
+import json, sys
+from mutmut.mutation.diff_apply import find_mutant, get_diff_for_mutant
+out = {}
+for name in json.load(sys.stdin):
+    try:
+        out[name] = get_diff_for_mutant(name, path=find_mutant(name).path)
+    except Exception as exc:
+        out[name] = f"(no diff: {exc!r})"
+print(json.dumps(out))
+"""
+
+
+def _diffs(work: Path, env: dict[str, str], names: list[str]) -> dict[str, str]:
+    if not names:
+        return {}
+    done = subprocess.run(
+        [sys.executable, "-c", _DIFFS], cwd=work, env=env, input=json.dumps(names), capture_output=True, text=True
+    )
+    try:
+        return dict(json.loads(done.stdout))
+    except ValueError:
+        return {name: f"(no diff: {done.stderr.strip()[-300:]})" for name in names}
 
 
 def _mangle(function: str) -> str:
@@ -159,12 +211,19 @@ def _drop_database(name: str) -> None:
 
 
 def _write_summary(summary: dict[str, dict[str, object]]) -> None:
+    # Two runs over different modules may finish in any order: keep what the other wrote.
+    path = OUT / "summary.json"
+    on_disk = json.loads(path.read_text()) if path.exists() else {}
+    summary = {**on_disk, **summary}
     (OUT / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True))
-    rows = ["| module | score | killed / checked | by status | budget hit |", "| --- | --- | --- | --- | --- |"]
-    for module, result in summary.items():
+    rows = [
+        "| module | score | killed / checked | not reached in budget | by status | budget hit |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for module, result in sorted(summary.items()):
         score = f"{result['score']}%" if result["score"] is not None else "n/a"
         rows.append(
-            f"| `{module}` | {score} | {result['killed']} / {result['checked']} | "
+            f"| `{module}` | {score} | {result['killed']} / {result['checked']} | {result.get('not_reached', '?')} | "
             f"{json.dumps(result['counts'], sort_keys=True)} | {'yes' if result['timed_out'] else 'no'} |"
         )
     (OUT / "summary.md").write_text("# Mutation scores\n\n" + "\n".join(rows) + "\n")

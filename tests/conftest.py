@@ -103,6 +103,9 @@ def django_db_setup(django_test_environment: None, django_db_blocker: Any) -> It
         )
     yield
     checkpointer_close()
+    # The compiled graphs hold the saver (and its pool) just closed: a second test session in
+    # this process (`make mutants` runs several in one mutmut process) must compile them afresh.
+    _compiled_graphs_forget()
     if keep:
         with django_db_blocker.unblock():
             connection.close()
@@ -111,6 +114,13 @@ def django_db_setup(django_test_environment: None, django_db_blocker: Any) -> It
     with django_db_blocker.unblock():
         connection.close()
         teardown_databases(db_cfg, verbosity=0)
+
+
+def _compiled_graphs_forget() -> None:
+    from runtime import registry
+
+    for entry in (registry._registry or {}).values():
+        entry._compiled = None
 
 
 # --- server processes ----------------------------------------------------------------

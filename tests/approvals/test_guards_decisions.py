@@ -1,0 +1,593 @@
+"""task_decide's checks, each as the decision someone would slip past it.
+
+A reviewer deciding from a stale screen or on evidence that changed under them, a second signature by the same
+person, the thread's starter or a reviewer completing a four-eyes quorum, a sign-in too old to sign with, a
+rejection without a reason, a redacted value sent back as an edit, an edit of a field the gate does not allow.
+Every refusal leaves nothing written (the transaction rolls back), and a refusal by policy is audited.
+
+In-process (one transaction per test, rolled back; no worker: tasks are rows made by ``task_make``): written
+against the surviving mutants of ``approvals/services.py`` (docs/mutation-testing.md).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+from approvals import services
+from approvals.errors import Conflict, Forbidden, InvalidInput, NotFound
+from approvals.models import ApprovalTask, AuditAction, AuditEvent, Decision, TaskStatus
+from approvals.payloads import DecisionRequest
+from approvals.redaction import MASK
+from runtime.gatekeeper import gate_payload
+from runtime.models import Run, Thread, ThreadStatus
+from tests.approvals.guards import user_make
+from tests.console.conftest import loan_gate, task_make
+
+pytestmark = pytest.mark.django_db
+
+LOAN = "loan_approval"  # reasons required to edit and reject (tests/graphs/langgraph.json)
+KYC = "kyc_onboarding"  # sensitive paths: applicant.date_of_birth, documents[*].number
+PASSWORD = "correct horse battery staple"
+
+
+def fresh() -> services.Signer:
+    return services.Signer(authenticated_at=timezone.now())
+
+
+def stale(**proof: Any) -> services.Signer:
+    return services.Signer(authenticated_at=timezone.now() - timedelta(days=1), **proof)
+
+
+def decide(actor: Any, task: ApprovalTask, outcome: str = "approve", *, signer: Any = None, **fields: Any) -> Decision:
+    request = DecisionRequest(outcome=outcome, **fields)
+    return services.task_decide(actor=actor, task_id=task.pk, request=request, signer=signer or fresh())
+
+
+def quorum(task: ApprovalTask, approvals: int) -> ApprovalTask:
+    ApprovalTask.objects.filter(pk=task.pk).update(required_approvals=approvals)
+    task.refresh_from_db()
+    return task
+
+
+def decisions_of(task: ApprovalTask) -> int:
+    return Decision.objects.filter(task=task).count()
+
+
+def refusals_of(task: ApprovalTask) -> list[dict[str, Any]]:
+    events = AuditEvent.objects.filter(action=AuditAction.DECISION_REFUSED, subject_id=str(task.pk))
+    return [e.details for e in events.order_by("id")]
+
+
+@pytest.fixture
+def reviewer():
+    return user_make("reviewer", "*", password=PASSWORD)
+
+
+@pytest.fixture
+def approver():
+    return user_make("approver", "*", password=PASSWORD)
+
+
+# --- the task and the thread as the reviewer saw them ---------------------------------------------
+
+
+def test_a_decision_from_a_stale_screen_is_refused(reviewer):
+    task = task_make()
+    with pytest.raises(Conflict) as error:
+        decide(reviewer, task, checkpoint_id="a-checkpoint-seen-earlier")
+    assert error.value.field == "checkpoint_id"
+    assert decisions_of(task) == 0
+    decide(reviewer, task, checkpoint_id=task.checkpoint_id)  # the current one is accepted
+    assert decisions_of(task) == 1
+
+
+def test_a_thread_that_moved_to_another_checkpoint_cannot_be_decided_on_the_old_one(reviewer):
+    task = task_make()
+    Thread.objects.filter(pk=task.thread_id).update(checkpoint_id="a-later-checkpoint")
+    with pytest.raises(Conflict, match="moved on") as error:
+        decide(reviewer, task)
+    assert error.value.field == "checkpoint_id"
+    assert decisions_of(task) == 0
+
+
+@pytest.mark.parametrize("status", [ThreadStatus.BUSY, ThreadStatus.COMPLETED, ThreadStatus.CANCELLED])
+def test_a_thread_no_longer_waiting_cannot_be_decided(reviewer, status):
+    task = task_make()
+    Thread.objects.filter(pk=task.thread_id).update(status=status)
+    with pytest.raises(Conflict, match="moved on"):
+        decide(reviewer, task)
+    assert decisions_of(task) == 0
+
+
+@pytest.mark.parametrize("status", ["decided", "superseded", "cancelled"])
+def test_a_task_no_longer_pending_cannot_be_decided_again(reviewer, status):
+    task = task_make(status=status)
+    with pytest.raises(Conflict, match=f"this task is {status}") as error:
+        decide(reviewer, task)
+    assert error.value.field == "task_id"
+    assert decisions_of(task) == 0
+
+
+def test_evidence_that_changed_since_it_was_reviewed_is_refused(reviewer):
+    task = task_make()
+    shown = services.evidence_digest(task=task, redaction=[])
+    ApprovalTask.objects.filter(pk=task.pk).update(payload_digest="0" * 64)  # the payload changed meanwhile
+    with pytest.raises(Conflict) as error:
+        decide(reviewer, task, evidence_digest=shown)
+    assert error.value.field == "evidence_digest"
+    assert decisions_of(task) == 0
+
+
+def test_the_evidence_the_reviewer_saw_is_accepted_and_recorded(reviewer):
+    task = task_make()
+    shown = services.evidence_digest(task=task, redaction=[])
+    decision = decide(reviewer, task, evidence_digest=shown)
+    assert decision.evidence_digest == shown
+    assert decision.checkpoint_id == task.checkpoint_id
+    assert decision.payload_digest == task.payload_digest
+
+
+def test_the_evidence_digest_binds_the_payload_the_checkpoint_and_the_redaction():
+    task = task_make()
+    digest = services.evidence_digest(task=task, redaction=[])
+    moved = ApprovalTask(payload=task.payload, payload_digest=task.payload_digest, checkpoint_id="another")
+    changed = ApprovalTask(payload=task.payload, payload_digest="1" * 64, checkpoint_id=task.checkpoint_id)
+    assert services.evidence_digest(task=moved, redaction=[]) != digest
+    assert services.evidence_digest(task=changed, redaction=[]) != digest
+    assert services.evidence_digest(task=task, redaction=["details.risk_score"]) != digest
+    assert services.evidence_digest(task=task, redaction=[]) == digest
+
+
+def test_a_reader_of_masked_values_is_bound_to_the_payload_as_shown_to_them():
+    """A digest of the real payload would let a reviewer test guesses of a masked value against it."""
+    payload = {"applicant": {"date_of_birth": "1815-12-10"}, "title": "KYC"}
+    guessed = {"applicant": {"date_of_birth": "1815-12-11"}, "title": "KYC"}
+    real = ApprovalTask(payload=payload, payload_digest=services.payload_digest(payload), checkpoint_id="c")
+    guess = ApprovalTask(payload=guessed, payload_digest=services.payload_digest(guessed), checkpoint_id="c")
+    paths = ["applicant.date_of_birth"]
+    assert services.evidence_digest(task=real, redaction=paths) == services.evidence_digest(task=guess, redaction=paths)
+    assert services.evidence_digest(task=real, redaction=[]) != services.evidence_digest(task=guess, redaction=[])
+
+
+def test_a_reviewer_without_the_reveal_right_signs_under_the_graphs_redaction(reviewer, approver):
+    task = task_make(graph=KYC, node="manual_review")
+    assert services.redaction_policy(reviewer, task) == ["applicant.date_of_birth", "documents[*].number"]
+    assert services.redaction_policy(approver, task) == []
+    decision = decide(reviewer, task)
+    assert decision.redacted_paths == ["applicant.date_of_birth", "documents[*].number"]
+    assert decision.evidence_digest == services.evidence_digest(task=task, redaction=decision.redacted_paths)
+
+
+# --- who may decide -------------------------------------------------------------------------------
+
+
+def test_a_reviewer_of_another_graph_is_told_the_task_does_not_exist():
+    outsider = user_make("reviewer", "kyc_review")
+    task = task_make()
+    with pytest.raises(NotFound):
+        decide(outsider, task)
+    assert decisions_of(task) == 0
+
+
+def test_a_reviewer_assigned_to_another_gate_cannot_decide_this_one():
+    reviewer = user_make("reviewer", (LOAN, "final_signoff"))
+    task = task_make()
+    with pytest.raises(Forbidden, match="not assigned to the gate"):
+        decide(reviewer, task)
+    assert decisions_of(task) == 0
+
+
+def test_registered_decision_guards_run_under_the_lock(reviewer, monkeypatch):
+    seen = []
+
+    def claimed_by_someone_else(actor, task):
+        seen.append((actor.pk, task.pk))
+        raise Conflict("claimed by someone else", field="task_id")
+
+    monkeypatch.setattr(services, "decision_guards", [claimed_by_someone_else])
+    task = task_make()
+    with pytest.raises(Conflict, match="claimed"):
+        decide(reviewer, task)
+    assert seen == [(reviewer.pk, task.pk)]
+    assert decisions_of(task) == 0
+
+
+# --- reasons ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("reason", ["", "   \n"])
+def test_a_rejection_without_a_reason_is_refused_where_the_graph_requires_one(reviewer, reason):
+    task = task_make()
+    with pytest.raises(InvalidInput) as error:
+        decide(reviewer, task, "reject", reason=reason)
+    assert error.value.field == "reason"
+    assert decisions_of(task) == 0
+
+
+def test_an_approval_without_a_reason_is_accepted_where_the_graph_makes_it_optional(reviewer):
+    task = task_make()
+    assert decide(reviewer, task).reason == ""
+
+
+def test_a_task_of_a_graph_no_longer_registered_requires_a_reason_to_reject_but_not_to_approve(reviewer):
+    rejected, approved = task_make(graph="retired_graph"), task_make(graph="retired_graph")
+    with pytest.raises(InvalidInput) as error:
+        decide(reviewer, rejected, "reject")
+    assert error.value.field == "reason"
+    assert decide(reviewer, approved).outcome == "approve"
+
+
+def test_a_gate_policy_can_require_a_reason_to_approve(reviewer):
+    task = task_make(graph="gate_policy_review", node="legal", payload={"question": "ok?"})
+    with pytest.raises(InvalidInput):
+        decide(reviewer, task)
+    other_gate = task_make(graph="gate_policy_review", node="finance", payload={"question": "ok?"})
+    assert decide(reviewer, other_gate).outcome == "approve"
+
+
+# --- one person, one signature; quorums -------------------------------------------------------------
+
+
+def test_the_same_person_cannot_sign_a_quorum_task_twice(approver):
+    task = quorum(task_make(), 2)
+    decide(approver, task)
+    with pytest.raises(Conflict, match="already signed") as error:
+        decide(approver, task)
+    assert error.value.field == "task_id"
+    task.refresh_from_db()
+    assert task.status == TaskStatus.PENDING and decisions_of(task) == 1
+
+
+def test_a_quorum_completes_with_the_last_required_signature_only(approver):
+    second = user_make("approver", "*")
+    task = quorum(task_make(), 2)
+    first_decision = decide(approver, task)
+    task.refresh_from_db()
+    assert task.status == TaskStatus.PENDING
+    assert first_decision.meaning == "approved"
+    assert not Run.objects.filter(thread=task.thread_id).exists()  # nothing resumes yet
+    recorded = AuditEvent.objects.get(subject_id=str(task.pk), action=AuditAction.DECISION_RECORDED)
+    assert recorded.details["quorum"] == {"approvals": 1, "required": 2, "met": False}
+
+    decide(second, task)
+    task.refresh_from_db()
+    assert task.status == TaskStatus.DECIDED and task.decided_at is not None
+    made = AuditEvent.objects.get(subject_id=str(task.pk), action=AuditAction.DECISION_MADE)
+    assert made.details["quorum"] == {"approvals": 2, "required": 2, "met": True}
+    assert Run.objects.filter(thread=task.thread_id).count() == 1  # the thread resumes once
+
+
+def test_the_final_signature_of_a_quorum_needs_the_approver_role(approver, reviewer):
+    task = quorum(task_make(), 2)
+    decide(reviewer, task)  # a reviewer may give an earlier signature
+    with pytest.raises(Forbidden) as error:
+        decide(user_make("reviewer", "*"), task)
+    assert error.value.message == "the final approval of a multi-approver task needs the approver role"
+    task.refresh_from_db()
+    assert task.status == TaskStatus.PENDING
+    assert [r["rule"] for r in refusals_of(task)] == ["quorum.final_approver"]
+    decide(approver, task)
+    task.refresh_from_db()
+    assert task.status == TaskStatus.DECIDED
+
+
+def test_a_single_approval_task_is_decided_by_a_reviewer(reviewer):
+    task = task_make()
+    decision = decide(reviewer, task)
+    task.refresh_from_db()
+    assert task.status == TaskStatus.DECIDED
+    assert decision.meaning == "approved"
+    assert AuditEvent.objects.filter(subject_id=str(task.pk), action=AuditAction.DECISION_MADE).exists()
+
+
+def test_one_rejection_rejects_unless_the_gate_asks_for_more(reviewer):
+    task = task_make()
+    decision = decide(reviewer, task, "reject", reason="no")
+    task.refresh_from_db()
+    assert task.status == TaskStatus.DECIDED and decision.meaning == "rejected"
+
+    payload = gate_payload(title="Loan", rejections_required=2)
+    two = task_make(payload=payload)
+    decide(reviewer, two, "reject", reason="no")
+    two.refresh_from_db()
+    assert two.status == TaskStatus.PENDING
+    decide(user_make("reviewer", "*"), two, "reject", reason="no either")
+    two.refresh_from_db()
+    assert two.status == TaskStatus.DECIDED
+
+
+# --- separation of duties ---------------------------------------------------------------------------
+
+
+def started_by(actor: Any, task: ApprovalTask) -> ApprovalTask:
+    Thread.objects.filter(pk=task.thread_id).update(created_by=actor)
+    task.refresh_from_db()
+    return task
+
+
+def test_the_starter_cannot_give_the_final_approval_of_a_quorum(approver):
+    second = user_make("approver", "*")
+    task = started_by(approver, quorum(task_make(), 2))
+    decide(second, task)
+    with pytest.raises(Forbidden, match="you started this thread"):
+        decide(approver, task)
+    task.refresh_from_db()
+    assert task.status == TaskStatus.PENDING
+    assert refusals_of(task) == [
+        {
+            "rule": "separation_of_duties.starter",
+            "message": "you started this thread, so you cannot give its final approval (separation of duties)",
+            "outcome": "approve",
+        }
+    ]
+    # The refusal is on the record although the decision's transaction rolled back: who, what, where.
+    refusal = AuditEvent.objects.get(action=AuditAction.DECISION_REFUSED, subject_id=str(task.pk))
+    assert (refusal.actor_id, refusal.subject_type, refusal.thread_id, refusal.graph) == (
+        approver.pk,
+        "task",
+        task.thread_id,
+        LOAN,
+    )
+
+
+def test_the_starter_cannot_approve_a_gate_that_asks_for_separation_of_duties(approver):
+    payload = {**loan_gate(), "separation_of_duties": True}
+    task = started_by(approver, task_make(payload=payload))
+    with pytest.raises(Forbidden, match="you started this thread"):
+        decide(approver, task)
+    assert decisions_of(task) == 0
+
+
+def test_the_global_setting_applies_separation_of_duties_to_every_gate(approver, settings):
+    settings.GATEHOUSE_SEPARATION_OF_DUTIES = True
+    task = started_by(approver, task_make())
+    with pytest.raises(Forbidden, match="you started this thread"):
+        decide(approver, task)
+
+
+def test_without_separation_of_duties_the_starter_may_approve(approver):
+    task = started_by(approver, task_make())
+    decide(approver, task)
+    task.refresh_from_db()
+    assert task.status == TaskStatus.DECIDED
+
+
+def test_under_separation_of_duties_an_edit_is_a_proposal_someone_else_approves(approver):
+    payload = {**loan_gate(), "separation_of_duties": True}
+    task = task_make(payload=payload)
+    proposal = decide(approver, task, "edit", reason="lower it", state_patch={"amount": 1000})
+    task.refresh_from_db()
+    assert task.status == TaskStatus.PENDING
+    assert proposal.meaning == "reviewed"
+    with pytest.raises(Conflict, match="already signed"):  # the editor cannot approve their own edit
+        decide(approver, task)
+    decide(user_make("approver", "*"), task)
+    task.refresh_from_db()
+    assert task.status == TaskStatus.DECIDED
+
+
+def test_an_edit_approves_at_once_without_separation_of_duties(approver):
+    task = task_make()
+    decision = decide(approver, task, "edit", reason="lower it", state_patch={"amount": 1000})
+    task.refresh_from_db()
+    assert task.status == TaskStatus.DECIDED
+    assert decision.meaning == "approved" and decision.state_patch == {"amount": 1000}
+
+
+def test_a_response_decides_at_once_and_counts_as_no_approval(reviewer):
+    task = quorum(task_make(), 2)
+    decision = decide(reviewer, task, "respond", message="see attached")
+    task.refresh_from_db()
+    assert task.status == TaskStatus.DECIDED
+    assert decision.meaning == "reviewed"
+
+
+# --- re-authentication -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("outcome", ["approve", "edit", "reject"])
+def test_an_old_sign_in_must_re_enter_the_password_to_sign(reviewer, outcome):
+    task = task_make()
+    fields = {"reason": "because", **({"state_patch": {"amount": 5}} if outcome == "edit" else {})}
+    with pytest.raises(Forbidden) as error:
+        decide(reviewer, task, outcome, signer=stale(), **fields)
+    assert error.value.field == "password"
+    assert error.value.message == (
+        "your sign-in is older than 15 minutes: re-enter your password (or a one-time code) to sign this decision"
+    )
+    assert decisions_of(task) == 0
+    assert [r["rule"] for r in refusals_of(task)] == ["signature.reauthentication_required"]
+
+
+def test_a_wrong_password_does_not_sign(reviewer):
+    task = task_make()
+    with pytest.raises(Forbidden) as error:
+        decide(reviewer, task, signer=stale(password="guess"))
+    assert (error.value.field, error.value.message) == ("password", "the password is not correct")
+    assert decisions_of(task) == 0
+    assert [r["rule"] for r in refusals_of(task)] == ["signature.reauthentication_failed"]
+
+
+def test_the_right_password_signs_and_the_signature_records_when(reviewer):
+    task = task_make()
+    before = timezone.now()
+    decision = decide(reviewer, task, signer=stale(password=PASSWORD))
+    assert decision.reauthenticated_at is not None and decision.reauthenticated_at >= before
+
+
+def test_a_one_time_code_without_a_device_does_not_sign(reviewer):
+    task = task_make()
+    with pytest.raises(Forbidden) as error:
+        decide(reviewer, task, signer=stale(otp="123456", password=PASSWORD))
+    assert (error.value.field, error.value.message) == ("otp", "the one-time code is not valid")
+    assert [r["rule"] for r in refusals_of(task)] == ["signature.otp_failed"]
+
+
+def test_a_recent_sign_in_signs_without_re_entering_anything(reviewer):
+    decision = decide(reviewer, task_make(), signer=services.Signer(authenticated_at=timezone.now()))
+    assert decision.reauthenticated_at is None
+
+
+def test_no_sign_in_time_at_all_counts_as_too_old(reviewer):
+    with pytest.raises(Forbidden, match="re-enter your password"):
+        decide(reviewer, task_make(), signer=services.Signer())
+
+
+def test_a_sign_in_just_inside_the_window_still_signs(reviewer, settings):
+    settings.GATEHOUSE_REAUTH_SECONDS = 600
+    inside = services.Signer(authenticated_at=timezone.now() - timedelta(seconds=590))
+    assert decide(reviewer, task_make(), signer=inside).reauthenticated_at is None
+    outside = services.Signer(authenticated_at=timezone.now() - timedelta(seconds=610))
+    with pytest.raises(Forbidden, match="older than 10 minutes"):
+        decide(reviewer, task_make(), signer=outside)
+
+
+def test_a_response_needs_no_re_authentication(reviewer):
+    decision = decide(reviewer, task_make(), "respond", message="noted", signer=stale())
+    assert decision.reauthenticated_at is None
+
+
+# --- edits -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("fields", "where"),
+    [
+        ({"state_patch": {"amount": MASK}}, "edits.amount"),
+        ({"state_patch": {"applicant": {"date_of_birth": MASK}}}, "edits.applicant.date_of_birth"),
+        ({"state_patch": {"documents": [{"number": "ok"}, {"number": MASK}]}}, "edits.documents[1].number"),
+        ({"action_args": {"amount": MASK}}, "action_args.amount"),
+        ({"decisions": [{"type": "approve"}, {"type": "edit", "args": {"x": MASK}}]}, "decisions[1].args.x"),
+    ],
+)
+def test_a_redacted_value_sent_back_never_overwrites_the_real_one(approver, fields, where):
+    task = task_make()
+    with pytest.raises(InvalidInput) as error:
+        decide(approver, task, "edit", reason="edit", **fields)
+    assert error.value.field == where
+    assert error.value.message == "this value is redacted for you and cannot be submitted as an edit"
+    assert decisions_of(task) == 0
+
+
+def test_an_edit_with_nothing_edited_is_refused(approver):
+    task = task_make()
+    with pytest.raises(InvalidInput) as error:
+        decide(approver, task, "edit", reason="nothing")
+    assert error.value.field == "edits"
+    assert error.value.message == "an edit needs state edits or edited action arguments"
+
+
+def test_an_edit_of_action_arguments_alone_is_an_edit(approver):
+    task = task_make()
+    decision = decide(approver, task, "edit", reason="cap it", action_args={"amount": 10})
+    assert decision.signed_action == {"name": "disburse", "args": {"amount": 10, "term_months": 24}}
+
+
+def test_state_edits_do_not_go_with_a_rejection(approver):
+    task = task_make()
+    with pytest.raises(InvalidInput) as error:
+        decide(approver, task, "reject", reason="no", state_patch={"amount": 1})
+    assert error.value.field == "edits"
+    assert error.value.message == "state edits go with an edit or approve decision"
+    assert decisions_of(task) == 0
+
+
+def test_state_edits_may_go_with_an_approval(approver):
+    decision = decide(approver, task_make(), "approve", state_patch={"amount": 1})
+    assert decision.state_patch == {"amount": 1}
+
+
+def test_a_field_the_gate_does_not_allow_is_not_editable(approver):
+    task = task_make()  # the loan gate allows amount and term_months
+    with pytest.raises(InvalidInput) as error:
+        decide(approver, task, "edit", reason="more income", state_patch={"income": 10**6})
+    assert error.value.field == "edits.income"
+    assert decisions_of(task) == 0
+
+
+def test_an_edit_is_checked_against_the_state_schema(approver):
+    with pytest.raises(InvalidInput) as error:
+        decide(approver, task_make(), "edit", reason="x", state_patch={"amount": "a lot"})
+    assert error.value.field == "edits.amount"
+    assert error.value.message  # says what is wrong, not only where
+
+
+def test_a_task_without_a_graph_has_no_state_to_edit(approver):
+    task = task_make(graph="retired_graph")
+    with pytest.raises(InvalidInput) as error:
+        decide(approver, task, "edit", reason="x", state_patch={"amount": 1})
+    assert (error.value.field, error.value.message) == ("edits", "this task has no graph state to edit")
+
+
+def totp_device(user, *, confirmed: bool):
+    from django_otp.plugins.otp_totp.models import TOTPDevice
+
+    return TOTPDevice.objects.create(user=user, name="phone", confirmed=confirmed)
+
+
+def current_code(device) -> str:
+    from django_otp.oath import totp
+
+    return f"{totp(device.bin_key, device.step, device.t0, device.digits, device.drift):06d}"
+
+
+def test_a_code_from_a_confirmed_device_signs_instead_of_the_password(reviewer):
+    device = totp_device(reviewer, confirmed=True)
+    decision = decide(reviewer, task_make(), signer=stale(otp=current_code(device)))
+    assert decision.reauthenticated_at is not None
+
+
+def test_a_code_from_a_device_never_confirmed_does_not_sign(reviewer):
+    """A device added but not confirmed (by whoever held the session for a moment) is no second factor."""
+    device = totp_device(reviewer, confirmed=False)
+    task = task_make()
+    with pytest.raises(Forbidden, match="one-time code") as error:
+        decide(reviewer, task, signer=stale(otp=current_code(device)))
+    assert error.value.field == "otp"
+    assert decisions_of(task) == 0
+
+
+def test_a_wrong_code_does_not_sign_even_with_a_confirmed_device(reviewer):
+    device = totp_device(reviewer, confirmed=True)
+    wrong = f"{(int(current_code(device)) + 1) % 10**6:06d}"
+    with pytest.raises(Forbidden, match="one-time code"):
+        decide(reviewer, task_make(), signer=stale(otp=wrong))
+
+
+def test_a_three_approval_quorum_needs_three_different_signers(approver):
+    task = quorum(task_make(), 3)
+    decide(approver, task)
+    decide(user_make("approver", "*"), task)
+    task.refresh_from_db()
+    assert task.status == TaskStatus.PENDING  # two of three
+    decide(user_make("approver", "*"), task)
+    task.refresh_from_db()
+    assert task.status == TaskStatus.DECIDED
+
+
+def test_three_required_rejections_are_three(reviewer):
+    task = task_make(payload=gate_payload(title="Loan", rejections_required=3))
+    decide(reviewer, task, "reject", reason="no")
+    decide(user_make("reviewer", "*"), task, "reject", reason="no")
+    task.refresh_from_db()
+    assert task.status == TaskStatus.PENDING  # two of three
+    decide(user_make("reviewer", "*"), task, "reject", reason="no")
+    task.refresh_from_db()
+    assert task.status == TaskStatus.DECIDED
+
+
+def test_without_the_one_time_code_app_a_code_never_signs(reviewer, monkeypatch):
+    device = totp_device(reviewer, confirmed=True)
+    monkeypatch.setattr(services.django_apps, "is_installed", lambda name: name != "django_otp")
+    with pytest.raises(Forbidden, match="one-time code"):
+        decide(reviewer, task_make(), signer=stale(otp=current_code(device)))
+
+
+def test_an_edit_of_a_task_whose_graph_is_gone_needs_a_reason_first(approver):
+    with pytest.raises(InvalidInput) as error:
+        decide(approver, task_make(graph="retired_graph"), "edit", state_patch={"amount": 1})
+    assert error.value.field == "reason"
