@@ -18,8 +18,9 @@ import pytest
 from django.utils import timezone
 
 from approvals import services
+from approvals.claims import claim_put
 from approvals.errors import Conflict, Forbidden, InvalidInput, NotFound
-from approvals.models import ApprovalTask, AuditAction, AuditEvent, Decision, TaskStatus
+from approvals.models import ApprovalTask, AuditAction, AuditEvent, Decision, TaskClaim, TaskStatus
 from approvals.payloads import DecisionRequest
 from approvals.redaction import MASK
 from runtime.gatekeeper import gate_payload
@@ -181,19 +182,27 @@ def test_a_reviewer_assigned_to_another_gate_cannot_decide_this_one():
     assert decisions_of(task) == 0
 
 
-def test_registered_decision_guards_run_under_the_lock(reviewer, monkeypatch):
-    seen = []
-
-    def claimed_by_someone_else(actor, task):
-        seen.append((actor.pk, task.pk))
-        raise Conflict("claimed by someone else", field="task_id")
-
-    monkeypatch.setattr(services, "decision_guards", [claimed_by_someone_else])
+def test_a_task_someone_else_claimed_cannot_be_decided_and_the_holder_can(reviewer):
+    """Claims are checked inline by task_decide (approvals.claims), on every surface."""
+    holder = user_make("reviewer", LOAN)
     task = task_make()
-    with pytest.raises(Conflict, match="claimed"):
+    claim_put(task=task, user=holder)
+    with pytest.raises(Conflict, match="has claimed this task") as refused:
         decide(reviewer, task)
-    assert seen == [(reviewer.pk, task.pk)]
+    assert refused.value.field == "claim"
     assert decisions_of(task) == 0
+    decide(holder, task)
+    assert decisions_of(task) == 1
+    assert not TaskClaim.objects.filter(task_id=task.pk).exists()  # the holder's decision ends the claim
+
+
+def test_an_expired_claim_does_not_block_a_decision(reviewer):
+    holder = user_make("reviewer", LOAN)
+    task = task_make()
+    claim_put(task=task, user=holder)
+    TaskClaim.objects.filter(task_id=task.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
+    decide(reviewer, task)
+    assert decisions_of(task) == 1
 
 
 # --- reasons ---------------------------------------------------------------------------------------
