@@ -211,9 +211,8 @@ def shared(worker, personas, django_db_blocker) -> dict[str, Subject]:
     if not worker.alive:
         worker.start()
     with django_db_blocker.unblock():
-        kinds = ("loan", "kyc", "failed", "hook", "user", "ext", "talk", "talk-kyc")
+        kinds = ("loan", "kyc", "failed", "hook", "user", "ext", "talk", "talk-kyc", "bulk")
         return {kind: subject_make(kind, personas) for kind in kinds}
-        return {kind: subject_make(kind, personas) for kind in ("loan", "kyc", "failed", "hook", "user", "ext", "bulk")}
 
 
 def client_for(persona: str, personas: dict[str, Persona]) -> ApiClient:

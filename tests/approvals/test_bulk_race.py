@@ -115,13 +115,16 @@ def test_a_single_decision_arriving_while_the_bulk_decides_that_task_gets_a_conf
     )
     inside, release = threading.Event(), threading.Event()
 
-    def hold(actor: Any, task: ApprovalTask) -> None:
-        # A decision guard runs under the task's row lock: the bulk stops here, holding it.
+    claim_check = services.claim_check
+
+    def hold(actor: Any, task: ApprovalTask) -> Any:
+        # The claim check runs under the task's row lock: the bulk stops here, holding it.
         if actor.pk == approver.pk and task.pk == contested.pk:
             inside.set()
             assert release.wait(scaled(30))
+        return claim_check(actor, task)
 
-    monkeypatch.setattr(services, "decision_guards", [*services.decision_guards, hold])
+    monkeypatch.setattr(services, "claim_check", hold)
     first = Side(lambda: bulk.bulk_run(bulk_id=started.pk))
     first.start()
     assert inside.wait(scaled(30)), first.error

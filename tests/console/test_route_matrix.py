@@ -152,7 +152,6 @@ def test_each_role_gets_the_status_the_matrix_gives(personas, route, method, sub
         webhook_endpoint_create(actor=None, name=hook, graph="loan_approval", gates=["human_review"])
     client = Client() if role == "anonymous" else console_client(personas[role])
     path = _path(route, subject, task, decision, hook, user, comment)
-    path = _path(route, subject, task, decision, hook, user)
     if subject == "bulk":  # bulk decisions (issue 14): an admin's bulk of a task that does not exist
         started = bulk_decide(
             actor=personas["admin"].user,

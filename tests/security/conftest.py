@@ -64,6 +64,9 @@ class Server:
     endpoint: str  # a signed webhook endpoint, and its secret
     secret: str
     database: Path | None = None  # the SQLite file, to count rows from outside the server
+    # The only user the fuzz may act on by id: the PostgreSQL server shares the session's database, and
+    # an admin's fuzz that deactivated or re-roled a persona broke every later test (401s). "" = none.
+    user_id: str = ""
 
     def client(self, *, token: str | None = None, auth: bool = True) -> httpx.Client:
         headers = {"Authorization": f"Bearer {token or self.token}"} if auth else {}
@@ -149,6 +152,8 @@ def postgres_server(
     personas: dict[str, Persona], bank: BankServer, django_db_blocker: Any, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Server]:
     """daphne on this session's PostgreSQL test database, as the admin persona, with a paused task."""
+    from django.contrib.auth import get_user_model
+
     from approvals.webhooks import webhook_endpoint_create
     from tests.console.conftest import task_make
 
@@ -158,6 +163,7 @@ def postgres_server(
         endpoint = webhook_endpoint_create(
             actor=None, name=f"fuzz-{uuid.uuid4().hex[:8]}", graph="loan_approval", gates=["human_review"]
         )
+        victim = get_user_model().objects.create_user(f"fuzz-victim-{uuid.uuid4().hex[:6]}")
     workdir = tmp_path_factory.mktemp("postgres-edge")
     proc, base = _serve(env, workdir / "daphne.log")
     yield Server(
@@ -169,5 +175,6 @@ def postgres_server(
         str(task.id),
         endpoint.name,
         endpoint.secrets[0],
+        user_id=str(victim.pk),
     )
     _stop(proc)

@@ -248,6 +248,11 @@ def _send(
             path_params[name] = server.thread_id if name == "thread_id" else server.task_id
         elif name == "name" and data.draw(st.booleans(), label="real endpoint"):
             path_params[name] = server.endpoint
+        elif name == "user_id":
+            # Generated ids are small integers: the session's personas. Act only on the fuzz's own user,
+            # or on an id nobody has, so user administration never locks a persona out of later tests.
+            real = data.draw(st.booleans(), label="real user") and server.user_id
+            path_params[name] = server.user_id if real else 2_147_483_000
     where = data.draw(st.sampled_from(["none", "body", "body", "query", "path", "header"]), label="poison")
     if where == "body" and operation.method.upper() in ("POST", "PUT", "PATCH"):
         body = poison_json(lambda s, label=None: data.draw(s, label=label), body if has_body else {})
