@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from console import services
+from approvals import claims
 from tests.conftest import pending_tasks, scaled, thread_start, wait_for
 from tests.console.test_live import ORIGIN, Socket, _cookie, loop  # noqa: F401 - the module's event loop fixture
 
@@ -73,7 +73,7 @@ def test_two_viewers_see_header_timeline_and_decisions_change_live(personas, loo
             assert '<p class="meta" id="task-head" hx-swap-oob="true"' in first  # swapped by id, no reload
 
         # A claim shows in every viewer's header.
-        services.task_claim(actor=admin.user, task_id=task["id"])
+        claims.task_claim(actor=admin.user, task_id=task["id"])
         for socket in (reviewer, auditor):
             message = _until(socket, f"Claimed by <strong>{admin.username}</strong>")[-1]
             assert f"Claimed by <strong>{admin.username}</strong>" in _head(message)
