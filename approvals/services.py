@@ -118,7 +118,7 @@ def tasks_open(*, run: Run, interrupts: list[PendingInterrupt]) -> list[Approval
         if task.interrupt_id in current_ids and task.interrupt_id not in pending:
             pending[task.interrupt_id] = task
         else:
-            _task_supersede(task, reason="the thread moved on without this interrupt")
+            task_supersede(task, reason="the thread moved on without this interrupt")
     opened = []
     for item in interrupts:
         digest = payload_digest(item.value)
@@ -129,7 +129,7 @@ def tasks_open(*, run: Run, interrupts: list[PendingInterrupt]) -> list[Approval
                 existing.save(update_fields=["checkpoint_id"])
             continue
         if existing is not None:
-            _task_supersede(existing, reason="the interrupt was raised again with a different payload")
+            task_supersede(existing, reason="the interrupt was raised again with a different payload")
         due_at, remind_at = _deadline_times(thread.graph, item.node, item.value)
         task = ApprovalTask.objects.create(
             thread=thread,
@@ -179,7 +179,8 @@ def _deadline_times(graph: str, node: str, payload: Any) -> tuple[datetime | Non
     return due_at, (due_at - timedelta(seconds=remind) if remind else None)
 
 
-def _task_supersede(task: ApprovalTask, *, reason: str) -> None:
+def task_supersede(task: ApprovalTask, *, reason: str, details: dict[str, Any] | None = None) -> None:
+    """A pending task that can no longer be answered (the thread moved on, or to another branch); audited."""
     task.status = TaskStatus.SUPERSEDED
     task.save(update_fields=["status"])
     audit_record(
@@ -190,7 +191,7 @@ def _task_supersede(task: ApprovalTask, *, reason: str) -> None:
         subject_id=task.id,
         thread_id=task.thread_id,
         graph=task.graph,
-        details={"reason": reason},
+        details={"reason": reason, **(details or {})},
     )
 
 

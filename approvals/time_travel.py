@@ -24,6 +24,7 @@ from approvals.audit import audit_record
 from approvals.errors import Conflict, InvalidInput, NotFound
 from approvals.inputs import CHECKPOINT_ID_PATTERN
 from approvals.models import ApprovalTask, AuditAction, TaskStatus
+from approvals.services import task_supersede
 from runtime.branches import (
     CheckpointNotFound,
     UnknownNode,
@@ -66,17 +67,10 @@ def _supersede_open_tasks(thread: Thread, branch: Branch) -> list[str]:
     """Pending tasks of the line the thread leaves cannot be answered any more: supersede them (audited)."""
     superseded = []
     for task in ApprovalTask.objects.select_for_update().filter(thread=thread, status=TaskStatus.PENDING):
-        task.status = TaskStatus.SUPERSEDED
-        task.save(update_fields=["status"])
-        audit_record(
-            actor=None,
-            actor_label="runtime",
-            action=AuditAction.TASK_SUPERSEDED,
-            subject_type="task",
-            subject_id=task.id,
-            thread_id=thread.id,
-            graph=task.graph,
-            details={"reason": f"the thread moved to {branch.kind} branch {branch.id}", "branch": str(branch.id)},
+        task_supersede(
+            task,
+            reason=f"the thread moved to {branch.kind} branch {branch.id}",
+            details={"branch": str(branch.id)},
         )
         superseded.append(str(task.id))
     return superseded
