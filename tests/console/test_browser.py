@@ -11,6 +11,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -92,7 +93,8 @@ def _sign_in(browser: Browser, server: str, persona: Any, path: str = "/") -> Pa
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
     context.set_default_timeout(WAIT_MS)
     page = context.new_page()
-    page.goto(f"{server}/accounts/login/?next={path}")
+    # Encoded: a path with its own query ("/?assigned=me&q=...") must reach the inbox whole, not lose "&q=".
+    page.goto(f"{server}/accounts/login/?next={quote(path, safe='/')}")
     page.get_by_label("Username").fill(persona.username)
     page.get_by_label("Password").fill("gatehouse")
     page.get_by_role("button", name="Sign in").click()
