@@ -177,9 +177,16 @@ def test_the_configured_embedding_function_is_the_stores(tmp_path):
         assert store.index_config and store.index_config["dims"] == 8
 
 
-@pytest.mark.skipif(not SQLITE_LOADS_EXTENSIONS, reason="this Python's sqlite3 cannot load sqlite-vec")
-def test_vector_search_ranks_by_the_configured_embedding_on_sqlite(tmp_path):
+def test_vector_search_on_sqlite_ranks_by_the_embedding_or_is_refused_before_anything_is_written(tmp_path):
+    """Where this Python's sqlite3 loads extensions, sqlite-vec ranks by the configured embedding; where it
+    cannot (this machine), the build refuses naming sqlite-vec and store.index, and creates no file."""
     config = store_config_read(_config_file(tmp_path, {"index": INDEX}))
+    if not SQLITE_LOADS_EXTENSIONS:
+        with pytest.raises(StoreConfigError, match="cannot load extensions") as caught:
+            store_sqlite_build(tmp_path / "vec.sqlite3", config)
+        assert "sqlite-vec" in str(caught.value) and "store.index" in str(caught.value)
+        assert not (tmp_path / "vec.sqlite3").exists()
+        return
     store = store_sqlite_build(tmp_path / "vec.sqlite3", config)
     store.put(("docs",), "a", {"text": "aaaa aaaa"})
     store.put(("docs",), "b", {"text": "bcbc bcbc"})
@@ -190,24 +197,17 @@ def test_vector_search_ranks_by_the_configured_embedding_on_sqlite(tmp_path):
     store.conn.close()
 
 
-@pytest.mark.skipif(SQLITE_LOADS_EXTENSIONS, reason="this Python's sqlite3 loads extensions")
-def test_sqlite_refuses_a_vector_index_it_cannot_load_clearly(tmp_path):
-    config = store_config_read(_config_file(tmp_path, {"index": INDEX}))
-    with pytest.raises(StoreConfigError, match="cannot load extensions") as caught:
-        store_sqlite_build(tmp_path / "vec.sqlite3", config)
-    assert "sqlite-vec" in str(caught.value) and "store.index" in str(caught.value)
-    assert not (tmp_path / "vec.sqlite3").exists()  # refused before anything was created
-
-
 def test_postgres_refuses_a_vector_index_without_pgvector_clearly(monkeypatch, tmp_path):
     import runtime.store as store_module
     from runtime.checkpointer import checkpointer_pool
 
     with checkpointer_pool().connection() as conn:
-        if conn.execute("SELECT 1 FROM pg_available_extensions WHERE name = 'vector'").fetchone():
-            pytest.skip("this PostgreSQL has pgvector")
+        has_pgvector = bool(conn.execute("SELECT 1 FROM pg_available_extensions WHERE name = 'vector'").fetchone())
     config = store_config_read(_config_file(tmp_path, {"index": {"embed": "./embed.py:embed", "dims": 8}}))
     monkeypatch.setattr(store_module, "_config", config)
+    if has_pgvector:  # a PostgreSQL with pgvector sets the vector tables up instead
+        store_module.store_setup()
+        return
     with pytest.raises(StoreConfigError, match="no pgvector extension"):
         store_module.store_setup()
 
