@@ -76,6 +76,37 @@ def _supersede_open_tasks(thread: Thread, branch: Branch) -> list[str]:
     return superseded
 
 
+def _branch_audit(
+    actor: User,
+    action: AuditAction,
+    thread: Thread,
+    branch: Branch,
+    *,
+    checkpoint_id: str,
+    reason: str,
+    **extra: Any,
+) -> None:
+    """Supersede the tasks of the line the thread leaves and record the move to ``branch`` (fork and replay)."""
+    superseded = _supersede_open_tasks(thread, branch)
+    audit_record(
+        actor=actor,
+        action=action,
+        subject_type="thread",
+        subject_id=thread.id,
+        thread_id=thread.id,
+        graph=thread.graph,
+        details={
+            "branch": str(branch.id),
+            "parent_branch": str(branch.parent_id) if branch.parent_id else None,
+            "from_checkpoint_id": checkpoint_id,
+            "reason": reason,
+            "run": str(branch.run_id) if branch.run_id else None,
+            "superseded_tasks": superseded,
+            **extra,
+        },
+    )
+
+
 @transaction.atomic
 def thread_fork(
     *,
@@ -113,25 +144,16 @@ def thread_fork(
         raise InvalidInput(str(exc), field="as_node") from None
     except ThreadBusy:
         raise Conflict("a run is active on this thread; wait for it to settle", field="thread_id") from None
-    superseded = _supersede_open_tasks(thread, branch)
-    audit_record(
-        actor=actor,
-        action=AuditAction.THREAD_FORKED,
-        subject_type="thread",
-        subject_id=thread.id,
-        thread_id=thread.id,
-        graph=thread.graph,
-        details={
-            "branch": str(branch.id),
-            "parent_branch": str(branch.parent_id) if branch.parent_id else None,
-            "from_checkpoint_id": checkpoint_id,
-            "head_checkpoint_id": branch.head_checkpoint_id,
-            "values": values or {},  # masked on the way out (gateway.audit_details_for)
-            "as_node": as_node,
-            "reason": reason,
-            "run": str(branch.run_id) if branch.run_id else None,
-            "superseded_tasks": superseded,
-        },
+    _branch_audit(
+        actor,
+        AuditAction.THREAD_FORKED,
+        thread,
+        branch,
+        checkpoint_id=checkpoint_id,
+        reason=reason,
+        head_checkpoint_id=branch.head_checkpoint_id,
+        values=values or {},  # masked on the way out (gateway.audit_details_for)
+        as_node=as_node,
     )
     return branch
 
@@ -148,23 +170,7 @@ def thread_replay(*, actor: User, thread_id: Any, checkpoint_id: str, reason: st
         raise NotFound(str(exc), field="checkpoint_id") from None
     except ThreadBusy:
         raise Conflict("a run is active on this thread; wait for it to settle", field="thread_id") from None
-    superseded = _supersede_open_tasks(thread, branch)
-    audit_record(
-        actor=actor,
-        action=AuditAction.THREAD_REPLAYED,
-        subject_type="thread",
-        subject_id=thread.id,
-        thread_id=thread.id,
-        graph=thread.graph,
-        details={
-            "branch": str(branch.id),
-            "parent_branch": str(branch.parent_id) if branch.parent_id else None,
-            "from_checkpoint_id": checkpoint_id,
-            "reason": reason,
-            "run": str(branch.run_id),
-            "superseded_tasks": superseded,
-        },
-    )
+    _branch_audit(actor, AuditAction.THREAD_REPLAYED, thread, branch, checkpoint_id=checkpoint_id, reason=reason)
     return branch
 
 
