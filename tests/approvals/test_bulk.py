@@ -230,6 +230,27 @@ def test_select_all_matching_takes_exactly_the_inbox_filter(personas):
     assert started.filter == {**wanted, "claimed": "", "assigned": "", "due": "", "columns": {}}
 
 
+def test_select_all_matching_an_overdue_filter_takes_only_the_overdue_tasks(personas):
+    """The bulk selects what the inbox lists: a filter it ignored would approve tasks nobody saw."""
+    approver = personas["approver"].user
+    tag = _tag()
+    late = _tasks(2, tag)
+    on_time = _tasks(2, tag)
+    now = timezone.now()
+    ApprovalTask.objects.filter(pk__in=[t.pk for t in late]).update(due_at=now - timedelta(minutes=5))
+    ApprovalTask.objects.filter(pk__in=[t.pk for t in on_time]).update(due_at=now + timedelta(hours=5))
+    wanted = {"q": tag, "due": "overdue"}
+    inbox = inbox_list(user=approver, status="pending", limit=100, **wanted)
+    started = bulk.bulk_decide(actor=approver, outcome="approve", reason="", filter=wanted, signer=_fresh())
+    assert set(started.task_ids) == {str(t.pk) for t in inbox.items} == {str(t.pk) for t in late}
+
+
+def test_an_unknown_due_filter_is_refused_naming_it(personas):
+    with pytest.raises(InvalidInput) as refused:
+        bulk.BulkFilter.parse({"due": "yesterday"})
+    assert refused.value.field == "filter.due"
+
+
 def test_one_reauthentication_signs_every_decision(personas):
     approver = personas["approver"].user
     tasks = _tasks(3, _tag())

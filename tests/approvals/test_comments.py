@@ -10,6 +10,7 @@ from django.db import DatabaseError, connection, transaction
 from approvals import comments
 from approvals.errors import Forbidden, InvalidInput, NotFound
 from approvals.models import AuditEvent, Comment, CommentKind, CommentVersion
+from tests.conftest import scaled
 from tests.console.conftest import task_make
 
 pytestmark = pytest.mark.usefixtures("live_db")
@@ -231,7 +232,7 @@ def test_simultaneous_edits_each_get_their_own_version(personas):
 
     def edit(text: str) -> None:
         try:
-            barrier.wait(timeout=10)
+            barrier.wait(timeout=scaled(10))
             results.append(comments.comment_edit(actor=author, comment=comment, body=text).version)
         except Exception as exc:  # reported by the assertion below
             results.append(exc)
@@ -242,7 +243,7 @@ def test_simultaneous_edits_each_get_their_own_version(personas):
     for w in workers:
         w.start()
     for w in workers:
-        w.join(timeout=30)
+        w.join(timeout=scaled(30))
     assert sorted(r for r in results if isinstance(r, int)) == [2, 3], results
     bodies = set(CommentVersion.objects.filter(comment=comment, version__gt=1).values_list("body", flat=True))
     assert bodies == {"edit 0", "edit 1"}
