@@ -118,7 +118,7 @@ class InboxConsumer(LiveConsumer):
     template = "console/partials/inbox_results.html"
 
     def groups_authorised(self, user: Any) -> list[str] | None:
-        if not user.has_perm("approvals.view_approvaltask"):
+        if not permissions.can(user, "approvals.view_approvaltask"):
             return None
         visible = permissions.graphs_visible(user)
         names = graph_names() if visible is None else sorted(visible)

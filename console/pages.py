@@ -186,7 +186,7 @@ def thread_live_context(user: Any, thread_id: Any) -> dict[str, Any]:
         "effects": selectors.effects_shown(
             user=user, thread=thread, effects=list(thread.effects.order_by("created_at"))
         ),
-        "can_retry": thread.status == "failed" and user.has_perm("runtime.retry_thread"),
+        "can_retry": thread.status == "failed" and permissions.can(user, "runtime.retry_thread"),
         "me": user,
         **conversation_context(user, thread=thread),  # Conversation (comments)
         # Cancelling the active run (approvals.run_cancel): operators and admins.

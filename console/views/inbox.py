@@ -6,6 +6,7 @@ from django.http import HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
+from approvals import permissions
 from approvals.errors import Forbidden
 from console import pages
 from console.views.common import HtmxHttpRequest, console_login_required, domain_errors
@@ -15,7 +16,7 @@ from console.views.common import HtmxHttpRequest, console_login_required, domain
 @console_login_required
 @domain_errors
 def inbox(request: HtmxHttpRequest) -> HttpResponse:
-    if not request.user.has_perm("approvals.view_approvaltask"):
+    if not permissions.can(request.user, "approvals.view_approvaltask"):
         raise Forbidden("your account has no role in Gatehouse yet; ask an admin to assign one")
     ctx = pages.inbox_context(request.user, request.GET)
     # The filter form targets the results only; a full page for everything else.

@@ -9,7 +9,7 @@ from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
-from approvals import services, store
+from approvals import permissions, services, store
 from approvals.errors import Forbidden
 from console import pages, selectors
 from console.views.common import HtmxHttpRequest, console_login_required, domain_errors
@@ -20,7 +20,7 @@ from runtime.models import ThreadStatus
 @console_login_required
 @domain_errors
 def thread_list(request: HtmxHttpRequest) -> HttpResponse:
-    if not request.user.has_perm("runtime.view_thread"):
+    if not permissions.can(request.user, "runtime.view_thread"):
         raise Forbidden("your account has no role in Gatehouse yet; ask an admin to assign one")
     status = request.GET.get("status", "")
     status = status if status in ThreadStatus.values else ""
