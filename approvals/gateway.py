@@ -63,7 +63,7 @@ def guard(
         return masked, applied
     with transaction.atomic():
         audit_record(
-            actor=user,  # type: ignore[arg-type]
+            actor=user,
             action=AuditAction.SENSITIVE_REVEALED,
             subject_type=subject.split(":", 1)[0],
             subject_id=subject.split(":", 1)[-1],
@@ -127,8 +127,9 @@ def audit_details_for(user: permissions.Principal, event: AuditEvent) -> dict[st
 
     Reading the reveal events themselves reveals nothing, so they are not re-audited.
     """
+    stored: dict[str, Any] = event.details
     if not event.graph or event.action == AuditAction.SENSITIVE_REVEALED:
-        return event.details
+        return stored
     details, _ = guard(user, event.graph, event.details, subject=f"audit:{event.pk}", thread_id=event.thread_id)
     if event.action in COMMENT_ACTIONS:  # Conversation (comments): free text quoting redacted values
         details = _comment_details_masked(user, event, details)
@@ -214,7 +215,7 @@ def text_shown(user: permissions.Principal, thread: Thread, texts: Sequence[str]
         return masked
     with transaction.atomic():
         audit_record(
-            actor=user,  # type: ignore[arg-type]
+            actor=user,
             action=AuditAction.SENSITIVE_REVEALED,
             subject_type=subject.split(":", 1)[0],
             subject_id=subject.split(":", 1)[-1],

@@ -289,7 +289,7 @@ def inbox_columns_context(
 ) -> dict[str, Any]:
     cells = columns.cells_for(user=user, tasks=page.items, columns=page.columns)
     for task in page.items:
-        task.inbox_cells = cells.get(task.pk, [])  # type: ignore[attr-defined]
+        task.inbox_cells = cells.get(task.pk, [])
     paths = columns.masked_paths(user, filters.get("graph", "")) if page.columns else []
     masked = {c.key for c in page.columns if columns.column_redacted(c, paths)}
     sort = filters.get("sort", "")

@@ -15,7 +15,7 @@ from typing import Any
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
-from kombu import Exchange, Queue
+from kombu.entity import Exchange, Queue
 
 from console.env import env_bool, env_float, env_int, env_list, env_str
 

@@ -135,9 +135,7 @@ def run_claim(*, run_id: str, worker: str) -> Run | None:
         run = Run.objects.select_for_update().select_related("thread").annotate(db_now=Now()).filter(pk=run_id).first()
         if run is None:
             return None
-        lapsed = run.status == RunStatus.RUNNING and (
-            run.lease_expires_at is None or run.lease_expires_at < run.db_now  # type: ignore[attr-defined]
-        )
+        lapsed = run.status == RunStatus.RUNNING and (run.lease_expires_at is None or run.lease_expires_at < run.db_now)
         if run.status != RunStatus.QUEUED and not lapsed:
             return None
         if run.attempts >= settings.GATEHOUSE_MAX_RUN_ATTEMPTS:
@@ -261,7 +259,7 @@ def runs_sweep() -> int:
     )
     count = 0
     for run in candidates:
-        now = run.db_now  # type: ignore[attr-defined]
+        now = run.db_now
         if run.status == RunStatus.RUNNING:
             if run.attempts >= settings.GATEHOUSE_MAX_RUN_ATTEMPTS:
                 _run_dead_letter(run_id=run.id)
@@ -309,7 +307,7 @@ def _redispatch_claim(run: Run) -> bool:
 def _run_dead_letter(*, run_id: Any) -> None:
     with transaction.atomic():
         run = Run.objects.select_for_update().select_related("thread").annotate(db_now=Now()).filter(pk=run_id).first()
-        lapsed = run is not None and run.lease_expires_at is not None and run.lease_expires_at < run.db_now  # type: ignore[attr-defined]
+        lapsed = run is not None and run.lease_expires_at is not None and run.lease_expires_at < run.db_now
         if run is None or run.status != RunStatus.RUNNING or not lapsed:
             return  # finished or re-claimed meanwhile
         _run_fail_locked(run, _gave_up(run))

@@ -124,7 +124,7 @@ def _compatible(annotation: Any) -> Any:
     if origin is None or not args:
         return annotation
     if origin is typing.Annotated:
-        return typing.Annotated[(_compatible(args[0]), *annotation.__metadata__)]  # type: ignore[valid-type]
+        return typing.Annotated[(_compatible(args[0]), *annotation.__metadata__)]
     if origin is typing.Literal:
         return annotation
     rebuilt = tuple(_compatible(a) for a in args)

@@ -47,7 +47,7 @@ def thread_start(request: HtmxHttpRequest) -> HttpResponse:
                     actor=cast(User, request.user),  # @login_required
                     graph=graph,
                     input=graph_input,
-                    metadata=metadata,  # type: ignore[arg-type]
+                    metadata=metadata,
                 )
             except DomainError as exc:
                 field = (exc.field or "").split("[")[0]

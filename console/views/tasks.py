@@ -97,7 +97,7 @@ def task_decide(request: HtmxHttpRequest, task_id: UUID) -> HttpResponse:
             decision = services.task_decide_checked(
                 actor=cast(User, request.user),  # @login_required
                 task_id=task_id,
-                request=decision_request,  # type: ignore[arg-type]
+                request=decision_request,
                 authenticated_at=request_proof_at(request),
                 password=request.POST.get("password", ""),
             )
