@@ -112,8 +112,9 @@ def task_state_for(user: permissions.Principal, task: ApprovalTask) -> Checkpoin
 def thread_values_for(user: permissions.Principal, thread: Thread) -> dict[str, Any]:
     """The thread's last known values (the listing snapshot), masked for ``user``."""
     permissions.thread_get_for(user, thread.pk)
+    values: dict[str, Any]
     values, _ = guard(user, thread.graph, thread.values, subject=f"thread:{thread.id}", thread_id=thread.id)
-    return values  # type: ignore[no-any-return]
+    return values
 
 
 def payload_for(user: permissions.Principal, task: ApprovalTask) -> tuple[Any, list[str]]:
@@ -130,10 +131,11 @@ def audit_details_for(user: permissions.Principal, event: AuditEvent) -> dict[st
     stored: dict[str, Any] = event.details
     if not event.graph or event.action == AuditAction.SENSITIVE_REVEALED:
         return stored
-    details, _ = guard(user, event.graph, event.details, subject=f"audit:{event.pk}", thread_id=event.thread_id)
+    details: dict[str, Any]
+    details, _ = guard(user, event.graph, stored, subject=f"audit:{event.pk}", thread_id=event.thread_id)
     if event.action in COMMENT_ACTIONS:  # Conversation (comments): free text quoting redacted values
         details = _comment_details_masked(user, event, details)
-    return details  # type: ignore[no-any-return]
+    return details
 
 
 @dataclasses.dataclass(frozen=True)

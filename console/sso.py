@@ -92,7 +92,7 @@ def mapping() -> SsoMapping:
     return _mapping
 
 
-class GatehouseOIDCBackend(OIDCAuthenticationBackend):  # type: ignore[misc]
+class GatehouseOIDCBackend(OIDCAuthenticationBackend):
     get_settings = staticmethod(oidc_setting)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -114,7 +114,8 @@ class GatehouseOIDCBackend(OIDCAuthenticationBackend):  # type: ignore[misc]
         if request is None or "nonce" not in kwargs:
             return None
         try:
-            return super().authenticate(request, **kwargs)  # type: ignore[no-any-return]
+            user: User | None = super().authenticate(request, **kwargs)
+            return user
         except (ProviderUnavailable, requests.RequestException) as exc:
             log.warning("single sign-on failed: %s", exc)
             return None
@@ -178,7 +179,7 @@ def axes_exempt(request: HttpRequest, credentials: dict[str, Any] | None) -> boo
     return request.path == "/oidc/callback/"
 
 
-class SsoStart(OIDCAuthenticationRequestView):  # type: ignore[misc]
+class SsoStart(OIDCAuthenticationRequestView):
     get_settings = staticmethod(oidc_setting)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -191,10 +192,11 @@ class SsoStart(OIDCAuthenticationRequestView):  # type: ignore[misc]
         except ProviderUnavailable as exc:
             log.warning("single sign-on unavailable: %s", exc)
             return HttpResponseRedirect("/accounts/login/?sso=unavailable")
-        return super().get(request)  # type: ignore[no-any-return]
+        response: HttpResponse = super().get(request)
+        return response
 
 
-class SsoCallback(OIDCAuthenticationCallbackView):  # type: ignore[misc]
+class SsoCallback(OIDCAuthenticationCallbackView):
     get_settings = staticmethod(oidc_setting)
 
 

@@ -11,15 +11,15 @@ from django.views.decorators.http import require_POST
 
 from approvals.run_cancel import run_cancel
 from console import pages
-from console.views.common import HtmxHttpRequest, console_login_required, domain_errors
+from console.views.common import SignedInRequest, console_login_required, domain_errors
 
 
 @require_POST
 @console_login_required
 @domain_errors
-def thread_run_cancel(request: HtmxHttpRequest, thread_id: UUID) -> HttpResponse:
+def thread_run_cancel(request: SignedInRequest, thread_id: UUID) -> HttpResponse:
     run = run_cancel(
-        actor=request.user,  # type: ignore[arg-type]
+        actor=request.user,
         thread_id=thread_id,
         run_id=None,
         action=request.POST.get("action", "interrupt"),

@@ -24,7 +24,7 @@ from approvals.redaction import MASK
 from approvals.security import request_proof_at, session_proof_record
 from console import pages, services
 from console.forms import decision_request_parse
-from console.views.common import HtmxHttpRequest, console_login_required, domain_errors
+from console.views.common import HtmxHttpRequest, SignedInRequest, console_login_required, domain_errors
 
 
 def _quotes_mask(request: DecisionRequest) -> bool:
@@ -60,9 +60,9 @@ def _claim_response(request: HtmxHttpRequest, task_id: UUID, error: str = "", st
 @require_POST
 @console_login_required
 @domain_errors
-def task_claim(request: HtmxHttpRequest, task_id: UUID) -> HttpResponse:
+def task_claim(request: SignedInRequest, task_id: UUID) -> HttpResponse:
     try:
-        claims.task_claim(actor=request.user, task_id=task_id)  # type: ignore[arg-type]
+        claims.task_claim(actor=request.user, task_id=task_id)
     except Conflict as exc:
         return _claim_response(request, task_id, exc.message, exc.status)
     return _claim_response(request, task_id)
@@ -71,8 +71,8 @@ def task_claim(request: HtmxHttpRequest, task_id: UUID) -> HttpResponse:
 @require_POST
 @console_login_required
 @domain_errors
-def task_release(request: HtmxHttpRequest, task_id: UUID) -> HttpResponse:
-    claims.task_release(actor=request.user, task_id=task_id)  # type: ignore[arg-type]
+def task_release(request: SignedInRequest, task_id: UUID) -> HttpResponse:
+    claims.task_release(actor=request.user, task_id=task_id)
     return _claim_response(request, task_id)
 
 

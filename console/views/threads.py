@@ -12,7 +12,7 @@ from django.views.decorators.http import require_GET, require_POST
 from approvals import services, store
 from approvals.errors import Forbidden
 from console import pages, selectors
-from console.views.common import HtmxHttpRequest, console_login_required, domain_errors
+from console.views.common import HtmxHttpRequest, SignedInRequest, console_login_required, domain_errors
 from runtime.models import ThreadStatus
 
 
@@ -53,7 +53,7 @@ def thread_live(request: HtmxHttpRequest, thread_id: UUID) -> HttpResponse:
 @require_POST
 @console_login_required
 @domain_errors
-def thread_retry(request: HtmxHttpRequest, thread_id: UUID) -> HttpResponse:
-    services.thread_retry(actor=request.user, thread_id=thread_id)  # type: ignore[arg-type]
+def thread_retry(request: SignedInRequest, thread_id: UUID) -> HttpResponse:
+    services.thread_retry(actor=request.user, thread_id=thread_id)
     messages.success(request, "Retry queued")
     return redirect("console:thread", thread_id=thread_id)
