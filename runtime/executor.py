@@ -39,8 +39,8 @@ from runtime.registry import GraphRegistryError, UnknownGraph, graph_get
 from runtime.retry import is_transient
 from runtime.runs import (
     LeaseLost,
-    Outcome,
     PendingInterrupt,
+    RunOutcome,
     lease_renew,
     run_claim,
     run_fail,
@@ -345,7 +345,7 @@ def _first_input(run: Run) -> Any:
     return Command(resume=resume, update=update)
 
 
-def outcome_read(snapshot: StateSnapshot) -> Outcome:
+def outcome_read(snapshot: StateSnapshot) -> RunOutcome:
     checkpoint_id = snapshot.config.get("configurable", {}).get("checkpoint_id", "")
     values = to_jsonable(snapshot.values or {})
     pending: dict[str, PendingInterrupt] = {}
@@ -353,7 +353,7 @@ def outcome_read(snapshot: StateSnapshot) -> Outcome:
         for item in _task_interrupts(task, checkpoint_id, ""):
             pending.setdefault(item.interrupt_id, item)
     if pending:
-        return Outcome(RunStatus.INTERRUPTED, checkpoint_id, values, list(pending.values()))
+        return RunOutcome(RunStatus.INTERRUPTED, checkpoint_id, values, list(pending.values()))
     if snapshot.next:
         # A static breakpoint (interrupt_before/after): no Interrupt object,
         # so the pause is keyed by the checkpoint it happened at.
@@ -365,8 +365,8 @@ def outcome_read(snapshot: StateSnapshot) -> Outcome:
             checkpoint_id=checkpoint_id,
             kind="breakpoint",
         )
-        return Outcome(RunStatus.INTERRUPTED, checkpoint_id, values, [breakpoint_])
-    return Outcome(RunStatus.SUCCEEDED, checkpoint_id, values)
+        return RunOutcome(RunStatus.INTERRUPTED, checkpoint_id, values, [breakpoint_])
+    return RunOutcome(RunStatus.SUCCEEDED, checkpoint_id, values)
 
 
 def _task_interrupts(task: Any, checkpoint_id: str, namespace: str) -> list[PendingInterrupt]:

@@ -60,7 +60,9 @@ class PendingInterrupt:
 
 
 @dataclass
-class Outcome:
+class RunOutcome:
+    """Where a run's pass through the graph stopped: interrupted (with its pending interrupts) or succeeded."""
+
     status: str  # RunStatus.INTERRUPTED | RunStatus.SUCCEEDED
     checkpoint_id: str
     values: dict[str, Any]
@@ -165,7 +167,7 @@ def lease_renew(*, run: Run) -> None:
         raise LeaseLost(f"run {run.id} was taken over (fence {run.fence})")
 
 
-def run_finish(*, run: Run, outcome: Outcome) -> None:
+def run_finish(*, run: Run, outcome: RunOutcome) -> None:
     """Record the run's outcome; tasks and audit rows are written by signal receivers in this transaction."""
     now = timezone.now()
     with transaction.atomic():
