@@ -35,7 +35,7 @@ from approvals.security import request_proof_at, session_proof_record
 from runtime.models import ACTIVE_RUN_STATUSES, Run, Thread, ThreadStatus
 from runtime.notify import ThreadWatch
 from runtime.registry import graph_get, graph_names
-from runtime.schema import json_schema_for
+from runtime.state_schema import json_schema_for
 
 router = Router()
 

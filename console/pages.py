@@ -25,7 +25,7 @@ from console.conversation import conversation_context  # Conversation (comments)
 from console.forms import DecisionForm, InboxFilterForm, decision_form_for
 from runtime.models import ACTIVE_RUN_STATUSES, Thread
 from runtime.registry import REASON_OUTCOMES, UnknownGraph, graph_get
-from runtime.schema import json_schema_for
+from runtime.state_schema import json_schema_for
 
 INBOX_PAGE_SIZE = 50
 

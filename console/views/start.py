@@ -15,7 +15,7 @@ from approvals.errors import DomainError
 from console.forms import json_object, start_fields, start_input_parse
 from console.views.common import HtmxHttpRequest, console_login_required, domain_errors
 from runtime.registry import graph_get, graph_names
-from runtime.schema import json_schema_for
+from runtime.state_schema import json_schema_for
 
 
 def _graphs_for(user: Any) -> list[tuple[str, str]]:

@@ -1,4 +1,4 @@
-"""Validate thread input and state edits against a graph's state schema.
+"""A graph's state schema: its fields, thread input and state edits validated against it, its JSON Schema.
 
 State schemas are TypedDicts, dataclasses or Pydantic models. Each key is
 validated on its own (``typing.TypedDict`` on Python 3.11 is not accepted
