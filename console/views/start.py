@@ -12,7 +12,7 @@ from django.shortcuts import redirect, render
 
 from approvals import permissions, services
 from approvals.errors import DomainError
-from console.forms import json_object, start_fields, start_input_parse
+from console.schema_form import json_object, start_fields, start_input_parse
 from console.views.common import HtmxHttpRequest, console_login_required, domain_errors
 from runtime.registry import graph_get, graph_names
 from runtime.state_schema import json_schema_for

@@ -23,7 +23,7 @@ from approvals.payloads import DecisionRequest
 from approvals.redaction import MASK
 from approvals.security import request_proof_at, session_proof_record
 from console import pages, services
-from console.forms import decision_request_parse
+from console.decision_panel import decision_request_parse
 from console.views.common import HtmxHttpRequest, SignedInRequest, console_login_required, domain_errors
 
 
