@@ -18,7 +18,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from approvals import assignment, permissions
 from approvals.errors import DomainError, InvalidInput
-from console import pages
+from console import page_context
 from console.views.common import HtmxHttpRequest, SignedInRequest, console_login_required, domain_errors
 
 
@@ -29,7 +29,7 @@ def _live_response(request: HtmxHttpRequest, task_id: UUID, error: DomainError |
         else:
             messages.success(request, done)
         return redirect("console:task", task_id=task_id)
-    ctx = pages.task_live_context(request.user, task_id)
+    ctx = page_context.task_live_context(request.user, task_id)
     ctx["handoff_error"] = error.message if error else ""
     ctx["handoff_done"] = "" if error else done
     return render(request, "console/partials/task_live.html", ctx, status=error.status if error else 200)

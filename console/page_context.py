@@ -1,4 +1,4 @@
-"""What each page and live fragment shows, built once for views and websocket consumers alike.
+"""What each page and live fragment shows (its template context), built once for views and websocket consumers alike.
 
 Every builder takes the viewing user and reads through ``approvals.permissions``
 and ``approvals.gateway``, so a fragment pushed over a websocket shows exactly
