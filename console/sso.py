@@ -71,7 +71,7 @@ def discovery() -> dict[str, Any]:
 
 def oidc_setting(attr: str, *default: Any) -> Any:
     """mozilla-django-oidc's settings lookup, with the endpoints filled in from discovery."""
-    if attr in _ENDPOINTS and not getattr(settings, attr, ""):
+    if attr in _ENDPOINTS and not getattr(settings, attr):  # each is set ("" for discovery) when SSO is on
         value = discovery().get(_ENDPOINTS[attr])
         if not value:
             raise ProviderUnavailable(f"the provider's discovery document has no {_ENDPOINTS[attr]}")
