@@ -40,6 +40,7 @@ lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
+## mypy --strict on console, approvals and runtime (strict = true in pyproject.toml; make test runs it too).
 typecheck: install
 	$(VENV)/bin/mypy console approvals runtime
 

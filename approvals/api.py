@@ -8,11 +8,12 @@ from uuid import UUID
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.http import HttpRequest
+from django.contrib.auth.models import User
 from ninja import Query, Router, Schema, Status
 from pydantic import Field
 
 from approvals import gateway, permissions, selectors, services
+from approvals.api_common import AuthedRequest
 from approvals.errors import InvalidInput
 from approvals.inputs import CheckpointId, DbId
 from approvals.models import ApprovalTask, AuditEvent, Decision
@@ -34,13 +35,13 @@ from approvals.security import request_proof_at, session_proof_record
 from runtime.models import ACTIVE_RUN_STATUSES, Run, Thread, ThreadStatus
 from runtime.notify import ThreadWatch
 from runtime.registry import graph_get, graph_names
-from runtime.schema import json_schema_for
+from runtime.state_schema import json_schema_for
 
 router = Router()
 
 
-def _user(request: HttpRequest) -> Any:
-    return request.auth  # type: ignore[attr-defined]
+def _user(request: AuthedRequest) -> User:
+    return request.auth
 
 
 def _task_summary(task: ApprovalTask) -> TaskSummaryOut:
@@ -65,7 +66,7 @@ def _thread_out(user: Any, thread: Thread, run: Run | None = None) -> ThreadOut:
 
 
 @router.get("/graphs", response=list[GraphOut], tags=["graphs"])
-def graphs_list(request: HttpRequest) -> list[GraphOut]:
+def graphs_list(request: AuthedRequest) -> list[GraphOut]:
     user = _user(request)
     return [
         GraphOut(
@@ -79,7 +80,7 @@ def graphs_list(request: HttpRequest) -> list[GraphOut]:
 
 
 @router.post("/threads", response={201: ThreadOut}, tags=["threads"])
-def thread_create(request: HttpRequest, body: ThreadIn) -> Status[ThreadOut]:
+def thread_create(request: AuthedRequest, body: ThreadIn) -> Status[ThreadOut]:
     user = _user(request)
     thread, run = services.thread_start(actor=user, graph=body.graph, input=body.input, metadata=body.metadata)
     return Status(201, _thread_out(user, thread, run))
@@ -131,7 +132,7 @@ async def _until(thread_id: Any, read: Any, done: Any, seconds: float) -> Any:
 
 
 @router.get("/threads/{thread_id}", response=ThreadOut, tags=["threads"])
-async def thread_detail(request: HttpRequest, thread_id: UUID, query: Query[ThreadWaitQuery]) -> ThreadOut:
+async def thread_detail(request: AuthedRequest, thread_id: UUID, query: Query[ThreadWaitQuery]) -> ThreadOut:
     """The thread; with ``wait_for`` (long poll) once it reaches one of those statuses or ``timeout`` passes."""
     user = _user(request)
     if query.wait_for is not None:
@@ -156,19 +157,19 @@ class HistoryQuery(Schema):
 
 
 @router.get("/threads/{thread_id}/history", response=list[CheckpointOut], tags=["threads"])
-def thread_history(request: HttpRequest, thread_id: UUID, query: Query[HistoryQuery]) -> list[CheckpointOut]:
+def thread_history(request: AuthedRequest, thread_id: UUID, query: Query[HistoryQuery]) -> list[CheckpointOut]:
     views = gateway.history_for(_user(request), thread_id, limit=query.limit, before=query.before)
     return [CheckpointOut.model_validate(v, from_attributes=True) for v in views]
 
 
 @router.get("/threads/{thread_id}/runs", response=list[RunOut], tags=["threads"])
-def thread_runs(request: HttpRequest, thread_id: UUID) -> list[Run]:
+def thread_runs(request: AuthedRequest, thread_id: UUID) -> list[Run]:
     thread = permissions.thread_get_for(_user(request), thread_id)
     return list(thread.runs.order_by("-created_at")[:100])
 
 
 @router.post("/threads/{thread_id}/retry", response={202: RunOut}, tags=["threads"])
-def thread_retry(request: HttpRequest, thread_id: UUID) -> Status[Run]:
+def thread_retry(request: AuthedRequest, thread_id: UUID) -> Status[Run]:
     return Status(202, services.thread_retry(actor=_user(request), thread_id=thread_id))
 
 
@@ -182,7 +183,7 @@ class TaskQuery(Schema):
 
 
 @router.get("/tasks", response=TaskPageOut, tags=["tasks"])
-def tasks_list(request: HttpRequest, query: Query[TaskQuery]) -> TaskPageOut:
+def tasks_list(request: AuthedRequest, query: Query[TaskQuery]) -> TaskPageOut:
     items, next_cursor = selectors.tasks_list(
         user=_user(request),
         status=query.status,
@@ -196,7 +197,7 @@ def tasks_list(request: HttpRequest, query: Query[TaskQuery]) -> TaskPageOut:
 
 
 @router.get("/tasks/{task_id}", response=TaskOut, tags=["tasks"])
-def task_detail(request: HttpRequest, task_id: UUID) -> TaskOut:
+def task_detail(request: AuthedRequest, task_id: UUID) -> TaskOut:
     user = _user(request)
     task = permissions.task_get_for(user, task_id)
     state = gateway.task_state_for(user, task)
@@ -244,7 +245,7 @@ def _decision_out(decision: Decision, shown: gateway.DecisionShown) -> DecisionO
 
 @router.post("/tasks/{task_id}/decision", response={201: DecisionOut}, tags=["tasks"])
 async def task_decide(
-    request: HttpRequest, task_id: UUID, body: DecisionIn, wait: float | None = None
+    request: AuthedRequest, task_id: UUID, body: DecisionIn, wait: float | None = None
 ) -> Status[DecisionOut]:
     """Decide; with ``?wait=<seconds>`` the response waits until the resumed run has finished (bounded)."""
     seconds = _wait_seconds(wait, "wait") if wait is not None else 0.0
@@ -257,7 +258,7 @@ async def task_decide(
     return Status(201, out)
 
 
-def _task_decide(request: HttpRequest, task_id: UUID, body: DecisionIn) -> tuple[DecisionOut, Any]:
+def _task_decide(request: AuthedRequest, task_id: UUID, body: DecisionIn) -> tuple[DecisionOut, Any]:
     decision_request = DecisionRequest(
         outcome=body.decision,
         reason=body.reason,
@@ -284,7 +285,7 @@ class AuditQuery(Schema):
 
 
 @router.get("/audit", response=list[AuditEventOut], tags=["audit"])
-def audit_list(request: HttpRequest, query: Query[AuditQuery]) -> list[AuditEventOut]:
+def audit_list(request: AuthedRequest, query: Query[AuditQuery]) -> list[AuditEventOut]:
     permissions.require(_user(request), "approvals.view_audit", "read the audit trail")
     events = selectors.audit_list(
         user=_user(request),

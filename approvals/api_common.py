@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from django.contrib.auth.models import User
 from django.http import HttpRequest, HttpResponse
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
@@ -26,6 +27,12 @@ ErrorBody = Callable[[str, str, str | None], dict[str, Any]]
 
 def error_body_gatehouse(code: str, message: str, field: str | None) -> dict[str, Any]:
     return {"error": {"code": code, "message": message, "field": field}}
+
+
+class AuthedRequest(HttpRequest):
+    """A request one of the API's auth classes let through: ninja sets ``auth`` to what it returned, the user."""
+
+    auth: User
 
 
 class BearerAuth(HttpBearer):

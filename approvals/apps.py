@@ -17,3 +17,7 @@ class ApprovalsConfig(AppConfig):
         from runtime.registry import gatehouse_option_register
 
         gatehouse_option_register("columns", columns_from_config)
+        # Thread metadata the inbox search matches: "gatehouse": {"search_metadata": ...}.
+        from approvals.selectors import search_metadata_from_config
+
+        gatehouse_option_register("search_metadata", search_metadata_from_config)

@@ -9,11 +9,11 @@ from datetime import datetime
 from typing import Any, Literal
 from uuid import UUID
 
-from django.http import HttpRequest
 from ninja import Router, Schema, Status
 from pydantic import Field
 
 from approvals import bulk, services
+from approvals.api_common import AuthedRequest
 from approvals.models import BulkAction
 from approvals.security import request_proof_at, session_proof_record
 
@@ -66,11 +66,11 @@ def _out(action: BulkAction) -> BulkOut:
 
 
 @router.post("/bulk-decisions", response={202: BulkOut})
-def bulk_decision_create(request: HttpRequest, body: BulkDecisionIn) -> Status[BulkOut]:
+def bulk_decision_create(request: AuthedRequest, body: BulkDecisionIn) -> Status[BulkOut]:
     """Approve or reject many tasks with one reason and one signature; each task is decided on its own."""
     signer = services.Signer(authenticated_at=request_proof_at(request), password=body.password, otp=body.otp)
     action = bulk.bulk_decide(
-        actor=request.auth,  # type: ignore[attr-defined]
+        actor=request.auth,
         outcome=body.outcome,
         reason=body.reason,
         task_ids=body.task_ids,
@@ -82,5 +82,5 @@ def bulk_decision_create(request: HttpRequest, body: BulkDecisionIn) -> Status[B
 
 
 @router.get("/bulk-decisions/{bulk_id}", response=BulkOut)
-def bulk_decision_detail(request: HttpRequest, bulk_id: UUID) -> BulkOut:
-    return _out(bulk.bulk_get_for(request.auth, bulk_id))  # type: ignore[attr-defined]
+def bulk_decision_detail(request: AuthedRequest, bulk_id: UUID) -> BulkOut:
+    return _out(bulk.bulk_get_for(request.auth, bulk_id))

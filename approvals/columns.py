@@ -141,7 +141,8 @@ def columns_from_config(graph: str, gatehouse: dict[str, Any]) -> dict[str, tupl
 
 def _configured(graph: str) -> dict[str, tuple[Column, ...]]:
     try:
-        return graph_get(graph).options.get("columns", {})  # type: ignore[no-any-return]
+        configured: dict[str, tuple[Column, ...]] = graph_get(graph).options.get("columns", {})
+        return configured
     except UnknownGraph:
         return {}
 

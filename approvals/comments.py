@@ -23,7 +23,7 @@ from typing import Any
 
 from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
-from django.db.models import Exists, OuterRef
+from django.db.models import Exists, OuterRef, QuerySet
 
 from approvals import gateway, permissions
 from approvals.audit import audit_record
@@ -295,7 +295,7 @@ def comments_for(
     return out
 
 
-def _waiting_questions() -> Any:
+def _waiting_questions() -> QuerySet[Comment]:
     answers = Comment.objects.filter(reply_to=OuterRef("pk"), kind=CommentKind.ANSWER)
     return Comment.objects.filter(kind=CommentKind.QUESTION).exclude(Exists(answers))
 

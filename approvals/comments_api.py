@@ -6,11 +6,12 @@ from datetime import datetime
 from typing import Any, Literal
 from uuid import UUID
 
-from django.http import HttpRequest
+from django.contrib.auth.models import User
 from ninja import Router, Schema, Status
 from pydantic import Field
 
 from approvals import comments, permissions
+from approvals.api_common import AuthedRequest
 from approvals.comments import CommentShown
 from approvals.errors import NotFound
 from approvals.models import Comment
@@ -68,8 +69,8 @@ def _out(shown: CommentShown) -> CommentOut:
     )
 
 
-def _user(request: HttpRequest) -> Any:
-    return request.auth  # type: ignore[attr-defined]
+def _user(request: AuthedRequest) -> User:
+    return request.auth
 
 
 def _shown(user: Any, comment: Comment) -> CommentOut:
@@ -89,7 +90,7 @@ def _reply_to(user: Any, reply_to: UUID | None) -> Comment | None:
 
 
 @router.get("/tasks/{task_id}/comments", response=list[CommentOut])
-def task_comments(request: HttpRequest, task_id: UUID) -> list[CommentOut]:
+def task_comments(request: AuthedRequest, task_id: UUID) -> list[CommentOut]:
     """The task's comments, oldest first, each with its versions."""
     user = _user(request)
     task = permissions.task_get_for(user, task_id)
@@ -97,7 +98,7 @@ def task_comments(request: HttpRequest, task_id: UUID) -> list[CommentOut]:
 
 
 @router.post("/tasks/{task_id}/comments", response={201: CommentOut})
-def task_comment_post(request: HttpRequest, task_id: UUID, body: CommentIn) -> Status[CommentOut]:
+def task_comment_post(request: AuthedRequest, task_id: UUID, body: CommentIn) -> Status[CommentOut]:
     """Comment on a task (reviewers, operators and leads of its graph)."""
     user = _user(request)
     task = permissions.task_get_for(user, task_id)
@@ -108,7 +109,7 @@ def task_comment_post(request: HttpRequest, task_id: UUID, body: CommentIn) -> S
 
 
 @router.get("/threads/{thread_id}/comments", response=list[CommentOut])
-def thread_comments(request: HttpRequest, thread_id: UUID) -> list[CommentOut]:
+def thread_comments(request: AuthedRequest, thread_id: UUID) -> list[CommentOut]:
     """The thread's comments and those of its tasks you may see, oldest first."""
     user = _user(request)
     thread = permissions.thread_get_for(user, thread_id)
@@ -116,7 +117,7 @@ def thread_comments(request: HttpRequest, thread_id: UUID) -> list[CommentOut]:
 
 
 @router.post("/threads/{thread_id}/comments", response={201: CommentOut})
-def thread_comment_post(request: HttpRequest, thread_id: UUID, body: CommentIn) -> Status[CommentOut]:
+def thread_comment_post(request: AuthedRequest, thread_id: UUID, body: CommentIn) -> Status[CommentOut]:
     """Comment on a thread."""
     user = _user(request)
     thread = permissions.thread_get_for(user, thread_id)
@@ -127,7 +128,7 @@ def thread_comment_post(request: HttpRequest, thread_id: UUID, body: CommentIn) 
 
 
 @router.post("/comments/{comment_id}/versions", response={201: CommentOut})
-def comment_version_post(request: HttpRequest, comment_id: UUID, body: CommentVersionIn) -> Status[CommentOut]:
+def comment_version_post(request: AuthedRequest, comment_id: UUID, body: CommentVersionIn) -> Status[CommentOut]:
     """Edit your comment: a new version; the earlier ones stay (append-only)."""
     user = _user(request)
     comment = comments.comment_get_for(user, comment_id)

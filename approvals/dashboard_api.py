@@ -5,10 +5,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from django.http import HttpRequest
 from ninja import Query, Router, Schema
 
 from approvals import dashboard
+from approvals.api_common import AuthedRequest
 
 router = Router(tags=["dashboard"])
 
@@ -88,7 +88,7 @@ def dashboard_out(d: dashboard.Dashboard) -> dict[str, Any]:
 
 
 @router.get("/dashboard", response=DashboardOut)
-def dashboard_get(request: HttpRequest, query: Query[DashboardQuery]) -> dict[str, Any]:
+def dashboard_get(request: AuthedRequest, query: Query[DashboardQuery]) -> dict[str, Any]:
     """Pending tasks over time per gate, time to decision (p50/p95, nearest rank) per gate, overdue and
     escalated open tasks, decisions by outcome and by reviewer, and the share a webhook decided.
 
@@ -96,7 +96,7 @@ def dashboard_get(request: HttpRequest, query: Query[DashboardQuery]) -> dict[st
     of that day), at most 92 days apart; default the last 7 days. Only graphs you may see are counted;
     naming another is a 404. Every number carries `link`, the console list behind it.
     """
-    user = request.auth  # type: ignore[attr-defined]
+    user = request.auth
     dashboard.require_viewer(user)
     filters = dashboard.dashboard_filters_parse(user=user, graph=query.graph, since=query.since, until=query.until)
     return dashboard_out(dashboard.dashboard_for(user=user, filters=filters))

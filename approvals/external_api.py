@@ -12,11 +12,12 @@ from typing import Any, Literal
 from uuid import UUID
 
 from asgiref.sync import sync_to_async
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpResponse, JsonResponse
 from ninja import Query, Router, Schema, Status
 from pydantic import Field
 
 from approvals import external, gateway
+from approvals.api_common import AuthedRequest
 from approvals.models import ExternalTask
 
 router = Router(tags=["external tasks"])
@@ -119,8 +120,8 @@ def _out(user: Any, item: ExternalTask, *, show_secret: bool) -> ExternalTaskOut
 
 
 @router.post("/external-tasks", response={200: ExternalTaskOut, 201: ExternalTaskOut})
-def external_task_create(request: HttpRequest, body: ExternalTaskIn) -> Status[ExternalTaskOut]:
-    user = request.auth  # type: ignore[attr-defined]
+def external_task_create(request: AuthedRequest, body: ExternalTaskIn) -> Status[ExternalTaskOut]:
+    user = request.auth
     spec = external.ExternalTaskSpec(
         source=body.source,
         key=body.key,
@@ -141,14 +142,14 @@ def external_task_create(request: HttpRequest, body: ExternalTaskIn) -> Status[E
 
 
 @router.get("/external-tasks/by-key/{source}/{path:key}", response=ExternalTaskOut)
-def external_task_by_key(request: HttpRequest, source: str, key: str) -> ExternalTaskOut:
-    user = request.auth  # type: ignore[attr-defined]
+def external_task_by_key(request: AuthedRequest, source: str, key: str) -> ExternalTaskOut:
+    user = request.auth
     return _out(user, external.external_task_get_by_key(user, source=source, key=key), show_secret=False)
 
 
 @router.get("/external-tasks/{task_id}", response=ExternalTaskOut)
-def external_task_detail(request: HttpRequest, task_id: UUID) -> ExternalTaskOut:
-    user = request.auth  # type: ignore[attr-defined]
+def external_task_detail(request: AuthedRequest, task_id: UUID) -> ExternalTaskOut:
+    user = request.auth
     return _out(user, external.external_task_get_for(user, task_id), show_secret=False)
 
 
@@ -176,12 +177,14 @@ def _decision_response(user: Any, item: ExternalTask) -> HttpResponse:
     "/external-tasks/{task_id}/decision",
     response={200: ExternalDecisionOut, 202: DecisionPendingOut, 410: DecisionPendingOut},
 )
-async def external_task_decision(request: HttpRequest, task_id: UUID, query: Query[DecisionWaitQuery]) -> HttpResponse:
+async def external_task_decision(
+    request: AuthedRequest, task_id: UUID, query: Query[DecisionWaitQuery]
+) -> HttpResponse:
     """Long-poll: the decision when there is one, else 202 after ``wait`` seconds (a bounded wait).
 
     Async, polling with short database calls, so a waiting engine holds no worker thread.
     """
-    user = request.auth  # type: ignore[attr-defined]
+    user = request.auth
     deadline = time.monotonic() + query.wait
     while True:
         item, ready = await sync_to_async(_decision_poll)(user, task_id)

@@ -63,7 +63,7 @@ def guard(
         return masked, applied
     with transaction.atomic():
         audit_record(
-            actor=user,  # type: ignore[arg-type]
+            actor=user,
             action=AuditAction.SENSITIVE_REVEALED,
             subject_type=subject.split(":", 1)[0],
             subject_id=subject.split(":", 1)[-1],
@@ -112,8 +112,9 @@ def task_state_for(user: permissions.Principal, task: ApprovalTask) -> Checkpoin
 def thread_values_for(user: permissions.Principal, thread: Thread) -> dict[str, Any]:
     """The thread's last known values (the listing snapshot), masked for ``user``."""
     permissions.thread_get_for(user, thread.pk)
+    values: dict[str, Any]
     values, _ = guard(user, thread.graph, thread.values, subject=f"thread:{thread.id}", thread_id=thread.id)
-    return values  # type: ignore[no-any-return]
+    return values
 
 
 def payload_for(user: permissions.Principal, task: ApprovalTask) -> tuple[Any, list[str]]:
@@ -127,12 +128,14 @@ def audit_details_for(user: permissions.Principal, event: AuditEvent) -> dict[st
 
     Reading the reveal events themselves reveals nothing, so they are not re-audited.
     """
+    stored: dict[str, Any] = event.details
     if not event.graph or event.action == AuditAction.SENSITIVE_REVEALED:
-        return event.details
-    details, _ = guard(user, event.graph, event.details, subject=f"audit:{event.pk}", thread_id=event.thread_id)
+        return stored
+    details: dict[str, Any]
+    details, _ = guard(user, event.graph, stored, subject=f"audit:{event.pk}", thread_id=event.thread_id)
     if event.action in COMMENT_ACTIONS:  # Conversation (comments): free text quoting redacted values
         details = _comment_details_masked(user, event, details)
-    return details  # type: ignore[no-any-return]
+    return details
 
 
 @dataclasses.dataclass(frozen=True)
@@ -214,7 +217,7 @@ def text_shown(user: permissions.Principal, thread: Thread, texts: Sequence[str]
         return masked
     with transaction.atomic():
         audit_record(
-            actor=user,  # type: ignore[arg-type]
+            actor=user,
             action=AuditAction.SENSITIVE_REVEALED,
             subject_type=subject.split(":", 1)[0],
             subject_id=subject.split(":", 1)[-1],

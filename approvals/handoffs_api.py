@@ -7,14 +7,14 @@ services check permissions (``approvals.permissions``), validate and audit.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 from uuid import UUID
 
-from django.http import HttpRequest
+from django.contrib.auth.models import User
 from ninja import Router, Schema, Status
 from pydantic import Field
 
 from approvals import assignment, claims, permissions
+from approvals.api_common import AuthedRequest
 from approvals.models import ApprovalTask, Away
 
 router = Router(tags=["hand-offs"])
@@ -65,8 +65,8 @@ class AwayOut(Schema):
     note: str = ""
 
 
-def _user(request: HttpRequest) -> Any:
-    return request.auth  # type: ignore[attr-defined]
+def _user(request: AuthedRequest) -> User:
+    return request.auth
 
 
 def _claim_out(task: ApprovalTask) -> ClaimOut:
@@ -107,24 +107,24 @@ def _away_out(away: Away | None) -> AwayOut:
 
 
 @router.get("/tasks/{task_id}/claim", response=ClaimOut)
-def task_claim_get(request: HttpRequest, task_id: UUID) -> ClaimOut:
+def task_claim_get(request: AuthedRequest, task_id: UUID) -> ClaimOut:
     return _claim_out(permissions.task_get_for(_user(request), task_id))
 
 
 @router.post("/tasks/{task_id}/claim", response={201: ClaimOut})
-def task_claim(request: HttpRequest, task_id: UUID) -> Status[ClaimOut]:
+def task_claim(request: AuthedRequest, task_id: UUID) -> Status[ClaimOut]:
     claim = claims.task_claim(actor=_user(request), task_id=task_id)
     return Status(201, _claim_out(claim.task))
 
 
 @router.delete("/tasks/{task_id}/claim", response=ClaimOut)
-def task_release(request: HttpRequest, task_id: UUID) -> ClaimOut:
+def task_release(request: AuthedRequest, task_id: UUID) -> ClaimOut:
     claims.task_release(actor=_user(request), task_id=task_id)
     return _claim_out(permissions.task_get_for(_user(request), task_id))
 
 
 @router.post("/tasks/{task_id}/reassign", response=AssignmentOut)
-def task_reassign(request: HttpRequest, task_id: UUID, body: ReassignIn) -> AssignmentOut:
+def task_reassign(request: AuthedRequest, task_id: UUID, body: ReassignIn) -> AssignmentOut:
     actor = _user(request)
     task = permissions.task_get_for(actor, task_id)
     permissions.require_reassign(actor, task)  # before any name lookup: a reviewer learns nothing about users
@@ -135,7 +135,7 @@ def task_reassign(request: HttpRequest, task_id: UUID, body: ReassignIn) -> Assi
 
 
 @router.post("/tasks/{task_id}/delegate", response=AssignmentOut)
-def task_delegate(request: HttpRequest, task_id: UUID, body: DelegateIn) -> AssignmentOut:
+def task_delegate(request: AuthedRequest, task_id: UUID, body: DelegateIn) -> AssignmentOut:
     actor = _user(request)
     task = permissions.task_get_for(actor, task_id)
     permissions.require_decide(actor, task)
@@ -145,12 +145,12 @@ def task_delegate(request: HttpRequest, task_id: UUID, body: DelegateIn) -> Assi
 
 
 @router.get("/me/away", response=AwayOut)
-def away_get(request: HttpRequest) -> AwayOut:
+def away_get(request: AuthedRequest) -> AwayOut:
     return _away_out(assignment.away_get(_user(request)))
 
 
 @router.put("/me/away", response=AwayOut)
-def away_put(request: HttpRequest, body: AwayIn) -> AwayOut:
+def away_put(request: AuthedRequest, body: AwayIn) -> AwayOut:
     actor = _user(request)
     if body.delegate is None:
         assignment.away_clear(actor=actor)

@@ -30,7 +30,7 @@ import httpx
 from celery import current_app
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F, Q
+from django.db.models import F, Q, QuerySet
 from django.dispatch import receiver
 from django.utils import timezone
 
@@ -85,7 +85,7 @@ def _backoff_base() -> float:
 
 
 def backoff_delay(attempts: int) -> float:
-    return _backoff_base() * (2 ** max(attempts - 1, 0))
+    return _backoff_base() * 2.0 ** max(attempts - 1, 0)
 
 
 # --- where webhooks may go ---------------------------------------------------------------------
@@ -258,7 +258,7 @@ def subscriptions_visible(user: Any) -> Any:
     return qs if visible is None else qs.filter(graph__in=visible)
 
 
-def deliveries_visible(user: Any) -> Any:
+def deliveries_visible(user: Any) -> QuerySet[OutboundDelivery]:
     return OutboundDelivery.objects.filter(subscription__in=subscriptions_visible(user))
 
 

@@ -79,8 +79,9 @@ def payload_title(payload: Any, node: str) -> str:
         return str(req.get("description") or req["action_request"].get("action") or node)[:300]
     if isinstance(payload, dict):
         for key in ("title", "question", "message", "description"):
-            if isinstance(payload.get(key), str):
-                return payload[key][:300]
+            value = payload.get(key)
+            if isinstance(value, str):
+                return value[:300]
     if isinstance(payload, str):
         return payload[:300]
     return f"Review at {node}"

@@ -37,8 +37,8 @@ from approvals.run_cancel import run_cancel as run_cancel_service
 from runtime.models import ACTIVE_RUN_STATUSES, Run, RunKind, RunStatus, Thread, ThreadStatus
 from runtime.registry import UnknownGraph, graph_get, graph_names
 from runtime.runs import ThreadBusy, run_enqueue
-from runtime.schema import FieldError, values_validate
 from runtime.state import CheckpointView, thread_state_read
+from runtime.state_schema import FieldError, values_validate
 
 # The namespace LangGraph Platform derives its per-graph assistant ids from, so
 # a graph has the same assistant_id here as on the Platform.

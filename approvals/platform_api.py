@@ -45,7 +45,7 @@ from approvals.run_cancel import run_cancel_done
 from runtime.models import ACTIVE_RUN_STATUSES, Run, RunStatus, Thread
 from runtime.notify import ThreadWatch
 from runtime.registry import graph_get
-from runtime.schema import json_schema_for
+from runtime.state_schema import json_schema_for
 
 
 def _wait_limit() -> float:

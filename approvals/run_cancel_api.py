@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any, Literal
 from uuid import UUID
 
-from django.http import HttpRequest
 from ninja import Router, Schema, Status
 from pydantic import Field
 
+from approvals.api_common import AuthedRequest
 from approvals.run_cancel import REASON_MAX, run_cancel
 from approvals.schemas import RunOut
 from runtime.models import Run
@@ -25,8 +25,8 @@ class RunCancelIn(Schema):
 
 
 @router.post("/threads/{thread_id}/cancel-run", response={202: RunOut}, tags=["threads"])
-def thread_run_cancel(request: HttpRequest, thread_id: UUID, body: RunCancelIn) -> Status[Run]:
-    user: Any = request.auth  # type: ignore[attr-defined]
+def thread_run_cancel(request: AuthedRequest, thread_id: UUID, body: RunCancelIn) -> Status[Run]:
+    user: Any = request.auth
     run = run_cancel(
         actor=user, thread_id=thread_id, run_id=body.run_id, action=body.action, reason=body.reason, via="api"
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 from uuid import UUID
 
 from ninja import Schema
@@ -60,10 +60,14 @@ class TaskSummaryOut(Schema):
         return obj.assigned_group.name if obj.assigned_group_id is not None else None
 
 
-def _due(task: Any, name: str, pick: Callable[[DueState], Any], default: Any) -> Any:
+_T = TypeVar("_T")
+
+
+def _due(task: Any, name: str, pick: Callable[[DueState], _T], default: _T) -> _T:
     """A deadline field of a task (computed now), or of a summary already built (a dict: kept as is)."""
     if isinstance(task, dict):
-        return task.get(name, default)
+        built: _T = task.get(name, default)
+        return built
     state = due_state(task.due_at, remind_at=task.remind_at) if task.is_open else None
     return pick(state) if state is not None else default
 

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import uuid
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
 from django.db.models import Q, QuerySet
+from django.db.models.fields.json import KeyTextTransform
+from django.db.models.lookups import IContains
 from django.utils import timezone
 
 from approvals import permissions
@@ -18,6 +21,7 @@ from approvals.columns import columns_filter
 from approvals.deadlines import tasks_due_filter
 from approvals.errors import InvalidInput
 from approvals.models import ApprovalTask, AuditEvent, Decision
+from runtime.registry import graph_get, graph_names
 
 # --- keyset cursors: one codec (a JSON list, URL-safe base64); each list says what it holds ----------
 
@@ -192,7 +196,36 @@ def _inbox_search(q: str) -> Q:
     try:
         ident = uuid.UUID(q)
     except ValueError:
-        return (
-            Q(thread__metadata__case__icontains=q) | Q(thread__metadata__applicant__icontains=q) | Q(title__icontains=q)
-        )
+        return Q(title__icontains=q) | _metadata_search(q)
     return Q(thread_id=ident) | Q(id=ident)
+
+
+def _metadata_search(q: str) -> Q:
+    """The thread metadata each graph names as searchable (``search_metadata`` in langgraph.json)."""
+    names = graph_names()
+    graphs_by_key: dict[str, list[str]] = {}
+    for name in names:
+        for key in graph_get(name).options.get("search_metadata", ()):
+            graphs_by_key.setdefault(key, []).append(name)
+    match = Q()
+    for key, graphs in sorted(graphs_by_key.items()):
+        found = Q(IContains(KeyTextTransform(key, "thread__metadata"), q))
+        match |= found if len(graphs) == len(names) else Q(graph__in=graphs) & found
+    return match
+
+
+_METADATA_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
+def search_metadata_from_config(graph: str, gatehouse: dict[str, Any]) -> tuple[str, ...]:
+    """Registered with the graph registry for ``"gatehouse": {"search_metadata": {graph | "*": [key, ...]}}``:
+    the thread metadata keys whose values the inbox search matches for the graph's tasks ("*": every graph
+    not named)."""
+    section = gatehouse.get("search_metadata", {})
+    if not isinstance(section, dict):
+        raise ValueError('gatehouse.search_metadata: must map graph names (or "*") to lists of metadata keys')
+    where = graph if graph in section else "*"
+    keys = section.get(where, [])
+    if not isinstance(keys, list) or not all(isinstance(k, str) and _METADATA_KEY.fullmatch(k) for k in keys):
+        raise ValueError(f"gatehouse.search_metadata.{where}: must be a list of metadata keys (letters, digits, _ . -)")
+    return tuple(keys)

@@ -36,7 +36,7 @@ from runtime.models import Run, RunKind, Thread, ThreadStatus
 from runtime.notify import thread_notify
 from runtime.registry import UnknownGraph, graph_get, graph_names
 from runtime.runs import PendingInterrupt, ThreadBusy, retry_command, run_enqueue, thread_create
-from runtime.schema import FieldError, values_validate
+from runtime.state_schema import FieldError, values_validate
 from runtime.storable import NotStorable, value_storable_check
 
 # How a decided task of a kind with no graph to resume completes, by task kind

@@ -36,7 +36,7 @@ from runtime.branches import (
 from runtime.models import Branch, Run, RunKind, Thread, ThreadStatus
 from runtime.registry import graph_get, graph_is_external
 from runtime.runs import ThreadBusy, run_enqueue
-from runtime.schema import FieldError, values_validate
+from runtime.state_schema import FieldError, values_validate
 
 REASON_MAX = 2000
 

@@ -6,11 +6,11 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from django.http import HttpRequest
 from ninja import Query, Router, Schema, Status
 from pydantic import Field
 
 from approvals import time_travel
+from approvals.api_common import AuthedRequest
 from approvals.inputs import CheckpointId
 from runtime.models import Branch
 from runtime.state import SubgraphView
@@ -77,9 +77,9 @@ def _subgraph_out(sub: SubgraphView) -> SubgraphOut:
 
 
 @router.post("/threads/{thread_id}/fork", response={201: BranchOut})
-def thread_fork(request: HttpRequest, thread_id: UUID, body: ForkIn) -> Status[Branch]:
+def thread_fork(request: AuthedRequest, thread_id: UUID, body: ForkIn) -> Status[Branch]:
     branch = time_travel.thread_fork(
-        actor=request.auth,  # type: ignore[attr-defined]
+        actor=request.auth,
         thread_id=thread_id,
         checkpoint_id=body.checkpoint_id,
         values=body.values,
@@ -91,9 +91,9 @@ def thread_fork(request: HttpRequest, thread_id: UUID, body: ForkIn) -> Status[B
 
 
 @router.post("/threads/{thread_id}/replay", response={202: BranchOut})
-def thread_replay(request: HttpRequest, thread_id: UUID, body: ReplayIn) -> Status[Branch]:
+def thread_replay(request: AuthedRequest, thread_id: UUID, body: ReplayIn) -> Status[Branch]:
     branch = time_travel.thread_replay(
-        actor=request.auth,  # type: ignore[attr-defined]
+        actor=request.auth,
         thread_id=thread_id,
         checkpoint_id=body.checkpoint_id,
         reason=body.reason,
@@ -102,11 +102,11 @@ def thread_replay(request: HttpRequest, thread_id: UUID, body: ReplayIn) -> Stat
 
 
 @router.get("/threads/{thread_id}/branches", response=list[BranchOut])
-def thread_branches(request: HttpRequest, thread_id: UUID) -> list[Branch]:
-    return time_travel.branches_for(request.auth, thread_id)  # type: ignore[attr-defined]
+def thread_branches(request: AuthedRequest, thread_id: UUID) -> list[Branch]:
+    return time_travel.branches_for(request.auth, thread_id)
 
 
 @router.get("/threads/{thread_id}/subgraphs", response=list[SubgraphOut])
-def thread_subgraphs(request: HttpRequest, thread_id: UUID, query: Query[SubgraphQuery]) -> list[SubgraphOut]:
-    subgraphs = time_travel.subgraph_states_for(request.auth, thread_id, query.checkpoint_id)  # type: ignore[attr-defined]
+def thread_subgraphs(request: AuthedRequest, thread_id: UUID, query: Query[SubgraphQuery]) -> list[SubgraphOut]:
+    subgraphs = time_travel.subgraph_states_for(request.auth, thread_id, query.checkpoint_id)
     return [_subgraph_out(s) for s in subgraphs]

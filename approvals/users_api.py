@@ -10,12 +10,13 @@ from datetime import datetime
 from typing import Any
 
 from django.contrib.auth.models import User
-from django.http import HttpRequest
 from django.urls import reverse
-from ninja import Path, Query, Router, Schema, Status
+from ninja import Query, Router, Schema, Status
+from ninja.params.functions import Path  # the typed function: mypy reads ninja's `Path` as an alias Path[T]
 from pydantic import Field
 
 from approvals import users
+from approvals.api_common import AuthedRequest
 
 router = Router(tags=["users"])
 
@@ -119,8 +120,8 @@ class OtpResetOut(Schema):
     devices_removed: int
 
 
-def _actor(request: HttpRequest) -> User:
-    return request.auth  # type: ignore[attr-defined,no-any-return]
+def _actor(request: AuthedRequest) -> User:
+    return request.auth
 
 
 def _out(user: User) -> dict[str, Any]:
@@ -139,7 +140,7 @@ def _out(user: User) -> dict[str, Any]:
     }
 
 
-def _setup_out(request: HttpRequest, setup: users.PasswordSetup | None) -> PasswordSetupOut:
+def _setup_out(request: AuthedRequest, setup: users.PasswordSetup | None) -> PasswordSetupOut:
     if setup is None:
         return PasswordSetupOut(set_password_url=None, expires_at=None)
     url = reverse("console:password-set", kwargs={"uidb64": setup.uidb64, "token": setup.token})
@@ -151,13 +152,13 @@ def _assignments(items: list[AssignmentIO]) -> list[users.Assignment]:
 
 
 @router.get("/users", response=list[UserOut])
-def user_list(request: HttpRequest, query: Query[UsersQuery]) -> list[dict[str, Any]]:
+def user_list(request: AuthedRequest, query: Query[UsersQuery]) -> list[dict[str, Any]]:
     listed = users.users_list(actor=_actor(request), query=query.q.strip(), active=query.active)
     return [_out(u) for u in listed[: query.limit]]
 
 
 @router.post("/users", response={201: UserCreatedOut})
-def user_create(request: HttpRequest, body: UserIn) -> Status[dict[str, Any]]:
+def user_create(request: AuthedRequest, body: UserIn) -> Status[dict[str, Any]]:
     actor = _actor(request)
     user = users.user_create(
         actor=actor,
@@ -174,7 +175,7 @@ def user_create(request: HttpRequest, body: UserIn) -> Status[dict[str, Any]]:
 
 
 @router.get("/users/{user_id}", response=UserDetailOut)
-def user_detail(request: HttpRequest, user_id: int = Path(..., ge=1, le=MAX_PK)) -> dict[str, Any]:
+def user_detail(request: AuthedRequest, user_id: int = Path(..., ge=1, le=MAX_PK)) -> dict[str, Any]:
     user = users.user_get(actor=_actor(request), user_id=user_id)
     e = users.user_effective_permissions(actor=_actor(request), user_id=user.pk)
     effective = {
@@ -191,13 +192,13 @@ def user_detail(request: HttpRequest, user_id: int = Path(..., ge=1, le=MAX_PK))
 
 
 @router.post("/users/{user_id}/roles", response=UserOut)
-def user_roles(request: HttpRequest, body: RolesIn, user_id: int = Path(..., ge=1, le=MAX_PK)) -> dict[str, Any]:
+def user_roles(request: AuthedRequest, body: RolesIn, user_id: int = Path(..., ge=1, le=MAX_PK)) -> dict[str, Any]:
     return _out(users.user_roles_set(actor=_actor(request), user_id=user_id, roles=body.roles))
 
 
 @router.post("/users/{user_id}/assignments", response=UserOut)
 def user_assignments(
-    request: HttpRequest, body: AssignmentsIn, user_id: int = Path(..., ge=1, le=MAX_PK)
+    request: AuthedRequest, body: AssignmentsIn, user_id: int = Path(..., ge=1, le=MAX_PK)
 ) -> dict[str, Any]:
     wanted = _assignments(body.assignments)
     return _out(users.user_assignments_set(actor=_actor(request), user_id=user_id, assignments=wanted))
@@ -205,22 +206,22 @@ def user_assignments(
 
 @router.post("/users/{user_id}/deactivate", response=UserOut)
 def user_deactivate(
-    request: HttpRequest, body: DeactivateIn, user_id: int = Path(..., ge=1, le=MAX_PK)
+    request: AuthedRequest, body: DeactivateIn, user_id: int = Path(..., ge=1, le=MAX_PK)
 ) -> dict[str, Any]:
     return _out(users.user_deactivate(actor=_actor(request), user_id=user_id, reason=body.reason))
 
 
 @router.post("/users/{user_id}/reactivate", response=UserOut)
-def user_reactivate(request: HttpRequest, user_id: int = Path(..., ge=1, le=MAX_PK)) -> dict[str, Any]:
+def user_reactivate(request: AuthedRequest, user_id: int = Path(..., ge=1, le=MAX_PK)) -> dict[str, Any]:
     return _out(users.user_reactivate(actor=_actor(request), user_id=user_id))
 
 
 @router.post("/users/{user_id}/password", response=PasswordSetupOut)
-def user_password(request: HttpRequest, body: PasswordIn, user_id: int = Path(..., ge=1, le=MAX_PK)) -> Any:
+def user_password(request: AuthedRequest, body: PasswordIn, user_id: int = Path(..., ge=1, le=MAX_PK)) -> Any:
     setup = users.user_password_reset(actor=_actor(request), user_id=user_id, password=body.password)
     return _setup_out(request, setup)
 
 
 @router.post("/users/{user_id}/otp-reset", response=OtpResetOut)
-def user_otp_reset(request: HttpRequest, user_id: int = Path(..., ge=1, le=MAX_PK)) -> dict[str, Any]:
+def user_otp_reset(request: AuthedRequest, user_id: int = Path(..., ge=1, le=MAX_PK)) -> dict[str, Any]:
     return {"devices_removed": users.user_otp_reset(actor=_actor(request), user_id=user_id)}

@@ -25,7 +25,7 @@ from typing import Any
 
 from django.contrib.auth.models import Group, User
 from django.db import transaction
-from django.db.models import Max
+from django.db.models import Max, QuerySet
 from django.utils import timezone
 from standardwebhooks import Webhook
 from standardwebhooks.webhooks import WebhookVerificationError
@@ -299,7 +299,7 @@ def webhook_endpoint_delete(*, actor: User | None, name: str) -> WebhookEndpoint
     return endpoint
 
 
-def endpoints_visible(user: Any) -> Any:
+def endpoints_visible(user: Any) -> QuerySet[WebhookEndpoint]:
     if not (permissions.can(user, "runtime.retry_thread") or permissions.can(user, "approvals.view_audit")):
         return WebhookEndpoint.objects.none()
     visible = permissions.graphs_visible(user)

@@ -23,7 +23,7 @@ from django.template.loader import render_to_string
 from approvals import bulk, permissions
 from approvals.errors import DomainError
 from approvals.models import AuditAction
-from console import live, pages
+from console import live, page_context
 from runtime.registry import graph_names
 
 CLOSE_UNAUTHENTICATED = 4401
@@ -126,7 +126,7 @@ class InboxConsumer(LiveConsumer):
 
     def context(self, user: Any) -> dict[str, Any]:
         params = QueryDict(self.scope.get("query_string", b"").decode(), mutable=False)
-        return pages.inbox_context(user, params)
+        return page_context.inbox_context(user, params)
 
 
 class TaskConsumer(LiveConsumer):
@@ -141,7 +141,7 @@ class TaskConsumer(LiveConsumer):
 
     def context(self, user: Any) -> dict[str, Any]:
         # The header and timeline ride along out of band (live task page).
-        return pages.task_push_context(user, self.scope["url_route"]["kwargs"]["task_id"])
+        return page_context.task_push_context(user, self.scope["url_route"]["kwargs"]["task_id"])
 
 
 class ThreadConsumer(LiveConsumer):
@@ -155,7 +155,7 @@ class ThreadConsumer(LiveConsumer):
         return [live.thread_group(thread.pk)]
 
     def context(self, user: Any) -> dict[str, Any]:
-        return pages.thread_live_context(user, self.scope["url_route"]["kwargs"]["thread_id"])
+        return page_context.thread_live_context(user, self.scope["url_route"]["kwargs"]["thread_id"])
 
 
 # --- Bulk decisions (issue 14): the progress page -------------------------------------------------------
@@ -172,4 +172,4 @@ class BulkConsumer(LiveConsumer):
         return [live.bulk_group(action.pk)]
 
     def context(self, user: Any) -> dict[str, Any]:
-        return pages.bulk_context(user, self.scope["url_route"]["kwargs"]["bulk_id"])
+        return page_context.bulk_context(user, self.scope["url_route"]["kwargs"]["bulk_id"])

@@ -6,9 +6,10 @@ import copy
 import json
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from django.db.models import F, Q, QuerySet
 from django.utils.dateparse import parse_datetime
@@ -191,12 +192,16 @@ _FACETS_TTL_SECONDS = 60.0
 _facet_cache: dict[tuple[str, ...], tuple[float, Any]] = {}
 
 
-def _cached(key: tuple[str, ...], compute: Any) -> Any:
+_T = TypeVar("_T")
+
+
+def _cached(key: tuple[str, ...], compute: Callable[[], _T]) -> _T:
     """Menus of distinct values scan whole tables (100k tasks, 1M events): compute them at most once a minute."""
     now = time.monotonic()
     hit = _facet_cache.get(key)
     if hit is not None and now - hit[0] < _FACETS_TTL_SECONDS:
-        return hit[1]
+        cached: _T = hit[1]
+        return cached
     value = compute()
     _facet_cache[key] = (now, value)
     return value
@@ -213,7 +218,7 @@ def inbox_facets(*, user: permissions.Principal) -> dict[str, list[str]]:
 
     if not permissions.can(user, "approvals.view_approvaltask"):
         return {"graphs": [], "nodes": []}
-    return _cached(key, compute)  # type: ignore[no-any-return]
+    return _cached(key, compute)
 
 
 def threads_list(*, user: permissions.Principal, status: str = "", graph: str = "", limit: int = 100) -> list[Thread]:
@@ -530,7 +535,7 @@ def audit_actions(*, user: permissions.Principal) -> list[str]:
         actions = permissions.audit_visible(user).order_by().values_list("action", flat=True).distinct()
         return sorted(set(actions[:200]))
 
-    return _cached(key, compute)  # type: ignore[no-any-return]
+    return _cached(key, compute)
 
 
 # --- decision history (auditors) -------------------------------------------------------

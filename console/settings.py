@@ -15,7 +15,7 @@ from typing import Any
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
-from kombu import Exchange, Queue
+from kombu.entity import Exchange, Queue
 
 from console.env import env_bool, env_float, env_int, env_list, env_str
 
@@ -505,6 +505,8 @@ GATEHOUSE_METRICS_DECISION_BUCKETS = [60.0, 300.0, 900.0, 3600.0, 4 * 3600.0, 86
 # (OIDC_OP_ISSUER + /.well-known/openid-configuration) unless all four are given explicitly.
 OIDC_RP_CLIENT_ID = env_str("OIDC_RP_CLIENT_ID") or ""
 GATEHOUSE_OIDC_ENABLED = bool(OIDC_RP_CLIENT_ID)
+# The sign-in page's single sign-on button; no button without single sign-on.
+GATEHOUSE_OIDC_BUTTON = ""
 if GATEHOUSE_OIDC_ENABLED:
     import json as _json
 
@@ -533,13 +535,13 @@ if GATEHOUSE_OIDC_ENABLED:
     # {"gh-reviewers": {"roles": ["reviewer"], "graphs": ["loan_approval"], "gates": ["kyc:review"]}}
     GATEHOUSE_OIDC_ROLE_CLAIM = env_str("GATEHOUSE_OIDC_ROLE_CLAIM") or "groups"
     GATEHOUSE_OIDC_USERNAME_CLAIM = env_str("GATEHOUSE_OIDC_USERNAME_CLAIM") or "preferred_username"
+    GATEHOUSE_OIDC_BUTTON = env_str("GATEHOUSE_OIDC_BUTTON") or "Sign in with single sign-on"
     try:
         GATEHOUSE_OIDC_MAPPING = _json.loads(env_str("GATEHOUSE_OIDC_MAPPING") or "{}")
     except ValueError as _exc:
         raise ImproperlyConfigured(f"GATEHOUSE_OIDC_MAPPING is not JSON: {_exc}") from None
     if not isinstance(GATEHOUSE_OIDC_MAPPING, dict):
         raise ImproperlyConfigured("GATEHOUSE_OIDC_MAPPING must be a JSON object: claim value → roles and graphs")
-    GATEHOUSE_OIDC_BUTTON = env_str("GATEHOUSE_OIDC_BUTTON") or "Sign in with single sign-on"
     AUTHENTICATION_BACKENDS = [*AUTHENTICATION_BACKENDS, "console.sso.GatehouseOIDCBackend"]
     AXES_WHITELIST_CALLABLE = "console.sso.axes_exempt"  # callbacks are no password guesses (console/sso.py)
 

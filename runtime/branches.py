@@ -184,7 +184,7 @@ def branch_replay(*, thread: Thread, checkpoint_id: str, reason: str, created_by
     return branch
 
 
-def replay_input(*, run: Run, graph: Pregel, config: RunnableConfig) -> ReplayFrom | None:
+def replay_input(*, run: Run, graph: Pregel[Any, Any, Any, Any], config: RunnableConfig) -> ReplayFrom | None:
     """Where a replay run starts: its checkpoint, unless an earlier attempt already wrote on its branch.
 
     A redelivered replay must not re-execute from the source checkpoint again

@@ -241,7 +241,7 @@ def _safe_url(url: str) -> str:
 def _redis_saver() -> BaseCheckpointSaver[str]:  # pragma: no cover - the package is not installed here
     # The library's own saver, as is: run fencing, blob spilling and schema upcasting are
     # PostgreSQL/SQLite mixins and do not apply (docs/runtime-controls.md says what that costs).
-    from langgraph.checkpoint.redis import RedisSaver  # type: ignore[import-not-found]
+    from langgraph.checkpoint.redis import RedisSaver
 
     saver = RedisSaver(redis_url=settings.GATEHOUSE_CHECKPOINTER_REDIS_URL)
     saver.setup()

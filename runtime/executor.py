@@ -39,8 +39,8 @@ from runtime.registry import GraphRegistryError, UnknownGraph, graph_get
 from runtime.retry import is_transient
 from runtime.runs import (
     LeaseLost,
-    Outcome,
     PendingInterrupt,
+    RunOutcome,
     lease_renew,
     run_claim,
     run_fail,
@@ -195,7 +195,7 @@ def _execute_claimed(run: Run, heartbeat: _Heartbeat) -> None:
 
 
 def _stream(
-    graph: Pregel,
+    graph: Pregel[Any, Any, Any, Any],
     graph_input: Any,
     config: RunnableConfig,
     heartbeat: _Heartbeat,
@@ -214,7 +214,7 @@ def _stream(
         raise controls.recursion_error(exc) from None
 
 
-def _input_for(run: Run, graph: Pregel, config: RunnableConfig) -> Any:
+def _input_for(run: Run, graph: Pregel[Any, Any, Any, Any], config: RunnableConfig) -> Any:
     if run.kind == RunKind.REPLAY and (run.command or {}).get(REPLAY_FROM):
         replay = replay_input(run=run, graph=graph, config=config)
         if replay is not None:
@@ -247,7 +247,7 @@ def _past_input(snapshot: StateSnapshot) -> Any:
     return None  # continue from the last checkpoint
 
 
-def _command_input(run: Run, graph: Pregel, config: RunnableConfig, command: Command) -> Any:
+def _command_input(run: Run, graph: Pregel[Any, Any, Any, Any], config: RunnableConfig, command: Command[Any]) -> Any:
     """The signed command, or on recovery the part of it the checkpoints do not hold yet."""
     _command_storable_check(command)
     if run.attempts <= 1 and run.kind != RunKind.RETRY:
@@ -262,7 +262,7 @@ def _command_input(run: Run, graph: Pregel, config: RunnableConfig, command: Com
     return _recovery(graph, config, command)
 
 
-def _command_storable_check(command: Command) -> None:
+def _command_storable_check(command: Command[Any]) -> None:
     try:
         if command.resume is not None:
             value_storable_check(command.resume, field="resume")
@@ -274,7 +274,7 @@ def _command_storable_check(command: Command) -> None:
         ) from None
 
 
-def _recovery(graph: Pregel, config: RunnableConfig, command: Command) -> _Recovery:
+def _recovery(graph: Pregel[Any, Any, Any, Any], config: RunnableConfig, command: Command[Any]) -> _Recovery:
     """Still at the signed checkpoint: compare what a failed attempt stored with what was signed.
 
     LangGraph stores a command in pieces (the update as writes of the input
@@ -314,7 +314,7 @@ def _recovery(graph: Pregel, config: RunnableConfig, command: Command) -> _Recov
     return _Recovery(first=Command(resume=command.resume, update=update), fallback=rest)
 
 
-def resume_guard(graph: Pregel, config: RunnableConfig, command: Command) -> None:
+def resume_guard(graph: Pregel[Any, Any, Any, Any], config: RunnableConfig, command: Command[Any]) -> None:
     """Refuse a resume map naming an interrupt that is not pending.
 
     LangGraph's strict resume checks ids only for interrupts of the root graph
@@ -345,7 +345,7 @@ def _first_input(run: Run) -> Any:
     return Command(resume=resume, update=update)
 
 
-def outcome_read(snapshot: StateSnapshot) -> Outcome:
+def outcome_read(snapshot: StateSnapshot) -> RunOutcome:
     checkpoint_id = snapshot.config.get("configurable", {}).get("checkpoint_id", "")
     values = to_jsonable(snapshot.values or {})
     pending: dict[str, PendingInterrupt] = {}
@@ -353,7 +353,7 @@ def outcome_read(snapshot: StateSnapshot) -> Outcome:
         for item in _task_interrupts(task, checkpoint_id, ""):
             pending.setdefault(item.interrupt_id, item)
     if pending:
-        return Outcome(RunStatus.INTERRUPTED, checkpoint_id, values, list(pending.values()))
+        return RunOutcome(RunStatus.INTERRUPTED, checkpoint_id, values, list(pending.values()))
     if snapshot.next:
         # A static breakpoint (interrupt_before/after): no Interrupt object,
         # so the pause is keyed by the checkpoint it happened at.
@@ -365,8 +365,8 @@ def outcome_read(snapshot: StateSnapshot) -> Outcome:
             checkpoint_id=checkpoint_id,
             kind="breakpoint",
         )
-        return Outcome(RunStatus.INTERRUPTED, checkpoint_id, values, [breakpoint_])
-    return Outcome(RunStatus.SUCCEEDED, checkpoint_id, values)
+        return RunOutcome(RunStatus.INTERRUPTED, checkpoint_id, values, [breakpoint_])
+    return RunOutcome(RunStatus.SUCCEEDED, checkpoint_id, values)
 
 
 def _task_interrupts(task: Any, checkpoint_id: str, namespace: str) -> list[PendingInterrupt]:
@@ -392,7 +392,7 @@ def _task_interrupts(task: Any, checkpoint_id: str, namespace: str) -> list[Pend
     ]
 
 
-def _checkpoint_id_safe(graph: Pregel, config: RunnableConfig) -> str:
+def _checkpoint_id_safe(graph: Pregel[Any, Any, Any, Any], config: RunnableConfig) -> str:
     try:
         snapshot = graph.get_state(config)
     except Exception:  # noqa: BLE001 - only a hint for the error message

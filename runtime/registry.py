@@ -103,7 +103,7 @@ class GraphEntry:
     deadlines: dict[str, Deadline] = field(default_factory=dict)
     # Keys of the "gatehouse" section that upper layers own, parsed by their registered parser.
     options: dict[str, Any] = field(default_factory=dict)
-    _compiled: Pregel | None = field(default=None, repr=False)
+    _compiled: Pregel[Any, Any, Any, Any] | None = field(default=None, repr=False)
 
     @property
     def builder(self) -> StateGraph[Any]:
@@ -113,17 +113,17 @@ class GraphEntry:
 
     @property
     def state_schema(self) -> type:
-        return self.builder.state_schema  # type: ignore[no-any-return]
+        return self.builder.state_schema
 
     @property
     def input_schema(self) -> type:
-        return self.builder.input_schema  # type: ignore[no-any-return]
+        return self.builder.input_schema
 
     def reason_required(self, *, gate: str, outcome: str) -> bool:
         rule = self.gate_reasons.get(gate, {}).get(outcome) or self.reasons.get(outcome)
         return rule == ReasonRule.REQUIRED
 
-    def compiled(self, config: Any = None) -> Pregel:
+    def compiled(self, config: Any = None) -> Pregel[Any, Any, Any, Any]:
         """The graph bound to this process's checkpointer (compiled once).
 
         With a run's ``config``, a factory that takes one builds the graph for
@@ -400,7 +400,7 @@ def _graph_checked(name: str, attr: str, value: Any) -> Any:
     return value
 
 
-def _bind_checkpointer(source: Any, schema: GraphSchema | None = None) -> Pregel:
+def _bind_checkpointer(source: Any, schema: GraphSchema | None = None) -> Pregel[Any, Any, Any, Any]:
     from runtime.checkpointer import checkpointer_get
 
     saver = checkpointer_get()
@@ -417,4 +417,5 @@ def _bind_checkpointer(source: Any, schema: GraphSchema | None = None) -> Pregel
     apply_allowlist = getattr(source, "_apply_checkpointer_allowlist", None)
     if callable(apply_allowlist):
         saver = apply_allowlist(saver)
-    return source.copy(update={"checkpointer": saver})
+    bound: Pregel[Any, Any, Any, Any] = source.copy(update={"checkpointer": saver})
+    return bound

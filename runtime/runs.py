@@ -60,7 +60,9 @@ class PendingInterrupt:
 
 
 @dataclass
-class Outcome:
+class RunOutcome:
+    """Where a run's pass through the graph stopped: interrupted (with its pending interrupts) or succeeded."""
+
     status: str  # RunStatus.INTERRUPTED | RunStatus.SUCCEEDED
     checkpoint_id: str
     values: dict[str, Any]
@@ -135,9 +137,7 @@ def run_claim(*, run_id: str, worker: str) -> Run | None:
         run = Run.objects.select_for_update().select_related("thread").annotate(db_now=Now()).filter(pk=run_id).first()
         if run is None:
             return None
-        lapsed = run.status == RunStatus.RUNNING and (
-            run.lease_expires_at is None or run.lease_expires_at < run.db_now  # type: ignore[attr-defined]
-        )
+        lapsed = run.status == RunStatus.RUNNING and (run.lease_expires_at is None or run.lease_expires_at < run.db_now)
         if run.status != RunStatus.QUEUED and not lapsed:
             return None
         if run.attempts >= settings.GATEHOUSE_MAX_RUN_ATTEMPTS:
@@ -167,7 +167,7 @@ def lease_renew(*, run: Run) -> None:
         raise LeaseLost(f"run {run.id} was taken over (fence {run.fence})")
 
 
-def run_finish(*, run: Run, outcome: Outcome) -> None:
+def run_finish(*, run: Run, outcome: RunOutcome) -> None:
     """Record the run's outcome; tasks and audit rows are written by signal receivers in this transaction."""
     now = timezone.now()
     with transaction.atomic():
@@ -261,7 +261,7 @@ def runs_sweep() -> int:
     )
     count = 0
     for run in candidates:
-        now = run.db_now  # type: ignore[attr-defined]
+        now = run.db_now
         if run.status == RunStatus.RUNNING:
             if run.attempts >= settings.GATEHOUSE_MAX_RUN_ATTEMPTS:
                 _run_dead_letter(run_id=run.id)
@@ -309,7 +309,7 @@ def _redispatch_claim(run: Run) -> bool:
 def _run_dead_letter(*, run_id: Any) -> None:
     with transaction.atomic():
         run = Run.objects.select_for_update().select_related("thread").annotate(db_now=Now()).filter(pk=run_id).first()
-        lapsed = run is not None and run.lease_expires_at is not None and run.lease_expires_at < run.db_now  # type: ignore[attr-defined]
+        lapsed = run is not None and run.lease_expires_at is not None and run.lease_expires_at < run.db_now
         if run is None or run.status != RunStatus.RUNNING or not lapsed:
             return  # finished or re-claimed meanwhile
         _run_fail_locked(run, _gave_up(run))

@@ -1,1 +1,1 @@
-"""Console pages and htmx partials: thin views over ``console.pages`` and the services."""
+"""Console pages and htmx partials: thin views over ``console.page_context`` and the services."""

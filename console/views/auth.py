@@ -12,7 +12,7 @@ login = auth_views.LoginView.as_view(
     redirect_authenticated_user=True,
     authentication_form=LoginForm,  # the username's length enforced
     # Single sign-on (console/sso.py) adds a button when configured.
-    extra_context={"sso_button": getattr(settings, "GATEHOUSE_OIDC_BUTTON", "")},
+    extra_context={"sso_button": settings.GATEHOUSE_OIDC_BUTTON},
 )
 # Django 5 only accepts POST for logout, so a stray GET (a prefetch, a link) cannot sign anyone out.
 logout = auth_views.LogoutView.as_view()

@@ -18,7 +18,7 @@ from django_htmx.http import HttpResponseClientRedirect
 from approvals import bulk, permissions, services
 from approvals.errors import DomainError
 from approvals.security import request_proof_at, session_proof_record
-from console import pages
+from console import page_context
 from console.views.common import HtmxHttpRequest, console_login_required, domain_errors
 
 
@@ -60,4 +60,4 @@ def bulk_start(request: HtmxHttpRequest) -> HttpResponse:
 @console_login_required
 @domain_errors
 def bulk_detail(request: HtmxHttpRequest, bulk_id: UUID) -> HttpResponse:
-    return render(request, "console/bulk.html", pages.bulk_context(request.user, bulk_id))
+    return render(request, "console/bulk.html", page_context.bulk_context(request.user, bulk_id))

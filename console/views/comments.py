@@ -18,7 +18,7 @@ from django.views.decorators.http import require_POST
 from approvals import comments, permissions
 from approvals.errors import DomainError, InvalidInput
 from approvals.models import ApprovalTask, Comment, CommentKind
-from console import pages
+from console import page_context
 from console.conversation import conversation_context
 from console.views.common import HtmxHttpRequest, console_login_required, domain_errors
 from runtime.models import Thread
@@ -66,7 +66,11 @@ def _respond(
     if request.htmx:
         return render(request, TEMPLATE, ctx, status=status)
     # A plain form's refusal: the whole page, with the message at the form.
-    page = pages.task_context(request.user, task.pk) if task else pages.thread_context(request.user, thread.pk)  # type: ignore[union-attr]
+    page = (
+        page_context.task_context(request.user, task.pk)
+        if task
+        else page_context.thread_context(request.user, thread.pk)  # type: ignore[union-attr]
+    )
     page.update(ctx)
     return render(request, "console/task.html" if task else "console/thread.html", page, status=status)
 

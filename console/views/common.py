@@ -8,6 +8,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django.conf import settings
+from django.contrib.auth.models import User
 from django.contrib.auth.views import redirect_to_login
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
@@ -23,6 +24,12 @@ class HtmxHttpRequest(HttpRequest):
     """A request that went through django-htmx's middleware (django-htmx's documented typing recipe)."""
 
     htmx: HtmxDetails
+
+
+class SignedInRequest(HtmxHttpRequest):
+    """A request that passed ``console_login_required``: its user has signed in."""
+
+    user: User
 
 
 def console_login_required(view: View) -> View:

@@ -18,8 +18,8 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from approvals import assignment, permissions
 from approvals.errors import DomainError, InvalidInput
-from console import pages
-from console.views.common import HtmxHttpRequest, console_login_required, domain_errors
+from console import page_context
+from console.views.common import HtmxHttpRequest, SignedInRequest, console_login_required, domain_errors
 
 
 def _live_response(request: HtmxHttpRequest, task_id: UUID, error: DomainError | None, done: str) -> HttpResponse:
@@ -29,7 +29,7 @@ def _live_response(request: HtmxHttpRequest, task_id: UUID, error: DomainError |
         else:
             messages.success(request, done)
         return redirect("console:task", task_id=task_id)
-    ctx = pages.task_live_context(request.user, task_id)
+    ctx = page_context.task_live_context(request.user, task_id)
     ctx["handoff_error"] = error.message if error else ""
     ctx["handoff_done"] = "" if error else done
     return render(request, "console/partials/task_live.html", ctx, status=error.status if error else 200)
@@ -38,7 +38,7 @@ def _live_response(request: HtmxHttpRequest, task_id: UUID, error: DomainError |
 @require_POST
 @console_login_required
 @domain_errors
-def task_reassign(request: HtmxHttpRequest, task_id: UUID) -> HttpResponse:
+def task_reassign(request: SignedInRequest, task_id: UUID) -> HttpResponse:
     actor = request.user
     task = permissions.task_get_for(actor, task_id)
     permissions.require_reassign(actor, task)
@@ -48,7 +48,7 @@ def task_reassign(request: HtmxHttpRequest, task_id: UUID) -> HttpResponse:
         to_user = assignment.user_named(to_user_name, field="to_user") if to_user_name else None
         to_group = assignment.group_named(to_group_name, field="to_group") if to_group_name else None
         task = assignment.task_reassign(
-            actor=actor,  # type: ignore[arg-type]
+            actor=actor,
             task=task,
             to_user=to_user,
             to_group=to_group,
@@ -62,7 +62,7 @@ def task_reassign(request: HtmxHttpRequest, task_id: UUID) -> HttpResponse:
 @require_POST
 @console_login_required
 @domain_errors
-def task_delegate(request: HtmxHttpRequest, task_id: UUID) -> HttpResponse:
+def task_delegate(request: SignedInRequest, task_id: UUID) -> HttpResponse:
     actor = request.user
     task = permissions.task_get_for(actor, task_id)
     permissions.require_decide(actor, task)
@@ -71,7 +71,7 @@ def task_delegate(request: HtmxHttpRequest, task_id: UUID) -> HttpResponse:
         if not name:
             raise InvalidInput("choose the colleague to delegate to", field="to_user")
         task = assignment.task_delegate(
-            actor=actor,  # type: ignore[arg-type]
+            actor=actor,
             task=task,
             to_user=assignment.user_named(name, field="to_user"),
             note=request.POST.get("note", ""),
@@ -95,7 +95,7 @@ def _when(value: str, field: str) -> datetime | None:
 @require_http_methods(["GET", "POST"])
 @console_login_required
 @domain_errors
-def away(request: HtmxHttpRequest) -> HttpResponse:
+def away(request: SignedInRequest) -> HttpResponse:
     """The reviewer's own out-of-office: a delegate, and optionally from/until."""
     actor = request.user
     permissions.require(actor, "approvals.decide_task", "be away from reviewing: you review nothing")
@@ -103,14 +103,14 @@ def away(request: HtmxHttpRequest) -> HttpResponse:
     if request.method == "POST":
         try:
             if "clear" in request.POST:
-                assignment.away_clear(actor=actor)  # type: ignore[arg-type]
+                assignment.away_clear(actor=actor)
                 messages.success(request, "You are no longer marked away.")
                 return redirect("console:away")
             name = request.POST.get("delegate", "").strip()
             if not name:
                 raise InvalidInput("choose the colleague who takes your new tasks", field="delegate")
             assignment.away_set(
-                actor=actor,  # type: ignore[arg-type]
+                actor=actor,
                 delegate=assignment.user_named(name, field="delegate"),
                 starts_at=_when(request.POST.get("starts_at", ""), "starts_at"),
                 ends_at=_when(request.POST.get("ends_at", ""), "ends_at"),

@@ -8,7 +8,7 @@ from django.views.decorators.http import require_GET
 
 from approvals import permissions
 from approvals.errors import Forbidden
-from console import pages
+from console import page_context
 from console.views.common import HtmxHttpRequest, console_login_required, domain_errors
 
 
@@ -18,7 +18,7 @@ from console.views.common import HtmxHttpRequest, console_login_required, domain
 def inbox(request: HtmxHttpRequest) -> HttpResponse:
     if not permissions.can(request.user, "approvals.view_approvaltask"):
         raise Forbidden("your account has no role in Gatehouse yet; ask an admin to assign one")
-    ctx = pages.inbox_context(request.user, request.GET)
+    ctx = page_context.inbox_context(request.user, request.GET)
     # The filter form targets the results only; a full page for everything else.
     if request.htmx and request.htmx.target == "inbox-results":
         return render(request, "console/partials/inbox_results.html", ctx)

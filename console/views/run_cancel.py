@@ -10,16 +10,16 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from approvals.run_cancel import run_cancel
-from console import pages
-from console.views.common import HtmxHttpRequest, console_login_required, domain_errors
+from console import page_context
+from console.views.common import SignedInRequest, console_login_required, domain_errors
 
 
 @require_POST
 @console_login_required
 @domain_errors
-def thread_run_cancel(request: HtmxHttpRequest, thread_id: UUID) -> HttpResponse:
+def thread_run_cancel(request: SignedInRequest, thread_id: UUID) -> HttpResponse:
     run = run_cancel(
-        actor=request.user,  # type: ignore[arg-type]
+        actor=request.user,
         thread_id=thread_id,
         run_id=None,
         action=request.POST.get("action", "interrupt"),
@@ -28,7 +28,7 @@ def thread_run_cancel(request: HtmxHttpRequest, thread_id: UUID) -> HttpResponse
         reason_required=True,
     )
     if request.htmx:
-        ctx = pages.thread_live_context(request.user, thread_id)
+        ctx = page_context.thread_live_context(request.user, thread_id)
         return render(request, "console/partials/thread_live.html", ctx)
     messages.success(request, f"Run {run.get_status_display().lower()}: {run.error}")
     return redirect("console:thread", thread_id=thread_id)

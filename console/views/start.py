@@ -12,10 +12,10 @@ from django.shortcuts import redirect, render
 
 from approvals import permissions, services
 from approvals.errors import DomainError
-from console.forms import json_object, start_fields, start_input_parse
+from console.schema_form import json_object, start_fields, start_input_parse
 from console.views.common import HtmxHttpRequest, console_login_required, domain_errors
 from runtime.registry import graph_get, graph_names
-from runtime.schema import json_schema_for
+from runtime.state_schema import json_schema_for
 
 
 def _graphs_for(user: Any) -> list[tuple[str, str]]:
@@ -47,7 +47,7 @@ def thread_start(request: HtmxHttpRequest) -> HttpResponse:
                     actor=cast(User, request.user),  # @login_required
                     graph=graph,
                     input=graph_input,
-                    metadata=metadata,  # type: ignore[arg-type]
+                    metadata=metadata,
                 )
             except DomainError as exc:
                 field = (exc.field or "").split("[")[0]

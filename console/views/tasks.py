@@ -22,9 +22,9 @@ from approvals.errors import Conflict, DomainError
 from approvals.payloads import DecisionRequest
 from approvals.redaction import MASK
 from approvals.security import request_proof_at, session_proof_record
-from console import pages, services
-from console.forms import decision_request_parse
-from console.views.common import HtmxHttpRequest, console_login_required, domain_errors
+from console import page_context, services
+from console.decision_panel import decision_request_parse
+from console.views.common import HtmxHttpRequest, SignedInRequest, console_login_required, domain_errors
 
 
 def _quotes_mask(request: DecisionRequest) -> bool:
@@ -36,7 +36,7 @@ def _quotes_mask(request: DecisionRequest) -> bool:
 @console_login_required
 @domain_errors
 def task_detail(request: HtmxHttpRequest, task_id: UUID) -> HttpResponse:
-    return render(request, "console/task.html", pages.task_context(request.user, task_id))
+    return render(request, "console/task.html", page_context.task_context(request.user, task_id))
 
 
 @require_GET
@@ -44,7 +44,7 @@ def task_detail(request: HtmxHttpRequest, task_id: UUID) -> HttpResponse:
 @domain_errors
 def task_live(request: HtmxHttpRequest, task_id: UUID) -> HttpResponse:
     """The live panel alone (the websocket pushes the same fragment; this is its plain-HTTP twin)."""
-    return render(request, "console/partials/task_live.html", pages.task_live_context(request.user, task_id))
+    return render(request, "console/partials/task_live.html", page_context.task_live_context(request.user, task_id))
 
 
 def _claim_response(request: HtmxHttpRequest, task_id: UUID, error: str = "", status: int = 200) -> HttpResponse:
@@ -52,7 +52,7 @@ def _claim_response(request: HtmxHttpRequest, task_id: UUID, error: str = "", st
         if error:
             messages.error(request, error)
         return redirect("console:task", task_id=task_id)
-    ctx = pages.task_live_context(request.user, task_id)
+    ctx = page_context.task_live_context(request.user, task_id)
     ctx["claim_error"] = error
     return render(request, "console/partials/task_live.html", ctx, status=status)
 
@@ -60,9 +60,9 @@ def _claim_response(request: HtmxHttpRequest, task_id: UUID, error: str = "", st
 @require_POST
 @console_login_required
 @domain_errors
-def task_claim(request: HtmxHttpRequest, task_id: UUID) -> HttpResponse:
+def task_claim(request: SignedInRequest, task_id: UUID) -> HttpResponse:
     try:
-        claims.task_claim(actor=request.user, task_id=task_id)  # type: ignore[arg-type]
+        claims.task_claim(actor=request.user, task_id=task_id)
     except Conflict as exc:
         return _claim_response(request, task_id, exc.message, exc.status)
     return _claim_response(request, task_id)
@@ -71,8 +71,8 @@ def task_claim(request: HtmxHttpRequest, task_id: UUID) -> HttpResponse:
 @require_POST
 @console_login_required
 @domain_errors
-def task_release(request: HtmxHttpRequest, task_id: UUID) -> HttpResponse:
-    claims.task_release(actor=request.user, task_id=task_id)  # type: ignore[arg-type]
+def task_release(request: SignedInRequest, task_id: UUID) -> HttpResponse:
+    claims.task_release(actor=request.user, task_id=task_id)
     return _claim_response(request, task_id)
 
 
@@ -83,7 +83,7 @@ def task_decide(request: HtmxHttpRequest, task_id: UUID) -> HttpResponse:
     task = permissions.task_get_for(request.user, task_id)
     # Refuse before parsing: an auditor must not even learn how the form would validate.
     permissions.require_decide(request.user, task)
-    ctx = pages.task_context(request.user, task_id)
+    ctx = page_context.task_context(request.user, task_id)
     form = ctx["form"]
     decision_request = decision_request_parse(form, request.POST)
     status = 422
@@ -97,7 +97,7 @@ def task_decide(request: HtmxHttpRequest, task_id: UUID) -> HttpResponse:
             decision = services.task_decide_checked(
                 actor=cast(User, request.user),  # @login_required
                 task_id=task_id,
-                request=decision_request,  # type: ignore[arg-type]
+                request=decision_request,
                 authenticated_at=request_proof_at(request),
                 password=request.POST.get("password", ""),
             )
@@ -112,7 +112,7 @@ def task_decide(request: HtmxHttpRequest, task_id: UUID) -> HttpResponse:
             if not request.htmx:
                 messages.success(request, f"Decision recorded: {decision.get_outcome_display()}")
                 return redirect("console:task", task_id=task_id)
-            done = pages.task_live_context(request.user, task_id)
+            done = page_context.task_live_context(request.user, task_id)
             done["decision"] = done["my_decision"] or decision
             return render(request, "console/partials/decision_done.html", done, status=201)
     ctx.update({"form": form, "stale": stale})

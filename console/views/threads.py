@@ -11,8 +11,8 @@ from django.views.decorators.http import require_GET, require_POST
 
 from approvals import permissions, services, store
 from approvals.errors import Forbidden
-from console import pages, selectors
-from console.views.common import HtmxHttpRequest, console_login_required, domain_errors
+from console import page_context, selectors
+from console.views.common import HtmxHttpRequest, SignedInRequest, console_login_required, domain_errors
 from runtime.models import ThreadStatus
 
 
@@ -35,7 +35,7 @@ def thread_list(request: HtmxHttpRequest) -> HttpResponse:
 @domain_errors
 def thread_detail(request: HtmxHttpRequest, thread_id: UUID) -> HttpResponse:
     checkpoint = request.GET.get("checkpoint", "")[:64]
-    ctx = pages.thread_context(request.user, thread_id, checkpoint)
+    ctx = page_context.thread_context(request.user, thread_id, checkpoint)
     if request.htmx and request.htmx.target == "checkpoint-view":
         return render(request, "console/partials/checkpoint.html", ctx)
     # Long-term memory: what this thread's runs read and wrote (approvals.store).
@@ -47,13 +47,15 @@ def thread_detail(request: HtmxHttpRequest, thread_id: UUID) -> HttpResponse:
 @console_login_required
 @domain_errors
 def thread_live(request: HtmxHttpRequest, thread_id: UUID) -> HttpResponse:
-    return render(request, "console/partials/thread_live.html", pages.thread_live_context(request.user, thread_id))
+    return render(
+        request, "console/partials/thread_live.html", page_context.thread_live_context(request.user, thread_id)
+    )
 
 
 @require_POST
 @console_login_required
 @domain_errors
-def thread_retry(request: HtmxHttpRequest, thread_id: UUID) -> HttpResponse:
-    services.thread_retry(actor=request.user, thread_id=thread_id)  # type: ignore[arg-type]
+def thread_retry(request: SignedInRequest, thread_id: UUID) -> HttpResponse:
+    services.thread_retry(actor=request.user, thread_id=thread_id)
     messages.success(request, "Retry queued")
     return redirect("console:thread", thread_id=thread_id)

@@ -13,7 +13,7 @@ from django.views.decorators.http import require_POST
 from approvals import time_travel
 from approvals.errors import InvalidInput
 from approvals.inputs import MalformedJson, json_loads_strict
-from console.views.common import HtmxHttpRequest, console_login_required, domain_errors
+from console.views.common import SignedInRequest, console_login_required, domain_errors
 
 VALUES_MAX = 100_000  # characters of the fork's JSON values field
 
@@ -35,9 +35,9 @@ def _values(raw: str) -> dict[str, Any] | None:
 @require_POST
 @console_login_required
 @domain_errors
-def thread_fork(request: HtmxHttpRequest, thread_id: UUID) -> HttpResponse:
+def thread_fork(request: SignedInRequest, thread_id: UUID) -> HttpResponse:
     branch = time_travel.thread_fork(
-        actor=request.user,  # type: ignore[arg-type]
+        actor=request.user,
         thread_id=thread_id,
         checkpoint_id=request.POST.get("checkpoint_id", "")[:64],
         values=_values(request.POST.get("values", "")),
@@ -52,9 +52,9 @@ def thread_fork(request: HtmxHttpRequest, thread_id: UUID) -> HttpResponse:
 @require_POST
 @console_login_required
 @domain_errors
-def thread_replay(request: HtmxHttpRequest, thread_id: UUID) -> HttpResponse:
+def thread_replay(request: SignedInRequest, thread_id: UUID) -> HttpResponse:
     branch = time_travel.thread_replay(
-        actor=request.user,  # type: ignore[arg-type]
+        actor=request.user,
         thread_id=thread_id,
         checkpoint_id=request.POST.get("checkpoint_id", "")[:64],
         reason=request.POST.get("reason", ""),

@@ -21,7 +21,7 @@ from django.test.utils import CaptureQueriesContext
 
 from runtime.gatekeeper import gate_payload
 from runtime.models import Run, RunKind, RunStatus
-from runtime.runs import Outcome, PendingInterrupt, run_claim, run_finish, thread_create
+from runtime.runs import PendingInterrupt, RunOutcome, run_claim, run_finish, thread_create
 from tests.conftest import Persona, loan_input, pending_tasks, thread_start
 
 pytestmark = pytest.mark.usefixtures("live_db")
@@ -49,7 +49,7 @@ def _claimed_run(operator: Persona, graph: str = "loan_approval", **metadata: An
     return claimed
 
 
-def _interrupt_outcome(tag: str) -> Outcome:
+def _interrupt_outcome(tag: str) -> RunOutcome:
     checkpoint_id = f"cp-{uuid.uuid4()}"
     payload = gate_payload(
         title=f"Loan {tag}",
@@ -62,7 +62,7 @@ def _interrupt_outcome(tag: str) -> Outcome:
     interrupt = PendingInterrupt(
         interrupt_id=uuid.uuid4().hex, value=payload, node="human_review", checkpoint_id=checkpoint_id
     )
-    return Outcome(RunStatus.INTERRUPTED, checkpoint_id, {"amount": 20000, "applicant": tag}, [interrupt])
+    return RunOutcome(RunStatus.INTERRUPTED, checkpoint_id, {"amount": 20000, "applicant": tag}, [interrupt])
 
 
 def test_claim_queries_are_bounded(operator):

@@ -25,7 +25,7 @@ from runtime.checkpointer import checkpointer_get
 from runtime.effects import perform_effect
 from runtime.fencing import FENCE_KEY, LeaseLost
 from runtime.models import Effect, Run, RunKind, RunStatus, Thread, ThreadStatus
-from runtime.runs import Outcome, lease_renew, run_claim, run_fail, run_finish, run_release
+from runtime.runs import RunOutcome, lease_renew, run_claim, run_fail, run_finish, run_release
 
 pytestmark = pytest.mark.usefixtures("live_db")
 
@@ -82,7 +82,7 @@ def test_the_cancelled_worker_can_renew_finish_fail_or_hand_back_nothing():
     with pytest.raises(LeaseLost):
         lease_renew(run=run)
     with pytest.raises(LeaseLost):
-        run_finish(run=run, outcome=Outcome(RunStatus.SUCCEEDED, "", {"n": 1}))
+        run_finish(run=run, outcome=RunOutcome(RunStatus.SUCCEEDED, "", {"n": 1}))
     with pytest.raises(LeaseLost):
         run_fail(run=run, error="boom")
     assert run_release(run=run, error="transient") is False

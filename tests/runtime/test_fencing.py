@@ -28,7 +28,7 @@ from runtime.effects import perform_effect
 from runtime.fencing import FENCE_KEY, LeaseLost
 from runtime.models import Effect, Run, RunKind, RunStatus, Thread, ThreadStatus
 from runtime.runs import (
-    Outcome,
+    RunOutcome,
     _run_dead_letter,
     lease_renew,
     run_claim,
@@ -67,8 +67,8 @@ def _row(run: Run) -> tuple[Any, ...]:
     )
 
 
-def _outcome() -> Outcome:
-    return Outcome(RunStatus.SUCCEEDED, "zombie-checkpoint", {"paid_by": "zombie"})
+def _outcome() -> RunOutcome:
+    return RunOutcome(RunStatus.SUCCEEDED, "zombie-checkpoint", {"paid_by": "zombie"})
 
 
 # --- run rows -----------------------------------------------------------------------------
@@ -122,7 +122,7 @@ def test_the_zombie_cannot_record_its_outcome_over_the_run_another_worker_holds(
 
 def test_the_zombie_cannot_record_its_outcome_over_the_one_the_new_holder_recorded():
     a, b = _taken_over()
-    run_finish(run=b, outcome=Outcome(RunStatus.SUCCEEDED, "b-checkpoint", {"paid_by": "b"}))
+    run_finish(run=b, outcome=RunOutcome(RunStatus.SUCCEEDED, "b-checkpoint", {"paid_by": "b"}))
     before = _row(b)
     with pytest.raises(LeaseLost):
         run_finish(run=a, outcome=_outcome())
@@ -199,7 +199,7 @@ def emitted() -> Any:
 def test_the_holder_records_a_completed_outcome(emitted):
     _, b = _taken_over()
     Thread.objects.filter(pk=b.thread_id).update(error="an earlier failure")
-    run_finish(run=b, outcome=Outcome(RunStatus.SUCCEEDED, "cp-1", {"paid_by": "b"}))
+    run_finish(run=b, outcome=RunOutcome(RunStatus.SUCCEEDED, "cp-1", {"paid_by": "b"}))
     run = Run.objects.select_related("thread").get(pk=b.pk)
     assert run.status == RunStatus.SUCCEEDED and run.finished_at is not None and run.lease_expires_at is None
     assert (run.thread.status, run.thread.values, run.thread.checkpoint_id, run.thread.error) == (
@@ -218,7 +218,7 @@ def test_the_holder_records_a_pause(emitted):
 
     _, b = _taken_over()
     pending = [PendingInterrupt(interrupt_id="i-1", value={"title": "t"}, node="gate", checkpoint_id="cp-2")]
-    run_finish(run=b, outcome=Outcome(RunStatus.INTERRUPTED, "cp-2", {"n": 1}, pending))
+    run_finish(run=b, outcome=RunOutcome(RunStatus.INTERRUPTED, "cp-2", {"n": 1}, pending))
     run = Run.objects.select_related("thread").get(pk=b.pk)
     assert run.status == RunStatus.INTERRUPTED and run.thread.status == ThreadStatus.INTERRUPTED
     [(name, kwargs)] = [e for e in emitted if e[1]["run"].pk == b.pk]

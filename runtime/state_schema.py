@@ -1,4 +1,4 @@
-"""Validate thread input and state edits against a graph's state schema.
+"""A graph's state schema: its fields, thread input and state edits validated against it, its JSON Schema.
 
 State schemas are TypedDicts, dataclasses or Pydantic models. Each key is
 validated on its own (``typing.TypedDict`` on Python 3.11 is not accepted
@@ -124,7 +124,7 @@ def _compatible(annotation: Any) -> Any:
     if origin is None or not args:
         return annotation
     if origin is typing.Annotated:
-        return typing.Annotated[(_compatible(args[0]), *annotation.__metadata__)]  # type: ignore[valid-type]
+        return typing.Annotated[(_compatible(args[0]), *annotation.__metadata__)]
     if origin is typing.Literal:
         return annotation
     rebuilt = tuple(_compatible(a) for a in args)

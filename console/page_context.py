@@ -1,4 +1,4 @@
-"""What each page and live fragment shows, built once for views and websocket consumers alike.
+"""What each page and live fragment shows (its template context), built once for views and websocket consumers alike.
 
 Every builder takes the viewing user and reads through ``approvals.permissions``
 and ``approvals.gateway``, so a fragment pushed over a websocket shows exactly
@@ -22,10 +22,11 @@ from approvals.models import ApprovalTask
 from approvals.payloads import payload_kind
 from console import selectors
 from console.conversation import conversation_context  # Conversation (comments)
-from console.forms import DecisionForm, InboxFilterForm, decision_form_for
+from console.decision_panel import DecisionPanel, decision_panel_for
+from console.forms import InboxFilterForm
 from runtime.models import ACTIVE_RUN_STATUSES, Thread
 from runtime.registry import REASON_OUTCOMES, UnknownGraph, graph_get
-from runtime.schema import json_schema_for
+from runtime.state_schema import json_schema_for
 
 INBOX_PAGE_SIZE = 50
 
@@ -122,7 +123,7 @@ def _handoff_context(user: Any, task: ApprovalTask, claim: Any) -> dict[str, Any
     }
 
 
-def task_context(user: Any, task_id: Any, form: DecisionForm | None = None) -> dict[str, Any]:
+def task_context(user: Any, task_id: Any, form: DecisionPanel | None = None) -> dict[str, Any]:
     ctx = task_live_context(user, task_id)
     task: ApprovalTask = ctx["task"]
     state = gateway.task_state_for(user, task)
@@ -143,7 +144,7 @@ def task_context(user: Any, task_id: Any, form: DecisionForm | None = None) -> d
     payload, _ = gateway.payload_for(user, task)
     if form is None:
         # Edit fields are prefilled from the masked payload too: a reviewer never receives a hidden value.
-        form = decision_form_for(_task_as_shown(task, payload), values, schema)
+        form = decision_panel_for(_task_as_shown(task, payload), values, schema)
     ctx.update(
         {
             "state": state,
@@ -289,7 +290,7 @@ def inbox_columns_context(
 ) -> dict[str, Any]:
     cells = columns.cells_for(user=user, tasks=page.items, columns=page.columns)
     for task in page.items:
-        task.inbox_cells = cells.get(task.pk, [])  # type: ignore[attr-defined]
+        task.inbox_cells = cells.get(task.pk, [])
     paths = columns.masked_paths(user, filters.get("graph", "")) if page.columns else []
     masked = {c.key for c in page.columns if columns.column_redacted(c, paths)}
     sort = filters.get("sort", "")

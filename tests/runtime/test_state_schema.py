@@ -12,7 +12,7 @@ from pydantic import BaseModel
 
 from demo.graphs.kyc_onboarding import KycState
 from demo.graphs.loan_approval import LoanState
-from runtime.schema import FieldError, json_schema_for, schema_fields, values_validate
+from runtime.state_schema import FieldError, json_schema_for, schema_fields, values_validate
 
 
 class Address(TypedDict):

@@ -1,0 +1,206 @@
+"""The decision panel of a task: what it shows (decisions allowed, typed edit
+inputs for the state and the action's arguments, one block per HITL action
+request) and the ``DecisionRequest`` a submitted panel means.
+
+Not a Django form: the inputs come from the task's payload and JSON Schemas
+(``console.schema_form``), and errors from the domain are put next to the input
+they name (``DecisionPanel.attach``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.http import QueryDict
+
+from approvals.errors import DomainError
+from approvals.gate_policy import gate_policy
+from approvals.inputs import json_loads_strict
+from approvals.payloads import DecisionRequest, decisions_allowed, payload_kind
+from console.schema_form import EditField, changed_values, fields_from_schema, json_object, json_problem
+
+DECISION_LABELS = {"approve": "Approve", "reject": "Reject", "edit": "Edit and approve", "respond": "Respond"}
+
+
+@dataclass
+class DecisionPanel:
+    """Everything the decision panel shows for one task, and the request it parses into."""
+
+    kind: str
+    allowed: list[str]
+    state_fields: list[EditField]
+    arg_fields: list[EditField]
+    requests: list[dict[str, Any]] = field(default_factory=list)  # HITL: one entry per action request
+    response_schema: Any = None
+    errors: dict[str, str] = field(default_factory=dict)
+    data: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def choices(self) -> list[tuple[str, str]]:
+        return [(d, DECISION_LABELS[d]) for d in self.allowed]
+
+    @property
+    def form_error(self) -> str:
+        return self.errors.get("__all__", "")
+
+    def error_for(self, name: str) -> str:
+        return self.errors.get(name, "")
+
+    def attach(self, field_name: str | None, message: str) -> None:
+        """Put a domain error next to the input it names (or the closest enclosing one)."""
+        names = {f.name for f in [*self.state_fields, *self.arg_fields]}
+        names |= {"reason", "message", "decision", "resume", "edits_json", "claim", "password"}
+        for item in self.requests:
+            names |= {item["type_name"], item["args_name"], item["message_name"]}
+            names |= {f.name for f in item["fields"]}
+        candidate = field_name or ""
+        aliases = {"edits": "edits_json", "action_args": "edits_json", "decisions": "__all__", "task_id": "__all__"}
+        while candidate:
+            if candidate in names:
+                self.errors[candidate] = message
+                return
+            if candidate in aliases:
+                self.errors[aliases[candidate]] = message
+                return
+            candidate = _parent(candidate)
+        self.errors["__all__"] = message
+
+
+def _parent(name: str) -> str:
+    if name.endswith("]") and "[" in name:
+        return name[: name.rindex("[")]
+    return name.rsplit(".", 1)[0] if "." in name else ""
+
+
+def decision_panel_for(task: Any, state_values: dict[str, Any], state_schema: dict[str, Any]) -> DecisionPanel:
+    payload = task.payload
+    kind = payload_kind(payload, task.kind)
+    allowed = decisions_allowed(payload, task.kind, task.response_schema)
+    editable: list[str] | None = None
+    arg_fields: list[EditField] = []
+    requests: list[dict[str, Any]] = []
+    action_name = ""
+    state_args: set[str] = set()
+    if kind == "gatehouse":
+        # One edit surface: an argument the gate reads from the state field of the same
+        # name (the gatekeeper convention) is edited once, as that state field, which is
+        # what the action node reads; only the other arguments get their own inputs.
+        editable = list(gate_policy(payload, task.kind).editable or [])
+        action = payload.get("proposed_action") or {}
+        action_name = str(action.get("name") or "")
+        if isinstance(action.get("args"), dict):
+            state_args = {k for k in action["args"] if k in editable}
+            own = [k for k in action["args"] if k not in state_args]
+            arg_fields = fields_from_schema("action_args", action.get("args_schema"), action["args"], own)
+            for f in arg_fields:
+                f.note = f"argument of {action_name} only (the state is not changed)"
+    elif kind == "agent_inbox":
+        item = payload[0] if isinstance(payload, list) else payload
+        args = item["action_request"].get("args") or {}
+        arg_fields = fields_from_schema("action_args", None, args if isinstance(args, dict) else {})
+        editable = []
+    elif kind == "tool_approval":
+        args = payload.get("args") or {}
+        arg_fields = fields_from_schema("action_args", None, args if isinstance(args, dict) else {})
+        editable = []
+    elif kind == "hitl":
+        editable = []
+        for index, req in enumerate(payload["action_requests"]):
+            config: dict[str, Any] = next(
+                (c for c in payload["review_configs"] if c.get("action_name") == req.get("name")), {}
+            )
+            base = f"decisions[{index}]"
+            args = req.get("args") if isinstance(req.get("args"), dict) else {}
+            requests.append(
+                {
+                    "index": index,
+                    "name": req.get("name"),
+                    "description": req.get("description", ""),
+                    "args": args,
+                    "allowed": list(config.get("allowed_decisions") or ["approve", "edit", "reject", "respond"]),
+                    "type_name": f"{base}.type",
+                    "args_name": f"{base}.args",
+                    "message_name": f"{base}.message",
+                    "fields": fields_from_schema(f"{base}.args", config.get("args_schema"), args),
+                }
+            )
+    state_props = state_schema.get("properties") or {}
+    keys = [k for k in state_props if editable is None or k in editable]
+    state_fields = fields_from_schema("edits", state_schema, state_values, keys)
+    for f in state_fields:
+        f.note = f"state field, also the {action_name} argument" if f.key in state_args else "state field"
+    return DecisionPanel(
+        kind=kind,
+        allowed=allowed,
+        state_fields=state_fields,
+        arg_fields=arg_fields,
+        requests=requests,
+        response_schema=task.response_schema,
+    )
+
+
+def decision_request_parse(form: DecisionPanel, data: QueryDict) -> DecisionRequest | None:
+    """The ``DecisionRequest`` the submitted form means, or None with ``form.errors`` filled (nothing sent)."""
+    form.data = {k: data.get(k, "") for k in data}
+    errors = form.errors
+    reason = data.get("reason", "")
+    message = data.get("message", "") or None
+    checkpoint_id = data.get("checkpoint_id") or None
+    if form.kind == "hitl":
+        decisions = []
+        for item in form.requests:
+            kind = data.get(item["type_name"], "")
+            if kind not in item["allowed"]:
+                errors[item["type_name"]] = f"choose one of: {', '.join(item['allowed'])}"
+                continue
+            entry: dict[str, Any] = {"type": kind}
+            if kind == "edit":
+                edited = changed_values(item["fields"], data, errors)
+                entry["args"] = {**item["args"], **edited}
+            if kind in ("respond", "reject"):
+                entry["message"] = data.get(item["message_name"], "") or reason
+            decisions.append(entry)
+        if errors:
+            return None
+        types = {d["type"] for d in decisions}
+        outcome = next((t for t in ("reject", "edit", "respond") if t in types), "approve")
+        return DecisionRequest(outcome=outcome, reason=reason, checkpoint_id=checkpoint_id, decisions=decisions)
+
+    outcome = data.get("decision", "")
+    if outcome not in form.allowed:
+        errors["decision"] = f"choose one of: {', '.join(DECISION_LABELS[d] for d in form.allowed)}"
+    patch = changed_values(form.state_fields, data, errors)
+    raw_patch = json_object(data, "edits_json", errors)
+    if raw_patch:
+        patch.update(raw_patch)
+    args_changed = changed_values(form.arg_fields, data, errors)
+    resume: Any = None
+    has_resume = False
+    if form.response_schema and (data.get("resume") or "").strip():
+        try:
+            resume, has_resume = json_loads_strict(str(data["resume"])), True
+        except DomainError as exc:
+            errors["resume"] = json_problem(exc)
+    if errors:
+        return None
+    action_args: dict[str, Any] | None = None
+    if args_changed:
+        if form.kind in ("agent_inbox", "tool_approval"):
+            action_args = {**{f.key: f.value for f in form.arg_fields}, **args_changed}
+        else:
+            action_args = args_changed
+    if (patch or action_args) and outcome == "approve" and "edit" in form.allowed:
+        # Changing a value and pressing Approve means "approve with my edits".
+        outcome = "edit"
+    request = DecisionRequest(
+        outcome=outcome,
+        reason=reason,
+        checkpoint_id=checkpoint_id,
+        state_patch=patch or None,
+        action_args=action_args,
+        message=message,
+    )
+    if has_resume:
+        request.resume = resume
+    return request

@@ -1,0 +1,207 @@
+"""Inputs generated from a JSON Schema, and the values typed into them parsed back.
+
+One ``EditField`` per schema property (or per key of a value without a schema),
+with a widget chosen from the property's type: integer, number, boolean, enum,
+string or JSON. Fields are named like the domain's error fields
+(``edits.amount``, ``action_args.tier``, ``decisions[0].args.x``,
+``input.applicant``) so an ``InvalidInput`` raised by a service lands next to
+the input that caused it. Used by the decision panel and the start-a-thread form.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.http import QueryDict
+
+from approvals.errors import DomainError
+from approvals.inputs import INT64_MAX, INT64_MIN, MalformedJson, json_loads_strict
+
+
+@dataclass
+class EditField:
+    name: str  # the form input name, also the domain error field
+    key: str
+    widget: str  # integer | number | boolean | enum | string | json
+    value: Any
+    choices: list[Any] = field(default_factory=list)
+    description: str = ""
+    note: str = ""  # what the value feeds (a state field, an action argument, or both)
+    error: str = ""
+    raw: str | None = None  # what the user typed, re-shown after an error
+
+    @property
+    def shown(self) -> str:
+        if self.raw is not None:
+            return self.raw
+        if self.widget == "json":
+            return json.dumps(self.value, indent=2, ensure_ascii=False) if self.value is not None else ""
+        if self.widget == "boolean":
+            return "true" if self.value else "false"
+        return "" if self.value is None else str(self.value)
+
+    @property
+    def input_id(self) -> str:
+        return "f-" + "".join(c if c.isalnum() else "-" for c in self.name)
+
+
+def _widget_for(schema: dict[str, Any] | None, value: Any) -> tuple[str, list[Any]]:
+    schema = schema or {}
+    options = [s for s in schema.get("anyOf", []) if isinstance(s, dict) and s.get("type") != "null"]
+    if len(options) == 1:
+        schema = options[0]
+    if "enum" in schema:
+        return "enum", list(schema["enum"])
+    kind = schema.get("type")
+    if kind in ("integer", "number", "boolean", "string"):
+        return str(kind), []
+    if kind or schema.get("anyOf") or schema.get("$ref"):
+        return "json", []
+    # No schema (free-form key, or action args without a schema): keep the value's own type.
+    if isinstance(value, bool):
+        return "boolean", []
+    if isinstance(value, int):
+        return "integer", []
+    if isinstance(value, float):
+        return "number", []
+    if isinstance(value, str):
+        return "string", []
+    return "json", []
+
+
+def fields_from_schema(
+    prefix: str, schema: dict[str, Any] | None, values: dict[str, Any], keys: list[str] | None = None
+) -> list[EditField]:
+    properties = (schema or {}).get("properties") or {}
+    names = keys if keys is not None else list(dict.fromkeys([*properties, *values]))
+    out = []
+    for key in names:
+        prop = properties.get(key) if isinstance(properties.get(key), dict) else None
+        widget, choices = _widget_for(prop, values.get(key))
+        out.append(
+            EditField(
+                name=f"{prefix}.{key}",
+                key=key,
+                widget=widget,
+                value=values.get(key),
+                choices=choices,
+                description=str((prop or {}).get("description", "")),
+            )
+        )
+    return out
+
+
+class FieldInvalid(ValueError):
+    pass
+
+
+def parse_value(f: EditField, raw: str) -> Any:
+    raw = raw.strip() if f.widget != "string" else raw
+    if f.widget == "integer":
+        if raw == "":
+            raise FieldInvalid("enter a whole number")
+        try:
+            whole = int(raw)
+        except ValueError:
+            raise FieldInvalid(f"{raw!r} is not a whole number") from None
+        if not INT64_MIN <= whole <= INT64_MAX:
+            raise FieldInvalid("the number is outside the signed 64-bit range")
+        return whole
+    if f.widget == "number":
+        try:
+            number = float(raw)
+        except ValueError:
+            raise FieldInvalid(f"{raw!r} is not a number") from None
+        if not math.isfinite(number):
+            raise FieldInvalid("the number must be finite")
+        if number.is_integer() and not INT64_MIN <= number <= INT64_MAX:
+            raise FieldInvalid("the number is outside the signed 64-bit range")
+        return int(number) if number.is_integer() and "." not in raw and "e" not in raw.lower() else number
+    if f.widget == "boolean":
+        if raw not in ("true", "false"):
+            raise FieldInvalid("choose yes or no")
+        return raw == "true"
+    if f.widget == "enum":
+        for choice in f.choices:
+            if str(choice) == raw:
+                return choice
+        raise FieldInvalid(f"choose one of: {', '.join(map(str, f.choices))}")
+    if f.widget == "json":
+        if raw == "":
+            return None
+        try:
+            return json_loads_strict(raw)
+        except DomainError as exc:
+            raise FieldInvalid(json_problem(exc)) from None
+    return raw
+
+
+def json_problem(exc: DomainError) -> str:
+    return exc.message.replace("request body is ", "", 1) if isinstance(exc, MalformedJson) else exc.message
+
+
+def changed_values(fields: list[EditField], data: QueryDict, errors: dict[str, str]) -> dict[str, Any]:
+    """Values the user changed (typed); unchanged inputs are left out so only real edits are sent."""
+    changed: dict[str, Any] = {}
+    for f in fields:
+        if f.name not in data:
+            continue
+        raw = data.get(f.name, "")
+        if raw == f.shown and f.raw is None:
+            continue
+        try:
+            value = parse_value(f, raw)
+        except FieldInvalid as exc:
+            f.raw = raw
+            errors[f.name] = str(exc)
+            continue
+        if value != f.value:
+            f.raw = raw
+            changed[f.key] = value
+    return changed
+
+
+def json_object(data: QueryDict, name: str, errors: dict[str, str]) -> dict[str, Any] | None:
+    raw = (data.get(name) or "").strip()
+    if not raw:
+        return None
+    try:
+        value = json_loads_strict(raw)
+    except DomainError as exc:
+        errors[name] = json_problem(exc)
+        return None
+    if not isinstance(value, dict):
+        errors[name] = "must be a JSON object"
+        return None
+    return value
+
+
+# --- a thread's start input ---------------------------------------------------------------
+
+
+def start_fields(input_schema: dict[str, Any]) -> list[EditField]:
+    return fields_from_schema("input", input_schema, {})
+
+
+def start_input_parse(fields: list[EditField], data: QueryDict, errors: dict[str, str]) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    for f in fields:
+        raw = data.get(f.name, "")
+        if raw.strip() == "" and f.widget != "boolean":
+            continue  # left blank: the graph's own default applies
+        if f.widget == "boolean" and raw == "":
+            continue
+        try:
+            values[f.key] = parse_value(f, raw)
+        except FieldInvalid as exc:
+            f.raw = raw
+            errors[f.name] = str(exc)
+        else:
+            f.raw = raw
+    raw_input = json_object(data, "input_json", errors)
+    if raw_input:
+        values.update(raw_input)
+    return values
