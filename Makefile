@@ -21,7 +21,7 @@ run: install
 test: install services
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy console approvals runtime
+	$(VENV)/bin/mypy console approvals lgplatform runtime
 	$(PY) manage.py makemigrations --check --dry-run
 	$(PY) -m pytest
 
@@ -41,7 +41,7 @@ lint: install
 	$(VENV)/bin/ruff format --check .
 
 typecheck: install
-	$(VENV)/bin/mypy console approvals runtime
+	$(VENV)/bin/mypy console approvals lgplatform runtime
 
 ## Benchmarks (not part of make test): each scenario against its same-run baseline, JSON + var/bench/summary.png
 bench: install services

@@ -27,12 +27,14 @@ from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from ninja import NinjaAPI, Query, Schema
 from pydantic import Field
 
-from approvals import platform, platform_time_travel
 from approvals.api_common import ApiKeyAuth, BearerAuth, api_errors_install, error_body_gatehouse
 from approvals.errors import InvalidInput
 from approvals.inputs import CHECKPOINT_ID_PATTERN, Offset, StrictJsonParser
 from approvals.payloads import NOT_GIVEN
-from approvals.platform_schemas import (
+from approvals.run_cancel import run_cancel_done
+from lgplatform import services as platform
+from lgplatform import time_travel as platform_time_travel
+from lgplatform.schemas import (
     AssistantSearchIn,
     HistoryIn,
     RunCreateIn,
@@ -41,7 +43,6 @@ from approvals.platform_schemas import (
     ThreadSearchIn,
     ThreadStateUpdateIn,
 )
-from approvals.run_cancel import run_cancel_done
 from runtime.models import ACTIVE_RUN_STATUSES, Run, RunStatus, Thread
 from runtime.notify import ThreadWatch
 from runtime.registry import graph_get
@@ -430,4 +431,4 @@ async def run_stream(request: HttpRequest, thread_id: UUID, body: RunCreateIn) -
     return response
 
 
-api.add_router("", "approvals.platform_store.router")  # long-term memory store (client.store)
+api.add_router("", "lgplatform.store_api.router")  # long-term memory store (client.store)

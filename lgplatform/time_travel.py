@@ -22,10 +22,11 @@ from uuid import UUID
 from django.http import HttpRequest
 from ninja import Router
 
-from approvals import platform, time_travel
+from approvals import time_travel
 from approvals.errors import Conflict, InvalidInput
 from approvals.inputs import CHECKPOINT_ID_PATTERN
-from approvals.platform_schemas import RunCreateIn, ThreadStateUpdateIn
+from lgplatform import services as platform
+from lgplatform.schemas import RunCreateIn, ThreadStateUpdateIn
 from runtime.models import Run
 from runtime.state import SubgraphView
 
