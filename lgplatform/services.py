@@ -34,11 +34,12 @@ from approvals.models import ApprovalTask, AuditAction, Decision, TaskKind, Task
 from approvals.payloads import NOT_GIVEN, DecisionRequest
 from approvals.redaction import filter_split, redact
 from approvals.run_cancel import run_cancel as run_cancel_service
+from runtime import threads as runtime_threads
 from runtime.models import ACTIVE_RUN_STATUSES, Run, RunKind, RunStatus, Thread, ThreadStatus
 from runtime.registry import UnknownGraph, graph_get, graph_names
 from runtime.runs import ThreadBusy, run_enqueue
 from runtime.schema import FieldError, values_validate
-from runtime.state import CheckpointView, thread_state_read
+from runtime.state import CheckpointView
 
 # The namespace LangGraph Platform derives its per-graph assistant ids from, so
 # a graph has the same assistant_id here as on the Platform.
@@ -112,17 +113,9 @@ def assistant_out(graph: str) -> dict[str, Any]:
 # --- threads ------------------------------------------------------------------------------
 
 
-def _threads_visible(user: permissions.Principal) -> QuerySet[Thread]:
-    # A thread created through this API before its first run has no graph yet;
-    # graph-scoped users would not see it, so its creator always may.
-    own_unbound = Q(graph="", created_by_id=user.pk) if user.is_authenticated else Q(pk__in=[])
-    if not user.has_perm("runtime.view_thread"):
-        return Thread.objects.none()
-    return Thread.objects.filter(Q(pk__in=permissions.threads_visible(user).values("pk")) | own_unbound)
-
-
 def thread_get_for(user: permissions.Principal, thread_id: Any) -> Thread:
-    thread = _threads_visible(user).filter(pk=thread_id).first()
+    # A thread created here before its first run has no graph yet: its creator still sees it.
+    thread = permissions.threads_visible_or_own_unbound(user).filter(pk=thread_id).first()
     if thread is None:
         raise NotFound(f"thread {thread_id} not found", field="thread_id")
     return thread
@@ -194,7 +187,7 @@ def threads_search(
     sort_by: str | None = None,
     sort_order: str | None = None,
 ) -> list[Thread]:
-    qs = _threads_visible(user)
+    qs = permissions.threads_visible_or_own_unbound(user)
     if status:
         qs = qs.filter(status__in=THREAD_STATUS_IN[status])
     if ids:
@@ -226,7 +219,7 @@ def thread_create(
         if if_exists == "do_nothing":
             return thread_get_for(actor, pk), False
         raise Conflict(f"thread {pk} already exists", field="thread_id")
-    thread = Thread.objects.create(id=pk, graph=graph, metadata=metadata, created_by=actor)
+    thread = runtime_threads.thread_create(thread_id=pk, graph=graph, metadata=metadata, created_by=actor)
     audit_record(
         actor=actor,
         action=AuditAction.THREAD_CREATED,
@@ -413,13 +406,7 @@ def thread_state_update(*, actor: User, thread_id: Any, values: dict[str, Any], 
     if as_node is not None and as_node not in entry.builder.nodes:
         raise InvalidInput(f"unknown node (the graph has: {', '.join(entry.builder.nodes)})", field="as_node")
     previous = thread.checkpoint_id
-    config = entry.compiled().update_state({"configurable": {"thread_id": str(thread.id)}}, values, as_node=as_node)
-    checkpoint_id = str(config["configurable"]["checkpoint_id"])
-    # The listing snapshot takes the unmasked values (the gateway masks what it shows, per reader).
-    view = thread_state_read(thread)
-    Thread.objects.filter(pk=thread.pk).update(
-        checkpoint_id=checkpoint_id, values=view.values if view else thread.values, updated_at=timezone.now()
-    )
+    checkpoint_id = runtime_threads.thread_state_write(thread=thread, values=values, as_node=as_node)
     audit_record(
         actor=actor,
         action=AuditAction.THREAD_STATE_UPDATED,
@@ -528,9 +515,7 @@ def _run_start(actor: User, thread_pk: Any, graph: str, graph_input: dict[str, A
     if thread.status in refusals:
         raise Conflict(refusals[ThreadStatus(thread.status)], field="thread_id")
     first = not thread.runs.exists()
-    if not thread.graph:
-        Thread.objects.filter(pk=thread.pk).update(graph=graph)
-        thread.graph = graph
+    runtime_threads.thread_graph_bind(thread=thread, graph=graph)
     try:
         # The checkpoint the input applies to: a redelivered run compares it with
         # the thread's checkpoint to tell whether its input was already applied.
