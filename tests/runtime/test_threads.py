@@ -12,6 +12,7 @@ import pytest
 from django.db import transaction
 
 from runtime import runs
+from runtime.cancel import run_cancel
 from runtime.models import RunKind, Thread, ThreadStatus
 from runtime.runs import ThreadBusy
 from runtime.state import thread_state_read
@@ -58,13 +59,17 @@ def test_a_state_write_is_a_new_checkpoint_and_the_row_follows_it():
 def test_a_state_write_is_refused_while_a_run_is_queued_and_changes_nothing(dispatched):
     thread = _written(5)
     with transaction.atomic():
-        runs.run_enqueue(thread=thread, kind=RunKind.START, input={"amount": 1})
-    with pytest.raises(ThreadBusy), transaction.atomic():
-        thread_state_write(thread=thread, values={"amount": 9}, as_node="prepare")
-    before = thread.checkpoint_id
-    thread.refresh_from_db()
-    assert thread.checkpoint_id == before
-    assert thread.values == {"amount": 5}
+        queued = runs.run_enqueue(thread=thread, kind=RunKind.START, input={"amount": 1})
+    try:
+        with pytest.raises(ThreadBusy), transaction.atomic():
+            thread_state_write(thread=thread, values={"amount": 9}, as_node="prepare")
+        before = thread.checkpoint_id
+        thread.refresh_from_db()
+        assert thread.checkpoint_id == before
+        assert thread.values == {"amount": 5}
+    finally:  # no run left active for later tests that wait for the session's runs to settle
+        with transaction.atomic():
+            run_cancel(run=queued, action="interrupt", actor_label="test", reason="cleanup")
 
 
 def test_a_state_write_outside_a_transaction_is_refused():
