@@ -21,7 +21,7 @@ run: install
 test: install services
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy console approvals runtime
+	$(VENV)/bin/mypy console approvals lgplatform runtime
 	$(PY) manage.py makemigrations --check --dry-run
 	$(PY) -m pytest
 
@@ -40,9 +40,9 @@ lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-## mypy --strict on console, approvals and runtime (strict = true in pyproject.toml; make test runs it too).
+## mypy --strict on console, approvals, lgplatform and runtime (strict = true in pyproject.toml; make test runs it too).
 typecheck: install
-	$(VENV)/bin/mypy console approvals runtime
+	$(VENV)/bin/mypy console approvals lgplatform runtime
 
 ## Benchmarks (not part of make test): each scenario against its same-run baseline, JSON + var/bench/summary.png
 bench: install services

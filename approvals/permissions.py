@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.auth.models import AnonymousUser, User
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 
 from approvals.errors import Forbidden, NotFound
 from approvals.models import ApprovalTask, AuditEvent, GraphAssignment
@@ -158,6 +158,20 @@ def threads_visible(user: Principal) -> QuerySet[Thread]:
     return _scope(Thread.objects.all(), user)
 
 
+def threads_visible_or_own_unbound(user: Principal) -> QuerySet[Thread]:
+    """``threads_visible``, plus the threads ``user`` created that no run has bound to a graph yet.
+
+    The LangGraph-Platform API creates a thread before its first run names the
+    graph; graph scoping cannot see such a thread, so its creator always may. The
+    creator needs the view permission, whatever its token's action scope: a token
+    scoped to ``start`` starts the thread it has just created.
+    """
+    if not user.has_perm("runtime.view_thread"):
+        return Thread.objects.none()
+    own_unbound = Q(graph="", created_by_id=user.pk) if user.is_authenticated else Q(pk__in=[])
+    return Thread.objects.filter(Q(pk__in=threads_visible(user).values("pk")) | own_unbound)
+
+
 def tasks_visible(user: Principal) -> QuerySet[ApprovalTask]:
     if not can(user, "approvals.view_approvaltask"):
         return ApprovalTask.objects.none()
@@ -266,7 +280,7 @@ def require_time_travel(user: Principal, thread: Thread) -> None:
     require(user, "runtime.time_travel", "replay or fork threads")
 
 
-# --- long-term memory store (approvals/store.py, approvals/platform_store.py, console store pages) ---
+# --- long-term memory store (approvals/store.py, lgplatform/store_api.py, console store pages) ---
 # Readers: every role but webhook services; writers: operators and admins. A namespace is scoped by
 # its first label's rule in langgraph.json (gatehouse.store.namespaces): a principal must see one of
 # the rule's graphs; a namespace without a rule naming graphs is for principals who see every graph.

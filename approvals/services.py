@@ -33,11 +33,11 @@ from approvals.payloads import (
 )
 from approvals.redaction import MASK, redact
 from runtime.models import Run, RunKind, Thread, ThreadStatus
-from runtime.notify import thread_notify
 from runtime.registry import UnknownGraph, graph_get, graph_names
-from runtime.runs import PendingInterrupt, ThreadBusy, retry_command, run_enqueue, thread_create
+from runtime.runs import PendingInterrupt, ThreadBusy, retry_command, run_enqueue
 from runtime.state_schema import FieldError, values_validate
 from runtime.storable import NotStorable, value_storable_check
+from runtime.threads import thread_cancel, thread_create
 
 # How a decided task of a kind with no graph to resume completes, by task kind
 # (approvals.external registers the external kind). Runs in the decision's transaction.
@@ -593,8 +593,7 @@ def _resume_enqueue(thread: Thread, checkpoint_id: str, actor: User) -> Run:
 
 
 def _thread_cancel(thread: Thread, *, actor: User, reason: str) -> None:
-    Thread.objects.filter(pk=thread.pk).update(status=ThreadStatus.CANCELLED, updated_at=timezone.now())
-    thread_notify(thread.id)  # wakes long polls waiting on this thread, on commit
+    thread_cancel(thread=thread)  # wakes long polls waiting on this thread, on commit
     audit_record(
         actor=actor,
         action=AuditAction.THREAD_CANCELLED,

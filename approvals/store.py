@@ -1,6 +1,6 @@
 """Long-term memory (LangGraph Store) as the domain serves it: permission, redaction, audit.
 
-Every surface — ``/lg/store/...`` (approvals/platform_store.py), the console's store
+Every surface — ``/lg/store/...`` (lgplatform/store_api.py), the console's store
 pages, the audit of a graph run's writes — goes through these functions:
 
 - reads check ``permissions.store_require`` and mask the namespace's sensitive

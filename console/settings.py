@@ -110,6 +110,7 @@ INSTALLED_APPS = [
     "django_otp.plugins.otp_totp",
     "runtime",
     "approvals",
+    "lgplatform",  # the LangGraph Platform-compatible API at /lg/ (an adapter, like console)
     "console",
 ]
 

@@ -1,7 +1,6 @@
 from django.conf import settings
 from django.urls import URLPattern, URLResolver, include, path
 
-from approvals.platform_api import api as platform_api
 from console.api import api
 from console.views import audit, auth, bulk, decisions, handoffs, inbox, relay, start, tasks, threads, users, webhooks
 from console.views import comments as comment_views  # Conversation (comments)
@@ -9,6 +8,7 @@ from console.views import dashboard as dashboard_views  # team dashboard
 from console.views import run_cancel as run_cancel_views
 from console.views import store as store_views  # long-term memory store browser
 from console.views import time_travel as time_travel_views
+from lgplatform.api import api as platform_api
 
 console_patterns = [
     path("", inbox.inbox, name="inbox"),

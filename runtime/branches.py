@@ -35,9 +35,10 @@ from langgraph.types import StateSnapshot
 
 from runtime.checkpointer import checkpointer_get
 from runtime.jsonable import to_jsonable
-from runtime.models import ACTIVE_RUN_STATUSES, Branch, BranchKind, Run, RunKind, Thread, ThreadStatus
+from runtime.models import Branch, BranchKind, Run, RunKind, Thread, ThreadStatus
 from runtime.registry import graph_get
-from runtime.runs import ThreadBusy, run_enqueue
+from runtime.runs import run_enqueue
+from runtime.threads import thread_lock_idle
 
 BRANCH_KEY = "gatehouse_branch_id"  # in a run's configurable, hence in its checkpoints' metadata
 REPLAY_FROM = "replay_from"  # in a replay run's command: the checkpoint it re-executes from
@@ -96,13 +97,6 @@ def checkpoint_snapshot(*, thread: Thread, checkpoint_id: str) -> StateSnapshot:
     return snapshot
 
 
-def _locked_idle(thread: Thread) -> Thread:
-    locked = Thread.objects.select_for_update().get(pk=thread.pk)
-    if locked.status == ThreadStatus.BUSY or Run.objects.filter(thread=locked, status__in=ACTIVE_RUN_STATUSES).exists():
-        raise ThreadBusy(locked)
-    return locked
-
-
 def _parent_branch(thread: Thread, snapshot: StateSnapshot) -> Branch | None:
     branch_id = (snapshot.metadata or {}).get(BRANCH_KEY)
     return Branch.objects.filter(pk=str(branch_id), thread=thread).first() if branch_id else None
@@ -126,7 +120,7 @@ def branch_fork(
     """
     if not transaction.get_connection().in_atomic_block:
         raise RuntimeError("branch_fork must be called inside transaction.atomic()")
-    thread = _locked_idle(thread)
+    thread = thread_lock_idle(thread)
     snapshot = checkpoint_snapshot(thread=thread, checkpoint_id=checkpoint_id)
     entry = graph_get(thread.graph)
     if as_node is not None and as_node not in entry.builder.nodes:
@@ -164,7 +158,7 @@ def branch_replay(*, thread: Thread, checkpoint_id: str, reason: str, created_by
     """Queue a run that re-executes the thread from the past checkpoint, on a new branch."""
     if not transaction.get_connection().in_atomic_block:
         raise RuntimeError("branch_replay must be called inside transaction.atomic()")
-    thread = _locked_idle(thread)
+    thread = thread_lock_idle(thread)
     snapshot = checkpoint_snapshot(thread=thread, checkpoint_id=checkpoint_id)
     branch = Branch.objects.create(
         thread=thread,

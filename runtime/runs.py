@@ -69,10 +69,6 @@ class RunOutcome:
     interrupts: list[PendingInterrupt] = field(default_factory=list)
 
 
-def thread_create(*, graph: str, metadata: dict[str, Any], created_by: User | None) -> Thread:
-    return Thread.objects.create(graph=graph, metadata=metadata, created_by=created_by)
-
-
 def run_enqueue(
     *,
     thread: Thread,

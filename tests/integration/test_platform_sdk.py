@@ -15,7 +15,7 @@ import pytest
 from langgraph_sdk import get_client, get_sync_client
 
 from approvals.models import AuditEvent, Decision
-from approvals.platform import assistant_id_for
+from lgplatform.services import assistant_id_for
 from runtime.models import Run, Thread
 from tests.conftest import WorkerProcess, daphne_start, loan_input, process_group_stop, wait_for, worker_env
 

@@ -21,7 +21,8 @@ from django.test.utils import CaptureQueriesContext
 
 from runtime.gatekeeper import gate_payload
 from runtime.models import Run, RunKind, RunStatus
-from runtime.runs import PendingInterrupt, RunOutcome, run_claim, run_finish, thread_create
+from runtime.runs import PendingInterrupt, RunOutcome, run_claim, run_finish
+from runtime.threads import thread_create
 from tests.conftest import Persona, loan_input, pending_tasks, thread_start
 
 pytestmark = pytest.mark.usefixtures("live_db")

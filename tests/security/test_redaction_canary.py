@@ -45,13 +45,13 @@ from django.urls import URLPattern, URLResolver, get_resolver
 
 from approvals.gateway import sensitive_paths
 from approvals.models import ApprovalTask, AuditEvent, Comment, Decision
-from approvals.platform import assistant_id_for
-from approvals.platform_api import api as platform_api
 from approvals.redaction import path_parse
 from approvals.tokens import token_issue
 from approvals.webhooks import graph_gates
 from console.api import api as native_api
 from console.routing import websocket_urlpatterns
+from lgplatform.api import api as platform_api
+from lgplatform.services import assistant_id_for
 from runtime.models import Thread
 from runtime.registry import graph_names
 from runtime.state import thread_history_read

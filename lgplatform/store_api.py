@@ -12,48 +12,20 @@ from __future__ import annotations
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse
-from ninja import Query, Router, Schema
-from pydantic import Field
+from ninja import Query, Router
 
 from approvals import store
+from lgplatform.schemas import (
+    StoreDeleteIn,
+    StoreGetQuery,
+    StoreItemsOut,
+    StoreNamespacesIn,
+    StoreNamespacesOut,
+    StorePutIn,
+    StoreSearchIn,
+)
 
 router = Router(tags=["store"])
-
-
-class StorePutIn(Schema):
-    namespace: list[str]
-    key: str
-    value: dict[str, Any]
-    index: bool | list[str] | None = None
-    ttl: float | None = None
-
-
-class StoreDeleteIn(Schema):
-    namespace: list[str]
-    key: str
-
-
-class StoreGetQuery(Schema):
-    namespace: str = ""
-    key: str = ""
-    refresh_ttl: bool | None = None
-
-
-class StoreSearchIn(Schema):
-    namespace_prefix: list[str] = Field(default_factory=list)
-    filter: dict[str, Any] | None = None
-    limit: int = Field(10, ge=1, le=1000)
-    offset: int = Field(0, ge=0, le=100_000)
-    query: str | None = Field(None, max_length=4000)
-    refresh_ttl: bool | None = None
-
-
-class StoreNamespacesIn(Schema):
-    prefix: list[str] | None = None
-    suffix: list[str] | None = None
-    max_depth: int | None = Field(None, ge=1, le=100)
-    limit: int = Field(100, ge=1, le=1000)
-    offset: int = Field(0, ge=0, le=100_000)
 
 
 def _user(request: HttpRequest) -> Any:
@@ -81,8 +53,8 @@ def store_item_delete(request: HttpRequest, body: StoreDeleteIn) -> HttpResponse
     return HttpResponse(status=204)
 
 
-@router.post("/store/items/search")
-def store_items_search(request: HttpRequest, body: StoreSearchIn) -> dict[str, Any]:
+@router.post("/store/items/search", response=StoreItemsOut)
+def store_items_search(request: HttpRequest, body: StoreSearchIn) -> StoreItemsOut:
     items = store.store_items_search(
         user=_user(request),
         namespace_prefix=body.namespace_prefix,
@@ -92,11 +64,11 @@ def store_items_search(request: HttpRequest, body: StoreSearchIn) -> dict[str, A
         query=body.query,
         refresh_ttl=body.refresh_ttl,
     )
-    return {"items": items}
+    return StoreItemsOut(items=items)
 
 
-@router.post("/store/namespaces")
-def store_namespaces_list(request: HttpRequest, body: StoreNamespacesIn) -> dict[str, Any]:
+@router.post("/store/namespaces", response=StoreNamespacesOut)
+def store_namespaces_list(request: HttpRequest, body: StoreNamespacesIn) -> StoreNamespacesOut:
     namespaces = store.store_namespaces_list(
         user=_user(request),
         prefix=body.prefix,
@@ -105,4 +77,4 @@ def store_namespaces_list(request: HttpRequest, body: StoreNamespacesIn) -> dict
         limit=body.limit,
         offset=body.offset,
     )
-    return {"namespaces": namespaces}
+    return StoreNamespacesOut(namespaces=namespaces)

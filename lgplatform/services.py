@@ -1,4 +1,4 @@
-"""Services and selectors behind the LangGraph Platform-compatible API (``approvals.platform_api``).
+"""Services and selectors behind the LangGraph Platform-compatible API (``lgplatform.api``).
 
 The official ``langgraph_sdk`` speaks in assistants, threads, runs and
 ``Command(resume=...)``; Gatehouse speaks in threads, runs and approval tasks.
@@ -12,7 +12,10 @@ This module translates, and adds no second way to change anything:
 - a run with neither retries a failed thread (``services.thread_retry``) or
   continues past a static breakpoint (an approve decision on its task).
 
-State is read only through ``approvals.gateway``.
+State is read only through ``approvals.gateway``; thread and run rows change only
+through the runtime's services (``runtime.threads``, ``runtime.runs``), and what a
+caller may see is ``approvals.permissions``' to say. The ``*_out`` builders return
+the typed response schemas of ``lgplatform.schemas``.
 """
 
 from __future__ import annotations
@@ -34,10 +37,21 @@ from approvals.models import ApprovalTask, AuditAction, Decision, TaskKind, Task
 from approvals.payloads import NOT_GIVEN, DecisionRequest
 from approvals.redaction import filter_split, redact
 from approvals.run_cancel import run_cancel as run_cancel_service
+from lgplatform.schemas import (
+    AssistantOut,
+    CheckpointRefOut,
+    InterruptOut,
+    RunOut,
+    StateTaskOut,
+    ThreadOut,
+    ThreadStateOut,
+    ThreadUpdateStateOut,
+)
+from runtime import threads as runtime_threads
 from runtime.models import ACTIVE_RUN_STATUSES, Run, RunKind, RunStatus, Thread, ThreadStatus
 from runtime.registry import UnknownGraph, graph_get, graph_names
 from runtime.runs import ThreadBusy, run_enqueue
-from runtime.state import CheckpointView, thread_state_read
+from runtime.state import CheckpointView
 from runtime.state_schema import FieldError, values_validate
 
 # The namespace LangGraph Platform derives its per-graph assistant ids from, so
@@ -93,36 +107,28 @@ def assistant_graph(user: permissions.Principal, assistant_id: str) -> str:
     raise NotFound(f"assistant {assistant_id} not found", field="assistant_id")
 
 
-def assistant_out(graph: str) -> dict[str, Any]:
+def assistant_out(graph: str) -> AssistantOut:
     entry = graph_get(graph)
-    return {
-        "assistant_id": assistant_id_for(graph),
-        "graph_id": graph,
-        "name": graph,
-        "description": entry.description or None,
-        "config": {},
-        "context": {},
-        "metadata": {"created_by": "system"},
-        "version": 1,
-        "created_at": "1970-01-01T00:00:00+00:00",
-        "updated_at": "1970-01-01T00:00:00+00:00",
-    }
+    return AssistantOut(
+        assistant_id=assistant_id_for(graph),
+        graph_id=graph,
+        name=graph,
+        description=entry.description or None,
+        config={},
+        context={},
+        metadata={"created_by": "system"},
+        version=1,
+        created_at="1970-01-01T00:00:00+00:00",
+        updated_at="1970-01-01T00:00:00+00:00",
+    )
 
 
 # --- threads ------------------------------------------------------------------------------
 
 
-def _threads_visible(user: permissions.Principal) -> QuerySet[Thread]:
-    # A thread created through this API before its first run has no graph yet;
-    # graph-scoped users would not see it, so its creator always may.
-    own_unbound = Q(graph="", created_by_id=user.pk) if user.is_authenticated else Q(pk__in=[])
-    if not user.has_perm("runtime.view_thread"):
-        return Thread.objects.none()
-    return Thread.objects.filter(Q(pk__in=permissions.threads_visible(user).values("pk")) | own_unbound)
-
-
 def thread_get_for(user: permissions.Principal, thread_id: Any) -> Thread:
-    thread = _threads_visible(user).filter(pk=thread_id).first()
+    # A thread created here before its first run has no graph yet: its creator still sees it.
+    thread = permissions.threads_visible_or_own_unbound(user).filter(pk=thread_id).first()
     if thread is None:
         raise NotFound(f"thread {thread_id} not found", field="thread_id")
     return thread
@@ -194,7 +200,7 @@ def threads_search(
     sort_by: str | None = None,
     sort_order: str | None = None,
 ) -> list[Thread]:
-    qs = _threads_visible(user)
+    qs = permissions.threads_visible_or_own_unbound(user)
     if status:
         qs = qs.filter(status__in=THREAD_STATUS_IN[status])
     if ids:
@@ -226,7 +232,7 @@ def thread_create(
         if if_exists == "do_nothing":
             return thread_get_for(actor, pk), False
         raise Conflict(f"thread {pk} already exists", field="thread_id")
-    thread = Thread.objects.create(id=pk, graph=graph, metadata=metadata, created_by=actor)
+    thread = runtime_threads.thread_create(thread_id=pk, graph=graph, metadata=metadata, created_by=actor)
     audit_record(
         actor=actor,
         action=AuditAction.THREAD_CREATED,
@@ -252,59 +258,60 @@ def _values_for(user: permissions.Principal, thread: Thread) -> dict[str, Any]:
     return gateway.thread_values_for(user, thread) if thread.graph else (thread.values or {})
 
 
-def _interrupt_out(user: permissions.Principal, task: ApprovalTask) -> dict[str, Any]:
-    out: dict[str, Any] = {"value": _payload_for(user, task), "id": task.interrupt_id}
-    if task.response_schema:
-        out["response_schema"] = task.response_schema
-    return out
+def _interrupt_out(user: permissions.Principal, task: ApprovalTask) -> InterruptOut:
+    return InterruptOut(
+        value=_payload_for(user, task), id=task.interrupt_id, response_schema=task.response_schema or None
+    )
 
 
-def thread_interrupts(user: permissions.Principal, thread: Thread) -> dict[str, list[dict[str, Any]]]:
+def thread_interrupts(user: permissions.Principal, thread: Thread) -> dict[str, list[InterruptOut]]:
     """Pending interrupts by task id (the approval task's id: usable in the native API too)."""
     tasks = permissions.tasks_visible(user).filter(thread=thread, status=TaskStatus.PENDING, kind=TaskKind.INTERRUPT)
     return {str(t.id): [_interrupt_out(user, t)] for t in tasks.order_by("created_at")}
 
 
-def thread_out(user: permissions.Principal, thread: Thread) -> dict[str, Any]:
+def thread_out(user: permissions.Principal, thread: Thread) -> ThreadOut:
     metadata = dict(thread.metadata or {})
     if thread.graph:
         metadata.setdefault("graph_id", thread.graph)
         metadata.setdefault("assistant_id", assistant_id_for(thread.graph))
-    return {
-        "thread_id": str(thread.id),
-        "created_at": thread.created_at,
-        "updated_at": thread.updated_at,
-        "metadata": metadata,
-        "status": THREAD_STATUS_OUT.get(thread.status, thread.status),
-        "values": _values_for(user, thread),
-        "interrupts": thread_interrupts(user, thread),
-        "error": thread.error or None,
-        "config": {},
-    }
+    return ThreadOut(
+        thread_id=str(thread.id),
+        created_at=thread.created_at,
+        updated_at=thread.updated_at,
+        metadata=metadata,
+        status=THREAD_STATUS_OUT.get(thread.status, thread.status),
+        values=_values_for(user, thread),
+        interrupts=thread_interrupts(user, thread),
+        error=thread.error or None,
+        config={},
+    )
 
 
 # --- state --------------------------------------------------------------------------------
 
 
-def _checkpoint_ref(thread: Thread, checkpoint_id: str | None) -> dict[str, Any]:
-    return {"thread_id": str(thread.id), "checkpoint_ns": "", "checkpoint_id": checkpoint_id, "checkpoint_map": None}
+def checkpoint_ref(thread_id: Any, checkpoint_id: str | None, checkpoint_ns: str = "") -> CheckpointRefOut:
+    return CheckpointRefOut(
+        thread_id=str(thread_id), checkpoint_ns=checkpoint_ns, checkpoint_id=checkpoint_id, checkpoint_map=None
+    )
 
 
-def state_out(user: permissions.Principal, thread: Thread, view: CheckpointView | None) -> dict[str, Any]:
+def state_out(user: permissions.Principal, thread: Thread, view: CheckpointView | None) -> ThreadStateOut:
     """A ThreadState: values, next, tasks with their interrupts, checkpoint, metadata."""
     if view is None:
-        return {
-            "values": {},
-            "next": [],
-            "tasks": [],
-            "checkpoint": _checkpoint_ref(thread, None),
-            "metadata": {},
-            "created_at": None,
-            "parent_checkpoint": None,
-            "interrupts": [],
-        }
+        return ThreadStateOut(
+            values={},
+            next=[],
+            tasks=[],
+            checkpoint=checkpoint_ref(thread.id, None),
+            metadata={},
+            created_at=None,
+            parent_checkpoint=None,
+            interrupts=[],
+        )
     is_head = view.checkpoint_id == thread.checkpoint_id
-    tasks: list[dict[str, Any]] = []
+    tasks: list[StateTaskOut] = []
     named: set[str] = set()
     if is_head and thread.status == ThreadStatus.INTERRUPTED:
         visible = permissions.tasks_visible(user).filter(
@@ -313,45 +320,45 @@ def state_out(user: permissions.Principal, thread: Thread, view: CheckpointView 
         for task in visible.order_by("created_at"):
             named.add(task.node)
             interrupts = [_interrupt_out(user, task)] if task.kind == TaskKind.INTERRUPT else []
-            tasks.append(_task_out(str(task.id), task.node, interrupts, None))
+            tasks.append(task_out(str(task.id), task.node, interrupts, None))
     error = thread.error if is_head and thread.status == ThreadStatus.FAILED else None
     for node in view.next:
         if node not in named:
             tasks.append(
-                _task_out(str(uuid.uuid5(ASSISTANT_NAMESPACE, f"{view.checkpoint_id}:{node}")), node, [], error)
+                task_out(str(uuid.uuid5(ASSISTANT_NAMESPACE, f"{view.checkpoint_id}:{node}")), node, [], error)
             )
-    return {
-        "values": view.values,
-        "next": view.next,
-        "tasks": tasks,
-        "checkpoint": _checkpoint_ref(thread, view.checkpoint_id),
-        "metadata": {
+    return ThreadStateOut(
+        values=view.values,
+        next=view.next,
+        tasks=tasks,
+        checkpoint=checkpoint_ref(thread.id, view.checkpoint_id),
+        metadata={
             "step": view.step,
             "source": view.source,
             "writes": view.writes,
             "thread_id": str(thread.id),
             "graph_id": thread.graph,
         },
-        "created_at": view.created_at,
-        "parent_checkpoint": _checkpoint_ref(thread, view.parent_id) if view.parent_id else None,
-        "interrupts": [i for t in tasks for i in t["interrupts"]],
-    }
+        created_at=view.created_at,
+        parent_checkpoint=checkpoint_ref(thread.id, view.parent_id) if view.parent_id else None,
+        interrupts=[i for t in tasks for i in t.interrupts],
+    )
 
 
-def _task_out(task_id: str, name: str, interrupts: list[dict[str, Any]], error: str | None) -> dict[str, Any]:
-    return {
-        "id": task_id,
-        "name": name,
-        "path": ["__pregel_pull", name],
-        "error": error,
-        "interrupts": interrupts,
-        "checkpoint": None,
-        "state": None,
-        "result": None,
-    }
+def task_out(task_id: str, name: str, interrupts: list[InterruptOut], error: str | None = None) -> StateTaskOut:
+    return StateTaskOut(
+        id=task_id,
+        name=name,
+        path=["__pregel_pull", name],
+        error=error,
+        interrupts=interrupts,
+        checkpoint=None,
+        state=None,
+        result=None,
+    )
 
 
-def thread_state(user: permissions.Principal, thread_id: Any, checkpoint_id: str | None = None) -> dict[str, Any]:
+def thread_state(user: permissions.Principal, thread_id: Any, checkpoint_id: str | None = None) -> ThreadStateOut:
     thread = thread_get_for(user, thread_id)
     view = gateway.state_for(user, thread.id, checkpoint_id) if thread.graph else None
     if checkpoint_id and view is None:
@@ -361,7 +368,7 @@ def thread_state(user: permissions.Principal, thread_id: Any, checkpoint_id: str
 
 def thread_history(
     user: permissions.Principal, thread_id: Any, *, limit: int, before: str | None
-) -> list[dict[str, Any]]:
+) -> list[ThreadStateOut]:
     thread = thread_get_for(user, thread_id)
     if not thread.graph:
         return []
@@ -374,14 +381,16 @@ def wait_output(user: permissions.Principal, thread: Thread, run: Run) -> dict[s
     if run.status == RunStatus.FAILED:
         return {"__error__": {"error": "RunError", "message": run.error or "the run failed"}}
     state = thread_state(user, thread.id)
-    values = dict(state["values"]) if isinstance(state["values"], dict) else {}
-    if state["interrupts"]:
-        values["__interrupt__"] = state["interrupts"]
+    values = dict(state.values) if isinstance(state.values, dict) else {}
+    if state.interrupts:
+        values["__interrupt__"] = [i.model_dump() for i in state.interrupts]
     return values
 
 
 @transaction.atomic
-def thread_state_update(*, actor: User, thread_id: Any, values: dict[str, Any], as_node: str | None) -> dict[str, Any]:
+def thread_state_update(
+    *, actor: User, thread_id: Any, values: dict[str, Any], as_node: str | None
+) -> ThreadUpdateStateOut:
     """``update_state`` for operators, on threads with no run active and no decision pending.
 
     Refused while the thread is interrupted: LangGraph's ``update_state`` writes a
@@ -413,13 +422,7 @@ def thread_state_update(*, actor: User, thread_id: Any, values: dict[str, Any], 
     if as_node is not None and as_node not in entry.builder.nodes:
         raise InvalidInput(f"unknown node (the graph has: {', '.join(entry.builder.nodes)})", field="as_node")
     previous = thread.checkpoint_id
-    config = entry.compiled().update_state({"configurable": {"thread_id": str(thread.id)}}, values, as_node=as_node)
-    checkpoint_id = str(config["configurable"]["checkpoint_id"])
-    # The listing snapshot takes the unmasked values (the gateway masks what it shows, per reader).
-    view = thread_state_read(thread)
-    Thread.objects.filter(pk=thread.pk).update(
-        checkpoint_id=checkpoint_id, values=view.values if view else thread.values, updated_at=timezone.now()
-    )
+    checkpoint_id = runtime_threads.thread_state_write(thread=thread, values=values, as_node=as_node)
     audit_record(
         actor=actor,
         action=AuditAction.THREAD_STATE_UPDATED,
@@ -429,25 +432,25 @@ def thread_state_update(*, actor: User, thread_id: Any, values: dict[str, Any], 
         graph=thread.graph,
         details={"values": values, "as_node": as_node, "checkpoint_id": checkpoint_id, "previous": previous},
     )
-    return {"checkpoint": _checkpoint_ref(thread, checkpoint_id)}
+    return ThreadUpdateStateOut(checkpoint=checkpoint_ref(thread.id, checkpoint_id))
 
 
 # --- runs ---------------------------------------------------------------------------------
 
 
-def run_out(run: Run, graph: str) -> dict[str, Any]:
-    return {
-        "run_id": str(run.id),
-        "thread_id": str(run.thread_id),
-        "assistant_id": assistant_id_for(graph) if graph else None,
-        "created_at": run.created_at,
-        "updated_at": run.finished_at or run.started_at or run.created_at,
-        "status": RUN_STATUS_OUT.get(run.status, run.status),
-        "metadata": {"kind": run.kind, "attempts": run.attempts},
-        "kwargs": {},
-        "multitask_strategy": "reject",
-        "error": run.error or None,
-    }
+def run_out(run: Run, graph: str) -> RunOut:
+    return RunOut(
+        run_id=str(run.id),
+        thread_id=str(run.thread_id),
+        assistant_id=assistant_id_for(graph) if graph else None,
+        created_at=run.created_at,
+        updated_at=run.finished_at or run.started_at or run.created_at,
+        status=RUN_STATUS_OUT.get(run.status, run.status),
+        metadata={"kind": run.kind, "attempts": run.attempts},
+        kwargs={},
+        multitask_strategy="reject",
+        error=run.error or None,
+    )
 
 
 def runs_list(
@@ -528,9 +531,7 @@ def _run_start(actor: User, thread_pk: Any, graph: str, graph_input: dict[str, A
     if thread.status in refusals:
         raise Conflict(refusals[ThreadStatus(thread.status)], field="thread_id")
     first = not thread.runs.exists()
-    if not thread.graph:
-        Thread.objects.filter(pk=thread.pk).update(graph=graph)
-        thread.graph = graph
+    runtime_threads.thread_graph_bind(thread=thread, graph=graph)
     try:
         # The checkpoint the input applies to: a redelivered run compares it with
         # the thread's checkpoint to tell whether its input was already applied.

@@ -22,10 +22,11 @@ from uuid import UUID
 from django.http import HttpRequest
 from ninja import Router
 
-from approvals import platform, time_travel
+from approvals import time_travel
 from approvals.errors import Conflict, InvalidInput
 from approvals.inputs import CHECKPOINT_ID_PATTERN
-from approvals.platform_schemas import RunCreateIn, ThreadStateUpdateIn
+from lgplatform import services as platform
+from lgplatform.schemas import RunCreateIn, ThreadOut, ThreadStateOut, ThreadStateUpdateIn, ThreadUpdateStateOut
 from runtime.models import Run
 from runtime.state import SubgraphView
 
@@ -54,7 +55,9 @@ def checkpoint_wanted(checkpoint: dict[str, Any] | None, checkpoint_id: str | No
     return wanted
 
 
-def state_fork(request: HttpRequest, thread_id: UUID, body: ThreadStateUpdateIn, checkpoint_id: str) -> dict[str, Any]:
+def state_fork(
+    request: HttpRequest, thread_id: UUID, body: ThreadStateUpdateIn, checkpoint_id: str
+) -> ThreadUpdateStateOut:
     """``update_state`` at a past checkpoint: a new branch whose head is returned, as LangGraph Server does."""
     branch = time_travel.thread_fork(
         actor=request.auth,  # type: ignore[attr-defined]
@@ -64,10 +67,7 @@ def state_fork(request: HttpRequest, thread_id: UUID, body: ThreadStateUpdateIn,
         as_node=body.as_node,
         reason=_reason(request),
     )
-    head = branch.head_checkpoint_id
-    return {
-        "checkpoint": {"thread_id": str(thread_id), "checkpoint_ns": "", "checkpoint_id": head, "checkpoint_map": None}
-    }
+    return ThreadUpdateStateOut(checkpoint=platform.checkpoint_ref(thread_id, branch.head_checkpoint_id))
 
 
 def run_replay(request: HttpRequest, thread_id: UUID, body: RunCreateIn, checkpoint_id: str) -> Run:
@@ -93,59 +93,45 @@ def run_replay(request: HttpRequest, thread_id: UUID, body: RunCreateIn, checkpo
     return branch.run
 
 
-def state_with_subgraphs(request: HttpRequest, state: dict[str, Any], thread_id: UUID) -> dict[str, Any]:
+def state_with_subgraphs(request: HttpRequest, state: ThreadStateOut, thread_id: UUID) -> ThreadStateOut:
     """Nest each in-flight subgraph's (redacted) state in ``tasks[].state``, by task name."""
-    checkpoint_id = (state.get("checkpoint") or {}).get("checkpoint_id")
+    checkpoint_id = state.checkpoint.checkpoint_id
     if not checkpoint_id:
         return state
     subgraphs = time_travel.subgraph_states_for(request.auth, thread_id, checkpoint_id)  # type: ignore[attr-defined]
     by_name = {s.name: s for s in subgraphs}
-    for task in state["tasks"]:
-        sub = by_name.get(task["name"])
+    for task in state.tasks:
+        sub = by_name.get(task.name)
         if sub is not None:
-            task["state"] = _subgraph_out(str(thread_id), sub)
-            task["checkpoint"] = task["state"]["checkpoint"]
+            task.state = _subgraph_out(thread_id, sub)
+            task.checkpoint = task.state.checkpoint
     return state
 
 
-def _subgraph_out(thread_id: str, sub: SubgraphView) -> dict[str, Any]:
-    def ref(checkpoint_id: str) -> dict[str, Any]:
-        return {
-            "thread_id": thread_id,
-            "checkpoint_ns": sub.checkpoint_ns,
-            "checkpoint_id": checkpoint_id,
-            "checkpoint_map": None,
-        }
-
+def _subgraph_out(thread_id: UUID, sub: SubgraphView) -> ThreadStateOut:
     view = sub.view
     children = {c.name: c for c in sub.children}
-    tasks = [
-        {
-            "id": f"{sub.checkpoint_ns}:{name}",
-            "name": name,
-            "path": ["__pregel_pull", name],
-            "error": None,
-            "interrupts": [],
-            "checkpoint": None,
-            "state": _subgraph_out(thread_id, children[name]) if name in children else None,
-            "result": None,
-        }
-        for name in view.next
-    ]
-    return {
-        "values": view.values,
-        "next": view.next,
-        "tasks": tasks,
-        "checkpoint": ref(view.checkpoint_id),
-        "metadata": {"step": view.step, "source": view.source, "writes": view.writes, "thread_id": thread_id},
-        "created_at": view.created_at,
-        "parent_checkpoint": ref(view.parent_id) if view.parent_id else None,
-        "interrupts": [],
-    }
+    tasks = []
+    for name in view.next:
+        task = platform.task_out(f"{sub.checkpoint_ns}:{name}", name, [])
+        task.state = _subgraph_out(thread_id, children[name]) if name in children else None
+        tasks.append(task)
+    return ThreadStateOut(
+        values=view.values,
+        next=view.next,
+        tasks=tasks,
+        checkpoint=platform.checkpoint_ref(thread_id, view.checkpoint_id, sub.checkpoint_ns),
+        metadata={"step": view.step, "source": view.source, "writes": view.writes, "thread_id": str(thread_id)},
+        created_at=view.created_at,
+        parent_checkpoint=platform.checkpoint_ref(thread_id, view.parent_id, sub.checkpoint_ns)
+        if view.parent_id
+        else None,
+        interrupts=[],
+    )
 
 
-@router.post("/threads/{uuid:thread_id}/copy")
-def thread_copy(request: HttpRequest, thread_id: UUID) -> dict[str, Any]:
+@router.post("/threads/{uuid:thread_id}/copy", response=ThreadOut)
+def thread_copy(request: HttpRequest, thread_id: UUID) -> ThreadOut:
     copy = time_travel.thread_copy_make(
         actor=request.auth,  # type: ignore[attr-defined]
         thread_id=thread_id,

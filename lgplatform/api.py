@@ -2,7 +2,8 @@
 
 Serves the subset of the Platform (Agent Protocol) API that ``langgraph_sdk``
 uses for human-in-the-loop work: ``get_client(url="https://host/lg", api_key=TOKEN)``.
-Handlers translate only; the work is in ``approvals.platform``. See
+Handlers translate only; the work is in ``lgplatform.services`` (imported as ``platform``), built on
+the approvals domain and the runtime; responses are the typed ``*Out`` schemas of ``lgplatform.schemas``. See
 ``docs/platform-api.md`` for what is supported and what differs.
 
 Blocking endpoints (``runs/wait``, ``join``, ``runs/stream``) are async views that
@@ -24,24 +25,36 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
-from ninja import NinjaAPI, Query, Schema
-from pydantic import Field
+from ninja import NinjaAPI, Query
 
-from approvals import platform, platform_time_travel
 from approvals.api_common import ApiKeyAuth, BearerAuth, api_errors_install, error_body_gatehouse
 from approvals.errors import InvalidInput
-from approvals.inputs import CHECKPOINT_ID_PATTERN, Offset, StrictJsonParser
+from approvals.inputs import CHECKPOINT_ID_PATTERN, StrictJsonParser
 from approvals.payloads import NOT_GIVEN
-from approvals.platform_schemas import (
+from approvals.run_cancel import run_cancel_done
+from lgplatform import services as platform
+from lgplatform import time_travel as platform_time_travel
+from lgplatform.schemas import (
+    AssistantGraphOut,
+    AssistantOut,
+    AssistantSchemasOut,
     AssistantSearchIn,
+    CancelQuery,
+    GraphEdgeOut,
+    GraphNodeOut,
     HistoryIn,
     RunCreateIn,
+    RunListQuery,
+    RunOut,
+    StateQuery,
     ThreadCheckpointIn,
     ThreadCreateIn,
+    ThreadOut,
     ThreadSearchIn,
+    ThreadStateOut,
     ThreadStateUpdateIn,
+    ThreadUpdateStateOut,
 )
-from approvals.run_cancel import run_cancel_done
 from runtime.models import ACTIVE_RUN_STATUSES, Run, RunStatus, Thread
 from runtime.notify import ThreadWatch
 from runtime.registry import graph_get
@@ -87,8 +100,8 @@ def _user(request: HttpRequest) -> Any:
 # --- assistants -------------------------------------------------------------------------------
 
 
-@api.post("/assistants/search", tags=["assistants"])
-def assistants_search(request: HttpRequest, body: AssistantSearchIn) -> list[dict[str, Any]]:
+@api.post("/assistants/search", response=list[AssistantOut], tags=["assistants"])
+def assistants_search(request: HttpRequest, body: AssistantSearchIn) -> list[AssistantOut]:
     names = platform.assistants_visible(_user(request))
     if body.graph_id:
         names = [n for n in names if n == body.graph_id]
@@ -101,40 +114,40 @@ def assistants_search(request: HttpRequest, body: AssistantSearchIn) -> list[dic
     return [platform.assistant_out(n) for n in names[body.offset : body.offset + body.limit]]
 
 
-@api.get("/assistants/{assistant_id}", tags=["assistants"])
-def assistant_get(request: HttpRequest, assistant_id: str) -> dict[str, Any]:
+@api.get("/assistants/{assistant_id}", response=AssistantOut, tags=["assistants"])
+def assistant_get(request: HttpRequest, assistant_id: str) -> AssistantOut:
     return platform.assistant_out(platform.assistant_graph(_user(request), assistant_id))
 
 
-@api.get("/assistants/{assistant_id}/graph", tags=["assistants"])
-def assistant_graph(request: HttpRequest, assistant_id: str) -> dict[str, Any]:
+@api.get("/assistants/{assistant_id}/graph", response=AssistantGraphOut, tags=["assistants"])
+def assistant_graph(request: HttpRequest, assistant_id: str) -> AssistantGraphOut:
     graph = graph_get(platform.assistant_graph(_user(request), assistant_id)).builder
-    nodes = [{"id": "__start__", "type": "schema", "data": "__start__"}]
-    nodes += [{"id": name, "type": "runnable", "data": name} for name in graph.nodes]
-    nodes.append({"id": "__end__", "type": "schema", "data": "__end__"})
-    edges = [{"source": a, "target": b} for a, b in sorted(graph.edges)]
-    return {"nodes": nodes, "edges": edges}
+    nodes = [GraphNodeOut(id="__start__", type="schema", data="__start__")]
+    nodes += [GraphNodeOut(id=name, type="runnable", data=name) for name in graph.nodes]
+    nodes.append(GraphNodeOut(id="__end__", type="schema", data="__end__"))
+    edges = [GraphEdgeOut(source=a, target=b) for a, b in sorted(graph.edges)]
+    return AssistantGraphOut(nodes=nodes, edges=edges)
 
 
-@api.get("/assistants/{assistant_id}/schemas", tags=["assistants"])
-def assistant_schemas(request: HttpRequest, assistant_id: str) -> dict[str, Any]:
+@api.get("/assistants/{assistant_id}/schemas", response=AssistantSchemasOut, tags=["assistants"])
+def assistant_schemas(request: HttpRequest, assistant_id: str) -> AssistantSchemasOut:
     name = platform.assistant_graph(_user(request), assistant_id)
     entry = graph_get(name)
-    return {
-        "graph_id": name,
-        "input_schema": json_schema_for(entry.input_schema),
-        "output_schema": json_schema_for(entry.state_schema),
-        "state_schema": json_schema_for(entry.state_schema),
-        "config_schema": None,
-        "context_schema": None,
-    }
+    return AssistantSchemasOut(
+        graph_id=name,
+        input_schema=json_schema_for(entry.input_schema),
+        output_schema=json_schema_for(entry.state_schema),
+        state_schema=json_schema_for(entry.state_schema),
+        config_schema=None,
+        context_schema=None,
+    )
 
 
 # --- threads ----------------------------------------------------------------------------------
 
 
-@api.post("/threads", tags=["threads"])
-def thread_create(request: HttpRequest, body: ThreadCreateIn) -> dict[str, Any]:
+@api.post("/threads", response=ThreadOut, tags=["threads"])
+def thread_create(request: HttpRequest, body: ThreadCreateIn) -> ThreadOut:
     if body.supersteps:
         raise InvalidInput("supersteps (copying a thread's history) are not supported", field="supersteps")
     if body.ttl is not None:
@@ -146,8 +159,8 @@ def thread_create(request: HttpRequest, body: ThreadCreateIn) -> dict[str, Any]:
     return platform.thread_out(user, thread)
 
 
-@api.post("/threads/search", tags=["threads"])
-def threads_search(request: HttpRequest, body: ThreadSearchIn) -> list[dict[str, Any]]:
+@api.post("/threads/search", response=list[ThreadOut], tags=["threads"])
+def threads_search(request: HttpRequest, body: ThreadSearchIn) -> list[ThreadOut]:
     if body.extract:
         raise InvalidInput("extract is not supported", field="extract")
     user = _user(request)
@@ -165,30 +178,28 @@ def threads_search(request: HttpRequest, body: ThreadSearchIn) -> list[dict[str,
     return [platform.thread_out(user, t) for t in threads]
 
 
-@api.get("/threads/{uuid:thread_id}", tags=["threads"])
-def thread_get(request: HttpRequest, thread_id: UUID) -> dict[str, Any]:
+@api.get("/threads/{uuid:thread_id}", response=ThreadOut, tags=["threads"])
+def thread_get(request: HttpRequest, thread_id: UUID) -> ThreadOut:
     user = _user(request)
     return platform.thread_out(user, platform.thread_get_for(user, thread_id))
 
 
-class StateQuery(Schema):
-    subgraphs: bool = False
-
-
-@api.get("/threads/{uuid:thread_id}/state", tags=["threads"])
-def thread_state(request: HttpRequest, thread_id: UUID, query: Query[StateQuery]) -> dict[str, Any]:
+@api.get("/threads/{uuid:thread_id}/state", response=ThreadStateOut, tags=["threads"])
+def thread_state(request: HttpRequest, thread_id: UUID, query: Query[StateQuery]) -> ThreadStateOut:
     state = platform.thread_state(_user(request), thread_id)
     return platform_time_travel.state_with_subgraphs(request, state, thread_id) if query.subgraphs else state
 
 
-@api.get("/threads/{uuid:thread_id}/state/{uuid:checkpoint_id}", tags=["threads"])
-def thread_state_at(request: HttpRequest, thread_id: UUID, checkpoint_id: UUID, query: Query[StateQuery]) -> Any:
+@api.get("/threads/{uuid:thread_id}/state/{uuid:checkpoint_id}", response=ThreadStateOut, tags=["threads"])
+def thread_state_at(
+    request: HttpRequest, thread_id: UUID, checkpoint_id: UUID, query: Query[StateQuery]
+) -> ThreadStateOut:
     state = platform.thread_state(_user(request), thread_id, str(checkpoint_id))
     return platform_time_travel.state_with_subgraphs(request, state, thread_id) if query.subgraphs else state
 
 
-@api.post("/threads/{uuid:thread_id}/state/checkpoint", tags=["threads"])
-def thread_state_checkpoint(request: HttpRequest, thread_id: UUID, body: ThreadCheckpointIn) -> Any:
+@api.post("/threads/{uuid:thread_id}/state/checkpoint", response=ThreadStateOut, tags=["threads"])
+def thread_state_checkpoint(request: HttpRequest, thread_id: UUID, body: ThreadCheckpointIn) -> ThreadStateOut:
     if body.checkpoint.get("checkpoint_ns"):
         raise InvalidInput(
             "subgraph checkpoints are not served; read the root thread", field="checkpoint.checkpoint_ns"
@@ -197,8 +208,8 @@ def thread_state_checkpoint(request: HttpRequest, thread_id: UUID, body: ThreadC
     return platform_time_travel.state_with_subgraphs(request, state, thread_id) if body.subgraphs else state
 
 
-@api.post("/threads/{uuid:thread_id}/state", tags=["threads"])
-def thread_state_update(request: HttpRequest, thread_id: UUID, body: ThreadStateUpdateIn) -> dict[str, Any]:
+@api.post("/threads/{uuid:thread_id}/state", response=ThreadUpdateStateOut, tags=["threads"])
+def thread_state_update(request: HttpRequest, thread_id: UUID, body: ThreadStateUpdateIn) -> ThreadUpdateStateOut:
     forked_at = platform_time_travel.checkpoint_wanted(body.checkpoint, body.checkpoint_id)
     if forked_at:  # time travel: a fork at a past checkpoint
         return platform_time_travel.state_fork(request, thread_id, body, forked_at)
@@ -209,8 +220,8 @@ def thread_state_update(request: HttpRequest, thread_id: UUID, body: ThreadState
     )
 
 
-@api.post("/threads/{uuid:thread_id}/history", tags=["threads"])
-def thread_history(request: HttpRequest, thread_id: UUID, body: HistoryIn) -> list[dict[str, Any]]:
+@api.post("/threads/{uuid:thread_id}/history", response=list[ThreadStateOut], tags=["threads"])
+def thread_history(request: HttpRequest, thread_id: UUID, body: HistoryIn) -> list[ThreadStateOut]:
     if body.metadata:
         raise InvalidInput("filtering history by metadata is not supported", field="metadata")
     if body.checkpoint and body.checkpoint.get("checkpoint_ns"):
@@ -270,38 +281,27 @@ def _run_location(thread_id: Any, run_id: Any) -> str:
     return f"/threads/{thread_id}/runs/{run_id}"
 
 
-@api.post("/threads/{uuid:thread_id}/runs", tags=["runs"])
+@api.post("/threads/{uuid:thread_id}/runs", response=RunOut, tags=["runs"])
 def run_create(request: HttpRequest, thread_id: UUID, body: RunCreateIn) -> HttpResponse:
     run = _run_create_sync(request, thread_id, body)
     graph = Thread.objects.values_list("graph", flat=True).get(pk=thread_id)
-    response = api.create_response(request, platform.run_out(run, graph), status=200)
+    response = api.create_response(request, platform.run_out(run, graph).model_dump(), status=200)
     response["Content-Location"] = _run_location(thread_id, run.id)
     return response
 
 
-class RunListQuery(Schema):
-    limit: int = Field(default=10, ge=1, le=1000)
-    offset: Offset = 0
-    status: str | None = Field(default=None, max_length=20)
-
-
-@api.get("/threads/{uuid:thread_id}/runs", tags=["runs"])
-def runs_list(request: HttpRequest, thread_id: UUID, query: Query[RunListQuery]) -> list[dict[str, Any]]:
+@api.get("/threads/{uuid:thread_id}/runs", response=list[RunOut], tags=["runs"])
+def runs_list(request: HttpRequest, thread_id: UUID, query: Query[RunListQuery]) -> list[RunOut]:
     thread, runs = platform.runs_list(
         _user(request), thread_id, limit=query.limit, offset=query.offset, status=query.status
     )
     return [platform.run_out(r, thread.graph) for r in runs]
 
 
-@api.get("/threads/{uuid:thread_id}/runs/{uuid:run_id}", tags=["runs"])
-def run_get(request: HttpRequest, thread_id: UUID, run_id: UUID) -> dict[str, Any]:
+@api.get("/threads/{uuid:thread_id}/runs/{uuid:run_id}", response=RunOut, tags=["runs"])
+def run_get(request: HttpRequest, thread_id: UUID, run_id: UUID) -> RunOut:
     thread, run = platform.run_get_for(_user(request), thread_id, run_id)
     return platform.run_out(run, thread.graph)
-
-
-class CancelQuery(Schema):
-    wait: bool = False
-    action: str = Field(default="interrupt", max_length=20)
 
 
 @api.post("/threads/{uuid:thread_id}/runs/{uuid:run_id}/cancel", tags=["runs"])
@@ -394,11 +394,11 @@ async def _run_values(user: Any, thread_id: Any, run: Run, limit: float, watch: 
             break
         if finished or thread.checkpoint_id != seen:
             state = await sync_to_async(platform.thread_state)(user, thread_id)
-            checkpoint_id = state["checkpoint"]["checkpoint_id"] or ""
+            checkpoint_id = state.checkpoint.checkpoint_id or ""
             if checkpoint_id != seen or finished:
-                values = dict(state["values"])
-                if finished and state["interrupts"]:
-                    values["__interrupt__"] = state["interrupts"]
+                values = dict(state.values)
+                if finished and state.interrupts:
+                    values["__interrupt__"] = [i.model_dump() for i in state.interrupts]
                 seen = checkpoint_id
                 yield _sse("values", values)
         if finished:
@@ -430,4 +430,4 @@ async def run_stream(request: HttpRequest, thread_id: UUID, body: RunCreateIn) -
     return response
 
 
-api.add_router("", "approvals.platform_store.router")  # long-term memory store (client.store)
+api.add_router("", "lgplatform.store_api.router")  # long-term memory store (client.store)

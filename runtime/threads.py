@@ -1,0 +1,80 @@
+"""Writes of thread rows between runs: create, bind to a graph, write state, cancel.
+
+A run's own writes (claim, finish, fail) are ``runtime.runs``'; these are the
+ones a decision or an API request makes while no run holds the thread. Each
+runs in the caller's transaction, so the caller's audit row commits with the
+change, and every adapter changes a thread through here instead of writing
+the row itself.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from django.contrib.auth.models import User
+from django.db import transaction
+from django.utils import timezone
+
+from runtime.models import ACTIVE_RUN_STATUSES, Run, Thread, ThreadStatus
+from runtime.notify import thread_notify
+from runtime.registry import graph_get
+from runtime.runs import ThreadBusy
+from runtime.state import thread_state_read
+
+
+def _atomic_required(service: str) -> None:
+    if not transaction.get_connection().in_atomic_block:
+        raise RuntimeError(f"{service} must be called inside transaction.atomic()")
+
+
+def thread_create(
+    *, graph: str, metadata: dict[str, Any], created_by: User | None, thread_id: uuid.UUID | None = None
+) -> Thread:
+    """A new thread with no run yet. ``graph`` may be empty: the first run binds it (``thread_graph_bind``)."""
+    return Thread.objects.create(id=thread_id or uuid.uuid4(), graph=graph, metadata=metadata, created_by=created_by)
+
+
+def thread_lock_idle(thread: Thread) -> Thread:
+    """The thread, row-locked; ``ThreadBusy`` while a run is queued or running (its worker writes the state)."""
+    _atomic_required("thread_lock_idle")
+    locked = Thread.objects.select_for_update().get(pk=thread.pk)
+    if locked.status == ThreadStatus.BUSY or Run.objects.filter(thread=locked, status__in=ACTIVE_RUN_STATUSES).exists():
+        raise ThreadBusy(locked)
+    return locked
+
+
+def thread_graph_bind(*, thread: Thread, graph: str) -> None:
+    """Bind a thread created without a graph to ``graph``; a thread already bound keeps its graph."""
+    _atomic_required("thread_graph_bind")
+    if thread.graph:
+        return
+    if Thread.objects.filter(pk=thread.pk, graph="").update(graph=graph):
+        thread.graph = graph
+
+
+def thread_state_write(*, thread: Thread, values: dict[str, Any], as_node: str | None) -> str:
+    """LangGraph's ``update_state`` on the thread's latest checkpoint; returns the new checkpoint id.
+
+    Under the thread's row lock and only while no run is active (``ThreadBusy``):
+    a worker writing the same thread's checkpoints would race it. The update runs
+    no node (the channels' reducers apply it). The thread row's ``values``, the
+    snapshot listings read, take the new state unmasked (readers mask per reader).
+    """
+    thread = thread_lock_idle(thread)
+    compiled = graph_get(thread.graph).compiled()
+    config = compiled.update_state({"configurable": {"thread_id": str(thread.id)}}, values, as_node=as_node)
+    checkpoint_id = str(config["configurable"]["checkpoint_id"])
+    view = thread_state_read(thread)
+    Thread.objects.filter(pk=thread.pk).update(
+        checkpoint_id=checkpoint_id, values=view.values if view else thread.values, updated_at=timezone.now()
+    )
+    return checkpoint_id
+
+
+def thread_cancel(*, thread: Thread) -> None:
+    """Mark the thread cancelled (nothing runs on it again) and wake whoever waits on it, on commit."""
+    _atomic_required("thread_cancel")
+    Thread.objects.filter(pk=thread.pk).update(status=ThreadStatus.CANCELLED, updated_at=timezone.now())
+    thread.status = ThreadStatus.CANCELLED
+    thread_notify(thread.id)
