@@ -33,6 +33,7 @@ from django.utils import timezone
 from approvals import permissions, services
 from approvals.audit import audit_record, canonical
 from approvals.errors import Conflict, Forbidden, InvalidInput, NotFound
+from approvals.inbound.webhooks import secret_check, secret_generate, webhook_sign
 from approvals.inputs import text_problem
 from approvals.models import (
     ApprovalTask,
@@ -45,10 +46,9 @@ from approvals.models import (
     TaskStatus,
     WebhookSubscription,
 )
-from approvals.outbound import _dispatch, destination_check
+from approvals.outbound.outbox import _dispatch, destination_check
 from approvals.payloads import GENERIC_DECISIONS
 from approvals.redaction import path_parse
-from approvals.webhooks import secret_check, secret_generate, webhook_sign
 from runtime.gatekeeper import GATE_MARKER
 from runtime.models import Thread, ThreadStatus
 from runtime.registry import EXTERNAL_GRAPH_PREFIX

@@ -18,8 +18,10 @@ from django.shortcuts import redirect, render
 from django.utils.cache import add_never_cache_headers
 from django.views.decorators.http import require_GET, require_POST
 
-from approvals import outbound, permissions, webhooks
+from approvals import permissions
 from approvals.errors import DomainError, Forbidden, NotFound
+from approvals.inbound import webhooks
+from approvals.outbound import outbox
 from console.views.common import HtmxHttpRequest, console_login_required, domain_errors, error_page
 
 RECENT = 20
@@ -45,10 +47,10 @@ def _page(request: HtmxHttpRequest, *, status: int = 200, **extra: Any) -> HttpR
         (endpoint, webhooks.deliveries_for(user=user, name=endpoint.name, limit=RECENT))
         for endpoint in webhooks.endpoints_visible(user).order_by("name")
     ]
-    log = outbound.deliveries_visible(user)
+    log = outbox.deliveries_visible(user)
     subscriptions = [
         (subscription, list(log.filter(subscription=subscription).order_by("-created_at", "-id")[:RECENT]))
-        for subscription in outbound.subscriptions_visible(user).order_by("created_at", "id")
+        for subscription in outbox.subscriptions_visible(user).order_by("created_at", "id")
     ]
     can_manage = _can_manage(user)
     graphs = webhooks.endpoint_graph_choices(user)
@@ -148,7 +150,7 @@ def delivery_retry(request: HtmxHttpRequest, delivery_id: int) -> HttpResponse:
     htmx = bool(request.htmx)
     refused: DomainError | None = None
     try:
-        outbound.delivery_retry(actor=user, delivery_id=delivery_id)
+        outbox.delivery_retry(actor=user, delivery_id=delivery_id)
     except DomainError as exc:
         if not htmx:
             raise
@@ -156,7 +158,7 @@ def delivery_retry(request: HtmxHttpRequest, delivery_id: int) -> HttpResponse:
     if not htmx:
         messages.success(request, "Retry queued: one more attempt now")
         return redirect("console:webhooks")
-    delivery = outbound.deliveries_visible(user).filter(pk=delivery_id).first()
+    delivery = outbox.deliveries_visible(user).filter(pk=delivery_id).first()
     if delivery is None:  # not visible to this user: the refusal says so without showing the row
         return error_page(request, refused or NotFound(f"webhook delivery {delivery_id} not found"))
     # The row re-rendered in place: "pending" with the retry queued, or unchanged with the refusal beside it.

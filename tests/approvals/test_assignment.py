@@ -273,7 +273,7 @@ def test_the_inbox_filter_and_column_show_assignments(personas: dict[str, Person
 
 
 def test_a_webhooks_service_principal_is_never_handed_a_task():
-    from approvals.webhooks import webhook_endpoint_create
+    from approvals.inbound.webhooks import webhook_endpoint_create
 
     endpoint = webhook_endpoint_create(
         actor=None, name=f"ho-{uuid.uuid4().hex[:8]}", graph="loan_approval", gates=["human_review"]

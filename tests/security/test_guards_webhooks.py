@@ -19,17 +19,7 @@ import pytest
 
 from approvals import permissions
 from approvals.errors import InvalidInput
-from approvals.models import (
-    ApprovalTask,
-    AuditAction,
-    AuditEvent,
-    Decision,
-    DeliveryStatus,
-    GraphAssignment,
-    InboundDelivery,
-    TaskStatus,
-)
-from approvals.webhooks import (
+from approvals.inbound.webhooks import (
     SECRET_PREFIX,
     _event_time,
     delivery_receive,
@@ -40,6 +30,16 @@ from approvals.webhooks import (
     webhook_endpoint_gates_set,
     webhook_endpoint_rotate,
     webhook_sign,
+)
+from approvals.models import (
+    ApprovalTask,
+    AuditAction,
+    AuditEvent,
+    Decision,
+    DeliveryStatus,
+    GraphAssignment,
+    InboundDelivery,
+    TaskStatus,
 )
 from tests.console.conftest import loan_gate, task_make
 

@@ -20,8 +20,9 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import User
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from approvals import exports, permissions
+from approvals import permissions
 from approvals.errors import DomainError
+from approvals.exports import stream as exports
 from approvals.models import AuditAction
 from runtime.progress import progress
 

@@ -38,6 +38,7 @@ from approvals import permissions
 from approvals.audit import audit_record
 from approvals.errors import Conflict, InvalidInput, NotFound
 from approvals.gate_policy import gate_policy
+from approvals.inbound.webhooks import secret_check, secret_generate, webhook_sign
 from approvals.models import (
     ApprovalTask,
     AuditAction,
@@ -47,7 +48,6 @@ from approvals.models import (
     WebhookSubscription,
 )
 from approvals.payloads import payload_kind
-from approvals.webhooks import secret_check, secret_generate, webhook_sign
 from runtime import signals
 from runtime.models import Run
 from runtime.registry import graph_names
@@ -71,7 +71,7 @@ TIMEOUT_SECONDS = 10.0
 CLAIM_SECONDS = 4 * TIMEOUT_SECONDS + 30
 # What the delivery log keeps of a response: the status code and this much of the body, no headers.
 RESPONSE_EXCERPT_CHARS = 256
-# The Celery task that sends one delivery (approvals.tasks.deliver_webhook).
+# The Celery task that sends one delivery (approvals.outbound.tasks.deliver_webhook).
 DELIVER_WEBHOOK_TASK = "approvals.deliver_webhook"
 
 
@@ -289,7 +289,7 @@ def event_emit(event_type: str, *, graph: str, data: dict[str, Any]) -> list[Out
 
 
 def _dispatch(delivery_id: int, countdown: float = 0) -> None:
-    # Sent by task name: approvals.tasks imports this module.
+    # Sent by task name: approvals.outbound.tasks imports this module.
     try:
         current_app.send_task(DELIVER_WEBHOOK_TASK, args=[delivery_id], countdown=countdown)
     except Exception:  # the broker is down: the row stays pending with its next_attempt_at

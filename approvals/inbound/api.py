@@ -9,9 +9,10 @@ from django.http import HttpRequest, JsonResponse
 from ninja import Query, Router, Schema, Status
 from pydantic import Field
 
-from approvals import outbound, webhooks
+from approvals.inbound import webhooks
 from approvals.inputs import DbId
 from approvals.models import InboundDelivery, OutboundDelivery, WebhookEndpoint, WebhookSubscription
+from approvals.outbound import outbox
 
 router = Router(tags=["webhooks"])
 
@@ -210,18 +211,18 @@ def webhook_endpoint_delete(request: HttpRequest, name: str) -> Status[None]:
 
 @router.get("/webhook-subscriptions", response=list[SubscriptionOut])
 def webhook_subscriptions(request: HttpRequest) -> list[SubscriptionOut]:
-    return [_subscription_out(s) for s in outbound.subscriptions_visible(_user(request)).order_by("id")]
+    return [_subscription_out(s) for s in outbox.subscriptions_visible(_user(request)).order_by("id")]
 
 
 @router.post("/webhook-subscriptions", response={201: SubscriptionOut})
 def webhook_subscription_create(request: HttpRequest, body: SubscriptionIn) -> Status[SubscriptionOut]:
-    subscription = outbound.subscription_create(actor=_user(request), **body.model_dump())
+    subscription = outbox.subscription_create(actor=_user(request), **body.model_dump())
     return Status(201, _subscription_out(subscription, with_secret=True))
 
 
 @router.get("/webhook-deliveries", response=list[OutboundDeliveryOut])
 def webhook_outbound_deliveries(request: HttpRequest, query: Query[OutboundQuery]) -> list[OutboundDeliveryOut]:
-    qs = outbound.deliveries_visible(_user(request))
+    qs = outbox.deliveries_visible(_user(request))
     if query.subscription is not None:
         qs = qs.filter(subscription_id=query.subscription)
     if query.status:
@@ -231,4 +232,4 @@ def webhook_outbound_deliveries(request: HttpRequest, query: Query[OutboundQuery
 
 @router.post("/webhook-deliveries/{delivery_id}/retry", response={202: OutboundDeliveryOut})
 def webhook_delivery_retry(request: HttpRequest, delivery_id: DbId) -> Status[OutboundDeliveryOut]:
-    return Status(202, _outbound_out(outbound.delivery_retry(actor=_user(request), delivery_id=delivery_id)))
+    return Status(202, _outbound_out(outbox.delivery_retry(actor=_user(request), delivery_id=delivery_id)))
