@@ -38,7 +38,7 @@ from approvals.services import separation_required
 from runtime.storable import NotStorable, value_storable_check
 
 MAX_AWAY_HOPS = 5
-SERVICE_PREFIX = "webhook:"  # inbound webhooks' principals (approvals.webhooks): never handed work
+SERVICE_PREFIX = "webhook:"  # inbound webhooks' principals (approvals.inbound.webhooks): never handed work
 NOTE_MAX = 1000
 
 

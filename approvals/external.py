@@ -33,7 +33,6 @@ from django.utils import timezone
 from approvals import permissions, services
 from approvals.audit import audit_record, canonical
 from approvals.errors import Conflict, Forbidden, InvalidInput, NotFound
-from approvals.inbound.webhooks import secret_check, secret_generate, webhook_sign
 from approvals.inputs import text_problem
 from approvals.models import (
     ApprovalTask,
@@ -46,7 +45,9 @@ from approvals.models import (
     TaskStatus,
     WebhookSubscription,
 )
-from approvals.outbound.outbox import _dispatch, destination_check
+from approvals.outbound.destinations import destination_check
+from approvals.outbound.outbox import delivery_dispatch
+from approvals.outbound.signing import secret_check, secret_generate, webhook_sign
 from approvals.payloads import GENERIC_DECISIONS
 from approvals.redaction import path_parse
 from runtime.gatekeeper import GATE_MARKER
@@ -319,7 +320,7 @@ def _external_complete(task: ApprovalTask, decision: Decision, actor: User) -> N
             next_attempt_at=timezone.now(),
         )
         pk = delivery.pk
-        transaction.on_commit(lambda: _dispatch(pk))
+        transaction.on_commit(lambda: delivery_dispatch(delivery_id=pk))
     audit_record(
         actor=actor,
         action=AuditAction.EXTERNAL_DECIDED,

@@ -16,9 +16,7 @@ audited as security events.
 
 from __future__ import annotations
 
-import base64
 import hashlib
-import secrets as pysecrets
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -43,10 +41,10 @@ from approvals.models import (
     TaskStatus,
     WebhookEndpoint,
 )
+from approvals.outbound.signing import secret_check, secret_generate
 from approvals.payloads import DecisionRequest
 from runtime.registry import UnknownGraph, graph_get, graph_names
 
-SECRET_PREFIX = "whsec_"  # noqa: S105 - the public prefix of every secret (Standard Webhooks)
 SERVICE_ROLE = "service"
 DEFAULT_DECISION_MAP: dict[str, Any] = {
     "field": "status",
@@ -56,20 +54,6 @@ DEFAULT_DECISION_MAP: dict[str, Any] = {
 
 
 # --- registration ------------------------------------------------------------------------
-
-
-def secret_generate() -> str:
-    return SECRET_PREFIX + base64.b64encode(pysecrets.token_bytes(24)).decode()
-
-
-def secret_check(secret: str) -> str:
-    if not isinstance(secret, str) or not secret.startswith(SECRET_PREFIX):
-        raise InvalidInput("a webhook secret looks like whsec_<base64>", field="secret")
-    try:
-        Webhook(secret)
-    except Exception:  # noqa: BLE001 - the library refuses a bad secret with any of several types
-        raise InvalidInput("the secret after whsec_ must be base64", field="secret") from None
-    return secret
 
 
 def _decision_map_check(mapping: dict[str, Any]) -> dict[str, Any]:
@@ -313,14 +297,6 @@ def endpoint_get_for(user: Any, name: str) -> WebhookEndpoint:
     if endpoint is None:
         raise NotFound(f"webhook endpoint {name!r} not found", field="name")
     return endpoint
-
-
-def webhook_sign(secret: str, body: bytes, *, msg_id: str | None = None, at: datetime | None = None) -> dict[str, str]:
-    """Headers a sender attaches to ``body`` (used by ``manage.py webhook_send`` and the outbound sender)."""
-    msg_id = msg_id or f"msg_{pysecrets.token_hex(12)}"
-    at = at or datetime.now(tz=UTC)
-    signature = Webhook(secret).sign(msg_id=msg_id, timestamp=at, data=body.decode())
-    return {"webhook-id": msg_id, "webhook-timestamp": str(int(at.timestamp())), "webhook-signature": signature}
 
 
 # --- receiving ---------------------------------------------------------------------------

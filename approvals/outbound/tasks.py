@@ -1,4 +1,4 @@
-"""Celery tasks of outbound webhooks: thin wrappers around the outbox.
+"""Celery tasks of outbound webhooks: thin wrappers around ``approvals.outbound.sending``.
 
 Sent by name (``approvals.deliver_webhook``, ``approvals.sweep_webhooks``): the
 names are what queues and the beat schedule hold, so they stay as they are
@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from approvals.outbound.outbox import DELIVER_WEBHOOK_TASK, deliveries_due, delivery_attempt
+from approvals.outbound.outbox import DELIVER_WEBHOOK_TASK
+from approvals.outbound.sending import deliveries_due, delivery_attempt
 
 
 # Routed to the outbound queue (CELERY_TASK_ROUTES): a receiver that is slow to answer
