@@ -303,7 +303,9 @@ def endpoint_get_for(user: Any, name: str) -> WebhookEndpoint:
 
 
 @dataclass
-class Outcome:
+class CallbackOutcome:
+    """What the receiver answers a sender (status and JSON body), and the delivery row that records it."""
+
     http_status: int
     body: dict[str, Any]
     delivery: InboundDelivery | None = None
@@ -363,13 +365,13 @@ def _event_time(endpoint: WebhookEndpoint, body: Any, headers: dict[str, str]) -
     return None
 
 
-def delivery_receive(*, name: str, raw: bytes, headers: dict[str, str]) -> Outcome:
+def delivery_receive(*, name: str, raw: bytes, headers: dict[str, str]) -> CallbackOutcome:
     headers = {k.lower(): v for k, v in headers.items()}
     webhook_id = headers.get("webhook-id", "")[:200]
     digest = hashlib.sha256(raw).hexdigest()
     endpoint = WebhookEndpoint.objects.filter(name=name).first()
     if endpoint is None:
-        return Outcome(404, _error(404, "not_found", f"no webhook endpoint named {name!r}", "name"))
+        return CallbackOutcome(404, _error(404, "not_found", f"no webhook endpoint named {name!r}", "name"))
 
     problem = _signature_check(endpoint, raw, headers)
     if problem is not None:
@@ -396,11 +398,11 @@ def delivery_receive(*, name: str, raw: bytes, headers: dict[str, str]) -> Outco
                 decision=first.decision,
                 response=first.response,
             )
-            return Outcome(first.http_status, first.response, first)
+            return CallbackOutcome(first.http_status, first.response, first)
         return _process(endpoint, webhook_id, raw, digest, headers)
 
 
-def _refuse_signature(endpoint: WebhookEndpoint, webhook_id: str, digest: str, problem: str) -> Outcome:
+def _refuse_signature(endpoint: WebhookEndpoint, webhook_id: str, digest: str, problem: str) -> CallbackOutcome:
     body = _error(401, "bad_signature", f"webhook signature refused: {problem}", "webhook-signature")
     with transaction.atomic():
         delivery = InboundDelivery.objects.create(
@@ -422,13 +424,15 @@ def _refuse_signature(endpoint: WebhookEndpoint, webhook_id: str, digest: str, p
             graph=endpoint.graph,
             details={"delivery": delivery.pk, "webhook_id": webhook_id, "reason": problem, "body_sha256": digest},
         )
-    return Outcome(401, body, delivery)
+    return CallbackOutcome(401, body, delivery)
 
 
-def _process(endpoint: WebhookEndpoint, webhook_id: str, raw: bytes, digest: str, headers: dict[str, str]) -> Outcome:
+def _process(
+    endpoint: WebhookEndpoint, webhook_id: str, raw: bytes, digest: str, headers: dict[str, str]
+) -> CallbackOutcome:
     record: dict[str, Any] = {"endpoint": endpoint, "webhook_id": webhook_id, "verified": True, "body_digest": digest}
 
-    def done(status: int, body: dict[str, Any], reason: str, accepted: bool = False, **fields: Any) -> Outcome:
+    def done(status: int, body: dict[str, Any], reason: str, accepted: bool = False, **fields: Any) -> CallbackOutcome:
         delivery = InboundDelivery.objects.create(
             **record,
             **fields,
@@ -440,9 +444,9 @@ def _process(endpoint: WebhookEndpoint, webhook_id: str, raw: bytes, digest: str
         body = {**body, "delivery": delivery.pk}
         InboundDelivery.objects.filter(pk=delivery.pk).update(response=body)
         delivery.response = body
-        return Outcome(status, body, delivery)
+        return CallbackOutcome(status, body, delivery)
 
-    def refuse(status: int, code: str, message: str, field_name: str | None = None, **fields: Any) -> Outcome:
+    def refuse(status: int, code: str, message: str, field_name: str | None = None, **fields: Any) -> CallbackOutcome:
         return done(status, _error(status, code, message, field_name), message, **fields)
 
     if not endpoint.active:
