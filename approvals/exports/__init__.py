@@ -1,5 +1,6 @@
 """Exports: the audit trail leaving Gatehouse as a file a third party can verify.
 
-``stream`` writes filtered rows as JSON Lines or CSV and verifies an
-export's hash chain; ``api`` serves it as ``GET /api/audit/export``.
+- ``stream``: filtered rows as JSON Lines or CSV, streamed from a server-side cursor; each export is audited.
+- ``verify``: re-check an exported JSONL file's hashes, links and trailer (``manage.py audit_export --verify``).
+- ``api``: ``GET /api/audit/export``.
 """
