@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +21,7 @@ from django.http import QueryDict
 
 from approvals.errors import DomainError
 from approvals.gate_policy import gate_policy
+from approvals.inbox_filter import InboxFilter
 from approvals.inputs import INT64_MAX, INT64_MIN, MalformedJson, json_loads_strict
 from approvals.models import TaskStatus
 from approvals.payloads import DecisionRequest, decisions_allowed, payload_kind
@@ -63,21 +65,23 @@ class InboxFilterForm(forms.Form):
     due = forms.ChoiceField(required=False, choices=DUE_CHOICES, label="Due")
     before = forms.CharField(required=False, max_length=400)  # previous page (issue 14)
 
-    def filters(self) -> dict[str, str]:
+    def inbox_filter(self, *, columns: Mapping[str, str] | None = None) -> InboxFilter:
+        """What to list (call after ``is_valid``): "all" statuses is no status filter."""
+        status = self.cleaned_data.get("status") or "pending"
+        data = {**self.cleaned_data, "status": "" if status == "all" else status}
+        return InboxFilter.from_fields(data, columns=columns)
+
+    def paging(self) -> dict[str, str]:
         data = self.cleaned_data
-        status = data.get("status") or "pending"
         return {
-            "due": data.get("due") or "",
-            "q": data.get("q") or "",
-            "graph": data.get("graph") or "",
-            "node": data.get("node") or "",
-            "status": "" if status == "all" else status,
-            "claimed": data.get("claimed") or "",
             "sort": data.get("sort") or "newest",
             "cursor": data.get("cursor") or "",
-            "assigned": data.get("assigned") or "",
             "before": data.get("before") or "",
         }
+
+    def filters(self) -> dict[str, str]:
+        """Every field by name, as the page and its links read them."""
+        return {**self.inbox_filter().text_fields(), **self.paging()}
 
 
 class AuditFilterForm(forms.Form):

@@ -10,6 +10,7 @@ from django.test import override_settings
 
 from approvals import assignment, claims
 from approvals.errors import Conflict, Forbidden, InvalidInput, NotFound
+from approvals.inbox_filter import InboxFilter
 from approvals.models import ApprovalTask, AuditEvent, TaskClaim
 from console.selectors import inbox_list
 from runtime.gatekeeper import gate_payload
@@ -28,7 +29,7 @@ def _unchanged(task: ApprovalTask) -> None:
 
 
 def _mine(user, task) -> bool:
-    return task.pk in {t.pk for t in inbox_list(user=user, assigned="me", q=str(task.pk)).items}
+    return task.pk in {t.pk for t in inbox_list(user=user, filter=InboxFilter(assigned="me", q=str(task.pk))).items}
 
 
 # --- reassign -----------------------------------------------------------------------------------
