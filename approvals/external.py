@@ -31,7 +31,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from approvals import permissions, services
-from approvals.audit import audit_record, canonical
+from approvals.audit import audit_task, canonical
 from approvals.errors import Conflict, Forbidden, InvalidInput, NotFound
 from approvals.inputs import text_problem
 from approvals.models import (
@@ -220,13 +220,10 @@ def _create(*, actor: User, spec: ExternalTaskSpec, source: ExternalSource, grap
         callback_url=spec.callback_url,
         subscription=subscription,
     )
-    audit_record(
+    audit_task(
+        task=task,
         actor=actor,
         action=AuditAction.TASK_OPENED,
-        subject_type="task",
-        subject_id=task.id,
-        thread_id=thread.id,
-        graph=graph,
         details={
             "kind": TaskKind.EXTERNAL,
             "source": spec.source,
@@ -321,13 +318,10 @@ def _external_complete(task: ApprovalTask, decision: Decision, actor: User) -> N
         )
         pk = delivery.pk
         transaction.on_commit(lambda: delivery_dispatch(delivery_id=pk))
-    audit_record(
+    audit_task(
+        task=task,
         actor=actor,
         action=AuditAction.EXTERNAL_DECIDED,
-        subject_type="task",
-        subject_id=task.id,
-        thread_id=task.thread_id,
-        graph=task.graph,
         details={
             "source": external.source.name,
             "key": external.key,

@@ -29,7 +29,7 @@ from standardwebhooks import Webhook
 from standardwebhooks.webhooks import WebhookVerificationError
 
 from approvals import permissions, services
-from approvals.audit import audit_record
+from approvals.audit import audit_record, audit_task
 from approvals.errors import Conflict, DomainError, InvalidInput, NotFound
 from approvals.inputs import json_loads_strict
 from approvals.models import (
@@ -516,13 +516,10 @@ def _process(
             f"the task for {key!r} waits at {task.node!r}"
         )
         refused = refuse(403, "gate_not_allowed", message, endpoint.correlation_path, task=task)
-        audit_record(
+        audit_task(
+            task=task,
             actor=endpoint.principal,
             action=AuditAction.WEBHOOK_GATE_REFUSED,
-            subject_type="task",
-            subject_id=task.id,
-            thread_id=task.thread_id,
-            graph=task.graph,
             details={
                 "endpoint": endpoint.name,
                 "delivery": refused.delivery.pk if refused.delivery else None,
