@@ -15,6 +15,7 @@ from pydantic import Field
 from approvals import gateway, permissions, selectors, services
 from approvals.api_common import AuthedRequest
 from approvals.errors import InvalidInput
+from approvals.inbox_filter import InboxFilter
 from approvals.inputs import CheckpointId, DbId
 from approvals.models import ApprovalTask, AuditEvent, Decision
 from approvals.payloads import NOT_GIVEN, DecisionRequest, decisions_allowed, payload_kind
@@ -184,14 +185,9 @@ class TaskQuery(Schema):
 
 @router.get("/tasks", response=TaskPageOut, tags=["tasks"])
 def tasks_list(request: AuthedRequest, query: Query[TaskQuery]) -> TaskPageOut:
+    wanted = InboxFilter(status=query.status or "", graph=query.graph or "", due=query.due or "")
     items, next_cursor = selectors.tasks_list(
-        user=_user(request),
-        status=query.status,
-        graph=query.graph,
-        thread_id=query.thread,
-        limit=query.limit,
-        cursor=query.cursor,
-        due=query.due,
+        user=_user(request), filter=wanted, thread_id=query.thread, limit=query.limit, cursor=query.cursor
     )
     return TaskPageOut(items=[_task_summary(t) for t in items], next_cursor=next_cursor)
 

@@ -8,10 +8,11 @@ class ApprovalsConfig(AppConfig):
 
     def ready(self) -> None:
         import approvals.external  # noqa: F401  (completes external tasks: services.task_completers)
-        from approvals import outbound, receivers, security  # noqa: F401  (subscribe to runtime and auth events)
+        from approvals import receivers, security  # noqa: F401  (subscribe to runtime and auth events)
         from approvals.events import events_subscribe
+        from approvals.outbound import outbox
 
-        events_subscribe(outbound.on_audit_recorded, in_transaction=True)  # the outbound webhook outbox
+        events_subscribe(outbox.on_audit_recorded, in_transaction=True)  # the outbound webhook outbox
         # Inbox columns per gate (issue 14): "gatehouse": {"columns": ...}, checked as the registry loads.
         from approvals.columns import columns_from_config
         from runtime.registry import gatehouse_option_register

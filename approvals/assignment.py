@@ -30,7 +30,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from approvals import permissions
-from approvals.audit import audit_record
+from approvals.audit import audit_record, audit_task
 from approvals.claims import claim_drop, claim_for, claim_put
 from approvals.errors import Conflict, Forbidden, InvalidInput
 from approvals.models import ApprovalTask, AuditAction, Away
@@ -38,7 +38,7 @@ from approvals.services import separation_required
 from runtime.storable import NotStorable, value_storable_check
 
 MAX_AWAY_HOPS = 5
-SERVICE_PREFIX = "webhook:"  # inbound webhooks' principals (approvals.webhooks): never handed work
+SERVICE_PREFIX = "webhook:"  # inbound webhooks' principals (approvals.inbound.webhooks): never handed work
 NOTE_MAX = 1000
 
 
@@ -215,13 +215,10 @@ def task_reassign(
         released = claim.user.get_username()
         claim_drop(task=task)
     before = _route(task, resolved)
-    audit_record(
+    audit_task(
+        task=task,
         actor=actor,
         action=AuditAction.TASK_REASSIGNED,
-        subject_type="task",
-        subject_id=task.id,
-        thread_id=task.thread_id,
-        graph=task.graph,
         details={
             "from": before,
             "to": resolved.details(),
@@ -259,13 +256,10 @@ def task_delegate(*, actor: User, task: ApprovalTask, to_user: User, note: str) 
     else:
         claim_drop(task=task)
     before = _route(task, resolved)
-    audit_record(
+    audit_task(
+        task=task,
         actor=actor,
         action=AuditAction.TASK_DELEGATED,
-        subject_type="task",
-        subject_id=task.id,
-        thread_id=task.thread_id,
-        graph=task.graph,
         details={"from": before, "to": resolved.details(), "requested": to_user.get_username(), "note": note},
     )
     return task

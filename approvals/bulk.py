@@ -1,8 +1,8 @@
 """Bulk decisions: approve or reject many tasks with one reason and one signature.
 
 Nothing here decides a task itself. ``bulk_decide`` fixes the selection (explicit
-ids, or the inbox's own filter — ``selectors.tasks_inbox``), checks the signer's
-proof once and records ``bulk.started``; ``bulk_run`` (the Celery task
+ids, or the inbox's own filter — ``approvals.inbox_filter.InboxFilter`` through
+``selectors.tasks_inbox``), checks the signer's proof once and records ``bulk.started``; ``bulk_run`` (the Celery task
 ``approvals.bulk_run``) then hands every task to ``services.task_decide``, so each
 gets its own decision bound to its own evidence digest, its own audit row and
 its own resume, with every check a single decision has. A task the signer
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -32,21 +32,18 @@ from django.utils import timezone
 
 from approvals import permissions, services
 from approvals.audit import audit_record
-from approvals.deadlines import DUE_FILTERS
 from approvals.errors import Conflict, DomainError, Forbidden, InvalidInput, NotFound
 from approvals.events import BULK_PROGRESS, events_step_publish
+from approvals.inbox_filter import InboxFilter
 from approvals.models import ApprovalTask, AuditAction, BulkAction, BulkStatus, TaskStatus
 from approvals.payloads import DecisionRequest, decisions_allowed
-from approvals.selectors import INBOX_CLAIMED, tasks_inbox
+from approvals.selectors import tasks_inbox
 
 log = logging.getLogger(__name__)
 
 BULK_RUN_TASK = "approvals.bulk_run"
 BULK_MAX = 500  # tasks per action
 BULK_OUTCOMES = ("approve", "reject")
-# The inbox's text filters, then its column filters: "select all matching" selects exactly what the inbox lists.
-TEXT_FILTER_KEYS = ("graph", "node", "claimed", "q", "assigned", "due")
-FILTER_KEYS = (*TEXT_FILTER_KEYS, "columns")
 
 
 class SkipCode:
@@ -61,66 +58,13 @@ class SkipCode:
     INVALID = "invalid"
 
 
-@dataclass(frozen=True)
-class BulkFilter:
-    """The inbox filter a "select all matching" came from (the inbox's own fields; always pending tasks)."""
-
-    graph: str = ""
-    node: str = ""
-    claimed: str = ""
-    q: str = ""
-    assigned: str = ""  # "me": asked of the signer by name or through a group (approvals.assignment)
-    due: str = ""  # overdue | escalated | soon (approvals.deadlines)
-    columns: dict[str, str] = field(default_factory=dict)  # the gate's inbox-column filters (approvals.columns)
-
-    @classmethod
-    def parse(cls, raw: Any) -> BulkFilter:
-        if not isinstance(raw, dict):
-            raise InvalidInput("filter must be an object of inbox filters", field="filter")
-        unknown = sorted(set(raw) - set(FILTER_KEYS))
-        if unknown:
-            raise InvalidInput(
-                f"unknown inbox filter {unknown[0]!r} (filters: {', '.join(FILTER_KEYS)})", field=f"filter.{unknown[0]}"
-            )
-        values: dict[str, Any] = {}
-        columns = raw.get("columns") or {}
-        if not isinstance(columns, dict) or len(columns) > 8:
-            raise InvalidInput("columns must map at most 8 column keys to filters", field="filter.columns")
-        for key, value in columns.items():
-            if not isinstance(value, str) or len(value) > 200:
-                raise InvalidInput("a column filter is text of at most 200 characters", field=f"filter.columns.{key}")
-        values["columns"] = dict(columns)
-        for key in TEXT_FILTER_KEYS:
-            value = raw.get(key, "")
-            if not isinstance(value, str) or len(value) > 200:
-                raise InvalidInput(f"{key} must be text of at most 200 characters", field=f"filter.{key}")
-            values[key] = value
-        if values["claimed"] not in INBOX_CLAIMED:
-            choices = ", ".join(c for c in INBOX_CLAIMED if c)
-            raise InvalidInput(f"claimed must be one of {choices}", field="filter.claimed")
-        if values["assigned"] not in ("", "me"):
-            raise InvalidInput("assigned must be 'me' or empty", field="filter.assigned")
-        if values["due"] not in ("", *DUE_FILTERS):
-            raise InvalidInput(f"due must be one of {', '.join(DUE_FILTERS)}", field="filter.due")
-        return cls(**values)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {**self._text(), "columns": self.columns}
-
-    def _text(self) -> dict[str, str]:
-        return {key: getattr(self, key) for key in TEXT_FILTER_KEYS}
-
-    def fields(self) -> dict[str, str]:
-        """As form fields, the inbox's names ("c.<key>" for column filters)."""
-        return {**self._text(), **{f"c.{key}": value for key, value in self.columns.items()}}
-
-
-def bulk_matching(*, user: permissions.Principal, filter: BulkFilter) -> Any:
+def bulk_matching(*, user: permissions.Principal, filter: InboxFilter) -> Any:
     """The pending tasks a "select all matching" selects: exactly the inbox's filter, oldest first."""
-    return tasks_inbox(user=user, status=TaskStatus.PENDING, **filter.as_dict()).order_by("created_at", "id")
+    pending = replace(filter, status=TaskStatus.PENDING)
+    return tasks_inbox(user=user, filter=pending).order_by("created_at", "id")
 
 
-def bulk_count(*, user: permissions.Principal, filter: BulkFilter) -> int:
+def bulk_count(*, user: permissions.Principal, filter: InboxFilter) -> int:
     return int(bulk_matching(user=user, filter=filter).count())
 
 
@@ -173,9 +117,9 @@ def bulk_decide(
                 details={"rule": exc.rule, "message": exc.message, "outcome": outcome},
             )
         raise
-    parsed: BulkFilter | None = None
+    parsed: InboxFilter | None = None
     if filter is not None:
-        parsed = BulkFilter.parse(filter)
+        parsed = InboxFilter.parse(filter)
         ids = [str(pk) for pk in bulk_matching(user=actor, filter=parsed).values_list("id", flat=True)[: BULK_MAX + 1]]
         if not ids:
             raise InvalidInput("no pending task matches this filter", field="filter")
@@ -193,7 +137,7 @@ def bulk_decide(
             outcome=outcome,
             reason=reason,
             task_ids=ids,
-            filter=parsed.as_dict() if parsed else None,
+            filter=parsed.selection() if parsed else None,
             authenticated_at=signer.authenticated_at,
             reauthenticated_at=reauthenticated_at,
         )

@@ -14,6 +14,7 @@ from pydantic import Field
 
 from approvals import bulk, services
 from approvals.api_common import AuthedRequest
+from approvals.inbox_filter import SELECTION_KEYS
 from approvals.models import BulkAction
 from approvals.security import request_proof_at, session_proof_record
 
@@ -25,7 +26,8 @@ class BulkDecisionIn(Schema):
     reason: str = Field(default="", max_length=10_000)
     task_ids: list[Any] | None = Field(default=None, description=f"At most {bulk.BULK_MAX} task ids.")
     filter: dict[str, Any] | None = Field(
-        default=None, description="Select all pending tasks matching these inbox filters: graph, node, claimed, q."
+        default=None,
+        description=f"Select all pending tasks matching these inbox filters: {', '.join(SELECTION_KEYS)}.",
     )
     password: str | None = Field(default=None, max_length=200)
     otp: str | None = Field(default=None, max_length=20)

@@ -20,7 +20,7 @@ from django.utils import timezone
 from django.utils.formats import date_format
 
 from approvals import permissions
-from approvals.audit import audit_record
+from approvals.audit import audit_task
 from approvals.errors import Conflict, Forbidden
 from approvals.models import ApprovalTask, AuditAction, TaskClaim
 
@@ -78,13 +78,10 @@ def task_claim(*, actor: User, task_id: Any) -> TaskClaim:
     if held is not None and held.user_id != actor.pk:
         raise Conflict(claim_held_message(held), field="claim")
     claim = claim_put(task=task, user=actor)
-    audit_record(
+    audit_task(
+        task=task,
         actor=actor,
         action=AuditAction.TASK_CLAIMED,
-        subject_type="task",
-        subject_id=task.id,
-        thread_id=task.thread_id,
-        graph=task.graph,
         details={"until": claim.expires_at.isoformat()},
     )
     return claim
@@ -102,12 +99,9 @@ def task_release(*, actor: User, task_id: Any) -> None:
         raise Forbidden(f"only {claim.user.get_username()} or an admin can release this claim", field="claim")
     holder = claim.user.get_username()
     claim.delete()
-    audit_record(
+    audit_task(
+        task=task,
         actor=actor,
         action=AuditAction.TASK_RELEASED,
-        subject_type="task",
-        subject_id=task.id,
-        thread_id=task.thread_id,
-        graph=task.graph,
         details={"holder": holder},
     )

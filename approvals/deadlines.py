@@ -41,7 +41,7 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from approvals import permissions
-from approvals.audit import audit_record
+from approvals.audit import audit_record, audit_task
 from approvals.errors import DomainError
 from approvals.gate_policy import gate_deadline
 from approvals.models import ApprovalTask, AuditAction, GraphAssignment, TaskStatus
@@ -191,14 +191,11 @@ def task_remind(*, task_id: Any, now: datetime) -> bool:
         task.reminded_at = now
         recipients = _recipients(task)
         state = due_state(task.due_at, now=now)
-        audit_record(
+        audit_task(
+            task=task,
             actor=None,
             actor_label=SYSTEM_LABEL,
             action=AuditAction.DEADLINE_REMINDED,
-            subject_type="task",
-            subject_id=task.id,
-            thread_id=task.thread_id,
-            graph=task.graph,
             details={
                 "node": task.node,
                 "due_at": task.due_at.isoformat() if task.due_at else None,
@@ -240,14 +237,11 @@ def task_escalate(*, task_id: Any, now: datetime) -> tuple[int, int]:
             setattr(task, name, value)
         recipients = _recipients(task)
         on_timeout = deadline.on_timeout if deadline is not None else None
-        audit_record(
+        audit_task(
+            task=task,
             actor=None,
             actor_label=SYSTEM_LABEL,
             action=AuditAction.DEADLINE_ESCALATED,
-            subject_type="task",
-            subject_id=task.id,
-            thread_id=task.thread_id,
-            graph=task.graph,
             details={
                 "node": task.node,
                 "due_at": task.due_at.isoformat(),
@@ -287,27 +281,21 @@ def _timeout_apply(task: ApprovalTask, deadline: Deadline, on_timeout: TimeoutOu
     except DomainError as exc:
         _timeout_refused(task, details, exc.message)
         return False
-    audit_record(
+    audit_task(
+        task=task,
         actor=actor,
         action=AuditAction.DEADLINE_TIMED_OUT,
-        subject_type="task",
-        subject_id=task.id,
-        thread_id=task.thread_id,
-        graph=task.graph,
         details={**details, "decision": str(decision.id)},
     )
     return True
 
 
 def _timeout_refused(task: ApprovalTask, details: dict[str, Any], message: str) -> None:
-    audit_record(
+    audit_task(
+        task=task,
         actor=None,
         actor_label=SYSTEM_LABEL,
         action=AuditAction.DEADLINE_TIMEOUT_REFUSED,
-        subject_type="task",
-        subject_id=task.id,
-        thread_id=task.thread_id,
-        graph=task.graph,
         details={**details, "message": message},
     )
 

@@ -31,7 +31,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from approvals import permissions, services
-from approvals.audit import audit_record, canonical
+from approvals.audit import audit_task, canonical
 from approvals.errors import Conflict, Forbidden, InvalidInput, NotFound
 from approvals.inputs import text_problem
 from approvals.models import (
@@ -45,10 +45,11 @@ from approvals.models import (
     TaskStatus,
     WebhookSubscription,
 )
-from approvals.outbound import _dispatch, destination_check
+from approvals.outbound.destinations import destination_check
+from approvals.outbound.outbox import delivery_dispatch
+from approvals.outbound.signing import secret_check, secret_generate, webhook_sign
 from approvals.payloads import GENERIC_DECISIONS
 from approvals.redaction import path_parse
-from approvals.webhooks import secret_check, secret_generate, webhook_sign
 from runtime.gatekeeper import GATE_MARKER
 from runtime.models import Thread, ThreadStatus
 from runtime.registry import EXTERNAL_GRAPH_PREFIX
@@ -219,13 +220,10 @@ def _create(*, actor: User, spec: ExternalTaskSpec, source: ExternalSource, grap
         callback_url=spec.callback_url,
         subscription=subscription,
     )
-    audit_record(
+    audit_task(
+        task=task,
         actor=actor,
         action=AuditAction.TASK_OPENED,
-        subject_type="task",
-        subject_id=task.id,
-        thread_id=thread.id,
-        graph=graph,
         details={
             "kind": TaskKind.EXTERNAL,
             "source": spec.source,
@@ -319,14 +317,11 @@ def _external_complete(task: ApprovalTask, decision: Decision, actor: User) -> N
             next_attempt_at=timezone.now(),
         )
         pk = delivery.pk
-        transaction.on_commit(lambda: _dispatch(pk))
-    audit_record(
+        transaction.on_commit(lambda: delivery_dispatch(delivery_id=pk))
+    audit_task(
+        task=task,
         actor=actor,
         action=AuditAction.EXTERNAL_DECIDED,
-        subject_type="task",
-        subject_id=task.id,
-        thread_id=task.thread_id,
-        graph=task.graph,
         details={
             "source": external.source.name,
             "key": external.key,

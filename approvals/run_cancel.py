@@ -18,7 +18,7 @@ from django.contrib.auth.models import User
 from django.db import transaction
 
 from approvals import permissions
-from approvals.audit import audit_record
+from approvals.audit import audit_record, audit_task
 from approvals.errors import Conflict, InvalidInput, NotFound
 from approvals.models import ApprovalTask, AuditAction, TaskStatus
 from runtime.cancel import (
@@ -110,13 +110,10 @@ def _run_cancel(
         for task in ApprovalTask.objects.filter(run=run, status=TaskStatus.PENDING):
             task.status = TaskStatus.CANCELLED
             task.save(update_fields=["status"])
-            audit_record(
+            audit_task(
+                task=task,
                 actor=actor,
                 action=AuditAction.TASK_CANCELLED,
-                subject_type="task",
-                subject_id=task.id,
-                thread_id=thread.id,
-                graph=thread.graph,
                 details={"reason": f"run {run.id} was rolled back", "run": str(run.id)},
             )
     return run

@@ -6,7 +6,7 @@ import base64
 import json
 import re
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
@@ -20,6 +20,7 @@ from approvals.assignment import assigned_to_q
 from approvals.columns import columns_filter
 from approvals.deadlines import tasks_due_filter
 from approvals.errors import InvalidInput
+from approvals.inbox_filter import InboxFilter
 from approvals.models import ApprovalTask, AuditEvent, Decision
 from runtime.registry import graph_get, graph_names
 
@@ -69,21 +70,13 @@ def task_can_decide(
 def tasks_list(
     *,
     user: permissions.Principal,
-    status: str | None = None,
-    graph: str | None = None,
+    filter: InboxFilter,
     thread_id: Any = None,
     limit: int = 50,
     cursor: str | None = None,
-    due: str | None = None,
 ) -> tuple[list[ApprovalTask], str | None]:
     """Newest first, keyset-paginated on (created_at, id) so deep pages stay fast."""
-    qs: QuerySet[ApprovalTask] = permissions.tasks_visible(user).select_related("assigned_group")
-    if due:  # deadlines: overdue, escalated or due soon
-        qs = tasks_due_filter(qs, due)
-    if status:
-        qs = qs.filter(status=status)
-    if graph:
-        qs = qs.filter(graph=graph)
+    qs = tasks_inbox(user=user, filter=filter).select_related("assigned_group")
     if thread_id:
         qs = qs.filter(thread_id=thread_id)
     if cursor:
@@ -143,52 +136,39 @@ def audit_filter(
     return qs
 
 
-# --- the inbox filter: one definition for the inbox page, its live updates and bulk selections (issue 14) ---
-
-INBOX_CLAIMED = ("", "mine", "unclaimed", "others")
+# --- the inbox: one filter (approvals.inbox_filter) for the inbox page, its live updates, the API and bulk ---
 
 
-def tasks_inbox(
-    *,
-    user: permissions.Principal,
-    graph: str = "",
-    node: str = "",
-    status: str = "pending",
-    claimed: str = "",
-    q: str = "",
-    columns: Mapping[str, str] | None = None,
-    assigned: str = "",
-    due: str = "",
-) -> QuerySet[ApprovalTask]:
-    """The approval tasks ``user`` may see that match the inbox's filters (unordered).
+def tasks_inbox(*, user: permissions.Principal, filter: InboxFilter) -> QuerySet[ApprovalTask]:
+    """The approval tasks ``user`` may see that match ``filter`` (unordered).
 
     ``columns``: filters on the gate's inbox columns ({key: expression}, ``approvals.columns``);
     ``assigned="me"``: asked of the user by name or through one of their groups (hand-offs);
     ``due``: overdue, escalated or due soon (deadlines).
     """
     qs = permissions.tasks_visible(user)
-    if status:
-        qs = qs.filter(status=status)
-    if graph:
-        qs = qs.filter(graph=graph)
-    if node:
-        qs = qs.filter(node=node)
+    if filter.status:
+        qs = qs.filter(status=filter.status)
+    if filter.graph:
+        qs = qs.filter(graph=filter.graph)
+    if filter.node:
+        qs = qs.filter(node=filter.node)
     now = timezone.now()
-    if claimed == "mine":
+    if filter.claimed == "mine":
         qs = qs.filter(claim__user_id=user.pk or 0, claim__expires_at__gt=now)
-    elif claimed == "unclaimed":
+    elif filter.claimed == "unclaimed":
         qs = qs.filter(Q(claim__isnull=True) | Q(claim__expires_at__lte=now))
-    elif claimed == "others":
+    elif filter.claimed == "others":
         qs = qs.filter(claim__expires_at__gt=now).exclude(claim__user_id=user.pk or 0)
-    q = q.strip()
+    q = filter.q.strip()
     if q:
         qs = qs.filter(_inbox_search(q))
-    if assigned == "me":  # the one rule for reading assignments (approvals.assignment)
+    if filter.assigned == "me":  # the one rule for reading assignments (approvals.assignment)
         qs = qs.filter(assigned_to_q(user))
-    if due:
-        qs = tasks_due_filter(qs, due, now=now)
-    if columns:
-        qs = columns_filter(qs, user=user, graph=graph, node=node, filters=columns)
+    if filter.due:
+        qs = tasks_due_filter(qs, filter.due, now=now)
+    if filter.columns:
+        qs = columns_filter(qs, user=user, graph=filter.graph, node=filter.node, filters=filter.columns)
     return qs
 
 

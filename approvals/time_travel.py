@@ -20,7 +20,7 @@ from django.contrib.auth.models import User
 from django.db import transaction
 
 from approvals import gateway, permissions
-from approvals.audit import audit_record
+from approvals.audit import audit_record, audit_thread
 from approvals.errors import Conflict, InvalidInput, NotFound
 from approvals.inputs import CHECKPOINT_ID_PATTERN
 from approvals.models import ApprovalTask, AuditAction, TaskStatus
@@ -88,13 +88,10 @@ def _branch_audit(
 ) -> None:
     """Supersede the tasks of the line the thread leaves and record the move to ``branch`` (fork and replay)."""
     superseded = _supersede_open_tasks(thread, branch)
-    audit_record(
+    audit_thread(
+        thread=thread,
         actor=actor,
         action=action,
-        subject_type="thread",
-        subject_id=thread.id,
-        thread_id=thread.id,
-        graph=thread.graph,
         details={
             "branch": str(branch.id),
             "parent_branch": str(branch.parent_id) if branch.parent_id else None,
@@ -180,13 +177,10 @@ def thread_copy_make(*, actor: User, thread_id: Any, reason: str | None = None) 
     thread = permissions.thread_get_for(actor, thread_id)
     permissions.require_time_travel(actor, thread)
     copy = thread_copy(thread=thread, created_by=actor)
-    audit_record(
+    audit_thread(
+        thread=copy,
         actor=actor,
         action=AuditAction.THREAD_COPIED,
-        subject_type="thread",
-        subject_id=copy.id,
-        thread_id=copy.id,
-        graph=copy.graph,
         details={"copied_from": str(thread.id), "checkpoint_id": thread.checkpoint_id, "reason": reason or ""},
     )
     return copy

@@ -355,7 +355,7 @@ def _audit(actor: Actor, action: AuditAction, user: User, details: dict[str, Any
 
 
 def _locked_user(user_id: Any) -> User:
-    # Webhook principals' access belongs to their endpoint (approvals.webhooks), not to user administration.
+    # Webhook principals' access belongs to their endpoint (approvals.inbound.webhooks), not to user administration.
     user = User.objects.select_for_update().filter(pk=_pk(user_id)).exclude(username__startswith="webhook:").first()
     if user is None:
         raise NotFound(f"user {user_id} not found", field="user_id")

@@ -20,8 +20,9 @@ api = NinjaAPI(
     parser=StrictJsonParser(),  # NUL bytes, non-finite or 64-bit-overflowing numbers, deep nesting: 4xx
 )
 api.add_router("/", approvals_router)
-api.add_router("/", "approvals.webhooks_api.router")  # signed inbound webhooks, outbound subscriptions
-api.add_router("/", "approvals.exports_api.router")  # streamed, verifiable audit exports
+api.add_router("/", "approvals.inbound.api.router")  # signed inbound webhooks, endpoint registration
+api.add_router("/", "approvals.outbound.api.router")  # outbound webhook subscriptions and deliveries
+api.add_router("/", "approvals.exports.api.router")  # streamed, verifiable audit exports
 api.add_router("/", "approvals.users_api.router")  # user administration (admins)
 api.add_router("/", "approvals.external_api.router")  # tasks created by other engines (Temporal, DBOS, ...)
 api.add_router("/", "approvals.handoffs_api.router")  # hand-offs: claims, reassign, delegate, out-of-office

@@ -15,7 +15,8 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
 
 app = Celery("gatehouse")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.autodiscover_tasks(["runtime", "approvals"])
+# Each package's tasks.py: approvals.outbound.tasks is where webhook delivery lives.
+app.autodiscover_tasks(["runtime", "approvals", "approvals.outbound"])
 
 log = logging.getLogger("gatehouse.worker")
 

@@ -7,12 +7,14 @@ Schema (decision edits, a thread's start input) are ``console.schema_form``.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from django import forms
 from django.contrib.auth.forms import AuthenticationForm
 from django.core.validators import MaxLengthValidator
 
+from approvals.inbox_filter import InboxFilter
 from approvals.models import TaskStatus
 from console.selectors import SORTS
 
@@ -53,21 +55,23 @@ class InboxFilterForm(forms.Form):
     due = forms.ChoiceField(required=False, choices=DUE_CHOICES, label="Due")
     before = forms.CharField(required=False, max_length=400)  # previous page (issue 14)
 
-    def filters(self) -> dict[str, str]:
+    def inbox_filter(self, *, columns: Mapping[str, str] | None = None) -> InboxFilter:
+        """What to list (call after ``is_valid``): "all" statuses is no status filter."""
+        status = self.cleaned_data.get("status") or "pending"
+        data = {**self.cleaned_data, "status": "" if status == "all" else status}
+        return InboxFilter.from_fields(data, columns=columns)
+
+    def paging(self) -> dict[str, str]:
         data = self.cleaned_data
-        status = data.get("status") or "pending"
         return {
-            "due": data.get("due") or "",
-            "q": data.get("q") or "",
-            "graph": data.get("graph") or "",
-            "node": data.get("node") or "",
-            "status": "" if status == "all" else status,
-            "claimed": data.get("claimed") or "",
             "sort": data.get("sort") or "newest",
             "cursor": data.get("cursor") or "",
-            "assigned": data.get("assigned") or "",
             "before": data.get("before") or "",
         }
+
+    def filters(self) -> dict[str, str]:
+        """Every field by name, as the page and its links read them."""
+        return {**self.inbox_filter().text_fields(), **self.paging()}
 
 
 class AuditFilterForm(forms.Form):

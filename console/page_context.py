@@ -18,6 +18,7 @@ from approvals import assignment, bulk, columns, comments, gateway, permissions,
 from approvals import selectors as approvals_selectors
 from approvals.claims import can_release_any, claim_for
 from approvals.errors import DomainError
+from approvals.inbox_filter import InboxFilter
 from approvals.models import ApprovalTask
 from approvals.payloads import payload_kind
 from console import selectors
@@ -36,11 +37,13 @@ def inbox_context(user: Any, params: QueryDict, *, limit: int = INBOX_PAGE_SIZE)
     error = ""
     page = selectors.Page(items=[], next_cursor=None)
     filters: dict[str, str] = {}
+    wanted: InboxFilter | None = None
     columns = inbox_column_filters(params)  # inbox columns per gate (issue 14): "c.<key>" parameters
     if form.is_valid():
         filters = form.filters()
+        wanted = form.inbox_filter(columns=columns)
         try:
-            page = selectors.inbox_list(user=user, limit=limit, columns=columns, **filters)
+            page = selectors.inbox_list(user=user, filter=wanted, limit=limit, **form.paging())
         except DomainError as exc:
             error = exc.message
     else:
@@ -64,7 +67,7 @@ def inbox_context(user: Any, params: QueryDict, *, limit: int = INBOX_PAGE_SIZE)
         "away": assignment.away_get(user),  # hand-offs: the header says when you are away and who covers
         # Conversation (comments): per row, an open question and a mention of the viewer (one query)
         "conversation": comments.inbox_conversation(user=user, tasks=page.items),
-        "bulk": bulk_inbox_context(user, filters, columns, page),  # bulk decisions (issue 14)
+        "bulk": bulk_inbox_context(user, wanted, filters, page),  # bulk decisions (issue 14)
         # inbox columns per gate and previous-page navigation (issue 14)
         **inbox_columns_context(user, page, filters, columns, base),
     }
@@ -257,23 +260,22 @@ def time_travel_context(user: Any, thread_id: Any, shown: Any) -> dict[str, Any]
 
 
 def bulk_inbox_context(
-    user: Any, filters: dict[str, str], columns: dict[str, str], page: selectors.Page
+    user: Any, wanted: InboxFilter | None, filters: dict[str, str], page: selectors.Page
 ) -> dict[str, Any]:
     """The inbox's bulk bar: may the user decide, and how many pending tasks the current filter matches."""
-    if not filters or not permissions.can(user, "approvals.decide_task"):
+    if wanted is None or not permissions.can(user, "approvals.decide_task"):
         return {"enabled": False}
-    wanted = bulk.BulkFilter(**{key: filters.get(key, "") for key in bulk.TEXT_FILTER_KEYS}, columns=columns)
     whole = not (page.next_cursor or page.prev_cursor or filters.get("cursor") or filters.get("before"))
     try:
-        if filters.get("status") == "pending" and whole:
+        if wanted.status == "pending" and whole:
             matching = len(page.items)  # the list is all there is: no COUNT query
-        elif filters.get("status") in ("pending", ""):
+        elif wanted.status in ("pending", ""):
             matching = bulk.bulk_count(user=user, filter=wanted)
         else:
             matching = 0
     except DomainError:
         matching = 0  # the list shows the error
-    return {"enabled": True, "filter": wanted.fields(), "matching": matching, "max": bulk.BULK_MAX}
+    return {"enabled": True, "filter": wanted.form_fields(), "matching": matching, "max": bulk.BULK_MAX}
 
 
 # --- Inbox columns per gate and previous-page navigation (issue 14) --------------------------------

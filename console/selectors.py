@@ -17,6 +17,7 @@ from django.utils.dateparse import parse_datetime
 from approvals import dashboard, gateway, permissions
 from approvals.columns import Column, PayloadValue, column_for_sort, gate_columns
 from approvals.errors import InvalidInput, NotFound
+from approvals.inbox_filter import InboxFilter
 from approvals.intent import action_edits
 from approvals.models import ApprovalTask, AuditEvent, Decision
 from approvals.selectors import audit_filter, cursor_pack, cursor_unpack, tasks_inbox
@@ -129,36 +130,20 @@ def _keyset_decode(cursor: str, sort: str, order: _Order, field: str) -> tuple[A
 def inbox_list(
     *,
     user: permissions.Principal,
-    graph: str = "",
-    node: str = "",
-    status: str = "pending",
-    claimed: str = "",
-    q: str = "",
+    filter: InboxFilter,
     sort: str = "newest",
     cursor: str = "",
     before: str = "",
-    columns: dict[str, str] | None = None,
     limit: int = 50,
-    assigned: str = "",
-    due: str = "",
 ) -> Page:
     """One page of approval tasks; keyset-paginated both ways so page 2,000 costs what page 1 does.
 
     ``cursor`` pages forward from a page's last row, ``before`` back from its first: a task
-    inserted meanwhile never shifts a page (no offsets). ``columns`` filter and a ``col:<key>``
+    inserted meanwhile never shifts a page (no offsets). ``filter.columns`` and a ``col:<key>``
     sort use the gate's inbox columns (``approvals.columns``), refused when redacted for ``user``.
     """
-    qs = tasks_inbox(
-        user=user,
-        graph=graph,
-        node=node,
-        status=status,
-        claimed=claimed,
-        q=q,
-        columns=columns,
-        assigned=assigned,
-        due=due,
-    )
+    graph, node = filter.graph, filter.node
+    qs = tasks_inbox(user=user, filter=filter)
     qs = qs.select_related("thread", "claim", "claim__user", "assigned_user", "assigned_group")
     if sort.startswith(COLUMN_SORT_PREFIXES):
         column = column_for_sort(user=user, graph=graph, node=node, key=sort.split(":", 1)[1])

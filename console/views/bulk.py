@@ -17,6 +17,7 @@ from django_htmx.http import HttpResponseClientRedirect
 
 from approvals import bulk, permissions, services
 from approvals.errors import DomainError
+from approvals.inbox_filter import SELECTION_FIELDS
 from approvals.security import request_proof_at, session_proof_record
 from console import page_context
 from console.views.common import HtmxHttpRequest, console_login_required, domain_errors
@@ -33,7 +34,7 @@ def bulk_start(request: HtmxHttpRequest) -> HttpResponse:
     filter_: dict[str, Any] | None = None
     if post.get("all_matching") == "1":
         # The inbox's own filter fields, as the inbox page sent them (its column filters are "c.<key>").
-        filter_ = {key: post.get(key, "") for key in bulk.TEXT_FILTER_KEYS}
+        filter_ = {key: post.get(key, "") for key in SELECTION_FIELDS}
         filter_["columns"] = {k[2:]: v for k, v in post.items() if k.startswith("c.") and v}
     else:
         task_ids = post.getlist("task_ids")

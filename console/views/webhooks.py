@@ -2,7 +2,7 @@
 and the gates each may decide, outbound subscriptions with their delivery log, and a manual retry for a
 delivery that gave up. Admins create, rotate, re-scope and delete inbound endpoints here.
 
-Reads go through ``approvals.webhooks`` / ``approvals.outbound`` visibility helpers; secrets are
+Reads go through ``approvals.inbound.webhooks`` / ``approvals.outbound.subscriptions`` visibility helpers; secrets are
 never rendered (only how many an endpoint holds), nor are delivery payloads, except a new secret in
 the one response that created it (not cached, never put in a message or the session).
 """
@@ -18,8 +18,11 @@ from django.shortcuts import redirect, render
 from django.utils.cache import add_never_cache_headers
 from django.views.decorators.http import require_GET, require_POST
 
-from approvals import outbound, permissions, webhooks
+from approvals import permissions
 from approvals.errors import DomainError, Forbidden, NotFound
+from approvals.inbound import webhooks
+from approvals.outbound import sending
+from approvals.outbound.subscriptions import deliveries_visible, subscriptions_visible
 from console.views.common import HtmxHttpRequest, console_login_required, domain_errors, error_page
 
 RECENT = 20
@@ -45,10 +48,10 @@ def _page(request: HtmxHttpRequest, *, status: int = 200, **extra: Any) -> HttpR
         (endpoint, webhooks.deliveries_for(user=user, name=endpoint.name, limit=RECENT))
         for endpoint in webhooks.endpoints_visible(user).order_by("name")
     ]
-    log = outbound.deliveries_visible(user)
+    log = deliveries_visible(user)
     subscriptions = [
         (subscription, list(log.filter(subscription=subscription).order_by("-created_at", "-id")[:RECENT]))
-        for subscription in outbound.subscriptions_visible(user).order_by("created_at", "id")
+        for subscription in subscriptions_visible(user).order_by("created_at", "id")
     ]
     can_manage = _can_manage(user)
     graphs = webhooks.endpoint_graph_choices(user)
@@ -148,7 +151,7 @@ def delivery_retry(request: HtmxHttpRequest, delivery_id: int) -> HttpResponse:
     htmx = bool(request.htmx)
     refused: DomainError | None = None
     try:
-        outbound.delivery_retry(actor=user, delivery_id=delivery_id)
+        sending.delivery_retry(actor=user, delivery_id=delivery_id)
     except DomainError as exc:
         if not htmx:
             raise
@@ -156,7 +159,7 @@ def delivery_retry(request: HtmxHttpRequest, delivery_id: int) -> HttpResponse:
     if not htmx:
         messages.success(request, "Retry queued: one more attempt now")
         return redirect("console:webhooks")
-    delivery = outbound.deliveries_visible(user).filter(pk=delivery_id).first()
+    delivery = deliveries_visible(user).filter(pk=delivery_id).first()
     if delivery is None:  # not visible to this user: the refusal says so without showing the row
         return error_page(request, refused or NotFound(f"webhook delivery {delivery_id} not found"))
     # The row re-rendered in place: "pending" with the retry queued, or unchanged with the refusal beside it.

@@ -176,7 +176,7 @@ def subject_make(kind: str, personas: dict[str, Persona]) -> Subject:
         item, _ = external_task_create(actor=admin.user, spec=spec)
         return Subject("external:matrix", str(item.task.thread_id), str(item.task_id), name=key)
     if kind == "hook":
-        from approvals.webhooks import webhook_endpoint_create
+        from approvals.inbound.webhooks import webhook_endpoint_create
 
         name = f"matrix-{uuid.uuid4().hex[:8]}"
         gates = ["identity_check"]

@@ -10,6 +10,7 @@ from django.test import override_settings
 
 from approvals import assignment, claims
 from approvals.errors import Conflict, Forbidden, InvalidInput, NotFound
+from approvals.inbox_filter import InboxFilter
 from approvals.models import ApprovalTask, AuditEvent, TaskClaim
 from console.selectors import inbox_list
 from runtime.gatekeeper import gate_payload
@@ -28,7 +29,7 @@ def _unchanged(task: ApprovalTask) -> None:
 
 
 def _mine(user, task) -> bool:
-    return task.pk in {t.pk for t in inbox_list(user=user, assigned="me", q=str(task.pk)).items}
+    return task.pk in {t.pk for t in inbox_list(user=user, filter=InboxFilter(assigned="me", q=str(task.pk))).items}
 
 
 # --- reassign -----------------------------------------------------------------------------------
@@ -273,7 +274,7 @@ def test_the_inbox_filter_and_column_show_assignments(personas: dict[str, Person
 
 
 def test_a_webhooks_service_principal_is_never_handed_a_task():
-    from approvals.webhooks import webhook_endpoint_create
+    from approvals.inbound.webhooks import webhook_endpoint_create
 
     endpoint = webhook_endpoint_create(
         actor=None, name=f"ho-{uuid.uuid4().hex[:8]}", graph="loan_approval", gates=["human_review"]

@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from approvals import bulk, services
 from approvals.errors import Forbidden, InvalidInput, NotFound
+from approvals.inbox_filter import InboxFilter
 from approvals.models import ApprovalTask, AuditEvent, BulkAction, BulkStatus, Decision, TaskClaim
 from approvals.payloads import DecisionRequest
 from console.selectors import inbox_list
@@ -223,10 +224,10 @@ def test_select_all_matching_takes_exactly_the_inbox_filter(personas):
     task_make(title=f"{tag} decided", status="decided", metadata={"case": tag})
     task_make(graph="kyc_onboarding", title=f"{tag} kyc", metadata={"case": tag})
     wanted = {"graph": "loan_approval", "node": "human_review", "q": tag}
-    inbox = inbox_list(user=approver, status="pending", limit=100, **wanted)
+    inbox = inbox_list(user=approver, filter=InboxFilter(status="pending", **wanted), limit=100)
     started = bulk.bulk_decide(actor=approver, outcome="approve", reason="", filter=wanted, signer=_fresh())
     assert set(started.task_ids) == {str(t.pk) for t in inbox.items} == {str(t.pk) for t in mine}
-    assert bulk.bulk_count(user=approver, filter=bulk.BulkFilter.parse(wanted)) == 3
+    assert bulk.bulk_count(user=approver, filter=InboxFilter.parse(wanted)) == 3
     assert started.filter == {**wanted, "claimed": "", "assigned": "", "due": "", "columns": {}}
 
 
@@ -240,14 +241,14 @@ def test_select_all_matching_an_overdue_filter_takes_only_the_overdue_tasks(pers
     ApprovalTask.objects.filter(pk__in=[t.pk for t in late]).update(due_at=now - timedelta(minutes=5))
     ApprovalTask.objects.filter(pk__in=[t.pk for t in on_time]).update(due_at=now + timedelta(hours=5))
     wanted = {"q": tag, "due": "overdue"}
-    inbox = inbox_list(user=approver, status="pending", limit=100, **wanted)
+    inbox = inbox_list(user=approver, filter=InboxFilter(status="pending", **wanted), limit=100)
     started = bulk.bulk_decide(actor=approver, outcome="approve", reason="", filter=wanted, signer=_fresh())
     assert set(started.task_ids) == {str(t.pk) for t in inbox.items} == {str(t.pk) for t in late}
 
 
 def test_an_unknown_due_filter_is_refused_naming_it(personas):
     with pytest.raises(InvalidInput) as refused:
-        bulk.BulkFilter.parse({"due": "yesterday"})
+        InboxFilter.parse({"due": "yesterday"})
     assert refused.value.field == "filter.due"
 
 

@@ -7,13 +7,15 @@ import json
 import sqlite3
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from approvals.columns import Column, ColumnError, PayloadValue, cells_for, columns_parse
 from approvals.errors import InvalidInput
+from approvals.inbox_filter import InboxFilter
 from approvals.redaction import MASK
-from console.selectors import inbox_list
+from console.selectors import Page, inbox_list
 from runtime.registry import GraphRegistryError, graph_get, graphs_read
 from tests.console.conftest import console_client, task_make
 
@@ -24,6 +26,11 @@ COLUMNS = [
     {"key": "risk", "path": "/details/risk_score", "type": "risk", "scale": [0, 100]},
     {"key": "country", "path": "/country"},
 ]
+
+
+def _inbox(user: Any, *, graph: str = "", node: str = "", columns: dict[str, str] | None = None, **paging: Any) -> Page:
+    """The inbox's list, filtered by gate and columns (the page's ``InboxFilter``)."""
+    return inbox_list(user=user, filter=InboxFilter(graph=graph, node=node, columns=columns or {}), **paging)
 
 
 # --- parsing ----------------------------------------------------------------------------------------
@@ -116,23 +123,23 @@ def test_columns_sort_and_filter_server_side_and_page_both_ways(personas):
     )
     common = {"user": approver, "graph": "loan_approval", "node": gate}
 
-    page = inbox_list(**common, sort="col:amount")
+    page = _inbox(**common, sort="col:amount")
     assert [t.payload["amount"] for t in page.items] == [500, 1500, 9000, 20000, "n/a"]  # not a number: last
-    page = inbox_list(**common, sort="-col:risk")
+    page = _inbox(**common, sort="-col:risk")
     assert [t.payload["details"]["risk_score"] for t in page.items] == [90, 72, 40, 10, None]
-    page = inbox_list(**common, sort="col:amount", columns={"amount": ">=1500", "country": "DE"})
+    page = _inbox(**common, sort="col:amount", columns={"amount": ">=1500", "country": "DE"})
     assert [t.payload["amount"] for t in page.items] == [1500, 20000]
-    page = inbox_list(**common, sort="col:amount", columns={"risk": "30..80"})
+    page = _inbox(**common, sort="col:amount", columns={"risk": "30..80"})
     assert [t.payload["amount"] for t in page.items] == [1500, 20000]
 
-    first = inbox_list(**common, sort="col:amount", limit=2)
-    second = inbox_list(**common, sort="col:amount", limit=2, cursor=first.next_cursor)
-    third = inbox_list(**common, sort="col:amount", limit=2, cursor=second.next_cursor)
+    first = _inbox(**common, sort="col:amount", limit=2)
+    second = _inbox(**common, sort="col:amount", limit=2, cursor=first.next_cursor)
+    third = _inbox(**common, sort="col:amount", limit=2, cursor=second.next_cursor)
     assert [t.payload["amount"] for t in second.items] == [9000, 20000] and third.next_cursor is None
     assert [t.payload["amount"] for t in third.items] == ["n/a"]
-    back = inbox_list(**common, sort="col:amount", limit=2, before=third.prev_cursor)
+    back = _inbox(**common, sort="col:amount", limit=2, before=third.prev_cursor)
     assert [t.pk for t in back.items] == [t.pk for t in second.items]
-    start = inbox_list(**common, sort="col:amount", limit=2, before=back.prev_cursor)
+    start = _inbox(**common, sort="col:amount", limit=2, before=back.prev_cursor)
     assert [t.pk for t in start.items] == [t.pk for t in first.items] and start.prev_cursor is None
 
     cells = cells_for(user=approver, tasks=tasks[:2], columns=page.columns)
@@ -156,7 +163,7 @@ def test_bad_column_sorts_and_filters_name_the_field(personas, kwargs, field):
     gate = f"gate_{uuid.uuid4().hex[:6]}"
     _gate_tasks(gate, [(1, 1, "FR")])
     with pytest.raises(InvalidInput) as bad:
-        inbox_list(user=personas["approver"].user, graph="loan_approval", node=gate, **kwargs)
+        _inbox(user=personas["approver"].user, graph="loan_approval", node=gate, **kwargs)
     assert bad.value.field == field
 
 
@@ -166,7 +173,7 @@ def test_configured_columns_win_over_the_payloads(personas, monkeypatch):
     _gate_tasks(gate, [(1, 1, "FR")])
     configured = columns_parse([{"key": "where", "path": "/country", "label": "Where"}], where="x")
     monkeypatch.setitem(graph_get("loan_approval").options, "columns", {gate: configured})
-    page = inbox_list(user=personas["approver"].user, graph="loan_approval", node=gate)
+    page = _inbox(user=personas["approver"].user, graph="loan_approval", node=gate)
     assert page.columns == configured
 
 
@@ -200,19 +207,19 @@ def test_sorting_or_filtering_by_a_redacted_column_is_refused(personas):
         ({"columns": {"dob": "1961"}}, "c.dob"),
     ]:
         with pytest.raises(InvalidInput) as refused:
-            inbox_list(**common, **kwargs)
+            _inbox(**common, **kwargs)
         assert refused.value.field == field
     # Without the graph filter (every graph's sensitive paths apply) the same.
     with pytest.raises(InvalidInput):
-        inbox_list(user=reviewer, node=gate, sort="col:dob")
-    page = inbox_list(**common, sort="col:name")
+        _inbox(user=reviewer, node=gate, sort="col:dob")
+    page = _inbox(**common, sort="col:name")
     cells = cells_for(user=reviewer, tasks=page.items, columns=page.columns)
     assert all(cells[t.pk][0].masked and cells[t.pk][0].text == MASK for t in tasks)
     assert [cells[t.pk][1].text for t in page.items] == ["P0", "P1", "P2"]
 
     # An auditor who may see them sorts by them (and the read is audited as a reveal).
     auditor = personas["auditor"].user
-    seen = inbox_list(user=auditor, graph="kyc_onboarding", node=gate, sort="col:dob")
+    seen = _inbox(user=auditor, graph="kyc_onboarding", node=gate, sort="col:dob")
     assert [t.payload["applicant"]["date_of_birth"] for t in seen.items] == ["1961-01-30", "1990-05-01", "2001-12-24"]
 
 
@@ -239,14 +246,14 @@ def test_the_previous_page_is_the_same_page_after_new_tasks_arrive(personas):
     approver = personas["approver"].user
     gate = f"gate_{uuid.uuid4().hex[:6]}"
     made = [task_make(node=gate, title=f"{gate} {i}") for i in range(5)]
-    first = inbox_list(user=approver, node=gate, limit=2)  # newest first
-    second = inbox_list(user=approver, node=gate, limit=2, cursor=first.next_cursor)
+    first = _inbox(user=approver, node=gate, limit=2)  # newest first
+    second = _inbox(user=approver, node=gate, limit=2, cursor=first.next_cursor)
     for i in range(3):
         task_make(node=gate, title=f"{gate} new {i}")  # newer tasks land before the first page
-    back = inbox_list(user=approver, node=gate, limit=2, before=second.prev_cursor)
+    back = _inbox(user=approver, node=gate, limit=2, before=second.prev_cursor)
     assert [t.pk for t in back.items] == [t.pk for t in first.items]
     assert back.prev_cursor is not None  # the new tasks are a page further back
-    newest = inbox_list(user=approver, node=gate, limit=2, before=back.prev_cursor)
+    newest = _inbox(user=approver, node=gate, limit=2, before=back.prev_cursor)
     assert len(newest.items) == 2 and all("new" in t.title for t in newest.items)
     assert {t.pk for t in first.items} == {made[4].pk, made[3].pk}
 

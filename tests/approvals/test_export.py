@@ -20,7 +20,8 @@ from django.core.management.base import CommandError
 from django.db import connection
 
 from approvals.audit import _LOCK_KEY, GENESIS, audit_record, event_hash
-from approvals.exports import COLUMNS, export_verify
+from approvals.exports.stream import COLUMNS
+from approvals.exports.verify import export_verify
 from approvals.models import AuditEvent
 from approvals.redaction import MASK
 from approvals.tokens import token_issue

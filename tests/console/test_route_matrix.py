@@ -16,9 +16,9 @@ from django.utils import timezone
 from approvals import users
 from approvals.bulk import bulk_decide
 from approvals.comments import comment_post
+from approvals.inbound.webhooks import webhook_endpoint_create
 from approvals.models import Decision
 from approvals.services import Signer
-from approvals.webhooks import webhook_endpoint_create
 from console.urls import console_patterns
 from tests.console.conftest import console_client, task_make
 

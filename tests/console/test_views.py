@@ -9,6 +9,7 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
+from approvals.inbox_filter import InboxFilter
 from approvals.models import AuditEvent, Decision, TaskClaim
 from console.selectors import inbox_list
 from tests.console.conftest import console_client, task_make
@@ -328,7 +329,9 @@ def test_keyset_pages_cover_every_task_once_in_order(personas, sort):
     ]
     seen, cursor = [], ""
     for _ in range(10):
-        page = inbox_list(user=personas["reviewer"].user, q=marker, sort=sort, cursor=cursor, limit=4)
+        page = inbox_list(
+            user=personas["reviewer"].user, filter=InboxFilter(q=marker), sort=sort, cursor=cursor, limit=4
+        )
         seen.extend(page.items)
         if not page.next_cursor:
             break

@@ -6,9 +6,9 @@ import uuid
 
 import pytest
 
-from approvals import outbound
+from approvals.inbound.webhooks import webhook_endpoint_create
 from approvals.models import AuditEvent, InboundDelivery, OutboundDelivery, OutboundStatus
-from approvals.webhooks import webhook_endpoint_create
+from approvals.outbound import outbox, sending, subscriptions
 from tests.console.conftest import console_client
 
 pytestmark = pytest.mark.usefixtures("live_db")
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.usefixtures("live_db")
 def hooks(monkeypatch):
     # No worker needed: record that a retry was dispatched instead of sending it.
     sent: list[int] = []
-    monkeypatch.setattr(outbound, "_dispatch", lambda pk, countdown=0: sent.append(pk))
+    monkeypatch.setattr(outbox, "delivery_dispatch", lambda *, delivery_id, countdown=0: sent.append(delivery_id))
     name = f"vendor-{uuid.uuid4().hex[:6]}"
     endpoint = webhook_endpoint_create(actor=None, name=name, graph="loan_approval", gates=["human_review"])
     InboundDelivery.objects.create(
@@ -30,22 +30,22 @@ def hooks(monkeypatch):
         reason="signature does not match",
         body_digest="0" * 64,
     )
-    subscription = outbound.subscription_create(
-        actor=None, url=f"http://127.0.0.1:9/{name}", graph="loan_approval", event_types=[outbound.EVENT_TYPES[0]]
+    subscription = subscriptions.subscription_create(
+        actor=None, url=f"http://127.0.0.1:9/{name}", graph="loan_approval", event_types=[outbox.EVENT_TYPES[0]]
     )
 
     def delivery(status: str, **fields) -> OutboundDelivery:
         return OutboundDelivery.objects.create(
             subscription=subscription,
             event_id=f"evt_{uuid.uuid4().hex[:12]}",
-            event_type=outbound.EVENT_TYPES[0],
+            event_type=outbox.EVENT_TYPES[0],
             graph="loan_approval",
             payload={"type": "x"},
             status=status,
             **fields,
         )
 
-    failed = delivery(OutboundStatus.FAILED, attempts=outbound.MAX_ATTEMPTS, last_error="HTTP 500: receiver down")
+    failed = delivery(OutboundStatus.FAILED, attempts=sending.MAX_ATTEMPTS, last_error="HTTP 500: receiver down")
     done = delivery(OutboundStatus.DELIVERED, attempts=1, response_code=204)
     return {"endpoint": endpoint, "subscription": subscription, "failed": failed, "delivered": done, "sent": sent}
 

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 import pytest
 from standardwebhooks import Webhook
 
-from approvals.webhooks import secret_generate
+from approvals.outbound.signing import secret_generate
 from gatehouse_client import GatehouseClient, GatehouseError, SignatureError, signature_verify
 from tests.conftest import scaled
 

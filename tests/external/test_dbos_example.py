@@ -26,7 +26,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db", "live_
 def dbos(gatehouse_url, engine, source, monkeypatch) -> Iterator[Any]:
     from dbos import DBOS
 
-    from approvals.webhooks import secret_generate
+    from approvals.outbound.signing import secret_generate
 
     port = free_port()
     monkeypatch.setattr(

@@ -15,8 +15,9 @@ from django.core.handlers.wsgi import WSGIHandler
 from django.core.management import call_command
 from django.test import Client
 
+from approvals.inbound.webhooks import webhook_endpoint_create
 from approvals.models import AuditEvent, Decision, InboundDelivery, WebhookEndpoint
-from approvals.webhooks import secret_generate, webhook_endpoint_create, webhook_sign
+from approvals.outbound.signing import secret_generate, webhook_sign
 from runtime.models import Run, RunKind
 from tests.conftest import loan_input, pending_tasks, thread_settled, thread_start, wait_for
 

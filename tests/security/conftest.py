@@ -34,7 +34,7 @@ from django.contrib.auth import get_user_model
 from approvals.models import ApprovalTask, GraphAssignment
 from approvals.roles import roles_ensure
 from approvals.tokens import token_issue
-from approvals.webhooks import webhook_endpoint_create
+from approvals.inbound.webhooks import webhook_endpoint_create
 from runtime.gatekeeper import gate_payload
 from runtime.models import Thread, ThreadStatus
 call_command("migrate", verbosity=0, interactive=False)
@@ -154,7 +154,7 @@ def postgres_server(
     """daphne on this session's PostgreSQL test database, as the admin persona, with a paused task."""
     from django.contrib.auth import get_user_model
 
-    from approvals.webhooks import webhook_endpoint_create
+    from approvals.inbound.webhooks import webhook_endpoint_create
     from tests.console.conftest import task_make
 
     env = {**worker_env(bank), "GATEHOUSE_PLATFORM_WAIT_SECONDS": "1"}

@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 from django.test import Client
 
+from approvals.inbound.webhooks import webhook_endpoint_create
 from approvals.models import AuditEvent, Decision, InboundDelivery, WebhookEndpoint
-from approvals.webhooks import webhook_endpoint_create, webhook_sign
+from approvals.outbound.signing import webhook_sign
 from runtime.models import Thread
 from tests.api.test_bad_input import snapshot
 from tests.conftest import loan_input, pending_tasks, thread_start

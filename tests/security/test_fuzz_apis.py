@@ -43,7 +43,7 @@ from schemathesis import GenerationMode
 from schemathesis.core import NotSet
 from schemathesis.specs.openapi.checks import response_schema_conformance
 
-from approvals.webhooks import webhook_sign
+from approvals.outbound.signing import webhook_sign
 from tests.conftest import scaled
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db")]

@@ -1,11 +1,11 @@
-"""Inbound webhook verification (approvals/webhooks.py), as a forger or a replaying attacker would try it.
+"""Inbound webhook verification (approvals/inbound/webhooks.py), as a forger or a replaying attacker would try it.
 
 A delivery decides a task as the endpoint's service principal, so each guard is a way in if it fails: a
 signature by another key, a body changed after signing, a delivery replayed outside the time window or under the
 same webhook-id, an old event overtaking a newer one, a principal deciding gates it was never given.
 
 In-process (one transaction per test, rolled back), calling ``delivery_receive`` as the API view does: written
-against the surviving mutants of ``approvals/webhooks.py`` (docs/mutation-testing.md).
+against the surviving mutants of ``approvals/inbound/webhooks.py`` (docs/mutation-testing.md).
 """
 
 from __future__ import annotations
@@ -19,6 +19,14 @@ import pytest
 
 from approvals import permissions
 from approvals.errors import InvalidInput
+from approvals.inbound.webhooks import (
+    _event_time,
+    delivery_receive,
+    webhook_endpoint_create,
+    webhook_endpoint_delete,
+    webhook_endpoint_gates_set,
+    webhook_endpoint_rotate,
+)
 from approvals.models import (
     ApprovalTask,
     AuditAction,
@@ -29,18 +37,7 @@ from approvals.models import (
     InboundDelivery,
     TaskStatus,
 )
-from approvals.webhooks import (
-    SECRET_PREFIX,
-    _event_time,
-    delivery_receive,
-    secret_check,
-    secret_generate,
-    webhook_endpoint_create,
-    webhook_endpoint_delete,
-    webhook_endpoint_gates_set,
-    webhook_endpoint_rotate,
-    webhook_sign,
-)
+from approvals.outbound.signing import SECRET_PREFIX, secret_check, secret_generate, webhook_sign
 from tests.console.conftest import loan_gate, task_make
 
 pytestmark = pytest.mark.django_db

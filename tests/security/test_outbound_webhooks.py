@@ -27,9 +27,9 @@ import pytest
 from django.conf import settings as django_settings
 from django.db import OperationalError, transaction
 
-from approvals import outbound
 from approvals.models import ApprovalTask, AuditEvent, OutboundDelivery, WebhookSubscription
-from approvals.webhooks import secret_generate
+from approvals.outbound import sending
+from approvals.outbound.signing import secret_generate
 from tests.conftest import pending_tasks, thread_start, wait_for
 
 PUBLIC = "93.184.216.34"  # a public address nothing here connects to (only resolved, never reached)
@@ -246,7 +246,7 @@ def test_dns_rebinding_to_loopback_is_refused_at_send_time(operator, dns, receiv
         graph="breakpoint_review",
         payload={"type": "task.opened"},
     )
-    outbound.delivery_attempt(delivery_id=delivery.pk)
+    sending.delivery_attempt(delivery_id=delivery.pk)
     delivery.refresh_from_db()
     assert receiver.requests == []
     assert delivery.status == "failed" and delivery.last_error.startswith("refused: ")
@@ -259,7 +259,7 @@ def test_dns_rebinding_to_loopback_is_refused_at_send_time(operator, dns, receiv
 @pytest.mark.usefixtures("no_allowlist")
 def test_a_subscription_saved_before_the_policy_still_cannot_reach_metadata(receiver):
     delivery = _delivery("http://169.254.169.254/latest/meta-data/")
-    outbound.delivery_attempt(delivery_id=delivery.pk)
+    sending.delivery_attempt(delivery_id=delivery.pk)
     delivery.refresh_from_db()
     assert delivery.status == "failed" and "cloud metadata" in delivery.last_error and delivery.response_code is None
 
@@ -278,7 +278,7 @@ def test_the_request_goes_to_the_address_that_was_checked(dns, receiver, interna
     settings.GATEHOUSE_OUTBOUND_ALLOWED_NETWORKS = ["127.0.0.1/32"]
     dns.answers["pinned.example.test"] = [["127.0.0.1"], ["127.0.0.2"]]
     delivery = _delivery(receiver.url("pinned.example.test"))
-    outbound.delivery_attempt(delivery_id=delivery.pk)
+    sending.delivery_attempt(delivery_id=delivery.pk)
     delivery.refresh_from_db()
     assert delivery.status == "delivered", delivery.last_error
     assert internal_service.requests == [] and len(receiver.requests) == 1
@@ -333,10 +333,10 @@ def test_https_goes_to_the_checked_address_and_still_verifies_the_name(dns, sett
         dns.answers["hooks.example.test"] = [["127.0.0.1"], ["127.0.0.2"]]
         dns.answers["impostor.example.test"] = [["127.0.0.1"]]
         url = f"https://hooks.example.test:{server.port}/hook"
-        assert outbound.delivery_send(url, b"{}", {}).code == 204
+        assert sending.delivery_send(url, b"{}", {}).code == 204
         assert server.requests[0][2]["host"] == f"hooks.example.test:{server.port}"
         # SNI and the certificate check use the name, not the pinned IP: another name is refused.
-        wrong = outbound.delivery_send(f"https://impostor.example.test:{server.port}/hook", b"{}", {})
+        wrong = sending.delivery_send(f"https://impostor.example.test:{server.port}/hook", b"{}", {})
         assert wrong.code is None and "CERTIFICATE_VERIFY_FAILED" in wrong.error
     finally:
         server.close()
@@ -348,7 +348,7 @@ def test_a_redirect_to_an_internal_address_is_not_followed(receiver, internal_se
     receiver.status = 302  # urllib, for one, follows it (as a GET)
     receiver.headers = {"Location": internal_service.url()}
     delivery = _delivery(receiver.url())
-    outbound.delivery_attempt(delivery_id=delivery.pk)
+    sending.delivery_attempt(delivery_id=delivery.pk)
     delivery.refresh_from_db()
     assert internal_service.requests == []
     assert delivery.status == "pending" and delivery.response_code == 302
@@ -362,7 +362,7 @@ def test_the_delivery_log_keeps_only_a_short_excerpt_of_the_response(operator, r
     receiver.headers = {"X-Internal-Token": "hdr-secret-7f3a"}
     receiver.body = ("x" * 300 + "body-secret-91c2" + "y" * 20000).encode()
     delivery = _delivery(receiver.url())
-    outbound.delivery_attempt(delivery_id=delivery.pk)
+    sending.delivery_attempt(delivery_id=delivery.pk)
     delivery.refresh_from_db()
     assert delivery.response_code == 500
     assert delivery.last_error.startswith("HTTP 500: xxx")
@@ -393,7 +393,7 @@ def test_a_slow_receiver_holds_no_database_lock(receiver):
     receiver.hold = threading.Event()
     delivery = _delivery(receiver.url())
     try:
-        from approvals.tasks import deliver_webhook
+        from approvals.outbound.tasks import deliver_webhook
 
         deliver_webhook.delay(delivery.pk)
         assert receiver.arrived.wait(timeout=30), "the worker never sent the delivery"

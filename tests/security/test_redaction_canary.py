@@ -44,10 +44,10 @@ from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
 
 from approvals.gateway import sensitive_paths
+from approvals.inbound.webhooks import graph_gates
 from approvals.models import ApprovalTask, AuditEvent, Comment, Decision
 from approvals.redaction import path_parse
 from approvals.tokens import token_issue
-from approvals.webhooks import graph_gates
 from console.api import api as native_api
 from console.routing import websocket_urlpatterns
 from lgplatform.api import api as platform_api
@@ -537,7 +537,7 @@ def socket_requests(subjects: list[Subject], unfilled: list[str]) -> list[Reques
 
 
 def export_requests(subjects: list[Subject]) -> list[Request]:
-    from approvals.exports import FORMATS
+    from approvals.exports.stream import FORMATS
 
     return [
         Request("export audit_export --user", "export", command={"format": f, "thread": s.thread})

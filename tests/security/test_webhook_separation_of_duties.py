@@ -16,9 +16,10 @@ import pytest
 from django.apps import apps as django_apps
 from django.test import Client
 
+from approvals.inbound.webhooks import webhook_endpoint_create
 from approvals.models import AuditEvent, Decision, GraphAssignment, InboundDelivery, WebhookEndpoint
+from approvals.outbound.signing import secret_generate, webhook_sign
 from approvals.tokens import token_issue
-from approvals.webhooks import secret_generate, webhook_endpoint_create, webhook_sign
 from tests.conftest import ApiClient, pending_tasks, thread_start
 from tests.console.conftest import console_client
 

@@ -20,8 +20,10 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import User
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from approvals import exports, permissions
+from approvals import permissions
 from approvals.errors import DomainError
+from approvals.exports.stream import FILTERS, FORMATS, AuditExport, audit_export_queryset, filters_parse
+from approvals.exports.verify import export_verify
 from approvals.models import AuditAction
 from runtime.progress import progress
 
@@ -30,7 +32,7 @@ class Command(BaseCommand):
     help = "Export audit events (streamed, with chain hashes) or --verify an exported JSONL file."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--format", choices=exports.FORMATS, default="jsonl")
+        parser.add_argument("--format", choices=FORMATS, default="jsonl")
         parser.add_argument("--output", "-o", help="file to write ('-' for stdout)")
         for name in ("graph", "thread", "actor", "action", "since", "until"):
             parser.add_argument(f"--{name}", default="")
@@ -51,13 +53,13 @@ class Command(BaseCommand):
             options["action"] = AuditAction.AUDIT_ANCHOR.value
         user = self._principal(options["user"])
         try:
-            filters = exports.filters_parse(**{k: options[k] for k in exports.FILTERS})
-            export = exports.AuditExport(
+            filters = filters_parse(**{k: options[k] for k in FILTERS})
+            export = AuditExport(
                 user=user, filters=filters, format=options["format"], actor_label=None if user.pk else "manage.py"
             )
         except DomainError as exc:
             raise CommandError(exc.message) from None
-        total = exports.audit_export_queryset(user=user, filters=filters).count()
+        total = audit_export_queryset(user=user, filters=filters).count()
         out: TextIO
         out = sys.stdout if options["output"] == "-" else open(options["output"], "w", encoding="utf-8")  # noqa: SIM115
         try:
@@ -89,7 +91,7 @@ class Command(BaseCommand):
         if not path.exists():
             raise CommandError(f"{path}: no such file")
         with path.open("rb") as lines:
-            result = exports.export_verify(lines)
+            result = export_verify(lines)
         if not result.ok:
             raise CommandError(f"{path}: BROKEN at line {result.line}: {result.reason} ({result.rows} rows before)")
         links = (

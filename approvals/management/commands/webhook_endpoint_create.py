@@ -6,7 +6,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from approvals.errors import DomainError
-from approvals.webhooks import DEFAULT_DECISION_MAP, webhook_endpoint_create
+from approvals.inbound.webhooks import DEFAULT_DECISION_MAP, webhook_endpoint_create
 
 
 class Command(BaseCommand):

@@ -8,7 +8,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from approvals.models import WebhookEndpoint
-from approvals.webhooks import webhook_sign
+from approvals.outbound.signing import webhook_sign
 
 
 class Command(BaseCommand):

@@ -9,7 +9,8 @@ from asgiref.sync import sync_to_async
 from django.http import HttpRequest, StreamingHttpResponse
 from ninja import Query, Router, Schema
 
-from approvals import exports, permissions
+from approvals import permissions
+from approvals.exports.stream import AuditExport, filters_parse
 
 router = Router(tags=["audit"])
 
@@ -71,7 +72,7 @@ def audit_export(request: HttpRequest, query: Query[ExportQuery]) -> StreamingHt
     """
     user = request.auth  # type: ignore[attr-defined]
     permissions.require(user, "approvals.view_audit", "export the audit trail")
-    filters = exports.filters_parse(
+    filters = filters_parse(
         graph=query.graph,
         thread=query.thread,
         actor=query.actor,
@@ -79,7 +80,7 @@ def audit_export(request: HttpRequest, query: Query[ExportQuery]) -> StreamingHt
         since=query.since,
         until=query.until,
     )
-    export = exports.AuditExport(user=user, filters=filters, format=query.format)
+    export = AuditExport(user=user, filters=filters, format=query.format)
     response = SyncOrAsyncStreamingResponse(export.chunks(), content_type=export.content_type)
     response["Content-Disposition"] = f'attachment; filename="{export.filename}"'
     response["Cache-Control"] = "no-store"

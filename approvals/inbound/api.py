@@ -1,4 +1,4 @@
-"""Webhook API: the signed inbound endpoint, endpoint registration, delivery logs, outbound subscriptions."""
+"""Inbound webhook API: the signed receiver ``/api/webhooks/{name}``, endpoint registration, delivery logs."""
 
 from __future__ import annotations
 
@@ -9,9 +9,8 @@ from django.http import HttpRequest, JsonResponse
 from ninja import Query, Router, Schema, Status
 from pydantic import Field
 
-from approvals import outbound, webhooks
-from approvals.inputs import DbId
-from approvals.models import InboundDelivery, OutboundDelivery, WebhookEndpoint, WebhookSubscription
+from approvals.inbound import webhooks
+from approvals.models import InboundDelivery, WebhookEndpoint
 
 router = Router(tags=["webhooks"])
 
@@ -67,45 +66,7 @@ class InboundDeliveryOut(Schema):
     decision_id: str | None
 
 
-class SubscriptionIn(Schema):
-    url: str = Field(max_length=500)
-    graph: str = Field(default="*", max_length=100)
-    event_types: list[Annotated[str, Field(max_length=32)]] = Field(max_length=20)
-    secret: str | None = Field(default=None, max_length=200)
-
-
-class SubscriptionOut(Schema):
-    id: int
-    url: str
-    graph: str
-    event_types: list[str]
-    active: bool
-    secret: str | None = None  # only in the response that created it
-
-
-class OutboundDeliveryOut(Schema):
-    id: int
-    subscription_id: int
-    event_id: str
-    event_type: str
-    graph: str
-    payload: dict[str, Any]
-    status: str
-    attempts: int
-    last_error: str
-    response_code: int | None
-    next_attempt_at: datetime | None
-    created_at: datetime
-    delivered_at: datetime | None
-
-
 class DeliveryQuery(Schema):
-    limit: int = Field(default=100, ge=1, le=500)
-
-
-class OutboundQuery(Schema):
-    subscription: DbId | None = None
-    status: str | None = Field(default=None, pattern="^(pending|delivered|failed)$")
     limit: int = Field(default=100, ge=1, le=500)
 
 
@@ -145,21 +106,6 @@ def _inbound_out(d: InboundDelivery) -> InboundDeliveryOut:
         task_id=str(d.task_id) if d.task_id else None,
         decision_id=str(d.decision_id) if d.decision_id else None,
     )
-
-
-def _subscription_out(s: WebhookSubscription, *, with_secret: bool = False) -> SubscriptionOut:
-    return SubscriptionOut(
-        id=s.pk,
-        url=s.url,
-        graph=s.graph,
-        event_types=s.event_types,
-        active=s.active,
-        secret=s.secret if with_secret else None,
-    )
-
-
-def _outbound_out(d: OutboundDelivery) -> OutboundDeliveryOut:
-    return OutboundDeliveryOut.model_validate(d, from_attributes=True)
 
 
 @router.post("/webhooks/{name}", auth=None, response={202: dict, 401: dict, 404: dict, 409: dict, 422: dict})
@@ -206,29 +152,3 @@ def webhook_endpoint_delete(request: HttpRequest, name: str) -> Status[None]:
     """Retire the endpoint (admins): secrets destroyed, principal disabled, delivery log kept."""
     webhooks.webhook_endpoint_delete(actor=_user(request), name=name)
     return Status(204, None)
-
-
-@router.get("/webhook-subscriptions", response=list[SubscriptionOut])
-def webhook_subscriptions(request: HttpRequest) -> list[SubscriptionOut]:
-    return [_subscription_out(s) for s in outbound.subscriptions_visible(_user(request)).order_by("id")]
-
-
-@router.post("/webhook-subscriptions", response={201: SubscriptionOut})
-def webhook_subscription_create(request: HttpRequest, body: SubscriptionIn) -> Status[SubscriptionOut]:
-    subscription = outbound.subscription_create(actor=_user(request), **body.model_dump())
-    return Status(201, _subscription_out(subscription, with_secret=True))
-
-
-@router.get("/webhook-deliveries", response=list[OutboundDeliveryOut])
-def webhook_outbound_deliveries(request: HttpRequest, query: Query[OutboundQuery]) -> list[OutboundDeliveryOut]:
-    qs = outbound.deliveries_visible(_user(request))
-    if query.subscription is not None:
-        qs = qs.filter(subscription_id=query.subscription)
-    if query.status:
-        qs = qs.filter(status=query.status)
-    return [_outbound_out(d) for d in qs.order_by("-created_at", "-id")[: query.limit]]
-
-
-@router.post("/webhook-deliveries/{delivery_id}/retry", response={202: OutboundDeliveryOut})
-def webhook_delivery_retry(request: HttpRequest, delivery_id: DbId) -> Status[OutboundDeliveryOut]:
-    return Status(202, _outbound_out(outbound.delivery_retry(actor=_user(request), delivery_id=delivery_id)))

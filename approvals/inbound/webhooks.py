@@ -16,9 +16,7 @@ audited as security events.
 
 from __future__ import annotations
 
-import base64
 import hashlib
-import secrets as pysecrets
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -31,7 +29,7 @@ from standardwebhooks import Webhook
 from standardwebhooks.webhooks import WebhookVerificationError
 
 from approvals import permissions, services
-from approvals.audit import audit_record
+from approvals.audit import audit_record, audit_task
 from approvals.errors import Conflict, DomainError, InvalidInput, NotFound
 from approvals.inputs import json_loads_strict
 from approvals.models import (
@@ -43,10 +41,10 @@ from approvals.models import (
     TaskStatus,
     WebhookEndpoint,
 )
+from approvals.outbound.signing import secret_check, secret_generate
 from approvals.payloads import DecisionRequest
 from runtime.registry import UnknownGraph, graph_get, graph_names
 
-SECRET_PREFIX = "whsec_"  # noqa: S105 - the public prefix of every secret (Standard Webhooks)
 SERVICE_ROLE = "service"
 DEFAULT_DECISION_MAP: dict[str, Any] = {
     "field": "status",
@@ -56,20 +54,6 @@ DEFAULT_DECISION_MAP: dict[str, Any] = {
 
 
 # --- registration ------------------------------------------------------------------------
-
-
-def secret_generate() -> str:
-    return SECRET_PREFIX + base64.b64encode(pysecrets.token_bytes(24)).decode()
-
-
-def secret_check(secret: str) -> str:
-    if not isinstance(secret, str) or not secret.startswith(SECRET_PREFIX):
-        raise InvalidInput("a webhook secret looks like whsec_<base64>", field="secret")
-    try:
-        Webhook(secret)
-    except Exception:  # noqa: BLE001 - the library refuses a bad secret with any of several types
-        raise InvalidInput("the secret after whsec_ must be base64", field="secret") from None
-    return secret
 
 
 def _decision_map_check(mapping: dict[str, Any]) -> dict[str, Any]:
@@ -315,19 +299,13 @@ def endpoint_get_for(user: Any, name: str) -> WebhookEndpoint:
     return endpoint
 
 
-def webhook_sign(secret: str, body: bytes, *, msg_id: str | None = None, at: datetime | None = None) -> dict[str, str]:
-    """Headers a sender attaches to ``body`` (used by ``manage.py webhook_send`` and the outbound sender)."""
-    msg_id = msg_id or f"msg_{pysecrets.token_hex(12)}"
-    at = at or datetime.now(tz=UTC)
-    signature = Webhook(secret).sign(msg_id=msg_id, timestamp=at, data=body.decode())
-    return {"webhook-id": msg_id, "webhook-timestamp": str(int(at.timestamp())), "webhook-signature": signature}
-
-
 # --- receiving ---------------------------------------------------------------------------
 
 
 @dataclass
-class Outcome:
+class CallbackOutcome:
+    """What the receiver answers a sender (status and JSON body), and the delivery row that records it."""
+
     http_status: int
     body: dict[str, Any]
     delivery: InboundDelivery | None = None
@@ -387,13 +365,13 @@ def _event_time(endpoint: WebhookEndpoint, body: Any, headers: dict[str, str]) -
     return None
 
 
-def delivery_receive(*, name: str, raw: bytes, headers: dict[str, str]) -> Outcome:
+def delivery_receive(*, name: str, raw: bytes, headers: dict[str, str]) -> CallbackOutcome:
     headers = {k.lower(): v for k, v in headers.items()}
     webhook_id = headers.get("webhook-id", "")[:200]
     digest = hashlib.sha256(raw).hexdigest()
     endpoint = WebhookEndpoint.objects.filter(name=name).first()
     if endpoint is None:
-        return Outcome(404, _error(404, "not_found", f"no webhook endpoint named {name!r}", "name"))
+        return CallbackOutcome(404, _error(404, "not_found", f"no webhook endpoint named {name!r}", "name"))
 
     problem = _signature_check(endpoint, raw, headers)
     if problem is not None:
@@ -420,11 +398,11 @@ def delivery_receive(*, name: str, raw: bytes, headers: dict[str, str]) -> Outco
                 decision=first.decision,
                 response=first.response,
             )
-            return Outcome(first.http_status, first.response, first)
+            return CallbackOutcome(first.http_status, first.response, first)
         return _process(endpoint, webhook_id, raw, digest, headers)
 
 
-def _refuse_signature(endpoint: WebhookEndpoint, webhook_id: str, digest: str, problem: str) -> Outcome:
+def _refuse_signature(endpoint: WebhookEndpoint, webhook_id: str, digest: str, problem: str) -> CallbackOutcome:
     body = _error(401, "bad_signature", f"webhook signature refused: {problem}", "webhook-signature")
     with transaction.atomic():
         delivery = InboundDelivery.objects.create(
@@ -446,13 +424,15 @@ def _refuse_signature(endpoint: WebhookEndpoint, webhook_id: str, digest: str, p
             graph=endpoint.graph,
             details={"delivery": delivery.pk, "webhook_id": webhook_id, "reason": problem, "body_sha256": digest},
         )
-    return Outcome(401, body, delivery)
+    return CallbackOutcome(401, body, delivery)
 
 
-def _process(endpoint: WebhookEndpoint, webhook_id: str, raw: bytes, digest: str, headers: dict[str, str]) -> Outcome:
+def _process(
+    endpoint: WebhookEndpoint, webhook_id: str, raw: bytes, digest: str, headers: dict[str, str]
+) -> CallbackOutcome:
     record: dict[str, Any] = {"endpoint": endpoint, "webhook_id": webhook_id, "verified": True, "body_digest": digest}
 
-    def done(status: int, body: dict[str, Any], reason: str, accepted: bool = False, **fields: Any) -> Outcome:
+    def done(status: int, body: dict[str, Any], reason: str, accepted: bool = False, **fields: Any) -> CallbackOutcome:
         delivery = InboundDelivery.objects.create(
             **record,
             **fields,
@@ -464,9 +444,9 @@ def _process(endpoint: WebhookEndpoint, webhook_id: str, raw: bytes, digest: str
         body = {**body, "delivery": delivery.pk}
         InboundDelivery.objects.filter(pk=delivery.pk).update(response=body)
         delivery.response = body
-        return Outcome(status, body, delivery)
+        return CallbackOutcome(status, body, delivery)
 
-    def refuse(status: int, code: str, message: str, field_name: str | None = None, **fields: Any) -> Outcome:
+    def refuse(status: int, code: str, message: str, field_name: str | None = None, **fields: Any) -> CallbackOutcome:
         return done(status, _error(status, code, message, field_name), message, **fields)
 
     if not endpoint.active:
@@ -536,13 +516,10 @@ def _process(endpoint: WebhookEndpoint, webhook_id: str, raw: bytes, digest: str
             f"the task for {key!r} waits at {task.node!r}"
         )
         refused = refuse(403, "gate_not_allowed", message, endpoint.correlation_path, task=task)
-        audit_record(
+        audit_task(
+            task=task,
             actor=endpoint.principal,
             action=AuditAction.WEBHOOK_GATE_REFUSED,
-            subject_type="task",
-            subject_id=task.id,
-            thread_id=task.thread_id,
-            graph=task.graph,
             details={
                 "endpoint": endpoint.name,
                 "delivery": refused.delivery.pk if refused.delivery else None,

@@ -1,0 +1,169 @@
+"""The outbound webhook outbox: domain events become delivery rows in the change's own transaction.
+
+Events are written as OutboundDelivery rows inside the transaction that makes the
+change (an outbox: no event for a change that rolled back, none lost for one that
+committed), and the sending task is dispatched after commit, by name
+(``approvals.deliver_webhook``, ``approvals.outbound.tasks``). Sending, signing
+and retrying are ``approvals.outbound.sending``.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets as pysecrets
+from functools import partial
+from typing import Any
+
+from celery import current_app
+from django.db import transaction
+from django.dispatch import receiver
+from django.utils import timezone
+
+from approvals.gate_policy import gate_policy
+from approvals.models import ApprovalTask, AuditAction, AuditEvent, OutboundDelivery, WebhookSubscription
+from approvals.payloads import payload_kind
+from runtime import signals
+from runtime.models import Run
+
+log = logging.getLogger(__name__)
+
+# task.signed: one signature recorded (a quorum may still be open); task.decided: the task is decided.
+EVENT_TYPES = (
+    "task.opened",
+    "task.signed",
+    "task.decided",
+    "thread.completed",
+    "thread.failed",
+    # deadlines (approvals.deadlines): the reminder before, the escalation after the deadline
+    "task.reminded",
+    "task.escalated",
+)
+# The Celery task that sends one delivery (approvals.outbound.tasks.deliver_webhook).
+DELIVER_WEBHOOK_TASK = "approvals.deliver_webhook"
+
+
+def event_emit(event_type: str, *, graph: str, data: dict[str, Any]) -> list[OutboundDelivery]:
+    """Queue ``event_type`` for every matching subscription; call inside the change's transaction."""
+    subscriptions = [
+        s
+        for s in WebhookSubscription.objects.filter(active=True, graph__in=[graph, "*"])
+        if event_type in (s.event_types or [])
+    ]
+    if not subscriptions:
+        return []
+    event_id = f"evt_{pysecrets.token_hex(12)}"
+    now = timezone.now()
+    payload = {"type": event_type, "timestamp": now.isoformat(), "data": {"graph": graph, **data}}
+    rows = [
+        OutboundDelivery.objects.create(
+            subscription=s, event_id=event_id, event_type=event_type, graph=graph, payload=payload, next_attempt_at=now
+        )
+        for s in subscriptions
+    ]
+    for row in rows:
+        transaction.on_commit(partial(delivery_dispatch, delivery_id=row.pk))
+    return rows
+
+
+def delivery_dispatch(*, delivery_id: int, countdown: float = 0) -> None:
+    """Send the delivery to a worker (by task name: approvals.outbound.tasks imports this module)."""
+    try:
+        current_app.send_task(DELIVER_WEBHOOK_TASK, args=[delivery_id], countdown=countdown)
+    except Exception:  # the broker is down: the row stays pending with its next_attempt_at
+        log.exception("could not dispatch outbound webhook %s", delivery_id)
+
+
+def on_audit_recorded(event: AuditEvent) -> None:
+    """Subscribed in the transaction (approvals.events): the outbox rows commit or roll back with the change."""
+    if event.action == AuditAction.TASK_OPENED:
+        _task_opened(event)
+    elif event.action in (AuditAction.DECISION_MADE, AuditAction.DECISION_RECORDED):
+        _decision_recorded(event)
+    elif event.action in _DEADLINE_EVENTS:  # deadlines
+        _deadline_step(event)
+
+
+_DEADLINE_EVENTS = {AuditAction.DEADLINE_REMINDED: "task.reminded", AuditAction.DEADLINE_ESCALATED: "task.escalated"}
+
+
+def _deadline_step(event: AuditEvent) -> None:
+    details = event.details
+    event_emit(
+        _DEADLINE_EVENTS[AuditAction(event.action)],
+        graph=event.graph,
+        data={
+            "task_id": event.subject_id,
+            "thread_id": str(event.thread_id),
+            "node": details.get("node"),
+            "due_at": details.get("due_at"),
+            "escalated_to": details.get("escalated_to"),
+            "reason": details.get("reason", ""),
+        },
+    )
+
+
+def _task_opened(event: AuditEvent) -> None:
+    task = ApprovalTask.objects.filter(pk=event.subject_id).first()
+    if task is None:  # an audit row about a task that is not (or no longer) stored: nothing to describe
+        return
+    event_emit(
+        "task.opened",
+        graph=task.graph,
+        data={
+            "task_id": str(task.id),
+            "thread_id": str(task.thread_id),
+            "node": task.node,
+            "title": task.title,
+            "payload_kind": payload_kind(task.payload, task.kind),
+            "correlation_key": gate_policy(task.payload, task.kind).correlation_key,
+        },
+    )
+
+
+def _decision_recorded(instance: AuditEvent) -> None:
+    """A signature is ``task.signed``; only the one that decides the task (quorum met) is also ``task.decided``.
+
+    The audit event, not the Decision row, says whether the signature decided
+    the task: on a two-approver gate the first signature leaves it pending.
+    """
+    details = instance.details
+    data = {
+        "task_id": instance.subject_id,
+        "thread_id": str(instance.thread_id),
+        "decision_id": details.get("decision"),
+        "outcome": details.get("outcome"),
+        "reason": details.get("reason", ""),
+        "actor": instance.actor_label,
+    }
+    quorum = details.get("quorum") or {}
+    event_emit(
+        "task.signed",
+        graph=instance.graph,
+        data={
+            **data,
+            "meaning": details.get("meaning"),
+            "approvals": quorum.get("approvals"),
+            "required": quorum.get("required"),
+        },
+    )
+    if instance.action == AuditAction.DECISION_MADE:
+        event_emit("task.decided", graph=instance.graph, data=data)
+
+
+@receiver(signals.run_completed, dispatch_uid="outbound.thread_completed")
+def on_run_completed(sender: Any, run: Run, values: dict[str, Any], **kwargs: Any) -> None:
+    # State values are not sent: they may hold what only some roles may see.
+    event_emit(
+        "thread.completed",
+        graph=run.thread.graph,
+        data={"thread_id": str(run.thread_id), "run_id": str(run.id), "status": "completed", "keys": sorted(values)},
+    )
+
+
+@receiver(signals.run_failed, dispatch_uid="outbound.thread_failed")
+def on_run_failed(sender: Any, run: Run, error: str, **kwargs: Any) -> None:
+    event_emit(
+        "thread.failed",
+        graph=run.thread.graph,
+        data={"thread_id": str(run.thread_id), "run_id": str(run.id), "status": "failed", "error": error[:2000]},
+    )

@@ -1,0 +1,66 @@
+"""Outbound webhook subscriptions: who is sent which events, and who may see them and their deliveries."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import transaction
+from django.db.models import QuerySet
+
+from approvals import permissions
+from approvals.audit import audit_record
+from approvals.errors import InvalidInput, NotFound
+from approvals.models import AuditAction, OutboundDelivery, WebhookSubscription
+from approvals.outbound.destinations import destination_check
+from approvals.outbound.outbox import EVENT_TYPES
+from approvals.outbound.signing import secret_check, secret_generate
+from runtime.registry import graph_names
+
+
+def subscription_create(
+    *, actor: Any, url: str, graph: str = "*", event_types: list[str], secret: str | None = None
+) -> WebhookSubscription:
+    if actor is not None:
+        permissions.require(actor, "runtime.retry_thread", "manage webhooks")
+    if graph != "*" and graph not in graph_names():
+        raise InvalidInput(f"unknown graph {graph!r}", field="graph")
+    if actor is not None:
+        if graph != "*" and not permissions.graph_visible(actor, graph):
+            raise NotFound(f"graph {graph!r} not found", field="graph")
+        if graph == "*" and permissions.graphs_visible(actor) is not None:
+            raise InvalidInput("only principals who see every graph may subscribe to all of them", field="graph")
+    unknown = [e for e in event_types if e not in EVENT_TYPES]
+    if unknown or not event_types:
+        raise InvalidInput(f"event types must be among {', '.join(EVENT_TYPES)}", field="event_types")
+    checked_secret = secret_check(secret) if secret else secret_generate()
+    destination_check(url)  # resolves the host: before the transaction, not while holding it
+    with transaction.atomic():
+        subscription = WebhookSubscription.objects.create(
+            url=url,
+            graph=graph,
+            event_types=list(dict.fromkeys(event_types)),
+            secret=checked_secret,
+            created_by=actor,
+        )
+        audit_record(
+            actor=actor,
+            actor_label=None if actor else "manage.py",
+            action=AuditAction.WEBHOOK_SUBSCRIPTION_CREATED,
+            subject_type="subscription",
+            subject_id=subscription.pk,
+            graph="" if graph == "*" else graph,
+            details={"url": url, "graph": graph, "event_types": subscription.event_types},
+        )
+    return subscription
+
+
+def subscriptions_visible(user: Any) -> Any:
+    if not (permissions.can(user, "runtime.retry_thread") or permissions.can(user, "approvals.view_audit")):
+        return WebhookSubscription.objects.none()
+    visible = permissions.graphs_visible(user)
+    qs = WebhookSubscription.objects.all()
+    return qs if visible is None else qs.filter(graph__in=visible)
+
+
+def deliveries_visible(user: Any) -> QuerySet[OutboundDelivery]:
+    return OutboundDelivery.objects.filter(subscription__in=subscriptions_visible(user))
