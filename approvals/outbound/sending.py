@@ -9,7 +9,6 @@ backoff up to ``MAX_ATTEMPTS``, and an operator may retry one that gave up.
 from __future__ import annotations
 
 import json
-import os
 import ssl
 from dataclasses import dataclass
 from datetime import timedelta
@@ -40,11 +39,7 @@ RESPONSE_EXCERPT_CHARS = 256
 
 def _backoff_base() -> float:
     # Seconds before the 2nd attempt; doubles after each failure (base, 2·base, 4·base, …).
-    return float(
-        getattr(
-            settings, "GATEHOUSE_WEBHOOK_BACKOFF_SECONDS", os.environ.get("GATEHOUSE_WEBHOOK_BACKOFF_SECONDS", "10")
-        )
-    )
+    return float(settings.GATEHOUSE_WEBHOOK_BACKOFF_SECONDS)
 
 
 def backoff_delay(attempts: int) -> float:
