@@ -3,7 +3,7 @@
 Serves the subset of the Platform (Agent Protocol) API that ``langgraph_sdk``
 uses for human-in-the-loop work: ``get_client(url="https://host/lg", api_key=TOKEN)``.
 Handlers translate only; the work is in ``lgplatform.services`` (imported as ``platform``), built on
-the approvals domain and the runtime; responses are the typed ``*Out`` schemas of ``lgplatform.schemas``. See
+the approvals domain and the runtime; responses are the typed ``*Out`` schemas of ``lgplatform.responses``. See
 ``docs/platform-api.md`` for what is supported and what differs.
 
 Blocking endpoints (``runs/wait``, ``join``, ``runs/stream``) are async views that
@@ -34,26 +34,28 @@ from approvals.payloads import NOT_GIVEN
 from approvals.run_cancel import run_cancel_done
 from lgplatform import services as platform
 from lgplatform import time_travel as platform_time_travel
-from lgplatform.schemas import (
+from lgplatform.responses import (
     AssistantGraphOut,
     AssistantOut,
     AssistantSchemasOut,
-    AssistantSearchIn,
-    CancelQuery,
     GraphEdgeOut,
     GraphNodeOut,
+    RunOut,
+    ThreadOut,
+    ThreadStateOut,
+    ThreadUpdateStateOut,
+)
+from lgplatform.schemas import (
+    AssistantSearchIn,
+    CancelQuery,
     HistoryIn,
     RunCreateIn,
     RunListQuery,
-    RunOut,
     StateQuery,
     ThreadCheckpointIn,
     ThreadCreateIn,
-    ThreadOut,
     ThreadSearchIn,
-    ThreadStateOut,
     ThreadStateUpdateIn,
-    ThreadUpdateStateOut,
 )
 from runtime.models import ACTIVE_RUN_STATUSES, Run, RunStatus, Thread
 from runtime.notify import ThreadWatch

@@ -15,7 +15,7 @@ This module translates, and adds no second way to change anything:
 State is read only through ``approvals.gateway``; thread and run rows change only
 through the runtime's services (``runtime.threads``, ``runtime.runs``), and what a
 caller may see is ``approvals.permissions``' to say. The ``*_out`` builders return
-the typed response schemas of ``lgplatform.schemas``.
+the typed response schemas of ``lgplatform.responses``.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from approvals.models import ApprovalTask, AuditAction, Decision, TaskKind, Task
 from approvals.payloads import NOT_GIVEN, DecisionRequest
 from approvals.redaction import filter_split, redact
 from approvals.run_cancel import run_cancel as run_cancel_service
-from lgplatform.schemas import (
+from lgplatform.responses import (
     AssistantOut,
     CheckpointRefOut,
     InterruptOut,

@@ -15,15 +15,8 @@ from django.http import HttpRequest, HttpResponse
 from ninja import Query, Router
 
 from approvals import store
-from lgplatform.schemas import (
-    StoreDeleteIn,
-    StoreGetQuery,
-    StoreItemsOut,
-    StoreNamespacesIn,
-    StoreNamespacesOut,
-    StorePutIn,
-    StoreSearchIn,
-)
+from lgplatform.responses import StoreItemsOut, StoreNamespacesOut
+from lgplatform.schemas import StoreDeleteIn, StoreGetQuery, StoreNamespacesIn, StorePutIn, StoreSearchIn
 
 router = Router(tags=["store"])
 

@@ -26,7 +26,8 @@ from approvals import time_travel
 from approvals.errors import Conflict, InvalidInput
 from approvals.inputs import CHECKPOINT_ID_PATTERN
 from lgplatform import services as platform
-from lgplatform.schemas import RunCreateIn, ThreadOut, ThreadStateOut, ThreadStateUpdateIn, ThreadUpdateStateOut
+from lgplatform.responses import ThreadOut, ThreadStateOut, ThreadUpdateStateOut
+from lgplatform.schemas import RunCreateIn, ThreadStateUpdateIn
 from runtime.models import Run
 from runtime.state import SubgraphView
 

@@ -1,0 +1,138 @@
+"""Responses of the LangGraph Platform-compatible API (``/lg/``): the shapes of ``langgraph_sdk.schema``.
+
+Assistant, Thread, ThreadState (with its tasks and interrupts), Run and the
+store's envelopes are typed here, so the OpenAPI document at ``/lg/docs``
+describes them and a builder cannot drift from what the SDK expects. What a
+graph or a caller owns (state values, metadata, config, an interrupt's value)
+stays any JSON inside the envelope. The builders are ``lgplatform.services``'
+``*_out`` functions.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from ninja import Schema
+from pydantic import SerializerFunctionWrapHandler, model_serializer
+
+
+class AssistantOut(Schema):
+    assistant_id: str
+    graph_id: str
+    name: str
+    description: str | None
+    config: dict[str, Any]
+    context: dict[str, Any]
+    metadata: dict[str, Any]
+    version: int
+    created_at: str
+    updated_at: str
+
+
+class GraphNodeOut(Schema):
+    id: str
+    type: str
+    data: str
+
+
+class GraphEdgeOut(Schema):
+    source: str
+    target: str
+
+
+class AssistantGraphOut(Schema):
+    nodes: list[GraphNodeOut]
+    edges: list[GraphEdgeOut]
+
+
+class AssistantSchemasOut(Schema):
+    graph_id: str
+    input_schema: dict[str, Any] | None
+    output_schema: dict[str, Any] | None
+    state_schema: dict[str, Any] | None
+    config_schema: dict[str, Any] | None
+    context_schema: dict[str, Any] | None
+
+
+class InterruptOut(Schema):
+    value: Any
+    id: str
+    response_schema: dict[str, Any] | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_absent_schema(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # LangGraph sends ``response_schema`` only when the interrupt declared one.
+        data: dict[str, Any] = handler(self)
+        if self.response_schema is None:
+            data.pop("response_schema", None)
+        return data
+
+
+class ThreadOut(Schema):
+    thread_id: str
+    created_at: datetime
+    updated_at: datetime
+    metadata: dict[str, Any]
+    status: str
+    values: Any
+    interrupts: dict[str, list[InterruptOut]]
+    error: str | None
+    config: dict[str, Any]
+
+
+class CheckpointRefOut(Schema):
+    thread_id: str
+    checkpoint_ns: str
+    checkpoint_id: str | None
+    checkpoint_map: dict[str, Any] | None
+
+
+class StateTaskOut(Schema):
+    id: str
+    name: str
+    path: list[str]
+    error: str | None
+    interrupts: list[InterruptOut]
+    checkpoint: CheckpointRefOut | None
+    state: ThreadStateOut | None  # a subgraph in flight (``get_state(..., subgraphs=True)``)
+    result: Any
+
+
+class ThreadStateOut(Schema):
+    values: Any
+    next: list[str]
+    tasks: list[StateTaskOut]
+    checkpoint: CheckpointRefOut
+    metadata: dict[str, Any]
+    created_at: str | None
+    parent_checkpoint: CheckpointRefOut | None
+    interrupts: list[InterruptOut]
+
+
+class ThreadUpdateStateOut(Schema):
+    checkpoint: CheckpointRefOut
+
+
+class RunOut(Schema):
+    run_id: str
+    thread_id: str
+    assistant_id: str | None
+    created_at: datetime
+    updated_at: datetime
+    status: str
+    metadata: dict[str, Any]
+    kwargs: dict[str, Any]
+    multitask_strategy: str
+    error: str | None
+
+
+class StoreItemsOut(Schema):
+    items: list[dict[str, Any]]  # langgraph's Item / SearchItem, values masked per reader (approvals.store)
+
+
+class StoreNamespacesOut(Schema):
+    namespaces: list[list[str]]
+
+
+StateTaskOut.model_rebuild()  # its ``state`` refers to ThreadStateOut, defined after it
