@@ -31,7 +31,7 @@ from django.db.models.fields.json import KeyTransform
 from django.utils import timezone
 
 from approvals import gateway, permissions, services, time_travel
-from approvals.audit import audit_record
+from approvals.audit import audit_record, audit_thread
 from approvals.errors import Conflict, InvalidInput, NotFound
 from approvals.models import ApprovalTask, AuditAction, Decision, TaskKind, TaskStatus
 from approvals.payloads import NOT_GIVEN, DecisionRequest
@@ -233,15 +233,8 @@ def thread_create(
             return thread_get_for(actor, pk), False
         raise Conflict(f"thread {pk} already exists", field="thread_id")
     thread = runtime_threads.thread_create(thread_id=pk, graph=graph, metadata=metadata, created_by=actor)
-    audit_record(
-        actor=actor,
-        action=AuditAction.THREAD_CREATED,
-        subject_type="thread",
-        subject_id=thread.id,
-        thread_id=thread.id,
-        graph=graph,
-        details={"metadata": metadata, "via": "platform-api"},
-    )
+    details = {"metadata": metadata, "via": "platform-api"}
+    audit_thread(thread=thread, actor=actor, action=AuditAction.THREAD_CREATED, details=details)
     return thread, True
 
 
@@ -423,13 +416,10 @@ def thread_state_update(
         raise InvalidInput(f"unknown node (the graph has: {', '.join(entry.builder.nodes)})", field="as_node")
     previous = thread.checkpoint_id
     checkpoint_id = runtime_threads.thread_state_write(thread=thread, values=values, as_node=as_node)
-    audit_record(
+    audit_thread(
+        thread=thread,
         actor=actor,
         action=AuditAction.THREAD_STATE_UPDATED,
-        subject_type="thread",
-        subject_id=thread.id,
-        thread_id=thread.id,
-        graph=thread.graph,
         details={"values": values, "as_node": as_node, "checkpoint_id": checkpoint_id, "previous": previous},
     )
     return ThreadUpdateStateOut(checkpoint=checkpoint_ref(thread.id, checkpoint_id))
