@@ -83,6 +83,7 @@ class RunCreateIn(Schema):
     context: dict[str, Any] | None = None
     multitask_strategy: Literal["reject", "interrupt", "rollback", "enqueue"] | None = None
     stream_mode: str | list[str] | None = None
+    stream_subgraphs: bool = False
     interrupt_before: Any = None
     interrupt_after: Any = None
     webhook: str | None = None
