@@ -67,8 +67,6 @@ class LiveConsumer(AsyncWebsocketConsumer):
         await self.render_send()
 
     async def live_event(self, event: dict[str, Any]) -> None:
-        import sys as _s, time as _t
-        print(f"TRACE recv {event.get('action')} {event.get('thread')} {_t.time():.6f} pending={self._pending is not None and not self._pending.done()}", file=_s.stderr, flush=True)
         if event.get("action") in QUIET_ACTIONS:
             return
         if self._pending is None or self._pending.done():
@@ -79,10 +77,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
         await self.render_send()
 
     async def render_send(self) -> None:
-        import sys as _s, time as _t
-        _a = _t.time()
         html = await database_sync_to_async(self._render)()
-        print(f"TRACE render {_a:.6f} {_t.time():.6f}", file=_s.stderr, flush=True)
         if html is None:
             await self.close(code=CLOSE_UNAUTHENTICATED)
             return

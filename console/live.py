@@ -111,8 +111,6 @@ def bulk_group(bulk_id: object) -> str:
 
 def on_audit_recorded(audit: AuditEvent) -> None:
     """Subscribed after commit (approvals.events, from ConsoleConfig.ready)."""
-    import sys as _s
-    print(f"TRACE commit {audit.action} {audit.thread_id} {time.time():.6f}", file=_s.stderr, flush=True)
     event_publish(event_from_audit(audit))
 
 
@@ -151,11 +149,7 @@ class _Publisher:
             if layer is None:
                 continue
             sends = [layer.group_send(group, event) for event in batch for group in groups_for(event)]
-            import sys as _s
-            _t = time.time()
             results = loop.run_until_complete(asyncio.gather(*sends, return_exceptions=True))
-            for e in batch:
-                print(f"TRACE sent {e.get('action')} {e.get('thread')} {_t:.6f} {time.time():.6f}", file=_s.stderr, flush=True)
             for result in results:
                 if isinstance(result, Exception):
                     log.warning("live event not delivered: %r", result)
