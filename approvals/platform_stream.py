@@ -19,9 +19,9 @@ are also masked as if they stood at any state key a path names
 message content, custom and event strings — is masked by the values found at
 sensitive paths so far (the thread's, the run's input and command, each update),
 and streamed text is held back while it ends with the start of one, so no
-token reveals a piece of a value. A permitted reader sees chunks unmasked; the
-first time a stream shows them a sensitive path, the reveal is audited
-(``gateway.guard``), once per path per stream.
+token reveals a piece of a value. A permitted reader sees chunks unmasked; a
+chunk that shows them a sensitive field the stream has not shown them before is
+audited (``gateway.guard``, with the chunk's fields), the others are not.
 """
 
 from __future__ import annotations
