@@ -17,9 +17,12 @@ at ``human_review``, and from the moment the start request returns we time:
   any reader could see it: commit time, give or take 1 ms).
 
 The difference (websocket − database) is what the live path adds after the
-task commits: the after-commit publish, Redis, the consumer's debounce
-(``console.consumers.DEBOUNCE_SECONDS``) and the re-render. Results: a table
-and ``var/bench/live_latency.json``.
+task commits: the after-commit publish (one Redis PUBLISH per group), the
+consumer, and the fragment it pushes first (the new task's row; the whole list
+is re-rendered after it, ``console.consumers.InboxConsumer``). Target (issue 13):
+it adds at most 10 ms at p95. Each thread waits for the whole list's re-render
+before the next starts, so threads never overlap. Results: a table and
+``var/bench/live_latency.json``.
 """
 
 from __future__ import annotations
@@ -62,6 +65,7 @@ from bench.full_cycle import (  # noqa: E402
 )
 
 TARGET_P95_MS = 50.0
+TARGET_ADDED_P95_MS = 10.0  # issue 13: the live path adds at most this over a 1 ms database poll
 PASSWORD = "bench-" + uuid.uuid4().hex[:12]
 
 
@@ -117,16 +121,16 @@ class InboxListener(threading.Thread):
                     self.messages.append((now, message if isinstance(message, str) else message.decode()))
                     self.cond.notify_all()
 
-    def first_containing(self, needle: str, *, since: int, timeout: float) -> float:
+    def first_containing(self, *needles: str, since: int, timeout: float) -> float:
         deadline = time.monotonic() + timeout
         with self.cond:
             while True:
                 for at, html in self.messages[since:]:
-                    if needle in html:
+                    if all(needle in html for needle in needles):
                         return at
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    raise TimeoutError(f"no inbox fragment with {needle} within {timeout}s")
+                    raise TimeoutError(f"no inbox fragment with {needles} within {timeout}s")
                 self.cond.wait(remaining)
 
     def close(self) -> None:
@@ -246,7 +250,9 @@ def main() -> int:
                     ws_ms.append((t_ws - t0) * 1000)
                     db_ms.append((t_db - t0) * 1000)
                     added_ms.append((t_ws - t_db) * 1000)
-                time.sleep(DEBOUNCE_SECONDS * 2)  # let the last render go out: threads do not overlap
+                # The whole list's re-render follows the row: wait for it, so threads do not overlap.
+                listener.first_containing(task_id, 'id="inbox-results"', since=seen, timeout=args.wait_timeout)
+                time.sleep(DEBOUNCE_SECONDS * 2)
         ws, db, added = stats(ws_ms), stats(db_ms), stats(added_ms)
         for s, base_s in ((ws, db), (db, db)):
             s["ratio_p50_vs_baseline"] = round(s["p50_ms"] / base_s["p50_ms"], 2)
@@ -270,10 +276,14 @@ def main() -> int:
             f"{'live path added after commit (ws − db)':<48} {added['n']:>4} {added['p50_ms']:>8.1f} "
             f"{added['p95_ms']:>8.1f} {added['max_ms']:>8.1f}"
         )
+        p95_gap = round(ws["p95_ms"] - db["p95_ms"], 2)
         print(
-            f"\ntarget: websocket p95 < {TARGET_P95_MS:.0f} ms — "
-            f"{'met' if ws['p95_ms'] < TARGET_P95_MS else 'MISSED'}; the consumer debounces events "
-            f"{DEBOUNCE_SECONDS * 1000:.0f} ms (console.consumers.DEBOUNCE_SECONDS), included above"
+            f"\ntarget: websocket p95 < {TARGET_P95_MS:.0f} ms — {'met' if ws['p95_ms'] < TARGET_P95_MS else 'MISSED'}"
+        )
+        print(
+            f"target: the live path adds <= {TARGET_ADDED_P95_MS:.0f} ms at p95 over the 1 ms poll — "
+            f"{'met' if added['p95_ms'] <= TARGET_ADDED_P95_MS else 'MISSED'} "
+            f"(p95 of ws − db per thread {added['p95_ms']:.1f} ms; p95(ws) − p95(db) {p95_gap:.1f} ms)"
         )
         report = {
             "command": " ".join([Path(sys.executable).name, *sys.argv]),
@@ -286,6 +296,9 @@ def main() -> int:
             "added_after_commit": added,
             "target_p95_ms": TARGET_P95_MS,
             "meets_target": ws["p95_ms"] < TARGET_P95_MS,
+            "p95_gap_ms": p95_gap,
+            "target_added_p95_ms": TARGET_ADDED_P95_MS,
+            "meets_added_target": added["p95_ms"] <= TARGET_ADDED_P95_MS,
             "latencies_ms": {"websocket": [round(x, 2) for x in ws_ms], "db_poll": [round(x, 2) for x in db_ms]},
         }
         path = OUT_DIR / "live_latency.json"

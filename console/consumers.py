@@ -28,9 +28,10 @@ from runtime.registry import graph_names
 
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_FORBIDDEN = 4403
-# Events of one change arrive together (run claimed, task opened, run interrupted): wait this
-# long after the first and render once. Short: it is added to what a reviewer waits for.
-DEBOUNCE_SECONDS = 0.01
+# Events of one change are published together (task opened, run interrupted) and arrive within a
+# millisecond or two: wait this long after the first and render once. Events that arrive while a
+# render is under way are never dropped: they cause one more render after it.
+DEBOUNCE_SECONDS = 0.003
 # Reads that audit themselves change nothing on screen. Re-rendering on them would loop: a render
 # for a permitted viewer reveals sensitive fields, which writes ``sensitive.revealed``, which is published.
 QUIET_ACTIONS = frozenset({AuditAction.SENSITIVE_REVEALED})
@@ -38,10 +39,13 @@ QUIET_ACTIONS = frozenset({AuditAction.SENSITIVE_REVEALED})
 
 class LiveConsumer(AsyncWebsocketConsumer):
     template = ""
+    # Actions (or action prefixes, ending in ".") that cannot change this page: no render for them.
+    unchanged_by: frozenset[str] = frozenset()
 
     async def connect(self) -> None:
         self.joined: list[str] = []
         self._pending: asyncio.Task[None] | None = None
+        self._dirty = False
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
             await self.close(code=CLOSE_UNAUTHENTICATED)
@@ -66,15 +70,35 @@ class LiveConsumer(AsyncWebsocketConsumer):
         # The only client message is "refresh" (sent by console.js after a reconnect or on demand).
         await self.render_send()
 
-    async def live_event(self, event: dict[str, Any]) -> None:
-        if event.get("action") in QUIET_ACTIONS:
+    async def dispatch(self, message: dict[str, Any]) -> None:
+        # Channels closes stale database connections before every message, on the thread all
+        # database work of this process shares: an event would wait for any render under way.
+        # An event does no database work here (renders run in database_sync_to_async, which
+        # closes its own), so it is handled at once.
+        if message.get("type") == live.EVENT_TYPE:
+            await self.live_event(message)
             return
+        await super().dispatch(message)
+
+    async def live_event(self, event: dict[str, Any]) -> None:
+        action = str(event.get("action") or "")
+        if action in QUIET_ACTIONS or action in self.unchanged_by or f"{action.split('.')[0]}." in self.unchanged_by:
+            return
+        if self.has_fragment(event):
+            # Off the thread full renders share: a render under way must not hold the fragment up.
+            html = await database_sync_to_async(self._fragment, thread_sensitive=False)(event)
+            if html:
+                with contextlib.suppress(Exception):  # the socket closed meanwhile
+                    await self.send(text_data=html)
+        self._dirty = True
         if self._pending is None or self._pending.done():
             self._pending = asyncio.ensure_future(self._render_later())
 
     async def _render_later(self) -> None:
         await asyncio.sleep(DEBOUNCE_SECONDS)
-        await self.render_send()
+        while self._dirty:
+            self._dirty = False
+            await self.render_send()
 
     async def render_send(self) -> None:
         html = await database_sync_to_async(self._render)()
@@ -84,12 +108,17 @@ class LiveConsumer(AsyncWebsocketConsumer):
         with contextlib.suppress(Exception):  # the socket closed meanwhile
             await self.send(text_data=html)
 
-    def _render(self) -> str | None:
+    def _reader(self) -> Any:
+        """The socket's user, re-read; None once signed out, expired or deactivated: push nothing more."""
         user = self.scope["user"]
         if not _session_alive(self.scope.get("session")):
-            return None  # signed out or expired since connecting: stop pushing data
+            return None
         user.refresh_from_db()
-        if not user.is_active:
+        return user if user.is_active else None
+
+    def _render(self) -> str | None:
+        user = self._reader()
+        if user is None:
             return None
         try:
             ctx = self.context(user)
@@ -98,13 +127,29 @@ class LiveConsumer(AsyncWebsocketConsumer):
         ctx["live"] = True
         return render_to_string(self.template, ctx)
 
+    def _fragment(self, event: dict[str, Any]) -> str | None:
+        user = self._reader()
+        if user is None:
+            return None  # the full render that follows closes the socket
+        try:
+            return self.fragment(user, event)
+        except DomainError:
+            return None
+
     # --- per page -----------------------------------------------------------------------
+
+    def has_fragment(self, event: dict[str, Any]) -> bool:
+        """Whether ``event`` gets a small fragment pushed at once, ahead of the full render."""
+        return False
 
     def groups_authorised(self, user: Any) -> list[str] | None:
         raise NotImplementedError
 
     def context(self, user: Any) -> dict[str, Any]:
         raise NotImplementedError
+
+    def fragment(self, user: Any, event: dict[str, Any]) -> str | None:
+        return None
 
 
 def _session_alive(session: SessionBase | None) -> bool:
@@ -116,6 +161,8 @@ def _session_alive(session: SessionBase | None) -> bool:
 
 class InboxConsumer(LiveConsumer):
     template = "console/partials/inbox_results.html"
+    # The list shows tasks: a thread starting or a run's progress changes none of its rows.
+    unchanged_by = frozenset({"run.", "effect.", AuditAction.THREAD_STARTED, AuditAction.THREAD_CREATED})
 
     def groups_authorised(self, user: Any) -> list[str] | None:
         if not permissions.can(user, "approvals.view_approvaltask"):
@@ -124,9 +171,19 @@ class InboxConsumer(LiveConsumer):
         names = graph_names() if visible is None else sorted(visible)
         return [live.graph_group(name) for name in names]
 
+    def _params(self) -> QueryDict:
+        return QueryDict(self.scope.get("query_string", b"").decode(), mutable=False)
+
     def context(self, user: Any) -> dict[str, Any]:
-        params = QueryDict(self.scope.get("query_string", b"").decode(), mutable=False)
-        return page_context.inbox_context(user, params)
+        return page_context.inbox_context(user, self._params())
+
+    def has_fragment(self, event: dict[str, Any]) -> bool:
+        # A task opened: its row goes out at once (one query, one row), the whole list after it.
+        return event.get("action") == AuditAction.TASK_OPENED and event.get("subject_type") == "task"
+
+    def fragment(self, user: Any, event: dict[str, Any]) -> str | None:
+        ctx = page_context.inbox_row_context(user, self._params(), event.get("subject_id"))
+        return render_to_string("console/partials/inbox_row_push.html", ctx) if ctx else None
 
 
 class TaskConsumer(LiveConsumer):

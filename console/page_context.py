@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
+from django.core.exceptions import ValidationError
 from django.http import QueryDict
 
 from approvals import assignment, bulk, columns, comments, gateway, permissions, time_travel
@@ -70,6 +71,36 @@ def inbox_context(user: Any, params: QueryDict, *, limit: int = INBOX_PAGE_SIZE)
         "bulk": bulk_inbox_context(user, wanted, filters, page),  # bulk decisions (issue 14)
         # inbox columns per gate and previous-page navigation (issue 14)
         **inbox_columns_context(user, page, filters, columns, base),
+    }
+
+
+def inbox_row_context(user: Any, params: QueryDict, task_id: Any) -> dict[str, Any] | None:
+    """A new task's row as the inbox with these ``params`` shows it, or None if it would not show it at
+    the top of the page the reader is on (another page or sort order, filtered out, not visible to them).
+
+    What a live inbox sends the moment a task opens, ahead of re-rendering the whole list: the row is
+    one query and one small template, the list is everything (console.consumers.InboxConsumer).
+    """
+    form = InboxFilterForm(params)
+    if not form.is_valid():
+        return None
+    filters = form.filters()
+    if filters.get("cursor") or filters.get("before") or filters.get("sort") != "newest":
+        return None
+    columns = inbox_column_filters(params)
+    try:
+        wanted = form.inbox_filter(columns=columns)
+        page = selectors.inbox_list(user=user, filter=wanted, limit=1, task_id=task_id, sort="newest")
+    except (DomainError, ValidationError):
+        return None
+    if not page.items:
+        return None
+    inbox_columns_context(user, page, filters, columns, {})  # the row's gate column cells
+    return {
+        "rows": [(t, _claim_of(t)) for t in page.items],
+        "me": user,
+        "conversation": comments.inbox_conversation(user=user, tasks=page.items),
+        "bulk": {"enabled": bool(filters) and permissions.can(user, "approvals.decide_task")},
     }
 
 

@@ -376,7 +376,11 @@ CELERY_BEAT_SCHEDULE = {
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
-            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            # Redis pub/sub: a group_send is one PUBLISH that Redis pushes to the web processes
+            # subscribed to the group, instead of the core layer's three round trips per group and a
+            # polling receive; what a lost message costs is a stale screen until the next event,
+            # which live events accept anyway (console/live.py, docs/performance.md).
+            "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
             # Several deployments (or test sessions) may share one Redis: groups are namespaced.
             "CONFIG": {"hosts": [REDIS_URL], "prefix": env_str("GATEHOUSE_CHANNEL_PREFIX") or "asgi"},
         }

@@ -14,16 +14,14 @@ thread and wakes as soon as the run settles; every wait is bounded.
 
 from __future__ import annotations
 
-import json
 import re
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 from uuid import UUID
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.core.serializers.json import DjangoJSONEncoder
+from django.db import transaction
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from ninja import NinjaAPI, Query
 
@@ -33,6 +31,7 @@ from approvals.inputs import CHECKPOINT_ID_PATTERN, StrictJsonParser
 from approvals.payloads import NOT_GIVEN
 from approvals.run_cancel import run_cancel_done
 from lgplatform import services as platform
+from lgplatform import stream as platform_stream
 from lgplatform import time_travel as platform_time_travel
 from lgplatform.responses import (
     AssistantGraphOut,
@@ -49,6 +48,7 @@ from lgplatform.schemas import (
     AssistantSearchIn,
     CancelQuery,
     HistoryIn,
+    JoinStreamQuery,
     RunCreateIn,
     RunListQuery,
     StateQuery,
@@ -57,10 +57,11 @@ from lgplatform.schemas import (
     ThreadSearchIn,
     ThreadStateUpdateIn,
 )
-from runtime.models import ACTIVE_RUN_STATUSES, Run, RunStatus, Thread
+from runtime.models import ACTIVE_RUN_STATUSES, Run, Thread
 from runtime.notify import ThreadWatch
 from runtime.registry import graph_get
 from runtime.state_schema import json_schema_for
+from runtime.stream import run_log
 
 
 def _wait_limit() -> float:
@@ -248,7 +249,17 @@ _UNSUPPORTED = {
 }
 
 
-def _run_create_sync(request: HttpRequest, thread_id: UUID, body: RunCreateIn) -> Run:
+@transaction.atomic  # the run and the stream it is to publish commit together: its worker reads both
+def _run_create_sync(
+    request: HttpRequest, thread_id: UUID, body: RunCreateIn, *, stream: list[str] | None = None
+) -> Run:
+    run = _run_create_body(request, thread_id, body)
+    if stream:
+        platform_stream.run_stream_record(run=run, modes=stream, subgraphs=body.stream_subgraphs)
+    return run
+
+
+def _run_create_body(request: HttpRequest, thread_id: UUID, body: RunCreateIn) -> Run:
     replay_from = platform_time_travel.checkpoint_wanted(body.checkpoint, body.checkpoint_id)
     for name, why in _UNSUPPORTED.items():
         if getattr(body, name):
@@ -285,7 +296,9 @@ def _run_location(thread_id: Any, run_id: Any) -> str:
 
 @api.post("/threads/{uuid:thread_id}/runs", response=RunOut, tags=["runs"])
 def run_create(request: HttpRequest, thread_id: UUID, body: RunCreateIn) -> HttpResponse:
-    run = _run_create_sync(request, thread_id, body)
+    # A background run publishes the modes it names, for GET .../runs/{run_id}/stream to join.
+    modes = platform_stream.stream_modes_parse(body.stream_mode) if body.stream_mode else None
+    run = _run_create_sync(request, thread_id, body, stream=modes)
     graph = Thread.objects.values_list("graph", flat=True).get(pk=thread_id)
     response = api.create_response(request, platform.run_out(run, graph).model_dump(), status=200)
     response["Content-Location"] = _run_location(thread_id, run.id)
@@ -371,65 +384,45 @@ async def run_join(request: HttpRequest, thread_id: UUID, run_id: UUID) -> HttpR
     return await _wait_response(request, thread_id, run_id)
 
 
-def _sse(event: str, data: Any) -> bytes:
-    return f"event: {event}\ndata: {json.dumps(data, cls=DjangoJSONEncoder)}\n\n".encode()
-
-
-async def _run_events(user: Any, thread_id: Any, run: Run, limit: float) -> AsyncIterator[bytes]:
-    """metadata, then a values event per new checkpoint, then the final values and end."""
-    yield _sse("metadata", {"run_id": str(run.id), "attempt": 1})
-    async with ThreadWatch(thread_id) as watch:
-        async for chunk in _run_values(user, thread_id, run, limit, watch):
-            yield chunk
-    yield _sse("end", None)
-
-
-async def _run_values(user: Any, thread_id: Any, run: Run, limit: float, watch: ThreadWatch) -> AsyncIterator[bytes]:
-    deadline = time.monotonic() + limit
-    seen = ""
-    last_beat = time.monotonic()
-    while True:
-        thread, current = await sync_to_async(platform.run_progress)(user, thread_id, run.id)
-        finished = current.status not in ACTIVE_RUN_STATUSES
-        if current.status == RunStatus.FAILED:
-            yield _sse("error", {"error": "RunError", "message": current.error or "the run failed"})
-            break
-        if finished or thread.checkpoint_id != seen:
-            state = await sync_to_async(platform.thread_state)(user, thread_id)
-            checkpoint_id = state.checkpoint.checkpoint_id or ""
-            if checkpoint_id != seen or finished:
-                values = dict(state.values)
-                if finished and state.interrupts:
-                    values["__interrupt__"] = [i.model_dump() for i in state.interrupts]
-                seen = checkpoint_id
-                yield _sse("values", values)
-        if finished:
-            break
-        if time.monotonic() >= deadline:
-            yield _sse("error", _timeout_output(thread_id, run.id, limit)["__error__"])
-            break
-        if time.monotonic() - last_beat > 10:
-            last_beat = time.monotonic()
-            yield b": heartbeat\n\n"  # keeps proxies from closing an idle stream
-        await watch.changed(min(deadline, last_beat + 10) - time.monotonic())
+def _stream_response(request: HttpRequest, thread_id: Any, run_id: Any, events: Any) -> StreamingHttpResponse:
+    response = StreamingHttpResponse(events, content_type="text/event-stream")
+    response["Cache-Control"] = "no-store"
+    response["X-Accel-Buffering"] = "no"
+    response["Content-Location"] = _run_location(thread_id, run_id)
+    # The SDK reconnects here (with Last-Event-ID) if the connection drops mid-stream.
+    response["Location"] = f"{_run_location(thread_id, run_id)}/stream"
+    return response
 
 
 @api.post("/threads/{uuid:thread_id}/runs/stream", tags=["runs"])
 async def run_stream(request: HttpRequest, thread_id: UUID, body: RunCreateIn) -> StreamingHttpResponse:
-    modes = [body.stream_mode] if isinstance(body.stream_mode, str) else (body.stream_mode or ["values"])
-    unsupported = sorted(set(modes) - {"values"})
-    if unsupported:
-        raise InvalidInput(
-            f"only stream_mode 'values' is supported (got {', '.join(unsupported)})", field="stream_mode"
-        )
-    run = await sync_to_async(_run_create_sync)(request, thread_id, body)
-    response = StreamingHttpResponse(
-        _run_events(_user(request), thread_id, run, _wait_limit()), content_type="text/event-stream"
+    """Create a run and stream it: ``stream_mode`` one or several of values, updates, messages,
+    messages-tuple, events, debug, custom, tasks, checkpoints (``docs/platform-api.md``)."""
+    modes = platform_stream.stream_modes_parse(body.stream_mode)
+    run = await sync_to_async(_run_create_sync)(request, thread_id, body, stream=modes)
+    events = platform_stream.run_stream_events(
+        user=_user(request), thread_id=thread_id, run_id=run.id, modes=modes, after=None, limit=_wait_limit()
     )
-    response["Cache-Control"] = "no-store"
-    response["X-Accel-Buffering"] = "no"
-    response["Content-Location"] = _run_location(thread_id, run.id)
-    return response
+    return _stream_response(request, thread_id, run.id, events)
+
+
+@api.get("/threads/{uuid:thread_id}/runs/{uuid:run_id}/stream", tags=["runs"])
+async def run_join_stream(
+    request: HttpRequest, thread_id: UUID, run_id: UUID, query: Query[JoinStreamQuery]
+) -> StreamingHttpResponse:
+    """Join a run's stream: from its start, or after the ``Last-Event-ID`` header's event."""
+    user = _user(request)
+    _, run = await sync_to_async(platform.run_get_for)(user, thread_id, run_id)
+    after = request.headers.get("Last-Event-ID") or None
+    if after is not None and not run_log().valid_id(after):
+        raise InvalidInput("not an event id of this stream", field="Last-Event-ID")
+    published = (run.stream or {}).get("modes") or ["values"]
+    asked = [m for m in query.stream_mode if m]  # the SDK sends stream_mode=None as an empty value
+    modes = platform_stream.stream_modes_parse(asked) if asked else published
+    events = platform_stream.run_stream_events(
+        user=user, thread_id=thread_id, run_id=run_id, modes=modes, after=after, limit=_wait_limit()
+    )
+    return _stream_response(request, thread_id, run_id, events)
 
 
 api.add_router("", "lgplatform.store_api.router")  # long-term memory store (client.store)

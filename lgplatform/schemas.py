@@ -15,6 +15,7 @@ from ninja import Schema
 from pydantic import Field
 
 from approvals.inputs import Offset
+from runtime.stream import CLIENT_MODES
 
 SortOrder = Literal["asc", "desc"]
 
@@ -85,6 +86,11 @@ class RunListQuery(Schema):
     status: str | None = Field(default=None, max_length=20)
 
 
+class JoinStreamQuery(Schema):
+    stream_mode: list[str] = Field(default_factory=list, max_length=len(CLIENT_MODES))
+    cancel_on_disconnect: bool = False  # ignored: runs always continue
+
+
 class CancelQuery(Schema):
     wait: bool = False
     action: str = Field(default="interrupt", max_length=20)
@@ -99,6 +105,7 @@ class RunCreateIn(Schema):
     context: dict[str, Any] | None = None
     multitask_strategy: Literal["reject", "interrupt", "rollback", "enqueue"] | None = None
     stream_mode: str | list[str] | None = None
+    stream_subgraphs: bool = False
     interrupt_before: Any = None
     interrupt_after: Any = None
     webhook: str | None = None

@@ -50,6 +50,7 @@ from runtime.runs import (
 )
 from runtime.storable import NotStorable, value_storable_check
 from runtime.store import StoreConfigError, store_for_run
+from runtime.stream import stream_tap
 
 log = logging.getLogger(__name__)
 
@@ -204,7 +205,10 @@ def _stream(
 ) -> None:
     deadline = controls.deadline()
     try:
-        for _chunk in graph.stream(graph_input, config, stream_mode="updates", durability=controls.durability):
+        # stream_tap is graph.stream; for a run a /lg/ client streams, it also publishes the chunks (runtime.stream).
+        for _chunk in stream_tap(
+            run, graph, graph_input, config, stream_mode="updates", durability=controls.durability
+        ):
             heartbeat.check()
             # Cancelled by an operator? Stop before the next step (under async/exit durability no
             # checkpoint write would tell us until the run ends).

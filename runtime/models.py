@@ -102,6 +102,9 @@ class Run(models.Model):
     cancel_action = models.CharField(max_length=9, choices=RunCancelAction.choices, blank=True, default="")
     cancelled_by = models.CharField(max_length=150, blank=True, default="")
     cancel_reason = models.TextField(blank=True, default="")
+    # What a /lg/ client streams from this run, {"modes": [...], "subgraphs": bool}, set in the
+    # transaction that enqueues it; the worker publishes those chunks (runtime.stream). Null: nothing is.
+    stream = models.JSONField(null=True, blank=True)
 
     class Meta:
         constraints = [

@@ -7,6 +7,7 @@ Screenshots land in var/screenshots/ (git-ignored). Every wait is bounded.
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -166,6 +167,48 @@ def test_a_watching_reviewer_sees_a_new_task_appear_live(browser, server, person
     expect(row).to_have_count(1, timeout=WAIT_MS)
     expect(row).to_contain_text(case)
     assert ApprovalTask.objects.get(thread_id=thread["id"]).pk.hex == row.get_attribute("data-task-id").replace("-", "")
+    page.context.close()
+
+
+def test_a_pushed_row_goes_to_the_top_of_the_list_before_the_list_is_re_rendered(browser, server, personas):
+    """The fragment a live inbox sends when a task opens (console.consumers.InboxConsumer), on its own:
+    after the first render the server's messages are held back, so the row on screen is the pushed one."""
+    from django.http import QueryDict
+    from django.template.loader import render_to_string
+
+    from console import pages
+
+    case = f"P-{uuid.uuid4().hex[:6]}"
+    older = task_make(metadata={"case": case})
+    page = _sign_in(browser, server, personas["reviewer"], f"/?q={case}")
+    sockets: list[Any] = []
+    forwarded: list[str] = []
+
+    def through(ws: Any) -> None:  # the real socket's first render (on connect), then only what the test sends
+        def from_server(message: Any) -> None:
+            if not forwarded:
+                forwarded.append(message)
+                ws.send(message)
+
+        ws.connect_to_server().on_message(from_server)
+        sockets.append(ws)
+
+    page.route_web_socket(lambda url: "/ws/inbox/" in url, through)
+    page.reload()
+    _live(page)
+    deadline = time.monotonic() + WAIT_MS / 1000
+    while not forwarded and time.monotonic() < deadline:  # Playwright delivers the message while the page waits
+        page.wait_for_timeout(20)
+    assert forwarded, "the server's first render"
+    rows = page.locator("#inbox-rows tr[data-task-id]")
+    expect(rows).to_have_count(1)
+    task = task_make(metadata={"case": case})
+    ctx = pages.inbox_row_context(personas["reviewer"].user, QueryDict(f"q={case}"), task.pk)
+    sockets[-1].send(render_to_string("console/partials/inbox_row_push.html", ctx))
+    expect(rows).to_have_count(2)
+    expect(rows.first).to_have_attribute("data-task-id", str(task.pk))
+    expect(rows.nth(1)).to_have_attribute("data-task-id", str(older.pk))
+    expect(rows.first).to_contain_text(case)
     page.context.close()
 
 

@@ -175,6 +175,106 @@ def test_bursts_of_events_are_coalesced_into_one_render(personas, loop, monkeypa
     socket.close()
 
 
+def _opened(task: Any) -> None:
+    """A task opening, as the worker records it: the event names the task."""
+    with transaction.atomic():
+        audit_record(
+            actor=None,
+            actor_label="test",
+            action="task.opened",
+            subject_type="task",
+            subject_id=task.pk,
+            thread_id=task.thread_id,
+            graph=task.graph,
+        )
+
+
+def test_an_opened_task_reaches_the_inbox_as_its_row_first_then_the_whole_list(personas, loop):
+    marker = uuid.uuid4().hex[:8]
+    socket = Socket(loop, f"/ws/inbox/?q={marker}", [ORIGIN, _cookie(personas["reviewer"])])
+    assert socket.connect()[0]
+    socket.receive()
+    task = task_make(metadata={"case": marker})
+    socket.settle()
+    _opened(task)
+    row = socket.receive()
+    assert row.startswith('<tbody hx-swap-oob="afterbegin:#inbox-rows">')
+    assert f'data-task-id="{task.pk}"' in row and 'id="inbox-results"' not in row
+    whole = socket.receive()
+    assert 'id="inbox-results"' in whole and f'data-task-id="{task.pk}"' in whole
+    assert socket.nothing()
+    socket.close()
+
+
+@pytest.mark.parametrize(
+    "query", ["q={other}", "q={marker}&sort=oldest", "q={marker}&cursor=zzz", "q={marker}&graph=x"]
+)
+def test_a_row_goes_out_alone_only_where_the_list_shows_it_at_the_top(personas, loop, query):
+    marker, other = uuid.uuid4().hex[:8], uuid.uuid4().hex[:8]
+    path = "/ws/inbox/?" + query.format(marker=marker, other=other)
+    socket = Socket(loop, path, [ORIGIN, _cookie(personas["reviewer"])])
+    assert socket.connect()[0]
+    socket.receive()
+    task = task_make(metadata={"case": marker})
+    socket.settle()
+    _opened(task)
+    assert 'id="inbox-results"' in socket.receive(), "only the whole list, re-rendered"
+    assert socket.nothing()
+    socket.close()
+
+
+def test_run_progress_does_not_re_render_the_inbox(personas, loop):
+    task = task_make()
+    socket = Socket(loop, "/ws/inbox/", [ORIGIN, _cookie(personas["reviewer"])])
+    assert socket.connect()[0]
+    socket.receive()
+    socket.settle()
+    for action in ("run.claimed", "run.interrupted", "thread.started", "effect.executed"):
+        _emit("loan_approval", task.thread_id, action)
+    assert socket.nothing()
+    socket.close()
+
+
+def test_an_event_during_a_render_is_not_lost(personas, loop, monkeypatch):
+    """The render an event caused has read the database; a second event arrives before it is sent:
+    one more render follows, with what the second event changed."""
+    marker = uuid.uuid4().hex[:8]
+    socket = Socket(loop, f"/ws/inbox/?q={marker}", [ORIGIN, _cookie(personas["reviewer"])])
+    assert socket.connect()[0]
+    socket.receive()
+    socket.settle()
+    read, release = threading.Event(), threading.Event()
+    context = consumers.InboxConsumer.context
+
+    def held(self: Any, user: Any) -> Any:
+        ctx = context(self, user)
+        if not read.is_set():
+            read.set()
+            assert release.wait(scaled(10))
+        return ctx
+
+    arrived: set[str] = set()
+    live_event = consumers.InboxConsumer.live_event
+
+    async def spied(self: Any, event: dict[str, Any]) -> None:
+        await live_event(self, event)
+        arrived.add(str(event.get("thread")))
+
+    monkeypatch.setattr(consumers.InboxConsumer, "context", held)
+    monkeypatch.setattr(consumers.InboxConsumer, "live_event", spied)
+    first = task_make(metadata={"case": marker})
+    _emit("loan_approval", first.thread_id, "task.claimed")
+    assert read.wait(scaled(10)), "the first render started"
+    second = task_make(metadata={"case": marker})
+    _emit("loan_approval", second.thread_id, "task.claimed")
+    wait_for(lambda: str(second.thread_id) in arrived, timeout=scaled(10), what="the second event, mid-render")
+    release.set()
+    before = socket.receive()
+    assert f'data-task-id="{first.pk}"' in before and f'data-task-id="{second.pk}"' not in before
+    assert f'data-task-id="{second.pk}"' in socket.receive()
+    socket.close()
+
+
 def test_the_thread_socket_pushes_the_status_after_a_change(personas, loop):
     task = task_make()
     socket = Socket(loop, f"/ws/threads/{task.thread_id}/", [ORIGIN, _cookie(personas["auditor"])])

@@ -122,3 +122,34 @@ def test_the_embedded_stack_runs_start_decide_complete(embedded, bank):
     assert found.status_code == 200, found.text
     [memory] = [i for i in found.json()["items"] if i["key"] == "E-1"]
     assert memory["value"]["outcome"] == "disbursed" and memory["value"]["income"] == "•••• redacted"
+    # /lg/ stream modes on SQLite (docs/platform-api.md): the worker's chunks reach the web process
+    # through var/run_streams.sqlite3, live and again for a late join.
+    streamed_and_joined(operator, Path(embedded["var"]))
+
+
+def _events(body: str) -> list[tuple[str, str]]:
+    """(event, id) of each server-sent event."""
+    out = []
+    for block in body.split("\n\n"):
+        fields = dict(line.split(": ", 1) for line in block.splitlines() if ": " in line and not line.startswith(":"))
+        if "event" in fields:
+            out.append((fields["event"], fields.get("id", "")))
+    return out
+
+
+def streamed_and_joined(operator: httpx.Client, var: Path) -> None:
+    thread = operator.post("/lg/threads", json={}).json()["thread_id"]
+    body = {
+        "assistant_id": "loan_approval",
+        "input": {"applicant": "Streamed", "loan_id": "E-2", "amount": 20000, "income": 40000},
+        "stream_mode": ["updates", "values", "debug"],
+    }
+    with operator.stream("POST", f"/lg/threads/{thread}/runs/stream", json=body, timeout=60) as response:
+        assert response.status_code == 200
+        live = _events(response.read().decode())
+        run = response.headers["content-location"].rsplit("/", 1)[-1]
+    names = [name for name, _ in live]
+    assert names[0] == "metadata" and names[-1] == "end" and {"updates", "values", "debug"} <= set(names), names
+    joined = _events(operator.get(f"/lg/threads/{thread}/runs/{run}/stream", timeout=60).text)
+    assert [e for e in joined if e[1]] == [e for e in live if e[1]], "a late join gets every chunk, in order"
+    assert (var / "run_streams.sqlite3").exists()

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from asgiref.sync import async_to_sync
 from django.apps import apps as django_apps
 from django.contrib.auth.models import Permission, User
 from django.core.management import CommandError, call_command
@@ -84,7 +85,7 @@ NOT_CRAWLED: dict[str, str] = {
     "POST /lg/threads/{thread_id}/state": "write (update_state)",
     "POST /lg/threads/{thread_id}/runs": "write (start or resume a run)",
     "POST /lg/threads/{thread_id}/runs/wait": "write (start a run); its output is GET .../runs/{run_id}/join",
-    "POST /lg/threads/{thread_id}/runs/stream": "write (start a run); its values events are GET .../state",
+    "POST /lg/threads/{thread_id}/runs/stream": "write (start a run); its stream is GET .../runs/{run_id}/stream",
     "POST /lg/threads/{thread_id}/runs/{run_id}/cancel": "write (cancel a run)",
     "POST /api/users": "write (user administration: accounts hold no graph state)",
     "POST /api/users/{user_id}/roles": "write (user administration)",
@@ -170,6 +171,7 @@ MUST_REVEAL = {
     "POST /lg/threads/{thread_id}/history",
     "POST /lg/threads/{thread_id}/state/checkpoint",
     "GET /lg/threads/{thread_id}/runs/{run_id}/join",
+    "GET /lg/threads/{thread_id}/runs/{run_id}/stream",
     "console task",
     "console thread",
     "console audit",
@@ -311,6 +313,23 @@ def comment_plant(planter: Planter, thread_id: str) -> None:
     assert on_thread.status_code == 201, on_thread.content
 
 
+# The /lg/ runs publish every stream mode, so GET .../runs/{run_id}/stream crawls the worker's chunks.
+STREAMED = {
+    "stream_mode": [
+        "values",
+        "updates",
+        "messages",
+        "messages-tuple",
+        "events",
+        "debug",
+        "custom",
+        "tasks",
+        "checkpoints",
+    ],
+    "stream_subgraphs": True,
+}
+
+
 def plant_platform(planter: Planter) -> str:
     """A thread created, started and resumed through ``/lg/``, then given an ``update_state``."""
     admin, assistant = planter.admin, assistant_id_for(planter.graph)
@@ -318,7 +337,8 @@ def plant_platform(planter: Planter) -> str:
     assert created.status_code == 200, created.content
     thread_id = created.json()["thread_id"]
     run = admin.client.post(
-        f"/lg/threads/{thread_id}/runs", {"assistant_id": assistant, "input": planter.value("lg_input")}
+        f"/lg/threads/{thread_id}/runs",
+        {"assistant_id": assistant, "input": planter.value("lg_input"), **STREAMED},
     )
     assert run.status_code == 200, run.content
     decided: set[str] = set()
@@ -330,7 +350,9 @@ def plant_platform(planter: Planter) -> str:
         command: dict[str, Any] = {"resume": resume}
         if edits:
             command["update"] = edits
-        run = admin.client.post(f"/lg/threads/{thread_id}/runs", {"assistant_id": assistant, "command": command})
+        run = admin.client.post(
+            f"/lg/threads/{thread_id}/runs", {"assistant_id": assistant, "command": command, **STREAMED}
+        )
         assert run.status_code == 200, run.content
         decided.add(task["id"])
     updated = admin.client.post(f"/lg/threads/{thread_id}/state", {"values": planter.value("lg_update")})
@@ -580,6 +602,12 @@ def readers(personas: dict[str, Persona]) -> dict[str, Reader]:
 
 
 def _body(response: Any) -> str:
+    if getattr(response, "is_async", False):  # an event stream (/lg/ .../runs/{run_id}/stream), read as daphne reads it
+
+        async def read() -> bytes:
+            return b"".join([chunk async for chunk in response.streaming_content])
+
+        return async_to_sync(read)().decode(errors="replace")
     if getattr(response, "streaming", False):
         return b"".join(response.streaming_content).decode(errors="replace")
     return response.content.decode(errors="replace")

@@ -1,0 +1,133 @@
+"""What a reader is shown of a run's chunks (lgplatform.stream): masked as values are, free text masked by
+value without ever showing a piece of one, every chunk of every mode; and the modes a client may ask for."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import pytest
+from langgraph.checkpoint.memory import InMemorySaver
+
+from approvals.errors import InvalidInput
+from approvals.models import AuditEvent
+from approvals.redaction import MASK, TEXT_MASK, redact
+from lgplatform.stream import Shield, _HeldText, stream_modes_parse
+from runtime.models import Run, RunKind, Thread
+from runtime.stream import _NATIVE, CLIENT_MODES, Publisher, chunk_jsonable
+from runtime.stream_events import events_config
+from tests.graphs.streaming import chatty_review
+
+pytestmark = pytest.mark.usefixtures("live_db")
+
+
+def test_held_text_never_shows_a_piece_of_a_value_split_across_pieces():
+    held = _HeldText({"1970-01-02"})
+    pieces = ["born 1", "970", "-0", "1-0", "2, ok", "."]
+    shown = [held.delta("m", p, final=False) for p in pieces]
+    for prefix in ("19", "1970", "70-01", "-01-0"):
+        assert not any(prefix in s for s in shown), (prefix, shown)
+    assert "".join(shown) + held.delta("m", "", final=True) == f"born {TEXT_MASK}, ok."
+
+
+def test_held_text_holds_a_tail_that_could_begin_a_value_until_it_is_settled():
+    held = _HeldText({"secret"})
+    assert held.delta("m", "a sec", final=False) == "a "
+    assert held.delta("m", "ond", final=False) == "second"
+    assert held.whole("w", "the SECRET is se", final=False) == f"the {TEXT_MASK} is "
+    assert held.whole("w", "the SECRET is se", final=True) == f"the {TEXT_MASK} is se"
+
+
+def test_held_text_with_overlapping_values_shows_neither():
+    held = _HeldText({"abcd", "bcdz"})
+    shown = [held.delta("m", p, final=False) for p in ("xab", "cd", "q")]
+    assert "".join(shown) == f"x{TEXT_MASK}q" and not any("a" in s or "b" in s for s in shown)
+
+
+@pytest.mark.parametrize("value", [None, "values", ["values", "updates", "values"], list(CLIENT_MODES)])
+def test_known_stream_modes_are_taken_once_each_in_order(value):
+    modes = stream_modes_parse(value)
+    assert modes == list(dict.fromkeys([value] if isinstance(value, str) else value or ["values"]))
+
+
+@pytest.mark.parametrize("value", ["telepathy", ["values", "lifecycle"], ["tools"]])
+def test_an_unknown_stream_mode_is_refused_naming_the_field(value):
+    with pytest.raises(InvalidInput) as refused:
+        stream_modes_parse(value)
+    assert refused.value.field == "stream_mode"
+
+
+def _published(born: str) -> list[tuple[str, Any]]:
+    """Every event the worker publishes for a chatty_review run streamed in every mode."""
+
+    class Sink:
+        def __init__(self) -> None:
+            self.events: list[tuple[str, str]] = []
+
+        def append(self, run_id: str, events: Any) -> None:
+            self.events.extend(events)
+
+    sink = Sink()
+    publisher = Publisher("run", set(CLIENT_MODES), True, sink)  # type: ignore[arg-type]
+    graph = chatty_review.compile(checkpointer=InMemorySaver())
+    config = events_config({"configurable": {"thread_id": str(uuid.uuid4())}}, publisher)
+    modes: Any = sorted({"updates", *(_NATIVE[m] for m in CLIENT_MODES if m in _NATIVE)})
+    for namespace, mode, chunk in graph.stream(
+        {"applicant": {"name": "Ada", "date_of_birth": born}}, config, stream_mode=modes, subgraphs=True
+    ):
+        publisher.chunk(tuple(namespace), mode, chunk)
+    return [(event, json.loads(data)) for event, data in sink.events]
+
+
+def _thread_and_run(born: str) -> tuple[Thread, Run]:
+    thread = Thread.objects.create(graph="chatty_review", status="busy")
+    run = Run.objects.create(
+        thread=thread, kind=RunKind.START, input={"applicant": {"name": "Ada", "date_of_birth": born}}
+    )
+    return thread, run
+
+
+def test_a_reader_without_reveal_rights_is_shown_no_piece_of_a_sensitive_value_in_any_mode(personas):
+    born = f"cnry{uuid.uuid4().hex[:10]}dob"
+    thread, run = _thread_and_run(born)
+    shield = Shield(personas["operator"].user, thread, run)
+    published = _published(born)
+    assert {event for event, _ in published} >= {"values", "updates", "debug", "custom", "events", "messages/partial"}
+    shown = [pair for event, data in published for pair in shield.shown(event, data)] + shield.flush()
+    text = json.dumps(shown, ensure_ascii=False)
+    for piece in (born, born[:6], born[4:10], born[-6:]):
+        assert piece not in text, piece
+    assert MASK in text and TEXT_MASK in text
+    partials = [data[0]["content"] for event, data in shown if event == "messages/partial"]
+    assert partials[-1] == f"The applicant was born on {TEXT_MASK}, it says."
+    assert not AuditEvent.objects.filter(thread_id=thread.pk, action="sensitive.revealed").exists()
+
+
+def test_a_reader_with_reveal_rights_is_shown_the_chunks_as_published_and_audited(personas):
+    born = f"cnry{uuid.uuid4().hex[:10]}dob"
+    thread, run = _thread_and_run(born)
+    shield = Shield(personas["auditor"].user, thread, run)
+    published = _published(born)
+    shown = [pair for event, data in published for pair in shield.shown(event, data)]
+    assert shown == published
+    reveals = list(AuditEvent.objects.filter(thread_id=thread.pk, action="sensitive.revealed", subject_type="run"))
+    revealing = [data for _, data in published if redact(data, ["applicant.date_of_birth"])[1]]
+    shown_paths = {p for data in revealing for p in redact(data, ["applicant.date_of_birth"])[1]}
+    assert {p for event in reveals for p in event.details["paths"]} == shown_paths, "every field shown is audited"
+    assert 0 < len(reveals) < len(revealing), "a chunk that shows no new field is not audited again"
+
+
+def test_chunks_of_a_graph_without_sensitive_paths_go_out_as_published(personas):
+    thread = Thread.objects.create(graph="loan_approval")
+    run = Run.objects.create(thread=thread, kind=RunKind.START, input={})
+    shield = Shield(personas["operator"].user, thread, run)
+    assert shield.plain and shield.shown("updates", {"n": {"x": 1}}) == [("updates", {"n": {"x": 1}})]
+
+
+def test_interrupts_are_published_as_the_platform_api_shows_them():
+    from langgraph.types import Interrupt
+
+    assert chunk_jsonable({"__interrupt__": (Interrupt(value={"q": 1}, id="abc"),)}) == {
+        "__interrupt__": [{"value": {"q": 1}, "id": "abc"}]
+    }

@@ -1,0 +1,129 @@
+"""A run's stream log (runtime.stream): replayable from its start, followed live, on Redis and on SQLite;
+the executor's hook leaves the executor's own view of the stream unchanged; publishing never fails a run."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import uuid
+from pathlib import Path
+from typing import Any, TypedDict
+
+import pytest
+from django.conf import settings
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START, StateGraph
+from langgraph.types import interrupt
+
+from runtime.models import Run
+from runtime.stream import RedisRunLog, RunLog, SqliteRunLog, event_mode, run_log, stream_tap
+
+
+@pytest.fixture(params=["redis", "sqlite"])
+def log(request: pytest.FixtureRequest, tmp_path: Path) -> RunLog:
+    if request.param == "redis":
+        return RedisRunLog(settings.REDIS_URL)
+    return SqliteRunLog(str(tmp_path / "run_streams.sqlite3"))
+
+
+def _read(log: RunLog, run_id: str, after: str = "0", wait: float = 0) -> list[Any]:
+    return asyncio.run(log.read(run_id, after, wait=wait))
+
+
+def test_a_reader_gets_every_entry_from_the_start_then_only_what_follows(log):
+    run_id = str(uuid.uuid4())
+    log.append(run_id, [("updates", '{"a":1}'), ("values", '{"a":1}')])
+    log.append(run_id, [("updates", '{"b":2}')])
+    entries = _read(log, run_id)
+    assert [(e.event, json.loads(e.data)) for e in entries] == [
+        ("updates", {"a": 1}),
+        ("values", {"a": 1}),
+        ("updates", {"b": 2}),
+    ]
+    assert all(log.valid_id(e.id) for e in entries)
+    assert [e.event for e in _read(log, run_id, entries[0].id)] == ["values", "updates"]
+    assert _read(log, run_id, entries[-1].id) == []
+    assert _read(log, str(uuid.uuid4())) == [], "another run's log is its own"
+
+
+def test_a_waiting_reader_wakes_for_the_next_entry(log):
+    run_id = str(uuid.uuid4())
+    timer = threading.Timer(0.2, lambda: log.append(run_id, [("custom", '"late"')]))
+    timer.start()
+    try:
+        entries = _read(log, run_id, wait=10)
+    finally:
+        timer.join()
+    assert [e.data for e in entries] == ['"late"']
+
+
+@pytest.mark.parametrize("entry_id", ["", "x", "1-", "-1", "1-2-3", "0-0; DEL", "9" * 30])
+def test_a_malformed_event_id_is_not_taken_for_one(entry_id):
+    assert not RedisRunLog(settings.REDIS_URL).valid_id(entry_id)
+    assert not SqliteRunLog(":memory:").valid_id(entry_id)
+
+
+def test_event_names_map_to_the_modes_a_client_asks_for():
+    assert [event_mode(e) for e in ("messages/partial|child:1", "messages", "updates|a|b", "values")] == [
+        "messages",
+        "messages-tuple",
+        "updates",
+        "values",
+    ]
+
+
+class _State(TypedDict, total=False):
+    n: int
+    answer: str
+
+
+def _graph() -> Any:
+    def count(state: _State) -> dict[str, Any]:
+        return {"n": state.get("n", 0) + 1}
+
+    def ask(state: _State) -> dict[str, Any]:
+        return {"answer": str(interrupt({"question": "ok?"}))}
+
+    builder = StateGraph(_State)
+    builder.add_node(count)
+    builder.add_node(ask)
+    builder.add_edge(START, "count")
+    builder.add_edge("count", "ask")
+    builder.add_edge("ask", END)
+    return builder.compile(checkpointer=InMemorySaver())
+
+
+@pytest.mark.parametrize("stream_mode", ["updates", ["updates", "values"]])
+def test_the_executor_sees_the_same_chunks_whether_or_not_a_client_streams(stream_mode):
+    plain = list(_graph().stream({"n": 0}, {"configurable": {"thread_id": "a"}}, stream_mode=stream_mode))
+    run = Run(id=uuid.uuid4(), stream={"modes": ["values", "debug", "custom"], "subgraphs": True})
+    config = {"configurable": {"thread_id": "b"}}
+    tapped = list(stream_tap(run, _graph(), {"n": 0}, config, stream_mode=stream_mode))
+    assert _shape(tapped) == _shape(plain)
+    published = _read(run_log(), str(run.id))
+    assert {e.event for e in published} == {"values", "debug", "updates"}, "the client's modes, and updates"
+    last = json.loads([e for e in published if e.event == "values"][-1].data)
+    assert last["n"] == 1 and [i["value"] for i in last["__interrupt__"]] == [{"question": "ok?"}]
+    assert set(last["__interrupt__"][0]) == {"value", "id"}, "an interrupt as the Platform API shows it"
+
+
+def _shape(chunks: list[Any]) -> list[Any]:
+    # Interrupt ids differ between two threads; everything else must match.
+    return json.loads(json.dumps(chunks, default=lambda o: {"interrupt": getattr(o, "value", repr(o))}))
+
+
+def test_a_run_nobody_streams_publishes_nothing():
+    run = Run(id=uuid.uuid4(), stream=None)
+    chunks = list(stream_tap(run, _graph(), {"n": 0}, {"configurable": {"thread_id": "c"}}, stream_mode="updates"))
+    assert chunks and _read(run_log(), str(run.id)) == []
+
+
+def test_a_log_that_cannot_be_written_never_fails_the_run(monkeypatch):
+    from runtime import stream
+
+    down = RedisRunLog("redis://127.0.0.1:1/0")  # nothing listens there
+    monkeypatch.setattr(stream, "run_log", lambda: down)
+    run = Run(id=uuid.uuid4(), stream={"modes": ["values"], "subgraphs": False})
+    chunks = list(stream_tap(run, _graph(), {"n": 0}, {"configurable": {"thread_id": "d"}}, stream_mode="updates"))
+    assert [list(c) for c in chunks] == [["count"], ["__interrupt__"]]
