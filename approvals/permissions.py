@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib.auth.models import AnonymousUser, User
+from django.contrib.auth.models import AnonymousUser, Permission, User
 from django.db.models import QuerySet
 
 from approvals.errors import Forbidden, NotFound
@@ -92,7 +92,25 @@ TOKEN_ACTIONS: dict[str, str] = {
 TOKEN_SCOPE_ATTR = "gatehouse_token_scope"  # noqa: S105 - set on the user by token authentication
 
 
+def _perms_preload(user: Principal) -> None:
+    """Read the user's permissions in one query where Django's ModelBackend takes two.
+
+    ModelBackend reads the user's own permissions and their groups' in separate
+    queries, then keeps the union on the user object (``_perm_cache``); this
+    fills that same cache with the same two sets, read in one UNION. Superusers
+    never reach the backend (``User.has_perm`` answers for them).
+    """
+    if not isinstance(user, User) or user.pk is None or user.is_superuser or hasattr(user, "_perm_cache"):
+        return
+    fields = ("content_type__app_label", "codename")
+    own = Permission.objects.filter(user=user).values_list(*fields).order_by()
+    groups = Permission.objects.filter(group__user=user).values_list(*fields).order_by()
+    user._perm_cache = {f"{app}.{codename}" for app, codename in own.union(groups)}  # type: ignore[attr-defined]
+
+
 def can(user: Principal, perm: str) -> bool:
+    if user.is_authenticated and user.is_active:
+        _perms_preload(user)
     if not (user.is_authenticated and user.is_active and user.has_perm(perm)):
         return False
     scope = getattr(user, TOKEN_SCOPE_ATTR, None)

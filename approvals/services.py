@@ -16,6 +16,7 @@ from django.apps import apps as django_apps
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import transaction
+from django.db.models import Exists
 from django.utils import timezone
 
 from approvals import gateway, permissions
@@ -35,7 +36,7 @@ from approvals.redaction import MASK, redact
 from runtime.models import Run, RunKind, Thread, ThreadStatus
 from runtime.notify import thread_notify
 from runtime.registry import UnknownGraph, graph_get, graph_names
-from runtime.runs import PendingInterrupt, ThreadBusy, retry_command, run_enqueue, thread_create
+from runtime.runs import PendingInterrupt, ThreadBusy, retry_command, run_enqueue, thread_start_enqueue
 from runtime.schema import FieldError, values_validate
 from runtime.storable import NotStorable, value_storable_check
 
@@ -65,8 +66,7 @@ def thread_start(*, actor: User, graph: str, input: dict[str, Any], metadata: di
         values_validate(entry.input_schema, input, prefix="input")
     except FieldError as exc:
         raise InvalidInput(exc.message, field=exc.field) from None
-    thread = thread_create(graph=graph, metadata=metadata, created_by=actor)
-    run = run_enqueue(thread=thread, kind=RunKind.START, input=input, created_by=actor)
+    thread, run = thread_start_enqueue(graph=graph, metadata=metadata, input=input, created_by=actor)
     audit_record(
         actor=actor,
         action=AuditAction.THREAD_STARTED,
@@ -368,8 +368,10 @@ def _task_decide(*, actor: User, task_id: Any, request: DecisionRequest, signer:
         task_completers[task.kind](task, decision, actor)
     elif task.kind == TaskKind.BREAKPOINT and request.outcome == "reject":
         _thread_cancel(thread, actor=actor, reason=request.reason)
-    elif not ApprovalTask.objects.filter(thread=thread, status=TaskStatus.PENDING).exists():
-        decision.run = _resume_enqueue(thread, task.checkpoint_id, actor)  # it carries this decision too
+    else:
+        waiting, others_pending = _resume_waiting(thread, task.checkpoint_id)
+        if not others_pending:
+            decision.run = _resume_enqueue(thread, task.checkpoint_id, actor, waiting)  # it carries this one too
     return decision
 
 
@@ -566,13 +568,25 @@ def _state_patch_check(task: ApprovalTask, request: DecisionRequest) -> dict[str
         raise InvalidInput(exc.message, field=exc.field) from None
 
 
-def _resume_enqueue(thread: Thread, checkpoint_id: str, actor: User) -> Run:
-    # Interrupts raised in one super-step are resumed together, with an id → value map.
-    waiting = list(
+def _resume_waiting(thread: Thread, checkpoint_id: str) -> tuple[list[Decision], bool]:
+    """The decisions at ``checkpoint_id`` not yet carried by a run, and whether another task still waits.
+
+    One statement, read after this decision's task was marked decided (under the
+    thread's lock): the decision just made is always among them, so its row
+    carries the pending check.
+    """
+    others_pending = ApprovalTask.objects.filter(thread=thread, status=TaskStatus.PENDING)
+    waiting: list[Decision] = list(
         Decision.objects.select_related("task")
         .filter(task__thread=thread, task__checkpoint_id=checkpoint_id, run__isnull=True)
+        .annotate(others_pending=Exists(others_pending))
         .order_by("created_at")
     )
+    return waiting, any(getattr(d, "others_pending", False) for d in waiting)
+
+
+def _resume_enqueue(thread: Thread, checkpoint_id: str, actor: User, waiting: list[Decision]) -> Run:
+    # Interrupts raised in one super-step are resumed together, with an id → value map.
     command = signed_command(waiting, checkpoint_id=checkpoint_id)
     resume, update = command["resume"] or {}, command["update"]
     try:
