@@ -15,6 +15,7 @@ lease would otherwise steal a live run or keep a dead one. See docs/zombies.md.
 from __future__ import annotations
 
 import logging
+import uuid
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -98,8 +99,11 @@ def run_enqueue(
     input: dict[str, Any] | None = None,
     command: dict[str, Any] | None = None,
     created_by: User | None = None,
+    run_id: uuid.UUID | None = None,
 ) -> Run:
     """Create a queued run; it is dispatched to Celery only once the caller's transaction commits.
+
+    ``run_id``: the id to give it, when rows written before it already name it.
 
     ``ThreadBusy`` if the thread already has a queued or running run. The
     insert runs without a savepoint: its only possible conflict is that one
@@ -110,7 +114,9 @@ def run_enqueue(
     if not transaction.get_connection().in_atomic_block:
         raise RuntimeError("run_enqueue must be called inside transaction.atomic()")
     try:
-        run = Run.objects.create(thread=thread, kind=kind, input=input, command=command, created_by=created_by)
+        run = Run.objects.create(
+            id=run_id or uuid.uuid4(), thread=thread, kind=kind, input=input, command=command, created_by=created_by
+        )
     except IntegrityError as exc:
         if _violates(exc, ONE_ACTIVE_RUN):
             raise ThreadBusy(thread) from exc
