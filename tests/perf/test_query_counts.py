@@ -28,11 +28,12 @@ from tests.conftest import Persona, loan_input, pending_tasks, thread_start
 pytestmark = pytest.mark.usefixtures("live_db")
 
 # Upper bounds (queries per call, BEGIN/COMMIT included). Lower them when a change removes queries.
-# Start: the thread is created busy with its run (no savepoint, no status update); permissions in one query.
-START_QUERIES = 13
+# Start and decision read the principal's permissions and graph assignments in one query (was three).
+# Start: the thread is created busy with its run (no savepoint, no status update).
+START_QUERIES = 12
 # Decision: no savepoint around the run insert; the decision is inserted naming its resume run; one
 # read of the task's siblings answers both "does another task wait" and "which decisions resume".
-DECISION_QUERIES = 23
+DECISION_QUERIES = 22
 # Claim: one locking read (run, thread, the database clock, the current branch), two updates, the audit row.
 CLAIM_QUERIES = 8
 # Finish: the thread is not read back. Includes the pg_notify that wakes waiters and the outbox's
