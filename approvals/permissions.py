@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib.auth.models import AnonymousUser, User
-from django.db.models import Q, QuerySet
+from django.contrib.auth.models import AnonymousUser, Permission, User
+from django.db.models import Q, QuerySet, Value
 
 from approvals.errors import Forbidden, NotFound
 from approvals.models import ApprovalTask, AuditEvent, GraphAssignment
@@ -92,7 +92,39 @@ TOKEN_ACTIONS: dict[str, str] = {
 TOKEN_SCOPE_ATTR = "gatehouse_token_scope"  # noqa: S105 - set on the user by token authentication
 
 
+def _perms_preload(user: Principal) -> None:
+    """Read the user's permissions and graph assignments in one query where three were made.
+
+    Django's ModelBackend reads the user's own permissions and their groups' in
+    separate queries and keeps the union on the user object (``_perm_cache``);
+    ``_assignments`` then read the assignments. One UNION ALL fills both caches
+    with the same sets. Superusers never reach the backend (``User.has_perm``
+    answers for them), so they are left to it.
+    """
+    if not isinstance(user, User) or user.pk is None or user.is_superuser or hasattr(user, "_perm_cache"):
+        return
+    perm = ("kind", "content_type__app_label", "codename")
+    own = Permission.objects.filter(user=user).annotate(kind=Value("perm")).values_list(*perm).order_by()
+    groups = Permission.objects.filter(group__user=user).annotate(kind=Value("perm")).values_list(*perm).order_by()
+    rows = own.union(groups, all=True)
+    if getattr(user, _ASSIGNMENTS_CACHE, None) is None:
+        assigned = GraphAssignment.objects.filter(user_id=user.pk).annotate(kind=Value("assigned"))
+        rows = rows.union(assigned.values_list("kind", "graph", "gate").order_by(), all=True)
+    perms: set[str] = set()
+    assignments: list[tuple[str, str]] = []
+    for kind, first, second in rows:
+        if kind == "perm":
+            perms.add(f"{first}.{second}")
+        else:
+            assignments.append((first, second))
+    user._perm_cache = perms  # type: ignore[attr-defined]
+    if getattr(user, _ASSIGNMENTS_CACHE, None) is None:
+        setattr(user, _ASSIGNMENTS_CACHE, assignments)
+
+
 def can(user: Principal, perm: str) -> bool:
+    if user.is_authenticated and user.is_active:
+        _perms_preload(user)
     if not (user.is_authenticated and user.is_active and user.has_perm(perm)):
         return False
     scope = getattr(user, TOKEN_SCOPE_ATTR, None)

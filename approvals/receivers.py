@@ -11,7 +11,23 @@ from approvals.intent import decision_followed
 from approvals.models import AuditAction, AuditEvent
 from approvals.services import tasks_open
 from runtime import signals
-from runtime.models import Effect, Run
+from runtime.models import Effect, Run, Thread
+
+# A thread's graph, by thread id: set when the thread starts running and never changed after, so
+# audit rows of effects (several per run) need not read the thread again. Bounded; empty ones not kept.
+_graphs: dict[Any, str] = {}
+GRAPHS_KEPT = 10_000
+
+
+def _thread_graph(thread_id: Any) -> str:
+    graph = _graphs.get(thread_id)
+    if graph is None:
+        graph = Thread.objects.filter(pk=thread_id).values_list("graph", flat=True).first() or ""
+        if graph:
+            if len(_graphs) >= GRAPHS_KEPT:
+                _graphs.clear()
+            _graphs[thread_id] = graph
+    return graph
 
 
 def _audit_run(run: Run, action: AuditAction, details: dict[str, Any]) -> None:
@@ -29,6 +45,8 @@ def _audit_run(run: Run, action: AuditAction, details: dict[str, Any]) -> None:
 
 @receiver(signals.run_claimed)
 def on_run_claimed(sender: Any, run: Run, **kwargs: Any) -> None:
+    if run.thread.graph:
+        _graphs.setdefault(run.thread_id, run.thread.graph)
     _audit_run(run, AuditAction.RUN_CLAIMED, {"attempt": run.attempts, "fence": run.fence})
 
 
@@ -63,7 +81,6 @@ SUBJECT_ID_MAX = AuditEvent._meta.get_field("subject_id").max_length or 64
 
 @receiver(signals.effect_executed)
 def on_effect_executed(sender: Any, effect: Effect, **kwargs: Any) -> None:
-    thread = effect.thread
     audit_record(
         actor=None,
         actor_label="runtime",
@@ -71,8 +88,8 @@ def on_effect_executed(sender: Any, effect: Effect, **kwargs: Any) -> None:
         subject_type="effect",
         # A key longer than the subject column (a custom key, a branch-scoped one) is named by its row id.
         subject_id=effect.key if len(effect.key) <= SUBJECT_ID_MAX else f"#{effect.pk}",
-        thread_id=thread.pk if thread else None,
-        graph=thread.graph if thread else "",
+        thread_id=effect.thread_id,
+        graph=_thread_graph(effect.thread_id) if effect.thread_id else "",
         details={
             "key": effect.key,
             "name": effect.name,

@@ -7,6 +7,7 @@ happens after commit (``runtime.runs.run_enqueue``).
 from __future__ import annotations
 
 import hashlib
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -16,6 +17,7 @@ from django.apps import apps as django_apps
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from approvals import gateway, permissions
@@ -34,10 +36,10 @@ from approvals.payloads import (
 from approvals.redaction import MASK, redact
 from runtime.models import Run, RunKind, Thread, ThreadStatus
 from runtime.registry import UnknownGraph, graph_get, graph_names
-from runtime.runs import PendingInterrupt, ThreadBusy, retry_command, run_enqueue
+from runtime.runs import PendingInterrupt, ThreadBusy, retry_command, run_enqueue, thread_start_enqueue
 from runtime.state_schema import FieldError, values_validate
 from runtime.storable import NotStorable, value_storable_check
-from runtime.threads import thread_cancel, thread_create
+from runtime.threads import thread_cancel
 
 # How a decided task of a kind with no graph to resume completes, by task kind
 # (approvals.external registers the external kind). Runs in the decision's transaction.
@@ -65,8 +67,7 @@ def thread_start(*, actor: User, graph: str, input: dict[str, Any], metadata: di
         values_validate(entry.input_schema, input, prefix="input")
     except FieldError as exc:
         raise InvalidInput(exc.message, field=exc.field) from None
-    thread = thread_create(graph=graph, metadata=metadata, created_by=actor)
-    run = run_enqueue(thread=thread, kind=RunKind.START, input=input, created_by=actor)
+    thread, run = thread_start_enqueue(graph=graph, metadata=metadata, input=input, created_by=actor)
     audit_record(
         actor=actor,
         action=AuditAction.THREAD_STARTED,
@@ -308,7 +309,14 @@ def _task_decide(*, actor: User, task_id: Any, request: DecisionRequest, signer:
     meaning = {"approve": "approved", "edit": "approved", "reject": "rejected"}.get(request.outcome, "reviewed")
     if request.outcome in APPROVING and not counts:
         meaning = "reviewed"
+    # A final decision that resumes the graph is inserted already naming the run it queues below
+    # (foreign keys are checked at commit), so only earlier decisions need their run set afterwards.
+    waiting: list[Decision] | None = None
+    if final and _resumes(task, request.outcome):
+        waiting = _resume_waiting(thread, task, earlier)
+    resume_run_id = uuid.uuid4() if waiting is not None else None
     decision = Decision.objects.create(
+        run_id=resume_run_id,
         task=task,
         actor=actor,
         outcome=request.outcome,
@@ -368,8 +376,9 @@ def _task_decide(*, actor: User, task_id: Any, request: DecisionRequest, signer:
         task_completers[task.kind](task, decision, actor)
     elif task.kind == TaskKind.BREAKPOINT and request.outcome == "reject":
         _thread_cancel(thread, actor=actor, reason=request.reason)
-    elif not ApprovalTask.objects.filter(thread=thread, status=TaskStatus.PENDING).exists():
-        decision.run = _resume_enqueue(thread, task.checkpoint_id, actor)  # it carries this decision too
+    elif waiting is not None and resume_run_id is not None:
+        signed = sorted([*waiting, decision], key=lambda d: d.created_at)  # in the order they were made
+        decision.run = _resume_enqueue(thread, task.checkpoint_id, actor, signed, run_id=resume_run_id)
     return decision
 
 
@@ -566,20 +575,48 @@ def _state_patch_check(task: ApprovalTask, request: DecisionRequest) -> dict[str
         raise InvalidInput(exc.message, field=exc.field) from None
 
 
-def _resume_enqueue(thread: Thread, checkpoint_id: str, actor: User) -> Run:
-    # Interrupts raised in one super-step are resumed together, with an id → value map.
-    waiting = list(
+def _resumes(task: ApprovalTask, outcome: str) -> bool:
+    """Whether completing ``task`` resumes its graph (other kinds complete by their own rule)."""
+    return task.kind not in task_completers and not (task.kind == TaskKind.BREAKPOINT and outcome == "reject")
+
+
+def _resume_waiting(thread: Thread, task: ApprovalTask, earlier: list[Decision]) -> list[Decision] | None:
+    """The decisions already made that the resume carries with this one; None while another task waits.
+
+    Read under the thread's lock, in new statements (so committed siblings are
+    seen). The usual task is alone at its checkpoint: its own earlier decisions
+    (read already) are all there is, and one read of its siblings says so.
+    """
+    siblings = set(
+        ApprovalTask.objects.filter(Q(status=TaskStatus.PENDING) | Q(checkpoint_id=task.checkpoint_id), thread=thread)
+        .exclude(pk=task.pk)
+        .values_list("status", flat=True)
+    )
+    if TaskStatus.PENDING in siblings:
+        return None
+    if not siblings:
+        return [d for d in earlier if d.run_id is None]
+    # Interrupts raised in one super-step are resumed together: their decisions too.
+    return list(
         Decision.objects.select_related("task")
-        .filter(task__thread=thread, task__checkpoint_id=checkpoint_id, run__isnull=True)
+        .filter(task__thread=thread, task__checkpoint_id=task.checkpoint_id, run__isnull=True)
         .order_by("created_at")
     )
-    command = signed_command(waiting, checkpoint_id=checkpoint_id)
+
+
+def _resume_enqueue(
+    thread: Thread, checkpoint_id: str, actor: User, decisions: list[Decision], *, run_id: uuid.UUID
+) -> Run:
+    """Queue the run that resumes ``thread`` with ``decisions`` (the last one was inserted naming ``run_id``)."""
+    command = signed_command(decisions, checkpoint_id=checkpoint_id)
     resume, update = command["resume"] or {}, command["update"]
     try:
-        run = run_enqueue(thread=thread, kind=RunKind.RESUME, command=command, created_by=actor)
+        run = run_enqueue(thread=thread, kind=RunKind.RESUME, command=command, created_by=actor, run_id=run_id)
     except ThreadBusy as exc:
         raise Conflict(str(exc), field="thread_id") from None
-    Decision.objects.filter(pk__in=[d.pk for d in waiting]).update(run=run)
+    earlier = [d.pk for d in decisions if d.run_id != run.id]
+    if earlier:
+        Decision.objects.filter(pk__in=earlier).update(run=run)
     audit_record(
         actor=actor,
         action=AuditAction.RUN_QUEUED,

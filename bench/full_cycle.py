@@ -27,6 +27,13 @@ imports.
 
 Results: a table on stdout, ``var/bench/full_cycle.json``, and
 ``var/bench/full_cycle.png`` when matplotlib is installed.
+
+``--profile`` (or ``PROFILE=1``) attaches ``py-spy record`` to daphne and to
+the worker once the warm-up is done and detaches after the one-at-a-time
+decisions, writing flame graphs ``var/bench/flame-web.svg`` and
+``var/bench/flame-worker.svg`` (on-CPU samples; ``--profile-idle`` includes
+threads waiting on the database or the network). Profiling slows both
+processes a little: compare ratios of runs made the same way.
 """
 
 from __future__ import annotations
@@ -176,6 +183,44 @@ class Proc:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return ""
+
+
+class FlameGraphs:
+    """``py-spy record`` attached to running processes; stopped with SIGINT, on which it writes its SVG."""
+
+    def __init__(self, out_dir: Path, *, idle: bool, rate: int = 100) -> None:
+        self.out_dir = out_dir
+        self.idle = idle
+        self.rate = rate
+        self.recorders: list[tuple[str, subprocess.Popen[bytes], Path]] = []
+
+    def attach(self, procs: list[Proc]) -> None:
+        import shutil
+
+        spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+        for proc in procs:
+            svg = self.out_dir / f"flame-{proc.name}.svg"
+            args = [spy, "record", "--pid", str(proc.proc.pid), "--rate", str(self.rate), "--nonblocking",
+                    "--output", str(svg), "--format", "flamegraph", *(["--idle"] if self.idle else [])]  # fmt: skip
+            log_file = open(self.out_dir / f"flame-{proc.name}.log", "wb")  # noqa: SIM115 - py-spy owns it
+            recorder = subprocess.Popen(args, stdout=log_file, stderr=subprocess.STDOUT)
+            log_file.close()
+            self.recorders.append((proc.name, recorder, svg))
+
+    def detach(self) -> list[str]:
+        written = []
+        for _, recorder, _ in self.recorders:
+            if recorder.poll() is None:
+                recorder.send_signal(signal.SIGINT)
+        for name, recorder, svg in self.recorders:
+            try:
+                recorder.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                recorder.kill()
+                recorder.wait(timeout=10)
+            written.append(f"{name}: {svg}" if svg.exists() else f"{name}: no flame graph (see flame-{name}.log)")
+        self.recorders.clear()
+        return written
 
 
 def worker_proc(env: dict[str, str], queue: str, run_dir: Path, *, concurrency: int = 4) -> tuple[Proc, Path]:
@@ -473,6 +518,7 @@ class _StatementCounter:
         import psycopg
 
         self.count = 0
+        self.statements: list[str] = []  # their text (the first 300 characters), for listings
         self._originals = {name: getattr(psycopg.Cursor, name) for name in ("execute", "executemany")}
 
     def __enter__(self) -> _StatementCounter:
@@ -482,6 +528,8 @@ class _StatementCounter:
 
             def counted(cursor: Any, *args: Any, _original: Any = original, **kwargs: Any) -> Any:
                 self.count += 1
+                query = args[0] if args else kwargs.get("query", "")
+                self.statements.append(query if isinstance(query, str) else repr(query)[:300])
                 return _original(cursor, *args, **kwargs)
 
             setattr(psycopg.Cursor, name, counted)
@@ -744,6 +792,13 @@ def main() -> int:
     parser.add_argument("--keep-db", action="store_true", help="keep the database afterwards for inspection")
     parser.add_argument("--wait-timeout", type=float, default=120.0, help="max wait for one thread step (s)")
     parser.add_argument("--timeout", type=int, default=1800, help="abort the whole run after this many seconds")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        default=os.environ.get("PROFILE", "") not in ("", "0"),
+        help="flame graphs of daphne and the worker (py-spy) under the measured scenarios (or PROFILE=1)",
+    )
+    parser.add_argument("--profile-idle", action="store_true", help="with --profile: include waiting threads")
     args = parser.parse_args()
 
     def on_alarm(*_: object) -> None:
@@ -764,6 +819,7 @@ def main() -> int:
     os.environ.clear()  # this process sets Django up for the baseline with the same settings
     os.environ.update(env)
     api: Api | None = None
+    flames: FlameGraphs | None = None
     db_created = False
     try:
         log(f"recreating database {args.db}")
@@ -805,9 +861,14 @@ def main() -> int:
         api.longpoll = args.client == "longpoll"
         log(f"full stack: warm-up ({args.warmup}), then {args.threads} threads, {args.clients} clients")
         measure_full_stack(api, args.warmup, min(args.clients, args.warmup), args.poll)
+        if args.profile:
+            flames = FlameGraphs(OUT_DIR, idle=args.profile_idle)
+            flames.attach(procs)
         gh_start, gh_decide, gh_threads = measure_full_stack(api, args.threads, args.clients, args.poll)
         log(f"full stack: {args.idle_samples} decisions one at a time")
         gh_idle, gh_idle_threads, posts_ms, gh_waited = measure_full_stack_idle(api, args.idle_samples, args.idle_poll)
+        if flames is not None:
+            log("flame graphs: " + "; ".join(flames.detach()))
         breakdown = {
             "decision POST (client)": round(statistics.median(posts_ms), 2),
             **server_breakdown(args.db, gh_idle_threads),
@@ -913,6 +974,8 @@ def main() -> int:
         raise
     finally:
         signal.alarm(0)
+        if flames is not None:
+            flames.detach()
         if api is not None:
             api.close()
         for proc in reversed(procs):

@@ -19,14 +19,15 @@ import socket
 import threading
 import traceback
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from django.conf import settings
 from django.db import close_old_connections, connection
 from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.errors import GraphRecursionError, UnknownInterruptError
 from langgraph.pregel import Pregel
-from langgraph.types import Command, StateSnapshot
+from langgraph.types import Command, StateSnapshot, StreamMode
 
 from runtime.branches import BRANCH_KEY, REPLAY_FROM, ReplayFrom, branch_current_id, replay_head_record, replay_input
 from runtime.cancel import run_cancel_acknowledge, run_cancel_check
@@ -60,6 +61,7 @@ _SKIP = object()  # the previous attempt already got past this run's input
 # tests/security/test_signed_intent.py checks they still match.
 NULL_TASK_ID = "00000000-0000-0000-0000-000000000000"
 RESUME_CHANNEL = "__resume__"
+INTERRUPT_KEY = "__interrupt__"  # the "updates" stream's key for a pause
 
 
 class SignedCommandRefused(Exception):
@@ -127,8 +129,10 @@ def worker_hand_back() -> int:
 
 
 def run_config(run: Run) -> RunnableConfig:
-    # time travel: a run on a branch carries the branch (checkpoint metadata, effect keys)
-    branch_id = (run.command or {}).get("branch_id") or branch_current_id(thread_id=run.thread_id)
+    # time travel: a run on a branch carries the branch (checkpoint metadata, effect keys);
+    # run_claim read the thread's current branch with the run (no branch starts while it is active).
+    current = run.current_branch_id if hasattr(run, "current_branch_id") else branch_current_id(thread_id=run.thread_id)
+    branch_id = (run.command or {}).get("branch_id") or (str(current) if current else None)
     return {
         "configurable": {
             **({BRANCH_KEY: branch_id} if branch_id else {}),
@@ -164,12 +168,13 @@ def _execute_claimed(run: Run, heartbeat: _Heartbeat) -> None:
         return
     try:
         graph_input = _input_for(run, graph, config)
+        seen: _Seen | None = None
         if isinstance(graph_input, _Recovery):
             try:
-                _stream(graph, graph_input.first, config, heartbeat, controls, run)
+                seen = _stream(graph, graph_input.first, config, heartbeat, controls, run)
             except UnknownInterruptError:
                 # The failed attempt had already stored these answers (checked against the signed ones).
-                _stream(graph, graph_input.fallback, config, heartbeat, controls, run)
+                seen = _stream(graph, graph_input.fallback, config, heartbeat, controls, run)
         elif isinstance(graph_input, ReplayFrom):  # time travel: re-execute from a past checkpoint
             at: RunnableConfig = {
                 **config,
@@ -177,8 +182,10 @@ def _execute_claimed(run: Run, heartbeat: _Heartbeat) -> None:
             }
             _stream(graph, None, at, heartbeat, controls, run)
         elif graph_input is not _SKIP:
-            _stream(graph, graph_input, config, heartbeat, controls, run)
-        snapshot = graph.get_state(config, subgraphs=True)
+            seen = _stream(graph, graph_input, config, heartbeat, controls, run)
+        outcome = seen.completed(graph) if seen is not None else None
+        if outcome is None:
+            outcome = outcome_read(graph.get_state(config, subgraphs=True))
     except LeaseLost:
         raise
     except Exception as exc:
@@ -189,10 +196,51 @@ def _execute_claimed(run: Run, heartbeat: _Heartbeat) -> None:
         run_fail(run=run, error=_error_text(exc), checkpoint_id=checkpoint_id)
         return
     heartbeat.check()
-    outcome = outcome_read(snapshot)
     if run.kind == RunKind.REPLAY:
         replay_head_record(run=run, checkpoint_id=outcome.checkpoint_id)
     run_finish(run=run, outcome=outcome)
+
+
+# Channel values a checkpoint stores as they are (inline JSON); anything else goes through the serializer.
+_INLINE = (str, int, float, bool, type(None))
+
+
+@dataclass
+class _Seen:
+    """What one stream told about how the run ended: its last root checkpoint, and whether it paused."""
+
+    checkpoint: dict[str, Any] | None = None  # the last "checkpoints" event (the shape of get_state)
+    paused: bool = False  # an ``__interrupt__`` update came (an interrupt, or a static breakpoint)
+
+    def completed(self, graph: Pregel[Any, Any, Any, Any]) -> RunOutcome | None:
+        """The outcome of a run that ran to its end, from the stream; None when the checkpoints must say.
+
+        A run that ended has no next task and no interrupt: its last checkpoint
+        event is its final state, which is exactly what ``get_state`` would
+        read back, once the values have made the same trip through the
+        checkpointer's serializer. A pause (tasks, interrupts, subgraphs) is
+        read from the checkpoints (``outcome_read``).
+        """
+        cp = self.checkpoint
+        if self.paused or cp is None or cp.get("next") or cp.get("tasks"):
+            return None
+        checkpoint_id = str(cp["config"]["configurable"]["checkpoint_id"])
+        values = _as_stored(graph, cp.get("values"))
+        return RunOutcome(RunStatus.SUCCEEDED, checkpoint_id, to_jsonable(values or {}))
+
+
+def _as_stored(graph: Pregel[Any, Any, Any, Any], values: Any) -> Any:
+    """``values`` as the checkpointer would load them back (what ``get_state`` returns)."""
+    serde = graph.checkpointer.serde if isinstance(graph.checkpointer, BaseCheckpointSaver) else None
+    if serde is None:
+        return values
+
+    def stored(value: Any) -> Any:
+        return value if isinstance(value, _INLINE) else serde.loads_typed(serde.dumps_typed(value))
+
+    if isinstance(graph.stream_channels_asis, str) or not isinstance(values, dict):
+        return stored(values)  # a graph whose state is one root channel
+    return {key: stored(value) for key, value in values.items()}
 
 
 def _stream(
@@ -202,20 +250,30 @@ def _stream(
     heartbeat: _Heartbeat,
     controls: RuntimeControls,
     run: Run,
-) -> None:
+) -> _Seen:
     deadline = controls.deadline()
+    seen = _Seen()
+    # Cancelled by an operator? Stop before the next step. Under "sync" durability every step ends
+    # with a fenced checkpoint write, which a cancel (it moves the fence) refuses before the next step
+    # starts; under async/exit durability no write would tell us until the run ends, so ask the database.
+    ask = controls.durability != "sync"
+    modes: list[StreamMode] = ["updates", "checkpoints"]
     try:
         # stream_tap is graph.stream; for a run a /lg/ client streams, it also publishes the chunks (runtime.stream).
-        for _chunk in stream_tap(
-            run, graph, graph_input, config, stream_mode="updates", durability=controls.durability
+        for mode, chunk in stream_tap(
+            run, graph, graph_input, config, stream_mode=modes, durability=controls.durability
         ):
+            if mode == "checkpoints":
+                seen.checkpoint = cast(dict[str, Any], chunk)
+                continue
+            seen.paused = seen.paused or (isinstance(chunk, dict) and INTERRUPT_KEY in chunk)
             heartbeat.check()
-            # Cancelled by an operator? Stop before the next step (under async/exit durability no
-            # checkpoint write would tell us until the run ends).
-            run_cancel_check(run=run)
+            if ask:
+                run_cancel_check(run=run)
             controls.check(deadline)
     except GraphRecursionError as exc:
         raise controls.recursion_error(exc) from None
+    return seen
 
 
 def _input_for(run: Run, graph: Pregel[Any, Any, Any, Any], config: RunnableConfig) -> Any:

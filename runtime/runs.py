@@ -15,6 +15,7 @@ lease would otherwise steal a live run or keep a dead one. See docs/zombies.md.
 from __future__ import annotations
 
 import logging
+import uuid
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -23,14 +24,14 @@ from celery import current_app
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
-from django.db.models import F, Q
+from django.db.models import F, OuterRef, Q, Subquery
 from django.db.models.expressions import CombinedExpression
-from django.db.models.functions import Coalesce, Now
+from django.db.models.functions import Now
 from django.utils import timezone
 
 from runtime import signals
 from runtime.fencing import LeaseLost
-from runtime.models import Run, RunKind, RunStatus, Thread, ThreadStatus
+from runtime.models import Branch, Run, RunKind, RunStatus, Thread, ThreadStatus
 
 __all__ = ["LeaseLost"]  # re-exported: callers catch it from here
 
@@ -69,6 +70,26 @@ class RunOutcome:
     interrupts: list[PendingInterrupt] = field(default_factory=list)
 
 
+# The partial unique index that keeps one queued or running run per thread (runtime.models.Run).
+ONE_ACTIVE_RUN = "one_active_run_per_thread"
+
+
+def thread_start_enqueue(
+    *, graph: str, metadata: dict[str, Any], input: dict[str, Any], created_by: User | None
+) -> tuple[Thread, Run]:
+    """A new thread and its first (start) run, dispatched once the caller's transaction commits.
+
+    The thread is created busy and has no other run, so neither the busy
+    update nor the active-run conflict of ``run_enqueue`` applies: two inserts.
+    """
+    if not transaction.get_connection().in_atomic_block:
+        raise RuntimeError("thread_start_enqueue must be called inside transaction.atomic()")
+    thread = Thread.objects.create(graph=graph, metadata=metadata, created_by=created_by, status=ThreadStatus.BUSY)
+    run = Run.objects.create(thread=thread, kind=RunKind.START, input=input, created_by=created_by)
+    _dispatch_on_commit(run)
+    return thread, run
+
+
 def run_enqueue(
     *,
     thread: Thread,
@@ -76,22 +97,45 @@ def run_enqueue(
     input: dict[str, Any] | None = None,
     command: dict[str, Any] | None = None,
     created_by: User | None = None,
+    run_id: uuid.UUID | None = None,
 ) -> Run:
-    """Create a queued run; it is dispatched to Celery only once the caller's transaction commits."""
+    """Create a queued run; it is dispatched to Celery only once the caller's transaction commits.
+
+    ``run_id``: the id to give it, when rows written before it already name it.
+
+    ``ThreadBusy`` if the thread already has a queued or running run. The
+    insert runs without a savepoint: its only possible conflict is that one
+    (the index named ``ONE_ACTIVE_RUN``; the primary key is a random UUID and
+    foreign keys are checked at commit), and every caller turns ``ThreadBusy``
+    into a refusal that rolls its transaction (or savepoint) back.
+    """
     if not transaction.get_connection().in_atomic_block:
         raise RuntimeError("run_enqueue must be called inside transaction.atomic()")
     try:
-        with transaction.atomic():  # a savepoint, so the caller's transaction survives a conflict
-            run = Run.objects.create(thread=thread, kind=kind, input=input, command=command, created_by=created_by)
+        run = Run.objects.create(
+            id=run_id or uuid.uuid4(), thread=thread, kind=kind, input=input, command=command, created_by=created_by
+        )
     except IntegrityError as exc:
-        if Run.objects.filter(thread=thread, status__in=[RunStatus.QUEUED, RunStatus.RUNNING]).exists():
+        if _violates(exc, ONE_ACTIVE_RUN):
             raise ThreadBusy(thread) from exc
         raise
     Thread.objects.filter(pk=thread.pk).update(status=ThreadStatus.BUSY, error="", updated_at=timezone.now())
     thread.status = ThreadStatus.BUSY
+    _dispatch_on_commit(run)
+    return run
+
+
+def _violates(exc: IntegrityError, constraint: str) -> bool:
+    """Whether ``exc`` is the violation of ``constraint`` (PostgreSQL names it; SQLite names its columns)."""
+    diag = getattr(exc.__cause__, "diag", None)
+    if diag is not None:
+        return bool(diag.constraint_name == constraint)
+    return "UNIQUE constraint failed: runtime_run.thread_id" in str(exc)
+
+
+def _dispatch_on_commit(run: Run) -> None:
     run_id = run.id
     transaction.on_commit(lambda: run_dispatch(run_id=run_id))
-    return run
 
 
 def retry_command(*, thread: Thread) -> dict[str, Any] | None:
@@ -128,29 +172,51 @@ def _lease_end() -> CombinedExpression:
 
 
 def run_claim(*, run_id: str, worker: str) -> Run | None:
-    """Take the run if it is queued, or running under a lapsed lease. None if someone else has it."""
+    """Take the run if it is queued, or running under a lapsed lease. None if someone else has it.
+
+    One locking read and two updates: the read locks the run and its thread
+    (so the fence it read is the one to bump) and takes the database's clock,
+    from which the lease's end is set, and the thread's current branch
+    (``run.current_branch_id``; no branch can start while the run is active).
+    """
     with transaction.atomic():
-        run = Run.objects.select_for_update().select_related("thread").annotate(db_now=Now()).filter(pk=run_id).first()
+        run = (
+            Run.objects.select_for_update()
+            .select_related("thread")
+            .annotate(
+                db_now=Now(),
+                current_branch_id=Subquery(
+                    Branch.objects.filter(thread_id=OuterRef("thread_id")).order_by("-created_at").values("id")[:1]
+                ),
+            )
+            .filter(pk=run_id)
+            .first()
+        )
         if run is None:
             return None
-        lapsed = run.status == RunStatus.RUNNING and (run.lease_expires_at is None or run.lease_expires_at < run.db_now)
+        now = run.db_now
+        lapsed = run.status == RunStatus.RUNNING and (run.lease_expires_at is None or run.lease_expires_at < now)
         if run.status != RunStatus.QUEUED and not lapsed:
             return None
         if run.attempts >= settings.GATEHOUSE_MAX_RUN_ATTEMPTS:
             _run_fail_locked(run, _gave_up(run))
             return None
         Thread.objects.filter(pk=run.thread_id).update(fence=F("fence") + 1)
-        fence = Thread.objects.values_list("fence", flat=True).get(pk=run.thread_id)
+        run.thread.fence += 1  # the thread row is locked by the read above: this is the value just written
+        run.status = RunStatus.RUNNING
+        run.attempts += 1
+        run.fence = run.thread.fence
+        run.lease_owner = worker
+        run.lease_expires_at = now + timedelta(seconds=settings.GATEHOUSE_LEASE_SECONDS)
+        run.started_at = run.started_at or now
         Run.objects.filter(pk=run.pk).update(
-            status=RunStatus.RUNNING,
+            status=run.status,
             attempts=F("attempts") + 1,
-            fence=fence,
+            fence=run.fence,
             lease_owner=worker,
-            lease_expires_at=_lease_end(),
-            started_at=Coalesce("started_at", Now()),
+            lease_expires_at=run.lease_expires_at,
+            started_at=run.started_at,
         )
-        run.refresh_from_db(fields=["status", "attempts", "fence", "lease_owner", "lease_expires_at", "started_at"])
-        run.thread.fence = fence
         signals.run_claimed.send(sender=Run, run=run)
     return run
 
@@ -177,7 +243,12 @@ def run_finish(*, run: Run, outcome: RunOutcome) -> None:
             status=thread_status, values=outcome.values, checkpoint_id=outcome.checkpoint_id, error="", updated_at=now
         )
         run.status = outcome.status
-        run.thread.refresh_from_db()
+        run.finished_at = now
+        run.lease_expires_at = None
+        # What the update above wrote (the row is not read back).
+        thread = run.thread
+        thread.status, thread.values, thread.checkpoint_id = thread_status, outcome.values, outcome.checkpoint_id
+        thread.error, thread.updated_at = "", now
         if outcome.status == RunStatus.INTERRUPTED:
             signals.run_interrupted.send(sender=Run, run=run, interrupts=outcome.interrupts)
         else:

@@ -4,7 +4,7 @@ A change that adds queries to start, decision, claim, finish or the inbox
 fails here; lower a pin when you remove queries. The inbox must not grow with
 the number of tasks it lists (no N+1).
 
-Claim and finish are called in this process on runs written here (no worker),
+Claim, finish and a resume run are called in this process on runs written here (no worker),
 with an interrupt outcome as the executor would report it; start and decision
 go through the API with a real worker in between.
 """
@@ -19,20 +19,31 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
+from runtime.executor import run_execute
 from runtime.gatekeeper import gate_payload
-from runtime.models import Run, RunKind, RunStatus
+from runtime.models import Run, RunKind, RunStatus, Thread
 from runtime.runs import PendingInterrupt, RunOutcome, run_claim, run_finish
 from runtime.threads import thread_create
 from tests.conftest import Persona, loan_input, pending_tasks, thread_start
 
 pytestmark = pytest.mark.usefixtures("live_db")
 
-# Upper bounds (queries per call). Lower them when a change removes queries.
-START_QUERIES = 17
-DECISION_QUERIES = 28
-CLAIM_QUERIES = 10  # the lease is set on the database clock and read back (fencing, 57b13a9)
-# Includes the pg_notify that wakes waiters and the outbox's subscription lookup for the event.
-FINISH_QUERIES = 16
+# Upper bounds (queries per call, BEGIN/COMMIT included). Lower them when a change removes queries.
+# Start and decision read the principal's permissions and graph assignments in one query (was three).
+# Start: the thread is created busy with its run (no savepoint, no status update).
+START_QUERIES = 12
+# Decision: no savepoint around the run insert; the decision is inserted naming its resume run; one
+# read of the task's siblings answers both "does another task wait" and "which decisions resume".
+DECISION_QUERIES = 22
+# Claim: one locking read (run, thread, the database clock, the current branch), two updates, the audit row.
+CLAIM_QUERIES = 8
+# Finish: the thread is not read back. Includes the pg_notify that wakes waiters and the outbox's
+# subscription lookup for the event.
+FINISH_QUERIES = 15
+# A resume run that completes, executed in this process: every statement psycopg sends (the
+# checkpointer's included). The state is read once before streaming (the resume guard) and not after
+# (the outcome comes from the stream); 47 before that and the claim/finish trims.
+RESUME_RUN_STATEMENTS = 39
 # A graph no test subscribes webhooks to: matching subscriptions (other tests') would add outbox rows.
 QUIET_GRAPH = "nested_review"
 INBOX_QUERIES = 12  # hand-offs +1 (the header's own out-of-office), comments +1 (rows' open questions, mentions)
@@ -84,6 +95,50 @@ def test_finish_with_an_interrupt_queries_are_bounded(operator):
     assert run.status == RunStatus.INTERRUPTED
     assert run.thread.tasks.filter(status="pending").count() == 1
     assert len(ctx) <= FINISH_QUERIES, _sql(ctx)
+
+
+class _Statements:
+    """Counts every statement psycopg sends from this process (Django's and the checkpointer's pools)."""
+
+    def __enter__(self) -> _Statements:
+        import psycopg
+
+        self.sql: list[str] = []
+        self._original = psycopg.Cursor.execute
+
+        def counted(cursor: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+            self.sql.append(query if isinstance(query, str) else repr(query))
+            return self._original(cursor, query, *args, **kwargs)
+
+        psycopg.Cursor.execute = counted  # type: ignore[method-assign]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        import psycopg
+
+        psycopg.Cursor.execute = self._original  # type: ignore[method-assign]
+
+
+def test_a_completed_resume_run_sends_a_bounded_number_of_statements(operator):
+    # Runs are created here and never dispatched, so no worker can take them from this process.
+    thread = thread_create(graph=QUIET_GRAPH, metadata={}, created_by=operator.user)
+    start = Run.objects.create(thread=thread, kind=RunKind.START, input={"subject": "perf"}, created_by=operator.user)
+    run_execute(run_id=str(start.id))
+    thread.refresh_from_db()
+    [task] = thread.tasks.filter(status="pending")
+    resume = Run.objects.create(
+        thread=thread,
+        kind=RunKind.RESUME,
+        command={"resume": {task.interrupt_id: {"decision": "approve"}}, "checkpoint_id": thread.checkpoint_id},
+        created_by=operator.user,
+    )
+    with _Statements() as statements:
+        run_execute(run_id=str(resume.id))
+    resume.refresh_from_db()
+    assert resume.status == RunStatus.SUCCEEDED
+    assert Thread.objects.get(pk=thread.pk).values["answers"] == ["inner_gate:approve"]
+    listing = "\n".join(f"{i + 1}. {q[:200]}" for i, q in enumerate(statements.sql))
+    assert len(statements.sql) <= RESUME_RUN_STATEMENTS, listing
 
 
 def _inbox_with(operator: Persona, reviewer_client: Client, count: int) -> int:
