@@ -14,17 +14,21 @@ in its ``on_chain_end``) and runnables tagged ``langsmith:hidden``
 from __future__ import annotations
 
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 from uuid import UUID
 
 from langchain_core.callbacks import BaseCallbackHandler, BaseCallbackManager
 from langchain_core.outputs import ChatGenerationChunk, LLMResult
 from langchain_core.runnables import RunnableConfig
 
-if TYPE_CHECKING:
-    from runtime.stream import Publisher
+
+class Publisher(Protocol):
+    """Where events go (``runtime.stream.Publisher``)."""
+
+    def publish(self, events: Sequence[tuple[str, Any]]) -> None: ...
+
 
 HIDDEN_TAG = "langsmith:hidden"
 
