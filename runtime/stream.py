@@ -44,6 +44,7 @@ from langgraph.types import Interrupt, Send
 
 from runtime.jsonable import to_jsonable
 from runtime.models import Run
+from runtime.stream_events import events_config
 
 log = logging.getLogger(__name__)
 
@@ -380,8 +381,6 @@ def _tapped(
     config: RunnableConfig,
     kwargs: dict[str, Any],
 ) -> Iterator[Any]:
-    from runtime.stream_events import events_config
-
     asked = kwargs.pop("stream_mode", None) or graph.stream_mode
     asked_modes = [asked] if isinstance(asked, str) else list(asked)
     asked_subgraphs = bool(kwargs.pop("subgraphs", False))

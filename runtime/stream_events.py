@@ -25,7 +25,7 @@ from langchain_core.runnables import RunnableConfig
 
 
 class Publisher(Protocol):
-    """What this module needs of ``runtime.stream.Publisher`` (a protocol: the modules do not import each other)."""
+    """Where events go (``runtime.stream.Publisher``)."""
 
     def publish(self, events: Sequence[tuple[str, Any]]) -> None: ...
 
