@@ -299,6 +299,7 @@ def audit_list(request: HttpRequest, query: Query[AuditQuery]) -> list[AuditEven
 def _audit_out(event: AuditEvent, user: Any) -> AuditEventOut:
     return AuditEventOut(
         id=event.id,
+        chain=event.chain,
         at=event.at,
         actor=event.actor_label,
         action=event.action,

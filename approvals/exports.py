@@ -6,14 +6,15 @@ never the set. PostgreSQL would otherwise (autocommit) declare the cursor
 ``WITH HOLD`` and materialise the whole result before the first row.
 
 Each row is exactly what :func:`approvals.audit.event_hash` hashes
-(:func:`approvals.audit.event_fields`) plus ``id``, ``prev_hash``, ``hash`` and
-``masked``. Details go through :func:`approvals.gateway.audit_details_for`, so
+(:func:`approvals.audit.event_fields`) plus ``id``, ``chain``, ``prev_hash``,
+``hash`` and ``masked``. Details go through :func:`approvals.gateway.audit_details_for`, so
 a reader without "view sensitive" gets the graph's sensitive paths masked; such
 a row is flagged ``masked`` because its hash can no longer be recomputed from
 what was exported (its links still can). The JSONL variant ends with a trailer
 ``{"export": {"count", "first_id", "last_id", "head_hash", "chained", ...}}``.
 ``chained`` is true when the export is the whole trail (no filters, every
-graph): then every row must link to the one before it, from the genesis hash.
+graph): then every row must link to the row before it in its chain, and each
+chain start from the genesis hash.
 
 Every export is itself audited (``audit.exported``, with the filters and the
 count) once its stream ends, or is abandoned.
@@ -36,7 +37,7 @@ from django.db.models import QuerySet
 from django.utils.dateparse import parse_datetime
 
 from approvals import gateway, permissions
-from approvals.audit import GENESIS, audit_record, event_fields, event_hash
+from approvals.audit import GENESIS, LEGACY_CHAIN, audit_record, chain_fields, event_fields, event_hash
 from approvals.errors import InvalidInput
 from approvals.models import AuditAction, AuditEvent
 from approvals.selectors import audit_filter
@@ -44,7 +45,7 @@ from approvals.selectors import audit_filter
 FORMATS = ("jsonl", "csv")
 FILTERS = ("graph", "thread", "actor", "action", "since", "until")
 HASHED = ("at", "actor", "action", "subject", "thread", "graph", "details")  # the keys of event_fields
-COLUMNS = ("id", *HASHED, "prev_hash", "hash", "masked")
+COLUMNS = ("id", "chain", *HASHED, "prev_hash", "hash", "masked")  # files from before chains have no "chain"
 CHUNK_SIZE = 2000  # rows per server-side cursor fetch
 ROWS_PER_WRITE = 500  # rows per chunk handed to the HTTP server or file
 
@@ -129,6 +130,7 @@ def export_row(user: permissions.Principal, event: AuditEvent) -> dict[str, Any]
     masked = shown is not event.details and shown != event.details
     return {
         "id": event.id,
+        "chain": event.chain,
         **fields,
         "details": shown,
         "prev_hash": event.prev_hash,
@@ -300,14 +302,15 @@ def export_verify(lines: Iterable[str | bytes]) -> VerifyResult:
     """Re-check a JSONL export: every row's hash over its fields, the links between rows, and the trailer.
 
     Links are required when the trailer says the export is ``chained`` (the
-    whole trail); in a filtered export consecutive rows need not be neighbours
-    in the chain, so only each row's own hash is checked.
+    whole trail): each row links to the row before it in its chain, and each
+    chain starts at the genesis hash. In a filtered export consecutive rows of
+    a chain need not be neighbours, so only each row's own hash is checked.
     """
-    prev_hash: str | None = None
+    heads: dict[int, str] = {}  # chain -> hash of its newest row so far
+    last_hash: str | None = None
     prev_id = 0
     rows = masked = 0
     first_link_break: tuple[int, str] | None = None
-    first_hash = ""
     first_id: int | None = None
     trailer: dict[str, Any] | None = None
     last_line = 0
@@ -325,35 +328,44 @@ def export_verify(lines: Iterable[str | bytes]) -> VerifyResult:
         if isinstance(data, dict) and set(data) == {"export"}:
             trailer = data["export"]
             continue
-        if not isinstance(data, dict) or not set(COLUMNS) <= set(data):
+        if not isinstance(data, dict) or not set(COLUMNS) - {"chain"} <= set(data):
             return VerifyResult(False, rows, masked, line=number, reason="not an exported audit row")
+        chain = data.get("chain", LEGACY_CHAIN)
+        if not isinstance(chain, int) or isinstance(chain, bool) or chain < 0:
+            return VerifyResult(False, rows, masked, line=number, reason="chain is not a chain number")
         if not isinstance(data["id"], int) or data["id"] <= prev_id:
             return VerifyResult(False, rows, masked, line=number, reason="ids are not increasing")
         if data["masked"]:
             masked += 1
-        elif event_hash({k: data[k] for k in HASHED}, data["prev_hash"]) != data["hash"]:
+        elif (
+            event_hash(chain_fields({k: data[k] for k in HASHED}, chain=chain, event_id=data["id"]), data["prev_hash"])
+            != data["hash"]
+        ):
             return VerifyResult(
                 False, rows, masked, line=number, reason=f"event {data['id']}: hash does not match its fields (altered)"
             )
-        if prev_hash is not None and data["prev_hash"] != prev_hash and first_link_break is None:
-            first_link_break = (number, f"event {data['id']}: prev_hash does not link to the row before")
-        if prev_hash is None:
-            first_hash, first_id = data["prev_hash"], data["id"]
-        prev_hash, prev_id = data["hash"], data["id"]
+        if data["prev_hash"] != heads.get(chain, GENESIS) and first_link_break is None:
+            first_link_break = (
+                number,
+                f"event {data['id']}: prev_hash does not link to the row before it in chain {chain}"
+                if chain in heads
+                else f"event {data['id']}: chain {chain} must start at the genesis hash in a whole-trail export",
+            )
+        if first_id is None:
+            first_id = data["id"]
+        heads[chain] = last_hash = data["hash"]
+        prev_id = data["id"]
         rows += 1
     if trailer is None:
         return VerifyResult(False, rows, masked, line=last_line + 1, reason="no trailer: the file is truncated")
     chained = bool(trailer.get("chained"))
     result = VerifyResult(True, rows, masked, chained=chained)
-    expected = {"count": rows, "first_id": first_id, "last_id": prev_id or None, "head_hash": prev_hash}
+    expected = {"count": rows, "first_id": first_id, "last_id": prev_id or None, "head_hash": last_hash}
     for key, value in expected.items():
         if trailer.get(key) != value:
             return _fail(result, last_line, f"trailer {key} is {trailer.get(key)!r}, the rows say {value!r}")
-    if chained:
-        if rows and first_hash != GENESIS:
-            return _fail(result, 1, "a whole-trail export must start at the genesis hash")
-        if first_link_break is not None:
-            return _fail(result, *first_link_break)
+    if chained and first_link_break is not None:
+        return _fail(result, *first_link_break)
     return result
 
 

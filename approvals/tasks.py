@@ -15,7 +15,7 @@ from approvals.outbound import DELIVER_WEBHOOK_TASK, deliveries_due, delivery_at
 
 @shared_task(name="approvals.anchor_audit", ignore_result=True)
 def anchor_audit() -> str:
-    return audit_anchor().head_hash
+    return ", ".join(f"{a.chain}:{a.head_hash[:12]}" for a in audit_anchor())
 
 
 # Routed to the outbound queue (CELERY_TASK_ROUTES): a receiver that is slow to answer

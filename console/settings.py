@@ -291,7 +291,10 @@ GATEHOUSE_PLATFORM_WAIT_SECONDS = env_float("GATEHOUSE_PLATFORM_WAIT_SECONDS", 1
 GATEHOUSE_SEPARATION_OF_DUTIES = env_bool("GATEHOUSE_SEPARATION_OF_DUTIES", False)
 # Signing a decision needs the password again when the sign-in is older than this.
 GATEHOUSE_REAUTH_SECONDS = env_int("GATEHOUSE_REAUTH_SECONDS", 15 * 60, minimum=30)
-# How often beat records the audit chain's head as an anchor event.
+# The audit trail's hash chains: events go to one by a hash of their thread, each chain
+# with its own lock, so audited transactions in different chains never wait for each other.
+GATEHOUSE_AUDIT_CHAINS = env_int("GATEHOUSE_AUDIT_CHAINS", 8, minimum=1)
+# How often beat records every audit chain's head as an anchor.
 GATEHOUSE_ANCHOR_SECONDS = env_float("GATEHOUSE_ANCHOR_SECONDS", 3600.0, minimum=1.0)
 # Each anchor is also appended (one JSON line, O_APPEND, mode 0600) to this file,
 # kept where the database role cannot rewrite it; `audit_verify --sink` checks it.
