@@ -96,11 +96,21 @@ class _ChainHeld:
     lock it stands for.
     """
 
-    def __init__(self, chain: int) -> None:
+    def __init__(self, chain: int, callbacks: list[Any]) -> None:
         self.chain = chain
+        self.callbacks = callbacks  # the connection's list it was added to
 
     def __call__(self) -> None:
         pass
+
+    def held(self, conn: BaseDatabaseWrapper) -> bool:
+        # Django only appends to that list in place; it drops callbacks by replacing the list.
+        if conn.run_on_commit is self.callbacks:
+            return True
+        if any(entry[1] is self for entry in conn.run_on_commit):
+            self.callbacks = conn.run_on_commit  # a savepoint rolled back, not this marker's
+            return True
+        return False
 
 
 _held: weakref.WeakKeyDictionary[BaseDatabaseWrapper, _ChainHeld] = weakref.WeakKeyDictionary()
@@ -114,9 +124,9 @@ def _transaction_chain(key: str) -> int:
     """
     conn = transaction.get_connection()
     marker = _held.get(conn)
-    if marker is not None and any(entry[1] is marker for entry in conn.run_on_commit):
+    if marker is not None and marker.held(conn):
         return marker.chain
-    marker = _ChainHeld(chain_for(key, chains=chains_configured()))
+    marker = _ChainHeld(chain_for(key, chains=chains_configured()), conn.run_on_commit)
     transaction.on_commit(marker)
     _held[conn] = marker
     return marker.chain

@@ -189,7 +189,9 @@ def worker_proc(
     command = [sys.executable, "-m", "celery", "-A", "console", "worker", f"--pool={pool}",
                f"--concurrency={concurrency}", "--loglevel=WARNING", "-Q", queue, "-n", f"{name}@%h",
                "--without-mingle", "--without-gossip", "--without-heartbeat"]  # fmt: skip
-    return Proc(name, command, {**env, "GATEHOUSE_READY_FILE": str(ready)}, run_dir), ready
+    # Celery takes the configured pool over an explicit --pool=prefork: say it in the environment too.
+    worker_env = {**env, "GATEHOUSE_READY_FILE": str(ready), "GATEHOUSE_WORKER_POOL": pool}
+    return Proc(name, command, worker_env, run_dir), ready
 
 
 def bench_env(db_name: str, queue: str, bank_url: str, var_dir: Path) -> dict[str, str]:

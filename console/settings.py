@@ -338,6 +338,14 @@ else:
     CELERY_BROKER_TRANSPORT_OPTIONS = {"polling_interval": 0.05, "busy_timeout": 30}
     CELERY_WORKER_ENABLE_REMOTE_CONTROL = False
 CELERY_TASK_DEFAULT_QUEUE = env_str("GATEHOUSE_QUEUE") or "gatehouse"
+# The worker model `celery -A console worker` gets without --pool/--concurrency: threads, 8 per
+# process; scale with one worker process per core (docs/performance.md, "Worker model": prefork was
+# slower at every concurrency, 4 and 8 threads tied, a second process on 2 cores gained most).
+# Celery swaps an explicit `--pool=prefork` for this setting: choose prefork here, not on the command line.
+CELERY_WORKER_POOL = env_str("GATEHOUSE_WORKER_POOL") or "threads"
+if CELERY_WORKER_POOL not in ("threads", "prefork", "solo"):
+    raise ImproperlyConfigured(f"GATEHOUSE_WORKER_POOL={CELERY_WORKER_POOL!r}: use threads, prefork or solo")
+CELERY_WORKER_CONCURRENCY = env_int("GATEHOUSE_WORKER_CONCURRENCY", 8, minimum=1)  # ≤ GATEHOUSE_CHECKPOINT_POOL_SIZE
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
