@@ -296,6 +296,7 @@ def audit_list(request: AuthedRequest, query: Query[AuditQuery]) -> list[AuditEv
 def _audit_out(event: AuditEvent, user: Any) -> AuditEventOut:
     return AuditEventOut(
         id=event.id,
+        chain=event.chain,
         at=event.at,
         actor=event.actor_label,
         action=event.action,

@@ -1,8 +1,20 @@
-"""The audit trail: append-only events, each chained to the previous one by hash.
+"""The audit trail: append-only events in hash chains, each event chained to the one before it in its chain.
 
-Appends are serialised (an advisory lock on PostgreSQL; SQLite serialises
-writers already) so the chain has exactly one head. Call ``audit_record``
-inside the transaction that makes the change it describes.
+The trail is partitioned into ``GATEHOUSE_AUDIT_CHAINS`` chains (1..N) by a
+stable hash of the event's thread (or subject), each with its own head and its
+own lock (a PostgreSQL advisory lock; SQLite serialises writers already), so
+audited transactions in different chains never wait for each other. Within a
+chain, appends are serialised and the chain has exactly one head. Chain 0
+holds the events recorded before the trail was partitioned (one chain, as it
+was); nothing is appended to it any more.
+
+An event of chains 1..N also hashes its chain number and its id (from one
+sequence for the whole trail, drawn under the chain's lock), so neither moving
+it to another chain nor renumbering it to change the global order goes
+unnoticed. Anchors (beat) pin every chain's head together; see
+docs/security-audit.md.
+
+Call ``audit_record`` inside the transaction that makes the change it describes.
 """
 
 from __future__ import annotations
@@ -10,21 +22,26 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from django.conf import settings
 from django.contrib.auth.models import AnonymousUser, User
 from django.db import connection, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.models import Count, Max
+from django.db.models.signals import post_migrate, pre_migrate
 from django.utils import timezone
 
 from approvals.events import events_publish
 from approvals.models import AuditAction, AuditAnchor, AuditEvent
 
-GENESIS = "0" * 64
-_LOCK_KEY = 0x6761746568  # "gateh"
+GENESIS = "0" * 64  # the prev_hash of every chain's first event
+LEGACY_CHAIN = 0  # events recorded before partitioning: hashed without chain and id, never appended to
+_LOCK_CLASS = 0x67617465  # "gate": pg_advisory_xact_lock(_LOCK_CLASS, chain), one lock per chain
 
 
 def canonical(value: Any) -> str:
@@ -35,23 +52,194 @@ def event_hash(fields: dict[str, Any], prev_hash: str) -> str:
     return hashlib.sha256(f"{prev_hash}|{canonical(fields)}".encode()).hexdigest()
 
 
+def chain_fields(fields: dict[str, Any], *, chain: int, event_id: int | None) -> dict[str, Any]:
+    """What an event's hash covers: its fields, plus its chain and id outside the legacy chain."""
+    if chain == LEGACY_CHAIN:
+        return fields
+    return {**fields, "chain": chain, "id": event_id}
+
+
 def event_fields(event: AuditEvent) -> dict[str, Any]:
-    return {
-        "at": event.at.isoformat(),
-        "actor": event.actor_label,
-        "action": event.action,
-        "subject": f"{event.subject_type}:{event.subject_id}",
-        "thread": str(event.thread_id) if event.thread_id else None,
-        "graph": event.graph,
-        "details": event.details,
-    }
+    return chain_fields(
+        {
+            "at": event.at.isoformat(),
+            "actor": event.actor_label,
+            "action": event.action,
+            "subject": f"{event.subject_type}:{event.subject_id}",
+            "thread": str(event.thread_id) if event.thread_id else None,
+            "graph": event.graph,
+            "details": event.details,
+        },
+        chain=event.chain,
+        event_id=event.pk,
+    )
 
 
-def _chain_lock() -> None:
-    """Serialise appends until the transaction ends (re-entrant within one transaction)."""
+# --- chains: which one an event goes to, its lock and its head -----------------------------------
+
+
+def chains_configured() -> int:
+    return int(settings.GATEHOUSE_AUDIT_CHAINS)
+
+
+def chain_for(key: str, *, chains: int) -> int:
+    """The chain (1..chains) of a shard key: sha256, not hash(), so every process and restart agrees."""
+    return 1 + int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big") % chains
+
+
+class _ChainHeld:
+    """An on-commit no-op marking the chain the current transaction appends to.
+
+    Django drops a transaction's on-commit callbacks when it commits or rolls
+    back (and those of a savepoint rolled back, which also releases the
+    advisory lock taken inside it), so the marker lives exactly as long as the
+    lock it stands for.
+    """
+
+    def __init__(self, chain: int, callbacks: list[Any]) -> None:
+        self.chain = chain
+        self.callbacks = callbacks  # the connection's list it was added to
+
+    def __call__(self) -> None:
+        pass
+
+    def held(self, conn: BaseDatabaseWrapper) -> bool:
+        # Django only appends to that list in place; it drops callbacks by replacing the list.
+        if conn.run_on_commit is self.callbacks:
+            return True
+        if any(entry[1] is self for entry in conn.run_on_commit):
+            self.callbacks = conn.run_on_commit  # a savepoint rolled back, not this marker's
+            return True
+        return False
+
+
+_held: weakref.WeakKeyDictionary[BaseDatabaseWrapper, _ChainHeld] = weakref.WeakKeyDictionary()
+
+
+def _transaction_chain(key: str) -> int:
+    """The chain this transaction appends to: its first event's, then the same one for every later event.
+
+    One chain lock per transaction: two transactions each holding one chain's
+    lock and waiting for the other's would deadlock.
+    """
+    conn = transaction.get_connection()
+    marker = _held.get(conn)
+    if marker is not None and marker.held(conn):
+        return marker.chain
+    marker = _ChainHeld(chain_for(key, chains=chains_configured()), conn.run_on_commit)
+    transaction.on_commit(marker)
+    _held[conn] = marker
+    return marker.chain
+
+
+def chain_lock(chain: int) -> None:
+    """Serialise appends to ``chain`` until the transaction ends (re-entrant within one transaction)."""
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_LOCK_KEY])
+            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [_LOCK_CLASS, chain])
+
+
+def _chain_next(chain: int) -> tuple[str, int]:
+    """The chain's head hash and the id of the event to append after it; call holding the chain's lock.
+
+    The id is drawn after the lock, so within a chain ids grow in append order.
+    """
+    table = AuditEvent._meta.db_table
+    head = f"(SELECT hash FROM {table} WHERE chain = %s ORDER BY id DESC LIMIT 1)"  # noqa: S608 - constant
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(f"SELECT nextval(pg_get_serial_sequence('{table}', 'id')), {head}", [chain])
+        else:  # SQLite: the IMMEDIATE transaction holds the database's write lock
+            cursor.execute(f"SELECT COALESCE(MAX(id), 0) + 1, {head} FROM {table}", [chain])  # noqa: S608
+        event_id, prev = cursor.fetchone()
+    return prev or GENESIS, int(event_id)
+
+
+def _append(
+    *,
+    chain: int,
+    user: User | None,
+    label: str,
+    action: AuditAction | str,
+    subject_type: str,
+    subject_id: object,
+    thread_id: Any,
+    graph: str,
+    details: dict[str, Any] | None,
+) -> AuditEvent:
+    if _chains_missing():
+        chain = LEGACY_CHAIN
+    event = AuditEvent(
+        chain=chain,
+        at=timezone.now(),
+        actor=user,
+        actor_label=label,
+        action=str(action),  # the stored value, also what the hash covers
+        subject_type=subject_type,
+        subject_id=str(subject_id),
+        thread_id=thread_id,
+        graph=graph,
+        details=json.loads(canonical(details or {})),
+    )
+    if chain == LEGACY_CHAIN:
+        _append_unpartitioned(event)
+    else:
+        chain_lock(chain)
+        event.prev_hash, event.id = _chain_next(chain)
+        event.hash = event_hash(event_fields(event), event.prev_hash)
+        event.save(force_insert=True)
+    events_publish(event)
+    return event
+
+
+# --- while ``migrate`` runs: data migrations from before the chains --------------------------------
+# Data migrations before 0019 (the role definitions) change permissions, which approvals.security
+# audits through this module and today's model; the table has no ``chain`` column yet then. Their
+# events go to the one chain there was, written as the code of that time wrote them.
+
+_LEGACY_LOCK_KEY = 0x6761746568  # the one chain's lock before partitioning
+_migrating = False
+
+
+def _migrate_running(**_: object) -> None:
+    global _migrating
+    _migrating = True
+
+
+def _migrate_done(**_: object) -> None:
+    global _migrating
+    _migrating = False
+
+
+pre_migrate.connect(_migrate_running, dispatch_uid="approvals.audit.migrate_running")
+post_migrate.connect(_migrate_done, dispatch_uid="approvals.audit.migrate_done")
+
+
+def _chains_missing() -> bool:
+    if not _migrating:
+        return False
+    with connection.cursor() as cursor:
+        columns = connection.introspection.get_table_description(cursor, AuditEvent._meta.db_table)
+    return all(column.name != "chain" for column in columns)
+
+
+def _append_unpartitioned(event: AuditEvent) -> None:
+    """Append to chain 0 as before partitioning: one lock, the newest event overall as the head."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_LEGACY_LOCK_KEY])
+    event.prev_hash = AuditEvent.objects.order_by("-id").values_list("hash", flat=True).first() or GENESIS
+    event.hash = event_hash(event_fields(event), event.prev_hash)
+    fields = [f for f in AuditEvent._meta.concrete_fields if f.name not in ("id", "chain")]
+    columns = ", ".join(connection.ops.quote_name(f.column or f.name) for f in fields)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {AuditEvent._meta.db_table} ({columns}) "  # noqa: S608 - names from the model
+            f"VALUES ({', '.join(['%s'] * len(fields))}) RETURNING id",
+            [f.get_db_prep_save(getattr(event, f.attname), connection) for f in fields],
+        )
+        event.id = cursor.fetchone()[0]
+    event._state.adding = False
 
 
 def audit_record(
@@ -65,65 +253,108 @@ def audit_record(
     details: dict[str, Any] | None = None,
     actor_label: str | None = None,
 ) -> AuditEvent:
+    """Append one event to the chain of its thread (or subject), in the caller's transaction."""
     if not transaction.get_connection().in_atomic_block:
         raise RuntimeError("audit_record must run inside the transaction of the change it records")
     # A principal that was never stored (``manage.py`` acting as a superuser) is recorded by its name.
     named = actor if isinstance(actor, User) else None
     user = named if named is not None and named.pk is not None else None
     label = actor_label or (named.get_username() if named is not None else "system")
-    _chain_lock()
-    prev = AuditEvent.objects.order_by("-id").values_list("hash", flat=True).first() or GENESIS
-    event = AuditEvent(
-        at=timezone.now(),
-        actor=user,
-        actor_label=label,
-        action=str(action),  # the stored value, also what the hash covers
+    key = f"thread:{thread_id}" if thread_id else f"{subject_type}:{subject_id}"
+    return _append(
+        chain=_transaction_chain(key),
+        user=user,
+        label=label,
+        action=action,
         subject_type=subject_type,
-        subject_id=str(subject_id),
+        subject_id=subject_id,
         thread_id=thread_id,
         graph=graph,
-        details=json.loads(canonical(details or {})),
-        prev_hash=prev,
+        details=details,
     )
-    event.hash = event_hash(event_fields(event), prev)
-    event.save()
-    events_publish(event)
-    return event
 
 
-# --- anchors: the chain's length and head, so a cut-off tail is seen ---------------------------
+# --- anchors: every chain's head pinned together, so a cut-off tail is seen ----------------------
 
 
-def audit_anchor() -> AuditAnchor:
-    """Record the chain's current head as an anchor: an ``audit.anchor`` event and an AuditAnchor row.
+@dataclass(frozen=True)
+class ChainHead:
+    chain: int
+    head_id: int | None  # None: the chain is empty
+    head_hash: str
+    length: int
 
-    Run periodically (Celery beat). The row pins the anchor event itself (its
-    id, hash and position), so ``audit_verify`` can tell that events up to it
-    were deleted even when the deletion left a chain whose links still match.
-    With ``GATEHOUSE_AUDIT_ANCHOR_SINK`` set the anchor is also appended, after
+    def witness(self) -> list[Any]:
+        return [self.head_id, self.head_hash, self.length]
+
+
+def chain_heads() -> dict[int, ChainHead]:
+    """Every non-empty chain's newest event and length. Rows never change, so the two queries agree."""
+    tops = {
+        row["chain"]: (row["top"], row["n"])
+        for row in AuditEvent.objects.order_by().values("chain").annotate(top=Max("id"), n=Count("id"))
+    }
+    hashes = dict(AuditEvent.objects.filter(id__in=[top for top, _ in tops.values()]).values_list("id", "hash"))
+    return {chain: ChainHead(chain, top, hashes[top], n) for chain, (top, n) in tops.items()}
+
+
+def audit_anchor() -> list[AuditAnchor]:
+    """Pin every chain's head at one moment; returns the AuditAnchor rows, one per chain.
+
+    Run periodically (Celery beat). Under every chain's lock (taken in
+    ascending order: a writer holds one chain's lock only, so nothing
+    deadlocks), the heads form one consistent cut of the trail. Each chain
+    1..N gets an ``audit.anchor`` event whose details hold its own previous
+    head and, under ``heads``, every locked chain's head (chain → [id, hash,
+    length]): the chains witness each other, and ``audit_chain_check`` checks
+    the witnesses. Each AuditAnchor row pins one chain: its new anchor event,
+    or for a chain nothing appends to any more (0, or beyond a lowered
+    ``GATEHOUSE_AUDIT_CHAINS``) its head as it is. With
+    ``GATEHOUSE_AUDIT_ANCHOR_SINK`` set the rows are also appended, after
     commit, to a file outside the database.
     """
+    active = range(1, chains_configured() + 1)
     with transaction.atomic():
-        _chain_lock()  # the head and the count below must not move before the anchor event is appended
-        head = AuditEvent.objects.order_by("-id").values("id", "hash").first()
-        length = AuditEvent.objects.count()
-        event = audit_record(
-            actor=None,
-            actor_label="system",
-            action=AuditAction.AUDIT_ANCHOR,
-            subject_type="audit",
-            subject_id=head["id"] if head else 0,
-            details={
-                "head_id": head["id"] if head else None,
-                "head_hash": head["hash"] if head else GENESIS,
-                "length": length,
-            },
-        )
-        anchor = AuditAnchor.objects.create(at=event.at, head_id=event.pk, head_hash=event.hash, length=length + 1)
+        for chain in active:
+            chain_lock(chain)
+        heads = chain_heads()
+
+        def head_of(chain: int) -> ChainHead:
+            return heads.get(chain, ChainHead(chain, None, GENESIS, 0))
+
+        witnessed = {str(chain): head_of(chain).witness() for chain in (LEGACY_CHAIN, *active)}
+        at = timezone.now()
+        anchors = []
+        for chain in sorted({*heads, *active}):
+            head = head_of(chain)
+            if chain in active:
+                event = _append(
+                    chain=chain,
+                    user=None,
+                    label="system",
+                    action=AuditAction.AUDIT_ANCHOR,
+                    subject_type="audit",
+                    subject_id=head.head_id or 0,
+                    thread_id=None,
+                    graph="",
+                    details={
+                        "chain": chain,
+                        "head_id": head.head_id,
+                        "head_hash": head.head_hash,
+                        "length": head.length,
+                        "heads": witnessed,
+                    },
+                )
+                pinned = (event.pk, event.hash, head.length + 1)
+            else:  # nothing appends to it any more; it is among ``heads``, so it has a head
+                pinned = (cast(int, head.head_id), head.head_hash, head.length)
+            anchors.append(
+                AuditAnchor.objects.create(at=at, chain=chain, head_id=pinned[0], head_hash=pinned[1], length=pinned[2])
+            )
         sink = anchor_sink_path()
         if sink is not None:
-            transaction.on_commit(lambda: anchor_sink_append(anchor, path=sink))
-    return anchor
+            transaction.on_commit(lambda: anchor_sink_append(*anchors, path=sink))
+    return anchors
 
 
 def anchor_sink_path() -> Path | None:
@@ -135,19 +366,21 @@ def anchor_line(anchor: AuditAnchor) -> dict[str, Any]:
     return {
         "anchor": anchor.pk,
         "at": anchor.at.isoformat(),
+        "chain": anchor.chain,
         "head_id": anchor.head_id,
         "head_hash": anchor.head_hash,
         "length": anchor.length,
     }
 
 
-def anchor_sink_append(anchor: AuditAnchor, *, path: Path) -> None:
-    """Append one JSON line to the sink: O_APPEND (no rewrite of what is there), 0600, flushed to disk.
+def anchor_sink_append(*anchors: AuditAnchor, path: Path) -> None:
+    """Append one JSON line per anchor to the sink in one write: O_APPEND (no rewrite of what is there), 0600,
+    flushed to disk.
 
     The file lives outside the database, so whoever can delete audit rows and
     anchors through SQL cannot make them agree again with this copy.
     """
-    line = (json.dumps(anchor_line(anchor), sort_keys=True, separators=(",", ":")) + "\n").encode()
+    line = "".join(json.dumps(anchor_line(a), sort_keys=True, separators=(",", ":")) + "\n" for a in anchors).encode()
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     try:
         os.write(fd, line)
@@ -158,18 +391,20 @@ def anchor_sink_append(anchor: AuditAnchor, *, path: Path) -> None:
 
 @dataclass(frozen=True)
 class AnchorRef:
-    """An anchor to check the chain against: a row of AuditAnchor or a line of the sink."""
+    """An anchor to check a chain against: a row of AuditAnchor or a line of the sink."""
 
     source: str  # "anchor #12" or "sink line 3"
     anchor_id: int | None
     head_id: int
     head_hash: str
     length: int
+    chain: int = LEGACY_CHAIN  # anchors from before partitioning pinned the one chain there was
 
 
 def anchors_stored() -> list[AnchorRef]:
     return [
-        AnchorRef(f"anchor #{a.pk}", a.pk, a.head_id, a.head_hash, a.length) for a in AuditAnchor.objects.order_by("id")
+        AnchorRef(f"anchor #{a.pk}", a.pk, a.head_id, a.head_hash, a.length, a.chain)
+        for a in AuditAnchor.objects.order_by("id")
     ]
 
 
@@ -195,71 +430,130 @@ def anchors_from_sink(path: Path) -> list[AnchorRef]:
                     int(row["head_id"]),
                     str(row["head_hash"]),
                     int(row["length"]),
+                    int(row.get("chain", LEGACY_CHAIN)),
                 )
             )
-        except (ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise SinkUnreadable(f"{path}:{number}: not an anchor line ({exc})") from exc
     return refs
 
 
 @dataclass
+class ChainState:
+    """One chain as the walk has seen it so far."""
+
+    length: int = 0
+    head_id: int | None = None
+    head_hash: str = GENESIS
+    before: tuple[int | None, str, int] = (None, GENESIS, 0)  # the head before this one: (id, hash, length)
+
+    @property
+    def head(self) -> tuple[int | None, str, int]:
+        return (self.head_id, self.head_hash, self.length)
+
+
+@dataclass
 class ChainReport:
-    checked: int = 0  # events in the chain
-    broken: AuditEvent | None = None  # the first event whose link or hash does not match
+    checked: int = 0  # events in the trail, all chains
+    broken: AuditEvent | None = None  # the first event (by id) whose link or hash does not match
     verified: int = 0  # events before ``broken`` (all of them when nothing is broken)
     newest_id: int | None = None
-    problems: list[str] = field(default_factory=list)  # anchors the chain no longer reaches
+    problems: list[str] = field(default_factory=list)  # anchors and witnesses the chains no longer agree with
+    chains: dict[int, ChainState] = field(default_factory=dict)
+    broken_in: dict[int, AuditEvent] = field(default_factory=dict)  # chain -> its first broken event
 
     @property
     def intact(self) -> bool:
         return self.broken is None and not self.problems
 
 
+def _witnesses_check(event: AuditEvent, chains: dict[int, ChainState]) -> list[str]:
+    """An anchor event's ``heads`` against the chains as the walk reached it.
+
+    Its round held every witnessed chain's lock and appended the anchor events
+    in ascending chain order: a chain below this one already has its own anchor
+    event of the round on top of the head it witnessed; this chain and those
+    above it (and chain 0, which nothing appends to) are still at it.
+    """
+    heads = event.details.get("heads") if isinstance(event.details, dict) else None
+    if not isinstance(heads, dict):
+        return []  # an anchor from before partitioning: pinned by its AuditAnchor row only
+    problems = []
+    own = (event.details.get("head_id"), event.details.get("head_hash"), event.details.get("length"))
+    if own != chains.get(event.chain, ChainState()).head:
+        problems.append(f"WITNESS: anchor event #{event.pk} (chain {event.chain}) names another head of its own chain")
+    for key, claim in sorted(heads.items()):
+        try:
+            chain, claimed = int(key), (claim[0], str(claim[1]), int(claim[2]))
+        except (ValueError, TypeError, IndexError):
+            problems.append(f"WITNESS: anchor event #{event.pk} has an unreadable head for chain {key!r}")
+            continue
+        state = chains.get(chain, ChainState())
+        seen = state.before if LEGACY_CHAIN < chain < event.chain else state.head
+        if seen != claimed:
+            problems.append(
+                f"WITNESS: anchor event #{event.pk} (chain {event.chain}) saw chain {chain} at {claimed[2]} events "
+                f"up to #{claimed[0]}; chain {chain} now disagrees (rewritten, cut or reordered before it)"
+            )
+    return problems
+
+
 def audit_chain_check(*, anchors: Iterable[AnchorRef] = ()) -> ChainReport:
-    """Walk the chain once: every link and hash, and every anchor's head, hash and position.
+    """Walk the trail once in id order: every chain's links and hashes, the anchors' witnesses, every anchor's head.
 
     A hash chain alone cannot see its newest events go (what is left still
-    links up), nor an emptied table: an anchor recorded N events up to event
-    #H with hash X, so a chain that is shorter, or whose event #H is gone or
-    different, lost or rewrote its tail.
+    links up), nor an emptied table: an anchor recorded that a chain had N
+    events up to event #H with hash X, so a chain that is shorter, or whose
+    event #H is gone, different or elsewhere, lost or rewrote its tail.
     """
     refs = list(anchors)
-    wanted: dict[int, list[AnchorRef]] = {}
-    for ref in refs:
-        wanted.setdefault(ref.head_id, []).append(ref)
+    wanted = {ref.head_id for ref in refs}
     report = ChainReport()
-    seen: dict[int, tuple[int, str]] = {}  # anchored event id -> (position, hash)
-    prev = GENESIS
+    seen: dict[int, tuple[int, int, str]] = {}  # anchored event id -> (chain, position, hash)
     for event in AuditEvent.objects.order_by("id").iterator(chunk_size=2000):
-        if report.broken is None and (event.prev_hash != prev or event.hash != event_hash(event_fields(event), prev)):
-            report.broken = event
-            report.verified = report.checked
-        prev = event.hash
+        state = report.chains.setdefault(event.chain, ChainState())
+        prev = state.head_hash
+        if event.prev_hash != prev or event.hash != event_hash(event_fields(event), prev):
+            report.broken_in.setdefault(event.chain, event)
+            if report.broken is None:
+                report.broken = event
+                report.verified = report.checked
+        elif event.action == AuditAction.AUDIT_ANCHOR and event.chain != LEGACY_CHAIN:
+            report.problems += _witnesses_check(event, report.chains)
+        state.before = state.head
+        state.head_id, state.head_hash = event.pk, event.hash
+        state.length += 1
         report.checked += 1
         report.newest_id = event.pk
         if event.pk in wanted:
-            seen[event.pk] = (report.checked, event.hash)
+            seen[event.pk] = (event.chain, state.length, event.hash)
     for ref in refs:
-        found = seen.get(ref.head_id)
-        if found is None:
-            if report.checked < ref.length or report.newest_id is None or report.newest_id < ref.head_id:
-                newest = f"newest #{report.newest_id}" if report.newest_id is not None else "empty"
-                report.problems.append(
-                    f"TAIL LOST: {ref.source} recorded {ref.length} events up to #{ref.head_id}; "
-                    f"the chain now has {report.checked} ({newest})"
-                )
-            else:
-                report.problems.append(f"event #{ref.head_id} pinned by {ref.source} is missing from the chain")
-        elif found[1] != ref.head_hash:
-            report.problems.append(f"REWRITTEN: event #{ref.head_id} no longer has the hash {ref.source} recorded")
-        elif found[0] != ref.length:
-            report.problems.append(
-                f"events before #{ref.head_id} were removed or added: {ref.source} counted {ref.length}, "
-                f"the chain has {found[0]}"
-            )
+        report.problems += _anchor_check(ref, seen.get(ref.head_id), report.chains.get(ref.chain, ChainState()))
     if report.broken is None:
         report.verified = report.checked
     return report
+
+
+def _anchor_check(ref: AnchorRef, found: tuple[int, int, str] | None, state: ChainState) -> list[str]:
+    if found is None:
+        if state.length < ref.length or state.head_id is None or state.head_id < ref.head_id:
+            newest = f"newest #{state.head_id}" if state.head_id is not None else "empty"
+            return [
+                f"TAIL LOST: {ref.source} recorded {ref.length} events up to #{ref.head_id} in chain {ref.chain}; "
+                f"the chain now has {state.length} ({newest})"
+            ]
+        return [f"event #{ref.head_id} pinned by {ref.source} is missing from chain {ref.chain}"]
+    chain, position, digest = found
+    if chain != ref.chain:
+        return [f"event #{ref.head_id} pinned by {ref.source} in chain {ref.chain} is in chain {chain} now"]
+    if digest != ref.head_hash:
+        return [f"REWRITTEN: event #{ref.head_id} no longer has the hash {ref.source} recorded"]
+    if position != ref.length:
+        return [
+            f"events before #{ref.head_id} in chain {ref.chain} were removed or added: {ref.source} counted "
+            f"{ref.length}, the chain has {position}"
+        ]
+    return []
 
 
 def anchors_compare(stored: list[AnchorRef], sink: list[AnchorRef]) -> list[str]:
@@ -270,15 +564,20 @@ def anchors_compare(stored: list[AnchorRef], sink: list[AnchorRef]) -> list[str]
         mine = by_id.get(ref.anchor_id)
         if mine is None:
             problems.append(f"anchor #{ref.anchor_id} ({ref.source}) is missing from the database")
-        elif (mine.head_id, mine.head_hash, mine.length) != (ref.head_id, ref.head_hash, ref.length):
+        elif (mine.chain, mine.head_id, mine.head_hash, mine.length) != (
+            ref.chain,
+            ref.head_id,
+            ref.head_hash,
+            ref.length,
+        ):
             problems.append(f"anchor #{ref.anchor_id} in the database differs from {ref.source}")
     return problems
 
 
 def audit_verify() -> tuple[int, AuditEvent | None]:
-    """Walk the chain; return (events verified before the first broken one, that event or None).
+    """Walk the trail; return (events verified before the first broken one, that event or None).
 
-    Links and hashes only; ``audit_chain_check`` also checks anchors.
+    Links and hashes only; ``audit_chain_check`` also checks anchors and their witnesses.
     """
     report = audit_chain_check()
     return report.verified, report.broken

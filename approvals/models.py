@@ -223,9 +223,15 @@ class AuditAction(models.TextChoices):
 
 
 class AuditEvent(models.Model):
-    """Append-only, hash-chained record of everything that happened."""
+    """Append-only, hash-chained record of everything that happened (approvals/audit.py).
+
+    ``chain``: which of the trail's hash chains the event belongs to; 0 holds the
+    events recorded before the trail was partitioned. No database default, so
+    a process that does not know about chains fails to write rather than fork one.
+    """
 
     id = models.BigAutoField(primary_key=True)
+    chain = models.PositiveSmallIntegerField(default=0)
     at = models.DateTimeField(db_index=True)
     actor = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
@@ -246,6 +252,7 @@ class AuditEvent(models.Model):
             # The audit page pages newest first within a filter: walk these instead of sorting the matches.
             models.Index(fields=["action", "-id"], name="audit_action_newest"),
             models.Index(fields=["graph", "-id"], name="audit_graph_newest"),
+            models.Index(fields=["chain", "-id"], name="audit_chain_head"),  # each append reads its chain's head
         ]
         permissions = [("view_audit", "Can browse the audit trail")]
 
@@ -254,7 +261,7 @@ class AuditEvent(models.Model):
 
 
 class AuditAnchor(models.Model):
-    """The chain's head at a moment: how many events it held and the newest one's hash.
+    """One chain's head at a moment: how many events it held and the newest one's hash.
 
     Append-only like the events (database triggers refuse UPDATE, DELETE and
     TRUNCATE on PostgreSQL). ``audit_verify`` checks the chain still reaches
@@ -264,12 +271,13 @@ class AuditAnchor(models.Model):
 
     id = models.BigAutoField(primary_key=True)
     at = models.DateTimeField()
+    chain = models.PositiveSmallIntegerField(default=0)  # 0: anchors from before partitioning
     head_id = models.BigIntegerField()  # the anchored event (the anchor's own audit.anchor event)
     head_hash = models.CharField(max_length=64)
     length = models.PositiveBigIntegerField()  # events in the chain up to and including head_id
 
     def __str__(self) -> str:
-        return f"anchor #{self.id}: {self.length} events, head #{self.head_id}"
+        return f"anchor #{self.id}: chain {self.chain}, {self.length} events, head #{self.head_id}"
 
 
 class ApiToken(models.Model):

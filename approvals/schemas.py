@@ -159,6 +159,7 @@ class DecisionIn(Schema):
 
 class AuditEventOut(Schema):
     id: int
+    chain: int  # the hash chain it links in (approvals/audit.py)
     at: datetime
     actor: str
     action: str

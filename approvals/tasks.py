@@ -17,7 +17,7 @@ from approvals.deadlines import deadlines_sweep
 
 @shared_task(name="approvals.anchor_audit", ignore_result=True)
 def anchor_audit() -> str:
-    return audit_anchor().head_hash
+    return ", ".join(f"{a.chain}:{a.head_hash[:12]}" for a in audit_anchor())
 
 
 # deadlines: reminders, escalations and timeout outcomes (approvals.deadlines); beat runs it.

@@ -28,7 +28,7 @@ def main() -> int:
     except ImportError:
         print("matplotlib is not installed: no chart (pip install -e '.[bench]')")
         return 0
-    fig, axes = plt.subplots(2, 2, figsize=(13, 9))
+    fig, axes = plt.subplots(2, 3, figsize=(19, 9))
     fig.suptitle("Gatehouse benchmarks (ratios against a baseline from the same run)")
 
     full = _load("full_cycle")
@@ -75,6 +75,26 @@ def main() -> int:
         ax.set_xlabel("server time p95, ms")
         ax.legend()
     ax.set_title("Console at 100k tasks / 1M audit events")
+
+    audit = _load("audit_scaling")
+    ax = axes[0][2]
+    if audit:
+        rows = audit["results"]
+        modes = list(dict.fromkeys(r["mode"] for r in rows))
+        processes = sorted({r["processes"] for r in rows})
+        width = 0.8 / len(modes)
+        for i, mode in enumerate(modes):
+            mine = {r["processes"]: r for r in rows if r["mode"] == mode}
+            x = [j + (i - (len(modes) - 1) / 2) * width for j in range(len(processes))]
+            bars = ax.bar(x, [mine[k]["tx_per_s"] for k in processes], width=width, label=mode)
+            if mode != "plain":  # how much of the workers' time went waiting for the chain lock
+                labels = [f"{mine[k]['lock_wait_share']:.0%}" for k in processes]
+                ax.bar_label(bars, labels=labels, fontsize=7)
+        ax.set_xticks(range(len(processes)), [f"{k} processes" for k in processes])
+        ax.set_ylabel("transactions/s (labels: lock wait)")
+        ax.legend(fontsize=8)
+    ax.set_title("Audited transactions vs worker processes")
+    axes[1][2].axis("off")
 
     fig.tight_layout()
     OUT.mkdir(parents=True, exist_ok=True)

@@ -85,7 +85,8 @@ def load_tasks(cursor: Any, n_tasks: int, n_threads: int) -> None:
 
 
 def load_events(cursor: Any, n: int, thread_ids: list[str]) -> str:
-    """COPY ``n`` chained events; returns the head hash. Hashes come from approvals.audit itself."""
+    """COPY ``n`` chained events into chain 0 (hashed as before partitioning: no chain or id to draw); returns the
+    head hash. Hashes come from approvals.audit itself."""
     from approvals.audit import GENESIS, event_fields, event_hash
     from approvals.models import AuditEvent
 
@@ -100,8 +101,9 @@ def load_events(cursor: Any, n: int, thread_ids: list[str]) -> str:
         "run.queued",
     ]
     base = datetime.now(UTC) - timedelta(days=30)
-    prev = GENESIS
-    columns = "at, actor_label, action, subject_type, subject_id, thread_id, graph, details, prev_hash, hash"
+    cursor.execute("SELECT hash FROM approvals_auditevent WHERE chain = 0 ORDER BY id DESC LIMIT 1")
+    prev = (cursor.fetchone() or (GENESIS,))[0]  # after the migrations' own events
+    columns = "chain, at, actor_label, action, subject_type, subject_id, thread_id, graph, details, prev_hash, hash"
     with cursor.copy(f"COPY approvals_auditevent ({columns}) FROM STDIN") as copy:
         for i in range(n):
             thread = thread_ids[i % len(thread_ids)]
@@ -119,6 +121,7 @@ def load_events(cursor: Any, n: int, thread_ids: list[str]) -> str:
             digest = event_hash(event_fields(event), prev)
             copy.write_row(
                 (
+                    0,
                     event.at,
                     event.actor_label,
                     event.action,

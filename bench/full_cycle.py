@@ -4,7 +4,8 @@
 
 Self-contained: it recreates a PostgreSQL database (``gatehouse_bench``), runs
 the migrations, starts the fake bank (in this process, no latency), a Celery
-worker (``--pool=threads --concurrency=4``, its own queue on Redis db 13) and
+worker (``--pool=threads --concurrency=4``; ``--pool``, ``--worker-concurrency``
+and ``--workers`` N processes change that; its own queue on Redis db 13) and
 daphne on a free port, creates an operator and a reviewer with API tokens,
 then measures with httpx:
 
@@ -223,14 +224,19 @@ class FlameGraphs:
         return written
 
 
-def worker_proc(env: dict[str, str], queue: str, run_dir: Path, *, concurrency: int = 4) -> tuple[Proc, Path]:
-    """A Celery worker on ``queue`` (threads pool) and the file it writes once it is ready."""
-    ready = run_dir / "worker.ready"
+def worker_proc(
+    env: dict[str, str], queue: str, run_dir: Path, *, concurrency: int = 4, pool: str = "threads", index: int = 0
+) -> tuple[Proc, Path]:
+    """A Celery worker on ``queue`` and the file it writes once it is ready (``index``: one of several)."""
+    name = f"worker{index}" if index else "worker"
+    ready = run_dir / f"{name}.ready"
     ready.unlink(missing_ok=True)
-    command = [sys.executable, "-m", "celery", "-A", "console", "worker", "--pool=threads",
-               f"--concurrency={concurrency}", "--loglevel=WARNING", "-Q", queue,
+    command = [sys.executable, "-m", "celery", "-A", "console", "worker", f"--pool={pool}",
+               f"--concurrency={concurrency}", "--loglevel=WARNING", "-Q", queue, "-n", f"{name}@%h",
                "--without-mingle", "--without-gossip", "--without-heartbeat"]  # fmt: skip
-    return Proc("worker", command, {**env, "GATEHOUSE_READY_FILE": str(ready)}, run_dir), ready
+    # Celery takes the configured pool over an explicit --pool=prefork: say it in the environment too.
+    worker_env = {**env, "GATEHOUSE_READY_FILE": str(ready), "GATEHOUSE_WORKER_POOL": pool}
+    return Proc(name, command, worker_env, run_dir), ready
 
 
 def bench_env(db_name: str, queue: str, bank_url: str, var_dir: Path) -> dict[str, str]:
@@ -764,7 +770,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=200, help="threads per concurrent scenario (default 200)")
     parser.add_argument("--clients", type=int, default=8, help="HTTP requests in flight, full stack (default 8)")
-    parser.add_argument("--worker-concurrency", type=int, default=4, help="Celery worker threads (default 4)")
+    parser.add_argument("--worker-concurrency", type=int, default=4, help="Celery worker concurrency (default 4)")
+    parser.add_argument("--pool", choices=("threads", "prefork"), default="threads", help="Celery pool (threads)")
+    parser.add_argument("--workers", type=int, default=1, help="Celery worker processes (default 1)")
     parser.add_argument(
         "--baseline-concurrency",
         type=int,
@@ -829,8 +837,11 @@ def main() -> int:
         manage(env, "migrate", "--noinput", "-v", "0")
         tokens = bench_users(env)
 
-        worker, ready = worker_proc(env, queue, run_dir, concurrency=args.worker_concurrency)
-        procs.append(worker)
+        workers = [
+            worker_proc(env, queue, run_dir, concurrency=args.worker_concurrency, pool=args.pool, index=i)
+            for i in range(args.workers)
+        ]
+        procs += [worker for worker, _ in workers]
         port = free_port()
         web_env = {**env, "DJANGO_SETTINGS_MODULE": "bench.settings"} if args.web_pool else env
         web = Proc(
@@ -840,9 +851,10 @@ def main() -> int:
             run_dir,
         )
         procs.append(web)
-        wait_until(lambda: ready.exists() or not worker.alive, timeout=60, interval=0.1, what="worker ready")
-        if not worker.alive:
-            raise RuntimeError(f"worker exited:\n{worker.tail()}")
+        for worker, ready in workers:
+            wait_until(lambda r=ready, w=worker: r.exists() or not w.alive, timeout=60, interval=0.1, what="worker")
+            if not worker.alive:
+                raise RuntimeError(f"worker exited:\n{worker.tail()}")
 
         import httpx
 
@@ -855,7 +867,10 @@ def main() -> int:
                 return False
 
         wait_until(web_up, timeout=60, interval=0.1, what="daphne up")
-        log(f"stack up: daphne :{port}, worker x{args.worker_concurrency} on queue {queue}, bank {bank.url}")
+        log(
+            f"stack up: daphne :{port}, {args.workers} worker(s) --pool={args.pool} x{args.worker_concurrency} "
+            f"on queue {queue}, bank {bank.url}"
+        )
 
         api = Api(f"http://127.0.0.1:{port}", tokens, timeout=args.wait_timeout)
         api.longpoll = args.client == "longpoll"

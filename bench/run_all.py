@@ -1,6 +1,6 @@
 """Run every benchmark scenario in turn (``make bench``); each writes its own JSON under var/bench/.
 
-    .venv/bin/python bench/run_all.py [--only full_cycle,live_latency,console_scale] [--quick]
+    .venv/bin/python bench/run_all.py [--only full_cycle,live_latency,console_scale,audit_scaling] [--quick]
 
 Scenarios run one after another (never together: they would measure each
 other) in subprocesses, each bounded by its own --timeout and by this
@@ -25,6 +25,7 @@ SCENARIOS: dict[str, tuple[list[str], list[str], int]] = {
     "storage": (["--threads", "30", "--rounds", "3"], ["--threads", "10", "--rounds", "1"], 900),
     "sdk_wait": ([], ["--threads", "10"], 900),
     "decision_profile": ([], ["--samples", "10"], 600),
+    "audit_scaling": ([], ["--rounds", "1", "--seconds", "2"], 900),
 }
 
 

@@ -292,7 +292,10 @@ GATEHOUSE_PLATFORM_WAIT_SECONDS = env_float("GATEHOUSE_PLATFORM_WAIT_SECONDS", 1
 GATEHOUSE_SEPARATION_OF_DUTIES = env_bool("GATEHOUSE_SEPARATION_OF_DUTIES", False)
 # Signing a decision needs the password again when the sign-in is older than this.
 GATEHOUSE_REAUTH_SECONDS = env_int("GATEHOUSE_REAUTH_SECONDS", 15 * 60, minimum=30)
-# How often beat records the audit chain's head as an anchor event.
+# The audit trail's hash chains: events go to one by a hash of their thread, each chain
+# with its own lock, so audited transactions in different chains never wait for each other.
+GATEHOUSE_AUDIT_CHAINS = env_int("GATEHOUSE_AUDIT_CHAINS", 8, minimum=1)
+# How often beat records every audit chain's head as an anchor.
 GATEHOUSE_ANCHOR_SECONDS = env_float("GATEHOUSE_ANCHOR_SECONDS", 3600.0, minimum=1.0)
 # Each anchor is also appended (one JSON line, O_APPEND, mode 0600) to this file,
 # kept where the database role cannot rewrite it; `audit_verify --sink` checks it.
@@ -336,6 +339,14 @@ else:
     CELERY_BROKER_TRANSPORT_OPTIONS = {"polling_interval": 0.05, "busy_timeout": 30}
     CELERY_WORKER_ENABLE_REMOTE_CONTROL = False
 CELERY_TASK_DEFAULT_QUEUE = env_str("GATEHOUSE_QUEUE") or "gatehouse"
+# The worker model `celery -A console worker` gets without --pool/--concurrency: threads, 8 per
+# process; scale with one worker process per core (docs/performance.md, "Worker model": prefork was
+# slower at every concurrency, 4 and 8 threads tied, a second process on 2 cores gained most).
+# Celery swaps an explicit `--pool=prefork` for this setting: choose prefork here, not on the command line.
+CELERY_WORKER_POOL = env_str("GATEHOUSE_WORKER_POOL") or "threads"
+if CELERY_WORKER_POOL not in ("threads", "prefork", "solo"):
+    raise ImproperlyConfigured(f"GATEHOUSE_WORKER_POOL={CELERY_WORKER_POOL!r}: use threads, prefork or solo")
+CELERY_WORKER_CONCURRENCY = env_int("GATEHOUSE_WORKER_CONCURRENCY", 8, minimum=1)  # ≤ GATEHOUSE_CHECKPOINT_POOL_SIZE
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1

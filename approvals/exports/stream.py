@@ -6,14 +6,15 @@ never the set. PostgreSQL would otherwise (autocommit) declare the cursor
 ``WITH HOLD`` and materialise the whole result before the first row.
 
 Each row is exactly what :func:`approvals.audit.event_hash` hashes
-(:func:`approvals.audit.event_fields`) plus ``id``, ``prev_hash``, ``hash`` and
-``masked``. Details go through :func:`approvals.gateway.audit_details_for`, so
+(:func:`approvals.audit.event_fields`) plus ``id``, ``chain``, ``prev_hash``,
+``hash`` and ``masked``. Details go through :func:`approvals.gateway.audit_details_for`, so
 a reader without "view sensitive" gets the graph's sensitive paths masked; such
 a row is flagged ``masked`` because its hash can no longer be recomputed from
 what was exported (its links still can). The JSONL variant ends with a trailer
 ``{"export": {"count", "first_id", "last_id", "head_hash", "chained", ...}}``.
 ``chained`` is true when the export is the whole trail (no filters, every
-graph): then every row must link to the one before it, from the genesis hash.
+graph): then every row must link to the row before it in its chain, and each
+chain start from the genesis hash.
 
 Every export is itself audited (``audit.exported``, with the filters and the
 count) once its stream ends, or is abandoned.
@@ -44,7 +45,7 @@ from approvals.selectors import audit_filter
 FORMATS = ("jsonl", "csv")
 FILTERS = ("graph", "thread", "actor", "action", "since", "until")
 HASHED = ("at", "actor", "action", "subject", "thread", "graph", "details")  # the keys of event_fields
-COLUMNS = ("id", *HASHED, "prev_hash", "hash", "masked")
+COLUMNS = ("id", "chain", *HASHED, "prev_hash", "hash", "masked")  # files from before chains have no "chain"
 CHUNK_SIZE = 2000  # rows per server-side cursor fetch
 ROWS_PER_WRITE = 500  # rows per chunk handed to the HTTP server or file
 
@@ -129,6 +130,7 @@ def export_row(user: permissions.Principal, event: AuditEvent) -> dict[str, Any]
     masked = shown is not event.details and shown != event.details
     return {
         "id": event.id,
+        "chain": event.chain,
         **fields,
         "details": shown,
         "prev_hash": event.prev_hash,

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from approvals.audit import GENESIS, event_hash
+from approvals.audit import GENESIS, LEGACY_CHAIN, chain_fields, event_hash
 from approvals.exports.stream import COLUMNS, HASHED
 
 
@@ -29,14 +29,15 @@ def export_verify(lines: Iterable[str | bytes]) -> VerifyResult:
     """Re-check a JSONL export: every row's hash over its fields, the links between rows, and the trailer.
 
     Links are required when the trailer says the export is ``chained`` (the
-    whole trail); in a filtered export consecutive rows need not be neighbours
-    in the chain, so only each row's own hash is checked.
+    whole trail): each row links to the row before it in its chain, and each
+    chain starts at the genesis hash. In a filtered export consecutive rows of
+    a chain need not be neighbours, so only each row's own hash is checked.
     """
-    prev_hash: str | None = None
+    heads: dict[int, str] = {}  # chain -> hash of its newest row so far
+    last_hash: str | None = None
     prev_id = 0
     rows = masked = 0
     first_link_break: tuple[int, str] | None = None
-    first_hash = ""
     first_id: int | None = None
     trailer: dict[str, Any] | None = None
     last_line = 0
@@ -54,35 +55,44 @@ def export_verify(lines: Iterable[str | bytes]) -> VerifyResult:
         if isinstance(data, dict) and set(data) == {"export"}:
             trailer = data["export"]
             continue
-        if not isinstance(data, dict) or not set(COLUMNS) <= set(data):
+        if not isinstance(data, dict) or not set(COLUMNS) - {"chain"} <= set(data):
             return VerifyResult(False, rows, masked, line=number, reason="not an exported audit row")
+        chain = data.get("chain", LEGACY_CHAIN)
+        if not isinstance(chain, int) or isinstance(chain, bool) or chain < 0:
+            return VerifyResult(False, rows, masked, line=number, reason="chain is not a chain number")
         if not isinstance(data["id"], int) or data["id"] <= prev_id:
             return VerifyResult(False, rows, masked, line=number, reason="ids are not increasing")
         if data["masked"]:
             masked += 1
-        elif event_hash({k: data[k] for k in HASHED}, data["prev_hash"]) != data["hash"]:
+        elif (
+            event_hash(chain_fields({k: data[k] for k in HASHED}, chain=chain, event_id=data["id"]), data["prev_hash"])
+            != data["hash"]
+        ):
             return VerifyResult(
                 False, rows, masked, line=number, reason=f"event {data['id']}: hash does not match its fields (altered)"
             )
-        if prev_hash is not None and data["prev_hash"] != prev_hash and first_link_break is None:
-            first_link_break = (number, f"event {data['id']}: prev_hash does not link to the row before")
-        if prev_hash is None:
-            first_hash, first_id = data["prev_hash"], data["id"]
-        prev_hash, prev_id = data["hash"], data["id"]
+        if data["prev_hash"] != heads.get(chain, GENESIS) and first_link_break is None:
+            first_link_break = (
+                number,
+                f"event {data['id']}: prev_hash does not link to the row before it in chain {chain}"
+                if chain in heads
+                else f"event {data['id']}: chain {chain} must start at the genesis hash in a whole-trail export",
+            )
+        if first_id is None:
+            first_id = data["id"]
+        heads[chain] = last_hash = data["hash"]
+        prev_id = data["id"]
         rows += 1
     if trailer is None:
         return VerifyResult(False, rows, masked, line=last_line + 1, reason="no trailer: the file is truncated")
     chained = bool(trailer.get("chained"))
     result = VerifyResult(True, rows, masked, chained=chained)
-    expected = {"count": rows, "first_id": first_id, "last_id": prev_id or None, "head_hash": prev_hash}
+    expected = {"count": rows, "first_id": first_id, "last_id": prev_id or None, "head_hash": last_hash}
     for key, value in expected.items():
         if trailer.get(key) != value:
             return _fail(result, last_line, f"trailer {key} is {trailer.get(key)!r}, the rows say {value!r}")
-    if chained:
-        if rows and first_hash != GENESIS:
-            return _fail(result, 1, "a whole-trail export must start at the genesis hash")
-        if first_link_break is not None:
-            return _fail(result, *first_link_break)
+    if chained and first_link_break is not None:
+        return _fail(result, *first_link_break)
     return result
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from io import StringIO
 
 import pytest
+from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import DatabaseError, connection, transaction
@@ -57,13 +58,21 @@ def test_audit_verify_names_the_first_event_a_superuser_tampered_with():
         call_command("audit_verify", stdout=StringIO())
 
 
-def test_an_anchor_records_the_current_head_of_the_chain():
+def test_an_anchor_records_the_current_head_of_every_chain():
     head = _event("before-anchor")
-    length = AuditEvent.objects.count()
-    anchor = audit_anchor()
+    length = AuditEvent.objects.filter(chain=head.chain).count()
+    anchors = {a.chain: a for a in audit_anchor()}
+    assert set(range(1, settings.GATEHOUSE_AUDIT_CHAINS + 1)) <= set(anchors)
+    anchor = anchors[head.chain]
     event = AuditEvent.objects.get(pk=anchor.head_id)
-    assert event.action == "audit.anchor"
-    assert event.details == {"head_id": head.pk, "head_hash": head.hash, "length": length}
+    assert (event.action, event.chain) == ("audit.anchor", head.chain)
+    assert {k: event.details[k] for k in ("chain", "head_id", "head_hash", "length")} == {
+        "chain": head.chain,
+        "head_id": head.pk,
+        "head_hash": head.hash,
+        "length": length,
+    }
+    assert event.details["heads"][str(head.chain)] == [head.pk, head.hash, length]
     assert event.prev_hash == head.hash
     # The anchor pins its own event: the chain's newest hash and its length at that moment.
     assert (anchor.head_hash, anchor.length) == (event.hash, length + 1)

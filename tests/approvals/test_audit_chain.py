@@ -34,10 +34,12 @@ def record(n: int = 3, **details: object) -> list[AuditEvent]:
     ]
 
 
-def test_each_event_commits_to_the_previous_events_hash():
-    head = AuditEvent.objects.order_by("-id").values_list("hash", flat=True).first() or GENESIS
-    events = record(3)
-    assert events[0].prev_hash == head
+def test_each_event_commits_to_the_previous_events_hash_in_its_chain():
+    events = record(3)  # one transaction: one chain
+    chain = events[0].chain
+    before = AuditEvent.objects.filter(chain=chain, id__lt=events[0].id).order_by("-id").first()
+    assert events[0].prev_hash == (before.hash if before else GENESIS)
+    assert [e.chain for e in events] == [chain] * 3
     assert events[1].prev_hash == events[0].hash
     assert events[2].prev_hash == events[1].hash
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import threading
@@ -19,7 +20,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connection
 
-from approvals.audit import _LOCK_KEY, GENESIS, audit_record, event_hash
+from approvals.audit import GENESIS, audit_anchor, audit_record, event_hash
 from approvals.exports.stream import COLUMNS
 from approvals.exports.verify import export_verify
 from approvals.models import AuditEvent
@@ -90,7 +91,8 @@ def test_each_row_carries_exactly_the_hashed_fields_and_the_chain_hashes(auditor
     e = event("test.export.fields", note="x")
     [row], trailer = jsonl(download(auditor.client, action="test.export.fields"))
     assert list(row) == list(COLUMNS)
-    hashed = {k: row[k] for k in ("at", "actor", "action", "subject", "thread", "graph", "details")}
+    hashed = {k: row[k] for k in ("at", "actor", "action", "subject", "thread", "graph", "details", "chain", "id")}
+    assert row["chain"] == e.chain != 0  # a partitioned chain: its hash covers its chain and id too
     assert row["hash"] == e.hash == event_hash(hashed, row["prev_hash"])
     assert trailer["count"] == 1 and trailer["first_id"] == trailer["last_id"] == e.id
     assert trailer["head_hash"] == e.hash and trailer["chained"] is False
@@ -185,6 +187,53 @@ def test_a_whole_trail_export_verifies_from_genesis(auditor, tmp_path):
     assert json.loads(path.read_text().splitlines()[0])["prev_hash"] == GENESIS
 
 
+def test_a_whole_trail_export_links_every_chain_from_genesis(auditor, tmp_path):
+    event("test.export.chains", n=1)
+    audit_anchor()  # an event in every chain
+    path = tmp_path / "audit.jsonl"
+    path.write_bytes(download(auditor.client))
+    rows = [json.loads(line) for line in path.read_text().splitlines()[:-1]]
+    chains = {row["chain"] for row in rows}
+    assert {0, *range(1, 9)} <= chains  # the migrations' chain 0 and every partitioned chain
+    for chain in chains:
+        mine = [row for row in rows if row["chain"] == chain]
+        assert mine[0]["prev_hash"] == GENESIS
+        assert all(b["prev_hash"] == a["hash"] for a, b in itertools.pairwise(mine))
+    assert export_verify(path.open("rb")).ok
+
+
+def test_a_row_moved_to_another_chain_in_an_export_is_found(auditor, tmp_path):
+    event("test.export.moved", n=1)
+    audit_anchor()
+    path = tmp_path / "audit.jsonl"
+    path.write_bytes(download(auditor.client))
+    lines = path.read_text().splitlines()
+    target = next(i for i, line in enumerate(lines) if json.loads(line).get("action") == "test.export.moved")
+    row = json.loads(lines[target])
+    row["chain"] = row["chain"] % 8 + 1
+    lines[target] = json.dumps(row)
+    path.write_text("\n".join(lines) + "\n")
+    result = export_verify(path.open("rb"))
+    assert not result.ok and result.line == target + 1 and "altered" in result.reason  # its hash covers its chain
+
+
+def test_an_export_from_before_chains_still_verifies(auditor, tmp_path):
+    """Files exported before partitioning have no chain column: all their rows are chain 0."""
+    path = tmp_path / "audit.jsonl"
+    path.write_bytes(download(auditor.client, action="permission."))  # chain-0 events from the migrations
+    lines = path.read_text().splitlines()
+    rows = [json.loads(line) for line in lines[:-1]]
+    legacy = [row for row in rows if row["chain"] == 0]
+    assert legacy
+    for row in legacy:
+        del row["chain"]
+    trailer = json.loads(lines[-1])
+    trailer["export"].update(count=len(legacy), first_id=legacy[0]["id"], last_id=legacy[-1]["id"])
+    trailer["export"]["head_hash"] = legacy[-1]["hash"]
+    path.write_text("".join(json.dumps(row) + "\n" for row in [*legacy, trailer]))
+    assert export_verify(path.open("rb")).ok
+
+
 def rewrite(path: Path, index: int, change: Any) -> None:
     lines = path.read_text().splitlines()
     lines[index] = change(lines[index])
@@ -261,18 +310,17 @@ BULK = 200_000
 
 
 def bulk_load(n: int) -> tuple[int, str]:
-    """Append ``n`` events with a valid chain via COPY, inside the test's transaction (rolled back after).
+    """Append ``n`` events to chain 0 with valid links via COPY, inside the test's transaction (rolled back after).
 
-    The advisory lock audit_record takes is held until then, so no other writer forks the chain.
+    Chain 0 holds the events from before the trail was partitioned (the migrations' own, here): nothing else
+    appends to it, so no other writer forks it.
     """
     from approvals.audit import event_fields
 
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_LOCK_KEY])
-    prev = AuditEvent.objects.order_by("-id").values_list("hash", flat=True).first() or GENESIS
+    prev = AuditEvent.objects.filter(chain=0).order_by("-id").values_list("hash", flat=True).first() or GENESIS
     base = datetime.now(UTC) - timedelta(days=1)
     thread = uuid.uuid4()
-    columns = "at, actor_label, action, subject_type, subject_id, thread_id, graph, details, prev_hash, hash"
+    columns = "chain, at, actor_label, action, subject_type, subject_id, thread_id, graph, details, prev_hash, hash"
     with connection.cursor() as cursor, cursor.cursor.copy(f"COPY approvals_auditevent ({columns}) FROM STDIN") as cp:
         for i in range(n):
             ev = AuditEvent(
@@ -288,6 +336,7 @@ def bulk_load(n: int) -> tuple[int, str]:
             digest = event_hash(event_fields(ev), prev)
             cp.write_row(
                 (
+                    0,
                     ev.at,
                     ev.actor_label,
                     ev.action,

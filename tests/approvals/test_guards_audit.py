@@ -15,6 +15,7 @@ import threading
 import uuid
 
 import pytest
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import connection, connections, transaction
 
@@ -36,7 +37,8 @@ from tests.conftest import scaled, wait_for
 
 
 def outside_hash(event: AuditEvent) -> str:
-    """The hash as an outside verifier computes it from the documented format (docs/audit.md), not our code."""
+    """The hash as an outside verifier computes it from the documented format (docs/security-audit.md), not our
+    code: chains other than 0 (the events from before partitioning) also hash their chain and id."""
     fields = {
         "at": event.at.isoformat(),
         "actor": event.actor_label,
@@ -46,6 +48,8 @@ def outside_hash(event: AuditEvent) -> str:
         "graph": event.graph,
         "details": event.details,
     }
+    if event.chain != 0:
+        fields.update(chain=event.chain, id=event.id)
     text = json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
     return hashlib.sha256(f"{event.prev_hash}|{text}".encode()).hexdigest()
 
@@ -70,7 +74,16 @@ def test_an_outside_verifier_recomputes_every_hash_including_non_ascii_details_a
     stored = AuditEvent.objects.get(pk=event.pk)
     assert stored.details == {"reviewer": "Zoë Ångström", "note": "façade ✓"}
     assert stored.thread_id == thread.pk
+    assert stored.chain != 0
     assert stored.hash == outside_hash(stored)
+
+
+@pytest.mark.django_db
+def test_an_outside_verifier_recomputes_the_hashes_of_the_chain_from_before_partitioning():
+    legacy = AuditEvent.objects.filter(chain=0).order_by("id")[:20]  # the migrations' own events
+    assert legacy
+    for event in legacy:
+        assert event.hash == outside_hash(event)
 
 
 @pytest.mark.django_db
@@ -104,12 +117,14 @@ def test_an_explicit_label_names_the_actor_of_a_system_event():
     assert record().actor_label == "system"
 
 
-# --- one head: concurrent writers are serialised --------------------------------------------------
+# --- one head per chain: concurrent writers to a chain are serialised -------------------------------
 
 
 @pytest.mark.usefixtures("live_db")
 def test_a_writer_waits_for_the_head_another_open_transaction_is_appending():
-    """Without the chain lock both writers read the same head and the chain forks (two events, one parent)."""
+    """Without the chain lock both writers read the same head and the chain forks (two events, one parent).
+
+    Both events have the same subject and no thread: the same chain."""
     first_recorded, release, second_started = threading.Event(), threading.Event(), threading.Event()
     second_done = threading.Event()
     out: dict[str, object] = {}
@@ -166,8 +181,9 @@ def test_a_writer_waits_for_the_head_another_open_transaction_is_appending():
             two.join(scaled(30))
     assert "error" not in out, out.get("error")
     first_event, second_event = out["first"], out["second"]
-    assert second_event.prev_hash == first_event.hash
-    assert not AuditEvent.objects.filter(prev_hash=first_event.prev_hash).exclude(pk=first_event.pk).exists()
+    assert second_event.chain == first_event.chain and second_event.prev_hash == first_event.hash
+    siblings = AuditEvent.objects.filter(chain=first_event.chain, prev_hash=first_event.prev_hash)
+    assert not siblings.exclude(pk=first_event.pk).exists()
 
 
 # --- anchors -------------------------------------------------------------------------------------
@@ -175,12 +191,13 @@ def test_a_writer_waits_for_the_head_another_open_transaction_is_appending():
 
 @pytest.mark.django_db
 def test_an_anchor_pins_the_head_before_it_and_is_a_system_event():
-    before = head()
-    count = AuditEvent.objects.count()
-    anchor = audit_anchor()
+    before = record(action="test.before-anchor")
+    count = AuditEvent.objects.filter(chain=before.chain).count()
+    anchor = next(a for a in audit_anchor() if a.chain == before.chain)
     event = AuditEvent.objects.get(pk=anchor.head_id)
     assert (event.actor_label, event.subject_type, event.subject_id) == ("system", "audit", str(before.pk))
-    assert event.details == {"head_id": before.pk, "head_hash": before.hash, "length": count}
+    assert event.details["head_id"] == before.pk and event.details["head_hash"] == before.hash
+    assert event.details["length"] == count
     assert (anchor.head_hash, anchor.length) == (event.hash, count + 1)
 
 
@@ -192,14 +209,20 @@ def _as_attacker(sql: str) -> None:
 
 
 @pytest.mark.django_db
-def test_an_anchor_of_an_emptied_chain_says_so():
+def test_an_anchor_of_an_emptied_trail_says_so():
     _as_attacker("DELETE FROM approvals_auditanchor")
     _as_attacker("DELETE FROM approvals_auditevent")
-    anchor = audit_anchor()
-    event = AuditEvent.objects.get(pk=anchor.head_id)
-    assert event.subject_id == "0"
-    assert event.details == {"head_id": None, "head_hash": GENESIS, "length": 0}
-    assert event.prev_hash == GENESIS and anchor.length == 1
+    anchors = audit_anchor()
+    assert [a.chain for a in anchors] == list(range(1, settings.GATEHOUSE_AUDIT_CHAINS + 1))  # chain 0 is empty
+    for anchor in anchors:
+        event = AuditEvent.objects.get(pk=anchor.head_id)
+        assert event.subject_id == "0"
+        assert {k: event.details[k] for k in ("head_id", "head_hash", "length")} == {
+            "head_id": None,
+            "head_hash": GENESIS,
+            "length": 0,
+        }
+        assert event.prev_hash == GENESIS and anchor.length == 1
 
 
 def test_no_sink_is_configured_by_an_empty_setting(settings):
@@ -210,18 +233,30 @@ def test_no_sink_is_configured_by_an_empty_setting(settings):
 
 
 @pytest.mark.django_db
-def test_the_sink_line_carries_the_anchor_and_its_time(tmp_path):
-    anchor = audit_anchor()
+def test_the_sink_line_carries_the_anchor_its_chain_and_its_time(tmp_path):
+    anchors = audit_anchor()
     sink = tmp_path / "anchors.jsonl"
-    anchor_sink_append(anchor, path=sink)
-    line = json.loads(sink.read_text())
-    assert line == {
-        "anchor": anchor.pk,
-        "at": anchor.at.isoformat(),
-        "head_id": anchor.head_id,
-        "head_hash": anchor.head_hash,
-        "length": anchor.length,
-    }
+    anchor_sink_append(*anchors, path=sink)
+    lines = [json.loads(line) for line in sink.read_text().splitlines()]
+    assert lines == [
+        {
+            "anchor": anchor.pk,
+            "at": anchor.at.isoformat(),
+            "chain": anchor.chain,
+            "head_id": anchor.head_id,
+            "head_hash": anchor.head_hash,
+            "length": anchor.length,
+        }
+        for anchor in anchors
+    ]
+
+
+def test_a_sink_line_from_before_partitioning_pins_chain_0(tmp_path):
+    sink = tmp_path / "anchors.jsonl"
+    sink.write_text(
+        _sink_line(1, 10, "a" * 64, 10) + "\n" + json.dumps({**json.loads(_sink_line(2, 20, "b" * 64, 2)), "chain": 3})
+    )
+    assert [r.chain for r in anchors_from_sink(sink)] == [0, 3]
 
 
 def _sink_line(anchor_id: int, head_id: int, head_hash: str, length: int) -> str:
@@ -247,21 +282,29 @@ def test_an_unreadable_sink_names_the_file_and_the_line(tmp_path):
 
 @pytest.mark.django_db
 def test_stored_anchors_are_named_by_their_id():
-    anchor = audit_anchor()
+    anchor = audit_anchor()[-1]
     mine = [r for r in anchors_stored() if r.anchor_id == anchor.pk]
-    assert mine == [AnchorRef(f"anchor #{anchor.pk}", anchor.pk, anchor.head_id, anchor.head_hash, anchor.length)]
+    assert mine == [
+        AnchorRef(f"anchor #{anchor.pk}", anchor.pk, anchor.head_id, anchor.head_hash, anchor.length, anchor.chain)
+    ]
 
 
 def test_the_database_and_the_sink_are_compared_anchor_by_anchor():
-    stored = [AnchorRef("anchor #1", 1, 10, "a" * 64, 10), AnchorRef("anchor #2", 2, 20, "b" * 64, 20)]
+    stored = [
+        AnchorRef("anchor #1", 1, 10, "a" * 64, 10),
+        AnchorRef("anchor #2", 2, 20, "b" * 64, 20),
+        AnchorRef("anchor #4", 4, 40, "e" * 64, 4, 2),
+    ]
     sink = [
         AnchorRef("sink line 1", 1, 10, "a" * 64, 10),
         AnchorRef("sink line 2", 2, 20, "c" * 64, 20),
         AnchorRef("sink line 3", 3, 30, "d" * 64, 30),
+        AnchorRef("sink line 4", 4, 40, "e" * 64, 4, 5),  # the same head, said to be another chain's
     ]
     assert anchors_compare(stored, sink) == [
         "anchor #2 in the database differs from sink line 2",
         "anchor #3 (sink line 3) is missing from the database",
+        "anchor #4 in the database differs from sink line 4",
     ]
 
 
@@ -270,66 +313,83 @@ def test_the_database_and_the_sink_are_compared_anchor_by_anchor():
 
 @pytest.fixture
 def chain():
-    """(events in the chain, the newest event), with at least two events."""
+    """(the chain, events in it, its newest event), with at least two events."""
     with transaction.atomic():
+        first = record(action="test.chain")
         record(action="test.chain")
-        record(action="test.chain")
-    return AuditEvent.objects.count(), head()
+    newest = AuditEvent.objects.filter(chain=first.chain).order_by("-id").first()
+    return first.chain, AuditEvent.objects.filter(chain=first.chain).count(), newest
 
 
 @pytest.mark.django_db
 def test_an_intact_chain_reaching_its_anchor_has_no_problem(chain):
-    length, newest = chain
-    report = audit_chain_check(anchors=[AnchorRef("anchor #x", None, newest.pk, newest.hash, length)])
+    number, length, newest = chain
+    report = audit_chain_check(anchors=[AnchorRef("anchor #x", None, newest.pk, newest.hash, length, number)])
     assert report.intact, report.problems
-    assert (report.checked, report.verified, report.newest_id) == (length, length, newest.pk)
+    assert (report.chains[number].length, report.chains[number].head_id) == (length, newest.pk)
+    assert (report.checked, report.verified) == (AuditEvent.objects.count(), AuditEvent.objects.count())
 
 
 @pytest.mark.django_db
 def test_an_anchor_beyond_the_newest_event_means_the_tail_was_lost(chain):
-    length, newest = chain
-    ref = AnchorRef("sink line 7", 7, newest.pk + 1000, "f" * 64, 1)  # its head is past the newest event
+    number, length, newest = chain
+    ref = AnchorRef("sink line 7", 7, newest.pk + 1000, "f" * 64, 1, number)  # its head is past the newest event
     assert audit_chain_check(anchors=[ref]).problems == [
-        f"TAIL LOST: sink line 7 recorded 1 events up to #{newest.pk + 1000}; the chain now has {length} "
-        f"(newest #{newest.pk})"
+        f"TAIL LOST: sink line 7 recorded 1 events up to #{newest.pk + 1000} in chain {number}; the chain now has "
+        f"{length} (newest #{newest.pk})"
     ]
 
 
 @pytest.mark.django_db
 def test_an_anchor_counting_more_events_than_the_chain_has_means_the_tail_was_lost(chain):
-    length, _ = chain
-    ref = AnchorRef("anchor #9", 9, -1, "f" * 64, length + 5)  # its head (gone) was before the newest event
+    number, length, _ = chain
+    ref = AnchorRef("anchor #9", 9, -1, "f" * 64, length + 5, number)  # its head (gone) was before the newest event
     [problem] = audit_chain_check(anchors=[ref]).problems
     assert problem.startswith("TAIL LOST: anchor #9 recorded")
 
 
 @pytest.mark.django_db
 def test_an_anchored_event_gone_from_the_middle_of_a_full_length_chain_is_named(chain):
-    length, _ = chain
-    ref = AnchorRef("anchor #9", 9, -1, "f" * 64, length)
-    assert audit_chain_check(anchors=[ref]).problems == ["event #-1 pinned by anchor #9 is missing from the chain"]
+    number, length, _ = chain
+    ref = AnchorRef("anchor #9", 9, -1, "f" * 64, length, number)
+    assert audit_chain_check(anchors=[ref]).problems == [
+        f"event #-1 pinned by anchor #9 is missing from chain {number}"
+    ]
 
 
 @pytest.mark.django_db
 def test_an_anchor_whose_event_moved_in_the_chain_means_events_before_it_changed(chain):
-    length, newest = chain
-    ref = AnchorRef("anchor #9", 9, newest.pk, newest.hash, length + 3)
+    number, length, newest = chain
+    ref = AnchorRef("anchor #9", 9, newest.pk, newest.hash, length + 3, number)
     assert audit_chain_check(anchors=[ref]).problems == [
-        f"events before #{newest.pk} were removed or added: anchor #9 counted {length + 3}, the chain has {length}"
+        f"events before #{newest.pk} in chain {number} were removed or added: anchor #9 counted {length + 3}, "
+        f"the chain has {length}"
+    ]
+
+
+@pytest.mark.django_db
+def test_an_anchor_whose_event_is_in_another_chain_is_named(chain):
+    number, length, newest = chain
+    other = number % 8 + 1
+    ref = AnchorRef("anchor #9", 9, newest.pk, newest.hash, length, other)
+    assert audit_chain_check(anchors=[ref]).problems == [
+        f"event #{newest.pk} pinned by anchor #9 in chain {other} is in chain {number} now"
     ]
 
 
 @pytest.mark.django_db
 def test_an_anchor_whose_event_has_another_hash_means_it_was_rewritten(chain):
-    length, newest = chain
-    ref = AnchorRef("anchor #9", 9, newest.pk, "0" * 64, length)
+    number, length, newest = chain
+    ref = AnchorRef("anchor #9", 9, newest.pk, "0" * 64, length, number)
     assert audit_chain_check(anchors=[ref]).problems == [
         f"REWRITTEN: event #{newest.pk} no longer has the hash anchor #9 recorded"
     ]
 
 
 @pytest.mark.django_db
-def test_an_anchor_against_an_emptied_chain_reports_it_empty():
+def test_an_anchor_against_an_emptied_trail_reports_its_chain_empty():
     _as_attacker("DELETE FROM approvals_auditevent")
-    report = audit_chain_check(anchors=[AnchorRef("anchor #1", 1, 5, "f" * 64, 5)])
-    assert report.problems == ["TAIL LOST: anchor #1 recorded 5 events up to #5; the chain now has 0 (empty)"]
+    report = audit_chain_check(anchors=[AnchorRef("anchor #1", 1, 5, "f" * 64, 5, 3)])
+    assert report.problems == [
+        "TAIL LOST: anchor #1 recorded 5 events up to #5 in chain 3; the chain now has 0 (empty)"
+    ]

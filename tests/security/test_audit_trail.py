@@ -114,11 +114,11 @@ def test_an_emptied_trail_is_not_called_intact():
 
 
 def test_audit_verify_detects_a_tail_rewritten_with_consistent_hashes():
-    _events(2)
-    anchor = audit_anchor()
+    chain = _events(2)[0].chain
+    anchor = next(a for a in audit_anchor() if a.chain == chain)
     _events(1)
-    # Rewrite the anchored event and re-chain everything after it: every link matches again.
-    rows = list(AuditEvent.objects.filter(pk__gte=anchor.head_id).order_by("id"))
+    # Rewrite the anchored event and re-chain everything after it in its chain: every link matches again.
+    rows = list(AuditEvent.objects.filter(chain=chain, pk__gte=anchor.head_id).order_by("id"))
     prev = rows[0].prev_hash
     for row in rows:
         if row.pk == anchor.head_id:
@@ -146,15 +146,15 @@ def test_the_anchor_sink_catches_rows_and_anchors_deleted_together(
     with django_capture_on_commit_callbacks(execute=True):
         second = audit_anchor()
     lines = [json.loads(line) for line in sink.read_text().splitlines()]
-    assert [line["anchor"] for line in lines] == [first.pk, second.pk]
+    assert [(line["anchor"], line["chain"]) for line in lines] == [(a.pk, a.chain) for a in first + second]
     assert stat.S_IMODE(sink.stat().st_mode) == 0o600
-    assert "2 in the sink" in _verify("--sink")
+    assert f"{len(lines)} in the sink" in _verify("--sink")
 
     # An attacker with triggers off removes the newest events and the anchors that pinned them.
-    _as_attacker("DELETE FROM approvals_auditanchor WHERE id >= %s", [first.pk])
-    _as_attacker("DELETE FROM approvals_auditevent WHERE id >= %s", [first.head_id])
+    _as_attacker("DELETE FROM approvals_auditanchor WHERE id >= %s", [first[0].pk])
+    _as_attacker("DELETE FROM approvals_auditevent WHERE id >= %s", [min(a.head_id for a in first if a.chain)])
     assert "intact" in _verify()  # the database alone can no longer tell
     with pytest.raises(CommandError) as caught:
         _verify("--sink")
-    assert f"anchor #{first.pk} (sink line 1) is missing from the database" in str(caught.value)
+    assert f"anchor #{first[0].pk} (sink line 1) is missing from the database" in str(caught.value)
     assert "TAIL LOST" in str(caught.value)

@@ -1,10 +1,11 @@
 """manage.py audit_verify [--sink [PATH]]
 
-Walks the audit hash chain (every link and hash) and checks it against every
-stored anchor: a chain shorter than an anchor, or whose anchored event is
-gone or different, lost or rewrote its tail. ``--sink`` also checks the
-anchors copied outside the database (``GATEHOUSE_AUDIT_ANCHOR_SINK`` or PATH),
-which catch rows and anchors deleted together. Exit status 1 on any finding.
+Walks the audit trail once: every chain's links and hashes, the heads each
+anchor event saw in the other chains, and every stored anchor: a chain
+shorter than an anchor, or whose anchored event is gone or different, lost or
+rewrote its tail. ``--sink`` also checks the anchors copied outside the
+database (``GATEHOUSE_AUDIT_ANCHOR_SINK`` or PATH), which catch rows and
+anchors deleted together. Exit status 1 on any finding.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from runtime.progress import progress_spinner
 
 
 class Command(BaseCommand):
-    help = "Verify the audit hash chain and its anchors; name every finding (exit status 1 if any)."
+    help = "Verify the audit hash chains and their anchors; name every finding (exit status 1 if any)."
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
@@ -54,16 +55,19 @@ class Command(BaseCommand):
             findings += anchors_compare(stored, sink)
         with progress_spinner(desc=f"verifying {AuditEvent.objects.count():,} audit events"):
             report = audit_chain_check(anchors=[*stored, *sink])
-        if report.broken is not None:
-            broken = report.broken
-            findings.insert(
-                0,
-                f"audit chain BROKEN at event #{broken.pk} ({broken.action} {broken.subject_type}:{broken.subject_id}, "
-                f"{broken.at.isoformat()}): its hash does not match its contents or its predecessor; "
-                f"{report.verified} events before it verified",
+        breaks = []
+        for chain, broken in sorted(report.broken_in.items()):
+            breaks.append(
+                f"audit chain {chain} BROKEN at event #{broken.pk} ({broken.action} "
+                f"{broken.subject_type}:{broken.subject_id}, {broken.at.isoformat()}): its hash does not match its "
+                f"contents or its predecessor in chain {chain}"
             )
-        findings += report.problems
+        if report.broken is not None:
+            breaks.append(f"{report.verified} events before the first break verified")
+        findings = breaks + findings + report.problems
         if findings:
             raise CommandError("\n".join(findings))
         anchors = f"{len(stored)} anchors" + (f", {len(sink)} in the sink" if options["sink"] is not None else "")
-        self.stdout.write(f"audit chain intact: {report.checked} events verified against {anchors}")
+        self.stdout.write(
+            f"audit trail intact: {report.checked} events in {len(report.chains)} chains verified against {anchors}"
+        )
