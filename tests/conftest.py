@@ -172,6 +172,15 @@ def bank() -> Iterator[BankServer]:
 # --- a real Celery worker process ----------------------------------------------
 
 
+# Every worker process this session started (the session worker, the fault tests' own): see workers_alive.
+_WORKERS: list[WorkerProcess] = []
+
+
+def workers_alive() -> bool:
+    """Is any worker process of this session running? Without one, a queued run stays queued (and quiet)."""
+    return any(worker.alive for worker in _WORKERS)
+
+
 class WorkerProcess:
     """A Celery worker (with beat for the sweeper) in its own process group."""
 
@@ -212,6 +221,8 @@ class WorkerProcess:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+        if self not in _WORKERS:
+            _WORKERS.append(self)
         try:
             wait_for(lambda: ready.exists() or self.proc.poll() is not None, timeout=timeout, what="worker ready")
         except AssertionError:
@@ -391,6 +402,18 @@ def thread_settled(
         return body if body["status"] in statuses else None
 
     return wait_for(ready, timeout=timeout, what=f"thread {thread_id} to reach {statuses}")
+
+
+def api_decide(who: Persona | ApiClient, task: Any, decision: str | None = "approve", /, **fields: Any) -> Any:
+    """POST a decision on ``task`` (an API task dict, a model or an id) to the API as ``who``; the response.
+
+    ``decision=None`` sends ``fields`` as they are: a body built whole, or one the API must refuse.
+    """
+    client = who if isinstance(who, ApiClient) else who.client
+    task_id = task["id"] if isinstance(task, dict) else getattr(task, "pk", task)
+    return client.post(
+        f"/api/tasks/{task_id}/decision", fields if decision is None else {"decision": decision, **fields}
+    )
 
 
 def loan_input(amount: int = 20000, income: int = 40000, **extra: Any) -> dict[str, Any]:

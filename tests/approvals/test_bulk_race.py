@@ -20,7 +20,7 @@ from approvals.errors import Conflict
 from approvals.models import ApprovalTask, Decision
 from approvals.payloads import DecisionRequest
 from tests.conftest import scaled, wait_for
-from tests.console.conftest import task_make
+from tests.factories import task_make
 from tests.fake_resumes import fake_resumes_closed  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.usefixtures("live_db", "fake_resumes_closed")

@@ -43,7 +43,8 @@ from runtime.deadlines import (
 )
 from runtime.registry import GraphRegistryError, graphs_read
 from tests.conftest import ROOT, loan_input, pending_tasks, scaled, thread_settled, thread_start
-from tests.console.conftest import console_client, task_make
+from tests.console.conftest import console_client
+from tests.factories import task_make
 
 GRAPH = "deadline_review"
 LEADS = "deadline-leads"

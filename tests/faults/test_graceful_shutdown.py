@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from runtime.models import Run
-from tests.conftest import loan_input, pending_tasks, thread_settled, thread_start, wait_for
+from tests.conftest import api_decide, loan_input, pending_tasks, thread_settled, thread_start, wait_for
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.usefixtures("live_db")]
 
@@ -15,7 +15,7 @@ def _decide_with_a_slow_bank(reviewer, operator, bank, latency_ms: int) -> tuple
     [task] = pending_tasks(reviewer, thread["id"], timeout=30)
     key = f"gh:{thread['id']}:disburse"
     bank.latency_ms = latency_ms
-    response = reviewer.client.post(f"/api/tasks/{task['id']}/decision", {"decision": "approve"})
+    response = api_decide(reviewer, task)
     assert response.status_code == 201, response.content
     wait_for(lambda: bank.ledger.received.get(key) == 1, timeout=15, what="the action's call to reach the bank")
     return thread, key

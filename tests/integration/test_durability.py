@@ -11,7 +11,7 @@ from approvals.models import ApprovalTask, AuditEvent, Decision
 from runtime.models import Effect, Run, RunKind, Thread
 from runtime.runs import ThreadBusy, run_enqueue
 from runtime.tasks import execute_run
-from tests.conftest import loan_input, pending_tasks, thread_settled, thread_start, wait_for
+from tests.conftest import api_decide, loan_input, pending_tasks, thread_settled, thread_start, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db")]
 
@@ -42,9 +42,7 @@ def test_two_simultaneous_decisions_on_one_task_resume_once(live_worker, operato
     [task] = pending_tasks(personas["reviewer"], thread["id"])
     deciders = [personas["reviewer"], personas["reviewer2"]]
 
-    results = _in_threads(
-        2, lambda i: deciders[i].client.post(f"/api/tasks/{task['id']}/decision", {"decision": "approve"}).status_code
-    )
+    results = _in_threads(2, lambda i: api_decide(deciders[i], task).status_code)
     assert sorted(results) == [201, 409]
     done = thread_settled(operator, thread["id"])
     assert done["values"]["status"] == "disbursed"
@@ -71,7 +69,7 @@ def test_two_resumes_of_one_thread_at_once_only_one_is_queued(live_worker, opera
 def test_a_duplicated_delivery_of_a_finished_run_changes_nothing(live_worker, operator, reviewer, bank):
     thread = thread_start(operator, "loan_approval", loan_input())
     [task] = pending_tasks(reviewer, thread["id"])
-    reviewer.client.post(f"/api/tasks/{task['id']}/decision", {"decision": "approve"})
+    api_decide(reviewer, task)
     thread_settled(reviewer, thread["id"])
     events_before = AuditEvent.objects.filter(thread_id=thread["id"]).count()
 
@@ -95,7 +93,7 @@ def test_a_worker_killed_mid_action_is_replaced_and_the_effect_happens_once(work
 
     bank.latency_ms = 2500  # the bank is slow: the worker will die while the call is in flight
     try:
-        response = reviewer.client.post(f"/api/tasks/{task['id']}/decision", {"decision": "approve"})
+        response = api_decide(reviewer, task)
         assert response.status_code == 201
         wait_for(lambda: bank.ledger.received.get(key) == 1, what="the action's call to reach the bank")
         worker.kill()

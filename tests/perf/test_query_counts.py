@@ -22,7 +22,7 @@ from django.test.utils import CaptureQueriesContext
 from runtime.gatekeeper import gate_payload
 from runtime.models import Run, RunKind, RunStatus
 from runtime.runs import Outcome, PendingInterrupt, run_claim, run_finish, thread_create
-from tests.conftest import Persona, loan_input, pending_tasks, thread_start
+from tests.conftest import Persona, api_decide, loan_input, pending_tasks, thread_start
 
 pytestmark = pytest.mark.usefixtures("live_db")
 
@@ -117,6 +117,6 @@ def test_start_and_decision_queries_are_bounded(operator, reviewer):
     [task] = pending_tasks(reviewer, thread["id"])
     reviewer.client.get("/api/graphs")
     with CaptureQueriesContext(connection) as ctx:
-        response = reviewer.client.post(f"/api/tasks/{task['id']}/decision", {"decision": "approve", "reason": "ok"})
+        response = api_decide(reviewer, task, reason="ok")
     assert response.status_code == 201, response.content
     assert len(ctx) <= DECISION_QUERIES, _sql(ctx)

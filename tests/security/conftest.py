@@ -155,7 +155,7 @@ def postgres_server(
     from django.contrib.auth import get_user_model
 
     from approvals.webhooks import webhook_endpoint_create
-    from tests.console.conftest import task_make
+    from tests.factories import task_make
 
     env = {**worker_env(bank), "GATEHOUSE_PLATFORM_WAIT_SECONDS": "1"}
     with django_db_blocker.unblock():

@@ -41,7 +41,7 @@ from approvals.webhooks import (
     webhook_endpoint_rotate,
     webhook_sign,
 )
-from tests.console.conftest import loan_gate, task_make
+from tests.factories import loan_gate, task_make
 
 pytestmark = pytest.mark.django_db
 
