@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -20,7 +22,7 @@ from django.conf import settings
 from django.db import connection
 from django.test import Client
 
-from demo.fakebank import BankServer, serve_in_thread
+from demo.fakebank import BankHandler, BankServer
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -123,6 +125,21 @@ def _compiled_graphs_forget() -> None:
         entry._compiled = None
 
 
+def backend_pid() -> int:
+    """This thread's PostgreSQL backend (each thread has its own Django connection)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        return int(cursor.fetchone()[0])
+
+
+def waiting_for_lock(pid: int) -> bool:
+    """Is backend ``pid`` waiting for a lock? How a test that races two sides knows the second is queued."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", [pid])
+        row = cursor.fetchone()
+    return bool(row and row[0] == "Lock")
+
+
 # --- server processes ----------------------------------------------------------------
 
 
@@ -162,9 +179,60 @@ def process_group_stop(proc: subprocess.Popen[bytes], *, timeout: float = 15.0) 
 # --- the outside world -------------------------------------------------------
 
 
+class HoldingBankHandler(BankHandler):
+    server: HoldingBank
+
+    def do_POST(self) -> None:
+        self.server.hold_point(self.headers.get("Idempotency-Key") or "")
+        super().do_POST()
+
+
+class HoldingBank(BankServer):
+    """The fake bank (demo.fakebank), whose calls a test can hold in flight.
+
+    Inside ``with bank.held():`` a call waits as it arrives, before the bank does
+    anything, until the block ends; ``bank.holding(key)`` counts the calls waiting.
+    A test that must act while an action's call is in flight (kill a worker, cut
+    its connections, send SIGTERM) holds the call instead of making the bank slow
+    and hoping to act within the delay: on a busy machine the delay runs out first.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0))
+        self.RequestHandlerClass = HoldingBankHandler
+        self._open = threading.Event()
+        self._open.set()
+        self._lock = threading.Lock()
+        self._holding: dict[str, int] = {}
+
+    def hold_point(self, key: str) -> None:
+        if self._open.is_set():
+            return
+        with self._lock:
+            self._holding[key] = self._holding.get(key, 0) + 1
+        try:
+            self._open.wait(timeout=scaled(120))  # a test that forgot to release never hangs the bank
+        finally:
+            with self._lock:
+                self._holding[key] -= 1
+
+    def holding(self, key: str) -> int:
+        with self._lock:
+            return self._holding.get(key, 0)
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        self._open.clear()
+        try:
+            yield
+        finally:
+            self._open.set()
+
+
 @pytest.fixture(scope="session")
-def bank() -> Iterator[BankServer]:
-    server = serve_in_thread()
+def bank() -> Iterator[HoldingBank]:
+    server = HoldingBank()
+    threading.Thread(target=server.serve_forever, name="fakebank", daemon=True).start()
     yield server
     server.shutdown()
 

@@ -33,7 +33,7 @@ from django.db.models import Count
 
 from approvals.models import ApprovalTask
 from runtime.models import Effect, Run, Thread
-from tests.conftest import api_decide, loan_input, thread_start
+from tests.conftest import api_decide, loan_input, scaled, thread_start
 from tests.faults.conftest import FaultWorker
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.usefixtures("live_db")]
@@ -111,7 +111,7 @@ def test_threads_complete_exactly_once_while_the_worker_is_killed_at_random(
         killer.start()
         for i in range(THREADS):
             ids.append(thread_start(operator, "loan_approval", loan_input(applicant=f"Chaos {i}"))["id"])
-        outcome = _drive(reviewer, ids, killer, deadline=started + DEADLINE_SECONDS)
+        outcome = _drive(reviewer, ids, killer, deadline=started + scaled(DEADLINE_SECONDS))
     finally:
         killer.done.set()
         killer.join(timeout=60)

@@ -79,15 +79,12 @@ def test_a_forked_loan_pays_as_a_new_effect_once_even_when_its_worker_is_killed(
     assert at.metadata["gatehouse_branch_id"] == branch["id"] and at.values["amount"] == 21000
 
     fork_key = f"{original_key}@{branch['id']}"
-    bank.latency_ms = 2500  # the fork's worker dies while its payment call is in flight
-    try:
+    with bank.held():  # the fork's worker dies while its payment call is in flight
         response = api_decide(reviewer, new_task)
         assert response.status_code == 201, response.content
-        wait_for(lambda: bank.ledger.received.get(fork_key) == 1, what="the fork's payment to reach the bank")
+        wait_for(lambda: bank.holding(fork_key) == 1, what="the fork's payment to reach the bank")
         worker.kill()
-        wait_for(lambda: bank.ledger.executions.get(fork_key) == 1, timeout=10, what="the bank to execute it")
-    finally:
-        bank.latency_ms = 0
+    wait_for(lambda: bank.ledger.executions.get(fork_key) == 1, timeout=10, what="the bank to execute it")
     worker.start()
     done = thread_settled(reviewer, thread_id, timeout=30)
 
