@@ -291,7 +291,7 @@ def test_the_api_returns_the_numbers_with_their_links(auditor, personas):
 # --- the same SQL on SQLite (embedded mode) ----------------------------------------------------------
 
 _SQLITE_PROBE = """
-import json, uuid
+import json
 import django
 django.setup()
 from datetime import UTC, datetime, timedelta
@@ -299,23 +299,22 @@ from django.core.management import call_command
 call_command("migrate", verbosity=0)
 from django.contrib.auth import get_user_model
 from approvals import dashboard
-from approvals.models import ApprovalTask
+from approvals.models import GraphAssignment
 from approvals.roles import roles_ensure
-from runtime.models import Thread
+from tests.factories import decision_make, task_make
 
+roles = roles_ensure()
 user = get_user_model().objects.create_user("auditor")
-user.groups.add(roles_ensure()["auditor"])
+user.groups.add(roles["auditor"])
+reviewer = get_user_model().objects.create_user("reviewer")
+reviewer.groups.add(roles["reviewer"])
+GraphAssignment.objects.create(user=reviewer, graph="g")
 T0 = datetime(2026, 6, 1, tzinfo=UTC)
 
-def task(node, created, waited=None, status=None):
-    thread = Thread.objects.create(graph="g", status="interrupted", checkpoint_id="c")
-    t = ApprovalTask.objects.create(
-        thread=thread, graph="g", node=node, interrupt_id=uuid.uuid4().hex, checkpoint_id="c", payload={},
-        payload_digest="d", status=status or ("decided" if waited is not None else "pending"),
-    )
-    ApprovalTask.objects.filter(pk=t.pk).update(
-        created_at=created, decided_at=created + waited if waited is not None else None
-    )
+def task(node, created, waited=None, status="pending"):
+    t = task_make(graph="g", node=node, payload={}, status=status, created_at=created)
+    if waited is not None:
+        decision_make(t, reviewer, at=created + waited)
 
 for minutes in range(20, 0, -1):
     task("review", T0 + timedelta(hours=1), timedelta(minutes=minutes))

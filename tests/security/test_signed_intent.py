@@ -20,6 +20,7 @@ from runtime.checkpointer import checkpointer_get
 from runtime.models import Effect, Run, RunKind, RunStatus, Thread
 from runtime.runs import run_enqueue
 from tests.conftest import api_decide, loan_input, pending_tasks, thread_settled, thread_start, wait_for
+from tests.factories import thread_make
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db", "live_worker")]
 
@@ -338,7 +339,7 @@ def test_an_idempotency_key_is_never_replayed_for_an_effect_with_other_arguments
     builder.add_node(pay)
     builder.add_edge(START, "pay")
     graph = builder.compile()
-    thread = Thread.objects.create(graph="loan_approval")
+    thread = thread_make(graph="loan_approval")
     config = {"configurable": {"thread_id": str(thread.pk)}}
     graph.invoke({"amount": 15000}, config)
     graph.invoke({"amount": 15000}, config)  # a replay with the same arguments returns the recorded result
