@@ -279,6 +279,21 @@ def test_a_quorum_completes_with_the_last_required_signature_only(approver):
     assert Run.objects.filter(thread=task.thread_id, kind=RunKind.RESUME).count() == 1  # the thread resumes once
 
 
+def test_a_proposed_edit_does_not_count_towards_the_quorum(approver):
+    """Under a quorum an edit is a proposal ("reviewed"): the two approvals must both come after it."""
+    task = quorum(2)
+    proposal = decide(approver, task, "edit", reason="lower it", state_patch={"amount": 1000})
+    assert proposal.meaning == "reviewed"
+    decide(user_make("approver", "*"), task)
+    task.refresh_from_db()
+    assert task.status == TaskStatus.PENDING  # one approval of two: the proposal is not one
+    recorded = AuditEvent.objects.filter(subject_id=str(task.pk), action=AuditAction.DECISION_RECORDED)
+    assert [e.details["quorum"]["approvals"] for e in recorded.order_by("id")] == [0, 1]
+    decide(user_make("approver", "*"), task)
+    task.refresh_from_db()
+    assert task.status == TaskStatus.DECIDED
+
+
 def test_the_final_signature_of_a_quorum_needs_the_approver_role(approver, reviewer):
     task = quorum(2)
     decide(reviewer, task)  # a reviewer may give an earlier signature
@@ -456,6 +471,20 @@ def test_a_sign_in_just_inside_the_window_still_signs(reviewer, settings):
     outside = services.Signer(authenticated_at=timezone.now() - timedelta(seconds=610))
     with pytest.raises(Forbidden, match="older than 10 minutes"):
         decide(reviewer, task_make(), signer=outside)
+
+
+def test_a_re_authentication_signs_inside_its_window_only(reviewer, settings):
+    """A re-authentication verified once for many decisions (a bulk) signs while it is recent, not after."""
+    settings.GATEHOUSE_REAUTH_SECONDS = 600
+    recent = timezone.now() - timedelta(seconds=30)
+    decision = decide(reviewer, task_make(), signer=stale(reauthenticated_at=recent))
+    assert decision.reauthenticated_at == recent
+    task = task_make()
+    too_old = timezone.now() - timedelta(seconds=610)
+    with pytest.raises(Forbidden, match="older than 10 minutes") as error:
+        decide(reviewer, task, signer=stale(reauthenticated_at=too_old))
+    assert error.value.field == "password"
+    assert decisions_of(task) == 0
 
 
 def test_a_response_needs_no_re_authentication(reviewer):
