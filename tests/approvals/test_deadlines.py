@@ -434,6 +434,7 @@ def test_beat_runs_the_sweep():
     assert settings.CELERY_BEAT_SCHEDULE["sweep-deadlines"]["task"] == sweep_deadlines.name
 
 
+@pytest.mark.slow
 def test_embedded_mode_writes_deadline_mail_to_var_mail(tmp_path):
     """No servers: the file backend puts each e-mail under var/mail/ (a subprocess: settings load once)."""
     import os
