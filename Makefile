@@ -25,9 +25,9 @@ test: install services
 	$(PY) manage.py makemigrations --check --dry-run
 	$(PY) -m pytest
 
-## Unit and domain tests only (no worker process, no browser, no fault injection): about a minute.
+## Unit and domain tests only (no worker or other process started, no browser, no fault injection).
 test-fast: install services
-	$(PY) -m pytest -m "not integration and not embedded and not faults"
+	$(PY) -m pytest -m "not integration and not embedded and not faults and not slow"
 
 services:
 	scripts/services-up

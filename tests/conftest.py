@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -20,7 +22,7 @@ from django.conf import settings
 from django.db import connection
 from django.test import Client
 
-from demo.fakebank import BankServer, serve_in_thread
+from demo.fakebank import BankHandler, BankServer
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -123,6 +125,21 @@ def _compiled_graphs_forget() -> None:
         entry._compiled = None
 
 
+def backend_pid() -> int:
+    """This thread's PostgreSQL backend (each thread has its own Django connection)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        return int(cursor.fetchone()[0])
+
+
+def waiting_for_lock(pid: int) -> bool:
+    """Is backend ``pid`` waiting for a lock? How a test that races two sides knows the second is queued."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", [pid])
+        row = cursor.fetchone()
+    return bool(row and row[0] == "Lock")
+
+
 # --- server processes ----------------------------------------------------------------
 
 
@@ -162,14 +179,74 @@ def process_group_stop(proc: subprocess.Popen[bytes], *, timeout: float = 15.0) 
 # --- the outside world -------------------------------------------------------
 
 
+class HoldingBankHandler(BankHandler):
+    server: HoldingBank
+
+    def do_POST(self) -> None:
+        self.server.hold_point(self.headers.get("Idempotency-Key") or "")
+        super().do_POST()
+
+
+class HoldingBank(BankServer):
+    """The fake bank (demo.fakebank), whose calls a test can hold in flight.
+
+    Inside ``with bank.held():`` a call waits as it arrives, before the bank does
+    anything, until the block ends; ``bank.holding(key)`` counts the calls waiting.
+    A test that must act while an action's call is in flight (kill a worker, cut
+    its connections, send SIGTERM) holds the call instead of making the bank slow
+    and hoping to act within the delay: on a busy machine the delay runs out first.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0))
+        self.RequestHandlerClass = HoldingBankHandler
+        self._open = threading.Event()
+        self._open.set()
+        self._lock = threading.Lock()
+        self._holding: dict[str, int] = {}
+
+    def hold_point(self, key: str) -> None:
+        if self._open.is_set():
+            return
+        with self._lock:
+            self._holding[key] = self._holding.get(key, 0) + 1
+        try:
+            self._open.wait(timeout=scaled(120))  # a test that forgot to release never hangs the bank
+        finally:
+            with self._lock:
+                self._holding[key] -= 1
+
+    def holding(self, key: str) -> int:
+        with self._lock:
+            return self._holding.get(key, 0)
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        self._open.clear()
+        try:
+            yield
+        finally:
+            self._open.set()
+
+
 @pytest.fixture(scope="session")
-def bank() -> Iterator[BankServer]:
-    server = serve_in_thread()
+def bank() -> Iterator[HoldingBank]:
+    server = HoldingBank()
+    threading.Thread(target=server.serve_forever, name="fakebank", daemon=True).start()
     yield server
     server.shutdown()
 
 
 # --- a real Celery worker process ----------------------------------------------
+
+
+# Every worker process this session started (the session worker, the fault tests' own): see workers_alive.
+_WORKERS: list[WorkerProcess] = []
+
+
+def workers_alive() -> bool:
+    """Is any worker process of this session running? Without one, a queued run stays queued (and quiet)."""
+    return any(worker.alive for worker in _WORKERS)
 
 
 class WorkerProcess:
@@ -212,6 +289,8 @@ class WorkerProcess:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+        if self not in _WORKERS:
+            _WORKERS.append(self)
         try:
             wait_for(lambda: ready.exists() or self.proc.poll() is not None, timeout=timeout, what="worker ready")
         except AssertionError:
@@ -391,6 +470,18 @@ def thread_settled(
         return body if body["status"] in statuses else None
 
     return wait_for(ready, timeout=timeout, what=f"thread {thread_id} to reach {statuses}")
+
+
+def api_decide(who: Persona | ApiClient, task: Any, decision: str | None = "approve", /, **fields: Any) -> Any:
+    """POST a decision on ``task`` (an API task dict, a model or an id) to the API as ``who``; the response.
+
+    ``decision=None`` sends ``fields`` as they are: a body built whole, or one the API must refuse.
+    """
+    client = who if isinstance(who, ApiClient) else who.client
+    task_id = task["id"] if isinstance(task, dict) else getattr(task, "pk", task)
+    return client.post(
+        f"/api/tasks/{task_id}/decision", fields if decision is None else {"decision": decision, **fields}
+    )
 
 
 def loan_input(amount: int = 20000, income: int = 40000, **extra: Any) -> dict[str, Any]:

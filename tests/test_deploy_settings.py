@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -43,6 +44,7 @@ def _manage(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]
     )
 
 
+@pytest.mark.slow
 def test_production_settings_pass_the_deployment_checks(tmp_path):
     result = _manage(_production_env(tmp_path), "check", "--deploy", "--fail-level", "WARNING")
 
@@ -52,6 +54,7 @@ def test_production_settings_pass_the_deployment_checks(tmp_path):
     assert "WARNING" not in output.upper(), output
 
 
+@pytest.mark.slow
 def test_the_secret_key_can_come_from_a_mounted_file(tmp_path):
     key_file = tmp_path / "secret_key"
     key_file.write_text(secrets.token_urlsafe(64) + "\n")
@@ -63,6 +66,7 @@ def test_the_secret_key_can_come_from_a_mounted_file(tmp_path):
     assert "System check identified no issues" in result.stdout
 
 
+@pytest.mark.slow
 def test_production_mode_without_a_secret_key_refuses_to_start(tmp_path):
     result = _manage(_production_env(tmp_path, SECRET_KEY=None), "check")
 

@@ -12,7 +12,7 @@ from django.conf import settings
 
 from approvals.models import ApprovalTask, AuditEvent, Decision
 from runtime.models import Run, Thread
-from tests.conftest import ApiClient, loan_input, pending_tasks, thread_settled, thread_start
+from tests.conftest import ApiClient, api_decide, loan_input, pending_tasks, thread_settled, thread_start
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db")]
 
@@ -60,10 +60,6 @@ def kyc_identity_task(live_worker, operator, reviewer) -> dict[str, Any]:
     thread = thread_start(operator, "kyc_onboarding", {"applicant": {"name": "Ada Lovelace", "country": "GB"}})
     [task] = pending_tasks(reviewer, thread["id"])
     return reviewer.client.get(f"/api/tasks/{task['id']}").json()
-
-
-def decide(persona: Any, task: dict[str, Any], **body: Any) -> Any:
-    return persona.client.post(f"/api/tasks/{task['id']}/decision", body)
 
 
 # --- starting threads ---------------------------------------------------------------------------
@@ -134,7 +130,7 @@ def test_it_refuses_a_thread_request_of_the_wrong_shape_naming_the_field(operato
 )
 def test_it_refuses_a_schema_violating_edit_and_writes_nothing(reviewer, loan_task, edits, field):
     before = snapshot(loan_task["id"])
-    error = error_of(decide(reviewer, loan_task, decision="edit", reason="adjust", edits=edits), 422)
+    error = error_of(api_decide(reviewer, loan_task, "edit", reason="adjust", edits=edits), 422)
     assert error["field"] == field
     assert error["code"] == "invalid"
     assert snapshot(loan_task["id"]) == before
@@ -142,21 +138,21 @@ def test_it_refuses_a_schema_violating_edit_and_writes_nothing(reviewer, loan_ta
 
 
 def test_the_task_can_still_be_decided_after_a_refused_edit(reviewer, loan_task):
-    error_of(decide(reviewer, loan_task, decision="edit", reason="adjust", edits={"amount": "1"}), 422)
-    response = decide(reviewer, loan_task, decision="edit", reason="adjust", edits={"amount": 15000})
+    error_of(api_decide(reviewer, loan_task, "edit", reason="adjust", edits={"amount": "1"}), 422)
+    response = api_decide(reviewer, loan_task, "edit", reason="adjust", edits={"amount": 15000})
     assert response.status_code == 201, response.content
     assert thread_settled(reviewer, loan_task["thread_id"])["values"]["amount"] == 15000
 
 
 def test_it_refuses_a_wrongly_typed_action_argument_naming_it(reviewer, loan_task):
     before = snapshot(loan_task["id"])
-    error = error_of(decide(reviewer, loan_task, decision="edit", reason="r", action_args={"amount": "12500"}), 422)
+    error = error_of(api_decide(reviewer, loan_task, "edit", reason="r", action_args={"amount": "12500"}), 422)
     assert error["field"] == "action_args.amount"
     assert snapshot(loan_task["id"]) == before
 
 
 def test_it_refuses_a_schema_violating_nested_edit_at_the_kyc_compliance_gate(reviewer, kyc_identity_task):
-    response = decide(reviewer, kyc_identity_task, decision="approve", reason="documents match")
+    response = api_decide(reviewer, kyc_identity_task, reason="documents match")
     assert response.status_code == 201, response.content
     compliance = [
         t for t in pending_tasks(reviewer, kyc_identity_task["thread_id"]) if t["node"] == "compliance_review"
@@ -164,7 +160,7 @@ def test_it_refuses_a_schema_violating_nested_edit_at_the_kyc_compliance_gate(re
     task = reviewer.client.get(f"/api/tasks/{compliance[0]['id']}").json() if compliance else None
     assert task is not None, "the thread did not reach compliance_review"
     before = snapshot(task["id"])
-    error = error_of(decide(reviewer, task, decision="edit", reason="fix", edits={"applicant": {"name": 5}}), 422)
+    error = error_of(api_decide(reviewer, task, "edit", reason="fix", edits={"applicant": {"name": 5}}), 422)
     assert error["field"] == "edits.applicant.name"
     assert snapshot(task["id"]) == before
 
@@ -173,7 +169,7 @@ def test_it_refuses_a_schema_violating_nested_edit_at_the_kyc_compliance_gate(re
 @pytest.mark.parametrize("decision,extra", [("reject", {}), ("edit", {"edits": {"amount": 15000}})])
 def test_it_refuses_a_reject_or_edit_without_a_reason(reviewer, loan_task, decision, extra, reason):
     before = snapshot(loan_task["id"])
-    error = error_of(decide(reviewer, loan_task, decision=decision, reason=reason, **extra), 422)
+    error = error_of(api_decide(reviewer, loan_task, decision, reason=reason, **extra), 422)
     assert error["field"] == "reason"
     assert snapshot(loan_task["id"]) == before
 
@@ -181,29 +177,29 @@ def test_it_refuses_a_reject_or_edit_without_a_reason(reviewer, loan_task, decis
 def test_it_refuses_a_decision_the_task_does_not_allow(reviewer, kyc_identity_task):
     assert kyc_identity_task["allowed_decisions"] == ["approve", "reject"]
     before = snapshot(kyc_identity_task["id"])
-    error = error_of(decide(reviewer, kyc_identity_task, decision="respond", message="hello"), 422)
+    error = error_of(api_decide(reviewer, kyc_identity_task, "respond", message="hello"), 422)
     assert error["field"] == "decision"
     assert snapshot(kyc_identity_task["id"]) == before
 
 
 def test_it_refuses_an_unknown_decision_word(reviewer, loan_task):
-    error = error_of(decide(reviewer, loan_task, decision="maybe", reason="r"), 422)
+    error = error_of(api_decide(reviewer, loan_task, "maybe", reason="r"), 422)
     assert error["field"] == "decision"
 
 
 def test_it_refuses_a_response_without_a_message(reviewer, loan_task):
     before = snapshot(loan_task["id"])
-    error = error_of(decide(reviewer, loan_task, decision="respond"), 422)
+    error = error_of(api_decide(reviewer, loan_task, "respond"), 422)
     assert error["field"] == "message"
     assert snapshot(loan_task["id"]) == before
 
 
 def test_it_refuses_a_repeated_decision_with_409_writing_nothing_more(personas, reviewer, loan_task):
-    first = decide(reviewer, loan_task, decision="approve", reason="ok")
+    first = api_decide(reviewer, loan_task, reason="ok")
     assert first.status_code == 201, first.content
     after_first = snapshot(loan_task["id"])
     for persona in (reviewer, personas["reviewer2"]):
-        error = error_of(decide(persona, loan_task, decision="reject", reason="changed my mind"), 409)
+        error = error_of(api_decide(persona, loan_task, "reject", reason="changed my mind"), 409)
         assert error["code"] == "conflict"
     assert Decision.objects.filter(task_id=loan_task["id"]).count() == 1
     assert AuditEvent.objects.filter(thread_id=loan_task["thread_id"], action="decision.made").count() == 1
@@ -214,13 +210,13 @@ def test_it_refuses_a_decision_against_a_stale_checkpoint_writing_nothing(review
     before = snapshot(loan_task["id"])
     stale = "1f0a0000-0000-6000-8000-000000000000"
     assert stale != loan_task["checkpoint_id"]
-    error = error_of(decide(reviewer, loan_task, decision="approve", reason="ok", checkpoint_id=stale), 409)
+    error = error_of(api_decide(reviewer, loan_task, reason="ok", checkpoint_id=stale), 409)
     assert error["field"] == "checkpoint_id"
     assert snapshot(loan_task["id"]) == before
 
 
 def test_a_decision_against_the_current_checkpoint_is_accepted(reviewer, loan_task):
-    response = decide(reviewer, loan_task, decision="approve", reason="ok", checkpoint_id=loan_task["checkpoint_id"])
+    response = api_decide(reviewer, loan_task, reason="ok", checkpoint_id=loan_task["checkpoint_id"])
     assert response.status_code == 201, response.content
 
 
@@ -284,7 +280,7 @@ def test_a_revoked_token_is_refused_with_401(personas):
 
 def test_an_unauthenticated_decision_writes_nothing(loan_task):
     before = snapshot(loan_task["id"])
-    error_of(ApiClient(None).post(f"/api/tasks/{loan_task['id']}/decision", {"decision": "approve"}), 401)
+    error_of(api_decide(ApiClient(None), loan_task), 401)
     assert snapshot(loan_task["id"]) == before
 
 

@@ -12,7 +12,7 @@ from django.utils import timezone
 from approvals import bulk
 from approvals.models import AuditEvent, BulkAction, Decision
 from approvals.security import SESSION_AUTH_AT
-from tests.console.conftest import task_make
+from tests.factories import task_decided, task_make
 from tests.fake_resumes import fake_resumes_closed  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.usefixtures("live_db", "fake_resumes_closed")
@@ -28,7 +28,7 @@ def test_a_bulk_started_over_the_api_decides_each_task_and_reports_skips(persona
     approver = personas["approver"]
     tag = f"API-{uuid.uuid4().hex[:6]}"
     ok = [task_make(title=f"{tag} {i}", metadata={"case": tag}) for i in range(2)]
-    gone = task_make(title=f"{tag} gone", status="decided", metadata={"case": tag})
+    gone = task_decided(by=personas["reviewer"].user, title=f"{tag} gone", metadata={"case": tag})
     response = approver.client.post(
         "/api/bulk-decisions", {"outcome": "approve", "reason": "fine", "task_ids": [str(t.pk) for t in [*ok, gone]]}
     )

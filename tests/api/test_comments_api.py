@@ -8,7 +8,7 @@ import pytest
 
 from approvals.comments import BODY_MAX_CHARS, comment_post
 from approvals.models import Comment
-from tests.console.conftest import task_make
+from tests.factories import task_make
 
 pytestmark = pytest.mark.usefixtures("live_db")
 

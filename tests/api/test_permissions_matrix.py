@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from console.api import api
-from tests.conftest import ApiClient, Persona, loan_input, pending_tasks, thread_settled, thread_start
+from tests.conftest import ApiClient, Persona, api_decide, loan_input, pending_tasks, thread_settled, thread_start
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db", "live_worker")]
 
@@ -157,7 +157,7 @@ def subject_make(kind: str, personas: dict[str, Persona]) -> Subject:
     admin = personas["admin"]
     if kind in ("talk", "talk-kyc"):  # Conversation (comments): no worker needed to talk about a task
         from approvals.comments import comment_post
-        from tests.console.conftest import task_make
+        from tests.factories import task_make
 
         graph, node = ("loan_approval", "human_review") if kind == "talk" else ("kyc_onboarding", "compliance_review")
         task = task_make(graph=graph, node=node)
@@ -368,7 +368,7 @@ def test_a_refused_decision_writes_nothing(personas, shared, persona):
     from approvals.models import ApprovalTask, Decision
 
     task_id = shared["loan"].task_id
-    response = personas[persona].client.post(f"/api/tasks/{task_id}/decision", {"decision": "approve"})
+    response = api_decide(personas[persona], task_id)
     assert response.status_code == 403
     assert not Decision.objects.filter(task_id=task_id).exists()
     assert ApprovalTask.objects.get(pk=task_id).status == "pending"

@@ -17,7 +17,8 @@ from runtime.gatekeeper import gate_payload
 from runtime.models import Thread
 from tests.approvals.handoffs import api, person, sign, team
 from tests.conftest import Persona
-from tests.console.conftest import console_client, task_make
+from tests.console.conftest import console_client
+from tests.factories import task_decided, task_make
 
 pytestmark = pytest.mark.usefixtures("live_db")
 
@@ -140,7 +141,7 @@ def test_reassigning_releases_a_claim_held_by_someone_else():
 
 
 def test_a_decided_task_is_not_handed_off():
-    task = task_make(status="decided")
+    task = task_decided(by=person())
     with pytest.raises(Conflict):
         assignment.task_reassign(actor=person("lead"), task=task, to_user=person(), note="")
 

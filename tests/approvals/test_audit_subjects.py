@@ -10,7 +10,7 @@ from django.contrib.auth.models import User
 
 from approvals.audit import audit_record, audit_task, audit_thread, event_fields
 from approvals.models import AuditAction, AuditEvent
-from tests.console.conftest import task_make
+from tests.factories import task_make
 
 pytestmark = pytest.mark.django_db
 

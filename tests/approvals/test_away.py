@@ -14,7 +14,8 @@ from approvals.errors import Forbidden, InvalidInput
 from approvals.models import ApprovalTask, AuditEvent, Away
 from tests.approvals.handoffs import api, person, put, team
 from tests.conftest import Persona
-from tests.console.conftest import console_client, task_make
+from tests.console.conftest import console_client
+from tests.factories import task_make
 
 pytestmark = pytest.mark.usefixtures("live_db")
 

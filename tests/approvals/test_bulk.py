@@ -13,15 +13,15 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from approvals import bulk, services
+from approvals import bulk, claims, services
 from approvals.errors import Forbidden, InvalidInput, NotFound
 from approvals.inbox_filter import InboxFilter
-from approvals.models import ApprovalTask, AuditEvent, BulkAction, BulkStatus, Decision, TaskClaim
+from approvals.models import ApprovalTask, AuditEvent, BulkAction, BulkStatus, Decision
 from approvals.payloads import DecisionRequest
 from console.selectors import inbox_list
 from runtime.gatekeeper import gate_payload
 from runtime.models import Run, RunKind, Thread
-from tests.console.conftest import task_make
+from tests.factories import loan_gate, task_decided, task_make
 from tests.fake_resumes import fake_resumes_closed  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.usefixtures("live_db", "fake_resumes_closed")
@@ -95,13 +95,10 @@ def test_tasks_it_cannot_decide_are_skipped_with_why(personas):
     )
     stale = task_make(title=f"{tag} stale", metadata={"case": tag})
     Thread.objects.filter(pk=stale.thread_id).update(checkpoint_id=uuid.uuid4().hex)  # the thread moved on
-    decided = task_make(title=f"{tag} decided", status="decided", metadata={"case": tag})
+    decided = task_decided(by=personas["approver"].user, title=f"{tag} decided", metadata={"case": tag})
     claimed = task_make(title=f"{tag} claimed", metadata={"case": tag})
-    TaskClaim.objects.create(
-        task=claimed, user=approver2, claimed_at=timezone.now(), expires_at=timezone.now() + timedelta(minutes=10)
-    )
-    quorum = task_make(title=f"{tag} quorum", metadata={"case": tag})
-    ApprovalTask.objects.filter(pk=quorum.pk).update(required_approvals=2)
+    claims.task_claim(actor=approver2, task_id=claimed.pk)
+    quorum = task_make(title=f"{tag} quorum", payload=loan_gate(required_approvals=2), metadata={"case": tag})
     services.task_decide(
         actor=approver2,
         task_id=quorum.pk,
@@ -137,8 +134,7 @@ def test_tasks_it_cannot_decide_are_skipped_with_why(personas):
 
 
 def test_a_quorum_task_gets_this_signers_approval_and_waits_for_the_rest(personas):
-    [task] = _tasks(1, _tag())
-    ApprovalTask.objects.filter(pk=task.pk).update(required_approvals=2)
+    [task] = _tasks(1, _tag(), payload=loan_gate(required_approvals=2))
     done = _run(personas["approver"].user, [task])
     [entry] = done.decided
     assert entry["final"] is False and entry["run"] is None
@@ -221,7 +217,7 @@ def test_select_all_matching_takes_exactly_the_inbox_filter(personas):
     tag = _tag()
     mine = _tasks(3, tag)
     _tasks(2, tag, node="other_gate")
-    task_make(title=f"{tag} decided", status="decided", metadata={"case": tag})
+    task_decided(by=personas["reviewer"].user, title=f"{tag} decided", metadata={"case": tag})
     task_make(graph="kyc_onboarding", title=f"{tag} kyc", metadata={"case": tag})
     wanted = {"graph": "loan_approval", "node": "human_review", "q": tag}
     inbox = inbox_list(user=approver, filter=InboxFilter(status="pending", **wanted), limit=100)

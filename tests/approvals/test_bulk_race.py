@@ -19,8 +19,8 @@ from approvals import bulk, services
 from approvals.errors import Conflict
 from approvals.models import ApprovalTask, Decision
 from approvals.payloads import DecisionRequest
-from tests.conftest import scaled, wait_for
-from tests.console.conftest import task_make
+from tests.conftest import scaled, wait_for, waiting_for_lock
+from tests.factories import task_make
 from tests.fake_resumes import fake_resumes_closed  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.usefixtures("live_db", "fake_resumes_closed")
@@ -33,13 +33,6 @@ def no_worker_dispatch(monkeypatch):
 
 def _fresh() -> services.Signer:
     return services.Signer(authenticated_at=timezone.now())
-
-
-def _waiting_for_lock(pid: int) -> bool:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", [pid])
-        row = cursor.fetchone()
-    return bool(row and row[0] == "Lock")
 
 
 class Side(threading.Thread):
@@ -94,7 +87,7 @@ def test_a_task_decided_by_someone_else_while_the_bulk_waits_is_skipped_not_deci
     second = Side(lambda: bulk.bulk_run(bulk_id=started.pk))
     second.start()
     second.ready.wait(scaled(30))
-    wait_for(lambda: second.pid and _waiting_for_lock(second.pid), what="the bulk to wait for the task's lock")
+    wait_for(lambda: second.pid and waiting_for_lock(second.pid), what="the bulk to wait for the task's lock")
     release.set()
     first.join(scaled(30))
     second.join(scaled(30))
@@ -137,7 +130,7 @@ def test_a_single_decision_arriving_while_the_bulk_decides_that_task_gets_a_conf
     second = Side(single)
     second.start()
     second.ready.wait(scaled(30))
-    wait_for(lambda: second.pid and _waiting_for_lock(second.pid), what="the single decision to wait for the lock")
+    wait_for(lambda: second.pid and waiting_for_lock(second.pid), what="the single decision to wait for the lock")
     release.set()
     first.join(scaled(30))
     second.join(scaled(30))

@@ -13,7 +13,7 @@ from approvals.errors import Conflict, Forbidden
 from approvals.models import AuditEvent, Decision, TaskClaim
 from approvals.permissions import ROLES
 from tests.approvals.handoffs import api, delete, person, sign
-from tests.console.conftest import task_make
+from tests.factories import task_decided, task_make
 
 pytestmark = pytest.mark.usefixtures("live_db")
 
@@ -117,6 +117,6 @@ def test_the_api_hides_claims_of_tasks_the_caller_may_not_see():
 
 
 def test_a_decided_task_cannot_be_claimed():
-    task = task_make(status="decided")
+    task = task_decided(by=person())
     response = api(person()).post(f"/api/tasks/{task.pk}/claim")
     assert response.status_code == 409 and response.json()["error"]["field"] == "task_id"

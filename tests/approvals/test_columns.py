@@ -17,7 +17,8 @@ from approvals.inbox_filter import InboxFilter
 from approvals.redaction import MASK
 from console.selectors import Page, inbox_list
 from runtime.registry import GraphRegistryError, graph_get, graphs_read
-from tests.console.conftest import console_client, task_make
+from tests.console.conftest import console_client
+from tests.factories import task_make
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 

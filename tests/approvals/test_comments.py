@@ -11,7 +11,7 @@ from approvals import comments
 from approvals.errors import Forbidden, InvalidInput, NotFound
 from approvals.models import AuditEvent, Comment, CommentKind, CommentVersion
 from tests.conftest import scaled
-from tests.console.conftest import task_make
+from tests.factories import task_make
 
 pytestmark = pytest.mark.usefixtures("live_db")
 

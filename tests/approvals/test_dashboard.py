@@ -20,7 +20,7 @@ from approvals.models import ApprovalTask, Decision, GraphAssignment, WebhookEnd
 from approvals.roles import roles_ensure
 from approvals.tokens import token_issue
 from tests.conftest import ApiClient, Persona
-from tests.console.conftest import task_make
+from tests.factories import decision_make, task_decided, task_make
 
 pytestmark = pytest.mark.usefixtures("live_db")
 
@@ -31,25 +31,34 @@ def _graph(prefix: str = "dash") -> str:
     return f"{prefix}_{uuid.uuid4().hex[:8]}"
 
 
-def _decided(graph: str, node: str, *, created: datetime, waited: timedelta) -> ApprovalTask:
-    task = task_make(graph=graph, node=node, status="decided", created_at=created)
-    ApprovalTask.objects.filter(pk=task.pk).update(decided_at=created + waited)
+def _decision(task: ApprovalTask, actor, *, outcome: str = "approve", at: datetime) -> Decision:
+    """``actor``'s decision on ``task`` at ``at``, through the service."""
+    # These graphs are not registered: a reason is required to reject or edit, and an edit edits the action.
+    extra: dict = {"reason": "seeded"} if outcome in ("reject", "edit") else {}
+    if outcome == "edit":
+        extra["action_args"] = {"amount": 1}
+    return decision_make(task, actor, outcome, at=at, **extra)
+
+
+def _decided(
+    by, graph: str, node: str, *, created: datetime, waited: timedelta, outcome: str = "approve"
+) -> ApprovalTask:
+    """A task of ``graph`` opened at ``created`` and decided by ``by`` ``waited`` later."""
+    task = task_make(graph=graph, node=node, created_at=created)
+    _decision(task, by, outcome=outcome, at=created + waited)
     task.refresh_from_db()
     return task
 
 
-def _decision(task: ApprovalTask, actor, *, outcome: str = "approve", at: datetime) -> Decision:
-    decision = Decision.objects.create(
-        task=task,
-        actor=actor,
-        outcome=outcome,
-        meaning="rejected" if outcome == "reject" else "approved",
-        checkpoint_id=task.checkpoint_id,
-        payload_digest=task.payload_digest,
-        signer_name=actor.get_username(),
-    )
-    Decision.objects.filter(pk=decision.pk).update(created_at=at)
-    return decision
+def hook_principal_make(graph: str, gate: str = "human_review"):
+    """An inbound webhook endpoint's principal deciding ``gate`` of ``graph``, as webhook_endpoint_create makes it
+    (the service role, one gate-scoped assignment); made here because that service needs a registered graph."""
+    name = f"dash-{uuid.uuid4().hex[:8]}"
+    principal = get_user_model().objects.create_user(f"webhook:{name}")
+    principal.groups.add(roles_ensure()["service"])
+    GraphAssignment.objects.create(user=principal, graph=graph, gate=gate)
+    WebhookEndpoint.objects.create(name=name, graph=graph, gates=[gate], principal=principal)
+    return principal
 
 
 def lead_make(graphs: list[str]) -> Persona:
@@ -67,15 +76,15 @@ def _filters(user, graph: str = "", since: str = "", until: str = "") -> dashboa
 # --- the numbers ----------------------------------------------------------------------------
 
 
-def test_percentiles_are_nearest_rank_per_gate(auditor):
+def test_percentiles_are_nearest_rank_per_gate(auditor, reviewer):
     graph = _graph()
     for minutes in range(20, 0, -1):  # inserted in reverse: the database sorts, not the insert order
-        _decided(graph, "review", created=T0 + timedelta(hours=1), waited=timedelta(minutes=minutes))
+        _decided(reviewer.user, graph, "review", created=T0 + timedelta(hours=1), waited=timedelta(minutes=minutes))
     for hours in (5, 1, 9):
-        _decided(graph, "second_look", created=T0 + timedelta(hours=2), waited=timedelta(hours=hours))
-    _decided(graph, "single", created=T0, waited=timedelta(seconds=42))
+        _decided(reviewer.user, graph, "second_look", created=T0 + timedelta(hours=2), waited=timedelta(hours=hours))
+    _decided(reviewer.user, graph, "single", created=T0, waited=timedelta(seconds=42))
     # Decided outside the range: not counted.
-    _decided(graph, "review", created=T0 - timedelta(days=3), waited=timedelta(hours=1))
+    _decided(reviewer.user, graph, "review", created=T0 - timedelta(days=3), waited=timedelta(hours=1))
     # Still pending: has no time to decision.
     task_make(graph=graph, node="review", created_at=T0)
 
@@ -94,11 +103,14 @@ def test_percentiles_are_nearest_rank_per_gate(auditor):
     assert f"graph={graph}" in timing["review"].link and "node=review" in timing["review"].link
 
 
-def test_pending_over_time_counts_what_was_open_at_each_instant(auditor):
+def test_pending_over_time_counts_what_was_open_at_each_instant(auditor, reviewer):
     graph = _graph()
     task_make(graph=graph, node="gate", created_at=T0 - timedelta(hours=1))  # open throughout
-    _decided(graph, "gate", created=T0 + timedelta(hours=12), waited=timedelta(hours=24))  # open at day 1
-    _decided(graph, "gate", created=T0 + timedelta(days=1), waited=timedelta(days=1))  # opened at day 1, closed day 2
+    _decided(
+        reviewer.user, graph, "gate", created=T0 + timedelta(hours=12), waited=timedelta(hours=24)
+    )  # open at day 1
+    # opened at day 1, closed day 2
+    _decided(reviewer.user, graph, "gate", created=T0 + timedelta(days=1), waited=timedelta(days=1))
     task_make(graph=graph, node="gate", status="superseded", created_at=T0)  # no closing time: left out
     task_make(graph=graph, node="gate", created_at=T0 + timedelta(days=3, hours=1))  # after the range
     task_make(graph=graph, node="other", created_at=T0 + timedelta(days=2))
@@ -118,14 +130,14 @@ def test_a_short_range_is_sampled_hourly(auditor):
     assert len(f.points()) == 6 and f.step == timedelta(hours=1)
 
 
-def test_overdue_counts_open_tasks_past_due_whatever_the_range(auditor):
+def test_overdue_counts_open_tasks_past_due_whatever_the_range(auditor, reviewer):
     graph = _graph()
     now = timezone.now()
     task_make(graph=graph, due_at=now - timedelta(minutes=5))
     task_make(graph=graph, due_at=now - timedelta(days=30))
     task_make(graph=graph, due_at=now + timedelta(hours=1))  # not yet due
     task_make(graph=graph)  # no due time
-    task_make(graph=graph, status="decided", due_at=now - timedelta(hours=1))  # closed
+    task_decided(by=reviewer.user, graph=graph, due_at=now - timedelta(hours=1))  # closed
 
     overdue, escalated = dashboard.queue_alarms(user=auditor.user, filters=_filters(auditor.user, graph))
 
@@ -138,8 +150,7 @@ def test_overdue_counts_open_tasks_past_due_whatever_the_range(auditor):
 def test_decisions_by_outcome_reviewer_and_webhook(auditor, personas):
     graph = _graph()
     reviewer, approver = personas["reviewer"].user, personas["approver"].user
-    hook_user = get_user_model().objects.create_user(f"webhook:dash-{uuid.uuid4().hex[:6]}")
-    WebhookEndpoint.objects.create(name=f"dash-{uuid.uuid4().hex[:8]}", graph=graph, principal=hook_user)
+    hook_user = hook_principal_make(graph)
     at = T0 + timedelta(hours=3)
     for actor, outcome in [
         (reviewer, "approve"),
@@ -150,8 +161,8 @@ def test_decisions_by_outcome_reviewer_and_webhook(auditor, personas):
         (hook_user, "approve"),
         (hook_user, "reject"),
     ]:
-        _decision(task_make(graph=graph, status="decided"), actor, outcome=outcome, at=at)
-    _decision(task_make(graph=graph, status="decided"), reviewer, at=T0 - timedelta(days=1))  # before the range
+        _decision(task_make(graph=graph), actor, outcome=outcome, at=at)
+    _decision(task_make(graph=graph), reviewer, at=T0 - timedelta(days=1))  # before the range
 
     f = _filters(auditor.user, graph, "2026-06-01", "2026-06-02")
     outcomes, reviewers, webhook, total = dashboard.decision_counts(user=auditor.user, filters=f)
@@ -170,15 +181,15 @@ def test_decisions_by_outcome_reviewer_and_webhook(auditor, personas):
 # --- scoping ------------------------------------------------------------------------------------
 
 
-def test_a_lead_scoped_to_one_graph_never_sees_another_graphs_numbers():
+def test_a_lead_scoped_to_one_graph_never_sees_another_graphs_numbers(reviewer):
     mine, theirs = _graph("dashA"), _graph("dashB")
     lead = lead_make([mine])
-    other_lead = lead_make([theirs])
+    lead_make([theirs])  # a lead of the other graph, whose numbers these are
     now = timezone.now()
     task_make(graph=mine, due_at=now - timedelta(hours=1))
     for _ in range(3):
         task_make(graph=theirs, due_at=now - timedelta(hours=1))
-    _decision(task_make(graph=theirs, status="decided"), other_lead.user, at=now - timedelta(hours=1))
+    _decision(task_make(graph=theirs), reviewer.user, at=now - timedelta(hours=1))
 
     d = dashboard.dashboard_for(user=lead.user, filters=_filters(lead.user))
 
@@ -252,8 +263,7 @@ def test_a_bare_until_date_means_the_end_of_that_day(auditor):
 def test_the_api_returns_the_numbers_with_their_links(auditor, personas):
     graph = _graph()
     for minutes in (10, 20, 30):
-        task = _decided(graph, "review", created=T0, waited=timedelta(minutes=minutes))
-        _decision(task, personas["reviewer"].user, at=T0 + timedelta(minutes=minutes))
+        _decided(personas["reviewer"].user, graph, "review", created=T0, waited=timedelta(minutes=minutes))
     body = auditor.client.get("/api/dashboard", graph=graph, since="2026-06-01", until="2026-06-01").json()
 
     assert body["filters"]["graph"] == graph and body["filters"]["step"] == "hour"
@@ -281,7 +291,7 @@ def test_the_api_returns_the_numbers_with_their_links(auditor, personas):
 # --- the same SQL on SQLite (embedded mode) ----------------------------------------------------------
 
 _SQLITE_PROBE = """
-import json, uuid
+import json
 import django
 django.setup()
 from datetime import UTC, datetime, timedelta
@@ -289,23 +299,22 @@ from django.core.management import call_command
 call_command("migrate", verbosity=0)
 from django.contrib.auth import get_user_model
 from approvals import dashboard
-from approvals.models import ApprovalTask
+from approvals.models import GraphAssignment
 from approvals.roles import roles_ensure
-from runtime.models import Thread
+from tests.factories import decision_make, task_make
 
+roles = roles_ensure()
 user = get_user_model().objects.create_user("auditor")
-user.groups.add(roles_ensure()["auditor"])
+user.groups.add(roles["auditor"])
+reviewer = get_user_model().objects.create_user("reviewer")
+reviewer.groups.add(roles["reviewer"])
+GraphAssignment.objects.create(user=reviewer, graph="g")
 T0 = datetime(2026, 6, 1, tzinfo=UTC)
 
-def task(node, created, waited=None, status=None):
-    thread = Thread.objects.create(graph="g", status="interrupted", checkpoint_id="c")
-    t = ApprovalTask.objects.create(
-        thread=thread, graph="g", node=node, interrupt_id=uuid.uuid4().hex, checkpoint_id="c", payload={},
-        payload_digest="d", status=status or ("decided" if waited is not None else "pending"),
-    )
-    ApprovalTask.objects.filter(pk=t.pk).update(
-        created_at=created, decided_at=created + waited if waited is not None else None
-    )
+def task(node, created, waited=None, status="pending"):
+    t = task_make(graph="g", node=node, payload={}, status=status, created_at=created)
+    if waited is not None:
+        decision_make(t, reviewer, at=created + waited)
 
 for minutes in range(20, 0, -1):
     task("review", T0 + timedelta(hours=1), timedelta(minutes=minutes))

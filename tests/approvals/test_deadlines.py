@@ -43,7 +43,8 @@ from runtime.deadlines import (
 )
 from runtime.registry import GraphRegistryError, graphs_read
 from tests.conftest import ROOT, loan_input, pending_tasks, scaled, thread_settled, thread_start
-from tests.console.conftest import console_client, task_make
+from tests.console.conftest import console_client
+from tests.factories import task_make
 
 GRAPH = "deadline_review"
 LEADS = "deadline-leads"
@@ -433,6 +434,7 @@ def test_beat_runs_the_sweep():
     assert settings.CELERY_BEAT_SCHEDULE["sweep-deadlines"]["task"] == sweep_deadlines.name
 
 
+@pytest.mark.slow
 def test_embedded_mode_writes_deadline_mail_to_var_mail(tmp_path):
     """No servers: the file backend puts each e-mail under var/mail/ (a subprocess: settings load once)."""
     import os

@@ -390,6 +390,7 @@ def lines_of(chunks: Iterator[bytes]) -> Iterator[bytes]:
 TRACED_ROWS = 50_000  # tracemalloc slows allocation ~8x: trace the first rows, sample RSS over all of them
 
 
+@pytest.mark.slow
 def test_an_export_of_200k_events_streams_in_bounded_memory(auditor):
     """RSS (which also sees libpq's buffers) over the whole stream; tracemalloc over its first 50,000 rows."""
     t0 = time.perf_counter()

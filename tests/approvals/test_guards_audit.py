@@ -67,7 +67,7 @@ def record(**fields) -> AuditEvent:
 
 @pytest.mark.django_db
 def test_an_outside_verifier_recomputes_every_hash_including_non_ascii_details_and_the_thread():
-    from tests.console.conftest import task_make
+    from tests.factories import task_make
 
     thread = task_make().thread
     event = record(details={"reviewer": "Zoë Ångström", "note": "façade ✓"}, thread_id=thread.pk, graph="g")

@@ -5,8 +5,9 @@ person, the thread's starter or a reviewer completing a four-eyes quorum, a sign
 rejection without a reason, a redacted value sent back as an edit, an edit of a field the gate does not allow.
 Every refusal leaves nothing written (the transaction rolls back), and a refusal by policy is audited.
 
-In-process (one transaction per test, rolled back; no worker: tasks are rows made by ``task_make``): written
-against the surviving mutants of ``approvals/services.py`` (docs/mutation-testing.md).
+In-process (one transaction per test, rolled back; no worker: ``tests.factories`` opens tasks through the runtime
+and domain services, as a run stopping at a gate does): written against the surviving mutants of
+``approvals/services.py`` (docs/mutation-testing.md).
 """
 
 from __future__ import annotations
@@ -24,9 +25,9 @@ from approvals.models import ApprovalTask, AuditAction, AuditEvent, Decision, Ta
 from approvals.payloads import DecisionRequest
 from approvals.redaction import MASK
 from runtime.gatekeeper import gate_payload
-from runtime.models import Run, Thread, ThreadStatus
+from runtime.models import Run, RunKind, Thread, ThreadStatus
 from tests.approvals.guards import user_make
-from tests.console.conftest import loan_gate, task_make
+from tests.factories import loan_gate, task_decided, task_make
 
 pytestmark = pytest.mark.django_db
 
@@ -48,10 +49,9 @@ def decide(actor: Any, task: ApprovalTask, outcome: str = "approve", *, signer: 
     return services.task_decide(actor=actor, task_id=task.pk, request=request, signer=signer or fresh())
 
 
-def quorum(task: ApprovalTask, approvals: int) -> ApprovalTask:
-    ApprovalTask.objects.filter(pk=task.pk).update(required_approvals=approvals)
-    task.refresh_from_db()
-    return task
+def quorum(approvals: int, **task: Any) -> ApprovalTask:
+    """A task of a gate asking for ``approvals`` approvals (the payload says so, as a graph's gate does)."""
+    return task_make(payload=loan_gate(required_approvals=approvals), **task)
 
 
 def decisions_of(task: ApprovalTask) -> int:
@@ -88,6 +88,7 @@ def test_a_decision_from_a_stale_screen_is_refused(reviewer):
 
 def test_a_thread_that_moved_to_another_checkpoint_cannot_be_decided_on_the_old_one(reviewer):
     task = task_make()
+    # Staged by hand: what a run of another process does to the thread between the page load and the decision.
     Thread.objects.filter(pk=task.thread_id).update(checkpoint_id="a-later-checkpoint")
     with pytest.raises(Conflict, match="moved on") as error:
         decide(reviewer, task)
@@ -98,25 +99,33 @@ def test_a_thread_that_moved_to_another_checkpoint_cannot_be_decided_on_the_old_
 @pytest.mark.parametrize("status", [ThreadStatus.BUSY, ThreadStatus.COMPLETED, ThreadStatus.CANCELLED])
 def test_a_thread_no_longer_waiting_cannot_be_decided(reviewer, status):
     task = task_make()
-    Thread.objects.filter(pk=task.thread_id).update(status=status)
+    Thread.objects.filter(pk=task.thread_id).update(status=status)  # staged: another process moved the thread
     with pytest.raises(Conflict, match="moved on"):
         decide(reviewer, task)
     assert decisions_of(task) == 0
 
 
 @pytest.mark.parametrize("status", ["decided", "superseded", "cancelled"])
-def test_a_task_no_longer_pending_cannot_be_decided_again(reviewer, status):
-    task = task_make(status=status)
+def test_a_task_no_longer_pending_cannot_be_decided_again(reviewer, approver, status):
+    if status == "decided":
+        task = task_decided(by=approver)
+    elif status == "superseded":
+        task = task_make(status=status)
+    else:  # withdrawn with its rolled-back run (approvals.run_cancel needs a running run): staged by hand
+        task = task_make()
+        ApprovalTask.objects.filter(pk=task.pk).update(status=status)
+    before = decisions_of(task)
     with pytest.raises(Conflict, match=f"this task is {status}") as error:
         decide(reviewer, task)
     assert error.value.field == "task_id"
-    assert decisions_of(task) == 0
+    assert decisions_of(task) == before
 
 
 def test_evidence_that_changed_since_it_was_reviewed_is_refused(reviewer):
     task = task_make()
     shown = services.evidence_digest(task=task, redaction=[])
-    ApprovalTask.objects.filter(pk=task.pk).update(payload_digest="0" * 64)  # the payload changed meanwhile
+    # Forged on purpose: a task whose recorded payload no longer matches what the reviewer was shown.
+    ApprovalTask.objects.filter(pk=task.pk).update(payload_digest="0" * 64)
     with pytest.raises(Conflict) as error:
         decide(reviewer, task, evidence_digest=shown)
     assert error.value.field == "evidence_digest"
@@ -242,7 +251,7 @@ def test_a_gate_policy_can_require_a_reason_to_approve(reviewer):
 
 
 def test_the_same_person_cannot_sign_a_quorum_task_twice(approver):
-    task = quorum(task_make(), 2)
+    task = quorum(2)
     decide(approver, task)
     with pytest.raises(Conflict, match="already signed") as error:
         decide(approver, task)
@@ -253,12 +262,12 @@ def test_the_same_person_cannot_sign_a_quorum_task_twice(approver):
 
 def test_a_quorum_completes_with_the_last_required_signature_only(approver):
     second = user_make("approver", "*")
-    task = quorum(task_make(), 2)
+    task = quorum(2)
     first_decision = decide(approver, task)
     task.refresh_from_db()
     assert task.status == TaskStatus.PENDING
     assert first_decision.meaning == "approved"
-    assert not Run.objects.filter(thread=task.thread_id).exists()  # nothing resumes yet
+    assert not Run.objects.filter(thread=task.thread_id, kind=RunKind.RESUME).exists()  # nothing resumes yet
     recorded = AuditEvent.objects.get(subject_id=str(task.pk), action=AuditAction.DECISION_RECORDED)
     assert recorded.details["quorum"] == {"approvals": 1, "required": 2, "met": False}
 
@@ -267,11 +276,26 @@ def test_a_quorum_completes_with_the_last_required_signature_only(approver):
     assert task.status == TaskStatus.DECIDED and task.decided_at is not None
     made = AuditEvent.objects.get(subject_id=str(task.pk), action=AuditAction.DECISION_MADE)
     assert made.details["quorum"] == {"approvals": 2, "required": 2, "met": True}
-    assert Run.objects.filter(thread=task.thread_id).count() == 1  # the thread resumes once
+    assert Run.objects.filter(thread=task.thread_id, kind=RunKind.RESUME).count() == 1  # the thread resumes once
+
+
+def test_a_proposed_edit_does_not_count_towards_the_quorum(approver):
+    """Under a quorum an edit is a proposal ("reviewed"): the two approvals must both come after it."""
+    task = quorum(2)
+    proposal = decide(approver, task, "edit", reason="lower it", state_patch={"amount": 1000})
+    assert proposal.meaning == "reviewed"
+    decide(user_make("approver", "*"), task)
+    task.refresh_from_db()
+    assert task.status == TaskStatus.PENDING  # one approval of two: the proposal is not one
+    recorded = AuditEvent.objects.filter(subject_id=str(task.pk), action=AuditAction.DECISION_RECORDED)
+    assert [e.details["quorum"]["approvals"] for e in recorded.order_by("id")] == [0, 1]
+    decide(user_make("approver", "*"), task)
+    task.refresh_from_db()
+    assert task.status == TaskStatus.DECIDED
 
 
 def test_the_final_signature_of_a_quorum_needs_the_approver_role(approver, reviewer):
-    task = quorum(task_make(), 2)
+    task = quorum(2)
     decide(reviewer, task)  # a reviewer may give an earlier signature
     with pytest.raises(Forbidden) as error:
         decide(user_make("reviewer", "*"), task)
@@ -312,15 +336,9 @@ def test_one_rejection_rejects_unless_the_gate_asks_for_more(reviewer):
 # --- separation of duties ---------------------------------------------------------------------------
 
 
-def started_by(actor: Any, task: ApprovalTask) -> ApprovalTask:
-    Thread.objects.filter(pk=task.thread_id).update(created_by=actor)
-    task.refresh_from_db()
-    return task
-
-
 def test_the_starter_cannot_give_the_final_approval_of_a_quorum(approver):
     second = user_make("approver", "*")
-    task = started_by(approver, quorum(task_make(), 2))
+    task = quorum(2, created_by=approver)
     decide(second, task)
     with pytest.raises(Forbidden, match="you started this thread"):
         decide(approver, task)
@@ -345,7 +363,7 @@ def test_the_starter_cannot_give_the_final_approval_of_a_quorum(approver):
 
 def test_the_starter_cannot_approve_a_gate_that_asks_for_separation_of_duties(approver):
     payload = {**loan_gate(), "separation_of_duties": True}
-    task = started_by(approver, task_make(payload=payload))
+    task = task_make(payload=payload, created_by=approver)
     with pytest.raises(Forbidden, match="you started this thread"):
         decide(approver, task)
     assert decisions_of(task) == 0
@@ -353,13 +371,13 @@ def test_the_starter_cannot_approve_a_gate_that_asks_for_separation_of_duties(ap
 
 def test_the_global_setting_applies_separation_of_duties_to_every_gate(approver, settings):
     settings.GATEHOUSE_SEPARATION_OF_DUTIES = True
-    task = started_by(approver, task_make())
+    task = task_make(created_by=approver)
     with pytest.raises(Forbidden, match="you started this thread"):
         decide(approver, task)
 
 
 def test_without_separation_of_duties_the_starter_may_approve(approver):
-    task = started_by(approver, task_make())
+    task = task_make(created_by=approver)
     decide(approver, task)
     task.refresh_from_db()
     assert task.status == TaskStatus.DECIDED
@@ -388,7 +406,7 @@ def test_an_edit_approves_at_once_without_separation_of_duties(approver):
 
 
 def test_a_response_decides_at_once_and_counts_as_no_approval(reviewer):
-    task = quorum(task_make(), 2)
+    task = quorum(2)
     decision = decide(reviewer, task, "respond", message="see attached")
     task.refresh_from_db()
     assert task.status == TaskStatus.DECIDED
@@ -453,6 +471,20 @@ def test_a_sign_in_just_inside_the_window_still_signs(reviewer, settings):
     outside = services.Signer(authenticated_at=timezone.now() - timedelta(seconds=610))
     with pytest.raises(Forbidden, match="older than 10 minutes"):
         decide(reviewer, task_make(), signer=outside)
+
+
+def test_a_re_authentication_signs_inside_its_window_only(reviewer, settings):
+    """A re-authentication verified once for many decisions (a bulk) signs while it is recent, not after."""
+    settings.GATEHOUSE_REAUTH_SECONDS = 600
+    recent = timezone.now() - timedelta(seconds=30)
+    decision = decide(reviewer, task_make(), signer=stale(reauthenticated_at=recent))
+    assert decision.reauthenticated_at == recent
+    task = task_make()
+    too_old = timezone.now() - timedelta(seconds=610)
+    with pytest.raises(Forbidden, match="older than 10 minutes") as error:
+        decide(reviewer, task, signer=stale(reauthenticated_at=too_old))
+    assert error.value.field == "password"
+    assert decisions_of(task) == 0
 
 
 def test_a_response_needs_no_re_authentication(reviewer):
@@ -568,7 +600,7 @@ def test_a_wrong_code_does_not_sign_even_with_a_confirmed_device(reviewer):
 
 
 def test_a_three_approval_quorum_needs_three_different_signers(approver):
-    task = quorum(task_make(), 3)
+    task = quorum(3)
     decide(approver, task)
     decide(user_make("approver", "*"), task)
     task.refresh_from_db()

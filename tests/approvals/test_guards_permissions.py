@@ -19,7 +19,7 @@ from approvals.audit import audit_record
 from approvals.errors import Forbidden, NotFound
 from approvals.models import AuditEvent, GraphAssignment
 from tests.approvals.guards import user_make, via_token
-from tests.console.conftest import task_make
+from tests.factories import task_make
 
 pytestmark = pytest.mark.django_db
 

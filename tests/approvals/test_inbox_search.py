@@ -12,7 +12,7 @@ import pytest
 from approvals.selectors import search_metadata_from_config
 from console.selectors import inbox_list
 from runtime.registry import GraphRegistryError, graph_get, graphs_read
-from tests.console.conftest import task_make
+from tests.factories import task_make
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 

@@ -8,7 +8,7 @@ import pytest
 from django.core.management import call_command
 
 from approvals.tokens import token_authenticate, token_issue
-from tests.conftest import ApiClient, loan_input, pending_tasks, thread_start
+from tests.conftest import ApiClient, api_decide, loan_input, pending_tasks, thread_start
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db", "live_worker")]
 
@@ -19,7 +19,7 @@ def test_a_read_only_token_cannot_decide_even_for_a_reviewer(personas):
     [task] = pending_tasks(reviewer, thread["id"])
     read_only = ApiClient(token_issue(user=reviewer.user, actions=["read"]))
     assert read_only.get(f"/api/tasks/{task['id']}").status_code == 200
-    refused = read_only.post(f"/api/tasks/{task['id']}/decision", {"decision": "approve"})
+    refused = api_decide(read_only, task)
     assert refused.status_code == 403
 
 

@@ -30,7 +30,7 @@ from tests.conftest import (
     wait_for,
     worker_env,
 )
-from tests.console.conftest import task_make
+from tests.factories import task_make
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db", "live_worker")]
 

@@ -23,8 +23,8 @@ from approvals.payloads import DecisionRequest
 from runtime.gatekeeper import gate_payload
 from runtime.models import Run, Thread, ThreadStatus
 from tests.conftest import loan_input, pending_tasks, scaled, thread_start, wait_for
-from tests.console.conftest import task_make
 from tests.console.test_browser import SCREENSHOTS, WAIT_MS, _live, _sign_in, browser, server  # noqa: F401  (fixtures)
+from tests.factories import task_make
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db", "live_worker")]
 

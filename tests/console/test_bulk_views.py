@@ -8,7 +8,8 @@ import pytest
 
 from approvals import bulk
 from approvals.models import BulkAction, Decision
-from tests.console.conftest import console_client, task_make
+from tests.console.conftest import console_client
+from tests.factories import task_make
 from tests.fake_resumes import fake_resumes_closed  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.usefixtures("live_db", "fake_resumes_closed")

@@ -18,8 +18,8 @@ from playwright.sync_api import Page, expect
 from approvals.models import Comment, CommentKind
 from approvals.redaction import TEXT_MASK
 from tests.conftest import scaled
-from tests.console.conftest import task_make
 from tests.console.test_browser import SCREENSHOTS, _live, _sign_in, browser, server  # noqa: F401  (fixtures)
+from tests.factories import task_make
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db")]
 

@@ -12,9 +12,9 @@ import pytest
 from django.utils import timezone
 from playwright.sync_api import expect
 
-from tests.approvals.test_dashboard import _decided, _decision
-from tests.console.conftest import task_make
+from tests.approvals.test_dashboard import _decided
 from tests.console.test_browser import SCREENSHOTS, _sign_in, browser, server  # noqa: F401  (fixtures)
+from tests.factories import task_make
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db")]
 
@@ -29,13 +29,14 @@ def test_the_charts_render_with_the_numbers_the_api_gives(browser, server, perso
     for i, (minutes, actor, outcome) in enumerate(
         [(5, reviewer, "approve"), (15, reviewer, "reject"), (25, approver, "edit"), (90, approver, "approve")]
     ):
-        task = _decided(
+        _decided(
+            actor,
             graph,
             "review" if i < 3 else "sign_off",
             created=now - timedelta(hours=5),
             waited=timedelta(minutes=minutes),
+            outcome=outcome,
         )
-        _decision(task, actor, outcome=outcome, at=now - timedelta(hours=1))
     since = (now - timedelta(days=1)).strftime("%Y-%m-%dT%H:%M:%S")
     until = (now + timedelta(minutes=1)).strftime("%Y-%m-%dT%H:%M:%S")
     api = personas["auditor"].client.get("/api/dashboard", graph=graph, since=since, until=until).json()

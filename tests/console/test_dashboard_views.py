@@ -9,12 +9,11 @@ from datetime import timedelta
 from html import unescape
 
 import pytest
-from django.contrib.auth import get_user_model
 from django.utils import timezone
 
-from approvals.models import WebhookEndpoint
-from tests.approvals.test_dashboard import _decided, _decision, lead_make
-from tests.console.conftest import console_client, task_make
+from tests.approvals.test_dashboard import _decided, _decision, hook_principal_make, lead_make
+from tests.console.conftest import console_client
+from tests.factories import task_make
 
 pytestmark = pytest.mark.usefixtures("live_db")
 
@@ -44,8 +43,13 @@ def test_the_page_draws_accessible_charts_with_the_numbers_as_text(as_role, pers
     now = timezone.now()
     task_make(graph=graph, node="review", due_at=now - timedelta(hours=1))
     for minutes in (10, 20, 30):
-        task = _decided(graph, "review", created=now - timedelta(hours=2), waited=timedelta(minutes=minutes))
-        _decision(task, personas["reviewer"].user, at=now - timedelta(minutes=30))
+        _decided(
+            personas["reviewer"].user,
+            graph,
+            "review",
+            created=now - timedelta(hours=2),
+            waited=timedelta(minutes=minutes),
+        )
     html = as_role("auditor").get("/dashboard/", {"graph": graph}).content.decode()
 
     for chart in ("chart-pending", "chart-timing", "chart-outcomes", "chart-reviewers"):
@@ -104,11 +108,10 @@ def test_an_unknown_due_filter_is_refused_naming_the_field(as_role):
 
 def test_decision_history_filters_by_thread_and_by_webhook(as_role, personas):
     graph = _graph()
-    hook_user = get_user_model().objects.create_user(f"webhook:dv-{uuid.uuid4().hex[:6]}")
-    WebhookEndpoint.objects.create(name=f"dv-{uuid.uuid4().hex[:8]}", graph=graph, principal=hook_user)
+    hook_user = hook_principal_make(graph)
     now = timezone.now()
-    by_hook = _decision(task_make(graph=graph, status="decided"), hook_user, at=now)
-    by_person_task = task_make(graph=graph, status="decided")
+    by_hook = _decision(task_make(graph=graph), hook_user, at=now)
+    by_person_task = task_make(graph=graph)
     by_person = _decision(by_person_task, personas["reviewer"].user, at=now)
     client = as_role("auditor")
 

@@ -19,8 +19,8 @@ from playwright.sync_api import expect
 from approvals.deadlines import deadlines_sweep
 from approvals.models import ApprovalTask, AuditAction, AuditEvent
 from tests.conftest import scaled
-from tests.console.conftest import task_make
 from tests.console.test_browser import SCREENSHOTS, _live, _sign_in, browser, server  # noqa: F401  (fixtures)
+from tests.factories import task_make
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db")]
 

@@ -12,28 +12,11 @@ from django.utils import timezone
 
 from approvals.models import Decision
 from runtime.models import Effect
-from tests.conftest import pending_tasks, thread_settled, thread_start
-from tests.console.conftest import console_client, task_make
+from tests.conftest import api_decide, pending_tasks, thread_settled, thread_start
+from tests.console.conftest import console_client
+from tests.factories import decision_make, loan_gate, task_make
 
 pytestmark = pytest.mark.usefixtures("live_db")
-
-
-def _decision(task, actor, *, outcome="approve", meaning="approved", reason="", at=None, **extra) -> Decision:
-    decision = Decision.objects.create(
-        task=task,
-        actor=actor,
-        outcome=outcome,
-        meaning=meaning,
-        reason=reason,
-        checkpoint_id=task.checkpoint_id,
-        payload_digest=task.payload_digest,
-        signer_name=actor.get_username(),
-        **extra,
-    )
-    if at is not None:
-        Decision.objects.filter(pk=decision.pk).update(created_at=at)
-        decision.refresh_from_db()
-    return decision
 
 
 @pytest.fixture
@@ -41,24 +24,20 @@ def recorded(personas):
     """Three decisions on fresh tasks of a gate unique to the test, so filters count only these."""
     gate = f"gate_{uuid.uuid4().hex[:6]}"
     now = timezone.now()
-    loan = task_make(node=gate, status="decided")
-    kyc = task_make(graph="kyc_onboarding", node=gate, status="decided")
-    other = task_make(node=gate, status="decided")
+    loan = task_make(node=gate)
+    kyc = task_make(graph="kyc_onboarding", node=gate)
+    # Under separation of duties an edit is a proposal another signer approves: "reviewed", not "approved".
+    other = task_make(node=gate, payload={**loan_gate(), "separation_of_duties": True})
     return gate, {
-        "approved": _decision(loan, personas["approver"].user, reason="fine", at=now - timedelta(hours=3)),
-        "rejected": _decision(
-            kyc,
-            personas["reviewer"].user,
-            outcome="reject",
-            meaning="rejected",
-            reason="bad docs",
-            at=now - timedelta(hours=2),
+        "approved": decision_make(loan, personas["approver"].user, reason="fine", at=now - timedelta(hours=3)),
+        "rejected": decision_make(
+            kyc, personas["reviewer"].user, "reject", reason="bad docs", at=now - timedelta(hours=2)
         ),
-        "reviewed": _decision(
+        "reviewed": decision_make(
             other,
             personas["reviewer2"].user,
-            outcome="edit",
-            meaning="reviewed",
+            "edit",
+            reason="smaller",
             state_patch={"amount": 1},
             at=now - timedelta(hours=1),
         ),
@@ -135,8 +114,7 @@ def test_keyset_pages_cover_every_decision_once_newest_first(personas, monkeypat
     gate = f"gate_{uuid.uuid4().hex[:6]}"
     now = timezone.now()
     made = [
-        _decision(task_make(node=gate, status="decided"), personas["approver"].user, at=now - timedelta(minutes=i))
-        for i in range(5)
+        decision_make(task_make(node=gate), personas["approver"].user, at=now - timedelta(minutes=i)) for i in range(5)
     ]
     client = console_client(personas["auditor"])
     seen: list[str] = []
@@ -176,19 +154,9 @@ def test_a_decision_shows_its_evidence_signature_quorum_and_effects(personas):
         },
     )
     [identity] = pending_tasks(personas["reviewer"], thread["id"])
-    assert (
-        personas["approver"].client.post(f"/api/tasks/{identity['id']}/decision", {"decision": "approve"}).status_code
-        == 201
-    )
+    assert api_decide(personas["approver"], identity).status_code == 201
     compliance = next(t for t in pending_tasks(personas["reviewer"], thread["id"]) if t["id"] != identity["id"])
-    made = personas["approver"].client.post(
-        f"/api/tasks/{compliance['id']}/decision",
-        {
-            "decision": "edit",
-            "reason": "premium customer",
-            "edits": {"tier": "premium"},
-        },
-    )
+    made = api_decide(personas["approver"], compliance, "edit", reason="premium customer", edits={"tier": "premium"})
     assert made.status_code == 201, made.content
     assert thread_settled(personas["reviewer"], thread["id"], timeout=30)["status"] == "completed"
     decision = Decision.objects.get(pk=made.json()["id"])

@@ -19,8 +19,8 @@ from approvals.audit import audit_record
 from console import consumers, live
 from console.asgi import application
 from runtime.models import ACTIVE_RUN_STATUSES, Run
-from tests.conftest import scaled, wait_for
-from tests.console.conftest import task_make
+from tests.conftest import scaled, wait_for, workers_alive
+from tests.factories import task_make
 
 pytestmark = pytest.mark.usefixtures("live_db")
 
@@ -74,10 +74,13 @@ class Socket:
         return self._run(self.comm.receive_nothing(timeout=scaled(timeout)))
 
     def settle(self) -> None:
-        """Wait until no run of an earlier test is still executing on the session worker (its events
-        would re-render this socket), then drain what already arrived: "nothing" then means nothing."""
+        """Wait until no run of an earlier test is still executing on a worker (its events would
+        re-render this socket), then drain what already arrived: "nothing" then means nothing.
+
+        With no worker running (``make test-fast``) a run left queued by an earlier test stays queued
+        and sends nothing: there is nothing to wait for."""
         wait_for(
-            lambda: not Run.objects.filter(status__in=ACTIVE_RUN_STATUSES).exists(),
+            lambda: not workers_alive() or not Run.objects.filter(status__in=ACTIVE_RUN_STATUSES).exists(),
             timeout=60,
             what="earlier tests' runs to settle",
         )

@@ -20,8 +20,8 @@ from django.test import Client
 from approvals import gateway
 from approvals.models import ApprovalTask, AuditEvent
 from approvals.redaction import MASK
-from tests.conftest import pending_tasks, thread_settled, thread_start
-from tests.console.conftest import console_client
+from tests.conftest import api_decide, pending_tasks, thread_settled, thread_start
+from tests.console.conftest import console_client, console_decide
 from tests.console.test_live import ORIGIN, Socket, _cookie, loop  # noqa: F401 - the module's event loop fixture
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db", "live_worker")]
@@ -47,14 +47,12 @@ def kyc(personas: Any, worker: Any, django_db_blocker: Any) -> Iterator[dict[str
         name = f"Rosalind {uuid.uuid4().hex[:6]}"
         thread = thread_start(personas["operator"], "kyc_onboarding", _kyc_input(name))
         [identity] = pending_tasks(personas["reviewer"], thread["id"])
-        ok = personas["approver"].client.post(f"/api/tasks/{identity['id']}/decision", {"decision": "approve"})
+        ok = api_decide(personas["approver"], identity)
         assert ok.status_code == 201, ok.content
         compliance = next(
             t for t in pending_tasks(personas["reviewer"], thread["id"], count=1) if t["id"] != identity["id"]
         )
-        ok = personas["approver"].client.post(
-            f"/api/tasks/{compliance['id']}/decision", {"decision": "approve", "reason": "documents in order"}
-        )
+        ok = api_decide(personas["approver"], compliance, reason="documents in order")
         assert ok.status_code == 201, ok.content
         done = thread_settled(personas["reviewer"], thread["id"], timeout=30)
         assert done["status"] == "completed", done
@@ -184,21 +182,13 @@ def test_the_task_socket_masks_the_result_for_a_reviewer_and_audits_an_approvers
 def test_an_edit_that_would_save_the_mask_over_a_real_value_is_refused(personas):
     thread = thread_start(personas["operator"], "kyc_onboarding", _kyc_input("Edit Case"))
     [identity] = pending_tasks(personas["reviewer"], thread["id"])
-    approved = personas["approver"].client.post(f"/api/tasks/{identity['id']}/decision", {"decision": "approve"})
+    approved = api_decide(personas["approver"], identity)
     assert approved.status_code == 201
     compliance = next(t for t in pending_tasks(personas["reviewer"], thread["id"]) if t["id"] != identity["id"])
     task = ApprovalTask.objects.get(pk=compliance["id"])
     client = console_client(personas["reviewer"])
-    response = client.post(
-        f"/tasks/{task.pk}/decide",
-        {
-            "decision": "edit",
-            "checkpoint_id": task.checkpoint_id,
-            "reason": "fix the name",
-            "edits.applicant": json.dumps({"name": "Edited", "country": "GB", "date_of_birth": MASK}),
-        },
-        headers={"HX-Request": "true"},
-    )
+    edited = json.dumps({"name": "Edited", "country": "GB", "date_of_birth": MASK})
+    response = console_decide(client, task, decision="edit", reason="fix the name", **{"edits.applicant": edited})
     assert response.status_code == 422, response.content.decode()[-3000:]
     assert "redacted" in response.content.decode()
     assert ApprovalTask.objects.get(pk=task.pk).status == "pending"

@@ -17,10 +17,10 @@ from approvals import users
 from approvals.bulk import bulk_decide
 from approvals.comments import comment_post
 from approvals.inbound.webhooks import webhook_endpoint_create
-from approvals.models import Decision
 from approvals.services import Signer
 from console.urls import console_patterns
-from tests.console.conftest import console_client, task_make
+from tests.console.conftest import console_client
+from tests.factories import decision_make, task_make
 
 pytestmark = pytest.mark.usefixtures("live_db")
 
@@ -134,15 +134,7 @@ def test_each_role_gets_the_status_the_matrix_gives(personas, route, method, sub
     if subject == "comment":  # Conversation (comments)
         comment = comment_post(actor=personas["admin"].user, task=task, body="route matrix")
     if subject == "decision":
-        decision = Decision.objects.create(
-            task=task,
-            actor=personas["admin"].user,
-            outcome="approve",
-            checkpoint_id=task.checkpoint_id,
-            payload_digest=task.payload_digest,
-            meaning="approved",
-            signer_name="admin",
-        )
+        decision = decision_make(task, personas["admin"].user)
     user = None
     if subject == "user":
         user = users.user_create(actor=users.CLI, username=f"matrix-{uuid.uuid4().hex[:8]}", roles=["reviewer"])

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from approvals import claims
-from tests.conftest import pending_tasks, scaled, thread_start, wait_for
+from tests.conftest import api_decide, pending_tasks, scaled, thread_start, wait_for
 from tests.console.test_live import ORIGIN, Socket, _cookie, loop  # noqa: F401 - the module's event loop fixture
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db", "live_worker")]
@@ -54,7 +54,7 @@ def test_two_viewers_see_header_timeline_and_decisions_change_live(personas, loo
         admin, "kyc_onboarding", {"applicant": {"name": name, "country": "GB", "date_of_birth": secret_in}}
     )
     [identity] = pending_tasks(admin, thread["id"])
-    response = admin.client.post(f"/api/tasks/{identity['id']}/decision", {"decision": "approve", "reason": "ok"})
+    response = api_decide(admin, identity, reason="ok")
     assert response.status_code == 201, response.content
 
     def review_task() -> Any:
@@ -79,9 +79,7 @@ def test_two_viewers_see_header_timeline_and_decisions_change_live(personas, loo
             assert f"Claimed by <strong>{admin.username}</strong>" in _head(message)
 
         edits = {"applicant": {"name": name, "country": "GB", "date_of_birth": secret_edit}}
-        decided = admin.client.post(
-            f"/api/tasks/{task['id']}/decision", {"decision": "edit", "reason": "fixed the date", "edits": edits}
-        )
+        decided = api_decide(admin, task, "edit", reason="fixed the date", edits=edits)
         assert decided.status_code == 201, decided.content
 
         pushed: dict[str, list[str]] = {}

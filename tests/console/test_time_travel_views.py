@@ -16,6 +16,7 @@ from runtime.executor import run_execute
 from runtime.models import Branch, RunKind, RunStatus, Thread
 from runtime.registry import graph_get
 from tests.console.conftest import console_client
+from tests.factories import thread_make
 
 pytestmark = pytest.mark.usefixtures("live_db")
 
@@ -40,7 +41,7 @@ def dispatched(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 def _paused(graph: str, graph_input: dict[str, Any]) -> tuple[Thread, ApprovalTask]:
-    thread = Thread.objects.create(graph=graph)
+    thread = thread_make(graph=graph)
     with transaction.atomic():
         run = runs.run_enqueue(thread=thread, kind=RunKind.START, input=graph_input)
     run_execute(run_id=str(run.id))

@@ -12,7 +12,8 @@ from django.utils import timezone
 from approvals.inbox_filter import InboxFilter
 from approvals.models import AuditEvent, Decision, TaskClaim
 from console.selectors import inbox_list
-from tests.console.conftest import console_client, task_make
+from tests.console.conftest import console_client, console_decide
+from tests.factories import task_decided, task_make
 
 pytestmark = pytest.mark.usefixtures("live_db")
 
@@ -99,10 +100,7 @@ def test_auditors_get_no_decision_controls_and_the_endpoint_refuses_them(persona
     page = client.get(f"/tasks/{loan_task.pk}/").content.decode()
     assert 'id="read-only-note"' in page
     assert "decide-button" not in page and "claim-button" not in page
-    response = client.post(
-        f"/tasks/{loan_task.pk}/decide",
-        {"decision": "approve", "reason": "x", "checkpoint_id": loan_task.checkpoint_id},
-    )
+    response = console_decide(client, loan_task, htmx=False, decision="approve", reason="x")
     assert response.status_code == 403
     assert client.post(f"/tasks/{loan_task.pk}/claim").status_code == 403
     assert not Decision.objects.filter(task=loan_task).exists()
@@ -156,13 +154,8 @@ def test_each_payload_kind_renders_its_own_form(personas, payload, expect):
 # --- decisions refused: the error next to the field, nothing saved -------------------------
 
 
-def _decide(client: Client, task, **data):
-    body = {"checkpoint_id": task.checkpoint_id, **data}
-    return client.post(f"/tasks/{task.pk}/decide", body, headers={"HX-Request": "true"})
-
-
 def test_a_value_of_the_wrong_type_is_shown_next_to_its_field(personas, loan_task):
-    response = _decide(
+    response = console_decide(
         console_client(personas["reviewer"]),
         loan_task,
         **{"decision": "approve", "reason": "ok", "edits.amount": "lots"},
@@ -175,20 +168,20 @@ def test_a_value_of_the_wrong_type_is_shown_next_to_its_field(personas, loan_tas
 
 
 def test_a_reject_without_a_reason_is_refused_at_the_reason_field(personas, loan_task):
-    response = _decide(console_client(personas["reviewer"]), loan_task, decision="reject", reason="  ")
+    response = console_decide(console_client(personas["reviewer"]), loan_task, decision="reject", reason="  ")
     assert response.status_code == 422
     assert 'id="f-reason-err"' in response.content.decode()
     assert not Decision.objects.filter(task=loan_task).exists()
 
 
 def test_a_missing_outcome_is_refused(personas, loan_task):
-    response = _decide(console_client(personas["reviewer"]), loan_task, reason="hm")
+    response = console_decide(console_client(personas["reviewer"]), loan_task, reason="hm")
     assert response.status_code == 422
     assert 'id="decision-err"' in response.content.decode()
 
 
 def test_a_stale_view_is_refused_with_a_refresh_offer(personas, loan_task):
-    response = _decide(
+    response = console_decide(
         console_client(personas["reviewer"]),
         loan_task,
         decision="approve",
@@ -202,7 +195,7 @@ def test_a_stale_view_is_refused_with_a_refresh_offer(personas, loan_task):
 
 
 def test_invalid_raw_json_edits_are_refused(personas, loan_task):
-    response = _decide(
+    response = console_decide(
         console_client(personas["reviewer"]), loan_task, decision="edit", reason="r", edits_json="{not json"
     )
     assert response.status_code == 422
@@ -221,7 +214,7 @@ def test_a_claimed_task_cannot_be_decided_or_claimed_by_someone_else(personas, l
 
     refused = other.post(f"/tasks/{loan_task.pk}/claim", headers={"HX-Request": "true"})
     assert refused.status_code == 409 and "has claimed this task" in refused.content.decode()
-    decided = _decide(other, loan_task, decision="approve", reason="mine now")
+    decided = console_decide(other, loan_task, decision="approve", reason="mine now")
     assert decided.status_code == 409
     assert 'id="claim-error"' in decided.content.decode()
     assert not Decision.objects.filter(task=loan_task).exists()
@@ -279,7 +272,7 @@ def test_inbox_filters_and_search(personas):
     marker = uuid.uuid4().hex[:8]
     a = task_make(metadata={"case": f"{marker}-A", "applicant": "Grace Hopper"})
     b = task_make(graph="kyc_onboarding", node="identity_check", metadata={"case": f"{marker}-B"})
-    c = task_make(status="decided", metadata={"case": f"{marker}-C"})
+    c = task_decided(by=personas["reviewer"].user, metadata={"case": f"{marker}-C"})
     client = console_client(personas["reviewer"])
 
     def ids(**params):

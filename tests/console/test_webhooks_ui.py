@@ -6,9 +6,10 @@ import uuid
 
 import pytest
 
-from approvals.inbound.webhooks import webhook_endpoint_create
-from approvals.models import AuditEvent, InboundDelivery, OutboundDelivery, OutboundStatus
+from approvals.inbound.webhooks import delivery_receive, webhook_endpoint_create
+from approvals.models import AuditEvent, OutboundDelivery, OutboundStatus
 from approvals.outbound import outbox, sending, subscriptions
+from approvals.outbound.signing import secret_generate, webhook_sign
 from tests.console.conftest import console_client
 
 pytestmark = pytest.mark.usefixtures("live_db")
@@ -21,19 +22,16 @@ def hooks(monkeypatch):
     monkeypatch.setattr(outbox, "delivery_dispatch", lambda *, delivery_id, countdown=0: sent.append(delivery_id))
     name = f"vendor-{uuid.uuid4().hex[:6]}"
     endpoint = webhook_endpoint_create(actor=None, name=name, graph="loan_approval", gates=["human_review"])
-    InboundDelivery.objects.create(
-        endpoint=endpoint,
-        webhook_id=f"msg_{name}",
-        verified=False,
-        status="refused",
-        http_status=401,
-        reason="signature does not match",
-        body_digest="0" * 64,
-    )
+    # A delivery signed with a secret the endpoint does not hold: refused (and recorded) by the inbound service.
+    raw = b'{"correlation_key": "x", "decision": "approve"}'
+    refused = delivery_receive(name=name, raw=raw, headers=webhook_sign(secret_generate(), raw, msg_id=f"msg_{name}"))
+    assert refused.http_status == 401
     subscription = subscriptions.subscription_create(
         actor=None, url=f"http://127.0.0.1:9/{name}", graph="loan_approval", event_types=[outbox.EVENT_TYPES[0]]
     )
 
+    # Two finished outbound histories, written as the sender records them: reaching these states through
+    # the services takes a receiver answering 500 MAX_ATTEMPTS times, which the retry tests do elsewhere.
     def delivery(status: str, **fields) -> OutboundDelivery:
         return OutboundDelivery.objects.create(
             subscription=subscription,
@@ -47,7 +45,14 @@ def hooks(monkeypatch):
 
     failed = delivery(OutboundStatus.FAILED, attempts=sending.MAX_ATTEMPTS, last_error="HTTP 500: receiver down")
     done = delivery(OutboundStatus.DELIVERED, attempts=1, response_code=204)
-    return {"endpoint": endpoint, "subscription": subscription, "failed": failed, "delivered": done, "sent": sent}
+    return {
+        "endpoint": endpoint,
+        "inbound": refused.delivery,
+        "subscription": subscription,
+        "failed": failed,
+        "delivered": done,
+        "sent": sent,
+    }
 
 
 @pytest.mark.parametrize(
@@ -69,7 +74,7 @@ def test_the_page_lists_endpoints_deliveries_and_the_outbound_log_without_secret
     html = console_client(personas["operator"]).get("/webhooks/").content.decode()
     endpoint, subscription = hooks["endpoint"], hooks["subscription"]
     assert endpoint.name in html and "1 secret" in html
-    assert f"msg_{endpoint.name}" in html and "signature does not match" in html and "Refused" in html
+    assert f"msg_{endpoint.name}" in html and hooks["inbound"].reason in html and "Refused" in html
     assert subscription.url in html
     assert hooks["failed"].event_id in html and "HTTP 500: receiver down" in html
     for secret in [*endpoint.secrets, subscription.secret]:

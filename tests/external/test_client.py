@@ -11,7 +11,7 @@ from standardwebhooks import Webhook
 
 from approvals.outbound.signing import secret_generate
 from gatehouse_client import GatehouseClient, GatehouseError, SignatureError, signature_verify
-from tests.conftest import scaled
+from tests.conftest import api_decide, scaled
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db")]
 
@@ -32,9 +32,7 @@ def test_decision_wait_times_out_then_returns_the_verified_decision(gatehouse_ur
         started = time.monotonic()
         assert client.decision_wait(task.id, timeout=1.0, secret=task.secret) is None
         assert time.monotonic() - started >= 1.0  # it waited on the server, not in a busy loop
-        decided = personas["reviewer"].client.post(
-            f"/api/tasks/{task.id}/decision", {"decision": "reject", "reason": "limit exceeded"}
-        )
+        decided = api_decide(personas["reviewer"], task.id, "reject", reason="limit exceeded")
         assert decided.status_code == 201
         decision = client.decision_wait(task.id, timeout=scaled(10), secret=task.secret)
         assert decision is not None and decision.decision == "reject" and not decision.approved

@@ -17,7 +17,7 @@ from django.db import connection
 from approvals.external import result_body, result_headers
 from approvals.models import ExternalTask, OutboundDelivery, OutboundStatus
 from examples.dbos import approval_workflow as example
-from tests.conftest import free_port, wait_for
+from tests.conftest import api_decide, free_port, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db", "live_worker")]
 
@@ -60,9 +60,7 @@ def test_a_dbos_workflow_resumes_with_the_signed_decision(dbos, source, personas
     )
     shown = personas["reviewer"].client.get(f"/api/tasks/{external.task_id}").json()
     assert shown["payload"]["details"]["beneficiary"]["iban"] != wire["beneficiary"]["iban"]  # its redaction path
-    decided = personas["reviewer"].client.post(
-        f"/api/tasks/{external.task_id}/decision", {"decision": "approve", "reason": "beneficiary verified"}
-    )
+    decided = api_decide(personas["reviewer"], external.task_id, reason="beneficiary verified")
     assert decided.status_code == 201
     wait_for(lambda: handle.get_status().status == "SUCCESS", timeout=60, what="the workflow to receive the decision")
     result = handle.get_result()

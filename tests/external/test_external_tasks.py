@@ -10,14 +10,10 @@ from standardwebhooks import Webhook
 
 from approvals.models import ApprovalTask, AuditEvent, ExternalTask, TaskKind
 from approvals.redaction import MASK
-from tests.conftest import scaled
+from tests.conftest import api_decide, scaled
 from tests.external.conftest import create, engine_persona, task_body
 
 pytestmark = pytest.mark.usefixtures("live_db")
-
-
-def decide(persona: Any, task_id: str, decision: str = "approve", **extra: Any) -> Any:
-    return persona.client.post(f"/api/tasks/{task_id}/decision", {"decision": decision, "reason": "ok", **extra})
 
 
 def test_create_is_idempotent_on_the_engines_key(engine, source):
@@ -74,7 +70,7 @@ def test_reviewers_need_an_assignment_to_the_source(engine, source, personas):
     task_id = create(engine.client, task_body(source)).json()["id"]
     unassigned = personas["loan_reviewer"]
     assert unassigned.client.get(f"/api/tasks/{task_id}").status_code == 404
-    assert decide(unassigned, task_id).status_code == 404
+    assert api_decide(unassigned, task_id, reason="ok").status_code == 404
     inbox = personas["reviewer"].client.get("/api/tasks", status="pending", graph=f"external:{source}").json()
     assert [t["id"] for t in inbox["items"]] == [task_id]
 
@@ -94,14 +90,14 @@ def test_a_decision_comes_back_signed_exactly_once(engine, source, personas):
     pending = engine.client.get(f"/api/external-tasks/{task_id}/decision", wait=0)
     assert pending.status_code == 202 and pending.json()["status"] == "pending"
 
-    assert decide(personas["reviewer"], task_id).status_code == 201
+    assert api_decide(personas["reviewer"], task_id, reason="ok").status_code == 201
     answer = engine.client.get(f"/api/external-tasks/{task_id}/decision", wait=0)
     assert answer.status_code == 200
     result = Webhook(secret).verify(answer.content, dict(answer.headers))
     assert result["decision"] == "approve" and result["key"] == "k1" and result["source"] == source
     assert [s["actor"] for s in result["signers"]] == [personas["reviewer"].username]
 
-    second = decide(personas["reviewer2"], task_id, "reject")
+    second = api_decide(personas["reviewer2"], task_id, "reject", reason="ok")
     assert second.status_code == 409
     again = engine.client.get(f"/api/external-tasks/{task_id}/decision", wait=0)
     assert again.content == answer.content and again.headers["webhook-id"] == answer.headers["webhook-id"]
@@ -121,7 +117,7 @@ def test_the_long_poll_returns_when_the_decision_lands(engine, source, personas)
     poller = threading.Thread(target=poll)
     poller.start()
     waiting.wait(scaled(5))
-    assert decide(personas["reviewer"], task_id).status_code == 201
+    assert api_decide(personas["reviewer"], task_id, reason="ok").status_code == 201
     poller.join(scaled(30))
     assert answers and answers[0].status_code == 200
     assert answers[0].json()["decision"] == "approve"
@@ -131,16 +127,18 @@ def test_quorum_and_separation_of_duties_hold(engine, source, personas):
     body = task_body(source, required_approvals=2, decisions=["approve", "reject", "edit"])
     body["response_schema"] = {"type": "object", "properties": {"limit": {"type": "integer"}}}
     task_id = create(engine.client, body).json()["id"]
-    bad = decide(personas["approver"], task_id, "edit", action_args={"limit": "lots"})
+    bad = api_decide(personas["approver"], task_id, "edit", reason="ok", action_args={"limit": "lots"})
     assert bad.status_code == 422 and bad.json()["error"]["field"] == "action_args.limit"
-    assert decide(personas["approver"], task_id, "edit", action_args={"limit": 5000}).status_code == 201
+    assert (
+        api_decide(personas["approver"], task_id, "edit", reason="ok", action_args={"limit": 5000}).status_code == 201
+    )
     assert engine.client.get(f"/api/external-tasks/{task_id}/decision").status_code == 202  # one of two
-    assert decide(personas["approver"], task_id).status_code == 409  # the same signer twice
-    assert decide(personas["approver2"], task_id).status_code == 201  # the edit was a proposal: 1 of 2
+    assert api_decide(personas["approver"], task_id, reason="ok").status_code == 409  # the same signer twice
+    assert api_decide(personas["approver2"], task_id, reason="ok").status_code == 201  # the edit was a proposal: 1 of 2
     assert engine.client.get(f"/api/external-tasks/{task_id}/decision").status_code == 202
-    refused = decide(personas["reviewer"], task_id)  # the final approval needs the approver role
+    refused = api_decide(personas["reviewer"], task_id, reason="ok")  # the final approval needs the approver role
     assert refused.status_code == 403
-    assert decide(personas["admin"], task_id).status_code == 201
+    assert api_decide(personas["admin"], task_id, reason="ok").status_code == 201
     result = engine.client.get(f"/api/external-tasks/{task_id}/decision").json()
     assert result["decision"] == "approve" and len(result["signers"]) == 3
     assert result["response"] == {"limit": 5000}
@@ -148,7 +146,7 @@ def test_quorum_and_separation_of_duties_hold(engine, source, personas):
 
 def test_state_edits_are_refused_for_a_task_without_a_graph(engine, source, personas):
     task_id = create(engine.client, task_body(source)).json()["id"]
-    response = decide(personas["reviewer"], task_id, "approve", edits={"x": 1})
+    response = api_decide(personas["reviewer"], task_id, reason="ok", edits={"x": 1})
     assert response.status_code == 422 and response.json()["error"]["field"] == "edits"
 
 

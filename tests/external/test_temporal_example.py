@@ -20,7 +20,7 @@ from temporalio.testing import ActivityEnvironment
 
 from approvals.models import ExternalTask
 from examples.temporal import approval_workflow as example
-from tests.conftest import scaled, wait_for
+from tests.conftest import api_decide, scaled, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db")]
 
@@ -49,9 +49,7 @@ def test_the_activity_waits_for_the_signed_decision(configured, source, personas
         lambda: ExternalTask.objects.filter(source__name=source, key="wire-42:1").first(), what="the task to open"
     )
     wait_for(lambda: len(beats) >= 2, what="the activity to heartbeat between long-polls")
-    decided = personas["reviewer"].client.post(
-        f"/api/tasks/{external.task_id}/decision", {"decision": "approve", "reason": "checked"}
-    )
+    decided = api_decide(personas["reviewer"], external.task_id, reason="checked")
     assert decided.status_code == 201
     runner.join(scaled(30))
     assert results and results[0]["decision"] == "approve"

@@ -63,6 +63,13 @@ class FaultWorker(WorkerProcess):
             time.sleep(0.05)
         return time.monotonic() - started
 
+    def logged(self, text: str) -> bool:
+        """Has the worker written ``text`` to its log?"""
+        try:
+            return text in self.log_path.read_text(errors="replace")
+        except OSError:
+            return False
+
     def restart(self) -> None:
         self.reap()
         self.start()

@@ -33,7 +33,7 @@ from django.db.models import Count
 
 from approvals.models import ApprovalTask
 from runtime.models import Effect, Run, Thread
-from tests.conftest import loan_input, thread_start
+from tests.conftest import api_decide, loan_input, scaled, thread_start
 from tests.faults.conftest import FaultWorker
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.usefixtures("live_db")]
@@ -111,7 +111,7 @@ def test_threads_complete_exactly_once_while_the_worker_is_killed_at_random(
         killer.start()
         for i in range(THREADS):
             ids.append(thread_start(operator, "loan_approval", loan_input(applicant=f"Chaos {i}"))["id"])
-        outcome = _drive(reviewer, ids, killer, deadline=started + DEADLINE_SECONDS)
+        outcome = _drive(reviewer, ids, killer, deadline=started + scaled(DEADLINE_SECONDS))
     finally:
         killer.done.set()
         killer.join(timeout=60)
@@ -160,7 +160,7 @@ def _drive(reviewer: Any, ids: list[str], killer: Killer, *, deadline: float) ->
             return "killer failed"
         pending = ApprovalTask.objects.filter(thread_id__in=ids, status="pending").exclude(id__in=decided)
         for task_id in pending.values_list("id", flat=True)[:50]:
-            response = reviewer.client.post(f"/api/tasks/{task_id}/decision", {"decision": "approve"})
+            response = api_decide(reviewer, task_id)
             if response.status_code == 201:
                 decided.add(str(task_id))
             elif response.status_code != 409:  # 409: decided meanwhile, or a run is active; look again later

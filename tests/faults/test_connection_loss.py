@@ -15,7 +15,7 @@ from django.db import connection
 
 from approvals.models import ApprovalTask
 from runtime.models import Effect, Run
-from tests.conftest import loan_input, pending_tasks, thread_settled, thread_start, wait_for
+from tests.conftest import api_decide, loan_input, pending_tasks, thread_settled, thread_start, wait_for
 from tests.faults.conftest import app_name
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.usefixtures("live_db")]
@@ -46,16 +46,13 @@ def test_connections_killed_during_a_slow_action_lead_to_a_retry_and_one_effect(
     [task] = pending_tasks(reviewer, thread["id"], timeout=30)
     key = f"gh:{thread['id']}:disburse"
 
-    bank.latency_ms = 1500
-    try:
-        response = reviewer.client.post(f"/api/tasks/{task['id']}/decision", {"decision": "approve"})
+    with bank.held():  # the connections are cut while the call is in flight, however long that takes here
+        response = api_decide(reviewer, task)
         assert response.status_code == 201, response.content
-        wait_for(lambda: bank.ledger.received.get(key) == 1, timeout=15, what="the action's call to reach the bank")
+        wait_for(lambda: bank.holding(key) == 1, timeout=15, what="the action's call to reach the bank")
         killed = _terminate(name)
         assert killed >= 2  # Django's connection(s) and the checkpoint pool's
-    finally:
-        bank.latency_ms = 0
-
+    # Released: the bank answers a worker whose connections are gone.
     done = thread_settled(reviewer, thread["id"], timeout=40)
 
     assert done["status"] == "completed", done
@@ -82,7 +79,7 @@ def test_connections_killed_while_the_worker_is_idle_are_replaced_before_the_nex
     assert _terminate(name) >= 1
     thread = thread_start(operator, "loan_approval", loan_input())
     [task] = pending_tasks(reviewer, thread["id"], timeout=30)
-    reviewer.client.post(f"/api/tasks/{task['id']}/decision", {"decision": "approve"})
+    api_decide(reviewer, task)
     done = thread_settled(reviewer, thread["id"], timeout=30)
 
     assert done["values"]["status"] == "disbursed"

@@ -28,7 +28,7 @@ from approvals.models import ApprovalTask
 from runtime.fencing import FENCE_KEY
 from runtime.models import Effect, Run, RunStatus
 from runtime.registry import graph_get
-from tests.conftest import pending_tasks, thread_settled, thread_start, wait_for
+from tests.conftest import api_decide, pending_tasks, thread_settled, thread_start, wait_for
 from tests.faults.conftest import FaultWorker
 from tests.faults.holds import hold_reached, hold_release, logged, pay_input, signal_group
 from tests.faults.proxy import PausableProxy
@@ -263,7 +263,7 @@ def test_a_worker_paused_inside_a_gate_neither_rewrites_the_pause_nor_duplicates
     pending = graph_get("zombie_pay").compiled().get_state({"configurable": {"thread_id": thread["id"]}}).interrupts
     assert [i.value["prepared_by"] for i in pending] == [successor_pid]
 
-    response = reviewer.client.post(f"/api/tasks/{task['id']}/decision", {"decision": "approve"})
+    response = api_decide(reviewer, task)
     assert response.status_code == 201, response.content
     done = thread_settled(operator, thread["id"], timeout=30)
     assert done["status"] == "completed", done

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
 
 from runtime.models import Run
-from tests.conftest import thread_settled, thread_start
+from tests.conftest import thread_settled, thread_start, wait_for
 from tests.faults.conftest import FaultWorker
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.usefixtures("live_db")]
@@ -19,15 +18,16 @@ POISON_ENV = {"GATEHOUSE_MAX_RUN_ATTEMPTS": str(MAX_ATTEMPTS), "GATEHOUSE_RETRY_
 
 def _until_run_settles(worker: FaultWorker, run_id: str, *, timeout: float) -> Run:
     """Keep a worker up (restarting it whenever the poison kills it) until the run is finished."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def settled() -> Run | None:
         run = Run.objects.get(pk=run_id)
         if run.status in ("failed", "succeeded", "interrupted"):
             return run
         if not worker.alive:
             worker.restart()
-        time.sleep(0.1)
-    raise AssertionError(f"run {run_id} still {Run.objects.get(pk=run_id).status} after {timeout}s")
+        return None
+
+    return wait_for(settled, timeout=timeout, interval=0.1, what=f"run {run_id} to finish")
 
 
 def test_a_run_that_kills_every_worker_is_dead_lettered_after_max_attempts_and_retried_by_hand(

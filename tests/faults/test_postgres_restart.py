@@ -17,7 +17,7 @@ from django.db import connection
 
 from approvals.models import ApprovalTask
 from runtime.models import Effect, Run
-from tests.conftest import loan_input, pending_tasks, thread_settled, thread_start, wait_for
+from tests.conftest import api_decide, loan_input, pending_tasks, thread_settled, thread_start, wait_for
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.usefixtures("live_db")]
 
@@ -43,13 +43,10 @@ def test_a_postgresql_restart_mid_action_is_retried_and_pays_once(fault_worker, 
     [task] = pending_tasks(reviewer, thread["id"], timeout=30)
     key = f"gh:{thread['id']}:disburse"
 
-    bank.latency_ms = 2000
-    try:
-        assert reviewer.client.post(f"/api/tasks/{task['id']}/decision", {"decision": "approve"}).status_code == 201
-        wait_for(lambda: bank.ledger.received.get(key) == 1, timeout=15, what="the action's call to reach the bank")
+    with bank.held():  # the server restarts while the call is in flight
+        assert api_decide(reviewer, task).status_code == 201
+        wait_for(lambda: bank.holding(key) == 1, timeout=15, what="the action's call to reach the bank")
         _postgres_restart()
-    finally:
-        bank.latency_ms = 0
     # This process's connections died with the server too. Its pool would replace them on
     # checkout, but connections that earlier tests' threads never handed back count against
     # its size; start a fresh pool rather than depend on the whole session's hygiene.

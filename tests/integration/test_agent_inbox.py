@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from approvals.models import Decision
-from tests.conftest import pending_tasks, thread_settled, thread_start
+from tests.conftest import api_decide, pending_tasks, thread_settled, thread_start
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db", "live_worker")]
 
@@ -50,7 +50,7 @@ def test_the_interrupt_is_shown_as_an_inbox_request(operator, reviewer):
 )
 def test_each_decision_becomes_a_human_response(operator, reviewer, body, resume, outcome, sent):
     thread_id, task = _start(operator, reviewer)
-    response = reviewer.client.post(f"/api/tasks/{task['id']}/decision", body)
+    response = api_decide(reviewer, task, None, **body)
     assert response.status_code == 201, response.content
     assert response.json()["resume_value"] == [resume]
     done = thread_settled(reviewer, thread_id)
@@ -61,6 +61,6 @@ def test_each_decision_becomes_a_human_response(operator, reviewer, body, resume
 
 def test_a_response_without_a_message_is_refused(operator, reviewer):
     _, task = _start(operator, reviewer)
-    response = reviewer.client.post(f"/api/tasks/{task['id']}/decision", {"decision": "respond"})
+    response = api_decide(reviewer, task, "respond")
     assert response.status_code == 422
     assert not Decision.objects.filter(task_id=task["id"]).exists()

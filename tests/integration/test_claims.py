@@ -6,7 +6,7 @@ import pytest
 
 from approvals.claims import task_claim, task_release
 from approvals.models import ApprovalTask
-from tests.conftest import loan_input, pending_tasks, thread_settled, thread_start
+from tests.conftest import api_decide, loan_input, pending_tasks, thread_settled, thread_start
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db", "live_worker")]
 
@@ -17,14 +17,14 @@ def test_the_api_refuses_a_decision_on_a_task_someone_else_claimed(personas):
     [task] = pending_tasks(holder, thread["id"])
     task_claim(actor=holder.user, task_id=task["id"])
 
-    refused = other.client.post(f"/api/tasks/{task['id']}/decision", {"decision": "approve"})
+    refused = api_decide(other, task)
     assert refused.status_code == 409
     assert refused.json()["error"]["field"] == "claim"
     assert holder.username in refused.json()["error"]["message"]
     assert ApprovalTask.objects.get(pk=task["id"]).status == "pending"
 
     task_release(actor=personas["admin"].user, task_id=task["id"])  # an admin may break the claim
-    assert other.client.post(f"/api/tasks/{task['id']}/decision", {"decision": "approve"}).status_code == 201
+    assert api_decide(other, task).status_code == 201
     thread_settled(other, thread["id"])
 
 
@@ -42,12 +42,12 @@ def test_a_reviewer_assigned_to_one_gate_decides_only_that_gate(personas):
     client = ApiClient(token_issue(user=user))
     thread = thread_start(personas["operator"], "kyc_onboarding", {"applicant": {"name": "Gate", "country": "GB"}})
     [identity] = pending_tasks(personas["reviewer"], thread["id"])
-    refused = client.post(f"/api/tasks/{identity['id']}/decision", {"decision": "approve"})
+    refused = api_decide(client, identity)
     assert refused.status_code == 403
     assert "identity_check" in refused.json()["error"]["message"]
     assert client.get(f"/api/tasks/{identity['id']}").json()["can_decide"] is False
 
-    personas["reviewer"].client.post(f"/api/tasks/{identity['id']}/decision", {"decision": "approve"})
+    api_decide(personas["reviewer"], identity)
     [compliance] = pending_tasks(personas["reviewer"], thread["id"])
     assert compliance["node"] == "compliance_review"
-    assert client.post(f"/api/tasks/{compliance['id']}/decision", {"decision": "approve"}).status_code == 201
+    assert api_decide(client, compliance).status_code == 201

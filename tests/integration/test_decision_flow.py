@@ -6,7 +6,7 @@ import pytest
 
 from approvals.models import AuditEvent
 from runtime.models import Effect
-from tests.conftest import loan_input, pending_tasks, thread_settled, thread_start
+from tests.conftest import api_decide, loan_input, pending_tasks, thread_settled, thread_start
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db", "live_worker")]
 
@@ -26,10 +26,7 @@ def test_an_approved_loan_is_disbursed_exactly_once(operator, reviewer, bank):
     assert detail["state"]["amount"] == 20000
     assert detail["can_decide"] is True
 
-    response = reviewer.client.post(
-        f"/api/tasks/{task['id']}/decision",
-        {"decision": "approve", "reason": "income verified", "checkpoint_id": detail["checkpoint_id"]},
-    )
+    response = api_decide(reviewer, task, reason="income verified", checkpoint_id=detail["checkpoint_id"])
     assert response.status_code == 201, response.content
 
     done = thread_settled(reviewer, thread["id"])
@@ -64,9 +61,8 @@ def test_an_approved_loan_is_disbursed_exactly_once(operator, reviewer, bank):
 def test_the_action_sees_the_reviewers_edits(operator, reviewer, bank):
     thread = thread_start(operator, "loan_approval", loan_input(amount=21000))
     [task] = pending_tasks(reviewer, thread["id"])
-    response = reviewer.client.post(
-        f"/api/tasks/{task['id']}/decision",
-        {"decision": "edit", "reason": "lower the exposure", "edits": {"amount": 15000, "term_months": 36}},
+    response = api_decide(
+        reviewer, task, "edit", reason="lower the exposure", edits={"amount": 15000, "term_months": 36}
     )
     assert response.status_code == 201, response.content
     assert response.json()["state_patch"] == {"amount": 15000, "term_months": 36}
@@ -80,10 +76,7 @@ def test_the_action_sees_the_reviewers_edits(operator, reviewer, bank):
 def test_edited_action_arguments_reach_the_action(operator, reviewer, bank):
     thread = thread_start(operator, "loan_approval", loan_input(amount=21000))
     [task] = pending_tasks(reviewer, thread["id"])
-    response = reviewer.client.post(
-        f"/api/tasks/{task['id']}/decision",
-        {"decision": "edit", "reason": "approve a smaller amount", "action_args": {"amount": 12500}},
-    )
+    response = api_decide(reviewer, task, "edit", reason="approve a smaller amount", action_args={"amount": 12500})
     assert response.status_code == 201, response.content
     done = thread_settled(reviewer, thread["id"])
     assert done["values"]["disbursement"]["request"]["amount"] == 12500
@@ -92,9 +85,7 @@ def test_edited_action_arguments_reach_the_action(operator, reviewer, bank):
 def test_a_rejected_loan_is_declined_and_nothing_is_paid(operator, reviewer, bank):
     thread = thread_start(operator, "loan_approval", loan_input(amount=20000))
     [task] = pending_tasks(reviewer, thread["id"])
-    response = reviewer.client.post(
-        f"/api/tasks/{task['id']}/decision", {"decision": "reject", "reason": "income not verifiable"}
-    )
+    response = api_decide(reviewer, task, "reject", reason="income not verifiable")
     assert response.status_code == 201, response.content
     done = thread_settled(reviewer, thread["id"])
     assert done["values"]["status"] == "declined"
@@ -111,9 +102,7 @@ def test_a_response_is_passed_to_the_graph(operator, reviewer):
     thread = thread_start(operator, "parallel_review", {"subject": "respond-case"})
     tasks = pending_tasks(reviewer, thread["id"], count=2)
     for task in tasks:
-        response = reviewer.client.post(
-            f"/api/tasks/{task['id']}/decision", {"decision": "respond", "message": "see attached memo"}
-        )
+        response = api_decide(reviewer, task, "respond", message="see attached memo")
         assert response.status_code == 201, response.content
     done = thread_settled(reviewer, thread["id"])
     assert sorted(done["values"]["answers"]) == ["legal:respond", "risk:respond"]
@@ -124,7 +113,7 @@ def test_an_exact_resume_is_stamped_with_the_signed_in_reviewer(operator, review
     [task] = pending_tasks(reviewer, thread["id"])
     forged = {"decision": "reject", "reason": "exact resume", "reviewer": "someone-else"}
     body = {"decision": "reject", "reason": "exact resume", "resume": forged}
-    response = reviewer.client.post(f"/api/tasks/{task['id']}/decision", body)
+    response = api_decide(reviewer, task, None, **body)
     assert response.status_code == 201, response.content
     assert response.json()["resume_value"]["reviewer"] == reviewer.username
     done = thread_settled(reviewer, thread["id"])

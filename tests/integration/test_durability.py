@@ -8,10 +8,21 @@ import pytest
 from django.db import connection, transaction
 
 from approvals.models import ApprovalTask, AuditEvent, Decision
-from runtime.models import Effect, Run, RunKind, Thread
+from runtime.models import ACTIVE_RUN_STATUSES, Effect, Run, RunKind, Thread
 from runtime.runs import ThreadBusy, run_enqueue
 from runtime.tasks import execute_run
-from tests.conftest import loan_input, pending_tasks, thread_settled, thread_start, wait_for
+from tests.conftest import (
+    api_decide,
+    backend_pid,
+    loan_input,
+    pending_tasks,
+    scaled,
+    thread_settled,
+    thread_start,
+    wait_for,
+    waiting_for_lock,
+)
+from tests.factories import thread_make
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db")]
 
@@ -42,9 +53,7 @@ def test_two_simultaneous_decisions_on_one_task_resume_once(live_worker, operato
     [task] = pending_tasks(personas["reviewer"], thread["id"])
     deciders = [personas["reviewer"], personas["reviewer2"]]
 
-    results = _in_threads(
-        2, lambda i: deciders[i].client.post(f"/api/tasks/{task['id']}/decision", {"decision": "approve"}).status_code
-    )
+    results = _in_threads(2, lambda i: api_decide(deciders[i], task).status_code)
     assert sorted(results) == [201, 409]
     done = thread_settled(operator, thread["id"])
     assert done["values"]["status"] == "disbursed"
@@ -54,24 +63,68 @@ def test_two_simultaneous_decisions_on_one_task_resume_once(live_worker, operato
 
 
 def test_two_resumes_of_one_thread_at_once_only_one_is_queued(live_worker, operator):
-    thread = Thread.objects.create(graph="loan_approval")
+    """Four enqueues race; the worker does not. Were it to claim and finish the winner before a slow
+    enqueue got there, that enqueue would rightly be let through (the thread is no longer busy), so the
+    test holds the thread's row lock from the moment the winner commits until every enqueue has answered:
+    the worker's claim waits on that lock, and the winner stays queued."""
+    thread = thread_make(graph="loan_approval")
+    results: list[object] = [None] * 4
+    won, commit, unlock = threading.Event(), threading.Event(), threading.Event()
+    locker: dict[str, int] = {}
 
-    def enqueue(_: int) -> str:
-        with transaction.atomic():
-            return str(run_enqueue(thread=thread, kind=RunKind.RETRY).id)
+    def enqueue(i: int) -> None:
+        try:
+            with transaction.atomic():
+                results[i] = str(run_enqueue(thread=thread, kind=RunKind.RETRY).id)
+                won.set()
+                assert commit.wait(timeout=scaled(30))  # the losers queue behind this transaction
+        except Exception as exc:  # collected and asserted below
+            results[i] = exc
+        finally:
+            connection.close()
 
-    # The thread has no checkpoint, so whichever run wins fails harmlessly;
-    # what matters is that the database let only one through.
-    results = _in_threads(4, enqueue)
+    def lock_the_thread() -> None:
+        try:
+            locker["pid"] = backend_pid()
+            with transaction.atomic():
+                Thread.objects.select_for_update(no_key=True).get(pk=thread.pk)  # queued behind the winner
+                unlock.wait(timeout=scaled(60))
+        finally:
+            connection.close()
+
+    enqueuers = [threading.Thread(target=enqueue, args=(i,)) for i in range(4)]
+    for t in enqueuers:
+        t.start()
+    wait_for(won.is_set, what="one enqueue to win")
+    holder = threading.Thread(target=lock_the_thread)
+    holder.start()
+    # The winner updated the thread's row: the lock request waits for it, ahead of any claim by the worker.
+    wait_for(lambda: "pid" in locker and waiting_for_lock(locker["pid"]), what="the row lock to queue")
+    commit.set()
+    try:
+        wait_for(lambda: all(r is not None for r in results), what="every enqueue to answer")
+        # Held off by the lock, the worker has not taken the winner: every loser met it queued.
+        assert list(Run.objects.filter(thread=thread).values_list("status", flat=True)) == ["queued"]
+    finally:
+        unlock.set()
+        holder.join(timeout=scaled(30))
+        for t in enqueuers:
+            t.join(timeout=scaled(30))
+
     assert sum(isinstance(r, str) for r in results) == 1, results
     assert sum(isinstance(r, ThreadBusy) for r in results) == 3, results
     assert Run.objects.filter(thread=thread).count() == 1
+    # The thread has no checkpoint, so the winner fails harmlessly once the worker gets it.
+    wait_for(
+        lambda: not Run.objects.filter(thread=thread, status__in=ACTIVE_RUN_STATUSES).exists(),
+        what="the worker to finish the winner",
+    )
 
 
 def test_a_duplicated_delivery_of_a_finished_run_changes_nothing(live_worker, operator, reviewer, bank):
     thread = thread_start(operator, "loan_approval", loan_input())
     [task] = pending_tasks(reviewer, thread["id"])
-    reviewer.client.post(f"/api/tasks/{task['id']}/decision", {"decision": "approve"})
+    api_decide(reviewer, task)
     thread_settled(reviewer, thread["id"])
     events_before = AuditEvent.objects.filter(thread_id=thread["id"]).count()
 
@@ -93,15 +146,12 @@ def test_a_worker_killed_mid_action_is_replaced_and_the_effect_happens_once(work
     [task] = pending_tasks(reviewer, thread["id"])
     key = f"gh:{thread['id']}:disburse"
 
-    bank.latency_ms = 2500  # the bank is slow: the worker will die while the call is in flight
-    try:
-        response = reviewer.client.post(f"/api/tasks/{task['id']}/decision", {"decision": "approve"})
+    with bank.held():  # the worker dies while the call is in flight
+        response = api_decide(reviewer, task)
         assert response.status_code == 201
-        wait_for(lambda: bank.ledger.received.get(key) == 1, what="the action's call to reach the bank")
+        wait_for(lambda: bank.holding(key) == 1, what="the action's call to reach the bank")
         worker.kill()
-        wait_for(lambda: bank.ledger.executions.get(key) == 1, timeout=10, what="the bank to execute the payment")
-    finally:
-        bank.latency_ms = 0
+    wait_for(lambda: bank.ledger.executions.get(key) == 1, timeout=10, what="the bank to execute the payment")
 
     resume = Run.objects.get(thread_id=thread["id"], kind="resume")
     assert resume.status == "running"  # its worker is gone; its lease will lapse

@@ -13,13 +13,9 @@ from approvals.models import ApprovalTask, AuditEvent, Decision
 from approvals.redaction import MASK
 from approvals.security import SESSION_AUTH_AT
 from runtime.models import Run
-from tests.conftest import ApiClient, pending_tasks, thread_settled, thread_start
+from tests.conftest import ApiClient, api_decide, pending_tasks, thread_settled, thread_start
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db", "live_worker")]
-
-
-def _decide(persona, task_id: str, **body):
-    return persona.client.post(f"/api/tasks/{task_id}/decision", {"decision": "approve", **body})
 
 
 def _refusals(task_id: str) -> list[dict]:
@@ -33,19 +29,19 @@ def test_a_two_approver_gate_resumes_only_when_the_quorum_is_met(personas):
     [task] = pending_tasks(reviewer, thread["id"])
     assert reviewer.client.get(f"/api/tasks/{task['id']}").json()["required_approvals"] == 2
 
-    first = _decide(reviewer, task["id"], reason="looks fine")
+    first = api_decide(reviewer, task, reason="looks fine")
     assert first.status_code == 201 and first.json()["meaning"] == "approved"
     assert ApprovalTask.objects.get(pk=task["id"]).status == "pending"
     assert not Run.objects.filter(thread_id=thread["id"], kind="resume").exists()
 
-    again = _decide(reviewer, task["id"])
+    again = api_decide(reviewer, task)
     assert again.status_code == 409  # one signature per person
 
-    not_final = _decide(personas["reviewer2"], task["id"])
+    not_final = api_decide(personas["reviewer2"], task)
     assert not_final.status_code == 403  # the quorum's last approval needs the approver role
     assert _refusals(task["id"])[-1]["rule"] == "quorum.final_approver"
 
-    final = _decide(approver, task["id"], reason="second pair of eyes")
+    final = api_decide(approver, task, reason="second pair of eyes")
     assert final.status_code == 201, final.content
     done = thread_settled(reviewer, thread["id"])
     assert done["values"]["answers"] == ["approve:5000"]
@@ -59,10 +55,8 @@ def test_a_two_approver_gate_resumes_only_when_the_quorum_is_met(personas):
 def test_a_single_rejection_rejects_a_quorum_task(personas):
     thread = thread_start(personas["operator"], "four_eyes", {"subject": "wire", "amount": 5000})
     [task] = pending_tasks(personas["reviewer"], thread["id"])
-    assert _decide(personas["approver"], task["id"]).status_code == 201
-    rejected = personas["reviewer"].client.post(
-        f"/api/tasks/{task['id']}/decision", {"decision": "reject", "reason": "beneficiary not verified"}
-    )
+    assert api_decide(personas["approver"], task).status_code == 201
+    rejected = api_decide(personas["reviewer"], task, "reject", reason="beneficiary not verified")
     assert rejected.status_code == 201
     assert rejected.json()["meaning"] == "rejected"
     done = thread_settled(personas["reviewer"], thread["id"])
@@ -73,8 +67,8 @@ def test_the_thread_starter_cannot_give_the_final_approval(personas):
     admin = personas["admin"]  # may both start threads and decide
     thread = thread_start(admin, "four_eyes", {"subject": "self-dealing", "amount": 5000})
     [task] = pending_tasks(admin, thread["id"])
-    assert _decide(personas["approver"], task["id"]).status_code == 201
-    refused = _decide(admin, task["id"])
+    assert api_decide(personas["approver"], task).status_code == 201
+    refused = api_decide(admin, task)
     assert refused.status_code == 403
     assert "started this thread" in refused.json()["error"]["message"]
     assert _refusals(task["id"])[-1]["rule"] == "separation_of_duties.starter"
@@ -85,13 +79,11 @@ def test_the_thread_starter_cannot_give_the_final_approval(personas):
 def test_under_separation_of_duties_an_edit_is_a_proposal_another_approver_completes(personas):
     thread = thread_start(personas["operator"], "four_eyes", {"subject": "wire", "amount": 5000})
     [task] = pending_tasks(personas["reviewer"], thread["id"])
-    proposal = personas["approver"].client.post(
-        f"/api/tasks/{task['id']}/decision", {"decision": "edit", "reason": "cap it", "edits": {"amount": 4000}}
-    )
+    proposal = api_decide(personas["approver"], task, "edit", reason="cap it", edits={"amount": 4000})
     assert proposal.status_code == 201 and proposal.json()["meaning"] == "reviewed"
-    assert _decide(personas["reviewer"], task["id"]).status_code == 201  # 1 of 2
-    assert _decide(personas["approver"], task["id"]).status_code == 409  # the editor signed already
-    assert _decide(personas["approver2"], task["id"]).status_code == 201  # 2 of 2, not the editor
+    assert api_decide(personas["reviewer"], task).status_code == 201  # 1 of 2
+    assert api_decide(personas["approver"], task).status_code == 409  # the editor signed already
+    assert api_decide(personas["approver2"], task).status_code == 201  # 2 of 2, not the editor
     done = thread_settled(personas["reviewer"], thread["id"])
     assert done["values"]["answers"] == ["approve:4000"]  # the gate re-ran with the proposed edit
 
@@ -101,9 +93,9 @@ def test_a_decision_is_bound_to_the_evidence_its_signer_saw(personas):
     thread = thread_start(personas["operator"], "four_eyes", {"subject": "small", "amount": 10})
     [task] = pending_tasks(reviewer, thread["id"])
     detail = reviewer.client.get(f"/api/tasks/{task['id']}").json()
-    stale = _decide(reviewer, task["id"], evidence_digest="0" * 64)
+    stale = api_decide(reviewer, task, evidence_digest="0" * 64)
     assert stale.status_code == 409 and stale.json()["error"]["field"] == "evidence_digest"
-    ok = _decide(reviewer, task["id"], evidence_digest=detail["evidence_digest"])
+    ok = api_decide(reviewer, task, evidence_digest=detail["evidence_digest"])
     assert ok.status_code == 201
     assert Decision.objects.get(pk=ok.json()["id"]).evidence_digest == detail["evidence_digest"]
 
@@ -208,15 +200,14 @@ def test_a_one_time_code_can_sign_instead_of_the_password(personas):
 def test_a_redacted_value_cannot_be_sent_back_as_an_edit(personas):
     thread, task = _kyc_task(personas)
     # identity_check allows approve/reject only; answer it, then edit at the compliance gate.
-    personas["reviewer"].client.post(f"/api/tasks/{task['id']}/decision", {"decision": "approve"})
+    api_decide(personas["reviewer"], task)
     [compliance] = pending_tasks(personas["reviewer"], thread["id"])
-    response = personas["reviewer"].client.post(
-        f"/api/tasks/{compliance['id']}/decision",
-        {
-            "decision": "edit",
-            "reason": "fix name",
-            "edits": {"applicant": {"name": "R. Franklin", "date_of_birth": MASK}},
-        },
+    response = api_decide(
+        personas["reviewer"],
+        compliance,
+        "edit",
+        reason="fix name",
+        edits={"applicant": {"name": "R. Franklin", "date_of_birth": MASK}},
     )
     assert response.status_code == 422
     assert response.json()["error"]["field"] == "edits.applicant.date_of_birth"
@@ -234,9 +225,9 @@ def test_a_gate_may_require_several_rejections(personas):
     thread = thread_start(personas["operator"], "four_eyes", {"subject": "huge", "amount": 2_000_000})
     [task] = pending_tasks(personas["reviewer"], thread["id"])
     body = {"decision": "reject", "reason": "too big"}
-    first = personas["reviewer"].client.post(f"/api/tasks/{task['id']}/decision", body)
+    first = api_decide(personas["reviewer"], task, None, **body)
     assert first.status_code == 201 and first.json()["meaning"] == "rejected"
     assert ApprovalTask.objects.get(pk=task["id"]).status == "pending"  # one veto of two
-    assert personas["approver"].client.post(f"/api/tasks/{task['id']}/decision", body).status_code == 201
+    assert api_decide(personas["approver"], task, None, **body).status_code == 201
     done = thread_settled(personas["reviewer"], thread["id"])
     assert done["values"]["answers"] == ["reject:2000000"]

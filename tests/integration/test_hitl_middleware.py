@@ -13,7 +13,7 @@ import pytest
 
 from approvals.models import ApprovalTask, Decision
 from runtime.models import Run, RunKind
-from tests.conftest import pending_tasks, thread_settled, thread_start
+from tests.conftest import api_decide, pending_tasks, thread_settled, thread_start
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db", "live_worker")]
 
@@ -21,10 +21,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db", "live_
 def _start(operator: Any, reviewer: Any, graph: str, *calls: dict[str, Any], count: int = 1) -> tuple[str, list[Any]]:
     thread = thread_start(operator, graph, {"messages": [{"role": "user", "content": json.dumps(list(calls))}]})
     return thread["id"], pending_tasks(reviewer, thread["id"], count=count)
-
-
-def _decide(persona: Any, task_id: str, body: dict[str, Any]) -> Any:
-    return persona.client.post(f"/api/tasks/{task_id}/decision", body)
 
 
 def _messages(persona: Any, thread_id: str) -> list[dict[str, Any]]:
@@ -55,7 +51,7 @@ def test_the_request_is_shown_with_exactly_its_allowed_decisions(operator, revie
 
 def test_approve_runs_the_tool(operator, reviewer):
     thread_id, [task] = _start(operator, reviewer, "hitl_agent", TRANSFER)
-    assert _decide(reviewer, task["id"], {"decision": "approve"}).status_code == 201
+    assert api_decide(reviewer, task).status_code == 201
     messages = _messages(reviewer, thread_id)
     [tool] = _tool_messages(messages)
     assert tool["content"] == "sent 5 (int) to bob"
@@ -64,10 +60,8 @@ def test_approve_runs_the_tool(operator, reviewer):
 
 def test_edited_arguments_keep_their_json_types(operator, reviewer):
     thread_id, [task] = _start(operator, reviewer, "hitl_agent", TRANSFER)
-    response = _decide(
-        reviewer,
-        task["id"],
-        {"decision": "edit", "reason": "cap it", "decisions": [{"type": "edit", "args": {"to": "bob", "amount": 7}}]},
+    response = api_decide(
+        reviewer, task, "edit", reason="cap it", decisions=[{"type": "edit", "args": {"to": "bob", "amount": 7}}]
     )
     assert response.status_code == 201, response.content
     [decision] = response.json()["resume_value"]["decisions"]
@@ -81,14 +75,14 @@ def test_edited_arguments_keep_their_json_types(operator, reviewer):
 def test_langchains_own_edited_action_form_is_accepted(operator, reviewer):
     thread_id, [task] = _start(operator, reviewer, "hitl_agent", TRANSFER)
     edited = {"type": "edit", "edited_action": {"name": "transfer", "args": {"to": "carol", "amount": 3}}}
-    assert _decide(reviewer, task["id"], {"decision": "edit", "reason": "r", "decisions": [edited]}).status_code == 201
+    assert api_decide(reviewer, task, "edit", reason="r", decisions=[edited]).status_code == 201
     [tool] = _tool_messages(_messages(reviewer, thread_id))
     assert tool["content"].endswith("sent 3 (int) to carol")
 
 
 def test_reject_tells_the_model_why_and_the_tool_does_not_run(operator, reviewer):
     thread_id, [task] = _start(operator, reviewer, "hitl_agent", TRANSFER)
-    assert _decide(reviewer, task["id"], {"decision": "reject", "reason": "too much"}).status_code == 201
+    assert api_decide(reviewer, task, "reject", reason="too much").status_code == 201
     messages = _messages(reviewer, thread_id)
     [tool] = _tool_messages(messages)
     assert tool["status"] == "error"
@@ -100,7 +94,7 @@ def test_respond_answers_in_place_of_the_tool(operator, reviewer):
     thread_id, [task] = _start(operator, reviewer, "hitl_agent", LOOKUP)
     detail = reviewer.client.get(f"/api/tasks/{task['id']}").json()
     assert detail["allowed_decisions"] == ["approve", "respond"]
-    assert _decide(reviewer, task["id"], {"decision": "respond", "message": "limit is 2000"}).status_code == 201
+    assert api_decide(reviewer, task, "respond", message="limit is 2000").status_code == 201
     [tool] = _tool_messages(_messages(reviewer, thread_id))
     assert (tool["content"], tool["status"]) == ("limit is 2000", "success")
 
@@ -110,7 +104,7 @@ def test_several_tool_calls_take_one_decision_each_in_order(operator, reviewer):
     detail = reviewer.client.get(f"/api/tasks/{task['id']}").json()
     assert detail["allowed_decisions"] == ["approve"]  # the only decision both requests allow
     decisions = [{"type": "edit", "args": {"to": "dan", "amount": 11}}, {"type": "respond", "message": "no limit"}]
-    assert _decide(reviewer, task["id"], {"decision": "edit", "reason": "r", "decisions": decisions}).status_code == 201
+    assert api_decide(reviewer, task, "edit", reason="r", decisions=decisions).status_code == 201
     tools = _tool_messages(_messages(reviewer, thread_id))
     assert sorted(t["content"].rsplit("\n", 1)[-1] for t in tools) == ["no limit", "sent 11 (int) to dan"]
 
@@ -133,7 +127,7 @@ def _nothing_written(thread_id: str, task_id: str) -> None:
 )
 def test_an_invalid_decision_is_refused_before_anything_is_written(operator, reviewer, body, field):
     thread_id, [task] = _start(operator, reviewer, "hitl_agent", TRANSFER)
-    response = _decide(reviewer, task["id"], body)
+    response = api_decide(reviewer, task, None, **body)
     assert response.status_code == 422, response.content
     assert response.json()["error"]["field"] == field
     _nothing_written(thread_id, task["id"])
@@ -153,9 +147,7 @@ def test_per_call_mode_shows_the_schema_and_its_decisions(operator, reviewer):
 
 def test_per_call_edit_keeps_types_and_reaches_the_tool(operator, reviewer):
     thread_id, [task] = _start(operator, reviewer, "hitl_agent_per_call", TRANSFER)
-    response = _decide(
-        reviewer, task["id"], {"decision": "edit", "reason": "r", "action_args": {"to": "eve", "amount": 9}}
-    )
+    response = api_decide(reviewer, task, "edit", reason="r", action_args={"to": "eve", "amount": 9})
     assert response.status_code == 201, response.content
     assert response.json()["resume_value"] == {
         "type": "edit",
@@ -168,8 +160,8 @@ def test_per_call_edit_keeps_types_and_reaches_the_tool(operator, reviewer):
 def test_per_call_approve_and_reject(operator, reviewer):
     approved, [a] = _start(operator, reviewer, "hitl_agent_per_call", TRANSFER)
     rejected, [r] = _start(operator, reviewer, "hitl_agent_per_call", TRANSFER)
-    assert _decide(reviewer, a["id"], {"decision": "approve"}).status_code == 201
-    assert _decide(reviewer, r["id"], {"decision": "reject", "reason": "no"}).status_code == 201
+    assert api_decide(reviewer, a).status_code == 201
+    assert api_decide(reviewer, r, "reject", reason="no").status_code == 201
     assert _tool_messages(_messages(reviewer, approved))[0]["content"] == "sent 5 (int) to bob"
     assert _tool_messages(_messages(reviewer, rejected))[0]["status"] == "error"
 
@@ -177,8 +169,8 @@ def test_per_call_approve_and_reject(operator, reviewer):
 def test_per_call_mode_asks_once_per_gated_call(operator, reviewer):
     thread_id, tasks = _start(operator, reviewer, "hitl_agent_per_call", TRANSFER, LOOKUP, count=2)
     by_name = {reviewer.client.get(f"/api/tasks/{t['id']}").json()["payload"]["name"]: t for t in tasks}
-    assert _decide(reviewer, by_name["transfer"]["id"], {"decision": "approve"}).status_code == 201
-    assert _decide(reviewer, by_name["lookup"]["id"], {"decision": "respond", "message": "42"}).status_code == 201
+    assert api_decide(reviewer, by_name["transfer"]).status_code == 201
+    assert api_decide(reviewer, by_name["lookup"], "respond", message="42").status_code == 201
     tools = _tool_messages(_messages(reviewer, thread_id))
     assert sorted(t["content"] for t in tools) == ["42", "sent 5 (int) to bob"]
 
@@ -192,7 +184,7 @@ def test_per_call_mode_asks_once_per_gated_call(operator, reviewer):
 )
 def test_per_call_answers_outside_the_schema_are_refused(operator, reviewer, body, field_prefix):
     thread_id, [task] = _start(operator, reviewer, "hitl_agent_per_call", TRANSFER)
-    response = _decide(reviewer, task["id"], body)
+    response = api_decide(reviewer, task, None, **body)
     assert response.status_code == 422, response.content
     assert response.json()["error"]["field"].startswith(field_prefix)
     _nothing_written(thread_id, task["id"])

@@ -16,7 +16,7 @@ import pytest
 from langgraph_sdk import get_sync_client
 
 from approvals.models import Decision
-from tests.conftest import loan_input, pending_tasks, thread_settled, thread_start
+from tests.conftest import api_decide, loan_input, pending_tasks, thread_settled, thread_start
 from tests.integration.test_platform_sdk import server  # noqa: F401 - the daphne fixture, shared
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db", "live_worker")]
@@ -65,15 +65,13 @@ def test_a_gate_can_require_a_reason_its_graph_does_not(operator, reviewer):
     thread = thread_start(operator, "gate_policy_review", {"subject": "per-gate"})
     tasks = {t["node"]: t for t in pending_tasks(reviewer, thread["id"], count=2)}
     # "risk" follows the graph (no rule): approving without a reason is fine.
-    assert (
-        reviewer.client.post(f"/api/tasks/{tasks['risk']['id']}/decision", {"decision": "approve"}).status_code == 201
-    )
+    assert api_decide(reviewer, tasks["risk"]).status_code == 201
     # "legal" overrides it: approve needs a reason there.
-    refused = reviewer.client.post(f"/api/tasks/{tasks['legal']['id']}/decision", {"decision": "approve"})
+    refused = api_decide(reviewer, tasks["legal"])
     assert refused.status_code == 422
     error = refused.json()["error"]
     assert (error["field"], error["message"]) == ("reason", "a reason is required to approve")
     assert not Decision.objects.filter(task_id=tasks["legal"]["id"]).exists()
     body = {"decision": "approve", "reason": "memo attached"}
-    assert reviewer.client.post(f"/api/tasks/{tasks['legal']['id']}/decision", body).status_code == 201
+    assert api_decide(reviewer, tasks["legal"], None, **body).status_code == 201
     assert thread_settled(reviewer, thread["id"])["status"] == "completed"

@@ -6,7 +6,7 @@ import pytest
 
 from approvals.models import ApprovalTask
 from runtime.models import Run
-from tests.conftest import pending_tasks, thread_settled, thread_start
+from tests.conftest import api_decide, pending_tasks, thread_settled, thread_start
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db", "live_worker")]
 
@@ -18,12 +18,12 @@ def test_parallel_interrupts_are_resumed_together_once_all_are_decided(operator,
     assert len({t["checkpoint_id"] for t in tasks}) == 1
 
     first, second = tasks
-    reviewer.client.post(f"/api/tasks/{first['id']}/decision", {"decision": "approve"})
+    api_decide(reviewer, first)
     # One of two answered: nothing resumes yet, the other task stays open.
     assert Run.objects.filter(thread_id=thread["id"], kind="resume").count() == 0
     assert reviewer.client.get(f"/api/threads/{thread['id']}").json()["status"] == "interrupted"
 
-    reviewer.client.post(f"/api/tasks/{second['id']}/decision", {"decision": "reject", "reason": "missing memo"})
+    api_decide(reviewer, second, "reject", reason="missing memo")
     resume = Run.objects.get(thread_id=thread["id"], kind="resume")
     assert set(resume.command["resume"]) == {first["interrupt_id"], second["interrupt_id"]}
 
@@ -39,7 +39,7 @@ def test_an_interrupt_inside_a_subgraph_becomes_a_namespaced_task(operator, revi
     assert task["checkpoint_ns"].startswith("child:")
     assert task["checkpoint_id"] == reviewer.client.get(f"/api/threads/{thread['id']}").json()["checkpoint_id"]
 
-    reviewer.client.post(f"/api/tasks/{task['id']}/decision", {"decision": "approve"})
+    api_decide(reviewer, task)
     done = thread_settled(reviewer, thread["id"])
     assert "inner_gate:approve" in done["values"]["answers"]
     assert done["values"]["done"] is True
@@ -54,9 +54,7 @@ def test_a_static_breakpoint_waits_for_approval_and_applies_edits(operator, revi
     assert detail["payload_kind"] == "breakpoint"
     assert detail["allowed_decisions"] == ["approve", "edit", "reject"]
 
-    response = reviewer.client.post(
-        f"/api/tasks/{task['id']}/decision", {"decision": "edit", "reason": "smaller", "edits": {"amount": 7}}
-    )
+    response = api_decide(reviewer, task, "edit", reason="smaller", edits={"amount": 7})
     assert response.status_code == 201, response.content
     done = thread_settled(reviewer, thread["id"])
     assert done["values"]["answers"] == ["prepared", "committed:7"]
@@ -65,7 +63,7 @@ def test_a_static_breakpoint_waits_for_approval_and_applies_edits(operator, revi
 def test_rejecting_a_static_breakpoint_cancels_the_thread(operator, reviewer):
     thread = thread_start(operator, "breakpoint_review", {"subject": "bp-reject", "amount": 10})
     [task] = pending_tasks(reviewer, thread["id"])
-    response = reviewer.client.post(f"/api/tasks/{task['id']}/decision", {"decision": "reject", "reason": "no"})
+    response = api_decide(reviewer, task, "reject", reason="no")
     assert response.status_code == 201
     body = reviewer.client.get(f"/api/threads/{thread['id']}").json()
     assert body["status"] == "cancelled"
@@ -98,16 +96,12 @@ def test_an_exact_resume_value_is_validated_against_the_response_schema(operator
     detail = reviewer.client.get(f"/api/tasks/{task['id']}").json()
     assert detail["response_schema"]["properties"]["limit"]["type"] == "integer"
 
-    bad = reviewer.client.post(
-        f"/api/tasks/{task['id']}/decision", {"decision": "approve", "resume": {"approved": True, "limit": "lots"}}
-    )
+    bad = api_decide(reviewer, task, resume={"approved": True, "limit": "lots"})
     assert bad.status_code == 422
     assert bad.json()["error"]["field"] == "resume.limit"
     assert ApprovalTask.objects.get(pk=task["id"]).status == "pending"
 
-    ok = reviewer.client.post(
-        f"/api/tasks/{task['id']}/decision", {"decision": "approve", "resume": {"approved": True, "limit": 500}}
-    )
+    ok = api_decide(reviewer, task, resume={"approved": True, "limit": 500})
     assert ok.status_code == 201, ok.content
     done = thread_settled(reviewer, thread["id"])
     assert done["values"]["amount"] == 500 and done["values"]["done"] is True

@@ -18,7 +18,7 @@ import pytest
 from approvals.models import ApprovalTask, AuditEvent, Decision
 from runtime.models import Branch, Effect, Run
 from runtime.registry import graph_get
-from tests.conftest import Persona, loan_input, pending_tasks, thread_settled, thread_start, wait_for
+from tests.conftest import Persona, api_decide, loan_input, pending_tasks, thread_settled, thread_start, wait_for
 from tests.console.conftest import console_client
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db")]
@@ -40,7 +40,7 @@ def _paid_loan(operator: Persona, reviewer: Persona) -> tuple[str, dict[str, Any
     """A loan approved and disbursed: (thread id, the task it paused on)."""
     thread = thread_start(operator, "loan_approval", loan_input())
     [task] = pending_tasks(reviewer, thread["id"])
-    assert reviewer.client.post(f"/api/tasks/{task['id']}/decision", {"decision": "approve"}).status_code == 201
+    assert api_decide(reviewer, task).status_code == 201
     assert thread_settled(reviewer, thread["id"])["values"]["status"] == "disbursed"
     return thread["id"], task
 
@@ -79,15 +79,12 @@ def test_a_forked_loan_pays_as_a_new_effect_once_even_when_its_worker_is_killed(
     assert at.metadata["gatehouse_branch_id"] == branch["id"] and at.values["amount"] == 21000
 
     fork_key = f"{original_key}@{branch['id']}"
-    bank.latency_ms = 2500  # the fork's worker dies while its payment call is in flight
-    try:
-        response = reviewer.client.post(f"/api/tasks/{new_task['id']}/decision", {"decision": "approve"})
+    with bank.held():  # the fork's worker dies while its payment call is in flight
+        response = api_decide(reviewer, new_task)
         assert response.status_code == 201, response.content
-        wait_for(lambda: bank.ledger.received.get(fork_key) == 1, what="the fork's payment to reach the bank")
+        wait_for(lambda: bank.holding(fork_key) == 1, what="the fork's payment to reach the bank")
         worker.kill()
-        wait_for(lambda: bank.ledger.executions.get(fork_key) == 1, timeout=10, what="the bank to execute it")
-    finally:
-        bank.latency_ms = 0
+    wait_for(lambda: bank.ledger.executions.get(fork_key) == 1, timeout=10, what="the bank to execute it")
     worker.start()
     done = thread_settled(reviewer, thread_id, timeout=30)
 

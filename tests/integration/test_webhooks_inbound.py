@@ -19,7 +19,7 @@ from approvals.inbound.webhooks import webhook_endpoint_create
 from approvals.models import AuditEvent, Decision, InboundDelivery, WebhookEndpoint
 from approvals.outbound.signing import secret_generate, webhook_sign
 from runtime.models import Run, RunKind
-from tests.conftest import loan_input, pending_tasks, thread_settled, thread_start, wait_for
+from tests.conftest import api_decide, loan_input, pending_tasks, thread_settled, thread_start, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db", "live_worker")]
 
@@ -94,7 +94,7 @@ def test_the_kyc_flow_webhook_then_reviewer_opens_the_account_once(operator, rev
         lambda: [t for t in pending_tasks(reviewer, thread_id) if t["node"] == "compliance_review"],
         what="compliance review task",
     )
-    response = reviewer.client.post(f"/api/tasks/{review['id']}/decision", {"decision": "approve", "reason": "ok"})
+    response = api_decide(reviewer, review, reason="ok")
     assert response.status_code == 201, response.content
 
     done = thread_settled(reviewer, thread_id)
@@ -216,7 +216,7 @@ def test_a_task_of_another_graph_is_409_and_nothing_resumes(operator, reviewer):
 def test_an_already_decided_task_is_409(operator, reviewer):
     endpoint = _endpoint()
     thread_id, task = _kyc_thread(operator, reviewer)
-    decided = reviewer.client.post(f"/api/tasks/{task['id']}/decision", {"decision": "approve", "reason": "manual"})
+    decided = api_decide(reviewer, task, reason="manual")
     assert decided.status_code == 201
     response = _send(endpoint, _verified(thread_id))
     assert response.status_code == 409

@@ -13,7 +13,7 @@ import pytest
 from standardwebhooks import Webhook
 
 from approvals.models import OutboundDelivery, WebhookSubscription
-from tests.conftest import loan_input, pending_tasks, thread_settled, thread_start, wait_for
+from tests.conftest import api_decide, loan_input, pending_tasks, thread_settled, thread_start, wait_for
 
 # Read by the worker process when it schedules a retry (it inherits this environment at start):
 # a short backoff keeps six attempts within a few seconds.
@@ -76,7 +76,7 @@ def test_task_and_thread_events_arrive_signed(operator, reviewer, receiver):
     sub = _subscribe(operator, receiver.url, "loan_approval", "task.opened", "task.decided", "thread.completed")
     thread = thread_start(operator, "loan_approval", loan_input(amount=20000))
     [task] = pending_tasks(reviewer, thread["id"])
-    reviewer.client.post(f"/api/tasks/{task['id']}/decision", {"decision": "approve", "reason": "fine"})
+    api_decide(reviewer, task, reason="fine")
     thread_settled(reviewer, thread["id"])
 
     def mine() -> list[dict[str, Any]]:
@@ -165,7 +165,7 @@ def test_events_of_other_graphs_and_types_are_not_sent(operator, reviewer, recei
     sub = _subscribe(operator, receiver.url, "kyc_onboarding", "task.decided")
     thread = thread_start(operator, "loan_approval", loan_input(amount=20000))
     [task] = pending_tasks(reviewer, thread["id"])
-    reviewer.client.post(f"/api/tasks/{task['id']}/decision", {"decision": "reject", "reason": "no"})
+    api_decide(reviewer, task, "reject", reason="no")
     thread_settled(reviewer, thread["id"])
     assert not OutboundDelivery.objects.filter(subscription_id=sub["id"]).exists()
     assert receiver.requests == []

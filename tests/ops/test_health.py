@@ -32,6 +32,7 @@ def test_probes_refuse_writes():
     assert Client().post("/health/ready").status_code == 405
 
 
+@pytest.mark.slow
 def test_readiness_with_a_live_worker_and_beat_passes_every_check(live_worker):
     def ready():
         response = Client().get("/health/ready", headers={"host": "10.1.2.3:8000"})
@@ -58,6 +59,7 @@ def test_readiness_can_be_narrowed_and_names_an_unknown_check():
     assert "dilithium" in unknown.json()["message"]
 
 
+@pytest.mark.slow
 def test_readiness_fails_with_503_naming_the_checks_but_not_the_secrets(tmp_path):
     port = free_port()  # nothing listens there: the broker and channel layer are down
     env = _production_env(
@@ -99,6 +101,7 @@ def _start(env: dict[str, str], args: list[str], log: Path) -> subprocess.Popen[
         )
 
 
+@pytest.mark.slow
 def test_a_worker_is_healthy_while_it_beats_and_stale_once_killed(bank, tmp_path):
     node = f"ops-{uuid.uuid4().hex[:8]}@{os.uname().nodename}"
     # Its own queue: this worker takes no part in other tests' runs.
@@ -135,6 +138,7 @@ def test_a_worker_is_healthy_while_it_beats_and_stale_once_killed(bank, tmp_path
         process_group_stop(worker)
 
 
+@pytest.mark.slow
 def test_beat_is_healthy_while_it_ticks_and_stale_once_killed(bank, tmp_path):
     env = {
         **worker_env(bank),
@@ -171,6 +175,7 @@ def _purge_queue(name: str) -> None:
         client.close()
 
 
+@pytest.mark.slow
 def test_the_web_health_command_checks_the_web_roles_own_dependencies(bank, tmp_path):
     env = worker_env(bank)
     assert _manage(env, "health_check", "--component", "web").returncode == 0

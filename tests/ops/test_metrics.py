@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from approvals.models import ApprovalTask, AuditEvent, InboundDelivery, OutboundDelivery, TaskStatus
 from runtime.models import Effect, Run, Thread
-from tests.conftest import loan_input, pending_tasks, thread_settled, thread_start, wait_for
+from tests.conftest import api_decide, loan_input, pending_tasks, thread_settled, thread_start, wait_for
 
 pytestmark = pytest.mark.usefixtures("live_db")
 
@@ -144,10 +144,7 @@ def test_after_a_real_flow_every_metric_matches_the_database(live_worker, operat
     ApprovalTask.objects.filter(pk=tasks[1]["id"]).update(due_at=timezone.now() - timedelta(hours=1))
     decided = tasks[0]
     detail = reviewer.client.get(f"/api/tasks/{decided['id']}").json()
-    response = reviewer.client.post(
-        f"/api/tasks/{decided['id']}/decision",
-        {"decision": "approve", "reason": "metrics", "checkpoint_id": detail["checkpoint_id"]},
-    )
+    response = api_decide(reviewer, decided, reason="metrics", checkpoint_id=detail["checkpoint_id"])
     assert response.status_code == 201, response.content
     assert thread_settled(reviewer, threads[0]["id"])["status"] == "completed"
 

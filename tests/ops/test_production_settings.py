@@ -72,6 +72,7 @@ print(json.dumps({
 """
 
 
+@pytest.mark.slow
 def test_s3_blob_storage_keeps_the_default_and_static_storages_and_pages_render(tmp_path, live_db):
     env = _production_env(tmp_path, DATABASE_URL=_session_database_url(), **S3_ENV)
 
@@ -88,6 +89,7 @@ def test_s3_blob_storage_keeps_the_default_and_static_storages_and_pages_render(
     assert "immutable" in result["asset_cache"]
 
 
+@pytest.mark.slow
 def test_embedded_mode_serves_static_files_with_debug_off_and_no_collectstatic(tmp_path):
     env = {k: v for k, v in _production_env(tmp_path).items() if k not in ("DATABASE_URL", "REDIS_URL")}
     env.update(DEBUG="false", ALLOWED_HOSTS="testserver")
@@ -107,6 +109,7 @@ def test_embedded_mode_serves_static_files_with_debug_off_and_no_collectstatic(t
     assert result == {"debug": False, "css": 200, "swagger": 200}
 
 
+@pytest.mark.slow
 def test_production_mode_without_redis_refuses_to_start(tmp_path):
     result = _manage(_production_env(tmp_path, REDIS_URL=None), "check")
 

@@ -55,6 +55,7 @@ def _run(env: dict[str, str], *args: str, tty: bool) -> tuple[int, str, str]:
     return proc.returncode, stdout, b"".join(chunks).decode(errors="replace")
 
 
+@pytest.mark.slow
 def test_audit_export_draws_progress_only_on_a_terminal(bank, tmp_path):
     env = _env(bank)
     target = tmp_path / "audit.jsonl"
@@ -69,6 +70,7 @@ def test_audit_export_draws_progress_only_on_a_terminal(bank, tmp_path):
     assert "exporting" in terminal and "event" in terminal and "100%" in terminal
 
 
+@pytest.mark.slow
 def test_checkpoints_prune_draws_progress_only_on_a_terminal(bank):
     thread, _ = _thread_with_history()
     env = _env(bank)
@@ -82,6 +84,7 @@ def test_checkpoints_prune_draws_progress_only_on_a_terminal(bank):
     assert "pruning" in terminal and "1/1" in terminal
 
 
+@pytest.mark.slow
 def test_checkpoints_prune_exits_non_zero_when_a_thread_fails(bank):
     thread, _ = _thread_with_history()
     doomed = str(thread.pk)
@@ -107,6 +110,7 @@ def test_checkpoints_prune_exits_non_zero_when_a_thread_fails(bank):
     assert "1 thread(s) could not be pruned" in err
 
 
+@pytest.mark.slow
 def test_audit_verify_exits_non_zero_on_a_break_and_shows_progress_on_a_terminal(bank):
     env = _env(bank)
     status, out, terminal = _run(env, "audit_verify", tty=True)

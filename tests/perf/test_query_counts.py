@@ -24,7 +24,7 @@ from runtime.gatekeeper import gate_payload
 from runtime.models import Run, RunKind, RunStatus, Thread
 from runtime.runs import PendingInterrupt, RunOutcome, run_claim, run_finish
 from runtime.threads import thread_create
-from tests.conftest import Persona, loan_input, pending_tasks, thread_start
+from tests.conftest import Persona, api_decide, loan_input, pending_tasks, thread_start
 
 pytestmark = pytest.mark.usefixtures("live_db")
 
@@ -173,6 +173,6 @@ def test_start_and_decision_queries_are_bounded(operator, reviewer):
     [task] = pending_tasks(reviewer, thread["id"])
     reviewer.client.get("/api/graphs")
     with CaptureQueriesContext(connection) as ctx:
-        response = reviewer.client.post(f"/api/tasks/{task['id']}/decision", {"decision": "approve", "reason": "ok"})
+        response = api_decide(reviewer, task, reason="ok")
     assert response.status_code == 201, response.content
     assert len(ctx) <= DECISION_QUERIES, _sql(ctx)

@@ -74,6 +74,7 @@ def test_the_default_checkpointers_need_no_preflight(settings):
     checkpointer_preflight()  # no Redis call, no error
 
 
+@pytest.mark.slow
 def test_a_process_starting_with_it_exits_with_the_message(tmp_path):
     import os
     import subprocess

@@ -495,6 +495,7 @@ def test_the_demo_graphs_declare_a_strict_reason_policy():
 # --- loading on first use ------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_django_start_up_imports_no_graph_module():
     """``migrate`` and ``collectstatic`` set Django up, and nothing more: the registry waits for first use."""
     import subprocess

@@ -27,7 +27,7 @@ from runtime import executor
 from runtime.controls import RuntimeControls
 from runtime.executor import outcome_read
 from runtime.models import Run, RunKind
-from runtime.runs import thread_create
+from runtime.threads import thread_create
 from tests.graphs import shapes
 
 

@@ -25,31 +25,27 @@ from tests.conftest import ROOT, Persona, daphne_start, process_group_stop, scal
 _SERVER_VARS = ("DATABASE_URL", "REDIS_URL", "GATEHOUSE_QUEUE", "GATEHOUSE_GRAPHS", "SECRET_KEY", "GATEHOUSE_VAR_DIR")
 
 # One process sets up the SQLite side: schema, demo users, an admin token, and a paused
-# task to decide (written directly, as tests/console does: no worker is needed to fuzz it).
+# task to decide (opened through the services by tests.factories: no worker is needed to fuzz it).
 _SQLITE_SETUP = """
-import hashlib, uuid, django
+import django
 django.setup()
 from django.core.management import call_command
 from django.contrib.auth import get_user_model
-from approvals.models import ApprovalTask, GraphAssignment
+from approvals.models import GraphAssignment
 from approvals.roles import roles_ensure
 from approvals.tokens import token_issue
 from approvals.inbound.webhooks import webhook_endpoint_create
 from runtime.gatekeeper import gate_payload
-from runtime.models import Thread, ThreadStatus
+from tests.factories import task_make
 call_command("migrate", verbosity=0, interactive=False)
 admin = get_user_model().objects.create_user("fuzz-admin")  # no password: a token is all it needs
 admin.groups.add(roles_ensure()["admin"])
 GraphAssignment.objects.create(user=admin, graph="*")
 payload = gate_payload(title="Loan", summary="fuzz", proposed_action={"name": "disburse", "args": {"amount": 1}},
                        editable=["amount"], sla_seconds=3600, details={})
-checkpoint = str(uuid.uuid4())
-thread = Thread.objects.create(graph="loan_approval", status=ThreadStatus.INTERRUPTED, checkpoint_id=checkpoint)
-task = ApprovalTask.objects.create(thread=thread, graph="loan_approval", node="human_review",
-    interrupt_id=uuid.uuid4().hex, checkpoint_id=checkpoint, payload=payload,
-    payload_digest=hashlib.sha256(repr(payload).encode()).hexdigest(), title="Loan")
+task = task_make(payload=payload)
 endpoint = webhook_endpoint_create(actor=None, name="fuzz", graph="loan_approval", gates=["human_review"])
-print(token_issue(user=admin), thread.id, task.id, endpoint.secrets[0])
+print(token_issue(user=admin), task.thread_id, task.id, endpoint.secrets[0])
 """
 
 
@@ -155,7 +151,7 @@ def postgres_server(
     from django.contrib.auth import get_user_model
 
     from approvals.inbound.webhooks import webhook_endpoint_create
-    from tests.console.conftest import task_make
+    from tests.factories import task_make
 
     env = {**worker_env(bank), "GATEHOUSE_PLATFORM_WAIT_SECONDS": "1"}
     with django_db_blocker.unblock():

@@ -20,8 +20,9 @@ from approvals.models import AuditEvent, Decision, InboundDelivery, WebhookEndpo
 from approvals.outbound.signing import webhook_sign
 from runtime.models import Thread
 from tests.api.test_bad_input import snapshot
-from tests.conftest import loan_input, pending_tasks, thread_start
-from tests.console.conftest import console_client, task_make
+from tests.conftest import api_decide, loan_input, pending_tasks, thread_start
+from tests.console.conftest import console_client, console_decide
+from tests.factories import task_make
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db")]
 
@@ -118,7 +119,7 @@ def test_a_nul_byte_in_a_thread_request_is_refused_naming_the_field(operator, bo
 )
 def test_a_nul_byte_in_a_decision_is_refused_and_nothing_is_written(reviewer, loan_task, extra, field):
     before = snapshot(loan_task["id"])
-    error = error_of(reviewer.client.post(f"/api/tasks/{loan_task['id']}/decision", extra), 422)
+    error = error_of(api_decide(reviewer, loan_task, None, **extra), 422)
     assert error["field"] == field
     assert snapshot(loan_task["id"]) == before
 
@@ -170,9 +171,7 @@ def test_a_nul_byte_in_a_console_form_field_is_refused_and_nothing_is_written(pe
 
 def test_a_nul_byte_in_a_console_decision_reason_is_refused(personas):
     task = task_make()
-    response = console_client(personas["reviewer"]).post(
-        f"/tasks/{task.pk}/decide", {"decision": "reject", "reason": f"no{NUL}"}
-    )
+    response = console_decide(console_client(personas["reviewer"]), task, decision="reject", reason=f"no{NUL}")
     assert error_of(response, 422)["field"] == "reason"
     assert Decision.objects.filter(task=task).count() == 0
 

@@ -35,8 +35,8 @@ from approvals.redaction import TEXT_MASK
 from approvals.tokens import token_issue
 from console import live
 from tests.conftest import ApiClient, Persona, scaled
-from tests.console.conftest import task_make
 from tests.console.test_live import ORIGIN, Socket, loop  # noqa: F401 - the module's event loop fixture
+from tests.factories import task_make
 
 pytestmark = pytest.mark.usefixtures("live_db")
 

@@ -38,7 +38,7 @@ from approvals.models import (
     TaskStatus,
 )
 from approvals.outbound.signing import SECRET_PREFIX, secret_check, secret_generate, webhook_sign
-from tests.console.conftest import loan_gate, task_make
+from tests.factories import loan_gate, task_make
 
 pytestmark = pytest.mark.django_db
 

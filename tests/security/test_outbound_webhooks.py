@@ -30,7 +30,7 @@ from django.db import OperationalError, transaction
 from approvals.models import ApprovalTask, AuditEvent, OutboundDelivery, WebhookSubscription
 from approvals.outbound import sending
 from approvals.outbound.signing import secret_generate
-from tests.conftest import pending_tasks, thread_start, wait_for
+from tests.conftest import api_decide, pending_tasks, thread_start, wait_for
 
 PUBLIC = "93.184.216.34"  # a public address nothing here connects to (only resolved, never reached)
 
@@ -429,12 +429,12 @@ def test_task_decided_is_not_emitted_on_a_first_of_two_signatures(personas, rece
         thread = thread_start(operator, "four_eyes", {"subject": "wire", "amount": 5000})
         [task] = pending_tasks(reviewer, thread["id"])
         outbox = _outbox(created.json()["id"], task["id"])
-        first = reviewer.client.post(f"/api/tasks/{task['id']}/decision", {"decision": "approve", "reason": "ok"})
+        first = api_decide(reviewer, task, reason="ok")
         assert first.status_code == 201, first.content
         assert ApprovalTask.objects.get(pk=task["id"]).status == "pending"
         assert outbox("task.decided") == []
 
-        final = approver.client.post(f"/api/tasks/{task['id']}/decision", {"decision": "approve", "reason": "ok"})
+        final = api_decide(approver, task, reason="ok")
         assert final.status_code == 201, final.content
         [decided] = outbox("task.decided")
         assert decided.payload["data"]["actor"] == approver.username
@@ -453,7 +453,7 @@ def test_each_signature_is_announced_as_task_signed(personas, receiver):
         [task] = pending_tasks(reviewer, thread["id"])
         outbox = _outbox(created.json()["id"], task["id"])
         for persona in (reviewer, approver):
-            response = persona.client.post(f"/api/tasks/{task['id']}/decision", {"decision": "approve", "reason": "ok"})
+            response = api_decide(persona, task, reason="ok")
             assert response.status_code == 201, response.content
         signed = sorted(outbox("task.signed"), key=lambda d: d.pk)
         assert [(d.payload["data"]["actor"], d.payload["data"]["approvals"]) for d in signed] == [

@@ -21,7 +21,8 @@ from approvals.models import Decision, GraphAssignment
 from approvals.roles import roles_ensure
 from approvals.security import SESSION_AUTH_AT
 from approvals.tokens import token_issue
-from tests.conftest import ApiClient, loan_input, pending_tasks, thread_start
+from tests.conftest import ApiClient, api_decide, loan_input, pending_tasks, thread_start
+from tests.console.conftest import console_decide
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db", "live_worker")]
 
@@ -56,8 +57,7 @@ def _browser(user: User) -> Client:
 
 
 def _console_sign(browser: Client, task: dict[str, Any], **extra: str) -> Any:
-    body = {"decision": "approve", "reason": "looks fine", "checkpoint_id": task["checkpoint_id"], **extra}
-    return browser.post(f"/tasks/{task['id']}/decide", body, headers={"HX-Request": "true"})
+    return console_decide(browser, task, decision="approve", reason="looks fine", **extra)
 
 
 def _signed(task: dict[str, Any]) -> bool:
@@ -131,7 +131,7 @@ def test_a_real_api_token_still_signs_without_a_password(personas, signer):
     task = _loan_task(personas)
     User.objects.filter(pk=signer.pk).update(last_login=timezone.now() - LONG_AGO)
 
-    response = ApiClient(token_issue(user=signer)).post(f"/api/tasks/{task['id']}/decision", {"decision": "approve"})
+    response = api_decide(ApiClient(token_issue(user=signer)), task)
 
     assert response.status_code == 201, response.content
     assert Decision.objects.get(task_id=task["id"]).reauthenticated_at is None

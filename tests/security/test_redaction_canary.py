@@ -56,7 +56,7 @@ from lgplatform.services import assistant_id_for
 from runtime.models import Thread
 from runtime.registry import graph_names
 from runtime.state import thread_history_read
-from tests.conftest import Persona, wait_for
+from tests.conftest import Persona, api_decide, wait_for
 from tests.console.test_live import ORIGIN, Socket, loop  # noqa: F401 - the module's event loop fixture
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db", "live_worker")]
@@ -292,7 +292,7 @@ def plant_native(planter: Planter) -> str:
             payload = admin.client.get(f"/api/tasks/{task['id']}").json()["payload"]
             outcome, edits, resume = planter.decision(payload, "")
             body = {"decision": outcome, "reason": "canary", "edits": edits, "resume": resume}
-            response = admin.client.post(f"/api/tasks/{task['id']}/decision", body)
+            response = api_decide(admin, task, None, **body)
             assert response.status_code == 201, response.content
             decided.add(task["id"])
     comment_plant(planter, thread_id)

@@ -20,7 +20,7 @@ from django.test import Client
 
 from approvals.audit import canonical
 from approvals.redaction import MASK
-from tests.conftest import Persona, pending_tasks, thread_settled, thread_start
+from tests.conftest import Persona, api_decide, pending_tasks, thread_settled, thread_start
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db", "live_worker")]
 
@@ -45,7 +45,7 @@ def _kyc_start(personas: dict[str, Persona], name: str) -> dict[str, Any]:
 def _to_compliance(personas: dict[str, Persona], thread_id: str) -> dict[str, Any]:
     """Approve the identity check; the compliance review task that follows."""
     [identity] = pending_tasks(personas["approver"], thread_id)
-    ok = personas["approver"].client.post(f"/api/tasks/{identity['id']}/decision", {"decision": "approve"})
+    ok = api_decide(personas["approver"], identity)
     assert ok.status_code == 201, ok.content
     return next(t for t in pending_tasks(personas["approver"], thread_id) if t["id"] != identity["id"])
 
@@ -58,18 +58,17 @@ def edited(personas: dict[str, Persona], worker: Any, django_db_blocker: Any) ->
         name = f"Edited {uuid.uuid4().hex[:6]}"
         thread = _kyc_start(personas, name)
         compliance = _to_compliance(personas, thread["id"])
-        decided = personas["admin"].client.post(
-            f"/api/tasks/{compliance['id']}/decision",
-            {
+        decided = api_decide(
+            personas["admin"],
+            compliance,
+            "edit",
+            reason="corrected date of birth",
+            edits={"applicant": _applicant(name, EDITED_DOB)},
+            resume={
                 "decision": "edit",
                 "reason": "corrected date of birth",
-                "edits": {"applicant": _applicant(name, EDITED_DOB)},
-                "resume": {
-                    "decision": "edit",
-                    "reason": "corrected date of birth",
-                    "action_args": {"tier": "standard"},
-                    "data": {"applicant": {"date_of_birth": RESUME_DOB}},
-                },
+                "action_args": {"tier": "standard"},
+                "data": {"applicant": {"date_of_birth": RESUME_DOB}},
             },
         )
         assert decided.status_code == 201, decided.content
@@ -110,15 +109,14 @@ def test_an_audit_reader_without_reveal_rights_cannot_read_a_response_on_the_dec
     name = f"Respond {uuid.uuid4().hex[:6]}"
     thread = _kyc_start(personas, name)
     compliance = _to_compliance(personas, thread["id"])
-    responded = personas["admin"].client.post(
-        f"/api/tasks/{compliance['id']}/decision",
-        {
+    responded = api_decide(
+        personas["admin"],
+        compliance,
+        "respond",
+        resume={
             "decision": "respond",
-            "resume": {
-                "decision": "respond",
-                "message": "see data",
-                "data": {"applicant": {"date_of_birth": RESUME_DOB}},
-            },
+            "message": "see data",
+            "data": {"applicant": {"date_of_birth": RESUME_DOB}},
         },
     )
     assert responded.status_code == 201, responded.content
@@ -219,8 +217,5 @@ def test_a_reviewer_cannot_brute_force_a_redacted_value_from_the_task_digests(pe
             found.append(candidate)
     assert found == []
     # The digests still bind the decision to what the reviewer saw.
-    decided = personas["reviewer"].client.post(
-        f"/api/tasks/{compliance['id']}/decision",
-        {"decision": "approve", "evidence_digest": task["evidence_digest"]},
-    )
+    decided = api_decide(personas["reviewer"], compliance, evidence_digest=task["evidence_digest"])
     assert decided.status_code == 201, decided.content

@@ -19,7 +19,8 @@ from approvals.models import ApprovalTask, Decision, TaskStatus
 from runtime.checkpointer import checkpointer_get
 from runtime.models import Effect, Run, RunKind, RunStatus, Thread
 from runtime.runs import run_enqueue
-from tests.conftest import loan_input, pending_tasks, thread_settled, thread_start, wait_for
+from tests.conftest import api_decide, loan_input, pending_tasks, thread_settled, thread_start, wait_for
+from tests.factories import thread_make
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db", "live_worker")]
 
@@ -74,7 +75,7 @@ def test_a_decision_value_the_checkpointer_cannot_store_is_refused_naming_the_fi
     operator, reviewer, bank, body, field
 ):
     thread, task = _paused_loan(operator, reviewer)
-    response = reviewer.client.post(f"/api/tasks/{task['id']}/decision", body)
+    response = api_decide(reviewer, task, None, **body)
     assert response.status_code == 422, response.content
     assert response.json()["error"]["field"] == field
     assert not Decision.objects.filter(task_id=task["id"]).exists()
@@ -128,10 +129,7 @@ def refuse_update_writes():
 def test_a_retried_resume_pays_the_signed_edit_not_the_original_amount(operator, reviewer, bank, refuse_update_writes):
     thread, task = _paused_loan(operator, reviewer, amount=18000)
     refuse_update_writes(thread["id"])
-    response = reviewer.client.post(
-        f"/api/tasks/{task['id']}/decision",
-        {"decision": "edit", "reason": "cap the exposure", "edits": {"amount": 15000}},
-    )
+    response = api_decide(reviewer, task, "edit", reason="cap the exposure", edits={"amount": 15000})
     assert response.status_code == 201, response.content
     failed = thread_settled(reviewer, thread["id"], statuses=("failed", "completed", "interrupted"))
     assert failed["status"] == "failed", failed
@@ -185,13 +183,10 @@ def test_a_quorum_keeps_the_action_arguments_one_approver_proposed(operator, per
     first, second, last = personas["approver"], personas["reviewer"], personas["approver2"]
     thread = thread_start(operator, "four_eyes", {"subject": "quorum-args", "amount": 5000})
     [task] = pending_tasks(first, thread["id"])
-    proposal = first.client.post(
-        f"/api/tasks/{task['id']}/decision",
-        {"decision": "edit", "reason": "release less", "action_args": {"amount": 4000}},
-    )
+    proposal = api_decide(first, task, "edit", reason="release less", action_args={"amount": 4000})
     assert proposal.status_code == 201, proposal.content
     for signer in (second, last):
-        final = signer.client.post(f"/api/tasks/{task['id']}/decision", {"decision": "approve", "reason": "ok"})
+        final = api_decide(signer, task, reason="ok")
         assert final.status_code == 201, final.content
     run = Decision.objects.get(pk=final.json()["id"]).run
     resume = run.command["resume"][ApprovalTask.objects.get(pk=task["id"]).interrupt_id]
@@ -204,10 +199,7 @@ def test_a_quorum_keeps_the_action_arguments_one_approver_proposed(operator, per
 
 def test_an_amount_edited_differently_as_state_and_as_action_argument_is_refused(operator, reviewer):
     _thread, task = _paused_loan(operator, reviewer)
-    response = reviewer.client.post(
-        f"/api/tasks/{task['id']}/decision",
-        {"decision": "edit", "reason": "r", "edits": {"amount": 15000}, "action_args": {"amount": 12000}},
-    )
+    response = api_decide(reviewer, task, "edit", reason="r", edits={"amount": 15000}, action_args={"amount": 12000})
     assert response.status_code == 422, response.content
     assert response.json()["error"]["field"] == "action_args.amount"
     assert not Decision.objects.filter(task_id=task["id"]).exists()
@@ -225,9 +217,7 @@ def _verify(*thread_ids: str) -> str:
 
 def test_a_signed_edit_that_was_paid_verifies_clean(operator, reviewer, bank):
     thread, task = _paused_loan(operator, reviewer, amount=21000)
-    response = reviewer.client.post(
-        f"/api/tasks/{task['id']}/decision", {"decision": "edit", "reason": "less", "action_args": {"amount": 15000}}
-    )
+    response = api_decide(reviewer, task, "edit", reason="less", action_args={"amount": 15000})
     assert response.status_code == 201, response.content
     assert thread_settled(reviewer, thread["id"])["status"] == "completed"
     decision = Decision.objects.get(pk=response.json()["id"])
@@ -245,9 +235,7 @@ def test_a_signed_edit_that_was_paid_verifies_clean(operator, reviewer, bank):
 def test_a_graph_that_pays_an_amount_nobody_signed_is_named(operator, reviewer, bank):
     thread = thread_start(operator, "buggy_payout", {"loan_id": "L-buggy", "amount": 18000})
     [task] = pending_tasks(reviewer, thread["id"])
-    response = reviewer.client.post(
-        f"/api/tasks/{task['id']}/decision", {"decision": "edit", "reason": "less", "edits": {"amount": 15000}}
-    )
+    response = api_decide(reviewer, task, "edit", reason="less", edits={"amount": 15000})
     assert response.status_code == 201, response.content
     assert thread_settled(reviewer, thread["id"])["status"] == "completed"
     assert _paid(bank, thread["id"]) == [18000]  # the bug: the signed 15000 never reached the bank
@@ -265,7 +253,7 @@ def test_a_graph_that_pays_an_amount_nobody_signed_is_named(operator, reviewer, 
 @pytest.mark.parametrize("tamper", ["effect_args", "decision_resume"])
 def test_a_ledger_or_decision_row_altered_after_the_fact_is_named(operator, reviewer, bank, tamper):
     thread, task = _paused_loan(operator, reviewer, amount=21000)
-    response = reviewer.client.post(f"/api/tasks/{task['id']}/decision", {"decision": "approve", "reason": "ok"})
+    response = api_decide(reviewer, task, reason="ok")
     assert response.status_code == 201, response.content
     assert thread_settled(reviewer, thread["id"])["status"] == "completed"
     assert "signed intent proven" in _verify(thread["id"])
@@ -299,9 +287,7 @@ def test_an_auditor_sees_an_edit_of_the_action_arguments_as_a_diff(operator, rev
     from tests.console.conftest import console_client
 
     thread, task = _paused_loan(operator, reviewer, amount=18000)
-    response = reviewer.client.post(
-        f"/api/tasks/{task['id']}/decision", {"decision": "edit", "reason": "cap", "action_args": {"amount": 15000}}
-    )
+    response = api_decide(reviewer, task, "edit", reason="cap", action_args={"amount": 15000})
     assert response.status_code == 201, response.content
     assert thread_settled(reviewer, thread["id"])["status"] == "completed"
     browser = console_client(auditor)
@@ -353,7 +339,7 @@ def test_an_idempotency_key_is_never_replayed_for_an_effect_with_other_arguments
     builder.add_node(pay)
     builder.add_edge(START, "pay")
     graph = builder.compile()
-    thread = Thread.objects.create(graph="loan_approval")
+    thread = thread_make(graph="loan_approval")
     config = {"configurable": {"thread_id": str(thread.pk)}}
     graph.invoke({"amount": 15000}, config)
     graph.invoke({"amount": 15000}, config)  # a replay with the same arguments returns the recorded result

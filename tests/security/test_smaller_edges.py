@@ -111,6 +111,7 @@ print(json.dumps({str(p.relative_to(var.parent)): os.stat(p).st_mode & 0o777 for
 """
 
 
+@pytest.mark.slow
 def test_embedded_mode_keeps_the_secret_key_and_databases_owner_only(tmp_path):
     """Under the common umask 022, nothing under var/ may be readable by other users."""
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "SECRET_KEY")}
@@ -135,6 +136,7 @@ def test_embedded_mode_keeps_the_secret_key_and_databases_owner_only(tmp_path):
     assert stat.S_IMODE((tmp_path / "var" / "secret_key").stat().st_mode) == 0o600
 
 
+@pytest.mark.slow
 def test_a_world_readable_file_left_by_an_older_version_is_tightened(tmp_path):
     var = tmp_path / "var"
     var.mkdir(mode=0o755)

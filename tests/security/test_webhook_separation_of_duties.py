@@ -20,7 +20,7 @@ from approvals.inbound.webhooks import webhook_endpoint_create
 from approvals.models import AuditEvent, Decision, GraphAssignment, InboundDelivery, WebhookEndpoint
 from approvals.outbound.signing import secret_generate, webhook_sign
 from approvals.tokens import token_issue
-from tests.conftest import ApiClient, pending_tasks, thread_start
+from tests.conftest import ApiClient, api_decide, pending_tasks, thread_start
 from tests.console.conftest import console_client
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db", "live_worker")]
@@ -129,7 +129,7 @@ def test_the_endpoint_principal_cannot_decide_another_gate_even_with_a_token(per
     _, task = _identity_task(personas)
     principal = ApiClient(token_issue(user=endpoint.principal))
 
-    response = principal.post(f"/api/tasks/{task['id']}/decision", {"decision": "approve"})
+    response = api_decide(principal, task)
 
     assert response.status_code == 403, response.content
     assert "identity_check" in response.json()["error"]["message"]
