@@ -16,7 +16,7 @@ pytestmark = pytest.mark.django_db
 
 
 def _recorded(event: AuditEvent) -> dict[str, Any]:
-    """Everything stored about the event but its position in the chain and its time."""
+    """Everything stored about the event but its position (time, id); same subject, so same chain."""
     event.refresh_from_db()
     return {
         "actor_id": event.actor_id,
@@ -27,7 +27,8 @@ def _recorded(event: AuditEvent) -> dict[str, Any]:
         "thread_id": event.thread_id,
         "graph": event.graph,
         "details": event.details,
-        "hashed": {k: v for k, v in event_fields(event).items() if k != "at"},
+        "chain": event.chain,
+        "hashed": {k: v for k, v in event_fields(event).items() if k not in ("at", "id")},
     }
 
 

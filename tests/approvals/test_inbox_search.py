@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from approvals.inbox_filter import InboxFilter
 from approvals.selectors import search_metadata_from_config
 from console.selectors import inbox_list
 from runtime.registry import GraphRegistryError, graph_get, graphs_read
@@ -62,7 +63,10 @@ def test_only_the_keys_a_graph_names_are_searched(personas, monkeypatch):
     monkeypatch.setitem(graph_get("kyc_onboarding").options, "search_metadata", ())
 
     def found(q: str) -> set:
-        return {t.pk for t in inbox_list(user=personas["approver"].user, q=q).items} & {loan.pk, kyc.pk}
+        return {t.pk for t in inbox_list(user=personas["approver"].user, filter=InboxFilter(q=q)).items} & {
+            loan.pk,
+            kyc.pk,
+        }
 
     assert found(marker) == {loan.pk}  # kyc_onboarding names no key: its case is not searched
     assert found(f"{marker}-customer") == set()  # loan_approval does not name "customer"

@@ -53,7 +53,8 @@ def _config() -> Any:
 
 def _stream(graph: Any, graph_input: Any, config: Any, durability: str = "sync", run: Run | None = None) -> Any:
     controls = RuntimeControls(durability=durability)  # type: ignore[arg-type]
-    return executor._stream(graph, graph_input, config, _Heartbeat(), controls, run)  # type: ignore[arg-type]
+    # A run no /lg/ client streams (an unsaved row: only async/exit durability asks the database about it).
+    return executor._stream(graph, graph_input, config, _Heartbeat(), controls, run or Run(stream=None))  # type: ignore[arg-type]
 
 
 @pytest.fixture
