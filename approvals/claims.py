@@ -32,7 +32,8 @@ def can_release_any(user: permissions.Principal) -> bool:
 
 def claim_for(task: ApprovalTask) -> TaskClaim | None:
     """The task's active claim, if any (an expired row is no claim)."""
-    claim = TaskClaim.objects.select_related("user").filter(task_id=task.pk).first()
+    # One row per task (its key): no ORDER BY, which .first() would add and compile.
+    claim = next(iter(TaskClaim.objects.select_related("user").filter(task_id=task.pk)[:1]), None)
     return claim if claim is not None and claim.is_active else None
 
 

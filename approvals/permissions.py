@@ -217,7 +217,8 @@ def audit_visible(user: Principal) -> QuerySet[AuditEvent]:
 
 
 def thread_get_for(user: Principal, thread_id: Any) -> Thread:
-    thread = threads_visible(user).filter(pk=thread_id).first()
+    # A key lookup needs no ORDER BY: .first() adds one, and compiling it costs more than the lookup.
+    thread = next(iter(threads_visible(user).filter(pk=thread_id)[:1]), None)
     if thread is None:
         raise NotFound(f"thread {thread_id} not found", field="thread_id")
     return thread
@@ -228,7 +229,7 @@ def task_get_for(user: Principal, task_id: Any, *, lock: bool = False) -> Approv
     qs = tasks_visible(user).select_related("thread")
     if lock:
         qs = qs.select_for_update()
-    task = qs.filter(pk=task_id).first()
+    task = next(iter(qs.filter(pk=task_id)[:1]), None)  # no ORDER BY for a key lookup (see thread_get_for)
     if task is None:
         raise NotFound(f"task {task_id} not found", field="task_id")
     return task

@@ -33,7 +33,8 @@ Results: a table on stdout, ``var/bench/full_cycle.json``, and
 the worker once the warm-up is done and detaches after the one-at-a-time
 decisions, writing flame graphs ``var/bench/flame-web.svg`` and
 ``var/bench/flame-worker.svg`` (on-CPU samples; ``--profile-idle`` includes
-threads waiting on the database or the network). Profiling slows both
+threads waiting on the database or the network; ``--profile-gil``: only
+samples holding the GIL, i.e. Python's own CPU). Profiling slows both
 processes a little: compare ratios of runs made the same way.
 """
 
@@ -59,7 +60,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -187,11 +188,17 @@ class Proc:
 
 
 class FlameGraphs:
-    """``py-spy record`` attached to running processes; stopped with SIGINT, on which it writes its SVG."""
+    """``py-spy record`` attached to running processes; stopped with SIGINT, on which it writes its output."""
 
-    def __init__(self, out_dir: Path, *, idle: bool, rate: int = 100) -> None:
+    SUFFIX: ClassVar[dict[str, str]] = {"flamegraph": "svg", "raw": "txt", "speedscope": "json"}
+
+    def __init__(
+        self, out_dir: Path, *, idle: bool, gil: bool = False, fmt: str = "flamegraph", rate: int = 100
+    ) -> None:
         self.out_dir = out_dir
         self.idle = idle
+        self.gil = gil
+        self.fmt = fmt
         self.rate = rate
         self.recorders: list[tuple[str, subprocess.Popen[bytes], Path]] = []
 
@@ -200,9 +207,10 @@ class FlameGraphs:
 
         spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
         for proc in procs:
-            svg = self.out_dir / f"flame-{proc.name}.svg"
+            svg = self.out_dir / f"flame-{proc.name}.{self.SUFFIX[self.fmt]}"
             args = [spy, "record", "--pid", str(proc.proc.pid), "--rate", str(self.rate), "--nonblocking",
-                    "--output", str(svg), "--format", "flamegraph", *(["--idle"] if self.idle else [])]  # fmt: skip
+                    "--output", str(svg), "--format", self.fmt, *(["--idle"] if self.idle else []),
+                    *(["--gil"] if self.gil else [])]  # fmt: skip
             log_file = open(self.out_dir / f"flame-{proc.name}.log", "wb")  # noqa: SIM115 - py-spy owns it
             recorder = subprocess.Popen(args, stdout=log_file, stderr=subprocess.STDOUT)
             log_file.close()
@@ -222,6 +230,57 @@ class FlameGraphs:
             written.append(f"{name}: {svg}" if svg.exists() else f"{name}: no flame graph (see flame-{name}.log)")
         self.recorders.clear()
         return written
+
+
+def _proc_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process (Linux /proc; 0 if it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class CpuMeter:
+    """CPU seconds spent by web, worker, PostgreSQL (the bench database's backends) and this process.
+
+    Wall-clock ratios move with whatever else the machine runs; CPU per thread
+    moves much less, so it is the number to compare between runs on a shared
+    machine. A backend that exits inside the window is missed (the pools keep theirs).
+    """
+
+    def __init__(self, db_name: str, procs: list[Proc]) -> None:
+        self.db_name = db_name
+        self.procs = procs
+
+    def _postgres(self) -> dict[int, float]:
+        import psycopg
+
+        with psycopg.connect(f"{PG_SERVER}/postgres", autocommit=True, connect_timeout=10) as conn:
+            pids = [r[0] for r in conn.execute("SELECT pid FROM pg_stat_activity WHERE datname = %s", [self.db_name])]
+        return {pid: _proc_cpu_seconds(pid) for pid in pids}
+
+    def snapshot(self) -> dict[str, Any]:
+        import resource
+
+        own = resource.getrusage(resource.RUSAGE_SELF)
+        return {
+            **{proc.name: _proc_cpu_seconds(proc.proc.pid) for proc in self.procs},
+            "client + bank (this process)": own.ru_utime + own.ru_stime,
+            "postgres": self._postgres(),
+        }
+
+    @staticmethod
+    def per_thread_ms(before: dict[str, Any], after: dict[str, Any], threads: int) -> dict[str, float]:
+        out = {}
+        for name, value in after.items():
+            if name == "postgres":
+                used = sum(cpu - before[name].get(pid, 0.0) for pid, cpu in value.items())
+            else:
+                used = value - before[name]
+            out[name] = round(used * 1000 / threads, 2)
+        out["total"] = round(sum(out.values()), 2)
+        return out
 
 
 def worker_proc(
@@ -807,6 +866,13 @@ def main() -> int:
         help="flame graphs of daphne and the worker (py-spy) under the measured scenarios (or PROFILE=1)",
     )
     parser.add_argument("--profile-idle", action="store_true", help="with --profile: include waiting threads")
+    parser.add_argument("--profile-gil", action="store_true", help="with --profile: only threads holding the GIL")
+    parser.add_argument(
+        "--profile-format",
+        choices=("flamegraph", "raw", "speedscope"),
+        default="flamegraph",
+        help="with --profile: py-spy's output format (flamegraph: .svg; raw: collapsed stacks .txt)",
+    )
     args = parser.parse_args()
 
     def on_alarm(*_: object) -> None:
@@ -877,9 +943,12 @@ def main() -> int:
         log(f"full stack: warm-up ({args.warmup}), then {args.threads} threads, {args.clients} clients")
         measure_full_stack(api, args.warmup, min(args.clients, args.warmup), args.poll)
         if args.profile:
-            flames = FlameGraphs(OUT_DIR, idle=args.profile_idle)
+            flames = FlameGraphs(OUT_DIR, idle=args.profile_idle, gil=args.profile_gil, fmt=args.profile_format)
             flames.attach(procs)
+        meter = CpuMeter(args.db, procs)
+        cpu_before = meter.snapshot()
         gh_start, gh_decide, gh_threads = measure_full_stack(api, args.threads, args.clients, args.poll)
+        cpu_per_thread = CpuMeter.per_thread_ms(cpu_before, meter.snapshot(), args.threads)
         log(f"full stack: {args.idle_samples} decisions one at a time")
         gh_idle, gh_idle_threads, posts_ms, gh_waited = measure_full_stack_idle(api, args.idle_samples, args.idle_poll)
         if flames is not None:
@@ -901,7 +970,10 @@ def main() -> int:
         log(f"baseline: warm-up, then {args.threads} threads on {args.baseline_concurrency} threads")
         with baseline_graph(args.db, args.baseline_concurrency + 1) as graph:
             measure_baseline(graph, args.warmup, args.baseline_concurrency)
+            raw_meter = CpuMeter(args.db, [])
+            raw_cpu_before = raw_meter.snapshot()
             raw_start, raw_decide, raw_threads = measure_baseline(graph, args.threads, args.baseline_concurrency)
+            raw_cpu_per_thread = CpuMeter.per_thread_ms(raw_cpu_before, raw_meter.snapshot(), args.threads)
             log(f"baseline: {args.idle_samples} resumes one at a time")
             raw_idle, raw_idle_threads = measure_baseline_idle(graph, args.idle_samples)
 
@@ -945,6 +1017,13 @@ def main() -> int:
             + "; ".join(f"{k} {v:.1f}" for k, v in breakdown.items())
         )
         print(
+            "CPU ms per thread, full cycle under load (start → completed): gatehouse "
+            + "; ".join(f"{k} {v:.1f}" for k, v in cpu_per_thread.items())
+            + " | baseline "
+            + "; ".join(f"{k} {v:.1f}" for k, v in raw_cpu_per_thread.items())
+            + f" | CPU ratio (baseline/gatehouse) {raw_cpu_per_thread['total'] / cpu_per_thread['total']:.2f}x"
+        )
+        print(
             "SQL per step (Django ORM queries, counting BEGIN/COMMIT / psycopg statements incl. the checkpointer's): "
             + "; ".join(f"{k} {v['orm_queries']}/{v['sql_statements']}" for k, v in queries.items())
         )
@@ -969,6 +1048,7 @@ def main() -> int:
             "effects": effects,
             "idle_breakdown_median_ms": breakdown,
             "sql_per_step": queries,
+            "cpu_ms_per_thread_full_cycle": {"gatehouse": cpu_per_thread, "baseline": raw_cpu_per_thread},
             "results": [
                 {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in asdict(r).items()}
                 for r in results

@@ -180,7 +180,7 @@ def run_claim(*, run_id: str, worker: str) -> Run | None:
     (``run.current_branch_id``; no branch can start while the run is active).
     """
     with transaction.atomic():
-        run = (
+        locked = (
             Run.objects.select_for_update()
             .select_related("thread")
             .annotate(
@@ -190,8 +190,8 @@ def run_claim(*, run_id: str, worker: str) -> Run | None:
                 ),
             )
             .filter(pk=run_id)
-            .first()
         )
+        run = next(iter(locked[:1]), None)  # a key lookup: no ORDER BY (which .first() adds and compiles)
         if run is None:
             return None
         now = run.db_now
