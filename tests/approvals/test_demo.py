@@ -8,8 +8,8 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
-from approvals.demo import DEMO_USERS, demo_setup
 from approvals.models import GraphAssignment
+from demo.seed import DEMO_USERS, demo_setup
 from runtime.models import Thread
 from runtime.registry import registry_load
 from tests.embedded.conftest import SOAK_GRAPHS

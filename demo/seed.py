@@ -1,4 +1,4 @@
-"""Demo users and paused demo threads for embedded mode (never in production).
+"""Demo users and paused demo threads for embedded mode (never in production): `manage.py demo_setup`.
 
 Works with any ``GATEHOUSE_GRAPHS``: the demo users are assigned to the graphs
 that are registered, and demo threads start only for demo graphs that are.

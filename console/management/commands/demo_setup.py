@@ -5,8 +5,8 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from approvals.demo import DEMO_PASSWORD, demo_setup
 from approvals.errors import DomainError
+from demo.seed import DEMO_PASSWORD, demo_setup
 
 
 class Command(BaseCommand):
