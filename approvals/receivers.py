@@ -6,7 +6,7 @@ from typing import Any
 
 from django.dispatch import receiver
 
-from approvals.audit import audit_record
+from approvals.audit import audit_record, audit_thread
 from approvals.intent import decision_followed
 from approvals.models import AuditAction, AuditEvent
 from approvals.services import tasks_open
@@ -59,14 +59,11 @@ def on_run_interrupted(sender: Any, run: Run, interrupts: list[Any], **kwargs: A
 @receiver(signals.run_completed)
 def on_run_completed(sender: Any, run: Run, values: dict[str, Any], **kwargs: Any) -> None:
     _audit_run(run, AuditAction.RUN_SUCCEEDED, {})
-    audit_record(
+    audit_thread(
+        thread=run.thread,
         actor=None,
         actor_label="runtime",
         action=AuditAction.THREAD_COMPLETED,
-        subject_type="thread",
-        subject_id=run.thread_id,
-        thread_id=run.thread_id,
-        graph=run.thread.graph,
         details={"checkpoint_id": run.thread.checkpoint_id, "keys": sorted(values)},
     )
 

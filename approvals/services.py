@@ -21,7 +21,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from approvals import gateway, permissions
-from approvals.audit import audit_record, canonical
+from approvals.audit import audit_record, audit_task, audit_thread, canonical
 from approvals.claims import claim_check
 from approvals.errors import Conflict, Forbidden, InvalidInput
 from approvals.gate_policy import gate_deadline, gate_policy
@@ -68,15 +68,8 @@ def thread_start(*, actor: User, graph: str, input: dict[str, Any], metadata: di
     except FieldError as exc:
         raise InvalidInput(exc.message, field=exc.field) from None
     thread, run = thread_start_enqueue(graph=graph, metadata=metadata, input=input, created_by=actor)
-    audit_record(
-        actor=actor,
-        action=AuditAction.THREAD_STARTED,
-        subject_type="thread",
-        subject_id=thread.id,
-        thread_id=thread.id,
-        graph=graph,
-        details={"run": str(run.id), "input": input, "metadata": metadata},
-    )
+    details = {"run": str(run.id), "input": input, "metadata": metadata}
+    audit_thread(thread=thread, actor=actor, action=AuditAction.THREAD_STARTED, details=details)
     return thread, run
 
 
@@ -91,15 +84,8 @@ def thread_retry(*, actor: User, thread_id: Any) -> Run:
         run = run_enqueue(thread=thread, kind=RunKind.RETRY, command=retry_command(thread=thread), created_by=actor)
     except ThreadBusy as exc:
         raise Conflict(str(exc), field="thread_id") from None
-    audit_record(
-        actor=actor,
-        action=AuditAction.THREAD_RETRIED,
-        subject_type="thread",
-        subject_id=thread.id,
-        thread_id=thread.id,
-        graph=thread.graph,
-        details={"run": str(run.id), "reapplies": (run.command or {}).get("retry_of")},
-    )
+    details = {"run": str(run.id), "reapplies": (run.command or {}).get("retry_of")}
+    audit_thread(thread=thread, actor=actor, action=AuditAction.THREAD_RETRIED, details=details)
     return run
 
 
@@ -184,14 +170,11 @@ def task_supersede(task: ApprovalTask, *, reason: str, details: dict[str, Any] |
     """A pending task that can no longer be answered (the thread moved on, or to another branch); audited."""
     task.status = TaskStatus.SUPERSEDED
     task.save(update_fields=["status"])
-    audit_record(
+    audit_task(
+        task=task,
         actor=None,
         actor_label="runtime",
         action=AuditAction.TASK_SUPERSEDED,
-        subject_type="task",
-        subject_id=task.id,
-        thread_id=task.thread_id,
-        graph=task.graph,
         details={"reason": reason, **(details or {})},
     )
 
@@ -631,12 +614,4 @@ def _resume_enqueue(
 
 def _thread_cancel(thread: Thread, *, actor: User, reason: str) -> None:
     thread_cancel(thread=thread)  # wakes long polls waiting on this thread, on commit
-    audit_record(
-        actor=actor,
-        action=AuditAction.THREAD_CANCELLED,
-        subject_type="thread",
-        subject_id=thread.id,
-        thread_id=thread.id,
-        graph=thread.graph,
-        details={"reason": reason},
-    )
+    audit_thread(thread=thread, actor=actor, action=AuditAction.THREAD_CANCELLED, details={"reason": reason})
