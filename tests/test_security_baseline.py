@@ -25,7 +25,7 @@ def test_sign_in_and_out_are_audited_and_the_session_is_invalidated():
     assert response.status_code == 302
     session_key = client.session.session_key
     client.post("/accounts/logout/")
-    actions = list(AuditEvent.objects.filter(subject_type="user").values_list("action", flat=True))
+    actions = list(AuditEvent.objects.filter(subject_type="user").order_by("id").values_list("action", flat=True))
     assert actions[-2:] == ["auth.login", "auth.logout"]
     from django.contrib.sessions.models import Session
 
