@@ -176,7 +176,7 @@ def test_a_pushed_row_goes_to_the_top_of_the_list_before_the_list_is_re_rendered
     from django.http import QueryDict
     from django.template.loader import render_to_string
 
-    from console import pages
+    from console import page_context
 
     case = f"P-{uuid.uuid4().hex[:6]}"
     older = task_make(metadata={"case": case})
@@ -203,7 +203,7 @@ def test_a_pushed_row_goes_to_the_top_of_the_list_before_the_list_is_re_rendered
     rows = page.locator("#inbox-rows tr[data-task-id]")
     expect(rows).to_have_count(1)
     task = task_make(metadata={"case": case})
-    ctx = pages.inbox_row_context(personas["reviewer"].user, QueryDict(f"q={case}"), task.pk)
+    ctx = page_context.inbox_row_context(personas["reviewer"].user, QueryDict(f"q={case}"), task.pk)
     sockets[-1].send(render_to_string("console/partials/inbox_row_push.html", ctx))
     expect(rows).to_have_count(2)
     expect(rows.first).to_have_attribute("data-task-id", str(task.pk))
