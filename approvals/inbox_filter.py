@@ -1,6 +1,6 @@
 """The inbox's filter, defined once.
 
-The inbox page and its live updates (``console.pages.inbox_context``), the
+The inbox page and its live updates (``console.page_context.inbox_context``), the
 native API's task list and bulk "select all matching" (``approvals.bulk``) all
 build an ``InboxFilter`` and hand it to ``selectors.tasks_inbox``, so a bulk
 action selects exactly what the inbox lists.
