@@ -14,7 +14,7 @@ from approvals.errors import InvalidInput
 from approvals.models import AuditEvent
 from approvals.redaction import MASK, TEXT_MASK, redact
 from lgplatform.stream import Shield, _HeldText, stream_modes_parse
-from runtime.models import Run, RunKind, Thread
+from runtime.models import Run, RunKind, RunStatus, Thread, ThreadStatus
 from runtime.stream import _NATIVE, CLIENT_MODES, Publisher, chunk_jsonable
 from runtime.stream_events import events_config
 from tests.graphs.streaming import chatty_review
@@ -81,9 +81,13 @@ def _published(born: str) -> list[tuple[str, Any]]:
 
 
 def _thread_and_run(born: str) -> tuple[Thread, Run]:
-    thread = Thread.objects.create(graph="chatty_review", status="busy")
+    # A finished run: nothing here executes it, and a queued one would hold up tests that wait for runs to settle.
+    thread = Thread.objects.create(graph="chatty_review", status=ThreadStatus.INTERRUPTED)
     run = Run.objects.create(
-        thread=thread, kind=RunKind.START, input={"applicant": {"name": "Ada", "date_of_birth": born}}
+        thread=thread,
+        kind=RunKind.START,
+        status=RunStatus.INTERRUPTED,
+        input={"applicant": {"name": "Ada", "date_of_birth": born}},
     )
     return thread, run
 
@@ -119,8 +123,8 @@ def test_a_reader_with_reveal_rights_is_shown_the_chunks_as_published_and_audite
 
 
 def test_chunks_of_a_graph_without_sensitive_paths_go_out_as_published(personas):
-    thread = Thread.objects.create(graph="loan_approval")
-    run = Run.objects.create(thread=thread, kind=RunKind.START, input={})
+    thread = Thread.objects.create(graph="loan_approval", status=ThreadStatus.COMPLETED)
+    run = Run.objects.create(thread=thread, kind=RunKind.START, status=RunStatus.SUCCEEDED, input={})
     shield = Shield(personas["operator"].user, thread, run)
     assert shield.plain and shield.shown("updates", {"n": {"x": 1}}) == [("updates", {"n": {"x": 1}})]
 
