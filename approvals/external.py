@@ -33,6 +33,7 @@ from django.utils import timezone
 from approvals import permissions, services
 from approvals.audit import audit_task, canonical
 from approvals.errors import Conflict, Forbidden, InvalidInput, NotFound
+from approvals.gate_policy import correlation_key_indexed
 from approvals.inputs import text_problem
 from approvals.models import (
     ApprovalTask,
@@ -203,6 +204,7 @@ def _create(*, actor: User, spec: ExternalTaskSpec, source: ExternalSource, grap
         title=spec.title[:300],
         due_at=spec.due_at,
         required_approvals=spec.required_approvals,
+        correlation_key=correlation_key_indexed(payload, TaskKind.EXTERNAL),
     )
     secret = spec.secret or secret_generate()
     subscription = None

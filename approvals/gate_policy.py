@@ -53,6 +53,16 @@ def gate_policy(payload: Any, task_kind: str = "interrupt") -> GatePolicy:
     )
 
 
+CORRELATION_KEY_MAX = 500  # ApprovalTask.correlation_key's length (at most 2,000 bytes: a btree index entry fits)
+
+
+def correlation_key_indexed(payload: Any, task_kind: str = "interrupt") -> str:
+    """What ``ApprovalTask.correlation_key`` stores: the gate's key when it is a string an inbound
+    webhook can match (webhook bodies' keys are strings, at most ``CORRELATION_KEY_MAX`` long), else ""."""
+    key = gate_policy(payload, task_kind).correlation_key
+    return key if isinstance(key, str) and 0 < len(key) <= CORRELATION_KEY_MAX else ""
+
+
 def gate_deadline(*, graph: str, node: str, payload: Any, task_kind: str = "interrupt") -> Deadline | None:
     """A gate's deadline: langgraph.json's policy for the gate (or the graph's "*"), with what it leaves
     unset taken from the payload. The operator's file wins; a payload can never add an automatic approval."""

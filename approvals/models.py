@@ -59,6 +59,9 @@ class ApprovalTask(models.Model):
     reminded_at = models.DateTimeField(null=True, blank=True)
     escalated_at = models.DateTimeField(null=True, blank=True)
     escalation_reason = models.CharField(max_length=500, blank=True, default="")
+    # The gate's correlation key (gate_policy), copied when the task opens so an inbound webhook finds
+    # its task through an index instead of a scan of every pending payload (approvals.inbound.webhooks).
+    correlation_key = models.CharField(max_length=500, blank=True, default="")
 
     class Meta:
         constraints = [
@@ -78,6 +81,10 @@ class ApprovalTask(models.Model):
             models.Index(fields=["status", "due_at", "id"], name="task_status_due"),
             # deadlines: the sweep's reminder scan
             models.Index(fields=["status", "remind_at"], name="task_status_remind"),
+            # inbound webhooks: the task a callback's correlation key names
+            models.Index(
+                fields=["correlation_key", "status"], name="task_correlation", condition=~Q(correlation_key="")
+            ),
         ]
         permissions = [
             ("decide_task", "Can decide approval tasks"),

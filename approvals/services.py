@@ -24,7 +24,7 @@ from approvals import gateway, permissions
 from approvals.audit import audit_record, audit_task, audit_thread, canonical
 from approvals.claims import claim_check
 from approvals.errors import Conflict, Forbidden, InvalidInput
-from approvals.gate_policy import gate_deadline, gate_policy
+from approvals.gate_policy import correlation_key_indexed, gate_deadline, gate_policy
 from approvals.intent import proposed_action, signed_command, signed_digest
 from approvals.models import ApprovalTask, AuditAction, Decision, TaskKind, TaskStatus
 from approvals.payloads import (
@@ -134,6 +134,7 @@ def tasks_open(*, run: Run, interrupts: list[PendingInterrupt]) -> list[Approval
             due_at=due_at,
             remind_at=remind_at,
             required_approvals=gate_policy(item.value).approvals_required,
+            correlation_key=correlation_key_indexed(item.value),
         )
         audit_record(
             actor=None,

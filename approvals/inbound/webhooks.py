@@ -481,7 +481,9 @@ def _process(
             "webhook-timestamp",
         )
 
-    pending = list(ApprovalTask.objects.filter(status=TaskStatus.PENDING, payload__correlation_key=key))
+    # The indexed copy of each gate's key (gate_policy.correlation_key_indexed): a string of at most
+    # CORRELATION_KEY_MAX characters; a longer key in a body names no task.
+    pending = list(ApprovalTask.objects.filter(status=TaskStatus.PENDING, correlation_key=key))
     mine = [t for t in pending if t.graph == endpoint.graph]
     if not mine:
         if pending:
@@ -491,11 +493,7 @@ def _process(
                 f"correlation key {key!r} belongs to a task of another graph; this endpoint serves {endpoint.graph!r}",
                 endpoint.correlation_path,
             )
-        earlier = (
-            ApprovalTask.objects.filter(graph=endpoint.graph, payload__correlation_key=key)
-            .order_by("-created_at")
-            .first()
-        )
+        earlier = ApprovalTask.objects.filter(graph=endpoint.graph, correlation_key=key).order_by("-created_at").first()
         if earlier is not None:
             return refuse(
                 409,
