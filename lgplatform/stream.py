@@ -27,7 +27,6 @@ audited (``gateway.guard``, with the chunk's fields), the others are not.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import re
 import time
@@ -385,9 +384,14 @@ async def run_stream_events(
             pending, read = read, None
             if not pending.done():
                 pending.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                async for chunk in follower.events(await pending):
-                    yield chunk
+            try:
+                entries = await pending
+            except asyncio.CancelledError:
+                if (task := asyncio.current_task()) is not None and task.cancelling():
+                    raise  # the client went away: this stream is being cancelled, not just the read
+                entries = []
+            async for chunk in follower.events(entries):
+                yield chunk
         while published and (entries := await source.read(str(run_id), follower.cursor, wait=0)):
             async for chunk in follower.events(entries):
                 yield chunk

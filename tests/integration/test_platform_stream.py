@@ -19,7 +19,8 @@ from langgraph_sdk import get_client
 
 from approvals.models import AuditEvent
 from runtime.models import Run
-from tests.conftest import loan_input
+from runtime.stream import run_log
+from tests.conftest import loan_input, scaled, wait_for
 from tests.integration.test_platform_sdk import server  # noqa: F401 - the live daphne fixture
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db", "live_worker")]
@@ -139,6 +140,30 @@ def test_a_late_reader_joins_from_the_start_and_resumes_after_an_event_id(server
     assert {p.event for p in only_updates[1:-1]} == {"updates"}
     first = next(i for i, p in enumerate(chunks) if p.event == "updates")
     assert [p.id for p in rest[:-1]] == [p.id for p in chunks[first + 1 :]], "a resumed stream goes on where it was"
+
+
+def test_a_reader_joining_mid_run_gets_the_chunks_so_far_then_the_rest_live(server, personas):  # noqa: F811
+    # slow_steps: a super-step every 0.2 s, stopped by its 1 s run timeout (langgraph.json).
+    token = personas["operator"].token
+    with httpx.Client(base_url=server, headers={"x-api-key": token}, timeout=30) as http:
+        thread = http.post("/threads", json={}).json()["thread_id"]
+        run = http.post(
+            f"/threads/{thread}/runs", json={"assistant_id": "slow_steps", "input": {}, "stream_mode": "updates"}
+        ).json()["run_id"]
+    wait_for(lambda: asyncio.run(run_log().read(run, "0", wait=0)), timeout=scaled(20), what="the first chunk")
+    assert Run.objects.get(pk=run).status == "running", "joined while the run goes on"
+
+    async def join() -> list[Any]:
+        client = get_client(url=server, api_key=token, timeout=TIMEOUT)
+        try:
+            return [p async for p in client.runs.join_stream(thread, run)]
+        finally:
+            await client.aclose()
+
+    parts = asyncio.run(join())
+    steps = [p.data["slowly"]["steps"] for p in parts if p.event == "updates"]
+    assert steps == list(range(1, len(steps) + 1)) and len(steps) >= 2, steps
+    assert [p.event for p in parts][-2:] == ["error", "end"]
 
 
 def test_a_run_nobody_streamed_joins_with_its_final_values(server, personas):  # noqa: F811
