@@ -270,7 +270,7 @@ def test_an_event_during_a_render_is_not_lost(personas, loop, monkeypatch):
     assert read.wait(scaled(10)), "the first render started"
     second = task_make(metadata={"case": marker})
     _emit("loan_approval", second.thread_id, "task.claimed")
-    wait_for(lambda: str(second.thread_id) in arrived, timeout=scaled(10), what="the second event, mid-render")
+    wait_for(lambda: str(second.thread_id) in arrived, timeout=10, what="the second event, mid-render")
     release.set()
     # Tasks open through the services, so each also pushes its own row (a <tbody> fragment) at once;
     # only a full list render (the <section>) is the re-render the mid-render event must cause.
@@ -282,7 +282,7 @@ def test_an_event_during_a_render_is_not_lost(personas, loop, monkeypatch):
             renders.append(message)
         return f'data-task-id="{second.pk}"' in (renders[-1] if renders else "")
 
-    wait_for(rendered_with_second, timeout=scaled(20), what="a full render with the second task")
+    wait_for(rendered_with_second, timeout=20, what="a full render with the second task")
     held_render = renders[0]
     assert f'data-task-id="{first.pk}"' in held_render and f'data-task-id="{second.pk}"' not in held_render
     socket.close()

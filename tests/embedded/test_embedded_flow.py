@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import ROOT, daphne_start, process_group_stop, wait_for
+from tests.conftest import ROOT, daphne_start, process_group_stop, scaled, wait_for
 from tests.embedded.time_travel_checks import fork_pays_anew_once
 
 pytestmark = pytest.mark.embedded
@@ -144,12 +144,12 @@ def streamed_and_joined(operator: httpx.Client, var: Path) -> None:
         "input": {"applicant": "Streamed", "loan_id": "E-2", "amount": 20000, "income": 40000},
         "stream_mode": ["updates", "values", "debug"],
     }
-    with operator.stream("POST", f"/lg/threads/{thread}/runs/stream", json=body, timeout=60) as response:
+    with operator.stream("POST", f"/lg/threads/{thread}/runs/stream", json=body, timeout=scaled(60)) as response:
         assert response.status_code == 200
         live = _events(response.read().decode())
         run = response.headers["content-location"].rsplit("/", 1)[-1]
     names = [name for name, _ in live]
     assert names[0] == "metadata" and names[-1] == "end" and {"updates", "values", "debug"} <= set(names), names
-    joined = _events(operator.get(f"/lg/threads/{thread}/runs/{run}/stream", timeout=60).text)
+    joined = _events(operator.get(f"/lg/threads/{thread}/runs/{run}/stream", timeout=scaled(60)).text)
     assert [e for e in joined if e[1]] == [e for e in live if e[1]], "a late join gets every chunk, in order"
     assert (var / "run_streams.sqlite3").exists()

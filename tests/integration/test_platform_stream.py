@@ -145,12 +145,12 @@ def test_a_late_reader_joins_from_the_start_and_resumes_after_an_event_id(server
 def test_a_reader_joining_mid_run_gets_the_chunks_so_far_then_the_rest_live(server, personas):  # noqa: F811
     # slow_steps: a super-step every 0.2 s, stopped by its 1 s run timeout (langgraph.json).
     token = personas["operator"].token
-    with httpx.Client(base_url=server, headers={"x-api-key": token}, timeout=30) as http:
+    with httpx.Client(base_url=server, headers={"x-api-key": token}, timeout=scaled(30)) as http:
         thread = http.post("/threads", json={}).json()["thread_id"]
         run = http.post(
             f"/threads/{thread}/runs", json={"assistant_id": "slow_steps", "input": {}, "stream_mode": "updates"}
         ).json()["run_id"]
-    wait_for(lambda: asyncio.run(run_log().read(run, "0", wait=0)), timeout=scaled(20), what="the first chunk")
+    wait_for(lambda: asyncio.run(run_log().read(run, "0", wait=0)), timeout=20, what="the first chunk")
     assert Run.objects.get(pk=run).status == "running", "joined while the run goes on"
 
     async def join() -> list[Any]:
@@ -167,7 +167,7 @@ def test_a_reader_joining_mid_run_gets_the_chunks_so_far_then_the_rest_live(serv
 
 
 def test_a_run_nobody_streamed_joins_with_its_final_values(server, personas):  # noqa: F811
-    with httpx.Client(base_url=server, headers={"x-api-key": personas["operator"].token}, timeout=30) as http:
+    with httpx.Client(base_url=server, headers={"x-api-key": personas["operator"].token}, timeout=scaled(30)) as http:
         thread = http.post("/threads", json={}).json()
         run = http.post(
             f"/threads/{thread['thread_id']}/runs/wait", json={"assistant_id": "loan_approval", "input": loan_input()}
@@ -189,7 +189,7 @@ def test_a_failed_run_streams_an_error_before_the_end(server, personas):  # noqa
     [({"stream_mode": "telepathy"}, "stream_mode"), ({"stream_mode": ["values", "nope"]}, "stream_mode")],
 )
 def test_an_unknown_stream_mode_is_refused_before_a_run_starts(server, personas, body, field):  # noqa: F811
-    with httpx.Client(base_url=server, headers={"x-api-key": personas["operator"].token}, timeout=30) as http:
+    with httpx.Client(base_url=server, headers={"x-api-key": personas["operator"].token}, timeout=scaled(30)) as http:
         thread = http.post("/threads", json={}).json()
         response = http.post(
             f"/threads/{thread['thread_id']}/runs/stream",
@@ -202,7 +202,7 @@ def test_an_unknown_stream_mode_is_refused_before_a_run_starts(server, personas,
 
 
 def test_a_malformed_last_event_id_is_a_422_naming_it(server, personas):  # noqa: F811
-    with httpx.Client(base_url=server, headers={"x-api-key": personas["operator"].token}, timeout=30) as http:
+    with httpx.Client(base_url=server, headers={"x-api-key": personas["operator"].token}, timeout=scaled(30)) as http:
         thread = http.post("/threads", json={}).json()
         run = http.post(
             f"/threads/{thread['thread_id']}/runs",
