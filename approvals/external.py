@@ -33,7 +33,7 @@ from django.utils import timezone
 from approvals import permissions, services
 from approvals.audit import audit_task, canonical
 from approvals.errors import Conflict, Forbidden, InvalidInput, NotFound
-from approvals.gate_policy import correlation_key_indexed
+from approvals.gate_policy import gate_policy
 from approvals.inputs import text_problem
 from approvals.models import (
     ApprovalTask,
@@ -204,7 +204,7 @@ def _create(*, actor: User, spec: ExternalTaskSpec, source: ExternalSource, grap
         title=spec.title[:300],
         due_at=spec.due_at,
         required_approvals=spec.required_approvals,
-        correlation_key=correlation_key_indexed(payload, TaskKind.EXTERNAL),
+        correlation_key=gate_policy(payload, TaskKind.EXTERNAL).correlation_key_indexed,
     )
     secret = spec.secret or secret_generate()
     subscription = None

@@ -16,6 +16,7 @@ from runtime.deadlines import ALL_GATES, Deadline, payload_deadline
 from runtime.registry import UnknownGraph, graph_get
 
 MAX_APPROVALS = 10
+CORRELATION_KEY_MAX = 500  # ApprovalTask.correlation_key's length (at most 2,000 bytes: a btree index entry fits)
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,13 @@ class GatePolicy:
     sla_seconds: int | None = None  # the task is due this long after it opens
     correlation_key: Any = None  # echoed to outbound webhooks so a receiver can match its own records
     deadline: Deadline | None = None  # what the payload asks for (due, remind_before, ...); see gate_deadline
+
+    @property
+    def correlation_key_indexed(self) -> str:
+        """What ``ApprovalTask.correlation_key`` stores: the key when it is a string an inbound webhook
+        can match (webhook bodies' keys are strings, at most ``CORRELATION_KEY_MAX`` long), else ""."""
+        key = self.correlation_key
+        return key if isinstance(key, str) and 0 < len(key) <= CORRELATION_KEY_MAX else ""
 
 
 def _count(value: Any, *, maximum: int | None = None) -> int | None:
@@ -51,16 +59,6 @@ def gate_policy(payload: Any, task_kind: str = "interrupt") -> GatePolicy:
         correlation_key=payload.get("correlation_key"),
         deadline=payload_deadline(payload) if payload_kind(payload) == "gatehouse" else None,
     )
-
-
-CORRELATION_KEY_MAX = 500  # ApprovalTask.correlation_key's length (at most 2,000 bytes: a btree index entry fits)
-
-
-def correlation_key_indexed(payload: Any, task_kind: str = "interrupt") -> str:
-    """What ``ApprovalTask.correlation_key`` stores: the gate's key when it is a string an inbound
-    webhook can match (webhook bodies' keys are strings, at most ``CORRELATION_KEY_MAX`` long), else ""."""
-    key = gate_policy(payload, task_kind).correlation_key
-    return key if isinstance(key, str) and 0 < len(key) <= CORRELATION_KEY_MAX else ""
 
 
 def gate_deadline(*, graph: str, node: str, payload: Any, task_kind: str = "interrupt") -> Deadline | None:

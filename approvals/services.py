@@ -24,7 +24,7 @@ from approvals import gateway, permissions
 from approvals.audit import audit_record, audit_task, audit_thread, canonical
 from approvals.claims import claim_check
 from approvals.errors import Conflict, Forbidden, InvalidInput
-from approvals.gate_policy import correlation_key_indexed, gate_deadline, gate_policy
+from approvals.gate_policy import gate_deadline, gate_policy
 from approvals.intent import proposed_action, signed_command, signed_digest
 from approvals.models import ApprovalTask, AuditAction, Decision, TaskKind, TaskStatus
 from approvals.payloads import (
@@ -118,6 +118,7 @@ def tasks_open(*, run: Run, interrupts: list[PendingInterrupt]) -> list[Approval
         if existing is not None:
             task_supersede(existing, reason="the interrupt was raised again with a different payload")
         due_at, remind_at = _deadline_times(thread.graph, item.node, item.value)
+        policy = gate_policy(item.value)
         task = ApprovalTask.objects.create(
             thread=thread,
             run=run,
@@ -133,8 +134,8 @@ def tasks_open(*, run: Run, interrupts: list[PendingInterrupt]) -> list[Approval
             title=payload_title(item.value, item.node),
             due_at=due_at,
             remind_at=remind_at,
-            required_approvals=gate_policy(item.value).approvals_required,
-            correlation_key=correlation_key_indexed(item.value),
+            required_approvals=policy.approvals_required,
+            correlation_key=policy.correlation_key_indexed,
         )
         audit_record(
             actor=None,

@@ -481,7 +481,7 @@ def _process(
             "webhook-timestamp",
         )
 
-    # The indexed copy of each gate's key (gate_policy.correlation_key_indexed): a string of at most
+    # The indexed copy of each gate's key (GatePolicy.correlation_key_indexed): a string of at most
     # CORRELATION_KEY_MAX characters; a longer key in a body names no task.
     pending = list(ApprovalTask.objects.filter(status=TaskStatus.PENDING, correlation_key=key))
     mine = [t for t in pending if t.graph == endpoint.graph]

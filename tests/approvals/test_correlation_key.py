@@ -8,7 +8,7 @@ import uuid
 import pytest
 from django.apps import apps as django_apps
 
-from approvals.gate_policy import CORRELATION_KEY_MAX, correlation_key_indexed
+from approvals.gate_policy import CORRELATION_KEY_MAX, gate_policy
 from approvals.models import ApprovalTask
 from tests.factories import loan_gate, task_make
 
@@ -30,7 +30,7 @@ backfill = importlib.import_module("approvals.migrations.0020_task_correlation_k
 )
 def test_the_column_holds_the_gates_string_key(key, stored):
     payload = {**loan_gate(), "correlation_key": key}
-    assert correlation_key_indexed(payload) == stored
+    assert gate_policy(payload).correlation_key_indexed == stored
     task = task_make(payload=payload)
     task.refresh_from_db()
     assert task.correlation_key == stored
