@@ -351,12 +351,15 @@ def test_two_sweepers_take_a_step_exactly_once(personas, monkeypatch, step):
     """Sweeper A takes the step and stops inside its transaction (holding the row); sweeper B, started
     then, skips the row at once instead of waiting or doubling it; after A commits, a sweeper working
     from a stale candidate list finds the step done."""
+    # The session's worker runs the beat sweeper on the real clock: the step falls due only at the
+    # sweepers' own clock, two hours ahead, so no other sweeper can take it before A does.
     now = timezone.now()
-    due = now + timedelta(days=1) if step == "remind" else now - timedelta(minutes=1)
+    when = now + timedelta(hours=2)
+    due = now + timedelta(days=1) if step == "remind" else now + timedelta(hours=1)
     task = task_make(graph=GRAPH, node="compliance_review", due_at=due)
-    ApprovalTask.objects.filter(pk=task.pk).update(remind_at=now - timedelta(seconds=1))
-    run = (lambda: task_remind(task_id=task.pk, now=timezone.now())) if step == "remind" else (
-        lambda: task_escalate(task_id=task.pk, now=timezone.now())[0]
+    ApprovalTask.objects.filter(pk=task.pk).update(remind_at=now + timedelta(hours=1))
+    run = (lambda: task_remind(task_id=task.pk, now=when)) if step == "remind" else (
+        lambda: task_escalate(task_id=task.pk, now=when)[0]
     )  # fmt: skip
     inside, release = threading.Event(), threading.Event()
     original = deadlines._recipients
