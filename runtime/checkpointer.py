@@ -13,21 +13,27 @@ upcast on load, see ``runtime.upcasters``).
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
+import select
 import sqlite3
 import threading
+import time
+from collections.abc import Iterator
 from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
-from langgraph.checkpoint.base import BaseCheckpointSaver
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.checkpoint.sqlite import SqliteSaver
+from psycopg_pool import ConnectionPool
 
 from runtime.blobs import BlobSpillingSaver, PostgresSql, Sql, SqliteSql, blob_store_build
-from runtime.fencing import FencedPostgresSaver, FencedSqliteSaver
+from runtime.fencing import FencedPostgresSaver, FencedSqliteSaver, saver_connection
 from runtime.upcasters import SchemaVersionedSaver
 
 _lock = threading.Lock()
@@ -66,9 +72,47 @@ def _forget_after_fork() -> None:
 os.register_at_fork(after_in_child=_forget_after_fork)
 
 
+class PooledPostgresSaver:
+    """Mixin for ``PostgresSaver`` on a pool: each operation on a connection of its own, without the saver's lock.
+
+    The library's ``_cursor`` holds one lock per saver (per process) around
+    every operation, pool or not, so the worker's threads took turns for
+    their checkpoint reads and writes, round trips included. With a pool the
+    lock protects nothing (see ``runtime.fencing.saver_connection``).
+    """
+
+    @contextlib.contextmanager
+    def _cursor(self, *, pipeline: bool = False) -> Iterator[Any]:
+        from psycopg.rows import dict_row
+
+        if self.pipe is not None:  # type: ignore[attr-defined]
+            with super()._cursor(pipeline=pipeline) as cur:  # type: ignore[misc]
+                yield cur
+            return
+        with saver_connection(self) as conn:
+            if not pipeline:
+                with conn.cursor(binary=True, row_factory=dict_row) as cur:
+                    yield cur
+            elif self.supports_pipeline:  # type: ignore[attr-defined]
+                with conn.pipeline(), conn.cursor(binary=True, row_factory=dict_row) as cur:
+                    yield cur
+            else:
+                with conn.transaction(), conn.cursor(binary=True, row_factory=dict_row) as cur:
+                    yield cur
+
+    def list(self, config: RunnableConfig | None, **kwargs: Any) -> Iterator[CheckpointTuple]:
+        # The library yields while it holds its connection: whoever iterates would hold it
+        # meanwhile, and a nested checkout (a blob's bytes, a subgraph's state) from as many
+        # threads as the pool has connections would wait on the pool forever. Read, give the
+        # connection back, then yield.
+        yield from [*super().list(config, **kwargs)]  # type: ignore[misc]
+
+
 # The fence mixin comes first: its put/put_writes mark the write as fenced for
 # the library's cursor, underneath the blob spilling and schema stamping.
-class GatehousePostgresSaver(FencedPostgresSaver, SchemaVersionedSaver, BlobSpillingSaver, PostgresSaver):
+class GatehousePostgresSaver(
+    FencedPostgresSaver, SchemaVersionedSaver, BlobSpillingSaver, PooledPostgresSaver, PostgresSaver
+):
     def __init__(self, conn: Any, **kwargs: Any) -> None:
         super().__init__(conn, **kwargs)
         self._blobs_init(blob_store_build(_blob_sql()), settings.GATEHOUSE_BLOB_THRESHOLD_BYTES)
@@ -115,21 +159,64 @@ def _pool_get(db: dict[str, object]) -> Any:
     if _pool is not None:
         return _pool
     from psycopg.rows import dict_row
-    from psycopg_pool import ConnectionPool
 
     conninfo = checkpointer_conninfo(db)
-    _pool = ConnectionPool(
+    _pool = CheckpointPool(
         conninfo,
         min_size=1,
         max_size=settings.GATEHOUSE_CHECKPOINT_POOL_SIZE,
         kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row},
         # A connection killed under us (failover, pg_terminate_backend) is
         # discarded on checkout instead of failing the next run.
-        check=ConnectionPool.check_connection,
+        check=CheckpointPool.check_if_doubtful,
         open=True,
         name="gatehouse-checkpoints",
     )
     return _pool
+
+
+# A connection back in the pool for longer than this is checked with a round trip on checkout.
+POOL_CHECK_IDLE_SECONDS = 5.0
+_IDLE_SINCE = "_gatehouse_idle_since"
+
+
+class CheckpointPool(ConnectionPool):
+    """The checkpointer's pool: a connection is checked on checkout only when it may be dead.
+
+    ``ConnectionPool.check_connection`` costs a round trip on every checkout,
+    i.e. on every checkpoint read and write (11 per start run). A connection
+    the server closed (``pg_terminate_backend``, a shutdown, a failover's
+    restart) has something to read — the server's goodbye, then the end of the
+    stream — while a healthy idle connection has nothing: that is a poll of the
+    socket, no round trip. A connection with something to read, one that sat
+    in the pool for more than ``POOL_CHECK_IDLE_SECONDS`` (a dead network path
+    says nothing) and one never returned yet are checked with the round trip.
+    """
+
+    def putconn(self, conn: Any) -> None:
+        setattr(conn, _IDLE_SINCE, time.monotonic())
+        super().putconn(conn)
+
+    @staticmethod
+    def check_if_doubtful(conn: Any) -> None:
+        idle_since = getattr(conn, _IDLE_SINCE, None)
+        if idle_since is None or time.monotonic() - idle_since > POOL_CHECK_IDLE_SECONDS or _has_input(conn):
+            ConnectionPool.check_connection(conn)
+
+
+def _has_input(conn: Any) -> bool:
+    """Whether an idle connection's socket has anything to read (or is closed); True where poll() is missing."""
+    from psycopg import OperationalError
+
+    if not hasattr(select, "poll"):
+        return True
+    try:
+        fileno = conn.pgconn.socket
+    except OperationalError:  # the connection is lost: let the round trip say so
+        return True
+    poller = select.poll()
+    poller.register(fileno, select.POLLIN | select.POLLPRI)
+    return bool(poller.poll(0))
 
 
 def checkpointer_conninfo(db: dict[str, Any]) -> str:

@@ -78,9 +78,42 @@ class FencedSaver:
             return super().put_writes(config, writes, task_id, task_path)  # type: ignore[misc,no-any-return]
 
 
+@contextlib.contextmanager
+def saver_connection(saver: Any) -> Iterator[Any]:
+    """The PostgresSaver's connection for one operation.
+
+    From a pool, a connection of its own and no lock: LangGraph's
+    ``PostgresSaver._cursor`` takes the saver's one ``threading.Lock`` around
+    every operation even then, which serialises all the worker's threads
+    (round trips included) on it. A single shared connection (or a shared
+    pipeline) still needs the lock.
+    """
+    from langgraph.checkpoint.postgres import _internal
+    from psycopg_pool import ConnectionPool
+
+    if isinstance(saver.conn, ConnectionPool) and saver.pipe is None:
+        with saver.conn.connection() as conn:
+            yield conn
+        return
+    with saver.lock, _internal.get_connection(saver.conn) as conn:
+        yield conn
+
+
+_FENCE_SQL = f"SELECT fence FROM {THREAD_TABLE} WHERE id = %s::uuid FOR SHARE"
+
+
 class FencedPostgresSaver(FencedSaver):
     """PostgresSaver writes through ``_cursor(pipeline=True)``: a fenced one runs in a transaction that
-    first takes the thread row ``FOR SHARE`` and checks the fence."""
+    first takes the thread row ``FOR SHARE`` and checks the fence before it commits.
+
+    The transaction is pipelined: ``BEGIN``, the ``FOR SHARE`` read, the
+    writes and a sync go out together (one round trip), the fence is checked
+    on the read's result, then ``COMMIT`` (a second round trip) — or
+    ``ROLLBACK`` and ``LeaseLost`` if the fence moved on. The server runs the
+    statements in order, so the row lock is held before any write executes,
+    exactly as when each statement waited for its result; a stale write runs
+    but never commits.
+    """
 
     @contextlib.contextmanager
     def _cursor(self, *, pipeline: bool = False) -> Iterator[Any]:
@@ -89,22 +122,37 @@ class FencedPostgresSaver(FencedSaver):
             with super()._cursor(pipeline=pipeline) as cur:  # type: ignore[misc]
                 yield cur
             return
-        from langgraph.checkpoint.postgres import _internal
+        import psycopg
         from psycopg.rows import dict_row
 
         thread_id, fence = fenced
-        with (
-            self.lock,  # type: ignore[attr-defined]
-            _internal.get_connection(self.conn) as conn,  # type: ignore[attr-defined]
-            conn.transaction(),
-            conn.cursor(binary=True, row_factory=dict_row) as cur,
-        ):
-            cur.execute(f"SELECT fence FROM {THREAD_TABLE} WHERE id = %s::uuid FOR SHARE", [thread_id])
-            row = cur.fetchone()
-            current = None if row is None else int(row["fence"])
-            if current != fence:
-                raise stale(thread_id, fence, current)
-            yield cur
+        with saver_connection(self) as conn:
+            if self.pipe is not None or not self.supports_pipeline:  # type: ignore[attr-defined]
+                # A shared connection already in pipeline mode, or a libpq without pipelines:
+                # one statement at a time, the check before the writes.
+                with conn.transaction(), conn.cursor(binary=True, row_factory=dict_row) as cur:
+                    cur.execute(_FENCE_SQL, [thread_id])
+                    _check(thread_id, fence, cur.fetchone())
+                    yield cur
+                return
+            with (
+                conn.pipeline() as sync,
+                # Not conn.transaction(): in pipeline mode it syncs after BEGIN, a round trip of its own.
+                psycopg.Transaction(conn),
+                conn.cursor(binary=True, row_factory=dict_row) as check,
+                conn.cursor(binary=True, row_factory=dict_row) as cur,
+            ):
+                check.execute(_FENCE_SQL, [thread_id])
+                yield cur
+                sync.sync()  # the read's and the writes' results; a failed write raises here (and rolls back)
+                _check(thread_id, fence, check.fetchone())
+            # Leaving the transaction queued COMMIT (ROLLBACK on an exception); leaving the pipeline sent it.
+
+
+def _check(thread_id: str, fence: int, row: Any) -> None:
+    current = None if row is None else int(row["fence"])
+    if current != fence:
+        raise stale(thread_id, fence, current)
 
 
 class FencedSqliteSaver(FencedSaver):

@@ -42,8 +42,9 @@ CLAIM_QUERIES = 8
 FINISH_QUERIES = 15
 # A resume run that completes, executed in this process: every statement psycopg sends (the
 # checkpointer's included). The state is read once before streaming (the resume guard) and not after
-# (the outcome comes from the stream); 47 before that and the claim/finish trims.
-RESUME_RUN_STATEMENTS = 39
+# (the outcome comes from the stream); 47 before that and the claim/finish trims. The checkpoint pool
+# no longer sends an empty query to check every connection it hands out (39 before).
+RESUME_RUN_STATEMENTS = 29
 # A graph no test subscribes webhooks to: matching subscriptions (other tests') would add outbox rows.
 QUIET_GRAPH = "nested_review"
 INBOX_QUERIES = 12  # hand-offs +1 (the header's own out-of-office), comments +1 (rows' open questions, mentions)

@@ -140,3 +140,108 @@ def test_a_compiled_graph_allows_its_own_schema_types(saver, request):
     config = _config(_thread_id(request))
     graph.invoke({}, config, durability="sync")
     assert graph.get_state(config).values["ticket"] == Ticket(5)
+
+
+# --- the PostgreSQL saver's pool ----------------------------------------------------------------
+
+
+def _backend_gone(pid: int) -> bool:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", [pid])
+        return cursor.fetchone()[0] == 0
+
+
+class _Executes:
+    """Counts the statements psycopg sends (the pool's empty-query check included)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        import psycopg
+
+        self.count = 0
+        original = psycopg.Cursor.execute
+
+        def counted(cursor: Any, *args: Any, **kwargs: Any) -> Any:
+            self.count += 1
+            return original(cursor, *args, **kwargs)
+
+        monkeypatch.setattr(psycopg.Cursor, "execute", counted)
+
+
+@pytest.mark.usefixtures("live_db")
+def test_a_pooled_connection_killed_while_idle_is_replaced_on_checkout():
+    from django.db import connection
+
+    from runtime.checkpointer import checkpointer_get, checkpointer_pool
+    from tests.conftest import wait_for
+
+    checkpointer_get()
+    pool = checkpointer_pool()
+    with pool.connection() as conn:  # just used: not old enough for the round-trip check
+        pid = conn.info.backend_pid
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
+    wait_for(lambda: _backend_gone(pid), timeout=10, what="the backend to exit")
+    for _ in range(pool.max_size + 1):  # whichever connection comes out, it works
+        with pool.connection(timeout=10) as conn:
+            assert conn.execute("SELECT pg_backend_pid()").fetchone()["pg_backend_pid"] != pid
+
+
+@pytest.mark.usefixtures("live_db")
+def test_a_pooled_connection_just_returned_is_handed_out_without_a_round_trip(monkeypatch):
+    from runtime import checkpointer
+
+    checkpointer.checkpointer_get()
+    pool = checkpointer.checkpointer_pool()
+    for _ in range(2 * pool.max_size):  # each connection of the pool used and returned once (checked then)
+        with pool.connection() as conn:
+            conn.execute("SELECT 1")
+    executes = _Executes(monkeypatch)
+    for _ in range(pool.max_size):
+        with pool.connection():
+            pass
+    assert executes.count == 0
+    monkeypatch.setattr(checkpointer, "POOL_CHECK_IDLE_SECONDS", 0.0)  # idle too long: checked
+    with pool.connection():
+        pass
+    assert executes.count == 1
+
+
+@pytest.mark.usefixtures("live_db")
+def test_checkpoint_operations_on_the_pool_do_not_wait_for_each_other():
+    import threading
+
+    from runtime.checkpointer import checkpointer_get
+
+    saver = checkpointer_get()
+    read: dict[str, Any] = {}
+    done = threading.Event()
+
+    def other_thread() -> None:
+        read["tuple"] = saver.get_tuple({"configurable": {"thread_id": "no-such-thread", "checkpoint_ns": ""}})
+        done.set()
+
+    with saver._cursor() as cur:  # type: ignore[attr-defined]
+        cur.execute("SELECT 1")
+        reader = threading.Thread(target=other_thread)
+        reader.start()
+        assert done.wait(10), "a checkpoint read waited for another thread's operation"
+    reader.join(10)
+    assert read == {"tuple": None}
+
+
+@pytest.mark.usefixtures("live_db")
+def test_listing_checkpoints_holds_no_pooled_connection_while_it_yields(request):
+    from runtime.checkpointer import checkpointer_get, checkpointer_pool
+
+    saver = checkpointer_get()
+    graph = shapes.parallel_review.compile(checkpointer=saver)
+    config = _config(_thread_id(request))
+    graph.invoke({"answers": []}, config)
+    pool = checkpointer_pool()
+    listed = saver.list(config)
+    next(listed)
+    stats = pool.get_stats()
+    assert stats["pool_size"] == stats["pool_available"]  # every connection is back in the pool
+    assert list(listed)
