@@ -19,6 +19,7 @@ Call ``audit_record`` inside the transaction that makes the change it describes.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -32,7 +33,7 @@ from django.conf import settings
 from django.contrib.auth.models import AnonymousUser, User
 from django.db import connection, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.models import Count, Max
+from django.db.models import Count, Field, Max
 from django.db.models.signals import post_migrate, pre_migrate
 from django.utils import timezone
 
@@ -87,18 +88,36 @@ def chain_for(key: str, *, chains: int) -> int:
     return 1 + int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big") % chains
 
 
-class _ChainHeld:
-    """An on-commit no-op marking the chain the current transaction appends to.
+# Ids drawn with the chain's head in a transaction's first statement: most audited transactions record two
+# events (the change and the run it queues or ends). Unused ones are gaps, which nothing relies on: order
+# within a chain is by id, and every event's hash covers its id.
+_IDS_FIRST = 2
+_IDS_MORE = 4  # drawn again, still under the lock, when one transaction records more
 
-    Django drops a transaction's on-commit callbacks when it commits or rolls
-    back (and those of a savepoint rolled back, which also releases the
-    advisory lock taken inside it), so the marker lives exactly as long as the
-    lock it stands for.
+
+class _ChainHeld:
+    """An on-commit no-op marking the chain the current transaction appends to, and what it knows of that chain.
+
+    Registered right after the transaction took the chain's lock. Django drops
+    a transaction's on-commit callbacks when it commits or rolls back (and
+    those of a savepoint rolled back, which also releases the advisory lock
+    taken inside it), so the marker lives exactly as long as the lock it
+    stands for. While it lives nobody else appends to the chain, so:
+
+    - the chain's head is the event this transaction appended last, as long as
+      no savepoint has rolled back since (Django replaces the callback list on
+      every savepoint rollback, so the list being the one seen at that append
+      means the row is still there); otherwise the head is read again;
+    - ids drawn under the lock are above every id in the chain, and handing
+      them out in ascending order keeps ids growing in append order.
     """
 
     def __init__(self, chain: int, callbacks: list[Any]) -> None:
         self.chain = chain
         self.callbacks = callbacks  # the connection's list it was added to
+        self.head = GENESIS  # hash of the event this transaction appended last to the chain ...
+        self.head_seen: list[Any] | None = None  # ... and the connection's callback list just after (None: read it)
+        self.ids: list[int] = []  # drawn under the lock, not used yet, ascending
 
     def __call__(self) -> None:
         pass
@@ -112,7 +131,25 @@ class _ChainHeld:
             return True
         return False
 
+    def next(self, conn: BaseDatabaseWrapper, *, fresh: bool = False) -> tuple[str, int]:
+        """The head to link to and the id of the event to append after it: no statement unless ids ran out
+        or a savepoint rolled back since the last append.
 
+        ``fresh``: an id drawn now, above every id drawn so far in any chain, and none kept for later (an
+        anchor round: its events' ids follow the order it appends them in across chains, which the
+        witnesses' check relies on, and the transaction's later events come after all of them).
+        """
+        if conn.run_on_commit is not self.head_seen:
+            self.head, self.ids = _chain_next(self.chain, 1 if fresh else _IDS_FIRST)
+        elif fresh or not self.ids:
+            self.ids = _ids_draw(1 if fresh else _IDS_MORE)
+        return self.head, self.ids.pop(0)
+
+    def appended(self, event: AuditEvent, conn: BaseDatabaseWrapper) -> None:
+        self.head, self.head_seen = event.hash, conn.run_on_commit
+
+
+_NEXTVAL = f"nextval(pg_get_serial_sequence('{AuditEvent._meta.db_table}', 'id'))"
 _held: weakref.WeakKeyDictionary[BaseDatabaseWrapper, _ChainHeld] = weakref.WeakKeyDictionary()
 
 
@@ -126,10 +163,7 @@ def _transaction_chain(key: str) -> int:
     marker = _held.get(conn)
     if marker is not None and marker.held(conn):
         return marker.chain
-    marker = _ChainHeld(chain_for(key, chains=chains_configured()), conn.run_on_commit)
-    transaction.on_commit(marker)
-    _held[conn] = marker
-    return marker.chain
+    return chain_for(key, chains=chains_configured())
 
 
 def chain_lock(chain: int) -> None:
@@ -139,20 +173,87 @@ def chain_lock(chain: int) -> None:
             cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [_LOCK_CLASS, chain])
 
 
-def _chain_next(chain: int) -> tuple[str, int]:
-    """The chain's head hash and the id of the event to append after it; call holding the chain's lock.
+def _chain_next(chain: int, count: int) -> tuple[str, list[int]]:
+    """The chain's head hash and ids (ascending) for the events to append after it; call holding the chain's lock.
 
-    The id is drawn after the lock, so within a chain ids grow in append order.
+    The ids are drawn after the lock, so within a chain ids grow in append order.
+    PostgreSQL draws ``count`` of them from the sequence; SQLite one (see ``_ids_draw``).
     """
     table = AuditEvent._meta.db_table
     head = f"(SELECT hash FROM {table} WHERE chain = %s ORDER BY id DESC LIMIT 1)"  # noqa: S608 - constant
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
-            cursor.execute(f"SELECT nextval(pg_get_serial_sequence('{table}', 'id')), {head}", [chain])
-        else:  # SQLite: the IMMEDIATE transaction holds the database's write lock
-            cursor.execute(f"SELECT COALESCE(MAX(id), 0) + 1, {head} FROM {table}", [chain])  # noqa: S608
+            cursor.execute(f"SELECT {_NEXTVAL}, {head} FROM generate_series(1, %s)", [chain, count])  # noqa: S608
+            rows = cursor.fetchall()
+            return rows[0][1] or GENESIS, sorted(int(row[0]) for row in rows)
+        # SQLite: the IMMEDIATE transaction holds the database's write lock
+        cursor.execute(f"SELECT COALESCE(MAX(id), 0) + 1, {head} FROM {table}", [chain])  # noqa: S608
         event_id, prev = cursor.fetchone()
-    return prev or GENESIS, int(event_id)
+    return prev or GENESIS, [int(event_id)]
+
+
+def _ids_draw(count: int) -> list[int]:
+    """More ids (ascending) for the chain whose lock this transaction holds.
+
+    PostgreSQL: ``count`` from the sequence, above every id drawn before. SQLite
+    has no sequence: one id above every row, as the transaction may itself
+    have appended to other chains since (an anchor round).
+    """
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(f"SELECT {_NEXTVAL} FROM generate_series(1, %s)", [count])  # noqa: S608
+            return sorted(int(row[0]) for row in cursor.fetchall())
+        cursor.execute(f"SELECT COALESCE(MAX(id), 0) + 1 FROM {AuditEvent._meta.db_table}")  # noqa: S608
+        return [int(cursor.fetchone()[0])]
+
+
+@functools.cache
+def _insert_sql(vendor: str) -> tuple[str, tuple[Field[Any, Any], ...]]:
+    """The INSERT of every column of an event, built once from the model (what ``save(force_insert=True)``
+    sends, without compiling it per call)."""
+    fields = tuple(AuditEvent._meta.concrete_fields)
+    quote = connection.ops.quote_name
+    columns = ", ".join(quote(f.column or f.name) for f in fields)
+    values = ", ".join(["%s"] * len(fields))
+    return f"INSERT INTO {quote(AuditEvent._meta.db_table)} ({columns}) VALUES ({values})", fields  # noqa: S608
+
+
+def _insert(event: AuditEvent) -> None:
+    sql, fields = _insert_sql(connection.vendor)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [f.get_db_prep_save(getattr(event, f.attname), connection) for f in fields])
+    event._state.adding = False
+    event._state.db = connection.alias
+
+
+def _append_to(chain: int, event: AuditEvent, *, transaction_chain: bool) -> None:
+    """Link ``event`` to ``chain``'s head under the chain's lock, give it its id and hash, and insert it.
+
+    The first event of a transaction's own chain takes the lock and reads the
+    head; later ones know both (``_ChainHeld``). ``transaction_chain`` false:
+    an anchor round, which holds every chain's lock already; it keeps no state
+    for the chains other than the transaction's own, and draws each id when it
+    appends.
+    """
+    conn = transaction.get_connection()
+    marker = _held.get(conn)
+    if marker is None or marker.chain != chain or not marker.held(conn):
+        chain_lock(chain)
+        if transaction_chain:
+            marker = _ChainHeld(chain, conn.run_on_commit)
+            transaction.on_commit(marker)
+            _held[conn] = marker
+        else:
+            marker = None
+    if marker is not None:
+        event.prev_hash, event.id = marker.next(conn, fresh=not transaction_chain)
+    else:
+        event.prev_hash, ids = _chain_next(chain, 1)
+        event.id = ids[0]
+    event.hash = event_hash(event_fields(event), event.prev_hash)
+    _insert(event)
+    if marker is not None:
+        marker.appended(event, conn)
 
 
 def _append(
@@ -166,6 +267,7 @@ def _append(
     thread_id: Any,
     graph: str,
     details: dict[str, Any] | None,
+    transaction_chain: bool = False,
 ) -> AuditEvent:
     if _chains_missing():
         chain = LEGACY_CHAIN
@@ -184,10 +286,7 @@ def _append(
     if chain == LEGACY_CHAIN:
         _append_unpartitioned(event)
     else:
-        chain_lock(chain)
-        event.prev_hash, event.id = _chain_next(chain)
-        event.hash = event_hash(event_fields(event), event.prev_hash)
-        event.save(force_insert=True)
+        _append_to(chain, event, transaction_chain=transaction_chain)
     events_publish(event)
     return event
 
@@ -271,6 +370,7 @@ def audit_record(
         thread_id=thread_id,
         graph=graph,
         details=details,
+        transaction_chain=True,
     )
 
 

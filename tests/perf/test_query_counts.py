@@ -34,17 +34,18 @@ pytestmark = pytest.mark.usefixtures("live_db")
 START_QUERIES = 12
 # Decision: no savepoint around the run insert; the decision is inserted naming its resume run; one
 # read of the task's siblings answers both "does another task wait" and "which decisions resume".
-DECISION_QUERIES = 22
+DECISION_QUERIES = 20
 # Claim: one locking read (run, thread, the database clock, the current branch), two updates, the audit row.
 CLAIM_QUERIES = 8
 # Finish: the thread is not read back. Includes the pg_notify that wakes waiters and the outbox's
 # subscription lookup for the event.
-FINISH_QUERIES = 15
+FINISH_QUERIES = 13
 # A resume run that completes, executed in this process: every statement psycopg sends (the
 # checkpointer's included). The state is read once before streaming (the resume guard) and not after
 # (the outcome comes from the stream); 47 before that and the claim/finish trims. The checkpoint pool
 # no longer sends an empty query to check every connection it hands out (39 before).
-RESUME_RUN_STATEMENTS = 29
+# Audit: the chain lock and head once per transaction (2 fewer per later event).
+RESUME_RUN_STATEMENTS = 27
 # A graph no test subscribes webhooks to: matching subscriptions (other tests') would add outbox rows.
 QUIET_GRAPH = "nested_review"
 INBOX_QUERIES = 12  # hand-offs +1 (the header's own out-of-office), comments +1 (rows' open questions, mentions)

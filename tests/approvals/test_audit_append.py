@@ -1,0 +1,217 @@
+"""Appending within one transaction (approvals/audit.py): the chain's lock and head are taken once, later events
+send only their INSERT, and a savepoint rolled back never leaves the chain linked to a row that is gone or a lock
+that was released.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.db import connection, connections, transaction
+from django.test.utils import CaptureQueriesContext
+
+from approvals.audit import (
+    _LOCK_CLASS,
+    GENESIS,
+    audit_anchor,
+    audit_chain_check,
+    audit_record,
+    event_fields,
+    event_hash,
+)
+from approvals.models import AuditEvent
+from tests.conftest import ROOT, scaled
+
+
+def record(subject: object = "x", **fields: Any) -> AuditEvent:
+    return audit_record(
+        **{"actor": None, "action": "test.append", "subject_type": "test", "subject_id": subject} | fields
+    )
+
+
+def lock_held(chain: int) -> bool:
+    """This transaction holds ``chain``'s advisory lock (two int4 keys: classid, objid)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid() "
+            "AND classid = %s AND objid = %s AND objsubid = 2 AND granted",
+            [_LOCK_CLASS, chain],
+        )
+        return bool(cursor.fetchone()[0])
+
+
+def intact() -> None:
+    report = audit_chain_check()
+    assert report.intact, (report.broken, report.problems)
+
+
+def stored_as_recorded(event: AuditEvent) -> None:
+    row = AuditEvent.objects.get(pk=event.pk)
+    assert event_fields(row) == event_fields(event)
+    assert (row.prev_hash, row.hash) == (event.prev_hash, event.hash)
+    assert row.hash == event_hash(event_fields(row), row.prev_hash)
+
+
+@pytest.mark.django_db
+def test_later_events_of_a_transaction_send_only_their_insert():
+    with CaptureQueriesContext(connection) as first:
+        a = record(1)
+    with CaptureQueriesContext(connection) as second:
+        b = record(2)
+    with CaptureQueriesContext(connection) as third:  # the two ids drawn with the head are used up
+        c = record(3, details={"n": 3})
+    lock, head, insert = (q["sql"] for q in first.captured_queries)
+    assert "pg_advisory_xact_lock" in lock and "nextval" in head and "SELECT hash" in head
+    assert insert.startswith('INSERT INTO "approvals_auditevent"')
+    assert [q["sql"][:6] for q in second.captured_queries] == ["INSERT"]
+    more_ids, _ = (q["sql"] for q in third.captured_queries)
+    assert "nextval" in more_ids and "hash" not in more_ids and "advisory" not in more_ids  # no lock, no head read
+    assert a.chain == b.chain == c.chain and a.id < b.id < c.id
+    assert (b.prev_hash, c.prev_hash) == (a.hash, b.hash)
+    for event in (a, b, c):
+        stored_as_recorded(event)
+    intact()
+
+
+@pytest.mark.django_db
+def test_an_event_rolled_back_with_its_savepoint_is_not_the_head_of_the_next():
+    kept = record("kept")
+    with pytest.raises(RuntimeError), transaction.atomic():
+        gone = record("gone")
+        raise RuntimeError("roll the savepoint back")
+    after = record("after")
+    assert not AuditEvent.objects.filter(pk=gone.pk).exists()
+    assert after.prev_hash == kept.hash and after.id > gone.id > kept.id
+    intact()
+
+
+@pytest.mark.django_db
+def test_a_savepoint_rolled_back_elsewhere_in_the_transaction_keeps_the_chain_linked():
+    first = record("first")
+    with pytest.raises(RuntimeError), transaction.atomic():
+        AuditEvent.objects.filter(pk=first.pk).exists()  # no audit row in it
+        raise RuntimeError("roll the savepoint back")
+    second = record("second")
+    assert second.prev_hash == first.hash and second.id > first.id
+    intact()
+
+
+@pytest.mark.django_db
+def test_events_inside_a_savepoint_that_commits_stay_the_head():
+    outer = record("outer")
+    with transaction.atomic():
+        inner = record("inner")
+    after = record("after")
+    assert (inner.prev_hash, after.prev_hash) == (outer.hash, inner.hash)
+    intact()
+
+
+@pytest.mark.django_db
+def test_a_lock_released_by_a_rolled_back_savepoint_is_taken_again_and_the_head_read_again():
+    with pytest.raises(RuntimeError), transaction.atomic():
+        gone = record("gone")
+        assert lock_held(gone.chain)
+        raise RuntimeError("roll the savepoint back: its lock goes with it")
+    assert not lock_held(gone.chain)
+    with CaptureQueriesContext(connection) as ctx:
+        after = record("after")
+    assert lock_held(after.chain)
+    assert "pg_advisory_xact_lock" in ctx.captured_queries[0]["sql"]
+    newest_before = AuditEvent.objects.filter(chain=after.chain, id__lt=after.id).order_by("-id").first()
+    assert after.prev_hash == (newest_before.hash if newest_before else GENESIS) != gone.hash
+    intact()
+
+
+@pytest.mark.django_db
+def test_an_anchor_round_inside_a_transaction_that_appended_keeps_the_rounds_order():
+    """The round's events are ordered by id in the order it appends them across chains (the witnesses rely on
+    it), and the transaction's later events come after all of them."""
+    before = [record(i) for i in range(3)]
+    round_ = audit_anchor()
+    after = [record(i) for i in range(2)]
+    anchored = [a.head_id for a in round_ if a.chain != 0]
+    assert anchored == sorted(anchored) and max(e.id for e in before) < anchored[0]
+    assert min(e.id for e in after) > anchored[-1]
+    intact()
+
+
+@pytest.mark.usefixtures("live_db")
+def test_concurrent_transactions_of_one_chain_each_append_after_the_others():
+    """Writers appending several events per transaction to one chain: every event links to the one before it by
+    id, whoever wrote it."""
+    errors: list[BaseException] = []
+
+    def writer(n: int) -> None:
+        try:
+            for t in range(4):
+                with transaction.atomic():
+                    for i in range(3):
+                        record("same-chain", details={"writer": n, "tx": t, "i": i})
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(scaled(60))
+    assert not errors, errors
+    events = list(AuditEvent.objects.filter(subject_id="same-chain").order_by("id"))
+    assert len(events) == 36 and len({e.chain for e in events}) == 1
+    rows = list(AuditEvent.objects.filter(chain=events[0].chain, id__gte=events[0].id).order_by("id"))
+    assert all(b.prev_hash == a.hash for a, b in itertools.pairwise(rows))
+    by_tx: dict[tuple[int, int], list[int]] = {}
+    for e in events:
+        by_tx.setdefault((e.details["writer"], e.details["tx"]), []).append(e.details["i"])
+    assert all(steps == [0, 1, 2] for steps in by_tx.values())  # each transaction's events in append order
+    intact()
+
+
+@pytest.mark.integration
+def test_on_sqlite_a_transaction_appends_after_its_own_rows_and_an_anchor_round(tmp_path: Path):
+    """SQLite has no sequence: ids are drawn as the next after every row, one at a time, so an anchor round in
+    the same transaction (rows in other chains) cannot collide with ids held for later."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST", "GATEHOUSE_AUDIT"))}
+    for name in ("DATABASE_URL", "REDIS_URL", "GATEHOUSE_QUEUE", "SECRET_KEY"):
+        env.pop(name, None)
+    env.update(DJANGO_SETTINGS_MODULE="console.settings", GATEHOUSE_VAR_DIR=str(tmp_path / "var"))
+
+    def manage(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=scaled(600)
+        )
+
+    done = manage("migrate", "--noinput")
+    assert done.returncode == 0, done.stderr[-3000:]
+    script = (
+        "from django.db import transaction\n"
+        "from approvals.audit import audit_anchor, audit_record\n"
+        "def rec(i):\n"
+        "    return audit_record(actor=None, action='test.sqlite', subject_type='test', subject_id=i)\n"
+        "with transaction.atomic():\n"
+        "    a, b = rec(1), rec(2)\n"
+        "    try:\n"
+        "        with transaction.atomic():\n"
+        "            gone = rec(3)\n"
+        "            raise RuntimeError\n"
+        "    except RuntimeError:\n"
+        "        pass\n"
+        "    c = rec(4)\n"
+        "    assert b.prev_hash == a.hash and c.prev_hash == b.hash, 'linked past the rolled-back row'\n"
+        "    audit_anchor()\n"
+        "    d, e = rec(5), rec(6)\n"
+        "    assert e.prev_hash == d.hash and d.id > c.id\n"
+    )
+    done = manage("shell", "-c", script)
+    assert done.returncode == 0, done.stderr[-3000:]
+    verified = manage("audit_verify")
+    assert verified.returncode == 0 and "intact" in verified.stdout, verified.stdout + verified.stderr
