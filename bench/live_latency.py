@@ -151,6 +151,22 @@ def db_poll_task(conn: Any, thread_id: str, *, timeout: float, interval: float =
         time.sleep(interval)
 
 
+def db_exists(name: str) -> bool:
+    import psycopg
+
+    with psycopg.connect(f"{PG_SERVER}/postgres", autocommit=True, connect_timeout=10) as conn:
+        return conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone() is not None
+
+
+def db_copy(template: str, name: str) -> None:
+    import psycopg
+    from psycopg import sql
+
+    db_drop(name)
+    with psycopg.connect(f"{PG_SERVER}/postgres", autocommit=True, connect_timeout=10) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(sql.Identifier(name), sql.Identifier(template)))
+
+
 def stats(values: list[float]) -> dict[str, float]:
     return {
         "n": len(values),
@@ -167,6 +183,11 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--db", default="gatehouse_bench_live")
     parser.add_argument("--keep-db", action="store_true")
+    parser.add_argument(
+        "--template-db",
+        default="",
+        help="copy this migrated database instead of migrating (created and migrated first if missing)",
+    )
     parser.add_argument("--wait-timeout", type=float, default=30.0, help="max wait for one task (s)")
     parser.add_argument("--timeout", type=int, default=900, help="abort the whole run after this many seconds")
     args = parser.parse_args()
@@ -196,10 +217,21 @@ def main() -> int:
     api: Api | None = None
     created = False
     try:
-        log(f"recreating database {args.db}")
-        db_recreate(args.db)
-        created = True
-        manage(env, "migrate", "--noinput", "-v", "0")
+        if args.template_db:
+            # Migrating takes minutes on a loaded machine; a copy of a migrated database takes a second.
+            template_env = {**env, "DATABASE_URL": f"{PG_SERVER}/{args.template_db}"}
+            if not db_exists(args.template_db):
+                log(f"creating and migrating the template database {args.template_db}")
+                db_recreate(args.template_db)
+                manage(template_env, "migrate", "--noinput", "-v", "0")
+            log(f"recreating database {args.db} from {args.template_db}")
+            db_copy(args.template_db, args.db)
+            created = True
+        else:
+            log(f"recreating database {args.db}")
+            db_recreate(args.db)
+            created = True
+            manage(env, "migrate", "--noinput", "-v", "0")
         tokens = bench_users(env, PASSWORD)
         worker, ready = worker_proc(env, queue, run_dir)
         procs.append(worker)

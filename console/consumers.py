@@ -11,14 +11,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from typing import Any
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.contrib.auth import SESSION_KEY
+from django.contrib.auth.models import User
 from django.contrib.sessions.backends.base import SessionBase
+from django.contrib.sessions.backends.db import SessionStore as DbSessionStore
+from django.contrib.sessions.models import Session
+from django.db import connection
 from django.http import QueryDict
 from django.template.loader import render_to_string
+from django.utils import timezone
 
 from approvals import bulk, permissions
 from approvals.errors import DomainError
@@ -32,9 +38,8 @@ CLOSE_FORBIDDEN = 4403
 # millisecond or two: wait this long after the first and render once. Events that arrive while a
 # render is under way are never dropped: they cause one more render after it.
 DEBOUNCE_SECONDS = 0.003
-# Reads that audit themselves change nothing on screen. Re-rendering on them would loop: a render
-# for a permitted viewer reveals sensitive fields, which writes ``sensitive.revealed``, which is published.
-QUIET_ACTIONS = frozenset({AuditAction.SENSITIVE_REVEALED})
+# Reads that audit themselves change nothing on screen (not even published: console.live).
+QUIET_ACTIONS = live.QUIET_ACTIONS
 
 
 class LiveConsumer(AsyncWebsocketConsumer):
@@ -82,7 +87,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
 
     async def live_event(self, event: dict[str, Any]) -> None:
         action = str(event.get("action") or "")
-        if action in QUIET_ACTIONS or action in self.unchanged_by or f"{action.split('.')[0]}." in self.unchanged_by:
+        if action in QUIET_ACTIONS or live.action_in(action, self.unchanged_by):
             return
         if self.has_fragment(event):
             # Off the thread full renders share: a render under way must not hold the fragment up.
@@ -111,7 +116,10 @@ class LiveConsumer(AsyncWebsocketConsumer):
     def _reader(self) -> Any:
         """The socket's user, re-read; None once signed out, expired or deactivated: push nothing more."""
         user = self.scope["user"]
-        if not _session_alive(self.scope.get("session")):
+        session = self.scope.get("session")
+        if type(session) is DbSessionStore and session.session_key and type(user) is User:
+            return _reader_fresh(session, session.session_key, user)
+        if not _session_alive(session):
             return None
         user.refresh_from_db()
         return user if user.is_active else None
@@ -152,6 +160,38 @@ class LiveConsumer(AsyncWebsocketConsumer):
         return None
 
 
+def _reader_fresh(session: DbSessionStore, session_key: str, user: User) -> User | None:
+    """``LiveConsumer._reader`` for database sessions: the session row and the user row in one query.
+
+    Exactly what the general path checks (the session exists, has not expired and is signed in; the
+    user is re-read and active), read by one statement without the ORM instead of two through it.
+    The user object is refreshed only when its row changed (otherwise refreshing sets what it holds).
+    """
+    fields, sql = _reader_sql(connection.vendor)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [session_key, timezone.now(), user.pk])
+        row = cursor.fetchone()
+    if row is None or row[0] is None or session.decode(row[0]).get(SESSION_KEY) is None:
+        return None  # user deleted; session gone, expired or signed out
+    if any(getattr(user, field.attname) != value for field, value in zip(fields, row[1:], strict=True)):
+        user.refresh_from_db()
+    return user if user.is_active else None
+
+
+@functools.cache
+def _reader_sql(vendor: str) -> tuple[list[Any], str]:
+    fields = list(User._meta.concrete_fields)
+    q = connection.ops.quote_name
+    columns = ", ".join(f"u.{q(str(field.column))}" for field in fields)
+    # Names from the models' metadata, values as parameters.
+    sql = (
+        f"SELECT s.{q('session_data')}, {columns} FROM {q(User._meta.db_table)} u "  # noqa: S608
+        f"LEFT JOIN {q(Session._meta.db_table)} s ON s.{q('session_key')} = %s AND s.{q('expire_date')} > %s "
+        f"WHERE u.{q(str(User._meta.pk.column))} = %s"
+    )
+    return fields, sql
+
+
 def _session_alive(session: SessionBase | None) -> bool:
     if session is None or not session.session_key:
         return False
@@ -161,8 +201,9 @@ def _session_alive(session: SessionBase | None) -> bool:
 
 class InboxConsumer(LiveConsumer):
     template = "console/partials/inbox_results.html"
-    # The list shows tasks: a thread starting or a run's progress changes none of its rows.
-    unchanged_by = frozenset({"run.", "effect.", AuditAction.THREAD_STARTED, AuditAction.THREAD_CREATED})
+    # The list shows tasks: a thread starting or a run's progress changes none of its rows (and is not
+    # even published to the graph groups).
+    unchanged_by = live.INBOX_UNCHANGED_BY
 
     def groups_authorised(self, user: Any) -> list[str] | None:
         if not permissions.can(user, "approvals.view_approvaltask"):

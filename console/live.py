@@ -43,6 +43,7 @@ import queue
 import re
 import threading
 import time
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -52,7 +53,7 @@ from channels.layers import channel_layers, get_channel_layer
 from django.conf import settings
 from django.utils.crypto import salted_hmac
 
-from approvals.models import AuditEvent
+from approvals.models import AuditAction, AuditEvent
 
 log = logging.getLogger(__name__)
 
@@ -94,9 +95,26 @@ def event_from_audit(audit: AuditEvent) -> dict[str, Any]:
     }
 
 
+# Actions no consumer renders anything for: reads that audit themselves. Re-rendering on them would
+# loop (a render for a permitted viewer reveals sensitive fields, which writes ``sensitive.revealed``),
+# so they are not published at all.
+QUIET_ACTIONS = frozenset({AuditAction.SENSITIVE_REVEALED})
+# Actions (or prefixes ending in ".") that change no row of the inbox, the only page on the graph
+# groups: a thread starting, a run's progress, an effect. They go to the thread's group only.
+INBOX_UNCHANGED_BY = frozenset({"run.", "effect.", AuditAction.THREAD_STARTED, AuditAction.THREAD_CREATED})
+
+
+def action_in(action: str, actions: frozenset[str]) -> bool:
+    """Whether ``action`` is one of ``actions``, or under one of its prefixes (``"run."``)."""
+    return action in actions or f"{action.split('.', 1)[0]}." in actions
+
+
 def groups_for(event: dict[str, Any]) -> list[str]:
+    action = str(event.get("action") or "")
+    if action in QUIET_ACTIONS:
+        return []
     groups = []
-    if event.get("graph"):
+    if event.get("graph") and not action_in(action, INBOX_UNCHANGED_BY):
         groups.append(graph_group(str(event["graph"])))
     if event.get("thread"):
         groups.append(thread_group(event["thread"]))
@@ -111,6 +129,8 @@ def bulk_group(bulk_id: object) -> str:
 
 def on_audit_recorded(audit: AuditEvent) -> None:
     """Subscribed after commit (approvals.events, from ConsoleConfig.ready)."""
+    if audit.action in QUIET_ACTIONS:
+        return  # no page renders anything for it (see QUIET_ACTIONS)
     event_publish(event_from_audit(audit))
 
 
@@ -120,7 +140,16 @@ class _Publisher:
     A group_send through ``async_to_sync`` builds an event loop per call
     (about 2-3 ms each, several per run); doing it on the committing thread
     made live updates the largest cost of a worker's run. One long-lived
-    loop, fed by a queue, batches whatever accumulated.
+    thread, fed by a queue, sends whatever accumulated (a commit's events,
+    usually) at once.
+
+    With the Redis pub/sub layer (``settings.CHANNEL_LAYERS``) a group_send is
+    one ``PUBLISH`` of the serialised event to the group's Redis channel: the
+    thread does exactly that, with a plain (blocking) Redis client, all of a
+    batch's ``PUBLISH``es in one pipeline — one round trip, and none of an
+    event loop's bookkeeping, which was most of the publisher's CPU. The
+    channel names, shards and serialisation are the layer's own. Any other
+    layer gets ``group_send`` on a long-lived event loop.
     """
 
     def __init__(self) -> None:
@@ -134,11 +163,7 @@ class _Publisher:
         except queue.Full:
             log.warning("live publisher queue full; dropping %s", event.get("action"))
 
-    def _run(self) -> None:
-        loop = asyncio.new_event_loop()
-        asyncio.set_event_loop(loop)
-        # A layer instance of its own: channels_redis binds connections to the loop that uses them.
-        layer = channel_layers.make_backend(DEFAULT_CHANNEL_LAYER)
+    def _batches(self) -> Iterator[list[dict[str, Any]]]:
         while True:
             batch = [self.queue.get()]
             while len(batch) < 200:
@@ -146,6 +171,22 @@ class _Publisher:
                     batch.append(self.queue.get_nowait())
                 except queue.Empty:
                     break
+            yield batch
+
+    def _run(self) -> None:
+        layer = channel_layers.make_backend(DEFAULT_CHANNEL_LAYER)
+        publish = _pubsub_publisher(layer)
+        if publish is not None:
+            for batch in self._batches():
+                try:
+                    publish([(group, event) for event in batch for group in groups_for(event)])
+                except Exception as exc:  # noqa: BLE001 - events are hints: log and go on
+                    log.warning("live events not delivered: %r", exc)
+            return
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        # A layer instance of its own: channels_redis binds connections to the loop that uses them.
+        for batch in self._batches():
             if layer is None:
                 continue
             sends = [layer.group_send(group, event) for event in batch for group in groups_for(event)]
@@ -153,6 +194,36 @@ class _Publisher:
             for result in results:
                 if isinstance(result, Exception):
                     log.warning("live event not delivered: %r", result)
+
+
+def _pubsub_publisher(layer: Any) -> Callable[[list[tuple[str, dict[str, Any]]]], None] | None:
+    """A blocking sender for the Redis pub/sub layer ``layer`` (see ``_Publisher``), or None for any other."""
+    try:
+        import redis
+        from channels_redis.pubsub import RedisPubSubChannelLayer, RedisPubSubLoopLayer
+    except ImportError:
+        return None
+    if not isinstance(layer, RedisPubSubChannelLayer):
+        return None
+    # Built only to name and shard as the layer does; it opens no connection until used, and is not.
+    naming = RedisPubSubLoopLayer(*layer._args, **layer._kwargs, channel_layer=layer)
+    hosts = [shard.host for shard in naming._shards]
+    if not all(set(host) == {"address"} for host in hosts):
+        return None  # sentinels, connection options: the layer's own path
+    clients = [redis.Redis.from_url(host["address"]) for host in hosts]
+
+    def publish(sends: list[tuple[str, dict[str, Any]]]) -> None:
+        pipes = {}
+        for group, event in sends:
+            channel = naming._get_group_channel_name(group)
+            index = naming._shards.index(naming._get_shard(channel))
+            if index not in pipes:
+                pipes[index] = clients[index].pipeline(transaction=False)
+            pipes[index].publish(channel, layer.serialize(event))
+        for pipe in pipes.values():
+            pipe.execute()
+
+    return publish
 
 
 _publisher: _Publisher | None = None

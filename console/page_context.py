@@ -13,6 +13,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django.core.exceptions import ValidationError
+from django.db.models import Exists, OuterRef
 from django.http import QueryDict
 
 from approvals import assignment, bulk, columns, comments, gateway, permissions, time_travel
@@ -20,7 +21,7 @@ from approvals import selectors as approvals_selectors
 from approvals.claims import can_release_any, claim_for
 from approvals.errors import DomainError
 from approvals.inbox_filter import InboxFilter
-from approvals.models import ApprovalTask
+from approvals.models import ApprovalTask, Comment
 from approvals.payloads import payload_kind
 from console import selectors
 from console.conversation import conversation_context  # Conversation (comments)
@@ -74,6 +75,9 @@ def inbox_context(user: Any, params: QueryDict, *, limit: int = INBOX_PAGE_SIZE)
     }
 
 
+_COMMENTED = "_thread_commented"
+
+
 def inbox_row_context(user: Any, params: QueryDict, task_id: Any) -> dict[str, Any] | None:
     """A new task's row as the inbox with these ``params`` shows it, or None if it would not show it at
     the top of the page the reader is on (another page or sort order, filtered out, not visible to them).
@@ -90,16 +94,25 @@ def inbox_row_context(user: Any, params: QueryDict, task_id: Any) -> dict[str, A
     columns = inbox_column_filters(params)
     try:
         wanted = form.inbox_filter(columns=columns)
-        page = selectors.inbox_list(user=user, filter=wanted, limit=1, task_id=task_id, sort="newest")
+        # Whether the task's thread has comments at all, read with the row: a new thread has none, and
+        # then its conversation badges need no query of their own.
+        commented = Exists(Comment.objects.filter(thread_id=OuterRef("thread_id")))
+        page = selectors.inbox_list(
+            user=user, filter=wanted, limit=1, task_id=task_id, sort="newest", annotate={_COMMENTED: commented}
+        )
     except (DomainError, ValidationError):
         return None
     if not page.items:
         return None
     inbox_columns_context(user, page, filters, columns, {})  # the row's gate column cells
+    if any(getattr(t, _COMMENTED) for t in page.items):
+        conversation = comments.inbox_conversation(user=user, tasks=page.items)
+    else:
+        conversation = comments.InboxConversation(waiting=set(), mentioned=set())
     return {
         "rows": [(t, _claim_of(t)) for t in page.items],
         "me": user,
-        "conversation": comments.inbox_conversation(user=user, tasks=page.items),
+        "conversation": conversation,
         "bulk": {"enabled": bool(filters) and permissions.can(user, "approvals.decide_task")},
     }
 

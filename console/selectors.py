@@ -136,10 +136,12 @@ def inbox_list(
     before: str = "",
     limit: int = 50,
     task_id: Any = None,
+    annotate: Any = None,  # dict[str, expression]; Any: callers pass paging as **dict[str, str]
 ) -> Page:
     """One page of approval tasks; keyset-paginated both ways so page 2,000 costs what page 1 does.
 
     ``task_id``: only that task, if it matches (a live inbox pushes a new task's row on its own).
+    ``annotate``: more values read with each row, by the same query (``QuerySet.annotate``).
 
     ``cursor`` pages forward from a page's last row, ``before`` back from its first: a task
     inserted meanwhile never shifts a page (no offsets). ``filter.columns`` and a ``col:<key>``
@@ -150,6 +152,8 @@ def inbox_list(
     qs = qs.select_related("thread", "claim", "claim__user", "assigned_user", "assigned_group")
     if task_id is not None:
         qs = qs.filter(pk=task_id)
+    if annotate:
+        qs = qs.annotate(**annotate)
     if sort.startswith(COLUMN_SORT_PREFIXES):
         column = column_for_sort(user=user, graph=graph, node=node, key=sort.split(":", 1)[1])
         qs = qs.annotate(**{_SORT_VALUE: PayloadValue(column)})

@@ -48,6 +48,9 @@ FINISH_QUERIES = 13
 RESUME_RUN_STATEMENTS = 27
 # A graph no test subscribes webhooks to: matching subscriptions (other tests') would add outbox rows.
 QUIET_GRAPH = "nested_review"
+# A live inbox pushing a new task's row (console.consumers.InboxConsumer): the session and the user
+# re-checked in one statement, the row with its thread's has-comments flag in another (was four).
+LIVE_ROW_QUERIES = 2
 INBOX_QUERIES = 12  # hand-offs +1 (the header's own out-of-office), comments +1 (rows' open questions, mentions)
 
 
@@ -178,3 +181,30 @@ def test_start_and_decision_queries_are_bounded(operator, reviewer):
         response = api_decide(reviewer, task, reason="ok")
     assert response.status_code == 201, response.content
     assert len(ctx) <= DECISION_QUERIES, _sql(ctx)
+
+
+def test_a_live_inbox_pushes_a_new_tasks_row_in_two_statements(operator, reviewer):
+    from importlib import import_module
+
+    from django.conf import settings
+
+    from approvals.models import ApprovalTask
+    from console.consumers import InboxConsumer
+
+    client = Client()
+    client.force_login(reviewer.user)
+    session = import_module(settings.SESSION_ENGINE).SessionStore(session_key=client.cookies["sessionid"].value)
+    consumer = InboxConsumer()
+    consumer.scope = {"user": reviewer.user, "session": session, "query_string": b""}
+    tag = f"perf-{uuid.uuid4().hex[:8]}"
+    tasks = []
+    for _ in range(2):
+        run = _claimed_run(operator, case=tag)
+        run_finish(run=run, outcome=_interrupt_outcome(tag))
+        tasks.append(ApprovalTask.objects.get(thread_id=run.thread_id, status="pending"))
+    events = [{"action": "task.opened", "subject_type": "task", "subject_id": str(t.pk)} for t in tasks]
+    assert consumer._fragment(events[0])  # the user's permissions are read once per socket
+    with CaptureQueriesContext(connection) as ctx:
+        row = consumer._fragment(events[1])
+    assert row is not None and f'data-task-id="{tasks[1].pk}"' in row
+    assert len(ctx) <= LIVE_ROW_QUERIES, _sql(ctx)
