@@ -23,7 +23,7 @@ from typing import Any
 from celery import current_app
 from django.conf import settings
 from django.contrib.auth.models import User
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import F, OuterRef, Q, Subquery
 from django.db.models.expressions import CombinedExpression
 from django.db.models.functions import Now
@@ -32,6 +32,7 @@ from django.utils import timezone
 from runtime import signals
 from runtime.fencing import LeaseLost
 from runtime.models import Branch, Run, RunKind, RunStatus, Thread, ThreadStatus
+from runtime.notify import CHANNEL
 
 __all__ = ["LeaseLost"]  # re-exported: callers catch it from here
 
@@ -166,6 +167,29 @@ def run_dispatch(*, run_id: Any) -> None:
     Run.objects.filter(pk=run_id, status=RunStatus.QUEUED).update(dispatched_at=Now())
 
 
+# PostgreSQL: a claim's two writes in one statement. The thread's row is locked by the claim's read.
+_CLAIM_UPDATE = """
+WITH bumped AS (UPDATE runtime_thread SET fence = fence + 1 WHERE id = %s)
+UPDATE runtime_run SET status = %s, attempts = attempts + 1, fence = %s, lease_owner = %s,
+    lease_expires_at = %s, started_at = %s
+WHERE id = %s
+"""
+
+# PostgreSQL: a finish's fenced run update, then the thread's (only if the run's won), which
+# notifies the thread's waiters (runtime.notify) when the transaction commits. Its row count is 1
+# if the run was still this claim's.
+_FINISH_UPDATE = """
+WITH won AS (
+    UPDATE runtime_run SET status = %s, finished_at = %s, lease_expires_at = NULL
+    WHERE id = %s AND fence = %s AND status = %s
+    RETURNING thread_id
+)
+UPDATE runtime_thread SET status = %s, "values" = %s, checkpoint_id = %s, error = '', updated_at = %s
+WHERE id = (SELECT thread_id FROM won)
+RETURNING pg_notify(%s, id::text)
+"""
+
+
 def _lease_end() -> CombinedExpression:
     """A new lease's expiry, by the database's clock."""
     return Now() + timedelta(seconds=settings.GATEHOUSE_LEASE_SECONDS)
@@ -201,22 +225,30 @@ def run_claim(*, run_id: str, worker: str) -> Run | None:
         if run.attempts >= settings.GATEHOUSE_MAX_RUN_ATTEMPTS:
             _run_fail_locked(run, _gave_up(run))
             return None
-        Thread.objects.filter(pk=run.thread_id).update(fence=F("fence") + 1)
-        run.thread.fence += 1  # the thread row is locked by the read above: this is the value just written
+        run.thread.fence += 1  # the thread row is locked by the read above: this is the value written below
         run.status = RunStatus.RUNNING
         run.attempts += 1
         run.fence = run.thread.fence
         run.lease_owner = worker
         run.lease_expires_at = now + timedelta(seconds=settings.GATEHOUSE_LEASE_SECONDS)
         run.started_at = run.started_at or now
-        Run.objects.filter(pk=run.pk).update(
-            status=run.status,
-            attempts=F("attempts") + 1,
-            fence=run.fence,
-            lease_owner=worker,
-            lease_expires_at=run.lease_expires_at,
-            started_at=run.started_at,
-        )
+        if connection.vendor == "postgresql":
+            # Both writes in one statement (a data-modifying WITH): one round trip, nothing to compile.
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    _CLAIM_UPDATE,
+                    [run.thread_id, run.status, run.fence, worker, run.lease_expires_at, run.started_at, run.pk],
+                )
+        else:
+            Thread.objects.filter(pk=run.thread_id).update(fence=F("fence") + 1)
+            Run.objects.filter(pk=run.pk).update(
+                status=run.status,
+                attempts=F("attempts") + 1,
+                fence=run.fence,
+                lease_owner=worker,
+                lease_expires_at=run.lease_expires_at,
+                started_at=run.started_at,
+            )
         signals.run_claimed.send(sender=Run, run=run)
     return run
 
@@ -232,16 +264,32 @@ def lease_renew(*, run: Run) -> None:
 def run_finish(*, run: Run, outcome: RunOutcome) -> None:
     """Record the run's outcome; tasks and audit rows are written by signal receivers in this transaction."""
     now = timezone.now()
+    thread_status = ThreadStatus.INTERRUPTED if outcome.status == RunStatus.INTERRUPTED else ThreadStatus.COMPLETED
     with transaction.atomic():
-        won = Run.objects.filter(pk=run.pk, fence=run.fence, status=RunStatus.RUNNING).update(
-            status=outcome.status, finished_at=now, lease_expires_at=None
-        )
+        if connection.vendor == "postgresql":
+            # The fenced run update, the thread update and the waiters' notification in one statement:
+            # the thread is written (and notified) only if the run's update won.
+            values = Thread._meta.get_field("values").get_db_prep_save(outcome.values, connection)
+            with connection.cursor() as cursor:
+                run_part: list[Any] = [outcome.status, now, run.pk, run.fence, RunStatus.RUNNING]
+                cursor.execute(_FINISH_UPDATE, [*run_part, thread_status, values, outcome.checkpoint_id, now, CHANNEL])
+                won = cursor.rowcount
+            notified = True
+        else:
+            won = Run.objects.filter(pk=run.pk, fence=run.fence, status=RunStatus.RUNNING).update(
+                status=outcome.status, finished_at=now, lease_expires_at=None
+            )
+            if won:
+                Thread.objects.filter(pk=run.thread_id).update(
+                    status=thread_status,
+                    values=outcome.values,
+                    checkpoint_id=outcome.checkpoint_id,
+                    error="",
+                    updated_at=now,
+                )
+            notified = False
         if not won:
             raise LeaseLost(f"run {run.id} was taken over before it finished")
-        thread_status = ThreadStatus.INTERRUPTED if outcome.status == RunStatus.INTERRUPTED else ThreadStatus.COMPLETED
-        Thread.objects.filter(pk=run.thread_id).update(
-            status=thread_status, values=outcome.values, checkpoint_id=outcome.checkpoint_id, error="", updated_at=now
-        )
         run.status = outcome.status
         run.finished_at = now
         run.lease_expires_at = None
@@ -249,10 +297,11 @@ def run_finish(*, run: Run, outcome: RunOutcome) -> None:
         thread = run.thread
         thread.status, thread.values, thread.checkpoint_id = thread_status, outcome.values, outcome.checkpoint_id
         thread.error, thread.updated_at = "", now
+        # ``notified``: waiters were notified by the statement above (runtime.notify does it otherwise).
         if outcome.status == RunStatus.INTERRUPTED:
-            signals.run_interrupted.send(sender=Run, run=run, interrupts=outcome.interrupts)
+            signals.run_interrupted.send(sender=Run, run=run, interrupts=outcome.interrupts, notified=notified)
         else:
-            signals.run_completed.send(sender=Run, run=run, values=outcome.values)
+            signals.run_completed.send(sender=Run, run=run, values=outcome.values, notified=notified)
 
 
 def run_fail(*, run: Run, error: str, checkpoint_id: str = "") -> None:

@@ -35,15 +35,18 @@ START_QUERIES = 12
 # Decision: no savepoint around the run insert; the decision is inserted naming its resume run; one
 # read of the task's siblings answers both "does another task wait" and "which decisions resume".
 DECISION_QUERIES = 22
-# Claim: one locking read (run, thread, the database clock, the current branch), two updates, the audit row.
-CLAIM_QUERIES = 8
-# Finish: the thread is not read back. Includes the pg_notify that wakes waiters and the outbox's
-# subscription lookup for the event.
-FINISH_QUERIES = 15
+# Claim: one locking read (run, thread, the database clock, the current branch), one update (run and
+# thread fence in one statement on PostgreSQL), the audit row.
+CLAIM_QUERIES = 7
+# Finish: the thread is not read back; the run's update, the thread's and the pg_notify that wakes
+# waiters are one statement (PostgreSQL); the outbox's subscription lookup for the event is included,
+# its task.opened no longer reads the task back.
+FINISH_QUERIES = 12
 # A resume run that completes, executed in this process: every statement psycopg sends (the
 # checkpointer's included). The state is read once before streaming (the resume guard) and not after
-# (the outcome comes from the stream); 47 before that and the claim/finish trims.
-RESUME_RUN_STATEMENTS = 39
+# (the outcome comes from the stream); 47 before that and the claim/finish trims; 39 before the claim's
+# and the finish's writes became one statement each (and the finish's notify joined it).
+RESUME_RUN_STATEMENTS = 36
 # A graph no test subscribes webhooks to: matching subscriptions (other tests') would add outbox rows.
 QUIET_GRAPH = "nested_review"
 INBOX_QUERIES = 12  # hand-offs +1 (the header's own out-of-office), comments +1 (rows' open questions, mentions)
