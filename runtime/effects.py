@@ -43,7 +43,7 @@ from langgraph.config import get_config
 from runtime import signals
 from runtime.branches import scoped_effect_key
 from runtime.fencing import config_fence, stale
-from runtime.models import Effect, EffectStatus, Thread
+from runtime.models import Effect, EffectStatus, Run, Thread
 
 T = TypeVar("T")
 
@@ -81,7 +81,8 @@ def perform_effect(
     key = scoped_effect_key(key or effect_key(name), configurable)
     digest = args_digest(args) if args is not None else ""
     thread_id = str(configurable.get("thread_id"))
-    fence = Thread.objects.filter(pk=thread_id).values_list("fence", flat=True).first()
+    # A key lookup: sliced, not .first() (which adds an ORDER BY to compile and send).
+    fence = next(iter(Thread.objects.filter(pk=thread_id).values_list("fence", flat=True)[:1]), None)
     fenced = config_fence(config)
     if fenced is not None and fence != fenced[1]:
         # Another worker claimed the thread since this run did: it performs the effect.
@@ -91,8 +92,9 @@ def perform_effect(
     effect = Effect(
         key=key,
         name=name,
-        thread_id=thread_id if fence is not None else None,
-        run_id=run_id,
+        # As a loaded row holds them (UUIDs): receivers key their caches by the thread's id.
+        thread_id=Thread._meta.pk.to_python(thread_id) if fence is not None else None,
+        run_id=Run._meta.pk.to_python(run_id) if run_id else None,
         args=args,
         args_digest=digest,
         calls=1,  # recorded with the intent: the call follows it (as the separate bump did)
