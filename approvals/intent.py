@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db.models import Q
+from django.db.models import OuterRef, Q, Subquery
 
 from approvals.audit import canonical
 from approvals.models import ApprovalTask, Decision, TaskKind, TaskStatus
@@ -127,10 +127,29 @@ def _carried(task: ApprovalTask) -> list[Decision]:
 
 
 def decision_followed(*, effect: Effect) -> str | None:
-    """The final decision of the gate the effect followed (recorded with the effect in the audit trail)."""
-    task = _gate_followed(effect)
-    carried = _carried(task) if task is not None else []
-    return str(carried[-1].pk) if carried else None
+    """The final decision of the gate the effect followed (recorded with the effect in the audit trail).
+
+    What ``_gate_followed`` then ``_carried`` find, in one query: each candidate gate comes with the
+    id of its last carried decision, and only the gate's kind and payload are loaded.
+    """
+    if effect.thread_id is None:
+        return None
+    last_carried = (
+        Decision.objects.filter(task=OuterRef("pk"), run__isnull=False).order_by("-created_at", "-id").values("id")[:1]
+    )
+    gates = (
+        ApprovalTask.objects.filter(
+            thread_id=effect.thread_id, status=TaskStatus.DECIDED, decided_at__lte=effect.created_at
+        )
+        .order_by("-decided_at")
+        .only("kind", "payload")
+        .annotate(last_carried=Subquery(last_carried))
+    )
+    for task in gates:
+        action = proposed_action(task)
+        if action is not None and action["name"] == effect.name:
+            return str(task.last_carried) if task.last_carried is not None else None
+    return None
 
 
 # --- the proof ---------------------------------------------------------------------------------

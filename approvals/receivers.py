@@ -108,10 +108,13 @@ def on_store_written(
 ) -> None:
     from approvals.store import store_write_audit
 
-    run = Run.objects.only("lease_owner").get(pk=operation.run_id)
+    # The worker's claim, as the recording store knows it (else read from the run).
+    lease_owner = kwargs.get("lease_owner")
+    if lease_owner is None:
+        lease_owner = Run.objects.only("lease_owner").get(pk=operation.run_id).lease_owner
     store_write_audit(
         actor=None,
-        actor_label=f"worker:{run.lease_owner}" if run.lease_owner else "runtime",
+        actor_label=f"worker:{lease_owner}" if lease_owner else "runtime",
         namespace=namespace,
         key=key,
         value=value,

@@ -27,6 +27,7 @@ from approvals.errors import Conflict, Forbidden, InvalidInput
 from approvals.gate_policy import gate_deadline, gate_policy
 from approvals.intent import proposed_action, signed_command, signed_digest
 from approvals.models import ApprovalTask, AuditAction, Decision, TaskKind, TaskStatus
+from approvals.outbound.outbox import task_opening
 from approvals.payloads import (
     NOT_GIVEN,
     DecisionRequest,
@@ -137,23 +138,24 @@ def tasks_open(*, run: Run, interrupts: list[PendingInterrupt]) -> list[Approval
             required_approvals=policy.approvals_required,
             correlation_key=policy.correlation_key_indexed,
         )
-        audit_record(
-            actor=None,
-            actor_label="runtime",
-            action=AuditAction.TASK_OPENED,
-            subject_type="task",
-            subject_id=task.id,
-            thread_id=thread.id,
-            graph=thread.graph,
-            details={
-                "node": task.node,
-                "interrupt_id": task.interrupt_id,
-                "checkpoint_id": task.checkpoint_id,
-                "checkpoint_ns": task.checkpoint_ns,
-                "kind": task.kind,
-                "payload_digest": digest,
-            },
-        )
+        with task_opening(task):  # the outbox's task.opened is described from this row, not read back
+            audit_record(
+                actor=None,
+                actor_label="runtime",
+                action=AuditAction.TASK_OPENED,
+                subject_type="task",
+                subject_id=task.id,
+                thread_id=thread.id,
+                graph=thread.graph,
+                details={
+                    "node": task.node,
+                    "interrupt_id": task.interrupt_id,
+                    "checkpoint_id": task.checkpoint_id,
+                    "checkpoint_ns": task.checkpoint_ns,
+                    "kind": task.kind,
+                    "payload_digest": digest,
+                },
+            )
         opened.append(task)
     return opened
 

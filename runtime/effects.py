@@ -35,7 +35,7 @@ import json
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 from langgraph.config import get_config
@@ -80,27 +80,38 @@ def perform_effect(
     # a forked payment is a new payment, a retry within the branch is still the same one.
     key = scoped_effect_key(key or effect_key(name), configurable)
     digest = args_digest(args) if args is not None else ""
-    thread = Thread.objects.filter(pk=str(configurable.get("thread_id"))).first()
+    thread_id = str(configurable.get("thread_id"))
+    # A key lookup: sliced, not .first() (which adds an ORDER BY to compile and send).
+    fence = next(iter(Thread.objects.filter(pk=thread_id).values_list("fence", flat=True)[:1]), None)
     fenced = config_fence(config)
-    if fenced is not None and (thread is None or thread.fence != fenced[1]):
+    if fenced is not None and fence != fenced[1]:
         # Another worker claimed the thread since this run did: it performs the effect.
-        raise stale(fenced[0], fenced[1], None if thread is None else thread.fence)
-    run_id = configurable.get("gatehouse_run_id")
-    run = Run.objects.filter(pk=run_id).first() if run_id else None
-    effect, _ = Effect.objects.get_or_create(
-        key=key, defaults={"name": name, "thread": thread, "run": run, "args": args, "args_digest": digest}
+        raise stale(fenced[0], fenced[1], fence)
+    # The run executing this node (the executor's claimed run): named by id, not read.
+    run_id = configurable.get("gatehouse_run_id") or None
+    effect = Effect(
+        key=key,
+        name=name,
+        # As a loaded row holds them (UUIDs): receivers key their caches by the thread's id.
+        thread_id=Thread._meta.pk.to_python(thread_id) if fence is not None else None,
+        run_id=Run._meta.pk.to_python(run_id) if run_id else None,
+        args=args,
+        args_digest=digest,
+        calls=1,  # recorded with the intent: the call follows it (as the separate bump did)
     )
-    if not effect.args_digest and digest:
-        # Recorded by a version that kept no arguments: record them now.
-        Effect.objects.filter(pk=effect.pk, args_digest="").update(args=args, args_digest=digest)
-    elif effect.args_digest != digest:
-        raise EffectArgsConflict(
-            f"effect {key!r} was recorded with arguments {canonical_json(effect.args)}; "
-            f"refusing to perform it with {canonical_json(args)}"
-        )
-    if effect.status == EffectStatus.DONE:
-        return effect.result  # type: ignore[return-value]
-    Effect.objects.filter(pk=effect.pk).update(calls=F("calls") + 1, run=run)
+    if not _intent_insert(effect):
+        effect = Effect.objects.get(key=key)
+        if not effect.args_digest and digest:
+            # Recorded by a version that kept no arguments: record them now.
+            Effect.objects.filter(pk=effect.pk, args_digest="").update(args=args, args_digest=digest)
+        elif effect.args_digest != digest:
+            raise EffectArgsConflict(
+                f"effect {key!r} was recorded with arguments {canonical_json(effect.args)}; "
+                f"refusing to perform it with {canonical_json(args)}"
+            )
+        if effect.status == EffectStatus.DONE:
+            return effect.result  # type: ignore[return-value]
+        Effect.objects.filter(pk=effect.pk).update(calls=F("calls") + 1, run=run_id)
     try:
         result = call(key)
     except Exception as exc:
@@ -109,12 +120,81 @@ def perform_effect(
     with transaction.atomic():
         # The first to record the result wins: a worker whose call was already
         # under way when it lost its lease got the same (replayed) answer.
-        recorded = (
-            Effect.objects.filter(pk=effect.pk)
-            .exclude(status=EffectStatus.DONE)
-            .update(status=EffectStatus.DONE, result=result, error="", completed_at=timezone.now())
-        )
-        if recorded:
-            effect.refresh_from_db()
+        if _result_record(effect, result):
             signals.effect_executed.send(sender=Effect, effect=effect)
     return result
+
+
+# The ledger's two hot statements, written out (PostgreSQL; SQLite 3.35+ has ON CONFLICT and RETURNING too).
+# The insert's columns, in its order.
+_INTENT_COLUMNS = (
+    "key",
+    "name",
+    "thread_id",
+    "run_id",
+    "status",
+    "result",
+    "args",
+    "args_digest",
+    "error",
+    "calls",
+    "created_at",
+    "completed_at",
+)
+_INTENT_INSERT = (
+    'INSERT INTO runtime_effect ("key", name, thread_id, run_id, status, result, args, args_digest, error, calls, '
+    "created_at, completed_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
+    'ON CONFLICT ("key") DO NOTHING RETURNING id'
+)
+_RESULT_UPDATE = (
+    "UPDATE runtime_effect SET status = %s, result = %s, error = '', completed_at = %s "
+    "WHERE id = %s AND status <> %s RETURNING calls, run_id"
+)
+
+
+def _intent_insert(effect: Effect) -> bool:
+    """Insert the effect's row unless its key is recorded already, in one statement; True if inserted.
+
+    The read before, and the savepoint around the insert, that a get-or-create sends are not needed:
+    a key recorded already (a retry, a redelivered run, another worker) inserts nothing.
+    """
+    by_column = {f.column: f for f in Effect._meta.concrete_fields}
+    fields = [by_column[column] for column in _INTENT_COLUMNS]
+    values = [f.get_db_prep_save(f.pre_save(effect, True), connection) for f in fields]
+    with connection.cursor() as cursor:
+        cursor.execute(_INTENT_INSERT, values)
+        row = cursor.fetchone()
+    if row is None:
+        return False
+    effect.pk = row[0]
+    effect._state.adding, effect._state.db = False, connection.alias
+    return True
+
+
+def _result_record(effect: Effect, result: Any) -> bool:
+    """Record the result unless one is recorded already; True if this call recorded it.
+
+    ``effect`` then holds the row as written: ``RETURNING`` gives what this process does not
+    know (the calls of every attempt, the run of the last one) instead of a read back.
+    """
+    now = timezone.now()
+    params = [
+        EffectStatus.DONE.value,
+        Effect._meta.get_field("result").get_db_prep_save(result, connection),
+        Effect._meta.get_field("completed_at").get_db_prep_save(now, connection),
+        effect.pk,
+        EffectStatus.DONE.value,
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute(_RESULT_UPDATE, params)
+        row = cursor.fetchone()
+    if row is None:
+        return False
+    effect.status, effect.result, effect.error, effect.completed_at = EffectStatus.DONE, _stored(result), "", now
+    effect.calls, effect.run_id = row[0], Effect._meta.get_field("run").to_python(row[1])
+    return True
+
+
+def _stored(value: Any) -> Any:
+    """``value`` as the JSON column gives it back (``Effect.result`` has the default encoder)."""
+    return json.loads(json.dumps(value))

@@ -159,7 +159,8 @@ def _execute_claimed(run: Run, heartbeat: _Heartbeat) -> None:
         graph = entry.compiled(config)
         # Long-term memory, as LangGraph Server injects it: nodes take ``store: BaseStore``
         # or call get_store(); every operation is recorded against this run (runtime.store).
-        graph = graph.copy(update={"store": store_for_run(thread_id=run.thread_id, run_id=run.id)})
+        store = store_for_run(thread_id=run.thread_id, run_id=run.id, lease_owner=run.lease_owner)
+        graph = graph.copy(update={"store": store})
     except UnknownGraph as exc:
         run_fail(run=run, error=f"graph {exc.name!r} is not registered")
         return

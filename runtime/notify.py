@@ -48,8 +48,9 @@ def thread_notify(thread_id: Any) -> None:
 @receiver(signals.run_interrupted, dispatch_uid="runtime.notify.interrupted")
 @receiver(signals.run_completed, dispatch_uid="runtime.notify.completed")
 @receiver(signals.run_failed, dispatch_uid="runtime.notify.failed")
-def _on_run_settled(sender: Any, run: Any, **kwargs: Any) -> None:
-    thread_notify(run.thread_id)
+def _on_run_settled(sender: Any, run: Any, notified: bool = False, **kwargs: Any) -> None:
+    if not notified:  # run_finish notifies in its own statement on PostgreSQL
+        thread_notify(run.thread_id)
 
 
 def _postgres() -> bool:

@@ -17,13 +17,13 @@ from __future__ import annotations
 import logging
 import uuid
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from celery import current_app
 from django.conf import settings
 from django.contrib.auth.models import User
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import F, OuterRef, Q, Subquery
 from django.db.models.expressions import CombinedExpression
 from django.db.models.functions import Now
@@ -32,6 +32,7 @@ from django.utils import timezone
 from runtime import signals
 from runtime.fencing import LeaseLost
 from runtime.models import Branch, Run, RunKind, RunStatus, Thread, ThreadStatus
+from runtime.notify import CHANNEL
 
 __all__ = ["LeaseLost"]  # re-exported: callers catch it from here
 
@@ -163,7 +164,38 @@ def run_dispatch(*, run_id: Any) -> None:
     except Exception:  # broker down: the run stays queued and the sweeper finds it
         log.exception("dispatch of run %s failed; the sweeper will retry", run_id)
         return
-    Run.objects.filter(pk=run_id, status=RunStatus.QUEUED).update(dispatched_at=Now())
+    if connection.vendor == "postgresql":  # the ORM's statement, written out: nothing to compile per run
+        with connection.cursor() as cursor:
+            cursor.execute(_DISPATCHED, [uuid.UUID(str(run_id)), RunStatus.QUEUED])
+    else:
+        Run.objects.filter(pk=run_id, status=RunStatus.QUEUED).update(dispatched_at=Now())
+
+
+# The dispatch stamp, by the database's clock (what ``Now()`` compiles to on PostgreSQL).
+_DISPATCHED = "UPDATE runtime_run SET dispatched_at = STATEMENT_TIMESTAMP() WHERE id = %s AND status = %s"
+
+
+# PostgreSQL: a claim's two writes in one statement. The thread's row is locked by the claim's read.
+_CLAIM_UPDATE = """
+WITH bumped AS (UPDATE runtime_thread SET fence = fence + 1 WHERE id = %s)
+UPDATE runtime_run SET status = %s, attempts = attempts + 1, fence = %s, lease_owner = %s,
+    lease_expires_at = %s, started_at = %s
+WHERE id = %s
+"""
+
+# PostgreSQL: a finish's fenced run update, then the thread's (only if the run's won), which
+# notifies the thread's waiters (runtime.notify) when the transaction commits. Its row count is 1
+# if the run was still this claim's.
+_FINISH_UPDATE = """
+WITH won AS (
+    UPDATE runtime_run SET status = %s, finished_at = %s, lease_expires_at = NULL
+    WHERE id = %s AND fence = %s AND status = %s
+    RETURNING thread_id
+)
+UPDATE runtime_thread SET status = %s, "values" = %s, checkpoint_id = %s, error = '', updated_at = %s
+WHERE id = (SELECT thread_id FROM won)
+RETURNING pg_notify(%s, id::text)
+"""
 
 
 def _lease_end() -> CombinedExpression:
@@ -174,12 +206,53 @@ def _lease_end() -> CombinedExpression:
 def run_claim(*, run_id: str, worker: str) -> Run | None:
     """Take the run if it is queued, or running under a lapsed lease. None if someone else has it.
 
-    One locking read and two updates: the read locks the run and its thread
+    One locking read and one update (two on SQLite): the read locks the run and its thread
     (so the fence it read is the one to bump) and takes the database's clock,
     from which the lease's end is set, and the thread's current branch
     (``run.current_branch_id``; no branch can start while the run is active).
     """
     with transaction.atomic():
+        read = _claim_read(run_id)
+        if read is None:
+            return None
+        run, now = read
+        lapsed = run.status == RunStatus.RUNNING and (run.lease_expires_at is None or run.lease_expires_at < now)
+        if run.status != RunStatus.QUEUED and not lapsed:
+            return None
+        if run.attempts >= settings.GATEHOUSE_MAX_RUN_ATTEMPTS:
+            _run_fail_locked(run, _gave_up(run))
+            return None
+        run.thread.fence += 1  # the thread row is locked by the read above: this is the value written below
+        run.status = RunStatus.RUNNING
+        run.attempts += 1
+        run.fence = run.thread.fence
+        run.lease_owner = worker
+        run.lease_expires_at = now + timedelta(seconds=settings.GATEHOUSE_LEASE_SECONDS)
+        run.started_at = run.started_at or now
+        if connection.vendor == "postgresql":
+            # Both writes in one statement (a data-modifying WITH): one round trip, nothing to compile.
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    _CLAIM_UPDATE,
+                    [run.thread_id, run.status, run.fence, worker, run.lease_expires_at, run.started_at, run.pk],
+                )
+        else:
+            Thread.objects.filter(pk=run.thread_id).update(fence=F("fence") + 1)
+            Run.objects.filter(pk=run.pk).update(
+                status=run.status,
+                attempts=F("attempts") + 1,
+                fence=run.fence,
+                lease_owner=worker,
+                lease_expires_at=run.lease_expires_at,
+                started_at=run.started_at,
+            )
+        signals.run_claimed.send(sender=Run, run=run)
+    return run
+
+
+def _claim_read(run_id: Any) -> tuple[Run, datetime] | None:
+    """The claim's locking read: the run with its thread (``run.current_branch_id`` set), and the database's clock."""
+    if connection.vendor != "postgresql":
         locked = (
             Run.objects.select_for_update()
             .select_related("thread")
@@ -191,34 +264,46 @@ def run_claim(*, run_id: str, worker: str) -> Run | None:
             )
             .filter(pk=run_id)
         )
-        run = next(iter(locked[:1]), None)  # a key lookup: no ORDER BY (which .first() adds and compiles)
-        if run is None:
-            return None
-        now = run.db_now
-        lapsed = run.status == RunStatus.RUNNING and (run.lease_expires_at is None or run.lease_expires_at < now)
-        if run.status != RunStatus.QUEUED and not lapsed:
-            return None
-        if run.attempts >= settings.GATEHOUSE_MAX_RUN_ATTEMPTS:
-            _run_fail_locked(run, _gave_up(run))
-            return None
-        Thread.objects.filter(pk=run.thread_id).update(fence=F("fence") + 1)
-        run.thread.fence += 1  # the thread row is locked by the read above: this is the value just written
-        run.status = RunStatus.RUNNING
-        run.attempts += 1
-        run.fence = run.thread.fence
-        run.lease_owner = worker
-        run.lease_expires_at = now + timedelta(seconds=settings.GATEHOUSE_LEASE_SECONDS)
-        run.started_at = run.started_at or now
-        Run.objects.filter(pk=run.pk).update(
-            status=run.status,
-            attempts=F("attempts") + 1,
-            fence=run.fence,
-            lease_owner=worker,
-            lease_expires_at=run.lease_expires_at,
-            started_at=run.started_at,
+        found = next(iter(locked[:1]), None)  # a key lookup: no ORDER BY (which .first() adds and compiles)
+        return None if found is None else (found, found.db_now)
+    # PostgreSQL: the statement the queryset above compiles to, written out once per process
+    # (its compilation was a good part of a claim's CPU); rows become models as the ORM makes them.
+    run_fields, thread_fields = Run._meta.concrete_fields, Thread._meta.concrete_fields
+    with connection.cursor() as cursor:
+        cursor.execute(_claim_sql(), [uuid.UUID(str(run_id))])
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    values = [_from_db(f, v) for f, v in zip((*run_fields, *thread_fields), row, strict=False)]
+    run = Run.from_db(connection.alias, [f.attname for f in run_fields], values[: len(run_fields)])
+    thread = Thread.from_db(connection.alias, [f.attname for f in thread_fields], values[len(run_fields) :])
+    Run._meta.get_field("thread").set_cached_value(run, thread)
+    run.current_branch_id = row[-1]  # type: ignore[attr-defined]  # as the queryset's annotation
+    return run, row[-2]
+
+
+_claim_statement: str | None = None
+
+
+def _claim_sql() -> str:
+    global _claim_statement
+    if _claim_statement is None:
+        quote = connection.ops.quote_name
+        columns = [f"r.{quote(str(f.column))}" for f in Run._meta.concrete_fields]
+        columns += [f"t.{quote(str(f.column))}" for f in Thread._meta.concrete_fields]
+        _claim_statement = (
+            f"SELECT {', '.join(columns)}, STATEMENT_TIMESTAMP(), "  # noqa: S608 - names from the models
+            "(SELECT b.id FROM runtime_branch b WHERE b.thread_id = r.thread_id ORDER BY b.created_at DESC LIMIT 1) "
+            "FROM runtime_run r INNER JOIN runtime_thread t ON t.id = r.thread_id WHERE r.id = %s FOR UPDATE"
         )
-        signals.run_claimed.send(sender=Run, run=run)
-    return run
+    return _claim_statement
+
+
+def _from_db(field: Any, value: Any) -> Any:
+    """A column's value as the ORM loads it (JSON columns arrive as text and are parsed by the field)."""
+    for convert in field.get_db_converters(connection):
+        value = convert(value, field.get_col(field.model._meta.db_table), connection)
+    return value
 
 
 def lease_renew(*, run: Run) -> None:
@@ -232,16 +317,32 @@ def lease_renew(*, run: Run) -> None:
 def run_finish(*, run: Run, outcome: RunOutcome) -> None:
     """Record the run's outcome; tasks and audit rows are written by signal receivers in this transaction."""
     now = timezone.now()
+    thread_status = ThreadStatus.INTERRUPTED if outcome.status == RunStatus.INTERRUPTED else ThreadStatus.COMPLETED
     with transaction.atomic():
-        won = Run.objects.filter(pk=run.pk, fence=run.fence, status=RunStatus.RUNNING).update(
-            status=outcome.status, finished_at=now, lease_expires_at=None
-        )
+        if connection.vendor == "postgresql":
+            # The fenced run update, the thread update and the waiters' notification in one statement:
+            # the thread is written (and notified) only if the run's update won.
+            values = Thread._meta.get_field("values").get_db_prep_save(outcome.values, connection)
+            with connection.cursor() as cursor:
+                run_part: list[Any] = [outcome.status, now, run.pk, run.fence, RunStatus.RUNNING]
+                cursor.execute(_FINISH_UPDATE, [*run_part, thread_status, values, outcome.checkpoint_id, now, CHANNEL])
+                won = cursor.rowcount
+            notified = True
+        else:
+            won = Run.objects.filter(pk=run.pk, fence=run.fence, status=RunStatus.RUNNING).update(
+                status=outcome.status, finished_at=now, lease_expires_at=None
+            )
+            if won:
+                Thread.objects.filter(pk=run.thread_id).update(
+                    status=thread_status,
+                    values=outcome.values,
+                    checkpoint_id=outcome.checkpoint_id,
+                    error="",
+                    updated_at=now,
+                )
+            notified = False
         if not won:
             raise LeaseLost(f"run {run.id} was taken over before it finished")
-        thread_status = ThreadStatus.INTERRUPTED if outcome.status == RunStatus.INTERRUPTED else ThreadStatus.COMPLETED
-        Thread.objects.filter(pk=run.thread_id).update(
-            status=thread_status, values=outcome.values, checkpoint_id=outcome.checkpoint_id, error="", updated_at=now
-        )
         run.status = outcome.status
         run.finished_at = now
         run.lease_expires_at = None
@@ -249,10 +350,11 @@ def run_finish(*, run: Run, outcome: RunOutcome) -> None:
         thread = run.thread
         thread.status, thread.values, thread.checkpoint_id = thread_status, outcome.values, outcome.checkpoint_id
         thread.error, thread.updated_at = "", now
+        # ``notified``: waiters were notified by the statement above (runtime.notify does it otherwise).
         if outcome.status == RunStatus.INTERRUPTED:
-            signals.run_interrupted.send(sender=Run, run=run, interrupts=outcome.interrupts)
+            signals.run_interrupted.send(sender=Run, run=run, interrupts=outcome.interrupts, notified=notified)
         else:
-            signals.run_completed.send(sender=Run, run=run, values=outcome.values)
+            signals.run_completed.send(sender=Run, run=run, values=outcome.values, notified=notified)
 
 
 def run_fail(*, run: Run, error: str, checkpoint_id: str = "") -> None:

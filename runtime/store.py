@@ -268,10 +268,13 @@ class RecordingStore(BaseStore):
     Only ``batch``/``abatch`` are overridden: every ``BaseStore`` method goes through them.
     """
 
-    def __init__(self, inner: BaseStore, *, thread_id: Any, run_id: Any) -> None:
+    def __init__(self, inner: BaseStore, *, thread_id: Any, run_id: Any, lease_owner: str | None = None) -> None:
         self.inner = inner
         self.thread_id = thread_id
         self.run_id = run_id
+        # The worker holding the run's lease (its claim), when the caller knows it: the audit of a
+        # write names it without reading the run again.
+        self.lease_owner = lease_owner
         self.supports_ttl = inner.supports_ttl
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
@@ -302,16 +305,22 @@ class RecordingStore(BaseStore):
 
         writes = [op for op in ops if isinstance(op, PutOp)]
         rows = StoreOperation.objects.bulk_create([self._row(op, None) for op in writes])
+        known = {} if self.lease_owner is None else {"lease_owner": self.lease_owner}
         for row, op in zip(rows, writes, strict=True):
             signals.store_written.send(
-                sender=StoreOperation, operation=row, namespace=tuple(op.namespace), key=op.key, value=op.value
+                sender=StoreOperation, operation=row, namespace=tuple(op.namespace), key=op.key, value=op.value, **known
             )
 
     def _record(self, ops: list[Op], results: list[Result]) -> None:
         from runtime.models import StoreOperation
 
-        if ops:
-            StoreOperation.objects.bulk_create([self._row(op, r) for op, r in zip(ops, results, strict=True)])
+        rows = [self._row(op, r) for op, r in zip(ops, results, strict=True)]
+        if len(rows) == 1:
+            # One row (a node's get or search): a plain insert, which in autocommit is one
+            # statement; a bulk insert wraps even one row in its own transaction.
+            rows[0].save(force_insert=True)
+        elif rows:
+            StoreOperation.objects.bulk_create(rows)
 
     def _row(self, op: Op, result: Result) -> Any:
         from runtime.models import StoreOperation
@@ -340,5 +349,5 @@ class RecordingStore(BaseStore):
         return StoreOperation(op=OP_LIST, namespace=namespace_label(prefix), key="", hits=hits, **common)
 
 
-def store_for_run(*, thread_id: Any, run_id: Any) -> BaseStore:
-    return RecordingStore(store_get(), thread_id=thread_id, run_id=run_id)
+def store_for_run(*, thread_id: Any, run_id: Any, lease_owner: str | None = None) -> BaseStore:
+    return RecordingStore(store_get(), thread_id=thread_id, run_id=run_id, lease_owner=lease_owner)

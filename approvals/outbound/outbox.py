@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import logging
 import secrets as pysecrets
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from functools import partial
 from typing import Any
 
@@ -102,8 +105,25 @@ def _deadline_step(event: AuditEvent) -> None:
     )
 
 
+# The task whose opening is being recorded, when the service that opens it says so (``task_opening``):
+# its ``task.opened`` event is described from it instead of reading the row just inserted.
+_opening: ContextVar[ApprovalTask | None] = ContextVar("outbox_task_opening", default=None)
+
+
+@contextmanager
+def task_opening(task: ApprovalTask) -> Iterator[None]:
+    """Around the audit of ``task``'s opening: the outbox describes the task from this object."""
+    token = _opening.set(task)
+    try:
+        yield
+    finally:
+        _opening.reset(token)
+
+
 def _task_opened(event: AuditEvent) -> None:
-    task = ApprovalTask.objects.filter(pk=event.subject_id).first()
+    task = _opening.get()
+    if task is None or str(task.pk) != event.subject_id:
+        task = ApprovalTask.objects.filter(pk=event.subject_id).first()
     if task is None:  # an audit row about a task that is not (or no longer) stored: nothing to describe
         return
     event_emit(

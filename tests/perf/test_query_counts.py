@@ -35,17 +35,20 @@ START_QUERIES = 12
 # Decision: no savepoint around the run insert; the decision is inserted naming its resume run; one
 # read of the task's siblings answers both "does another task wait" and "which decisions resume".
 DECISION_QUERIES = 20
-# Claim: one locking read (run, thread, the database clock, the current branch), two updates, the audit row.
-CLAIM_QUERIES = 8
-# Finish: the thread is not read back. Includes the pg_notify that wakes waiters and the outbox's
-# subscription lookup for the event.
-FINISH_QUERIES = 13
+# Claim: one locking read (run, thread, the database clock, the current branch), one update (run and
+# thread fence in one statement on PostgreSQL), the audit row.
+CLAIM_QUERIES = 7
+# Finish: the thread is not read back; the run's update, the thread's and the pg_notify that wakes
+# waiters are one statement (PostgreSQL); the outbox's subscription lookup for the event is included,
+# its task.opened no longer reads the task back; the audit chain's lock and head are read once.
+FINISH_QUERIES = 10
 # A resume run that completes, executed in this process: every statement psycopg sends (the
 # checkpointer's included). The state is read once before streaming (the resume guard) and not after
-# (the outcome comes from the stream); 47 before that and the claim/finish trims. The checkpoint pool
-# no longer sends an empty query to check every connection it hands out (39 before).
-# Audit: the chain lock and head once per transaction (2 fewer per later event).
-RESUME_RUN_STATEMENTS = 27
+# (the outcome comes from the stream); 47 before that and the claim/finish trims; 39 before this round:
+# the checkpoint pool no longer checks every connection it hands out with an empty query, the claim's
+# and the finish's writes are one statement each (the notify joined the finish's), and the audit
+# chain's lock and head are read once per transaction.
+RESUME_RUN_STATEMENTS = 24
 # A graph no test subscribes webhooks to: matching subscriptions (other tests') would add outbox rows.
 QUIET_GRAPH = "nested_review"
 # A live inbox pushing a new task's row (console.consumers.InboxConsumer): the session and the user
