@@ -6,10 +6,13 @@ not see (so existence does not leak), ``Forbidden`` for actions it may not take.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
-from django.contrib.auth.models import AnonymousUser, Permission, User
-from django.db.models import Q, QuerySet, Value
+from django.contrib.auth.models import AnonymousUser, Group, Permission, User
+from django.contrib.contenttypes.models import ContentType
+from django.db import connection
+from django.db.models import Q, QuerySet
 
 from approvals.errors import Forbidden, NotFound
 from approvals.models import ApprovalTask, AuditEvent, GraphAssignment
@@ -100,16 +103,16 @@ def _perms_preload(user: Principal) -> None:
     ``_assignments`` then read the assignments. One UNION ALL fills both caches
     with the same sets. Superusers never reach the backend (``User.has_perm``
     answers for them), so they are left to it.
+
+    The statement is fixed text (``_perms_sql``): every request runs it once, and
+    composing it with the ORM cost several times the round trip.
     """
     if not isinstance(user, User) or user.pk is None or user.is_superuser or hasattr(user, "_perm_cache"):
         return
-    perm = ("kind", "content_type__app_label", "codename")
-    own = Permission.objects.filter(user=user).annotate(kind=Value("perm")).values_list(*perm).order_by()
-    groups = Permission.objects.filter(group__user=user).annotate(kind=Value("perm")).values_list(*perm).order_by()
-    rows = own.union(groups, all=True)
-    if getattr(user, _ASSIGNMENTS_CACHE, None) is None:
-        assigned = GraphAssignment.objects.filter(user_id=user.pk).annotate(kind=Value("assigned"))
-        rows = rows.union(assigned.values_list("kind", "graph", "gate").order_by(), all=True)
+    with_assignments = getattr(user, _ASSIGNMENTS_CACHE, None) is None
+    with connection.cursor() as cursor:
+        cursor.execute(_perms_sql(with_assignments, connection.vendor), [user.pk] * (3 if with_assignments else 2))
+        rows = cursor.fetchall()
     perms: set[str] = set()
     assignments: list[tuple[str, str]] = []
     for kind, first, second in rows:
@@ -118,8 +121,40 @@ def _perms_preload(user: Principal) -> None:
         else:
             assignments.append((first, second))
     user._perm_cache = perms  # type: ignore[attr-defined]
-    if getattr(user, _ASSIGNMENTS_CACHE, None) is None:
+    if with_assignments:
         setattr(user, _ASSIGNMENTS_CACHE, assignments)
+
+
+@functools.cache
+def _perms_sql(with_assignments: bool, vendor: str) -> str:
+    """The preload's UNION ALL: the user's own permissions, their groups', and (optionally) their
+    assignments, as (kind, app label or graph, codename or gate); names from the models' metadata."""
+    q = connection.ops.quote_name
+
+    def col(model: Any, field: str) -> str:
+        return f"{q(model._meta.db_table)}.{q(str(model._meta.get_field(field).column))}"
+
+    perm, ctype = Permission, ContentType
+    own, groups = User.user_permissions.through, Group.permissions.through
+    members = User.groups.through
+    perm_cols = f"'perm', {col(ctype, 'app_label')}, {col(perm, 'codename')}"
+    perm_ctype = f"INNER JOIN {q(ctype._meta.db_table)} ON {col(perm, 'content_type')} = {col(ctype, 'id')}"
+    # Table and column names from the models; the user id is bound.
+    parts = [
+        f"SELECT {perm_cols} FROM {q(perm._meta.db_table)}",  # noqa: S608
+        f"INNER JOIN {q(own._meta.db_table)} ON {col(perm, 'id')} = {col(own, 'permission')} {perm_ctype}",
+        f"WHERE {col(own, 'user')} = %s",
+        f"UNION ALL SELECT {perm_cols} FROM {q(perm._meta.db_table)}",  # noqa: S608
+        f"INNER JOIN {q(groups._meta.db_table)} ON {col(perm, 'id')} = {col(groups, 'permission')}",
+        f"INNER JOIN {q(members._meta.db_table)} ON {col(groups, 'group')} = {col(members, 'group')} {perm_ctype}",
+        f"WHERE {col(members, 'user')} = %s",
+    ]
+    if with_assignments:
+        a = GraphAssignment
+        assigned = f"'assigned', {col(a, 'graph')}, {col(a, 'gate')}"
+        parts.append(f"UNION ALL SELECT {assigned} FROM {q(a._meta.db_table)}")  # noqa: S608
+        parts.append(f"WHERE {col(a, 'user')} = %s")
+    return " ".join(parts)
 
 
 def can(user: Principal, perm: str) -> bool:
@@ -222,6 +257,28 @@ def thread_get_for(user: Principal, thread_id: Any) -> Thread:
     if thread is None:
         raise NotFound(f"thread {thread_id} not found", field="thread_id")
     return thread
+
+
+def thread_visible(user: Principal, thread: Thread) -> bool:
+    """Whether ``threads_visible(user)`` holds ``thread``, a row already read: the same rule, no query."""
+    return can(user, "runtime.view_thread") and graph_visible(user, thread.graph)
+
+
+def task_visible(user: Principal, task: ApprovalTask) -> bool:
+    """Whether ``tasks_visible(user)`` holds ``task``, a row already read: the same rule, no query."""
+    return can(user, "approvals.view_approvaltask") and graph_visible(user, task.graph)
+
+
+def thread_require_visible(user: Principal, thread: Thread) -> None:
+    """``thread_get_for``'s 404 for a thread row in hand (a re-check that needs no re-read)."""
+    if not thread_visible(user, thread):
+        raise NotFound(f"thread {thread.pk} not found", field="thread_id")
+
+
+def task_require_visible(user: Principal, task: ApprovalTask) -> None:
+    """``task_get_for``'s 404 for a task row in hand (a re-check that needs no re-read)."""
+    if not task_visible(user, task):
+        raise NotFound(f"task {task.pk} not found", field="task_id")
 
 
 def task_get_for(user: Principal, task_id: Any, *, lock: bool = False) -> ApprovalTask:
