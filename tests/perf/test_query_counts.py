@@ -30,11 +30,12 @@ pytestmark = pytest.mark.usefixtures("live_db")
 
 # Upper bounds (queries per call, BEGIN/COMMIT included). Lower them when a change removes queries.
 # Start and decision read the principal's permissions and graph assignments in one query (was three).
-# Start: the thread is created busy with its run (no savepoint, no status update).
-START_QUERIES = 12
+# Start: the thread is created busy with its run (no savepoint, no status update); the response shows the
+# thread as created (no pending-task read) and does not read the thread back to re-check its visibility.
+START_QUERIES = 10
 # Decision: no savepoint around the run insert; the decision is inserted naming its resume run; one
 # read of the task's siblings answers both "does another task wait" and "which decisions resume".
-DECISION_QUERIES = 22
+DECISION_QUERIES = 21  # the response's re-check of the task's visibility reads nothing (22 before)
 # Claim: one locking read (run, thread, the database clock, the current branch), two updates, the audit row.
 CLAIM_QUERIES = 8
 # Finish: the thread is not read back. Includes the pg_notify that wakes waiters and the outbox's
@@ -46,7 +47,9 @@ FINISH_QUERIES = 15
 RESUME_RUN_STATEMENTS = 39
 # A graph no test subscribes webhooks to: matching subscriptions (other tests') would add outbox rows.
 QUIET_GRAPH = "nested_review"
-INBOX_QUERIES = 12  # hand-offs +1 (the header's own out-of-office), comments +1 (rows' open questions, mentions)
+# Inbox: hand-offs +1 (the header's own out-of-office), comments +1 (rows' open questions, mentions);
+# 10 measured when the pin came down from 12.
+INBOX_QUERIES = 10
 
 
 def _sql(ctx: CaptureQueriesContext) -> str:
