@@ -252,11 +252,61 @@ def audit_visible(user: Principal) -> QuerySet[AuditEvent]:
 
 
 def thread_get_for(user: Principal, thread_id: Any) -> Thread:
-    # A key lookup needs no ORDER BY: .first() adds one, and compiling it costs more than the lookup.
-    thread = next(iter(threads_visible(user).filter(pk=thread_id)[:1]), None)
+    """The thread if ``user`` may see it (``threads_visible``), else ``NotFound``.
+
+    Every long poll and thread read starts here, so the lookup is fixed SQL (``_thread_by_key``)
+    rather than ``threads_visible(user).filter(pk=...)``, whose composing and compiling cost
+    several times the round trip; the rule is the same: the view permission, and the graph
+    among the visible ones.
+    """
+    thread = None
+    if can(user, "runtime.view_thread"):
+        thread = _thread_by_key(thread_id, graphs_visible(user))
     if thread is None:
         raise NotFound(f"thread {thread_id} not found", field="thread_id")
     return thread
+
+
+def _thread_by_key(thread_id: Any, graphs: set[str] | None) -> Thread | None:
+    """The thread with key ``thread_id`` whose graph is one of ``graphs`` (None: any graph).
+
+    An id that is no UUID raises the ``ValidationError`` the ORM's lookup raises.
+    """
+    if graphs is not None and not graphs:
+        return None
+    select, key, graph, converters, attnames = _thread_select(connection.vendor)
+    where, params = f"{key} = %s", [Thread._meta.pk.get_db_prep_value(thread_id, connection)]
+    if graphs is not None:
+        where += f" AND {graph} IN ({', '.join(['%s'] * len(graphs))})"
+        params += sorted(graphs)
+    with connection.cursor() as cursor:
+        cursor.execute(f"{select} WHERE {where}", params)
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    values = []
+    for value, (convert, expression) in zip(row, converters, strict=True):
+        for function in convert:
+            value = function(value, expression, connection)
+        values.append(value)
+    return Thread.from_db(connection.alias, attnames, values)
+
+
+@functools.cache
+def _thread_select(vendor: str) -> tuple[str, str, str, list[tuple[list[Any], Any]], list[str]]:
+    """(SELECT of every column, the key's and the graph's quoted names, each column's converters
+    as the ORM applies them — the backend's, then the field's — and the fields' attnames)."""
+    meta, q = Thread._meta, connection.ops.quote_name
+    fields = meta.concrete_fields
+    columns = ", ".join(q(str(f.column)) for f in fields)
+    select = f"SELECT {columns} FROM {q(meta.db_table)}"  # noqa: S608 - names from the model
+    converters = []
+    for field in fields:
+        expression = field.get_col(meta.db_table)
+        functions = [*connection.ops.get_db_converters(expression), *expression.get_db_converters(connection)]
+        converters.append((functions, expression))
+    key, graph = q(str(meta.pk.column)), q(str(meta.get_field("graph").column))
+    return select, key, graph, converters, [f.attname for f in fields]
 
 
 def thread_visible(user: Principal, thread: Thread) -> bool:
