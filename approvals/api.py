@@ -9,6 +9,7 @@ from uuid import UUID
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.contrib.auth.models import User
+from django.db import connection
 from ninja import Query, Router, Schema, Status
 from pydantic import Field
 
@@ -49,8 +50,12 @@ def _task_summary(task: ApprovalTask) -> TaskSummaryOut:
     return TaskSummaryOut.model_validate(task, from_attributes=True)
 
 
-def _thread_out(user: Any, thread: Thread, run: Run | None = None) -> ThreadOut:
-    pending = selectors.tasks_pending_for_thread(user=user, thread_id=thread.id)
+def _thread_out(
+    user: Any, thread: Thread, run: Run | None = None, *, pending: list[ApprovalTask] | None = None
+) -> ThreadOut:
+    """``pending``: the thread's pending tasks when the caller knows them (read here otherwise)."""
+    if pending is None:
+        pending = selectors.tasks_pending_for_thread(user=user, thread_id=thread.id)
     return ThreadOut(
         id=thread.id,
         graph=thread.graph,
@@ -84,7 +89,8 @@ def graphs_list(request: AuthedRequest) -> list[GraphOut]:
 def thread_create(request: AuthedRequest, body: ThreadIn) -> Status[ThreadOut]:
     user = _user(request)
     thread, run = services.thread_start(actor=user, graph=body.graph, input=body.input, metadata=body.metadata)
-    return Status(201, _thread_out(user, thread, run))
+    # The response shows the thread as it was created, before its first run: no task yet.
+    return Status(201, _thread_out(user, thread, run, pending=[]))
 
 
 class ThreadWaitQuery(Schema):
@@ -112,20 +118,30 @@ def _statuses(value: str) -> set[str]:
     return wanted
 
 
-def _thread_status(user: Any, thread_id: UUID) -> str:
-    return permissions.thread_get_for(user, thread_id).status
+def _status_read(model: type[Thread] | type[Run], pk: Any) -> str | None:
+    """One row's status, or None once the row is gone: what a long poll re-reads on every wake.
+
+    Fixed SQL: the ORM would compose and compile the same one-column lookup again on each wake,
+    for several times the cost of the round trip.
+    """
+    meta, q = model._meta, connection.ops.quote_name
+    status, table, key = q(str(meta.get_field("status").column)), q(meta.db_table), q(str(meta.pk.column))
+    sql = f"SELECT {status} FROM {table} WHERE {key} = %s"  # noqa: S608 - names from the model
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [meta.pk.get_db_prep_value(pk, connection)])
+        row = cursor.fetchone()
+    return None if row is None else str(row[0])
 
 
-def _run_status(run_id: Any) -> str:
-    return str(Run.objects.values_list("status", flat=True).get(pk=run_id))
+async def _until(thread_id: Any, read: Any, done: Any, seconds: float, *, first: Any = None) -> Any:
+    """Re-read with ``read()`` until ``done(value)`` or ``seconds`` pass, waking on the thread's NOTIFY.
 
-
-async def _until(thread_id: Any, read: Any, done: Any, seconds: float) -> Any:
-    """Re-read with ``read()`` until ``done(value)`` or ``seconds`` pass, waking on the thread's NOTIFY."""
+    ``first``: what to call instead of ``read`` the first time (e.g. the visibility check)."""
     deadline = time.monotonic() + seconds
     async with ThreadWatch(thread_id) as watch:
         while True:
-            value = await sync_to_async(read)()
+            value = await sync_to_async(first or read)()
+            first = None
             remaining = deadline - time.monotonic()
             if done(value) or remaining <= 0:
                 return value
@@ -136,15 +152,32 @@ async def _until(thread_id: Any, read: Any, done: Any, seconds: float) -> Any:
 async def thread_detail(request: AuthedRequest, thread_id: UUID, query: Query[ThreadWaitQuery]) -> ThreadOut:
     """The thread; with ``wait_for`` (long poll) once it reaches one of those statuses or ``timeout`` passes."""
     user = _user(request)
-    if query.wait_for is not None:
-        wanted, seconds = _statuses(query.wait_for), _wait_seconds(query.timeout, "timeout")
-        await _until(thread_id, lambda: _thread_status(user, thread_id), lambda s: s in wanted, seconds)
+    if query.wait_for is None:
+        return await sync_to_async(_thread_detail)(user, thread_id)
+    wanted, seconds = _statuses(query.wait_for), _wait_seconds(query.timeout, "timeout")
+
+    def first() -> ThreadOut | str:
+        """The visibility check (404 before any wait); the whole answer if the thread is there already."""
+        thread = permissions.thread_get_for(user, thread_id)
+        return _thread_detail(user, thread_id, thread) if thread.status in wanted else thread.status
+
+    def done(value: ThreadOut | str | None) -> bool:
+        return value is None or isinstance(value, ThreadOut) or value in wanted  # None: the thread is gone
+
+    # Visibility is checked once, then each wake re-reads only the status; the answer checks it again.
+    value: ThreadOut | str | None = await _until(
+        thread_id, lambda: _status_read(Thread, thread_id), done, seconds, first=first
+    )
+    if isinstance(value, ThreadOut):
+        return value
     return await sync_to_async(_thread_detail)(user, thread_id)
 
 
-def _thread_detail(user: Any, thread_id: UUID) -> ThreadOut:
-    thread = permissions.thread_get_for(user, thread_id)
-    state = gateway.state_for(user, thread_id)
+def _thread_detail(user: Any, thread_id: UUID, thread: Thread | None = None) -> ThreadOut:
+    """``thread``: the row when the caller has just read it through ``thread_get_for``."""
+    if thread is None:
+        thread = permissions.thread_get_for(user, thread_id)
+    state = gateway.thread_state_for(user, thread)
     out = _thread_out(user, thread)
     if state is not None:
         out.values = state.values
@@ -249,7 +282,7 @@ async def task_decide(
     if seconds and out.run_id is not None:
         run_id = out.run_id
         out.run_status = await _until(
-            thread_id, lambda: _run_status(run_id), lambda s: s not in ACTIVE_RUN_STATUSES, seconds
+            thread_id, lambda: _status_read(Run, run_id), lambda s: s not in ACTIVE_RUN_STATUSES, seconds
         )
     return Status(201, out)
 

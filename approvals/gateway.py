@@ -6,6 +6,11 @@ a graph, or ``task.payload`` directly. Principals without the "view
 sensitive" permission get the graph's sensitive paths masked; a principal
 with it who is shown a sensitive value causes a ``sensitive.revealed`` audit
 event.
+
+Each function re-checks that ``user`` may see the thread or task it is given.
+A row in hand is checked by the same rule in memory (``permissions.thread_visible``,
+``task_visible``): its graph is what the visibility query would filter on, so
+a second read of the row would answer the same.
 """
 
 from __future__ import annotations
@@ -81,7 +86,14 @@ def _guard_view(user: permissions.Principal, thread: Thread, view: CheckpointVie
 
 
 def state_for(user: permissions.Principal, thread_id: Any, checkpoint_id: str | None = None) -> CheckpointView | None:
-    thread = permissions.thread_get_for(user, thread_id)
+    return thread_state_for(user, permissions.thread_get_for(user, thread_id), checkpoint_id)
+
+
+def thread_state_for(
+    user: permissions.Principal, thread: Thread, checkpoint_id: str | None = None
+) -> CheckpointView | None:
+    """``state_for`` of a thread row already read (its visibility is checked again, without a query)."""
+    permissions.thread_require_visible(user, thread)
     view = thread_state_read(thread, checkpoint_id)
     if checkpoint_id and view is None:
         raise NotFound(f"checkpoint {checkpoint_id} not found", field="checkpoint_id")
@@ -104,14 +116,14 @@ def history_for(
 
 def task_state_for(user: permissions.Principal, task: ApprovalTask) -> CheckpointView | None:
     """The state the task's reviewer decides on: the checkpoint where it paused."""
-    permissions.task_get_for(user, task.pk)
+    permissions.task_require_visible(user, task)
     view = thread_state_read(task.thread, task.checkpoint_id)
     return _guard_view(user, task.thread, view) if view else None
 
 
 def thread_values_for(user: permissions.Principal, thread: Thread) -> dict[str, Any]:
     """The thread's last known values (the listing snapshot), masked for ``user``."""
-    permissions.thread_get_for(user, thread.pk)
+    permissions.thread_require_visible(user, thread)
     values: dict[str, Any]
     values, _ = guard(user, thread.graph, thread.values, subject=f"thread:{thread.id}", thread_id=thread.id)
     return values
@@ -119,7 +131,7 @@ def thread_values_for(user: permissions.Principal, thread: Thread) -> dict[str, 
 
 def payload_for(user: permissions.Principal, task: ApprovalTask) -> tuple[Any, list[str]]:
     """The interrupt payload as ``user`` may see it, and the paths masked (part of the evidence)."""
-    permissions.task_get_for(user, task.pk)
+    permissions.task_require_visible(user, task)
     return guard(user, task.graph, task.payload, subject=f"task:{task.pk}", thread_id=task.thread_id)
 
 
@@ -151,7 +163,7 @@ def decisions_shown(
 ) -> list[DecisionShown]:
     """Each decision's state patch (edits or a proposal) and resume value (edited action arguments,
     responses, the exact resume), masked for ``user`` in one gateway call (one audited reveal)."""
-    permissions.task_get_for(user, task.pk)
+    permissions.task_require_visible(user, task)
     if not decisions:
         return []
     shown, _ = guard(

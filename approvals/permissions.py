@@ -6,10 +6,13 @@ not see (so existence does not leak), ``Forbidden`` for actions it may not take.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
-from django.contrib.auth.models import AnonymousUser, Permission, User
-from django.db.models import Q, QuerySet, Value
+from django.contrib.auth.models import AnonymousUser, Group, Permission, User
+from django.contrib.contenttypes.models import ContentType
+from django.db import connection
+from django.db.models import Q, QuerySet
 
 from approvals.errors import Forbidden, NotFound
 from approvals.models import ApprovalTask, AuditEvent, GraphAssignment
@@ -100,16 +103,16 @@ def _perms_preload(user: Principal) -> None:
     ``_assignments`` then read the assignments. One UNION ALL fills both caches
     with the same sets. Superusers never reach the backend (``User.has_perm``
     answers for them), so they are left to it.
+
+    The statement is fixed text (``_perms_sql``): every request runs it once, and
+    composing it with the ORM cost several times the round trip.
     """
     if not isinstance(user, User) or user.pk is None or user.is_superuser or hasattr(user, "_perm_cache"):
         return
-    perm = ("kind", "content_type__app_label", "codename")
-    own = Permission.objects.filter(user=user).annotate(kind=Value("perm")).values_list(*perm).order_by()
-    groups = Permission.objects.filter(group__user=user).annotate(kind=Value("perm")).values_list(*perm).order_by()
-    rows = own.union(groups, all=True)
-    if getattr(user, _ASSIGNMENTS_CACHE, None) is None:
-        assigned = GraphAssignment.objects.filter(user_id=user.pk).annotate(kind=Value("assigned"))
-        rows = rows.union(assigned.values_list("kind", "graph", "gate").order_by(), all=True)
+    with_assignments = getattr(user, _ASSIGNMENTS_CACHE, None) is None
+    with connection.cursor() as cursor:
+        cursor.execute(_perms_sql(with_assignments, connection.vendor), [user.pk] * (3 if with_assignments else 2))
+        rows = cursor.fetchall()
     perms: set[str] = set()
     assignments: list[tuple[str, str]] = []
     for kind, first, second in rows:
@@ -118,8 +121,40 @@ def _perms_preload(user: Principal) -> None:
         else:
             assignments.append((first, second))
     user._perm_cache = perms  # type: ignore[attr-defined]
-    if getattr(user, _ASSIGNMENTS_CACHE, None) is None:
+    if with_assignments:
         setattr(user, _ASSIGNMENTS_CACHE, assignments)
+
+
+@functools.cache
+def _perms_sql(with_assignments: bool, vendor: str) -> str:
+    """The preload's UNION ALL: the user's own permissions, their groups', and (optionally) their
+    assignments, as (kind, app label or graph, codename or gate); names from the models' metadata."""
+    q = connection.ops.quote_name
+
+    def col(model: Any, field: str) -> str:
+        return f"{q(model._meta.db_table)}.{q(str(model._meta.get_field(field).column))}"
+
+    perm, ctype = Permission, ContentType
+    own, groups = User.user_permissions.through, Group.permissions.through
+    members = User.groups.through
+    perm_cols = f"'perm', {col(ctype, 'app_label')}, {col(perm, 'codename')}"
+    perm_ctype = f"INNER JOIN {q(ctype._meta.db_table)} ON {col(perm, 'content_type')} = {col(ctype, 'id')}"
+    # Table and column names from the models; the user id is bound.
+    parts = [
+        f"SELECT {perm_cols} FROM {q(perm._meta.db_table)}",  # noqa: S608
+        f"INNER JOIN {q(own._meta.db_table)} ON {col(perm, 'id')} = {col(own, 'permission')} {perm_ctype}",
+        f"WHERE {col(own, 'user')} = %s",
+        f"UNION ALL SELECT {perm_cols} FROM {q(perm._meta.db_table)}",  # noqa: S608
+        f"INNER JOIN {q(groups._meta.db_table)} ON {col(perm, 'id')} = {col(groups, 'permission')}",
+        f"INNER JOIN {q(members._meta.db_table)} ON {col(groups, 'group')} = {col(members, 'group')} {perm_ctype}",
+        f"WHERE {col(members, 'user')} = %s",
+    ]
+    if with_assignments:
+        a = GraphAssignment
+        assigned = f"'assigned', {col(a, 'graph')}, {col(a, 'gate')}"
+        parts.append(f"UNION ALL SELECT {assigned} FROM {q(a._meta.db_table)}")  # noqa: S608
+        parts.append(f"WHERE {col(a, 'user')} = %s")
+    return " ".join(parts)
 
 
 def can(user: Principal, perm: str) -> bool:
@@ -217,11 +252,83 @@ def audit_visible(user: Principal) -> QuerySet[AuditEvent]:
 
 
 def thread_get_for(user: Principal, thread_id: Any) -> Thread:
-    # A key lookup needs no ORDER BY: .first() adds one, and compiling it costs more than the lookup.
-    thread = next(iter(threads_visible(user).filter(pk=thread_id)[:1]), None)
+    """The thread if ``user`` may see it (``threads_visible``), else ``NotFound``.
+
+    Every long poll and thread read starts here, so the lookup is fixed SQL (``_thread_by_key``)
+    rather than ``threads_visible(user).filter(pk=...)``, whose composing and compiling cost
+    several times the round trip; the rule is the same: the view permission, and the graph
+    among the visible ones.
+    """
+    thread = None
+    if can(user, "runtime.view_thread"):
+        thread = _thread_by_key(thread_id, graphs_visible(user))
     if thread is None:
         raise NotFound(f"thread {thread_id} not found", field="thread_id")
     return thread
+
+
+def _thread_by_key(thread_id: Any, graphs: set[str] | None) -> Thread | None:
+    """The thread with key ``thread_id`` whose graph is one of ``graphs`` (None: any graph).
+
+    An id that is no UUID raises the ``ValidationError`` the ORM's lookup raises.
+    """
+    if graphs is not None and not graphs:
+        return None
+    select, key, graph, converters, attnames = _thread_select(connection.vendor)
+    where, params = f"{key} = %s", [Thread._meta.pk.get_db_prep_value(thread_id, connection)]
+    if graphs is not None:
+        where += f" AND {graph} IN ({', '.join(['%s'] * len(graphs))})"
+        params += sorted(graphs)
+    with connection.cursor() as cursor:
+        cursor.execute(f"{select} WHERE {where}", params)
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    values = []
+    for value, (convert, expression) in zip(row, converters, strict=True):
+        for function in convert:
+            value = function(value, expression, connection)
+        values.append(value)
+    return Thread.from_db(connection.alias, attnames, values)
+
+
+@functools.cache
+def _thread_select(vendor: str) -> tuple[str, str, str, list[tuple[list[Any], Any]], list[str]]:
+    """(SELECT of every column, the key's and the graph's quoted names, each column's converters
+    as the ORM applies them — the backend's, then the field's — and the fields' attnames)."""
+    meta, q = Thread._meta, connection.ops.quote_name
+    fields = meta.concrete_fields
+    columns = ", ".join(q(str(f.column)) for f in fields)
+    select = f"SELECT {columns} FROM {q(meta.db_table)}"  # noqa: S608 - names from the model
+    converters = []
+    for field in fields:
+        expression = field.get_col(meta.db_table)
+        functions = [*connection.ops.get_db_converters(expression), *expression.get_db_converters(connection)]
+        converters.append((functions, expression))
+    key, graph = q(str(meta.pk.column)), q(str(meta.get_field("graph").column))
+    return select, key, graph, converters, [f.attname for f in fields]
+
+
+def thread_visible(user: Principal, thread: Thread) -> bool:
+    """Whether ``threads_visible(user)`` holds ``thread``, a row already read: the same rule, no query."""
+    return can(user, "runtime.view_thread") and graph_visible(user, thread.graph)
+
+
+def task_visible(user: Principal, task: ApprovalTask) -> bool:
+    """Whether ``tasks_visible(user)`` holds ``task``, a row already read: the same rule, no query."""
+    return can(user, "approvals.view_approvaltask") and graph_visible(user, task.graph)
+
+
+def thread_require_visible(user: Principal, thread: Thread) -> None:
+    """``thread_get_for``'s 404 for a thread row in hand (a re-check that needs no re-read)."""
+    if not thread_visible(user, thread):
+        raise NotFound(f"thread {thread.pk} not found", field="thread_id")
+
+
+def task_require_visible(user: Principal, task: ApprovalTask) -> None:
+    """``task_get_for``'s 404 for a task row in hand (a re-check that needs no re-read)."""
+    if not task_visible(user, task):
+        raise NotFound(f"task {task.pk} not found", field="task_id")
 
 
 def task_get_for(user: Principal, task_id: Any, *, lock: bool = False) -> ApprovalTask:
