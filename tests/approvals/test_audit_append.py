@@ -116,13 +116,13 @@ def test_events_inside_a_savepoint_that_commits_stay_the_head():
 @pytest.mark.django_db
 def test_a_lock_released_by_a_rolled_back_savepoint_is_taken_again_and_the_head_read_again():
     with pytest.raises(RuntimeError), transaction.atomic():
-        gone = record("gone")
+        gone = record("same-subject")  # both events in the same chain
         assert lock_held(gone.chain)
         raise RuntimeError("roll the savepoint back: its lock goes with it")
     assert not lock_held(gone.chain)
     with CaptureQueriesContext(connection) as ctx:
-        after = record("after")
-    assert lock_held(after.chain)
+        after = record("same-subject")
+    assert after.chain == gone.chain and lock_held(after.chain)
     assert "pg_advisory_xact_lock" in ctx.captured_queries[0]["sql"]
     newest_before = AuditEvent.objects.filter(chain=after.chain, id__lt=after.id).order_by("-id").first()
     assert after.prev_hash == (newest_before.hash if newest_before else GENESIS) != gone.hash
