@@ -195,11 +195,17 @@ def delivery_retry(*, actor: Any, delivery_id: int) -> OutboundDelivery:
 
 
 def deliveries_due(*, now: Any = None) -> list[int]:
-    """Pending deliveries whose next attempt is overdue (their dispatch was lost): for a periodic sweep."""
+    """Pending deliveries whose next attempt is overdue (their dispatch was lost): for a periodic sweep.
+
+    Each one taken is marked due as of now, so the sweeps that follow leave it alone for the same
+    grace: when the queue is backed up, a delivery already re-sent is not re-sent again every sweep
+    (duplicates that pile up behind the backlog and keep it overdue). Its attempt still finds it due.
+    """
     now = now or timezone.now()
     grace = now - timedelta(seconds=60)
-    return list(
-        OutboundDelivery.objects.filter(status=OutboundStatus.PENDING, next_attempt_at__lt=grace).values_list(
-            "pk", flat=True
-        )[:500]
-    )
+    overdue = OutboundDelivery.objects.filter(status=OutboundStatus.PENDING, next_attempt_at__lt=grace)
+    with transaction.atomic():
+        oldest_first = overdue.order_by("next_attempt_at").select_for_update(skip_locked=True)
+        due = list(oldest_first.values_list("pk", flat=True)[:500])
+        OutboundDelivery.objects.filter(pk__in=due).update(next_attempt_at=now)
+    return due

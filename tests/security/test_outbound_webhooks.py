@@ -466,3 +466,31 @@ def test_each_signature_is_announced_as_task_signed(personas, receiver):
         )
     finally:
         WebhookSubscription.objects.filter(pk=created.json()["id"]).update(active=False)
+
+
+# --- the sweeper -------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_the_sweeper_resends_an_overdue_delivery_once_per_grace(settings):
+    """A backed-up queue keeps deliveries overdue: each sweep must not send them all again (a storm)."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    now = timezone.now()
+    delivery = _delivery("http://127.0.0.1:9/hook")
+    OutboundDelivery.objects.filter(pk=delivery.pk).update(next_attempt_at=now - timedelta(minutes=5))
+    # Only this delivery is pending here (other tests' rows are set aside; the test's transaction rolls back).
+    OutboundDelivery.objects.exclude(pk=delivery.pk).filter(status="pending").update(status="failed")
+    try:
+        assert delivery.pk in sending.deliveries_due(now=now)
+        # Re-sent, not yet attempted (the queue is slow): the next sweeps leave it alone for the grace.
+        assert delivery.pk not in sending.deliveries_due(now=now + timedelta(seconds=5))
+        assert delivery.pk not in sending.deliveries_due(now=now + timedelta(seconds=59))
+        # Still not attempted a grace later: that re-send was lost too, send it again.
+        assert delivery.pk in sending.deliveries_due(now=now + timedelta(seconds=61))
+        # And the re-sent message's attempt finds it due.
+        assert OutboundDelivery.objects.get(pk=delivery.pk).next_attempt_at <= now + timedelta(seconds=61)
+    finally:
+        WebhookSubscription.objects.filter(pk=delivery.subscription_id).update(active=False)
