@@ -9,7 +9,6 @@ from uuid import UUID
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.contrib.auth.models import User
-from django.db import connection
 from ninja import Query, Router, Schema, Status
 from pydantic import Field
 
@@ -118,21 +117,6 @@ def _statuses(value: str) -> set[str]:
     return wanted
 
 
-def _status_read(model: type[Thread] | type[Run], pk: Any) -> str | None:
-    """One row's status, or None once the row is gone: what a long poll re-reads on every wake.
-
-    Fixed SQL: the ORM would compose and compile the same one-column lookup again on each wake,
-    for several times the cost of the round trip.
-    """
-    meta, q = model._meta, connection.ops.quote_name
-    status, table, key = q(str(meta.get_field("status").column)), q(meta.db_table), q(str(meta.pk.column))
-    sql = f"SELECT {status} FROM {table} WHERE {key} = %s"  # noqa: S608 - names from the model
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [meta.pk.get_db_prep_value(pk, connection)])
-        row = cursor.fetchone()
-    return None if row is None else str(row[0])
-
-
 async def _until(thread_id: Any, read: Any, done: Any, seconds: float, *, first: Any = None) -> Any:
     """Re-read with ``read()`` until ``done(value)`` or ``seconds`` pass, waking on the thread's NOTIFY.
 
@@ -166,7 +150,7 @@ async def thread_detail(request: AuthedRequest, thread_id: UUID, query: Query[Th
 
     # Visibility is checked once, then each wake re-reads only the status; the answer checks it again.
     value: ThreadOut | str | None = await _until(
-        thread_id, lambda: _status_read(Thread, thread_id), done, seconds, first=first
+        thread_id, lambda: selectors.status_read(model=Thread, pk=thread_id), done, seconds, first=first
     )
     if isinstance(value, ThreadOut):
         return value
@@ -282,7 +266,10 @@ async def task_decide(
     if seconds and out.run_id is not None:
         run_id = out.run_id
         out.run_status = await _until(
-            thread_id, lambda: _status_read(Run, run_id), lambda s: s not in ACTIVE_RUN_STATUSES, seconds
+            thread_id,
+            lambda: selectors.status_read(model=Run, pk=run_id),
+            lambda s: s not in ACTIVE_RUN_STATUSES,
+            seconds,
         )
     return Status(201, out)
 

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db.models import OuterRef, Q, Subquery
+from django.db.models import OuterRef, Q, QuerySet, Subquery
 
 from approvals.audit import canonical
 from approvals.models import ApprovalTask, Decision, TaskKind, TaskStatus
@@ -107,18 +107,28 @@ def task_signed_action(task: ApprovalTask, decisions: list[Decision]) -> dict[st
     return {"name": action["name"], "args": args}
 
 
-def _gate_followed(effect: Effect) -> ApprovalTask | None:
-    """The last decided gate of the effect's thread, before the effect, that proposed an action of its name."""
+def _gates_before(effect: Effect) -> QuerySet[ApprovalTask] | None:
+    """The decided gates of the effect's thread before the effect, newest first (None: no thread)."""
     if effect.thread_id is None:
         return None
-    tasks = ApprovalTask.objects.filter(
+    return ApprovalTask.objects.filter(
         thread_id=effect.thread_id, status=TaskStatus.DECIDED, decided_at__lte=effect.created_at
     ).order_by("-decided_at")
-    for task in tasks:
+
+
+def _proposing(gates: Iterable[ApprovalTask], name: str) -> ApprovalTask | None:
+    """The first of ``gates`` that proposed an action called ``name``."""
+    for task in gates:
         action = proposed_action(task)
-        if action is not None and action["name"] == effect.name:
+        if action is not None and action["name"] == name:
             return task
     return None
+
+
+def _gate_followed(effect: Effect) -> ApprovalTask | None:
+    """The last decided gate of the effect's thread, before the effect, that proposed an action of its name."""
+    gates = _gates_before(effect)
+    return None if gates is None else _proposing(gates, effect.name)
 
 
 def _carried(task: ApprovalTask) -> list[Decision]:
@@ -132,24 +142,15 @@ def decision_followed(*, effect: Effect) -> str | None:
     What ``_gate_followed`` then ``_carried`` find, in one query: each candidate gate comes with the
     id of its last carried decision, and only the gate's kind and payload are loaded.
     """
-    if effect.thread_id is None:
+    gates = _gates_before(effect)
+    if gates is None:
         return None
     last_carried = (
         Decision.objects.filter(task=OuterRef("pk"), run__isnull=False).order_by("-created_at", "-id").values("id")[:1]
     )
-    gates = (
-        ApprovalTask.objects.filter(
-            thread_id=effect.thread_id, status=TaskStatus.DECIDED, decided_at__lte=effect.created_at
-        )
-        .order_by("-decided_at")
-        .only("kind", "payload")
-        .annotate(last_carried=Subquery(last_carried))
-    )
-    for task in gates:
-        action = proposed_action(task)
-        if action is not None and action["name"] == effect.name:
-            return str(task.last_carried) if task.last_carried is not None else None
-    return None
+    task = _proposing(gates.only("kind", "payload").annotate(last_carried=Subquery(last_carried)), effect.name)
+    last = getattr(task, "last_carried", None)  # the annotation above
+    return None if last is None else str(last)
 
 
 # --- the proof ---------------------------------------------------------------------------------

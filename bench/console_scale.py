@@ -44,7 +44,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.full_cycle import OUT_DIR, bench_env, db_drop, db_recreate, log, manage, percentile  # noqa: E402
+from bench.full_cycle import OUT_DIR, bench_env, db_drop, db_migrated, log, percentile  # noqa: E402
 
 SCALE_MIGRATION = "0005_console_scale_indexes"  # the indexes measured before/after
 TARGET_MS = 50.0
@@ -353,9 +353,8 @@ def main() -> int:
     created = False
     try:
         log(f"recreating database {args.db}, migrating; the indexes of approvals {SCALE_MIGRATION} are measured")
-        db_recreate(args.db)
         created = True
-        manage(env, "migrate", "--noinput", "-v", "0")
+        db_migrated(env, args.db)
         import django
 
         django.setup()

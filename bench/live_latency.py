@@ -54,10 +54,9 @@ from bench.full_cycle import (  # noqa: E402
     bench_env,
     bench_users,
     db_drop,
-    db_recreate,
+    db_migrated,
     free_port,
     log,
-    manage,
     percentile,
     redis_forget,
     wait_until,
@@ -151,22 +150,6 @@ def db_poll_task(conn: Any, thread_id: str, *, timeout: float, interval: float =
         time.sleep(interval)
 
 
-def db_exists(name: str) -> bool:
-    import psycopg
-
-    with psycopg.connect(f"{PG_SERVER}/postgres", autocommit=True, connect_timeout=10) as conn:
-        return conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone() is not None
-
-
-def db_copy(template: str, name: str) -> None:
-    import psycopg
-    from psycopg import sql
-
-    db_drop(name)
-    with psycopg.connect(f"{PG_SERVER}/postgres", autocommit=True, connect_timeout=10) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(sql.Identifier(name), sql.Identifier(template)))
-
-
 def stats(values: list[float]) -> dict[str, float]:
     return {
         "n": len(values),
@@ -217,21 +200,10 @@ def main() -> int:
     api: Api | None = None
     created = False
     try:
-        if args.template_db:
-            # Migrating takes minutes on a loaded machine; a copy of a migrated database takes a second.
-            template_env = {**env, "DATABASE_URL": f"{PG_SERVER}/{args.template_db}"}
-            if not db_exists(args.template_db):
-                log(f"creating and migrating the template database {args.template_db}")
-                db_recreate(args.template_db)
-                manage(template_env, "migrate", "--noinput", "-v", "0")
-            log(f"recreating database {args.db} from {args.template_db}")
-            db_copy(args.template_db, args.db)
-            created = True
-        else:
-            log(f"recreating database {args.db}")
-            db_recreate(args.db)
-            created = True
-            manage(env, "migrate", "--noinput", "-v", "0")
+        source = f" from {args.template_db}" if args.template_db else ""
+        log(f"recreating database {args.db}{source}")
+        created = True
+        db_migrated(env, args.db, template=args.template_db)
         tokens = bench_users(env, PASSWORD)
         worker, ready = worker_proc(env, queue, run_dir)
         procs.append(worker)

@@ -7,7 +7,7 @@ import uuid
 import pytest
 
 from approvals.inbound.webhooks import delivery_receive, webhook_endpoint_create
-from approvals.models import AuditEvent, OutboundDelivery, OutboundStatus
+from approvals.models import AuditEvent, OutboundDelivery, OutboundStatus, WebhookSubscription
 from approvals.outbound import outbox, sending, subscriptions
 from approvals.outbound.signing import secret_generate, webhook_sign
 from tests.console.conftest import console_client
@@ -45,7 +45,7 @@ def hooks(monkeypatch):
 
     failed = delivery(OutboundStatus.FAILED, attempts=sending.MAX_ATTEMPTS, last_error="HTTP 500: receiver down")
     done = delivery(OutboundStatus.DELIVERED, attempts=1, response_code=204)
-    return {
+    yield {
         "endpoint": endpoint,
         "inbound": refused.delivery,
         "subscription": subscription,
@@ -53,6 +53,10 @@ def hooks(monkeypatch):
         "delivered": done,
         "sent": sent,
     }
+    # The rows persist for the session (live_db): left active, the subscription would queue a delivery to a
+    # closed port for every loan_approval task.opened of the rest of the suite, each retried MAX_ATTEMPTS
+    # times on the worker's outbound queue (thousands of attempts ahead of other tests' own deliveries).
+    WebhookSubscription.objects.filter(pk=subscription.pk).update(active=False)
 
 
 @pytest.mark.parametrize(

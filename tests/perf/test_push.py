@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
+from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
@@ -88,6 +90,29 @@ def test_the_long_poll_returns_the_current_state_when_its_timeout_passes(operato
     assert response.status_code == 200
     assert response.json()["status"] == "interrupted"
     assert time.monotonic() - t0 >= 0.3
+
+
+def _without_message(error: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in error.items() if key != "message"}
+
+
+def test_a_reader_who_may_not_see_the_thread_gets_the_404_at_once_and_nothing_else(personas, operator):
+    """The long poll checks visibility before it waits: no status, no wait that would tell the thread exists."""
+    thread = thread_start(operator, "four_eyes", {"subject": "wire", "amount": 5000})
+    missing = personas["reviewer"].client.get(f"/api/threads/{uuid.uuid4()}", wait_for="completed", timeout=0)
+    assert missing.status_code == 404
+    patience = scaled(30)
+    for who in ("loan_reviewer", "outsider"):  # assigned to another graph only; no role at all
+        t0 = time.monotonic()
+        response = personas[who].client.get(f"/api/threads/{thread['id']}", wait_for="completed", timeout=patience)
+        assert response.status_code == 404, (who, response.content)
+        # The same error as for a thread that does not exist (code and field; the message names the id).
+        assert _without_message(response.json()["error"]) == _without_message(missing.json()["error"])
+        assert thread["id"] in response.json()["error"]["message"] and "status" not in response.json()
+        assert time.monotonic() - t0 < patience, f"{who}: the 404 waited out the long poll"
+    # The same request from a reader who may see it answers (the thread exists: the 404s were the rule).
+    seen = personas["reviewer"].client.get(f"/api/threads/{thread['id']}", wait_for="completed", timeout=0)
+    assert seen.status_code == 200 and seen.json()["id"] == thread["id"]
 
 
 @pytest.mark.parametrize(

@@ -17,6 +17,7 @@ from langgraph.types import Command
 
 from runtime.executor import outcome_read, resume_guard
 from runtime.models import RunStatus
+from tests.conftest import scaled, wait_for
 from tests.graphs import shapes
 
 
@@ -174,7 +175,6 @@ def test_a_pooled_connection_killed_while_idle_is_replaced_on_checkout():
     from django.db import connection
 
     from runtime.checkpointer import checkpointer_get, checkpointer_pool
-    from tests.conftest import wait_for
 
     checkpointer_get()
     pool = checkpointer_pool()
@@ -184,7 +184,7 @@ def test_a_pooled_connection_killed_while_idle_is_replaced_on_checkout():
         cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
     wait_for(lambda: _backend_gone(pid), timeout=10, what="the backend to exit")
     for _ in range(pool.max_size + 1):  # whichever connection comes out, it works
-        with pool.connection(timeout=10) as conn:
+        with pool.connection(timeout=scaled(10)) as conn:
             assert conn.execute("SELECT pg_backend_pid()").fetchone()["pg_backend_pid"] != pid
 
 
@@ -226,8 +226,8 @@ def test_checkpoint_operations_on_the_pool_do_not_wait_for_each_other():
         cur.execute("SELECT 1")
         reader = threading.Thread(target=other_thread)
         reader.start()
-        assert done.wait(10), "a checkpoint read waited for another thread's operation"
-    reader.join(10)
+        assert done.wait(scaled(10)), "a checkpoint read waited for another thread's operation"
+    reader.join(scaled(10))
     assert read == {"tuple": None}
 
 

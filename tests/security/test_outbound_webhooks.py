@@ -30,7 +30,7 @@ from django.db import OperationalError, transaction
 from approvals.models import ApprovalTask, AuditEvent, OutboundDelivery, WebhookSubscription
 from approvals.outbound import sending
 from approvals.outbound.signing import secret_generate
-from tests.conftest import api_decide, pending_tasks, thread_start, wait_for
+from tests.conftest import api_decide, pending_tasks, scaled, thread_start, wait_for
 
 PUBLIC = "93.184.216.34"  # a public address nothing here connects to (only resolved, never reached)
 
@@ -54,7 +54,7 @@ class Receiver:
                 receiver.requests.append((self.command, self.path, headers, body))
                 receiver.arrived.set()
                 if receiver.hold is not None:
-                    receiver.hold.wait(timeout=60)
+                    receiver.hold.wait(timeout=scaled(60))
                 self.send_response(receiver.status)
                 for name, value in receiver.headers.items():
                     self.send_header(name, value)
@@ -403,7 +403,7 @@ def test_a_slow_receiver_holds_no_database_lock(receiver):
         from approvals.outbound.tasks import deliver_webhook
 
         deliver_webhook.delay(delivery.pk)
-        assert receiver.arrived.wait(timeout=30), "the worker never sent the delivery"
+        assert receiver.arrived.wait(timeout=scaled(30)), "the worker never sent the delivery"
         # While the worker waits on the receiver, the row is not locked and no transaction is open.
         with transaction.atomic():
             OutboundDelivery.objects.select_for_update(nowait=True).get(pk=delivery.pk)
