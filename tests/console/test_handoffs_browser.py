@@ -66,9 +66,16 @@ def test_a_reassign_and_a_delegation_arrive_live_in_the_other_reviewers_inbox(br
 
     # 2. Alice claims it and delegates it to Bob with a note, in her own tab.
     alice_task = alice_inbox.context.new_page()
+    # The socket's first render reads the task as it is when the socket opens: wait until it is on the
+    # page, so that it cannot land over the claim below (on a loaded machine it once arrived after the
+    # claim's own swap).
+    alice_task.add_init_script('document.addEventListener("htmx:wsAfterMessage", () => { window.__rendered = true; })')
     alice_task.goto(f"{server}/tasks/{task.pk}/")
+    _live(alice_task)
+    alice_task.wait_for_function("window.__rendered === true", timeout=LIVE_MS)
     alice_task.locator("#claim-button").click()
     expect(alice_task.locator("#task-live")).to_contain_text("Claimed by you")
+    expect(alice_task.locator("#delegate-to")).to_be_visible(timeout=LIVE_MS)
     alice_task.locator("#delegate-to").fill(bob.username)
     alice_task.locator("#delegate-note").fill("Please check the income proof")
     alice_task.screenshot(path=str(SCREENSHOTS / "handoffs-delegate-form.png"), full_page=True)
