@@ -25,6 +25,7 @@ from django.db import connection
 from django.http import QueryDict
 from django.template.loader import render_to_string
 from django.utils import timezone
+from django.utils.functional import LazyObject, empty
 
 from approvals import bulk, permissions
 from approvals.errors import DomainError
@@ -115,8 +116,9 @@ class LiveConsumer(AsyncWebsocketConsumer):
 
     def _reader(self) -> Any:
         """The socket's user, re-read; None once signed out, expired or deactivated: push nothing more."""
-        user = self.scope["user"]
-        session = self.scope.get("session")
+        # Channels hands both over wrapped in lazy objects: the fast path needs the objects themselves.
+        user = _unwrapped(self.scope["user"])
+        session = _unwrapped(self.scope.get("session"))
         if type(session) is DbSessionStore and session.session_key and type(user) is User:
             return _reader_fresh(session, session.session_key, user)
         if not _session_alive(session):
@@ -160,6 +162,15 @@ class LiveConsumer(AsyncWebsocketConsumer):
         return None
 
 
+def _unwrapped(value: Any) -> Any:
+    """What a ``LazyObject`` (Channels' ``scope["user"]`` and ``scope["session"]``) stands for; else ``value``."""
+    if isinstance(value, LazyObject):
+        if value._wrapped is empty:
+            value._setup()
+        return value._wrapped
+    return value
+
+
 def _reader_fresh(session: DbSessionStore, session_key: str, user: User) -> User | None:
     """``LiveConsumer._reader`` for database sessions: the session row and the user row in one query.
 
@@ -169,7 +180,9 @@ def _reader_fresh(session: DbSessionStore, session_key: str, user: User) -> User
     """
     fields, sql = _reader_sql(connection.vendor)
     with connection.cursor() as cursor:
-        cursor.execute(sql, [session_key, timezone.now(), user.pk])
+        # Adapted as the ORM stores it (SQLite compares the text of naive UTC times).
+        now = connection.ops.adapt_datetimefield_value(timezone.now())
+        cursor.execute(sql, [session_key, now, user.pk])
         row = cursor.fetchone()
     if row is None or row[0] is None or session.decode(row[0]).get(SESSION_KEY) is None:
         return None  # user deleted; session gone, expired or signed out

@@ -12,13 +12,17 @@ from typing import Any
 
 import pytest
 from channels.testing import WebsocketCommunicator
+from django.contrib.auth.models import User
+from django.contrib.sessions.models import Session
 from django.db import transaction
 from django.test import Client, override_settings
+from django.utils import timezone
 
 from approvals.audit import audit_record
 from console import consumers, live
 from console.asgi import application
 from runtime.models import ACTIVE_RUN_STATUSES, Run
+from tests.approvals.handoffs import person
 from tests.conftest import scaled, wait_for, workers_alive
 from tests.factories import task_make
 
@@ -312,6 +316,51 @@ def test_a_signed_out_session_stops_receiving(personas, loop):
     _emit("loan_approval", task.thread_id)
     output = socket.output()
     assert output == {"type": "websocket.close", "code": 4401}
+
+
+def _signed_in_socket(loop: asyncio.AbstractEventLoop, user: Any, path: str) -> tuple[Socket, Client]:
+    client = Client()
+    client.force_login(user)
+    socket = Socket(loop, path, [ORIGIN, (b"cookie", f"sessionid={client.cookies['sessionid'].value}".encode())])
+    assert socket.connect()[0]
+    socket.receive()
+    return socket, client
+
+
+def test_a_deactivated_reviewer_stops_receiving(loop):
+    reviewer = person()
+    task = task_make()
+    socket, _ = _signed_in_socket(loop, reviewer, f"/ws/tasks/{task.pk}/")
+    User.objects.filter(pk=reviewer.pk).update(is_active=False)
+    _emit("loan_approval", task.thread_id)
+    assert socket.output() == {"type": "websocket.close", "code": 4401}
+
+
+def test_an_expired_session_stops_receiving(loop):
+    reviewer = person()
+    task = task_make()
+    socket, client = _signed_in_socket(loop, reviewer, f"/ws/tasks/{task.pk}/")
+    Session.objects.filter(pk=client.cookies["sessionid"].value).update(expire_date=timezone.now())
+    _emit("loan_approval", task.thread_id)
+    assert socket.output() == {"type": "websocket.close", "code": 4401}
+
+
+def test_the_socket_checks_its_reader_in_one_statement_through_the_real_stack(loop, monkeypatch):
+    """Channels wraps scope["user"] and scope["session"] in lazy objects; the one-statement check
+    (``_reader_fresh``) must see through them, or every push pays the two-query ORM path."""
+    fresh = []
+    real = consumers._reader_fresh
+    monkeypatch.setattr(consumers, "_reader_fresh", lambda *a: fresh.append(a) or real(*a))
+    reviewer = person()
+    task = task_make()
+    socket, _ = _signed_in_socket(loop, reviewer, f"/ws/tasks/{task.pk}/")
+    assert len(fresh) == 1  # the render on connect
+    User.objects.filter(pk=reviewer.pk).update(first_name="Renamed")
+    _emit("loan_approval", task.thread_id)
+    socket.receive()
+    assert len(fresh) == 2
+    assert fresh[-1][2].first_name == "Renamed"  # a changed user row is re-read, not served stale
+    socket.close()
 
 
 def test_a_rolled_back_change_publishes_nothing(personas, loop):
