@@ -8,6 +8,7 @@ what a page load by the same user would.
 from __future__ import annotations
 
 import copy
+import functools
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
@@ -85,15 +86,12 @@ def inbox_row_context(user: Any, params: QueryDict, task_id: Any) -> dict[str, A
     What a live inbox sends the moment a task opens, ahead of re-rendering the whole list: the row is
     one query and one small template, the list is everything (console.consumers.InboxConsumer).
     """
-    form = InboxFilterForm(params)
-    if not form.is_valid():
+    parsed = _row_filter(params.urlencode())
+    if parsed is None:
         return None
-    filters = form.filters()
-    if filters.get("cursor") or filters.get("before") or filters.get("sort") != "newest":
-        return None
-    columns = inbox_column_filters(params)
+    wanted, cached = parsed
+    filters = dict(cached)  # the cache's own stays as parsed
     try:
-        wanted = form.inbox_filter(columns=columns)
         # Whether the task's thread has comments at all, read with the row: a new thread has none, and
         # then its conversation badges need no query of their own.
         commented = Exists(Comment.objects.filter(thread_id=OuterRef("thread_id")))
@@ -104,7 +102,7 @@ def inbox_row_context(user: Any, params: QueryDict, task_id: Any) -> dict[str, A
         return None
     if not page.items:
         return None
-    inbox_columns_context(user, page, filters, columns, {})  # the row's gate column cells
+    inbox_columns_context(user, page, filters, dict(wanted.columns), {})  # the row's gate column cells
     if any(getattr(t, _COMMENTED) for t in page.items):
         conversation = comments.inbox_conversation(user=user, tasks=page.items)
     else:
@@ -115,6 +113,23 @@ def inbox_row_context(user: Any, params: QueryDict, task_id: Any) -> dict[str, A
         "conversation": conversation,
         "bulk": {"enabled": bool(filters) and permissions.can(user, "approvals.decide_task")},
     }
+
+
+@functools.lru_cache(maxsize=512)
+def _row_filter(query: str) -> tuple[InboxFilter, dict[str, str]] | None:
+    """What a live inbox's query asks for, or None if a new task can never top its page: parsed once
+    per query, not once per task opened (a socket's query never changes; the form reads no database)."""
+    params = QueryDict(query)
+    form = InboxFilterForm(params)
+    if not form.is_valid():
+        return None
+    filters = form.filters()
+    if filters.get("cursor") or filters.get("before") or filters.get("sort") != "newest":
+        return None
+    try:
+        return form.inbox_filter(columns=inbox_column_filters(params)), filters
+    except (DomainError, ValidationError):
+        return None
 
 
 def _claim_of(task: ApprovalTask) -> Any:
