@@ -45,13 +45,21 @@ EVENT_TYPES = (
 DELIVER_WEBHOOK_TASK = "approvals.deliver_webhook"
 
 
-def event_emit(event_type: str, *, graph: str, data: dict[str, Any]) -> list[OutboundDelivery]:
-    """Queue ``event_type`` for every matching subscription; call inside the change's transaction."""
-    subscriptions = [
-        s
-        for s in WebhookSubscription.objects.filter(active=True, graph__in=[graph, "*"])
-        if event_type in (s.event_types or [])
-    ]
+def subscriptions_active(graph: str) -> list[WebhookSubscription]:
+    """The active subscriptions to ``graph``'s events (named or ``*``), whatever their event types."""
+    return list(WebhookSubscription.objects.filter(active=True, graph__in=[graph, "*"]))
+
+
+def event_emit(
+    event_type: str, *, graph: str, data: dict[str, Any], among: list[WebhookSubscription] | None = None
+) -> list[OutboundDelivery]:
+    """Queue ``event_type`` for every matching subscription; call inside the change's transaction.
+
+    ``among``: ``subscriptions_active(graph)`` already read in this transaction (one change that emits
+    several events reads them once).
+    """
+    candidates = subscriptions_active(graph) if among is None else among
+    subscriptions = [s for s in candidates if event_type in (s.event_types or [])]
     if not subscriptions:
         return []
     event_id = f"evt_{pysecrets.token_hex(12)}"
@@ -156,9 +164,11 @@ def _decision_recorded(instance: AuditEvent) -> None:
         "actor": instance.actor_label,
     }
     quorum = details.get("quorum") or {}
+    among = subscriptions_active(instance.graph)
     event_emit(
         "task.signed",
         graph=instance.graph,
+        among=among,
         data={
             **data,
             "meaning": details.get("meaning"),
@@ -167,7 +177,7 @@ def _decision_recorded(instance: AuditEvent) -> None:
         },
     )
     if instance.action == AuditAction.DECISION_MADE:
-        event_emit("task.decided", graph=instance.graph, data=data)
+        event_emit("task.decided", graph=instance.graph, data=data, among=among)
 
 
 @receiver(signals.run_completed, dispatch_uid="outbound.thread_completed")

@@ -36,8 +36,9 @@ START_QUERIES = 10
 # Decision: no savepoint around the run insert; the decision is inserted naming its resume run; one
 # read of the task's siblings answers both "does another task wait" and "which decisions resume";
 # the response's re-check of the task's visibility reads nothing; the audit chain's lock and
-# head are read once per transaction.
-DECISION_QUERIES = 19
+# head are read once per transaction; the webhook subscriptions are read once for its task.signed and
+# task.decided (was twice).
+DECISION_QUERIES = 18
 # Claim: one locking read (run, thread, the database clock, the current branch), one update (run and
 # thread fence in one statement on PostgreSQL), the audit row.
 CLAIM_QUERIES = 7
