@@ -53,6 +53,7 @@ def _setup_django() -> None:
         conn.execute(f'DROP DATABASE IF EXISTS "{DB_NAME}"')
         conn.execute(f'CREATE DATABASE "{DB_NAME}"')
     os.environ["DATABASE_URL"] = f"{server}/{DB_NAME}"
+    os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/0")  # required beside DATABASE_URL; unused here
     os.environ.setdefault("SECRET_KEY", "bench-" + uuid.uuid4().hex)
     os.environ.setdefault("GATEHOUSE_GRAPHS", str(ROOT / "demo" / "langgraph.json"))
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
