@@ -64,8 +64,11 @@ def bulk_matching(*, user: permissions.Principal, filter: InboxFilter) -> Any:
     return tasks_inbox(user=user, filter=pending).order_by("created_at", "id")
 
 
-def bulk_count(*, user: permissions.Principal, filter: InboxFilter) -> int:
-    return int(bulk_matching(user=user, filter=filter).count())
+def bulk_count(*, user: permissions.Principal, filter: InboxFilter, at_most: int | None = None) -> int:
+    """How many pending tasks ``filter`` matches; with ``at_most``, counted no further than that (a
+    bounded count stays cheap at 100k pending tasks; the whole count is a scan of all of them)."""
+    matching = bulk_matching(user=user, filter=filter).order_by()
+    return int((matching[:at_most] if at_most is not None else matching).count())
 
 
 def _ids_parse(raw: Any) -> list[str]:

@@ -329,7 +329,9 @@ def bulk_inbox_context(
         if wanted.status == "pending" and whole:
             matching = len(page.items)  # the list is all there is: no COUNT query
         elif wanted.status in ("pending", ""):
-            matching = bulk.bulk_count(user=user, filter=wanted)
+            # Past the most an action takes the exact number changes nothing on the page (and every
+            # live re-render would count them all): "more than BULK_MAX" is all it says.
+            matching = bulk.bulk_count(user=user, filter=wanted, at_most=bulk.BULK_MAX + 1)
         else:
             matching = 0
     except DomainError:

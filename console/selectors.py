@@ -55,8 +55,10 @@ class _Order:
     def ordering(self, *, reverse: bool = False) -> tuple[Any, ...]:
         down = self.descending != reverse
         value = F(self.field)
-        # NULLs sort last going forward, so first going backward.
-        nulls = {"nulls_first": True} if reverse else {"nulls_last": True}
+        # NULLs sort last going forward, so first going backward. Said only for a nullable field: an
+        # explicit NULLS clause on a NOT NULL one no longer matches its index (task_status_newest is
+        # "created_at DESC", i.e. NULLS FIRST), and PostgreSQL sorts every pending task instead.
+        nulls = ({"nulls_first": True} if reverse else {"nulls_last": True}) if self.nullable else {}
         expr = value.desc(**nulls) if down else value.asc(**nulls)
         return (expr, "-id" if down else "id")
 
@@ -67,7 +69,11 @@ class _Order:
             return Q(**{f"{f}__isnull": True, "id__lt" if self.descending else "id__gt": pk})
         op = "lt" if self.descending else "gt"
         q = Q(**{f"{f}__{op}": value}) | Q(**{f: value, f"id__{op}": pk})
-        return q | Q(**{f"{f}__isnull": True}) if self.nullable else q
+        if self.nullable:
+            return q | Q(**{f"{f}__isnull": True})
+        # The same rows, with a bound an index scan can start at: the OR alone is a filter, and a page
+        # deep in 100k tasks read every row before it (bench/console_scale.py: 17 ms for the query).
+        return Q(**{f"{f}__{op}e": value}) & q
 
     def before(self, value: Any, pk: str) -> Q:
         """Rows before (value, pk) in this order."""
@@ -77,7 +83,8 @@ class _Order:
                 **{f"{f}__isnull": True, "id__gt" if self.descending else "id__lt": pk}
             )
         op = "gt" if self.descending else "lt"
-        return Q(**{f"{f}__{op}": value}) | Q(**{f: value, f"id__{op}": pk})
+        # Bounded as in ``after`` (NULLs are after every value, so the bound drops none that belong).
+        return Q(**{f"{f}__{op}e": value}) & (Q(**{f"{f}__{op}": value}) | Q(**{f: value, f"id__{op}": pk}))
 
 
 _SORT_ORDERS = {

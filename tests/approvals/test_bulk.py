@@ -224,6 +224,8 @@ def test_select_all_matching_takes_exactly_the_inbox_filter(personas):
     started = bulk.bulk_decide(actor=approver, outcome="approve", reason="", filter=wanted, signer=_fresh())
     assert set(started.task_ids) == {str(t.pk) for t in inbox.items} == {str(t.pk) for t in mine}
     assert bulk.bulk_count(user=approver, filter=InboxFilter.parse(wanted)) == 3
+    assert bulk.bulk_count(user=approver, filter=InboxFilter.parse(wanted), at_most=2) == 2
+    assert bulk.bulk_count(user=approver, filter=InboxFilter.parse(wanted), at_most=4) == 3
     assert started.filter == {**wanted, "claimed": "", "assigned": "", "due": "", "columns": {}}
 
 

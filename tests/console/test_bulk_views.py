@@ -33,6 +33,21 @@ def test_the_list_carries_the_filter_that_select_all_sends(personas):
     assert html.count('name="task_ids"') == 3
 
 
+def test_past_the_most_an_action_takes_select_all_is_not_offered(personas, monkeypatch):
+    monkeypatch.setattr(bulk, "BULK_MAX", 2)
+    tag = f"V-{uuid.uuid4().hex[:6]}"
+    _tagged(tag, 5)
+    client = console_client(personas["approver"])
+    # The whole list on one page (its rows are the count), and every status (counted, bounded).
+    for params in ({"q": tag}, {"q": tag, "status": "all"}):
+        html = client.get("/", params).content.decode()
+        assert "data-bulk-all" not in html, params
+        assert "More than 2 pending tasks match this filter" in html, params
+    monkeypatch.setattr(bulk, "BULK_MAX", 5)
+    html = client.get("/", {"q": tag, "status": "all"}).content.decode()
+    assert "Select all <strong>5</strong> pending tasks matching this filter" in html
+
+
 def test_select_all_decides_exactly_the_filtered_tasks(personas):
     tag = f"V-{uuid.uuid4().hex[:6]}"
     wanted = _tagged(tag, 3)
