@@ -135,6 +135,8 @@ MIDDLEWARE = [
     "django_htmx.middleware.HtmxMiddleware",
     # Last, as django-axes requires: it turns a lockout raised during login into a response.
     "axes.middleware.AxesMiddleware",
+    # Below it, doing nothing but keep the chain sync: one thread hop per request, not a dozen.
+    "console.middleware.SyncChainMiddleware",
 ]
 
 AUTHENTICATION_BACKENDS = [
