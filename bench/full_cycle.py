@@ -780,6 +780,23 @@ def measure_baseline_idle(graph: Any, n: int) -> tuple[Result, list[str]]:
 # --- reporting ------------------------------------------------------------------------------
 
 
+# Issue 13's targets for this scenario: throughput against raw LangGraph, one-at-a-time latency against its resume.
+FULL_CYCLE_TARGET = 0.5
+ONE_AT_A_TIME_TARGET = 2.0
+
+
+def targets_report(cycle_ratio: float, idle_ms: float, raw_idle_ms: float) -> list[str]:
+    """One line per target, met or MISSED, as every scenario of ``make bench`` prints them."""
+    slower = idle_ms / raw_idle_ms if raw_idle_ms else math.inf
+    return [
+        f"target: full cycle ≥ {FULL_CYCLE_TARGET}x raw LangGraph's threads/s: {cycle_ratio:.2f}x — "
+        + ("met" if cycle_ratio >= FULL_CYCLE_TARGET else "MISSED"),
+        f"target: decision → completed one at a time ≤ {ONE_AT_A_TIME_TARGET:.0f}x the raw resume (p50): "
+        f"{idle_ms:.1f} vs {raw_idle_ms:.1f} ms = {slower:.1f}x — "
+        + ("met" if slower <= ONE_AT_A_TIME_TARGET else "MISSED"),
+    ]
+
+
 def combined(scenario: str, system: str, parts: list[Result]) -> Result:
     """Whole cycle (start → completed) throughput: N over the sum of the phases' wall times."""
     wall = sum(p.wall_s for p in parts)
@@ -1044,6 +1061,8 @@ def main() -> int:
             + "; ".join(f"{k} {v:.1f}" for k, v in raw_cpu_per_thread.items())
             + f" | CPU ratio (baseline/gatehouse) {raw_cpu_per_thread['total'] / cpu_per_thread['total']:.2f}x"
         )
+        for line in targets_report(cycle.ratio, gh_idle.median_ms, raw_idle.median_ms):
+            print(line)
         print(
             "SQL per step (Django ORM queries, counting BEGIN/COMMIT / psycopg statements incl. the checkpointer's): "
             + "; ".join(f"{k} {v['orm_queries']}/{v['sql_statements']}" for k, v in queries.items())

@@ -159,6 +159,10 @@ def main() -> None:
     print(f"plain:     document / small throughput = {med(names[1], 'tps') / med(names[0], 'tps'):.2f}")
     print(f"gatehouse: document / small throughput = {med(names[3], 'tps') / med(names[2], 'tps'):.2f}")
     print(f"document bytes per thread, gatehouse / plain = {med(names[3], 'bytes') / med(names[1], 'bytes'):.2f}")
+    stored = med(names[3], "bytes") / doc
+    kept = med(names[3], "tps") / med(names[2], "tps")
+    print(f"target: a document costs ≤ 1.2x itself per thread: {stored:.2f}x — {'met' if stored <= 1.2 else 'MISSED'}")
+    print(f"target: ≥ 0.8x the small state's throughput: {kept:.2f}x — {'met' if kept >= 0.8 else 'MISSED'}")
     out = ROOT / "var" / "bench"
     out.mkdir(parents=True, exist_ok=True)
     (out / "storage.json").write_text(json.dumps({"args": vars(args), "results": results}, indent=2))
