@@ -25,7 +25,6 @@ from django.db import connection
 from django.http import QueryDict
 from django.template.loader import render_to_string
 from django.utils import timezone
-from django.utils.functional import LazyObject, empty
 
 from approvals import bulk, permissions
 from approvals.errors import DomainError
@@ -116,10 +115,11 @@ class LiveConsumer(AsyncWebsocketConsumer):
 
     def _reader(self) -> Any:
         """The socket's user, re-read; None once signed out, expired or deactivated: push nothing more."""
-        # Channels hands both over wrapped in lazy objects: the fast path needs the objects themselves.
-        user = _unwrapped(self.scope["user"])
-        session = _unwrapped(self.scope.get("session"))
-        if type(session) is DbSessionStore and session.session_key and type(user) is User:
+        user = self.scope["user"]
+        session = self.scope.get("session")
+        # ``__class__``, not ``type()``: Channels hands both over as lazy objects, which report the class
+        # of what they wrap (``type()`` would say LazyObject, and the fast path would never be taken).
+        if session.__class__ is DbSessionStore and session.session_key and user.__class__ is User:
             return _reader_fresh(session, session.session_key, user)
         if not _session_alive(session):
             return None
@@ -160,15 +160,6 @@ class LiveConsumer(AsyncWebsocketConsumer):
 
     def fragment(self, user: Any, event: dict[str, Any]) -> str | None:
         return None
-
-
-def _unwrapped(value: Any) -> Any:
-    """What a ``LazyObject`` (Channels' ``scope["user"]`` and ``scope["session"]``) stands for; else ``value``."""
-    if isinstance(value, LazyObject):
-        if value._wrapped is empty:
-            value._setup()
-        return value._wrapped
-    return value
 
 
 def _reader_fresh(session: DbSessionStore, session_key: str, user: User) -> User | None:

@@ -31,10 +31,15 @@ pytestmark = pytest.mark.usefixtures("live_db")
 ORIGIN = (b"origin", b"http://testserver")
 
 
-def _cookie(persona: Any) -> tuple[bytes, bytes]:
+def _signed_in(user: Any) -> tuple[tuple[bytes, bytes], Client]:
+    """A session for ``user``: the socket's cookie header, and the client that holds the session."""
     client = Client()
-    client.force_login(persona.user)
-    return (b"cookie", f"sessionid={client.cookies['sessionid'].value}".encode())
+    client.force_login(user)
+    return (b"cookie", f"sessionid={client.cookies['sessionid'].value}".encode()), client
+
+
+def _cookie(persona: Any) -> tuple[bytes, bytes]:
+    return _signed_in(persona.user)[0]
 
 
 @pytest.fixture(scope="module")
@@ -305,9 +310,7 @@ def test_the_thread_socket_pushes_the_status_after_a_change(personas, loop):
 
 
 def test_a_signed_out_session_stops_receiving(personas, loop):
-    client = Client()
-    client.force_login(personas["reviewer"].user)
-    cookie = (b"cookie", f"sessionid={client.cookies['sessionid'].value}".encode())
+    cookie, client = _signed_in(personas["reviewer"].user)
     task = task_make()
     socket = Socket(loop, f"/ws/tasks/{task.pk}/", [ORIGIN, cookie])
     assert socket.connect()[0]
@@ -319,9 +322,8 @@ def test_a_signed_out_session_stops_receiving(personas, loop):
 
 
 def _signed_in_socket(loop: asyncio.AbstractEventLoop, user: Any, path: str) -> tuple[Socket, Client]:
-    client = Client()
-    client.force_login(user)
-    socket = Socket(loop, path, [ORIGIN, (b"cookie", f"sessionid={client.cookies['sessionid'].value}".encode())])
+    cookie, client = _signed_in(user)
+    socket = Socket(loop, path, [ORIGIN, cookie])
     assert socket.connect()[0]
     socket.receive()
     return socket, client
