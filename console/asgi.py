@@ -2,10 +2,14 @@
 
 import os
 
-from django.core.asgi import get_asgi_application
+import django
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
-django_asgi_app = get_asgi_application()
+django.setup(set_prefix=False)  # what django.core.asgi.get_asgi_application() does, then its handler
+
+from console.request_threads import ReusedThreadASGIHandler  # noqa: E402
+
+django_asgi_app = ReusedThreadASGIHandler()
 
 from runtime.registry import registry_load  # noqa: E402
 
