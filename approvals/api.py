@@ -14,7 +14,7 @@ from pydantic import Field
 
 from approvals import gateway, permissions, selectors, services
 from approvals.api_common import AuthedRequest
-from approvals.errors import InvalidInput
+from approvals.errors import Forbidden, InvalidInput
 from approvals.inbox_filter import InboxFilter
 from approvals.inputs import CheckpointId, DbId
 from approvals.models import ApprovalTask, AuditEvent, Decision
@@ -50,9 +50,15 @@ def _task_summary(task: ApprovalTask) -> TaskSummaryOut:
 
 
 def _thread_out(
-    user: Any, thread: Thread, run: Run | None = None, *, pending: list[ApprovalTask] | None = None
+    user: Any,
+    thread: Thread,
+    run: Run | None = None,
+    *,
+    pending: list[ApprovalTask] | None = None,
+    values: dict[str, Any] | None = None,
 ) -> ThreadOut:
-    """``pending``: the thread's pending tasks when the caller knows them (read here otherwise)."""
+    """``pending``: the thread's pending tasks when the caller knows them (read here otherwise);
+    ``values``: what to show instead of the thread's values as ``user`` may read them."""
     if pending is None:
         pending = selectors.tasks_pending_for_thread(user=user, thread_id=thread.id)
     return ThreadOut(
@@ -60,7 +66,7 @@ def _thread_out(
         graph=thread.graph,
         status=thread.status,
         metadata=thread.metadata,
-        values=gateway.thread_values_for(user, thread),
+        values=gateway.thread_values_for(user, thread) if values is None else values,
         checkpoint_id=thread.checkpoint_id,
         error=thread.error,
         created_at=thread.created_at,
@@ -84,19 +90,46 @@ def graphs_list(request: AuthedRequest) -> list[GraphOut]:
     ]
 
 
-@router.post("/threads", response={201: ThreadOut}, tags=["threads"])
-def thread_create(request: AuthedRequest, body: ThreadIn) -> Status[ThreadOut]:
-    user = _user(request)
-    thread, run = services.thread_start(actor=user, graph=body.graph, input=body.input, metadata=body.metadata)
-    # The response shows the thread as it was created, before its first run: no task yet.
-    return Status(201, _thread_out(user, thread, run, pending=[]))
-
-
 class ThreadWaitQuery(Schema):
     wait_for: str | None = Field(
         default=None, description="Comma-separated thread statuses: hold the request until the thread reaches one."
     )
     timeout: float = Field(default=30.0, description="With wait_for: the longest wait in seconds.")
+
+
+@router.post("/threads", response={201: ThreadOut}, tags=["threads"])
+async def thread_create(request: AuthedRequest, body: ThreadIn, query: Query[ThreadWaitQuery]) -> Status[ThreadOut]:
+    """Start a thread; with ``wait_for`` (long poll) the response waits until the thread reaches one of
+    those statuses (e.g. ``interrupted``: its approval tasks are in ``pending_tasks``) or ``timeout`` passes."""
+    user = _user(request)
+    if query.wait_for is None:
+        return Status(201, await sync_to_async(_thread_start)(user, body))
+    # Checked before anything is written: a bad wait leaves no thread behind.
+    wanted, seconds = _statuses(query.wait_for), _wait_seconds(query.timeout, "timeout")
+    started = await sync_to_async(_thread_start)(user, body, waiting=True)
+    await _until(
+        started.id,
+        lambda: selectors.status_read(model=Thread, pk=started.id),
+        lambda status: status is None or status in wanted,  # None: the thread is gone
+        seconds,
+    )
+    out = await sync_to_async(_thread_detail)(user, started.id)
+    out.run_id = started.run_id
+    return Status(201, out)
+
+
+def _thread_start(user: Any, body: ThreadIn, *, waiting: bool = False) -> ThreadOut:
+    """The thread as it was created, before its first run (no task yet).
+
+    ``waiting``: the answer will be the thread's state, so its reader must be allowed to see it —
+    checked before anything is written. A token scoped to starting threads starts them without
+    reading them: its answer has the thread's id and status, not its values.
+    """
+    readable = permissions.can(user, "runtime.view_thread") and permissions.graph_visible(user, body.graph)
+    if waiting and not readable:
+        raise Forbidden("waiting needs permission to read this graph's threads; start without it", field="wait_for")
+    thread, run = services.thread_start(actor=user, graph=body.graph, input=body.input, metadata=body.metadata)
+    return _thread_out(user, thread, run, pending=[], values=None if readable else {})
 
 
 def _wait_seconds(value: float, field: str) -> float:

@@ -443,17 +443,31 @@ class Api:
         for client in self._clients:
             client.close()
 
-    def start(self) -> str:
+    def start(self, *, wait: bool = False) -> dict[str, Any]:
+        """Start a thread; with ``wait`` the response comes once it has paused (or ended)."""
+        params = {"wait_for": "interrupted,completed,failed,cancelled", "timeout": min(self.timeout, 60)}
         response = self.http.post(
             "/api/threads",
             json={"graph": GRAPH, "input": loan_input(), "metadata": {"bench": True}},
             headers=self.headers["operator"],
+            params=params if wait else None,
+            timeout=self.timeout + 10,
         )
         if response.status_code != 201:
             raise RuntimeError(f"start failed: {response.status_code} {response.text[:500]}")
-        return str(response.json()["id"])
+        return dict(response.json())
 
     longpoll = True  # the native API's long polls (wait_for / ?wait=), or polling every ``poll`` seconds
+
+    def start_until_task(self, poll: float) -> tuple[str, str]:
+        """(thread id, its approval task's id): with the long polls one request, else a start and a poll."""
+        if not self.longpoll:
+            thread_id = str(self.start()["id"])
+            return thread_id, self.task_visible(thread_id, poll)
+        body = self.start(wait=True)
+        if body["status"] != "interrupted" or not body["pending_tasks"]:
+            raise RuntimeError(f"thread {body['id']} did not pause: {body['status']} {body.get('error')}")
+        return str(body["id"]), str(body["pending_tasks"][0]["id"])
 
     def task_visible(self, thread_id: str, poll: float) -> str:
         if self.longpoll:
@@ -527,19 +541,17 @@ def run_pool(fn: Callable[[Any], Any], items: list[Any], workers: int) -> list[A
 def measure_full_stack(api: Api, n: int, clients: int, poll: float) -> tuple[Result, Result, list[str]]:
     def start(_: int) -> tuple[str, str, tuple[float, float]]:
         t0 = time.perf_counter()
-        thread_id = api.start()
-        task_id = api.task_visible(thread_id, poll)
+        thread_id, task_id = api.start_until_task(poll)
         return thread_id, task_id, (t0, time.perf_counter())
 
     def decide(item: tuple[str, str]) -> tuple[float, float]:
         thread_id, task_id = item
         t0 = time.perf_counter()
-        api.decide(task_id, wait=api.longpoll)
-        t1 = time.perf_counter() if api.longpoll else None
-        body = api.completed(thread_id, poll)  # with the long poll: returns at once (the run has finished)
-        if body["values"].get("status") != "disbursed":
-            raise RuntimeError(f"thread {thread_id} ended with {body['values'].get('status')!r}")
-        return t0, t1 or time.perf_counter()
+        if api.longpoll:  # the response says the resumed run succeeded: a client needs nothing more
+            api.decide(task_id, wait=True)
+            return t0, time.perf_counter()
+        api.completed(thread_id, poll)
+        return t0, time.perf_counter()
 
     started = run_pool(start, list(range(n)), clients)
     decided = run_pool(decide, [(t, k) for t, k, _ in started], clients)
@@ -554,8 +566,7 @@ def measure_full_stack_idle(api: Api, n: int, poll: float) -> tuple[Result, list
     spans, threads, posts = [], [], []
     waits: list[tuple[float, float]] = []
     for _ in range(n):
-        thread_id = api.start()
-        task_id = api.task_visible(thread_id, poll)
+        thread_id, task_id = api.start_until_task(poll)
         t0 = time.perf_counter()
         api.decide(task_id)
         posts.append((time.perf_counter() - t0) * 1000)
@@ -563,13 +574,26 @@ def measure_full_stack_idle(api: Api, n: int, poll: float) -> tuple[Result, list
         spans.append((t0, time.perf_counter()))
         threads.append(thread_id)
         if api.longpoll:  # and the same through one request: decide and wait for the run
-            thread_id = api.start()
-            task_id = api.task_visible(thread_id, poll)
+            _, task_id = api.start_until_task(poll)
             t0 = time.perf_counter()
             api.decide(task_id, wait=True)
             waits.append((t0, time.perf_counter()))
     waited = Result.of("decision?wait → run finished, one at a time", "gatehouse", 1, waits) if waits else None
     return Result.of("decision → completed, one at a time", "gatehouse", 1, spans), threads, posts, waited
+
+
+def threads_disbursed(db_name: str, thread_ids: list[str]) -> int:
+    """How many of the threads completed with their loan disbursed (checked once, after the timed part:
+    the clients stop at ``run_status: succeeded`` as a real client would)."""
+    import psycopg
+
+    with psycopg.connect(f"{PG_SERVER}/{db_name}", connect_timeout=10) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM runtime_thread WHERE id = ANY(%s::uuid[]) "
+            "AND status = 'completed' AND \"values\" ->> 'status' = 'disbursed'",
+            [thread_ids],
+        ).fetchone()
+    return int(row[0]) if row else 0
 
 
 def server_breakdown(db_name: str, thread_ids: list[str]) -> dict[str, float]:
@@ -995,6 +1019,7 @@ def main() -> int:
             "decision POST (client)": round(statistics.median(posts_ms), 2),
             **server_breakdown(args.db, gh_idle_threads),
         }
+        disbursed = threads_disbursed(args.db, gh_threads + gh_idle_threads)
 
         # Nothing else runs while the baseline does.
         api.close()
@@ -1022,6 +1047,7 @@ def main() -> int:
             "baseline_threads": len(raw_threads) + len(raw_idle_threads),
             "baseline_paid_once": sum(executions.get(f"raw:{t}:disburse") == 1 for t in raw_threads + raw_idle_threads),
             "max_executions_per_key": max(executions.values(), default=0),
+            "gatehouse_completed_disbursed": disbursed,
         }
 
         results = []
@@ -1100,6 +1126,10 @@ def main() -> int:
         print(chart(results, OUT_DIR / "full_cycle.png"))
         if effects["gatehouse_paid_once"] != effects["gatehouse_threads"] or effects["max_executions_per_key"] > 1:
             print("ERROR: some effect did not execute exactly once", file=sys.stderr)
+            return 1
+        if disbursed != effects["gatehouse_threads"]:
+            missing = effects["gatehouse_threads"] - disbursed
+            print(f"ERROR: {missing} threads did not complete with the loan disbursed", file=sys.stderr)
             return 1
         return 0
     except BaseException:

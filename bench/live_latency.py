@@ -247,7 +247,7 @@ def main() -> int:
             for i in range(args.warmup + args.threads):
                 seen = len(listener.messages)
                 t0 = time.perf_counter()
-                thread_id = api.start()
+                thread_id = str(api.start()["id"])
                 t_db, task_id = db_poll_task(conn, thread_id, timeout=args.wait_timeout)
                 t_ws = listener.first_containing(task_id, since=seen, timeout=args.wait_timeout)
                 if i >= args.warmup:

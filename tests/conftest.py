@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -13,6 +14,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -384,11 +386,35 @@ class ApiClient:
         self.headers = {"Authorization": f"Bearer {token}"} if token else {}
 
     def get(self, path: str, **params: Any) -> Any:
-        return self.client.get(path, params, headers=self.headers)
+        return _off_the_loop(lambda: self.client.get(path, params, headers=self.headers))
 
     def post(self, path: str, body: Any = None, *, raw: bytes | str | None = None) -> Any:
         data = raw if raw is not None else json.dumps(body if body is not None else {})
-        return self.client.post(path, data, content_type="application/json", headers=self.headers)
+        headers = self.headers
+        return _off_the_loop(lambda: self.client.post(path, data, content_type="application/json", headers=headers))
+
+
+def _off_the_loop(call: Callable[[], Any]) -> Any:
+    """``call()``, on another thread if this one runs an event loop.
+
+    The test client runs async views (long polls, the start) through ``async_to_sync``, which refuses
+    a thread with a running loop — and Playwright's sync API keeps one in a browser test's thread.
+    """
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return call()
+
+    def closing() -> Any:
+        from django.db import connections
+
+        try:
+            return call()
+        finally:
+            connections.close_all()  # this thread's own connections: it ends here
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(closing).result()
 
 
 PERSONAS: dict[str, tuple[str | None, list[str]]] = {

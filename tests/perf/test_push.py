@@ -1,10 +1,11 @@
 """Push, not poll: waiters wake on the run's committed outcome (PostgreSQL NOTIFY), and the native
-API's long polls (``GET /api/threads/{id}?wait_for=…``, ``POST …/decision?wait=…``) return the final
-status, respect their timeout and refuse bad values."""
+API's long polls (``GET /api/threads/{id}?wait_for=…``, ``POST /api/threads?wait_for=…``,
+``POST …/decision?wait=…``) return the final status, respect their timeout and refuse bad values."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import uuid
 from typing import Any
@@ -13,9 +14,10 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from approvals.models import Decision
+from runtime.models import Thread
 from runtime.notify import ThreadWatch, listener_ready
 from runtime.runs import run_finish
-from tests.conftest import loan_input, pending_tasks, scaled, thread_start
+from tests.conftest import ApiClient, api_decide, loan_input, pending_tasks, scaled, thread_start
 from tests.perf.test_query_counts import _claimed_run, _interrupt_outcome
 
 pytestmark = pytest.mark.usefixtures("live_db")
@@ -146,3 +148,70 @@ def test_a_bad_decision_wait_is_refused_and_decides_nothing(operator, reviewer, 
     assert 400 <= response.status_code < 500, response.content
     assert "wait" in response.content.decode()
     assert not Decision.objects.filter(task=task).exists()
+
+
+def _start(persona: Any, query: str, marker: str) -> Any:
+    body = {"graph": "loan_approval", "input": loan_input(), "metadata": {"marker": marker}}
+    return persona.client.client.post(
+        f"/api/threads?{query}", json.dumps(body), content_type="application/json", headers=persona.client.headers
+    )
+
+
+@pytest.mark.integration
+@pytest.mark.usefixtures("live_worker")
+def test_a_start_can_wait_until_the_thread_pauses_and_answer_with_its_task(operator, reviewer):
+    """``POST /api/threads?wait_for=…``: one request where a client made a start and a long poll."""
+    response = _start(operator, f"wait_for=interrupted,failed&timeout={scaled(30)}", uuid.uuid4().hex)
+    assert response.status_code == 201, response.content
+    body = response.json()
+    assert body["status"] == "interrupted", body
+    [task] = body["pending_tasks"]
+    assert body["run_id"] and body["values"]["amount"] == loan_input()["amount"]
+    # The task it names is the one a reviewer decides.
+    decided = api_decide(reviewer, task)
+    assert decided.status_code == 201, decided.content
+
+
+@pytest.mark.integration
+@pytest.mark.usefixtures("live_worker")
+def test_a_start_whose_wait_times_out_answers_with_the_thread_as_it_is(operator):
+    t0 = time.monotonic()
+    response = _start(operator, "wait_for=completed&timeout=0.2", uuid.uuid4().hex)
+    assert response.status_code == 201, response.content
+    assert response.json()["status"] in ("busy", "interrupted")  # not completed: it waits for a reviewer
+    assert time.monotonic() - t0 >= 0.2
+
+
+@pytest.mark.parametrize(
+    "query,field",
+    [
+        ("wait_for=finished", "wait_for"),
+        ("wait_for=,", "wait_for"),
+        ("wait_for=completed&timeout=-1", "timeout"),
+        ("wait_for=completed&timeout=100000", "timeout"),
+        ("wait_for=completed&timeout=soon", "timeout"),
+    ],
+)
+def test_a_bad_start_wait_is_refused_naming_the_field_and_starts_nothing(operator, query, field):
+    marker = uuid.uuid4().hex
+    response = _start(operator, query, marker)
+    assert 400 <= response.status_code < 500, response.content
+    assert response.json()["error"]["field"] == field
+    assert not Thread.objects.filter(metadata__marker=marker).exists()
+
+
+def test_a_start_only_token_may_start_but_not_wait_for_what_it_may_not_read(operator):
+    """Waiting answers with the thread's state: a token scoped to ``start`` gets a 403 and no thread."""
+    from approvals.tokens import token_issue
+
+    starter = ApiClient(token_issue(user=operator.user, actions=["start"]))
+    marker = uuid.uuid4().hex
+    refused = _start(type("P", (), {"client": starter})(), "wait_for=interrupted", marker)
+    assert refused.status_code == 403, refused.content
+    assert refused.json()["error"]["field"] == "wait_for"
+    assert not Thread.objects.filter(metadata__marker=marker).exists()
+    # Without the wait it starts the thread and is told its id and status, not its values (it was a 404).
+    started = _start(type("P", (), {"client": starter})(), "", marker)
+    assert started.status_code == 201, started.content
+    assert started.json()["values"] == {} and started.json()["status"] == "busy"
+    assert Thread.objects.filter(pk=started.json()["id"], metadata__marker=marker).exists()
