@@ -195,10 +195,11 @@ def _thread_detail(user: Any, thread_id: UUID, thread: Thread | None = None) -> 
     if thread is None:
         thread = permissions.thread_get_for(user, thread_id)
     state = gateway.thread_state_for(user, thread)
-    out = _thread_out(user, thread)
-    if state is not None:
-        out.values = state.values
-        out.checkpoint_id = state.checkpoint_id
+    if state is None:  # no checkpoint yet: the listing snapshot
+        return _thread_out(user, thread)
+    # The checkpoint's values, guarded (and a reveal audited) once: the snapshot is not shown.
+    out = _thread_out(user, thread, values=state.values)
+    out.checkpoint_id = state.checkpoint_id
     return out
 
 

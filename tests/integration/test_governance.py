@@ -131,6 +131,19 @@ def test_sensitive_fields_are_masked_for_reviewers_and_reveals_are_audited(perso
     assert {"applicant.date_of_birth", "documents[0].number", "details.documents[0].number"} <= revealed
 
 
+def test_one_thread_read_shows_one_set_of_values_and_audits_one_reveal(personas):
+    """``GET /api/threads/{id}`` answers with the checkpoint's values: only that reveal is audited (the
+    listing snapshot it used to guard too, and then replace, was never shown)."""
+    thread, _ = _kyc_task(personas)
+    reveals = AuditEvent.objects.filter(thread_id=thread["id"], action="sensitive.revealed")
+    before = reveals.count()
+    shown = personas["approver"].client.get(f"/api/threads/{thread['id']}").json()
+    assert shown["values"]["applicant"]["date_of_birth"] == "1920-07-25"
+    [reveal] = reveals.order_by("-id")[: reveals.count() - before]
+    assert reveal.subject_type == "checkpoint" and reveal.subject_id == shown["checkpoint_id"]
+    assert "applicant.date_of_birth" in reveal.details["paths"]
+
+
 def test_audit_details_are_masked_for_a_reader_without_the_sensitive_permission(personas):
     thread, _ = _kyc_task(personas)
     reader = User.objects.create_user(f"audit-reader-{thread['id'][:6]}")
