@@ -103,33 +103,36 @@ async def thread_create(request: AuthedRequest, body: ThreadIn, query: Query[Thr
     those statuses (e.g. ``interrupted``: its approval tasks are in ``pending_tasks``) or ``timeout`` passes."""
     user = _user(request)
     if query.wait_for is None:
-        return Status(201, await sync_to_async(_thread_start)(user, body))
+        return Status(201, await sync_to_async(_thread_started)(user, body))
     # Checked before anything is written: a bad wait leaves no thread behind.
     wanted, seconds = _statuses(query.wait_for), _wait_seconds(query.timeout, "timeout")
-    started = await sync_to_async(_thread_start)(user, body, waiting=True)
+    thread_id, run_id = await sync_to_async(_thread_start_to_wait)(user, body)
     await _until(
-        started.id,
-        lambda: selectors.status_read(model=Thread, pk=started.id),
+        thread_id,
+        lambda: selectors.status_read(model=Thread, pk=thread_id),
         lambda status: status is None or status in wanted,  # None: the thread is gone
         seconds,
     )
-    out = await sync_to_async(_thread_detail)(user, started.id)
-    out.run_id = started.run_id
+    out = await sync_to_async(_thread_detail)(user, thread_id)
+    out.run_id = run_id
     return Status(201, out)
 
 
-def _thread_start(user: Any, body: ThreadIn, *, waiting: bool = False) -> ThreadOut:
-    """The thread as it was created, before its first run (no task yet).
-
-    ``waiting``: the answer will be the thread's state, so its reader must be allowed to see it —
-    checked before anything is written. A token scoped to starting threads starts them without
-    reading them: its answer has the thread's id and status, not its values.
-    """
+def _thread_started(user: Any, body: ThreadIn) -> ThreadOut:
+    """Start; the thread as it was created, before its first run (no task yet). A token scoped to
+    starting threads starts them without reading them: its answer has the id and status, not values."""
     readable = permissions.can(user, "runtime.view_thread") and permissions.graph_visible(user, body.graph)
-    if waiting and not readable:
-        raise Forbidden("waiting needs permission to read this graph's threads; start without it", field="wait_for")
     thread, run = services.thread_start(actor=user, graph=body.graph, input=body.input, metadata=body.metadata)
     return _thread_out(user, thread, run, pending=[], values=None if readable else {})
+
+
+def _thread_start_to_wait(user: Any, body: ThreadIn) -> tuple[Any, Any]:
+    """Start a thread whose answer will be its state: its reader must be allowed to see it, which is
+    checked before anything is written. (thread id, run id)"""
+    if not (permissions.can(user, "runtime.view_thread") and permissions.graph_visible(user, body.graph)):
+        raise Forbidden("waiting needs permission to read this graph's threads; start without it", field="wait_for")
+    thread, run = services.thread_start(actor=user, graph=body.graph, input=body.input, metadata=body.metadata)
+    return thread.id, run.id
 
 
 def _wait_seconds(value: float, field: str) -> float:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 
 import pytest
@@ -13,7 +14,7 @@ from approvals.models import ApprovalTask, AuditEvent, Decision
 from approvals.redaction import MASK
 from approvals.security import SESSION_AUTH_AT
 from runtime.models import Run
-from tests.conftest import ApiClient, api_decide, pending_tasks, thread_settled, thread_start
+from tests.conftest import ApiClient, api_decide, pending_tasks, scaled, thread_settled, thread_start
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db", "live_worker")]
 
@@ -142,6 +143,23 @@ def test_one_thread_read_shows_one_set_of_values_and_audits_one_reveal(personas)
     [reveal] = reveals.order_by("-id")[: reveals.count() - before]
     assert reveal.subject_type == "checkpoint" and reveal.subject_id == shown["checkpoint_id"]
     assert "applicant.date_of_birth" in reveal.details["paths"]
+
+
+def test_a_start_that_waits_audits_one_reveal_for_the_state_it_answers_with(personas):
+    applicant = {"name": "Rosalind Franklin", "country": "GB", "date_of_birth": "1920-07-25"}
+    body = {"graph": "kyc_onboarding", "input": {"applicant": applicant, "documents": []}}
+    admin = personas["admin"].client
+    response = admin.client.post(
+        f"/api/threads?wait_for=interrupted,failed&timeout={scaled(30)}",
+        json.dumps(body),
+        content_type="application/json",
+        headers=admin.headers,
+    )
+    assert response.status_code == 201, response.content
+    shown = response.json()
+    assert shown["status"] == "interrupted" and shown["values"]["applicant"]["date_of_birth"] == "1920-07-25"
+    [reveal] = AuditEvent.objects.filter(thread_id=shown["id"], action="sensitive.revealed")
+    assert reveal.subject_type == "checkpoint" and reveal.subject_id == shown["checkpoint_id"]
 
 
 def test_audit_details_are_masked_for_a_reader_without_the_sensitive_permission(personas):
