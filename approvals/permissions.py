@@ -16,6 +16,7 @@ from django.db.models import Q, QuerySet
 
 from approvals.errors import Forbidden, NotFound
 from approvals.models import ApprovalTask, AuditEvent, GraphAssignment
+from runtime import rows
 from runtime.models import Thread
 
 Principal = User | AnonymousUser
@@ -274,39 +275,16 @@ def _thread_by_key(thread_id: Any, graphs: set[str] | None) -> Thread | None:
     """
     if graphs is not None and not graphs:
         return None
-    select, key, graph, converters, attnames = _thread_select(connection.vendor)
-    where, params = f"{key} = %s", [Thread._meta.pk.get_db_prep_value(thread_id, connection)]
+    meta, q = Thread._meta, connection.ops.quote_name
+    where = f"{q(str(meta.pk.column))} = %s"
+    params = [meta.pk.get_db_prep_value(thread_id, connection)]
     if graphs is not None:
-        where += f" AND {graph} IN ({', '.join(['%s'] * len(graphs))})"
+        where += f" AND {q(str(meta.get_field('graph').column))} IN ({', '.join(['%s'] * len(graphs))})"
         params += sorted(graphs)
     with connection.cursor() as cursor:
-        cursor.execute(f"{select} WHERE {where}", params)
+        cursor.execute(f"SELECT {rows.columns(Thread)} FROM {q(meta.db_table)} WHERE {where}", params)  # noqa: S608
         row = cursor.fetchone()
-    if row is None:
-        return None
-    values = []
-    for value, (convert, expression) in zip(row, converters, strict=True):
-        for function in convert:
-            value = function(value, expression, connection)
-        values.append(value)
-    return Thread.from_db(connection.alias, attnames, values)
-
-
-@functools.cache
-def _thread_select(vendor: str) -> tuple[str, str, str, list[tuple[list[Any], Any]], list[str]]:
-    """(SELECT of every column, the key's and the graph's quoted names, each column's converters
-    as the ORM applies them — the backend's, then the field's — and the fields' attnames)."""
-    meta, q = Thread._meta, connection.ops.quote_name
-    fields = meta.concrete_fields
-    columns = ", ".join(q(str(f.column)) for f in fields)
-    select = f"SELECT {columns} FROM {q(meta.db_table)}"  # noqa: S608 - names from the model
-    converters = []
-    for field in fields:
-        expression = field.get_col(meta.db_table)
-        functions = [*connection.ops.get_db_converters(expression), *expression.get_db_converters(connection)]
-        converters.append((functions, expression))
-    key, graph = q(str(meta.pk.column)), q(str(meta.get_field("graph").column))
-    return select, key, graph, converters, [f.attname for f in fields]
+    return None if row is None else rows.model_from_row(Thread, row)
 
 
 def thread_visible(user: Principal, thread: Thread) -> bool:

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import secrets
 from datetime import datetime, timedelta
 
 from django.contrib.auth.models import User
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from approvals.audit import audit_record
 from approvals.models import ApiToken, AuditAction
 from approvals.permissions import TOKEN_ACTIONS, TOKEN_SCOPE_ATTR
+from runtime import rows
 
 TOKEN_ACTION_NAMES = set(TOKEN_ACTIONS.values()) | {"admin"}
 
@@ -87,8 +89,7 @@ def token_revoke(*, prefix: str, actor: User | None = None) -> int:
 def token_authenticate(secret: str) -> User | None:
     if not secret.startswith(TOKEN_PREFIX):
         return None
-    # A key lookup (digest is unique): no ORDER BY, which .first() adds and every request would compile.
-    token = next(iter(ApiToken.objects.select_related("user").filter(digest=_digest(secret))[:1]), None)
+    token = _token_by_digest(_digest(secret))
     now = timezone.now()
     if token is None or token.revoked_at or (token.expires_at and token.expires_at <= now):
         return None
@@ -101,3 +102,30 @@ def token_authenticate(secret: str) -> User | None:
     if token.last_used_at is None or token.last_used_at < now - timedelta(minutes=1):
         ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
     return user
+
+
+def _token_by_digest(digest: str) -> ApiToken | None:
+    """The token with ``digest`` and its user, in one statement: what
+    ``ApiToken.objects.select_related("user").filter(digest=...)`` reads, written out once per process
+    (every API request authenticates here; composing and compiling the queryset took ~0.5 ms of CPU)."""
+    with connection.cursor() as cursor:
+        cursor.execute(_token_sql(connection.vendor), [digest])
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    split = rows.width(ApiToken)
+    token = rows.model_from_row(ApiToken, row[:split])
+    ApiToken._meta.get_field("user").set_cached_value(token, rows.model_from_row(User, row[split:]))
+    return token
+
+
+@functools.cache
+def _token_sql(vendor: str) -> str:
+    q = connection.ops.quote_name
+    tokens, users = q(ApiToken._meta.db_table), q(User._meta.db_table)
+    user_key, token_user = q(str(User._meta.pk.column)), q(str(ApiToken._meta.get_field("user").column))
+    digest = q(str(ApiToken._meta.get_field("digest").column))
+    return (
+        f"SELECT {rows.columns(ApiToken, 't')}, {rows.columns(User, 'u')} "  # noqa: S608 - names from the models
+        f"FROM {tokens} t INNER JOIN {users} u ON u.{user_key} = t.{token_user} WHERE t.{digest} = %s"
+    )

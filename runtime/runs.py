@@ -14,6 +14,7 @@ lease would otherwise steal a live run or keep a dead one. See docs/zombies.md.
 
 from __future__ import annotations
 
+import functools
 import logging
 import uuid
 from dataclasses import dataclass, field
@@ -29,7 +30,7 @@ from django.db.models.expressions import CombinedExpression
 from django.db.models.functions import Now
 from django.utils import timezone
 
-from runtime import signals
+from runtime import rows, signals
 from runtime.fencing import LeaseLost
 from runtime.models import Branch, Run, RunKind, RunStatus, Thread, ThreadStatus
 from runtime.notify import CHANNEL
@@ -268,42 +269,26 @@ def _claim_read(run_id: Any) -> tuple[Run, datetime] | None:
         return None if found is None else (found, found.db_now)
     # PostgreSQL: the statement the queryset above compiles to, written out once per process
     # (its compilation was a good part of a claim's CPU); rows become models as the ORM makes them.
-    run_fields, thread_fields = Run._meta.concrete_fields, Thread._meta.concrete_fields
     with connection.cursor() as cursor:
         cursor.execute(_claim_sql(), [uuid.UUID(str(run_id))])
         row = cursor.fetchone()
     if row is None:
         return None
-    values = [_from_db(f, v) for f, v in zip((*run_fields, *thread_fields), row, strict=False)]
-    run = Run.from_db(connection.alias, [f.attname for f in run_fields], values[: len(run_fields)])
-    thread = Thread.from_db(connection.alias, [f.attname for f in thread_fields], values[len(run_fields) :])
+    split = rows.width(Run)
+    run = rows.model_from_row(Run, row[:split])
+    thread = rows.model_from_row(Thread, row[split : split + rows.width(Thread)])
     Run._meta.get_field("thread").set_cached_value(run, thread)
     run.current_branch_id = row[-1]  # type: ignore[attr-defined]  # as the queryset's annotation
     return run, row[-2]
 
 
-_claim_statement: str | None = None
-
-
+@functools.cache
 def _claim_sql() -> str:
-    global _claim_statement
-    if _claim_statement is None:
-        quote = connection.ops.quote_name
-        columns = [f"r.{quote(str(f.column))}" for f in Run._meta.concrete_fields]
-        columns += [f"t.{quote(str(f.column))}" for f in Thread._meta.concrete_fields]
-        _claim_statement = (
-            f"SELECT {', '.join(columns)}, STATEMENT_TIMESTAMP(), "  # noqa: S608 - names from the models
-            "(SELECT b.id FROM runtime_branch b WHERE b.thread_id = r.thread_id ORDER BY b.created_at DESC LIMIT 1) "
-            "FROM runtime_run r INNER JOIN runtime_thread t ON t.id = r.thread_id WHERE r.id = %s FOR UPDATE"
-        )
-    return _claim_statement
-
-
-def _from_db(field: Any, value: Any) -> Any:
-    """A column's value as the ORM loads it (JSON columns arrive as text and are parsed by the field)."""
-    for convert in field.get_db_converters(connection):
-        value = convert(value, field.get_col(field.model._meta.db_table), connection)
-    return value
+    return (
+        f"SELECT {rows.columns(Run, 'r')}, {rows.columns(Thread, 't')}, STATEMENT_TIMESTAMP(), "  # noqa: S608 - names from the models
+        "(SELECT b.id FROM runtime_branch b WHERE b.thread_id = r.thread_id ORDER BY b.created_at DESC LIMIT 1) "
+        "FROM runtime_run r INNER JOIN runtime_thread t ON t.id = r.thread_id WHERE r.id = %s FOR UPDATE"
+    )
 
 
 def lease_renew(*, run: Run) -> None:
