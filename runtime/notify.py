@@ -35,6 +35,7 @@ CHANNEL = "gatehouse_thread"
 FALLBACK_SECONDS = 1.0  # a lost notification delays a waiter by at most this much
 EMBEDDED_POLL_SECONDS = 0.2
 IDLE_SECONDS = 30.0  # a listener with no waiters this long closes its connection
+LISTEN_START_SECONDS = 5.0  # a watch waits at most this long for a starting listener (then the fallback poll)
 
 
 def thread_notify(thread_id: Any) -> None:
@@ -146,6 +147,11 @@ class ThreadWatch:
         self._loop = asyncio.get_running_loop()
         if self._listening:
             _listener.subscribe(self.thread_id, self._wake)
+            if not _listener.listening.is_set():
+                # The listener is starting (the process's first watch, or the first since it closed
+                # idle): a change committed before its LISTEN takes effect is never delivered, and the
+                # caller reads the row next. Wait (bounded) until it listens: nothing falls between.
+                await asyncio.to_thread(_listener.listening.wait, LISTEN_START_SECONDS)
         return self
 
     async def __aexit__(self, *exc: object) -> None:

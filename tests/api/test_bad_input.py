@@ -332,13 +332,14 @@ def test_it_refuses_a_malformed_id(personas, path, field):
 
 
 def asgi_post(path: str, body: bytes, headers: list[tuple[bytes, bytes]]) -> tuple[int, bytes]:
-    """POST through Django's ASGI handler (as daphne serves it), the body in 64 KiB chunks."""
+    """POST through the ASGI handler daphne serves (``console.asgi``'s), the body in 64 KiB chunks."""
     import asyncio
 
     from asgiref.sync import async_to_sync
-    from django.core.asgi import get_asgi_application
 
-    app = get_asgi_application()
+    from console.request_threads import ReusedThreadASGIHandler
+
+    app = ReusedThreadASGIHandler()
     chunks = [body[i : i + 65536] for i in range(0, len(body), 65536)] or [b""]
     messages = [{"type": "http.request", "body": c, "more_body": i < len(chunks) - 1} for i, c in enumerate(chunks)]
     sent: list[dict[str, Any]] = []

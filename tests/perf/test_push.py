@@ -215,3 +215,28 @@ def test_a_start_only_token_may_start_but_not_wait_for_what_it_may_not_read(oper
     assert started.status_code == 201, started.content
     assert started.json()["values"] == {} and started.json()["status"] == "busy"
     assert Thread.objects.filter(pk=started.json()["id"], metadata__marker=marker).exists()
+
+
+def test_a_watch_entered_while_its_listener_starts_is_listening_before_the_caller_reads(monkeypatch):
+    """The listener closes when nobody waits; the next watch starts one. A change committed between
+    that watch's first read and the new connection's LISTEN would never be delivered (the waiter would
+    sleep until the fallback poll), so entering a watch waits until the listener listens."""
+    from runtime import notify
+
+    async def one_watch() -> None:
+        async with ThreadWatch(uuid.uuid4()):
+            pass
+
+    asyncio.run(one_watch())  # a listener is up (started here or earlier)
+    monkeypatch.setattr(notify, "IDLE_SECONDS", 0.0)
+    deadline = time.monotonic() + scaled(20)
+    while notify._listener.listening.is_set():  # closes within its 5 s notifies() round
+        assert time.monotonic() < deadline, "the idle listener never closed"
+        time.sleep(0.05)
+    monkeypatch.setattr(notify, "IDLE_SECONDS", 30.0)
+
+    async def entered_listening() -> bool:
+        async with ThreadWatch(uuid.uuid4()):
+            return notify._listener.listening.is_set()
+
+    assert asyncio.run(entered_listening()) is True
