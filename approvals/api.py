@@ -121,7 +121,7 @@ async def thread_create(request: AuthedRequest, body: ThreadIn, query: Query[Thr
 def _thread_started(user: Any, body: ThreadIn) -> ThreadOut:
     """Start; the thread as it was created, before its first run (no task yet). A token scoped to
     starting threads starts them without reading them: its answer has the id and status, not values."""
-    readable = permissions.can(user, "runtime.view_thread") and permissions.graph_visible(user, body.graph)
+    readable = permissions.graph_threads_visible(user, body.graph)
     thread, run = services.thread_start(actor=user, graph=body.graph, input=body.input, metadata=body.metadata)
     return _thread_out(user, thread, run, pending=[], values=None if readable else {})
 
@@ -129,7 +129,7 @@ def _thread_started(user: Any, body: ThreadIn) -> ThreadOut:
 def _thread_start_to_wait(user: Any, body: ThreadIn) -> tuple[Any, Any]:
     """Start a thread whose answer will be its state: its reader must be allowed to see it, which is
     checked before anything is written. (thread id, run id)"""
-    if not (permissions.can(user, "runtime.view_thread") and permissions.graph_visible(user, body.graph)):
+    if not permissions.graph_threads_visible(user, body.graph):
         raise Forbidden("waiting needs permission to read this graph's threads; start without it", field="wait_for")
     thread, run = services.thread_start(actor=user, graph=body.graph, input=body.input, metadata=body.metadata)
     return thread.id, run.id

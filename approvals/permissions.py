@@ -289,7 +289,12 @@ def _thread_by_key(thread_id: Any, graphs: set[str] | None) -> Thread | None:
 
 def thread_visible(user: Principal, thread: Thread) -> bool:
     """Whether ``threads_visible(user)`` holds ``thread``, a row already read: the same rule, no query."""
-    return can(user, "runtime.view_thread") and graph_visible(user, thread.graph)
+    return graph_threads_visible(user, thread.graph)
+
+
+def graph_threads_visible(user: Principal, graph: str) -> bool:
+    """Whether ``user`` may read the threads of ``graph`` (``thread_visible`` before a thread exists)."""
+    return can(user, "runtime.view_thread") and graph_visible(user, graph)
 
 
 def task_visible(user: Principal, task: ApprovalTask) -> bool:
