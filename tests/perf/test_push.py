@@ -150,10 +150,12 @@ def test_a_bad_decision_wait_is_refused_and_decides_nothing(operator, reviewer, 
     assert not Decision.objects.filter(task=task).exists()
 
 
-def _start(persona: Any, query: str, marker: str) -> Any:
+def _start(who: Any, query: str, marker: str) -> Any:
+    """POST /api/threads?<query> as ``who`` (a persona or an ApiClient), the thread marked ``marker``."""
+    client = who if isinstance(who, ApiClient) else who.client
     body = {"graph": "loan_approval", "input": loan_input(), "metadata": {"marker": marker}}
-    return persona.client.client.post(
-        f"/api/threads?{query}", json.dumps(body), content_type="application/json", headers=persona.client.headers
+    return client.client.post(
+        f"/api/threads?{query}", json.dumps(body), content_type="application/json", headers=client.headers
     )
 
 
@@ -206,12 +208,12 @@ def test_a_start_only_token_may_start_but_not_wait_for_what_it_may_not_read(oper
 
     starter = ApiClient(token_issue(user=operator.user, actions=["start"]))
     marker = uuid.uuid4().hex
-    refused = _start(type("P", (), {"client": starter})(), "wait_for=interrupted", marker)
+    refused = _start(starter, "wait_for=interrupted", marker)
     assert refused.status_code == 403, refused.content
     assert refused.json()["error"]["field"] == "wait_for"
     assert not Thread.objects.filter(metadata__marker=marker).exists()
     # Without the wait it starts the thread and is told its id and status, not its values (it was a 404).
-    started = _start(type("P", (), {"client": starter})(), "", marker)
+    started = _start(starter, "", marker)
     assert started.status_code == 201, started.content
     assert started.json()["values"] == {} and started.json()["status"] == "busy"
     assert Thread.objects.filter(pk=started.json()["id"], metadata__marker=marker).exists()
