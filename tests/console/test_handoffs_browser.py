@@ -69,10 +69,14 @@ def test_a_reassign_and_a_delegation_arrive_live_in_the_other_reviewers_inbox(br
     # The socket's first render reads the task as it is when the socket opens: wait until it is on the
     # page, so that it cannot land over the claim below (on a loaded machine it once arrived after the
     # claim's own swap).
-    alice_task.add_init_script('document.addEventListener("htmx:wsAfterMessage", () => { window.__rendered = true; })')
+    # Marked in the DOM, waited for with a locator: a polled wait_for_function evaluates a string in the
+    # page, which the console's Content-Security-Policy (no unsafe-eval) refuses.
+    alice_task.add_init_script(
+        'document.addEventListener("htmx:wsAfterMessage", () => { document.documentElement.dataset.rendered = "1"; })'
+    )
     alice_task.goto(f"{server}/tasks/{task.pk}/")
     _live(alice_task)
-    alice_task.wait_for_function("window.__rendered === true", timeout=LIVE_MS)
+    expect(alice_task.locator("html[data-rendered]")).to_have_count(1, timeout=LIVE_MS)
     alice_task.locator("#claim-button").click()
     expect(alice_task.locator("#task-live")).to_contain_text("Claimed by you")
     expect(alice_task.locator("#delegate-to")).to_be_visible(timeout=LIVE_MS)
@@ -96,3 +100,44 @@ def test_a_reassign_and_a_delegation_arrive_live_in_the_other_reviewers_inbox(br
     assert {"task.reassigned", "task.claimed", "task.delegated"} <= actions
     alice_inbox.context.close()
     bob_inbox.context.close()
+
+
+def test_a_claim_answered_after_its_own_live_push_keeps_the_delegate_form_whole(browser, server):  # noqa: F811
+    """The race the test above once lost on a loaded machine, made to happen every time.
+
+    The claim's event re-renders the panel over the socket; when that push lands before the claim's
+    own answer, htmx swapped the answer into the panel the push had replaced (detached), and its
+    hx-preserve handling deleted the delegate form's fields from the page. The claim's answer is held
+    here until the push has rendered the claimed panel, then let through.
+    """
+    alice = person()
+    task = task_make(title=f"Loan HR-{uuid.uuid4().hex[:8]}")
+    page = _sign_in(browser, server, _who(alice), "/")
+    page.add_init_script(
+        'document.addEventListener("htmx:wsAfterMessage", () => { document.documentElement.dataset.rendered = "1"; })'
+    )
+    held = []
+
+    def hold_claim_answer(route) -> None:
+        held.append((route, route.fetch()))  # the claim is made (and its event sent); the answer waits
+
+    page.route(f"**/tasks/{task.pk}/claim", hold_claim_answer)
+    page.goto(f"{server}/tasks/{task.pk}/")
+    _live(page)
+    expect(page.locator("html[data-rendered]")).to_have_count(1, timeout=LIVE_MS)
+    page.locator("#claim-button").click()
+    # Only the socket can show this: the claim's answer is still held.
+    expect(page.locator("#task-live")).to_contain_text("Claimed by you", timeout=LIVE_MS)
+    expect(page.locator("#delegate-to")).to_be_visible()
+    assert len(held) == 1
+    route, answer = held[0]
+    assert answer.status == 200
+    page.evaluate("document.getElementById('task-live').dataset.pushed = '1'")
+    route.fulfill(response=answer)
+    # The answer replaces the pushed panel (before the fix it went into the detached one: no swap here).
+    expect(page.locator("#task-live[data-pushed]")).to_have_count(0, timeout=LIVE_MS)
+    expect(page.locator("#delegate-to")).to_have_count(1)
+    expect(page.locator("#delegate-note")).to_have_count(1)
+    page.locator("#delegate-to").fill("someone")
+    expect(page.locator("#task-live")).to_contain_text("Claimed by you")
+    page.context.close()

@@ -16,6 +16,26 @@
   document.addEventListener("htmx:wsClose", function () { indicator("down", "reconnecting…"); });
   document.addEventListener("htmx:wsError", function () { indicator("down", "offline"); });
 
+  // --- an answer whose target a live push replaced swaps into the replacement ----------------
+  // htmx resolves hx-target when a request is sent. A live push can replace that element (same id)
+  // before the answer arrives — a claim's own event often beats its response on a loaded server —
+  // and htmx would then swap into the detached element: nothing shows, and its hx-preserve handling
+  // deletes the inputs the push had just rendered (the delegate form lost its fields). The swap's
+  // events fire on the detached target itself, so the listener goes on the element, not the document.
+  function retarget(e) {
+    var target = e.detail.target;
+    if (!target || target.isConnected || !target.id) return;
+    var current = document.getElementById(target.id);
+    if (current) e.detail.target = current;
+  }
+  document.addEventListener("htmx:beforeRequest", function (e) {
+    var target = e.detail.target;
+    if (target && target.id && !target.__retargets) {
+      target.__retargets = true;
+      target.addEventListener("htmx:beforeSwap", retarget);
+    }
+  });
+
   // --- highlight rows that appeared through a live update --------------------------
   var seen = null;
   function rowIds() {
