@@ -11,7 +11,7 @@ from django.utils import timezone
 from django.utils.html import escape, format_html
 from django.utils.safestring import SafeString, mark_safe
 
-from approvals.deadlines import due_state
+from console import inbox_row
 from runtime.deadlines import DeadlineError, duration_human, duration_parse
 
 register = template.Library()
@@ -91,20 +91,7 @@ def pretty(value: Any) -> str:
 
 @register.filter
 def ago(value: datetime | None) -> str:
-    if not value:
-        return ""
-    seconds = int((timezone.now() - value).total_seconds())
-    future = seconds < 0
-    seconds = abs(seconds)
-    if seconds < 60:
-        text = f"{seconds}s"
-    elif seconds < 3600:
-        text = f"{seconds // 60}m"
-    elif seconds < 86400:
-        text = f"{seconds // 3600}h {seconds % 3600 // 60}m"
-    else:
-        text = f"{seconds // 86400}d {seconds % 86400 // 3600}h"
-    return f"in {text}" if future else f"{text} ago"
+    return inbox_row.ago(value)
 
 
 @register.filter
@@ -135,14 +122,20 @@ def qs(context: Any, **changes: Any) -> str:
 # --- deadlines: one rendering of "how due" for every page (approvals.deadlines.due_state) ---------
 
 
-@register.inclusion_tag("console/partials/due_badge.html")
-def due_badge(task: Any) -> dict[str, Any]:
-    """The task's due badge ("due in 3 h", "overdue 20 min") and, once escalated, since when and why.
+@register.simple_tag
+def due_badge(task: Any) -> SafeString:
+    """The task's due badge (``console.inbox_row.due_badge_html``)."""
+    return inbox_row.due_badge_html(task)
 
-    console.js ticks the countdown from the badge's ISO time, so an open page turns overdue on time.
-    """
-    shown = due_state(task.due_at, remind_at=task.remind_at) if task.is_open else None
-    return {"task": task, "due": shown}
+
+@register.simple_tag(takes_context=True)
+def inbox_row_render(context: Any, task: Any, claim: Any) -> SafeString:
+    """One inbox row (``console.inbox_row.inbox_row_html``) with the page's viewer, bulk and conversation."""
+    bulk = context.get("bulk") or {}
+    conversation = context.get("conversation")
+    return inbox_row.inbox_row_html(
+        task, claim, me=context.get("me"), bulk_enabled=bool(bulk.get("enabled")), conversation=conversation
+    )
 
 
 @register.filter

@@ -1,0 +1,161 @@
+"""The inbox's row and the due badge, rendered in Python.
+
+The row is the one piece of markup the console renders fifty times a page (and again for every task a
+live inbox receives): as a Django template it cost ~0.3 ms a row, more than half of an inbox page's
+server time at 100k tasks, spent resolving ~40 variables and formatting four dates per row. Written
+out here it is the same HTML for a fraction of that (docs/performance.md, "Round 6"). Every value
+is escaped as the template engine escapes it (``SafeString`` as it is, anything else ``str()`` then
+HTML-escaped); times are shown in UTC, as everywhere in the console.
+"""
+
+from __future__ import annotations
+
+import html
+from datetime import datetime
+from typing import Any
+
+from django.utils import timezone
+from django.utils.safestring import SafeString, mark_safe
+
+from approvals.deadlines import due_state
+
+_TASK_URL = "/tasks/{}/"  # console:task (tests/console/test_inbox_row.py checks it against the URLconf)
+
+
+def _e(value: Any) -> str:
+    return value if isinstance(value, SafeString) else html.escape(str(value))
+
+
+def _iso(value: datetime) -> str:
+    return timezone.localtime(value).isoformat()
+
+
+def _utc(value: datetime, fmt: str) -> str:
+    return timezone.localtime(value).strftime(fmt)
+
+
+def _g(value: Any) -> str:
+    try:  # the template's |stringformat:'g', which shows nothing for what is not a number
+        return f"{value:g}"
+    except (ValueError, TypeError):
+        return ""
+
+
+def ago(value: datetime | None) -> str:
+    """How long ago (or, prefixed "in", how far ahead) ``value`` is: "42s ago", "3h 5m ago", "in 2d 1h"."""
+    if not value:
+        return ""
+    seconds = int((timezone.now() - value).total_seconds())
+    future = seconds < 0
+    seconds = abs(seconds)
+    if seconds < 60:
+        text = f"{seconds}s"
+    elif seconds < 3600:
+        text = f"{seconds // 60}m"
+    elif seconds < 86400:
+        text = f"{seconds // 3600}h {seconds % 3600 // 60}m"
+    else:
+        text = f"{seconds // 86400}d {seconds % 86400 // 3600}h"
+    return f"in {text}" if future else f"{text} ago"
+
+
+def due_badge_html(task: Any) -> SafeString:
+    """The task's due badge ("due in 3 h", "overdue 20 min") and, once escalated, since when and why.
+
+    console.js ticks the countdown from the badge's ISO time, so an open page turns overdue on time.
+    """
+    due_at = task.due_at
+    if not due_at:
+        return mark_safe('<span class="muted">—</span>')
+    shown = due_state(due_at, remind_at=task.remind_at) if task.is_open else None
+    iso, when = _iso(due_at), _utc(due_at, "%Y-%m-%d %H:%M")
+    if shown is not None:
+        tone = "badge-danger is-overdue" if shown.overdue else "badge-warn" if shown.soon else ""
+        out = (
+            f'<span class="due"><time class="badge due-badge {tone}" datetime="{iso}" title="Due {when} UTC" '
+            f"data-due-badge>{_e(shown.text)}</time>"
+        )
+    else:
+        out = f'<span class="due"><time class="muted" datetime="{iso}">due {when} UTC</time>'
+    if task.escalated_at:
+        group = task.assigned_group
+        to = f" → {_e(group.name)}" if group else ""
+        out += (
+            f' <span class="badge badge-escalated" data-escalated title="Escalated '
+            f'{_utc(task.escalated_at, "%Y-%m-%d %H:%M")} UTC: {_e(task.escalation_reason)}">escalated'
+            f'{to} · <time datetime="{_iso(task.escalated_at)}">'
+            f"{ago(task.escalated_at)}</time></span>"
+        )
+    return mark_safe(out + "</span>")  # noqa: S308 - every value above is escaped
+
+
+def inbox_row_html(task: Any, claim: Any, *, me: Any, bulk_enabled: bool, conversation: Any) -> SafeString:
+    """One ``<tr>`` of the inbox: the task, its claim, due badge, assignee and its gate's columns."""
+    url = _TASK_URL.format(task.pk)
+    title = _e(task.title or task.node)
+    is_open = task.is_open
+    me_pk = getattr(me, "pk", None)
+    parts = [
+        f'<tr data-task-id="{task.pk}" data-href="{url}" '
+        f'class="{"is-overdue" if is_open and task.due_at and task.due_at < timezone.now() else ""}">'
+    ]
+    if bulk_enabled:
+        box = (
+            f'<input type="checkbox" name="task_ids" value="{task.pk}" form="bulk-form" aria-label="Select {title}">'
+            if is_open
+            else ""
+        )
+        parts.append(f'<td class="pick">{box}</td>')
+    badges = ""
+    if conversation is not None and task.pk in conversation.waiting:
+        badges += ' <span class="badge badge-waiting">waiting for answer</span>'
+    if conversation is not None and task.pk in conversation.mentioned:
+        badges += ' <span class="badge badge-mention">mentioned</span>'
+    metadata = task.thread.metadata
+    case = metadata.get("case", "") if isinstance(metadata, dict) else getattr(metadata, "case", "")
+    applicant = metadata.get("applicant", "") if isinstance(metadata, dict) else getattr(metadata, "applicant", "")
+    who = f' <span class="muted">· {_e(applicant)}</span>' if applicant else ""
+    parts.append(
+        f'<td class="title"><a href="{url}">{title}</a>{badges}</td><td>{_e(task.graph)}</td>'
+        f"<td><code>{_e(task.node)}</code></td>"
+        f"<td>{_e(case)}{who}</td>"
+        f'<td><time datetime="{_iso(task.created_at)}" title="{_utc(task.created_at, "%Y-%m-%d %H:%M:%S")} UTC">'
+        f"{ago(task.created_at)}</time></td><td>{due_badge_html(task)}</td>"
+    )
+    if claim:
+        mine = claim.user_id == me_pk
+        holder = "you" if mine else _e(claim.user.get_username())
+        parts.append(
+            f'<td><span class="badge {"badge-mine" if mine else "badge-held"}" '
+            f'title="until {_utc(claim.expires_at, "%H:%M")} UTC">{holder}</span></td>'
+        )
+    else:
+        parts.append('<td><span class="muted">—</span></td>')
+    parts.append(f'<td><span class="status status-{_e(task.status)}">{_e(task.get_status_display())}</span></td>')
+    assigned = ""
+    user, group = task.assigned_user, task.assigned_group
+    if user:
+        mine = task.assigned_user_id == me_pk
+        name = "you" if mine else _e(user.get_username())
+        assigned += f'<span class="badge {"badge-mine" if mine else ""}">{name}</span>'
+    if group:
+        assigned += f' <span class="muted">group {_e(group.name)}</span>'
+    if not user and not group:
+        assigned = '<span class="muted">—</span>'
+    parts.append(f'<td class="assigned">{assigned}</td>')
+    for cell in getattr(task, "inbox_cells", ()):
+        column = cell.column
+        if cell.masked:
+            inner = f'<span class="muted">{_e(cell.text)}</span>'
+        elif cell.fraction is not None:
+            low, high = column.scale[0], column.scale[1]
+            inner = (
+                f'<span class="risk"><meter class="risk-bar" min="{_g(low)}" max="{_g(high)}" low="{_g(cell.low)}" '
+                f'high="{_g(cell.high)}" optimum="{_g(low)}" value="{_g(cell.value)}" aria-hidden="true"></meter> '
+                f"{_e(cell.text)}</span>"
+            )
+        else:
+            inner = _e(cell.text)
+        parts.append(f'<td class="gate-col col-{_e(column.type)}" data-column="{_e(column.key)}">{inner}</td>')
+    parts.append("</tr>")
+    return mark_safe("".join(parts))  # noqa: S308 - every value above is escaped

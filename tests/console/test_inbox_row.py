@@ -1,0 +1,91 @@
+"""The inbox row written out in Python (console.inbox_row): its link, and escaping of every value shown."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+from types import SimpleNamespace as NS
+
+from django.urls import reverse
+from django.utils import timezone
+
+from console.inbox_row import _TASK_URL, due_badge_html, inbox_row_html
+
+HOSTILE = '<img src=x onerror="alert(1)">&\''
+
+
+class _User:
+    def __init__(self, pk: int, name: str) -> None:
+        self.pk, self.name = pk, name
+
+    def get_username(self) -> str:
+        return self.name
+
+
+class _Task(NS):
+    def get_status_display(self) -> str:
+        return HOSTILE
+
+
+def _task(**fields):
+    now = timezone.now()
+    column = NS(type=HOSTILE, key=HOSTILE, scale=(0, 100), label="Risk")
+    base = {
+        "pk": uuid.uuid4(),
+        "title": HOSTILE,
+        "node": "human_review",
+        "graph": HOSTILE,
+        "thread": NS(metadata={"case": HOSTILE, "applicant": HOSTILE}),
+        "created_at": now - timedelta(hours=2),
+        "due_at": now - timedelta(minutes=5),
+        "remind_at": None,
+        "is_open": True,
+        "escalated_at": now - timedelta(minutes=1),
+        "escalation_reason": HOSTILE,
+        "assigned_group": NS(name=HOSTILE),
+        "assigned_user": _User(7, HOSTILE),
+        "assigned_user_id": 7,
+        "status": HOSTILE,
+        "inbox_cells": [
+            NS(column=column, masked=True, text=HOSTILE, fraction=None),
+            NS(column=column, masked=False, text=HOSTILE, fraction=0.5, low=30, high=70, value=50),
+            NS(column=column, masked=False, text=HOSTILE, fraction=None),
+        ],
+    }
+    return _Task(**{**base, **fields})
+
+
+def test_the_row_links_where_the_console_routes_a_task() -> None:
+    pk = uuid.uuid4()
+    assert _TASK_URL.format(pk) == reverse("console:task", args=[pk])
+
+
+def test_every_value_in_a_row_is_escaped() -> None:
+    task = _task()
+    claim = NS(user_id=9, user=_User(9, HOSTILE), expires_at=timezone.now() + timedelta(minutes=30))
+    conversation = NS(waiting={task.pk}, mentioned={task.pk})
+    html = inbox_row_html(task, claim, me=NS(pk=1), bulk_enabled=True, conversation=conversation)
+    assert "<img" not in html and 'onerror="' not in html
+    # Every place a value is shown: title (link, checkbox label), graph, case, applicant, status (class,
+    # text), claim holder, assignee, group (assignee, escalation), escalation reason, and per gate column
+    # cell (masked, meter, text) its type, key and text.
+    assert html.count("&lt;img src=x onerror=&quot;alert(1)&quot;&gt;&amp;&#x27;") == 21
+    assert "waiting for answer" in html and "mentioned" in html and 'class="is-overdue"' in html
+
+
+def test_a_row_says_you_for_the_viewers_own_claim_and_assignment() -> None:
+    task = _task(assigned_user=_User(1, "me"), assigned_user_id=1, assigned_group=None, inbox_cells=[])
+    claim = NS(user_id=1, user=_User(1, "me"), expires_at=timezone.now() + timedelta(minutes=30))
+    html = inbox_row_html(task, claim, me=NS(pk=1), bulk_enabled=False, conversation=None)
+    assert html.count(">you</span>") == 2
+    assert 'class="badge badge-mine"' in html
+    assert 'name="task_ids"' not in html  # no bulk selection without bulk
+
+
+def test_a_due_badge_counts_down_only_on_an_open_task() -> None:
+    due = timezone.now() + timedelta(minutes=20)
+    open_badge = due_badge_html(_task(due_at=due, escalated_at=None))
+    assert "data-due-badge" in open_badge and "badge-warn" in open_badge and "due in 2" in open_badge
+    closed = due_badge_html(_task(due_at=due, escalated_at=None, is_open=False))
+    assert "data-due-badge" not in closed and "UTC</time>" in closed
+    assert due_badge_html(_task(due_at=None)) == '<span class="muted">—</span>'
