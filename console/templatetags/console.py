@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 from typing import Any
 
@@ -11,7 +10,7 @@ from django.utils import timezone
 from django.utils.html import escape, format_html
 from django.utils.safestring import SafeString, mark_safe
 
-from console import inbox_row
+from console import rows_html
 from runtime.deadlines import DeadlineError, duration_human, duration_parse
 
 register = template.Library()
@@ -78,20 +77,17 @@ def json_tree(value: Any) -> SafeString:
 @register.filter
 def compact(value: Any) -> str:
     """A one-line JSON rendering for tables (strings without quotes)."""
-    if isinstance(value, str):
-        return value
-    text = json.dumps(value, ensure_ascii=False, default=str)
-    return text if len(text) <= 160 else text[:157] + "…"
+    return rows_html.compact(value)
 
 
 @register.filter
 def pretty(value: Any) -> str:
-    return json.dumps(value, indent=2, ensure_ascii=False, default=str)
+    return rows_html.pretty(value)
 
 
 @register.filter
 def ago(value: datetime | None) -> str:
-    return inbox_row.ago(value)
+    return rows_html.ago(value)
 
 
 @register.filter
@@ -124,16 +120,22 @@ def qs(context: Any, **changes: Any) -> str:
 
 @register.simple_tag
 def due_badge(task: Any) -> SafeString:
-    """The task's due badge (``console.inbox_row.due_badge_html``)."""
-    return inbox_row.due_badge_html(task)
+    """The task's due badge (``console.rows_html.due_badge_html``)."""
+    return rows_html.due_badge_html(task)
+
+
+@register.simple_tag
+def audit_row(event: Any, details: Any) -> SafeString:
+    """One audit trail row (``console.rows_html.audit_row_html``)."""
+    return rows_html.audit_row_html(event, details)
 
 
 @register.simple_tag(takes_context=True)
 def inbox_row_render(context: Any, task: Any, claim: Any) -> SafeString:
-    """One inbox row (``console.inbox_row.inbox_row_html``) with the page's viewer, bulk and conversation."""
+    """One inbox row (``console.rows_html.inbox_row_html``) with the page's viewer, bulk and conversation."""
     bulk = context.get("bulk") or {}
     conversation = context.get("conversation")
-    return inbox_row.inbox_row_html(
+    return rows_html.inbox_row_html(
         task, claim, me=context.get("me"), bulk_enabled=bool(bulk.get("enabled")), conversation=conversation
     )
 

@@ -1,16 +1,18 @@
-"""The inbox's row and the due badge, rendered in Python.
+"""The rows the console renders in bulk — the inbox's, the audit trail's — and the due badge, in Python.
 
-The row is the one piece of markup the console renders fifty times a page (and again for every task a
-live inbox receives): as a Django template it cost ~0.3 ms a row, more than half of an inbox page's
-server time at 100k tasks, spent resolving ~40 variables and formatting four dates per row. Written
-out here it is the same HTML for a fraction of that (docs/performance.md, "Round 6"). Every value
-is escaped as the template engine escapes it (``SafeString`` as it is, anything else ``str()`` then
-HTML-escaped); times are shown in UTC, as everywhere in the console.
+A row is the one piece of markup a page renders fifty or a hundred times (and an inbox row again for
+every task a live inbox receives): as Django templates they cost ~0.2–0.3 ms a row, more than half of
+the inbox's and the audit trail's server time, spent resolving ~40 variables, reversing URLs and
+formatting dates per row. Written out here they are the same HTML for a fraction of that
+(docs/performance.md, "Round 6"). Every value is escaped as the template engine escapes it
+(``SafeString`` as it is, anything else ``str()`` then HTML-escaped); times are shown in UTC, as
+everywhere in the console.
 """
 
 from __future__ import annotations
 
 import html
+import json
 from datetime import datetime
 from typing import Any
 
@@ -19,7 +21,9 @@ from django.utils.safestring import SafeString, mark_safe
 
 from approvals.deadlines import due_state
 
-_TASK_URL = "/tasks/{}/"  # console:task (tests/console/test_inbox_row.py checks it against the URLconf)
+# console:task and console:thread (tests/console/test_rows_html.py checks them against the URLconf)
+_TASK_URL = "/tasks/{}/"
+_THREAD_URL = "/threads/{}/"
 
 
 def _e(value: Any) -> str:
@@ -39,6 +43,12 @@ def _g(value: Any) -> str:
         return f"{value:g}"
     except (ValueError, TypeError):
         return ""
+
+
+def _clip(value: Any, length: int) -> str:
+    """The template's ``|truncatechars``: at most ``length`` characters, the last an ellipsis if cut."""
+    text = str(value)
+    return text if len(text) <= length else text[: length - 1] + "…"
 
 
 def ago(value: datetime | None) -> str:
@@ -159,3 +169,37 @@ def inbox_row_html(task: Any, claim: Any, *, me: Any, bulk_enabled: bool, conver
         parts.append(f'<td class="gate-col col-{_e(column.type)}" data-column="{_e(column.key)}">{inner}</td>')
     parts.append("</tr>")
     return mark_safe("".join(parts))  # noqa: S308 - every value above is escaped
+
+
+def audit_row_html(event: Any, details: Any) -> SafeString:
+    """One ``<tr>`` of the audit trail: the event, its subject (linked) and its details (as the reader may see them)."""
+    if event.subject_type == "task":
+        subject = f'<a href="{_TASK_URL.format(_e(event.subject_id))}">task {_e(_clip(event.subject_id, 10))}</a>'
+    elif event.thread_id:
+        subject = (
+            f'<a href="{_THREAD_URL.format(event.thread_id)}">{_e(event.subject_type)} '
+            f"{_e(_clip(event.subject_id, 14))}</a>"
+        )
+    else:
+        subject = f"{_e(event.subject_type)} {_e(event.subject_id)}"
+    short = _clip(compact(details), 60)
+    return mark_safe(  # noqa: S308 - every value is escaped
+        f'<tr><td class="num">{event.id}</td><td><time datetime="{_iso(event.at)}">'
+        f"{_utc(event.at, '%Y-%m-%d %H:%M:%S')}</time></td><td>{_e(event.actor_label)}</td>"
+        f"<td><code>{_e(event.action)}</code></td><td>{subject}</td><td>{_e(event.graph)}</td>"
+        f"<td><details><summary><code>{_e(short)}</code></summary><pre>{_e(pretty(details))}</pre>"
+        f'<p class="small muted">hash {_e(_clip(event.hash, 17))} ← {_e(_clip(event.prev_hash, 17))}</p>'
+        "</details></td></tr>"
+    )
+
+
+def compact(value: Any) -> str:
+    """A one-line JSON rendering for tables (strings without quotes)."""
+    if isinstance(value, str):
+        return value
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= 160 else text[:157] + "…"
+
+
+def pretty(value: Any) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False, default=str)

@@ -1,4 +1,4 @@
-"""The inbox row written out in Python (console.inbox_row): its link, and escaping of every value shown."""
+"""The rows written out in Python (console.rows_html): their links, and escaping of every value shown."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from types import SimpleNamespace as NS
 from django.urls import reverse
 from django.utils import timezone
 
-from console.inbox_row import _TASK_URL, due_badge_html, inbox_row_html
+from console.rows_html import _TASK_URL, _THREAD_URL, audit_row_html, due_badge_html, inbox_row_html
 
 HOSTILE = '<img src=x onerror="alert(1)">&\''
 
@@ -55,9 +55,10 @@ def _task(**fields):
     return _Task(**{**base, **fields})
 
 
-def test_the_row_links_where_the_console_routes_a_task() -> None:
+def test_the_rows_link_where_the_console_routes_a_task_and_a_thread() -> None:
     pk = uuid.uuid4()
     assert _TASK_URL.format(pk) == reverse("console:task", args=[pk])
+    assert _THREAD_URL.format(pk) == reverse("console:thread", args=[pk])
 
 
 def test_every_value_in_a_row_is_escaped() -> None:
@@ -89,3 +90,41 @@ def test_a_due_badge_counts_down_only_on_an_open_task() -> None:
     closed = due_badge_html(_task(due_at=due, escalated_at=None, is_open=False))
     assert "data-due-badge" not in closed and "UTC</time>" in closed
     assert due_badge_html(_task(due_at=None)) == '<span class="muted">—</span>'
+
+
+def _event(**fields):
+    base = {
+        "id": 12,
+        "at": timezone.now(),
+        "actor_label": HOSTILE,
+        "action": HOSTILE,
+        "subject_type": HOSTILE,
+        "subject_id": HOSTILE,
+        "thread_id": None,
+        "graph": HOSTILE,
+        "hash": HOSTILE * 3,
+        "prev_hash": HOSTILE * 3,
+    }
+    return NS(**{**base, **fields})
+
+
+def test_every_value_in_an_audit_row_is_escaped() -> None:
+    html = audit_row_html(_event(), {"note": HOSTILE})
+    assert "<img" not in html and 'onerror="' not in html
+    # actor, action, subject type and id, graph (the summary and the hashes are cut short)
+    assert html.count("&lt;img src=x onerror=&quot;alert(1)&quot;&gt;&amp;&#x27;") == 5
+    # the details in full, as JSON (its quotes backslashed), escaped as well
+    shown = "&quot;&lt;img src=x onerror=\\&quot;alert(1)\\&quot;&gt;&amp;&#x27;&quot;"
+    assert f"<pre>{{\n  &quot;note&quot;: {shown}\n}}</pre>" in html
+
+
+def test_an_audit_row_links_its_task_or_thread_and_cuts_long_ids() -> None:
+    task_id, thread_id = uuid.uuid4(), uuid.uuid4()
+    task_row = audit_row_html(_event(subject_type="task", subject_id=str(task_id), thread_id=thread_id), {})
+    assert f'<a href="/tasks/{task_id}/">task {str(task_id)[:9]}…</a>' in task_row
+    run_id = str(uuid.uuid4())
+    run_row = audit_row_html(_event(subject_type="run", subject_id=run_id, thread_id=thread_id), {})
+    assert f'<a href="/threads/{thread_id}/">run {run_id[:13]}…</a>' in run_row
+    user_row = audit_row_html(_event(subject_type="user", subject_id="42", hash="a" * 64, prev_hash="b" * 64), {})
+    assert "<a " not in user_row and "user 42" in user_row
+    assert f"hash {'a' * 16}… ← {'b' * 16}…" in user_row
