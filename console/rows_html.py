@@ -16,14 +16,21 @@ import json
 from datetime import datetime
 from typing import Any
 
+from django.urls import get_script_prefix
 from django.utils import timezone
 from django.utils.safestring import SafeString, mark_safe
 
 from approvals.deadlines import due_state
 
-# console:task and console:thread (tests/console/test_rows_html.py checks them against the URLconf)
-_TASK_URL = "/tasks/{}/"
-_THREAD_URL = "/threads/{}/"
+
+def task_url(task_id: Any) -> str:
+    """``reverse("console:task", args=[task_id])`` without the resolver (tests/console/test_rows_html.py)."""
+    return f"{get_script_prefix()}tasks/{task_id}/"
+
+
+def thread_url(thread_id: Any) -> str:
+    """``reverse("console:thread", args=[thread_id])`` without the resolver."""
+    return f"{get_script_prefix()}threads/{thread_id}/"
 
 
 def _e(value: Any) -> str:
@@ -101,7 +108,7 @@ def due_badge_html(task: Any) -> SafeString:
 
 def inbox_row_html(task: Any, claim: Any, *, me: Any, bulk_enabled: bool, conversation: Any) -> SafeString:
     """One ``<tr>`` of the inbox: the task, its claim, due badge, assignee and its gate's columns."""
-    url = _TASK_URL.format(task.pk)
+    url = task_url(task.pk)
     title = _e(task.title or task.node)
     is_open = task.is_open
     me_pk = getattr(me, "pk", None)
@@ -174,10 +181,10 @@ def inbox_row_html(task: Any, claim: Any, *, me: Any, bulk_enabled: bool, conver
 def audit_row_html(event: Any, details: Any) -> SafeString:
     """One ``<tr>`` of the audit trail: the event, its subject (linked) and its details (as the reader may see them)."""
     if event.subject_type == "task":
-        subject = f'<a href="{_TASK_URL.format(_e(event.subject_id))}">task {_e(_clip(event.subject_id, 10))}</a>'
+        subject = f'<a href="{_e(task_url(event.subject_id))}">task {_e(_clip(event.subject_id, 10))}</a>'
     elif event.thread_id:
         subject = (
-            f'<a href="{_THREAD_URL.format(event.thread_id)}">{_e(event.subject_type)} '
+            f'<a href="{_e(thread_url(event.thread_id))}">{_e(event.subject_type)} '
             f"{_e(_clip(event.subject_id, 14))}</a>"
         )
     else:

@@ -6,10 +6,10 @@ import uuid
 from datetime import timedelta
 from types import SimpleNamespace as NS
 
-from django.urls import reverse
+from django.urls import clear_script_prefix, reverse, set_script_prefix
 from django.utils import timezone
 
-from console.rows_html import _TASK_URL, _THREAD_URL, audit_row_html, due_badge_html, inbox_row_html
+from console.rows_html import audit_row_html, due_badge_html, inbox_row_html, task_url, thread_url
 
 HOSTILE = '<img src=x onerror="alert(1)">&\''
 
@@ -57,8 +57,14 @@ def _task(**fields):
 
 def test_the_rows_link_where_the_console_routes_a_task_and_a_thread() -> None:
     pk = uuid.uuid4()
-    assert _TASK_URL.format(pk) == reverse("console:task", args=[pk])
-    assert _THREAD_URL.format(pk) == reverse("console:thread", args=[pk])
+    assert task_url(pk) == reverse("console:task", args=[pk])
+    assert thread_url(pk) == reverse("console:thread", args=[pk])
+    set_script_prefix("/gatehouse/")  # served under a path, as reverse() would link
+    try:
+        assert task_url(pk) == reverse("console:task", args=[pk]) == f"/gatehouse/tasks/{pk}/"
+        assert thread_url(pk) == reverse("console:thread", args=[pk])
+    finally:
+        clear_script_prefix()
 
 
 def test_every_value_in_a_row_is_escaped() -> None:
