@@ -383,6 +383,9 @@ def main() -> int:
         log(f"loaded {args.events:,} audit events in {t_events:.1f}s (head {head[:12]}…)")
         scale_indexes = indexes_drop()
         urlconf_install()
+        from console.heap import heap_freeze
+
+        heap_freeze()  # as daphne's application does once started (console/asgi.py)
         urls = pages(args.tasks)
         log(f"measuring {len(urls)} pages without the new indexes ({args.samples} samples each)")
         rows = measure("before", urls, args.samples)

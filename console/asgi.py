@@ -34,3 +34,8 @@ application = ProtocolTypeRouter(
         "websocket": SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )
+
+from console.heap import heap_freeze  # noqa: E402
+
+# Last: everything loaded by now lives as long as the server (console/heap.py).
+heap_freeze()

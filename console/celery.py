@@ -105,6 +105,8 @@ def _graphs_load(**_: object) -> None:
 def _ready_probe(sender: Celery, **kwargs: object) -> None:
     from celery.signals import worker_init, worker_ready, worker_shutdown, worker_shutting_down
 
+    from console.heap import heap_freeze
+
     def write_ready(**_: object) -> None:
         # A file-based readiness probe for process supervisors and tests.
         path = os.environ.get("GATEHOUSE_READY_FILE")
@@ -124,6 +126,7 @@ def _ready_probe(sender: Celery, **kwargs: object) -> None:
             log.exception("could not check the broker's eviction policy")
 
     worker_init.connect(_graphs_load, weak=False)
+    worker_init.connect(heap_freeze, weak=False)  # after the graphs loaded (console/heap.py)
     worker_ready.connect(check_broker, weak=False)
     worker_ready.connect(write_ready, weak=False)
     worker_shutting_down.connect(_bounded_shutdown, weak=False)
