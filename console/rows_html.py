@@ -58,6 +58,18 @@ def _clip(value: Any, length: int) -> str:
     return text if len(text) <= length else text[: length - 1] + "…"
 
 
+def overdue(value: datetime | None) -> bool:
+    """Past ``value`` (a due time) already."""
+    return bool(value and value < timezone.now())
+
+
+def field(mapping: Any, key: str) -> Any:
+    """``mapping[key]`` of a dict, or the attribute of anything else; "" when absent (the ``get`` filter)."""
+    if isinstance(mapping, dict):
+        return mapping.get(key, "")
+    return getattr(mapping, key, "")
+
+
 def ago(value: datetime | None) -> str:
     """How long ago (or, prefixed "in", how far ahead) ``value`` is: "42s ago", "3h 5m ago", "in 2d 1h"."""
     if not value:
@@ -114,7 +126,7 @@ def inbox_row_html(task: Any, claim: Any, *, me: Any, bulk_enabled: bool, conver
     me_pk = getattr(me, "pk", None)
     parts = [
         f'<tr data-task-id="{task.pk}" data-href="{url}" '
-        f'class="{"is-overdue" if is_open and task.due_at and task.due_at < timezone.now() else ""}">'
+        f'class="{"is-overdue" if is_open and overdue(task.due_at) else ""}">'
     ]
     if bulk_enabled:
         box = (
@@ -129,8 +141,7 @@ def inbox_row_html(task: Any, claim: Any, *, me: Any, bulk_enabled: bool, conver
     if conversation is not None and task.pk in conversation.mentioned:
         badges += ' <span class="badge badge-mention">mentioned</span>'
     metadata = task.thread.metadata
-    case = metadata.get("case", "") if isinstance(metadata, dict) else getattr(metadata, "case", "")
-    applicant = metadata.get("applicant", "") if isinstance(metadata, dict) else getattr(metadata, "applicant", "")
+    case, applicant = field(metadata, "case"), field(metadata, "applicant")
     who = f' <span class="muted">· {_e(applicant)}</span>' if applicant else ""
     parts.append(
         f'<td class="title"><a href="{url}">{title}</a>{badges}</td><td>{_e(task.graph)}</td>'

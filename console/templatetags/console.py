@@ -6,7 +6,6 @@ from datetime import datetime
 from typing import Any
 
 from django import template
-from django.utils import timezone
 from django.utils.html import escape, format_html
 from django.utils.safestring import SafeString, mark_safe
 
@@ -92,14 +91,12 @@ def ago(value: datetime | None) -> str:
 
 @register.filter
 def overdue(value: datetime | None) -> bool:
-    return bool(value and value < timezone.now())
+    return rows_html.overdue(value)
 
 
 @register.filter
 def get(mapping: Any, key: str) -> Any:
-    if isinstance(mapping, dict):
-        return mapping.get(key, "")
-    return getattr(mapping, key, "")
+    return rows_html.field(mapping, key)
 
 
 @register.simple_tag(takes_context=True)
@@ -131,7 +128,7 @@ def audit_row(event: Any, details: Any) -> SafeString:
 
 
 @register.simple_tag(takes_context=True)
-def inbox_row_render(context: Any, task: Any, claim: Any) -> SafeString:
+def inbox_row(context: Any, task: Any, claim: Any) -> SafeString:
     """One inbox row (``console.rows_html.inbox_row_html``) with the page's viewer, bulk and conversation."""
     bulk = context.get("bulk") or {}
     conversation = context.get("conversation")

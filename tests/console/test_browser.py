@@ -26,6 +26,7 @@ from tests.conftest import (
     loan_input,
     pending_tasks,
     process_group_stop,
+    scaled,
     thread_start,
     wait_for,
     worker_env,
@@ -36,7 +37,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db", "live_
 
 SCREENSHOTS = ROOT / "var" / "screenshots"
 CHROMIUM = "/usr/bin/chromium"
-WAIT_MS = 30_000  # a resume crosses Celery, the graph and the fake bank: generous, but bounded
+WAIT_MS = scaled(30) * 1000  # a resume crosses Celery, the graph and the fake bank: generous, but bounded
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +79,7 @@ def browser() -> Iterator[Browser]:
     # calls from the test body are still plain sync calls.
     os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    expect.set_options(timeout=10_000)
+    expect.set_options(timeout=scaled(10) * 1000)  # busy machines: the suite's time factor
     with sync_playwright() as pw:
         chromium = pw.chromium.launch(
             executable_path=CHROMIUM,

@@ -134,3 +134,9 @@ def test_an_audit_row_links_its_task_or_thread_and_cuts_long_ids() -> None:
     user_row = audit_row_html(_event(subject_type="user", subject_id="42", hash="a" * 64, prev_hash="b" * 64), {})
     assert "<a " not in user_row and "user 42" in user_row
     assert f"hash {'a' * 16}… ← {'b' * 16}…" in user_row
+
+
+def test_a_hostile_task_subject_id_cannot_break_out_of_its_link() -> None:
+    html = audit_row_html(_event(subject_type="task", subject_id='x" onmouseover="alert(1)'), {})
+    assert 'onmouseover="' not in html
+    assert '<a href="/tasks/x&quot; onmouseover=&quot;alert(1)/">' in html
