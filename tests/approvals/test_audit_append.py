@@ -1,6 +1,6 @@
-"""Appending within one transaction (approvals/audit.py): the chain's lock and head are taken once, later events
-send only their INSERT, and a savepoint rolled back never leaves the chain linked to a row that is gone or a lock
-that was released.
+"""Appending within one transaction (approvals/audit.py): each event is one round trip that locks, links,
+numbers and inserts it (PostgreSQL), with the hash verification computes, and a savepoint rolled back never
+leaves the chain linked to a row that is gone or a lock that was released.
 """
 
 from __future__ import annotations
@@ -19,12 +19,15 @@ from django.test.utils import CaptureQueriesContext
 
 from approvals.audit import (
     _LOCK_CLASS,
+    APPEND_COLUMNS,
     GENESIS,
     audit_anchor,
     audit_chain_check,
     audit_record,
+    canonical,
     event_fields,
     event_hash,
+    hashed_parts,
 )
 from approvals.models import AuditEvent
 from tests.conftest import ROOT, scaled
@@ -60,24 +63,61 @@ def stored_as_recorded(event: AuditEvent) -> None:
 
 
 @pytest.mark.django_db
-def test_later_events_of_a_transaction_send_only_their_insert():
+def test_each_event_is_one_statement_that_locks_links_numbers_and_inserts_it():
+    """PostgreSQL: ``gatehouse_audit_append`` takes the chain's lock, reads its head, draws the id and inserts the
+    row in one round trip; the hash it computes is the one verification computes from the stored row."""
     with CaptureQueriesContext(connection) as first:
         a = record(1)
+    assert lock_held(a.chain)
     with CaptureQueriesContext(connection) as second:
         b = record(2)
-    with CaptureQueriesContext(connection) as third:  # the two ids drawn with the head are used up
+    with CaptureQueriesContext(connection) as third:
         c = record(3, details={"n": 3})
-    lock, head, insert = (q["sql"] for q in first.captured_queries)
-    assert "pg_advisory_xact_lock" in lock and "nextval" in head and "SELECT hash" in head
-    assert insert.startswith('INSERT INTO "approvals_auditevent"')
-    assert [q["sql"][:6] for q in second.captured_queries] == ["INSERT"]
-    more_ids, _ = (q["sql"] for q in third.captured_queries)
-    assert "nextval" in more_ids and "hash" not in more_ids and "advisory" not in more_ids  # no lock, no head read
+    for ctx in (first, second, third):
+        assert len(ctx.captured_queries) == 1
+        assert "gatehouse_audit_append(" in ctx.captured_queries[0]["sql"]
     assert a.chain == b.chain == c.chain and a.id < b.id < c.id
     assert (b.prev_hash, c.prev_hash) == (a.hash, b.hash)
     for event in (a, b, c):
         stored_as_recorded(event)
     intact()
+
+
+HOSTILE_DETAILS = [
+    {"id": 7, "nested": {"id": "x"}, "chain": 99},  # keys named like the hashed fields, at other depths
+    {"text": 'quotes " and \\ backslashes | pipes , commas "id":1'},
+    {"unicode": "Zürich — 東京 — emoji 🧾 — RTL \u202e — combining é"},
+    {"numbers": [0, -1, 1.5, 1e20, 2**53 + 1], "flags": [True, False, None]},
+    {"": "empty key", "~": "after every letter", "A": "before lower case"},
+    {},
+]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("details", HOSTILE_DETAILS, ids=range(len(HOSTILE_DETAILS)))
+@pytest.mark.parametrize("thread", [None, "7b0a3a0e-9a7c-4c55-8d0e-2b1e8f6f2c11"])
+def test_the_servers_hash_is_the_one_verification_computes_whatever_the_fields_hold(details, thread):
+    event = record("hostile \"subject\" | é", details=details, thread_id=thread, graph="g|ä")
+    stored_as_recorded(event)
+    fields = event_fields(event)
+    assert event.hash == event_hash(fields, event.prev_hash)
+    intact()
+
+
+def test_the_hashed_fields_split_around_the_id_rejoin_to_their_canonical_form():
+    fields = {"action": "a", "actor": "b", "at": "t", "chain": 3, "details": {"id": 1}, "graph": "",
+              "subject": "s:1", "thread": None}  # fmt: skip
+    head, tail = hashed_parts(fields)
+    for event_id in (1, 42, 9_007_199_254_740_993):
+        assert head + str(event_id) + tail == canonical({**fields, "id": event_id})
+    assert hashed_parts({"action": "only before"}) == ('{"action":"only before","id":', "}")
+    assert hashed_parts({"thread": "only after"}) == ('{"id":', ',"thread":"only after"}')
+
+
+def test_the_append_function_takes_every_column_of_the_model():
+    """A column added to AuditEvent must be added to ``gatehouse_audit_append`` (a new migration) too."""
+    columns = {f.column for f in AuditEvent._meta.concrete_fields}
+    assert columns == set(APPEND_COLUMNS) | {"id", "prev_hash", "hash"}
 
 
 @pytest.mark.django_db
@@ -123,7 +163,7 @@ def test_a_lock_released_by_a_rolled_back_savepoint_is_taken_again_and_the_head_
     with CaptureQueriesContext(connection) as ctx:
         after = record("same-subject")
     assert after.chain == gone.chain and lock_held(after.chain)
-    assert "pg_advisory_xact_lock" in ctx.captured_queries[0]["sql"]
+    assert "gatehouse_audit_append(" in ctx.captured_queries[0]["sql"]  # which takes the lock again
     newest_before = AuditEvent.objects.filter(chain=after.chain, id__lt=after.id).order_by("-id").first()
     assert after.prev_hash == (newest_before.hash if newest_before else GENESIS) != gone.hash
     intact()
