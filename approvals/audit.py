@@ -291,16 +291,22 @@ def hashed_parts(fields: dict[str, Any]) -> tuple[str, str]:
     return head, tail
 
 
-def _append_in_database(event: AuditEvent) -> None:
-    """PostgreSQL: lock the event's chain, link, number, hash and insert it in one round trip (``gatehouse_audit_append``).
+@functools.cache
+def _append_fields() -> tuple[Field[Any, Any], ...]:
+    by_column = {f.column: f for f in AuditEvent._meta.concrete_fields}
+    return tuple(by_column[column] for column in APPEND_COLUMNS)
 
-    The server draws the id, so the hash's input is sent as the canonical fields around it.
+
+def _append_in_database(event: AuditEvent) -> None:
+    """PostgreSQL: lock the event's chain, link, number, hash and insert it in one round trip.
+
+    ``gatehouse_audit_append`` (migration 0021) draws the id, so the hash's input is sent as the canonical
+    fields around it.
     """
     fields = event_fields(event)
     del fields["id"]
     head, tail = hashed_parts(fields)
-    meta = AuditEvent._meta
-    values = [meta.get_field(name).get_db_prep_save(getattr(event, name), connection) for name in APPEND_COLUMNS]
+    values = [field.get_db_prep_save(getattr(event, field.attname), connection) for field in _append_fields()]
     with connection.cursor() as cursor:
         cursor.execute(_APPEND_SQL, [_LOCK_CLASS, values[0], head, tail, *values[1:]])
         event.id, event.prev_hash, event.hash = cursor.fetchone()

@@ -15,7 +15,7 @@ then measures with httpx:
   completed (polling ``GET /api/threads/ID``), closed loop with
   ``--clients`` requests in flight;
 - the same graph in this process, compiled with a plain ``PostgresSaver``
-  (``durability="sync"``): invoke to the interrupt, then resume with
+  and LangGraph's ``PostgresStore`` (``durability="sync"``): invoke to the interrupt, then resume with
   ``Command(resume=...)``, N threads on ``--baseline-concurrency`` threads;
 - decision → completed one at a time (an idle system) for both.
 
@@ -23,8 +23,13 @@ Baseline variant: the graph is demo/graphs/loan_approval.py ``make_graph()``
 unchanged except that its ``disburse`` node calls the bank directly (same
 idempotency key scheme) instead of through Gatehouse's effect ledger — the
 ledger and its audit rows are Gatehouse's cost, so they are measured only in
-the full stack. Django is set up in this process only so that the graph module
-imports.
+the full stack. The graph reads and writes long-term memory when it has a
+store (``previous_outcome``, ``outcome_remember``), as it does under Gatehouse,
+so the baseline gets LangGraph's own ``PostgresStore``; its threads use their own
+applicant, so its store searches grow with its own items as Gatehouse's do.
+``--baseline-without-store`` compiles it without one, as rounds 1-6 did: its
+memory nodes then do nothing, a cheaper graph than the one Gatehouse runs.
+Django is set up in this process only so that the graph module imports.
 
 Results: a table on stdout, ``var/bench/full_cycle.json``, and
 ``var/bench/full_cycle.png`` when matplotlib is installed.
@@ -70,9 +75,18 @@ REDIS_URL = "redis://127.0.0.1:6379/13"
 GRAPH = "loan_approval"
 RESUME = {"decision": "approve", "reason": "ok", "reviewer": "bench"}
 BASELINE_VARIANT = (
-    "demo loan_approval make_graph() compiled with a plain PostgresSaver (pool), durability='sync'; "
+    "demo loan_approval make_graph() compiled with a plain PostgresSaver (pool), durability='sync', and {store}; "
     "disburse calls demo.bank_client directly with the idempotency key (no Gatehouse effect ledger)"
 )
+
+
+def baseline_variant(*, with_store: bool) -> str:
+    store = (
+        "LangGraph's PostgresStore (the graph's memory reads and writes, as under Gatehouse)"
+        if with_store
+        else "no store (--baseline-without-store: the graph's memory nodes do nothing; rounds 1-6 measured this way)"
+    )
+    return BASELINE_VARIANT.format(store=store)
 
 
 # --- small helpers ---------------------------------------------------------------------
@@ -105,9 +119,9 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def loan_input() -> dict[str, Any]:
+def loan_input(applicant: str = "Bench Applicant") -> dict[str, Any]:
     return {
-        "applicant": "Bench Applicant",
+        "applicant": applicant,
         "loan_id": f"L-{uuid.uuid4().hex[:8]}",
         "amount": 20000,
         "income": 40000,
@@ -717,14 +731,19 @@ def measure_queries(tokens: dict[str, str]) -> dict[str, dict[str, int]]:
 
 # --- the baseline: raw LangGraph + PostgresSaver in this process ---------------------------
 
+# The baseline's threads remember outcomes under their own applicant: its store searches see its
+# own items growing one per thread, as Gatehouse's see theirs, not Gatehouse's items as well.
+RAW_APPLICANT = "Bench Applicant (raw)"
+
 
 @contextlib.contextmanager
-def baseline_graph(db_name: str, pool_size: int) -> Iterator[Any]:
+def baseline_graph(db_name: str, pool_size: int, *, with_store: bool = True) -> Iterator[Any]:
     import django
 
     django.setup()  # only so demo/graphs/loan_approval.py imports (it imports runtime.effects)
     from langgraph.checkpoint.postgres import PostgresSaver
     from langgraph.config import get_config
+    from langgraph.store.postgres import PostgresStore
     from psycopg.rows import dict_row
     from psycopg_pool import ConnectionPool
 
@@ -747,7 +766,11 @@ def baseline_graph(db_name: str, pool_size: int) -> Iterator[Any]:
     try:
         saver = PostgresSaver(pool)  # type: ignore[arg-type]
         saver.setup()  # no-op: the tables come from Gatehouse's migration in this database
-        yield loan_approval.make_graph().compile(checkpointer=saver)
+        # The graph reads and writes long-term memory when it has a store (previous_outcome,
+        # outcome_remember), as it does under Gatehouse: LangGraph's own PostgresStore, so both
+        # sides do the same graph work. Without one those nodes skip the store entirely.
+        store = PostgresStore(pool) if with_store else None  # type: ignore[arg-type]
+        yield loan_approval.make_graph().compile(checkpointer=saver, store=store)
     finally:
         pool.close()
         from django.db import connections
@@ -761,7 +784,7 @@ def measure_baseline(graph: Any, n: int, concurrency: int) -> tuple[Result, Resu
     def start(_: int) -> tuple[str, tuple[float, float]]:
         thread_id = str(uuid.uuid4())
         t0 = time.perf_counter()
-        out = graph.invoke(loan_input(), {"configurable": {"thread_id": thread_id}}, durability="sync")
+        out = graph.invoke(loan_input(RAW_APPLICANT), {"configurable": {"thread_id": thread_id}}, durability="sync")
         t1 = time.perf_counter()
         if not out.get("__interrupt__"):
             raise RuntimeError(f"baseline thread {thread_id} did not pause: {out}")
@@ -791,7 +814,7 @@ def measure_baseline_idle(graph: Any, n: int) -> tuple[Result, list[str]]:
     for _ in range(n):
         thread_id = str(uuid.uuid4())
         config = {"configurable": {"thread_id": thread_id}}
-        graph.invoke(loan_input(), config, durability="sync")
+        graph.invoke(loan_input(RAW_APPLICANT), config, durability="sync")
         t0 = time.perf_counter()
         out = graph.invoke(Command(resume=RESUME), config, durability="sync")
         spans.append((t0, time.perf_counter()))
@@ -919,6 +942,11 @@ def main() -> int:
     )
     parser.add_argument("--db", default="gatehouse_bench", help="database to recreate (default gatehouse_bench)")
     parser.add_argument("--keep-db", action="store_true", help="keep the database afterwards for inspection")
+    parser.add_argument(
+        "--baseline-without-store",
+        action="store_true",
+        help="compile the raw baseline without a store, as rounds 1-6 did (its memory nodes then do nothing)",
+    )
     parser.add_argument("--wait-timeout", type=float, default=120.0, help="max wait for one thread step (s)")
     parser.add_argument("--timeout", type=int, default=1800, help="abort the whole run after this many seconds")
     parser.add_argument(
@@ -1031,7 +1059,9 @@ def main() -> int:
         queries = measure_queries(tokens)
 
         log(f"baseline: warm-up, then {args.threads} threads on {args.baseline_concurrency} threads")
-        with baseline_graph(args.db, args.baseline_concurrency + 1) as graph:
+        with baseline_graph(
+            args.db, args.baseline_concurrency + 1, with_store=not args.baseline_without_store
+        ) as graph:
             measure_baseline(graph, args.warmup, args.baseline_concurrency)
             raw_meter = CpuMeter(args.db, [])
             raw_cpu_before = raw_meter.snapshot()
@@ -1065,7 +1095,7 @@ def main() -> int:
         print()
         print(table(results))
         print()
-        print(f"baseline: {BASELINE_VARIANT}")
+        print(f"baseline: {baseline_variant(with_store=not args.baseline_without_store)}")
         print(
             f"effects executed exactly once: gatehouse {effects['gatehouse_paid_once']}/"
             f"{effects['gatehouse_threads']}, baseline {effects['baseline_paid_once']}/"
@@ -1110,7 +1140,8 @@ def main() -> int:
             "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
             "versions": versions(),
             "config": vars(args),
-            "baseline_variant": BASELINE_VARIANT,
+            "baseline_variant": baseline_variant(with_store=not args.baseline_without_store),
+            "baseline_store": not args.baseline_without_store,
             "effects": effects,
             "idle_breakdown_median_ms": breakdown,
             "sql_per_step": queries,

@@ -97,7 +97,7 @@ HOSTILE_DETAILS = [
 @pytest.mark.parametrize("details", HOSTILE_DETAILS, ids=range(len(HOSTILE_DETAILS)))
 @pytest.mark.parametrize("thread", [None, "7b0a3a0e-9a7c-4c55-8d0e-2b1e8f6f2c11"])
 def test_the_servers_hash_is_the_one_verification_computes_whatever_the_fields_hold(details, thread):
-    event = record("hostile \"subject\" | é", details=details, thread_id=thread, graph="g|ä")
+    event = record('hostile "subject" | é', details=details, thread_id=thread, graph="g|ä")
     stored_as_recorded(event)
     fields = event_fields(event)
     assert event.hash == event_hash(fields, event.prev_hash)
