@@ -255,3 +255,39 @@ def test_on_sqlite_a_transaction_appends_after_its_own_rows_and_an_anchor_round(
     assert done.returncode == 0, done.stderr[-3000:]
     verified = manage("audit_verify")
     assert verified.returncode == 0 and "intact" in verified.stdout, verified.stdout + verified.stderr
+
+
+@pytest.mark.django_db
+def test_the_chains_head_is_planned_for_its_chain_however_many_times_the_function_ran():
+    """PL/pgSQL caches a generic plan after five calls; for the head lookup that plan walked the primary key
+    backwards past every newer event of the other chains (an append to a quiet chain slowed as the others
+    grew). Every call's plan, logged by auto_explain as the function runs, must be made for its chain (which,
+    on a trail of any size, is the audit_chain_head index: see migration 0022)."""
+    plans: list[str] = []
+    raw = connection.connection
+
+    def logged(diag: Any) -> None:
+        plans.append(diag.message_primary or "")
+
+    raw.add_notice_handler(logged)
+    with connection.cursor() as cursor:
+        cursor.execute("LOAD 'auto_explain'")
+        for setting, value in (
+            ("auto_explain.log_min_duration", "0"),
+            ("auto_explain.log_nested_statements", "on"),
+            ("auto_explain.log_level", "notice"),
+            ("client_min_messages", "notice"),
+        ):
+            cursor.execute("SELECT set_config(%s, %s, true)", [setting, value])
+    try:
+        for i in range(8):  # past the five custom plans after which a generic one may be cached
+            record("one-chain", details={"i": i})
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT set_config('auto_explain.log_min_duration', '-1', true)")
+        raw.remove_notice_handler(logged)
+    heads = [p for p in plans if "ORDER BY e.id DESC" in p]
+    assert len(heads) == 8, plans
+    chain = AuditEvent.objects.filter(subject_id="one-chain").values_list("chain", flat=True).first()
+    for plan in heads:  # a custom plan names the chain; a generic one compares with the parameter ($1)
+        assert f"chain = '{chain}'::smallint" in plan and "$1" not in plan, plan
