@@ -22,7 +22,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import math
 import os
 import weakref
 from collections.abc import Iterable
@@ -40,6 +39,7 @@ from django.utils import timezone
 
 from approvals.events import events_publish
 from approvals.models import AuditAction, AuditAnchor, AuditEvent
+from runtime.jsonable import canonical_dumps
 
 GENESIS = "0" * 64  # the prev_hash of every chain's first event
 LEGACY_CHAIN = 0  # events recorded before partitioning: hashed without chain and id, never appended to
@@ -47,15 +47,8 @@ _LOCK_CLASS = 0x67617465  # "gate": pg_advisory_xact_lock(_LOCK_CLASS, chain), o
 
 
 def canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
-
-
-def _number_as_stored(text: str) -> float | int:
-    """A JSON number as it will read back from a ``jsonb`` column: PostgreSQL writes exponents out in full, so a
-    float of 1e16 or more (always a whole number) comes back as an int, and its canonical form changes with it.
-    Hashed as it was sent, such an event would read back as tampered with."""
-    value = float(text)
-    return int(value) if "e+" in text and math.isfinite(value) else value
+    """What every hash and digest covers: canonical JSON, numbers as jsonb returns them (``canonical_dumps``)."""
+    return canonical_dumps(value, default=str)
 
 
 def event_hash(fields: dict[str, Any], prev_hash: str) -> str:
@@ -339,7 +332,7 @@ def _append(
         subject_id=str(subject_id),
         thread_id=thread_id,
         graph=graph,
-        details=json.loads(canonical(details or {}), parse_float=_number_as_stored),
+        details=json.loads(canonical(details or {})),  # stored as it is hashed
     )
     if chain == LEGACY_CHAIN:
         _append_unpartitioned(event)

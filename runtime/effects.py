@@ -43,6 +43,7 @@ from langgraph.config import get_config
 from runtime import signals
 from runtime.branches import scoped_effect_key
 from runtime.fencing import config_fence, stale
+from runtime.jsonable import canonical_dumps
 from runtime.models import Effect, EffectStatus, Run, Thread
 
 T = TypeVar("T")
@@ -59,7 +60,7 @@ class EffectArgsConflict(RuntimeError):
 
 
 def canonical_json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return canonical_dumps(value)
 
 
 def args_digest(args: Any) -> str:
