@@ -177,11 +177,16 @@ _DISPATCHED = "UPDATE runtime_run SET dispatched_at = STATEMENT_TIMESTAMP() WHER
 
 
 # PostgreSQL: a claim's two writes in one statement. The thread's row is locked by the claim's read.
+# The lease runs from this statement's start, not from the read's: the read may have waited on a lock
+# (a cut-off worker's session holding the thread row) for longer than a lease, and a lease counted
+# from before that wait would be over when the claim commits, free for the next claimant at once.
 _CLAIM_UPDATE = """
 WITH bumped AS (UPDATE runtime_thread SET fence = fence + 1 WHERE id = %s)
 UPDATE runtime_run SET status = %s, attempts = attempts + 1, fence = %s, lease_owner = %s,
-    lease_expires_at = %s, started_at = %s
+    lease_expires_at = STATEMENT_TIMESTAMP() + %s * INTERVAL '1 second',
+    started_at = COALESCE(started_at, STATEMENT_TIMESTAMP())
 WHERE id = %s
+RETURNING lease_expires_at, started_at
 """
 
 # PostgreSQL: a finish's fenced run update, then the thread's (only if the run's won), which
@@ -208,9 +213,10 @@ def run_claim(*, run_id: str, worker: str) -> Run | None:
     """Take the run if it is queued, or running under a lapsed lease. None if someone else has it.
 
     One locking read and one update (two on SQLite): the read locks the run and its thread
-    (so the fence it read is the one to bump) and takes the database's clock,
-    from which the lease's end is set, and the thread's current branch
-    (``run.current_branch_id``; no branch can start while the run is active).
+    (so the fence it read is the one to bump) and takes the database's clock, by
+    which a lease has lapsed, and the thread's current branch
+    (``run.current_branch_id``; no branch can start while the run is active). The
+    new lease runs from the update (PostgreSQL), after any wait for those locks.
     """
     with transaction.atomic():
         read = _claim_read(run_id)
@@ -232,11 +238,10 @@ def run_claim(*, run_id: str, worker: str) -> Run | None:
         run.started_at = run.started_at or now
         if connection.vendor == "postgresql":
             # Both writes in one statement (a data-modifying WITH): one round trip, nothing to compile.
+            lease = settings.GATEHOUSE_LEASE_SECONDS
             with connection.cursor() as cursor:
-                cursor.execute(
-                    _CLAIM_UPDATE,
-                    [run.thread_id, run.status, run.fence, worker, run.lease_expires_at, run.started_at, run.pk],
-                )
+                cursor.execute(_CLAIM_UPDATE, [run.thread_id, run.status, run.fence, worker, lease, run.pk])
+                run.lease_expires_at, run.started_at = cursor.fetchone()
         else:
             Thread.objects.filter(pk=run.thread_id).update(fence=F("fence") + 1)
             Run.objects.filter(pk=run.pk).update(
