@@ -106,6 +106,7 @@ def _ready_probe(sender: Celery, **kwargs: object) -> None:
     from celery.signals import worker_init, worker_ready, worker_shutdown, worker_shutting_down
 
     from console.heap import heap_freeze
+    from runtime.sessions import worker_sessions_limit
 
     def write_ready(**_: object) -> None:
         # A file-based readiness probe for process supervisors and tests.
@@ -125,6 +126,7 @@ def _ready_probe(sender: Celery, **kwargs: object) -> None:
         except Exception:
             log.exception("could not check the broker's eviction policy")
 
+    worker_init.connect(worker_sessions_limit, weak=False)  # before anything opens a session
     worker_init.connect(_graphs_load, weak=False)
     worker_init.connect(heap_freeze, weak=False)  # after the graphs loaded (console/heap.py)
     worker_ready.connect(check_broker, weak=False)

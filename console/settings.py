@@ -260,6 +260,12 @@ GATEHOUSE_CHECKPOINT_POOL_SIZE = env_int("GATEHOUSE_CHECKPOINT_POOL_SIZE", 8, mi
 # whose lease lapsed (its worker died) is claimed again by the sweeper.
 GATEHOUSE_LEASE_SECONDS = env_float("GATEHOUSE_LEASE_SECONDS", 60.0, minimum=0.5)
 GATEHOUSE_SWEEP_SECONDS = env_float("GATEHOUSE_SWEEP_SECONDS", 15.0, minimum=0.2)
+# A worker session idle inside a transaction this long is ended by PostgreSQL, releasing its locks (a worker
+# cut off mid-transaction must not hold its thread or audit chain against the takeover: runtime/sessions.py).
+# Below the lease, so the lock is gone by the time the run can be claimed again. 0 turns it off.
+GATEHOUSE_WORKER_IDLE_IN_TRANSACTION_SECONDS = env_float(
+    "GATEHOUSE_WORKER_IDLE_IN_TRANSACTION_SECONDS", 10.0, minimum=0
+)
 # Queued runs older than this with no worker on them are dispatched again.
 GATEHOUSE_REDISPATCH_AFTER_SECONDS = env_float("GATEHOUSE_REDISPATCH_AFTER_SECONDS", 30.0, minimum=0.2)
 GATEHOUSE_MAX_RUN_ATTEMPTS = env_int("GATEHOUSE_MAX_RUN_ATTEMPTS", 5, minimum=1)
