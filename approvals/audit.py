@@ -100,7 +100,10 @@ _IDS_MORE = 4  # drawn again, still under the lock, when one transaction records
 class _ChainHeld:
     """An on-commit no-op marking the chain the current transaction appends to, and what it knows of that chain.
 
-    Registered right after the transaction took the chain's lock. Django drops
+    On PostgreSQL it only names the chain (``gatehouse_audit_append`` takes the
+    lock, which is re-entrant, and reads the head on every call); the head and
+    ids below are the SQLite path's. Registered right after the transaction took
+    the chain's lock. Django drops
     a transaction's on-commit callbacks when it commits or rolls back (and
     those of a savepoint rolled back, which also releases the advisory lock
     taken inside it), so the marker lives exactly as long as the lock it
@@ -231,7 +234,8 @@ def _insert(event: AuditEvent) -> None:
 def _append_to(chain: int, event: AuditEvent, *, transaction_chain: bool) -> None:
     """Link ``event`` to ``chain``'s head under the chain's lock, give it its id and hash, and insert it.
 
-    The first event of a transaction's own chain takes the lock and reads the
+    PostgreSQL: one ``gatehouse_audit_append`` call per event (the marker only keeps the transaction
+    on one chain). SQLite: the first event of a transaction's own chain takes the lock and reads the
     head; later ones know both (``_ChainHeld``). ``transaction_chain`` false:
     an anchor round, which holds every chain's lock already; it keeps no state
     for the chains other than the transaction's own, and draws each id when it

@@ -46,6 +46,5 @@ def worker_sessions_limit(**_: Any) -> None:
     options["options"] = session_options(str(options.get("options") or ""), idle_seconds=idle)
     # Sessions opened before this (graph loading, preflight) were opened without it.
     connections.close_all()
-    if hasattr(db, "close_pool"):
-        db.close_pool()
+    db.close_pool()  # type: ignore[attr-defined]  # the PostgreSQL backend's (checked above)
     checkpointer_close()

@@ -20,7 +20,7 @@ from django.db import connection, connections, transaction
 
 from runtime.models import Run, RunKind, RunStatus, Thread, ThreadStatus
 from runtime.runs import run_claim
-from tests.conftest import scaled, wait_for
+from tests.conftest import backend_pid, scaled, wait_for, waiting_for_lock
 
 pytestmark = pytest.mark.usefixtures("live_db")
 
@@ -51,20 +51,10 @@ def test_a_claim_that_waited_for_the_thread_row_gets_its_whole_lease_from_then()
 
     def claim() -> None:
         try:
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_backend_pid()")
-                out["pid"] = cursor.fetchone()[0]
+            out["pid"] = backend_pid()
             out["run"] = run_claim(run_id=str(run.pk), worker=f"test:{uuid.uuid4().hex[:6]}")
         finally:
             connections.close_all()
-
-    def claim_waits_for_a_lock() -> bool:
-        if "pid" not in out:
-            return False
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", [out["pid"]])
-            row = cursor.fetchone()
-        return bool(row and row[0] == "Lock")
 
     holder = threading.Thread(target=hold_the_thread_row)
     holder.start()
@@ -72,7 +62,8 @@ def test_a_claim_that_waited_for_the_thread_row_gets_its_whole_lease_from_then()
     claimer = threading.Thread(target=claim)
     claimer.start()
     try:
-        wait_for(claim_waits_for_a_lock, timeout=30, what="the claim to wait for the thread row")
+        queued = lambda: "pid" in out and waiting_for_lock(out["pid"])  # noqa: E731
+        wait_for(queued, timeout=30, what="the claim to wait for the thread row")
     finally:
         release.set()
         holder.join(scaled(30))
