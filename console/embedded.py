@@ -1,6 +1,6 @@
 """``make run``: the whole console on one machine with no servers, supervised.
 
-Setup first, while nothing else runs: migrate the SQLite database, import the
+Setup first, in one process while nothing else runs: migrate the SQLite database, import the
 registered graphs (a broken one stops here, named), then either create the
 demo users and threads (demo mode) or say how to create the first admin. Only
 then start the long-lived children, each in its own process group: the fake
@@ -36,6 +36,10 @@ STABLE_AFTER = 60.0  # a child up this long has its backoff reset
 STOP_SECONDS = 5.0  # SIGTERM → SIGKILL
 # Celery's warm shutdown lets runs finish this long before handing them back (below STOP_SECONDS).
 SHUTDOWN_GRACE_SECONDS = "3"
+# Setup runs these commands in order in one process (manage.py embedded_setup); the one that
+# fails exits with SETUP_EXIT_FIRST + its index.
+SETUP_STEPS = ("migrate", "graphs_check", "demo_setup")
+SETUP_EXIT_FIRST = 10
 
 
 class StartError(Exception):
@@ -158,10 +162,14 @@ def worker_args(python: str, var: Path, *, index: int) -> list[str]:
     return args
 
 
-def _setup(python: str, env: dict[str, str], *args: str) -> None:
+def _setup(python: str, env: dict[str, str], *, demo: bool) -> None:
+    args = ["embedded_setup", "--demo"] if demo else ["embedded_setup"]
     done = subprocess.run([python, "manage.py", *args], cwd=ROOT, env=env)
-    if done.returncode != 0:
-        raise StartError(f"manage.py {' '.join(args)} failed (exit {done.returncode})")
+    if done.returncode == 0:
+        return
+    step = done.returncode - SETUP_EXIT_FIRST
+    failed = SETUP_STEPS[step] if 0 <= step < len(SETUP_STEPS) else " ".join(args)
+    raise StartError(f"manage.py {failed} failed (exit {done.returncode})")
 
 
 def _users_exist(var: Path, env: dict[str, str]) -> bool:
@@ -196,11 +204,9 @@ def start(supervisor: Supervisor, env: dict[str, str]) -> int:
             raise StartError(f"BANK_PORT {bank_port} is in use: pick another (or leave it unset for a free one)")
         env["GATEHOUSE_FAKE_BANK_URL"] = f"http://127.0.0.1:{bank_port}"
 
-    _setup(python, env, "migrate", "--no-input", "-v", "0")
-    _setup(python, env, "graphs_check")
-    if env_bool("GATEHOUSE_DEMO", not env.get("DATABASE_URL")):
-        _setup(python, env, "demo_setup")
-    elif not _users_exist(var, env):
+    demo = env_bool("GATEHOUSE_DEMO", not env.get("DATABASE_URL"))
+    _setup(python, env, demo=demo)
+    if not demo and not _users_exist(var, env):
         log("demo mode is off and there are no users yet. Create the first admin, then sign in:")
         log(f"    {python} manage.py user_create --role admin <username>")
 
