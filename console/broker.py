@@ -13,7 +13,9 @@ taken inside transactions. What kombu's SQLAlchemy transport leaves to us:
   and a run lost with a killed worker is re-dispatched by the sweeper);
 - one Core statement per message instead of kombu's ORM unit of work;
 - ``polling_interval`` is a transport option kombu also hands to
-  ``create_engine``, which rejects it.
+  ``create_engine``, which rejects it;
+- a warm shutdown noticed while waiting: Celery's loop for a polling transport
+  waits up to 2 s for a message before it looks at its stop flag.
 
 Selected in ``console/settings.py`` (``CELERY_BROKER_TRANSPORT``) when no
 ``REDIS_URL`` is set; the choice is measured in ``bench/embedded_broker.py``
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import sqlite3
 from queue import Empty
+from time import monotonic
 from typing import Any
 
 from kombu.transport.sqlalchemy import Channel as SqlaChannel
@@ -126,5 +129,32 @@ class Channel(SqlaChannel):
         return loads(bytes_to_str(row.payload))
 
 
+# How often a consumer waiting for messages looks whether its worker is shutting down.
+SHUTDOWN_CHECK_SECONDS = 0.1
+
+
+def _worker_stopping() -> bool:
+    from celery.worker import state  # a consumer's concern only: the web process never drains
+
+    # As celery.worker.state.maybe_shutdown reads them: a flag holds an exit code, and 0 (EX_OK) is set.
+    return any(flag is not None and flag is not False for flag in (state.should_stop, state.should_terminate))
+
+
 class Transport(SqlaTransport):
     Channel = Channel
+
+    def drain_events(self, connection: Any, timeout: float | None = None) -> None:  # type: ignore[override]
+        """kombu's wait for a message, in slices that end early once the worker is shutting down.
+
+        Celery's loop calls this with a 2 s timeout and only then sees a Ctrl-C or SIGTERM: the
+        shutdown waited out the rest of the 2 s, and with it the launcher's stop.
+        """
+        deadline = None if timeout is None else monotonic() + timeout
+        while True:
+            left = SHUTDOWN_CHECK_SECONDS if deadline is None else max(0.0, deadline - monotonic())
+            try:
+                super().drain_events(connection, timeout=min(left, SHUTDOWN_CHECK_SECONDS))
+                return
+            except TimeoutError:
+                if _worker_stopping() or (deadline is not None and monotonic() >= deadline):
+                    raise
