@@ -111,6 +111,18 @@ def test_a_failed_setup_leaves_no_process_and_frees_the_ports(tmp_path: Path, st
     assert port_free(stack.port) and port_free(bank_port)
 
 
+def test_a_database_that_cannot_migrate_stops_the_launcher_naming_migrate(tmp_path: Path, stacks: list[Stack]) -> None:
+    # Setup runs its steps in one process; the failing step is still named, and nothing else starts.
+    stack = stack_new(tmp_path, GATEHOUSE_GRAPHS=str(SOAK_GRAPHS))
+    (stack.var / "gatehouse.sqlite3").write_bytes(b"not a database " * 512)
+    stacks.append(stack.start())
+    assert stack.proc is not None and stack.proc.wait(timeout=scaled(120)) == 1
+    log = stack.log()
+    assert "cannot start: manage.py migrate failed" in log, log[-3000:]
+    assert "starting worker" not in log and "created user" not in log
+    assert stack.processes() == []
+
+
 def test_a_web_port_in_use_is_refused_before_anything_starts(tmp_path: Path, stacks: list[Stack]) -> None:
     import socket
 
