@@ -10,6 +10,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -96,7 +97,10 @@ ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]", "t
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 
 INSTALLED_APPS = [
-    "daphne",
+    # daphne's app only gives `manage.py runserver` its ASGI server, and imports Twisted into every
+    # process that sets Django up (~0.3 s per worker or manage.py start): added for runserver alone.
+    # The servers run `python -m daphne` (make run, docker-compose.yml, docs/deploy.md).
+    *(["daphne"] if sys.argv[1:2] == ["runserver"] else []),
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
