@@ -18,12 +18,16 @@ run: install
 	$(PY) -m console.embedded
 
 ## The whole suite: unit, integration (PostgreSQL, Redis, Celery worker), embedded, browser.
+## TEST_PROCESSES pytest sessions share the tests file by file (pytest-xdist), each with its own
+## database, queue, worker and var dir; the `serial` tests (a PostgreSQL restart) run alone after them.
+TEST_PROCESSES ?= 2
 test: install services
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy console approvals lgplatform runtime
 	$(PY) manage.py makemigrations --check --dry-run
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_PROCESSES) --dist loadfile -m "not serial"
+	$(PY) -m pytest -m serial
 
 ## Unit and domain tests only (no worker or other process started, no browser, no fault injection).
 test-fast: install services

@@ -19,14 +19,19 @@ os.environ.setdefault("GATEHOUSE_REDISPATCH_AFTER_SECONDS", "3")
 # Tests drive the deadline sweep themselves (approvals.deadlines.deadlines_sweep, scoped to their graph):
 # the session worker's beat must not escalate other tests' overdue tasks under them.
 os.environ.setdefault("GATEHOUSE_DEADLINE_SWEEP_SECONDS", "86400")
-os.environ.setdefault("GATEHOUSE_VAR_DIR", str(_ROOT / "var" / "test"))
 # Static files straight from the apps (no collectstatic per session); tests/ops covers the manifest.
 os.environ.setdefault("GATEHOUSE_STATIC_MANIFEST", "false")
-# One queue per test session, so two sessions on one Redis never share work.
+# One queue per test session, so two sessions on one Redis never share work; one channel-layer
+# namespace, so another session's live events never reach this one's sockets; one var dir (the
+# beat's heartbeat file, mail). Under `pytest -n 2` each xdist worker is a session of its own but
+# inherits the environment the controller's import of this module filled in: there the names are
+# set, not defaulted.
 _SESSION = uuid.uuid4().hex[:8]
-os.environ.setdefault("GATEHOUSE_QUEUE", f"gatehouse-test-{_SESSION}")
-# ...and one channel-layer namespace: another session's live events must not reach this one's sockets.
-os.environ.setdefault("GATEHOUSE_CHANNEL_PREFIX", f"asgi-test-{_SESSION}")
+_XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+_session_env = os.environ.__setitem__ if _XDIST_WORKER else os.environ.setdefault
+_session_env("GATEHOUSE_QUEUE", f"gatehouse-test-{_SESSION}")
+_session_env("GATEHOUSE_CHANNEL_PREFIX", f"asgi-test-{_SESSION}")
+_session_env("GATEHOUSE_VAR_DIR", str(_ROOT / "var" / "test" / (_XDIST_WORKER or "")))
 # The suite's fake webhook receivers listen on 127.0.0.1, which outbound webhooks refuse by
 # default; tests of that refusal clear this setting (tests/security/test_outbound_webhooks.py).
 os.environ.setdefault("GATEHOUSE_OUTBOUND_ALLOWED_NETWORKS", "127.0.0.1/32")

@@ -1,10 +1,11 @@
 """PostgreSQL restarted while a run's action is in flight: the run is retried, the thread completes, one payment.
 
-Runs last (file order within the faults group, which runs after everything
-else): a restart drops every connection, the test process's included, and
-each pool must replace them on its own. CI runs alone on its machine, so the
-shared server may be restarted here; the command is the one
-``scripts/services-up`` uses to start it.
+A restart drops every connection on the server, the test process's included,
+and each pool must replace them on its own. It would drop every other test
+session's connections too, so it is marked ``serial``: ``make test`` runs it
+alone, after the parallel part. CI runs alone on its machine, so the shared
+server may be restarted here; the command is the one ``scripts/services-up``
+uses to start it.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from approvals.models import ApprovalTask
 from runtime.models import Effect, Run
 from tests.conftest import api_decide, loan_input, pending_tasks, thread_settled, thread_start, wait_for
 
-pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.usefixtures("live_db")]
+pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.serial, pytest.mark.usefixtures("live_db")]
 
 
 def _postgres_restart() -> None:
