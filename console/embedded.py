@@ -16,6 +16,7 @@ failed start stops whatever had been started. Ports and files: docs/embedded.md.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import signal
 import socket
@@ -33,9 +34,12 @@ ROOT = Path(__file__).resolve().parent.parent
 BACKOFF_FIRST = 1.0
 BACKOFF_MAX = 30.0
 STABLE_AFTER = 60.0  # a child up this long has its backoff reset
-STOP_SECONDS = 5.0  # SIGTERM → SIGKILL
-# Celery's warm shutdown lets runs finish this long before handing them back (below STOP_SECONDS).
+# Celery's warm shutdown lets runs finish this long before handing them back (set
+# GATEHOUSE_SHUTDOWN_GRACE_SECONDS to change it); the launcher SIGKILLs what is left
+# STOP_MARGIN_SECONDS after that, so a longer grace is honoured, not cut short.
 SHUTDOWN_GRACE_SECONDS = "3"
+STOP_MARGIN_SECONDS = 2.0
+STOP_SECONDS = float(SHUTDOWN_GRACE_SECONDS) + STOP_MARGIN_SECONDS  # SIGTERM → SIGKILL, by default
 # Setup runs these commands in order in one process (manage.py embedded_setup); the one that
 # fails exits with SETUP_EXIT_FIRST + its index.
 SETUP_STEPS = ("migrate", "graphs_check", "demo_setup")
@@ -179,6 +183,20 @@ def _users_exist(var: Path, env: dict[str, str]) -> bool:
         return bool(db.execute("SELECT EXISTS (SELECT 1 FROM auth_user)").fetchone()[0])
 
 
+def stop_seconds(env: dict[str, str]) -> float:
+    """How long the children get between SIGTERM and SIGKILL: the workers' shutdown grace, and a margin.
+
+    A grace that is not a finite number leaves the default (the worker's own settings refuse it).
+    """
+    try:
+        grace = float(env.get("GATEHOUSE_SHUTDOWN_GRACE_SECONDS", SHUTDOWN_GRACE_SECONDS))
+    except ValueError:
+        return STOP_SECONDS
+    if not math.isfinite(grace):
+        return STOP_SECONDS
+    return max(grace, 0.0) + STOP_MARGIN_SECONDS
+
+
 def environment() -> dict[str, str]:
     env = dict(os.environ)
     env.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
@@ -245,7 +263,7 @@ def main() -> int:
     except KeyboardInterrupt:  # a Ctrl-C before the handler was installed
         pass
     finally:
-        supervisor.stop()
+        supervisor.stop(stop_seconds(env))
         log("stopped")
     return 0
 

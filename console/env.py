@@ -7,6 +7,7 @@ environment.
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
@@ -59,6 +60,8 @@ def env_float(name: str, default: float, *, minimum: float | None = None) -> flo
         value = float(raw)
     except ValueError as exc:
         raise ImproperlyConfigured(f"{name}={raw!r} is not a number") from exc
+    if not math.isfinite(value):  # nan compares false with every bound; inf is no duration
+        raise ImproperlyConfigured(f"{name}={raw!r} is not a finite number")
     if minimum is not None and value < minimum:
         raise ImproperlyConfigured(f"{name}={value} must be at least {minimum}")
     return value

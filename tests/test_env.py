@@ -130,6 +130,14 @@ def test_env_float_refuses_a_non_number(clean_env):
         env_float(NAME, 1.0)
 
 
+@pytest.mark.parametrize("raw", ["nan", "inf", "-inf", "NaN"])
+def test_env_float_refuses_a_value_that_is_no_duration(clean_env, raw):
+    # nan passes every `value < minimum` check; a grace or a timeout of inf never ends
+    clean_env.setenv(NAME, raw)
+    with pytest.raises(ImproperlyConfigured, match=f"{NAME}=.*not a finite number"):
+        env_float(NAME, 1.0, minimum=0.1)
+
+
 def test_env_float_refuses_a_value_below_the_minimum(clean_env):
     clean_env.setenv(NAME, "0.01")
     with pytest.raises(ImproperlyConfigured, match=r"must be at least 0\.1"):

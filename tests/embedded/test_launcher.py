@@ -73,7 +73,15 @@ def _serves(stack: Stack) -> bool:
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_a_signal_stops_every_process_within_seconds(tmp_path: Path, stacks: list[Stack], sig: int) -> None:
-    stack = stack_new(tmp_path, GATEHOUSE_GRAPHS=str(SOAK_GRAPHS), GATEHOUSE_DEMO="false", GATEHOUSE_WORKERS="2")
+    # The workers' shutdown grace scales with the suite's time factor (the launcher's kill deadline
+    # follows it): the assertion below is that an idle worker stops well before its grace is over.
+    stack = stack_new(
+        tmp_path,
+        GATEHOUSE_GRAPHS=str(SOAK_GRAPHS),
+        GATEHOUSE_DEMO="false",
+        GATEHOUSE_WORKERS="2",
+        GATEHOUSE_SHUTDOWN_GRACE_SECONDS=str(scaled(3)),
+    )
     stacks.append(stack.start())
     stack.wait_serving()
     # Your own graphs, demo mode off: it comes up empty and says how to create the first admin.
