@@ -31,7 +31,7 @@ test: install services
 
 ## Unit and domain tests only (no worker or other process started, no browser, no fault injection).
 test-fast: install services
-	$(PY) -m pytest -m "not integration and not embedded and not faults and not slow"
+	$(PY) -m pytest -n $(TEST_PROCESSES) --dist loadfile -m "not integration and not embedded and not faults and not slow"
 
 services:
 	scripts/services-up
