@@ -247,8 +247,13 @@ def test_cancel_with_wait_returns_once_the_worker_has_stopped(server, personas, 
     finally:
         releaser.join(timeout=40)
     assert response.status_code == 204, response.text
-    assert Run.objects.get(pk=run["run_id"]).lease_owner == ""
-    assert _logged(live_worker, f"run {run['run_id']}: cancelled; stopped")
+    assert Run.objects.get(pk=run["run_id"]).lease_owner == ""  # the worker let go before the wait returned
+    # ...and says so in its log, a moment after its release committed (and woke the wait).
+    wait_for(
+        lambda: _logged(live_worker, f"run {run['run_id']}: cancelled; stopped"),
+        timeout=10,
+        what="the worker to log that it stopped the cancelled run",
+    )
 
 
 def test_cancel_refuses_a_bad_action_naming_the_field_and_changes_nothing(server, personas, hold_dir):  # noqa: F811
