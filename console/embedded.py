@@ -100,6 +100,7 @@ class Supervisor:
 
     def tend(self) -> None:
         """Restart children that died, each after its backoff."""
+        self.orphans_reap()
         now = self.clock()
         for child in self.children:
             proc = child.proc
@@ -124,6 +125,7 @@ class Supervisor:
             for child in self.children:
                 if child.proc is not None:
                     child.proc.poll()  # reap
+            self.orphans_reap()
             time.sleep(0.05)
         for child in self.children:
             if child.group_alive():
@@ -132,6 +134,39 @@ class Supervisor:
                 if child.proc is not None:
                     with contextlib.suppress(subprocess.TimeoutExpired):
                         child.proc.wait(timeout=5)
+
+
+    def orphans_reap(self) -> None:
+        """Reap the exited processes this launcher inherited (see ``reaper_become``); a direct child is
+        left to its ``Popen``, which keeps its exit code."""
+        ours = {child.proc.pid: child.proc for child in self.children if child.proc is not None}
+        for _ in range(1000):  # bounded: each pass reaps one process
+            try:
+                info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            except ChildProcessError:
+                return  # no children at all
+            if info is None:
+                return  # none has exited
+            proc = ours.get(info.si_pid)
+            if proc is not None:
+                proc.poll()
+            else:
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(info.si_pid, os.WNOHANG)
+
+
+def reaper_become() -> bool:
+    """Adopt the stack's orphans (Linux): a worker's beat outlives a worker that died or stopped
+    first, and its exit must be reaped before the worker's process group is gone. Reparented to
+    PID 1 it lingers as a zombie until PID 1 reaps it: ~2 s on some machines, never where PID 1 is
+    this launcher (a container without an init). True if this process is now the reaper."""
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    pr_set_child_subreaper = 36  # <linux/prctl.h>
+    libc = ctypes.CDLL(None, use_errno=True)
+    return bool(libc.prctl(pr_set_child_subreaper, 1, 0, 0, 0) == 0)
 
 
 def port_free(port: int) -> bool:
@@ -240,6 +275,7 @@ def start(supervisor: Supervisor, env: dict[str, str]) -> int:
 
 def main() -> int:
     env = environment()
+    reaper_become()
     supervisor = Supervisor()
     stopping: list[int] = []
 

@@ -1,0 +1,90 @@
+"""The launcher adopts and reaps what its children leave behind.
+
+Celery's beat runs in the worker's process group and can outlive the worker: on Ctrl-C, or when
+a crashed worker is replaced. Reparented to PID 1, its exit stays a zombie until PID 1 reaps it,
+and the launcher waited for the group to be gone (~2 s on machines whose PID 1 reaps lazily,
+until the kill deadline where PID 1 is the launcher itself, as in a container without an init).
+The launcher is now the orphans' reaper (``reaper_become``), and ``Supervisor`` reaps them.
+
+Run in a process of its own: becoming a subreaper is for the rest of a process's life.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, scaled
+
+pytestmark = pytest.mark.slow  # starts processes
+
+LEADER = textwrap.dedent(
+    """
+    import os, signal, sys, time
+    grandchild = os.fork()
+    if grandchild == 0:  # like beat: same process group, outlives the leader
+        signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+        while True:
+            time.sleep(0.05)
+    with open(sys.argv[1], "w") as out:
+        out.write(str(grandchild))
+    while True:
+        time.sleep(0.05)
+    """
+)
+
+LAUNCHER = textwrap.dedent(
+    """
+    import json, os, signal, sys, time
+    from pathlib import Path
+    from console.embedded import Child, Supervisor, reaper_become
+
+    pid_file, timeout = Path(sys.argv[1]), float(sys.argv[2])
+    adopted = reaper_become()
+    supervisor = Supervisor()
+    supervisor.start(Child("leader", [sys.executable, "-c", sys.argv[3], str(pid_file)], dict(os.environ)))
+    leader = supervisor.children[0].proc
+    deadline = time.monotonic() + timeout
+    while not (pid_file.exists() and pid_file.read_text()):
+        assert time.monotonic() < deadline, "the leader never wrote its grandchild's pid"
+        time.sleep(0.02)
+    grandchild = int(pid_file.read_text())
+    os.kill(leader.pid, signal.SIGKILL)  # the leader dies first, as a crashed worker does
+    leader.wait()
+    parent = int(Path(f"/proc/{grandchild}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    started = time.monotonic()
+    supervisor.stop(timeout)
+    print(json.dumps({
+        "adopted": adopted,
+        "me": os.getpid(),
+        "grandchild_parent": parent,
+        "grandchild_left": Path(f"/proc/{grandchild}").exists(),
+        "group_alive": supervisor.children[0].group_alive(),
+        "stop_seconds": time.monotonic() - started,
+    }))
+    """
+)
+
+
+def test_a_grandchild_outliving_its_leader_is_adopted_and_reaped_by_the_launcher(tmp_path: Path) -> None:
+    timeout = scaled(30)
+    done = subprocess.run(
+        [sys.executable, "-c", LAUNCHER, str(tmp_path / "grandchild.pid"), str(timeout), LEADER],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout * 2,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["adopted"]
+    assert result["grandchild_parent"] == result["me"]  # not PID 1
+    assert not result["grandchild_left"]  # reaped: not even a zombie
+    assert not result["group_alive"]
+    assert "did not stop within" not in done.stdout  # the group ended before the kill deadline
+    assert result["stop_seconds"] < timeout
