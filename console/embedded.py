@@ -135,7 +135,6 @@ class Supervisor:
                     with contextlib.suppress(subprocess.TimeoutExpired):
                         child.proc.wait(timeout=5)
 
-
     def orphans_reap(self) -> None:
         """Reap the exited processes this launcher inherited (see ``reaper_become``); a direct child is
         left to its ``Popen``, which keeps its exit code."""
