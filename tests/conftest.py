@@ -127,6 +127,21 @@ def _compiled_graphs_forget() -> None:
         entry._compiled = None
 
 
+@pytest.fixture
+def audit_quiet(request: pytest.FixtureRequest) -> None:
+    """Every audit chain's lock, held for a ``django_db`` test's transaction: the session's worker may
+    still be finishing an earlier test's threads (files come in any order under ``make test``'s two
+    sessions), and their events must not land in a trail this test counts or checks whole. A no-op
+    for tests on committed data (``live_db``), which race writers on purpose."""
+    if request.node.get_closest_marker("django_db") is None:
+        return
+    request.getfixturevalue("db")
+    from approvals.audit import chain_lock, chains_configured
+
+    for chain in range(1, chains_configured() + 1):
+        chain_lock(chain)
+
+
 def backend_pid() -> int:
     """This thread's PostgreSQL backend (each thread has its own Django connection)."""
     with connection.cursor() as cursor:

@@ -8,7 +8,7 @@ from django.db import connection, transaction
 from approvals.audit import GENESIS, audit_record, audit_verify, event_fields, event_hash
 from approvals.models import AuditEvent
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("audit_quiet")]
 
 
 def tamper(sql: str, params: list[object]) -> None:

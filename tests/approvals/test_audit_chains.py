@@ -31,6 +31,9 @@ from approvals.audit import (
 from approvals.models import AuditEvent
 from tests.conftest import scaled, wait_for
 
+# Tests on the whole trail: see tests/conftest.py audit_quiet.
+pytestmark = pytest.mark.usefixtures("audit_quiet")
+
 
 def thread_in(chain: int) -> uuid.UUID:
     """A thread id whose events go to ``chain`` (with the configured number of chains)."""

@@ -35,6 +35,9 @@ from approvals.audit import (
 from approvals.models import AuditEvent
 from tests.conftest import scaled, wait_for
 
+# Tests on the whole trail: see tests/conftest.py audit_quiet.
+pytestmark = pytest.mark.usefixtures("audit_quiet")
+
 
 def outside_hash(event: AuditEvent) -> str:
     """The hash as an outside verifier computes it from the documented format (docs/security-audit.md), not our

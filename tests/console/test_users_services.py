@@ -38,7 +38,7 @@ def _events(user: User, action: str) -> list[AuditEvent]:
     return list(AuditEvent.objects.filter(subject_type="user", subject_id=str(user.pk), action=action).order_by("id"))
 
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("audit_quiet")]
 
 
 def test_an_admin_creates_a_user_and_the_creation_is_audited_with_who_and_what(personas):

@@ -23,7 +23,7 @@ from django.db import DatabaseError, connection, transaction
 from approvals.audit import audit_anchor, audit_record, event_fields, event_hash
 from approvals.models import AuditEvent
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("audit_quiet")]
 
 
 def _events(count: int) -> list[AuditEvent]:
