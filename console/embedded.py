@@ -122,10 +122,7 @@ class Supervisor:
             child.signal_group(signal.SIGTERM)
         deadline = time.monotonic() + timeout
         while any(c.group_alive() for c in self.children) and time.monotonic() < deadline:
-            for child in self.children:
-                if child.proc is not None:
-                    child.proc.poll()  # reap
-            self.orphans_reap()
+            self.orphans_reap()  # the children's exits and whatever they left behind
             time.sleep(0.05)
         for child in self.children:
             if child.group_alive():
@@ -225,10 +222,8 @@ def stop_seconds(env: dict[str, str]) -> float:
     try:
         grace = float(env.get("GATEHOUSE_SHUTDOWN_GRACE_SECONDS", SHUTDOWN_GRACE_SECONDS))
     except ValueError:
-        return STOP_SECONDS
-    if not math.isfinite(grace):
-        return STOP_SECONDS
-    return max(grace, 0.0) + STOP_MARGIN_SECONDS
+        grace = math.nan
+    return max(grace, 0.0) + STOP_MARGIN_SECONDS if math.isfinite(grace) else STOP_SECONDS
 
 
 def environment() -> dict[str, str]:

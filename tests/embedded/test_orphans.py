@@ -44,7 +44,7 @@ LAUNCHER = textwrap.dedent(
     from pathlib import Path
     from console.embedded import Child, Supervisor, reaper_become
 
-    pid_file, timeout = Path(sys.argv[1]), float(sys.argv[2])
+    pid_file, timeout, mode = Path(sys.argv[1]), float(sys.argv[2]), sys.argv[4]
     adopted = reaper_become()
     supervisor = Supervisor()
     supervisor.start(Child("leader", [sys.executable, "-c", sys.argv[3], str(pid_file)], dict(os.environ)))
@@ -57,6 +57,13 @@ LAUNCHER = textwrap.dedent(
     os.kill(leader.pid, signal.SIGKILL)  # the leader dies first, as a crashed worker does
     leader.wait()
     parent = int(Path(f"/proc/{grandchild}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    reaped_while_tending = None
+    if mode == "tend":  # while running: tend kills what the dead leader left, and must reap it too
+        supervisor.tend()
+        while Path(f"/proc/{grandchild}").exists() and time.monotonic() < deadline:
+            supervisor.tend()
+            time.sleep(0.02)
+        reaped_while_tending = not Path(f"/proc/{grandchild}").exists()
     started = time.monotonic()
     supervisor.stop(timeout)
     print(json.dumps({
@@ -66,25 +73,39 @@ LAUNCHER = textwrap.dedent(
         "grandchild_left": Path(f"/proc/{grandchild}").exists(),
         "group_alive": supervisor.children[0].group_alive(),
         "stop_seconds": time.monotonic() - started,
+        "reaped_while_tending": reaped_while_tending,
     }))
     """
 )
 
 
-def test_a_grandchild_outliving_its_leader_is_adopted_and_reaped_by_the_launcher(tmp_path: Path) -> None:
+def _launch(tmp_path: Path, mode: str) -> tuple[dict, str]:
     timeout = scaled(30)
     done = subprocess.run(
-        [sys.executable, "-c", LAUNCHER, str(tmp_path / "grandchild.pid"), str(timeout), LEADER],
+        [sys.executable, "-c", LAUNCHER, str(tmp_path / "grandchild.pid"), str(timeout), LEADER, mode],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=timeout * 2,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    return json.loads(done.stdout.strip().splitlines()[-1]), done.stdout
+
+
+def test_a_grandchild_outliving_its_leader_is_adopted_and_reaped_by_the_launcher(tmp_path: Path) -> None:
+    timeout = scaled(30)
+    result, stdout = _launch(tmp_path, "stop")
     assert result["adopted"]
     assert result["grandchild_parent"] == result["me"]  # not PID 1
     assert not result["grandchild_left"]  # reaped: not even a zombie
     assert not result["group_alive"]
-    assert "did not stop within" not in done.stdout  # the group ended before the kill deadline
+    assert "did not stop within" not in stdout  # the group ended before the kill deadline
     assert result["stop_seconds"] < timeout
+
+
+def test_what_a_dead_child_left_behind_is_reaped_while_the_stack_runs(tmp_path: Path) -> None:
+    # A crashed worker's beat, killed with the rest of its group before the worker is restarted:
+    # its exit is the launcher's to reap, or zombies pile up for as long as the stack runs.
+    result, _ = _launch(tmp_path, "tend")
+    assert result["grandchild_parent"] == result["me"]
+    assert result["reaped_while_tending"] is True
