@@ -6,9 +6,9 @@ import time
 from typing import Any
 from uuid import UUID
 
-from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.contrib.auth.models import User
+from django.db import connection
 from ninja import Query, Router, Schema, Status
 from pydantic import Field
 
@@ -98,22 +98,22 @@ class ThreadWaitQuery(Schema):
 
 
 @router.post("/threads", response={201: ThreadOut}, tags=["threads"])
-async def thread_create(request: AuthedRequest, body: ThreadIn, query: Query[ThreadWaitQuery]) -> Status[ThreadOut]:
+def thread_create(request: AuthedRequest, body: ThreadIn, query: Query[ThreadWaitQuery]) -> Status[ThreadOut]:
     """Start a thread; with ``wait_for`` (long poll) the response waits until the thread reaches one of
     those statuses (e.g. ``interrupted``: its approval tasks are in ``pending_tasks``) or ``timeout`` passes."""
     user = _user(request)
     if query.wait_for is None:
-        return Status(201, await sync_to_async(_thread_started)(user, body))
+        return Status(201, _thread_started(user, body))
     # Checked before anything is written: a bad wait leaves no thread behind.
     wanted, seconds = _statuses(query.wait_for), _wait_seconds(query.timeout, "timeout")
-    thread_id, run_id = await sync_to_async(_thread_start_to_wait)(user, body)
-    await _until(
+    thread_id, run_id = _thread_start_to_wait(user, body)
+    _until(
         thread_id,
         lambda: selectors.status_read(model=Thread, pk=thread_id),
         lambda status: status is None or status in wanted,  # None: the thread is gone
         seconds,
     )
-    out = await sync_to_async(_thread_detail)(user, thread_id)
+    out = _thread_detail(user, thread_id)
     out.run_id = run_id
     return Status(201, out)
 
@@ -153,27 +153,34 @@ def _statuses(value: str) -> set[str]:
     return wanted
 
 
-async def _until(thread_id: Any, read: Any, done: Any, seconds: float, *, first: Any = None) -> Any:
+def _until(thread_id: Any, read: Any, done: Any, seconds: float, *, first: Any = None) -> Any:
     """Re-read with ``read()`` until ``done(value)`` or ``seconds`` pass, waking on the thread's NOTIFY.
 
-    ``first``: what to call instead of ``read`` the first time (e.g. the visibility check)."""
+    ``first``: what to call instead of ``read`` the first time (e.g. the visibility check).
+
+    The wait blocks the request's own thread, which the request holds until it answers either way
+    (console.request_threads): waiting in an async view instead cost two more crossings between the
+    thread and the event loop per read. Between reads the database connection goes back to the pool,
+    so a held request does not hold one of the process's connections."""
     deadline = time.monotonic() + seconds
-    async with ThreadWatch(thread_id) as watch:
+    with ThreadWatch(thread_id) as watch:
         while True:
-            value = await sync_to_async(first or read)()
+            value = (first or read)()
             first = None
             remaining = deadline - time.monotonic()
             if done(value) or remaining <= 0:
                 return value
-            await watch.changed(remaining)
+            if getattr(connection, "pool", None) is not None and not connection.in_atomic_block:
+                connection.close()  # back to the pool
+            watch.wait(remaining)
 
 
 @router.get("/threads/{thread_id}", response=ThreadOut, tags=["threads"])
-async def thread_detail(request: AuthedRequest, thread_id: UUID, query: Query[ThreadWaitQuery]) -> ThreadOut:
+def thread_detail(request: AuthedRequest, thread_id: UUID, query: Query[ThreadWaitQuery]) -> ThreadOut:
     """The thread; with ``wait_for`` (long poll) once it reaches one of those statuses or ``timeout`` passes."""
     user = _user(request)
     if query.wait_for is None:
-        return await sync_to_async(_thread_detail)(user, thread_id)
+        return _thread_detail(user, thread_id)
     wanted, seconds = _statuses(query.wait_for), _wait_seconds(query.timeout, "timeout")
 
     def first() -> ThreadOut | str:
@@ -185,12 +192,12 @@ async def thread_detail(request: AuthedRequest, thread_id: UUID, query: Query[Th
         return value is None or isinstance(value, ThreadOut) or value in wanted  # None: the thread is gone
 
     # Visibility is checked once, then each wake re-reads only the status; the answer checks it again.
-    value: ThreadOut | str | None = await _until(
+    value: ThreadOut | str | None = _until(
         thread_id, lambda: selectors.status_read(model=Thread, pk=thread_id), done, seconds, first=first
     )
     if isinstance(value, ThreadOut):
         return value
-    return await sync_to_async(_thread_detail)(user, thread_id)
+    return _thread_detail(user, thread_id)
 
 
 def _thread_detail(user: Any, thread_id: UUID, thread: Thread | None = None) -> ThreadOut:
@@ -294,15 +301,15 @@ def _decision_out(decision: Decision, shown: gateway.DecisionShown) -> DecisionO
 
 
 @router.post("/tasks/{task_id}/decision", response={201: DecisionOut}, tags=["tasks"])
-async def task_decide(
+def task_decide(
     request: AuthedRequest, task_id: UUID, body: DecisionIn, wait: float | None = None
 ) -> Status[DecisionOut]:
     """Decide; with ``?wait=<seconds>`` the response waits until the resumed run has finished (bounded)."""
     seconds = _wait_seconds(wait, "wait") if wait is not None else 0.0
-    out, thread_id = await sync_to_async(_task_decide)(request, task_id, body)
+    out, thread_id = _task_decide(request, task_id, body)
     if seconds and out.run_id is not None:
         run_id = out.run_id
-        out.run_status = await _until(
+        out.run_status = _until(
             thread_id,
             lambda: selectors.status_read(model=Run, pk=run_id),
             lambda s: s not in ACTIVE_RUN_STATUSES,

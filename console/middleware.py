@@ -80,24 +80,3 @@ class ContentSecurityPolicyMiddleware:
         if "Content-Security-Policy" not in response and not request.path.startswith(("/api/docs", "/lg/docs")):
             response["Content-Security-Policy"] = settings.CONTENT_SECURITY_POLICY
         return response
-
-
-class SyncChainMiddleware:
-    """Last in MIDDLEWARE, sync only: it keeps the whole chain above it in one mode, sync.
-
-    Under ASGI Django runs each middleware in the mode of the one below it, starting from the
-    async view handler. With async-capable middleware at the bottom (django-htmx, django-axes) the
-    chain was async from the CSP middleware down, and Django's own middleware (sessions, CSRF, auth,
-    messages…) in async mode sends its process_request and process_response each to a worker thread:
-    a dozen thread hops per request, ~40% of a simple API request's CPU in daphne. Pinned here, the
-    request crosses to a thread once at the top and back to the event loop once, for the view.
-    """
-
-    sync_capable = True
-    async_capable = False
-
-    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
-        self.get_response = get_response
-
-    def __call__(self, request: HttpRequest) -> HttpResponse:
-        return self.get_response(request)

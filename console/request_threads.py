@@ -9,6 +9,14 @@ each request borrows one single-thread executor from a free list and gives it ba
 a WSGI server's threads serve request after request (Django closes or returns the connection at
 ``request_finished`` either way).
 
+The middleware chain is built sync all the way down to Django's sync ``_get_response``, and the
+request crosses to its thread once, at the top (``load_middleware``). Built in async mode, Django ends
+the chain with its async view handler: a request went thread → event loop (``async_to_sync``) to
+resolve the URL, then back to the thread for each sync ``process_view`` and for a sync view — four
+more crossings per request, each a thread wake-up and a future resolved on the event loop. Sync
+down to the view, a sync view runs where the chain runs; an async view (the long polls) is driven
+from there by ``async_to_sync``, as under a WSGI server.
+
 One request's sync code still runs on one thread, one call at a time, as Django requires. asgiref
 waits for a sync call to return even when its request is cancelled (a client that went away), so a
 request gives its thread back idle; a thread given back with a call still on it would not be lent
@@ -63,6 +71,13 @@ class ReusedThreadASGIHandler(ASGIHandler):
     def __init__(self) -> None:
         super().__init__()
         self._idle: list[RequestThread] = []  # touched only on the event loop's thread
+
+    def load_middleware(self, is_async: bool = False) -> None:
+        """The chain in sync mode down to the view, entered through one ``sync_to_async`` (see the module)."""
+        super().load_middleware(is_async=False)
+        if is_async:
+            chain: Callable[[Any], Any] = self._middleware_chain  # type: ignore[has-type]
+            self._middleware_chain = self.adapt_method_mode(True, chain, False)
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":  # as Django's handler

@@ -138,9 +138,8 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     # Last, as django-axes requires: it turns a lockout raised during login into a response.
+    # Under ASGI the chain runs in sync mode too: console.request_threads builds it so.
     "axes.middleware.AxesMiddleware",
-    # Below it, doing nothing but keep the chain sync: one thread hop per request, not a dozen.
-    "console.middleware.SyncChainMiddleware",
 ]
 
 AUTHENTICATION_BACKENDS = [

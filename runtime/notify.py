@@ -127,7 +127,8 @@ def listener_ready(timeout: float) -> bool:
 
 
 class ThreadWatch:
-    """``async with ThreadWatch(thread_id) as watch: ... await watch.changed(timeout)``.
+    """``with ThreadWatch(thread_id) as watch: ... watch.wait(timeout)`` on a thread, or
+    ``async with ThreadWatch(thread_id) as watch: ... await watch.changed(timeout)`` on an event loop.
 
     Subscribe first, then read the row, then wait: a change committed between
     the read and the wait still sets the event, so nothing is missed.
@@ -136,12 +137,36 @@ class ThreadWatch:
     def __init__(self, thread_id: Any) -> None:
         self.thread_id = str(thread_id)
         self._event = asyncio.Event()
+        self._flag = threading.Event()  # the sync waiter's
         self._loop: asyncio.AbstractEventLoop | None = None
         self._listening = _postgres()
 
     def _wake(self) -> None:
         if self._loop is not None:
             self._loop.call_soon_threadsafe(self._event.set)
+        else:
+            self._flag.set()
+
+    def __enter__(self) -> ThreadWatch:
+        if self._listening:
+            _listener.subscribe(self.thread_id, self._wake)
+            if not _listener.listening.is_set():  # see __aenter__
+                _listener.listening.wait(LISTEN_START_SECONDS)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._listening:
+            _listener.unsubscribe(self.thread_id, self._wake)
+
+    def wait(self, timeout: float) -> bool:
+        """Block until notified or ``timeout`` (capped by the fallback interval); True if notified."""
+        notified = self._flag.wait(max(0.0, min(timeout, self._cap)))
+        self._flag.clear()  # before the caller's re-read: a change after it wakes the next wait
+        return notified
+
+    @property
+    def _cap(self) -> float:
+        return FALLBACK_SECONDS if self._listening else EMBEDDED_POLL_SECONDS
 
     async def __aenter__(self) -> ThreadWatch:
         self._loop = asyncio.get_running_loop()
@@ -160,9 +185,8 @@ class ThreadWatch:
 
     async def changed(self, timeout: float) -> bool:
         """Wait until notified or ``timeout`` (capped by the fallback interval); True if notified."""
-        cap = FALLBACK_SECONDS if self._listening else EMBEDDED_POLL_SECONDS
         try:
-            await asyncio.wait_for(self._event.wait(), timeout=max(0.0, min(timeout, cap)))
+            await asyncio.wait_for(self._event.wait(), timeout=max(0.0, min(timeout, self._cap)))
         except TimeoutError:
             return False
         self._event.clear()

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 import uuid
 from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
+from asgiref.testing import ApplicationCommunicator
+from django.test import override_settings
 
 from approvals.models import Decision
 from runtime.models import Thread
@@ -56,6 +59,84 @@ def test_another_threads_outcome_does_not_wake_a_watch(operator):
             return await watch.changed(0.05)
 
     assert asyncio.run(scenario()) is False
+
+
+def test_a_watch_on_a_thread_is_woken_by_the_committed_run_outcome(operator):
+    """The long polls wait on their request's thread (``with``, ``wait``): the same wake-up."""
+    run = _claimed_run(operator)
+    with ThreadWatch(run.thread_id) as watch:
+        assert listener_ready(scaled(10))
+        before = watch.wait(0.05)
+        run_finish(run=run, outcome=_interrupt_outcome("notify"))
+        deadline = time.monotonic() + scaled(10)
+        woken = False
+        while not woken and time.monotonic() < deadline:
+            woken = watch.wait(deadline - time.monotonic())
+    assert before is False
+    assert woken is True
+
+
+def test_another_threads_outcome_does_not_wake_a_watch_on_a_thread(operator):
+    mine, other = _claimed_run(operator), _claimed_run(operator)
+    with ThreadWatch(mine.thread_id) as watch, ThreadWatch(other.thread_id) as other_watch:
+        assert listener_ready(scaled(10))
+        run_finish(run=other, outcome=_interrupt_outcome("other"))
+        deadline = time.monotonic() + scaled(10)
+        while not other_watch.wait(deadline - time.monotonic()):
+            assert time.monotonic() < deadline, "the other thread's notification never came"
+        assert watch.wait(0.05) is False
+
+
+def test_a_held_long_poll_gives_its_database_connection_back_while_it_waits(operator):
+    """A request waiting for its thread must not hold one of the process's pooled connections for its
+    whole wait: with the pool's size in long polls every other request would queue for a connection."""
+    from django.db import connection
+
+    from console.request_threads import ReusedThreadASGIHandler
+    from tests.perf.test_request_hops import _scope
+
+    assert connection.pool is not None, "the test settings use the pool, as production does"
+    Thread.objects.exists()  # this test's own connection, checked out before the count
+    stats = connection.pool.get_stats
+
+    def in_use() -> int:
+        now = stats()
+        return int(now["pool_size"] - now["pool_available"])
+
+    held = in_use()
+    marker, wait = uuid.uuid4().hex, scaled(20)
+    body = json.dumps({"graph": "loan_approval", "input": loan_input(), "metadata": {"marker": marker}})
+    app = ReusedThreadASGIHandler()
+    answered: dict[str, Any] = {}
+
+    async def serve() -> None:
+        request = ApplicationCommunicator(
+            app,
+            _scope(
+                "POST",
+                "/api/threads",
+                f"wait_for=completed,failed&timeout={wait}",
+                [(b"authorization", f"Bearer {operator.token}".encode()), (b"content-type", b"application/json")],
+            ),
+        )
+        await request.send_input({"type": "http.request", "body": body.encode(), "more_body": False})
+        answered["start"] = await request.receive_output(wait + scaled(30))
+        await request.receive_output(scaled(10))
+
+    with override_settings(ALLOWED_HOSTS=["testserver"]):
+        server = threading.Thread(target=lambda: asyncio.run(serve()), daemon=True)
+        server.start()
+        # No worker runs the thread: the request waits out its timeout. Once the thread is written and
+        # read, the request's connection is back in the pool for the rest of the wait.
+        deadline = time.monotonic() + scaled(10)
+        while not (Thread.objects.filter(metadata__marker=marker).exists() and in_use() == held):
+            assert time.monotonic() < deadline, f"the waiting request still holds a connection ({in_use()})"
+            time.sleep(0.01)
+        assert server.is_alive(), answered  # still waiting
+        # The wait ends: the thread is marked failed (its next read, at the latest the fallback poll's).
+        Thread.objects.filter(metadata__marker=marker).update(status="failed")
+        server.join(wait + scaled(30))
+    assert answered["start"]["status"] == 201, answered
 
 
 @pytest.mark.integration
