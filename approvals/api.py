@@ -168,7 +168,7 @@ def _until(thread_id: Any, read: Any, done: Any, seconds: float, *, first: Any =
             value = (first or read)()
             first = None
             remaining = deadline - time.monotonic()
-            if done(value) or remaining <= 0:
+            if done(value) or remaining <= 0 or watch.ended:  # ended: the client left, or the server stops
                 return value
             if getattr(connection, "pool", None) is not None and not connection.in_atomic_block:
                 connection.close()  # back to the pool

@@ -17,6 +17,10 @@ more crossings per request, each a thread wake-up and a future resolved on the e
 down to the view, a sync view runs where the chain runs; an async view (the long polls) is driven
 from there by ``async_to_sync``, as under a WSGI server.
 
+A sync call cannot be cancelled: a request whose client went away (``http.disconnect``) or whose
+server is stopping (daphne cancels its requests) ends its long poll's wait through
+``runtime.notify.WaitsEnd`` instead, so neither waits out the poll's timeout.
+
 One request's sync code still runs on one thread, one call at a time, as Django requires. asgiref
 waits for a sync call to return even when its request is cancelled (a client that went away), so a
 request gives its thread back idle; a thread given back with a call still on it would not be lent
@@ -25,6 +29,7 @@ again (the next request would queue behind that call): it finishes and exits on 
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -32,6 +37,8 @@ from typing import Any
 
 from asgiref.sync import ThreadSensitiveContext
 from django.core.handlers.asgi import ASGIHandler
+
+from runtime.notify import WaitsEnd, waits_end_for, waits_end_reset
 
 # Threads kept idle at most: beyond it, a returned thread exits (the server's concurrent requests
 # rarely exceed it; each kept thread costs its stack and nothing else).
@@ -82,6 +89,29 @@ class ReusedThreadASGIHandler(ASGIHandler):
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":  # as Django's handler
             raise ValueError(f"Django can only handle ASGI/HTTP connections, not {scope['type']}.")
+        end = WaitsEnd()
+
+        async def receive_watched() -> Any:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                end.end()  # the client left: a long poll stops waiting for it
+            return message
+
+        token = waits_end_for(end)  # the request's task (and the threads it runs on) inherit it
+        try:
+            served = asyncio.ensure_future(self._serve(scope, receive_watched, send))
+        finally:
+            waits_end_reset(token)
+        try:
+            await asyncio.shield(served)
+        except asyncio.CancelledError:
+            # The server cancels its requests as it stops (daphne on SIGTERM): a sync call cannot be
+            # cancelled, so a long poll would hold the server up to its timeout. End its wait: it
+            # answers with the state as it is, and the request finishes.
+            end.end()
+            raise
+
+    async def _serve(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         thread = self._idle.pop() if self._idle else RequestThread()
         try:
             async with ThreadSensitiveContext(executor=thread):

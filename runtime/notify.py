@@ -17,6 +17,7 @@ notification lost while the listener reconnects only delays them. On SQLite
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import threading
 import time
@@ -126,6 +127,55 @@ def listener_ready(timeout: float) -> bool:
     return _listener.listening.wait(timeout)
 
 
+class WaitsEnd:
+    """Ends a request's waits early: its client went away, or its server is stopping.
+
+    The web server gives each request one (``waits_end_for``; console.request_threads), ends it on
+    ``http.disconnect`` or when the server cancels the request, and every ``ThreadWatch`` the request
+    waits on returns at once instead of at its timeout: a long poll whose client left gives its
+    thread back, and a stopping server is not held up to a long poll's whole timeout.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._ended = False
+        self._wakes: set[Callable[[], None]] = set()
+
+    @property
+    def ended(self) -> bool:
+        return self._ended
+
+    def end(self) -> None:
+        with self._lock:
+            self._ended = True
+            wakes = list(self._wakes)
+        for wake in wakes:
+            wake()
+
+    def subscribe(self, wake: Callable[[], None]) -> None:
+        with self._lock:
+            self._wakes.add(wake)
+            ended = self._ended
+        if ended:
+            wake()
+
+    def unsubscribe(self, wake: Callable[[], None]) -> None:
+        with self._lock:
+            self._wakes.discard(wake)
+
+
+_waits_end: contextvars.ContextVar[WaitsEnd | None] = contextvars.ContextVar("gatehouse_waits_end", default=None)
+
+
+def waits_end_for(end: WaitsEnd) -> contextvars.Token[WaitsEnd | None]:
+    """Tie the waits of the current context (a request, and the threads it runs on) to ``end``."""
+    return _waits_end.set(end)
+
+
+def waits_end_reset(token: contextvars.Token[WaitsEnd | None]) -> None:
+    _waits_end.reset(token)
+
+
 class ThreadWatch:
     """``with ThreadWatch(thread_id) as watch: ... watch.wait(timeout)`` on a thread, or
     ``async with ThreadWatch(thread_id) as watch: ... await watch.changed(timeout)`` on an event loop.
@@ -140,6 +190,12 @@ class ThreadWatch:
         self._flag = threading.Event()  # the sync waiter's
         self._loop: asyncio.AbstractEventLoop | None = None
         self._listening = _postgres()
+        self._end = _waits_end.get()
+
+    @property
+    def ended(self) -> bool:
+        """Whether the request waiting here is over (its client left, its server stops): stop waiting."""
+        return self._end is not None and self._end.ended
 
     def _wake(self) -> None:
         if self._loop is not None:
@@ -148,6 +204,8 @@ class ThreadWatch:
             self._flag.set()
 
     def __enter__(self) -> ThreadWatch:
+        if self._end is not None:
+            self._end.subscribe(self._flag.set)
         if self._listening:
             _listener.subscribe(self.thread_id, self._wake)
             if not _listener.listening.is_set():  # see __aenter__
@@ -155,11 +213,15 @@ class ThreadWatch:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if self._end is not None:
+            self._end.unsubscribe(self._flag.set)
         if self._listening:
             _listener.unsubscribe(self.thread_id, self._wake)
 
     def wait(self, timeout: float) -> bool:
-        """Block until notified or ``timeout`` (capped by the fallback interval); True if notified."""
+        """Block until notified, ``timeout`` (capped by the fallback interval) or the request's end."""
+        if self.ended:
+            return False
         notified = self._flag.wait(max(0.0, min(timeout, self._cap)))
         self._flag.clear()  # before the caller's re-read: a change after it wakes the next wait
         return notified

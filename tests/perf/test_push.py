@@ -139,6 +139,66 @@ def test_a_held_long_poll_gives_its_database_connection_back_while_it_waits(oper
     assert answered["start"]["status"] == 201, answered
 
 
+def _long_poll(app: Any, persona: Any, thread_id: Any, seconds: float) -> ApplicationCommunicator:
+    from tests.perf.test_request_hops import _scope
+
+    return ApplicationCommunicator(
+        app,
+        _scope(
+            "GET",
+            f"/api/threads/{thread_id}",
+            f"wait_for=completed&timeout={seconds}",
+            [(b"authorization", f"Bearer {persona.token}".encode())],
+        ),
+    )
+
+
+@override_settings(ALLOWED_HOSTS=["testserver"])
+def test_a_long_poll_whose_client_leaves_stops_waiting_at_once(operator):
+    """A sync wait cannot be cancelled: the client's ``http.disconnect`` ends it (runtime.notify.WaitsEnd).
+    Otherwise a left long poll holds its thread (and the request) to its whole timeout."""
+    from console.request_threads import ReusedThreadASGIHandler
+
+    run = _claimed_run(operator)  # busy, and nothing will finish it
+    app, patience = ReusedThreadASGIHandler(), scaled(10)
+
+    async def scenario() -> float:
+        request = _long_poll(app, operator, run.thread_id, patience * 6)
+        await request.send_input({"type": "http.request", "body": b"", "more_body": False})
+        await asyncio.to_thread(listener_ready, scaled(10))
+        t0 = time.monotonic()
+        await request.send_input({"type": "http.disconnect"})
+        await request.wait(patience)  # raises TimeoutError if the request still waits
+        return time.monotonic() - t0
+
+    assert asyncio.run(scenario()) < patience
+    assert app.threads_kept == 1  # its thread given back idle
+
+
+@override_settings(ALLOWED_HOSTS=["testserver"])
+def test_a_long_poll_ends_when_the_server_cancels_its_requests(operator):
+    """daphne cancels its requests as it stops: the long poll answers at once, and its thread is free,
+    instead of holding the stopping server up to the poll's timeout (``make run``'s Ctrl-C killed the
+    web process after its grace while a client waited)."""
+    from console.request_threads import ReusedThreadASGIHandler
+
+    run = _claimed_run(operator)
+    app, patience = ReusedThreadASGIHandler(), scaled(10)
+
+    async def scenario() -> float:
+        request = _long_poll(app, operator, run.thread_id, patience * 6)
+        await request.send_input({"type": "http.request", "body": b"", "more_body": False})
+        await asyncio.to_thread(listener_ready, scaled(10))
+        t0 = time.monotonic()
+        request.future.cancel()
+        while app.threads_kept != 1:  # the request's thread, given back once its call returned
+            assert time.monotonic() - t0 < patience, "the cancelled long poll still waits"
+            await asyncio.sleep(0.01)
+        return time.monotonic() - t0
+
+    assert asyncio.run(scenario()) < patience
+
+
 @pytest.mark.integration
 @pytest.mark.usefixtures("live_worker")
 def test_the_long_poll_returns_once_the_thread_pauses_and_the_decision_waits_for_its_run(operator, reviewer):
