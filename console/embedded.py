@@ -166,7 +166,11 @@ def reaper_become() -> bool:
 
 
 def port_free(port: int) -> bool:
+    """Whether the servers can listen on ``port``. They bind with SO_REUSEADDR (daphne through Twisted,
+    the fake bank through http.server), and so does this check: a port whose connections from the
+    last run still wait in TIME_WAIT is free to them, only one someone listens on is not."""
     with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
         except OSError:
