@@ -122,6 +122,12 @@ class _Listener:
 _listener = _Listener()
 
 
+def watchers(thread_id: Any) -> int:
+    """How many watches in this process wait on ``thread_id`` now (PostgreSQL; 0 on SQLite)."""
+    with _listener._lock:
+        return len(_listener._callbacks.get(str(thread_id), ()))
+
+
 def listener_ready(timeout: float) -> bool:
     """True once this process's LISTEN connection is up (it starts with the first watch)."""
     return _listener.listening.wait(timeout)

@@ -67,6 +67,7 @@ async def _answer(request: ApplicationCommunicator) -> tuple[int, str]:
     start = await request.receive_output(scaled(10))
     assert start["status"] == 200, start
     body = await request.receive_output(scaled(10))
+    await request.wait(scaled(10))  # the request is over (its response closed, its thread given back)
     ident, name = body["body"].decode().split(" ", 1)
     return int(ident), name
 

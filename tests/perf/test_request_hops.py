@@ -8,9 +8,10 @@ event loop to resolve its URL, then to the thread again for each sync ``process_
 context) and for the view — and with async-capable middleware at the bottom of the chain (django-htmx,
 django-axes) Django's own middleware ran in async mode, a crossing per hook: 16 in all.
 
-What is left: the chain with its view, and closing the response (Django's handler sends it to the
-thread on its own, after the response is sent). The long polls are sync views since the same change: waiting
-blocks the request's own thread, which it held through the wait anyway.
+What is left: the ``request_started`` signal, the chain with its view, and closing the response
+(Django's handler sends the signal and the close to the thread each on its own). The long polls
+are sync views since the same change: waiting blocks the request's own thread, which it held
+through the wait anyway.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from tests.conftest import loan_input, scaled
 
 pytestmark = pytest.mark.usefixtures("live_db")
 
-TO_THREAD = 2  # the chain with its view; closing the response
+TO_THREAD = 3  # the request_started signal; the chain with its view; closing the response
 
 
 def _scope(method: str, path: str, query: str, headers: list[tuple[bytes, bytes]]) -> dict[str, Any]:
@@ -68,6 +69,7 @@ def _crossings(monkeypatch, method: str, path: str, *, query: str = "", headers=
         await request.send_input({"type": "http.request", "body": body, "more_body": False})
         start = await request.receive_output(scaled(30))
         await request.receive_output(scaled(30))
+        await request.wait(scaled(30))  # and the request is over: its response closed
         return int(start["status"])
 
     monkeypatch.setattr(sync.SyncToAsync, "__call__", counted_to_thread)
