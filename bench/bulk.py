@@ -143,7 +143,7 @@ def main() -> int:
             Proc(
                 "web",
                 [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "console.asgi:application"],
-                {**env, "DJANGO_SETTINGS_MODULE": "bench.settings"},
+                env,
                 run_dir,
             )
         )

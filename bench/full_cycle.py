@@ -933,13 +933,6 @@ def main() -> int:
         help="wait with the API's long polls (default) or poll every --poll / --idle-poll",
     )
     parser.add_argument("--idle-poll", type=float, default=0.002, help="poll interval (s) one at a time (0.002)")
-    parser.add_argument(
-        "--no-web-pool",
-        dest="web_pool",
-        action="store_false",
-        help="run daphne on the stock settings (persistent connections per request thread; "
-        "exhausts max_connections=100 under load) instead of bench/settings.py's pool",
-    )
     parser.add_argument("--db", default="gatehouse_bench", help="database to recreate (default gatehouse_bench)")
     parser.add_argument("--keep-db", action="store_true", help="keep the database afterwards for inspection")
     parser.add_argument(
@@ -999,11 +992,10 @@ def main() -> int:
         ]
         procs += [worker for worker, _ in workers]
         port = free_port()
-        web_env = {**env, "DJANGO_SETTINGS_MODULE": "bench.settings"} if args.web_pool else env
         web = Proc(
             "web",
             [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "console.asgi:application"],
-            web_env,
+            env,
             run_dir,
         )
         procs.append(web)
@@ -1101,11 +1093,7 @@ def main() -> int:
             f"{effects['gatehouse_threads']}, baseline {effects['baseline_paid_once']}/"
             f"{effects['baseline_threads']}"
         )
-        if args.web_pool:
-            print(
-                "web process: bench/settings.py = console.settings + Django's psycopg pool (max 16, "
-                "CONN_MAX_AGE=0); worker: stock console.settings"
-            )
+        print("web process and worker: the production settings (console.settings), as shipped")
         print(
             "one-at-a-time decision → completed, medians (ms): "
             + "; ".join(f"{k} {v:.1f}" for k, v in breakdown.items())

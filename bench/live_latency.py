@@ -211,7 +211,7 @@ def main() -> int:
         web = Proc(
             "web",
             [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "console.asgi:application"],
-            {**env, "DJANGO_SETTINGS_MODULE": "bench.settings"},
+            env,
             run_dir,
         )
         procs.append(web)

@@ -105,7 +105,7 @@ def gatehouse(args: argparse.Namespace) -> dict[str, Any]:
             Proc(
                 "web",
                 [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "console.asgi:application"],
-                {**env, "DJANGO_SETTINGS_MODULE": "bench.settings"},
+                env,
                 run_dir,
             )
         )
