@@ -199,10 +199,14 @@ else:
     DATABASES = {"default": dj_database_url.parse(DATABASE_URL or "")}
     # A per-process psycopg pool: daphne and the Celery thread pool start and
     # end threads freely, and persistent per-thread connections (CONN_MAX_AGE)
-    # exhausted PostgreSQL's connection limit under load. Pool checkouts are
-    # health-checked, so a killed connection is replaced, not handed out.
+    # exhausted PostgreSQL's connection limit under load. A killed connection is
+    # replaced on checkout, not handed out.
     DATABASES["default"]["CONN_MAX_AGE"] = 0
-    DATABASES["default"]["CONN_HEALTH_CHECKS"] = True  # with a pool: check each checkout
+    if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+        # Django's backend with a pool check that makes its round trip only for a doubtful
+        # connection (runtime/postgresql); CONN_HEALTH_CHECKS would make it on every checkout.
+        DATABASES["default"]["ENGINE"] = "runtime.postgresql"
+    DATABASES["default"]["CONN_HEALTH_CHECKS"] = False
     DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
         "min_size": env_int("GATEHOUSE_DB_POOL_MIN", 2, minimum=0),
         "max_size": env_int("GATEHOUSE_DB_POOL_MAX", 20, minimum=1),

@@ -16,10 +16,8 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
-import select
 import sqlite3
 import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -34,6 +32,7 @@ from psycopg_pool import ConnectionPool
 
 from runtime.blobs import BlobSpillingSaver, PostgresSql, Sql, SqliteSql, blob_store_build
 from runtime.fencing import FencedPostgresSaver, FencedSqliteSaver, saver_connection
+from runtime.pool_checks import connection_check_if_doubtful
 from runtime.upcasters import SchemaVersionedSaver
 
 _lock = threading.Lock()
@@ -130,7 +129,7 @@ class GatehouseSqliteSaver(FencedSqliteSaver, SchemaVersionedSaver, BlobSpilling
 def _blob_sql() -> Sql:
     """Blobs live in Django's default database, reached without the ORM (see runtime.blobs)."""
     db = connections["default"].settings_dict
-    if db["ENGINE"] == "django.db.backends.postgresql":
+    if _postgres(db):
         return PostgresSql(_pool_get(db))
     return SqliteSql(str(db["NAME"]))
 
@@ -140,7 +139,7 @@ def _saver_build() -> BaseCheckpointSaver[str]:
         checkpointer_preflight()
         return _redis_saver()
     db = connections["default"].settings_dict
-    if db["ENGINE"] == "django.db.backends.postgresql":
+    if _postgres(db):
         return _postgres_saver(db)
     return _sqlite_saver()
 
@@ -161,62 +160,23 @@ def _pool_get(db: dict[str, object]) -> Any:
     from psycopg.rows import dict_row
 
     conninfo = checkpointer_conninfo(db)
-    _pool = CheckpointPool(
+    _pool = ConnectionPool(
         conninfo,
         min_size=1,
         max_size=settings.GATEHOUSE_CHECKPOINT_POOL_SIZE,
         kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row},
         # A connection killed under us (failover, pg_terminate_backend) is
         # discarded on checkout instead of failing the next run.
-        check=CheckpointPool.check_if_doubtful,
+        check=connection_check_if_doubtful,
         open=True,
         name="gatehouse-checkpoints",
     )
     return _pool
 
 
-# A connection back in the pool for longer than this is checked with a round trip on checkout.
-POOL_CHECK_IDLE_SECONDS = 5.0
-_IDLE_SINCE = "_gatehouse_idle_since"
-
-
-class CheckpointPool(ConnectionPool):
-    """The checkpointer's pool: a connection is checked on checkout only when it may be dead.
-
-    ``ConnectionPool.check_connection`` costs a round trip on every checkout,
-    i.e. on every checkpoint read and write (11 per start run). A connection
-    the server closed (``pg_terminate_backend``, a shutdown, a failover's
-    restart) has something to read — the server's goodbye, then the end of the
-    stream — while a healthy idle connection has nothing: that is a poll of the
-    socket, no round trip. A connection with something to read, one that sat
-    in the pool for more than ``POOL_CHECK_IDLE_SECONDS`` (a dead network path
-    says nothing) and one never returned yet are checked with the round trip.
-    """
-
-    def putconn(self, conn: Any) -> None:
-        setattr(conn, _IDLE_SINCE, time.monotonic())
-        super().putconn(conn)
-
-    @staticmethod
-    def check_if_doubtful(conn: Any) -> None:
-        idle_since = getattr(conn, _IDLE_SINCE, None)
-        if idle_since is None or time.monotonic() - idle_since > POOL_CHECK_IDLE_SECONDS or _has_input(conn):
-            ConnectionPool.check_connection(conn)
-
-
-def _has_input(conn: Any) -> bool:
-    """Whether an idle connection's socket has anything to read (or is closed); True where poll() is missing."""
-    from psycopg import OperationalError
-
-    if not hasattr(select, "poll"):
-        return True
-    try:
-        fileno = conn.pgconn.socket
-    except OperationalError:  # the connection is lost: let the round trip say so
-        return True
-    poller = select.poll()
-    poller.register(fileno, select.POLLIN | select.POLLPRI)
-    return bool(poller.poll(0))
+def _postgres(db: dict[str, Any]) -> bool:
+    """Django's PostgreSQL backend or ours on top of it (runtime.postgresql)."""
+    return str(db["ENGINE"]).endswith("postgresql")
 
 
 def checkpointer_conninfo(db: dict[str, Any]) -> str:
@@ -248,7 +208,7 @@ def checkpointer_ping() -> None:
     """One round trip through the checkpointer's own connection (pool or SQLite handle); raises if it fails."""
     saver = checkpointer_get()
     db = connections["default"].settings_dict
-    if db["ENGINE"] == "django.db.backends.postgresql":
+    if _postgres(db):
         with _pool_get(db).connection(timeout=3) as conn:
             conn.execute("SELECT 1")
         return

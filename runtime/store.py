@@ -192,7 +192,7 @@ os.register_at_fork(after_in_child=_forget_after_fork)
 
 
 def _is_postgres() -> bool:
-    return bool(connections["default"].settings_dict["ENGINE"] == "django.db.backends.postgresql")
+    return connections["default"].vendor == "postgresql"
 
 
 def store_preflight() -> None:

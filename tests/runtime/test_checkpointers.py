@@ -190,7 +190,7 @@ def test_a_pooled_connection_killed_while_idle_is_replaced_on_checkout():
 
 @pytest.mark.usefixtures("live_db")
 def test_a_pooled_connection_just_returned_is_handed_out_without_a_round_trip(monkeypatch):
-    from runtime import checkpointer
+    from runtime import checkpointer, pool_checks
 
     checkpointer.checkpointer_get()
     pool = checkpointer.checkpointer_pool()
@@ -202,7 +202,7 @@ def test_a_pooled_connection_just_returned_is_handed_out_without_a_round_trip(mo
         with pool.connection():
             pass
     assert executes.count == 0
-    monkeypatch.setattr(checkpointer, "POOL_CHECK_IDLE_SECONDS", 0.0)  # idle too long: checked
+    monkeypatch.setattr(pool_checks, "POOL_CHECK_IDLE_SECONDS", 0.0)  # handed out too long ago: checked
     with pool.connection():
         pass
     assert executes.count == 1

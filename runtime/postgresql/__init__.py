@@ -1,0 +1,1 @@
+"""Django's PostgreSQL backend, with Gatehouse's pool check (``ENGINE = "runtime.postgresql"``)."""

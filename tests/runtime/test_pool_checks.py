@@ -1,0 +1,77 @@
+"""Django's connection pool checks a connection on checkout only when it may be dead
+(runtime.postgresql, runtime.pool_checks): a request or a run no longer pays a round trip for the
+check, and a connection the server killed is still replaced, not handed out."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.db import connection
+
+from runtime import pool_checks
+from tests.conftest import scaled, wait_for
+
+pytestmark = pytest.mark.usefixtures("live_db")
+
+
+class _Executes:
+    """Counts the statements psycopg sends on any connection (the pool's empty-query check included)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        import psycopg
+
+        self.count = 0
+        original = psycopg.Cursor.execute
+
+        def counted(cursor: Any, *args: Any, **kwargs: Any) -> Any:
+            self.count += 1
+            return original(cursor, *args, **kwargs)
+
+        monkeypatch.setattr(psycopg.Cursor, "execute", counted)
+
+
+def _checkout_pid() -> int:
+    """Give this thread's connection back to the pool and take one out again, as a request does."""
+    connection.close()
+    connection.ensure_connection()
+    return int(connection.connection.info.backend_pid)
+
+
+def test_the_settings_use_the_backend_with_the_doubtful_check():
+    assert connection.settings_dict["ENGINE"] == "runtime.postgresql"
+    assert connection.vendor == "postgresql"
+    assert connection.pool is not None and connection.pool._check is pool_checks.connection_check_if_doubtful
+
+
+def test_django_checks_out_a_just_returned_connection_without_a_round_trip(monkeypatch):
+    for _ in range(2 * connection.pool.max_size):  # each connection handed out once (checked then)
+        _checkout_pid()
+    executes = _Executes(monkeypatch)
+    for _ in range(connection.pool.max_size):
+        _checkout_pid()
+    assert executes.count == 0
+    monkeypatch.setattr(pool_checks, "POOL_CHECK_IDLE_SECONDS", 0.0)  # last handed out too long ago
+    _checkout_pid()
+    assert executes.count == 1
+
+
+def test_django_replaces_a_pooled_connection_the_server_killed():
+    import psycopg
+
+    from runtime.checkpointer import checkpointer_conninfo
+
+    victim = _checkout_pid()
+    connection.close()  # back in the pool, idle, then killed there
+    with psycopg.connect(checkpointer_conninfo(connection.settings_dict), autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", [victim])
+
+        def gone() -> bool:
+            row = admin.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", [victim]).fetchone()
+            return bool(row and row[0] == 0)
+
+        wait_for(gone, timeout=scaled(10), what="the backend to exit")
+    for _ in range(connection.pool.max_size + 1):  # whichever connection comes out, it works
+        assert _checkout_pid() != victim
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
