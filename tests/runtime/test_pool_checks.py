@@ -4,31 +4,14 @@ check, and a connection the server killed is still replaced, not handed out."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from django.db import connection
 
 from runtime import pool_checks
 from tests.conftest import scaled, wait_for
+from tests.runtime.test_checkpointers import _Executes
 
 pytestmark = pytest.mark.usefixtures("live_db")
-
-
-class _Executes:
-    """Counts the statements psycopg sends on any connection (the pool's empty-query check included)."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        import psycopg
-
-        self.count = 0
-        original = psycopg.Cursor.execute
-
-        def counted(cursor: Any, *args: Any, **kwargs: Any) -> Any:
-            self.count += 1
-            return original(cursor, *args, **kwargs)
-
-        monkeypatch.setattr(psycopg.Cursor, "execute", counted)
 
 
 def _checkout_pid() -> int:
