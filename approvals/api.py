@@ -8,7 +8,6 @@ from uuid import UUID
 
 from django.conf import settings
 from django.contrib.auth.models import User
-from django.db import connection
 from ninja import Query, Router, Schema, Status
 from pydantic import Field
 
@@ -160,8 +159,8 @@ def _until(thread_id: Any, read: Any, done: Any, seconds: float, *, first: Any =
 
     The wait blocks the request's own thread, which the request holds until it answers either way
     (console.request_threads): waiting in an async view instead cost two more crossings between the
-    thread and the event loop per read. Between reads the database connection goes back to the pool,
-    so a held request does not hold one of the process's connections."""
+    thread and the event loop per read. ``ThreadWatch.wait`` gives the pooled connection back while
+    it blocks."""
     deadline = time.monotonic() + seconds
     with ThreadWatch(thread_id) as watch:
         while True:
@@ -170,8 +169,6 @@ def _until(thread_id: Any, read: Any, done: Any, seconds: float, *, first: Any =
             remaining = deadline - time.monotonic()
             if done(value) or remaining <= 0 or watch.ended:  # ended: the client left, or the server stops
                 return value
-            if getattr(connection, "pool", None) is not None and not connection.in_atomic_block:
-                connection.close()  # back to the pool
             watch.wait(remaining)
 
 

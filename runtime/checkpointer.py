@@ -129,7 +129,7 @@ class GatehouseSqliteSaver(FencedSqliteSaver, SchemaVersionedSaver, BlobSpilling
 def _blob_sql() -> Sql:
     """Blobs live in Django's default database, reached without the ORM (see runtime.blobs)."""
     db = connections["default"].settings_dict
-    if _postgres(db):
+    if connections["default"].vendor == "postgresql":
         return PostgresSql(_pool_get(db))
     return SqliteSql(str(db["NAME"]))
 
@@ -139,7 +139,7 @@ def _saver_build() -> BaseCheckpointSaver[str]:
         checkpointer_preflight()
         return _redis_saver()
     db = connections["default"].settings_dict
-    if _postgres(db):
+    if connections["default"].vendor == "postgresql":
         return _postgres_saver(db)
     return _sqlite_saver()
 
@@ -174,11 +174,6 @@ def _pool_get(db: dict[str, object]) -> Any:
     return _pool
 
 
-def _postgres(db: dict[str, Any]) -> bool:
-    """Django's PostgreSQL backend or ours on top of it (runtime.postgresql)."""
-    return str(db["ENGINE"]).endswith("postgresql")
-
-
 def checkpointer_conninfo(db: dict[str, Any]) -> str:
     """A libpq connection string for Django's database settings, OPTIONS included.
 
@@ -208,7 +203,7 @@ def checkpointer_ping() -> None:
     """One round trip through the checkpointer's own connection (pool or SQLite handle); raises if it fails."""
     saver = checkpointer_get()
     db = connections["default"].settings_dict
-    if _postgres(db):
+    if connections["default"].vendor == "postgresql":
         with _pool_get(db).connection(timeout=3) as conn:
             conn.execute("SELECT 1")
         return

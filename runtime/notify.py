@@ -225,9 +225,14 @@ class ThreadWatch:
             _listener.unsubscribe(self.thread_id, self._wake)
 
     def wait(self, timeout: float) -> bool:
-        """Block until notified, ``timeout`` (capped by the fallback interval) or the request's end."""
+        """Block until notified, ``timeout`` (capped by the fallback interval) or the request's end.
+
+        A pooled database connection goes back to the pool first (outside a transaction): a waiter
+        holding one for its whole wait would leave the process's other requests queueing for one."""
         if self.ended:
             return False
+        if getattr(connection, "pool", None) is not None and not connection.in_atomic_block:
+            connection.close()  # back to the pool; the caller's next query takes one out again
         notified = self._flag.wait(max(0.0, min(timeout, self._cap)))
         self._flag.clear()  # before the caller's re-read: a change after it wakes the next wait
         return notified
