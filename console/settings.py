@@ -439,16 +439,26 @@ if not DEBUG and not EMBEDDED:
 GATEHOUSE_LOG_FORMAT = (env_str("GATEHOUSE_LOG_FORMAT") or "plain").strip().lower()
 if GATEHOUSE_LOG_FORMAT not in ("plain", "json"):
     raise ImproperlyConfigured(f'GATEHOUSE_LOG_FORMAT={GATEHOUSE_LOG_FORMAT!r} must be "plain" or "json"')
+GATEHOUSE_LOG_HOUSEKEEPING = env_bool("GATEHOUSE_LOG_HOUSEKEEPING", False)
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "filters": {"context": {"()": "console.logs.ContextFilter"}},
+    "filters": {
+        "context": {"()": "console.logs.ContextFilter"},
+        "housekeeping": {"()": "console.logs.HousekeepingFilter"},
+    },
     "formatters": {
         "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
         "json": {"()": "console.logs.JsonFormatter"},
     },
     "handlers": {
-        "console": {"class": "logging.StreamHandler", "formatter": GATEHOUSE_LOG_FORMAT, "filters": ["context"]}
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": GATEHOUSE_LOG_FORMAT,
+            # Beat's sweeps every few seconds, and the worker receiving and finishing them, are not logged
+            # at INFO unless GATEHOUSE_LOG_HOUSEKEEPING is true (their warnings and errors always are).
+            "filters": ["context"] if GATEHOUSE_LOG_HOUSEKEEPING else ["context", "housekeeping"],
+        }
     },
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL") or "INFO"},
     "loggers": {"httpx": {"level": "WARNING"}},

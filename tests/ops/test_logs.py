@@ -5,12 +5,13 @@ from __future__ import annotations
 import io
 import json
 import logging
+import re
 import uuid
 
 import pytest
 from django.test import Client
 
-from console.logs import ContextFilter, JsonFormatter, log_context
+from console.logs import ContextFilter, HousekeepingFilter, JsonFormatter, log_context
 from tests.conftest import WorkerProcess, loan_input, pending_tasks, thread_start, wait_for, worker_env
 
 pytestmark = pytest.mark.usefixtures("live_db")
@@ -77,7 +78,9 @@ def test_the_context_is_restored_after_a_block(json_lines):
 @pytest.mark.integration
 def test_a_worker_logs_json_lines_carrying_the_run_thread_and_task_ids(worker, bank, operator, reviewer, tmp_path):
     worker.stop()  # the session worker would take the run; later tests restart it (live_worker)
-    json_worker = WorkerProcess({**worker_env(bank), "GATEHOUSE_LOG_FORMAT": "json"}, tmp_path)
+    # The sweeps' own lines kept (GATEHOUSE_LOG_HOUSEKEEPING): they must carry no run's ids.
+    env = {**worker_env(bank), "GATEHOUSE_LOG_FORMAT": "json", "GATEHOUSE_LOG_HOUSEKEEPING": "true"}
+    json_worker = WorkerProcess(env, tmp_path)
     json_worker.start()
     try:
         thread = thread_start(operator, "loan_approval", loan_input())
@@ -90,6 +93,10 @@ def test_a_worker_logs_json_lines_carrying_the_run_thread_and_task_ids(worker, b
             ],
             what="the run's finish in the worker log",
         )
+        sweeps = wait_for(
+            lambda: [e for e in _json_entries(json_worker) if "Task runtime.sweep_runs" in e["message"]],
+            what="a sweep's lines in the worker log",
+        )
     finally:
         json_worker.stop()
 
@@ -101,9 +108,73 @@ def test_a_worker_logs_json_lines_carrying_the_run_thread_and_task_ids(worker, b
     for entry in run_lines:
         assert entry["run_id"] and entry["celery_task_id"], entry
     # After the task, the ids are gone again (the heartbeat and sweeper lines carry none of them).
-    sweeps = [e for e in entries if "sweep" in e["logger"] or "Task runtime.sweep_runs" in e["message"]]
-    assert all("run_id" not in e or e["message"].startswith("sweeper") for e in sweeps)
+    assert all("run_id" not in e for e in sweeps)
     assert len({e["run_id"] for e in run_lines}) == 1
+
+
+def test_the_worker_does_not_log_its_periodic_sweeps_but_logs_what_they_do(
+    live_worker, operator, reviewer, monkeypatch
+):
+    # The web process died between COMMIT and the dispatch: only a sweep will send the run.
+    monkeypatch.setattr("runtime.runs.run_dispatch", lambda **_: None)
+    thread = thread_start(operator, "loan_approval", loan_input())
+    monkeypatch.undo()
+    pending_tasks(reviewer, thread["id"], timeout=30)  # the sweeper re-sent the run; the worker ran it
+    resent = f"sweeper: re-dispatching run {thread['run_id']}"
+    log = wait_for(
+        lambda: text if resent in (text := live_worker.log_path.read_text(errors="replace")) else None,
+        what="the sweeper's warning in the worker log",
+    )
+    # Beat sent that sweep, and the worker received it, before it re-sent the run: their lines would be above.
+    assert "Sending due task" not in log
+    assert "Task runtime.sweep_runs[" not in log
+    # Celery's INFO lines about the work itself still come.
+    assert re.search(r"Task runtime\.execute_run\[[0-9a-f-]+\] received", log)
+
+
+@pytest.mark.parametrize(
+    "logger,level,args,shown",
+    [
+        (
+            "celery.app.trace",
+            logging.INFO,
+            {"name": "runtime.sweep_runs", "id": "1", "runtime": 0.01, "return_value": 0},
+            False,
+        ),
+        (
+            "celery.app.trace",
+            logging.INFO,
+            {"name": "approvals.anchor_audit", "id": "2", "runtime": 0.01, "return_value": 0},
+            False,
+        ),
+        (
+            "celery.app.trace",
+            logging.INFO,
+            {"name": "runtime.execute_run", "id": "3", "runtime": 0.01, "return_value": None},
+            True,
+        ),
+        (
+            "celery.app.trace",
+            logging.ERROR,
+            {"name": "runtime.sweep_runs", "id": "4", "runtime": 0.01, "return_value": 0},
+            True,
+        ),
+        ("celery.app.trace", logging.INFO, ("runtime.sweep_runs",), True),  # not the shape of a task line
+    ],
+)
+def test_the_housekeeping_filter_drops_only_the_routine_lines_of_scheduled_tasks(logger, level, args, shown):
+    from celery.app.trace import LOG_SUCCESS
+
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.addFilter(HousekeepingFilter())  # the tasks of settings.CELERY_BEAT_SCHEDULE
+    target = logging.getLogger(logger)
+    target.addHandler(handler)
+    try:
+        target.log(level, LOG_SUCCESS if isinstance(args, dict) else "%s", args)
+    finally:
+        target.removeHandler(handler)
+    assert bool(stream.getvalue()) is shown
 
 
 def _json_entries(process: WorkerProcess) -> list[dict]:
