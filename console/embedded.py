@@ -266,7 +266,8 @@ def start(supervisor: Supervisor, env: dict[str, str]) -> int:
     for index in range(1, env_int("GATEHOUSE_WORKERS", 1, minimum=1) + 1):
         name = "worker" if index == 1 else f"worker {index}"
         supervisor.start(Child(name, worker_args(python, var, index=index), env))
-    web = [python, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "console.asgi:application"]
+    # daphne, without the live relay's POSTs (several per run) in its access log (console/serve.py)
+    web = [python, "-m", "console.serve", "-b", "127.0.0.1", "-p", str(port), "console.asgi:application"]
     supervisor.start(Child("web", web, env))
     return port
 

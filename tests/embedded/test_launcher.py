@@ -46,8 +46,11 @@ def test_a_child_that_dies_is_restarted_and_the_console_keeps_serving(tmp_path: 
     stacks.append(stack.start())
     stack.wait_serving()
     _tick_completes(stack)
+    # The run's live events reached the web process over the relay; its POSTs are not in the access log.
+    assert '"GET /api/threads/' in stack.log()
+    assert "/internal/live/" not in stack.log()
 
-    for name, marker in (("worker", " worker "), ("web", "daphne")):
+    for name, marker in (("worker", " worker "), ("web", "console.serve")):
         before = _leader(stack, marker)
         assert before is not None, stack.processes()
         os.kill(before, signal.SIGKILL)
