@@ -23,6 +23,7 @@ SCENARIOS: dict[str, tuple[list[str], list[str], int]] = {
     "live_latency": ([], ["--threads", "15"], 1000),
     "console_scale": ([], ["--tasks", "10000", "--events", "100000", "--samples", "20"], 1600),
     "storage": (["--threads", "30", "--rounds", "3"], ["--threads", "10", "--rounds", "1"], 900),
+    "fenced_writes": (["--rounds", "10"], ["--threads", "10", "--rounds", "2"], 600),
     "sdk_wait": ([], ["--threads", "10"], 900),
     "decision_profile": ([], ["--samples", "10"], 600),
     "audit_scaling": ([], ["--rounds", "1", "--seconds", "2"], 900),

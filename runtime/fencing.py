@@ -99,20 +99,20 @@ def saver_connection(saver: Any) -> Iterator[Any]:
         yield conn
 
 
-_FENCE_SQL = f"SELECT fence FROM {THREAD_TABLE} WHERE id = %s::uuid FOR SHARE"
+# runtime/migrations/0009: takes the thread row FOR SHARE and raises this SQLSTATE if the fence moved on
+# (its detail: the thread's fence now, empty when the thread is gone).
+_HOLD_SQL = "SELECT gatehouse_fence_hold(%s::uuid, %s)"
+FENCE_SQLSTATE = "GHFEN"
 
 
 class FencedPostgresSaver(FencedSaver):
-    """PostgresSaver writes through ``_cursor(pipeline=True)``: a fenced one runs in a transaction that
-    first takes the thread row ``FOR SHARE`` and checks the fence before it commits.
+    """PostgresSaver writes through ``_cursor(pipeline=True)``: a fenced one runs in a transaction whose
+    first statement takes the thread row ``FOR SHARE`` and refuses a stale fence, in the server.
 
-    The transaction is pipelined: ``BEGIN``, the ``FOR SHARE`` read, the
-    writes and a sync go out together (one round trip), the fence is checked
-    on the read's result, then ``COMMIT`` (a second round trip) — or
-    ``ROLLBACK`` and ``LeaseLost`` if the fence moved on. The server runs the
-    statements in order, so the row lock is held before any write executes,
-    exactly as when each statement waited for its result; a stale write runs
-    but never commits.
+    ``BEGIN``, the check (``gatehouse_fence_hold``), the writes and ``COMMIT`` go out in one pipeline:
+    one round trip. The server runs them in order, so the row lock is held before any write executes;
+    if the fence moved on, the check raises, the server skips the writes and the commit, the
+    transaction is rolled back and the caller gets ``LeaseLost``. Nothing of a stale write commits.
     """
 
     @contextlib.contextmanager
@@ -127,32 +127,35 @@ class FencedPostgresSaver(FencedSaver):
 
         thread_id, fence = fenced
         with saver_connection(self) as conn:
-            if self.pipe is not None or not self.supports_pipeline:  # type: ignore[attr-defined]
-                # A shared connection already in pipeline mode, or a libpq without pipelines:
-                # one statement at a time, the check before the writes.
-                with conn.transaction(), conn.cursor(binary=True, row_factory=dict_row) as cur:
-                    cur.execute(_FENCE_SQL, [thread_id])
-                    _check(thread_id, fence, cur.fetchone())
+            try:
+                if self.pipe is not None or not self.supports_pipeline:  # type: ignore[attr-defined]
+                    # A shared connection already in pipeline mode, or a libpq without pipelines:
+                    # one statement at a time, the check before the writes.
+                    with conn.transaction(), conn.cursor(binary=True, row_factory=dict_row) as cur:
+                        cur.execute(_HOLD_SQL, [thread_id, fence])
+                        yield cur
+                    return
+                with (
+                    conn.pipeline(),
+                    # Not conn.transaction(): in pipeline mode it syncs after BEGIN, a round trip of its own.
+                    psycopg.Transaction(conn),
+                    conn.cursor(binary=True, row_factory=dict_row) as cur,
+                ):
+                    cur.execute(_HOLD_SQL, [thread_id, fence])
                     yield cur
-                return
-            with (
-                conn.pipeline() as sync,
-                # Not conn.transaction(): in pipeline mode it syncs after BEGIN, a round trip of its own.
-                psycopg.Transaction(conn),
-                conn.cursor(binary=True, row_factory=dict_row) as check,
-                conn.cursor(binary=True, row_factory=dict_row) as cur,
-            ):
-                check.execute(_FENCE_SQL, [thread_id])
-                yield cur
-                sync.sync()  # the read's and the writes' results; a failed write raises here (and rolls back)
-                _check(thread_id, fence, check.fetchone())
-            # Leaving the transaction queued COMMIT (ROLLBACK on an exception); leaving the pipeline sent it.
+                # Leaving the transaction queued COMMIT (ROLLBACK on an exception); leaving the pipeline
+                # sent it with a sync and raised the first error the server reported.
+            except psycopg.Error as exc:
+                if conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR:
+                    conn.rollback()  # the check or a write failed: the server skipped the rest, COMMIT included
+                if exc.sqlstate == FENCE_SQLSTATE:
+                    raise _lease_lost(thread_id, fence, exc) from None
+                raise
 
 
-def _check(thread_id: str, fence: int, row: Any) -> None:
-    current = None if row is None else int(row["fence"])
-    if current != fence:
-        raise stale(thread_id, fence, current)
+def _lease_lost(thread_id: str, fence: int, error: Any) -> LeaseLost:
+    detail = error.diag.message_detail or ""
+    return stale(thread_id, fence, int(detail) if detail.lstrip("-").isdigit() else None)
 
 
 class FencedSqliteSaver(FencedSaver):

@@ -4,7 +4,7 @@ cannot hold its locks against the worker that takes its run over.
 A worker whose link to PostgreSQL breaks (a network partition, a paused VM) in
 the middle of a transaction leaves its session idle in that transaction,
 holding what it locked: the thread row ``FOR SHARE`` of a fenced checkpoint
-write (``runtime.fencing``), an audit chain's advisory lock. The takeover's
+write in flight (``runtime.fencing``), an audit chain's advisory lock. The takeover's
 claim (``UPDATE ... SET fence = fence + 1``) then waits on that lock until
 PostgreSQL notices the dead peer, hours with default TCP keepalives, and so
 does every audited write to that chain. PostgreSQL ends a session idle in a

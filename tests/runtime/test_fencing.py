@@ -10,6 +10,7 @@ docs/mutation-testing.md).
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import threading
 import uuid
@@ -351,15 +352,37 @@ def test_checkpoint_writes_under_the_current_fence_are_stored_and_stamped():
         assert cursor.fetchone()[0] > 0
 
 
-def test_a_stale_fence_writes_no_checkpoint():
+def test_a_stale_fence_writes_no_checkpoint(caplog):
     thread = Thread.objects.create(graph="zombie_pay", fence=7)
     graph = _graph(checkpointer_get())
     graph.invoke({"n": 0}, _fenced_config(thread, 7), durability="sync")
     before = _checkpoint_rows(str(thread.id))
     Thread.objects.filter(pk=thread.pk).update(fence=8)  # another worker claimed it
-    with pytest.raises(LeaseLost):
+    with caplog.at_level(logging.WARNING, logger="psycopg.pool"), pytest.raises(LeaseLost) as refused:
         graph.invoke({"n": 5}, _fenced_config(thread, 7), durability="sync")
+    assert "under fence 7 refused, the thread's fence is now 8" in str(refused.value)
     assert _checkpoint_rows(str(thread.id)) == before
+    # The refused transaction was rolled back before its connection went back to the pool.
+    assert not [r for r in caplog.records if r.name == "psycopg.pool"], caplog.text
+
+
+def test_a_saver_on_one_connection_keeps_working_after_a_refused_write():
+    """Without a pool nobody else rolls the refused transaction back: the saver does, or the connection is dead."""
+    import psycopg
+    from psycopg.rows import dict_row
+
+    from runtime.checkpointer import GatehousePostgresSaver
+
+    db = connection.settings_dict
+    url = f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+    with psycopg.connect(url, autocommit=True, prepare_threshold=0, row_factory=dict_row) as conn:
+        graph = _graph(GatehousePostgresSaver(conn))
+        thread = Thread.objects.create(graph="zombie_pay", fence=7)
+        with pytest.raises(LeaseLost):
+            graph.invoke({"n": 0}, _fenced_config(thread, 6), durability="sync")
+        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        graph.invoke({"n": 0}, _fenced_config(thread, 7), durability="sync")  # the holder's write goes through
+    assert _checkpoint_rows(str(thread.id))[0] > 0
 
 
 def test_a_stale_fence_writes_no_pending_writes():
