@@ -22,7 +22,8 @@ from tests.faults.holds import hold_reached, hold_release, pay_input
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.usefixtures("live_db")]
 
-ENV = {"GATEHOUSE_RETRY_BACKOFF_SECONDS": "0.2"}
+# The sweeps are counted by their lines in the worker's log, which are off by default (console.logs).
+ENV = {"GATEHOUSE_RETRY_BACKOFF_SECONDS": "0.2", "GATEHOUSE_LOG_HOUSEKEEPING": "true"}
 SKEW_DIR = Path(__file__).resolve().parent / "skewed_clock"
 
 
