@@ -194,14 +194,23 @@ def test_a_pooled_connection_just_returned_is_handed_out_without_a_round_trip(mo
 
     checkpointer.checkpointer_get()
     pool = checkpointer.checkpointer_pool()
+    used = set()
     for _ in range(2 * pool.max_size):  # each connection of the pool used and returned once (checked then)
         with pool.connection() as conn:
             conn.execute("SELECT 1")
+            used.add(id(conn))
     executes = _Executes(monkeypatch)
+    again = 0
     for _ in range(pool.max_size):
-        with pool.connection():
+        before = executes.count
+        with pool.connection() as conn:
             pass
-    assert executes.count == 0
+        # The pool may have added a connection meanwhile (replacing one an earlier test killed): never
+        # handed out, that one is rightly checked. Every connection handed out before goes out unchecked.
+        if id(conn) in used:
+            again += 1
+            assert executes.count == before
+    assert again > 0
     monkeypatch.setattr(pool_checks, "POOL_CHECK_IDLE_SECONDS", 0.0)  # handed out too long ago: checked
     with pool.connection():
         pass
