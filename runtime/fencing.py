@@ -126,6 +126,7 @@ class FencedPostgresSaver(FencedSaver):
         from psycopg.rows import dict_row
 
         thread_id, fence = fenced
+        failed: BaseException | None = None
         with saver_connection(self) as conn:
             try:
                 if self.pipe is not None or not self.supports_pipeline:  # type: ignore[attr-defined]
@@ -148,9 +149,29 @@ class FencedPostgresSaver(FencedSaver):
             except psycopg.Error as exc:
                 if conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR:
                     conn.rollback()  # the check or a write failed: the server skipped the rest, COMMIT included
-                if exc.sqlstate == FENCE_SQLSTATE:
-                    raise _lease_lost(thread_id, fence, exc) from None
-                raise
+                error = _reported(exc)
+                if error is exc and error.sqlstate != FENCE_SQLSTATE:
+                    raise
+                failed = _lease_lost(thread_id, fence, error) if error.sqlstate == FENCE_SQLSTATE else error
+        if failed is not None:
+            # Raised here, outside the handler: the PipelineAborted it replaces must not become its
+            # context, where runtime.retry (which follows contexts) would take it for a lost connection.
+            raise failed
+
+
+def _reported(exc: Any) -> Any:
+    """The error the server reported for a failed pipeline, not the ``PipelineAborted`` raised after it.
+
+    When the failure surfaces as the pipeline is left, psycopg goes on to fetch the statements the
+    server skipped and raises ``PipelineAborted`` (an ``OperationalError``) over the real error: a
+    write the database refused would then look like a lost connection (``runtime.retry`` retries those).
+    """
+    import psycopg
+
+    current = exc
+    while isinstance(current, psycopg.errors.PipelineAborted):
+        current = current.__context__ or current.__cause__
+    return current if isinstance(current, psycopg.Error) else exc
 
 
 def _lease_lost(thread_id: str, fence: int, error: Any) -> LeaseLost:

@@ -38,6 +38,7 @@ from runtime.runs import (
     run_release,
     runs_sweep,
 )
+from tests.conftest import wait_for
 
 pytestmark = pytest.mark.usefixtures("live_db")
 
@@ -431,6 +432,9 @@ def test_a_claim_waits_for_a_checkpoint_write_in_flight():
     bumper.start()
     try:
         with saver._cursor(pipeline=True):  # type: ignore[attr-defined]
+            # The check went out in the pipeline; the claim starts once the server has run it (its session
+            # then waits inside the transaction, holding the row), not merely once it was sent.
+            wait_for(_write_holds_the_thread, what="the write's fence check to hold the thread row")
             inside.set()
             assert done.wait(15)
     finally:
@@ -438,6 +442,57 @@ def test_a_claim_waits_for_a_checkpoint_write_in_flight():
         bumper.join(10)
     assert outcome["claim"] == "LockNotAvailable"
     assert Thread.objects.get(pk=thread.pk).fence == 3
+
+
+def _write_waiting_after(statement: str) -> bool:
+    """Whether a session has run ``statement`` (and, inside a pipeline, waits for the client's next message)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() "
+            "AND wait_event = 'ClientRead' AND query LIKE %s",
+            [f"%{statement}%"],
+        )
+        return cursor.fetchone() is not None
+
+
+def _write_holds_the_thread() -> bool:
+    return _write_waiting_after("gatehouse_fence_hold")
+
+
+@pytest.mark.parametrize("leave", ["at_once", "after_the_refusal"])
+def test_a_write_the_database_refuses_fails_with_its_error_not_as_a_lost_connection(leave):
+    """Whether the failure surfaces inside the write or as the pipeline is left, the run sees the database's
+    error: a PipelineAborted over it would be taken for a lost connection and the run retried (runtime.retry)."""
+    from runtime import fencing
+    from runtime.retry import is_transient
+
+    thread = Thread.objects.create(graph="zombie_pay", fence=3)
+    with connection.cursor() as cursor:
+        cursor.execute("CREATE TABLE IF NOT EXISTS fencing_refused (id int)")
+        cursor.execute(
+            "CREATE OR REPLACE FUNCTION fencing_refuse() RETURNS trigger AS $$ "
+            "BEGIN RAISE EXCEPTION 'injected: write refused'; END $$ LANGUAGE plpgsql"
+        )
+        cursor.execute("DROP TRIGGER IF EXISTS fencing_refuse ON fencing_refused")
+        cursor.execute(
+            "CREATE TRIGGER fencing_refuse BEFORE INSERT ON fencing_refused "
+            "FOR EACH ROW EXECUTE FUNCTION fencing_refuse()"
+        )
+    saver = checkpointer_get()
+    token = fencing._writing.set((str(thread.id), 3))
+    try:
+        for _ in range(10 if leave == "after_the_refusal" else 30):
+            with pytest.raises(Exception) as refused, saver._cursor(pipeline=True) as cur:  # type: ignore[attr-defined]
+                cur.executemany("INSERT INTO fencing_refused (id) VALUES (%s)", [(1,), (2,)])
+                if leave == "after_the_refusal":  # the error is on its way back before the pipeline is left
+                    wait_for(lambda: _write_waiting_after("fencing_refused"), what="the server to refuse the write")
+            assert type(refused.value).__name__ == "RaiseException", repr(refused.value)
+            assert "injected: write refused" in str(refused.value)
+            assert not is_transient(refused.value)
+    finally:
+        fencing._writing.reset(token)
+    with checkpointer_get()._cursor() as cur:  # type: ignore[attr-defined]
+        cur.execute("SELECT 1")  # the pool's connections were given back usable
 
 
 def test_unfenced_checkpoint_writes_are_not_checked():
