@@ -150,11 +150,9 @@ class FencedPostgresSaver(FencedSaver):
                 if conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR:
                     conn.rollback()  # the check or a write failed: the server skipped the rest, COMMIT included
                 error = _reported(exc)
-                if error is exc and error.sqlstate != FENCE_SQLSTATE:
-                    raise
                 failed = _lease_lost(thread_id, fence, error) if error.sqlstate == FENCE_SQLSTATE else error
         if failed is not None:
-            # Raised here, outside the handler: the PipelineAborted it replaces must not become its
+            # Raised here, outside the handler: a PipelineAborted it replaces must not become its
             # context, where runtime.retry (which follows contexts) would take it for a lost connection.
             raise failed
 
