@@ -281,7 +281,7 @@ def _thread_by_key(thread_id: Any, graphs: set[str] | None) -> Thread | None:
     if graphs is not None:
         where += f" AND {q(str(meta.get_field('graph').column))} IN ({', '.join(['%s'] * len(graphs))})"
         params += sorted(graphs)
-    with connection.cursor() as cursor:
+    with rows.fixed_cursor() as cursor:
         cursor.execute(f"SELECT {rows.columns(Thread)} FROM {q(meta.db_table)} WHERE {where}", params)  # noqa: S608
         row = cursor.fetchone()
     return None if row is None else rows.model_from_row(Thread, row)

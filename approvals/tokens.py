@@ -108,7 +108,7 @@ def _token_by_digest(digest: str) -> ApiToken | None:
     """The token with ``digest`` and its user, in one statement: what
     ``ApiToken.objects.select_related("user").filter(digest=...)`` reads, written out once per process
     (every API request authenticates here; composing and compiling the queryset took ~0.5 ms of CPU)."""
-    with connection.cursor() as cursor:
+    with rows.fixed_cursor() as cursor:
         cursor.execute(_token_sql(connection.vendor), [digest])
         row = cursor.fetchone()
     if row is None:

@@ -30,6 +30,7 @@ from approvals import bulk, permissions
 from approvals.errors import DomainError
 from approvals.models import AuditAction
 from console import live, page_context
+from runtime import rows
 from runtime.registry import graph_names
 
 CLOSE_UNAUTHENTICATED = 4401
@@ -170,7 +171,7 @@ def _reader_fresh(session: DbSessionStore, session_key: str, user: User) -> User
     The user object is refreshed only when its row changed (otherwise refreshing sets what it holds).
     """
     fields, sql = _reader_sql(connection.vendor)
-    with connection.cursor() as cursor:
+    with rows.fixed_cursor() as cursor:
         # Adapted as the ORM stores it (SQLite compares the text of naive UTC times).
         now = connection.ops.adapt_datetimefield_value(timezone.now())
         cursor.execute(sql, [session_key, now, user.pk])

@@ -14,7 +14,6 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django.core.exceptions import ValidationError
-from django.db.models import Exists, OuterRef
 from django.http import QueryDict
 
 from approvals import assignment, bulk, columns, comments, gateway, permissions, time_travel
@@ -22,7 +21,7 @@ from approvals import selectors as approvals_selectors
 from approvals.claims import can_release_any, claim_for
 from approvals.errors import DomainError
 from approvals.inbox_filter import InboxFilter
-from approvals.models import ApprovalTask, Comment
+from approvals.models import ApprovalTask
 from approvals.payloads import payload_kind
 from console import selectors
 from console.conversation import conversation_context  # Conversation (comments)
@@ -76,15 +75,12 @@ def inbox_context(user: Any, params: QueryDict, *, limit: int = INBOX_PAGE_SIZE)
     }
 
 
-_COMMENTED = "_thread_commented"
-
-
 def inbox_row_context(user: Any, params: QueryDict, task_id: Any) -> dict[str, Any] | None:
     """A new task's row as the inbox with these ``params`` shows it, or None if it would not show it at
     the top of the page the reader is on (another page or sort order, filtered out, not visible to them).
 
     What a live inbox sends the moment a task opens, ahead of re-rendering the whole list: the row is
-    one query and one small template, the list is everything (console.consumers.InboxConsumer).
+    one prepared statement and one small template, the list is everything (console.consumers.InboxConsumer).
     """
     parsed = _row_filter(params.urlencode())
     if parsed is None:
@@ -92,23 +88,21 @@ def inbox_row_context(user: Any, params: QueryDict, task_id: Any) -> dict[str, A
     wanted, cached = parsed
     filters = dict(cached)  # the cache's own stays as parsed
     try:
-        # Whether the task's thread has comments at all, read with the row: a new thread has none, and
-        # then its conversation badges need no query of their own.
-        commented = Exists(Comment.objects.filter(thread_id=OuterRef("thread_id")))
-        page = selectors.inbox_list(
-            user=user, filter=wanted, limit=1, task_id=task_id, sort="newest", annotate={_COMMENTED: commented}
-        )
+        task = selectors.inbox_row(user=user, filter=wanted, task_id=task_id)
     except (DomainError, ValidationError):
         return None
-    if not page.items:
+    if task is None:
         return None
+    page = selectors.Page(
+        items=[task], next_cursor=None, columns=columns.gate_columns(user=user, graph=wanted.graph, node=wanted.node)
+    )
     inbox_columns_context(user, page, filters, dict(wanted.columns), {})  # the row's gate column cells
-    if any(getattr(t, _COMMENTED) for t in page.items):
+    if task.thread_commented:  # type: ignore[attr-defined]
         conversation = comments.inbox_conversation(user=user, tasks=page.items)
-    else:
+    else:  # a new thread has no comments: its conversation badges need no query of their own
         conversation = comments.InboxConversation(waiting=set(), mentioned=set())
     return {
-        "rows": [(t, _claim_of(t)) for t in page.items],
+        "rows": [(task, _claim_of(task))],
         "me": user,
         "conversation": conversation,
         "bulk": {"enabled": bool(filters) and permissions.can(user, "approvals.decide_task")},

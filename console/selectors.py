@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import time
 import uuid
@@ -11,6 +12,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
 
+from django.contrib.auth.models import Group, User
+from django.core.exceptions import EmptyResultSet
+from django.db import connection
 from django.db.models import F, Q, QuerySet
 from django.utils.dateparse import parse_datetime
 
@@ -19,8 +23,9 @@ from approvals.columns import Column, PayloadValue, column_for_sort, gate_column
 from approvals.errors import InvalidInput, NotFound
 from approvals.inbox_filter import InboxFilter
 from approvals.intent import action_edits
-from approvals.models import ApprovalTask, AuditEvent, Decision
+from approvals.models import ApprovalTask, AuditEvent, Comment, Decision, TaskClaim
 from approvals.selectors import audit_filter, cursor_pack, cursor_unpack, tasks_inbox
+from runtime import rows
 from runtime.models import Effect, RunStatus, Thread
 
 SORTS = {
@@ -142,13 +147,8 @@ def inbox_list(
     cursor: str = "",
     before: str = "",
     limit: int = 50,
-    task_id: Any = None,
-    annotate: Any = None,  # dict[str, expression]; Any: callers pass paging as **dict[str, str]
 ) -> Page:
     """One page of approval tasks; keyset-paginated both ways so page 2,000 costs what page 1 does.
-
-    ``task_id``: only that task, if it matches (a live inbox pushes a new task's row on its own).
-    ``annotate``: more values read with each row, by the same query (``QuerySet.annotate``).
 
     ``cursor`` pages forward from a page's last row, ``before`` back from its first: a task
     inserted meanwhile never shifts a page (no offsets). ``filter.columns`` and a ``col:<key>``
@@ -159,10 +159,6 @@ def inbox_list(
     qs = qs.select_related("thread", "claim", "claim__user", "assigned_user", "assigned_group")
     # Not shown in a row: the thread's whole state and the answer's schema (JSON decoded per row for nothing).
     qs = qs.defer("thread__values", "response_schema")
-    if task_id is not None:
-        qs = qs.filter(pk=task_id)
-    if annotate:
-        qs = qs.annotate(**annotate)
     if sort.startswith(COLUMN_SORT_PREFIXES):
         column = column_for_sort(user=user, graph=graph, node=node, key=sort.split(":", 1)[1])
         qs = qs.annotate(**{_SORT_VALUE: PayloadValue(column)})
@@ -174,9 +170,6 @@ def inbox_list(
     if cursor and before:
         raise InvalidInput("a page link goes either forward (cursor) or back (before), not both", field="before")
     shown = gate_columns(user=user, graph=graph, node=node)
-    if task_id is not None and not (cursor or before):
-        # One row by its key: nothing to order or page (the ORDER BY alone was a third of compiling it).
-        return Page(items=list(qs.order_by()[:1]), next_cursor=None, prev_cursor=None, columns=shown)
     if before:
         value, pk = _keyset_decode(before, sort, order, "before")
         rows = list(qs.filter(order.before(value, pk)).order_by(*order.ordering(reverse=True))[: limit + 1])
@@ -192,6 +185,91 @@ def inbox_list(
     next_cursor = _keyset_encode(sort, order, items[-1]) if len(rows) > limit else None
     prev_cursor = _keyset_encode(sort, order, items[0]) if cursor and items else None
     return Page(items=items, next_cursor=next_cursor, prev_cursor=prev_cursor, columns=shown)
+
+
+# What an inbox row shows, read with the task (``inbox_list``'s select_related, its deferred fields
+# left out): (model, alias, fields left deferred, the task's field that holds it).
+_ROW_PARTS: tuple[tuple[type[Any], str, tuple[str, ...], str], ...] = (
+    (ApprovalTask, "t", ("response_schema",), ""),
+    (Thread, "th", ("values",), "thread"),
+    (User, "au", (), "assigned_user"),
+    (Group, "ag", (), "assigned_group"),
+    (TaskClaim, "c", (), "claim"),
+    (User, "cu", (), "claim.user"),
+)
+
+
+def inbox_row(*, user: permissions.Principal, filter: InboxFilter, task_id: Any) -> ApprovalTask | None:
+    """The task ``task_id`` as ``inbox_list`` lists it under ``filter`` (its thread, assignee, group and
+    claim with its holder read with it), or None if the list leaves it out; ``thread_commented`` says
+    whether its thread has any comment. What a live inbox pushes the moment a task opens.
+
+    Which tasks match is the list's own rule (``tasks_inbox``), composed by the ORM and sent as a
+    subquery; the row's seven tables are fixed SQL on ``rows.fixed_cursor``. Composing and planning
+    the ORM's query of those tables was most of a pushed row's time. On PostgreSQL the subquery is
+    written in with its values as Django sends them, so one reader's statement keeps its text and
+    is planned once; the task is its one parameter.
+    """
+    key = ApprovalTask._meta.pk.get_db_prep_value(task_id, connection)  # not a UUID: ValidationError
+    try:
+        matching, params = tasks_inbox(user=user, filter=filter).order_by().values("pk").query.sql_with_params()
+    except EmptyResultSet:  # nothing visible to this reader at all
+        return None
+    if connection.vendor == "postgresql":
+        composed: str = connection.ops.compose_sql(matching, params)  # type: ignore[attr-defined]  # PostgreSQL's
+        matching, params = composed.replace("%", "%%"), ()
+    with rows.fixed_cursor() as cursor:
+        cursor.execute(f"{_inbox_row_sql(connection.vendor)}{matching})", [key, *params])
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    loaded: dict[str, Any] = {}
+    start = 0
+    for model, _, deferred, attr in _ROW_PARTS:
+        end = start + rows.width(model, exclude=deferred)
+        part = row[start:end]
+        start = end
+        # An outer join that found nothing reads as a row of NULLs: no related object.
+        loaded[attr] = rows.model_from_row(model, part, exclude=deferred) if part[0] is not None else None
+    task: ApprovalTask = loaded[""]
+    meta = ApprovalTask._meta
+    meta.get_field("thread").set_cached_value(task, loaded["thread"])
+    meta.get_field("assigned_user").set_cached_value(task, loaded["assigned_user"])
+    meta.get_field("assigned_group").set_cached_value(task, loaded["assigned_group"])
+    claim, holder = loaded["claim"], loaded["claim.user"]
+    claim_task = TaskClaim._meta.get_field("task")
+    claim_task.remote_field.set_cached_value(task, claim)  # None: task.claim raises DoesNotExist, as the ORM's
+    if claim is not None:
+        claim_task.set_cached_value(claim, task)
+        TaskClaim._meta.get_field("user").set_cached_value(claim, holder)
+    task.thread_commented = bool(row[start])  # type: ignore[attr-defined]
+    return task
+
+
+@functools.cache
+def _inbox_row_sql(vendor: str) -> str:
+    """The row's statement up to the subquery of matching tasks (``inbox_row``), which ends it."""
+    q = connection.ops.quote_name
+
+    def col(model: type[Any], name: str) -> str:
+        return q(str(model._meta.get_field(name).column))
+
+    def table(model: type[Any]) -> str:
+        return q(model._meta.db_table)
+
+    selected = ", ".join(rows.columns(model, alias, exclude=deferred) for model, alias, deferred, _ in _ROW_PARTS)
+    task_key, user_key, group_key = col(ApprovalTask, "id"), col(User, "id"), col(Group, "id")
+    return (
+        f"SELECT {selected}, EXISTS(SELECT 1 FROM {table(Comment)} cm "  # noqa: S608 - names from the models
+        f"WHERE cm.{col(Comment, 'thread')} = t.{col(ApprovalTask, 'thread')}) "
+        f"FROM {table(ApprovalTask)} t "
+        f"INNER JOIN {table(Thread)} th ON th.{col(Thread, 'id')} = t.{col(ApprovalTask, 'thread')} "
+        f"LEFT OUTER JOIN {table(User)} au ON au.{user_key} = t.{col(ApprovalTask, 'assigned_user')} "
+        f"LEFT OUTER JOIN {table(Group)} ag ON ag.{group_key} = t.{col(ApprovalTask, 'assigned_group')} "
+        f"LEFT OUTER JOIN {table(TaskClaim)} c ON c.{col(TaskClaim, 'task')} = t.{task_key} "
+        f"LEFT OUTER JOIN {table(User)} cu ON cu.{user_key} = c.{col(TaskClaim, 'user')} "
+        f"WHERE t.{task_key} = %s AND t.{task_key} IN ("
+    )
 
 
 _FACETS_TTL_SECONDS = 60.0

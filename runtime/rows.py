@@ -4,7 +4,8 @@ The hottest key lookups (a claim, a thread read, an API token) are written out o
 instead of composed and compiled by the ORM on every call, which cost several times their round
 trip in CPU. Their rows still become models the ORM's way: each column through the converters the
 ORM applies (the backend's, then the field's: JSON text parsed, SQLite's text dates and UUIDs
-read), then ``Model.from_db``.
+read), then ``Model.from_db``. On PostgreSQL they run on ``fixed_cursor``, which prepares them: a
+statement whose text never changes is planned once per connection, not on every call.
 """
 
 from __future__ import annotations
@@ -14,44 +15,60 @@ from collections.abc import Sequence
 from typing import Any, TypeVar
 
 from django.db import connection
+from django.db.backends.utils import CursorWrapper
 from django.db.models import Model
 
 M = TypeVar("M", bound=Model)
 
 
+def fixed_cursor() -> CursorWrapper:
+    """A cursor for SQL whose text is fixed and whose values are all parameters: prepared on
+    PostgreSQL (``runtime.postgresql``'s ``prepared_cursor``), Django's own cursor elsewhere."""
+    prepared = getattr(connection, "prepared_cursor", None)
+    return prepared() if prepared is not None else connection.cursor()
+
+
+def _fields(model: type[Model], exclude: tuple[str, ...]) -> list[Any]:
+    return [f for f in model._meta.concrete_fields if f.name not in exclude]
+
+
 @functools.cache
-def _shape(model: type[Model], vendor: str) -> tuple[list[tuple[list[Any], Any]], list[str]]:
-    """Each concrete field's converters with the expression they are called with; the attnames."""
+def _shape(
+    model: type[Model], vendor: str, exclude: tuple[str, ...] = ()
+) -> tuple[list[tuple[list[Any], Any]], list[str]]:
+    """Each selected field's converters with the expression they are called with; the attnames."""
     meta = model._meta
     converters = []
-    for field in meta.concrete_fields:
+    fields = _fields(model, exclude)
+    for field in fields:
         expression = field.get_col(meta.db_table)
         functions = [*connection.ops.get_db_converters(expression), *expression.get_db_converters(connection)]
         converters.append((functions, expression))
-    return converters, [f.attname for f in meta.concrete_fields]
+    return converters, [f.attname for f in fields]
 
 
 @functools.cache
-def _columns(model: type[Model], alias: str, vendor: str) -> str:
+def _columns(model: type[Model], alias: str, vendor: str, exclude: tuple[str, ...] = ()) -> str:
     quote = connection.ops.quote_name
     prefix = f"{alias}." if alias else ""
-    return ", ".join(f"{prefix}{quote(str(f.column))}" for f in model._meta.concrete_fields)
+    return ", ".join(f"{prefix}{quote(str(f.column))}" for f in _fields(model, exclude))
 
 
-def columns(model: type[Model], alias: str = "") -> str:
-    """The model's concrete columns, quoted, in field order (``alias.`` before each if given):
-    what ``model_from_row`` reads back."""
-    return _columns(model, alias, connection.vendor)
+def columns(model: type[Model], alias: str = "", *, exclude: tuple[str, ...] = ()) -> str:
+    """The model's concrete columns, quoted, in field order (``alias.`` before each if given), less
+    the fields named in ``exclude`` (left deferred): what ``model_from_row`` reads back."""
+    return _columns(model, alias, connection.vendor, exclude)
 
 
-def width(model: type[Model]) -> int:
-    """How many values of a row ``columns(model)`` selects."""
-    return len(model._meta.concrete_fields)
+def width(model: type[Model], *, exclude: tuple[str, ...] = ()) -> int:
+    """How many values of a row ``columns(model, exclude=...)`` selects."""
+    return len(_fields(model, exclude))
 
 
-def model_from_row(model: type[M], values: Sequence[Any]) -> M:
-    """An instance of ``model`` from the values of ``columns(model)``, as the ORM loads one."""
-    converters, attnames = _shape(model, connection.vendor)
+def model_from_row(model: type[M], values: Sequence[Any], *, exclude: tuple[str, ...] = ()) -> M:
+    """An instance of ``model`` from the values of ``columns(model, exclude=...)``, as the ORM loads
+    one (the excluded fields deferred, as ``QuerySet.defer`` leaves them)."""
+    converters, attnames = _shape(model, connection.vendor, exclude)
     loaded = []
     for value, (functions, expression) in zip(values, converters, strict=True):
         for convert in functions:

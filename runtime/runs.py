@@ -274,7 +274,7 @@ def _claim_read(run_id: Any) -> tuple[Run, datetime] | None:
         return None if found is None else (found, found.db_now)
     # PostgreSQL: the statement the queryset above compiles to, written out once per process
     # (its compilation was a good part of a claim's CPU); rows become models as the ORM makes them.
-    with connection.cursor() as cursor:
+    with rows.fixed_cursor() as cursor:
         cursor.execute(_claim_sql(), [uuid.UUID(str(run_id))])
         row = cursor.fetchone()
     if row is None:

@@ -8,9 +8,13 @@ the embedded suite's runs of the same code paths).
 
 from __future__ import annotations
 
+import uuid
+
+import django.db
 import pytest
 from django.contrib.auth.models import User
-from django.db import connection
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
 
 from approvals.models import ApiToken
 from approvals.tokens import _digest, _token_by_digest, token_issue
@@ -58,3 +62,53 @@ def test_a_token_and_its_user_read_in_one_statement_equal_the_orms():
 def test_columns_and_width_describe_the_same_row():
     assert rows.width(Thread) == len(rows.columns(Thread).split(", "))
     assert rows.columns(Thread, "t").startswith("t.")
+
+
+# --- fixed SQL is prepared on PostgreSQL (runtime.postgresql's prepared_cursor) ---------------------------------
+
+
+def _prepared(marker: str) -> list[tuple[str, int]]:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT statement, generic_plans + custom_plans FROM pg_prepared_statements WHERE statement LIKE %s",
+            [f"%{marker}%"],
+        )
+        return cursor.fetchall()
+
+
+def test_a_fixed_statement_is_prepared_once_and_reused_with_new_values():
+    marker = f"fixed_{uuid.uuid4().hex[:8]}"
+    for value in (1, 2, 3):
+        with rows.fixed_cursor() as cursor:
+            cursor.execute(f"SELECT %s::int AS {marker}", [value])
+            assert cursor.fetchone() == (value,)
+    assert _prepared(marker) == [(f"SELECT $1::int AS {marker}", 3)]
+
+
+def test_djangos_own_cursors_are_not_prepared():
+    marker = f"orm_{uuid.uuid4().hex[:8]}"
+    for value in (1, 2, 3, 4, 5, 6):
+        with connection.cursor() as cursor:
+            cursor.execute(f"SELECT %s::int AS {marker}", [value])
+    assert _prepared(marker) == []
+
+
+def test_a_fixed_statement_is_seen_and_wrapped_as_djangos_own():
+    """Query counts (``CaptureQueriesContext``) see it, and its errors are Django's, as any cursor's."""
+    with CaptureQueriesContext(connection) as captured, rows.fixed_cursor() as cursor:
+        cursor.execute("SELECT %s::int", [7])
+    assert [q["sql"] for q in captured.captured_queries] == ["SELECT 7::int"]
+    with pytest.raises(django.db.ProgrammingError), transaction.atomic(), rows.fixed_cursor() as cursor:
+        cursor.execute("SELECT no_such_column FROM auth_user")
+
+
+def test_preparing_can_be_turned_off_for_a_pooler_that_cannot_carry_it():
+    from runtime.postgresql.base import DatabaseWrapper
+
+    def params(**options):
+        settings = {**connection.settings_dict, "OPTIONS": {**connection.settings_dict["OPTIONS"], **options}}
+        settings["OPTIONS"].pop("prepare_threshold", None) if not options else None
+        return DatabaseWrapper(settings, alias="prepare-check").get_connection_params()
+
+    assert params()["prepare_threshold"] == 0
+    assert params(prepare_threshold=None)["prepare_threshold"] is None
