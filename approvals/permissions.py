@@ -113,10 +113,10 @@ def _perms_preload(user: Principal) -> None:
     with_assignments = getattr(user, _ASSIGNMENTS_CACHE, None) is None
     with connection.cursor() as cursor:
         cursor.execute(_perms_sql(with_assignments, connection.vendor), [user.pk] * (3 if with_assignments else 2))
-        rows = cursor.fetchall()
+        granted = cursor.fetchall()
     perms: set[str] = set()
     assignments: list[tuple[str, str]] = []
-    for kind, first, second in rows:
+    for kind, first, second in granted:
         if kind == "perm":
             perms.add(f"{first}.{second}")
         else:
@@ -124,6 +124,22 @@ def _perms_preload(user: Principal) -> None:
     user._perm_cache = perms  # type: ignore[attr-defined]
     if with_assignments:
         setattr(user, _ASSIGNMENTS_CACHE, assignments)
+
+
+# Where a user object keeps what it was found allowed: Django's ModelBackend, then ``_assignments``.
+_ACCESS_CACHES = ("_perm_cache", "_user_perm_cache", "_group_perm_cache")
+
+
+def access_forget(user: Principal) -> None:
+    """Drop what ``user`` was found allowed (permissions, graph assignments): the next check reads it anew.
+
+    A request's user object lives as long as the request. A websocket's lives as long as the socket,
+    and its reader's access may be withdrawn meanwhile (a role removed, an assignment deleted):
+    consumers forget before every push, so what they send is what the reader may see now.
+    """
+    for attr in (*_ACCESS_CACHES, _ASSIGNMENTS_CACHE):
+        if hasattr(user, attr):
+            delattr(user, attr)
 
 
 @functools.cache

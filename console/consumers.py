@@ -115,8 +115,13 @@ class LiveConsumer(AsyncWebsocketConsumer):
             await self.send(text_data=html)
 
     def _reader(self) -> Any:
-        """The socket's user, re-read; None once signed out, expired or deactivated: push nothing more."""
+        """The socket's user, re-read; None once signed out, expired or deactivated: push nothing more.
+
+        What the user may see is read anew too (``permissions.access_forget``): the object outlives
+        any request, and a role or assignment withdrawn since the last push must show at once.
+        """
         user = self.scope["user"]
+        permissions.access_forget(user)
         session = self.scope.get("session")
         # ``__class__``, not ``type()``: Channels hands both over as lazy objects, which report the class
         # of what they wrap (``type()`` would say LazyObject, and the fast path would never be taken).

@@ -441,3 +441,38 @@ def test_the_relay_endpoint_delivers_signed_events_and_refuses_others(personas, 
 
 def test_the_relay_endpoint_does_not_exist_when_redis_carries_events():
     assert Client().post("/internal/live/", b"{}", content_type="application/json").status_code == 404
+
+
+def test_a_revoked_graph_stops_reaching_an_open_inbox(loop):
+    """Access is re-read on every push, not kept from the connection: a reviewer whose assignment to a
+    graph is withdrawn gets no more of its rows on a tab left open (and the list re-renders without them)."""
+    from approvals.models import GraphAssignment
+
+    marker = uuid.uuid4().hex[:8]
+    reviewer = person(graphs=("loan_approval",))
+    socket, _ = _signed_in_socket(loop, reviewer, f"/ws/inbox/?q={marker}")
+    before = task_make(metadata={"case": marker})
+    socket.settle()
+    _opened(before)
+    assert f'data-task-id="{before.pk}"' in socket.receive(), "the row, while assigned"
+    assert f'data-task-id="{before.pk}"' in socket.receive(), "the list, while assigned"
+    GraphAssignment.objects.filter(user=reviewer).delete()
+    after = task_make(metadata={"case": marker})
+    socket.settle()
+    _opened(after)
+    shown = socket.receive()
+    assert 'id="inbox-results"' in shown, "only the list is re-rendered: no row is pushed"
+    assert f'data-task-id="{after.pk}"' not in shown and f'data-task-id="{before.pk}"' not in shown
+    assert socket.nothing()
+    socket.close()
+
+
+def test_a_withdrawn_role_stops_a_task_page_streaming(loop):
+    reviewer = person()
+    task = task_make()
+    socket, _ = _signed_in_socket(loop, reviewer, f"/ws/tasks/{task.pk}/")
+    reviewer.groups.clear()
+    _emit("loan_approval", task.thread_id)
+    shown = socket.receive()
+    assert 'id="live-gone"' in shown and 'id="task-live"' not in shown, shown[:500]
+    socket.close()
