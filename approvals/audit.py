@@ -39,6 +39,7 @@ from django.utils import timezone
 
 from approvals.events import events_publish
 from approvals.models import AuditAction, AuditAnchor, AuditEvent
+from runtime import rows
 from runtime.jsonable import canonical_dumps
 
 GENESIS = "0" * 64  # the prev_hash of every chain's first event
@@ -304,7 +305,7 @@ def _append_in_database(event: AuditEvent) -> None:
     del fields["id"]
     head, tail = hashed_parts(fields)
     values = [field.get_db_prep_save(getattr(event, field.attname), connection) for field in _append_fields()]
-    with connection.cursor() as cursor:
+    with rows.fixed_cursor() as cursor:
         cursor.execute(_APPEND_SQL, [_LOCK_CLASS, values[0], head, tail, *values[1:]])
         event.id, event.prev_hash, event.hash = cursor.fetchone()
     event._state.adding = False

@@ -111,7 +111,7 @@ def _perms_preload(user: Principal) -> None:
     if not isinstance(user, User) or user.pk is None or user.is_superuser or hasattr(user, "_perm_cache"):
         return
     with_assignments = getattr(user, _ASSIGNMENTS_CACHE, None) is None
-    with connection.cursor() as cursor:
+    with rows.fixed_cursor() as cursor:
         cursor.execute(_perms_sql(with_assignments, connection.vendor), [user.pk] * (3 if with_assignments else 2))
         granted = cursor.fetchall()
     perms: set[str] = set()

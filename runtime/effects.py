@@ -40,7 +40,7 @@ from django.db.models import F
 from django.utils import timezone
 from langgraph.config import get_config
 
-from runtime import signals
+from runtime import rows, signals
 from runtime.branches import scoped_effect_key
 from runtime.fencing import config_fence, stale
 from runtime.jsonable import canonical_dumps
@@ -162,7 +162,7 @@ def _intent_insert(effect: Effect) -> bool:
     by_column = {f.column: f for f in Effect._meta.concrete_fields}
     fields = [by_column[column] for column in _INTENT_COLUMNS]
     values = [f.get_db_prep_save(f.pre_save(effect, True), connection) for f in fields]
-    with connection.cursor() as cursor:
+    with rows.fixed_cursor() as cursor:
         cursor.execute(_INTENT_INSERT, values)
         row = cursor.fetchone()
     if row is None:
@@ -186,7 +186,7 @@ def _result_record(effect: Effect, result: Any) -> bool:
         effect.pk,
         EffectStatus.DONE.value,
     ]
-    with connection.cursor() as cursor:
+    with rows.fixed_cursor() as cursor:
         cursor.execute(_RESULT_UPDATE, params)
         row = cursor.fetchone()
     if row is None:

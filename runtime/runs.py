@@ -166,7 +166,7 @@ def run_dispatch(*, run_id: Any) -> None:
         log.exception("dispatch of run %s failed; the sweeper will retry", run_id)
         return
     if connection.vendor == "postgresql":  # the ORM's statement, written out: nothing to compile per run
-        with connection.cursor() as cursor:
+        with rows.fixed_cursor() as cursor:
             cursor.execute(_DISPATCHED, [uuid.UUID(str(run_id)), RunStatus.QUEUED])
     else:
         Run.objects.filter(pk=run_id, status=RunStatus.QUEUED).update(dispatched_at=Now())
@@ -239,7 +239,7 @@ def run_claim(*, run_id: str, worker: str) -> Run | None:
         if connection.vendor == "postgresql":
             # Both writes in one statement (a data-modifying WITH): one round trip, nothing to compile.
             lease = settings.GATEHOUSE_LEASE_SECONDS
-            with connection.cursor() as cursor:
+            with rows.fixed_cursor() as cursor:
                 cursor.execute(_CLAIM_UPDATE, [run.thread_id, run.status, run.fence, worker, lease, run.pk])
                 run.lease_expires_at, run.started_at = cursor.fetchone()
         else:
@@ -313,7 +313,7 @@ def run_finish(*, run: Run, outcome: RunOutcome) -> None:
             # The fenced run update, the thread update and the waiters' notification in one statement:
             # the thread is written (and notified) only if the run's update won.
             values = Thread._meta.get_field("values").get_db_prep_save(outcome.values, connection)
-            with connection.cursor() as cursor:
+            with rows.fixed_cursor() as cursor:
                 run_part: list[Any] = [outcome.status, now, run.pk, run.fence, RunStatus.RUNNING]
                 cursor.execute(_FINISH_UPDATE, [*run_part, thread_status, values, outcome.checkpoint_id, now, CHANNEL])
                 won = cursor.rowcount
