@@ -212,6 +212,9 @@ else:
         "max_size": env_int("GATEHOUSE_DB_POOL_MAX", 20, minimum=1),
         "timeout": env_float("GATEHOUSE_DB_POOL_TIMEOUT", 10.0, minimum=0.1),
     }
+    if not env_bool("GATEHOUSE_DB_PREPARED_STATEMENTS", True):
+        # For a pooler that cannot carry prepared statements (runtime/postgresql/base.py).
+        DATABASES["default"]["OPTIONS"]["prepare_threshold"] = None
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

@@ -92,3 +92,24 @@ def test_the_compose_stack_defines_every_service_with_its_dependencies():
         assert depends["redis"]["condition"] == "service_healthy", name
     assert services["migrate"]["command"][-2:] == ["migrate", "--noinput"]
     assert "--pool=threads" in services["worker"]["command"]
+
+
+_PREPARED_PROBE = """
+from django.db import connection
+from runtime import rows
+for value in (1, 2):
+    with rows.fixed_cursor() as cursor:
+        cursor.execute("SELECT %s::int AS prepared_probe", [value])
+with connection.cursor() as cursor:
+    cursor.execute("SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE '%%prepared_probe%%'")
+    print("PREPARED", cursor.fetchone()[0])
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("setting,prepared", [(None, 1), ("true", 1), ("false", 0)])
+def test_prepared_statements_can_be_turned_off_for_a_pooler(tmp_path, setting, prepared):
+    env = _production_env(tmp_path, GATEHOUSE_DB_PREPARED_STATEMENTS=setting)
+    result = _manage(env, "shell", "-c", _PREPARED_PROBE)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"PREPARED {prepared}" in result.stdout, result.stdout + result.stderr

@@ -105,10 +105,10 @@ def test_a_fixed_statement_is_seen_and_wrapped_as_djangos_own():
 def test_preparing_can_be_turned_off_for_a_pooler_that_cannot_carry_it():
     from runtime.postgresql.base import DatabaseWrapper
 
-    def params(**options):
-        settings = {**connection.settings_dict, "OPTIONS": {**connection.settings_dict["OPTIONS"], **options}}
-        settings["OPTIONS"].pop("prepare_threshold", None) if not options else None
-        return DatabaseWrapper(settings, alias="prepare-check").get_connection_params()
+    def threshold(**options):
+        base = {k: v for k, v in connection.settings_dict["OPTIONS"].items() if k != "prepare_threshold"}
+        settings = {**connection.settings_dict, "OPTIONS": {**base, **options}}
+        return DatabaseWrapper(settings, alias="prepare-check").get_connection_params()["prepare_threshold"]
 
-    assert params()["prepare_threshold"] == 0
-    assert params(prepare_threshold=None)["prepare_threshold"] is None
+    assert threshold() == 0  # Django's default (None) would refuse even an explicit prepare
+    assert threshold(prepare_threshold=None) is None
