@@ -9,6 +9,7 @@ and retrying are ``approvals.outbound.sending``.
 
 from __future__ import annotations
 
+import functools
 import logging
 import secrets as pysecrets
 from collections.abc import Iterator
@@ -18,14 +19,14 @@ from functools import partial
 from typing import Any
 
 from celery import current_app
-from django.db import transaction
+from django.db import connection, transaction
 from django.dispatch import receiver
 from django.utils import timezone
 
 from approvals.gate_policy import gate_policy
 from approvals.models import ApprovalTask, AuditAction, AuditEvent, OutboundDelivery, WebhookSubscription
 from approvals.payloads import payload_kind
-from runtime import signals
+from runtime import rows, signals
 from runtime.models import Run
 
 log = logging.getLogger(__name__)
@@ -46,8 +47,25 @@ DELIVER_WEBHOOK_TASK = "approvals.deliver_webhook"
 
 
 def subscriptions_active(graph: str) -> list[WebhookSubscription]:
-    """The active subscriptions to ``graph``'s events (named or ``*``), whatever their event types."""
-    return list(WebhookSubscription.objects.filter(active=True, graph__in=[graph, "*"]))
+    """The active subscriptions to ``graph``'s events (named or ``*``), whatever their event types.
+
+    Read in every transaction that emits events (a run's outcome, a decision): written out once per
+    process and prepared (``runtime.rows``), what ``filter(active=True, graph__in=[graph, "*"])`` reads.
+    """
+    with rows.fixed_cursor() as cursor:
+        cursor.execute(_active_sql(connection.vendor), [True, graph, "*"])
+        return [rows.model_from_row(WebhookSubscription, row) for row in cursor.fetchall()]
+
+
+@functools.cache
+def _active_sql(vendor: str) -> str:
+    q = connection.ops.quote_name
+    meta = WebhookSubscription._meta
+    active, graph = q(str(meta.get_field("active").column)), q(str(meta.get_field("graph").column))
+    return (
+        f"SELECT {rows.columns(WebhookSubscription)} FROM {q(meta.db_table)} "  # noqa: S608 - names from the model
+        f"WHERE {active} = %s AND {graph} IN (%s, %s)"
+    )
 
 
 def event_emit(

@@ -112,3 +112,28 @@ def test_preparing_can_be_turned_off_for_a_pooler_that_cannot_carry_it():
 
     assert threshold() == 0  # Django's default (None) would refuse even an explicit prepare
     assert threshold(prepare_threshold=None) is None
+
+
+def test_the_active_webhook_subscriptions_read_by_fixed_sql_equal_the_orms():
+    from approvals.models import WebhookSubscription
+    from approvals.outbound.outbox import subscriptions_active
+
+    graph = f"g-{uuid.uuid4().hex[:8]}"
+    made = {
+        name: WebhookSubscription.objects.create(
+            url=f"https://example.org/{name}", graph=g, event_types=["task.opened"], secret="s", active=active
+        )
+        for name, g, active in (
+            ("named", graph, True),
+            ("any", "*", True),
+            ("inactive", graph, False),
+            ("other", f"{graph}-x", True),
+        )
+    }
+    read = {s.pk: s for s in subscriptions_active(graph)}
+    orm = {s.pk: s for s in WebhookSubscription.objects.filter(active=True, graph__in=[graph, "*"])}
+    assert read.keys() == orm.keys() and {made["named"].pk, made["any"].pk} <= read.keys()
+    assert not {made["inactive"].pk, made["other"].pk} & read.keys()
+    for pk, subscription in read.items():
+        assert _fields(subscription) == _fields(orm[pk])
+    assert read[made["named"].pk].event_types == ["task.opened"]  # JSON parsed
