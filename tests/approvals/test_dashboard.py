@@ -21,6 +21,7 @@ from approvals.roles import roles_ensure
 from approvals.tokens import token_issue
 from tests.conftest import ApiClient, Persona
 from tests.factories import decision_make, task_decided, task_make
+from tests.sqlite_probe import sqlite_probe
 
 pytestmark = pytest.mark.usefixtures("live_db")
 
@@ -337,32 +338,7 @@ print(json.dumps({
 @pytest.mark.embedded
 def test_percentiles_and_series_are_the_same_on_sqlite(tmp_path):
     """The window and conditional-count SQL runs on SQLite (embedded mode) with the same results."""
-    import json
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[2]
-    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
-    env.update(
-        {
-            "GATEHOUSE_VAR_DIR": str(tmp_path / "var"),
-            "DJANGO_SETTINGS_MODULE": "console.settings",
-            "PYTHONPATH": str(root),
-        }
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", _SQLITE_PROBE],
-        cwd=root,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    result = json.loads(out.stdout.strip().splitlines()[-1])
+    result = sqlite_probe(_SQLITE_PROBE, tmp_path / "var")
     assert result["timing"] == {
         "review": [20, 600, 1140],
         "second_look": [3, 5 * 3600, 9 * 3600],

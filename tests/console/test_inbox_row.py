@@ -24,6 +24,7 @@ from approvals.inbox_filter import InboxFilter
 from approvals.models import ApprovalTask, TaskClaim
 from console.selectors import inbox_list, inbox_row
 from tests.factories import task_make
+from tests.sqlite_probe import sqlite_probe
 
 pytestmark = pytest.mark.django_db
 
@@ -227,32 +228,7 @@ print(json.dumps(out))
 @pytest.mark.embedded
 def test_the_row_reads_the_same_on_sqlite(tmp_path):
     """Embedded mode (SQLite) reads the row with its own cursor, the subquery's values as parameters."""
-    import json
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[2]
-    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
-    env.update(
-        {
-            "GATEHOUSE_VAR_DIR": str(tmp_path / "var"),
-            "DJANGO_SETTINGS_MODULE": "console.settings",
-            "PYTHONPATH": str(root),
-        }
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", _SQLITE_PROBE],
-        cwd=root,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert json.loads(out.stdout.strip().splitlines()[-1]) == {
+    assert sqlite_probe(_SQLITE_PROBE, tmp_path / "var") == {
         "plain/search": [True, True, False, None],
         "plain/mine": [False, True, None, None],
         "claimed/search": [True, True, True, True],
