@@ -15,7 +15,10 @@ taken inside transactions. What kombu's SQLAlchemy transport leaves to us:
 - ``polling_interval`` is a transport option kombu also hands to
   ``create_engine``, which rejects it;
 - a warm shutdown noticed while waiting: Celery's loop for a polling transport
-  waits up to 2 s for a message before it looks at its stop flag.
+  waits up to 2 s for a message before it looks at its stop flag;
+- a queue declared by two processes at once (two workers starting): kombu guards
+  the declaration within a process only, and the loser's insert broke the
+  name's unique constraint and crashed its worker.
 
 Selected in ``console/settings.py`` (``CELERY_BROKER_TRANSPORT``) when no
 ``REDIS_URL`` is set; the choice is measured in ``bench/embedded_broker.py``
@@ -35,7 +38,7 @@ from kombu.utils.encoding import bytes_to_str
 from kombu.utils.json import dumps, loads
 from sqlalchemy import create_engine, delete, event, select
 from sqlalchemy.engine import Engine
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import IntegrityError, OperationalError
 
 # kombu's retry/table options, and ours: none of them is a create_engine() argument.
 _NOT_ENGINE_OPTIONS = (
@@ -84,6 +87,13 @@ class Channel(SqlaChannel):
                 raise
             self._engines.pop(self.connection.client.hostname, None)
             return super()._open()
+
+    def _get_or_create(self, queue: str) -> Any:
+        try:
+            return super()._get_or_create(queue)
+        except IntegrityError:  # another process created it since our lookup: use theirs
+            self.session.rollback()
+            return self.session.query(self.queue_cls).filter(self.queue_cls.name == queue).one()
 
     # kombu's ORM path (a queue lookup and a unit of work per message) cost about 16 ms of CPU per
     # publish; with the queue's id cached, one Core statement per message does the same work.
