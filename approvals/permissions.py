@@ -13,6 +13,7 @@ from django.contrib.auth.models import AnonymousUser, Group, Permission, User
 from django.contrib.contenttypes.models import ContentType
 from django.db import connection
 from django.db.models import Q, QuerySet
+from django.db.transaction import TransactionManagementError
 
 from approvals.errors import Forbidden, NotFound
 from approvals.models import ApprovalTask, AuditEvent, GraphAssignment
@@ -331,13 +332,52 @@ def task_require_visible(user: Principal, task: ApprovalTask) -> None:
 
 
 def task_get_for(user: Principal, task_id: Any, *, lock: bool = False) -> ApprovalTask:
-    """The task if ``user`` may see it; ``lock`` also locks it and its thread (in one statement)."""
-    qs = tasks_visible(user).select_related("thread")
-    if lock:
-        qs = qs.select_for_update()
-    task = next(iter(qs.filter(pk=task_id)[:1]), None)  # no ORDER BY for a key lookup (see thread_get_for)
+    """The task, with its thread, if ``user`` may see it (``tasks_visible``), else ``NotFound``; ``lock``
+    also locks both rows (in the same statement).
+
+    Every decision, claim and task read starts here: fixed SQL (``_task_by_key``), as ``thread_get_for``,
+    where ``tasks_visible(user).select_related("thread").filter(pk=...)`` was composed, compiled and
+    planned on every call.
+    """
+    task = None
+    if can(user, "approvals.view_approvaltask"):
+        task = _task_by_key(task_id, graphs_visible(user), lock=lock)
     if task is None:
         raise NotFound(f"task {task_id} not found", field="task_id")
+    return task
+
+
+def _task_by_key(task_id: Any, graphs: set[str] | None, *, lock: bool) -> ApprovalTask | None:
+    """The task with key ``task_id`` whose graph is one of ``graphs`` (None: any graph), its thread
+    read with it; ``lock``: ``FOR UPDATE`` on both, refused outside a transaction as the ORM refuses it.
+
+    An id that is no UUID raises the ``ValidationError`` the ORM's lookup raises.
+    """
+    if lock and not connection.in_atomic_block:
+        raise TransactionManagementError("select_for_update cannot be used outside of a transaction.")
+    if graphs is not None and not graphs:
+        return None
+    meta, q = ApprovalTask._meta, connection.ops.quote_name
+    where = f"t.{q(str(meta.pk.column))} = %s"
+    params = [meta.pk.get_db_prep_value(task_id, connection)]
+    if graphs is not None:
+        where += f" AND t.{q(str(meta.get_field('graph').column))} IN ({', '.join(['%s'] * len(graphs))})"
+        params += sorted(graphs)
+    locking = " FOR UPDATE" if lock and connection.features.has_select_for_update else ""
+    thread_key, task_thread = q(str(Thread._meta.pk.column)), q(str(meta.get_field("thread").column))
+    with rows.fixed_cursor() as cursor:
+        cursor.execute(
+            f"SELECT {rows.columns(ApprovalTask, 't')}, {rows.columns(Thread, 'th')} "  # noqa: S608 - names from the models
+            f"FROM {q(meta.db_table)} t INNER JOIN {q(Thread._meta.db_table)} th ON th.{thread_key} = t.{task_thread} "
+            f"WHERE {where}{locking}",
+            params,
+        )
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    split = rows.width(ApprovalTask)
+    task = rows.model_from_row(ApprovalTask, row[:split])
+    meta.get_field("thread").set_cached_value(task, rows.model_from_row(Thread, row[split:]))
     return task
 
 

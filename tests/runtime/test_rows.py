@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import uuid
 
+import django.core.exceptions
 import django.db
 import pytest
 from django.contrib.auth.models import User
@@ -137,3 +138,26 @@ def test_the_active_webhook_subscriptions_read_by_fixed_sql_equal_the_orms():
     for pk, subscription in read.items():
         assert _fields(subscription) == _fields(orm[pk])
     assert read[made["named"].pk].event_types == ["task.opened"]  # JSON parsed
+
+
+def test_a_task_and_its_thread_read_for_a_user_equal_the_orms(django_user_model):
+    from approvals.errors import NotFound
+    from approvals.models import ApprovalTask, GraphAssignment
+    from approvals.permissions import task_get_for
+    from approvals.roles import roles_ensure
+    from tests.factories import task_make
+
+    task = task_make(metadata={"case": "rows"})
+    reviewer = django_user_model.objects.create_user(f"rows-{uuid.uuid4().hex[:8]}")
+    reviewer.groups.add(roles_ensure()["reviewer"])
+    GraphAssignment.objects.create(user=reviewer, graph=task.graph)
+    orm = ApprovalTask.objects.select_related("thread").get(pk=task.pk)
+    with transaction.atomic():
+        for lock in (False, True):
+            read = task_get_for(reviewer, task.pk, lock=lock)
+            assert _fields(read) == _fields(orm) and _fields(read.thread) == _fields(orm.thread)
+    GraphAssignment.objects.filter(user=reviewer).update(graph="kyc_onboarding")
+    with pytest.raises(NotFound):
+        task_get_for(django_user_model.objects.get(pk=reviewer.pk), task.pk)  # another graph's task
+    with pytest.raises(django.core.exceptions.ValidationError):
+        task_get_for(reviewer, "not-a-uuid")
