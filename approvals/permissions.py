@@ -293,15 +293,23 @@ def _thread_by_key(thread_id: Any, graphs: set[str] | None) -> Thread | None:
     if graphs is not None and not graphs:
         return None
     meta, q = Thread._meta, connection.ops.quote_name
-    where = f"{q(str(meta.pk.column))} = %s"
-    params = [meta.pk.get_db_prep_value(thread_id, connection)]
-    if graphs is not None:
-        where += f" AND {q(str(meta.get_field('graph').column))} IN ({', '.join(['%s'] * len(graphs))})"
-        params += sorted(graphs)
+    where, params = _key_among_graphs(Thread, "", thread_id, graphs)
     with rows.fixed_cursor() as cursor:
         cursor.execute(f"SELECT {rows.columns(Thread)} FROM {q(meta.db_table)} WHERE {where}", params)  # noqa: S608
         row = cursor.fetchone()
     return None if row is None else rows.model_from_row(Thread, row)
+
+
+def _key_among_graphs(model: Any, prefix: str, key: Any, graphs: set[str] | None) -> tuple[str, list[Any]]:
+    """The WHERE of a key lookup scoped to ``graphs`` (None: any graph), columns prefixed ``prefix``, and
+    its values: the key as the ORM's lookup prepares it (a non-UUID raises its ``ValidationError``)."""
+    meta, q = model._meta, connection.ops.quote_name
+    where = f"{prefix}{q(str(meta.pk.column))} = %s"
+    params = [meta.pk.get_db_prep_value(key, connection)]
+    if graphs is not None:
+        where += f" AND {prefix}{q(str(meta.get_field('graph').column))} IN ({', '.join(['%s'] * len(graphs))})"
+        params += sorted(graphs)
+    return where, params
 
 
 def thread_visible(user: Principal, thread: Thread) -> bool:
@@ -358,11 +366,7 @@ def _task_by_key(task_id: Any, graphs: set[str] | None, *, lock: bool) -> Approv
     if graphs is not None and not graphs:
         return None
     meta, q = ApprovalTask._meta, connection.ops.quote_name
-    where = f"t.{q(str(meta.pk.column))} = %s"
-    params = [meta.pk.get_db_prep_value(task_id, connection)]
-    if graphs is not None:
-        where += f" AND t.{q(str(meta.get_field('graph').column))} IN ({', '.join(['%s'] * len(graphs))})"
-        params += sorted(graphs)
+    where, params = _key_among_graphs(ApprovalTask, "t.", task_id, graphs)
     locking = " FOR UPDATE" if lock and connection.features.has_select_for_update else ""
     thread_key, task_thread = q(str(Thread._meta.pk.column)), q(str(meta.get_field("thread").column))
     with rows.fixed_cursor() as cursor:

@@ -43,7 +43,7 @@ def _listed(user, filter, task):
     return next((t for t in inbox_list(user=user, filter=filter, limit=100).items if t.pk == task.pk), None)
 
 
-def _same_row(pushed, listed):
+def _same_row(pushed, listed, django_assert_num_queries):
     assert _fields(pushed) == _fields(listed)
     assert pushed.get_deferred_fields() == listed.get_deferred_fields() == {"response_schema"}
     assert _fields(pushed.thread) == _fields(listed.thread)
@@ -61,36 +61,25 @@ def _same_row(pushed, listed):
             with pytest.raises(ApprovalTask.claim.RelatedObjectDoesNotExist):
                 task.claim  # noqa: B018 - the access is the check
     # Nothing else is read: every relation the row shows came with it.
-    with _no_queries():
+    with django_assert_num_queries(0):
         pushed.thread.metadata, pushed.assigned_user, pushed.assigned_group  # noqa: B018
         if claimed:
             pushed.claim.user.get_username()
 
 
-def _no_queries():
-    from django.test.utils import CaptureQueriesContext
-
-    class _Check(CaptureQueriesContext):
-        def __exit__(self, *exc):
-            super().__exit__(*exc)
-            assert self.captured_queries == [], self.captured_queries
-
-    return _Check(connection)
-
-
-def test_a_plain_new_task_reads_as_the_list_shows_it(personas):
+def test_a_plain_new_task_reads_as_the_list_shows_it(personas, django_assert_num_queries):
     marker = uuid.uuid4().hex[:8]
     task = task_make(metadata={"case": marker, "applicant": "Ada"})
     reviewer = personas["reviewer"].user
     wanted = InboxFilter(q=marker)
     pushed = inbox_row(user=reviewer, filter=wanted, task_id=task.pk)
     assert pushed is not None and pushed.pk == task.pk
-    _same_row(pushed, _listed(reviewer, wanted, task))
+    _same_row(pushed, _listed(reviewer, wanted, task), django_assert_num_queries)
     assert pushed.thread.metadata == {"case": marker, "applicant": "Ada"}  # JSON parsed as the ORM parses it
     assert pushed.thread_commented is False
 
 
-def test_a_claimed_assigned_commented_task_reads_as_the_list_shows_it(personas):
+def test_a_claimed_assigned_commented_task_reads_as_the_list_shows_it(personas, django_assert_num_queries):
     marker = uuid.uuid4().hex[:8]
     task = task_make(metadata={"case": marker})
     holder, reviewer = personas["reviewer2"].user, personas["reviewer"].user
@@ -102,7 +91,7 @@ def test_a_claimed_assigned_commented_task_reads_as_the_list_shows_it(personas):
     wanted = InboxFilter(q=marker)
     pushed = inbox_row(user=reviewer, filter=wanted, task_id=task.pk)
     assert pushed is not None
-    _same_row(pushed, _listed(reviewer, wanted, task))
+    _same_row(pushed, _listed(reviewer, wanted, task), django_assert_num_queries)
     assert pushed.claim.user == holder and pushed.assigned_group == group
     assert pushed.thread_commented is True
 
