@@ -10,16 +10,19 @@ followed and proves the two agree; ``manage.py decisions_verify`` runs it.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db.models import OuterRef, Q, QuerySet, Subquery
+from django.db import connection
+from django.db.models import Q, QuerySet
 
 from approvals.audit import canonical
 from approvals.models import ApprovalTask, Decision, TaskKind, TaskStatus
 from approvals.payloads import payload_kind
+from runtime import rows
 from runtime.effects import args_digest
 from runtime.models import Effect, EffectStatus, Run, RunKind, Thread
 
@@ -136,21 +139,44 @@ def _carried(task: ApprovalTask) -> list[Decision]:
     return list(task.decisions.select_related("task").filter(run__isnull=False).order_by("created_at", "id"))
 
 
-def decision_followed(*, effect: Effect) -> str | None:
-    """The final decision of the gate the effect followed (recorded with the effect in the audit trail).
+# What ``_gate_followed`` then ``_carried`` find, in one fixed statement (every executed effect
+# sends it): each candidate gate, newest first, with the id of its last carried decision.
+_GATES_FOLLOWED = (
+    "SELECT {task}, (SELECT d.id FROM approvals_decision d WHERE d.task_id = t.id AND d.run_id IS NOT NULL "
+    "ORDER BY d.created_at DESC, d.id DESC LIMIT 1) FROM approvals_approvaltask t "
+    "WHERE t.thread_id = %s AND t.status = %s AND t.decided_at <= %s ORDER BY t.decided_at DESC"
+)
+# The gate's kind and payload are all ``proposed_action`` reads; the rest stays deferred.
+_GATE_READ = ("id", "kind", "payload")
 
-    What ``_gate_followed`` then ``_carried`` find, in one query: each candidate gate comes with the
-    id of its last carried decision, and only the gate's kind and payload are loaded.
-    """
-    gates = _gates_before(effect)
-    if gates is None:
+
+@functools.cache
+def _gate_exclude() -> tuple[str, ...]:
+    return tuple(f.name for f in ApprovalTask._meta.concrete_fields if f.name not in _GATE_READ)
+
+
+def decision_followed(*, effect: Effect) -> str | None:
+    """The final decision of the gate the effect followed (recorded with the effect in the audit trail)."""
+    if effect.thread_id is None:
         return None
-    last_carried = (
-        Decision.objects.filter(task=OuterRef("pk"), run__isnull=False).order_by("-created_at", "-id").values("id")[:1]
-    )
-    task = _proposing(gates.only("kind", "payload").annotate(last_carried=Subquery(last_carried)), effect.name)
-    last = getattr(task, "last_carried", None)  # the annotation above
-    return None if last is None else str(last)
+    exclude = _gate_exclude()
+    meta = ApprovalTask._meta
+    params = [
+        meta.pk.get_db_prep_value(effect.thread_id, connection),
+        TaskStatus.DECIDED.value,
+        meta.get_field("decided_at").get_db_prep_value(effect.created_at, connection),
+    ]
+    with rows.fixed_cursor() as cursor:
+        cursor.execute(_GATES_FOLLOWED.format(task=rows.columns(ApprovalTask, "t", exclude=exclude)), params)
+        found = cursor.fetchall()
+    width = rows.width(ApprovalTask, exclude=exclude)
+    for row in found:
+        task = rows.model_from_row(ApprovalTask, row[:width], exclude=exclude)
+        action = proposed_action(task)
+        if action is not None and action["name"] == effect.name:
+            last = Decision._meta.pk.to_python(row[width]) if row[width] is not None else None
+            return None if last is None else str(last)
+    return None
 
 
 # --- the proof ---------------------------------------------------------------------------------

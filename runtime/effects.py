@@ -30,6 +30,7 @@ first result instead of acting twice.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Callable
@@ -82,25 +83,32 @@ def perform_effect(
     key = scoped_effect_key(key or effect_key(name), configurable)
     digest = args_digest(args) if args is not None else ""
     thread_id = str(configurable.get("thread_id"))
-    # A key lookup: sliced, not .first() (which adds an ORDER BY to compile and send).
-    fence = next(iter(Thread.objects.filter(pk=thread_id).values_list("fence", flat=True)[:1]), None)
-    fenced = config_fence(config)
-    if fenced is not None and fence != fenced[1]:
-        # Another worker claimed the thread since this run did: it performs the effect.
-        raise stale(fenced[0], fenced[1], fence)
     # The run executing this node (the executor's claimed run): named by id, not read.
     run_id = configurable.get("gatehouse_run_id") or None
     effect = Effect(
         key=key,
         name=name,
-        # As a loaded row holds them (UUIDs): receivers key their caches by the thread's id.
-        thread_id=Thread._meta.pk.to_python(thread_id) if fence is not None else None,
         run_id=Run._meta.pk.to_python(run_id) if run_id else None,
         args=args,
         args_digest=digest,
         calls=1,  # recorded with the intent: the call follows it (as the separate bump did)
     )
-    if not _intent_insert(effect):
+    fenced = config_fence(config)
+    if fenced is not None:
+        # A run under a fence (every run the executor claims): the intent is written only while
+        # the thread's fence is still the run's, by the insert itself. Nothing written means the
+        # key is recorded already or another worker claimed the thread since (it performs the
+        # effect): one read tells which.
+        effect.thread_id = Thread._meta.pk.to_python(thread_id)  # a UUID, as receivers key their caches
+        inserted = _intent_insert(effect, fence=fenced[1])
+        if not inserted and (fence := _thread_fence(thread_id)) != fenced[1]:
+            raise stale(fenced[0], fenced[1], fence)
+    else:
+        # Outside a claimed run (a graph driven directly): the thread's row, if it has one, is named.
+        known = _thread_fence(thread_id) is not None
+        effect.thread_id = Thread._meta.pk.to_python(thread_id) if known else None
+        inserted = _intent_insert(effect)
+    if not inserted:
         effect = Effect.objects.get(key=key)
         if not effect.args_digest and digest:
             # Recorded by a version that kept no arguments: record them now.
@@ -153,17 +161,52 @@ _RESULT_UPDATE = (
 )
 
 
-def _intent_insert(effect: Effect) -> bool:
+@functools.cache
+def _intent_insert_fenced(vendor: str) -> str:
+    """The intent's insert, made only while the thread's fence has the value given last.
+
+    ``INSERT … SELECT`` does not type its values by the columns as ``VALUES`` does: on PostgreSQL
+    each is cast to its column's type. (SQLite needs the ``WHERE`` before ``ON CONFLICT`` anyway.)
+    """
+    by_column = {f.column: f for f in Effect._meta.concrete_fields}
+    if vendor == "postgresql":
+        values = ", ".join(f"%s::{by_column[column].db_type(connection)}" for column in _INTENT_COLUMNS)
+    else:
+        values = ", ".join(["%s"] * len(_INTENT_COLUMNS))
+    columns = ", ".join(connection.ops.quote_name(column) for column in _INTENT_COLUMNS)
+    return (
+        f"INSERT INTO runtime_effect ({columns}) SELECT {values} FROM runtime_thread "  # noqa: S608 - our names
+        'WHERE id = %s AND fence = %s ON CONFLICT ("key") DO NOTHING RETURNING id'
+    )
+
+
+_THREAD_FENCE = "SELECT fence FROM runtime_thread WHERE id = %s"
+
+
+def _thread_fence(thread_id: str) -> int | None:
+    """The thread's fence (None: no such thread)."""
+    with rows.fixed_cursor() as cursor:
+        cursor.execute(_THREAD_FENCE, [Thread._meta.pk.get_db_prep_value(thread_id, connection)])
+        row = cursor.fetchone()
+    return None if row is None else int(row[0])
+
+
+def _intent_insert(effect: Effect, *, fence: int | None = None) -> bool:
     """Insert the effect's row unless its key is recorded already, in one statement; True if inserted.
 
     The read before, and the savepoint around the insert, that a get-or-create sends are not needed:
-    a key recorded already (a retry, a redelivered run, another worker) inserts nothing.
+    a key recorded already (a retry, a redelivered run, another worker) inserts nothing. With
+    ``fence``, nothing is inserted either unless the effect's thread still has that fence.
     """
     by_column = {f.column: f for f in Effect._meta.concrete_fields}
     fields = [by_column[column] for column in _INTENT_COLUMNS]
     values = [f.get_db_prep_save(f.pre_save(effect, True), connection) for f in fields]
+    sql = _INTENT_INSERT
+    if fence is not None:
+        sql = _intent_insert_fenced(connection.vendor)
+        values += [Thread._meta.pk.get_db_prep_value(effect.thread_id, connection), fence]
     with rows.fixed_cursor() as cursor:
-        cursor.execute(_INTENT_INSERT, values)
+        cursor.execute(sql, values)
         row = cursor.fetchone()
     if row is None:
         return False

@@ -55,7 +55,7 @@ from langgraph.store.base import (
 from langgraph.store.postgres import PostgresStore
 from langgraph.store.sqlite import SqliteStore
 
-from runtime import signals
+from runtime import rows, signals
 
 
 class StoreConfigError(ImproperlyConfigured):
@@ -304,9 +304,9 @@ class RecordingStore(BaseStore):
         from runtime.models import StoreOperation
 
         writes = [op for op in ops if isinstance(op, PutOp)]
-        rows = StoreOperation.objects.bulk_create([self._row(op, None) for op in writes])
+        records = [rows.row_insert(self._row(op, None)) for op in writes]
         known = {} if self.lease_owner is None else {"lease_owner": self.lease_owner}
-        for row, op in zip(rows, writes, strict=True):
+        for row, op in zip(records, writes, strict=True):
             signals.store_written.send(
                 sender=StoreOperation, operation=row, namespace=tuple(op.namespace), key=op.key, value=op.value, **known
             )
@@ -314,13 +314,14 @@ class RecordingStore(BaseStore):
     def _record(self, ops: list[Op], results: list[Result]) -> None:
         from runtime.models import StoreOperation
 
-        rows = [self._row(op, r) for op, r in zip(ops, results, strict=True)]
-        if len(rows) == 1:
-            # One row (a node's get or search): a plain insert, which in autocommit is one
-            # statement; a bulk insert wraps even one row in its own transaction.
-            rows[0].save(force_insert=True)
-        elif rows:
-            StoreOperation.objects.bulk_create(rows)
+        records = [self._row(op, r) for op, r in zip(ops, results, strict=True)]
+        if len(records) == 1:
+            # One row (a node's get or search, on every run that reads memory): one prepared
+            # statement, which in autocommit is all it takes; a bulk insert wraps even one row in
+            # its own transaction.
+            rows.row_insert(records[0])
+        elif records:
+            StoreOperation.objects.bulk_create(records)
 
     def _row(self, op: Op, result: Result) -> Any:
         from runtime.models import StoreOperation

@@ -56,6 +56,9 @@ def test_an_approved_loan_is_disbursed_exactly_once(operator, reviewer, bank):
     ]:
         assert expected in actions, (expected, actions)
     assert actions.index("decision.made") < actions.index("effect.executed") < actions.index("thread.completed")
+    # The trail binds the payment to the signed decision it followed.
+    executed = AuditEvent.objects.get(thread_id=thread["id"], action="effect.executed")
+    assert executed.details["follows_decision"] == response.json()["id"]
 
 
 def test_the_action_sees_the_reviewers_edits(operator, reviewer, bank):

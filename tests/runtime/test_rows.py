@@ -20,7 +20,7 @@ from django.test.utils import CaptureQueriesContext
 from approvals.models import ApiToken
 from approvals.tokens import _digest, _token_by_digest, token_issue
 from runtime import rows
-from runtime.models import Thread
+from runtime.models import Run, RunKind, StoreOperation, Thread
 from tests.factories import thread_make
 
 pytestmark = pytest.mark.django_db
@@ -161,3 +161,16 @@ def test_a_task_and_its_thread_read_for_a_user_equal_the_orms(django_user_model)
         task_get_for(django_user_model.objects.get(pk=reviewer.pk), task.pk)  # another graph's task
     with pytest.raises(django.core.exceptions.ValidationError):
         task_get_for(reviewer, "not-a-uuid")
+
+
+def test_a_row_inserted_by_fixed_sql_is_the_row_the_orm_writes():
+    thread = thread_make(graph="loan_approval")
+    run = Run.objects.create(thread=thread, kind=RunKind.START, input={})
+    mine = rows.row_insert(StoreOperation(thread=thread, run=run, op="put", namespace="a.b", key="k", hits=1))
+    orms = StoreOperation.objects.create(thread=thread, run=run, op="put", namespace="a.b", key="k", hits=1)
+    assert mine.pk is not None and orms.pk == mine.pk + 1  # the table's own sequence drew the key
+    assert mine._state.adding is False and mine._state.db == "default"
+    written = {k: v for k, v in _fields(StoreOperation.objects.get(pk=mine.pk)).items() if k not in ("id", "at")}
+    assert written == {k: v for k, v in _fields(orms).items() if k not in ("id", "at")}
+    assert StoreOperation.objects.get(pk=mine.pk).at == mine.at  # the auto_now_add value, as save() fills it
+    assert _prepared("INSERT INTO \"runtime_storeoperation\"")  # prepared, as every fixed statement
