@@ -173,4 +173,4 @@ def test_a_row_inserted_by_fixed_sql_is_the_row_the_orm_writes():
     written = {k: v for k, v in _fields(StoreOperation.objects.get(pk=mine.pk)).items() if k not in ("id", "at")}
     assert written == {k: v for k, v in _fields(orms).items() if k not in ("id", "at")}
     assert StoreOperation.objects.get(pk=mine.pk).at == mine.at  # the auto_now_add value, as save() fills it
-    assert _prepared("INSERT INTO \"runtime_storeoperation\"")  # prepared, as every fixed statement
+    assert _prepared('INSERT INTO "runtime_storeoperation"')  # prepared, as every fixed statement
