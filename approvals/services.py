@@ -17,12 +17,12 @@ from django.apps import apps as django_apps
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import transaction
-from django.db.models import Q
 from django.utils import timezone
 
 from approvals import gateway, permissions
 from approvals.audit import audit_record, audit_task, audit_thread, canonical
-from approvals.claims import claim_check
+from approvals.claims import claim_check, claim_drop
+from approvals.decision_rows import decisions_on, sibling_statuses, task_close
 from approvals.errors import Conflict, Forbidden, InvalidInput
 from approvals.gate_policy import gate_deadline, gate_policy
 from approvals.intent import proposed_action, signed_command, signed_digest
@@ -35,6 +35,7 @@ from approvals.payloads import (
     resume_value_build,
 )
 from approvals.redaction import MASK, redact
+from runtime import rows
 from runtime.models import Run, RunKind, Thread, ThreadStatus
 from runtime.registry import UnknownGraph, graph_get, graph_names
 from runtime.runs import PendingInterrupt, ThreadBusy, retry_command, run_enqueue, thread_start_enqueue
@@ -276,7 +277,7 @@ def _task_decide(*, actor: User, task_id: Any, request: DecisionRequest, signer:
         raise Conflict("the evidence you reviewed no longer matches this task; reload it", field="evidence_digest")
     if _reason_required(task, request.outcome) and not request.reason.strip():
         raise InvalidInput(f"a reason is required to {request.outcome}", field="reason")
-    earlier = list(task.decisions.all())
+    earlier = decisions_on(task)
     if any(d.actor_id == actor.pk for d in earlier):
         raise Conflict("you have already signed this task; another approver must decide", field="task_id")
     _storable_check(request)
@@ -302,32 +303,34 @@ def _task_decide(*, actor: User, task_id: Any, request: DecisionRequest, signer:
     if final and _resumes(task, request.outcome):
         waiting = _resume_waiting(thread, task, earlier)
     resume_run_id = uuid.uuid4() if waiting is not None else None
-    decision = Decision.objects.create(
-        run_id=resume_run_id,
-        task=task,
-        actor=actor,
-        outcome=request.outcome,
-        reason=request.reason,
-        state_patch=state_patch,
-        resume_value=resume_value,
-        checkpoint_id=task.checkpoint_id,
-        payload_digest=task.payload_digest,
-        evidence_digest=evidence,
-        redacted_paths=redaction,
-        signer_name=actor.get_full_name() or actor.get_username(),
-        meaning=meaning,
-        reauthenticated_at=reauthenticated_at,
-        signed_action=signed_action,
-        signed_digest=signed_digest(
-            interrupt_id=task.interrupt_id,
+    decision = rows.row_insert(
+        Decision(
+            run_id=resume_run_id,
+            task=task,
+            actor=actor,
+            outcome=request.outcome,
+            reason=request.reason,
+            state_patch=state_patch,
+            resume_value=resume_value,
             checkpoint_id=task.checkpoint_id,
-            resume=resume_value,
-            update=state_patch,
-            action=signed_action,
-        ),
+            payload_digest=task.payload_digest,
+            evidence_digest=evidence,
+            redacted_paths=redaction,
+            signer_name=actor.get_full_name() or actor.get_username(),
+            meaning=meaning,
+            reauthenticated_at=reauthenticated_at,
+            signed_action=signed_action,
+            signed_digest=signed_digest(
+                interrupt_id=task.interrupt_id,
+                checkpoint_id=task.checkpoint_id,
+                resume=resume_value,
+                update=state_patch,
+                action=signed_action,
+            ),
+        )
     )
     if own_claim is not None:
-        own_claim.delete()  # the holder has signed: the task is free for the next signer (or done)
+        claim_drop(task=task)  # the holder has signed: the task is free for the next signer (or done)
     approvals = sum(1 for d in earlier if d.meaning == "approved") + (1 if meaning == "approved" else 0)
     quorum = {"approvals": approvals, "required": task.required_approvals, "met": final}
     audit_record(
@@ -356,9 +359,7 @@ def _task_decide(*, actor: User, task_id: Any, request: DecisionRequest, signer:
     )
     if not final:
         return decision
-    task.status = TaskStatus.DECIDED
-    task.decided_at = timezone.now()
-    task.save(update_fields=["status", "decided_at"])
+    task_close(task)
     if task.kind in task_completers:
         task_completers[task.kind](task, decision, actor)
     elif task.kind == TaskKind.BREAKPOINT and request.outcome == "reject":
@@ -574,11 +575,7 @@ def _resume_waiting(thread: Thread, task: ApprovalTask, earlier: list[Decision])
     seen). The usual task is alone at its checkpoint: its own earlier decisions
     (read already) are all there is, and one read of its siblings says so.
     """
-    siblings = set(
-        ApprovalTask.objects.filter(Q(status=TaskStatus.PENDING) | Q(checkpoint_id=task.checkpoint_id), thread=thread)
-        .exclude(pk=task.pk)
-        .values_list("status", flat=True)
-    )
+    siblings = sibling_statuses(task)
     if TaskStatus.PENDING in siblings:
         return None
     if not siblings:

@@ -25,7 +25,7 @@ from celery import current_app
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import IntegrityError, connection, transaction
-from django.db.models import F, OuterRef, Q, Subquery
+from django.db.models import F, Field, Model, OuterRef, Q, Subquery
 from django.db.models.expressions import CombinedExpression
 from django.db.models.functions import Now
 from django.utils import timezone
@@ -114,17 +114,34 @@ def run_enqueue(
     if not transaction.get_connection().in_atomic_block:
         raise RuntimeError("run_enqueue must be called inside transaction.atomic()")
     try:
-        run = Run.objects.create(
-            id=run_id or uuid.uuid4(), thread=thread, kind=kind, input=input, command=command, created_by=created_by
+        run = rows.row_insert(
+            Run(
+                id=run_id or uuid.uuid4(), thread=thread, kind=kind, input=input, command=command, created_by=created_by
+            )
         )
     except IntegrityError as exc:
         if _violates(exc, ONE_ACTIVE_RUN):
             raise ThreadBusy(thread) from exc
         raise
-    Thread.objects.filter(pk=thread.pk).update(status=ThreadStatus.BUSY, error="", updated_at=timezone.now())
+    now = timezone.now()
+    with rows.fixed_cursor() as cursor:
+        cursor.execute(
+            _THREAD_BUSY, [ThreadStatus.BUSY.value, _prep(Thread, "updated_at", now), _prep(Thread, "id", thread.pk)]
+        )
     thread.status = ThreadStatus.BUSY
     _dispatch_on_commit(run)
     return run
+
+
+# What ``Thread.objects.filter(pk=...).update(status=BUSY, error="", updated_at=now)`` sends.
+_THREAD_BUSY = "UPDATE runtime_thread SET status = %s, error = '', updated_at = %s WHERE id = %s"
+
+
+def _prep(model: type[Model], name: str, value: Any) -> Any:
+    """``value`` as the ORM sends it for ``model.name`` to this connection (a UUID is text on SQLite)."""
+    field = model._meta.get_field(name)
+    assert isinstance(field, Field)  # noqa: S101 - a concrete column, named here
+    return field.get_db_prep_value(value, connection)
 
 
 def _violates(exc: IntegrityError, constraint: str) -> bool:
