@@ -6,7 +6,9 @@ Recreates ``gatehouse_bench_profile``, migrates, makes an operator and a
 reviewer, then per sample: starts a ``loan_approval`` thread, runs it to its
 interrupt in this process (``run_execute``), times one
 ``POST /api/tasks/{id}/decision`` and then the resume run it queued
-(``run_execute`` again: claim, graph, effect, finish). The last samples run
+(``run_execute`` again: claim, graph, effect, finish). Each step reports its median wall time and
+its median CPU time in this process (all its threads, the unprofiled samples): on a machine whose
+speed drifts between runs, CPU is what tells two versions of the code apart. The last samples run
 under cProfile, one profile per step; the top functions by cumulative time are
 printed and the stats saved to ``var/bench/decision_profile.prof`` and
 ``var/bench/resume_profile.prof``. ``--sql`` prints the SQL of the last
@@ -84,6 +86,7 @@ class _Step:
         self.name = name
         self.profiler = cProfile.Profile()
         self.times: list[float] = []
+        self.cpu: list[float] = []  # this process's CPU (all its threads), less drift-prone than wall time
         self.queries: list[int] = []
         self.statements: list[int] = []
         self.last_sql: list[str] = []
@@ -96,12 +99,14 @@ class _Step:
         with _StatementCounter() as counter, CaptureQueriesContext(connection) as ctx:
             if profiled:
                 self.profiler.enable()
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             value = call()
-            elapsed = (time.perf_counter() - t0) * 1000
+            elapsed, cpu = (time.perf_counter() - t0) * 1000, (time.process_time() - c0) * 1000
             if profiled:
                 self.profiler.disable()
         self.times.append(elapsed)
+        if not profiled:
+            self.cpu.append(cpu)
         self.queries.append(len(ctx))
         self.statements.append(counter.count)
         self.last_sql = [q["sql"] for q in ctx.captured_queries]
@@ -118,6 +123,7 @@ class _Step:
         return {
             "median_ms": round(statistics.median(self.times), 2),
             "min_ms": round(min(self.times), 2),
+            "cpu_median_ms": round(statistics.median(self.cpu), 2) if self.cpu else None,
             "queries_median": statistics.median(self.queries),
             "statements_median": statistics.median(self.statements),
         }
@@ -180,6 +186,7 @@ def _measure(args: argparse.Namespace, tokens: dict[str, str]) -> int:
     }
     summary["start_run"] = {
         "median_ms": round(statistics.median(start.times), 2),
+        "cpu_median_ms": round(statistics.median(start.cpu), 2),
         "queries_median": statistics.median(start.queries),
         "statements_median": statistics.median(start.statements),
     }
@@ -194,20 +201,18 @@ def _measure(args: argparse.Namespace, tokens: dict[str, str]) -> int:
             print(f"=== every psycopg statement of the last {step.name} ({len(step.last_statements)})")
             for n, sql in enumerate(step.last_statements, 1):
                 print(f"{n:>3}. {' '.join(sql.split())[:200]}")
-    start_summary = {
-        "median_ms": round(statistics.median(start.times), 2),
-        "queries_median": statistics.median(start.queries),
-        "statements_median": statistics.median(start.statements),
-    }
+    start_summary = summary["start_run"]
     print(
-        f"start run (to the interrupt) in-process: median {start_summary['median_ms']} ms, ORM queries "
-        f"{start_summary['queries_median']}, psycopg statements {start_summary['statements_median']}"
+        f"start run (to the interrupt) in-process: median {start_summary['median_ms']} ms, CPU "
+        f"{start_summary['cpu_median_ms']} ms, ORM queries {start_summary['queries_median']}, psycopg statements "
+        f"{start_summary['statements_median']}"
     )
     for step in (decision, resume):
         s = summary["decision_post" if step is decision else "resume_run"]
         print(
-            f"{step.name} in-process: median {s['median_ms']} ms (min {s['min_ms']}), ORM queries "
-            f"{s['queries_median']}, psycopg statements {s['statements_median']} (median of {args.samples})"
+            f"{step.name} in-process: median {s['median_ms']} ms (min {s['min_ms']}), CPU {s['cpu_median_ms']} ms "
+            f"(unprofiled samples), ORM queries {s['queries_median']}, psycopg statements {s['statements_median']} "
+            f"(median of {args.samples})"
         )
     return 0
 
