@@ -22,7 +22,6 @@ from django.utils import timezone
 from approvals import gateway, permissions
 from approvals.audit import audit_record, audit_task, audit_thread, canonical
 from approvals.claims import claim_check, claim_drop
-from approvals.decision_rows import decisions_on, sibling_statuses, task_close
 from approvals.errors import Conflict, Forbidden, InvalidInput
 from approvals.gate_policy import gate_deadline, gate_policy
 from approvals.intent import proposed_action, signed_command, signed_digest
@@ -35,6 +34,7 @@ from approvals.payloads import (
     resume_value_build,
 )
 from approvals.redaction import MASK, redact
+from approvals.task_rows import decisions_on, sibling_statuses, task_close, tasks_pending
 from runtime import rows
 from runtime.models import Run, RunKind, Thread, ThreadStatus
 from runtime.registry import UnknownGraph, graph_get, graph_names
@@ -103,7 +103,7 @@ def tasks_open(*, run: Run, interrupts: list[PendingInterrupt]) -> list[Approval
     current_ids = {i.interrupt_id for i in interrupts}
     # One read of the thread's pending tasks serves the stale check and every interrupt below.
     pending: dict[str, ApprovalTask] = {}
-    for task in ApprovalTask.objects.filter(thread=thread, status=TaskStatus.PENDING).order_by("created_at"):
+    for task in tasks_pending(thread):
         if task.interrupt_id in current_ids and task.interrupt_id not in pending:
             pending[task.interrupt_id] = task
         else:
@@ -121,23 +121,25 @@ def tasks_open(*, run: Run, interrupts: list[PendingInterrupt]) -> list[Approval
             task_supersede(existing, reason="the interrupt was raised again with a different payload")
         due_at, remind_at = _deadline_times(thread.graph, item.node, item.value)
         policy = gate_policy(item.value)
-        task = ApprovalTask.objects.create(
-            thread=thread,
-            run=run,
-            graph=thread.graph,
-            node=item.node,
-            kind=TaskKind.BREAKPOINT if item.kind == "breakpoint" else TaskKind.INTERRUPT,
-            interrupt_id=item.interrupt_id,
-            checkpoint_id=item.checkpoint_id,
-            checkpoint_ns=item.checkpoint_ns,
-            payload=item.value,
-            payload_digest=digest,
-            response_schema=item.response_schema,
-            title=payload_title(item.value, item.node),
-            due_at=due_at,
-            remind_at=remind_at,
-            required_approvals=policy.approvals_required,
-            correlation_key=policy.correlation_key_indexed,
+        task = rows.row_insert(
+            ApprovalTask(
+                thread=thread,
+                run=run,
+                graph=thread.graph,
+                node=item.node,
+                kind=TaskKind.BREAKPOINT if item.kind == "breakpoint" else TaskKind.INTERRUPT,
+                interrupt_id=item.interrupt_id,
+                checkpoint_id=item.checkpoint_id,
+                checkpoint_ns=item.checkpoint_ns,
+                payload=item.value,
+                payload_digest=digest,
+                response_schema=item.response_schema,
+                title=payload_title(item.value, item.node),
+                due_at=due_at,
+                remind_at=remind_at,
+                required_approvals=policy.approvals_required,
+                correlation_key=policy.correlation_key_indexed,
+            )
         )
         with task_opening(task):  # the outbox's task.opened is described from this row, not read back
             audit_record(

@@ -86,8 +86,8 @@ def thread_start_enqueue(
     """
     if not transaction.get_connection().in_atomic_block:
         raise RuntimeError("thread_start_enqueue must be called inside transaction.atomic()")
-    thread = Thread.objects.create(graph=graph, metadata=metadata, created_by=created_by, status=ThreadStatus.BUSY)
-    run = Run.objects.create(thread=thread, kind=RunKind.START, input=input, created_by=created_by)
+    thread = rows.row_insert(Thread(graph=graph, metadata=metadata, created_by=created_by, status=ThreadStatus.BUSY))
+    run = rows.row_insert(Run(thread=thread, kind=RunKind.START, input=input, created_by=created_by))
     _dispatch_on_commit(run)
     return thread, run
 

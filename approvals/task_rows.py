@@ -1,8 +1,9 @@
-"""The reads and writes every decision makes, written out once per process (``runtime.rows``).
+"""The task rows every pause and every decision reads and writes, written out once per process.
 
-``task_decide`` runs them on every decision, under the task's lock: what the ORM would compose and
-compile on each call (~0.3–0.5 ms of CPU apiece) is fixed SQL, prepared on PostgreSQL. Each
-returns or writes what its ORM form did; ``tests/approvals/test_decision_rows.py`` compares them.
+``task_decide`` runs these under the task's lock on every decision, and ``tasks_open`` on every run
+that pauses: what the ORM would compose and compile on each call (~0.3–0.5 ms of CPU apiece) is
+fixed SQL, prepared on PostgreSQL (``runtime.rows``). Each returns or writes what its ORM form did;
+``tests/approvals/test_task_rows.py`` compares them.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from django.utils import timezone
 
 from approvals.models import ApprovalTask, Decision, TaskStatus
 from runtime import rows
+from runtime.models import Thread
 
 
 @functools.cache
@@ -34,6 +36,29 @@ def decisions_on(task: ApprovalTask) -> list[Decision]:
         field.set_cached_value(decision, task)
         decisions.append(decision)
     return decisions
+
+
+@functools.cache
+def _pending_sql(vendor: str) -> str:
+    return (
+        f"SELECT {rows.columns(ApprovalTask)} FROM approvals_approvaltask "  # noqa: S608 - our names
+        "WHERE thread_id = %s AND status = %s ORDER BY created_at"
+    )
+
+
+def tasks_pending(thread: Thread) -> list[ApprovalTask]:
+    """``thread``'s pending tasks, oldest first, each knowing its thread (what a run's outcome reconciles)."""
+    thread_key = Thread._meta.pk.get_db_prep_value(thread.pk, connection)
+    with rows.fixed_cursor() as cursor:
+        cursor.execute(_pending_sql(connection.vendor), [thread_key, TaskStatus.PENDING.value])
+        found = cursor.fetchall()
+    field = ApprovalTask._meta.get_field("thread")
+    tasks = []
+    for row in found:
+        task = rows.model_from_row(ApprovalTask, row)
+        field.set_cached_value(task, thread)
+        tasks.append(task)
+    return tasks
 
 
 _SIBLING_STATUSES = (

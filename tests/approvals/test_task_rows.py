@@ -1,5 +1,5 @@
-"""The decision path's fixed statements (``approvals.decision_rows``, ``claims.claim_for``) read and
-write what their ORM forms did."""
+"""The fixed statements of a pause and a decision (``approvals.task_rows``, ``claims.claim_for``) read
+and write what their ORM forms did."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from approvals import claims
-from approvals.decision_rows import decisions_on, sibling_statuses, task_close
 from approvals.models import ApprovalTask, TaskClaim, TaskStatus
+from approvals.task_rows import decisions_on, sibling_statuses, task_close, tasks_pending
 from tests.approvals.handoffs import person
 from tests.factories import decision_make, loan_gate, task_make
 
@@ -90,3 +90,16 @@ def test_a_claim_is_read_with_its_holder_and_an_expired_one_is_none():
     claims.claim_drop(task=task)
     assert not TaskClaim.objects.filter(task=task).exists()
     assert claims.claim_for(task_make()) is None
+
+
+def test_a_threads_pending_tasks_are_the_orms_oldest_first():
+    task = task_make()
+    later = _copy(task, interrupt_id="later", created_at=task.created_at + timedelta(seconds=1))
+    _copy(task, interrupt_id="decided", status=TaskStatus.DECIDED)
+    mine = tasks_pending(task.thread)
+    orms = list(ApprovalTask.objects.filter(thread=task.thread, status=TaskStatus.PENDING).order_by("created_at"))
+    assert [t.pk for t in mine] == [task.pk, later.pk] == [t.pk for t in orms]
+    assert [_fields(t) for t in mine] == [_fields(t) for t in orms]
+    with CaptureQueriesContext(connection) as reads:
+        assert all(t.thread is task.thread for t in mine)
+    assert len(reads) == 0
