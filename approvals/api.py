@@ -59,7 +59,7 @@ def _thread_out(
     """``pending``: the thread's pending tasks when the caller knows them (read here otherwise);
     ``values``: what to show instead of the thread's values as ``user`` may read them."""
     if pending is None:
-        pending = selectors.tasks_pending_for_thread(user=user, thread_id=thread.id)
+        pending = selectors.tasks_pending_for_thread(user=user, thread=thread)
     return ThreadOut(
         id=thread.id,
         graph=thread.graph,

@@ -23,6 +23,9 @@ from approvals.deadlines import tasks_due_filter
 from approvals.errors import InvalidInput
 from approvals.inbox_filter import InboxFilter
 from approvals.models import ApprovalTask, AuditEvent, Decision
+from approvals.task_rows import tasks_pending
+from runtime import rows
+from runtime.models import Thread
 from runtime.registry import graph_get, graph_names
 
 # --- keyset cursors: one codec (a JSON list, URL-safe base64); each list says what it holds ----------
@@ -88,8 +91,11 @@ def tasks_list(
     return page[:limit], next_cursor
 
 
-def tasks_pending_for_thread(*, user: permissions.Principal, thread_id: Any) -> list[ApprovalTask]:
-    return list(permissions.tasks_visible(user).filter(thread_id=thread_id, status="pending").order_by("created_at"))
+def tasks_pending_for_thread(*, user: permissions.Principal, thread: Thread) -> list[ApprovalTask]:
+    """``thread``'s pending tasks ``user`` may see, oldest first: what ``tasks_visible(user)`` holds of
+    them, by one fixed statement and the same rule applied to the rows (``permissions.task_visible``);
+    every long poll that ends at a pause answers with them."""
+    return [task for task in tasks_pending(thread) if permissions.task_visible(user, task)]
 
 
 def audit_list(
@@ -224,7 +230,7 @@ def status_read(*, model: type[Model], pk: Any) -> str | None:
     if not isinstance(field, Field):
         raise TypeError(f"{meta.label}.status is not a column")
     status, table, key = q(str(field.column)), q(meta.db_table), q(str(meta.pk.column))
-    with connection.cursor() as cursor:
+    with rows.fixed_cursor() as cursor:
         cursor.execute(f"SELECT {status} FROM {table} WHERE {key} = %s", [meta.pk.get_db_prep_value(pk, connection)])  # noqa: S608
         row = cursor.fetchone()
     return None if row is None else str(row[0])
