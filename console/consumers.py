@@ -2,7 +2,9 @@
 
 Each consumer joins only groups for objects its user may see (checked through
 ``approvals.permissions``), and on every event re-renders its fragment from the
-database with that user's permissions — events themselves carry no data. The
+database with that user's permissions — events themselves carry no data. It also
+joins its reader's access groups (``live.access_groups``): a role, grant or graph
+assignment changed since it connected re-decides at once which groups it watches. The
 fragments carry ``hx-swap-oob`` so the htmx ws extension swaps them by id.
 A fresh render is sent on connect, so a client that reconnects catches up.
 """
@@ -60,11 +62,38 @@ class LiveConsumer(AsyncWebsocketConsumer):
         if groups is None:
             await self.close(code=CLOSE_FORBIDDEN)
             return
+        groups = [*live.access_groups(user.pk), *groups]
         for group in groups:
             await self.channel_layer.group_add(group, self.channel_name)
         self.joined = groups
         await self.accept()
         await self.render_send()
+
+    async def access_changed(self) -> None:
+        """What the reader may see changed: join the groups it may watch now, leave the others, and
+        render again; a reader who may no longer watch this page is shown so, then the socket closes."""
+        groups = await database_sync_to_async(self._groups_now)()
+        if groups is None:
+            html = await database_sync_to_async(self._render)()
+            if html is not None:  # None: signed out or deactivated as well, which says it all
+                with contextlib.suppress(Exception):
+                    await self.send(text_data=html)  # the page says access is gone
+            await self.close(code=CLOSE_FORBIDDEN if html is not None else CLOSE_UNAUTHENTICATED)
+            return
+        groups = [*live.access_groups(self.scope["user"].pk), *groups]
+        for group in groups:
+            if group not in self.joined:
+                await self.channel_layer.group_add(group, self.channel_name)
+        for group in self.joined:
+            if group not in groups:
+                await self.channel_layer.group_discard(group, self.channel_name)
+        self.joined = groups
+        await self.render_send()
+
+    def _groups_now(self) -> list[str] | None:
+        user = self.scope["user"]
+        permissions.access_forget(user)
+        return self.groups_authorised(user)
 
     async def disconnect(self, code: int) -> None:
         if self._pending is not None:
@@ -88,6 +117,9 @@ class LiveConsumer(AsyncWebsocketConsumer):
 
     async def live_event(self, event: dict[str, Any]) -> None:
         action = str(event.get("action") or "")
+        if live.action_in(action, live.ACCESS_ACTIONS):  # heard on the access groups only
+            await self.access_changed()
+            return
         if action in QUIET_ACTIONS or live.action_in(action, self.unchanged_by):
             return
         if self.has_fragment(event):

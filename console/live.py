@@ -83,6 +83,30 @@ def thread_group(thread_id: object) -> str:
     return f"thread.{thread_id}"
 
 
+# Every open page joins these (``access_groups``): a change to what its reader may see reaches it at
+# once, so it joins the groups of a graph granted since it connected, leaves those of one withdrawn,
+# and re-renders (or closes) without waiting for the next event of the graphs it watches.
+ACCESS_GROUP = "access"  # a role's own permissions changed: every reader holding it, so every socket
+ACCESS_ACTIONS = frozenset(
+    {
+        "permission.",
+        AuditAction.USER_ACCESS_CHANGED,
+        AuditAction.USER_DEACTIVATED,
+        AuditAction.USER_REACTIVATED,
+        AuditAction.AUTH_LOGOUT,
+    }
+)
+
+
+def user_access_group(user_id: object) -> str:
+    return f"access.user.{user_id}"
+
+
+def access_groups(user_id: object) -> list[str]:
+    """The groups a socket of ``user_id``'s joins to hear about changes to its reader's access."""
+    return [ACCESS_GROUP, user_access_group(user_id)]
+
+
 def event_from_audit(audit: AuditEvent) -> dict[str, Any]:
     return {
         "type": EVENT_TYPE,
@@ -114,6 +138,10 @@ def groups_for(event: dict[str, Any]) -> list[str]:
     if action in QUIET_ACTIONS:
         return []
     groups = []
+    if action_in(action, ACCESS_ACTIONS):
+        # About one user (an assignment, their roles, their account) or about a role (its members).
+        user = event.get("subject_id") if event.get("subject_type") == "user" else None
+        groups.append(user_access_group(user) if user else ACCESS_GROUP)
     if event.get("graph") and not action_in(action, INBOX_UNCHANGED_BY):
         groups.append(graph_group(str(event["graph"])))
     if event.get("thread"):

@@ -444,8 +444,8 @@ def test_the_relay_endpoint_does_not_exist_when_redis_carries_events():
 
 
 def test_a_revoked_graph_stops_reaching_an_open_inbox(loop):
-    """Access is re-read on every push, not kept from the connection: a reviewer whose assignment to a
-    graph is withdrawn gets no more of its rows on a tab left open (and the list re-renders without them)."""
+    """A reviewer whose assignment to a graph is withdrawn sees the list without its rows at once, on a
+    tab left open, and gets none of its events after: the socket leaves the graph's group."""
     from approvals.models import GraphAssignment
 
     marker = uuid.uuid4().hex[:8]
@@ -457,14 +457,62 @@ def test_a_revoked_graph_stops_reaching_an_open_inbox(loop):
     assert f'data-task-id="{before.pk}"' in socket.receive(), "the row, while assigned"
     assert f'data-task-id="{before.pk}"' in socket.receive(), "the list, while assigned"
     GraphAssignment.objects.filter(user=reviewer).delete()
+    shown = socket.receive()
+    assert 'id="inbox-results"' in shown and f'data-task-id="{before.pk}"' not in shown, "re-rendered at once"
     after = task_make(metadata={"case": marker})
     socket.settle()
     _opened(after)
-    shown = socket.receive()
-    assert 'id="inbox-results"' in shown, "only the list is re-rendered: no row is pushed"
-    assert f'data-task-id="{after.pk}"' not in shown and f'data-task-id="{before.pk}"' not in shown
-    assert socket.nothing()
+    assert socket.nothing(), "the graph's events no longer reach the socket"
     socket.close()
+
+
+def test_a_graph_granted_reaches_an_open_inbox_without_reconnecting(loop):
+    """The other way round: a reviewer assigned to a graph while the inbox is open gets its new rows."""
+    from approvals.models import GraphAssignment
+
+    marker = uuid.uuid4().hex[:8]
+    reviewer = person(graphs=())
+    socket, _ = _signed_in_socket(loop, reviewer, f"/ws/inbox/?q={marker}")
+    task_make(metadata={"case": marker})
+    socket.settle()
+    GraphAssignment.objects.create(user=reviewer, graph="loan_approval", gate="")
+    assert 'id="inbox-results"' in socket.receive(), "re-rendered on the grant, now in the graph's group"
+    task = task_make(metadata={"case": marker})
+    socket.settle()
+    _opened(task)
+    row = socket.receive()
+    assert row.startswith('<tbody hx-swap-oob="afterbegin:#inbox-rows">') and f'data-task-id="{task.pk}"' in row
+    assert f'data-task-id="{task.pk}"' in socket.receive(), "then the whole list"
+    socket.close()
+
+
+def test_a_role_losing_its_permission_closes_its_members_open_inboxes(loop):
+    """A change to a role itself (not to one user) reaches every socket, which re-checks its reader."""
+    from django.contrib.auth.models import Group, Permission
+
+    role = Group.objects.create(name=f"readers-{uuid.uuid4().hex[:8]}")
+    view = Permission.objects.get(codename="view_approvaltask", content_type__app_label="approvals")
+    role.permissions.add(view)
+    reader = person(role=None)
+    reader.groups.add(role)
+    socket, _ = _signed_in_socket(loop, reader, "/ws/inbox/")
+    task = task_make()
+    socket.settle()
+    _opened(task)
+    assert f'data-task-id="{task.pk}"' in socket.receive(), "seen while the role may read tasks"
+    socket.settle()
+    role.permissions.remove(view)
+    shown = socket.receive()
+    assert 'id="inbox-results"' in shown and "data-task-id" not in shown, "the list, as the reader may see it now"
+    assert socket.output() == {"type": "websocket.close", "code": consumers.CLOSE_FORBIDDEN}
+
+
+def test_a_signed_out_reader_s_socket_closes_at_once(loop):
+    reviewer = person()
+    socket, client = _signed_in_socket(loop, reviewer, "/ws/inbox/")
+    socket.settle()
+    client.post("/accounts/logout/")
+    assert socket.output() == {"type": "websocket.close", "code": consumers.CLOSE_UNAUTHENTICATED}
 
 
 def test_a_withdrawn_role_stops_a_task_page_streaming(loop):
