@@ -35,6 +35,7 @@ How it travels
 from __future__ import annotations
 
 import asyncio
+import atexit
 import hmac
 import json
 import logging
@@ -178,6 +179,9 @@ class _Publisher:
     event loop's bookkeeping, which was most of the publisher's CPU. The
     channel names, shards and serialisation are the layer's own. Any other
     layer gets ``group_send`` on a long-lived event loop.
+
+    At interpreter exit (``_publisher_drain``) it sends what is queued and ends: a management
+    command's last events reach the open pages, and the thread is not torn down mid-``PUBLISH``.
     """
 
     def __init__(self) -> None:
@@ -191,15 +195,31 @@ class _Publisher:
         except queue.Full:
             log.warning("live publisher queue full; dropping %s", event.get("action"))
 
+    def close(self, timeout: float) -> None:
+        """Send what is queued, then end the thread (waiting at most ``timeout`` seconds)."""
+        try:
+            self.queue.put(_STOP, timeout=timeout)
+        except queue.Full:
+            return
+        self.thread.join(timeout)
+
     def _batches(self) -> Iterator[list[dict[str, Any]]]:
         while True:
-            batch = [self.queue.get()]
-            while len(batch) < 200:
+            first = self.queue.get()
+            stop = first is _STOP
+            batch = [] if stop else [first]
+            while not stop and len(batch) < 200:
                 try:
-                    batch.append(self.queue.get_nowait())
+                    item = self.queue.get_nowait()
                 except queue.Empty:
                     break
-            yield batch
+                stop = item is _STOP
+                if not stop:
+                    batch.append(item)
+            if batch:
+                yield batch
+            if stop:
+                return
 
     def _run(self) -> None:
         layer = channel_layers.make_backend(DEFAULT_CHANNEL_LAYER)
@@ -222,6 +242,7 @@ class _Publisher:
             for result in results:
                 if isinstance(result, Exception):
                     log.warning("live event not delivered: %r", result)
+        loop.close()
 
 
 def _pubsub_publisher(layer: Any) -> Callable[[list[tuple[str, dict[str, Any]]]], None] | None:
@@ -254,6 +275,9 @@ def _pubsub_publisher(layer: Any) -> Callable[[list[tuple[str, dict[str, Any]]]]
     return publish
 
 
+_STOP: dict[str, Any] = {}  # queued by ``_Publisher.close``: known by identity
+# How long exit waits for queued events to be sent (Redis down: they are dropped after it).
+DRAIN_SECONDS = 5.0
 _publisher: _Publisher | None = None
 _publisher_lock = threading.Lock()
 
@@ -273,6 +297,16 @@ def _publisher_forget() -> None:
 
 
 os.register_at_fork(after_in_child=_publisher_forget)
+
+
+def _publisher_drain() -> None:
+    """At exit: deliver what this process queued (a command that decided or started something)."""
+    publisher = _publisher
+    if publisher is not None:
+        publisher.close(DRAIN_SECONDS)
+
+
+atexit.register(_publisher_drain)
 
 
 def event_publish(event: dict[str, Any]) -> None:

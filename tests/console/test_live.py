@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
 import threading
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import User
 from django.contrib.sessions.models import Session
-from django.db import transaction
+from django.db import connection, transaction
 from django.test import Client, override_settings
 from django.utils import timezone
 
@@ -523,4 +527,40 @@ def test_a_withdrawn_role_stops_a_task_page_streaming(loop):
     _emit("loan_approval", task.thread_id)
     shown = socket.receive()
     assert 'id="live-gone"' in shown and 'id="task-live"' not in shown, shown[:500]
+    socket.close()
+
+
+def test_a_commands_last_event_reaches_open_pages_before_it_exits(personas, loop):
+    """A management command (or a script) that records a change and exits at once: its event is sent
+    before the process ends (the publisher drains at exit), not lost with its thread."""
+    marker = uuid.uuid4().hex[:8]
+    socket = Socket(loop, f"/ws/inbox/?q={marker}", [ORIGIN, _cookie(personas["reviewer"])])
+    assert socket.connect()[0]
+    socket.receive()
+    task = task_make(metadata={"case": marker})
+    socket.settle()
+    code = (
+        "from django.db import transaction\n"
+        "from approvals.audit import audit_record\n"
+        "with transaction.atomic():\n"
+        f"    audit_record(actor=None, actor_label='cli', action='task.opened', subject_type='task', "
+        f"subject_id='{task.pk}', thread_id='{task.thread_id}', graph='{task.graph}')\n"
+    )
+    db = connection.settings_dict
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
+    env.update(
+        DJANGO_SETTINGS_MODULE="console.settings",
+        DATABASE_URL=f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
+    )
+    done = subprocess.run(
+        [sys.executable, "manage.py", "shell", "-c", code],
+        cwd=Path(__file__).resolve().parents[2],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=scaled(120),
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    row = socket.receive()
+    assert f'data-task-id="{task.pk}"' in row, row[:300]
     socket.close()
