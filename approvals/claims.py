@@ -43,12 +43,8 @@ def claim_for(task: ApprovalTask) -> TaskClaim | None:
         row = cursor.fetchone()
     if row is None:
         return None
-    split = rows.width(TaskClaim)
-    claim = rows.model_from_row(TaskClaim, row[:split])
-    if not claim.is_active:
-        return None
-    TaskClaim._meta.get_field("user").set_cached_value(claim, rows.model_from_row(User, row[split:]))
-    return claim
+    claim = rows.model_and_related(TaskClaim, "user", User, row)
+    return claim if claim.is_active else None
 
 
 @functools.cache

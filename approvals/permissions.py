@@ -377,12 +377,7 @@ def _task_by_key(task_id: Any, graphs: set[str] | None, *, lock: bool) -> Approv
             params,
         )
         row = cursor.fetchone()
-    if row is None:
-        return None
-    split = rows.width(ApprovalTask)
-    task = rows.model_from_row(ApprovalTask, row[:split])
-    meta.get_field("thread").set_cached_value(task, rows.model_from_row(Thread, row[split:]))
-    return task
+    return None if row is None else rows.model_and_related(ApprovalTask, "thread", Thread, row)
 
 
 def can_decide(user: Principal, task: ApprovalTask) -> bool:

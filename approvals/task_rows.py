@@ -29,13 +29,7 @@ def decisions_on(task: ApprovalTask) -> list[Decision]:
     with rows.fixed_cursor() as cursor:
         cursor.execute(_decisions_sql(connection.vendor), [_task_key(task.pk)])
         found = cursor.fetchall()
-    field = Decision._meta.get_field("task")
-    decisions = []
-    for row in found:
-        decision = rows.model_from_row(Decision, row)
-        field.set_cached_value(decision, task)
-        decisions.append(decision)
-    return decisions
+    return rows.models_knowing(Decision, found, "task", task)
 
 
 @functools.cache
@@ -52,13 +46,7 @@ def tasks_pending(thread: Thread) -> list[ApprovalTask]:
     with rows.fixed_cursor() as cursor:
         cursor.execute(_pending_sql(connection.vendor), [thread_key, TaskStatus.PENDING.value])
         found = cursor.fetchall()
-    field = ApprovalTask._meta.get_field("thread")
-    tasks = []
-    for row in found:
-        task = rows.model_from_row(ApprovalTask, row)
-        field.set_cached_value(task, thread)
-        tasks.append(task)
-    return tasks
+    return rows.models_knowing(ApprovalTask, found, "thread", thread)
 
 
 _SIBLING_STATUSES = (

@@ -111,12 +111,7 @@ def _token_by_digest(digest: str) -> ApiToken | None:
     with rows.fixed_cursor() as cursor:
         cursor.execute(_token_sql(connection.vendor), [digest])
         row = cursor.fetchone()
-    if row is None:
-        return None
-    split = rows.width(ApiToken)
-    token = rows.model_from_row(ApiToken, row[:split])
-    ApiToken._meta.get_field("user").set_cached_value(token, rows.model_from_row(User, row[split:]))
-    return token
+    return None if row is None else rows.model_and_related(ApiToken, "user", User, row)
 
 
 @functools.cache

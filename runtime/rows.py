@@ -77,6 +77,27 @@ def model_from_row(model: type[M], values: Sequence[Any], *, exclude: tuple[str,
     return model.from_db(connection.alias, attnames, loaded)
 
 
+def models_knowing(model: type[M], found: Sequence[Sequence[Any]], field: str, owner: Model) -> list[M]:
+    """Instances of ``model`` from ``found`` (rows of ``columns(model)``), each with its ``field`` (a
+    foreign key) set to ``owner`` already, as the rows of ``owner``'s related manager come."""
+    relation = model._meta.get_field(field)
+    made = []
+    for row in found:
+        instance = model_from_row(model, row)
+        relation.set_cached_value(instance, owner)  # type: ignore[union-attr]
+        made.append(instance)
+    return made
+
+
+def model_and_related(model: type[M], field: str, related: type[Model], row: Sequence[Any]) -> M:
+    """An instance of ``model`` from the first ``width(model)`` values of ``row``, with its ``field``
+    set to the ``related`` instance the rest make (``select_related(field)``'s one row)."""
+    split = width(model)
+    instance = model_from_row(model, row[:split])
+    model._meta.get_field(field).set_cached_value(instance, model_from_row(related, row[split:]))  # type: ignore[union-attr]
+    return instance
+
+
 @functools.cache
 def _insert(model: type[Model], vendor: str) -> tuple[str, list[Any]]:
     """The insert of every concrete field but a database-drawn primary key, returning that key."""

@@ -205,13 +205,20 @@ def _opened(task: Any) -> None:
         )
 
 
-def test_an_opened_task_reaches_the_inbox_as_its_row_first_then_the_whole_list(personas, loop):
+def _inbox_and_task(loop: asyncio.AbstractEventLoop, persona: Any) -> tuple[Socket, Any]:
+    """A reviewer's inbox socket narrowed to a new task's case (its first render read), and the task,
+    with nothing left to arrive: the task's own opening is for the test to send."""
     marker = uuid.uuid4().hex[:8]
-    socket = Socket(loop, f"/ws/inbox/?q={marker}", [ORIGIN, _cookie(personas["reviewer"])])
+    socket = Socket(loop, f"/ws/inbox/?q={marker}", [ORIGIN, _cookie(persona)])
     assert socket.connect()[0]
     socket.receive()
     task = task_make(metadata={"case": marker})
     socket.settle()
+    return socket, task
+
+
+def test_an_opened_task_reaches_the_inbox_as_its_row_first_then_the_whole_list(personas, loop):
+    socket, task = _inbox_and_task(loop, personas["reviewer"])
     _opened(task)
     row = socket.receive()
     assert row.startswith('<tbody hx-swap-oob="afterbegin:#inbox-rows">')
@@ -533,12 +540,7 @@ def test_a_withdrawn_role_stops_a_task_page_streaming(loop):
 def test_a_commands_last_event_reaches_open_pages_before_it_exits(personas, loop):
     """A management command (or a script) that records a change and exits at once: its event is sent
     before the process ends (the publisher drains at exit), not lost with its thread."""
-    marker = uuid.uuid4().hex[:8]
-    socket = Socket(loop, f"/ws/inbox/?q={marker}", [ORIGIN, _cookie(personas["reviewer"])])
-    assert socket.connect()[0]
-    socket.receive()
-    task = task_make(metadata={"case": marker})
-    socket.settle()
+    socket, task = _inbox_and_task(loop, personas["reviewer"])
     code = (
         "from django.db import transaction\n"
         "from approvals.audit import audit_record\n"
