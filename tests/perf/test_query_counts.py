@@ -65,6 +65,32 @@ LIVE_ROW_QUERIES = 3
 INBOX_QUERIES = 10
 
 
+class _Compiled:
+    """The statements the ORM composes and compiles meanwhile (every one on the hot paths is written
+    out once per process and prepared since round 13: a new ORM query there shows here)."""
+
+    def __enter__(self) -> _Compiled:
+        from django.db.models.sql import compiler
+
+        self.sql: list[str] = []
+        self._originals = {cls: cls.execute_sql for cls in (compiler.SQLCompiler, compiler.SQLInsertCompiler)}
+
+        def counted(original: Any) -> Any:
+            def execute_sql(this: Any, *args: Any, **kwargs: Any) -> Any:
+                self.sql.append(str(this.as_sql()[0])[:200])
+                return original(this, *args, **kwargs)
+
+            return execute_sql
+
+        for cls, original in self._originals.items():
+            cls.execute_sql = counted(original)  # type: ignore[method-assign]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for cls, original in self._originals.items():
+            cls.execute_sql = original  # type: ignore[method-assign]
+
+
 def _sql(ctx: CaptureQueriesContext) -> str:
     return "\n".join(f"{i + 1}. {q['sql'][:300]}" for i, q in enumerate(ctx.captured_queries))
 
@@ -148,13 +174,14 @@ def test_a_completed_resume_run_sends_a_bounded_number_of_statements(operator):
         command={"resume": {task.interrupt_id: {"decision": "approve"}}, "checkpoint_id": thread.checkpoint_id},
         created_by=operator.user,
     )
-    with _Statements() as statements:
+    with _Statements() as statements, _Compiled() as compiled:
         run_execute(run_id=str(resume.id))
     resume.refresh_from_db()
     assert resume.status == RunStatus.SUCCEEDED
     assert Thread.objects.get(pk=thread.pk).values["answers"] == ["inner_gate:approve"]
     listing = "\n".join(f"{i + 1}. {q[:200]}" for i, q in enumerate(statements.sql))
     assert len(statements.sql) <= RESUME_RUN_STATEMENTS, listing
+    assert compiled.sql == [], "the run composes no ORM query"
 
 
 def _inbox_with(operator: Persona, reviewer_client: Client, count: int) -> int:
@@ -182,16 +209,18 @@ def test_the_inbox_query_count_does_not_grow_with_its_tasks(operator, reviewer):
 @pytest.mark.usefixtures("live_worker")
 def test_start_and_decision_queries_are_bounded(operator, reviewer):
     operator.client.get("/api/graphs")  # the token's throttled last-used update happens here, not below
-    with CaptureQueriesContext(connection) as ctx:
+    with CaptureQueriesContext(connection) as ctx, _Compiled() as compiled:
         thread = thread_start(operator, "loan_approval", loan_input())
     assert len(ctx) <= START_QUERIES, _sql(ctx)
+    assert compiled.sql == [], "the start composes no ORM query"
 
     [task] = pending_tasks(reviewer, thread["id"])
     reviewer.client.get("/api/graphs")
-    with CaptureQueriesContext(connection) as ctx:
+    with CaptureQueriesContext(connection) as ctx, _Compiled() as compiled:
         response = api_decide(reviewer, task, reason="ok")
     assert response.status_code == 201, response.content
     assert len(ctx) <= DECISION_QUERIES, _sql(ctx)
+    assert compiled.sql == [], "the decision composes no ORM query"
 
 
 def test_a_live_inbox_pushes_a_new_tasks_row_in_two_statements(operator, reviewer):
