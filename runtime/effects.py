@@ -170,7 +170,7 @@ def _intent_insert_fenced(vendor: str) -> str:
     """
     by_column = {f.column: f for f in Effect._meta.concrete_fields}
     if vendor == "postgresql":
-        values = ", ".join(f"%s::{by_column[column].db_type(connection)}" for column in _INTENT_COLUMNS)
+        values = ", ".join(_typed(by_column[column]) for column in _INTENT_COLUMNS)
     else:
         values = ", ".join(["%s"] * len(_INTENT_COLUMNS))
     columns = ", ".join(connection.ops.quote_name(column) for column in _INTENT_COLUMNS)
@@ -178,6 +178,13 @@ def _intent_insert_fenced(vendor: str) -> str:
         f"INSERT INTO runtime_effect ({columns}) SELECT {values} FROM runtime_thread "  # noqa: S608 - our names
         'WHERE id = %s AND fence = %s ON CONFLICT ("key") DO NOTHING RETURNING id'
     )
+
+
+def _typed(field: Any) -> str:
+    """A value typed as ``field``'s column. Strings go as text: an explicit cast to ``varchar(n)``
+    would cut a longer key silently, where storing text refuses it, as the plain insert does."""
+    kind = str(field.db_type(connection))
+    return "%s::text" if kind.startswith(("varchar", "char")) else f"%s::{kind}"
 
 
 _THREAD_FENCE = "SELECT fence FROM runtime_thread WHERE id = %s"

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import django.db
 import pytest
 from langgraph.graph import END, START, StateGraph
 
@@ -108,3 +109,15 @@ def test_the_key_names_the_thread_the_effect_and_its_parts():
     keys: list[str] = []
     _graph(lambda key: keys.append(key) or {}, "invoice", 7).invoke({}, _config(thread))
     assert keys == [f"gh:{thread.id}:charge:invoice:7"]
+
+
+@pytest.mark.parametrize("fenced", [True, False], ids=["fenced", "unfenced"])
+def test_a_key_longer_than_its_column_is_refused_not_cut(fenced):
+    """Two long keys that share their first 255 characters are two effects: cutting them to the
+    column would make the second replay the first's result. Refused before any call, fenced or not."""
+    thread = Thread.objects.create(graph="zombie_pay", fence=1)
+    config = _config(thread) if fenced else {"configurable": {"thread_id": str(thread.id)}}
+    calls: list[str] = []
+    with pytest.raises(django.db.DataError):
+        _graph(lambda key: calls.append(key) or {}, "x" * 300).invoke({}, config)
+    assert calls == [] and not Effect.objects.filter(thread=thread).exists()
