@@ -39,7 +39,7 @@ def claim_for(task: ApprovalTask) -> TaskClaim | None:
     process: every decision and task page reads it.
     """
     with rows.fixed_cursor() as cursor:
-        cursor.execute(_claim_sql(connection.vendor), [ApprovalTask._meta.pk.get_db_prep_value(task.pk, connection)])
+        cursor.execute(_claim_sql(connection.vendor), [rows.db_value(ApprovalTask, "pk", task.pk)])
         row = cursor.fetchone()
     if row is None:
         return None
@@ -89,7 +89,7 @@ _CLAIM_DROP = "DELETE FROM console_taskclaim WHERE task_id = %s"
 def claim_drop(*, task: ApprovalTask) -> None:
     """End ``task``'s claim, if any (one row per task; nothing refers to it)."""
     with rows.fixed_cursor() as cursor:
-        cursor.execute(_CLAIM_DROP, [ApprovalTask._meta.pk.get_db_prep_value(task.pk, connection)])
+        cursor.execute(_CLAIM_DROP, [rows.db_value(ApprovalTask, "pk", task.pk)])
 
 
 @transaction.atomic

@@ -10,14 +10,12 @@ followed and proves the two agree; ``manage.py decisions_verify`` runs it.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import connection
-from django.db.models import Q, QuerySet
+from django.db.models import Q
 
 from approvals.audit import canonical
 from approvals.models import ApprovalTask, Decision, TaskKind, TaskStatus
@@ -110,28 +108,42 @@ def task_signed_action(task: ApprovalTask, decisions: list[Decision]) -> dict[st
     return {"name": action["name"], "args": args}
 
 
-def _gates_before(effect: Effect) -> QuerySet[ApprovalTask] | None:
-    """The decided gates of the effect's thread before the effect, newest first (None: no thread)."""
+# The decided gates of an effect's thread before the effect, newest first, each with the id of its
+# last carried decision: one fixed statement, read when an effect is recorded (every executed
+# effect) and when ``intent_verify`` proves one.
+_GATES_BEFORE = (
+    "SELECT {task}, (SELECT d.id FROM approvals_decision d WHERE d.task_id = t.id AND d.run_id IS NOT NULL "
+    "ORDER BY d.created_at DESC, d.id DESC LIMIT 1) FROM approvals_approvaltask t "
+    "WHERE t.thread_id = %s AND t.status = %s AND t.decided_at <= %s ORDER BY t.decided_at DESC"
+)
+
+
+def _gate_followed_and_last(effect: Effect) -> tuple[ApprovalTask, Any] | None:
+    """The last decided gate of the effect's thread, before the effect, that proposed an action of its
+    name, and the id of that gate's last carried decision (None if none was carried)."""
     if effect.thread_id is None:
         return None
-    return ApprovalTask.objects.filter(
-        thread_id=effect.thread_id, status=TaskStatus.DECIDED, decided_at__lte=effect.created_at
-    ).order_by("-decided_at")
-
-
-def _proposing(gates: Iterable[ApprovalTask], name: str) -> ApprovalTask | None:
-    """The first of ``gates`` that proposed an action called ``name``."""
-    for task in gates:
+    params = [
+        rows.db_value(ApprovalTask, "thread", effect.thread_id),
+        TaskStatus.DECIDED.value,
+        rows.db_value(ApprovalTask, "decided_at", effect.created_at),
+    ]
+    with rows.fixed_cursor() as cursor:
+        cursor.execute(_GATES_BEFORE.format(task=rows.columns(ApprovalTask, "t")), params)
+        found = cursor.fetchall()
+    width = rows.width(ApprovalTask)
+    for row in found:
+        task = rows.model_from_row(ApprovalTask, row[:width])
         action = proposed_action(task)
-        if action is not None and action["name"] == name:
-            return task
+        if action is not None and action["name"] == effect.name:
+            return task, row[width]
     return None
 
 
 def _gate_followed(effect: Effect) -> ApprovalTask | None:
     """The last decided gate of the effect's thread, before the effect, that proposed an action of its name."""
-    gates = _gates_before(effect)
-    return None if gates is None else _proposing(gates, effect.name)
+    found = _gate_followed_and_last(effect)
+    return None if found is None else found[0]
 
 
 def _carried(task: ApprovalTask) -> list[Decision]:
@@ -139,44 +151,12 @@ def _carried(task: ApprovalTask) -> list[Decision]:
     return list(task.decisions.select_related("task").filter(run__isnull=False).order_by("created_at", "id"))
 
 
-# What ``_gate_followed`` then ``_carried`` find, in one fixed statement (every executed effect
-# sends it): each candidate gate, newest first, with the id of its last carried decision.
-_GATES_FOLLOWED = (
-    "SELECT {task}, (SELECT d.id FROM approvals_decision d WHERE d.task_id = t.id AND d.run_id IS NOT NULL "
-    "ORDER BY d.created_at DESC, d.id DESC LIMIT 1) FROM approvals_approvaltask t "
-    "WHERE t.thread_id = %s AND t.status = %s AND t.decided_at <= %s ORDER BY t.decided_at DESC"
-)
-# The gate's kind and payload are all ``proposed_action`` reads; the rest stays deferred.
-_GATE_READ = ("id", "kind", "payload")
-
-
-@functools.cache
-def _gate_exclude() -> tuple[str, ...]:
-    return tuple(f.name for f in ApprovalTask._meta.concrete_fields if f.name not in _GATE_READ)
-
-
 def decision_followed(*, effect: Effect) -> str | None:
-    """The final decision of the gate the effect followed (recorded with the effect in the audit trail)."""
-    if effect.thread_id is None:
-        return None
-    exclude = _gate_exclude()
-    meta = ApprovalTask._meta
-    params = [
-        meta.pk.get_db_prep_value(effect.thread_id, connection),
-        TaskStatus.DECIDED.value,
-        meta.get_field("decided_at").get_db_prep_value(effect.created_at, connection),
-    ]
-    with rows.fixed_cursor() as cursor:
-        cursor.execute(_GATES_FOLLOWED.format(task=rows.columns(ApprovalTask, "t", exclude=exclude)), params)
-        found = cursor.fetchall()
-    width = rows.width(ApprovalTask, exclude=exclude)
-    for row in found:
-        task = rows.model_from_row(ApprovalTask, row[:width], exclude=exclude)
-        action = proposed_action(task)
-        if action is not None and action["name"] == effect.name:
-            last = Decision._meta.pk.to_python(row[width]) if row[width] is not None else None
-            return None if last is None else str(last)
-    return None
+    """The final decision of the gate the effect followed (recorded with the effect in the audit trail):
+    what ``intent_verify`` finds by ``_gate_followed`` then ``_carried``, by the same read."""
+    found = _gate_followed_and_last(effect)
+    last = None if found is None else found[1]
+    return None if last is None else str(Decision._meta.pk.to_python(last))
 
 
 # --- the proof ---------------------------------------------------------------------------------

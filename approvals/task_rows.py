@@ -9,7 +9,6 @@ fixed SQL, prepared on PostgreSQL (``runtime.rows``). Each returns or writes wha
 from __future__ import annotations
 
 import functools
-from typing import Any
 
 from django.db import connection
 from django.utils import timezone
@@ -27,7 +26,7 @@ def _decisions_sql(vendor: str) -> str:
 def decisions_on(task: ApprovalTask) -> list[Decision]:
     """The decisions made on ``task`` so far (``task.decisions.all()``: unordered, each knowing its task)."""
     with rows.fixed_cursor() as cursor:
-        cursor.execute(_decisions_sql(connection.vendor), [_task_key(task.pk)])
+        cursor.execute(_decisions_sql(connection.vendor), [rows.db_value(ApprovalTask, "pk", task.pk)])
         found = cursor.fetchall()
     return rows.models_knowing(Decision, found, "task", task)
 
@@ -42,9 +41,10 @@ def _pending_sql(vendor: str) -> str:
 
 def tasks_pending(thread: Thread) -> list[ApprovalTask]:
     """``thread``'s pending tasks, oldest first, each knowing its thread (what a run's outcome reconciles)."""
-    thread_key = Thread._meta.pk.get_db_prep_value(thread.pk, connection)
     with rows.fixed_cursor() as cursor:
-        cursor.execute(_pending_sql(connection.vendor), [thread_key, TaskStatus.PENDING.value])
+        cursor.execute(
+            _pending_sql(connection.vendor), [rows.db_value(Thread, "pk", thread.pk), TaskStatus.PENDING.value]
+        )
         found = cursor.fetchall()
     return rows.models_knowing(ApprovalTask, found, "thread", thread)
 
@@ -57,8 +57,11 @@ _SIBLING_STATUSES = (
 
 def sibling_statuses(task: ApprovalTask) -> set[str]:
     """The statuses of the thread's other tasks that are pending or opened at ``task``'s checkpoint."""
-    thread_key = ApprovalTask._meta.get_field("thread").get_db_prep_value(task.thread_id, connection)
-    params = [thread_key, TaskStatus.PENDING.value, task.checkpoint_id, _task_key(task.pk)]
+    thread_key, task_key = (
+        rows.db_value(ApprovalTask, "thread", task.thread_id),
+        rows.db_value(ApprovalTask, "pk", task.pk),
+    )
+    params = [thread_key, TaskStatus.PENDING.value, task.checkpoint_id, task_key]
     with rows.fixed_cursor() as cursor:
         cursor.execute(_SIBLING_STATUSES, params)
         return {status for (status,) in cursor.fetchall()}
@@ -70,10 +73,8 @@ _TASK_DECIDED = "UPDATE approvals_approvaltask SET status = %s, decided_at = %s 
 def task_close(task: ApprovalTask) -> None:
     """Mark ``task`` decided, now (``task.save(update_fields=["status", "decided_at"])``)."""
     task.status, task.decided_at = TaskStatus.DECIDED, timezone.now()
-    decided_at = ApprovalTask._meta.get_field("decided_at").get_db_prep_value(task.decided_at, connection)
+    decided_at = rows.db_value(ApprovalTask, "decided_at", task.decided_at)
     with rows.fixed_cursor() as cursor:
-        cursor.execute(_TASK_DECIDED, [TaskStatus.DECIDED.value, decided_at, _task_key(task.pk)])
-
-
-def _task_key(pk: Any) -> Any:
-    return ApprovalTask._meta.pk.get_db_prep_value(pk, connection)
+        cursor.execute(
+            _TASK_DECIDED, [TaskStatus.DECIDED.value, decided_at, rows.db_value(ApprovalTask, "pk", task.pk)]
+        )

@@ -193,7 +193,7 @@ _THREAD_FENCE = "SELECT fence FROM runtime_thread WHERE id = %s"
 def _thread_fence(thread_id: str) -> int | None:
     """The thread's fence (None: no such thread)."""
     with rows.fixed_cursor() as cursor:
-        cursor.execute(_THREAD_FENCE, [Thread._meta.pk.get_db_prep_value(thread_id, connection)])
+        cursor.execute(_THREAD_FENCE, [rows.db_value(Thread, "pk", thread_id)])
         row = cursor.fetchone()
     return None if row is None else int(row[0])
 
@@ -211,7 +211,7 @@ def _intent_insert(effect: Effect, *, fence: int | None = None) -> bool:
     sql = _INTENT_INSERT
     if fence is not None:
         sql = _intent_insert_fenced(connection.vendor)
-        values += [Thread._meta.pk.get_db_prep_value(effect.thread_id, connection), fence]
+        values += [rows.db_value(Thread, "pk", effect.thread_id), fence]
     with rows.fixed_cursor() as cursor:
         cursor.execute(sql, values)
         row = cursor.fetchone()

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from django.db import connection
 from django.db.backends.utils import CursorWrapper
-from django.db.models import Model
+from django.db.models import Field, Model
 
 M = TypeVar("M", bound=Model)
 
@@ -98,9 +98,19 @@ def model_and_related(model: type[M], field: str, related: type[Model], row: Seq
     return instance
 
 
+def db_value(model: type[Model], name: str, value: Any) -> Any:
+    """``value`` as the ORM sends it for ``model``'s field ``name`` (``"pk"``: the key) to this connection,
+    for a fixed statement's parameters (a UUID is text on SQLite; a foreign key goes as its target's)."""
+    field = model._meta.pk if name == "pk" else model._meta.get_field(name)
+    if not isinstance(field, Field):
+        raise TypeError(f"{model._meta.label}.{name} is not a column")
+    return field.get_db_prep_value(value, connection)
+
+
 @functools.cache
-def _insert(model: type[Model], vendor: str) -> tuple[str, list[Any]]:
-    """The insert of every concrete field but a database-drawn primary key, returning that key."""
+def _insert(model: type[Model], vendor: str) -> tuple[str, list[Any], bool]:
+    """The insert of every concrete field but a database-drawn primary key, returning that key; whether
+    it returns one."""
     meta = model._meta
     pk = meta.pk
     drawn = pk is not None and pk.db_returning  # an auto field: the database draws it
@@ -109,7 +119,7 @@ def _insert(model: type[Model], vendor: str) -> tuple[str, list[Any]]:
     names = ", ".join(quote(str(f.column)) for f in fields)
     marks = ", ".join(["%s"] * len(fields))
     returning = f" RETURNING {quote(str(pk.column))}" if drawn and pk is not None else ""
-    return f"INSERT INTO {quote(meta.db_table)} ({names}) VALUES ({marks}){returning}", fields  # noqa: S608
+    return f"INSERT INTO {quote(meta.db_table)} ({names}) VALUES ({marks}){returning}", fields, drawn  # noqa: S608
 
 
 def row_insert(obj: M) -> M:
@@ -118,11 +128,11 @@ def row_insert(obj: M) -> M:
     What ``save(force_insert=True)`` writes, without composing the query on every call, and like
     ``bulk_create`` without model signals: for rows written on every run (nothing listens to them).
     """
-    sql, fields = _insert(type(obj), connection.vendor)
+    sql, fields, drawn = _insert(type(obj), connection.vendor)
     values = [f.get_db_prep_save(f.pre_save(obj, True), connection) for f in fields]
     with fixed_cursor() as cursor:
         cursor.execute(sql, values)
-        if " RETURNING " in sql:
+        if drawn:
             obj.pk = cursor.fetchone()[0]
     obj._state.adding, obj._state.db = False, connection.alias
     return obj

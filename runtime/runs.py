@@ -25,7 +25,7 @@ from celery import current_app
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import IntegrityError, connection, transaction
-from django.db.models import F, Field, Model, OuterRef, Q, Subquery
+from django.db.models import F, OuterRef, Q, Subquery
 from django.db.models.expressions import CombinedExpression
 from django.db.models.functions import Now
 from django.utils import timezone
@@ -126,7 +126,8 @@ def run_enqueue(
     now = timezone.now()
     with rows.fixed_cursor() as cursor:
         cursor.execute(
-            _THREAD_BUSY, [ThreadStatus.BUSY.value, _prep(Thread, "updated_at", now), _prep(Thread, "id", thread.pk)]
+            _THREAD_BUSY,
+            [ThreadStatus.BUSY.value, rows.db_value(Thread, "updated_at", now), rows.db_value(Thread, "pk", thread.pk)],
         )
     thread.status = ThreadStatus.BUSY
     _dispatch_on_commit(run)
@@ -135,13 +136,6 @@ def run_enqueue(
 
 # What ``Thread.objects.filter(pk=...).update(status=BUSY, error="", updated_at=now)`` sends.
 _THREAD_BUSY = "UPDATE runtime_thread SET status = %s, error = '', updated_at = %s WHERE id = %s"
-
-
-def _prep(model: type[Model], name: str, value: Any) -> Any:
-    """``value`` as the ORM sends it for ``model.name`` to this connection (a UUID is text on SQLite)."""
-    field = model._meta.get_field(name)
-    assert isinstance(field, Field)  # noqa: S101 - a concrete column, named here
-    return field.get_db_prep_value(value, connection)
 
 
 def _violates(exc: IntegrityError, constraint: str) -> bool:

@@ -174,3 +174,11 @@ def test_a_row_inserted_by_fixed_sql_is_the_row_the_orm_writes():
     assert written == {k: v for k, v in _fields(orms).items() if k not in ("id", "at")}
     assert StoreOperation.objects.get(pk=mine.pk).at == mine.at  # the auto_now_add value, as save() fills it
     assert _prepared('INSERT INTO "runtime_storeoperation"')  # prepared, as every fixed statement
+
+
+def test_a_fixed_statements_value_is_the_orms_and_a_non_column_is_refused():
+    thread = thread_make(graph="loan_approval")
+    assert rows.db_value(Thread, "pk", str(thread.pk)) == Thread._meta.pk.get_db_prep_value(thread.pk, connection)
+    assert rows.db_value(Run, "thread", thread.pk) == rows.db_value(Thread, "pk", thread.pk)  # as its target's key
+    with pytest.raises(TypeError, match="runs"):
+        rows.db_value(Thread, "runs", None)  # a reverse relation: no column to send a value for
