@@ -1,6 +1,6 @@
 """Profile the decision POST and the resume run in-process: Django test client, real PostgreSQL, cProfile.
 
-    .venv/bin/python bench/decision_profile.py [--samples 30] [--top 25] [--sql]
+    .venv/bin/python bench/decision_profile.py [--samples 30] [--top 25] [--sql] [--statements]
 
 Recreates ``gatehouse_bench_profile``, migrates, makes an operator and a
 reviewer, then per sample: starts a ``loan_approval`` thread, runs it to its
@@ -11,7 +11,8 @@ its median CPU time in this process (all its threads, the unprofiled samples): o
 speed drifts between runs, CPU is what tells two versions of the code apart. The last samples run
 under cProfile, one profile per step; the top functions by cumulative time are
 printed and the stats saved to ``var/bench/decision_profile.prof`` and
-``var/bench/resume_profile.prof``. ``--sql`` prints the SQL of the last
+``var/bench/resume_profile.prof``. ``--statements`` prints each statement's wall time per step (where its round
+trips go). ``--sql`` prints the SQL of the last
 sample's decision and resume: the ORM queries, then every statement psycopg
 sent (the checkpointer's included). Runs are executed here, so no worker or
 web process is needed.
@@ -55,6 +56,7 @@ def main() -> int:
     parser.add_argument("--profiled", type=int, default=10, help="of which the last N run under cProfile")
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--sql", action="store_true", help="print the SQL of the last decision and resume")
+    parser.add_argument("--statements", action="store_true", help="print each statement's wall time per step")
     parser.add_argument("--db", default="gatehouse_bench_profile")
     args = parser.parse_args()
 
@@ -91,6 +93,7 @@ class _Step:
         self.statements: list[int] = []
         self.last_sql: list[str] = []
         self.last_statements: list[str] = []
+        self.by_statement: dict[str, list[float]] = {}  # statement text → its wall times, unprofiled samples
 
     def run(self, call: Any, *, profiled: bool) -> Any:
         from django.db import connection
@@ -111,7 +114,19 @@ class _Step:
         self.statements.append(counter.count)
         self.last_sql = [q["sql"] for q in ctx.captured_queries]
         self.last_statements = counter.statements
+        if not profiled:
+            for sql, seconds in zip(counter.statements, counter.seconds, strict=True):
+                self.by_statement.setdefault(" ".join(sql.split())[:90], []).append(seconds * 1000)
         return value
+
+    def statements_report(self, samples: int) -> None:
+        """Each statement's wall time per sample (ms), largest total first: where the step's round trips go."""
+        rows = sorted(self.by_statement.items(), key=lambda item: -sum(item[1]))
+        total = sum(sum(times) for _, times in rows) / samples
+        print(f"=== {self.name}: wall time in execute per sample, by statement ({total:.2f} ms in all)")
+        for sql, times in rows:
+            per_sample, calls = sum(times) / samples, len(times) / samples
+            print(f"{per_sample:>7.2f} ms {calls:>4.1f}× {statistics.median(times):>6.2f}  {sql}")
 
     def report(self, top: int, path: Path) -> dict[str, Any]:
         out = io.StringIO()
@@ -201,6 +216,10 @@ def _measure(args: argparse.Namespace, tokens: dict[str, str]) -> int:
             print(f"=== every psycopg statement of the last {step.name} ({len(step.last_statements)})")
             for n, sql in enumerate(step.last_statements, 1):
                 print(f"{n:>3}. {' '.join(sql.split())[:200]}")
+    if args.statements:
+        unprofiled = args.samples - args.profiled
+        for step in (start, decision, resume):
+            step.statements_report(unprofiled if step is not start else args.samples)
     start_summary = summary["start_run"]
     print(
         f"start run (to the interrupt) in-process: median {start_summary['median_ms']} ms, CPU "
