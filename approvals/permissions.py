@@ -115,6 +115,12 @@ def _perms_preload(user: Principal) -> None:
     with rows.fixed_cursor() as cursor:
         cursor.execute(_perms_sql(with_assignments, connection.vendor), [user.pk] * (3 if with_assignments else 2))
         granted = cursor.fetchall()
+    access_keep(user, granted, with_assignments=with_assignments)
+
+
+def access_keep(user: User, granted: list[Any], *, with_assignments: bool = True) -> None:
+    """Keep on ``user`` what ``access_sql`` (or the preload's own statement) found it allowed: rows of
+    (kind, app label or graph, codename or gate), the caches the permission checks read."""
     perms: set[str] = set()
     assignments: list[tuple[str, str]] = []
     for kind, first, second in granted:
@@ -144,9 +150,17 @@ def access_forget(user: Principal) -> None:
 
 
 @functools.cache
-def _perms_sql(with_assignments: bool, vendor: str) -> str:
+def access_sql(user_column: str) -> str:
+    """The preload's UNION ALL with all three parts, for the user whose id is ``user_column`` (an
+    enclosing statement's column): one statement can read a user and what it may do (approvals.tokens)."""
+    return _perms_sql(True, connection.vendor, user=user_column)
+
+
+@functools.cache
+def _perms_sql(with_assignments: bool, vendor: str, user: str = "%s") -> str:
     """The preload's UNION ALL: the user's own permissions, their groups', and (optionally) their
-    assignments, as (kind, app label or graph, codename or gate); names from the models' metadata."""
+    assignments, as (kind, app label or graph, codename or gate); names from the models' metadata.
+    ``user``: the user's id as SQL (a parameter by default)."""
     q = connection.ops.quote_name
 
     def col(model: Any, field: str) -> str:
@@ -161,17 +175,17 @@ def _perms_sql(with_assignments: bool, vendor: str) -> str:
     parts = [
         f"SELECT {perm_cols} FROM {q(perm._meta.db_table)}",  # noqa: S608
         f"INNER JOIN {q(own._meta.db_table)} ON {col(perm, 'id')} = {col(own, 'permission')} {perm_ctype}",
-        f"WHERE {col(own, 'user')} = %s",
+        f"WHERE {col(own, 'user')} = {user}",
         f"UNION ALL SELECT {perm_cols} FROM {q(perm._meta.db_table)}",  # noqa: S608
         f"INNER JOIN {q(groups._meta.db_table)} ON {col(perm, 'id')} = {col(groups, 'permission')}",
         f"INNER JOIN {q(members._meta.db_table)} ON {col(groups, 'group')} = {col(members, 'group')} {perm_ctype}",
-        f"WHERE {col(members, 'user')} = %s",
+        f"WHERE {col(members, 'user')} = {user}",
     ]
     if with_assignments:
         a = GraphAssignment
         assigned = f"'assigned', {col(a, 'graph')}, {col(a, 'gate')}"
         parts.append(f"UNION ALL SELECT {assigned} FROM {q(a._meta.db_table)}")  # noqa: S608
-        parts.append(f"WHERE {col(a, 'user')} = %s")
+        parts.append(f"WHERE {col(a, 'user')} = {user}")
     return " ".join(parts)
 
 

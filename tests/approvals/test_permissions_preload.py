@@ -74,3 +74,50 @@ def test_an_inactive_user_reads_nothing_and_may_do_nothing():
     with CaptureQueriesContext(connection) as ctx:
         assert permissions.can(inactive, "approvals.decide_task") is False
     assert len(ctx) == 0
+
+
+@pytest.mark.parametrize(
+    "role,own,graphs",
+    [
+        ("reviewer", [], [("loan_approval", ""), ("kyc", "risk_gate")]),
+        ("operator", ["view_audit"], [("*", "")]),
+        (None, ["decide_task"], []),
+        (None, [], []),
+    ],
+)
+def test_a_token_reads_its_users_access_with_the_token_in_one_statement(role, own, graphs):
+    """Every API request authenticates by token and then checks permissions: on PostgreSQL the token's
+    statement reads the user's access too, and the checks that follow make no statement of their own."""
+    from approvals.tokens import token_authenticate, token_issue
+
+    user = _user(role=role, own=own, graphs=graphs)
+    secret = token_issue(user=user)
+    token_authenticate(secret)  # the throttled last-used stamp, written once a minute, happens here
+    expected_perms = ModelBackend().get_all_permissions(_fresh(user))
+    expected_assignments = sorted(GraphAssignment.objects.filter(user=user).values_list("graph", "gate"))
+
+    with CaptureQueriesContext(connection) as ctx:
+        authenticated = token_authenticate(secret)
+        asked = ("approvals.view_approvaltask", "approvals.decide_task", "runtime.start_thread", "approvals.view_audit")
+        answers = [permissions.can(authenticated, perm) for perm in asked]
+        visible = permissions.graphs_visible(authenticated)
+    expected_statements = 1 if connection.vendor == "postgresql" else 2
+    assert len(ctx) == expected_statements, [q["sql"] for q in ctx.captured_queries]
+    assert authenticated._perm_cache == expected_perms
+    assert sorted(permissions._assignments(authenticated)) == expected_assignments
+    assert answers == [_fresh(user).has_perm(perm) for perm in asked]
+    assert visible == permissions.graphs_visible(_fresh(user))
+
+
+def test_a_permission_withdrawn_is_withdrawn_at_the_tokens_next_request():
+    """The access read with the token is the request's own: nothing is kept between requests."""
+    from approvals.tokens import token_authenticate, token_issue
+
+    user = _user(own=["decide_task", "view_approvaltask"], graphs=[("loan_approval", "")])
+    secret = token_issue(user=user)
+    assert permissions.can(token_authenticate(secret), "approvals.decide_task")
+    user.user_permissions.remove(Permission.objects.get(codename="decide_task"))
+    GraphAssignment.objects.filter(user=user).delete()
+    later = token_authenticate(secret)
+    assert not permissions.can(later, "approvals.decide_task")
+    assert permissions.graphs_visible(later) == set()
