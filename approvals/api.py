@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 from uuid import UUID
 
@@ -106,15 +107,25 @@ def thread_create(request: AuthedRequest, body: ThreadIn, query: Query[ThreadWai
     # Checked before anything is written: a bad wait leaves no thread behind.
     wanted, seconds = _statuses(query.wait_for), _wait_seconds(query.timeout, "timeout")
     thread_id, run_id = _thread_start_to_wait(user, body)
-    _until(
-        thread_id,
-        lambda: selectors.status_read(model=Thread, pk=thread_id),
-        lambda status: status is None or status in wanted,  # None: the thread is gone
-        seconds,
-    )
-    out = _thread_detail(user, thread_id)
+    value = _until(thread_id, _detail_once(user, thread_id, wanted), _answered(wanted), seconds)
+    out = value if isinstance(value, ThreadOut) else _thread_detail(user, thread_id)
     out.run_id = run_id
     return Status(201, out)
+
+
+def _detail_once(user: Any, thread_id: Any, wanted: set[str]) -> Callable[[], ThreadOut | str]:
+    """A long poll's read of its thread: the visible row (``NotFound`` once it is not), and the whole
+    answer when its status is one of ``wanted``, so the wake that ends the wait reads the row once."""
+
+    def read() -> ThreadOut | str:
+        thread = permissions.thread_get_for(user, thread_id)
+        return _thread_detail(user, thread_id, thread) if thread.status in wanted else thread.status
+
+    return read
+
+
+def _answered(wanted: set[str]) -> Callable[[ThreadOut | str], bool]:
+    return lambda value: isinstance(value, ThreadOut) or value in wanted
 
 
 def _thread_started(user: Any, body: ThreadIn) -> ThreadOut:
@@ -152,10 +163,8 @@ def _statuses(value: str) -> set[str]:
     return wanted
 
 
-def _until(thread_id: Any, read: Any, done: Any, seconds: float, *, first: Any = None) -> Any:
+def _until(thread_id: Any, read: Any, done: Any, seconds: float) -> Any:
     """Re-read with ``read()`` until ``done(value)`` or ``seconds`` pass, waking on the thread's NOTIFY.
-
-    ``first``: what to call instead of ``read`` the first time (e.g. the visibility check).
 
     The wait blocks the request's own thread, which the request holds until it answers either way
     (console.request_threads): waiting in an async view instead cost two more crossings between the
@@ -164,8 +173,7 @@ def _until(thread_id: Any, read: Any, done: Any, seconds: float, *, first: Any =
     deadline = time.monotonic() + seconds
     with ThreadWatch(thread_id) as watch:
         while True:
-            value = (first or read)()
-            first = None
+            value = read()
             remaining = deadline - time.monotonic()
             if done(value) or remaining <= 0 or watch.ended:  # ended: the client left, or the server stops
                 return value
@@ -179,22 +187,10 @@ def thread_detail(request: AuthedRequest, thread_id: UUID, query: Query[ThreadWa
     if query.wait_for is None:
         return _thread_detail(user, thread_id)
     wanted, seconds = _statuses(query.wait_for), _wait_seconds(query.timeout, "timeout")
-
-    def first() -> ThreadOut | str:
-        """The visibility check (404 before any wait); the whole answer if the thread is there already."""
-        thread = permissions.thread_get_for(user, thread_id)
-        return _thread_detail(user, thread_id, thread) if thread.status in wanted else thread.status
-
-    def done(value: ThreadOut | str | None) -> bool:
-        return value is None or isinstance(value, ThreadOut) or value in wanted  # None: the thread is gone
-
-    # Visibility is checked once, then each wake re-reads only the status; the answer checks it again.
-    value: ThreadOut | str | None = _until(
-        thread_id, lambda: selectors.status_read(model=Thread, pk=thread_id), done, seconds, first=first
-    )
-    if isinstance(value, ThreadOut):
-        return value
-    return _thread_detail(user, thread_id)
+    # Every read checks visibility (404 before any wait, and once access is withdrawn) and, when the
+    # status is a wanted one, is the answer: the wake that ends the wait makes one read, not two.
+    value = _until(thread_id, _detail_once(user, thread_id, wanted), _answered(wanted), seconds)
+    return value if isinstance(value, ThreadOut) else _thread_detail(user, thread_id)
 
 
 def _thread_detail(user: Any, thread_id: UUID, thread: Thread | None = None) -> ThreadOut:

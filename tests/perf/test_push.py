@@ -386,3 +386,47 @@ def test_a_watch_entered_while_its_listener_starts_is_listening_before_the_calle
             return notify._listener.listening.is_set()
 
     assert asyncio.run(entered_listening()) is True
+
+
+def test_the_wake_that_ends_a_long_poll_reads_the_thread_once(operator, reviewer, monkeypatch):
+    """Each read of a waiting ``GET /api/threads/{id}?wait_for=`` is the visible row and, once its status
+    is wanted, the answer: the wake the outcome causes makes one read, not a status read and then the row."""
+    from approvals import permissions, selectors
+
+    reads: list[str] = []  # appended once each read has been made
+    by_key, status_read = permissions._thread_by_key, selectors.status_read
+
+    def row_read(*args: Any, **kwargs: Any) -> Any:
+        row = by_key(*args, **kwargs)
+        reads.append("row")
+        return row
+
+    def status_only(**kwargs: Any) -> Any:
+        status = status_read(**kwargs)
+        reads.append("status")
+        return status
+
+    monkeypatch.setattr(permissions, "_thread_by_key", row_read)
+    monkeypatch.setattr(selectors, "status_read", status_only)
+    patience = scaled(30)
+    # Only the outcome's notification wakes the poll: no fallback re-read between the mark and the wake.
+    monkeypatch.setattr("runtime.notify.FALLBACK_SECONDS", patience * 4)
+    run = _claimed_run(operator)
+    answered: dict[str, Any] = {}
+
+    def poll() -> None:
+        response = reviewer.client.get(f"/api/threads/{run.thread_id}", wait_for="interrupted", timeout=patience)
+        answered["response"] = response
+
+    waiting = threading.Thread(target=poll, daemon=True)
+    waiting.start()
+    deadline = time.monotonic() + scaled(10)
+    while not (reads and watchers(run.thread_id) and listener_ready(0)):  # its first read made, it waits
+        assert time.monotonic() < deadline, "the long poll never started waiting"
+        time.sleep(0.01)
+    before = len(reads)
+    run_finish(run=run, outcome=_interrupt_outcome("one read"))
+    waiting.join(patience + scaled(10))
+    response = answered["response"]
+    assert response.status_code == 200 and response.json()["status"] == "interrupted", response.content
+    assert reads[before:] == ["row"], reads
