@@ -2,7 +2,11 @@
 
 In-process: ``run_dispatch`` is replaced by a recorder, so nothing reaches
 Celery and the test sees exactly which runs a sweep would send. The database
-holds other tests' runs too, so each test looks only at its own.
+holds other tests' runs too, so each test looks only at its own. And the session's
+worker, once a test has started it, sweeps the same database from its beat every
+0.5 s: a run made due outside a transaction could be re-sent by that sweeper
+before the test's own sweep saw it, so tests that expect a run sent make it due
+and sweep in one transaction (``_sweep``).
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.db import transaction
 from django.db.models.functions import Now
 from django.test.utils import override_settings
 
@@ -41,12 +46,19 @@ def _set(run: Run, **fields: Any) -> None:
     Run.objects.filter(pk=run.pk).update(**fields)
 
 
+def _sweep(*due: tuple[Run, dict[str, Any]]) -> int:
+    """Set ``due``'s fields and sweep in one transaction: no other sweeper sees those runs due before this one."""
+    with transaction.atomic():
+        for run, fields in due:
+            _set(run, **fields)
+        return runs_sweep()
+
+
 def test_it_resends_a_lapsed_run_once_its_backoff_passed_and_counts_what_it_sent(sent):
     run = _run()
     claimed = run_claim(run_id=str(run.id), worker="host:1:a")
     assert claimed is not None
-    _set(run, lease_expires_at=_ago(600))
-    count = runs_sweep()
+    count = _sweep((run, {"lease_expires_at": _ago(600)}))
     assert run.id in sent
     assert count == len(sent)
 
@@ -73,9 +85,9 @@ def test_a_lapsed_run_with_attempts_left_is_resent_and_one_without_is_dead_lette
     retry, spent = _run(), _run()
     for run in (retry, spent):
         assert run_claim(run_id=str(run.id), worker="host:1:a") is not None
-    _set(retry, lease_expires_at=_ago(600), attempts=1)
-    _set(spent, lease_expires_at=_ago(600), attempts=2)
-    runs_sweep()
+    _sweep(
+        (retry, {"lease_expires_at": _ago(600), "attempts": 1}), (spent, {"lease_expires_at": _ago(600), "attempts": 2})
+    )
     assert retry.id in sent and spent.id not in sent
     assert Run.objects.get(pk=retry.pk).status == RunStatus.RUNNING
     dead = Run.objects.get(pk=spent.pk)
@@ -86,10 +98,11 @@ def test_a_lapsed_run_with_attempts_left_is_resent_and_one_without_is_dead_lette
 def test_it_resends_a_queued_run_whose_dispatch_was_lost_and_not_one_just_sent(sent):
     never_sent_old, never_sent_new = _run(), _run()
     sent_old, sent_new = _run(), _run()
-    _set(never_sent_old, created_at=_ago(600))
-    _set(sent_old, created_at=_ago(600), dispatched_at=_ago(600))
-    _set(sent_new, created_at=_ago(600), dispatched_at=Now())
-    runs_sweep()
+    _sweep(
+        (never_sent_old, {"created_at": _ago(600)}),
+        (sent_old, {"created_at": _ago(600), "dispatched_at": _ago(600)}),
+        (sent_new, {"created_at": _ago(600), "dispatched_at": Now()}),
+    )
     assert never_sent_old.id in sent and sent_old.id in sent
     assert never_sent_new.id not in sent and sent_new.id not in sent
 
@@ -149,19 +162,16 @@ def test_the_dead_letter_fails_a_lapsed_running_run():
 def test_a_queued_run_is_resent_at_doubling_intervals_as_it_waits(sent):
     # Waited 60 s before its last dispatch: it is re-sent only 60 s after that dispatch, not every 3 s.
     run = _run()
-    _set(run, created_at=_ago(100), dispatched_at=_ago(40))
-    runs_sweep()
+    _sweep((run, {"created_at": _ago(100), "dispatched_at": _ago(40)}))
     assert run.id not in sent
-    _set(run, created_at=_ago(130), dispatched_at=_ago(70))
-    runs_sweep()
+    _sweep((run, {"created_at": _ago(130), "dispatched_at": _ago(70)}))
     assert run.id in sent
 
 
 @override_settings(GATEHOUSE_REDISPATCH_AFTER_SECONDS=3)
 def test_a_lost_dispatch_is_still_resent_after_the_delay(sent):
     run = _run()
-    _set(run, created_at=_ago(10), dispatched_at=_ago(9))
-    runs_sweep()
+    _sweep((run, {"created_at": _ago(10), "dispatched_at": _ago(9)}))
     assert run.id in sent
 
 
@@ -179,9 +189,7 @@ def test_overlapping_sweeps_resend_a_run_once(sent):
 def test_a_lapsed_run_resent_after_its_lease_ended_is_given_time_to_be_claimed(sent):
     run = _run()
     assert run_claim(run_id=str(run.id), worker="host:1:a") is not None
-    _set(run, lease_expires_at=_ago(600), dispatched_at=_ago(1))
-    runs_sweep()
+    _sweep((run, {"lease_expires_at": _ago(600), "dispatched_at": _ago(1)}))
     assert run.id not in sent
-    _set(run, dispatched_at=_ago(5))
-    runs_sweep()
+    _sweep((run, {"dispatched_at": _ago(5)}))
     assert run.id in sent
