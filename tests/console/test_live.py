@@ -326,6 +326,7 @@ def test_a_signed_out_session_stops_receiving(personas, loop):
     socket = Socket(loop, f"/ws/tasks/{task.pk}/", [ORIGIN, cookie])
     assert socket.connect()[0]
     socket.receive()
+    socket.settle()  # the new task's own events may still be arriving: only what follows the sign-out counts
     client.logout()
     _emit("loan_approval", task.thread_id)
     output = socket.output()
@@ -337,6 +338,7 @@ def _signed_in_socket(loop: asyncio.AbstractEventLoop, user: Any, path: str) -> 
     socket = Socket(loop, path, [ORIGIN, cookie])
     assert socket.connect()[0]
     socket.receive()
+    socket.settle()  # pushes for what happened before it connected (a task just made) are not the test's
     return socket, client
 
 
