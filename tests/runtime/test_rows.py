@@ -52,12 +52,13 @@ def test_a_thread_read_by_fixed_sql_equals_the_orms():
 def test_a_token_and_its_user_read_in_one_statement_equal_the_orms():
     user = User.objects.create_user("rows-token-user", email="r@example.com")
     secret = token_issue(user=user, name="rows", graphs=["loan_approval"], actions=["read"])
-    token = _token_by_digest(_digest(secret))
+    token, _ = _token_by_digest(_digest(secret))
+    assert token is not None
     orm = ApiToken.objects.select_related("user").get(digest=_digest(secret))
     assert _fields(token) == _fields(orm)
     assert _fields(token.user) == _fields(orm.user)
     assert token.graphs == ["loan_approval"] and token.actions == ["read"]
-    assert _token_by_digest(_digest(secret + "x")) is None
+    assert _token_by_digest(_digest(secret + "x")) == (None, None)
 
 
 def test_columns_and_width_describe_the_same_row():
