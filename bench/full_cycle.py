@@ -20,6 +20,13 @@ default, or httpx as rounds 1-13 did; the client shares the two cores it measure
   ``Command(resume=...)``, N threads on ``--baseline-concurrency`` threads;
 - decision → completed one at a time (an idle system) for both.
 
+Both systems are measured in ``--rounds`` alternating rounds (Gatehouse then the
+baseline, then the baseline then Gatehouse, ...), the threads and one-at-a-time
+samples split between them, and pooled: on a shared machine whose speed drifts
+within minutes, a baseline measured after the whole stack once gave ratios
+from 0.22x to 0.47x for the same code. The stack is paused (SIGSTOP) while the
+baseline runs, so none of its processes runs beside it.
+
 Baseline variant: the graph is demo/graphs/loan_approval.py ``make_graph()``
 unchanged except that its ``disburse`` node calls the bank directly (same
 idempotency key scheme) instead of through Gatehouse's effect ledger — the
@@ -286,14 +293,20 @@ class CpuMeter:
         }
 
     @staticmethod
-    def per_thread_ms(before: dict[str, Any], after: dict[str, Any], threads: int) -> dict[str, float]:
+    def used(before: dict[str, Any], after: dict[str, Any]) -> dict[str, float]:
+        """CPU seconds spent between two snapshots, by process."""
         out = {}
         for name, value in after.items():
             if name == "postgres":
-                used = sum(cpu - before[name].get(pid, 0.0) for pid, cpu in value.items())
+                out[name] = sum(cpu - before[name].get(pid, 0.0) for pid, cpu in value.items())
             else:
-                used = value - before[name]
-            out[name] = round(used * 1000 / threads, 2)
+                out[name] = value - before[name]
+        return out
+
+    @staticmethod
+    def per_thread_ms(used: list[dict[str, float]], threads: int) -> dict[str, float]:
+        """``used`` of every round, in milliseconds per thread."""
+        out = {name: round(sum(u[name] for u in used) * 1000 / threads, 2) for name in used[0]}
         out["total"] = round(sum(out.values()), 2)
         return out
 
@@ -850,7 +863,9 @@ def baseline_graph(db_name: str, pool_size: int, *, with_store: bool = True) -> 
         thread_id = get_config()["configurable"]["thread_id"]
         return call(key or f"raw:{thread_id}:{name}")
 
-    # The disburse node looks perform_effect up at call time: swap the ledger for a direct call.
+    # The disburse node looks perform_effect up at call time: swap the ledger for a direct call
+    # (put back on exit: this process then runs Gatehouse's own steps to count their statements).
+    ledger = loan_approval.perform_effect  # type: ignore[attr-defined]
     loan_approval.perform_effect = direct_effect  # type: ignore[assignment]
     pool = ConnectionPool(
         f"{PG_SERVER}/{db_name}",
@@ -869,6 +884,7 @@ def baseline_graph(db_name: str, pool_size: int, *, with_store: bool = True) -> 
         store = PostgresStore(pool) if with_store else None  # type: ignore[arg-type]
         yield loan_approval.make_graph().compile(checkpointer=saver, store=store)
     finally:
+        loan_approval.perform_effect = ledger  # type: ignore[attr-defined]
         pool.close()
         from django.db import connections
 
@@ -959,6 +975,56 @@ def combined(scenario: str, system: str, parts: list[Result]) -> Result:
     )
 
 
+def merged(parts: list[Result]) -> Result:
+    """One scenario's rounds as one result: every latency, and the threads over the rounds' own wall
+    times (the other system's rounds between them are not counted)."""
+    latencies = [x for p in parts for x in p.latencies_ms]
+    n, wall = sum(p.n for p in parts), sum(p.wall_s for p in parts)
+    first = parts[0]
+    return Result(
+        first.scenario,
+        first.system,
+        n,
+        first.concurrency,
+        statistics.median(latencies),
+        percentile(latencies, 95),
+        min(latencies),
+        max(latencies),
+        wall,
+        n / wall if wall > 0 else float("inf"),
+        None,
+        latencies,
+    )
+
+
+def split(total: int, rounds: int) -> list[int]:
+    """``total`` spread over ``rounds`` as evenly as it goes (none empty)."""
+    rounds = max(1, min(rounds, total))
+    return [total // rounds + (1 if i < total % rounds else 0) for i in range(rounds)]
+
+
+def alternate(sizes: list[int], first: Callable[[int], None], second: Callable[[int], None]) -> None:
+    """Round i measures both systems with ``sizes[i]`` each, in the order AB, BA, AB, ...: a drift of
+    the machine's speed within a pair of rounds then favours neither system."""
+    for i, n in enumerate(sizes):
+        for measure in (first, second) if i % 2 == 0 else (second, first):
+            measure(n)
+
+
+@contextlib.contextmanager
+def paused(procs: list[Proc]) -> Iterator[None]:
+    """The stack stopped (SIGSTOP) while the baseline runs beside it: none of its processes takes CPU
+    (not the beat's sweeps either), and it keeps its connections and warm caches for its next round."""
+    for proc in procs:
+        os.killpg(proc.proc.pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for proc in procs:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.proc.pid, signal.SIGCONT)
+
+
 def table(results: list[Result]) -> str:
     head = (
         f"{'scenario':<38} {'system':<10} {'n':>5} {'conc':>4} {'median ms':>10} {'p95 ms':>9} "
@@ -1021,6 +1087,12 @@ def main() -> int:
         help="threads invoking the raw graph (default 4, like the worker)",
     )
     parser.add_argument("--idle-samples", type=int, default=50, help="one-at-a-time decision samples (default 50)")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="alternating rounds per system, the threads and one-at-a-time samples split between them (default 3)",
+    )
     parser.add_argument("--warmup", type=int, default=5, help="unmeasured threads per system first (default 5)")
     parser.add_argument("--poll", type=float, default=0.02, help="poll interval (s) under load (default 0.02)")
     parser.add_argument(
@@ -1125,26 +1197,95 @@ def main() -> int:
 
         api = Api(f"http://127.0.0.1:{port}", tokens, timeout=args.wait_timeout, http=args.http)
         api.longpoll = args.client == "longpoll"
-        log(f"full stack: warm-up ({args.warmup}), then {args.threads} threads, {args.clients} clients")
-        measure_full_stack(api, args.warmup, min(args.clients, args.warmup), args.poll)
-        if args.profile:
-            flames = FlameGraphs(OUT_DIR, idle=args.profile_idle, gil=args.profile_gil, fmt=args.profile_format)
-            flames.attach(procs)
-        meter = CpuMeter(args.db, procs)
-        cpu_before = meter.snapshot()
-        gh_start, gh_decide, gh_threads = measure_full_stack(api, args.threads, args.clients, args.poll)
-        cpu_per_thread = CpuMeter.per_thread_ms(cpu_before, meter.snapshot(), args.threads)
-        log(f"full stack: {args.idle_samples} decisions one at a time")
-        gh_idle, gh_idle_threads, posts_ms, gh_waited = measure_full_stack_idle(api, args.idle_samples, args.idle_poll)
-        if flames is not None:
-            log("flame graphs: " + "; ".join(flames.detach()))
+        # Both systems are measured in alternating rounds (G B, B G, G B, ...) rather than one after the
+        # other: on a shared machine whose speed drifts within minutes, each then sees the same phases.
+        # The stack is paused (SIGSTOP) during the baseline's rounds, so nothing of it runs beside it.
+        with baseline_graph(
+            args.db, args.baseline_concurrency + 1, with_store=not args.baseline_without_store
+        ) as graph:
+            log(f"warm-up: {args.warmup} threads through each system")
+            measure_full_stack(api, args.warmup, min(args.clients, args.warmup), args.poll)
+            with paused(procs):
+                measure_baseline(graph, args.warmup, args.baseline_concurrency)
+            if args.profile:
+                flames = FlameGraphs(OUT_DIR, idle=args.profile_idle, gil=args.profile_gil, fmt=args.profile_format)
+                flames.attach(procs)
+            meter, raw_meter = CpuMeter(args.db, procs), CpuMeter(args.db, [])
+            gh_rounds: list[tuple[Result, Result]] = []
+            raw_rounds: list[tuple[Result, Result]] = []
+            gh_used: list[dict[str, float]] = []
+            raw_used: list[dict[str, float]] = []
+            gh_threads: list[str] = []
+            raw_threads: list[str] = []
+
+            def gatehouse_round(n: int) -> None:
+                before = meter.snapshot()
+                start, decide, threads = measure_full_stack(api, n, args.clients, args.poll)
+                gh_used.append(CpuMeter.used(before, meter.snapshot()))
+                gh_rounds.append((start, decide))
+                gh_threads.extend(threads)
+
+            def baseline_round(n: int) -> None:
+                with paused(procs):
+                    before = raw_meter.snapshot()
+                    start, decide, threads = measure_baseline(graph, n, args.baseline_concurrency)
+                    raw_used.append(CpuMeter.used(before, raw_meter.snapshot()))
+                raw_rounds.append((start, decide))
+                raw_threads.extend(threads)
+
+            sizes = split(args.threads, args.rounds)
+            log(
+                f"{len(sizes)} alternating rounds of {'/'.join(map(str, sizes))} threads: gatehouse "
+                f"({args.clients} clients) and baseline ({args.baseline_concurrency} threads)"
+            )
+            alternate(sizes, gatehouse_round, baseline_round)
+            cpu_per_thread = CpuMeter.per_thread_ms(gh_used, args.threads)
+            raw_cpu_per_thread = CpuMeter.per_thread_ms(raw_used, args.threads)
+
+            gh_idle_parts: list[Result] = []
+            raw_idle_parts: list[Result] = []
+            waited_parts: list[Result] = []
+            gh_idle_threads: list[str] = []
+            raw_idle_threads: list[str] = []
+            posts_ms: list[float] = []
+
+            def gatehouse_idle(n: int) -> None:
+                result, threads, posts, waited = measure_full_stack_idle(api, n, args.idle_poll)
+                gh_idle_parts.append(result)
+                gh_idle_threads.extend(threads)
+                posts_ms.extend(posts)
+                if waited is not None:
+                    waited_parts.append(waited)
+
+            def baseline_idle(n: int) -> None:
+                with paused(procs):
+                    result, threads = measure_baseline_idle(graph, n)
+                raw_idle_parts.append(result)
+                raw_idle_threads.extend(threads)
+
+            idle_sizes = split(args.idle_samples, args.rounds)
+            log(f"decisions one at a time, alternating: {'/'.join(map(str, idle_sizes))} per system")
+            alternate(idle_sizes, gatehouse_idle, baseline_idle)
+            if flames is not None:
+                log("flame graphs: " + "; ".join(flames.detach()))
+
+        gh_start = merged([start for start, _ in gh_rounds])
+        gh_decide = merged([decide for _, decide in gh_rounds])
+        raw_start = merged([start for start, _ in raw_rounds])
+        raw_decide = merged([decide for _, decide in raw_rounds])
+        gh_idle, raw_idle = merged(gh_idle_parts), merged(raw_idle_parts)
+        gh_waited = merged(waited_parts) if waited_parts else None
+        round_ratios = [
+            combined("", "gatehouse", list(mine)).throughput / combined("", "baseline", list(base)).throughput
+            for mine, base in zip(gh_rounds, raw_rounds, strict=True)
+        ]
         breakdown = {
             "decision POST (client)": round(statistics.median(posts_ms), 2),
             **server_breakdown(args.db, gh_idle_threads),
         }
         disbursed = threads_disbursed(args.db, gh_threads + gh_idle_threads)
 
-        # Nothing else runs while the baseline does.
+        # Nothing else runs while the statements are counted in this process.
         api.close()
         for proc in reversed(procs):
             proc.stop()
@@ -1152,18 +1293,6 @@ def main() -> int:
 
         log("SQL per request and per run (in-process, one thread)")
         queries = measure_queries(tokens)
-
-        log(f"baseline: warm-up, then {args.threads} threads on {args.baseline_concurrency} threads")
-        with baseline_graph(
-            args.db, args.baseline_concurrency + 1, with_store=not args.baseline_without_store
-        ) as graph:
-            measure_baseline(graph, args.warmup, args.baseline_concurrency)
-            raw_meter = CpuMeter(args.db, [])
-            raw_cpu_before = raw_meter.snapshot()
-            raw_start, raw_decide, raw_threads = measure_baseline(graph, args.threads, args.baseline_concurrency)
-            raw_cpu_per_thread = CpuMeter.per_thread_ms(raw_cpu_before, raw_meter.snapshot(), args.threads)
-            log(f"baseline: {args.idle_samples} resumes one at a time")
-            raw_idle, raw_idle_threads = measure_baseline_idle(graph, args.idle_samples)
 
         executions = bank.ledger.executions
         effects = {
@@ -1208,6 +1337,11 @@ def main() -> int:
             + "; ".join(f"{k} {v:.1f}" for k, v in raw_cpu_per_thread.items())
             + f" | CPU ratio (baseline/gatehouse) {raw_cpu_per_thread['total'] / cpu_per_thread['total']:.2f}x"
         )
+        print(
+            f"full cycle by round ({len(round_ratios)} alternating rounds): "
+            + ", ".join(f"{r:.2f}x" for r in round_ratios)
+            + f" (median {statistics.median(round_ratios):.2f}x; the table pools the rounds)"
+        )
         for line in targets_report(cycle.ratio, gh_idle.median_ms, raw_idle.median_ms):
             print(line)
         print(
@@ -1237,6 +1371,7 @@ def main() -> int:
             "idle_breakdown_median_ms": breakdown,
             "sql_per_step": queries,
             "cpu_ms_per_thread_full_cycle": {"gatehouse": cpu_per_thread, "baseline": raw_cpu_per_thread},
+            "full_cycle_ratio_by_round": [round(r, 3) for r in round_ratios],
             "results": [
                 {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in asdict(r).items()}
                 for r in results
