@@ -11,13 +11,16 @@ Beside it, the same script against ``langgraph dev`` serving the same graph
 (bench/lgdev/langgraph.json), when a Python with ``langgraph-cli[inmem]`` is
 given (``--langgraph-dev-python``; the ``bench`` extra cannot hold it, see
 docs/performance.md). Targets: each ``runs.wait`` ≤ 100 ms (median), and
-Gatehouse's threads/s against ``langgraph dev``'s. Results:
+Gatehouse's threads/s against ``langgraph dev``'s. Both servers stay up and
+are measured in ``--rounds`` alternating rounds, the idle one paused (SIGSTOP),
+so a drift of the machine's speed favours neither. Results:
 ``var/bench/sdk_wait.json``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -25,6 +28,8 @@ import statistics
 import sys
 import time
 import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +47,9 @@ from bench.full_cycle import (  # noqa: E402
     loan_input,
     log,
     manage,
+    paused,
     redis_forget,
+    split,
     wait_until,
     worker_proc,
 )
@@ -52,12 +59,37 @@ TARGET_MS = 100.0
 TARGET_RATIO = 10.0  # threads/s against langgraph dev on the same script
 
 
-def sequential(url: str, operator_key: str | None, reviewer_key: str | None, n: int) -> dict[str, Any]:
-    """n threads one after another; per-call latency of both runs.wait and threads/s."""
+@dataclass
+class Side:
+    """One server under the script, and what its calls took so far (over every round)."""
+
+    name: str
+    url: str
+    operator_key: str | None
+    reviewer_key: str | None
+    procs: list[Proc]
+    to_interrupt: list[float] = field(default_factory=list)
+    resumes: list[float] = field(default_factory=list)
+    wall: float = 0.0
+    threads: int = 0
+
+    def summary(self) -> dict[str, Any]:
+        calls = self.to_interrupt + self.resumes
+        return {
+            "n": self.threads,
+            "wait_to_interrupt_median_ms": round(statistics.median(self.to_interrupt), 1),
+            "wait_resume_median_ms": round(statistics.median(self.resumes), 1),
+            "wait_call_median_ms": round(statistics.median(calls), 1),
+            "threads_per_s": round(self.threads / self.wall, 2),
+        }
+
+
+def sequential(side: Side, n: int, *, measured: bool = True) -> None:
+    """n threads one after another: each ``runs.wait``'s latency, and the wall time, added to ``side``."""
     from langgraph_sdk import get_sync_client
 
-    op = get_sync_client(url=url, api_key=operator_key, timeout=120)
-    rv = get_sync_client(url=url, api_key=reviewer_key, timeout=120) if reviewer_key else op
+    op = get_sync_client(url=side.url, api_key=side.operator_key, timeout=120)
+    rv = get_sync_client(url=side.url, api_key=side.reviewer_key, timeout=120) if side.reviewer_key else op
     assistant = op.assistants.search(graph_id="loan_approval")[0]["assistant_id"]
     to_interrupt, resumes = [], []
     t_start = time.perf_counter()
@@ -74,18 +106,15 @@ def sequential(url: str, operator_key: str | None, reviewer_key: str | None, n: 
             raise RuntimeError(f"thread ended with {final.get('status')!r}")
         to_interrupt.append((t1 - t0) * 1000)
         resumes.append((t2 - t1) * 1000)
-    wall = time.perf_counter() - t_start
-    calls = to_interrupt + resumes
-    return {
-        "n": n,
-        "wait_to_interrupt_median_ms": round(statistics.median(to_interrupt), 1),
-        "wait_resume_median_ms": round(statistics.median(resumes), 1),
-        "wait_call_median_ms": round(statistics.median(calls), 1),
-        "threads_per_s": round(n / wall, 2),
-    }
+    if measured:
+        side.wall += time.perf_counter() - t_start
+        side.threads += n
+        side.to_interrupt += to_interrupt
+        side.resumes += resumes
 
 
-def gatehouse(args: argparse.Namespace) -> dict[str, Any]:
+@contextlib.contextmanager
+def gatehouse(args: argparse.Namespace) -> Iterator[Side]:
     from demo.fakebank import serve_in_thread
 
     run_dir = OUT_DIR / "run-sdk"
@@ -120,9 +149,7 @@ def gatehouse(args: argparse.Namespace) -> dict[str, Any]:
                 return False
 
         wait_until(up, timeout=90, interval=0.2, what="daphne up")
-        url = f"http://127.0.0.1:{port}/lg"
-        sequential(url, tokens["operator"], tokens["reviewer"], args.warmup)
-        return sequential(url, tokens["operator"], tokens["reviewer"], args.threads)
+        yield Side("gatehouse /lg/", f"http://127.0.0.1:{port}/lg", tokens["operator"], tokens["reviewer"], procs)
     except BaseException:
         for proc in procs:
             print(f"--- {proc.name} ---\n{proc.tail()}", file=sys.stderr)
@@ -135,11 +162,16 @@ def gatehouse(args: argparse.Namespace) -> dict[str, Any]:
         db_drop(args.db)
 
 
-def langgraph_dev(args: argparse.Namespace) -> dict[str, Any] | str:
-    """The same script against ``langgraph dev`` (in-memory), or why it could not run."""
+class Unavailable(Exception):
+    """``langgraph dev`` could not be run here: the report says why, the Gatehouse half stands."""
+
+
+@contextlib.contextmanager
+def langgraph_dev(args: argparse.Namespace) -> Iterator[Side]:
+    """The same script against ``langgraph dev`` (in-memory); ``Unavailable`` when it cannot start."""
     python = args.langgraph_dev_python
     if not python or not Path(python).exists():
-        return "not run: no Python with langgraph-cli[inmem] given (--langgraph-dev-python)"
+        raise Unavailable("not run: no Python with langgraph-cli[inmem] given (--langgraph-dev-python)")
     from demo.fakebank import serve_in_thread
 
     port = free_port()
@@ -179,12 +211,11 @@ def langgraph_dev(args: argparse.Namespace) -> dict[str, Any] | str:
             except httpx.HTTPError:
                 return False
 
-        wait_until(up, timeout=120, interval=0.5, what="langgraph dev up")
-        url = f"http://127.0.0.1:{port}"
-        sequential(url, None, None, args.warmup)
-        return sequential(url, None, None, args.threads)
-    except Exception as exc:  # report, keep the Gatehouse half
-        return f"not run: {exc}"[:2000]
+        try:
+            wait_until(up, timeout=120, interval=0.5, what="langgraph dev up")
+        except Exception as exc:
+            raise Unavailable(f"not run: {exc}"[:2000]) from exc
+        yield Side("langgraph dev", f"http://127.0.0.1:{port}", None, None, [proc])
     finally:
         proc.stop()
         bank.shutdown()
@@ -195,6 +226,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds per server (default 3)")
     parser.add_argument("--db", default="gatehouse_bench_sdk")
     parser.add_argument(
         "--langgraph-dev-python",
@@ -202,20 +234,44 @@ def main() -> int:
         help="a Python that has langgraph-cli[inmem] installed (or $LANGGRAPH_DEV_PYTHON)",
     )
     args = parser.parse_args()
-    log(f"gatehouse /lg/: {args.threads} threads one at a time")
-    mine = gatehouse(args)
-    log("langgraph dev: the same script")
-    theirs = langgraph_dev(args)
-    print(f"\ngatehouse /lg/ : {mine}")
-    print(f"langgraph dev  : {theirs}")
-    met = mine["wait_call_median_ms"] <= TARGET_MS
+    theirs: Side | str
+    with contextlib.ExitStack() as stack:
+        log("gatehouse /lg/: starting")
+        mine = stack.enter_context(gatehouse(args))
+        log("langgraph dev: starting")
+        try:
+            theirs = stack.enter_context(langgraph_dev(args))
+        except Unavailable as exc:
+            theirs = str(exc)
+        sides = [mine] + ([theirs] if isinstance(theirs, Side) else [])
+        for side in sides:
+            with paused([p for other in sides if other is not side for p in other.procs]):
+                sequential(side, args.warmup, measured=False)
+        # Alternating rounds (AB, BA, ...), the idle server paused: both see the same phases of the machine.
+        sizes = split(args.threads, args.rounds)
+        log(f"{' and '.join(s.name for s in sides)}: {'/'.join(map(str, sizes))} threads one at a time, alternating")
+        for i, n in enumerate(sizes):
+            for side in sides if i % 2 == 0 else sides[::-1]:
+                with paused([p for other in sides if other is not side for p in other.procs]):
+                    sequential(side, n)
+    report_mine = mine.summary()
+    report_theirs = theirs.summary() if isinstance(theirs, Side) else theirs
+    print(f"\ngatehouse /lg/ : {report_mine}")
+    print(f"langgraph dev  : {report_theirs}")
+    met = report_mine["wait_call_median_ms"] <= TARGET_MS
     print(
-        f"target runs.wait ≤ {TARGET_MS:.0f} ms per call (median): {mine['wait_call_median_ms']} ms — "
+        f"target runs.wait ≤ {TARGET_MS:.0f} ms per call (median): {report_mine['wait_call_median_ms']} ms — "
         f"{'met' if met else 'MISSED'}"
     )
-    report: dict[str, Any] = {"gatehouse": mine, "langgraph_dev": theirs, "target_ms": TARGET_MS, "target_met": met}
-    if isinstance(theirs, dict):
-        ratio = mine["threads_per_s"] / theirs["threads_per_s"]
+    report: dict[str, Any] = {
+        "gatehouse": report_mine,
+        "langgraph_dev": report_theirs,
+        "rounds": len(split(args.threads, args.rounds)),
+        "target_ms": TARGET_MS,
+        "target_met": met,
+    }
+    if isinstance(report_theirs, dict):
+        ratio = report_mine["threads_per_s"] / report_theirs["threads_per_s"]
         report["ratio_threads_per_s"] = round(ratio, 2)
         print(
             f"target gatehouse / langgraph dev threads/s ≥ {TARGET_RATIO:.0f}x: {ratio:.2f}x — "
