@@ -40,6 +40,8 @@ from sqlalchemy import create_engine, delete, event, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError, OperationalError
 
+from runtime.sqlite_wal import wal_enable
+
 # kombu's retry/table options, and ours: none of them is a create_engine() argument.
 _NOT_ENGINE_OPTIONS = (
     "queue_tablename",
@@ -58,7 +60,7 @@ _NOT_ENGINE_OPTIONS = (
 
 def _sqlite_pragmas(dbapi_connection: sqlite3.Connection, _record: Any) -> None:
     cursor = dbapi_connection.cursor()
-    cursor.execute("PRAGMA journal_mode=WAL")
+    wal_enable(cursor)
     cursor.execute("PRAGMA synchronous=NORMAL")
     cursor.close()
 

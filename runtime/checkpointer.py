@@ -33,6 +33,7 @@ from psycopg_pool import ConnectionPool
 from runtime.blobs import BlobSpillingSaver, PostgresSql, Sql, SqliteSql, blob_store_build
 from runtime.fencing import FencedPostgresSaver, FencedSqliteSaver, saver_connection
 from runtime.pool_checks import connection_check_if_doubtful
+from runtime.sqlite_wal import wal_enable
 from runtime.upcasters import SchemaVersionedSaver
 
 _lock = threading.Lock()
@@ -215,7 +216,7 @@ def _sqlite_saver() -> BaseCheckpointSaver[str]:
     path = settings.GATEHOUSE_CHECKPOINT_SQLITE
     path.parent.mkdir(parents=True, exist_ok=True)
     conn = sqlite3.connect(str(path), check_same_thread=False, timeout=30)
-    conn.execute("PRAGMA journal_mode=WAL")
+    wal_enable(conn)
     conn.execute("PRAGMA busy_timeout=30000")
     return GatehouseSqliteSaver(conn)
 

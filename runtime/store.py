@@ -56,6 +56,7 @@ from langgraph.store.postgres import PostgresStore
 from langgraph.store.sqlite import SqliteStore
 
 from runtime import rows, signals
+from runtime.sqlite_wal import wal_enable
 
 
 class StoreConfigError(ImproperlyConfigured):
@@ -243,7 +244,7 @@ def store_sqlite_build(path: Path | str, config: StoreConfig) -> SqliteStore:
     if str(path) != ":memory:":
         Path(path).parent.mkdir(parents=True, exist_ok=True)
     conn = sqlite3.connect(str(path), check_same_thread=False, timeout=30, isolation_level=None)
-    conn.execute("PRAGMA journal_mode=WAL")
+    wal_enable(conn)
     conn.execute("PRAGMA busy_timeout=30000")
     store = SqliteStore(conn, index=config.index, ttl=config.ttl)  # type: ignore[arg-type]
     # Idempotent and cheap; it also loads sqlite-vec into this connection when an index is configured.

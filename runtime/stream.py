@@ -44,6 +44,7 @@ from langgraph.types import Interrupt, Send
 
 from runtime.jsonable import to_jsonable
 from runtime.models import Run
+from runtime.sqlite_wal import BUSY_SECONDS, wal_enable
 from runtime.stream_events import events_config
 
 log = logging.getLogger(__name__)
@@ -157,6 +158,16 @@ class RedisRunLog:
         ]
 
 
+def _sqlite_log_prepare(conn: sqlite3.Connection) -> None:
+    wal_enable(conn)  # the web process and a worker open a fresh var dir's log together
+    conn.execute("PRAGMA synchronous=NORMAL")
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS chunk (seq INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT NOT NULL, "
+        "event TEXT NOT NULL, data TEXT NOT NULL, at REAL NOT NULL)"
+    )
+    conn.execute("CREATE INDEX IF NOT EXISTS chunk_run ON chunk (run_id, seq)")
+
+
 class SqliteRunLog:
     """Embedded mode: one SQLite file shared by the web process and the workers."""
 
@@ -168,14 +179,8 @@ class SqliteRunLog:
     def _connection(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
-            conn = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
-            conn.execute(
-                "CREATE TABLE IF NOT EXISTS chunk (seq INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT NOT NULL, "
-                "event TEXT NOT NULL, data TEXT NOT NULL, at REAL NOT NULL)"
-            )
-            conn.execute("CREATE INDEX IF NOT EXISTS chunk_run ON chunk (run_id, seq)")
+            conn = sqlite3.connect(self.path, timeout=BUSY_SECONDS, isolation_level=None, check_same_thread=False)
+            _sqlite_log_prepare(conn)
             self._local.conn = conn
         return conn
 

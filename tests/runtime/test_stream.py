@@ -58,6 +58,34 @@ def test_a_waiting_reader_wakes_for_the_next_entry(log):
     assert [e.data for e in entries] == ['"late"']
 
 
+def test_processes_opening_a_fresh_embedded_log_together_all_publish(tmp_path):
+    # The web process (a stream's reader) and a worker (its run's publisher) open a fresh var dir's
+    # log at the same moment: switching the new file to WAL raced, and the loser's first write failed
+    # ("database is locked", at once), so that run published nothing. Four openers per file, many
+    # files: the race was lost about once in fifty opens.
+    failures: list[str] = []
+    for attempt in range(150):
+        path = str(tmp_path / f"run_streams-{attempt}.sqlite3")
+        ready = threading.Barrier(4)
+        failed_before = len(failures)
+
+        def publish(path: str = path, ready: threading.Barrier = ready) -> None:
+            opener = SqliteRunLog(path)  # each its own connection, as each process has
+            ready.wait()
+            try:
+                opener.append("run", [("values", "{}")])
+            except Exception as exc:  # collected, asserted below
+                failures.append(repr(exc))
+
+        openers = [threading.Thread(target=publish) for _ in range(4)]
+        for opener in openers:
+            opener.start()
+        for opener in openers:
+            opener.join()
+        assert len(_read(SqliteRunLog(path), "run")) == 4 - (len(failures) - failed_before)
+    assert failures == []
+
+
 @pytest.mark.parametrize("entry_id", ["", "x", "1-", "-1", "1-2-3", "0-0; DEL", "9" * 30])
 def test_a_malformed_event_id_is_not_taken_for_one(entry_id):
     assert not RedisRunLog(settings.REDIS_URL).valid_id(entry_id)
