@@ -119,7 +119,8 @@ def test_threads_complete_exactly_once_while_the_worker_is_killed_at_random(
     elapsed = time.monotonic() - started
 
     assert killer.error is None, f"the killer failed: {killer.error!r}\n{worker.log_tail()}"
-    assert outcome == "completed", f"{outcome}; statuses: {_statuses(ids)}\n{worker.log_tail()}"
+    failed = [_story(t) for t in Thread.objects.filter(pk__in=ids, status="failed")[:3]]
+    assert outcome == "completed", f"{outcome}; statuses: {_statuses(ids)}; failed: {failed}\n{worker.log_tail()}"
 
     keys = [f"gh:{thread_id}:disburse" for thread_id in ids]
     runs = Run.objects.filter(thread_id__in=ids)
