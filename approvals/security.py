@@ -90,6 +90,14 @@ def on_logged_in(sender: Any, request: HttpRequest | None, user: Any, **kwargs: 
 def on_logged_out(sender: Any, request: HttpRequest | None, user: Any, **kwargs: Any) -> None:
     if user is None:
         return
+    # The session ends before the sign-out is announced. Django sends this signal first and flushes
+    # the session after it, but the event below reaches the reader's open pages at once, and each
+    # page re-checks its session when it hears of it (console/consumers.py): heard first, the session
+    # still looked alive, the page was pushed once more and stayed open. ``delete`` removes the stored
+    # session and keeps its key on the request, so other receivers of this signal still see it.
+    session = getattr(request, "session", None)
+    if session is not None and session.session_key:
+        session.delete()
     with transaction.atomic():
         audit_record(
             actor=user,

@@ -34,6 +34,43 @@ def test_sign_in_and_out_are_audited_and_the_session_is_invalidated():
     assert not Session.objects.filter(session_key=session_key).exists()
 
 
+def test_the_sign_out_is_announced_only_once_the_session_is_gone():
+    # Open pages re-check their session when they hear of a sign-out (console/consumers.py): heard
+    # while the session still existed, a page was pushed once more and stayed open.
+    from django.contrib.sessions.models import Session
+
+    from approvals import events
+    from approvals.models import AuditAction
+
+    User.objects.create_user("leaver", password="a-long-password-1")
+    client = Client()
+    client.post("/accounts/login/", {"username": "leaver", "password": "a-long-password-1"})
+    session_key = client.session.session_key
+    alive_when_announced: list[bool] = []
+
+    def heard(event: AuditEvent) -> None:
+        if event.action == AuditAction.AUTH_LOGOUT:
+            alive_when_announced.append(Session.objects.filter(session_key=session_key).exists())
+
+    events.events_subscribe(heard, in_transaction=True)  # as it is recorded: before anything can publish it
+    try:
+        client.post("/accounts/logout/")
+    finally:
+        events._in_transaction.remove(heard)
+    assert alive_when_announced == [False]
+
+
+def test_the_sign_out_still_closes_the_sign_in_s_access_log_entry():
+    from axes.models import AccessLog
+
+    User.objects.create_user("logged", password="a-long-password-1")
+    client = Client()
+    client.post("/accounts/login/", {"username": "logged", "password": "a-long-password-1"})
+    assert AccessLog.objects.filter(username="logged", logout_time__isnull=True).count() == 1
+    client.post("/accounts/logout/")
+    assert not AccessLog.objects.filter(username="logged", logout_time__isnull=True).exists()
+
+
 def test_repeated_failed_sign_ins_lock_the_account_out_and_are_audited(settings):
     User.objects.create_user("target", password="the-right-password-1")
     client = Client(REMOTE_ADDR="10.9.8.7")
