@@ -185,7 +185,8 @@ class _Publisher:
     """
 
     def __init__(self) -> None:
-        self.queue: queue.Queue[dict[str, Any]] = queue.Queue(maxsize=10_000)
+        # Events, and a flush's marker (``flush``): set once everything queued before it was sent.
+        self.queue: queue.Queue[dict[str, Any] | threading.Event] = queue.Queue(maxsize=10_000)
         self.thread = threading.Thread(target=self._run, name="live-publisher", daemon=True)
         self.thread.start()
 
@@ -194,6 +195,15 @@ class _Publisher:
             self.queue.put_nowait(event)
         except queue.Full:
             log.warning("live publisher queue full; dropping %s", event.get("action"))
+
+    def flush(self, timeout: float) -> bool:
+        """Wait until every event queued before this call has been sent; False if ``timeout`` passed first."""
+        sent = threading.Event()
+        try:
+            self.queue.put(sent, timeout=timeout)
+        except queue.Full:
+            return False
+        return sent.wait(timeout)
 
     def close(self, timeout: float) -> None:
         """Send what is queued, then end the thread (waiting at most ``timeout`` seconds)."""
@@ -204,20 +214,31 @@ class _Publisher:
         self.thread.join(timeout)
 
     def _batches(self) -> Iterator[list[dict[str, Any]]]:
+        """What accumulated, up to 200 events at a time; a flush's marker ends a batch and is set when the
+        caller asks for the next one, i.e. once the batch before it was sent."""
         while True:
-            first = self.queue.get()
-            stop = first is _STOP
-            batch = [] if stop else [first]
-            while not stop and len(batch) < 200:
+            batch: list[dict[str, Any]] = []
+            flushed: threading.Event | None = None
+            stop = False
+            item: dict[str, Any] | threading.Event = self.queue.get()
+            while True:
+                if isinstance(item, threading.Event):
+                    flushed = item
+                    break
+                if item is _STOP:
+                    stop = True
+                    break
+                batch.append(item)
+                if len(batch) >= 200:
+                    break
                 try:
                     item = self.queue.get_nowait()
                 except queue.Empty:
                     break
-                stop = item is _STOP
-                if not stop:
-                    batch.append(item)
             if batch:
                 yield batch
+            if flushed is not None:
+                flushed.set()
             if stop:
                 return
 
@@ -297,6 +318,12 @@ def _publisher_forget() -> None:
 
 
 os.register_at_fork(after_in_child=_publisher_forget)
+
+
+def publisher_flush(timeout: float = DRAIN_SECONDS) -> bool:
+    """Wait until the live events this process queued so far were sent (True at once if it queued none)."""
+    publisher = _publisher
+    return True if publisher is None else publisher.flush(timeout)
 
 
 def _publisher_drain() -> None:
