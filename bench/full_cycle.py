@@ -1013,8 +1013,9 @@ def alternate(sizes: list[int], first: Callable[[int], None], second: Callable[[
 
 @contextlib.contextmanager
 def paused(procs: list[Proc]) -> Iterator[None]:
-    """The stack stopped (SIGSTOP) while the baseline runs beside it: none of its processes takes CPU
-    (not the beat's sweeps either), and it keeps its connections and warm caches for its next round."""
+    """The stack stopped (SIGSTOP, each process group) while the baseline runs beside it: none of its
+    processes takes CPU (not the worker's heartbeat thread either), and it keeps its connections and
+    warm caches for its next round."""
     for proc in procs:
         os.killpg(proc.proc.pid, signal.SIGSTOP)
     try:

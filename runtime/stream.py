@@ -158,16 +158,6 @@ class RedisRunLog:
         ]
 
 
-def _sqlite_log_prepare(conn: sqlite3.Connection) -> None:
-    wal_enable(conn)  # the web process and a worker open a fresh var dir's log together
-    conn.execute("PRAGMA synchronous=NORMAL")
-    conn.execute(
-        "CREATE TABLE IF NOT EXISTS chunk (seq INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT NOT NULL, "
-        "event TEXT NOT NULL, data TEXT NOT NULL, at REAL NOT NULL)"
-    )
-    conn.execute("CREATE INDEX IF NOT EXISTS chunk_run ON chunk (run_id, seq)")
-
-
 class SqliteRunLog:
     """Embedded mode: one SQLite file shared by the web process and the workers."""
 
@@ -180,7 +170,13 @@ class SqliteRunLog:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
             conn = sqlite3.connect(self.path, timeout=BUSY_SECONDS, isolation_level=None, check_same_thread=False)
-            _sqlite_log_prepare(conn)
+            wal_enable(conn)  # the web process and a worker open a fresh var dir's log together
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS chunk (seq INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT NOT NULL, "
+                "event TEXT NOT NULL, data TEXT NOT NULL, at REAL NOT NULL)"
+            )
+            conn.execute("CREATE INDEX IF NOT EXISTS chunk_run ON chunk (run_id, seq)")
             self._local.conn = conn
         return conn
 

@@ -337,23 +337,28 @@ def test_the_thread_socket_pushes_the_status_after_a_change(personas, loop):
     socket.close()
 
 
-def _closes_showing_nothing_new(socket: Socket, thread_id: Any) -> dict[str, Any]:
-    """After the reader lost the right to see (signed out, deactivated, expired): mark the thread with
-    what only a render made from now on would show, emit an event, and read until the socket closes.
+def _close(socket: Socket, *, unseen: str = "") -> dict[str, Any]:
+    """Read until the socket closes, and return the close.
 
-    A push already in flight, rendered before the change, may still arrive first (on a busy machine
-    an earlier event's render can outlast any quiet period a test waits for); none may show the mark.
-    Returns the close."""
-    mark = f"rendered-after-the-change-{uuid.uuid4().hex}"
-    Thread.objects.filter(pk=thread_id).update(error=mark)
-    _emit("loan_approval", thread_id)
+    A push already in flight, rendered before the change under test, may still arrive first (on a
+    busy machine an earlier event's render can outlast any quiet period a test waits for); none may
+    contain ``unseen``."""
     deadline = time.monotonic() + scaled(15)
     while True:
         output = socket.output()
         if output["type"] == "websocket.close":
             return dict(output)
-        assert mark not in output.get("text", ""), "a render made after the change reached the socket"
+        assert not unseen or unseen not in output.get("text", ""), "a render made after the change got through"
         assert time.monotonic() < deadline, f"still open, still sending: {output}"
+
+
+def _closes_showing_nothing_new(socket: Socket, thread_id: Any) -> dict[str, Any]:
+    """After the reader lost the right to see (signed out, deactivated, expired): mark the thread with
+    what only a render made from now on would show, emit an event, and read until the socket closes."""
+    mark = f"rendered-after-the-change-{uuid.uuid4().hex}"
+    Thread.objects.filter(pk=thread_id).update(error=mark)
+    _emit("loan_approval", thread_id)
+    return _close(socket, unseen=mark)
 
 
 def test_a_signed_out_session_stops_receiving(personas, loop):
@@ -560,10 +565,23 @@ def test_a_signed_out_reader_s_socket_closes_at_once(loop):
     socket.settle()
     client.post("/accounts/logout/")
     # Closed without waiting for an event; a list rendered before the sign-out may still be on its way.
-    output = socket.output()
-    while output["type"] == "websocket.send":
-        output = socket.output()
-    assert output == {"type": "websocket.close", "code": consumers.CLOSE_UNAUTHENTICATED}
+    assert _close(socket) == {"type": "websocket.close", "code": consumers.CLOSE_UNAUTHENTICATED}
+
+
+def test_a_sign_out_closes_only_that_session_s_pages(loop):
+    # The sign-out ends the signed-out session (approvals.security), not the reader's other ones.
+    reviewer = person()
+    task = task_make()
+    leaving, leaving_client = _signed_in_socket(loop, reviewer, f"/ws/tasks/{task.pk}/")
+    staying, _ = _signed_in_socket(loop, reviewer, f"/ws/tasks/{task.pk}/")
+    leaving_client.post("/accounts/logout/")
+    assert _close(leaving) == {"type": "websocket.close", "code": consumers.CLOSE_UNAUTHENTICATED}
+    mark = f"still-signed-in-{uuid.uuid4().hex}"
+    Thread.objects.filter(pk=task.thread_id).update(error=mark)
+    _emit("loan_approval", task.thread_id)
+    while mark not in (shown := staying.receive()):  # renders for the sign-out itself may come first
+        assert 'id="task-live"' in shown
+    staying.close()
 
 
 def test_a_withdrawn_role_stops_a_task_page_streaming(loop):
