@@ -1,5 +1,6 @@
 """The benchmark's alternating rounds: the work split evenly, the order alternated, rounds pooled over
-their own wall times, and the side not measured really stopped (with its children) and resumed."""
+their own wall times, and the side not measured really stopped (with its children) and resumed; a
+process's CPU counted with its children's."""
 
 from __future__ import annotations
 
@@ -8,7 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from bench.full_cycle import Proc, Result, alternate, merged, paused, split
+from bench.full_cycle import (
+    CpuMeter,
+    Proc,
+    Result,
+    _proc_cpu_seconds,
+    _tree_cpu_seconds,
+    alternate,
+    merged,
+    paused,
+    split,
+)
 from tests.conftest import wait_for
 
 
@@ -59,3 +70,35 @@ def test_a_paused_side_is_stopped_with_its_children_and_resumed(tmp_path):
         assert proc.alive
     finally:
         proc.stop(grace=5)
+
+
+# A child that burns 0.3 s of CPU (by its own clock: a slow machine only takes longer), says so, and
+# then waits (a pool's child) or ends.
+_BURN = "import sys, time, pathlib\nwhile time.process_time() < 0.3: pass\npathlib.Path(sys.argv[1]).touch()\n"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads CPU times from /proc")
+@pytest.mark.parametrize("reaped", [False, True], ids=["live child", "reaped child"])
+def test_a_process_s_cpu_includes_its_children_s(tmp_path, reaped):
+    # A prefork worker's children do its work: measuring the parent alone read 4 ms per thread.
+    done = tmp_path / "burnt"
+    burn = _BURN if reaped else _BURN + "time.sleep(60)\n"
+    # reaped: subprocess.run waits for the child, whose CPU then moves to the parent's cutime/cstime
+    start = "subprocess.run" if reaped else "subprocess.Popen"
+    code = f"import subprocess, sys, time; {start}([sys.executable, '-c', {burn!r}, {str(done)!r}]); time.sleep(60)"
+    proc = Proc("side", [sys.executable, "-c", code], {"PATH": "/usr/bin:/bin"}, tmp_path)
+    try:
+        wait_for(done.exists, what="the child's CPU burnt")
+        wait_for(lambda: len(_pids(proc)) == (1 if reaped else 2), what="the child reaped, or still there")
+        assert _tree_cpu_seconds(proc.proc.pid) >= 0.29  # clock ticks are 10 ms
+        assert _proc_cpu_seconds(proc.proc.pid) < 0.2  # the parent itself only waited
+    finally:
+        proc.stop(grace=5)
+
+
+def test_a_backend_that_ends_in_the_window_is_counted_once_for_the_window():
+    # pid 2 had used 2.0 s, used 0.5 s more and ended: the postmaster's reaped total grew by its 2.5 s.
+    reaped = CpuMeter.REAPED
+    before = {"postgres": {1: 1.0, 2: 2.0, reaped: 10.0}}
+    after = {"postgres": {1: 1.5, 3: 0.25, reaped: 12.5}}  # pid 3: a backend opened in the window
+    assert CpuMeter.used(before, after)["postgres"] == pytest.approx(0.5 + 0.5 + 0.25)
