@@ -309,8 +309,8 @@ class CpuMeter:
         with psycopg.connect(f"{PG_SERVER}/postgres", autocommit=True, connect_timeout=10) as conn:
             pids = [r[0] for r in conn.execute("SELECT pid FROM pg_stat_activity WHERE datname = %s", [self.db_name])]
             own = conn.execute("SELECT pg_backend_pid()").fetchone()
+            backend = _proc_stat(own[0]) if own is not None else None  # read while the session lives
         cpu = {pid: _proc_cpu_seconds(pid) for pid in pids}
-        backend = _proc_stat(own[0]) if own is not None else None
         postmaster = _proc_stat(int(backend[1])) if backend is not None else None
         if postmaster is not None:  # cutime + cstime: the backends it has waited for
             cpu[self.REAPED] = (int(postmaster[13]) + int(postmaster[14])) / os.sysconf("SC_CLK_TCK")
@@ -332,9 +332,13 @@ class CpuMeter:
         out = {}
         for name, value in after.items():
             if name == "postgres":
+                then, now = dict(before[name]), dict(value)
+                if (then.pop(CpuMeter.REAPED, None) is None) != (now.pop(CpuMeter.REAPED, None) is None):
+                    raise RuntimeError("the postmaster's CPU was read in one snapshot and not the other")
                 # A backend gone since ``before`` was reaped: all its CPU is in the reaped total now.
-                gone = sum(cpu for pid, cpu in before[name].items() if pid not in value)
-                out[name] = sum(cpu - before[name].get(pid, 0.0) for pid, cpu in value.items()) - gone
+                gone = sum(cpu for pid, cpu in then.items() if pid not in now)
+                reaped = value.get(CpuMeter.REAPED, 0.0) - before[name].get(CpuMeter.REAPED, 0.0)
+                out[name] = sum(cpu - then.get(pid, 0.0) for pid, cpu in now.items()) + reaped - gone
             else:
                 out[name] = value - before[name]
         return out

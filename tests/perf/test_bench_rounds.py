@@ -102,3 +102,11 @@ def test_a_backend_that_ends_in_the_window_is_counted_once_for_the_window():
     before = {"postgres": {1: 1.0, 2: 2.0, reaped: 10.0}}
     after = {"postgres": {1: 1.5, 3: 0.25, reaped: 12.5}}  # pid 3: a backend opened in the window
     assert CpuMeter.used(before, after)["postgres"] == pytest.approx(0.5 + 0.5 + 0.25)
+
+
+def test_a_snapshot_without_the_postmaster_s_cpu_is_an_error_not_a_negative_figure():
+    # Subtracting the postmaster's whole reaped total read -521 ms of PostgreSQL CPU per thread.
+    before = {"postgres": {1: 1.0, CpuMeter.REAPED: 500.0}}
+    after = {"postgres": {1: 1.5}}
+    with pytest.raises(RuntimeError, match="postmaster"):
+        CpuMeter.used(before, after)
