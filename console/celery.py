@@ -13,7 +13,8 @@ from celery.beat import PersistentScheduler
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
 
-app = Celery("gatehouse")
+# Celery's Django fixup with one change: a prefork pool process keeps its database pool (console/worker_fixup.py).
+app = Celery("gatehouse", fixups=["console.worker_fixup:fixup"])
 app.config_from_object("django.conf:settings", namespace="CELERY")
 # Each package's tasks.py: approvals.outbound.tasks is where webhook delivery lives.
 app.autodiscover_tasks(["runtime", "approvals", "approvals.outbound"])

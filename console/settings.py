@@ -358,8 +358,8 @@ else:
     CELERY_WORKER_ENABLE_REMOTE_CONTROL = False
 CELERY_TASK_DEFAULT_QUEUE = env_str("GATEHOUSE_QUEUE") or "gatehouse"
 # The worker model `celery -A console worker` gets without --pool/--concurrency: threads, 8 per
-# process; scale with one worker process per core (docs/performance.md, "Worker model": prefork was
-# slower at every concurrency, 4 and 8 threads tied, a second process on 2 cores gained most).
+# process; scale with one worker process per core (docs/performance.md, "Worker model": prefork ties
+# with threads but opens pools per pool process, 4 and 8 threads tied, a second process on 2 cores gained most).
 # Celery swaps an explicit `--pool=prefork` for this setting: choose prefork here, not on the command line.
 CELERY_WORKER_POOL = env_str("GATEHOUSE_WORKER_POOL") or "threads"
 if CELERY_WORKER_POOL not in ("threads", "prefork", "solo"):

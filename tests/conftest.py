@@ -269,8 +269,10 @@ def workers_alive() -> bool:
 class WorkerProcess:
     """A Celery worker (with beat for the sweeper) in its own process group."""
 
-    def __init__(self, env: dict[str, str], workdir: Path) -> None:
-        self.env = env
+    def __init__(self, env: dict[str, str], workdir: Path, *, pool: str = "threads", concurrency: int = 4) -> None:
+        # Celery takes the configured pool over an explicit --pool=prefork: the environment says it too.
+        self.env = {**env, "GATEHOUSE_WORKER_POOL": pool}
+        self.pool, self.concurrency = pool, concurrency
         self.workdir = workdir
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = workdir / "worker.log"
@@ -290,8 +292,8 @@ class WorkerProcess:
                 "console",
                 "worker",
                 "--beat",
-                "--pool=threads",
-                "--concurrency=4",
+                f"--pool={self.pool}",
+                f"--concurrency={self.concurrency}",
                 "--loglevel=INFO",
                 "-Q",
                 f"{env['GATEHOUSE_QUEUE']},{env['GATEHOUSE_QUEUE']}.outbound",  # runs, and outbound webhooks

@@ -14,10 +14,15 @@ written out once per process (``runtime.rows.fixed_cursor``) is planned once per
 Django's own cursors are unchanged (a client-side cursor is never prepared). ``OPTIONS
 ["prepare_threshold"] = None`` turns preparing off, for a pooler that cannot carry prepared
 statements (PgBouncer before 1.21 in transaction mode; the checkpointer prepares its statements too).
+
+Django keeps its pools in a class attribute, so a forked child (a prefork worker's pool process)
+inherits its parent's pool and the parent's sessions in it. The child forgets them at the fork,
+without a word to the server (closing them would end the parent's sessions), and opens its own.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from django.db.backends.postgresql.base import TIMESTAMPTZ_OID, ServerBindingCursor
@@ -77,3 +82,16 @@ class DatabaseWrapper(PostgresDatabaseWrapper):
                 register_tzloader(self.timezone, cursor)
             prepared: CursorWrapper = self._prepare_cursor(cursor)  # type: ignore[attr-defined]  # Django's own wrapping
             return prepared
+
+
+# Kept, not collected: a pool's finaliser would try to stop worker threads that did not survive the fork.
+_inherited_pools: list[Any] = []
+
+
+def _pools_forget_after_fork() -> None:
+    pools: dict[str, Any] = PostgresDatabaseWrapper._connection_pools  # type: ignore[attr-defined]
+    _inherited_pools.extend(pools.values())
+    pools.clear()
+
+
+os.register_at_fork(after_in_child=_pools_forget_after_fork)

@@ -4,6 +4,9 @@ check, and a connection the server killed is still replaced, not handed out."""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
+
 import pytest
 from django.db import connection
 
@@ -58,3 +61,45 @@ def test_django_replaces_a_pooled_connection_the_server_killed():
         assert _checkout_pid() != victim
         with connection.cursor() as cursor:
             cursor.execute("SELECT 1")
+
+
+def _in_a_forked_child(work: Callable[[], str]) -> str:
+    """What ``work()`` returns in a forked child of this process (as a prefork pool process is made)."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never back into pytest
+        try:
+            os.write(write, str(work()).encode())
+        except BaseException as exc:  # reported to the parent
+            os.write(write, f"error: {exc!r}".encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    os.waitpid(pid, 0)
+    with os.fdopen(read) as out:
+        return out.read()
+
+
+def test_a_forked_child_opens_its_own_pool_and_leaves_its_parent_s_sessions_alone():
+    parent_pid = _checkout_pid()  # this process's pool, with its sessions, before the fork
+    parent_pool = connection.pool
+
+    def child() -> str:
+        inherited = connection.pool is parent_pool
+        # What Celery's fixup does in a new pool process: the inherited descriptor dropped, the pool closed.
+        os.close(connection.connection.fileno())
+        connection.connection = None
+        connection.close_pool()
+        connection.ensure_connection()
+        return f"{inherited} {connection.connection.info.backend_pid}"
+
+    inherited, child_pid = _in_a_forked_child(child).split()
+    assert inherited == "False"  # forgotten at the fork: the parent's pool is not the child's
+    assert int(child_pid) != parent_pid
+    # Closing "its" pool in the child ended none of the parent's sessions.
+    for _ in range(connection.pool.max_size):
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+            assert cursor.fetchone() == (1,)
+        connection.close()
+    assert connection.pool is parent_pool
