@@ -32,10 +32,14 @@ class WorkerFixup(DjangoWorkerFixup):
 
 
 class Fixup(DjangoFixup):
+    """Celery's Django fixup, giving the worker the fixup above."""
+
+    _worker_fixup: WorkerFixup | None
+
     @property
     def worker_fixup(self) -> WorkerFixup:
         if self._worker_fixup is None:
-            self._worker_fixup: WorkerFixup | None = WorkerFixup(self.app)
+            self._worker_fixup = WorkerFixup(self.app)
         return self._worker_fixup
 
 
