@@ -2,25 +2,25 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 
 import pytest
 from django.db import connection, transaction
 
 from approvals.models import ApprovalTask, AuditEvent, Decision
-from runtime.models import ACTIVE_RUN_STATUSES, Effect, Run, RunKind, Thread
+from runtime.models import ACTIVE_RUN_STATUSES, Effect, Run, RunKind
 from runtime.runs import ThreadBusy, run_enqueue
 from runtime.tasks import execute_run
 from tests.conftest import (
     api_decide,
-    backend_pid,
     loan_input,
     pending_tasks,
     scaled,
     thread_settled,
     thread_start,
     wait_for,
-    waiting_for_lock,
 )
 from tests.factories import thread_make
 
@@ -65,12 +65,15 @@ def test_two_simultaneous_decisions_on_one_task_resume_once(live_worker, operato
 def test_two_resumes_of_one_thread_at_once_only_one_is_queued(live_worker, operator):
     """Four enqueues race; the worker does not. Were it to claim and finish the winner before a slow
     enqueue got there, that enqueue would rightly be let through (the thread is no longer busy), so the
-    test holds the thread's row lock from the moment the winner commits until every enqueue has answered:
-    the worker's claim waits on that lock, and the winner stays queued."""
+    worker is paused (SIGSTOP, its whole process group) from before the winner commits until every
+    enqueue has answered, and the winner stays queued.
+
+    (A row lock on the thread held from the winner's commit did not hold the worker off: the lock
+    waited on the row version the winner replaced, and the worker's claim could take the new version
+    first on a busy machine.)"""
     thread = thread_make(graph="loan_approval")
     results: list[object] = [None] * 4
-    won, commit, unlock = threading.Event(), threading.Event(), threading.Event()
-    locker: dict[str, int] = {}
+    won, commit = threading.Event(), threading.Event()
 
     def enqueue(i: int) -> None:
         try:
@@ -83,31 +86,18 @@ def test_two_resumes_of_one_thread_at_once_only_one_is_queued(live_worker, opera
         finally:
             connection.close()
 
-    def lock_the_thread() -> None:
-        try:
-            locker["pid"] = backend_pid()
-            with transaction.atomic():
-                Thread.objects.select_for_update(no_key=True).get(pk=thread.pk)  # queued behind the winner
-                unlock.wait(timeout=scaled(60))
-        finally:
-            connection.close()
-
     enqueuers = [threading.Thread(target=enqueue, args=(i,)) for i in range(4)]
     for t in enqueuers:
         t.start()
     wait_for(won.is_set, what="one enqueue to win")
-    holder = threading.Thread(target=lock_the_thread)
-    holder.start()
-    # The winner updated the thread's row: the lock request waits for it, ahead of any claim by the worker.
-    wait_for(lambda: "pid" in locker and waiting_for_lock(locker["pid"]), what="the row lock to queue")
-    commit.set()
+    os.killpg(live_worker.proc.pid, signal.SIGSTOP)
     try:
+        commit.set()
         wait_for(lambda: all(r is not None for r in results), what="every enqueue to answer")
-        # Held off by the lock, the worker has not taken the winner: every loser met it queued.
+        # The worker could not take the winner: every loser met it queued.
         assert list(Run.objects.filter(thread=thread).values_list("status", flat=True)) == ["queued"]
     finally:
-        unlock.set()
-        holder.join(timeout=scaled(30))
+        os.killpg(live_worker.proc.pid, signal.SIGCONT)
         for t in enqueuers:
             t.join(timeout=scaled(30))
 
