@@ -333,11 +333,12 @@ class CpuMeter:
         for name, value in after.items():
             if name == "postgres":
                 then, now = dict(before[name]), dict(value)
-                if (then.pop(CpuMeter.REAPED, None) is None) != (now.pop(CpuMeter.REAPED, None) is None):
+                reaped_then, reaped_now = then.pop(CpuMeter.REAPED, None), now.pop(CpuMeter.REAPED, None)
+                if (reaped_then is None) != (reaped_now is None):
                     raise RuntimeError("the postmaster's CPU was read in one snapshot and not the other")
                 # A backend gone since ``before`` was reaped: all its CPU is in the reaped total now.
                 gone = sum(cpu for pid, cpu in then.items() if pid not in now)
-                reaped = value.get(CpuMeter.REAPED, 0.0) - before[name].get(CpuMeter.REAPED, 0.0)
+                reaped = (reaped_now or 0.0) - (reaped_then or 0.0)
                 out[name] = sum(cpu - then.get(pid, 0.0) for pid, cpu in now.items()) + reaped - gone
             else:
                 out[name] = value - before[name]

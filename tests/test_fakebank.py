@@ -9,7 +9,7 @@ import socket
 import httpx
 
 from demo.fakebank import serve_in_thread
-from tests.conftest import wait_for
+from tests.conftest import scaled, wait_for
 
 BODY = json.dumps({"loan_id": "L-cut", "amount": 20000}, separators=(",", ":")).encode()
 
@@ -25,7 +25,9 @@ def test_a_request_cut_short_pays_nothing_and_its_retry_pays_once():
                 b"Idempotency-Key: k-cut\r\nContent-Length: " + str(len(BODY)).encode() + b"\r\n\r\n"
             )
         wait_for(lambda: bank.ledger.cut_short == 1, what="the bank to see the request cut short")
-        retry = httpx.post(f"{bank.url}/payments", content=BODY, headers={"Idempotency-Key": "k-cut"}, timeout=10)
+        retry = httpx.post(
+            f"{bank.url}/payments", content=BODY, headers={"Idempotency-Key": "k-cut"}, timeout=scaled(10)
+        )
         assert retry.status_code == 201, retry.text
         assert retry.json()["request"] == json.loads(BODY)
         assert bank.ledger.executions == {"k-cut": 1}

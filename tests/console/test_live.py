@@ -579,8 +579,10 @@ def test_a_sign_out_closes_only_that_session_s_pages(loop):
     mark = f"still-signed-in-{uuid.uuid4().hex}"
     Thread.objects.filter(pk=task.thread_id).update(error=mark)
     _emit("loan_approval", task.thread_id)
+    deadline = time.monotonic() + scaled(15)
     while mark not in (shown := staying.receive()):  # renders for the sign-out itself may come first
         assert 'id="task-live"' in shown
+        assert time.monotonic() < deadline, "the other session's page never showed the change"
     staying.close()
 
 

@@ -93,7 +93,9 @@ def test_a_forked_child_opens_its_own_pool_and_leaves_its_parent_s_sessions_alon
         connection.ensure_connection()
         return f"{inherited} {connection.connection.info.backend_pid}"
 
-    inherited, child_pid = _in_a_forked_child(child).split()
+    answer = _in_a_forked_child(child)
+    assert not answer.startswith("error"), answer
+    inherited, child_pid = answer.split()
     assert inherited == "False"  # forgotten at the fork: the parent's pool is not the child's
     assert int(child_pid) != parent_pid
     # Closing "its" pool in the child ended none of the parent's sessions.
