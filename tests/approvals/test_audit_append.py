@@ -257,12 +257,40 @@ def test_on_sqlite_a_transaction_appends_after_its_own_rows_and_an_anchor_round(
     assert verified.returncode == 0 and "intact" in verified.stdout, verified.stdout + verified.stderr
 
 
+def _quiet_chain_behind_busy_ones(rows: int) -> int:
+    """A chain whose head lies behind ``rows`` newer events of the other chains, the statistics knowing it:
+    the trail on which a primary-key walk looks cheap to the planner and reads every one of those rows
+    (none: the trail the test database has, small)."""
+    from approvals.audit import chain_for, chains_configured
+
+    chain = chain_for("test:quiet", chains=chains_configured())
+    others = [c for c in range(1, chains_configured() + 1) if c != chain]
+    record("quiet")  # the quiet chain's head, then the busy chains' events after it
+    with connection.cursor() as cursor:
+        if rows:
+            cursor.execute(
+                "INSERT INTO approvals_auditevent (id, chain, at, actor_label, action, subject_type, subject_id, "
+                "graph, details, prev_hash, hash) "
+                "SELECT nextval(pg_get_serial_sequence('approvals_auditevent', 'id')), (%s::smallint[])[1 + g %% %s], "
+                "now(), 'system', 'test.busy', 'test', g::text, '', '{}', %s, md5(random()::text || g) || md5(g::text) "
+                "FROM generate_series(1, %s) g",
+                [others, len(others), GENESIS, rows],
+            )
+        cursor.execute("ANALYZE approvals_auditevent")  # counts this transaction's rows; rolled back with them
+    return chain
+
+
 @pytest.mark.django_db
-def test_the_chains_head_is_planned_for_its_chain_however_many_times_the_function_ran():
-    """PL/pgSQL caches a generic plan after five calls; for the head lookup that plan walked the primary key
-    backwards past every newer event of the other chains (an append to a quiet chain slowed as the others
-    grew). Every call's plan, logged by auto_explain as the function runs, must be made for its chain (which,
-    on a trail of any size, is the audit_chain_head index: see migration 0022)."""
+@pytest.mark.parametrize("behind", [0, 20_000], ids=["small trail", "quiet chain behind 20k events"])
+def test_the_chains_head_is_read_through_its_index_whatever_plan_the_function_caches(behind: int):
+    """PL/pgSQL caches a generic plan after five calls; for a head lookup written ``chain = $1 ORDER BY id DESC``
+    that plan walked the primary key backwards past every newer event of the other chains (an append to a quiet
+    chain slowed as the others grew; migration 0022 then planned every call, at a cost). With a generic plan
+    forced on every call, on a trail where the primary key tempts the planner, the head must still be read
+    through ``audit_chain_head`` (migration 0023), and the event linked to the quiet chain's true head. On a
+    small trail a sequential scan and a sort tempt it, and that plan would stay cached as the trail grew."""
+    chain = _quiet_chain_behind_busy_ones(behind)
+    head = AuditEvent.objects.filter(chain=chain).order_by("-id").values_list("hash", flat=True).first()
     plans: list[str] = []
     raw = connection.connection
 
@@ -273,6 +301,7 @@ def test_the_chains_head_is_planned_for_its_chain_however_many_times_the_functio
     with connection.cursor() as cursor:
         cursor.execute("LOAD 'auto_explain'")
         for setting, value in (
+            ("plan_cache_mode", "force_generic_plan"),
             ("auto_explain.log_min_duration", "0"),
             ("auto_explain.log_nested_statements", "on"),
             ("auto_explain.log_level", "notice"),
@@ -280,14 +309,12 @@ def test_the_chains_head_is_planned_for_its_chain_however_many_times_the_functio
         ):
             cursor.execute("SELECT set_config(%s, %s, true)", [setting, value])
     try:
-        for i in range(8):  # past the five custom plans after which a generic one may be cached
-            record("one-chain", details={"i": i})
+        event = record("quiet")
     finally:
         with connection.cursor() as cursor:
             cursor.execute("SELECT set_config('auto_explain.log_min_duration', '-1', true)")
         raw.remove_notice_handler(logged)
-    heads = [p for p in plans if "ORDER BY e.id DESC" in p]
-    assert len(heads) == 8, plans
-    chain = AuditEvent.objects.filter(subject_id="one-chain").values_list("chain", flat=True).first()
-    for plan in heads:  # a custom plan names the chain; a generic one compares with the parameter ($1)
-        assert f"chain = '{chain}'::smallint" in plan and "$1" not in plan, plan
+    assert event.chain == chain and event.prev_hash == head
+    heads = [p for p in plans if "ORDER BY e.chain, e.id DESC" in p]
+    assert len(heads) == 1, plans
+    assert "using audit_chain_head" in heads[0] and "auditevent_pkey" not in heads[0], heads[0]
