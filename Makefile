@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTHON ?= python3
 
-.PHONY: install run test test-fast lint typecheck bench mutants services chromium clean
+.PHONY: install run test test-fast lint typecheck bench lgdev mutants services chromium clean
 
 install: $(VENV)/.installed
 
@@ -51,7 +51,21 @@ typecheck: install
 ## Benchmarks (not part of make test): each scenario against its same-run baseline, JSON + var/bench/summary.png
 bench: install services
 	$(PY) -m pip install -q -c constraints.txt -e '.[bench]'
-	$(PY) bench/run_all.py
+	@$(MAKE) --no-print-directory lgdev || echo "make lgdev failed: the langgraph-sdk scenario measures Gatehouse alone"
+	LANGGRAPH_DEV_PYTHON="$${LANGGRAPH_DEV_PYTHON:-$(abspath $(LGDEV))/bin/python}" $(PY) bench/run_all.py
+
+## `langgraph dev` (langgraph-cli[inmem]) for the langgraph-sdk scenario, in a virtualenv of its own: its
+## langgraph-api conflicts with constraints.txt. A .pth file appends the project's site-packages after its own,
+## so the demo graph it serves (bench/lgdev/) imports. LANGGRAPH_DEV_PYTHON=... make bench uses another.
+LGDEV ?= .venv-lgdev
+lgdev: $(LGDEV)/.installed
+
+$(LGDEV)/.installed: bench/lgdev/requirements.txt $(VENV)/.installed
+	$(PYTHON) -m venv $(LGDEV)
+	$(LGDEV)/bin/python -m pip install -q -r bench/lgdev/requirements.txt
+	$(PY) -c "import site; print(site.getsitepackages()[0])" \
+	  > "$$($(LGDEV)/bin/python -c 'import site; print(site.getsitepackages()[0])')/zz_gatehouse.pth"
+	touch $@
 
 ## Mutation testing of the guarantee-holding modules (not part of make test): MUTANTS_BUDGET minutes (30),
 ## MUTANTS_MODULES=runtime/runs.py,... to pick modules, MUTANTS_ONLY=fn,fn to pick functions, MUTANTS_DEEP=1 to add
