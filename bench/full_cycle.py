@@ -1153,6 +1153,9 @@ def main() -> int:
     parser.add_argument("--db", default="gatehouse_bench", help="database to recreate (default gatehouse_bench)")
     parser.add_argument("--keep-db", action="store_true", help="keep the database afterwards for inspection")
     parser.add_argument(
+        "--name", default="full_cycle", help="results as var/bench/NAME.json and NAME.png (default full_cycle)"
+    )
+    parser.add_argument(
         "--baseline-without-store",
         action="store_true",
         help="compile the raw baseline without a store, as rounds 1-6 did (its memory nodes then do nothing)",
@@ -1419,10 +1422,10 @@ def main() -> int:
                 for r in results
             ],
         }
-        json_path = OUT_DIR / "full_cycle.json"
+        json_path = OUT_DIR / f"{args.name}.json"
         json_path.write_text(json.dumps(report, indent=2, ensure_ascii=False))
         print(f"results written to {json_path}")
-        print(chart(results, OUT_DIR / "full_cycle.png"))
+        print(chart(results, OUT_DIR / f"{args.name}.png"))
         if effects["gatehouse_paid_once"] != effects["gatehouse_threads"] or effects["max_executions_per_key"] > 1:
             print("ERROR: some effect did not execute exactly once", file=sys.stderr)
             return 1

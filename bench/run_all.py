@@ -27,7 +27,15 @@ SCENARIOS: dict[str, tuple[list[str], list[str], int]] = {
     "sdk_wait": ([], ["--threads", "10"], 900),
     "decision_profile": ([], ["--samples", "10"], 600),
     "audit_scaling": ([], ["--rounds", "1", "--seconds", "2"], 900),
+    # py-spy flame graphs of daphne and the worker under a shorter full cycle of their own (sampling costs
+    # CPU, so not under the measured one): var/bench/flame-web.svg, flame-worker.svg.
+    "flame_graphs": (
+        ["--threads", "100", "--rounds", "1", "--idle-samples", "5", "--profile", "--name", "full_cycle_profiled"],
+        ["--threads", "20", "--rounds", "1", "--idle-samples", "3", "--profile", "--name", "full_cycle_profiled"],
+        900,
+    ),
 }
+SCRIPTS = {"flame_graphs": "full_cycle"}  # a scenario run by another scenario's script
 
 
 def main() -> int:
@@ -42,7 +50,8 @@ def main() -> int:
     summary = []
     for name in names:
         full, quick, limit = SCENARIOS[name]
-        command = [sys.executable, str(ROOT / "bench" / f"{name}.py"), *(quick if args.quick else full)]
+        script = SCRIPTS.get(name, name)
+        command = [sys.executable, str(ROOT / "bench" / f"{script}.py"), *(quick if args.quick else full)]
         print(f"\n=== {name}: {' '.join(command[1:])}", flush=True)
         t0 = time.monotonic()
         try:
@@ -53,7 +62,8 @@ def main() -> int:
     print("\nscenario        status   seconds  results")
     for name, status, seconds in summary:
         outcome = "ok" if status == 0 else ("timeout" if status == -1 else f"exit {status}")
-        print(f"{name:<15} {outcome:<8} {seconds:>7.0f}  var/bench/{name}.json")
+        results = "var/bench/flame-web.svg, flame-worker.svg" if name == "flame_graphs" else f"var/bench/{name}.json"
+        print(f"{name:<15} {outcome:<8} {seconds:>7.0f}  {results}")
     subprocess.run([sys.executable, str(ROOT / "bench" / "chart.py")], cwd=ROOT, timeout=120)
     return 0 if all(status == 0 for _, status, _ in summary) else 1
 
