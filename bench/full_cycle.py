@@ -1387,8 +1387,11 @@ def main() -> int:
             + ", ".join(f"{r:.2f}x" for r in round_ratios)
             + f" (median {statistics.median(round_ratios):.2f}x; the table pools the rounds)"
         )
-        for line in targets_report(cycle.ratio, gh_idle.median_ms, raw_idle.median_ms):
-            print(line)
+        if args.profile:  # py-spy's sampling costs the stack CPU: these figures do not judge the targets
+            print("targets: not judged in a profiled run (py-spy sampled web and worker)")
+        else:
+            for line in targets_report(cycle.ratio, gh_idle.median_ms, raw_idle.median_ms):
+                print(line)
         print(
             "SQL per step (Django ORM queries, counting BEGIN/COMMIT / psycopg statements incl. the checkpointer's): "
             + "; ".join(f"{k} {v['orm_queries']}/{v['sql_statements']}" for k, v in queries.items())
