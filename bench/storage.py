@@ -17,7 +17,7 @@ Each thread gets its own document (random base64, so neither TOAST
 compression nor cross-thread deduplication flatters the numbers): the targets
 are judged on those. A second pair of rows stores a JSON document of the same
 size (records of words, each thread's its own), which compresses as real
-documents do; Gatehouse's blob column uses LZ4 (runtime/migrations/0010), the
+documents do; Gatehouse's blob column uses LZ4 (runtime/migrations/0010_lz4_compression), the
 plain saver's tables PostgreSQL's default pglz. Bytes per
 thread = stored size (``pg_column_size``) of the thread's rows in
 checkpoints, checkpoint_blobs and checkpoint_writes, plus the blobs it

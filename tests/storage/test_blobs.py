@@ -184,7 +184,7 @@ def test_markers_are_never_seen_by_nodes(saver):
 
 def test_a_document_is_stored_compressed_with_lz4_where_the_server_has_it(live_db):
     """pglz gave up on documents like this one after the work (stored as they came, 3.5x the time LZ4 takes):
-    the blob column compresses with LZ4 (runtime/migrations/0010), and the document reads back whole."""
+    the blob column compresses with LZ4 (runtime/migrations/0010_lz4_compression), and the document reads back whole."""
     from django.db import connection
 
     with connection.cursor() as cursor:
@@ -206,3 +206,24 @@ def test_a_document_is_stored_compressed_with_lz4_where_the_server_has_it(live_d
     assert method == "lz4"
     assert stored < 0.8 * size, (stored, size)
     assert graph.get_state(config).values["document"] == doc
+
+
+def test_a_threads_values_and_a_runs_input_are_compressed_with_lz4(live_db):
+    """A start's input and the thread's mirrored values hold the same documents as the checkpoints."""
+    from django.db import connection
+
+    from runtime.models import Run, RunKind, Thread
+    from runtime.threads import thread_create
+
+    doc = {"document": [{"row": i, "note": f"{uuid.uuid4().hex[:8]} checked against the register"} for i in range(3000)]}
+    thread = thread_create(graph="loan_approval", metadata={}, created_by=None)
+    Thread.objects.filter(pk=thread.pk).update(values=doc)
+    # Created here and never dispatched, so no worker takes it.
+    run = Run.objects.create(thread=thread, kind=RunKind.START, input=doc, command={"update": doc})
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_column_compression(t.values), pg_column_compression(r.input), pg_column_compression(r.command) "
+            "FROM runtime_thread t JOIN runtime_run r ON r.thread_id = t.id WHERE r.id = %s",
+            [run.pk],
+        )
+        assert cursor.fetchone() == ("lz4", "lz4", "lz4")
