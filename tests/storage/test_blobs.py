@@ -188,12 +188,10 @@ def test_a_document_is_stored_compressed_with_lz4_where_the_server_has_it(live_d
     from django.db import connection
 
     with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT 1 FROM pg_settings WHERE name = 'default_toast_compression' AND 'lz4' = ANY(enumvals)"
-        )
+        cursor.execute("SELECT 1 FROM pg_settings WHERE name = 'default_toast_compression' AND 'lz4' = ANY(enumvals)")
         assert cursor.fetchone() is not None, "this suite's PostgreSQL has LZ4 (Debian's 15 does): the test needs it"
     graph, config = _graph(checkpointer_get(), steps=2), _cfg()
-    doc = "".join(f'{{"row": {i}, "note": "{uuid.uuid4().hex[:8]} checked against the register"}}\n' for i in range(5000))
+    doc = "".join(f'{{"row": {i}, "note": "{uuid.uuid4().hex[:8]} checked, register"}}\n' for i in range(5000))
     graph.invoke({"document": doc}, config, durability="sync")
     [ref] = BlobRef.objects.filter(thread_id=config["configurable"]["thread_id"])
     with connection.cursor() as cursor:
@@ -215,7 +213,8 @@ def test_a_threads_values_and_a_runs_input_are_compressed_with_lz4(live_db):
     from runtime.models import Run, RunKind, Thread
     from runtime.threads import thread_create
 
-    doc = {"document": [{"row": i, "note": f"{uuid.uuid4().hex[:8]} checked against the register"} for i in range(3000)]}
+    rows = [{"row": i, "note": f"{uuid.uuid4().hex[:8]} checked against the register"} for i in range(3000)]
+    doc = {"document": rows}
     thread = thread_create(graph="loan_approval", metadata={}, created_by=None)
     Thread.objects.filter(pk=thread.pk).update(values=doc)
     # Created here and never dispatched, so no worker takes it.
