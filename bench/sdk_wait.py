@@ -172,6 +172,8 @@ def langgraph_dev(args: argparse.Namespace) -> Iterator[Side]:
     python = args.langgraph_dev_python
     if not python or not Path(python).exists():
         raise Unavailable("not run: no Python with langgraph-cli[inmem] given (--langgraph-dev-python)")
+    if not (Path(python).parent / "langgraph").exists():  # a virtualenv whose install failed (make lgdev)
+        raise Unavailable(f"not run: {python} has no langgraph-cli (make lgdev installs it)")
     from demo.fakebank import serve_in_thread
 
     port = free_port()
