@@ -35,7 +35,9 @@ SCENARIOS: dict[str, tuple[list[str], list[str], int]] = {
         900,
     ),
 }
-SCRIPTS = {"flame_graphs": "full_cycle"}  # a scenario run by another scenario's script
+# Scenarios run by another scenario's script, and what they leave (the others: bench/NAME.py, var/bench/NAME.json).
+SCRIPTS = {"flame_graphs": "full_cycle"}
+RESULTS = {"flame_graphs": "var/bench/flame-web.svg, flame-worker.svg"}
 
 
 def main() -> int:
@@ -62,8 +64,7 @@ def main() -> int:
     print("\nscenario        status   seconds  results")
     for name, status, seconds in summary:
         outcome = "ok" if status == 0 else ("timeout" if status == -1 else f"exit {status}")
-        results = "var/bench/flame-web.svg, flame-worker.svg" if name == "flame_graphs" else f"var/bench/{name}.json"
-        print(f"{name:<15} {outcome:<8} {seconds:>7.0f}  {results}")
+        print(f"{name:<15} {outcome:<8} {seconds:>7.0f}  {RESULTS.get(name, f'var/bench/{name}.json')}")
     subprocess.run([sys.executable, str(ROOT / "bench" / "chart.py")], cwd=ROOT, timeout=120)
     return 0 if all(status == 0 for _, status, _ in summary) else 1
 

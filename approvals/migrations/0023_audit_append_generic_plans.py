@@ -19,38 +19,19 @@ from importlib import import_module
 
 from django.db import migrations
 
-SIGNATURE = (
-    "gatehouse_audit_append(integer, smallint, text, text, timestamptz, integer, varchar, varchar, varchar, "
-    "varchar, uuid, varchar, jsonb)"
-)
+_0021 = import_module("approvals.migrations.0021_audit_append_function")
+SIGNATURE = import_module("approvals.migrations.0022_audit_append_custom_plans").SIGNATURE
 
-# As migration 0021's, but the head lookup: ``chain >= p AND chain <= p`` is not an equality, so ``ORDER BY
+# 0021's function but for the head lookup: ``chain >= p AND chain <= p`` is not an equality, so ``ORDER BY
 # e.chain, e.id DESC`` keeps both keys and only ``audit_chain_head (chain, id DESC)`` delivers that order.
-APPEND_SQL = """
-CREATE OR REPLACE FUNCTION gatehouse_audit_append(
-    lock_class integer, p_chain smallint, hashed_head text, hashed_tail text,
-    p_at timestamptz, p_actor_id integer, p_actor_label varchar, p_action varchar,
-    p_subject_type varchar, p_subject_id varchar, p_thread_id uuid, p_graph varchar, p_details jsonb
-) RETURNS TABLE (event_id bigint, event_prev_hash varchar, event_hash varchar) AS $$
-DECLARE
-  v_prev varchar;
-  v_id bigint;
-  v_hash varchar;
-BEGIN
-  PERFORM pg_advisory_xact_lock(lock_class, p_chain);
-  SELECT e.hash INTO v_prev FROM approvals_auditevent e
-    WHERE e.chain >= p_chain AND e.chain <= p_chain ORDER BY e.chain, e.id DESC LIMIT 1;
-  v_prev := COALESCE(v_prev, repeat('0', 64));
-  v_id := nextval(pg_get_serial_sequence('approvals_auditevent', 'id'));
-  v_hash := encode(sha256(convert_to(v_prev || '|' || hashed_head || v_id::text || hashed_tail, 'UTF8')), 'hex');
-  INSERT INTO approvals_auditevent
-    (id, chain, at, actor_id, actor_label, action, subject_type, subject_id, thread_id, graph, details, prev_hash, hash)
-  VALUES (v_id, p_chain, p_at, p_actor_id, p_actor_label, p_action, p_subject_type, p_subject_id, p_thread_id,
-          p_graph, p_details, v_prev, v_hash);
-  RETURN QUERY SELECT v_id, v_prev, v_hash;
-END;
-$$ LANGUAGE plpgsql VOLATILE SET enable_seqscan = off;
-"""
+_HEAD_EQUALITY = "WHERE e.chain = p_chain ORDER BY e.id DESC LIMIT 1;"
+_HEAD_RANGE = "WHERE e.chain >= p_chain AND e.chain <= p_chain ORDER BY e.chain, e.id DESC LIMIT 1;"
+_VOLATILE = "$$ LANGUAGE plpgsql VOLATILE;"
+if _0021.APPEND_SQL.count(_HEAD_EQUALITY) != 1 or _0021.APPEND_SQL.count(_VOLATILE) != 1:
+    raise RuntimeError("migration 0021's function text is not the one 0023 rewrites")
+APPEND_SQL = _0021.APPEND_SQL.replace(_HEAD_EQUALITY, _HEAD_RANGE).replace(
+    _VOLATILE, "$$ LANGUAGE plpgsql VOLATILE SET enable_seqscan = off;"
+)
 
 
 def generic_plans(apps, schema_editor):  # type: ignore[no-untyped-def]
@@ -61,8 +42,7 @@ def generic_plans(apps, schema_editor):  # type: ignore[no-untyped-def]
 
 def custom_plans(apps, schema_editor):  # type: ignore[no-untyped-def]
     if schema_editor.connection.vendor == "postgresql":
-        # 0021's text, which 0022's setting went with
-        schema_editor.execute(import_module("approvals.migrations.0021_audit_append_function").APPEND_SQL)
+        schema_editor.execute(_0021.APPEND_SQL)  # the text 0022's setting went with
         schema_editor.execute(f"ALTER FUNCTION {SIGNATURE} SET plan_cache_mode = force_custom_plan")
 
 

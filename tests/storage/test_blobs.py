@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import itertools
 import sqlite3
 import uuid
@@ -11,13 +12,17 @@ from typing import Any, TypedDict
 
 import pytest
 from django.core.files.storage import FileSystemStorage
+from django.db import connection
 from django.test import override_settings
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.graph import END, START, StateGraph
 
 from runtime.blobs import MARKER, DatabaseBlobStore, StorageBlobStore, blob_store_build, blobs_lazy
 from runtime.checkpointer import GatehouseSqliteSaver, _blob_sql, checkpointer_get
-from runtime.models import Blob, BlobRef
+from runtime.models import Blob, BlobRef, Run, RunKind, Thread
+from runtime.threads import thread_create
+
+LZ4_AVAILABLE = importlib.import_module("runtime.migrations.0010_lz4_compression").LZ4_AVAILABLE
 
 DOC = "".join(f"line {i}: the quick brown fox jumps over the lazy dog\n" for i in range(4000))  # ~200 KB
 
@@ -185,10 +190,8 @@ def test_markers_are_never_seen_by_nodes(saver):
 def test_a_document_is_stored_compressed_with_lz4_where_the_server_has_it(live_db):
     """pglz gave up on documents like this one after the work (stored as they came, 3.5x the time LZ4 takes):
     the blob column compresses with LZ4 (runtime/migrations/0010_lz4_compression), and the document reads back whole."""
-    from django.db import connection
-
     with connection.cursor() as cursor:
-        cursor.execute("SELECT 1 FROM pg_settings WHERE name = 'default_toast_compression' AND 'lz4' = ANY(enumvals)")
+        cursor.execute(LZ4_AVAILABLE)
         assert cursor.fetchone() is not None, "this suite's PostgreSQL has LZ4 (Debian's 15 does): the test needs it"
     graph, config = _graph(checkpointer_get(), steps=2), _cfg()
     doc = "".join(f'{{"row": {i}, "note": "{uuid.uuid4().hex[:8]} checked, register"}}\n' for i in range(5000))
@@ -208,11 +211,6 @@ def test_a_document_is_stored_compressed_with_lz4_where_the_server_has_it(live_d
 
 def test_a_threads_values_and_a_runs_input_are_compressed_with_lz4(live_db):
     """A start's input and the thread's mirrored values hold the same documents as the checkpoints."""
-    from django.db import connection
-
-    from runtime.models import Run, RunKind, Thread
-    from runtime.threads import thread_create
-
     rows = [{"row": i, "note": f"{uuid.uuid4().hex[:8]} checked against the register"} for i in range(3000)]
     doc = {"document": rows}
     thread = thread_create(graph="loan_approval", metadata={}, created_by=None)
