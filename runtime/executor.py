@@ -160,7 +160,10 @@ def _execute_claimed(run: Run, heartbeat: _Heartbeat) -> None:
         # Long-term memory, as LangGraph Server injects it: nodes take ``store: BaseStore``
         # or call get_store(); every operation is recorded against this run (runtime.store).
         store = store_for_run(thread_id=run.thread_id, run_id=run.id, lease_owner=run.lease_owner)
-        graph = graph.copy(update={"store": store})
+        # An unnamed graph runs under its registered name, as LangGraph Server names it (the root run of
+        # its traces and stream events).
+        named = {"name": run.thread.graph} if graph.name == "LangGraph" else {}
+        graph = graph.copy(update={"store": store, **named})
     except UnknownGraph as exc:
         run_fail(run=run, error=f"graph {exc.name!r} is not registered")
         return

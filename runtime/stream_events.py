@@ -6,9 +6,14 @@ The events come from LangChain callbacks either way, so a sync callback
 handler publishes them in the same shape: ``{"event": "on_chain_start",
 "name", "run_id", "parent_ids", "tags", "metadata", "data": {...}}`` for
 chains (nodes), chat models and LLMs (``*_start``/``*_stream``/``*_end``),
-tools and custom events. Not sent: ``on_chain_stream`` (each node's output is
-in its ``on_chain_end``) and runnables tagged ``langsmith:hidden``
-(LangGraph's internal writers), as ``astream_events`` hides them too.
+tools and custom events; an ``*_end`` event carries its run's input beside its
+output, as v2 does. A node's ``on_chain_stream``: ``astream_events`` streams
+each node and taps its output, so a node's one chunk (its update) comes just
+before its ``on_chain_end``; the sync API invokes nodes, so the handler sends
+that chunk itself when the node ends (``graph:step:N``-tagged chains: nodes,
+not the graph or a node's inner steps, as under LangGraph Server). Not sent:
+runnables tagged ``langsmith:hidden`` (LangGraph's internal writers), as
+``astream_events`` hides them too.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ class Publisher(Protocol):
 
 
 HIDDEN_TAG = "langsmith:hidden"
+NODE_TAG = "graph:step:"  # the tag LangGraph gives a node's run (``graph:step:<step>``)
 
 
 @dataclass(frozen=True)
@@ -40,6 +46,7 @@ class _RunInfo:
     tags: list[str]
     metadata: dict[str, Any]
     parent: UUID | None
+    inputs: Any = None  # what its start event carried as ``input``: its end event carries it again
 
 
 class EventsHandler(BaseCallbackHandler):
@@ -79,6 +86,7 @@ class EventsHandler(BaseCallbackHandler):
             tags=list(tags or []),
             metadata=dict(metadata or {}),
             parent=parent_run_id,
+            inputs=data.get("input"),
         )
         with self._lock:
             self._runs[run_id] = info
@@ -114,11 +122,19 @@ class EventsHandler(BaseCallbackHandler):
             ]
         )
 
-    def _end(self, kind: str | None, run_id: UUID, data: dict[str, Any]) -> None:
+    def _end(self, kind: str | None, run_id: UUID, output: Any) -> None:
         with self._lock:
             info = self._runs.pop(run_id, None)
-        if info is not None:
-            self._send(f"on_{kind or info.kind}_end", run_id, info, data)
+        if info is None:
+            return
+        kind = kind or info.kind
+        if kind == "chain" and any(tag.startswith(NODE_TAG) for tag in info.tags):
+            self._send("on_chain_stream", run_id, info, {"chunk": output})
+        if info.parent is None:  # the graph's own run: its input was in its start event (as v2 sends it)
+            self._send(f"on_{kind}_end", run_id, info, {"output": output})
+            return
+        inputs = info.inputs if kind != "chain" else info.inputs or {}
+        self._send(f"on_{kind}_end", run_id, info, {"output": output, "input": inputs})
 
     # --- callbacks ----------------------------------------------------------------------------
 
@@ -133,10 +149,11 @@ class EventsHandler(BaseCallbackHandler):
         metadata: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
-        self._start("chain", serialized, run_id, parent_run_id, tags, metadata, kwargs.get("name"), {"input": inputs})
+        data = {} if inputs == {"input": ""} else {"input": inputs}  # as v2: LangChain's "no input" placeholder
+        self._start("chain", serialized, run_id, parent_run_id, tags, metadata, kwargs.get("name"), data)
 
     def on_chain_end(self, outputs: Any, *, run_id: UUID, **kwargs: Any) -> None:
-        self._end("chain", run_id, {"output": outputs})
+        self._end("chain", run_id, outputs)
 
     def on_chain_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
         with self._lock:
@@ -187,9 +204,9 @@ class EventsHandler(BaseCallbackHandler):
         if info is not None and info.kind == "chat_model":
             generations = [g for batch in response.generations for g in batch]
             message = getattr(generations[0], "message", None) if generations else None
-            self._end("chat_model", run_id, {"output": message})
+            self._end("chat_model", run_id, message)
         else:
-            self._end("llm", run_id, {"output": response})
+            self._end("llm", run_id, response)
 
     def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
         with self._lock:
@@ -211,7 +228,7 @@ class EventsHandler(BaseCallbackHandler):
         self._start("tool", serialized, run_id, parent_run_id, tags, metadata, kwargs.get("name"), data)
 
     def on_tool_end(self, output: Any, *, run_id: UUID, **kwargs: Any) -> None:
-        self._end("tool", run_id, {"output": output})
+        self._end("tool", run_id, output)
 
     def on_tool_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
         with self._lock:

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import json
 import uuid
-from typing import Any
+from typing import Any, TypedDict
 
 import pytest
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START, StateGraph
 
 from approvals.errors import InvalidInput
 from approvals.models import AuditEvent
@@ -60,6 +61,12 @@ def test_an_unknown_stream_mode_is_refused_naming_the_field(value):
 
 def _published(born: str) -> list[tuple[str, Any]]:
     """Every event the worker publishes for a chatty_review run streamed in every mode."""
+    graph = chatty_review.compile(checkpointer=InMemorySaver())
+    return _published_from(graph, {"applicant": {"name": "Ada", "date_of_birth": born}})
+
+
+def _published_from(graph: Any, graph_input: Any) -> list[tuple[str, Any]]:
+    """Every event the worker publishes for a run of ``graph`` streamed in every mode, with subgraphs."""
 
     class Sink:
         def __init__(self) -> None:
@@ -70,12 +77,9 @@ def _published(born: str) -> list[tuple[str, Any]]:
 
     sink = Sink()
     publisher = Publisher("run", set(CLIENT_MODES), True, sink)  # type: ignore[arg-type]
-    graph = chatty_review.compile(checkpointer=InMemorySaver())
     config = events_config({"configurable": {"thread_id": str(uuid.uuid4())}}, publisher)
     modes: Any = sorted({"updates", *(_NATIVE[m] for m in CLIENT_MODES if m in _NATIVE)})
-    for namespace, mode, chunk in graph.stream(
-        {"applicant": {"name": "Ada", "date_of_birth": born}}, config, stream_mode=modes, subgraphs=True
-    ):
+    for namespace, mode, chunk in graph.stream(graph_input, config, stream_mode=modes, subgraphs=True):
         publisher.chunk(tuple(namespace), mode, chunk)
     return [(event, json.loads(data)) for event, data in sink.events]
 
@@ -106,6 +110,37 @@ def test_a_reader_without_reveal_rights_is_shown_no_piece_of_a_sensitive_value_i
     partials = [data[0]["content"] for event, data in shown if event == "messages/partial"]
     assert partials[-1] == f"The applicant was born on {TEXT_MASK}, it says."
     assert not AuditEvent.objects.filter(thread_id=thread.pk, action="sensitive.revealed").exists()
+
+
+class _Looked(TypedDict, total=False):
+    applicant: dict[str, Any]
+    status: str
+
+
+def test_a_value_a_node_makes_is_masked_in_every_mode_before_any_update_teaches_it(personas):
+    """The value is in neither the run's input nor the thread: the node looks it up. Its node's
+    ``on_chain_stream`` and ``on_chain_end`` (events), ``tasks`` and ``debug`` results are published
+    before the step's ``updates``; none may show it to a reader without reveal rights."""
+    born = f"cnry{uuid.uuid4().hex[:10]}dob"
+
+    def look_up(state: _Looked) -> dict[str, Any]:
+        return {"applicant": {"name": "Ada", "date_of_birth": born}, "status": "looked up"}
+
+    builder = StateGraph(_Looked)
+    builder.add_node(look_up)
+    builder.add_edge(START, "look_up")
+    builder.add_edge("look_up", END)
+    published = _published_from(builder.compile(checkpointer=InMemorySaver()), {"applicant": {"name": "Ada"}})
+    events = [data["event"] for event, data in published if event == "events"]
+    assert "on_chain_stream" in events and born in json.dumps(published), "the attack needs the value published"
+    thread, run = _thread_and_run("")
+    run.input = {"applicant": {"name": "Ada"}}
+    shield = Shield(personas["operator"].user, thread, run)  # chatty_review: applicant.date_of_birth is sensitive
+    shown = [pair for event, data in published for pair in shield.shown(event, data)] + shield.flush()
+    for event, data in shown:
+        text = json.dumps(data, ensure_ascii=False)
+        assert born not in text and born[4:14] not in text, f"{event} shows the value"
+    assert MASK in json.dumps(shown, ensure_ascii=False)
 
 
 def test_a_reader_with_reveal_rights_is_shown_the_chunks_as_published_and_audited(personas):

@@ -89,8 +89,14 @@ def test_each_stream_mode_arrives_as_langgraph_server_names_it(server, personas,
         checkpoint = next(p.data["payload"] for p in parts if p.event == "debug" and p.data["type"] == "checkpoint")
         assert checkpoint["checkpoint"]["checkpoint_id"]
     if mode == "events":
-        kinds = {p.data["event"] for p in parts if p.event == "events"}
-        assert {"on_chain_start", "on_chain_end", "on_chat_model_stream"} <= kinds
+        events = [p.data for p in parts if p.event == "events"]
+        kinds = {e["event"] for e in events}
+        assert {"on_chain_start", "on_chain_stream", "on_chain_end", "on_chat_model_stream"} <= kinds
+        # The graph's own run under its registered name, as LangGraph Server names an unnamed graph.
+        root = events[0]
+        assert (root["event"], root["name"], root["parent_ids"]) == ("on_chain_start", "chatty_review", [])
+        streamed = [e for e in events if e["event"] == "on_chain_stream"]
+        assert streamed and all(any(t.startswith("graph:step:") for t in e["tags"]) for e in streamed), "nodes only"
     if mode == "values":
         assert parts[-2].data["__interrupt__"][0]["value"]["title"] == "Open the account?"
 
