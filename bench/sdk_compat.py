@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -29,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.full_cycle import OUT_DIR, loan_input, log  # noqa: E402
-from bench.sdk_wait import RESUME, Side, Unavailable, gatehouse, langgraph_dev  # noqa: E402
+from bench.sdk_wait import RESUME, Side, Unavailable, gatehouse, langgraph_dev, servers_arguments  # noqa: E402
 
 # runtime.stream.CLIENT_MODES (importing it needs Django settings); tests/perf/test_sdk_compat.py keeps them equal.
 CLIENT_MODES = ("values", "updates", "messages", "messages-tuple", "events", "debug", "custom", "tasks", "checkpoints")
@@ -61,12 +60,7 @@ def stream_both_phases(side: Side, mode: str) -> dict[str, list[Any]]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--db", default="gatehouse_bench_compat")
-    parser.add_argument(
-        "--langgraph-dev-python",
-        default=os.environ.get("LANGGRAPH_DEV_PYTHON", ""),
-        help="a Python that has langgraph-cli[inmem] installed (or $LANGGRAPH_DEV_PYTHON)",
-    )
+    servers_arguments(parser, db="gatehouse_bench_compat")
     args = parser.parse_args()
     report: dict[str, Any] = {"modes": {}}
     with contextlib.ExitStack() as stack:

@@ -224,17 +224,22 @@ def langgraph_dev(args: argparse.Namespace) -> Iterator[Side]:
         shutil.rmtree(ROOT / ".langgraph_api", ignore_errors=True)  # langgraph dev's in-memory store dump
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--threads", type=int, default=30)
-    parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds per server (default 3)")
-    parser.add_argument("--db", default="gatehouse_bench_sdk")
+def servers_arguments(parser: argparse.ArgumentParser, *, db: str) -> None:
+    """What ``gatehouse`` and ``langgraph_dev`` read: Gatehouse's database, and the Python to run langgraph dev."""
+    parser.add_argument("--db", default=db)
     parser.add_argument(
         "--langgraph-dev-python",
         default=os.environ.get("LANGGRAPH_DEV_PYTHON", ""),
         help="a Python that has langgraph-cli[inmem] installed (or $LANGGRAPH_DEV_PYTHON)",
     )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=30)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds per server (default 3)")
+    servers_arguments(parser, db="gatehouse_bench_sdk")
     args = parser.parse_args()
     theirs: Side | str
     with contextlib.ExitStack() as stack:
