@@ -115,6 +115,10 @@ class _Listener:
                                 return
             except Exception as exc:  # noqa: BLE001 - the waiters' fallback poll covers the gap
                 self.listening.clear()
+                with self._lock:
+                    if not self._callbacks:  # nobody waits: no reconnecting for nobody; the next watch starts one
+                        self._thread = None
+                        return
                 log.warning("LISTEN %s connection lost (%s); reconnecting", CHANNEL, exc)
                 time.sleep(1.0)
 

@@ -388,6 +388,43 @@ def test_a_watch_entered_while_its_listener_starts_is_listening_before_the_calle
     assert asyncio.run(entered_listening()) is True
 
 
+def test_a_listener_that_cannot_connect_retries_while_someone_waits_and_stops_when_nobody_does(monkeypatch):
+    """PostgreSQL unreachable: a waiter's listener keeps reconnecting (its fallback poll covers the gap),
+    but once nobody waits it stops instead of retrying every second for the life of the process."""
+    from runtime import checkpointer, notify
+
+    attempts: list[float] = []
+
+    def unreachable(_: Any) -> str:
+        attempts.append(time.monotonic())
+        return "host=127.0.0.1 port=1 dbname=nothing user=nobody connect_timeout=2"  # nothing listens on port 1
+
+    monkeypatch.setattr(checkpointer, "checkpointer_conninfo", unreachable)
+    listener = notify._Listener()  # its own, not the process's
+    callback = lambda: None  # noqa: E731
+    listener.subscribe("a-thread", callback)
+    deadline = time.monotonic() + scaled(20)
+    while len(attempts) < 2:  # failed once, and tried again because someone waits
+        assert time.monotonic() < deadline, "the listener did not retry while a watch waited"
+        time.sleep(0.02)
+    thread = listener._thread
+    assert thread is not None and thread.is_alive() and not listener.listening.is_set()
+    listener.unsubscribe("a-thread", callback)
+    thread.join(scaled(20))
+    assert not thread.is_alive(), "the listener kept retrying with nobody waiting"
+    assert listener._thread is None  # the next watch starts a listener
+    tried = len(attempts)
+    listener.subscribe("another", callback)
+    again = listener._thread
+    while len(attempts) == tried:
+        assert time.monotonic() < deadline + scaled(20), "a new watch started no listener"
+        time.sleep(0.02)
+    listener.unsubscribe("another", callback)
+    assert again is not None
+    again.join(scaled(20))  # ended while the address is still unreachable: no session outlives the test
+    assert not again.is_alive()
+
+
 def test_the_wake_that_ends_a_long_poll_reads_the_thread_once(operator, reviewer, monkeypatch):
     """Each read of a waiting ``GET /api/threads/{id}?wait_for=`` is the visible row and, once its status
     is wanted, the answer: the wake the outcome causes makes one read, not a status read and then the row."""
