@@ -133,6 +133,11 @@ def test_a_value_a_node_makes_is_masked_in_every_mode_before_any_update_teaches_
     published = _published_from(builder.compile(checkpointer=InMemorySaver()), {"applicant": {"name": "Ada"}})
     events = [data["event"] for event, data in published if event == "events"]
     assert "on_chain_stream" in events and born in json.dumps(published), "the attack needs the value published"
+    carrying = [event for event, data in published if born in json.dumps(data)]
+    assert carrying[0] != "updates" and "events" in carrying[: carrying.index("updates")], (
+        "the attack needs chunks that carry the value before any update could teach the mask",
+        carrying,
+    )
     thread, run = _thread_and_run("")
     run.input = {"applicant": {"name": "Ada"}}
     shield = Shield(personas["operator"].user, thread, run)  # chatty_review: applicant.date_of_birth is sensitive

@@ -19,7 +19,7 @@ from langgraph.graph import END, START, StateGraph
 
 from runtime.blobs import MARKER, DatabaseBlobStore, StorageBlobStore, blob_store_build, blobs_lazy
 from runtime.checkpointer import GatehouseSqliteSaver, _blob_sql, checkpointer_get
-from runtime.models import Blob, BlobRef, Run, RunKind, Thread
+from runtime.models import Blob, BlobRef, Run, RunKind, RunStatus, Thread
 from runtime.threads import thread_create
 
 LZ4_AVAILABLE = importlib.import_module("runtime.migrations.0010_lz4_compression").LZ4_AVAILABLE
@@ -215,8 +215,10 @@ def test_a_threads_values_and_a_runs_input_are_compressed_with_lz4(live_db):
     doc = {"document": rows}
     thread = thread_create(graph="loan_approval", metadata={}, created_by=None)
     Thread.objects.filter(pk=thread.pk).update(values=doc)
-    # Created here and never dispatched, so no worker takes it.
-    run = Run.objects.create(thread=thread, kind=RunKind.START, input=doc, command={"update": doc})
+    # A finished run: a queued one, never dispatched, is one the session worker's sweeper would send.
+    run = Run.objects.create(
+        thread=thread, kind=RunKind.START, status=RunStatus.SUCCEEDED, input=doc, command={"update": doc}
+    )
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT pg_column_compression(t.values), pg_column_compression(r.input), pg_column_compression(r.command) "
