@@ -3,9 +3,10 @@
     .venv/bin/python bench/full_cycle.py [--threads 200]      (or: make bench)
 
 Self-contained: it recreates a PostgreSQL database (``gatehouse_bench``), runs
-the migrations, starts the fake bank (in this process, no latency), a Celery
-worker (``--pool=threads --concurrency=4``; ``--pool``, ``--worker-concurrency``
-and ``--workers`` N processes change that; its own queue on Redis db 13) and
+the migrations, starts the fake bank (in this process, no latency), Celery
+workers as docs/deploy.md deploys them, one process per core (up to 4), each
+``--pool=threads --concurrency=4`` (``--workers``, ``--pool`` and
+``--worker-concurrency`` change that; their own queue on Redis db 13) and
 daphne on a free port, creates an operator and a reviewer with API tokens,
 then measures over HTTP (``--http``: a lean keep-alive client on ``http.client`` by
 default, or httpx as rounds 1-13 did; the client shares the two cores it measures):
@@ -119,6 +120,12 @@ def percentile(values: list[float], q: float) -> float:
     """Nearest-rank percentile (q in 0..100)."""
     ordered = sorted(values)
     return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
+
+
+def cores() -> int:
+    """The cores this process may run on (a container's CPU set, not the host's), at most 4."""
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, min(usable, 4))
 
 
 def free_port() -> int:
@@ -1121,7 +1128,12 @@ def main() -> int:
     parser.add_argument("--clients", type=int, default=8, help="HTTP requests in flight, full stack (default 8)")
     parser.add_argument("--worker-concurrency", type=int, default=4, help="Celery worker concurrency (default 4)")
     parser.add_argument("--pool", choices=("threads", "prefork"), default="threads", help="Celery pool (threads)")
-    parser.add_argument("--workers", type=int, default=1, help="Celery worker processes (default 1)")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=cores(),
+        help=f"Celery worker processes (default: one per core, as docs/deploy.md deploys them: {cores()} here)",
+    )
     parser.add_argument(
         "--baseline-concurrency",
         type=int,
