@@ -81,8 +81,16 @@ def guard(
 
 def _guard_view(user: permissions.Principal, thread: Thread, view: CheckpointView) -> CheckpointView:
     values, _ = guard(user, thread.graph, view.values, subject=f"checkpoint:{view.checkpoint_id}", thread_id=thread.id)
-    writes, _ = redact(view.writes, sensitive_paths(thread.graph)) if not may_see_sensitive(user) else (view.writes, [])
-    return dataclasses.replace(view, values=values, writes=writes)
+    view = dataclasses.replace(view, values=values)
+    return view if may_see_sensitive(user) else _masked_beside_values(view, sensitive_paths(thread.graph))
+
+
+def _masked_beside_values(view: CheckpointView, paths: list[str]) -> CheckpointView:
+    """What a view carries besides its values, masked: the writes, and what each finished task returned."""
+    if not paths:
+        return view
+    tasks = tuple(dataclasses.replace(t, result=redact(t.result, paths)[0]) for t in view.tasks)
+    return dataclasses.replace(view, writes=redact(view.writes, paths)[0], tasks=tasks)
 
 
 def state_for(user: permissions.Principal, thread_id: Any, checkpoint_id: str | None = None) -> CheckpointView | None:
@@ -111,7 +119,7 @@ def history_for(
         guard(user, thread.graph, [v.values for v in views], subject=f"thread:{thread.id}", thread_id=thread.id)
         return views
     paths = sensitive_paths(thread.graph)
-    return [dataclasses.replace(v, values=redact(v.values, paths)[0], writes=redact(v.writes, paths)[0]) for v in views]
+    return [_masked_beside_values(dataclasses.replace(v, values=redact(v.values, paths)[0]), paths) for v in views]
 
 
 def task_state_for(user: permissions.Principal, task: ApprovalTask) -> CheckpointView | None:

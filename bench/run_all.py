@@ -26,6 +26,7 @@ SCENARIOS: dict[str, tuple[list[str], list[str], int]] = {
     "fenced_writes": (["--rounds", "10"], ["--threads", "10", "--rounds", "2"], 600),
     "sdk_wait": ([], ["--threads", "10"], 900),
     "sdk_compat": ([], [], 600),  # every stream mode's events beside langgraph dev's (not a measurement)
+    "sdk_shapes": ([], [], 600),  # every answer's shape and statuses beside langgraph dev's (not a measurement)
     "decision_profile": ([], ["--samples", "10"], 600),
     "audit_scaling": ([], ["--rounds", "1", "--seconds", "2"], 900),
     # py-spy flame graphs of daphne and the worker under a shorter full cycle of their own (sampling costs

@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from ninja import Schema
-from pydantic import SerializerFunctionWrapHandler, model_serializer
+from pydantic import SerializerFunctionWrapHandler, model_serializer, model_validator
 
 
 class AssistantOut(Schema):
@@ -62,17 +62,24 @@ class InterruptOut(Schema):
 
     @model_serializer(mode="wrap")
     def _without_absent_schema(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        # LangGraph sends ``response_schema`` only when the interrupt declared one.
+        # In a thread or a state LangGraph Server sends ``response_schema`` only when the interrupt
+        # declared one; where a run's output carries the interrupt (``__interrupt__``), always:
+        # ``as_streamed``.
         data: dict[str, Any] = handler(self)
         if self.response_schema is None:
             data.pop("response_schema", None)
         return data
+
+    def as_streamed(self) -> dict[str, Any]:
+        """The interrupt as a run's output carries it (``runs.wait``/``join``, ``values``): null schema included."""
+        return {"value": self.value, "id": self.id, "response_schema": self.response_schema}
 
 
 class ThreadOut(Schema):
     thread_id: str
     created_at: datetime
     updated_at: datetime
+    state_updated_at: datetime  # when a run last changed its state (its creation if none has)
     metadata: dict[str, Any]
     status: str
     values: Any
@@ -85,7 +92,15 @@ class CheckpointRefOut(Schema):
     thread_id: str
     checkpoint_ns: str
     checkpoint_id: str | None
-    checkpoint_map: dict[str, Any] | None
+    checkpoint_map: dict[str, Any] | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_absent_map(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # LangGraph Server leaves ``checkpoint_map`` out of a reference that has none.
+        data: dict[str, Any] = handler(self)
+        if self.checkpoint_map is None:
+            data.pop("checkpoint_map", None)
+        return data
 
 
 class StateTaskOut(Schema):
@@ -108,6 +123,15 @@ class ThreadStateOut(Schema):
     created_at: str | None
     parent_checkpoint: CheckpointRefOut | None
     interrupts: list[InterruptOut]
+    # The ids again, as LangGraph Server still sends them beside the references (older clients read these).
+    checkpoint_id: str | None = None
+    parent_checkpoint_id: str | None = None
+
+    @model_validator(mode="after")
+    def _ids_from_references(self) -> ThreadStateOut:
+        self.checkpoint_id = self.checkpoint.checkpoint_id
+        self.parent_checkpoint_id = self.parent_checkpoint.checkpoint_id if self.parent_checkpoint else None
+        return self
 
 
 class ThreadUpdateStateOut(Schema):

@@ -75,7 +75,9 @@ THREAD_STATUS_IN = {
 RUN_STATUS_OUT: dict[str, str] = {
     RunStatus.QUEUED: "pending",
     RunStatus.RUNNING: "running",
-    RunStatus.INTERRUPTED: "interrupted",
+    # A run that reached an ``interrupt()`` ended well: LangGraph Server says "success" and marks the
+    # *thread* interrupted; a run's "interrupted" means it was cancelled.
+    RunStatus.INTERRUPTED: "success",
     RunStatus.SUCCEEDED: "success",
     RunStatus.FAILED: "error",
     RunStatus.CANCELLED: "interrupted",  # as LangGraph Server shows a cancelled run; ``error`` says who and why
@@ -247,7 +249,9 @@ def _payload_for(user: permissions.Principal, task: ApprovalTask) -> Any:
     return gateway.payload_for(user, task)[0]
 
 
-def _values_for(user: permissions.Principal, thread: Thread) -> dict[str, Any]:
+def _values_for(user: permissions.Principal, thread: Thread) -> dict[str, Any] | None:
+    if not thread.checkpoint_id and not thread.values:
+        return None  # no run has given it a state yet: LangGraph Server sends null, not {}
     return gateway.thread_values_for(user, thread) if thread.graph else (thread.values or {})
 
 
@@ -272,6 +276,7 @@ def thread_out(user: permissions.Principal, thread: Thread) -> ThreadOut:
         thread_id=str(thread.id),
         created_at=thread.created_at,
         updated_at=thread.updated_at,
+        state_updated_at=thread.updated_at,
         metadata=metadata,
         status=THREAD_STATUS_OUT.get(thread.status, thread.status),
         values=_values_for(user, thread),
@@ -285,9 +290,7 @@ def thread_out(user: permissions.Principal, thread: Thread) -> ThreadOut:
 
 
 def checkpoint_ref(thread_id: Any, checkpoint_id: str | None, checkpoint_ns: str = "") -> CheckpointRefOut:
-    return CheckpointRefOut(
-        thread_id=str(thread_id), checkpoint_ns=checkpoint_ns, checkpoint_id=checkpoint_id, checkpoint_map=None
-    )
+    return CheckpointRefOut(thread_id=str(thread_id), checkpoint_ns=checkpoint_ns, checkpoint_id=checkpoint_id)
 
 
 def state_out(user: permissions.Principal, thread: Thread, view: CheckpointView | None) -> ThreadStateOut:
@@ -315,11 +318,12 @@ def state_out(user: permissions.Principal, thread: Thread, view: CheckpointView 
             interrupts = [_interrupt_out(user, task)] if task.kind == TaskKind.INTERRUPT else []
             tasks.append(task_out(str(task.id), task.node, interrupts, None))
     error = thread.error if is_head and thread.status == ThreadStatus.FAILED else None
-    for node in view.next:
-        if node not in named:
-            tasks.append(
-                task_out(str(uuid.uuid5(ASSISTANT_NAMESPACE, f"{view.checkpoint_id}:{node}")), node, [], error)
-            )
+    # The step's other tasks as LangGraph lists them: those that finished with what they returned
+    # (masked like the values), the others with the run's error when it failed there.
+    for step_task in view.tasks:
+        if step_task.name not in named:
+            failed = error if step_task.result is None else None
+            tasks.append(task_out(step_task.id, step_task.name, [], failed, result=step_task.result))
     return ThreadStateOut(
         values=view.values,
         next=view.next,
@@ -338,7 +342,9 @@ def state_out(user: permissions.Principal, thread: Thread, view: CheckpointView 
     )
 
 
-def task_out(task_id: str, name: str, interrupts: list[InterruptOut], error: str | None = None) -> StateTaskOut:
+def task_out(
+    task_id: str, name: str, interrupts: list[InterruptOut], error: str | None = None, *, result: Any = None
+) -> StateTaskOut:
     return StateTaskOut(
         id=task_id,
         name=name,
@@ -347,7 +353,7 @@ def task_out(task_id: str, name: str, interrupts: list[InterruptOut], error: str
         interrupts=interrupts,
         checkpoint=None,
         state=None,
-        result=None,
+        result=result,
     )
 
 
@@ -376,7 +382,7 @@ def wait_output(user: permissions.Principal, thread: Thread, run: Run) -> dict[s
     state = thread_state(user, thread.id)
     values = dict(state.values) if isinstance(state.values, dict) else {}
     if state.interrupts:
-        values["__interrupt__"] = [i.model_dump() for i in state.interrupts]
+        values["__interrupt__"] = [i.as_streamed() for i in state.interrupts]
     return values
 
 

@@ -408,7 +408,7 @@ async def run_stream_events(
         state = await sync_to_async(thread_state)(user, thread_id)
         values = dict(state.values)
         if state.interrupts:
-            values["__interrupt__"] = [i.model_dump() for i in state.interrupts]
+            values["__interrupt__"] = [i.as_streamed() for i in state.interrupts]
         yield sse("values", values)
     yield sse("end", None)
 

@@ -30,6 +30,15 @@ from runtime.upcasters import schema_readonly
 
 
 @dataclass(frozen=True)
+class StepTask:
+    """One task of a checkpoint's step: LangGraph's task id, its node, and what it returned once it finished."""
+
+    id: str
+    name: str
+    result: Any = None
+
+
+@dataclass(frozen=True)
 class CheckpointView:
     checkpoint_id: str
     parent_id: str
@@ -39,6 +48,7 @@ class CheckpointView:
     next: list[str]
     values: dict[str, Any]
     writes: Any
+    tasks: tuple[StepTask, ...] = ()
 
 
 def _config(thread: Thread, checkpoint_id: str | None = None) -> RunnableConfig:
@@ -60,6 +70,7 @@ def _view(snapshot: Any) -> CheckpointView:
         next=list(snapshot.next),
         values=to_jsonable(snapshot.values or {}),
         writes=to_jsonable(metadata.get("writes")),
+        tasks=tuple(StepTask(str(t.id), t.name, to_jsonable(t.result)) for t in snapshot.tasks),
     )
 
 

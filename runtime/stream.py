@@ -246,11 +246,12 @@ def run_log() -> RunLog:
 def chunk_jsonable(value: Any) -> Any:
     """A chunk as JSON values, with LangGraph's objects in the Platform API's shapes."""
     if isinstance(value, Interrupt):
-        out: dict[str, Any] = {"value": chunk_jsonable(value.value), "id": value.id}
-        schema = getattr(value, "response_schema", None)
-        if schema is not None:
-            out["response_schema"] = to_jsonable(schema)
-        return out
+        # ``response_schema`` is null when the interrupt declared none, as LangGraph Server sends it.
+        return {
+            "value": chunk_jsonable(value.value),
+            "id": value.id,
+            "response_schema": to_jsonable(getattr(value, "response_schema", None)),
+        }
     if isinstance(value, Send):
         return {"node": value.node, "arg": chunk_jsonable(value.arg)}
     if isinstance(value, Mapping):
@@ -264,21 +265,25 @@ def _checkpoint_ref(config: Any) -> dict[str, Any] | None:
     configurable = (config or {}).get("configurable") if isinstance(config, Mapping) else None
     if not configurable:
         return None
-    return {
+    ref = {
         "thread_id": configurable.get("thread_id"),
         "checkpoint_ns": configurable.get("checkpoint_ns", ""),
         "checkpoint_id": configurable.get("checkpoint_id"),
-        "checkpoint_map": configurable.get("checkpoint_map"),
     }
+    if configurable.get("checkpoint_map"):
+        ref["checkpoint_map"] = configurable["checkpoint_map"]
+    return ref
 
 
-def _checkpoint_payload(payload: Any) -> Any:
-    # As LangGraph Server sends it: the configs also as checkpoint references, subgraph tasks by checkpoint.
+def _checkpoint_payload(payload: Any, *, references: bool) -> Any:
+    # As LangGraph Server sends it: subgraph tasks by checkpoint, and in ``debug`` the configs also as
+    # checkpoint references (its ``checkpoints`` chunks carry the configs alone).
     if not isinstance(payload, dict) or "config" not in payload:
         return payload
     out = dict(payload)
-    out["checkpoint"] = _checkpoint_ref(payload.get("config"))
-    out["parent_checkpoint"] = _checkpoint_ref(payload.get("parent_config"))
+    if references:
+        out["checkpoint"] = _checkpoint_ref(payload.get("config"))
+        out["parent_checkpoint"] = _checkpoint_ref(payload.get("parent_config"))
     tasks = []
     for task in payload.get("tasks") or []:
         task = dict(task)
@@ -317,11 +322,11 @@ class Publisher:
             if "debug" in self.modes:
                 payload = chunk.get("payload") if isinstance(chunk, dict) else None
                 if isinstance(chunk, dict) and chunk.get("type") == "checkpoint":
-                    chunk = {**chunk, "payload": _checkpoint_payload(payload)}
+                    chunk = {**chunk, "payload": _checkpoint_payload(payload, references=True)}
                 events.append(("debug" + suffix, chunk))
         elif mode == "checkpoints":
             if mode in self.modes:
-                events.append((mode + suffix, _checkpoint_payload(chunk)))
+                events.append((mode + suffix, _checkpoint_payload(chunk, references=False)))
         elif mode in self.modes or mode == ALWAYS_PUBLISHED:
             events.append((mode + suffix, chunk))
         self.publish(events)

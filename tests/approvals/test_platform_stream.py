@@ -172,6 +172,9 @@ def test_chunks_of_a_graph_without_sensitive_paths_go_out_as_published(personas)
 def test_interrupts_are_published_as_the_platform_api_shows_them():
     from langgraph.types import Interrupt
 
+    # LangGraph Server (langgraph-api 0.16.7) sends response_schema, null when the interrupt declared none.
     assert chunk_jsonable({"__interrupt__": (Interrupt(value={"q": 1}, id="abc"),)}) == {
-        "__interrupt__": [{"value": {"q": 1}, "id": "abc"}]
+        "__interrupt__": [{"value": {"q": 1}, "id": "abc", "response_schema": None}]
     }
+    declared = Interrupt(value={"q": 1}, id="abc", response_schema={"type": "object"})
+    assert chunk_jsonable({"__interrupt__": [declared]})["__interrupt__"][0]["response_schema"] == {"type": "object"}

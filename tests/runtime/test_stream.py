@@ -133,7 +133,9 @@ def test_the_executor_sees_the_same_chunks_whether_or_not_a_client_streams(strea
     assert {e.event for e in published} == {"values", "debug", "updates"}, "the client's modes, and updates"
     last = json.loads([e for e in published if e.event == "values"][-1].data)
     assert last["n"] == 1 and [i["value"] for i in last["__interrupt__"]] == [{"question": "ok?"}]
-    assert set(last["__interrupt__"][0]) == {"value", "id"}, "an interrupt as the Platform API shows it"
+    # as LangGraph Server streams an interrupt: its response_schema too, null when none was declared
+    assert last["__interrupt__"][0]["response_schema"] is None
+    assert set(last["__interrupt__"][0]) == {"value", "id", "response_schema"}, "as the Platform API shows it"
 
 
 def _shape(chunks: list[Any]) -> list[Any]:
