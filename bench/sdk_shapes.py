@@ -78,7 +78,22 @@ ACCEPTED: list[tuple[str, str, str]] = [
         r"\.config\.configurable$",
         "a thread's config: Gatehouse sends {} (langgraph dev sends {} at creation, {configurable: {}} after)",
     ),
-    (r"threads\.create", r"\.(error|interrupts)$", "Gatehouse's threads always carry both (the SDK's Thread has them)"),
+    (
+        r"threads\.(create|copy)",
+        r"\.(error|interrupts|values)$",
+        "Gatehouse answers with the whole thread (the SDK's Thread type has values, interrupts and error)",
+    ),
+    (
+        r"assistants\.get_schemas",
+        r"\.(input|output|state)_schema(\.|$)",
+        "Gatehouse's schemas are the ones it validates inputs and state edits against (no titles or defaults, "
+        "additionalProperties false); langgraph dev 0.16.7 could not build this graph's input and output schemas",
+    ),
+    (
+        r"assistants\.get_schemas",
+        r"\.config_schema$",
+        "no configurable schema: Gatehouse refuses config.configurable on runs",
+    ),
     (
         r"runs\..*",
         r"\.kwargs\.\w+$",
@@ -178,6 +193,8 @@ def answers(side: Side, dump: Path | None = None) -> dict[str, Any]:
     seen["assistants.search"] = found
     assistant = found[0]["assistant_id"]
     seen["assistants.get"] = operator.assistants.get(assistant)
+    seen["assistants.get_graph"] = operator.assistants.get_graph(assistant)
+    seen["assistants.get_schemas"] = operator.assistants.get_schemas(assistant)
     thread = operator.threads.create(metadata={"bench": "shapes"})
     seen["threads.create"] = thread
     thread_id = thread["thread_id"]
@@ -193,6 +210,13 @@ def answers(side: Side, dump: Path | None = None) -> dict[str, Any]:
     seen["threads.get (idle)"] = operator.threads.get(thread_id)
     seen["threads.get_state (idle)"] = operator.threads.get_state(thread_id)
     seen["threads.search"] = operator.threads.search(metadata={"bench": "shapes"}, limit=5)
+    seen["threads.update_state"] = operator.threads.update_state(thread_id, {"status": "reviewed"})
+    seen["threads.copy"] = operator.threads.copy(thread_id)
+    namespace = ["bench", "shapes"]
+    seen["store.put_item"] = operator.store.put_item(namespace, "k", {"note": "n"})
+    seen["store.get_item"] = operator.store.get_item(namespace, "k")
+    seen["store.search_items"] = operator.store.search_items(namespace)
+    seen["store.list_namespaces"] = operator.store.list_namespaces(prefix=["bench"])
     for mode in CLIENT_MODES:
         streamed = operator.threads.create()["thread_id"]
         for phase, client, kwargs in (

@@ -37,8 +37,6 @@ from lgplatform.responses import (
     AssistantGraphOut,
     AssistantOut,
     AssistantSchemasOut,
-    GraphEdgeOut,
-    GraphNodeOut,
     RunOut,
     ThreadOut,
     ThreadStateOut,
@@ -123,13 +121,8 @@ def assistant_get(request: HttpRequest, assistant_id: str) -> AssistantOut:
 
 
 @api.get("/assistants/{assistant_id}/graph", response=AssistantGraphOut, tags=["assistants"])
-def assistant_graph(request: HttpRequest, assistant_id: str) -> AssistantGraphOut:
-    graph = graph_get(platform.assistant_graph(_user(request), assistant_id)).builder
-    nodes = [GraphNodeOut(id="__start__", type="schema", data="__start__")]
-    nodes += [GraphNodeOut(id=name, type="runnable", data=name) for name in graph.nodes]
-    nodes.append(GraphNodeOut(id="__end__", type="schema", data="__end__"))
-    edges = [GraphEdgeOut(source=a, target=b) for a, b in sorted(graph.edges)]
-    return AssistantGraphOut(nodes=nodes, edges=edges)
+def assistant_graph(request: HttpRequest, assistant_id: str, xray: str | None = None) -> dict[str, Any]:
+    return platform.assistant_drawing(_user(request), assistant_id, xray=platform.xray_parse(xray))
 
 
 @api.get("/assistants/{assistant_id}/schemas", response=AssistantSchemasOut, tags=["assistants"])

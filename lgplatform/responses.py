@@ -30,20 +30,11 @@ class AssistantOut(Schema):
     updated_at: str
 
 
-class GraphNodeOut(Schema):
-    id: str
-    type: str
-    data: str
-
-
-class GraphEdgeOut(Schema):
-    source: str
-    target: str
-
-
 class AssistantGraphOut(Schema):
-    nodes: list[GraphNodeOut]
-    edges: list[GraphEdgeOut]
+    # LangGraph's drawable graph as JSON (``Graph.to_json``): nodes ``{id, type?, data?}``, edges
+    # ``{source, target, conditional?, data?}``.
+    nodes: list[dict[str, Any]]
+    edges: list[dict[str, Any]]
 
 
 class AssistantSchemasOut(Schema):
@@ -136,6 +127,20 @@ class ThreadStateOut(Schema):
 
 class ThreadUpdateStateOut(Schema):
     checkpoint: CheckpointRefOut
+    # As LangGraph Server answers an update: the new checkpoint also as a configurable, and its id.
+    configurable: dict[str, Any] | None = None
+    checkpoint_id: str | None = None
+
+    @model_validator(mode="after")
+    def _configurable_from_checkpoint(self) -> ThreadUpdateStateOut:
+        ref = self.checkpoint
+        self.configurable = {
+            "thread_id": ref.thread_id,
+            "checkpoint_ns": ref.checkpoint_ns,
+            "checkpoint_id": ref.checkpoint_id,
+        }
+        self.checkpoint_id = ref.checkpoint_id
+        return self
 
 
 class RunOut(Schema):

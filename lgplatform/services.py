@@ -109,6 +109,38 @@ def assistant_graph(user: permissions.Principal, assistant_id: str) -> str:
     raise NotFound(f"assistant {assistant_id} not found", field="assistant_id")
 
 
+def xray_parse(value: str | None) -> bool | int:
+    """``?xray=`` as LangGraph Server reads it: true/false, or how many levels of subgraphs to draw."""
+    if value in (None, "", "false", "False"):
+        return False
+    if value in ("true", "True"):
+        return True
+    try:
+        depth = int(str(value))
+    except ValueError:
+        raise InvalidInput("must be true, false or a positive number of levels", field="xray") from None
+    if depth <= 0:
+        raise InvalidInput("must be true, false or a positive number of levels", field="xray")
+    return depth
+
+
+def assistant_drawing(user: permissions.Principal, assistant_id: str, *, xray: bool | int = False) -> dict[str, Any]:
+    """The assistant's graph as LangGraph Server draws it: LangGraph's drawable graph as JSON.
+
+    Conditional edges come out marked ``conditional`` and subgraphs drawn to ``xray`` levels; each
+    node's data keeps its name, not the class path of the runnable behind it.
+    """
+    compiled = graph_get(assistant_graph(user, assistant_id)).compiled()
+    try:
+        drawn: dict[str, Any] = compiled.get_graph(xray=xray).to_json()
+    except NotImplementedError:
+        raise InvalidInput("the graph does not support visualization", field="assistant_id") from None
+    for node in drawn.get("nodes", []):
+        if isinstance(node.get("data"), dict):
+            node["data"].pop("id", None)
+    return drawn
+
+
 def assistant_out(graph: str) -> AssistantOut:
     entry = graph_get(graph)
     return AssistantOut(

@@ -159,6 +159,39 @@ def test_answers_carry_what_langgraph_server_sends(server, personas):
         assert all(t["error"] is None for t in finished.values())
 
 
+def test_the_assistant_graph_is_drawn_as_langgraph_draws_it(server, personas):
+    with _sync_client(server, personas["operator"].token) as op:
+        drawn = op.assistants.get_graph(assistant_id_for("loan_approval"))
+        edges = {(e["source"], e["target"]): e.get("conditional", False) for e in drawn["edges"]}
+        # the routers' targets are conditional edges: a drawing of the builder's plain edges left them out
+        assert edges[("score_risk", "human_review")] is True and edges[("human_review", "disburse")] is True
+        assert edges[("pull_documents", "score_risk")] is False and ("disburse", "__end__") in edges
+        nodes = {n["id"]: n for n in drawn["nodes"]}
+        assert nodes["score_risk"]["data"] == {"name": "score_risk"}  # the name, not the runnable's class path
+        flat = {n["id"] for n in op.assistants.get_graph("travel_nested")["nodes"]}
+        deep = {n["id"] for n in op.assistants.get_graph("travel_nested", xray=True)["nodes"]}
+        assert "child" in flat and any(n.startswith("child:") for n in deep) and not any(":" in n for n in flat)
+        with pytest.raises(httpx.HTTPStatusError) as bad:
+            op.http.get(f"/assistants/{assistant_id_for('loan_approval')}/graph", params={"xray": "-1"})
+        assert bad.value.response.status_code == 422 and bad.value.response.json()["error"]["field"] == "xray"
+
+
+def test_an_update_answers_with_the_new_checkpoint_as_langgraph_server_does(server, personas):
+    with _sync_client(server, personas["operator"].token) as op, _sync_client(server, personas["reviewer"].token) as rv:
+        thread = op.threads.create()
+        op.runs.wait(thread["thread_id"], "loan_approval", input=loan_input())
+        rv.runs.wait(thread["thread_id"], "loan_approval", command={"resume": {"decision": "reject", "reason": "no"}})
+        answer = op.threads.update_state(thread["thread_id"], {"status": "archived"})
+        head = op.threads.get_state(thread["thread_id"])
+    assert answer["checkpoint"]["checkpoint_id"] == head["checkpoint_id"] == answer["checkpoint_id"]
+    assert answer["configurable"] == {
+        "thread_id": thread["thread_id"],
+        "checkpoint_ns": "",
+        "checkpoint_id": head["checkpoint_id"],
+    }
+    assert head["values"]["status"] == "archived"
+
+
 def test_an_unknown_interrupt_id_is_refused_and_nothing_changes(server, personas):
     with _sync_client(server, personas["operator"].token) as op, _sync_client(server, personas["reviewer"].token) as rv:
         thread = op.threads.create()
