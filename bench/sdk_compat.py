@@ -12,7 +12,11 @@ event's kind, run name, tags and data keys. Gatehouse ends a stream with an
 ``langgraph dev`` 0.16 sends none, so a trailing ``end`` is not a difference.
 Payload values are not compared: Gatehouse keys a resume by interrupt id and
 names the reviewer who decided, and LangGraph Server adds its own metadata.
-Results: ``var/bench/sdk_compat.json``; exits 1 when a mode differs.
+The demo loan graph is compared as it runs, and ``nested_review``
+(bench/lgdev/nested.py: its pause is inside a subgraph) with
+``stream_subgraphs``, whose events are named with the subgraph's namespace
+(``updates|review:<task id>``; the ids, which differ between servers, are left
+out). Results: ``var/bench/sdk_compat.json``; exits 1 when a mode differs.
 """
 
 from __future__ import annotations
@@ -20,7 +24,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import re
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,23 +40,44 @@ from bench.sdk_wait import RESUME, Side, Unavailable, gatehouse, langgraph_dev, 
 CLIENT_MODES = ("values", "updates", "messages", "messages-tuple", "events", "debug", "custom", "tasks", "checkpoints")
 
 
+@dataclass(frozen=True)
+class Case:
+    """A graph streamed through both servers: its start input, its resume, and whether subgraphs stream too."""
+
+    graph: str
+    input: dict[str, Any]
+    resume: dict[str, Any]
+    subgraphs: bool = False
+
+
+CASES = (
+    Case("loan_approval", loan_input(), RESUME),
+    # bench/lgdev/nested.py: the pause is in the review subgraph, whose events carry its namespace
+    Case("nested_review", {"amount": 5}, {"decision": "approve", "reason": "bench"}, subgraphs=True),
+)
+# A subgraph's namespace is "node:task id"; the ids differ between servers and runs, the nodes must not.
+_TASK_ID = re.compile(r":[0-9a-f-]{8,}")
+
+
 def _seen(part_event: str, data: Any, mode: str) -> Any:
-    """What is compared of one SSE event."""
-    if mode == "events" and part_event == "events" and isinstance(data, dict):
+    """What is compared of one SSE event (namespaces' task ids left out)."""
+    name = _TASK_ID.sub(":<id>", part_event)
+    if mode == "events" and name.split("|")[0] == "events" and isinstance(data, dict):
         return [data.get("event"), data.get("name"), data.get("tags"), sorted(data.get("data") or {})]
-    return part_event
+    return name
 
 
-def stream_both_phases(side: Side, mode: str) -> dict[str, list[Any]]:
+def stream_both_phases(side: Side, mode: str, case: Case = CASES[0]) -> dict[str, list[Any]]:
     from langgraph_sdk import get_sync_client
 
     operator = get_sync_client(url=side.url, api_key=side.operator_key, timeout=60)
     reviewer = get_sync_client(url=side.url, api_key=side.reviewer_key, timeout=60) if side.reviewer_key else operator
-    assistant = operator.assistants.search(graph_id="loan_approval")[0]["assistant_id"]
+    assistant = operator.assistants.search(graph_id=case.graph)[0]["assistant_id"]
     thread = operator.threads.create()["thread_id"]
-    start = operator.runs.stream(thread, assistant, input=loan_input(), stream_mode=mode)  # type: ignore[arg-type]
+    options: dict[str, Any] = {"stream_mode": mode, "stream_subgraphs": case.subgraphs}
+    start = operator.runs.stream(thread, assistant, input=case.input, **options)
     seen = {"start": [_seen(p.event, p.data, mode) for p in start]}
-    resume = reviewer.runs.stream(thread, assistant, command={"resume": RESUME}, stream_mode=mode)  # type: ignore[arg-type]
+    resume = reviewer.runs.stream(thread, assistant, command={"resume": case.resume}, **options)
     seen["resume"] = [_seen(p.event, p.data, mode) for p in resume]
     for phase, events in seen.items():
         if events and events[-1] == "end":
@@ -73,15 +100,22 @@ def main() -> int:
             report["langgraph_dev"] = str(exc)
             (OUT_DIR / "sdk_compat.json").write_text(json.dumps(report, indent=2))
             return 0
-        for mode in CLIENT_MODES:
-            ours, reference = stream_both_phases(mine, mode), stream_both_phases(theirs, mode)
-            report["modes"][mode] = {
-                "same": ours == reference,
-                **({} if ours == reference else {"gatehouse": ours, "langgraph_dev": reference}),
-            }
-    print(f"\n{'mode':<16} start and resume, against langgraph dev")
+        for case in CASES:
+            for mode in CLIENT_MODES:
+                ours, reference = stream_both_phases(mine, mode, case), stream_both_phases(theirs, mode, case)
+                report["modes"][f"{case.graph} {mode}"] = {
+                    "same": ours == reference,
+                    "gatehouse_events": ours if ours == reference else {},
+                    **({} if ours == reference else {"gatehouse": ours, "langgraph_dev": reference}),
+                }
+    print(f"\n{'graph and mode':<30} start and resume, against langgraph dev")
     for mode, result in report["modes"].items():
-        print(f"{mode:<16} {'same events' if result['same'] else 'DIFFERENT'}")
+        counts = {phase: len(events) for phase, events in result["gatehouse_events"].items()}
+        inside = sum(1 for events in result["gatehouse_events"].values() for e in events if "|" in str(e))
+        shown = (
+            f"same events (start {counts.get('start', 0)}, resume {counts.get('resume', 0)}; {inside} from subgraphs)"
+        )
+        print(f"{mode:<30} {shown if result['same'] else 'DIFFERENT'}")
         if not result["same"]:
             for phase in ("start", "resume"):
                 print(f"  {phase} gatehouse:     {result['gatehouse'][phase]}")

@@ -55,6 +55,8 @@ from bench.full_cycle import (  # noqa: E402
 )
 
 RESUME = {"decision": "approve", "reason": "bench", "reviewer": "bench"}
+# Both servers serve the same graphs: the demo loan graph and a graph whose subgraph pauses (stream parity).
+GRAPHS = ROOT / "bench" / "lgdev" / "gatehouse.json"
 TARGET_MS = 100.0
 TARGET_RATIO = 10.0  # threads/s against langgraph dev on the same script
 
@@ -122,6 +124,7 @@ def gatehouse(args: argparse.Namespace) -> Iterator[Side]:
     queue = f"gatehouse-sdk-{uuid.uuid4().hex[:8]}"
     bank = serve_in_thread(latency_ms=0.0)
     env = bench_env(args.db, queue, bank.url, run_dir / "var")
+    env["GATEHOUSE_GRAPHS"] = str(GRAPHS)  # the graphs langgraph dev serves too
     procs: list[Proc] = []
     db_recreate(args.db)
     try:
