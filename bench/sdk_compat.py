@@ -22,7 +22,6 @@ out). Results: ``var/bench/sdk_compat.json``; exits 1 when a mode differs.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import re
 import sys
@@ -33,8 +32,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.full_cycle import OUT_DIR, loan_input, log  # noqa: E402
-from bench.sdk_wait import RESUME, Side, Unavailable, gatehouse, langgraph_dev, servers_arguments  # noqa: E402
+from bench.full_cycle import OUT_DIR, loan_input  # noqa: E402
+from bench.sdk_wait import RESUME, Side, both_servers, servers_arguments  # noqa: E402
 
 # runtime.stream.CLIENT_MODES (importing it needs Django settings); tests/perf/test_sdk_compat.py keeps them equal.
 CLIENT_MODES = ("values", "updates", "messages", "messages-tuple", "events", "debug", "custom", "tasks", "checkpoints")
@@ -90,14 +89,10 @@ def main() -> int:
     servers_arguments(parser, db="gatehouse_bench_compat")
     args = parser.parse_args()
     report: dict[str, Any] = {"modes": {}}
-    with contextlib.ExitStack() as stack:
-        log("gatehouse /lg/ and langgraph dev: starting")
-        mine = stack.enter_context(gatehouse(args))
-        try:
-            theirs = stack.enter_context(langgraph_dev(args))
-        except Unavailable as exc:
-            print(f"langgraph dev {exc}: nothing to compare with")
-            report["langgraph_dev"] = str(exc)
+    with both_servers(args) as (mine, theirs):
+        if isinstance(theirs, str):
+            print(f"langgraph dev {theirs}: nothing to compare with")
+            report["langgraph_dev"] = theirs
             (OUT_DIR / "sdk_compat.json").write_text(json.dumps(report, indent=2))
             return 0
         for case in CASES:

@@ -21,7 +21,6 @@ else makes the script exit 1. Results: ``var/bench/sdk_shapes.json``.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import re
 import sys
@@ -33,9 +32,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.full_cycle import OUT_DIR, loan_input, log  # noqa: E402
+from bench.full_cycle import OUT_DIR, loan_input  # noqa: E402
 from bench.sdk_compat import CLIENT_MODES  # noqa: E402
-from bench.sdk_wait import RESUME, Side, Unavailable, gatehouse, langgraph_dev, servers_arguments  # noqa: E402
+from bench.sdk_wait import RESUME, Side, both_servers, servers_arguments  # noqa: E402
 
 _SERVER_KEYS = (
     r"(langgraph_\w+|__after_seconds__|__request_start_time_ms__|assistant_id|graph_id|run_id|user_id|created_by"
@@ -262,14 +261,10 @@ def main() -> int:
     args = parser.parse_args()
     dump = OUT_DIR if args.dump else None
     report: dict[str, Any] = {}
-    with contextlib.ExitStack() as stack:
-        log("gatehouse /lg/ and langgraph dev: starting")
-        mine = stack.enter_context(gatehouse(args))
-        try:
-            theirs = stack.enter_context(langgraph_dev(args))
-        except Unavailable as exc:
-            print(f"langgraph dev {exc}: nothing to compare with")
-            (OUT_DIR / "sdk_shapes.json").write_text(json.dumps({"langgraph_dev": str(exc)}, indent=2))
+    with both_servers(args) as (mine, theirs):
+        if isinstance(theirs, str):
+            print(f"langgraph dev {theirs}: nothing to compare with")
+            (OUT_DIR / "sdk_shapes.json").write_text(json.dumps({"langgraph_dev": theirs}, indent=2))
             return 0
         found = compare(answers(mine, dump), answers(theirs, dump))
     for item in found:

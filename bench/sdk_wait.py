@@ -227,6 +227,19 @@ def langgraph_dev(args: argparse.Namespace) -> Iterator[Side]:
         shutil.rmtree(ROOT / ".langgraph_api", ignore_errors=True)  # langgraph dev's in-memory store dump
 
 
+@contextlib.contextmanager
+def both_servers(args: argparse.Namespace) -> Iterator[tuple[Side, Side | str]]:
+    """Gatehouse ``/lg/`` and ``langgraph dev`` up together; in place of the latter, why it could not start."""
+    log("gatehouse /lg/ and langgraph dev: starting")
+    with contextlib.ExitStack() as stack:
+        mine = stack.enter_context(gatehouse(args))
+        try:
+            theirs: Side | str = stack.enter_context(langgraph_dev(args))
+        except Unavailable as exc:
+            theirs = str(exc)
+        yield mine, theirs
+
+
 def servers_arguments(parser: argparse.ArgumentParser, *, db: str) -> None:
     """What ``gatehouse`` and ``langgraph_dev`` read: Gatehouse's database, and the Python to run langgraph dev."""
     parser.add_argument("--db", default=db)
