@@ -114,13 +114,14 @@ ACCEPTED: list[tuple[str, str, str]] = [
 ]
 
 
-_ID = re.compile(r"^[0-9a-f-]{16,}$")
+_ID = re.compile(r"^([\w-]+:)?[0-9a-f-]{16,}(\|[\w-]+:[0-9a-f-]{16,})*$")  # an id, or a namespace of ids
 
 
 def shape(value: Any) -> Any:
     """The JSON shape of a value: objects keep their keys, lists merge their elements, scalars become type names.
 
-    A key that is an id (an interrupt's, in a thread's ``interrupts``) becomes ``<id>``.
+    A key that is an id (an interrupt's, in a thread's ``interrupts``) or a subgraph's namespace (in a
+    ``checkpoint_map``) becomes ``<id>``.
     """
     if isinstance(value, dict):
         shaped: dict[str, Any] = {}
@@ -211,6 +212,10 @@ def answers(side: Side, dump: Path | None = None) -> dict[str, Any]:
     seen["threads.search"] = operator.threads.search(metadata={"bench": "shapes"}, limit=5)
     seen["threads.update_state"] = operator.threads.update_state(thread_id, {"status": "reviewed"})
     seen["threads.copy"] = operator.threads.copy(thread_id)
+    nested = operator.threads.create()["thread_id"]
+    seen["runs.wait (paused in a subgraph)"] = operator.runs.wait(nested, "nested_review", input={"amount": 5})
+    seen["threads.get_state (subgraphs)"] = operator.threads.get_state(nested, subgraphs=True)
+    seen["threads.get_history (subgraph paused)"] = operator.threads.get_history(nested, limit=5)
     namespace = ["bench", "shapes"]
     seen["store.put_item"] = operator.store.put_item(namespace, "k", {"note": "n"})
     seen["store.get_item"] = operator.store.get_item(namespace, "k")

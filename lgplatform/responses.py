@@ -100,7 +100,9 @@ class StateTaskOut(Schema):
     path: list[str]
     error: str | None
     interrupts: list[InterruptOut]
-    checkpoint: CheckpointRefOut | None
+    # A subgraph's task: where its checkpoints are, ``{thread_id, checkpoint_ns}`` as LangGraph Server
+    # sends it (null when ``state`` holds the subgraph's state itself).
+    checkpoint: dict[str, Any] | None
     state: ThreadStateOut | None  # a subgraph in flight (``get_state(..., subgraphs=True)``)
     result: Any
 

@@ -321,8 +321,15 @@ def thread_out(user: permissions.Principal, thread: Thread) -> ThreadOut:
 # --- state --------------------------------------------------------------------------------
 
 
-def checkpoint_ref(thread_id: Any, checkpoint_id: str | None, checkpoint_ns: str = "") -> CheckpointRefOut:
-    return CheckpointRefOut(thread_id=str(thread_id), checkpoint_ns=checkpoint_ns, checkpoint_id=checkpoint_id)
+def checkpoint_ref(
+    thread_id: Any, checkpoint_id: str | None, checkpoint_ns: str = "", checkpoint_map: dict[str, str] | None = None
+) -> CheckpointRefOut:
+    return CheckpointRefOut(
+        thread_id=str(thread_id),
+        checkpoint_ns=checkpoint_ns,
+        checkpoint_id=checkpoint_id,
+        checkpoint_map=checkpoint_map or None,
+    )
 
 
 def state_out(user: permissions.Principal, thread: Thread, view: CheckpointView | None) -> ThreadStateOut:
@@ -338,24 +345,23 @@ def state_out(user: permissions.Principal, thread: Thread, view: CheckpointView 
             parent_checkpoint=None,
             interrupts=[],
         )
-    is_head = view.checkpoint_id == thread.checkpoint_id
+    pending = pending_interrupts(user, thread, view.checkpoint_id)
+    error = (
+        thread.error if view.checkpoint_id == thread.checkpoint_id and thread.status == ThreadStatus.FAILED else None
+    )
+    # The step's tasks as LangGraph lists them, under its task ids: a paused one with its interrupts (a
+    # subgraph's come up on the root task that runs it, as LangGraph Server shows them), a finished one
+    # with what it returned (masked like the values), the others with the run's error when it failed.
     tasks: list[StateTaskOut] = []
-    named: set[str] = set()
-    if is_head and thread.status == ThreadStatus.INTERRUPTED:
-        visible = permissions.tasks_visible(user).filter(
-            thread=thread, status=TaskStatus.PENDING, checkpoint_id=view.checkpoint_id
-        )
-        for task in visible.order_by("created_at"):
-            named.add(task.node)
-            interrupts = [_interrupt_out(user, task)] if task.kind == TaskKind.INTERRUPT else []
-            tasks.append(task_out(str(task.id), task.node, interrupts, None))
-    error = thread.error if is_head and thread.status == ThreadStatus.FAILED else None
-    # The step's other tasks as LangGraph lists them: those that finished with what they returned
-    # (masked like the values), the others with the run's error when it failed there.
     for step_task in view.tasks:
-        if step_task.name not in named:
-            failed = error if step_task.result is None else None
-            tasks.append(task_out(step_task.id, step_task.name, [], failed, result=step_task.result))
+        interrupts = interrupts_held(pending, step_task.checkpoint_ns, step_task.name)
+        failed = error if step_task.result is None and not interrupts else None
+        task = task_out(step_task.id, step_task.name, interrupts, failed, result=step_task.result)
+        if step_task.checkpoint_ns:  # a subgraph's task: where its checkpoints are (its state on request)
+            task.checkpoint = {"thread_id": str(thread.id), "checkpoint_ns": step_task.checkpoint_ns}
+        tasks.append(task)
+    for (_, node), interrupts in pending.items():  # a pending interrupt no task of the checkpoint holds
+        tasks.append(task_out(str(uuid.uuid5(ASSISTANT_NAMESPACE, f"{view.checkpoint_id}:{node}")), node, interrupts))
     return ThreadStateOut(
         values=view.values,
         next=view.next,
@@ -372,6 +378,35 @@ def state_out(user: permissions.Principal, thread: Thread, view: CheckpointView 
         parent_checkpoint=checkpoint_ref(thread.id, view.parent_id) if view.parent_id else None,
         interrupts=[i for t in tasks for i in t.interrupts],
     )
+
+
+def pending_interrupts(
+    user: permissions.Principal, thread: Thread, checkpoint_id: str
+) -> dict[tuple[str, str], list[InterruptOut]]:
+    """The interrupts pending at the checkpoint that ``user`` may see, masked, by where they were raised:
+    (namespace of the graph that raised it, "" for the root; node). Only the thread's head has any."""
+    if checkpoint_id != thread.checkpoint_id or thread.status != ThreadStatus.INTERRUPTED:
+        return {}
+    visible = permissions.tasks_visible(user).filter(
+        thread=thread, status=TaskStatus.PENDING, kind=TaskKind.INTERRUPT, checkpoint_id=checkpoint_id
+    )
+    found: dict[tuple[str, str], list[InterruptOut]] = {}
+    for task in visible.order_by("created_at"):
+        found.setdefault((task.checkpoint_ns, task.node), []).append(_interrupt_out(user, task))
+    return found
+
+
+def interrupts_held(
+    pending: dict[tuple[str, str], list[InterruptOut]], checkpoint_ns: str, node: str, *, inside: str = ""
+) -> list[InterruptOut]:
+    """Take from ``pending`` the interrupts a task holds: raised at its node (in the graph at ``inside``),
+    or anywhere in the subgraph it runs (``checkpoint_ns``, and the subgraphs below it)."""
+    if not checkpoint_ns:
+        return pending.pop((inside, node), [])
+    held: list[InterruptOut] = []
+    for place in [p for p in pending if p[0] == checkpoint_ns or p[0].startswith(checkpoint_ns + "|")]:
+        held += pending.pop(place)
+    return held
 
 
 def task_out(

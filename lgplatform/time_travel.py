@@ -26,7 +26,7 @@ from approvals import time_travel
 from approvals.errors import Conflict, InvalidInput
 from approvals.inputs import CHECKPOINT_ID_PATTERN
 from lgplatform import services as platform
-from lgplatform.responses import ThreadOut, ThreadStateOut, ThreadUpdateStateOut
+from lgplatform.responses import InterruptOut, ThreadOut, ThreadStateOut, ThreadUpdateStateOut
 from lgplatform.schemas import RunCreateIn, ThreadStateUpdateIn
 from runtime.models import Run
 from runtime.state import SubgraphView
@@ -99,35 +99,58 @@ def state_with_subgraphs(request: HttpRequest, state: ThreadStateOut, thread_id:
     checkpoint_id = state.checkpoint.checkpoint_id
     if not checkpoint_id:
         return state
-    subgraphs = time_travel.subgraph_states_for(request.auth, thread_id, checkpoint_id)  # type: ignore[attr-defined]
-    by_name = {s.name: s for s in subgraphs}
+    user = request.auth  # type: ignore[attr-defined]
+    subgraphs = time_travel.subgraph_states_for(user, thread_id, checkpoint_id)
+    by_id = {s.task_id: s for s in subgraphs}
+    pending = platform.pending_interrupts(user, platform.thread_get_for(user, thread_id), checkpoint_id)
     for task in state.tasks:
-        sub = by_name.get(task.name)
-        if sub is not None:
-            task.state = _subgraph_out(thread_id, sub)
-            task.checkpoint = task.state.checkpoint
+        sub = by_id.get(task.id)
+        if sub is not None:  # the subgraph's state in place of where its checkpoints are, as the server does
+            task.state = _subgraph_out(thread_id, sub, pending)
+            task.checkpoint = None
     return state
 
 
-def _subgraph_out(thread_id: UUID, sub: SubgraphView) -> ThreadStateOut:
+def _enclosing(sub: SubgraphView) -> dict[str, str]:
+    return {ns: checkpoint for ns, checkpoint in sub.checkpoint_map.items() if ns != sub.checkpoint_ns}
+
+
+def _subgraph_out(
+    thread_id: UUID, sub: SubgraphView, pending: dict[tuple[str, str], list[InterruptOut]]
+) -> ThreadStateOut:
+    """A subgraph's state, its tasks under LangGraph's ids, each with the interrupts raised in it."""
     view = sub.view
-    children = {c.name: c for c in sub.children}
+    children = {c.task_id: c for c in sub.children}
     tasks = []
-    for name in view.next:
-        task = platform.task_out(f"{sub.checkpoint_ns}:{name}", name, [])
-        task.state = _subgraph_out(thread_id, children[name]) if name in children else None
+    for step_task in view.tasks:
+        interrupts = platform.interrupts_held(
+            pending, step_task.checkpoint_ns, step_task.name, inside=sub.checkpoint_ns
+        )
+        task = platform.task_out(step_task.id, step_task.name, interrupts, result=step_task.result)
+        child = children.get(step_task.id)
+        task.state = _subgraph_out(thread_id, child, pending) if child is not None else None
         tasks.append(task)
     return ThreadStateOut(
         values=view.values,
         next=view.next,
         tasks=tasks,
-        checkpoint=platform.checkpoint_ref(thread_id, view.checkpoint_id, sub.checkpoint_ns),
-        metadata={"step": view.step, "source": view.source, "writes": view.writes, "thread_id": str(thread_id)},
+        checkpoint=platform.checkpoint_ref(thread_id, view.checkpoint_id, sub.checkpoint_ns, sub.checkpoint_map),
+        metadata={
+            "step": view.step,
+            "source": view.source,
+            "writes": view.writes,
+            "thread_id": str(thread_id),
+            "checkpoint_ns": sub.checkpoint_ns,
+            # as LangGraph keeps it in a subgraph checkpoint's metadata: the enclosing graphs' checkpoints
+            **({"checkpoint_map": parents} if (parents := _enclosing(sub)) else {}),
+        },
         created_at=view.created_at,
-        parent_checkpoint=platform.checkpoint_ref(thread_id, view.parent_id, sub.checkpoint_ns)
+        parent_checkpoint=platform.checkpoint_ref(
+            thread_id, view.parent_id, sub.checkpoint_ns, sub.parent_checkpoint_map
+        )
         if view.parent_id
         else None,
-        interrupts=[],
+        interrupts=[i for t in tasks for i in t.interrupts],
     )
 
 

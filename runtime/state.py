@@ -36,6 +36,7 @@ class StepTask:
     id: str
     name: str
     result: Any = None
+    checkpoint_ns: str = ""  # a subgraph's task: the namespace its own checkpoints are kept under
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,12 @@ class CheckpointView:
     values: dict[str, Any]
     writes: Any
     tasks: tuple[StepTask, ...] = ()
+
+
+def _namespace_of(state: Any) -> str:
+    """A subgraph task's namespace: LangGraph gives its config (or, with subgraphs, its snapshot's)."""
+    config = state.config if isinstance(state, StateSnapshot) else state
+    return str(((config or {}).get("configurable") or {}).get("checkpoint_ns", "")) if isinstance(config, dict) else ""
 
 
 def _config(thread: Thread, checkpoint_id: str | None = None) -> RunnableConfig:
@@ -70,7 +77,7 @@ def _view(snapshot: Any) -> CheckpointView:
         next=list(snapshot.next),
         values=to_jsonable(snapshot.values or {}),
         writes=to_jsonable(metadata.get("writes")),
-        tasks=tuple(StepTask(str(t.id), t.name, to_jsonable(t.result)) for t in snapshot.tasks),
+        tasks=tuple(StepTask(str(t.id), t.name, to_jsonable(t.result), _namespace_of(t.state)) for t in snapshot.tasks),
     )
 
 
@@ -158,6 +165,9 @@ class SubgraphView:
     checkpoint_ns: str
     view: CheckpointView
     children: list[SubgraphView]
+    # The checkpoint ids of every enclosing graph and its own, by namespace ("" the root's).
+    checkpoint_map: dict[str, str] = dataclasses.field(default_factory=dict)
+    parent_checkpoint_map: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 def _subgraphs_of(snapshot: Any) -> list[SubgraphView]:
@@ -173,9 +183,16 @@ def _subgraphs_of(snapshot: Any) -> list[SubgraphView]:
                 checkpoint_ns=str(child.config.get("configurable", {}).get("checkpoint_ns", "")),
                 view=_view(child),
                 children=_subgraphs_of(child),
+                checkpoint_map=_map_of(child.config),
+                parent_checkpoint_map=_map_of(child.parent_config),
             )
         )
     return found
+
+
+def _map_of(config: Any) -> dict[str, str]:
+    found = ((config or {}).get("configurable") or {}).get("checkpoint_map") if isinstance(config, dict) else None
+    return {str(k): str(v) for k, v in found.items()} if isinstance(found, dict) else {}
 
 
 def thread_subgraphs_read(thread: Thread, checkpoint_id: str | None = None) -> list[SubgraphView]:

@@ -97,8 +97,20 @@ def test_get_state_with_subgraphs_nests_the_subgraph_state(server, personas):  #
         nested = ap.threads.get_state(thread["thread_id"], subgraphs=True)
         at = ap.threads.get_state(thread["thread_id"], checkpoint=nested["checkpoint"], subgraphs=True)
     assert all(t["state"] is None for t in flat["tasks"])
+    # The subgraph's interrupt comes up on the root task that runs the subgraph, as LangGraph Server
+    # shows it: no task of its own at the root (there was a phantom "inner_gate" task), and the root task
+    # says where the subgraph's checkpoints are.
+    [root_task] = flat["tasks"]
+    assert root_task["name"] == "child" and [i["value"]["title"] for i in root_task["interrupts"]] == ["inner check"]
+    assert flat["interrupts"] == root_task["interrupts"]
+    assert root_task["checkpoint"] == {"thread_id": thread["thread_id"], "checkpoint_ns": f"child:{root_task['id']}"}
     for state in (nested, at):
         [child] = [t for t in state["tasks"] if t["name"] == "child"]
+        assert child["checkpoint"] is None and child["interrupts"] == root_task["interrupts"]
+        [inner] = child["state"]["tasks"]  # inside, on the task that raised it
+        assert inner["name"] == "inner_gate" and inner["interrupts"] == root_task["interrupts"]
+        assert child["state"]["interrupts"] == root_task["interrupts"]
+        assert child["state"]["checkpoint"]["checkpoint_map"][""] == state["checkpoint"]["checkpoint_id"]
         sub = child["state"]
         assert sub["checkpoint"]["checkpoint_ns"].startswith("child:")
         assert sub["checkpoint"]["thread_id"] == thread["thread_id"]
