@@ -353,15 +353,18 @@ def state_out(user: permissions.Principal, thread: Thread, view: CheckpointView 
     # subgraph's come up on the root task that runs it, as LangGraph Server shows them), a finished one
     # with what it returned (masked like the values), the others with the run's error when it failed.
     tasks: list[StateTaskOut] = []
+    placed: set[tuple[str, str]] = set()
     for step_task in view.tasks:
-        interrupts = interrupts_held(pending, step_task.checkpoint_ns, step_task.name)
+        interrupts = interrupts_held(pending, step_task.checkpoint_ns, step_task.name, placed=placed)
         failed = error if step_task.result is None and not interrupts else None
         task = task_out(step_task.id, step_task.name, interrupts, failed, result=step_task.result)
         if step_task.checkpoint_ns:  # a subgraph's task: where its checkpoints are (its state on request)
             task.checkpoint = {"thread_id": str(thread.id), "checkpoint_ns": step_task.checkpoint_ns}
         tasks.append(task)
-    for (_, node), interrupts in pending.items():  # a pending interrupt no task of the checkpoint holds
-        tasks.append(task_out(str(uuid.uuid5(ASSISTANT_NAMESPACE, f"{view.checkpoint_id}:{node}")), node, interrupts))
+    for (namespace, node), interrupts in pending.items():  # pending, yet held by no task of the checkpoint
+        if (namespace, node) not in placed:
+            task_id = str(uuid.uuid5(ASSISTANT_NAMESPACE, f"{view.checkpoint_id}:{namespace}:{node}"))
+            tasks.append(task_out(task_id, node, interrupts))
     return ThreadStateOut(
         values=view.values,
         next=view.next,
@@ -397,16 +400,23 @@ def pending_interrupts(
 
 
 def interrupts_held(
-    pending: dict[tuple[str, str], list[InterruptOut]], checkpoint_ns: str, node: str, *, inside: str = ""
+    pending: dict[tuple[str, str], list[InterruptOut]],
+    checkpoint_ns: str,
+    node: str,
+    *,
+    inside: str = "",
+    placed: set[tuple[str, str]] | None = None,
 ) -> list[InterruptOut]:
-    """Take from ``pending`` the interrupts a task holds: raised at its node (in the graph at ``inside``),
-    or anywhere in the subgraph it runs (``checkpoint_ns``, and the subgraphs below it)."""
+    """The interrupts of ``pending`` a task holds: raised at its node (in the graph at ``inside``), or
+    anywhere in the subgraph it runs (``checkpoint_ns``, and the subgraphs below it, which show them
+    again on their own tasks). Where they were raised is added to ``placed``."""
     if not checkpoint_ns:
-        return pending.pop((inside, node), [])
-    held: list[InterruptOut] = []
-    for place in [p for p in pending if p[0] == checkpoint_ns or p[0].startswith(checkpoint_ns + "|")]:
-        held += pending.pop(place)
-    return held
+        places = [(inside, node)] if (inside, node) in pending else []
+    else:
+        places = [p for p in pending if p[0] == checkpoint_ns or p[0].startswith(checkpoint_ns + "|")]
+    if placed is not None:
+        placed.update(places)
+    return [interrupt for place in places for interrupt in pending[place]]
 
 
 def task_out(

@@ -83,3 +83,18 @@ def _travel_nested() -> StateGraph[TravelState]:
 
 
 travel_nested = _travel_nested()
+
+
+def _travel_deep() -> StateGraph[TravelState]:
+    """Three subgraphs down: the root runs ``outer``, which runs travel_nested, whose ``child`` pauses."""
+    outer = StateGraph(TravelState)
+    outer.add_node("child", _travel_nested().compile())
+    outer.add_edge(START, "child")
+    builder = StateGraph(TravelState)
+    builder.add_node("outer", outer.compile())
+    builder.add_edge(START, "outer")
+    builder.add_edge("outer", END)
+    return builder
+
+
+travel_deep = _travel_deep()

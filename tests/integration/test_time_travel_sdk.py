@@ -164,3 +164,26 @@ def test_a_reviewer_may_not_travel_in_time_through_the_sdk(server, personas):  #
                 call()
             assert raised.value.response.status_code == 403
     assert not Branch.objects.filter(thread_id=thread_id).exists()
+
+
+def test_an_interrupt_three_subgraphs_down_shows_on_every_task_that_holds_it(server, personas):  # noqa: F811
+    with _client(server, personas["approver"].token) as ap, _client(server, personas["operator"].token) as op:
+        thread = op.threads.create()
+        op.runs.wait(thread["thread_id"], "travel_deep", input={"secret": "s4", "amount": 6})
+        flat = ap.threads.get_state(thread["thread_id"])
+        nested = ap.threads.get_state(thread["thread_id"], subgraphs=True)
+    [outer] = flat["tasks"]
+    assert outer["name"] == "outer" and [i["value"]["title"] for i in outer["interrupts"]] == ["inner check"]
+    shown = outer["interrupts"]
+    # root → outer → child → child → inner_gate: every task on the way holds the interrupt raised below it
+    path, state = [], nested
+    while True:
+        [task] = state["tasks"]
+        path.append(task["name"])
+        assert task["interrupts"] == shown and state["interrupts"] == shown, path
+        if task["state"] is None:
+            break
+        inner = task["state"]["checkpoint"]["checkpoint_ns"]
+        assert state is nested or inner.startswith(state["checkpoint"]["checkpoint_ns"] + "|"), inner
+        state = task["state"]
+    assert path == ["outer", "child", "child", "inner_gate"]
