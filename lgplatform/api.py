@@ -182,16 +182,14 @@ def thread_get(request: HttpRequest, thread_id: UUID) -> ThreadOut:
 
 @api.get("/threads/{uuid:thread_id}/state", response=ThreadStateOut, tags=["threads"])
 def thread_state(request: HttpRequest, thread_id: UUID, query: Query[StateQuery]) -> ThreadStateOut:
-    state = platform.thread_state(_user(request), thread_id)
-    return platform_time_travel.state_with_subgraphs(request, state, thread_id) if query.subgraphs else state
+    return platform.thread_state(_user(request), thread_id, subgraphs=query.subgraphs)
 
 
 @api.get("/threads/{uuid:thread_id}/state/{uuid:checkpoint_id}", response=ThreadStateOut, tags=["threads"])
 def thread_state_at(
     request: HttpRequest, thread_id: UUID, checkpoint_id: UUID, query: Query[StateQuery]
 ) -> ThreadStateOut:
-    state = platform.thread_state(_user(request), thread_id, str(checkpoint_id))
-    return platform_time_travel.state_with_subgraphs(request, state, thread_id) if query.subgraphs else state
+    return platform.thread_state(_user(request), thread_id, str(checkpoint_id), subgraphs=query.subgraphs)
 
 
 @api.post("/threads/{uuid:thread_id}/state/checkpoint", response=ThreadStateOut, tags=["threads"])
@@ -200,8 +198,8 @@ def thread_state_checkpoint(request: HttpRequest, thread_id: UUID, body: ThreadC
         raise InvalidInput(
             "subgraph checkpoints are not served; read the root thread", field="checkpoint.checkpoint_ns"
         )
-    state = platform.thread_state(_user(request), thread_id, body.checkpoint.get("checkpoint_id") or None)
-    return platform_time_travel.state_with_subgraphs(request, state, thread_id) if body.subgraphs else state
+    checkpoint_id = body.checkpoint.get("checkpoint_id") or None
+    return platform.thread_state(_user(request), thread_id, checkpoint_id, subgraphs=body.subgraphs)
 
 
 @api.post("/threads/{uuid:thread_id}/state", response=ThreadUpdateStateOut, tags=["threads"])

@@ -70,7 +70,7 @@ class ThreadOut(Schema):
     thread_id: str
     created_at: datetime
     updated_at: datetime
-    state_updated_at: datetime  # when a run last changed its state (its creation if none has)
+    state_updated_at: datetime  # the thread row's last change: a run's outcome or status (its creation if none)
     metadata: dict[str, Any]
     status: str
     values: Any

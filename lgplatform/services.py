@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from django.contrib.auth.models import User
@@ -51,7 +52,7 @@ from runtime import threads as runtime_threads
 from runtime.models import ACTIVE_RUN_STATUSES, Run, RunKind, RunStatus, Thread, ThreadStatus
 from runtime.registry import UnknownGraph, graph_get, graph_names
 from runtime.runs import ThreadBusy, run_enqueue
-from runtime.state import CheckpointView
+from runtime.state import CheckpointView, SubgraphView
 from runtime.state_schema import FieldError, values_validate
 
 # The namespace LangGraph Platform derives its per-graph assistant ids from, so
@@ -332,8 +333,11 @@ def checkpoint_ref(
     )
 
 
-def state_out(user: permissions.Principal, thread: Thread, view: CheckpointView | None) -> ThreadStateOut:
-    """A ThreadState: values, next, tasks with their interrupts, checkpoint, metadata."""
+def state_out(
+    user: permissions.Principal, thread: Thread, view: CheckpointView | None, subgraphs: Sequence[SubgraphView] = ()
+) -> ThreadStateOut:
+    """A ThreadState: values, next, tasks with their interrupts, checkpoint, metadata; with ``subgraphs``
+    (``get_state(..., subgraphs=True)``) each in-flight subgraph's state nested in its task's ``state``."""
     if view is None:
         return ThreadStateOut(
             values={},
@@ -345,22 +349,12 @@ def state_out(user: permissions.Principal, thread: Thread, view: CheckpointView 
             parent_checkpoint=None,
             interrupts=[],
         )
-    pending = pending_interrupts(user, thread, view.checkpoint_id)
+    pending = _pending_interrupts(user, thread, view.checkpoint_id)  # read (and its reveals audited) once
     error = (
         thread.error if view.checkpoint_id == thread.checkpoint_id and thread.status == ThreadStatus.FAILED else None
     )
-    # The step's tasks as LangGraph lists them, under its task ids: a paused one with its interrupts (a
-    # subgraph's come up on the root task that runs it, as LangGraph Server shows them), a finished one
-    # with what it returned (masked like the values), the others with the run's error when it failed.
-    tasks: list[StateTaskOut] = []
     placed: set[tuple[str, str]] = set()
-    for step_task in view.tasks:
-        interrupts = interrupts_held(pending, step_task.checkpoint_ns, step_task.name, placed=placed)
-        failed = error if step_task.result is None and not interrupts else None
-        task = task_out(step_task.id, step_task.name, interrupts, failed, result=step_task.result)
-        if step_task.checkpoint_ns:  # a subgraph's task: where its checkpoints are (its state on request)
-            task.checkpoint = {"thread_id": str(thread.id), "checkpoint_ns": step_task.checkpoint_ns}
-        tasks.append(task)
+    tasks = _tasks_out(thread.id, view, pending, subgraphs, error=error, placed=placed)
     for (namespace, node), interrupts in pending.items():  # pending, yet held by no task of the checkpoint
         if (namespace, node) not in placed:
             task_id = str(uuid.uuid5(ASSISTANT_NAMESPACE, f"{view.checkpoint_id}:{namespace}:{node}"))
@@ -383,7 +377,67 @@ def state_out(user: permissions.Principal, thread: Thread, view: CheckpointView 
     )
 
 
-def pending_interrupts(
+def _tasks_out(
+    thread_id: Any,
+    view: CheckpointView,
+    pending: dict[tuple[str, str], list[InterruptOut]],
+    subgraphs: Sequence[SubgraphView],
+    *,
+    inside: str = "",
+    error: str | None = None,
+    placed: set[tuple[str, str]] | None = None,
+) -> list[StateTaskOut]:
+    """The step's tasks as LangGraph lists them, under its task ids, in the graph at namespace ``inside``.
+
+    A paused task holds its interrupts (a subgraph's come up on every task on the way down to the one
+    that raised it, as LangGraph Server shows them); a finished one what it returned (masked like the
+    values); the others the run's ``error`` when it failed. A subgraph's task carries its state when it
+    is among ``subgraphs``, else where its checkpoints are.
+    """
+    nested = {s.task_id: s for s in subgraphs}
+    tasks: list[StateTaskOut] = []
+    for step_task in view.tasks:
+        interrupts = _interrupts_held(pending, step_task.checkpoint_ns, step_task.name, inside=inside, placed=placed)
+        failed = error if step_task.result is None and not interrupts else None
+        task = task_out(step_task.id, step_task.name, interrupts, failed, result=step_task.result)
+        sub = nested.get(step_task.id)
+        if sub is not None:
+            task.state = _subgraph_state_out(thread_id, sub, pending)
+        elif step_task.checkpoint_ns:
+            task.checkpoint = {"thread_id": str(thread_id), "checkpoint_ns": step_task.checkpoint_ns}
+        tasks.append(task)
+    return tasks
+
+
+def _subgraph_state_out(
+    thread_id: Any, sub: SubgraphView, pending: dict[tuple[str, str], list[InterruptOut]]
+) -> ThreadStateOut:
+    view = sub.view
+    tasks = _tasks_out(thread_id, view, pending, sub.children, inside=sub.checkpoint_ns)
+    # as LangGraph keeps it in a subgraph checkpoint's metadata: the enclosing graphs' checkpoints
+    enclosing = {ns: checkpoint for ns, checkpoint in sub.checkpoint_map.items() if ns != sub.checkpoint_ns}
+    return ThreadStateOut(
+        values=view.values,
+        next=view.next,
+        tasks=tasks,
+        checkpoint=checkpoint_ref(thread_id, view.checkpoint_id, sub.checkpoint_ns, sub.checkpoint_map),
+        metadata={
+            "step": view.step,
+            "source": view.source,
+            "writes": view.writes,
+            "thread_id": str(thread_id),
+            "checkpoint_ns": sub.checkpoint_ns,
+            **({"checkpoint_map": enclosing} if enclosing else {}),
+        },
+        created_at=view.created_at,
+        parent_checkpoint=checkpoint_ref(thread_id, view.parent_id, sub.checkpoint_ns, sub.parent_checkpoint_map)
+        if view.parent_id
+        else None,
+        interrupts=[i for t in tasks for i in t.interrupts],
+    )
+
+
+def _pending_interrupts(
     user: permissions.Principal, thread: Thread, checkpoint_id: str
 ) -> dict[tuple[str, str], list[InterruptOut]]:
     """The interrupts pending at the checkpoint that ``user`` may see, masked, by where they were raised:
@@ -399,7 +453,7 @@ def pending_interrupts(
     return found
 
 
-def interrupts_held(
+def _interrupts_held(
     pending: dict[tuple[str, str], list[InterruptOut]],
     checkpoint_ns: str,
     node: str,
@@ -408,8 +462,8 @@ def interrupts_held(
     placed: set[tuple[str, str]] | None = None,
 ) -> list[InterruptOut]:
     """The interrupts of ``pending`` a task holds: raised at its node (in the graph at ``inside``), or
-    anywhere in the subgraph it runs (``checkpoint_ns``, and the subgraphs below it, which show them
-    again on their own tasks). Where they were raised is added to ``placed``."""
+    anywhere in the subgraph it runs (``checkpoint_ns``, and the subgraphs below it). Where they were
+    raised is added to ``placed``."""
     if not checkpoint_ns:
         places = [(inside, node)] if (inside, node) in pending else []
     else:
@@ -434,12 +488,16 @@ def task_out(
     )
 
 
-def thread_state(user: permissions.Principal, thread_id: Any, checkpoint_id: str | None = None) -> ThreadStateOut:
+def thread_state(
+    user: permissions.Principal, thread_id: Any, checkpoint_id: str | None = None, *, subgraphs: bool = False
+) -> ThreadStateOut:
     thread = thread_get_for(user, thread_id)
     view = gateway.state_for(user, thread.id, checkpoint_id) if thread.graph else None
     if checkpoint_id and view is None:
         raise NotFound(f"checkpoint {checkpoint_id} not found", field="checkpoint_id")
-    return state_out(user, thread, view)
+    # The subgraphs in flight at the checkpoint, each state redacted like the root's (approvals.gateway).
+    nested = time_travel.subgraph_states_for(user, thread.id, view.checkpoint_id) if subgraphs and view else []
+    return state_out(user, thread, view, nested)
 
 
 def thread_history(

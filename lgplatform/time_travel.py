@@ -6,7 +6,8 @@
 - ``runs.create(thread_id, assistant, checkpoint_id=...)`` (or ``checkpoint=``) with
   neither input nor command replays from that checkpoint (``run_replay``);
 - ``threads.get_state(thread_id, subgraphs=True)`` nests each in-flight subgraph's
-  state in ``tasks[].state`` (``state_with_subgraphs``).
+  state in ``tasks[].state`` (``lgplatform.services.thread_state``, read through
+  ``approvals.time_travel.subgraph_states_for``).
 
 Gatehouse requires a reason for time travel, which the SDK's methods have no
 argument for: send it as the ``X-Gatehouse-Reason`` header (every SDK method
@@ -26,10 +27,9 @@ from approvals import time_travel
 from approvals.errors import Conflict, InvalidInput
 from approvals.inputs import CHECKPOINT_ID_PATTERN
 from lgplatform import services as platform
-from lgplatform.responses import InterruptOut, ThreadOut, ThreadStateOut, ThreadUpdateStateOut
+from lgplatform.responses import ThreadOut, ThreadUpdateStateOut
 from lgplatform.schemas import RunCreateIn, ThreadStateUpdateIn
 from runtime.models import Run
-from runtime.state import SubgraphView
 
 router = Router(tags=["threads"])
 
@@ -92,66 +92,6 @@ def run_replay(request: HttpRequest, thread_id: UUID, body: RunCreateIn, checkpo
     )
     assert branch.run is not None  # noqa: S101 - a replay always queues its run
     return branch.run
-
-
-def state_with_subgraphs(request: HttpRequest, state: ThreadStateOut, thread_id: UUID) -> ThreadStateOut:
-    """Nest each in-flight subgraph's (redacted) state in ``tasks[].state``, by task name."""
-    checkpoint_id = state.checkpoint.checkpoint_id
-    if not checkpoint_id:
-        return state
-    user = request.auth  # type: ignore[attr-defined]
-    subgraphs = time_travel.subgraph_states_for(user, thread_id, checkpoint_id)
-    by_id = {s.task_id: s for s in subgraphs}
-    pending = platform.pending_interrupts(user, platform.thread_get_for(user, thread_id), checkpoint_id)
-    for task in state.tasks:
-        sub = by_id.get(task.id)
-        if sub is not None:  # the subgraph's state in place of where its checkpoints are, as the server does
-            task.state = _subgraph_out(thread_id, sub, pending)
-            task.checkpoint = None
-    return state
-
-
-def _enclosing(sub: SubgraphView) -> dict[str, str]:
-    return {ns: checkpoint for ns, checkpoint in sub.checkpoint_map.items() if ns != sub.checkpoint_ns}
-
-
-def _subgraph_out(
-    thread_id: UUID, sub: SubgraphView, pending: dict[tuple[str, str], list[InterruptOut]]
-) -> ThreadStateOut:
-    """A subgraph's state, its tasks under LangGraph's ids, each with the interrupts raised in it."""
-    view = sub.view
-    children = {c.task_id: c for c in sub.children}
-    tasks = []
-    for step_task in view.tasks:
-        interrupts = platform.interrupts_held(
-            pending, step_task.checkpoint_ns, step_task.name, inside=sub.checkpoint_ns
-        )
-        task = platform.task_out(step_task.id, step_task.name, interrupts, result=step_task.result)
-        child = children.get(step_task.id)
-        task.state = _subgraph_out(thread_id, child, pending) if child is not None else None
-        tasks.append(task)
-    return ThreadStateOut(
-        values=view.values,
-        next=view.next,
-        tasks=tasks,
-        checkpoint=platform.checkpoint_ref(thread_id, view.checkpoint_id, sub.checkpoint_ns, sub.checkpoint_map),
-        metadata={
-            "step": view.step,
-            "source": view.source,
-            "writes": view.writes,
-            "thread_id": str(thread_id),
-            "checkpoint_ns": sub.checkpoint_ns,
-            # as LangGraph keeps it in a subgraph checkpoint's metadata: the enclosing graphs' checkpoints
-            **({"checkpoint_map": parents} if (parents := _enclosing(sub)) else {}),
-        },
-        created_at=view.created_at,
-        parent_checkpoint=platform.checkpoint_ref(
-            thread_id, view.parent_id, sub.checkpoint_ns, sub.parent_checkpoint_map
-        )
-        if view.parent_id
-        else None,
-        interrupts=[i for t in tasks for i in t.interrupts],
-    )
 
 
 @router.post("/threads/{uuid:thread_id}/copy", response=ThreadOut)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from bench.run_all import ROOT, SCENARIOS, SCRIPTS
+from tests.conftest import scaled
 
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
@@ -18,7 +19,12 @@ def test_a_scenario_runs_a_script_that_takes_its_arguments(name):
     assert script.is_file(), script
     assert limit > 0
     shown = subprocess.run(
-        [sys.executable, str(script), "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120, check=True
+        [sys.executable, str(script), "--help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=scaled(60),
+        check=True,
     ).stdout
     for option in {a for a in [*full, *quick] if a.startswith("--")}:
         assert option in shown, f"{name}: {script.name} has no {option}"
