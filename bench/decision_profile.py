@@ -128,13 +128,14 @@ class _Step:
             per_sample, calls = sum(times) / samples, len(times) / samples
             print(f"{per_sample:>7.2f} ms {calls:>4.1f}× {statistics.median(times):>6.2f}  {sql}")
 
-    def report(self, top: int, path: Path) -> dict[str, Any]:
-        out = io.StringIO()
-        stats = pstats.Stats(self.profiler, stream=out).sort_stats("cumulative")
-        stats.print_stats(top)
-        stats.dump_stats(str(path))
-        print(f"=== {self.name}: cProfile, top {top} by cumulative time (stats in {path})")
-        print(out.getvalue())
+    def report(self, top: int, path: Path, profiled: int) -> dict[str, Any]:
+        if profiled:  # with --profiled 0 the profiler never ran and has no stats to print
+            out = io.StringIO()
+            stats = pstats.Stats(self.profiler, stream=out).sort_stats("cumulative")
+            stats.print_stats(top)
+            stats.dump_stats(str(path))
+            print(f"=== {self.name}: cProfile, top {top} by cumulative time (stats in {path})")
+            print(out.getvalue())
         return {
             "median_ms": round(statistics.median(self.times), 2),
             "min_ms": round(min(self.times), 2),
@@ -196,8 +197,8 @@ def _measure(args: argparse.Namespace, tokens: dict[str, str]) -> int:
     OUT_DIR.mkdir(parents=True, exist_ok=True)
     summary = {
         "samples": args.samples,
-        "decision_post": decision.report(args.top, OUT_DIR / "decision_profile.prof"),
-        "resume_run": resume.report(args.top, OUT_DIR / "resume_profile.prof"),
+        "decision_post": decision.report(args.top, OUT_DIR / "decision_profile.prof", args.profiled),
+        "resume_run": resume.report(args.top, OUT_DIR / "resume_profile.prof", args.profiled),
     }
     summary["start_run"] = {
         "median_ms": round(statistics.median(start.times), 2),

@@ -6,7 +6,8 @@ Not a measurement of speed. The same two servers as bench/sdk_compat.py; the
 official ``langgraph_sdk`` sync client makes the calls a LangGraph Platform
 client makes around one thread of the demo graph (assistants, threads, runs,
 state, history, a start to the gate's interrupt and its resume, streamed in
-every mode) on both, and compares each answer's *shape*: the keys of every
+every mode; and a graph whose pause is inside a subgraph, streamed in every mode
+with ``stream_subgraphs``) on both, and compares each answer's *shape*: the keys of every
 object and the JSON type of every value, recursively (values themselves differ:
 ids, times, Gatehouse's reviewer names). A key one side sends and the other
 does not, or a value of another type (``null`` included), is a difference.
@@ -68,6 +69,12 @@ ACCEPTED: list[tuple[str, str, str]] = [
     ),
     (r"stream tasks .*", r"\[\]\.metadata$", "LangGraph Server's run metadata, as above"),
     (
+        r"stream (checkpoints|debug) nested resume: .*\(subgraph\)",
+        r"\.metadata\.checkpoint_(map|ns)$",
+        "LangGraph Server copies the resumed subgraph's configurable (with the rest of its run metadata) into "
+        "the first checkpoint the subgraph writes",
+    ),
+    (
         r"threads\.get_(state|history).*",
         r"\.metadata\.writes$",
         "the nodes whose writes made the checkpoint (LangGraph 1.x dropped it; the console shows it)",
@@ -106,7 +113,7 @@ ACCEPTED: list[tuple[str, str, str]] = [
     ),
     (r"assistants\..*", r"\.description$", "Gatehouse describes each graph (its docstring); langgraph dev: null"),
     (
-        r"stream events resume.*",
+        r"stream events (nested )?resume.*",
         r"\.data\.input\.(goto|resume\.[\w<>]+)$",
         "Gatehouse resumes with Command(resume={interrupt id: value}) (goto left at its default), the "
         "reviewer's decision keyed by the interrupt it answers",
@@ -232,6 +239,25 @@ def answers(side: Side, dump: Path | None = None) -> dict[str, Any]:
                     key = f"stream {mode} {phase}: {part.event}"
                 else:
                     key = f"stream {mode} {phase}: {part.event.split('|')[0]}"
+                seen[key] = [*seen.get(key, []), part.data]
+    # The graph whose pause is in a subgraph, streamed with its subgraphs: the subgraph's own
+    # events (named "<mode>|<namespace>") are compared apart from the root's.
+    nested_assistant = operator.assistants.search(graph_id="nested_review")[0]["assistant_id"]
+    for mode in CLIENT_MODES:
+        streamed = operator.threads.create()["thread_id"]
+        for phase, client, kwargs in (
+            ("start", operator, {"input": {"amount": 5}}),
+            ("resume", reviewer, {"command": {"resume": {"decision": "approve"}}}),
+        ):
+            for part in client.runs.stream(
+                streamed,
+                nested_assistant,
+                stream_mode=mode,  # type: ignore[arg-type]
+                stream_subgraphs=True,
+                **kwargs,
+            ):
+                name, _, namespace = part.event.partition("|")
+                key = f"stream {mode} nested {phase}: {name}{' (subgraph)' if namespace else ''}"
                 seen[key] = [*seen.get(key, []), part.data]
     if dump is not None:
         (dump / f"sdk_shapes_{side.name.split()[0]}.json").write_text(json.dumps(seen, indent=1, default=str))

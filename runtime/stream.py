@@ -275,15 +275,15 @@ def _checkpoint_ref(config: Any) -> dict[str, Any] | None:
     return ref
 
 
-def _checkpoint_payload(payload: Any, *, references: bool) -> Any:
-    # As LangGraph Server sends it: subgraph tasks by checkpoint, and in ``debug`` the configs also as
-    # checkpoint references (its ``checkpoints`` chunks carry the configs alone).
+def _debug_checkpoint(payload: Any) -> Any:
+    # As LangGraph Server sends a ``debug`` checkpoint: the configs also as checkpoint references, and a
+    # subgraph task by its checkpoint. (Its ``checkpoints`` chunks are LangGraph's own: the configs alone,
+    # and a subgraph task's ``state`` the config naming the subgraph's checkpoints.)
     if not isinstance(payload, dict) or "config" not in payload:
         return payload
     out = dict(payload)
-    if references:
-        out["checkpoint"] = _checkpoint_ref(payload.get("config"))
-        out["parent_checkpoint"] = _checkpoint_ref(payload.get("parent_config"))
+    out["checkpoint"] = _checkpoint_ref(payload.get("config"))
+    out["parent_checkpoint"] = _checkpoint_ref(payload.get("parent_config"))
     tasks = []
     for task in payload.get("tasks") or []:
         task = dict(task)
@@ -322,11 +322,8 @@ class Publisher:
             if "debug" in self.modes:
                 payload = chunk.get("payload") if isinstance(chunk, dict) else None
                 if isinstance(chunk, dict) and chunk.get("type") == "checkpoint":
-                    chunk = {**chunk, "payload": _checkpoint_payload(payload, references=True)}
+                    chunk = {**chunk, "payload": _debug_checkpoint(payload)}
                 events.append(("debug" + suffix, chunk))
-        elif mode == "checkpoints":
-            if mode in self.modes:
-                events.append((mode + suffix, _checkpoint_payload(chunk, references=False)))
         elif mode in self.modes or mode == ALWAYS_PUBLISHED:
             events.append((mode + suffix, chunk))
         self.publish(events)

@@ -115,6 +115,33 @@ def test_several_modes_at_once_and_subgraph_chunks_are_named_by_namespace(server
     assert any(p.event.startswith("updates|") for p in parts), [p.event for p in parts]
 
 
+def test_a_subgraph_task_is_named_as_langgraph_server_names_it_in_checkpoints_and_debug(server, personas):  # noqa: F811
+    # LangGraph Server (langgraph dev 0.16.7, bench/sdk_shapes.py): a ``checkpoints`` chunk is LangGraph's
+    # own, its subgraph task's ``state`` the config naming the subgraph's checkpoints; a ``debug``
+    # checkpoint names the same task by ``checkpoint`` instead.
+    thread_id, parts = _parts(
+        server,
+        personas["operator"].token,
+        "nested_review",
+        input={"amount": 5},
+        stream_mode=["checkpoints", "debug"],
+        stream_subgraphs=True,
+    )
+    # The graph's subgraph node runs in one task: the same id in both modes' checkpoints.
+    in_checkpoints = {t["id"]: t for p in parts if p.event == "checkpoints" for t in p.data["tasks"] if t["state"]}
+    in_debug = {
+        t["id"]: t
+        for p in parts
+        if p.event == "debug" and p.data["type"] == "checkpoint"
+        for t in p.data["payload"]["tasks"]
+    }
+    assert in_checkpoints, "no root checkpoint names a subgraph task"
+    for task_id, task in in_checkpoints.items():
+        named = {"thread_id": thread_id, "checkpoint_ns": f"{task['name']}:{task_id}"}
+        assert task["state"] == {"configurable": named} and "checkpoint" not in task, task
+        assert in_debug[task_id]["checkpoint"] == named and "state" not in in_debug[task_id], in_debug[task_id]
+
+
 def test_a_late_reader_joins_from_the_start_and_resumes_after_an_event_id(server, personas):  # noqa: F811
     token = personas["operator"].token
 
