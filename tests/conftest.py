@@ -182,15 +182,15 @@ def daphne_start(env: dict[str, str], log_path: Path) -> tuple[subprocess.Popen[
 
 
 def process_group_stop(proc: subprocess.Popen[bytes], *, timeout: float = 15.0) -> None:
-    """SIGTERM the process's group, SIGKILL it if it has not exited within ``timeout``."""
+    """SIGTERM the process's group, SIGKILL it if it has not exited within ``timeout`` (scaled)."""
     if proc.poll() is not None:
         return
     os.killpg(proc.pid, signal.SIGTERM)
     try:
-        proc.wait(timeout=timeout)
+        proc.wait(timeout=scaled(timeout))
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
+        proc.wait(timeout=scaled(10))
 
 
 # --- the outside world -------------------------------------------------------
@@ -322,7 +322,7 @@ class WorkerProcess:
         """SIGKILL the whole process group: no cleanup, no acks, like a machine dying."""
         if self.proc and self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=10)
+            self.proc.wait(timeout=scaled(10))
 
     def stop(self) -> None:
         if self.proc:

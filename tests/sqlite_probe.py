@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tests.conftest import scaled
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -22,7 +24,13 @@ def sqlite_probe(script: str, var_dir: Path) -> Any:
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
     env.update(GATEHOUSE_VAR_DIR=str(var_dir), DJANGO_SETTINGS_MODULE="console.settings", PYTHONPATH=str(ROOT))
     out = subprocess.run(
-        [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=180, check=False
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=scaled(180),
+        check=False,
     )
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])

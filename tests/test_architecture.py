@@ -4,6 +4,8 @@ Every import counts, function-level ones included: an import moved into a
 function to dodge a cycle is still a cycle a reader has to untangle. The
 known violations are listed by name so the list can only shrink: a new one
 fails, and so does a listed one that has gone (delete it from the list).
+
+The tests keep one rule of their own: every deadline stretches with the suite's time factor.
 """
 
 from __future__ import annotations
@@ -147,3 +149,98 @@ def test_the_import_scanner_sees_every_form_of_import(tmp_path: Path, source: st
     path.write_text(source)
     known = {"runtime.models", "runtime.probe", "console.live"}
     assert _imports(path, "runtime.probe", known) == expected
+
+
+# --- every deadline in the tests scales --------------------------------------------
+#
+# One time factor stretches the suite's deadlines on a busy machine (tests.conftest.scaled): a literal
+# timeout does not stretch, and fails there. Wrap it in scaled(...).
+
+# Helpers that scale their own ``timeout`` (with scaled, or by passing it to wait_for): a literal given
+# to them is stretched already.
+SELF_SCALING: set[str] = {
+    "wait_for",
+    "pending_tasks",
+    "thread_settled",
+    "process_group_stop",
+    "wait_serving",  # tests.embedded.conftest.Stack
+    "_until_run_settles",  # tests.faults.test_poison_runs
+    "_until",  # tests.console.test_task_live
+}
+
+# Calls whose first positional argument is a timeout: Event.wait(10), Thread.join(10), Future.result(10).
+POSITIONAL_TIMEOUT: set[str] = {"wait", "join", "result"}
+
+# Short literal timeouts that are the behaviour under test, not a guard against a hang:
+# (path, a fragment of the call's source) -> why it must not stretch.
+UNSCALED_TIMEOUTS: dict[tuple[str, str], str] = {
+    ("tests/runtime/test_sqlite_wal.py", "sqlite3.connect(path, timeout=0.05)"): "the lock wait must run out",
+    ("tests/external/test_client.py", "decision_wait(task.id, timeout=1.0,"): "the long poll must time out (timed)",
+    ("tests/perf/test_push.py", 'wait_for="completed", timeout=0.3)'): "the API's long-poll timeout, waited out",
+    ("tests/perf/test_push.py", 'wait_for="completed", timeout=0)'): "the API's long-poll timeout: no wait",
+    ("tests/perf/test_push.py", "watch.wait(0.05)"): "a watch that must not wake: a short look, not a deadline",
+    ("tests/approvals/test_export.py", "self.done.wait(0.002)"): "the RSS sampler's 2 ms period, not a deadline",
+}
+
+
+def _numeric(node: ast.expr) -> bool:
+    """A number written out (10, 0.5, 2 * 60): nothing in it scales."""
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, int | float) and not isinstance(node.value, bool)
+    if isinstance(node, ast.UnaryOp):
+        return _numeric(node.operand)
+    if isinstance(node, ast.BinOp):
+        return _numeric(node.left) and _numeric(node.right)
+    return False
+
+
+def _literal_timeouts(source: str) -> list[tuple[int, str]]:
+    """(line, call) for each call given a literal timeout: ``timeout=10``, ``httpx.Timeout(30)``,
+    ``event.wait(10)``, ``asyncio.wait_for(coro, 10)``; calls to the self-scaling helpers aside."""
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Call):
+            continue
+        callee = ast.unparse(node.func)
+        name = callee.rpartition(".")[2]
+        if name in SELF_SCALING and "asyncio." not in callee:
+            continue
+        literal = any(kw.arg == "timeout" and _numeric(kw.value) for kw in node.keywords)
+        if name == "Timeout":  # httpx.Timeout(30.0), httpx.Timeout(None, connect=5)
+            literal |= any(_numeric(value) for value in [*node.args, *(kw.value for kw in node.keywords)])
+        if name in POSITIONAL_TIMEOUT:
+            literal |= bool(node.args) and _numeric(node.args[0])
+        if "asyncio.wait_for" in callee:
+            literal |= len(node.args) > 1 and _numeric(node.args[1])
+        if literal:
+            found.append((node.lineno, ast.get_source_segment(source, node) or callee))
+    return found
+
+
+def test_every_timeout_in_the_tests_scales_with_the_time_factor() -> None:
+    unscaled: list[str] = []
+    allowed: set[tuple[str, str]] = set()
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        relative = str(path.relative_to(ROOT))
+        for line, call in _literal_timeouts(path.read_text()):
+            matches = {key for key in UNSCALED_TIMEOUTS if key[0] == relative and key[1] in call}
+            allowed |= matches
+            if not matches:
+                unscaled.append(f"{relative}:{line}: {call.splitlines()[0]}")
+    assert not unscaled, "literal timeouts (wrap them in tests.conftest.scaled):\n" + "\n".join(unscaled)
+    gone = sorted(set(UNSCALED_TIMEOUTS) - allowed)
+    assert not gone, f"these allowed timeouts are gone; remove them from UNSCALED_TIMEOUTS: {gone}"
+
+
+@pytest.mark.parametrize(
+    "source,found",
+    [
+        ("proc.wait(timeout=10)\n", 1),
+        ("client = httpx.Client(timeout=httpx.Timeout(30.0))\n", 1),
+        ("bumper.join(10)\nasyncio.wait_for(coro, 5)\nsubprocess.run(cmd, timeout=2 * 60)\n", 3),
+        ("proc.wait(timeout=scaled(10))\nhttpx.Timeout(scaled(30))\nbumper.join(scaled(10))\n", 0),
+        ("wait_for(ready, timeout=40)\nstack.wait_serving(timeout=90)\n' '.join(parts)\n", 0),
+    ],
+)
+def test_the_timeout_scanner_sees_every_form_of_literal_timeout(source: str, found: int) -> None:
+    assert len(_literal_timeouts(source)) == found

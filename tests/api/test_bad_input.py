@@ -12,7 +12,7 @@ from django.conf import settings
 
 from approvals.models import ApprovalTask, AuditEvent, Decision
 from runtime.models import Run, Thread
-from tests.conftest import ApiClient, api_decide, loan_input, pending_tasks, thread_settled, thread_start
+from tests.conftest import ApiClient, api_decide, loan_input, pending_tasks, scaled, thread_settled, thread_start
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db")]
 
@@ -367,7 +367,7 @@ def asgi_post(path: str, body: bytes, headers: list[tuple[bytes, bytes]]) -> tup
         "client": ("127.0.0.1", 50000),
         "server": ("testserver", 80),
     }
-    async_to_sync(asyncio.wait_for)(app(scope, receive, send), 30)
+    async_to_sync(asyncio.wait_for)(app(scope, receive, send), scaled(30))
     status = next(m["status"] for m in sent if m["type"] == "http.response.start")
     return status, b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
 

@@ -26,7 +26,7 @@ from approvals.exports.verify import export_verify
 from approvals.models import AuditEvent
 from approvals.redaction import MASK
 from approvals.tokens import token_issue
-from tests.conftest import ApiClient, Persona
+from tests.conftest import ApiClient, Persona, scaled
 
 pytestmark = pytest.mark.django_db
 
@@ -373,7 +373,7 @@ class RssSampler(threading.Thread):
 
     def stop(self) -> int:
         self.done.set()
-        self.join(timeout=5)
+        self.join(timeout=scaled(5))
         self.peak = max(self.peak, self.rss())
         return self.peak - self.base
 

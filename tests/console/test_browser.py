@@ -60,7 +60,7 @@ def server(django_db_setup: None, bank: Any, tmp_path_factory: pytest.TempPathFa
         if proc.poll() is not None:
             raise RuntimeError(f"daphne exited: {log_path.read_text(errors='replace')[-2000:]}")
         try:
-            return httpx.get(f"{base}/accounts/login/", timeout=1).status_code == 200
+            return httpx.get(f"{base}/accounts/login/", timeout=scaled(1)).status_code == 200
         except httpx.HTTPError:
             return False
 

@@ -56,7 +56,7 @@ def loop() -> Iterator[asyncio.AbstractEventLoop]:
     thread.start()
     yield loop
     loop.call_soon_threadsafe(loop.stop)
-    thread.join(timeout=5)
+    thread.join(timeout=scaled(5))
     loop.close()
 
 

@@ -146,7 +146,7 @@ class Stack:
                 self.proc.wait(timeout=scaled(20))
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=10)
+                self.proc.wait(timeout=scaled(10))
         for pid in self.processes():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)

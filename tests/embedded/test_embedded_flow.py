@@ -32,7 +32,7 @@ def embedded(tmp_path: Path, bank) -> Iterator[dict[str, str]]:
 
     def manage(*args: str) -> str:
         done = subprocess.run(
-            [sys.executable, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+            [sys.executable, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=scaled(120)
         )
         assert done.returncode == 0, done.stderr
         return done.stdout
@@ -66,7 +66,7 @@ def embedded(tmp_path: Path, bank) -> Iterator[dict[str, str]]:
 
     def web_up() -> bool:
         try:
-            return httpx.get(f"{base}/api/docs", timeout=1).status_code == 200
+            return httpx.get(f"{base}/api/docs", timeout=scaled(1)).status_code == 200
         except httpx.HTTPError:
             return False
 
@@ -81,8 +81,12 @@ def embedded(tmp_path: Path, bank) -> Iterator[dict[str, str]]:
 
 def test_the_embedded_stack_runs_start_decide_complete(embedded, bank):
     base = embedded["base"]
-    operator = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {embedded['operator']}"}, timeout=10)
-    reviewer = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {embedded['reviewer']}"}, timeout=10)
+    operator = httpx.Client(
+        base_url=base, headers={"Authorization": f"Bearer {embedded['operator']}"}, timeout=scaled(10)
+    )
+    reviewer = httpx.Client(
+        base_url=base, headers={"Authorization": f"Bearer {embedded['reviewer']}"}, timeout=scaled(10)
+    )
 
     started = operator.post(
         "/api/threads",

@@ -69,7 +69,7 @@ def test_a_child_that_dies_is_restarted_and_the_console_keeps_serving(tmp_path: 
 
 def _serves(stack: Stack) -> bool:
     try:
-        return httpx.get(f"{stack.base}/accounts/login/", timeout=2).status_code == 200
+        return httpx.get(f"{stack.base}/accounts/login/", timeout=scaled(2)).status_code == 200
     except httpx.HTTPError:
         return False
 
@@ -180,8 +180,8 @@ def test_two_instances_run_side_by_side_with_debug_off(tmp_path: Path, stacks: l
         wait_for(disbursed, timeout=60, what="the demo loan to be disbursed")
 
     # Debug is off: a 404 lists no URL patterns, and static files are still served.
-    missing = httpx.get(f"{first.base}/no/such/page", timeout=10)
+    missing = httpx.get(f"{first.base}/no/such/page", timeout=scaled(10))
     assert missing.status_code == 404
     assert "URLconf" not in missing.text and "urlpatterns" not in missing.text and "api/" not in missing.text
-    css = httpx.get(f"{first.base}/static/console/console.css", timeout=10)
+    css = httpx.get(f"{first.base}/static/console/console.css", timeout=scaled(10))
     assert css.status_code == 200 and css.headers["content-type"].startswith("text/css")

@@ -33,7 +33,7 @@ COMPLETED = "SELECT status, COUNT(*) FROM runtime_thread GROUP BY status"
 
 
 def _db(stack: Stack) -> sqlite3.Connection:
-    return sqlite3.connect(f"file:{stack.var / 'gatehouse.sqlite3'}?mode=ro", uri=True, timeout=30)
+    return sqlite3.connect(f"file:{stack.var / 'gatehouse.sqlite3'}?mode=ro", uri=True, timeout=scaled(30))
 
 
 def _counts(stack: Stack, sql: str) -> dict[str, int]:

@@ -10,13 +10,17 @@ from typing import Any
 
 import httpx
 
-from tests.conftest import wait_for
+from tests.conftest import scaled, wait_for
 
 
 def fork_pays_anew_once(embedded: dict[str, str], bank: Any) -> None:
     base = embedded["base"]
-    operator = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {embedded['operator']}"}, timeout=10)
-    reviewer = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {embedded['reviewer']}"}, timeout=10)
+    operator = httpx.Client(
+        base_url=base, headers={"Authorization": f"Bearer {embedded['operator']}"}, timeout=scaled(10)
+    )
+    reviewer = httpx.Client(
+        base_url=base, headers={"Authorization": f"Bearer {embedded['reviewer']}"}, timeout=scaled(10)
+    )
     loan = {"applicant": "Embedded", "loan_id": "E-TT", "amount": 20000, "income": 40000}
     thread_id = operator.post("/api/threads", json={"graph": "loan_approval", "input": loan}).json()["id"]
 

@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import ApiClient, Persona, daphne_start, process_group_stop, wait_for, worker_env
+from tests.conftest import ApiClient, Persona, daphne_start, process_group_stop, scaled, wait_for, worker_env
 
 
 def engine_persona(source: str, *, actions: tuple[str, ...] = ("start", "read")) -> Persona:
@@ -60,7 +60,7 @@ def gatehouse_url(django_db_setup: None, bank: Any, tmp_path_factory: pytest.Tem
         if proc.poll() is not None:
             raise RuntimeError(f"daphne exited: {log_path.read_text(errors='replace')[-3000:]}")
         try:
-            return httpx.get(f"{base}/api/external-tasks/{uuid.uuid4()}", timeout=2).status_code == 401
+            return httpx.get(f"{base}/api/external-tasks/{uuid.uuid4()}", timeout=scaled(2)).status_code == 401
         except httpx.TransportError:
             return False
 

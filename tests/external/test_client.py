@@ -38,7 +38,7 @@ def test_decision_wait_times_out_then_returns_the_verified_decision(gatehouse_ur
         assert decision is not None and decision.decision == "reject" and not decision.approved
         assert decision.reason == "limit exceeded" and decision.key == "w-2"
         with pytest.raises(SignatureError):
-            client.decision_wait(task.id, timeout=1, secret=secret_generate())  # someone else's key
+            client.decision_wait(task.id, timeout=scaled(1), secret=secret_generate())  # someone else's key
 
 
 def test_signature_verify_matches_standard_webhooks_and_refuses_tampering():

@@ -22,7 +22,7 @@ import pytest
 import redis
 from django.conf import settings
 
-from tests.conftest import WorkerProcess, worker_env
+from tests.conftest import WorkerProcess, scaled, worker_env
 
 FAULTS_DIR = Path(__file__).resolve().parent
 
@@ -44,7 +44,7 @@ class FaultWorker(WorkerProcess):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, signal.SIGKILL)
         with contextlib.suppress(Exception):
-            self.proc.wait(timeout=10)
+            self.proc.wait(timeout=scaled(10))
 
     def terminate(self) -> None:
         """SIGTERM to the process group, as a supervisor (systemd, docker stop) sends it."""

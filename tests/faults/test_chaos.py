@@ -114,7 +114,7 @@ def test_threads_complete_exactly_once_while_the_worker_is_killed_at_random(
         outcome = _drive(reviewer, ids, killer, deadline=started + scaled(DEADLINE_SECONDS))
     finally:
         killer.done.set()
-        killer.join(timeout=60)
+        killer.join(timeout=scaled(60))
         bank.latency_ms = 0
     elapsed = time.monotonic() - started
 

@@ -18,7 +18,7 @@ from django.db import connection
 
 from approvals.models import ApprovalTask
 from runtime.models import Effect, Run
-from tests.conftest import api_decide, loan_input, pending_tasks, thread_settled, thread_start, wait_for
+from tests.conftest import api_decide, loan_input, pending_tasks, scaled, thread_settled, thread_start, wait_for
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.serial, pytest.mark.usefixtures("live_db")]
 
@@ -28,12 +28,12 @@ def _postgres_restart() -> None:
     subprocess.run(
         ["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", "restart"],
         check=True,
-        timeout=120,
+        timeout=scaled(120),
         capture_output=True,
     )
 
     def accepting() -> bool:
-        return subprocess.run(["pg_isready", "-h", "127.0.0.1", "-q"], timeout=10).returncode == 0
+        return subprocess.run(["pg_isready", "-h", "127.0.0.1", "-q"], timeout=scaled(10)).returncode == 0
 
     wait_for(accepting, timeout=60, interval=0.2, what="PostgreSQL to accept connections again")
 

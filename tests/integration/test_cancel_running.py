@@ -21,7 +21,7 @@ from langgraph_sdk import get_sync_client
 
 from approvals.models import ApprovalTask, AuditEvent
 from runtime.models import Effect, EffectStatus, Run, RunStatus
-from tests.conftest import WorkerProcess, wait_for
+from tests.conftest import WorkerProcess, scaled, wait_for
 from tests.integration.test_platform_sdk import server  # noqa: F401 - the daphne fixture
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db", "live_worker")]
@@ -159,7 +159,7 @@ def test_a_cancelled_nodes_late_checkpoint_write_is_refused_and_its_effect_stays
 
 def test_the_sdk_rolls_a_running_run_back_to_where_it_started(server, personas, live_worker, hold_dir):  # noqa: F811
     operator = personas["operator"]
-    with get_sync_client(url=server, api_key=operator.token, timeout=httpx.Timeout(30.0)) as op:
+    with get_sync_client(url=server, api_key=operator.token, timeout=httpx.Timeout(scaled(30.0))) as op:
         thread = op.threads.create()
         first = op.runs.wait(thread["thread_id"], "zombie_pay", input=_input(hold_dir, "none", "C-first"))
         assert first["paid_by"]
@@ -191,7 +191,7 @@ def test_multitask_strategy_cancels_the_active_run_then_starts_the_new_one(
     strategy,
 ):
     operator = personas["operator"]
-    with get_sync_client(url=server, api_key=operator.token, timeout=httpx.Timeout(30.0)) as op:
+    with get_sync_client(url=server, api_key=operator.token, timeout=httpx.Timeout(scaled(30.0))) as op:
         thread = op.threads.create()
         held = op.runs.create(thread["thread_id"], "zombie_pay", input=_input(hold_dir, "before_effect", "C-a"))
         pid = wait_for(lambda: _reached(hold_dir, "before_effect"), timeout=30, what="the run to hold")
@@ -219,7 +219,7 @@ def test_multitask_strategy_cancels_the_active_run_then_starts_the_new_one(
 
 def test_cancel_with_wait_returns_once_the_worker_has_stopped(server, personas, live_worker, hold_dir):  # noqa: F811
     operator = personas["operator"]
-    with get_sync_client(url=server, api_key=operator.token, timeout=httpx.Timeout(30.0)) as op:
+    with get_sync_client(url=server, api_key=operator.token, timeout=httpx.Timeout(scaled(30.0))) as op:
         thread = op.threads.create()
         run = op.runs.create(thread["thread_id"], "zombie_pay", input=_input(hold_dir, "before_effect", "C-w"))
     pid = wait_for(lambda: _reached(hold_dir, "before_effect"), timeout=30, what="the run to hold")
@@ -242,10 +242,10 @@ def test_cancel_with_wait_returns_once_the_worker_has_stopped(server, personas, 
             f"{server}/threads/{thread['thread_id']}/runs/{run['run_id']}/cancel",
             params={"wait": 1, "action": "interrupt"},
             headers={"x-api-key": operator.token},
-            timeout=40,
+            timeout=scaled(40),
         )
     finally:
-        releaser.join(timeout=40)
+        releaser.join(timeout=scaled(40))
     assert response.status_code == 204, response.text
     assert Run.objects.get(pk=run["run_id"]).lease_owner == ""  # the worker let go before the wait returned
     # ...and says so in its log, a moment after its release committed (and woke the wait).
@@ -258,7 +258,7 @@ def test_cancel_with_wait_returns_once_the_worker_has_stopped(server, personas, 
 
 def test_cancel_refuses_a_bad_action_naming_the_field_and_changes_nothing(server, personas, hold_dir):  # noqa: F811
     operator = personas["operator"]
-    with get_sync_client(url=server, api_key=operator.token, timeout=httpx.Timeout(30.0)) as op:
+    with get_sync_client(url=server, api_key=operator.token, timeout=httpx.Timeout(scaled(30.0))) as op:
         thread = op.threads.create()
         run = op.runs.create(thread["thread_id"], "zombie_pay", input=_input(hold_dir, "before_effect", "C-x"))
         pid = wait_for(lambda: _reached(hold_dir, "before_effect"), timeout=30, what="the run to hold")

@@ -33,7 +33,7 @@ def _in_threads(count: int, fn):
 
     def call(i: int) -> None:
         try:
-            barrier.wait(timeout=10)
+            barrier.wait(timeout=scaled(10))
             results[i] = fn(i)
         except Exception as exc:  # collected and asserted by the caller
             results[i] = exc
@@ -44,7 +44,7 @@ def _in_threads(count: int, fn):
     for w in workers:
         w.start()
     for w in workers:
-        w.join(timeout=30)
+        w.join(timeout=scaled(30))
     return results
 
 

@@ -18,7 +18,7 @@ from django.test import Client
 
 from approvals import users
 from approvals.models import AuditEvent, ExternalIdentity
-from tests.conftest import daphne_start, process_group_stop, wait_for, worker_env
+from tests.conftest import daphne_start, process_group_stop, scaled, wait_for, worker_env
 from tests.integration.fake_oidc import FakeOidcProvider
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db")]
@@ -64,7 +64,7 @@ def server(django_db_setup: None, bank: Any, provider: FakeOidcProvider, tmp_pat
         if proc.poll() is not None:
             raise RuntimeError(f"daphne exited: {(workdir / 'daphne.log').read_text(errors='replace')[-3000:]}")
         try:
-            return httpx.get(f"{base}/accounts/login/", timeout=1).status_code == 200
+            return httpx.get(f"{base}/accounts/login/", timeout=scaled(1)).status_code == 200
         except httpx.HTTPError:
             return False
 
@@ -97,7 +97,7 @@ def person(**claims: Any) -> dict[str, Any]:
 
 def sign_in(server: str, provider: FakeOidcProvider, claims: dict[str, Any], next_path: str = "/") -> httpx.Response:
     provider.login_as = claims
-    with httpx.Client(follow_redirects=True, timeout=20) as browser:
+    with httpx.Client(follow_redirects=True, timeout=scaled(20)) as browser:
         response = browser.get(f"{server}/oidc/authenticate/", params={"next": next_path})
         response.browser_cookies = dict(browser.cookies)  # type: ignore[attr-defined]
         return response
@@ -217,7 +217,7 @@ def test_a_provider_that_misbehaves_signs_nobody_in(server, provider, tamper):
 
 def test_a_callback_with_a_forged_state_is_refused(server, provider):
     provider.login_as = person(groups=["gh-admins"])
-    with httpx.Client(follow_redirects=False, timeout=20) as browser:
+    with httpx.Client(follow_redirects=False, timeout=scaled(20)) as browser:
         start = browser.get(f"{server}/oidc/authenticate/")
         assert start.status_code == 302
         authorize = browser.get(start.headers["location"])
@@ -229,7 +229,7 @@ def test_a_callback_with_a_forged_state_is_refused(server, provider):
 
 def test_password_sign_in_still_works_and_never_calls_the_provider(server, provider, personas):
     before = list(provider.requests)
-    with httpx.Client(timeout=20) as browser:
+    with httpx.Client(timeout=scaled(20)) as browser:
         browser.get(f"{server}/accounts/login/")
         token = browser.cookies["csrftoken"]
         response = browser.post(

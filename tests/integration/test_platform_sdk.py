@@ -17,11 +17,11 @@ from langgraph_sdk import get_client, get_sync_client
 from approvals.models import AuditEvent, Decision
 from lgplatform.services import assistant_id_for
 from runtime.models import Run, Thread
-from tests.conftest import WorkerProcess, daphne_start, loan_input, process_group_stop, wait_for, worker_env
+from tests.conftest import WorkerProcess, daphne_start, loan_input, process_group_stop, scaled, wait_for, worker_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db", "live_worker")]
 
-TIMEOUT = httpx.Timeout(30.0)
+TIMEOUT = httpx.Timeout(scaled(30.0))
 
 
 @pytest.fixture(scope="session")
@@ -35,7 +35,7 @@ def server(worker: WorkerProcess, bank: Any, tmp_path_factory: pytest.TempPathFa
         if proc.poll() is not None:
             raise RuntimeError(f"daphne exited: {log_path.read_text(errors='replace')[-3000:]}")
         try:
-            return httpx.post(f"{url}/assistants/search", json={}, timeout=2).status_code == 401
+            return httpx.post(f"{url}/assistants/search", json={}, timeout=scaled(2)).status_code == 401
         except httpx.TransportError:
             return False
 
@@ -289,7 +289,7 @@ def test_update_state_writes_a_checkpoint_for_operators_only(server, personas):
 
 @pytest.mark.parametrize("headers", [{}, {"x-api-key": "gh_wrong"}, {"Authorization": "Bearer gh_wrong"}])
 def test_no_valid_key_is_401(server, headers):
-    response = httpx.post(f"{server}/threads/search", json={}, headers=headers, timeout=10)
+    response = httpx.post(f"{server}/threads/search", json={}, headers=headers, timeout=scaled(10))
     assert response.status_code == 401
 
 

@@ -25,7 +25,7 @@ from tests.integration.test_platform_sdk import server  # noqa: F401 - the live 
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db", "live_worker")]
 
-TIMEOUT = httpx.Timeout(30.0)
+TIMEOUT = httpx.Timeout(scaled(30.0))
 ALL_MODES = ["values", "updates", "messages", "messages-tuple", "events", "debug", "custom", "tasks", "checkpoints"]
 
 

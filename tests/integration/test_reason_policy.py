@@ -16,7 +16,7 @@ import pytest
 from langgraph_sdk import get_sync_client
 
 from approvals.models import Decision
-from tests.conftest import api_decide, loan_input, pending_tasks, thread_settled, thread_start
+from tests.conftest import api_decide, loan_input, pending_tasks, scaled, thread_settled, thread_start
 from tests.integration.test_platform_sdk import server  # noqa: F401 - the daphne fixture, shared
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db", "live_worker")]
@@ -25,7 +25,7 @@ TRANSFER = {"name": "transfer", "args": {"to": "bob", "amount": 5}}
 
 
 def _client(url: str, token: str) -> Any:
-    return get_sync_client(url=url, api_key=token, timeout=httpx.Timeout(30.0))
+    return get_sync_client(url=url, api_key=token, timeout=httpx.Timeout(scaled(30.0)))
 
 
 def test_an_unmodified_sdk_client_edits_a_tool_call_without_a_reason(server, personas):  # noqa: F811

@@ -16,7 +16,7 @@ from langgraph_sdk import get_sync_client
 
 from approvals.models import AuditEvent
 from runtime.models import Branch, Thread
-from tests.conftest import loan_input
+from tests.conftest import loan_input, scaled
 from tests.integration.test_platform_sdk import server  # noqa: F401 - the live daphne fixture
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db", "live_worker")]
@@ -25,7 +25,7 @@ REASON = {"X-Gatehouse-Reason": "sdk time travel test"}
 
 
 def _client(url: str, token: str) -> Any:
-    return get_sync_client(url=url, api_key=token, timeout=httpx.Timeout(30.0))
+    return get_sync_client(url=url, api_key=token, timeout=httpx.Timeout(scaled(30.0)))
 
 
 def _paused_loan(op: Any) -> tuple[str, dict[str, Any]]:

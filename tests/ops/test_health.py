@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from django.test import Client
 
-from tests.conftest import ROOT, free_port, process_group_stop, wait_for, worker_env
+from tests.conftest import ROOT, free_port, process_group_stop, scaled, wait_for, worker_env
 from tests.ops.test_production_settings import _script, _session_database_url
 from tests.test_deploy_settings import _production_env
 
@@ -85,7 +85,7 @@ def test_readiness_fails_with_503_naming_the_checks_but_not_the_secrets(tmp_path
 
 def _manage(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+        [sys.executable, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=scaled(120)
     )
 
 
@@ -129,7 +129,7 @@ def test_a_worker_is_healthy_while_it_beats_and_stale_once_killed(bank, tmp_path
     try:
         wait_for(lambda: _manage(env, *check).returncode == 0, timeout=60, interval=0.5, what="worker heartbeat")
         os.killpg(worker.pid, 9)
-        worker.wait(timeout=10)
+        worker.wait(timeout=scaled(10))
         stale = wait_for(
             lambda: (r := _manage(env, *check)).returncode != 0 and r, timeout=30, interval=0.5, what="stale"
         )
@@ -154,7 +154,7 @@ def test_beat_is_healthy_while_it_ticks_and_stale_once_killed(bank, tmp_path):
     try:
         wait_for(lambda: _manage(env, *check).returncode == 0, timeout=60, interval=0.5, what="beat heartbeat")
         os.killpg(beat.pid, 9)
-        beat.wait(timeout=10)
+        beat.wait(timeout=scaled(10))
         stale = wait_for(
             lambda: (r := _manage(env, *check)).returncode != 0 and r, timeout=30, interval=0.5, what="stale"
         )

@@ -22,6 +22,7 @@ from django.db import connection
 from psycopg.conninfo import conninfo_to_dict
 
 from runtime.checkpointer import checkpointer_conninfo
+from tests.conftest import scaled
 from tests.test_deploy_settings import _manage, _production_env
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -37,7 +38,7 @@ def _script(env: dict[str, str], body: str) -> dict:
     code = "import django, json\ndjango.setup()\n" + textwrap.dedent(body)
     env = {**env, "DJANGO_SETTINGS_MODULE": "console.settings"}
     result = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=180
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=scaled(180)
     )
     assert result.returncode == 0, result.stdout + result.stderr
     return json.loads(result.stdout.strip().splitlines()[-1])

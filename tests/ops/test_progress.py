@@ -16,7 +16,7 @@ import pytest
 from django.db import connection, transaction
 
 from approvals.audit import audit_record
-from tests.conftest import ROOT, worker_env
+from tests.conftest import ROOT, scaled, worker_env
 from tests.storage.test_retention import _thread_with_history
 
 pytestmark = pytest.mark.usefixtures("live_db")
@@ -30,7 +30,7 @@ def _run(env: dict[str, str], *args: str, tty: bool) -> tuple[int, str, str]:
     """``manage.py args``: (exit status, stdout, stderr), stderr on a pseudo-terminal when ``tty``."""
     command = [sys.executable, "manage.py", *args]
     if not tty:
-        result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+        result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=scaled(120))
         return result.returncode, result.stdout, result.stderr
     leader, follower = pty.openpty()
     fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))  # a terminal has a size
@@ -38,10 +38,10 @@ def _run(env: dict[str, str], *args: str, tty: bool) -> tuple[int, str, str]:
     os.close(follower)
     chunks = []
     while True:
-        ready, _, _ = select.select([leader], [], [], 120)
+        ready, _, _ = select.select([leader], [], [], scaled(120))
         if not ready:
             proc.kill()
-            raise AssertionError("no output for 120 s")
+            raise AssertionError(f"no output for {scaled(120):g} s")
         try:
             data = os.read(leader, 4096)
         except OSError:  # the follower side closed: the command exited
@@ -51,7 +51,7 @@ def _run(env: dict[str, str], *args: str, tty: bool) -> tuple[int, str, str]:
         chunks.append(data)
     os.close(leader)
     stdout = proc.stdout.read().decode() if proc.stdout else ""
-    proc.wait(timeout=30)
+    proc.wait(timeout=scaled(30))
     return proc.returncode, stdout, b"".join(chunks).decode(errors="replace")
 
 

@@ -38,7 +38,7 @@ from runtime.runs import (
     run_release,
     runs_sweep,
 )
-from tests.conftest import wait_for
+from tests.conftest import scaled, wait_for
 
 pytestmark = pytest.mark.usefixtures("live_db")
 
@@ -416,7 +416,7 @@ def test_a_claim_waits_for_a_checkpoint_write_in_flight():
     inside, done = threading.Event(), threading.Event()
 
     def claim() -> None:
-        inside.wait(10)
+        inside.wait(scaled(10))
         try:
             with transaction.atomic(), connection.cursor() as cursor:
                 cursor.execute("SET LOCAL lock_timeout = '300ms'")
@@ -436,10 +436,10 @@ def test_a_claim_waits_for_a_checkpoint_write_in_flight():
             # then waits inside the transaction, holding the row), not merely once it was sent.
             wait_for(_write_holds_the_thread, what="the write's fence check to hold the thread row")
             inside.set()
-            assert done.wait(15)
+            assert done.wait(scaled(15))
     finally:
         fencing._writing.reset(token)
-        bumper.join(10)
+        bumper.join(scaled(10))
     assert outcome["claim"] == "LockNotAvailable"
     assert Thread.objects.get(pk=thread.pk).fence == 3
 

@@ -15,6 +15,7 @@ from django.conf import settings
 
 from runtime import checkpointer
 from runtime.checkpointer import CheckpointerUnavailable, checkpointer_preflight
+from tests.conftest import scaled
 
 
 @pytest.fixture
@@ -91,7 +92,7 @@ def test_a_process_starting_with_it_exits_with_the_message(tmp_path):
         env=env,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=scaled(120),
     )
     assert done.returncode != 0
     assert "GATEHOUSE_CHECKPOINTER=redis" in done.stderr and "RedisJSON" in done.stderr

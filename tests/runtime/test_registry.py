@@ -16,6 +16,7 @@ from langgraph.pregel import Pregel
 
 from runtime import registry
 from runtime.registry import GraphRegistryError, UnknownGraph, graph_get, graph_names, graphs_read, registry_load
+from tests.conftest import scaled
 
 GRAPH_MODULE = textwrap.dedent(
     """
@@ -507,7 +508,7 @@ def test_django_start_up_imports_no_graph_module():
         env={**env, "DJANGO_SETTINGS_MODULE": "tests.settings"},
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=scaled(120),
         cwd=Path(__file__).resolve().parents[2],
     )
     assert done.returncode == 0, done.stderr

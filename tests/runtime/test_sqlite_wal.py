@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from runtime.sqlite_wal import wal_enable
+from tests.conftest import scaled
 
 
 def test_connections_switching_a_new_file_together_all_get_wal(tmp_path: Path):
@@ -19,7 +20,7 @@ def test_connections_switching_a_new_file_together_all_get_wal(tmp_path: Path):
         ready = threading.Barrier(4)
 
         def open_wal(path: Path = path, ready: threading.Barrier = ready) -> None:
-            conn = sqlite3.connect(str(path), timeout=30, check_same_thread=False)
+            conn = sqlite3.connect(str(path), timeout=scaled(30), check_same_thread=False)
             ready.wait()
             try:
                 wal_enable(conn)

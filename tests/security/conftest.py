@@ -66,7 +66,7 @@ class Server:
 
     def client(self, *, token: str | None = None, auth: bool = True) -> httpx.Client:
         headers = {"Authorization": f"Bearer {token or self.token}"} if auth else {}
-        return httpx.Client(base_url=self.base, headers=headers, timeout=30)
+        return httpx.Client(base_url=self.base, headers=headers, timeout=scaled(30))
 
     def log_tail(self, lines: int = 60) -> str:
         try:
@@ -80,7 +80,7 @@ def _serving(proc: subprocess.Popen[bytes], base: str, log: Path) -> None:
         if proc.poll() is not None:
             raise RuntimeError(f"daphne exited with {proc.returncode}: {log.read_text(errors='replace')[-2000:]}")
         try:
-            return httpx.get(f"{base}/api/openapi.json", timeout=2).status_code == 200
+            return httpx.get(f"{base}/api/openapi.json", timeout=scaled(2)).status_code == 200
         except httpx.HTTPError:
             return False
 
@@ -101,7 +101,7 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
     # Nothing to drain: a graceful daphne shutdown only costs the suite seconds.
     if proc.poll() is None:
         os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
+        proc.wait(timeout=scaled(10))
 
 
 def _base_env() -> dict[str, str]:

@@ -16,6 +16,7 @@ from channels.testing import WebsocketCommunicator
 from django.test import Client, override_settings
 
 from console.asgi import application
+from tests.conftest import scaled
 
 pytestmark = pytest.mark.usefixtures("live_db")
 
@@ -34,7 +35,7 @@ def _handshake(origin: str | None, host: str, *, cookie: str = "", scheme: str =
         sent += [(name.replace("_", "-").encode(), value.encode()) for name, value in headers.items()]
         communicator = WebsocketCommunicator(application, "/ws/inbox/", headers=sent)
         communicator.scope["scheme"] = scheme
-        connected, code = await communicator.connect(timeout=5)
+        connected, code = await communicator.connect(timeout=scaled(5))
         await communicator.disconnect()
         return connected, code
 
@@ -122,7 +123,7 @@ def test_embedded_mode_keeps_the_secret_key_and_databases_owner_only(tmp_path):
         env=env,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=scaled(120),
         preexec_fn=lambda: os.umask(0o022),
     )
     assert result.returncode == 0, result.stderr[-3000:]
@@ -148,7 +149,7 @@ def test_a_world_readable_file_left_by_an_older_version_is_tightened(tmp_path):
     env.update(DJANGO_SETTINGS_MODULE="console.settings", GATEHOUSE_VAR_DIR=str(var))
     probe = "import django; django.setup(); from django.conf import settings; print(settings.SECRET_KEY)"
     result = subprocess.run(
-        [sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True, text=True, timeout=scaled(120)
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip().splitlines()[-1] == "an-old-key"
