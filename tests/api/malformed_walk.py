@@ -1,0 +1,216 @@
+"""Every operation of both APIs (``/api/``, ``/lg/``), called with malformed input: any 5xx is reported.
+
+    DATABASE_URL=... python -m tests.api.malformed_walk [--only SUBSTRING] [--break-drawing]
+
+Run by tests/api/test_malformed_everywhere.py in a process of its own, on a database of its own: the
+walk creates users, threads, comments and tokens with whatever input happens to be valid, which must
+not leak into the test session's database. It migrates that database, makes an operator, a reviewer,
+an admin and a user for the user-management operations to act on, pauses one loan thread at its
+gate (executed here; nothing consumes the dispatch queue), then reads both OpenAPI documents and, for
+every operation and each persona, sends malformed path parameters, query parameters, raw bodies, and
+bodies with each declared field set to values of the wrong type, size or form. The last line printed
+is the JSON summary: requests sent, operations walked, the 5xx answers (or unhandled exceptions) seen.
+
+``--break-drawing`` makes every drawing the assistant endpoint would answer raise instead, to show the
+walk reports a 5xx.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+import django
+
+# Wrong types, sizes and forms for a JSON field; and for a query or path parameter.
+BAD_VALUES: list[Any] = [
+    None,
+    -1,
+    1.5,
+    "x",
+    "",
+    [],
+    {},
+    True,
+    "a" * 20_000,
+    "\x00",
+    "\U0001f600",
+    10**30,
+    {"a": {"b": [1, {"c": None}]}},
+    "00000000-0000-0000-0000-000000000000",
+    "2026-13-45",
+    [None],
+    [{}],
+]
+BAD_PARAMS = ["", "x", "-1", "99999999999999999999999", "%00", "1e309", "nan", "2026-13-45T99:99", "a" * 3000, ",,"]
+BAD_PATH = ["not-a-uuid", "00000000-0000-0000-0000-000000000000", "1" * 300, "%00", "-1", "99999999999999999999"]
+RAW_BODIES = [b"", b"{", b"[]", b"null", b'"s"', b"123", b"\xff\xfe", b'{"a":' * 5000]
+# Long polls: only values that are refused, so a walk never waits out a valid timeout.
+WAITS = ("timeout", "wait")
+REFUSED_WAITS = {"", "x", "-1", "nan", "1e309", "%00", "99999999999999999999999"}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default="", help="walk only the operations whose path contains this")
+    parser.add_argument("--break-drawing", action="store_true", help="make the assistant's drawing raise")
+    args = parser.parse_args()
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0, interactive=False)
+    if args.break_drawing:
+        from lgplatform import services
+
+        drawing = services.assistant_drawing
+
+        def broken(*args: Any, **kwargs: Any) -> Any:
+            drawing(*args, **kwargs)  # what it refuses it still refuses; what it would draw fails
+            raise RuntimeError("broken on purpose by --break-drawing")
+
+        services.assistant_drawing = broken  # type: ignore[assignment]
+    walk = _Walk(_personas())
+    walk.ids.update(_paused_loan(walk))
+    for prefix in ("/api/", "/lg/"):
+        walk.api(prefix, args.only)
+    print(json.dumps({"requests": walk.sent, "operations": sorted(walk.walked), "server_errors": walk.errors}))
+    return 0
+
+
+def _personas() -> dict[str, str]:
+    """API tokens of an operator, a reviewer and an admin (made once per database)."""
+    from django.contrib.auth import get_user_model
+
+    from approvals.models import GraphAssignment
+    from approvals.roles import roles_ensure
+    from approvals.tokens import token_issue
+
+    users = get_user_model()
+    groups = roles_ensure()
+    tokens = {}
+    for role in ("operator", "reviewer", "admin"):
+        user, made = users.objects.get_or_create(username=f"walk-{role}")
+        if made:
+            user.groups.add(groups[role])
+            GraphAssignment.objects.create(user=user, graph="*")
+        tokens[role] = token_issue(user=user, name="walk")
+    return tokens
+
+
+def _paused_loan(walk: _Walk) -> dict[str, str]:
+    """Ids the walk's well-formed path parameters name: a loan thread paused at its gate, its task and run,
+    and a user of its own for the user-management operations (never one of the walk's personas)."""
+    from django.contrib.auth import get_user_model
+
+    from runtime.executor import run_execute
+    from runtime.models import Run
+
+    body = {"graph": "loan_approval", "input": _loan_input(), "metadata": {}}
+    thread_id = walk.client.post("/api/threads", body, content_type="application/json", headers=walk.auth("operator"))
+    thread = str(thread_id.json()["id"])
+    run = str(Run.objects.filter(thread_id=thread).values_list("id", flat=True).get())
+    run_execute(run_id=run)
+    tasks = walk.client.get("/api/tasks", {"thread": thread}, headers=walk.auth("reviewer")).json()["items"]
+    if not tasks:
+        status = Run.objects.values_list("status", "error").get(pk=run)
+        raise RuntimeError(f"the loan thread {thread} did not pause at its gate: its run {status}")
+    victim, _ = get_user_model().objects.get_or_create(username="walk-subject")
+    return {"thread": thread, "task": str(tasks[0]["id"]), "run": run, "user": str(victim.pk)}
+
+
+def _loan_input() -> dict[str, Any]:
+    return {"applicant": "Walk Applicant", "loan_id": "L-walk", "amount": 20_000, "income": 40_000, "term_months": 24}
+
+
+class _Walk:
+    def __init__(self, tokens: dict[str, str]) -> None:
+        from django.test import Client
+
+        # Unhandled exceptions become 500 answers, as the server would send them.
+        self.client = Client(SERVER_NAME="127.0.0.1", raise_request_exception=False)
+        self.tokens = tokens
+        self.ids: dict[str, str] = {}
+        self.sent = 0
+        self.walked: set[str] = set()
+        self.errors: list[str] = []
+
+    def auth(self, role: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.tokens[role]}"}
+
+    def api(self, prefix: str, only: str) -> None:
+        spec = self.client.get(f"{prefix}openapi.json", headers=self.auth("admin")).json()
+        for path, operations in spec["paths"].items():
+            if only not in path:
+                continue
+            for method, operation in operations.items():
+                if method in ("get", "post", "put", "patch", "delete"):
+                    self.operation(spec, path, method, operation)
+
+    def operation(self, spec: dict[str, Any], path: str, method: str, operation: dict[str, Any]) -> None:
+        self.walked.add(f"{method.upper()} {path}")
+        params = operation.get("parameters", [])
+        in_path = [p["name"] for p in params if p["in"] == "path"]
+        in_query = [p["name"] for p in params if p["in"] == "query"]
+        good = {name: self._good(name) for name in in_path}
+        url = _filled(path, good)
+        body = _body_schema(spec, operation)
+        for role in ("operator", "reviewer", "admin"):
+            for name in in_path:
+                for bad in BAD_PATH:
+                    self.send(role, method, _filled(path, {**good, name: bad}), body={})
+            for name in in_query:
+                for bad in BAD_PARAMS:
+                    if name not in WAITS or bad in REFUSED_WAITS:
+                        self.send(role, method, url, query={name: bad}, body=None if method == "get" else {})
+            if body is None or method == "get":
+                continue
+            for raw in RAW_BODIES:
+                self.send(role, method, url, raw=raw)
+            for name in body.get("properties", {}):
+                for bad in BAD_VALUES:
+                    self.send(role, method, url, body={name: bad})
+            self.send(role, method, url, body={"not_a_field": 1})
+
+    def _good(self, name: str) -> str:
+        for part in ("task", "run", "thread", "user"):
+            if part in name:
+                return self.ids[part]
+        return "loan_approval" if "assistant" in name or name == "graph" else "1"
+
+    def send(
+        self, role: str, method: str, url: str, *, body: Any = None, raw: bytes | None = None, query: Any = None
+    ) -> None:
+        self.sent += 1
+        query_string = "&".join(f"{k}={v}" for k, v in (query or {}).items())
+        target = f"{url}?{query_string}" if query_string else url
+        data = raw if raw is not None else (json.dumps(body) if body is not None else b"")
+        if method == "get":
+            response = self.client.get(target, headers=self.auth(role))
+        else:
+            call = getattr(self.client, method)
+            response = call(target, data=data, content_type="application/json", headers=self.auth(role))
+        if response.status_code >= 500:
+            sent = raw if raw is not None else body
+            self.errors.append(f"{response.status_code} {role} {method.upper()} {target[:200]} {str(sent)[:200]}")
+
+
+def _filled(path: str, values: dict[str, str]) -> str:
+    for name, value in values.items():
+        path = path.replace("{" + name + "}", value)
+    return path
+
+
+def _body_schema(spec: dict[str, Any], operation: dict[str, Any]) -> dict[str, Any] | None:
+    content = (operation.get("requestBody") or {}).get("content") or {}
+    if not content:
+        return None
+    schema = next(iter(content.values())).get("schema") or {}
+    while "$ref" in schema:
+        schema = spec["components"]["schemas"][schema["$ref"].rsplit("/", 1)[-1]]
+    return dict(schema)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
