@@ -21,7 +21,7 @@ run: install
 ## TEST_PROCESSES pytest sessions share the tests file by file (pytest-xdist), each with its own
 ## database, queue, worker and var dir; the `serial` tests (a PostgreSQL restart) run alone after them.
 TEST_PROCESSES ?= 2
-test: install services
+test: install services chromium
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy console approvals lgplatform runtime
@@ -36,9 +36,13 @@ test-fast: install services
 services:
 	scripts/services-up
 
-## Debian's Chromium for the browser tests (Playwright never downloads a browser).
+## Debian's Chromium for the browser tests (Playwright never downloads a browser): installed by
+## `make test` when missing, as root or with passwordless sudo.
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo -n)
 chromium:
-	@command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium)
+	@command -v chromium >/dev/null || { $(SUDO) apt-get update -qq \
+	  && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium; } \
+	  || { echo "make chromium: Debian's chromium is missing and could not be installed (run it as root)"; exit 1; }
 
 lint: install
 	$(VENV)/bin/ruff check .
