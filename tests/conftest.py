@@ -39,6 +39,14 @@ def scaled(seconds: float) -> float:
     return seconds * TIME_FACTOR
 
 
+def api_wait(seconds: float, *, limit: float | None = None) -> float:
+    """A long poll's ``timeout`` (or ``wait``) to send the API: ``seconds`` scaled, but no more than the API
+    accepts, which refuses a longer one with a 422 (``limit``; by default the thread polls' and
+    ``/lg/``'s GATEHOUSE_PLATFORM_WAIT_SECONDS)."""
+    most = float(settings.GATEHOUSE_PLATFORM_WAIT_SECONDS) if limit is None else limit
+    return min(scaled(seconds), most)
+
+
 def wait_for(predicate: Callable[[], Any], *, timeout: float = 20.0, interval: float = 0.05, what: str = "") -> Any:
     """Poll until ``predicate()`` is truthy; fail the test (never hang) after ``timeout`` seconds
     (scaled by the suite's time factor)."""

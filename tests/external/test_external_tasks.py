@@ -8,9 +8,10 @@ from typing import Any
 import pytest
 from standardwebhooks import Webhook
 
+from approvals.external_api import MAX_WAIT_SECONDS
 from approvals.models import ApprovalTask, AuditEvent, ExternalTask, TaskKind
 from approvals.redaction import MASK
-from tests.conftest import api_decide, scaled
+from tests.conftest import api_decide, api_wait, scaled
 from tests.external.conftest import create, engine_persona, task_body
 
 pytestmark = pytest.mark.usefixtures("live_db")
@@ -112,7 +113,9 @@ def test_the_long_poll_returns_when_the_decision_lands(engine, source, personas)
 
     def poll() -> None:
         waiting.set()
-        answers.append(engine.client.get(f"/api/external-tasks/{task_id}/decision", wait=scaled(30)))
+        answers.append(
+            engine.client.get(f"/api/external-tasks/{task_id}/decision", wait=api_wait(30, limit=MAX_WAIT_SECONDS))
+        )
 
     poller = threading.Thread(target=poll)
     poller.start()

@@ -14,7 +14,7 @@ from approvals.models import ApprovalTask, AuditEvent, Decision
 from approvals.redaction import MASK
 from approvals.security import SESSION_AUTH_AT
 from runtime.models import Run
-from tests.conftest import ApiClient, api_decide, pending_tasks, scaled, thread_settled, thread_start
+from tests.conftest import ApiClient, api_decide, api_wait, pending_tasks, thread_settled, thread_start
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db", "live_worker")]
 
@@ -150,7 +150,7 @@ def test_a_start_that_waits_audits_one_reveal_for_the_state_it_answers_with(pers
     body = {"graph": "kyc_onboarding", "input": {"applicant": applicant, "documents": []}}
     admin = personas["admin"].client
     response = admin.client.post(
-        f"/api/threads?wait_for=interrupted,failed&timeout={scaled(30)}",
+        f"/api/threads?wait_for=interrupted,failed&timeout={api_wait(30)}",
         json.dumps(body),
         content_type="application/json",
         headers=admin.headers,

@@ -20,7 +20,7 @@ from approvals.models import Decision
 from runtime.models import Thread
 from runtime.notify import ThreadWatch, listener_ready, watchers
 from runtime.runs import run_finish
-from tests.conftest import ApiClient, api_decide, loan_input, pending_tasks, scaled, thread_start
+from tests.conftest import ApiClient, api_decide, api_wait, loan_input, pending_tasks, scaled, thread_start
 from tests.perf.test_query_counts import _claimed_run, _interrupt_outcome
 
 pytestmark = pytest.mark.usefixtures("live_db")
@@ -104,7 +104,7 @@ def test_a_held_long_poll_gives_its_database_connection_back_while_it_waits(oper
         return int(now["pool_size"] - now["pool_available"])
 
     held = in_use()
-    marker, wait = uuid.uuid4().hex, scaled(20)
+    marker, wait = uuid.uuid4().hex, api_wait(20)
     body = json.dumps({"graph": "loan_approval", "input": loan_input(), "metadata": {"marker": marker}})
     app = ReusedThreadASGIHandler()
     answered: dict[str, Any] = {}
@@ -153,14 +153,6 @@ def _long_poll(app: Any, persona: Any, thread_id: Any, seconds: float) -> Applic
     )
 
 
-# The longest a long poll may ask for: it would outlast every step of the tests that end it early,
-# whatever the time factor (a timeout above it is refused with a 422, and the poll never starts).
-def _longest_wait() -> float:
-    from django.conf import settings
-
-    return float(settings.GATEHOUSE_PLATFORM_WAIT_SECONDS)
-
-
 async def _until_true(check: Any, patience: float, what: str) -> None:
     deadline = time.monotonic() + patience
     while not check():
@@ -178,7 +170,7 @@ def test_a_long_poll_whose_client_leaves_stops_waiting_at_once(operator):
     app, patience = ReusedThreadASGIHandler(), scaled(10)
 
     async def scenario() -> None:
-        request = _long_poll(app, operator, run.thread_id, _longest_wait())
+        request = _long_poll(app, operator, run.thread_id, api_wait(10 * 6))
         await request.send_input({"type": "http.request", "body": b"", "more_body": False})
         await _until_true(lambda: watchers(run.thread_id) == 1, patience, "the long poll never started waiting")
         await request.send_input({"type": "http.disconnect"})
@@ -199,7 +191,7 @@ def test_a_long_poll_ends_when_the_server_cancels_its_requests(operator):
     app, patience = ReusedThreadASGIHandler(), scaled(10)
 
     async def scenario() -> None:
-        request = _long_poll(app, operator, run.thread_id, _longest_wait())
+        request = _long_poll(app, operator, run.thread_id, api_wait(10 * 6))
         await request.send_input({"type": "http.request", "body": b"", "more_body": False})
         await _until_true(lambda: watchers(run.thread_id) == 1, patience, "the long poll never started waiting")
         request.future.cancel()
@@ -214,7 +206,7 @@ def test_a_long_poll_ends_when_the_server_cancels_its_requests(operator):
 @pytest.mark.usefixtures("live_worker")
 def test_the_long_poll_returns_once_the_thread_pauses_and_the_decision_waits_for_its_run(operator, reviewer):
     thread = thread_start(operator, "loan_approval", loan_input())
-    timeout = scaled(30)
+    timeout = api_wait(30)
     paused = reviewer.client.get(f"/api/threads/{thread['id']}", wait_for="interrupted,failed", timeout=timeout)
     assert paused.status_code == 200, paused.content
     body = paused.json()
@@ -255,7 +247,7 @@ def test_a_reader_who_may_not_see_the_thread_gets_the_404_at_once_and_nothing_el
     thread = thread_start(operator, "four_eyes", {"subject": "wire", "amount": 5000})
     missing = personas["reviewer"].client.get(f"/api/threads/{uuid.uuid4()}", wait_for="completed", timeout=0)
     assert missing.status_code == 404
-    patience = scaled(30)
+    patience = api_wait(30)
     for who in ("loan_reviewer", "outsider"):  # assigned to another graph only; no role at all
         t0 = time.monotonic()
         response = personas[who].client.get(f"/api/threads/{thread['id']}", wait_for="completed", timeout=patience)
@@ -315,7 +307,7 @@ def _start(who: Any, query: str, marker: str) -> Any:
 @pytest.mark.usefixtures("live_worker")
 def test_a_start_can_wait_until_the_thread_pauses_and_answer_with_its_task(operator, reviewer):
     """``POST /api/threads?wait_for=…``: one request where a client made a start and a long poll."""
-    response = _start(operator, f"wait_for=interrupted,failed&timeout={scaled(30)}", uuid.uuid4().hex)
+    response = _start(operator, f"wait_for=interrupted,failed&timeout={api_wait(30)}", uuid.uuid4().hex)
     assert response.status_code == 201, response.content
     body = response.json()
     assert body["status"] == "interrupted", body
@@ -454,7 +446,7 @@ def test_the_wake_that_ends_a_long_poll_reads_the_thread_once(operator, reviewer
 
     monkeypatch.setattr(permissions, "_thread_by_key", row_read)
     monkeypatch.setattr(selectors, "status_read", status_only)
-    patience = scaled(30)
+    patience = api_wait(30)
     # Only the outcome's notification wakes the poll: no fallback re-read between the mark and the wake.
     monkeypatch.setattr("runtime.notify.FALLBACK_SECONDS", patience * 4)
     run = _claimed_run(operator)
