@@ -197,6 +197,19 @@ def _label_visible(user: Principal, label: str) -> bool:
     return store_namespace_visible(user, (label,))
 
 
+# A page of the store: what one search or listing may ask for (the API's schemas say the same).
+STORE_LIMIT_MAX = 1000
+STORE_OFFSET_MAX = 100_000
+
+
+def _page_check(limit: int, offset: int) -> None:
+    """Refuse a page the store cannot be asked for: the database's LIMIT takes ``limit + offset``."""
+    if not 1 <= limit <= STORE_LIMIT_MAX:
+        raise InvalidInput(f"limit must be from 1 to {STORE_LIMIT_MAX}", field="limit")
+    if not 0 <= offset <= STORE_OFFSET_MAX:
+        raise InvalidInput(f"offset must be from 0 to {STORE_OFFSET_MAX}", field="offset")
+
+
 def store_items_search(
     *,
     user: Principal,
@@ -208,6 +221,7 @@ def store_items_search(
     refresh_ttl: bool | None = None,
 ) -> list[dict[str, Any]]:
     prefix = store_namespace_check(namespace_prefix, field="namespace_prefix", allow_empty=True)
+    _page_check(limit, offset)
     if not isinstance(filter or {}, dict):
         raise InvalidInput("filter is an object of field → value", field="filter")
     prefixes = _readable_prefixes(user, prefix)
@@ -274,6 +288,7 @@ def store_namespaces_list(
     offset: int = 0,
 ) -> list[list[str]]:
     wanted_prefix = store_namespace_check(prefix or [], field="prefix", allow_empty=True)
+    _page_check(limit, offset)
     wanted_suffix = store_namespace_check(suffix, field="suffix") if suffix else None
     found: list[tuple[str, ...]] = []
     for each in _readable_prefixes(user, wanted_prefix):

@@ -15,6 +15,7 @@ from ninja import Schema
 from pydantic import Field
 
 from approvals.inputs import Offset
+from approvals.store import STORE_LIMIT_MAX, STORE_OFFSET_MAX
 from runtime.stream import CLIENT_MODES
 
 SortOrder = Literal["asc", "desc"]
@@ -140,8 +141,8 @@ class StoreGetQuery(Schema):
 class StoreSearchIn(Schema):
     namespace_prefix: list[str] = Field(default_factory=list)
     filter: dict[str, Any] | None = None
-    limit: int = Field(10, ge=1, le=1000)
-    offset: int = Field(0, ge=0, le=100_000)
+    limit: int = Field(10, ge=1, le=STORE_LIMIT_MAX)
+    offset: int = Field(0, ge=0, le=STORE_OFFSET_MAX)
     query: str | None = Field(None, max_length=4000)
     refresh_ttl: bool | None = None
 
@@ -150,5 +151,5 @@ class StoreNamespacesIn(Schema):
     prefix: list[str] | None = None
     suffix: list[str] | None = None
     max_depth: int | None = Field(None, ge=1, le=100)
-    limit: int = Field(100, ge=1, le=1000)
-    offset: int = Field(0, ge=0, le=100_000)
+    limit: int = Field(100, ge=1, le=STORE_LIMIT_MAX)
+    offset: int = Field(0, ge=0, le=STORE_OFFSET_MAX)
