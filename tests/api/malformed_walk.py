@@ -1,4 +1,5 @@
-"""Every operation of both APIs (``/api/``, ``/lg/``), called with malformed input: any 5xx is reported.
+"""Every operation of both APIs (``/api/``, ``/lg/``) and every console route, called with malformed
+input: any 5xx is reported.
 
     DATABASE_URL=... python -m tests.api.malformed_walk [--only SUBSTRING] [--break-drawing]
 
@@ -8,8 +9,12 @@ not leak into the test session's database. It migrates that database, makes an o
 an admin and a user for the user-management operations to act on, pauses one loan thread at its
 gate (executed here; nothing consumes the dispatch queue), then reads both OpenAPI documents and, for
 every operation and each persona, sends malformed path parameters, query parameters, raw bodies, and
-bodies with each declared field set to values of the wrong type, size or form. The last line printed
-is the JSON summary: requests sent, operations walked, the 5xx answers (or unhandled exceptions) seen.
+bodies with each declared field set to values of the wrong type, size or form. Then each console route
+(signed in as an admin and as a reviewer): a GET and a form POST with every field the console's forms
+and views read set to one malformed value, and (as the admin) each field alone. The last line printed is
+the JSON summary: requests sent, operations and routes walked, the answers that sent a signed-in
+reader to the login page (none, or the walk tested nothing), and the 5xx answers (or unhandled
+exceptions) seen.
 
 ``--break-drawing`` makes every drawing the assistant endpoint would answer raise instead, to show the
 walk reports a 5xx.
@@ -47,6 +52,19 @@ BAD_VALUES: list[Any] = [
 BAD_PARAMS = ["", "x", "-1", "99999999999999999999999", "%00", "1e309", "nan", "2026-13-45T99:99", "a" * 3000, ",,"]
 BAD_PATH = ["not-a-uuid", "00000000-0000-0000-0000-000000000000", "1" * 300, "%00", "-1", "99999999999999999999"]
 RAW_BODIES = [b"", b"{", b"[]", b"null", b'"s"', b"123", b"\xff\xfe", b'{"a":' * 5000]
+# Every name a console form or view reads (templates' name="...", request.GET/POST in console/ and
+# approvals/): a route ignores the ones it does not read.
+FORM_FIELDS = (  # noqa: SIM905 - a list of names reads best as words
+    "action actor all_matching answers as_node assign assigned body checkpoint checkpoint_id checks claimed "
+    "clear cursor decision delegate due edits_json email ends_at first_name gates graph input_json "
+    "keep_previous kind last_name meaning message metadata_json name new_password1 new_password2 next node "
+    "note ns offset outcome password q reason resume roles run since sort starts_at state status thread "
+    "to_group to_user until username values via viewport"
+).split()
+BAD_FORM = ["x", "-1", "\x00", "a" * 20_000, "99999999999999999999999", "{"]
+# Routes a walk must not take: signing out ends the session, the relay and password links are not
+# for a signed-in reader (their own tests cover them).
+CONSOLE_SKIPPED = {"logout", "live-relay", "password-set"}
 # Long polls: only values that are refused, so a walk never waits out a valid timeout.
 WAITS = ("timeout", "wait")
 REFUSED_WAITS = {"", "x", "-1", "nan", "1e309", "%00", "99999999999999999999999"}
@@ -75,7 +93,16 @@ def main() -> int:
     walk.ids.update(_paused_loan(walk))
     for prefix in ("/api/", "/lg/"):
         walk.api(prefix, args.only)
-    print(json.dumps({"requests": walk.sent, "operations": sorted(walk.walked), "server_errors": walk.errors}))
+    if not args.only:
+        walk.console()
+    summary = {
+        "requests": walk.sent,
+        "operations": sorted(walk.walked),
+        "routes": sorted(walk.routes),
+        "sent_to_login": walk.sent_to_login,
+        "server_errors": walk.errors,
+    }
+    print(json.dumps(summary))
     return 0
 
 
@@ -134,6 +161,8 @@ class _Walk:
         self.ids: dict[str, str] = {}
         self.sent = 0
         self.walked: set[str] = set()
+        self.routes: set[str] = set()
+        self.sent_to_login = 0
         self.errors: list[str] = []
 
     def auth(self, role: str) -> dict[str, str]:
@@ -172,6 +201,51 @@ class _Walk:
                 for bad in BAD_VALUES:
                     self.send(role, method, url, body={name: bad})
             self.send(role, method, url, body={"not_a_field": 1})
+
+    def console(self) -> None:
+        from django.contrib.auth import get_user_model
+        from django.test import Client
+        from django.urls import reverse
+
+        from console.urls import console_patterns
+
+        for role in ("admin", "reviewer"):
+            client = Client(SERVER_NAME="127.0.0.1", raise_request_exception=False)
+            client.force_login(get_user_model().objects.get(username=f"walk-{role}"))
+            for pattern in console_patterns:
+                if pattern.name in CONSOLE_SKIPPED:
+                    continue
+                self.routes.add(str(pattern.name))
+                url = reverse(f"console:{pattern.name}", kwargs=self._route_ids(pattern))
+                for bad in BAD_FORM:
+                    every = dict.fromkeys(FORM_FIELDS, bad)
+                    self.console_send(client, role, "get", url, every)
+                    self.console_send(client, role, "post", url, every)
+                if role == "admin":
+                    for field in FORM_FIELDS:
+                        self.console_send(client, role, "post", url, {field: "x"})
+
+    def console_send(self, client: Any, role: str, method: str, url: str, data: dict[str, str]) -> None:
+        self.sent += 1
+        response = getattr(client, method)(url, data)
+        if response.status_code == 302 and response.get("Location", "").startswith("/accounts/login/"):
+            self.sent_to_login += 1
+        if response.status_code >= 500:
+            self.errors.append(f"{response.status_code} {role} console {method.upper()} {url} {str(data)[:200]}")
+
+    def _route_ids(self, pattern: Any) -> dict[str, Any]:
+        ids: dict[str, Any] = {}
+        for name, converter in pattern.pattern.converters.items():
+            kind = type(converter).__name__
+            if kind == "UUIDConverter":
+                ids[name] = next(
+                    (self.ids[p] for p in ("task", "thread") if p in name), "0" * 8 + "-0000-0000-0000-" + "0" * 12
+                )
+            elif kind == "IntConverter":
+                ids[name] = int(self.ids["user"]) if "user" in name else 1
+            else:
+                ids[name] = "x"
+        return ids
 
     def _good(self, name: str) -> str:
         for part in ("task", "run", "thread", "user"):

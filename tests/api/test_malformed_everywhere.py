@@ -1,4 +1,5 @@
-"""No input makes either API answer 5xx: every operation walked with malformed input (tests/api/malformed_walk.py).
+"""No input makes either API or the console answer 5xx: every operation and route walked with malformed
+input (tests/api/malformed_walk.py).
 
 The walk runs in a process of its own on a database of its own (it leaves users, threads and comments
 behind, made of whatever input happened to be valid); its dispatches go to a queue nobody consumes.
@@ -62,6 +63,13 @@ def _walk(env: dict[str, str], *args: str) -> dict[str, Any]:
     return json.loads(result.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
+def _routes() -> set[str]:
+    from console.urls import console_patterns
+    from tests.api.malformed_walk import CONSOLE_SKIPPED
+
+    return {str(p.name) for p in console_patterns} - CONSOLE_SKIPPED
+
+
 def _operations() -> set[str]:
     """Every operation both OpenAPI documents list, as this process serves them (the same routes)."""
     from django.test import Client
@@ -78,9 +86,11 @@ def _operations() -> set[str]:
 def test_no_malformed_input_gets_a_5xx_from_any_operation(walk_env):
     summary = _walk(walk_env)
     assert summary["server_errors"] == [], "\n".join(summary["server_errors"])
-    # The walk reached every operation, each several hundred ways.
+    # The walk reached every operation, each several hundred ways, and every console route signed in.
     assert set(summary["operations"]) == _operations()
     assert summary["requests"] > 100 * len(summary["operations"])
+    assert set(summary["routes"]) == _routes()
+    assert summary["sent_to_login"] == 0, "a signed-in walk was sent to the login page: it tested nothing"
 
 
 def test_the_walk_reports_an_operation_that_fails_with_a_5xx(walk_env):
