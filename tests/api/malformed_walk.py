@@ -10,11 +10,11 @@ an admin and a user for the user-management operations to act on, pauses one loa
 gate (executed here; nothing consumes the dispatch queue), then reads both OpenAPI documents and, for
 every operation and each persona, sends malformed path parameters, query parameters, raw bodies, and
 bodies with each declared field set to values of the wrong type, size or form. Then each console route
-(signed in as an admin and as a reviewer): a GET and a form POST with every field the console's forms
-and views read set to one malformed value, and (as the admin) each field alone. The last line printed is
-the JSON summary: requests sent, operations and routes walked, the answers that sent a signed-in
-reader to the login page (none, or the walk tested nothing), and the 5xx answers (or unhandled
-exceptions) seen.
+(signed in as an admin and as a reviewer): a GET and a form POST, as a page and as htmx asks, with
+every field the console's forms and views read set to one malformed value, and (as the admin) each
+field alone. The last line printed is the JSON summary: requests sent, operations and routes walked,
+the answers that sent a signed-in reader to the login page (none, or the walk tested nothing), and the
+5xx answers (or unhandled exceptions) seen.
 
 ``--break-drawing`` makes every drawing the assistant endpoint would answer raise instead, to show the
 walk reports a 5xx.
@@ -219,19 +219,24 @@ class _Walk:
                 url = reverse(f"console:{pattern.name}", kwargs=self._route_ids(pattern))
                 for bad in BAD_FORM:
                     every = dict.fromkeys(FORM_FIELDS, bad)
-                    self.console_send(client, role, "get", url, every)
-                    self.console_send(client, role, "post", url, every)
+                    for htmx in (False, True):  # a page, or the fragment htmx asks for
+                        self.console_send(client, role, "get", url, every, htmx=htmx)
+                        self.console_send(client, role, "post", url, every, htmx=htmx)
                 if role == "admin":
                     for field in FORM_FIELDS:
                         self.console_send(client, role, "post", url, {field: "x"})
 
-    def console_send(self, client: Any, role: str, method: str, url: str, data: dict[str, str]) -> None:
+    def console_send(
+        self, client: Any, role: str, method: str, url: str, data: dict[str, str], *, htmx: bool = False
+    ) -> None:
         self.sent += 1
-        response = getattr(client, method)(url, data)
+        headers = {"HX-Request": "true", "HX-Current-URL": f"http://127.0.0.1{url}"} if htmx else {}
+        response = getattr(client, method)(url, data, headers=headers)
         if response.status_code == 302 and response.get("Location", "").startswith("/accounts/login/"):
             self.sent_to_login += 1
         if response.status_code >= 500:
-            self.errors.append(f"{response.status_code} {role} console {method.upper()} {url} {str(data)[:200]}")
+            kind = "htmx " if htmx else ""
+            self.errors.append(f"{response.status_code} {role} console {kind}{method.upper()} {url} {str(data)[:200]}")
 
     def _route_ids(self, pattern: Any) -> dict[str, Any]:
         ids: dict[str, Any] = {}
