@@ -26,7 +26,7 @@ import json
 import re
 import sys
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -120,6 +120,14 @@ ACCEPTED: list[tuple[str, str, str]] = [
     ),
 ]
 
+
+# What is streamed in every mode, start and resume: (label in the call's name, graph, its input, its
+# resume, stream_subgraphs). The graph whose pause is in a subgraph streams with its subgraphs, whose
+# own events ("<mode>|<namespace>") are compared apart from the root's.
+STREAMED: tuple[tuple[str, str, Callable[[], dict[str, Any]], dict[str, Any], bool], ...] = (
+    ("", "loan_approval", loan_input, RESUME, False),
+    (" nested", "nested_review", lambda: {"amount": 5}, {"decision": "approve"}, True),
+)
 
 _ID = re.compile(r"^([\w-]+:)?[0-9a-f-]{16,}(\|[\w-]+:[0-9a-f-]{16,})*$")  # an id, or a namespace of ids
 
@@ -228,37 +236,19 @@ def answers(side: Side, dump: Path | None = None) -> dict[str, Any]:
     seen["store.get_item"] = operator.store.get_item(namespace, "k")
     seen["store.search_items"] = operator.store.search_items(namespace)
     seen["store.list_namespaces"] = operator.store.list_namespaces(prefix=["bench"])
-    for mode in CLIENT_MODES:
-        streamed = operator.threads.create()["thread_id"]
-        for phase, client, kwargs in (
-            ("start", operator, {"input": loan_input()}),
-            ("resume", reviewer, {"command": {"resume": RESUME}}),
-        ):
-            for part in client.runs.stream(streamed, assistant, stream_mode=mode, **kwargs):  # type: ignore[arg-type]
-                if part.event in ("end", "metadata"):
-                    key = f"stream {mode} {phase}: {part.event}"
-                else:
-                    key = f"stream {mode} {phase}: {part.event.split('|')[0]}"
-                seen[key] = [*seen.get(key, []), part.data]
-    # The graph whose pause is in a subgraph, streamed with its subgraphs: the subgraph's own
-    # events (named "<mode>|<namespace>") are compared apart from the root's.
-    nested_assistant = operator.assistants.search(graph_id="nested_review")[0]["assistant_id"]
-    for mode in CLIENT_MODES:
-        streamed = operator.threads.create()["thread_id"]
-        for phase, client, kwargs in (
-            ("start", operator, {"input": {"amount": 5}}),
-            ("resume", reviewer, {"command": {"resume": {"decision": "approve"}}}),
-        ):
-            for part in client.runs.stream(
-                streamed,
-                nested_assistant,
-                stream_mode=mode,  # type: ignore[arg-type]
-                stream_subgraphs=True,
-                **kwargs,
+    for label, graph, start_input, resume, subgraphs in STREAMED:
+        graph_assistant = operator.assistants.search(graph_id=graph)[0]["assistant_id"]
+        for mode in CLIENT_MODES:
+            streamed = operator.threads.create()["thread_id"]
+            for phase, client, kwargs in (
+                ("start", operator, {"input": start_input()}),
+                ("resume", reviewer, {"command": {"resume": resume}}),
             ):
-                name, _, namespace = part.event.partition("|")
-                key = f"stream {mode} nested {phase}: {name}{' (subgraph)' if namespace else ''}"
-                seen[key] = [*seen.get(key, []), part.data]
+                options = {"stream_mode": mode, "stream_subgraphs": subgraphs, **kwargs}
+                for part in client.runs.stream(streamed, graph_assistant, **options):  # type: ignore[call-overload]
+                    name, _, namespace = part.event.partition("|")
+                    key = f"stream {mode}{label} {phase}: {name}{' (subgraph)' if namespace else ''}"
+                    seen[key] = [*seen.get(key, []), part.data]
     if dump is not None:
         (dump / f"sdk_shapes_{side.name.split()[0]}.json").write_text(json.dumps(seen, indent=1, default=str))
     return {call: shape(answer) for call, answer in seen.items()}

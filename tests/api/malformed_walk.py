@@ -133,8 +133,9 @@ def _paused_loan(walk: _Walk) -> dict[str, str]:
 
     from runtime.executor import run_execute
     from runtime.models import Run
+    from tests.conftest import loan_input
 
-    body = {"graph": "loan_approval", "input": _loan_input(), "metadata": {}}
+    body = {"graph": "loan_approval", "input": loan_input(), "metadata": {}}
     thread_id = walk.client.post("/api/threads", body, content_type="application/json", headers=walk.auth("operator"))
     thread = str(thread_id.json()["id"])
     run = str(Run.objects.filter(thread_id=thread).values_list("id", flat=True).get())
@@ -145,10 +146,6 @@ def _paused_loan(walk: _Walk) -> dict[str, str]:
         raise RuntimeError(f"the loan thread {thread} did not pause at its gate: its run {status}")
     victim, _ = get_user_model().objects.get_or_create(username="walk-subject")
     return {"thread": thread, "task": str(tasks[0]["id"]), "run": run, "user": str(victim.pk)}
-
-
-def _loan_input() -> dict[str, Any]:
-    return {"applicant": "Walk Applicant", "loan_id": "L-walk", "amount": 20_000, "income": 40_000, "term_months": 24}
 
 
 class _Walk:

@@ -71,15 +71,20 @@ def inner_gate(state: TravelState) -> dict[str, Any]:
     return {"decision": str((answer or {}).get("decision", ""))}
 
 
+def _running(node: str, subgraph: Any) -> StateGraph[TravelState]:
+    """A graph that runs ``subgraph`` (compiled) as its one node ``node``."""
+    builder = StateGraph(TravelState)
+    builder.add_node(node, subgraph)
+    builder.add_edge(START, node)
+    builder.add_edge(node, END)
+    return builder
+
+
 def _travel_nested() -> StateGraph[TravelState]:
     inner = StateGraph(TravelState)
     inner.add_node(inner_gate)
     inner.add_edge(START, "inner_gate")
-    builder = StateGraph(TravelState)
-    builder.add_node("child", inner.compile())
-    builder.add_edge(START, "child")
-    builder.add_edge("child", END)
-    return builder
+    return _running("child", inner.compile())
 
 
 travel_nested = _travel_nested()
@@ -87,14 +92,7 @@ travel_nested = _travel_nested()
 
 def _travel_deep() -> StateGraph[TravelState]:
     """Three subgraphs down: the root runs ``outer``, which runs travel_nested, whose ``child`` pauses."""
-    outer = StateGraph(TravelState)
-    outer.add_node("child", _travel_nested().compile())
-    outer.add_edge(START, "child")
-    builder = StateGraph(TravelState)
-    builder.add_node("outer", outer.compile())
-    builder.add_edge(START, "outer")
-    builder.add_edge("outer", END)
-    return builder
+    return _running("outer", _running("child", _travel_nested().compile()).compile())
 
 
 travel_deep = _travel_deep()
