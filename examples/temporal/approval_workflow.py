@@ -46,7 +46,11 @@ class ApprovalRequest:
     redaction_paths: list[str] = field(default_factory=list)
 
 
-@activity.defn
+# Cancellation is cooperative: the loop below checks for it after every heartbeat, at most one long poll
+# late. Temporal's default for a sync activity raises CancelledError into its thread asynchronously,
+# wherever that thread happens to be: mid-request, or inside a garbage-collection finalizer, where it is
+# lost (it failed the example's test now and then as an "exception ignored in finalize").
+@activity.defn(no_thread_cancel_exception=True)
 def gatehouse_decision(request: ApprovalRequest) -> dict[str, Any]:
     """Open the task (idempotently) and wait for its decision; returns the signed decision's fields."""
     info = activity.info()
