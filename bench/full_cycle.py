@@ -768,8 +768,7 @@ def server_breakdown(db_name: str, thread_ids: list[str]) -> dict[str, float]:
     import psycopg
 
     steps = {
-        "decision committed → dispatched to Celery": "dispatched_at - created_at",
-        "dispatched → claimed by a worker": "started_at - dispatched_at",
+        "decision committed → claimed by a worker (through Celery)": "started_at - created_at",
         "claimed → run finished (graph + bookkeeping)": "finished_at - started_at",
         "decision committed → run finished": "finished_at - created_at",
     }

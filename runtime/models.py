@@ -95,6 +95,9 @@ class Run(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     created_at = models.DateTimeField(auto_now_add=True)
+    # When the run was (last) sent to Celery: set at its insert, for it is sent when that commits, and moved
+    # by each re-send of the sweeper. NULL only on runs queued before this was so (the sweeper reads it as
+    # "sent at creation").
     dispatched_at = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)

@@ -87,7 +87,9 @@ def thread_start_enqueue(
     if not transaction.get_connection().in_atomic_block:
         raise RuntimeError("thread_start_enqueue must be called inside transaction.atomic()")
     thread = rows.row_insert(Thread(graph=graph, metadata=metadata, created_by=created_by, status=ThreadStatus.BUSY))
-    run = rows.row_insert(Run(thread=thread, kind=RunKind.START, input=input, created_by=created_by))
+    run = rows.row_insert(
+        Run(thread=thread, kind=RunKind.START, input=input, created_by=created_by, dispatched_at=timezone.now())
+    )
     _dispatch_on_commit(run)
     return thread, run
 
@@ -116,7 +118,13 @@ def run_enqueue(
     try:
         run = rows.row_insert(
             Run(
-                id=run_id or uuid.uuid4(), thread=thread, kind=kind, input=input, command=command, created_by=created_by
+                id=run_id or uuid.uuid4(),
+                thread=thread,
+                kind=kind,
+                input=input,
+                command=command,
+                created_by=created_by,
+                dispatched_at=timezone.now(),
             )
         )
     except IntegrityError as exc:
@@ -169,22 +177,17 @@ def retry_command(*, thread: Thread) -> dict[str, Any] | None:
 def run_dispatch(*, run_id: Any) -> None:
     """Send the run to Celery. A failure here is logged, not raised: the sweeper re-sends.
 
+    A run is inserted already stamped as dispatched (``dispatched_at``: sent when its transaction
+    commits), so sending costs no statement. A message lost on the way, or never sent because the
+    process died after the commit, looks to the sweeper like a run sent and not claimed: it re-sends
+    it after ``GATEHOUSE_REDISPATCH_AFTER_SECONDS``, as it would a run never stamped.
+
     Sent by task name: runtime.tasks imports the executor, which imports this module.
     """
     try:
         current_app.send_task(EXECUTE_RUN_TASK, args=[str(run_id)])
     except Exception:  # broker down: the run stays queued and the sweeper finds it
         log.exception("dispatch of run %s failed; the sweeper will retry", run_id)
-        return
-    if connection.vendor == "postgresql":  # the ORM's statement, written out: nothing to compile per run
-        with rows.fixed_cursor() as cursor:
-            cursor.execute(_DISPATCHED, [uuid.UUID(str(run_id)), RunStatus.QUEUED])
-    else:
-        Run.objects.filter(pk=run_id, status=RunStatus.QUEUED).update(dispatched_at=Now())
-
-
-# The dispatch stamp, by the database's clock (what ``Now()`` compiles to on PostgreSQL).
-_DISPATCHED = "UPDATE runtime_run SET dispatched_at = STATEMENT_TIMESTAMP() WHERE id = %s AND status = %s"
 
 
 # PostgreSQL: a claim's two writes in one statement. The thread's row is locked by the claim's read.

@@ -11,6 +11,7 @@ import uuid
 from datetime import timedelta
 
 import pytest
+from django.db import transaction
 from django.utils import timezone
 
 from approvals import bulk, claims, services
@@ -19,6 +20,7 @@ from approvals.inbox_filter import InboxFilter
 from approvals.models import ApprovalTask, AuditEvent, BulkAction, BulkStatus, Decision
 from approvals.payloads import DecisionRequest
 from console.selectors import inbox_list
+from runtime import runs
 from runtime.gatekeeper import gate_payload
 from runtime.models import Run, RunKind, Thread
 from tests.factories import loan_gate, task_decided, task_make
@@ -76,12 +78,19 @@ def test_each_task_gets_its_own_decision_evidence_audit_row_and_resume(personas,
     assert frame.last().details["decided"] == [str(t.pk) for t in tasks]
 
 
-def test_every_resume_is_dispatched_after_its_decision_commits(personas):
+def test_every_resume_is_dispatched_after_its_decision_commits(personas, monkeypatch):
+    sent: list[tuple[str, bool]] = []  # (run, committed when sent)
+
+    def dispatch(*, run_id):
+        sent.append((str(run_id), not transaction.get_connection().in_atomic_block))
+
+    monkeypatch.setattr(runs, "run_dispatch", dispatch)
     tasks = _tasks(3, _tag())
     _run(personas["approver"].user, tasks)
-    runs = Run.objects.filter(thread__in=[t.thread_id for t in tasks], kind=RunKind.RESUME)
-    assert runs.count() == 3
-    assert all(r.dispatched_at is not None or r.status != "queued" for r in runs)
+    resumes = Run.objects.filter(thread__in=[t.thread_id for t in tasks], kind=RunKind.RESUME)
+    assert resumes.count() == 3
+    resume_ids = {str(r.pk) for r in resumes}
+    assert sorted(entry for entry in sent if entry[0] in resume_ids) == sorted((run, True) for run in resume_ids)
 
 
 def test_tasks_it_cannot_decide_are_skipped_with_why(personas):

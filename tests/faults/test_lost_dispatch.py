@@ -40,11 +40,13 @@ def test_a_run_never_dispatched_after_commit_is_found_by_the_sweeper(fault_worke
     )
     monkeypatch.undo()
     run = Run.objects.get(pk=thread["run_id"])
-    assert run.status == "queued" and run.dispatched_at is None
+    assert run.status == "queued" and run.dispatched_at is not None  # stamped at commit: sent, as far as it knows
 
     pending_tasks(reviewer, thread["id"], timeout=30)
+    first_stamp = run.dispatched_at
     run.refresh_from_db()
-    assert run.status == "interrupted" and run.attempts == 1 and run.dispatched_at is not None
+    assert run.status == "interrupted" and run.attempts == 1
+    assert run.dispatched_at > first_stamp  # the sweeper's re-send moved the stamp
 
 
 def test_the_test_broker_never_evicts_queue_keys():

@@ -32,13 +32,15 @@ pytestmark = pytest.mark.usefixtures("live_db")
 # Start and decision read the principal's permissions and graph assignments in one query (was three).
 # Start: the thread is created busy with its run (no savepoint, no status update); the response shows the
 # thread as created (no pending-task read) and does not read the thread back to re-check its visibility.
-START_QUERIES = 10
+# Start and decision: a run is inserted stamped as dispatched, so its send after commit writes nothing;
+# both pinned at what they send since then (start 7 and decision 15 before, under bounds of 10 and 18).
+START_QUERIES = 6
 # Decision: no savepoint around the run insert; the decision is inserted naming its resume run; one
 # read of the task's siblings answers both "does another task wait" and "which decisions resume";
 # the response's re-check of the task's visibility reads nothing; the audit chain's lock and
 # head are read once per transaction; the webhook subscriptions are read once for its task.signed and
 # task.decided (was twice).
-DECISION_QUERIES = 18
+DECISION_QUERIES = 14
 # Claim: one locking read (run, thread, the database clock, the current branch), one update (run and
 # thread fence in one statement on PostgreSQL), the audit row.
 CLAIM_QUERIES = 7
