@@ -124,6 +124,9 @@ class _ChainHeld:
         self.head = GENESIS  # hash of the event this transaction appended last to the chain ...
         self.head_seen: list[Any] | None = None  # ... and the connection's callback list just after (None: read it)
         self.ids: list[int] = []  # drawn under the lock, not used yet, ascending
+        # PostgreSQL: the webhook subscriptions' generation as this transaction's last append saw it
+        # (``subscriptions_generation``).
+        self.generation: int | None = None
 
     def __call__(self) -> None:
         pass
@@ -248,7 +251,7 @@ def _append_to(chain: int, event: AuditEvent, *, transaction_chain: bool) -> Non
         if marker is None or marker.chain != chain or not marker.held(conn):
             _held[conn] = marker = _ChainHeld(chain, conn.run_on_commit)
             transaction.on_commit(marker)
-        _append_in_database(event)
+        marker.generation = _append_in_database(event)
         return
     if marker is None or marker.chain != chain or not marker.held(conn):
         chain_lock(chain)
@@ -273,10 +276,15 @@ def _append_to(chain: int, event: AuditEvent, *, transaction_chain: bool) -> Non
 APPEND_COLUMNS = (
     "chain", "at", "actor_id", "actor_label", "action", "subject_type", "subject_id", "thread_id", "graph", "details",
 )  # fmt: skip
-_APPEND_SQL = (
-    "SELECT event_id, event_prev_hash, event_hash FROM gatehouse_audit_append("
+_APPEND_CALL = (
+    "FROM gatehouse_audit_append("
     "%s, %s::smallint, %s, %s, %s::timestamptz, %s::integer, %s, %s, %s, %s, %s::uuid, %s, %s::jsonb)"
 )
+# With the webhook subscriptions' generation (migration 0024) read in the same statement: the outbox, which
+# every event reaches inside its transaction, knows from it whether the subscriptions it has are current.
+_GENERATION = "(SELECT value FROM gatehouse_webhook_generation WHERE id = 1)"
+_APPEND_SQL = f"SELECT event_id, event_prev_hash, event_hash, {_GENERATION} {_APPEND_CALL}"
+_APPEND_SQL_MIGRATING = f"SELECT event_id, event_prev_hash, event_hash, NULL {_APPEND_CALL}"  # no 0024 yet
 
 
 def hashed_parts(fields: dict[str, Any]) -> tuple[str, str]:
@@ -295,21 +303,39 @@ def _append_fields() -> tuple[Field[Any, Any], ...]:
     return tuple(by_column[column] for column in APPEND_COLUMNS)
 
 
-def _append_in_database(event: AuditEvent) -> None:
+def _append_in_database(event: AuditEvent) -> int | None:
     """PostgreSQL: lock the event's chain, link, number, hash and insert it in one round trip.
 
     ``gatehouse_audit_append`` (migration 0021) draws the id, so the hash's input is sent as the canonical
-    fields around it.
+    fields around it. Returns the webhook subscriptions' generation the statement saw (None while
+    ``migrate`` runs: the table may not be there yet).
     """
     fields = event_fields(event)
     del fields["id"]
     head, tail = hashed_parts(fields)
     values = [field.get_db_prep_save(getattr(event, field.attname), connection) for field in _append_fields()]
     with rows.fixed_cursor() as cursor:
-        cursor.execute(_APPEND_SQL, [_LOCK_CLASS, values[0], head, tail, *values[1:]])
-        event.id, event.prev_hash, event.hash = cursor.fetchone()
+        sql = _APPEND_SQL_MIGRATING if _migrating else _APPEND_SQL
+        cursor.execute(sql, [_LOCK_CLASS, values[0], head, tail, *values[1:]])
+        event.id, event.prev_hash, event.hash, generation = cursor.fetchone()
     event._state.adding = False
     event._state.db = connection.alias
+    return None if generation is None else int(generation)
+
+
+def subscriptions_generation() -> int | None:
+    """The webhook subscriptions' generation (migration 0024) as read by this transaction's last audit
+    append, or None (no append yet in this transaction, SQLite, or ``migrate`` running).
+
+    Read with the append, so an in-transaction subscriber of the event (the outbox) can tell without a
+    statement of its own whether subscriptions it read earlier are still the table as this transaction
+    sees it: every committed change to them moves the number, and numbers are never reused.
+    """
+    conn = transaction.get_connection()
+    marker = _held.get(conn)
+    if marker is None or not conn.in_atomic_block or not marker.held(conn):
+        return None
+    return marker.generation
 
 
 def _append(

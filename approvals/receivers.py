@@ -64,7 +64,7 @@ def on_run_completed(sender: Any, run: Run, values: dict[str, Any], **kwargs: An
         actor=None,
         actor_label="runtime",
         action=AuditAction.THREAD_COMPLETED,
-        details={"checkpoint_id": run.thread.checkpoint_id, "keys": sorted(values)},
+        details={"checkpoint_id": run.thread.checkpoint_id, "keys": sorted(values), "run": str(run.id)},
     )
 
 

@@ -23,6 +23,7 @@ from django.db import connection, transaction
 from django.dispatch import receiver
 from django.utils import timezone
 
+from approvals.audit import subscriptions_generation
 from approvals.gate_policy import gate_policy
 from approvals.models import ApprovalTask, AuditAction, AuditEvent, OutboundDelivery, WebhookSubscription
 from approvals.payloads import payload_kind
@@ -49,12 +50,40 @@ DELIVER_WEBHOOK_TASK = "approvals.deliver_webhook"
 def subscriptions_active(graph: str) -> list[WebhookSubscription]:
     """The active subscriptions to ``graph``'s events (named or ``*``), whatever their event types.
 
-    Read in every transaction that emits events (a run's outcome, a decision): written out once per
-    process and prepared (``runtime.rows``), what ``filter(active=True, graph__in=[graph, "*"])`` reads.
+    Read in every transaction that emits events (a run's outcome, a decision). On PostgreSQL each
+    audit append also reads the subscriptions' generation (``audit.subscriptions_generation``); the
+    subscriptions last read for ``graph`` in this process are used again while the generation this
+    transaction saw is the one they were read at: no statement, the same rows.
     """
+    generation = subscriptions_generation()
+    kept = _kept.get(graph)
+    if generation is not None and kept is not None and kept[0] == generation:
+        return list(kept[1])
+    read_at, subscriptions = _subscriptions_read(graph)
+    if read_at is not None:
+        if len(_kept) >= KEPT_GRAPHS:
+            _kept.clear()
+        _kept[graph] = (read_at, tuple(subscriptions))
+    return subscriptions
+
+
+# graph → (the generation they were read at, the active subscriptions then). Shared by the process's
+# threads: entries are replaced whole, and the rows in them are only read.
+_kept: dict[str, tuple[int, tuple[WebhookSubscription, ...]]] = {}
+KEPT_GRAPHS = 1000
+
+
+def _subscriptions_read(graph: str) -> tuple[int | None, list[WebhookSubscription]]:
+    """The active subscriptions and, on PostgreSQL, the generation they were read at (one statement);
+    written out once per process and prepared (``runtime.rows``), what
+    ``filter(active=True, graph__in=[graph, "*"])`` reads."""
     with rows.fixed_cursor() as cursor:
         cursor.execute(_active_sql(connection.vendor), [True, graph, "*"])
-        return [rows.model_from_row(WebhookSubscription, row) for row in cursor.fetchall()]
+        found = cursor.fetchall()
+    if connection.vendor != "postgresql":
+        return None, [rows.model_from_row(WebhookSubscription, row) for row in found]
+    generation = int(found[0][0])  # the generation's row is always there; subscriptions may not be
+    return generation, [rows.model_from_row(WebhookSubscription, row[1:]) for row in found if row[1] is not None]
 
 
 @functools.cache
@@ -62,9 +91,16 @@ def _active_sql(vendor: str) -> str:
     q = connection.ops.quote_name
     meta = WebhookSubscription._meta
     active, graph = q(str(meta.get_field("active").column)), q(str(meta.get_field("graph").column))
+    if vendor != "postgresql":
+        return (
+            f"SELECT {rows.columns(WebhookSubscription)} FROM {q(meta.db_table)} "  # noqa: S608 - names from the model
+            f"WHERE {active} = %s AND {graph} IN (%s, %s)"
+        )
+    # The generation's one row, joined to the matching subscriptions (none: one row of NULLs beside it).
     return (
-        f"SELECT {rows.columns(WebhookSubscription)} FROM {q(meta.db_table)} "  # noqa: S608 - names from the model
-        f"WHERE {active} = %s AND {graph} IN (%s, %s)"
+        f"SELECT g.value, {rows.columns(WebhookSubscription, 's')} "  # noqa: S608 - names from the model
+        f"FROM gatehouse_webhook_generation g LEFT JOIN {q(meta.db_table)} s "
+        f"ON s.{active} = %s AND s.{graph} IN (%s, %s) WHERE g.id = 1"
     )
 
 
@@ -108,6 +144,8 @@ def on_audit_recorded(event: AuditEvent) -> None:
         _task_opened(event)
     elif event.action in (AuditAction.DECISION_MADE, AuditAction.DECISION_RECORDED):
         _decision_recorded(event)
+    elif event.action == AuditAction.THREAD_COMPLETED:
+        _thread_completed(event)
     elif event.action in _DEADLINE_EVENTS:  # deadlines
         _deadline_step(event)
 
@@ -198,13 +236,18 @@ def _decision_recorded(instance: AuditEvent) -> None:
         event_emit("task.decided", graph=instance.graph, data=data, among=among)
 
 
-@receiver(signals.run_completed, dispatch_uid="outbound.thread_completed")
-def on_run_completed(sender: Any, run: Run, values: dict[str, Any], **kwargs: Any) -> None:
+def _thread_completed(event: AuditEvent) -> None:
     # State values are not sent: they may hold what only some roles may see.
+    details = event.details
     event_emit(
         "thread.completed",
-        graph=run.thread.graph,
-        data={"thread_id": str(run.thread_id), "run_id": str(run.id), "status": "completed", "keys": sorted(values)},
+        graph=event.graph,
+        data={
+            "thread_id": str(event.thread_id),
+            "run_id": details.get("run"),
+            "status": "completed",
+            "keys": details.get("keys", []),
+        },
     )
 
 
