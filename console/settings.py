@@ -348,6 +348,9 @@ if REDIS_URL:
     # Unacked messages come back after this long; it must exceed the longest
     # run. Runs whose worker died are recovered sooner by the lease sweeper.
     CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT", 3600, minimum=60)}
+    if REDIS_URL.startswith(("redis://", "rediss://")):
+        # kombu's Redis transport with one client kept per channel (console/redis_transport.py)
+        CELERY_BROKER_TRANSPORT = "console.redis_transport:Transport"
 else:
     # Embedded: one SQLite file is the broker (console/broker.py; why not kombu's
     # filesystem transport: docs/embedded.md). No remote control: its fanout
