@@ -232,6 +232,70 @@ def test_every_timeout_in_the_tests_scales_with_the_time_factor() -> None:
     assert not gone, f"these allowed timeouts are gone; remove them from UNSCALED_TIMEOUTS: {gone}"
 
 
+# A long poll's own timeout, sent to the API, must not outgrow what the API accepts (30 s scaled at factor 6
+# is 180 s, over the 120 s limit: a 422, and the poll never starts). tests.conftest.api_wait scales and
+# caps it; a long-poll timeout (a ``timeout=``/``wait=`` query in a URL, a ``wait=`` client keyword, a
+# ``"timeout"``/``"wait"`` query entry) built with scaled(...) is refused here.
+QUERY_WAITS = ("timeout=", "wait=")
+
+
+def _calls_scaled(node: ast.expr) -> bool:
+    return any(
+        isinstance(inner, ast.Call) and ast.unparse(inner.func).rpartition(".")[2] == "scaled"
+        for inner in ast.walk(node)
+    )
+
+
+def _scaled_long_polls(source: str) -> list[tuple[int, str]]:
+    """(line, expression) for each long-poll timeout sent to the API that is scaled without a cap."""
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(source)):
+        values: list[ast.expr] = []
+        if isinstance(node, ast.JoinedStr):  # f"/api/threads/{id}?wait_for=...&timeout={scaled(30)}"
+            pairs = zip(node.values, node.values[1:], strict=False)
+            values += [
+                b.value
+                for a, b in pairs
+                if isinstance(a, ast.Constant)
+                and str(a.value).endswith(QUERY_WAITS)
+                and isinstance(b, ast.FormattedValue)
+            ]
+        elif isinstance(node, ast.Dict):  # params={"timeout": scaled(30)}
+            values += [
+                v
+                for k, v in zip(node.keys, node.values, strict=True)
+                if isinstance(k, ast.Constant) and k.value in ("timeout", "wait")
+            ]
+        elif isinstance(node, ast.Call) and ast.unparse(node.func).rpartition(".")[2] in ("get", "post"):
+            values += [kw.value for kw in node.keywords if kw.arg == "wait"]  # client.get(url, wait=scaled(30))
+        found += [(v.lineno, ast.get_source_segment(source, v) or "") for v in values if _calls_scaled(v)]
+    return found
+
+
+def test_no_long_poll_timeout_sent_to_the_api_is_scaled_without_its_cap() -> None:
+    uncapped = [
+        f"{path.relative_to(ROOT)}:{line}: {expr}"
+        for path in sorted((ROOT / "tests").rglob("*.py"))
+        for line, expr in _scaled_long_polls(path.read_text())
+    ]
+    assert not uncapped, "long-poll timeouts scaled past the API's limit (use tests.conftest.api_wait):\n" + "\n".join(
+        uncapped
+    )
+
+
+@pytest.mark.parametrize(
+    "source,found",
+    [
+        ('client.get(f"/api/threads/{tid}?wait_for=completed&timeout={scaled(30)}")\n', 1),
+        ('client.post(url, params={"wait": scaled(30)})\nclient.get(url, wait=scaled(30))\n', 2),
+        ('client.get(f"/api/threads/{tid}?timeout={api_wait(30)}")\nproc.wait(timeout=scaled(10))\n', 0),
+        ('client.get(url, params={"timeout": 5}, timeout=scaled(30))\n', 0),
+    ],
+)
+def test_the_long_poll_scanner_sees_a_scaled_api_timeout(source: str, found: int) -> None:
+    assert len(_scaled_long_polls(source)) == found
+
+
 @pytest.mark.parametrize(
     "source,found",
     [
