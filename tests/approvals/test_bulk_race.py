@@ -12,13 +12,14 @@ import uuid
 from typing import Any
 
 import pytest
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from approvals import bulk, services
 from approvals.errors import Conflict
 from approvals.models import ApprovalTask, Decision
 from approvals.payloads import DecisionRequest
+from tests.approvals.races import Side
 from tests.conftest import scaled, wait_for, waiting_for_lock
 from tests.factories import task_make
 from tests.fake_resumes import fake_resumes_closed  # noqa: F401  (fixture)
@@ -33,31 +34,6 @@ def no_worker_dispatch(monkeypatch):
 
 def _fresh() -> services.Signer:
     return services.Signer(authenticated_at=timezone.now())
-
-
-class Side(threading.Thread):
-    """Runs ``work`` on its own database connection; remembers its backend pid, result and error."""
-
-    def __init__(self, work: Any) -> None:
-        super().__init__(daemon=True)
-        self.work = work
-        self.pid: int | None = None
-        self.result: Any = None
-        self.error: BaseException | None = None
-        self.ready = threading.Event()
-
-    def run(self) -> None:
-        try:
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_backend_pid()")
-                self.pid = cursor.fetchone()[0]
-            self.ready.set()
-            self.result = self.work()
-        except BaseException as exc:  # reported to the test thread
-            self.error = exc
-        finally:
-            self.ready.set()
-            connection.close()
 
 
 def _tasks(tag: str) -> tuple[ApprovalTask, ApprovalTask]:
