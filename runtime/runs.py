@@ -112,9 +112,14 @@ def run_enqueue(
     (the index named ``ONE_ACTIVE_RUN``; the primary key is a random UUID and
     foreign keys are checked at commit), and every caller turns ``ThreadBusy``
     into a refusal that rolls its transaction (or savepoint) back.
+
+    The thread is marked busy by the insert's own statement on PostgreSQL (``rows.row_insert``'s
+    ``along``: a data-modifying ``WITH``), one round trip; a refused insert marks nothing.
     """
     if not transaction.get_connection().in_atomic_block:
         raise RuntimeError("run_enqueue must be called inside transaction.atomic()")
+    now = timezone.now()
+    busy = [ThreadStatus.BUSY.value, rows.db_value(Thread, "updated_at", now), rows.db_value(Thread, "pk", thread.pk)]
     try:
         run = rows.row_insert(
             Run(
@@ -124,19 +129,14 @@ def run_enqueue(
                 input=input,
                 command=command,
                 created_by=created_by,
-                dispatched_at=timezone.now(),
-            )
+                dispatched_at=now,
+            ),
+            along=(_THREAD_BUSY, busy),
         )
     except IntegrityError as exc:
         if _violates(exc, ONE_ACTIVE_RUN):
             raise ThreadBusy(thread) from exc
         raise
-    now = timezone.now()
-    with rows.fixed_cursor() as cursor:
-        cursor.execute(
-            _THREAD_BUSY,
-            [ThreadStatus.BUSY.value, rows.db_value(Thread, "updated_at", now), rows.db_value(Thread, "pk", thread.pk)],
-        )
     thread.status = ThreadStatus.BUSY
     _dispatch_on_commit(run)
     return run

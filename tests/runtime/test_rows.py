@@ -19,8 +19,8 @@ from django.test.utils import CaptureQueriesContext
 
 from approvals.models import ApiToken
 from approvals.tokens import _digest, _token_by_digest, token_issue
-from runtime import rows
-from runtime.models import Run, RunKind, StoreOperation, Thread
+from runtime import rows, runs
+from runtime.models import Run, RunKind, RunStatus, StoreOperation, Thread, ThreadStatus
 from tests.factories import thread_make
 
 pytestmark = pytest.mark.django_db
@@ -183,3 +183,37 @@ def test_a_fixed_statements_value_is_the_orms_and_a_non_column_is_refused():
     assert rows.db_value(Run, "thread", thread.pk) == rows.db_value(Thread, "pk", thread.pk)  # as its target's key
     with pytest.raises(TypeError, match="runs"):
         rows.db_value(Thread, "runs", None)  # a reverse relation: no column to send a value for
+
+
+def test_a_row_inserted_along_with_another_write_is_one_statement_and_returns_its_key():
+    thread = thread_make(graph="loan_approval")
+    run = Run.objects.create(thread=thread, kind=RunKind.START, input={})
+    touch = ("UPDATE runtime_thread SET error = %s WHERE id = %s", ["touched", rows.db_value(Thread, "pk", thread.pk)])
+    with CaptureQueriesContext(connection) as sent:
+        mine = rows.row_insert(StoreOperation(thread=thread, run=run, op="put", namespace="a", key="k"), along=touch)
+    assert len(sent) == 1 and sent[0]["sql"].startswith("WITH along_write AS (UPDATE runtime_thread")
+    assert mine.pk is not None and StoreOperation.objects.get(pk=mine.pk).key == "k"  # the drawn key, RETURNING
+    assert Thread.objects.get(pk=thread.pk).error == "touched"
+
+
+def test_a_queued_run_marks_its_thread_busy_in_its_insert_and_a_second_one_is_thread_busy(monkeypatch):
+    """One statement (a data-modifying WITH) inserts the run and marks the thread; the one-active-run
+    index still refuses a second run, recognised by its name through that statement: ``ThreadBusy``."""
+    monkeypatch.setattr(runs, "run_dispatch", lambda *, run_id: None)
+    thread = thread_make(graph="loan_approval")
+    Thread.objects.filter(pk=thread.pk).update(status=ThreadStatus.FAILED, error="the last run failed")
+    with transaction.atomic(), CaptureQueriesContext(connection) as sent:
+        run = runs.run_enqueue(thread=thread, kind=RunKind.RETRY)
+    [statement] = [q["sql"] for q in sent if not q["sql"].startswith(("SAVEPOINT", "RELEASE"))]
+    assert statement.startswith("WITH along_write AS (UPDATE runtime_thread SET status")
+    assert 'INSERT INTO "runtime_run"' in statement
+    stored = Thread.objects.get(pk=thread.pk)
+    assert (stored.status, stored.error) == (ThreadStatus.BUSY, "") and thread.status == ThreadStatus.BUSY
+    assert Run.objects.get(pk=run.pk).status == RunStatus.QUEUED
+
+    Thread.objects.filter(pk=thread.pk).update(status=ThreadStatus.FAILED, error="kept")
+    with pytest.raises(runs.ThreadBusy), transaction.atomic():
+        runs.run_enqueue(thread=thread, kind=RunKind.RETRY)
+    stored = Thread.objects.get(pk=thread.pk)
+    assert (stored.status, stored.error) == (ThreadStatus.FAILED, "kept")
+    assert list(Run.objects.filter(thread=thread).values_list("pk", flat=True)) == [run.pk]
