@@ -62,12 +62,12 @@ def claim_held_message(claim: TaskClaim) -> str:
     return f"{claim.user.get_username()} has claimed this task until {until} UTC"
 
 
-def claim_check(actor: User, task: ApprovalTask) -> TaskClaim | None:
-    """Refuse ``actor``'s decision while someone else holds an active claim (called under the task's lock).
+def claim_check(actor: User, claim: TaskClaim | None) -> TaskClaim | None:
+    """Refuse ``actor``'s decision while someone else holds ``claim``, the task's active claim (read under
+    the task's lock: ``task_rows.decision_grounds``).
 
     Returns ``actor``'s own active claim, which the decision then ends.
     """
-    claim = claim_for(task)
     if claim is not None and claim.user_id != actor.pk:
         raise Conflict(f"{claim_held_message(claim)}; ask them or an admin to release it", field="claim")
     return claim

@@ -34,7 +34,7 @@ from approvals.payloads import (
     resume_value_build,
 )
 from approvals.redaction import MASK, redact
-from approvals.task_rows import decisions_on, sibling_statuses, task_close, tasks_pending
+from approvals.task_rows import DecisionGrounds, decision_grounds, task_closing, tasks_pending
 from runtime import rows
 from runtime.models import Run, RunKind, Thread, ThreadStatus
 from runtime.registry import UnknownGraph, graph_get, graph_names
@@ -272,14 +272,17 @@ def _task_decide(*, actor: User, task_id: Any, request: DecisionRequest, signer:
         )
     if thread.status != ThreadStatus.INTERRUPTED or thread.checkpoint_id != task.checkpoint_id:
         raise Conflict("the thread has moved on since this task opened; reload it", field="checkpoint_id")
-    own_claim = claim_check(actor, task)  # someone else's active claim refuses, on every surface
+    # One statement after the lock (a snapshot that sees what other signers committed while we waited):
+    # the claim, the earlier decisions and whether sibling tasks wait.
+    grounds = decision_grounds(task)
+    own_claim = claim_check(actor, grounds.claim)  # someone else's active claim refuses, on every surface
     redaction = redaction_policy(actor, task)
     evidence = evidence_digest(task=task, redaction=redaction)
     if request.evidence_digest is not None and request.evidence_digest != evidence:
         raise Conflict("the evidence you reviewed no longer matches this task; reload it", field="evidence_digest")
     if _reason_required(task, request.outcome) and not request.reason.strip():
         raise InvalidInput(f"a reason is required to {request.outcome}", field="reason")
-    earlier = decisions_on(task)
+    earlier = grounds.decisions
     if any(d.actor_id == actor.pk for d in earlier):
         raise Conflict("you have already signed this task; another approver must decide", field="task_id")
     _storable_check(request)
@@ -303,8 +306,9 @@ def _task_decide(*, actor: User, task_id: Any, request: DecisionRequest, signer:
     # (foreign keys are checked at commit), so only earlier decisions need their run set afterwards.
     waiting: list[Decision] | None = None
     if final and _resumes(task, request.outcome):
-        waiting = _resume_waiting(thread, task, earlier)
+        waiting = _resume_waiting(thread, task, grounds)
     resume_run_id = uuid.uuid4() if waiting is not None else None
+    # A final decision closes its task in the insert's statement (PostgreSQL; by the next one elsewhere).
     decision = rows.row_insert(
         Decision(
             run_id=resume_run_id,
@@ -329,7 +333,8 @@ def _task_decide(*, actor: User, task_id: Any, request: DecisionRequest, signer:
                 update=state_patch,
                 action=signed_action,
             ),
-        )
+        ),
+        along=task_closing(task) if final else None,
     )
     if own_claim is not None:
         claim_drop(task=task)  # the holder has signed: the task is free for the next signer (or done)
@@ -361,7 +366,6 @@ def _task_decide(*, actor: User, task_id: Any, request: DecisionRequest, signer:
     )
     if not final:
         return decision
-    task_close(task)
     if task.kind in task_completers:
         task_completers[task.kind](task, decision, actor)
     elif task.kind == TaskKind.BREAKPOINT and request.outcome == "reject":
@@ -570,18 +574,16 @@ def _resumes(task: ApprovalTask, outcome: str) -> bool:
     return task.kind not in task_completers and not (task.kind == TaskKind.BREAKPOINT and outcome == "reject")
 
 
-def _resume_waiting(thread: Thread, task: ApprovalTask, earlier: list[Decision]) -> list[Decision] | None:
+def _resume_waiting(thread: Thread, task: ApprovalTask, grounds: DecisionGrounds) -> list[Decision] | None:
     """The decisions already made that the resume carries with this one; None while another task waits.
 
-    Read under the thread's lock, in new statements (so committed siblings are
-    seen). The usual task is alone at its checkpoint: its own earlier decisions
-    (read already) are all there is, and one read of its siblings says so.
+    ``grounds`` were read under the thread's lock, after it was taken (so committed siblings are
+    seen). The usual task is alone at its checkpoint: its own earlier decisions are all there is.
     """
-    siblings = sibling_statuses(task)
-    if TaskStatus.PENDING in siblings:
+    if grounds.pending_sibling:
         return None
-    if not siblings:
-        return [d for d in earlier if d.run_id is None]
+    if not grounds.checkpoint_sibling:
+        return [d for d in grounds.decisions if d.run_id is None]
     # Interrupts raised in one super-step are resumed together: their decisions too.
     return list(
         Decision.objects.select_related("task")

@@ -84,16 +84,17 @@ def test_a_single_decision_arriving_while_the_bulk_decides_that_task_gets_a_conf
     )
     inside, release = threading.Event(), threading.Event()
 
-    claim_check = services.claim_check
+    decision_grounds = services.decision_grounds
 
-    def hold(actor: Any, task: ApprovalTask) -> Any:
-        # The claim check runs under the task's row lock: the bulk stops here, holding it.
-        if actor.pk == approver.pk and task.pk == contested.pk:
+    def hold(task: ApprovalTask) -> Any:
+        # The decision's grounds are read under the task's row lock: the bulk stops here, holding it.
+        # (The single decision never gets here: it finds the task decided once it has the lock.)
+        if task.pk == contested.pk:
             inside.set()
             assert release.wait(scaled(30))
-        return claim_check(actor, task)
+        return decision_grounds(task)
 
-    monkeypatch.setattr(services, "claim_check", hold)
+    monkeypatch.setattr(services, "decision_grounds", hold)
     first = Side(lambda: bulk.bulk_run(bulk_id=started.pk))
     first.start()
     assert inside.wait(scaled(30)), first.error

@@ -39,10 +39,12 @@ START_QUERIES = 6
 # read of the task's siblings answers both "does another task wait" and "which decisions resume";
 # the response's re-check of the task's visibility reads nothing; the audit chain's lock and
 # head are read once per transaction; the webhook subscriptions are read once for its task.signed and
-# task.decided (was twice).
-# 13 since the outbox keeps the subscriptions it read while their generation (read with each audit append)
-# stands: the decision's task.signed/task.decided no longer read them (was 14).
-DECISION_QUERIES = 13
+# task.decided (was twice). 13 since the outbox keeps the subscriptions it read while their generation (read
+# with each audit append) stands: the decision's task.signed/task.decided no longer read them (was 14).
+# 9 since the decision's folds: after the locking read, one statement reads the claim, the earlier
+# decisions and the siblings (was three); the deciding signature's insert closes its task, and the resume
+# run's insert marks its thread busy (data-modifying WITHs, was four).
+DECISION_QUERIES = 9
 # Claim: one locking read (run, thread, the database clock, the current branch), one update (run and
 # thread fence in one statement on PostgreSQL), the audit row.
 CLAIM_QUERIES = 7
