@@ -338,6 +338,33 @@ def subscriptions_generation() -> int | None:
     return marker.generation
 
 
+def _event_new(
+    *,
+    chain: int,
+    user: User | None,
+    label: str,
+    action: AuditAction | str,
+    subject_type: str,
+    subject_id: object,
+    thread_id: Any,
+    graph: str,
+    details: dict[str, Any] | None,
+) -> AuditEvent:
+    """An event to append to ``chain``, stamped now; its id and hashes come with the append."""
+    return AuditEvent(
+        chain=chain,
+        at=timezone.now(),
+        actor=user,
+        actor_label=label,
+        action=str(action),  # the stored value, also what the hash covers
+        subject_type=subject_type,
+        subject_id=str(subject_id),
+        thread_id=thread_id,
+        graph=graph,
+        details=json.loads(canonical(details or {})),  # stored as it is hashed
+    )
+
+
 def _append(
     *,
     chain: int,
@@ -353,17 +380,16 @@ def _append(
 ) -> AuditEvent:
     if _chains_missing():
         chain = LEGACY_CHAIN
-    event = AuditEvent(
+    event = _event_new(
         chain=chain,
-        at=timezone.now(),
-        actor=user,
-        actor_label=label,
-        action=str(action),  # the stored value, also what the hash covers
+        user=user,
+        label=label,
+        action=action,
         subject_type=subject_type,
-        subject_id=str(subject_id),
+        subject_id=subject_id,
         thread_id=thread_id,
         graph=graph,
-        details=json.loads(canonical(details or {})),  # stored as it is hashed
+        details=details,
     )
     if chain == LEGACY_CHAIN:
         _append_unpartitioned(event)
@@ -437,13 +463,9 @@ def audit_record(
     """Append one event to the chain of its thread (or subject), in the caller's transaction."""
     if not transaction.get_connection().in_atomic_block:
         raise RuntimeError("audit_record must run inside the transaction of the change it records")
-    # A principal that was never stored (``manage.py`` acting as a superuser) is recorded by its name.
-    named = actor if isinstance(actor, User) else None
-    user = named if named is not None and named.pk is not None else None
-    label = actor_label or (named.get_username() if named is not None else "system")
-    key = f"thread:{thread_id}" if thread_id else f"{subject_type}:{subject_id}"
+    user, label = _principal(actor, actor_label)
     return _append(
-        chain=_transaction_chain(key),
+        chain=_transaction_chain(_shard_key(subject_type, subject_id, thread_id)),
         user=user,
         label=label,
         action=action,
@@ -454,6 +476,122 @@ def audit_record(
         details=details,
         transaction_chain=True,
     )
+
+
+def _principal(actor: User | AnonymousUser | None, actor_label: str | None) -> tuple[User | None, str]:
+    """The stored user and the label of an event's actor. A principal that was never stored (``manage.py``
+    acting as a superuser) is recorded by its name."""
+    named = actor if isinstance(actor, User) else None
+    user = named if named is not None and named.pk is not None else None
+    return user, actor_label or (named.get_username() if named is not None else "system")
+
+
+def _shard_key(subject_type: str, subject_id: object, thread_id: Any) -> str:
+    return f"thread:{thread_id}" if thread_id else f"{subject_type}:{subject_id}"
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    """One event for ``audit_record_all``: what ``audit_record`` takes."""
+
+    action: AuditAction | str
+    subject_type: str
+    subject_id: object
+    thread_id: Any = None
+    graph: str = ""
+    details: dict[str, Any] | None = None
+    actor: User | AnonymousUser | None = None
+    actor_label: str | None = None
+
+    def recorded(self) -> AuditEvent:
+        """Appended alone (``audit_record``)."""
+        return audit_record(
+            actor=self.actor,
+            action=self.action,
+            subject_type=self.subject_type,
+            subject_id=self.subject_id,
+            thread_id=self.thread_id,
+            graph=self.graph,
+            details=self.details,
+            actor_label=self.actor_label,
+        )
+
+
+def audit_record_all(entries: list[AuditEntry]) -> list[AuditEvent]:
+    """Append ``entries`` in order, in the caller's transaction: what as many ``audit_record`` calls append.
+
+    On PostgreSQL several go in one statement (``gatehouse_audit_append_all``, migration 0025): each is
+    locked, linked, numbered and hashed as ``gatehouse_audit_append`` does it alone, in the order given,
+    to the transaction's chain (the first event's, as for consecutive calls). Each is published to the
+    domain's subscribers once all are appended, in order.
+    """
+    if not transaction.get_connection().in_atomic_block:
+        raise RuntimeError("audit_record_all must run inside the transaction of the changes it records")
+    if len(entries) < 2 or connection.vendor != "postgresql" or _migrating:
+        return [entry.recorded() for entry in entries]
+    first = entries[0]
+    chain = _transaction_chain(_shard_key(first.subject_type, first.subject_id, first.thread_id))
+    events = []
+    for entry in entries:
+        user, label = _principal(entry.actor, entry.actor_label)
+        events.append(
+            _event_new(
+                chain=chain,
+                user=user,
+                label=label,
+                action=entry.action,
+                subject_type=entry.subject_type,
+                subject_id=entry.subject_id,
+                thread_id=entry.thread_id,
+                graph=entry.graph,
+                details=entry.details,
+            )
+        )
+    conn = transaction.get_connection()
+    marker = _held.get(conn)
+    if marker is None or marker.chain != chain or not marker.held(conn):
+        _held[conn] = marker = _ChainHeld(chain, conn.run_on_commit)
+        transaction.on_commit(marker)
+    marker.generation = _append_all_in_database(events)
+    for event in events:
+        events_publish(event)
+    return events
+
+
+_APPEND_ALL_SQL = (
+    "SELECT r.event_id, r.event_prev_hash, r.event_hash, "  # noqa: S608 - constants
+    f"{_GENERATION} FROM gatehouse_audit_append_all(%s, %s::smallint, %s::text[], %s::text[], "
+    "%s::timestamptz[], %s::integer[], %s::varchar[], %s::varchar[], %s::varchar[], %s::varchar[], "
+    "%s::uuid[], %s::varchar[], %s::jsonb[]) r"
+)
+
+
+def _append_all_in_database(events: list[AuditEvent]) -> int | None:
+    """PostgreSQL: ``_append_in_database`` for several events of one chain, in one statement; returns the
+    webhook subscriptions' generation it saw."""
+    parts = []
+    for event in events:
+        fields = event_fields(event)
+        del fields["id"]
+        parts.append(hashed_parts(fields))
+    columns = [
+        [field.get_db_prep_save(getattr(event, field.attname), connection) for event in events]
+        for field in _append_fields()[1:]  # the chain is one for all
+    ]
+    with rows.fixed_cursor() as cursor:
+        cursor.execute(
+            _APPEND_ALL_SQL,
+            [_LOCK_CLASS, events[0].chain, [head for head, _ in parts], [tail for _, tail in parts], *columns],
+        )
+        found = cursor.fetchall()
+    if len(found) != len(events):  # the function returns one row per event, or raised
+        raise RuntimeError(f"the audit append returned {len(found)} rows for {len(events)} events")
+    for event, (event_id, prev_hash, event_hash_, _) in zip(events, found, strict=True):
+        event.id, event.prev_hash, event.hash = event_id, prev_hash, event_hash_
+        event._state.adding = False
+        event._state.db = connection.alias
+    generation = found[0][3]
+    return None if generation is None else int(generation)
 
 
 # --- anchors: every chain's head pinned together, so a cut-off tail is seen ----------------------

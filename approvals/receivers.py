@@ -6,7 +6,7 @@ from typing import Any
 
 from django.dispatch import receiver
 
-from approvals.audit import audit_record, audit_thread
+from approvals.audit import AuditEntry, audit_record, audit_record_all
 from approvals.intent import decision_followed
 from approvals.models import AuditAction, AuditEvent
 from approvals.services import tasks_open
@@ -30,9 +30,8 @@ def _thread_graph(thread_id: Any) -> str:
     return graph
 
 
-def _audit_run(run: Run, action: AuditAction, details: dict[str, Any]) -> None:
-    audit_record(
-        actor=None,
+def _run_entry(run: Run, action: AuditAction, details: dict[str, Any]) -> AuditEntry:
+    return AuditEntry(
         actor_label=f"worker:{run.lease_owner}" if run.lease_owner else "runtime",
         action=action,
         subject_type="run",
@@ -41,6 +40,10 @@ def _audit_run(run: Run, action: AuditAction, details: dict[str, Any]) -> None:
         graph=run.thread.graph,
         details={"kind": run.kind, **details},
     )
+
+
+def _audit_run(run: Run, action: AuditAction, details: dict[str, Any]) -> None:
+    _run_entry(run, action, details).recorded()
 
 
 @receiver(signals.run_claimed)
@@ -52,20 +55,24 @@ def on_run_claimed(sender: Any, run: Run, **kwargs: Any) -> None:
 
 @receiver(signals.run_interrupted)
 def on_run_interrupted(sender: Any, run: Run, interrupts: list[Any], **kwargs: Any) -> None:
-    _audit_run(run, AuditAction.RUN_INTERRUPTED, {"interrupts": [i.interrupt_id for i in interrupts]})
-    tasks_open(run=run, interrupts=interrupts)
+    # The run's pause and the tasks it opens: audited together, in this order (one statement).
+    paused = _run_entry(run, AuditAction.RUN_INTERRUPTED, {"interrupts": [i.interrupt_id for i in interrupts]})
+    tasks_open(run=run, interrupts=interrupts, audited_first=paused)
 
 
 @receiver(signals.run_completed)
 def on_run_completed(sender: Any, run: Run, values: dict[str, Any], **kwargs: Any) -> None:
-    _audit_run(run, AuditAction.RUN_SUCCEEDED, {})
-    audit_thread(
-        thread=run.thread,
-        actor=None,
+    thread = run.thread
+    completed = AuditEntry(
         actor_label="runtime",
         action=AuditAction.THREAD_COMPLETED,
-        details={"checkpoint_id": run.thread.checkpoint_id, "keys": sorted(values), "run": str(run.id)},
+        subject_type="thread",
+        subject_id=thread.id,
+        thread_id=thread.id,
+        graph=thread.graph,
+        details={"checkpoint_id": thread.checkpoint_id, "keys": sorted(values), "run": str(run.id)},
     )
+    audit_record_all([_run_entry(run, AuditAction.RUN_SUCCEEDED, {}), completed])
 
 
 @receiver(signals.run_failed)

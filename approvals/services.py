@@ -20,7 +20,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from approvals import gateway, permissions
-from approvals.audit import audit_record, audit_task, audit_thread, canonical
+from approvals.audit import AuditEntry, audit_record, audit_record_all, audit_task, audit_thread, canonical
 from approvals.claims import claim_check, claim_drop
 from approvals.errors import Conflict, Forbidden, InvalidInput
 from approvals.gate_policy import gate_deadline, gate_policy
@@ -91,15 +91,27 @@ def thread_retry(*, actor: User, thread_id: Any) -> Run:
     return run
 
 
-def tasks_open(*, run: Run, interrupts: list[PendingInterrupt]) -> list[ApprovalTask]:
+def tasks_open(
+    *, run: Run, interrupts: list[PendingInterrupt], audited_first: AuditEntry | None = None
+) -> list[ApprovalTask]:
     """Turn a run's pending interrupts into approval tasks, idempotently.
 
     Called inside the transaction that records the run's outcome. A pending
     task for the same interrupt id and payload is kept (a redelivered run
     changes nothing); one whose payload changed, or whose interrupt is no
-    longer pending, is superseded.
+    longer pending, is superseded. ``audited_first``: an event (the run's pause) appended to the
+    trail just before the opened tasks' ``task.opened`` events, in the same statement.
     """
     thread = run.thread
+    opened: list[ApprovalTask] = []
+    audited = [] if audited_first is None else [audited_first]
+
+    def audit_flush() -> None:
+        # What is collected goes to the trail before anything else is audited, so events keep their order.
+        with task_opening(*opened):  # the outbox's task.opened is described from these rows, not read back
+            audit_record_all(audited)
+        audited.clear()
+
     current_ids = {i.interrupt_id for i in interrupts}
     # One read of the thread's pending tasks serves the stale check and every interrupt below.
     pending: dict[str, ApprovalTask] = {}
@@ -107,8 +119,8 @@ def tasks_open(*, run: Run, interrupts: list[PendingInterrupt]) -> list[Approval
         if task.interrupt_id in current_ids and task.interrupt_id not in pending:
             pending[task.interrupt_id] = task
         else:
+            audit_flush()
             task_supersede(task, reason="the thread moved on without this interrupt")
-    opened = []
     for item in interrupts:
         digest = payload_digest(item.value)
         existing = pending.pop(item.interrupt_id, None)
@@ -118,6 +130,7 @@ def tasks_open(*, run: Run, interrupts: list[PendingInterrupt]) -> list[Approval
                 existing.save(update_fields=["checkpoint_id"])
             continue
         if existing is not None:
+            audit_flush()
             task_supersede(existing, reason="the interrupt was raised again with a different payload")
         due_at, remind_at = _deadline_times(thread.graph, item.node, item.value)
         policy = gate_policy(item.value)
@@ -141,9 +154,8 @@ def tasks_open(*, run: Run, interrupts: list[PendingInterrupt]) -> list[Approval
                 correlation_key=policy.correlation_key_indexed,
             )
         )
-        with task_opening(task):  # the outbox's task.opened is described from this row, not read back
-            audit_record(
-                actor=None,
+        audited.append(
+            AuditEntry(
                 actor_label="runtime",
                 action=AuditAction.TASK_OPENED,
                 subject_type="task",
@@ -159,7 +171,9 @@ def tasks_open(*, run: Run, interrupts: list[PendingInterrupt]) -> list[Approval
                     "payload_digest": digest,
                 },
             )
+        )
         opened.append(task)
+    audit_flush()
     return opened
 
 
@@ -340,7 +354,7 @@ def _task_decide(*, actor: User, task_id: Any, request: DecisionRequest, signer:
         claim_drop(task=task)  # the holder has signed: the task is free for the next signer (or done)
     approvals = sum(1 for d in earlier if d.meaning == "approved") + (1 if meaning == "approved" else 0)
     quorum = {"approvals": approvals, "required": task.required_approvals, "met": final}
-    audit_record(
+    made = AuditEntry(
         actor=actor,
         action=AuditAction.DECISION_MADE if final else AuditAction.DECISION_RECORDED,
         subject_type="task",
@@ -364,6 +378,9 @@ def _task_decide(*, actor: User, task_id: Any, request: DecisionRequest, signer:
             "signed_digest": decision.signed_digest,
         },
     )
+    resumes = waiting is not None and resume_run_id is not None
+    if not resumes:
+        made.recorded()  # else with the run it queues, below: one statement
     if not final:
         return decision
     if task.kind in task_completers:
@@ -372,7 +389,9 @@ def _task_decide(*, actor: User, task_id: Any, request: DecisionRequest, signer:
         _thread_cancel(thread, actor=actor, reason=request.reason)
     elif waiting is not None and resume_run_id is not None:
         signed = sorted([*waiting, decision], key=lambda d: d.created_at)  # in the order they were made
-        decision.run = _resume_enqueue(thread, task.checkpoint_id, actor, signed, run_id=resume_run_id)
+        decision.run = _resume_enqueue(
+            thread, task.checkpoint_id, actor, signed, run_id=resume_run_id, audited_first=made
+        )
     return decision
 
 
@@ -593,9 +612,19 @@ def _resume_waiting(thread: Thread, task: ApprovalTask, grounds: DecisionGrounds
 
 
 def _resume_enqueue(
-    thread: Thread, checkpoint_id: str, actor: User, decisions: list[Decision], *, run_id: uuid.UUID
+    thread: Thread,
+    checkpoint_id: str,
+    actor: User,
+    decisions: list[Decision],
+    *,
+    run_id: uuid.UUID,
+    audited_first: AuditEntry | None = None,
 ) -> Run:
-    """Queue the run that resumes ``thread`` with ``decisions`` (the last one was inserted naming ``run_id``)."""
+    """Queue the run that resumes ``thread`` with ``decisions`` (the last one was inserted naming ``run_id``).
+
+    ``audited_first``: the deciding signature's event, appended just before the run's ``run.queued`` (one
+    statement).
+    """
     command = signed_command(decisions, checkpoint_id=checkpoint_id)
     resume, update = command["resume"] or {}, command["update"]
     try:
@@ -605,7 +634,7 @@ def _resume_enqueue(
     earlier = [d.pk for d in decisions if d.run_id != run.id]
     if earlier:
         Decision.objects.filter(pk__in=earlier).update(run=run)
-    audit_record(
+    queued = AuditEntry(
         actor=actor,
         action=AuditAction.RUN_QUEUED,
         subject_type="run",
@@ -614,6 +643,7 @@ def _resume_enqueue(
         graph=thread.graph,
         details={"kind": "resume", "interrupts": sorted(resume), "update": update or None},
     )
+    audit_record_all([queued] if audited_first is None else [audited_first, queued])
     return run
 
 

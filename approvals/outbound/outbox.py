@@ -169,15 +169,16 @@ def _deadline_step(event: AuditEvent) -> None:
     )
 
 
-# The task whose opening is being recorded, when the service that opens it says so (``task_opening``):
-# its ``task.opened`` event is described from it instead of reading the row just inserted.
-_opening: ContextVar[ApprovalTask | None] = ContextVar("outbox_task_opening", default=None)
+# The tasks whose opening is being recorded, by id, when the service that opens them says so
+# (``task_opening``): their ``task.opened`` events are described from them instead of reading the rows
+# just inserted.
+_opening: ContextVar[dict[str, ApprovalTask] | None] = ContextVar("outbox_task_opening", default=None)
 
 
 @contextmanager
-def task_opening(task: ApprovalTask) -> Iterator[None]:
-    """Around the audit of ``task``'s opening: the outbox describes the task from this object."""
-    token = _opening.set(task)
+def task_opening(*tasks: ApprovalTask) -> Iterator[None]:
+    """Around the audit of ``tasks``' opening: the outbox describes each task from its object."""
+    token = _opening.set({str(task.pk): task for task in tasks})
     try:
         yield
     finally:
@@ -185,8 +186,8 @@ def task_opening(task: ApprovalTask) -> Iterator[None]:
 
 
 def _task_opened(event: AuditEvent) -> None:
-    task = _opening.get()
-    if task is None or str(task.pk) != event.subject_id:
+    task = (_opening.get() or {}).get(event.subject_id)
+    if task is None:
         task = ApprovalTask.objects.filter(pk=event.subject_id).first()
     if task is None:  # an audit row about a task that is not (or no longer) stored: nothing to describe
         return

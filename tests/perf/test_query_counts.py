@@ -44,7 +44,8 @@ START_QUERIES = 6
 # 9 since the decision's folds: after the locking read, one statement reads the claim, the earlier
 # decisions and the siblings (was three); the deciding signature's insert closes its task, and the resume
 # run's insert marks its thread busy (data-modifying WITHs, was four).
-DECISION_QUERIES = 9
+# 8 since the deciding signature's event and its resume's run.queued are appended by one statement.
+DECISION_QUERIES = 8
 # Claim: one locking read (run, thread, the database clock, the current branch), one update (run and
 # thread fence in one statement on PostgreSQL), the audit row.
 CLAIM_QUERIES = 7
@@ -54,7 +55,8 @@ CLAIM_QUERIES = 7
 # round 13 (was 10 as a bound with room): a graph no test subscribes webhooks to, so nothing else varies.
 # 7 with the webhook subscriptions kept (their generation comes with the audit append): the test finishes a
 # first run to warm the process's list, as every finish but a process's first finds it.
-FINISH_QUERIES = 7
+# 6 since the run's pause and the task it opens are appended by one statement.
+FINISH_QUERIES = 6
 # A resume run that completes, executed in this process: every statement psycopg sends (the
 # checkpointer's included). The state is read once before streaming (the resume guard) and not after
 # (the outcome comes from the stream); 47 before that and the claim/finish trims; 39 before this round:
@@ -62,7 +64,8 @@ FINISH_QUERIES = 7
 # and the finish's writes are one statement each (the notify joined the finish's), and the audit
 # chain's lock and head are read once per transaction. 20 measured since round 13 (bound 24 before).
 # 19 since thread.completed's outbox entry uses the subscriptions kept from the start run's task.opened.
-RESUME_RUN_STATEMENTS = 19
+# 18 since run.succeeded and thread.completed are appended by one statement.
+RESUME_RUN_STATEMENTS = 18
 # A graph no test subscribes webhooks to: matching subscriptions (other tests') would add outbox rows.
 QUIET_GRAPH = "nested_review"
 # A live inbox pushing a new task's row (console.consumers.InboxConsumer): the session and the user
