@@ -365,36 +365,14 @@ def _event_new(
     )
 
 
-def _append(
-    *,
-    chain: int,
-    user: User | None,
-    label: str,
-    action: AuditAction | str,
-    subject_type: str,
-    subject_id: object,
-    thread_id: Any,
-    graph: str,
-    details: dict[str, Any] | None,
-    transaction_chain: bool = False,
-) -> AuditEvent:
-    if _chains_missing():
-        chain = LEGACY_CHAIN
-    event = _event_new(
-        chain=chain,
-        user=user,
-        label=label,
-        action=action,
-        subject_type=subject_type,
-        subject_id=subject_id,
-        thread_id=thread_id,
-        graph=graph,
-        details=details,
-    )
-    if chain == LEGACY_CHAIN:
+def _append(event: AuditEvent, *, transaction_chain: bool = False) -> AuditEvent:
+    """Append ``event`` (``_event_new``) to its chain and publish it."""
+    if _chains_missing():  # ``migrate`` before the chains: the one chain there was
+        event.chain = LEGACY_CHAIN
+    if event.chain == LEGACY_CHAIN:
         _append_unpartitioned(event)
     else:
-        _append_to(chain, event, transaction_chain=transaction_chain)
+        _append_to(event.chain, event, transaction_chain=transaction_chain)
     events_publish(event)
     return event
 
@@ -463,19 +441,17 @@ def audit_record(
     """Append one event to the chain of its thread (or subject), in the caller's transaction."""
     if not transaction.get_connection().in_atomic_block:
         raise RuntimeError("audit_record must run inside the transaction of the change it records")
-    user, label = _principal(actor, actor_label)
-    return _append(
-        chain=_transaction_chain(_shard_key(subject_type, subject_id, thread_id)),
-        user=user,
-        label=label,
+    entry = AuditEntry(
         action=action,
         subject_type=subject_type,
         subject_id=subject_id,
         thread_id=thread_id,
         graph=graph,
         details=details,
-        transaction_chain=True,
+        actor=actor,
+        actor_label=actor_label,
     )
+    return _append(entry.event(_transaction_chain(entry.shard_key())), transaction_chain=True)
 
 
 def _principal(actor: User | AnonymousUser | None, actor_label: str | None) -> tuple[User | None, str]:
@@ -484,10 +460,6 @@ def _principal(actor: User | AnonymousUser | None, actor_label: str | None) -> t
     named = actor if isinstance(actor, User) else None
     user = named if named is not None and named.pk is not None else None
     return user, actor_label or (named.get_username() if named is not None else "system")
-
-
-def _shard_key(subject_type: str, subject_id: object, thread_id: Any) -> str:
-    return f"thread:{thread_id}" if thread_id else f"{subject_type}:{subject_id}"
 
 
 @dataclass(frozen=True)
@@ -502,6 +474,25 @@ class AuditEntry:
     details: dict[str, Any] | None = None
     actor: User | AnonymousUser | None = None
     actor_label: str | None = None
+
+    def shard_key(self) -> str:
+        """What picks the event's chain: its thread, else its subject."""
+        return f"thread:{self.thread_id}" if self.thread_id else f"{self.subject_type}:{self.subject_id}"
+
+    def event(self, chain: int) -> AuditEvent:
+        """The event to append to ``chain``, stamped now."""
+        user, label = _principal(self.actor, self.actor_label)
+        return _event_new(
+            chain=chain,
+            user=user,
+            label=label,
+            action=self.action,
+            subject_type=self.subject_type,
+            subject_id=self.subject_id,
+            thread_id=self.thread_id,
+            graph=self.graph,
+            details=self.details,
+        )
 
     def recorded(self) -> AuditEvent:
         """Appended alone (``audit_record``)."""
@@ -529,24 +520,8 @@ def audit_record_all(entries: list[AuditEntry]) -> list[AuditEvent]:
         raise RuntimeError("audit_record_all must run inside the transaction of the changes it records")
     if len(entries) < 2 or connection.vendor != "postgresql" or _migrating:
         return [entry.recorded() for entry in entries]
-    first = entries[0]
-    chain = _transaction_chain(_shard_key(first.subject_type, first.subject_id, first.thread_id))
-    events = []
-    for entry in entries:
-        user, label = _principal(entry.actor, entry.actor_label)
-        events.append(
-            _event_new(
-                chain=chain,
-                user=user,
-                label=label,
-                action=entry.action,
-                subject_type=entry.subject_type,
-                subject_id=entry.subject_id,
-                thread_id=entry.thread_id,
-                graph=entry.graph,
-                details=entry.details,
-            )
-        )
+    chain = _transaction_chain(entries[0].shard_key())
+    events = [entry.event(chain) for entry in entries]
     conn = transaction.get_connection()
     marker = _held.get(conn)
     if marker is None or marker.chain != chain or not marker.held(conn):
@@ -649,21 +624,23 @@ def audit_anchor() -> list[AuditAnchor]:
             head = head_of(chain)
             if chain in active:
                 event = _append(
-                    chain=chain,
-                    user=None,
-                    label="system",
-                    action=AuditAction.AUDIT_ANCHOR,
-                    subject_type="audit",
-                    subject_id=head.head_id or 0,
-                    thread_id=None,
-                    graph="",
-                    details={
-                        "chain": chain,
-                        "head_id": head.head_id,
-                        "head_hash": head.head_hash,
-                        "length": head.length,
-                        "heads": witnessed,
-                    },
+                    _event_new(
+                        chain=chain,
+                        user=None,
+                        label="system",
+                        action=AuditAction.AUDIT_ANCHOR,
+                        subject_type="audit",
+                        subject_id=head.head_id or 0,
+                        thread_id=None,
+                        graph="",
+                        details={
+                            "chain": chain,
+                            "head_id": head.head_id,
+                            "head_hash": head.head_hash,
+                            "length": head.length,
+                            "heads": witnessed,
+                        },
+                    )
                 )
                 pinned = (event.pk, event.hash, head.length + 1)
             else:  # nothing appends to it any more; it is among ``heads``, so it has a head
