@@ -439,9 +439,7 @@ def audit_record(
     actor_label: str | None = None,
 ) -> AuditEvent:
     """Append one event to the chain of its thread (or subject), in the caller's transaction."""
-    if not transaction.get_connection().in_atomic_block:
-        raise RuntimeError("audit_record must run inside the transaction of the change it records")
-    entry = AuditEntry(
+    return AuditEntry(
         action=action,
         subject_type=subject_type,
         subject_id=subject_id,
@@ -450,8 +448,7 @@ def audit_record(
         details=details,
         actor=actor,
         actor_label=actor_label,
-    )
-    return _append(entry.event(_transaction_chain(entry.shard_key())), transaction_chain=True)
+    ).recorded()
 
 
 def _principal(actor: User | AnonymousUser | None, actor_label: str | None) -> tuple[User | None, str]:
@@ -495,17 +492,10 @@ class AuditEntry:
         )
 
     def recorded(self) -> AuditEvent:
-        """Appended alone (``audit_record``)."""
-        return audit_record(
-            actor=self.actor,
-            action=self.action,
-            subject_type=self.subject_type,
-            subject_id=self.subject_id,
-            thread_id=self.thread_id,
-            graph=self.graph,
-            details=self.details,
-            actor_label=self.actor_label,
-        )
+        """Appended alone (what ``audit_record`` does)."""
+        if not transaction.get_connection().in_atomic_block:
+            raise RuntimeError("audit_record must run inside the transaction of the change it records")
+        return _append(self.event(_transaction_chain(self.shard_key())), transaction_chain=True)
 
 
 def audit_record_all(entries: list[AuditEntry]) -> list[AuditEvent]:
