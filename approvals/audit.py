@@ -235,6 +235,16 @@ def _insert(event: AuditEvent) -> None:
     event._state.db = connection.alias
 
 
+def _marker_for(conn: BaseDatabaseWrapper, chain: int) -> _ChainHeld:
+    """PostgreSQL: the marker of the transaction's chain, registered on its first append
+    (``gatehouse_audit_append`` takes the chain's lock itself)."""
+    marker = _held.get(conn)
+    if marker is None or marker.chain != chain or not marker.held(conn):
+        _held[conn] = marker = _ChainHeld(chain, conn.run_on_commit)
+        transaction.on_commit(marker)
+    return marker
+
+
 def _append_to(chain: int, event: AuditEvent, *, transaction_chain: bool) -> None:
     """Link ``event`` to ``chain``'s head under the chain's lock, give it its id and hash, and insert it.
 
@@ -248,10 +258,7 @@ def _append_to(chain: int, event: AuditEvent, *, transaction_chain: bool) -> Non
     conn = transaction.get_connection()
     marker = _held.get(conn)
     if transaction_chain and conn.vendor == "postgresql":
-        if marker is None or marker.chain != chain or not marker.held(conn):
-            _held[conn] = marker = _ChainHeld(chain, conn.run_on_commit)
-            transaction.on_commit(marker)
-        marker.generation = _append_in_database(event)
+        _marker_for(conn, chain).generation = _append_in_database(event)
         return
     if marker is None or marker.chain != chain or not marker.held(conn):
         chain_lock(chain)
@@ -303,6 +310,15 @@ def _append_fields() -> tuple[Field[Any, Any], ...]:
     return tuple(by_column[column] for column in APPEND_COLUMNS)
 
 
+def _append_arguments(event: AuditEvent) -> tuple[str, str, list[Any]]:
+    """What ``gatehouse_audit_append`` takes for ``event``: the canonical fields hashed around its id (drawn
+    by the function), and the values of ``APPEND_COLUMNS``."""
+    fields = event_fields(event)
+    del fields["id"]
+    head, tail = hashed_parts(fields)
+    return head, tail, [field.get_db_prep_save(getattr(event, field.attname), connection) for field in _append_fields()]
+
+
 def _append_in_database(event: AuditEvent) -> int | None:
     """PostgreSQL: lock the event's chain, link, number, hash and insert it in one round trip.
 
@@ -310,10 +326,7 @@ def _append_in_database(event: AuditEvent) -> int | None:
     fields around it. Returns the webhook subscriptions' generation the statement saw (None while
     ``migrate`` runs: the table may not be there yet).
     """
-    fields = event_fields(event)
-    del fields["id"]
-    head, tail = hashed_parts(fields)
-    values = [field.get_db_prep_save(getattr(event, field.attname), connection) for field in _append_fields()]
+    head, tail, values = _append_arguments(event)
     with rows.fixed_cursor() as cursor:
         sql = _APPEND_SQL_MIGRATING if _migrating else _APPEND_SQL
         cursor.execute(sql, [_LOCK_CLASS, values[0], head, tail, *values[1:]])
@@ -472,6 +485,32 @@ class AuditEntry:
     actor: User | AnonymousUser | None = None
     actor_label: str | None = None
 
+    @classmethod
+    def about_task(
+        cls,
+        task: ApprovalTask,
+        action: AuditAction | str,
+        details: dict[str, Any] | None = None,
+        *,
+        actor: User | AnonymousUser | None = None,
+        actor_label: str | None = None,
+    ) -> AuditEntry:
+        """An event about ``task``: subject ``task``/its id, in the task's thread and graph."""
+        return cls(action, "task", task.id, task.thread_id, task.graph, details, actor, actor_label)
+
+    @classmethod
+    def about_thread(
+        cls,
+        thread: Thread,
+        action: AuditAction | str,
+        details: dict[str, Any] | None = None,
+        *,
+        actor: User | AnonymousUser | None = None,
+        actor_label: str | None = None,
+    ) -> AuditEntry:
+        """An event about ``thread``: subject ``thread``/its id, in that thread and its graph."""
+        return cls(action, "thread", thread.id, thread.id, thread.graph, details, actor, actor_label)
+
     def shard_key(self) -> str:
         """What picks the event's chain: its thread, else its subject."""
         return f"thread:{self.thread_id}" if self.thread_id else f"{self.subject_type}:{self.subject_id}"
@@ -512,12 +551,7 @@ def audit_record_all(entries: list[AuditEntry]) -> list[AuditEvent]:
         return [entry.recorded() for entry in entries]
     chain = _transaction_chain(entries[0].shard_key())
     events = [entry.event(chain) for entry in entries]
-    conn = transaction.get_connection()
-    marker = _held.get(conn)
-    if marker is None or marker.chain != chain or not marker.held(conn):
-        _held[conn] = marker = _ChainHeld(chain, conn.run_on_commit)
-        transaction.on_commit(marker)
-    marker.generation = _append_all_in_database(events)
+    _marker_for(transaction.get_connection(), chain).generation = _append_all_in_database(events)
     for event in events:
         events_publish(event)
     return events
@@ -534,20 +568,10 @@ _APPEND_ALL_SQL = (
 def _append_all_in_database(events: list[AuditEvent]) -> int | None:
     """PostgreSQL: ``_append_in_database`` for several events of one chain, in one statement; returns the
     webhook subscriptions' generation it saw."""
-    parts = []
-    for event in events:
-        fields = event_fields(event)
-        del fields["id"]
-        parts.append(hashed_parts(fields))
-    columns = [
-        [field.get_db_prep_save(getattr(event, field.attname), connection) for event in events]
-        for field in _append_fields()[1:]  # the chain is one for all
-    ]
+    heads, tails, values = zip(*(_append_arguments(event) for event in events), strict=True)
+    columns = [list(column) for column in zip(*values, strict=True)][1:]  # the chain is one for all
     with rows.fixed_cursor() as cursor:
-        cursor.execute(
-            _APPEND_ALL_SQL,
-            [_LOCK_CLASS, events[0].chain, [head for head, _ in parts], [tail for _, tail in parts], *columns],
-        )
+        cursor.execute(_APPEND_ALL_SQL, [_LOCK_CLASS, events[0].chain, list(heads), list(tails), *columns])
         found = cursor.fetchall()
     if len(found) != len(events):  # the function returns one row per event, or raised
         raise RuntimeError(f"the audit append returned {len(found)} rows for {len(events)} events")
@@ -888,16 +912,7 @@ def audit_task(
     actor_label: str | None = None,
 ) -> AuditEvent:
     """Record ``action`` about ``task``: subject ``task``/its id, in the task's thread and graph."""
-    return audit_record(
-        actor=actor,
-        actor_label=actor_label,
-        action=action,
-        subject_type="task",
-        subject_id=task.id,
-        thread_id=task.thread_id,
-        graph=task.graph,
-        details=details,
-    )
+    return AuditEntry.about_task(task, action, details, actor=actor, actor_label=actor_label).recorded()
 
 
 def audit_thread(
@@ -909,13 +924,4 @@ def audit_thread(
     actor_label: str | None = None,
 ) -> AuditEvent:
     """Record ``action`` about ``thread``: subject ``thread``/its id, in that thread and its graph."""
-    return audit_record(
-        actor=actor,
-        actor_label=actor_label,
-        action=action,
-        subject_type="thread",
-        subject_id=thread.id,
-        thread_id=thread.id,
-        graph=thread.graph,
-        details=details,
-    )
+    return AuditEntry.about_thread(thread, action, details, actor=actor, actor_label=actor_label).recorded()

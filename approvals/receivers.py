@@ -63,14 +63,11 @@ def on_run_interrupted(sender: Any, run: Run, interrupts: list[Any], **kwargs: A
 @receiver(signals.run_completed)
 def on_run_completed(sender: Any, run: Run, values: dict[str, Any], **kwargs: Any) -> None:
     thread = run.thread
-    completed = AuditEntry(
+    completed = AuditEntry.about_thread(
+        thread,
+        AuditAction.THREAD_COMPLETED,
+        {"checkpoint_id": thread.checkpoint_id, "keys": sorted(values), "run": str(run.id)},
         actor_label="runtime",
-        action=AuditAction.THREAD_COMPLETED,
-        subject_type="thread",
-        subject_id=thread.id,
-        thread_id=thread.id,
-        graph=thread.graph,
-        details={"checkpoint_id": thread.checkpoint_id, "keys": sorted(values), "run": str(run.id)},
     )
     audit_record_all([_run_entry(run, AuditAction.RUN_SUCCEEDED, {}), completed])
 

@@ -155,13 +155,10 @@ def tasks_open(
             )
         )
         audited.append(
-            AuditEntry(
+            AuditEntry.about_task(
+                task,
+                AuditAction.TASK_OPENED,
                 actor_label="runtime",
-                action=AuditAction.TASK_OPENED,
-                subject_type="task",
-                subject_id=task.id,
-                thread_id=thread.id,
-                graph=thread.graph,
                 details={
                     "node": task.node,
                     "interrupt_id": task.interrupt_id,
@@ -378,9 +375,8 @@ def _task_decide(*, actor: User, task_id: Any, request: DecisionRequest, signer:
             "signed_digest": decision.signed_digest,
         },
     )
-    resumes = waiting is not None and resume_run_id is not None
-    if not resumes:
-        made.recorded()  # else with the run it queues, below: one statement
+    if resume_run_id is None:
+        made.recorded()  # else with the resume run it queues, below: one statement
     if not final:
         return decision
     if task.kind in task_completers:
