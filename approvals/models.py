@@ -199,6 +199,7 @@ class AuditAction(models.TextChoices):
     WEBHOOK_ENDPOINT_GATES_CHANGED = "webhook.endpoint_gates_changed"
     WEBHOOK_ENDPOINT_DELETED = "webhook.endpoint_deleted"
     WEBHOOK_SUBSCRIPTION_CREATED = "webhook.subscription_created"
+    WEBHOOK_SUBSCRIPTION_DEACTIVATED = "webhook.subscription_deactivated"
     WEBHOOK_DELIVERY_REFUSED = "webhook.delivery_refused"
     WEBHOOK_DELIVERY_RETRIED = "webhook.delivery_retried"
     # hand-offs (approvals/claims.py, approvals/assignment.py)

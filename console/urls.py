@@ -30,6 +30,11 @@ console_patterns = [
     path("webhooks/endpoints/<slug:name>/rotate", webhooks.endpoint_rotate, name="webhook-endpoint-rotate"),
     path("webhooks/endpoints/<slug:name>/gates", webhooks.endpoint_gates, name="webhook-endpoint-gates"),
     path("webhooks/endpoints/<slug:name>/delete", webhooks.endpoint_delete, name="webhook-endpoint-delete"),
+    path(
+        "webhooks/subscriptions/<int:subscription_id>/deactivate",
+        webhooks.subscription_stop,
+        name="webhook-subscription-deactivate",
+    ),
     path("webhooks/deliveries/<int:delivery_id>/retry", webhooks.delivery_retry, name="webhook-retry"),
     path("users/", users.user_list, name="users"),
     path("users/new", users.user_create, name="user-create"),

@@ -418,6 +418,9 @@ class ApiClient:
         headers = self.headers
         return _off_the_loop(lambda: self.client.post(path, data, content_type="application/json", headers=headers))
 
+    def delete(self, path: str) -> Any:
+        return _off_the_loop(lambda: self.client.delete(path, headers=self.headers))
+
 
 def _off_the_loop(call: Callable[[], Any]) -> Any:
     """``call()``, on another thread if this one runs an event loop.

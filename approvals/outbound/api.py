@@ -84,6 +84,14 @@ def webhook_subscription_create(request: HttpRequest, body: SubscriptionIn) -> S
     return Status(201, _subscription_out(subscription, with_secret=True))
 
 
+@router.delete("/webhook-subscriptions/{subscription_id}", response={204: None})
+def webhook_subscription_deactivate(request: HttpRequest, subscription_id: DbId) -> Status[None]:
+    """Stop sending to the subscription (operators, admins): its queued deliveries are given up and its
+    secret destroyed; the subscription and its delivery log stay (``active: false``). Idempotent."""
+    subscriptions.subscription_deactivate(actor=_user(request), subscription_id=subscription_id)
+    return Status(204, None)
+
+
 @router.get("/webhook-deliveries", response=list[OutboundDeliveryOut])
 def webhook_outbound_deliveries(request: HttpRequest, query: Query[OutboundQuery]) -> list[OutboundDeliveryOut]:
     qs = subscriptions.deliveries_visible(_user(request))

@@ -23,11 +23,11 @@ from django.utils import timezone
 from approvals import permissions
 from approvals.audit import audit_record
 from approvals.errors import Conflict, InvalidInput, NotFound
-from approvals.models import AuditAction, OutboundDelivery, OutboundStatus
+from approvals.models import AuditAction, OutboundDelivery, OutboundStatus, WebhookSubscription
 from approvals.outbound import outbox
 from approvals.outbound.destinations import DestinationRefused, DestinationUnresolvable, destination_resolve
 from approvals.outbound.signing import webhook_sign
-from approvals.outbound.subscriptions import deliveries_visible
+from approvals.outbound.subscriptions import DEACTIVATED, deliveries_stop, deliveries_visible
 
 MAX_ATTEMPTS = 6
 TIMEOUT_SECONDS = 10.0
@@ -75,6 +75,12 @@ def delivery_attempt(*, delivery_id: int) -> OutboundDelivery | None:
     delivery = delivery_claim(delivery_id=delivery_id)
     if delivery is None:
         return None
+    if not delivery.subscription.active:
+        # Queued by a transaction that read the subscription before its deactivation committed: the
+        # deactivation could not give it up (it was not committed yet), so it is given up here, unsent.
+        deliveries_stop(delivery.subscription_id)
+        delivery.refresh_from_db()
+        return delivery
     body = json.dumps(delivery.payload, separators=(",", ":")).encode()
     headers = webhook_sign(delivery.subscription.secret, body, msg_id=delivery.event_id)
     result = delivery_send(delivery.subscription.url, body, headers)
@@ -84,7 +90,10 @@ def delivery_attempt(*, delivery_id: int) -> OutboundDelivery | None:
 def _delivery_record(claimed: OutboundDelivery, result: SendResult) -> OutboundDelivery:
     with transaction.atomic():
         delivery = OutboundDelivery.objects.select_for_update().get(pk=claimed.pk)
-        if delivery.status != OutboundStatus.PENDING or delivery.attempts != claimed.attempts:
+        # Given up while this attempt was under way (its subscription was deactivated): this attempt's
+        # outcome is still what the log must say, and nothing is retried.
+        stopped = delivery.status == OutboundStatus.FAILED and delivery.last_error == DEACTIVATED
+        if (delivery.status != OutboundStatus.PENDING and not stopped) or delivery.attempts != claimed.attempts:
             return delivery  # our claim lapsed and another attempt took over: its result counts
         delivery.response_code = result.code
         now = timezone.now()
@@ -97,7 +106,7 @@ def _delivery_record(claimed: OutboundDelivery, result: SendResult) -> OutboundD
             delivery.last_error = result.error or f"HTTP {result.code}"
             # A manual retry of a delivery that gave up gets exactly one more attempt;
             # a refused destination is not retried (a manual retry checks it again).
-            if result.refused or delivery.attempts >= MAX_ATTEMPTS:
+            if stopped or result.refused or delivery.attempts >= MAX_ATTEMPTS:
                 delivery.status = OutboundStatus.FAILED
                 delivery.next_attempt_at = None
             else:
@@ -178,6 +187,8 @@ def delivery_retry(*, actor: Any, delivery_id: int) -> OutboundDelivery:
         raise Conflict("this delivery already succeeded", field="delivery_id")
     if delivery.status == OutboundStatus.PENDING:
         raise Conflict("this delivery is still being retried automatically", field="delivery_id")
+    if not WebhookSubscription.objects.filter(pk=delivery.subscription_id, active=True).exists():
+        raise Conflict("its subscription was deactivated: nothing is sent to it any more", field="delivery_id")
     delivery.status = OutboundStatus.PENDING
     delivery.next_attempt_at = timezone.now()
     delivery.save(update_fields=["status", "next_attempt_at"])

@@ -10,7 +10,7 @@ from django.db.models import QuerySet
 from approvals import permissions
 from approvals.audit import audit_record
 from approvals.errors import InvalidInput, NotFound
-from approvals.models import AuditAction, OutboundDelivery, WebhookSubscription
+from approvals.models import AuditAction, OutboundDelivery, OutboundStatus, WebhookSubscription
 from approvals.outbound.destinations import destination_check
 from approvals.outbound.outbox import EVENT_TYPES
 from approvals.outbound.signing import secret_check, secret_generate
@@ -52,6 +52,55 @@ def subscription_create(
             details={"url": url, "graph": graph, "event_types": subscription.event_types},
         )
     return subscription
+
+
+# What a delivery given up by a deactivation says in the log (``last_error``).
+DEACTIVATED = "subscription deactivated"
+
+
+def subscription_deactivate(*, actor: Any, subscription_id: int) -> tuple[WebhookSubscription, int]:
+    """Stop sending to a subscription: (the subscription, how many queued deliveries were given up).
+
+    From the commit on, no event is queued for it (the outbox reads active subscriptions only, and the
+    trigger of migration 0024 tells every process that its list is stale), its queued deliveries are
+    given up (``failed``, "subscription deactivated"), and none is sent or retried again (an attempt
+    already under way is the last). The secret is destroyed; the row and its delivery log stay as
+    evidence. Deactivating an inactive subscription changes nothing and records nothing.
+    """
+    if actor is not None:
+        permissions.require(actor, "runtime.retry_thread", "manage webhooks")
+    visible = WebhookSubscription.objects.all() if actor is None else subscriptions_visible(actor)
+    with transaction.atomic():
+        subscription = visible.select_for_update().filter(pk=subscription_id).first()
+        if subscription is None:
+            raise NotFound(f"webhook subscription {subscription_id} not found", field="subscription_id")
+        if not subscription.active:
+            return subscription, 0
+        subscription.active, subscription.secret = False, ""
+        subscription.save(update_fields=["active", "secret"])
+        stopped = deliveries_stop(subscription.pk)
+        audit_record(
+            actor=actor,
+            actor_label=None if actor else "manage.py",
+            action=AuditAction.WEBHOOK_SUBSCRIPTION_DEACTIVATED,
+            subject_type="subscription",
+            subject_id=subscription.pk,
+            graph="" if subscription.graph == "*" else subscription.graph,
+            details={
+                "url": subscription.url,
+                "graph": subscription.graph,
+                "event_types": subscription.event_types,
+                "deliveries_given_up": stopped,
+            },
+        )
+    return subscription, stopped
+
+
+def deliveries_stop(subscription_id: int) -> int:
+    """Give up the subscription's queued deliveries (it was deactivated); how many."""
+    return OutboundDelivery.objects.filter(subscription_id=subscription_id, status=OutboundStatus.PENDING).update(
+        status=OutboundStatus.FAILED, next_attempt_at=None, last_error=DEACTIVATED
+    )
 
 
 def subscriptions_visible(user: Any) -> Any:

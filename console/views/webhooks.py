@@ -1,6 +1,7 @@
 """Webhooks for operators and admins (auditors read only): inbound endpoints with their recent deliveries
-and the gates each may decide, outbound subscriptions with their delivery log, and a manual retry for a
-delivery that gave up. Admins create, rotate, re-scope and delete inbound endpoints here.
+and the gates each may decide, outbound subscriptions with their delivery log, a manual retry for a
+delivery that gave up, and deactivating a subscription. Admins create, rotate, re-scope and delete
+inbound endpoints here.
 
 Reads go through ``approvals.inbound.webhooks`` / ``approvals.outbound.subscriptions`` visibility helpers; secrets are
 never rendered (only how many an endpoint holds), nor are delivery payloads, except a new secret in
@@ -22,7 +23,7 @@ from approvals import permissions
 from approvals.errors import DomainError, Forbidden, NotFound
 from approvals.inbound import webhooks
 from approvals.outbound import sending
-from approvals.outbound.subscriptions import deliveries_visible, subscriptions_visible
+from approvals.outbound.subscriptions import deliveries_visible, subscription_deactivate, subscriptions_visible
 from console.views.common import HtmxHttpRequest, console_login_required, domain_errors, error_page
 
 RECENT = 20
@@ -140,6 +141,16 @@ def endpoint_gates(request: HtmxHttpRequest, name: str) -> HttpResponse:
 def endpoint_delete(request: HtmxHttpRequest, name: str) -> HttpResponse:
     webhooks.webhook_endpoint_delete(actor=_actor(request), name=name)
     messages.success(request, f"Endpoint {name} deleted: its secrets are destroyed and it decides nothing")
+    return redirect("console:webhooks")
+
+
+@require_POST
+@console_login_required
+@domain_errors
+def subscription_stop(request: HtmxHttpRequest, subscription_id: int) -> HttpResponse:
+    subscription, stopped = subscription_deactivate(actor=_actor(request), subscription_id=subscription_id)
+    given_up = f"; {stopped} queued deliver{'y' if stopped == 1 else 'ies'} given up" if stopped else ""
+    messages.success(request, f"Subscription to {subscription.url} deactivated: nothing more is sent to it{given_up}")
     return redirect("console:webhooks")
 
 

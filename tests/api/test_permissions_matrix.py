@@ -58,6 +58,7 @@ MATRIX: list[tuple[str, str, str, tuple[int, ...]]] = [
     ("DELETE", "/api/webhook-endpoints/{name}", "hook", (401, 404, 404, 404, 404, 403, 403, 204)),
     ("GET", "/api/webhook-subscriptions", "-", (401, 200, 200, 200, 200, 200, 200, 200)),
     ("POST", "/api/webhook-subscriptions", "-", (401, 403, 403, 403, 403, 403, 201, 201)),
+    ("DELETE", "/api/webhook-subscriptions/{subscription_id}", "sub", (401, 403, 403, 403, 403, 403, 204, 204)),
     ("GET", "/api/webhook-deliveries", "-", (401, 200, 200, 200, 200, 200, 200, 200)),
     ("POST", "/api/webhook-deliveries/{delivery_id}/retry", "-", (401, 403, 403, 403, 403, 403, 404, 404)),
     # User administration: admins only ("user" is a reviewer account; a fresh one per allowed change).
@@ -182,6 +183,13 @@ def subject_make(kind: str, personas: dict[str, Persona]) -> Subject:
         gates = ["identity_check"]
         endpoint = webhook_endpoint_create(actor=admin.user, name=name, graph="kyc_onboarding", gates=gates)
         return Subject("kyc_onboarding", "", name=endpoint.name)
+    if kind == "sub":  # an outbound subscription no event reaches (a graph and event no test produces)
+        from approvals.outbound.subscriptions import subscription_create
+
+        created = subscription_create(
+            actor=admin.user, url="http://127.0.0.1:9/matrix", graph="breakpoint_review", event_types=["thread.failed"]
+        )
+        return Subject("breakpoint_review", "", name=str(created.pk))
     if kind == "bulk":  # bulk decisions (issue 14): the admin's, of a task that does not exist (skipped)
         from django.utils import timezone
 
@@ -211,7 +219,7 @@ def shared(worker, personas, django_db_blocker) -> dict[str, Subject]:
     if not worker.alive:
         worker.start()
     with django_db_blocker.unblock():
-        kinds = ("loan", "kyc", "failed", "hook", "user", "ext", "talk", "talk-kyc", "bulk")
+        kinds = ("loan", "kyc", "failed", "hook", "user", "ext", "talk", "talk-kyc", "bulk", "sub")
         return {kind: subject_make(kind, personas) for kind in kinds}
 
 
@@ -230,6 +238,7 @@ def call(client: ApiClient, method: str, path: str, subject: str, target: Subjec
         key=target.name if target else "",
         comment_id=target.comment_id if target else "",
         bulk_id=target.name if target else "",
+        subscription_id=target.name if target else "",
     )
     if method == "GET":
         return client.get(url)

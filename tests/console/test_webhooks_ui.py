@@ -124,3 +124,50 @@ def test_the_retry_needs_a_csrf_token(personas, hooks):
     client = console_client(personas["operator"], enforce_csrf=True)
     assert client.post(f"/webhooks/deliveries/{hooks['failed'].pk}/retry").status_code == 403
     assert OutboundDelivery.objects.get(pk=hooks["failed"].pk).status == OutboundStatus.FAILED
+
+
+def test_an_operator_deactivates_a_subscription_and_its_queued_deliveries_are_given_up(personas, hooks):
+    subscription = hooks["subscription"]
+    queued = OutboundDelivery.objects.create(
+        subscription=subscription,
+        event_id=f"evt_{uuid.uuid4().hex[:12]}",
+        event_type=outbox.EVENT_TYPES[0],
+        graph="loan_approval",
+        payload={"type": "x"},
+        attempts=2,
+        last_error="HTTP 503",
+    )
+    client = console_client(personas["operator"])
+    page = client.get("/webhooks/").content.decode()
+    action = f"/webhooks/subscriptions/{subscription.pk}/deactivate"
+    assert f'action="{action}"' in page
+
+    response = client.post(action)
+    assert response.status_code == 302
+    stored = WebhookSubscription.objects.get(pk=subscription.pk)
+    assert stored.active is False and stored.secret == ""
+    given_up = OutboundDelivery.objects.get(pk=queued.pk)
+    assert (given_up.status, given_up.last_error) == (OutboundStatus.FAILED, subscriptions.DEACTIVATED)
+    # Finished deliveries keep their history.
+    assert OutboundDelivery.objects.get(pk=hooks["delivered"].pk).status == OutboundStatus.DELIVERED
+    [event] = AuditEvent.objects.filter(action="webhook.subscription_deactivated", subject_id=str(subscription.pk))
+    assert event.actor_label == personas["operator"].username and event.details["deliveries_given_up"] == 1
+    after = client.get("/webhooks/").content.decode()
+    assert "1 queued delivery given up" in after and f'action="{action}"' not in after
+    # Its given-up deliveries are not offered for a retry: nothing is sent to it any more.
+    refused = client.post(f"/webhooks/deliveries/{queued.pk}/retry", headers={"HX-Request": "true"})
+    assert refused.status_code == 409 and "deactivated" in refused.content.decode()
+
+
+def test_auditors_get_no_deactivate_button_and_cannot_deactivate(personas, hooks):
+    client = console_client(personas["auditor"])
+    action = f"/webhooks/subscriptions/{hooks['subscription'].pk}/deactivate"
+    assert action not in client.get("/webhooks/").content.decode()
+    assert client.post(action).status_code == 403
+    assert WebhookSubscription.objects.get(pk=hooks["subscription"].pk).active
+
+
+def test_the_deactivation_needs_a_csrf_token(personas, hooks):
+    client = console_client(personas["operator"], enforce_csrf=True)
+    assert client.post(f"/webhooks/subscriptions/{hooks['subscription'].pk}/deactivate").status_code == 403
+    assert WebhookSubscription.objects.get(pk=hooks["subscription"].pk).active

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from standardwebhooks import Webhook
 
-from approvals.models import OutboundDelivery, WebhookSubscription
+from approvals.models import AuditEvent, OutboundDelivery, WebhookSubscription
 from tests.conftest import api_decide, loan_input, pending_tasks, thread_settled, thread_start, wait_for
 
 # Read by the worker process when it schedules a retry (it inherits this environment at start):
@@ -169,6 +169,48 @@ def test_events_of_other_graphs_and_types_are_not_sent(operator, reviewer, recei
     thread_settled(reviewer, thread["id"])
     assert not OutboundDelivery.objects.filter(subscription_id=sub["id"]).exists()
     assert receiver.requests == []
+
+
+def test_a_deactivated_subscription_is_sent_nothing_more(operator, reviewer, receiver, personas):
+    receiver.fail_first = 10**6  # every attempt fails: the delivery stays queued for retries
+    sub = _subscribe(operator, receiver.url, "loan_approval", "task.opened")
+    thread = thread_start(operator, "loan_approval", loan_input(amount=20000))
+    pending_tasks(reviewer, thread["id"])
+    wait_for(lambda: receiver.requests, what="a first, failing attempt")
+    assert OutboundDelivery.objects.get(subscription_id=sub["id"]).status == "pending"
+
+    assert reviewer.client.delete(f"/api/webhook-subscriptions/{sub['id']}").status_code == 403
+    assert operator.client.delete(f"/api/webhook-subscriptions/{sub['id']}").status_code == 204
+
+    [listed] = [s for s in operator.client.get("/api/webhook-subscriptions").json() if s["id"] == sub["id"]]
+    assert listed["active"] is False
+    stored = WebhookSubscription.objects.get(pk=sub["id"])
+    assert stored.secret == ""  # destroyed: nothing can be signed for it again
+    # Given up at once, unless an attempt was under way: that one is the last, its outcome logged.
+    [given_up] = OutboundDelivery.objects.filter(subscription_id=sub["id"])
+    assert given_up.status == "failed" and given_up.next_attempt_at is None
+    assert given_up.last_error in ("subscription deactivated", "HTTP 503")
+    assert operator.client.post(f"/api/webhook-deliveries/{given_up.pk}/retry").status_code == 409
+
+    # A new event is queued for no inactive subscription: a second receiver, subscribed now, gets it first.
+    other = Receiver()
+    try:
+        _subscribe(operator, other.url, "loan_approval", "task.opened")
+        later = thread_start(operator, "loan_approval", loan_input(amount=20000))
+        pending_tasks(reviewer, later["id"])
+        wait_for(lambda: [e for e in other.events() if e["data"]["thread_id"] == later["id"]], what="the new event")
+        assert OutboundDelivery.objects.filter(subscription_id=sub["id"]).count() == 1
+    finally:
+        WebhookSubscription.objects.filter(url=other.url).update(active=False)
+        other.close()
+
+    # Deactivating again changes and records nothing; the audit trail holds the one deactivation.
+    assert operator.client.delete(f"/api/webhook-subscriptions/{sub['id']}").status_code == 204
+    [event] = AuditEvent.objects.filter(action="webhook.subscription_deactivated", subject_id=str(sub["id"]))
+    assert event.actor_label == operator.username and event.details["url"] == receiver.url
+    assert event.details["deliveries_given_up"] in (0, 1)
+    missing = operator.client.delete("/api/webhook-subscriptions/999999999")
+    assert missing.status_code == 404 and missing.json()["error"]["field"] == "subscription_id"
 
 
 @pytest.mark.parametrize(

@@ -28,7 +28,7 @@ from django.conf import settings as django_settings
 from django.db import OperationalError, transaction
 
 from approvals.models import ApprovalTask, AuditEvent, OutboundDelivery, WebhookSubscription
-from approvals.outbound import sending
+from approvals.outbound import sending, subscriptions
 from approvals.outbound.signing import secret_generate
 from tests.conftest import api_decide, pending_tasks, scaled, thread_start, wait_for
 
@@ -474,6 +474,52 @@ def test_each_signature_is_announced_as_task_signed(personas, receiver):
         )
     finally:
         WebhookSubscription.objects.filter(pk=created.json()["id"]).update(active=False)
+
+
+# --- deactivation: a receiver that was let go gets nothing more --------------------------------
+
+
+@pytest.mark.usefixtures("live_db")
+def test_a_delivery_queued_as_the_subscription_was_deactivated_is_given_up_unsent(receiver):
+    """The outbox's transaction read the subscription while it was active and committed after the
+    deactivation (which could not give up a delivery it could not see yet): the attempt gives it up."""
+    delivery = _delivery(receiver.url())
+    subscription = WebhookSubscription.objects.get(pk=delivery.subscription_id)
+    subscriptions.subscription_deactivate(actor=None, subscription_id=subscription.pk)
+    # What that late commit leaves behind: a pending delivery of a subscription that is no longer active.
+    OutboundDelivery.objects.filter(pk=delivery.pk).update(status="pending", last_error="", next_attempt_at=None)
+
+    attempted = sending.delivery_attempt(delivery_id=delivery.pk)
+
+    assert attempted is not None and attempted.status == "failed"
+    assert attempted.last_error == subscriptions.DEACTIVATED and attempted.next_attempt_at is None
+    assert receiver.requests == []
+
+
+@pytest.mark.parametrize("answer,status,error", [(204, "delivered", ""), (503, "failed", "HTTP 503")])
+@pytest.mark.usefixtures("live_db")
+def test_an_attempt_under_way_when_the_subscription_is_deactivated_is_the_last_and_its_outcome_is_logged(
+    receiver, answer, status, error
+):
+    delivery = _delivery(receiver.url())
+    receiver.status, receiver.hold = answer, threading.Event()
+    attempts: list[Any] = []
+    sender = threading.Thread(target=lambda: attempts.append(sending.delivery_attempt(delivery_id=delivery.pk)))
+    sender.start()
+    try:
+        assert receiver.arrived.wait(timeout=scaled(30)), "the delivery was never sent"
+        # The receiver holds the request: the deactivation commits while the attempt is under way.
+        _, stopped = subscriptions.subscription_deactivate(actor=None, subscription_id=delivery.subscription_id)
+        assert stopped == 1
+    finally:
+        receiver.hold.set()
+        sender.join(timeout=scaled(30))
+    assert not sender.is_alive() and attempts and attempts[0] is not None
+    after = OutboundDelivery.objects.get(pk=delivery.pk)
+    # What the receiver answered is what the log says; a failure is not retried.
+    assert (after.status, after.response_code, after.last_error) == (status, answer, error)
+    assert after.attempts == 1 and after.next_attempt_at is None
+    assert len(receiver.requests) == 1
 
 
 # --- the sweeper -------------------------------------------------------------------------------
