@@ -7,8 +7,11 @@ reviewer, then per sample: starts a ``loan_approval`` thread, runs it to its
 interrupt in this process (``run_execute``), times one
 ``POST /api/tasks/{id}/decision`` and then the resume run it queued
 (``run_execute`` again: claim, graph, effect, finish). Each step reports its median wall time and
-its median CPU time in this process (all its threads, the unprofiled samples): on a machine whose
-speed drifts between runs, CPU is what tells two versions of the code apart. The last samples run
+its median CPU time in this process (all its threads), and the local PostgreSQL's mean CPU, over the
+samples that are neither profiled nor counted: on a machine whose speed drifts between runs, CPU is
+what tells two versions of the code apart. Every other sample counts the step's ORM queries and
+psycopg statements instead (counting puts Django's debug cursor, which renders each statement's SQL,
+on the path: about 15% of a decision's CPU). The last samples run
 under cProfile, one profile per step; the top functions by cumulative time are
 printed and the stats saved to ``var/bench/decision_profile.prof`` and
 ``var/bench/resume_profile.prof``. ``--statements`` prints each statement's wall time per step (where its round
@@ -50,6 +53,30 @@ from bench.full_cycle import (  # noqa: E402
 )
 
 
+def postgres_cpu() -> dict[int, int]:
+    """CPU clock ticks used so far by each of this machine's PostgreSQL processes (Linux /proc; empty
+    where it cannot be read). A local server on a quiet machine: the bench's statements are then all it runs."""
+    ticks = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if (entry / "comm").read_text().strip() != "postgres":
+                continue
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone meanwhile, or not ours to read
+        ticks[int(entry.name)] = int(fields[11]) + int(fields[12])  # utime + stime
+    return ticks
+
+
+def postgres_cpu_since(before: dict[int, int]) -> float:
+    """Seconds of PostgreSQL CPU since ``before``: per process, so one that ended meanwhile (its ticks
+    gone with it) takes nothing off the others'."""
+    after = postgres_cpu()
+    return sum(ticks - before.get(pid, 0) for pid, ticks in after.items()) / os.sysconf("SC_CLK_TCK")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=30)
@@ -89,27 +116,38 @@ class _Step:
         self.profiler = cProfile.Profile()
         self.times: list[float] = []
         self.cpu: list[float] = []  # this process's CPU (all its threads), less drift-prone than wall time
+        self.pg_cpu: list[float] = []  # the local PostgreSQL's CPU (all its processes) over the same samples
+        self.counted = 0  # samples whose statements were counted
         self.queries: list[int] = []
         self.statements: list[int] = []
         self.last_sql: list[str] = []
         self.last_statements: list[str] = []
-        self.by_statement: dict[str, list[float]] = {}  # statement text → its wall times, unprofiled samples
+        self.by_statement: dict[str, list[float]] = {}  # statement text → its wall times, counted samples
 
-    def run(self, call: Any, *, profiled: bool) -> Any:
+    def run(self, call: Any, *, profiled: bool, counted: bool = True) -> Any:
+        """One sample. CPU is taken from samples neither profiled nor ``counted``: counting puts Django's
+        debug cursor (which renders every statement's SQL) and a wrapper around each execute on the path."""
         from django.db import connection
         from django.test.utils import CaptureQueriesContext
 
+        if not (profiled or counted):
+            pg0 = postgres_cpu()
+            t0, c0 = time.perf_counter(), time.process_time()
+            value = call()
+            self.cpu.append((time.process_time() - c0) * 1000)
+            self.times.append((time.perf_counter() - t0) * 1000)
+            self.pg_cpu.append(postgres_cpu_since(pg0) * 1000)
+            return value
         with _StatementCounter() as counter, CaptureQueriesContext(connection) as ctx:
             if profiled:
                 self.profiler.enable()
-            t0, c0 = time.perf_counter(), time.process_time()
+            t0 = time.perf_counter()
             value = call()
-            elapsed, cpu = (time.perf_counter() - t0) * 1000, (time.process_time() - c0) * 1000
+            elapsed = (time.perf_counter() - t0) * 1000
             if profiled:
                 self.profiler.disable()
         self.times.append(elapsed)
-        if not profiled:
-            self.cpu.append(cpu)
+        self.counted += 0 if profiled else 1
         self.queries.append(len(ctx))
         self.statements.append(counter.count)
         self.last_sql = [q["sql"] for q in ctx.captured_queries]
@@ -119,8 +157,9 @@ class _Step:
                 self.by_statement.setdefault(" ".join(sql.split())[:90], []).append(seconds * 1000)
         return value
 
-    def statements_report(self, samples: int) -> None:
+    def statements_report(self) -> None:
         """Each statement's wall time per sample (ms), largest total first: where the step's round trips go."""
+        samples = max(self.counted, 1)
         rows = sorted(self.by_statement.items(), key=lambda item: -sum(item[1]))
         total = sum(sum(times) for _, times in rows) / samples
         print(f"=== {self.name}: wall time in execute per sample, by statement ({total:.2f} ms in all)")
@@ -140,6 +179,7 @@ class _Step:
             "median_ms": round(statistics.median(self.times), 2),
             "min_ms": round(min(self.times), 2),
             "cpu_median_ms": round(statistics.median(self.cpu), 2) if self.cpu else None,
+            "postgres_cpu_mean_ms": round(statistics.mean(self.pg_cpu), 2) if self.pg_cpu else None,
             "queries_median": statistics.median(self.queries),
             "statements_median": statistics.median(self.statements),
         }
@@ -170,14 +210,16 @@ def _measure(args: argparse.Namespace, tokens: dict[str, str]) -> int:
             headers=operator,
         ).json()["id"]
         run_id = Run.objects.filter(thread_id=thread_id).values_list("id", flat=True).get()
-        start.run(lambda: run_execute(run_id=str(run_id)), profiled=False)
+        start.run(lambda: run_execute(run_id=str(run_id)), profiled=False, counted=counted)
         items = client.get("/api/tasks", {"status": "pending", "thread": thread_id}, headers=reviewer).json()["items"]
         return str(items[0]["id"])
 
     decision, resume = _Step("decision POST"), _Step("resume run")
+    counted = True
     for i in range(args.samples):
-        task_id = paused_task()
         profiled = i >= args.samples - args.profiled
+        counted = i % 2 == 0  # every other sample counts its statements; the others give the CPU
+        task_id = paused_task()
         response = decision.run(
             lambda task_id=task_id: client.post(
                 f"/api/tasks/{task_id}/decision",
@@ -186,11 +228,12 @@ def _measure(args: argparse.Namespace, tokens: dict[str, str]) -> int:
                 headers=reviewer,
             ),
             profiled=profiled,
+            counted=counted,
         )
         if response.status_code != 201:
             raise RuntimeError(f"decision failed: {response.status_code} {response.content[:300]!r}")
         run_id = response.json()["run_id"]
-        resume.run(lambda run_id=run_id: run_execute(run_id=str(run_id)), profiled=profiled)
+        resume.run(lambda run_id=run_id: run_execute(run_id=str(run_id)), profiled=profiled, counted=counted)
         status = Run.objects.values_list("status", flat=True).get(pk=run_id)
         if status != RunStatus.SUCCEEDED:
             raise RuntimeError(f"resume run {run_id} ended {status}")
@@ -203,6 +246,7 @@ def _measure(args: argparse.Namespace, tokens: dict[str, str]) -> int:
     summary["start_run"] = {
         "median_ms": round(statistics.median(start.times), 2),
         "cpu_median_ms": round(statistics.median(start.cpu), 2),
+        "postgres_cpu_mean_ms": round(statistics.mean(start.pg_cpu), 2),
         "queries_median": statistics.median(start.queries),
         "statements_median": statistics.median(start.statements),
     }
@@ -218,21 +262,20 @@ def _measure(args: argparse.Namespace, tokens: dict[str, str]) -> int:
             for n, sql in enumerate(step.last_statements, 1):
                 print(f"{n:>3}. {' '.join(sql.split())[:200]}")
     if args.statements:
-        unprofiled = args.samples - args.profiled
         for step in (start, decision, resume):
-            step.statements_report(unprofiled if step is not start else args.samples)
+            step.statements_report()
     start_summary = summary["start_run"]
     print(
         f"start run (to the interrupt) in-process: median {start_summary['median_ms']} ms, CPU "
-        f"{start_summary['cpu_median_ms']} ms, ORM queries {start_summary['queries_median']}, psycopg statements "
-        f"{start_summary['statements_median']}"
+        f"{start_summary['cpu_median_ms']} ms (PostgreSQL {start_summary['postgres_cpu_mean_ms']} ms), ORM queries "
+        f"{start_summary['queries_median']}, psycopg statements {start_summary['statements_median']}"
     )
     for step in (decision, resume):
         s = summary["decision_post" if step is decision else "resume_run"]
         print(
             f"{step.name} in-process: median {s['median_ms']} ms (min {s['min_ms']}), CPU {s['cpu_median_ms']} ms "
-            f"(unprofiled samples), ORM queries {s['queries_median']}, psycopg statements {s['statements_median']} "
-            f"(median of {args.samples})"
+            f"(PostgreSQL {s['postgres_cpu_mean_ms']} ms; samples neither profiled nor counted), ORM queries "
+            f"{s['queries_median']}, psycopg statements {s['statements_median']} (median of the counted samples)"
         )
     return 0
 
