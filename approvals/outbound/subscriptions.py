@@ -42,16 +42,25 @@ def subscription_create(
             secret=checked_secret,
             created_by=actor,
         )
-        audit_record(
-            actor=actor,
-            actor_label=None if actor else "manage.py",
-            action=AuditAction.WEBHOOK_SUBSCRIPTION_CREATED,
-            subject_type="subscription",
-            subject_id=subscription.pk,
-            graph="" if graph == "*" else graph,
-            details={"url": url, "graph": graph, "event_types": subscription.event_types},
-        )
+        _subscription_audit(actor, subscription, AuditAction.WEBHOOK_SUBSCRIPTION_CREATED)
     return subscription
+
+
+def _subscription_audit(actor: Any, subscription: WebhookSubscription, action: str, **details: Any) -> None:
+    audit_record(
+        actor=actor,
+        actor_label=None if actor else "manage.py",
+        action=action,
+        subject_type="subscription",
+        subject_id=subscription.pk,
+        graph="" if subscription.graph == "*" else subscription.graph,
+        details={
+            "url": subscription.url,
+            "graph": subscription.graph,
+            "event_types": subscription.event_types,
+            **details,
+        },
+    )
 
 
 # What a delivery given up by a deactivation says in the log (``last_error``).
@@ -79,19 +88,8 @@ def subscription_deactivate(*, actor: Any, subscription_id: int) -> tuple[Webhoo
         subscription.active, subscription.secret = False, ""
         subscription.save(update_fields=["active", "secret"])
         stopped = deliveries_stop(subscription.pk)
-        audit_record(
-            actor=actor,
-            actor_label=None if actor else "manage.py",
-            action=AuditAction.WEBHOOK_SUBSCRIPTION_DEACTIVATED,
-            subject_type="subscription",
-            subject_id=subscription.pk,
-            graph="" if subscription.graph == "*" else subscription.graph,
-            details={
-                "url": subscription.url,
-                "graph": subscription.graph,
-                "event_types": subscription.event_types,
-                "deliveries_given_up": stopped,
-            },
+        _subscription_audit(
+            actor, subscription, AuditAction.WEBHOOK_SUBSCRIPTION_DEACTIVATED, deliveries_given_up=stopped
         )
     return subscription, stopped
 
