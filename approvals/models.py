@@ -420,7 +420,11 @@ class WebhookSubscription(models.Model):
     graph = models.CharField(max_length=100, default="*")
     event_types = models.JSONField(default=list)
     secret = models.CharField(max_length=200)
+    # Receives the events it names. False also for an external task's callback (approvals.external),
+    # which receives no event, only its one result delivery: that is not what stops a delivery.
     active = models.BooleanField(default=True)
+    # Deactivated (approvals.outbound.subscriptions.subscription_deactivate): nothing is sent to it any more.
+    deactivated_at = models.DateTimeField(null=True, blank=True)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )

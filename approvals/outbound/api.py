@@ -29,6 +29,7 @@ class SubscriptionOut(Schema):
     graph: str
     event_types: list[str]
     active: bool
+    deactivated_at: datetime | None = None
     secret: str | None = None  # only in the response that created it
 
 
@@ -65,6 +66,7 @@ def _subscription_out(s: WebhookSubscription, *, with_secret: bool = False) -> S
         graph=s.graph,
         event_types=s.event_types,
         active=s.active,
+        deactivated_at=s.deactivated_at,
         secret=s.secret if with_secret else None,
     )
 

@@ -75,7 +75,7 @@ def delivery_attempt(*, delivery_id: int) -> OutboundDelivery | None:
     delivery = delivery_claim(delivery_id=delivery_id)
     if delivery is None:
         return None
-    if not delivery.subscription.active:
+    if delivery.subscription.deactivated_at is not None:
         # Queued by a transaction that read the subscription before its deactivation committed: the
         # deactivation could not give it up (it was not committed yet), so it is given up here, unsent.
         deliveries_stop(delivery.subscription_id)
@@ -187,7 +187,7 @@ def delivery_retry(*, actor: Any, delivery_id: int) -> OutboundDelivery:
         raise Conflict("this delivery already succeeded", field="delivery_id")
     if delivery.status == OutboundStatus.PENDING:
         raise Conflict("this delivery is still being retried automatically", field="delivery_id")
-    if not WebhookSubscription.objects.filter(pk=delivery.subscription_id, active=True).exists():
+    if WebhookSubscription.objects.filter(pk=delivery.subscription_id, deactivated_at__isnull=False).exists():
         raise Conflict("its subscription was deactivated: nothing is sent to it any more", field="delivery_id")
     delivery.status = OutboundStatus.PENDING
     delivery.next_attempt_at = timezone.now()

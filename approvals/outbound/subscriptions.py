@@ -6,6 +6,7 @@ from typing import Any
 
 from django.db import transaction
 from django.db.models import QuerySet
+from django.utils import timezone
 
 from approvals import permissions
 from approvals.audit import audit_record
@@ -73,8 +74,9 @@ def subscription_deactivate(*, actor: Any, subscription_id: int) -> tuple[Webhoo
     From the commit on, no event is queued for it (the outbox reads active subscriptions only, and the
     trigger of migration 0024 tells every process that its list is stale), its queued deliveries are
     given up (``failed``, "subscription deactivated"), and none is sent or retried again (an attempt
-    already under way is the last). The secret is destroyed; the row and its delivery log stay as
-    evidence. Deactivating an inactive subscription changes nothing and records nothing.
+    already under way is the last). That holds for an external task's callback too (a subscription that
+    names no event: its result delivery is given up). The secret is destroyed; the row and its delivery
+    log stay as evidence. Deactivating it again changes nothing and records nothing.
     """
     if actor is not None:
         permissions.require(actor, "runtime.retry_thread", "manage webhooks")
@@ -83,10 +85,10 @@ def subscription_deactivate(*, actor: Any, subscription_id: int) -> tuple[Webhoo
         subscription = visible.select_for_update().filter(pk=subscription_id).first()
         if subscription is None:
             raise NotFound(f"webhook subscription {subscription_id} not found", field="subscription_id")
-        if not subscription.active:
+        if subscription.deactivated_at is not None:
             return subscription, 0
-        subscription.active, subscription.secret = False, ""
-        subscription.save(update_fields=["active", "secret"])
+        subscription.active, subscription.secret, subscription.deactivated_at = False, "", timezone.now()
+        subscription.save(update_fields=["active", "secret", "deactivated_at"])
         stopped = deliveries_stop(subscription.pk)
         _subscription_audit(
             actor, subscription, AuditAction.WEBHOOK_SUBSCRIPTION_DEACTIVATED, deliveries_given_up=stopped

@@ -17,6 +17,7 @@ from approvals import users
 from approvals.bulk import bulk_decide
 from approvals.comments import comment_post
 from approvals.inbound.webhooks import webhook_endpoint_create
+from approvals.outbound.subscriptions import subscription_create
 from approvals.services import Signer
 from console.urls import console_patterns
 from tests.console.conftest import console_client
@@ -56,6 +57,8 @@ MATRIX: list[tuple[str, str, str, tuple[int, ...]]] = [
     ("webhook-endpoint-rotate", "POST", "hook", (302, 404, 404, 404, 403, 403, 200)),
     ("webhook-endpoint-gates", "POST", "hook", (302, 404, 404, 404, 403, 403, 422)),
     ("webhook-endpoint-delete", "POST", "hook", (302, 404, 404, 404, 403, 403, 302)),
+    # Deactivating an outbound subscription: operators and admins, as subscribing is ("sub": a fresh one per case).
+    ("webhook-subscription-deactivate", "POST", "sub", (302, 403, 403, 403, 403, 302, 302)),
     # User administration: admins only. "user" is a fresh account per case.
     ("users", "GET", "-", (302, 403, 403, 403, 403, 403, 200)),
     ("user-create", "GET", "-", (302, 403, 403, 403, 403, 403, 200)),
@@ -144,6 +147,11 @@ def test_each_role_gets_the_status_the_matrix_gives(personas, route, method, sub
         webhook_endpoint_create(actor=None, name=hook, graph="loan_approval", gates=["human_review"])
     client = Client() if role == "anonymous" else console_client(personas[role])
     path = _path(route, subject, task, decision, hook, user, comment)
+    if subject == "sub":  # a subscription no event reaches (a graph and event no test produces)
+        created = subscription_create(
+            actor=None, url="http://127.0.0.1:9/matrix", graph="breakpoint_review", event_types=["thread.failed"]
+        )
+        path = path.replace("<int:subscription_id>", str(created.pk))
     if subject == "bulk":  # bulk decisions (issue 14): an admin's bulk of a task that does not exist
         started = bulk_decide(
             actor=personas["admin"].user,

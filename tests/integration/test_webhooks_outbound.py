@@ -183,7 +183,7 @@ def test_a_deactivated_subscription_is_sent_nothing_more(operator, reviewer, rec
     assert operator.client.delete(f"/api/webhook-subscriptions/{sub['id']}").status_code == 204
 
     [listed] = [s for s in operator.client.get("/api/webhook-subscriptions").json() if s["id"] == sub["id"]]
-    assert listed["active"] is False
+    assert listed["active"] is False and listed["deactivated_at"] is not None
     stored = WebhookSubscription.objects.get(pk=sub["id"])
     assert stored.secret == ""  # destroyed: nothing can be signed for it again
     # Given up at once, unless an attempt was under way: that one is the last, its outcome logged.

@@ -496,6 +496,24 @@ def test_a_delivery_queued_as_the_subscription_was_deactivated_is_given_up_unsen
     assert receiver.requests == []
 
 
+@pytest.mark.usefixtures("live_db")
+def test_an_external_tasks_callback_is_delivered_until_its_subscription_is_deactivated(receiver):
+    """An external task's callback is a subscription that receives no event (``active`` false from the
+    start, approvals.external): only a deactivation stops its result delivery."""
+    delivery = _delivery(receiver.url())
+    WebhookSubscription.objects.filter(pk=delivery.subscription_id).update(active=False, event_types=[])
+    sent = sending.delivery_attempt(delivery_id=delivery.pk)
+    assert sent is not None and sent.status == "delivered" and len(receiver.requests) == 1
+
+    stopped = _delivery(receiver.url())
+    WebhookSubscription.objects.filter(pk=stopped.subscription_id).update(active=False, event_types=[])
+    _, given_up = subscriptions.subscription_deactivate(actor=None, subscription_id=stopped.subscription_id)
+    assert given_up == 1
+    assert sending.delivery_attempt(delivery_id=stopped.pk) is None  # given up: nothing to claim
+    assert OutboundDelivery.objects.get(pk=stopped.pk).last_error == subscriptions.DEACTIVATED
+    assert len(receiver.requests) == 1
+
+
 @pytest.mark.parametrize("answer,status,error", [(204, "delivered", ""), (503, "failed", "HTTP 503")])
 @pytest.mark.usefixtures("live_db")
 def test_an_attempt_under_way_when_the_subscription_is_deactivated_is_the_last_and_its_outcome_is_logged(

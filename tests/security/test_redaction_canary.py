@@ -81,6 +81,7 @@ NOT_CRAWLED: dict[str, str] = {
     "DELETE /api/webhook-endpoints/{name}": "write (delete an inbound endpoint)",
     "POST /api/webhook-subscriptions": "write (create an outbound subscription)",
     "POST /api/webhook-deliveries/{delivery_id}/retry": "write (resend an outbound delivery)",
+    "DELETE /api/webhook-subscriptions/{subscription_id}": "write (deactivate an outbound subscription)",
     "POST /lg/threads": "write (create a thread)",
     "POST /lg/threads/{thread_id}/state": "write (update_state)",
     "POST /lg/threads/{thread_id}/runs": "write (start or resume a run)",
@@ -132,6 +133,7 @@ CONSOLE_WRITES: dict[str, str] = {
     "console task-decide": "decide; the decision is read back on the task and decision pages",
     "console thread-retry": "retry a failed thread",
     "console webhook-retry": "resend an outbound delivery",
+    "console webhook-subscription-deactivate": "deactivate an outbound subscription",
     "console webhook-endpoint-create": "create an inbound endpoint",
     "console webhook-endpoint-rotate": "rotate an inbound endpoint's secret",
     "console webhook-endpoint-gates": "change an inbound endpoint's gates",
@@ -524,14 +526,15 @@ def console_requests(subjects: list[Subject], unfilled: list[str]) -> list[Reque
         if top in NOT_CRAWLED or pattern.startswith("^static"):
             continue
         params = re.findall(r"<(?:\w+:)?(\w+)>", pattern)
-        fillable = [p for p in params if p != "delivery_id"]
+        numbered = ("delivery_id", "subscription_id")  # rows that hold no thread's state: any number does
+        fillable = [p for p in params if p not in numbered]
         try:
             bindings = _bindings(fillable, subjects)
         except LookupError as exc:
             unfilled.append(f"console {name or pattern}: {exc}")
             continue
         for ids in bindings:
-            ids = {**ids, "delivery_id": "0"} if "delivery_id" in params else ids
+            ids = {**ids, **{p: "0" for p in numbered if p in params}}
             url = "/" + re.sub(r"<(?:\w+:)?(\w+)>", lambda m: ids[m.group(1)], pattern)  # noqa: B023
             surface = f"console {name}"
             out.append(Request(surface, "console", "GET", url))
