@@ -245,8 +245,8 @@ def _measure(args: argparse.Namespace, tokens: dict[str, str]) -> int:
     }
     summary["start_run"] = {
         "median_ms": round(statistics.median(start.times), 2),
-        "cpu_median_ms": round(statistics.median(start.cpu), 2),
-        "postgres_cpu_mean_ms": round(statistics.mean(start.pg_cpu), 2),
+        "cpu_median_ms": round(statistics.median(start.cpu), 2) if start.cpu else None,
+        "postgres_cpu_mean_ms": round(statistics.mean(start.pg_cpu), 2) if start.pg_cpu else None,
         "queries_median": statistics.median(start.queries),
         "statements_median": statistics.median(start.statements),
     }

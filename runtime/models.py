@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 from django.conf import settings
 from django.db import models
@@ -18,6 +19,31 @@ class ThreadStatus(models.TextChoices):
     CANCELLED = "cancelled", "Cancelled"
 
 
+class UpdatedAtField(models.DateTimeField):  # type: ignore[type-arg]
+    """``auto_now``, but an inserted row takes its ``created_at`` (set just before it, by ``auto_now_add``):
+    two clock reads differed by microseconds, so a row nothing had changed could read as changed a
+    millisecond after it was made (the ``/lg/`` API's ``state_updated_at`` of a new thread is its
+    ``created_at``, as LangGraph Server answers)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["auto_now"] = True
+        super().__init__(*args, **kwargs)
+
+    def deconstruct(self) -> Any:
+        name, path, args, kwargs = super().deconstruct()
+        kwargs.pop("auto_now", None)
+        kwargs.pop("editable", None)
+        kwargs.pop("blank", None)
+        return name, path, args, kwargs
+
+    def pre_save(self, model_instance: models.Model, add: bool) -> Any:
+        created = getattr(model_instance, "created_at", None) if add else None
+        if created is None:
+            return super().pre_save(model_instance, add)
+        setattr(model_instance, self.attname, created)
+        return created
+
+
 class Thread(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     graph = models.CharField(max_length=100, db_index=True)
@@ -31,8 +57,8 @@ class Thread(models.Model):
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
-    created_at = models.DateTimeField(auto_now_add=True)
-    updated_at = models.DateTimeField(auto_now=True)
+    created_at = models.DateTimeField(auto_now_add=True)  # before updated_at: its insert takes this instant
+    updated_at = UpdatedAtField()
     # Incremented on every claim; a worker whose token is stale must stop.
     fence = models.BigIntegerField(default=0)
 

@@ -92,3 +92,30 @@ def test_a_cancelled_thread_is_cancelled_in_the_row():
     with transaction.atomic():
         thread_cancel(thread=thread)
     assert Thread.objects.get(pk=thread.pk).status == ThreadStatus.CANCELLED
+
+
+@pytest.mark.parametrize("insert", ["create", "row_insert"])
+def test_a_new_thread_was_last_changed_when_it_was_made_to_the_microsecond(insert, monkeypatch):
+    """created_at and updated_at came from two clock reads: the /lg/ API showed a new thread's state
+    changed a millisecond after it was made, now and then. A clock that moves on every read makes
+    the two reads differ every time."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from runtime import rows
+
+    ticks = iter(range(1, 1000))
+    real_now = timezone.now
+    base = real_now()
+    monkeypatch.setattr(timezone, "now", lambda: base + timedelta(microseconds=next(ticks) * 700))
+    if insert == "create":
+        thread = thread_create(graph="travel_pay", metadata={}, created_by=None)
+    else:
+        thread = rows.row_insert(Thread(graph="travel_pay", metadata={}, status=ThreadStatus.IDLE))
+    stored = Thread.objects.get(pk=thread.pk)
+    assert stored.updated_at == stored.created_at == thread.created_at
+    # A later change still moves it.
+    stored.status = ThreadStatus.BUSY
+    stored.save()
+    assert Thread.objects.get(pk=thread.pk).updated_at > stored.created_at
