@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from django.utils import timezone
 
 from approvals.inbound.webhooks import delivery_receive, webhook_endpoint_create
 from approvals.models import AuditEvent, OutboundDelivery, OutboundStatus, WebhookSubscription
@@ -171,3 +172,20 @@ def test_the_deactivation_needs_a_csrf_token(personas, hooks):
     client = console_client(personas["operator"], enforce_csrf=True)
     assert client.post(f"/webhooks/subscriptions/{hooks['subscription'].pk}/deactivate").status_code == 403
     assert WebhookSubscription.objects.get(pk=hooks["subscription"].pk).active
+
+
+def test_an_external_tasks_callback_is_labelled_as_such_not_as_inactive(personas, hooks):
+    callback = WebhookSubscription.objects.create(
+        url=f"http://127.0.0.1:9/callback-{uuid.uuid4().hex[:6]}",
+        graph="loan_approval",
+        event_types=[],
+        secret=secret_generate(),
+        active=False,  # as approvals.external makes it: it receives no event, only its result
+    )
+    try:
+        html = console_client(personas["operator"]).get("/webhooks/").content.decode()
+        article = html.split(f'id="subscription-{callback.pk}"', 1)[1].split("</article>", 1)[0]
+        assert "an external task's callback" in article and "inactive" not in article
+        assert "Deactivate</button>" in article  # it can still be stopped
+    finally:
+        WebhookSubscription.objects.filter(pk=callback.pk).update(deactivated_at=timezone.now())
