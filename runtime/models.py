@@ -31,9 +31,7 @@ class UpdatedAtField(models.DateTimeField):  # type: ignore[type-arg]
 
     def deconstruct(self) -> Any:
         name, path, args, kwargs = super().deconstruct()
-        kwargs.pop("auto_now", None)
-        kwargs.pop("editable", None)
-        kwargs.pop("blank", None)
+        del kwargs["auto_now"]  # always set by __init__
         return name, path, args, kwargs
 
     def pre_save(self, model_instance: models.Model, add: bool) -> Any:

@@ -27,7 +27,7 @@ from approvals.models import AuditAction, OutboundDelivery, OutboundStatus, Webh
 from approvals.outbound import outbox
 from approvals.outbound.destinations import DestinationRefused, DestinationUnresolvable, destination_resolve
 from approvals.outbound.signing import webhook_sign
-from approvals.outbound.subscriptions import DEACTIVATED, deliveries_stop, deliveries_visible
+from approvals.outbound.subscriptions import deliveries_stop, deliveries_visible
 
 MAX_ATTEMPTS = 6
 TIMEOUT_SECONDS = 10.0
@@ -90,11 +90,13 @@ def delivery_attempt(*, delivery_id: int) -> OutboundDelivery | None:
 def _delivery_record(claimed: OutboundDelivery, result: SendResult) -> OutboundDelivery:
     with transaction.atomic():
         delivery = OutboundDelivery.objects.select_for_update().get(pk=claimed.pk)
-        # Given up while this attempt was under way (its subscription was deactivated): this attempt's
-        # outcome is still what the log must say, and nothing is retried.
-        stopped = delivery.status == OutboundStatus.FAILED and delivery.last_error == DEACTIVATED
-        if (delivery.status != OutboundStatus.PENDING and not stopped) or delivery.attempts != claimed.attempts:
+        if delivery.attempts != claimed.attempts:
             return delivery  # our claim lapsed and another attempt took over: its result counts
+        # Given up while this attempt was under way, by its subscription's deactivation: this attempt's
+        # outcome is still what the log must say, and nothing is retried.
+        stopped = delivery.status != OutboundStatus.PENDING
+        if stopped and not _deactivated(delivery.subscription_id):
+            return delivery
         delivery.response_code = result.code
         now = timezone.now()
         if result.code is not None and 200 <= result.code < 300:
@@ -126,6 +128,10 @@ def _delivery_record(claimed: OutboundDelivery, result: SendResult) -> OutboundD
                 details={"subscription": delivery.subscription_id, "error": delivery.last_error},
             )
     return delivery
+
+
+def _deactivated(subscription_id: int) -> bool:
+    return WebhookSubscription.objects.filter(pk=subscription_id, deactivated_at__isnull=False).exists()
 
 
 def _excerpt(raw: bytes) -> str:
@@ -187,7 +193,7 @@ def delivery_retry(*, actor: Any, delivery_id: int) -> OutboundDelivery:
         raise Conflict("this delivery already succeeded", field="delivery_id")
     if delivery.status == OutboundStatus.PENDING:
         raise Conflict("this delivery is still being retried automatically", field="delivery_id")
-    if WebhookSubscription.objects.filter(pk=delivery.subscription_id, deactivated_at__isnull=False).exists():
+    if _deactivated(delivery.subscription_id):
         raise Conflict("its subscription was deactivated: nothing is sent to it any more", field="delivery_id")
     delivery.status = OutboundStatus.PENDING
     delivery.next_attempt_at = timezone.now()

@@ -27,7 +27,7 @@ import pytest
 from django.conf import settings as django_settings
 from django.db import OperationalError, transaction
 
-from approvals.models import ApprovalTask, AuditEvent, OutboundDelivery, WebhookSubscription
+from approvals.models import ApprovalTask, AuditEvent, GraphAssignment, OutboundDelivery, WebhookSubscription
 from approvals.outbound import sending, subscriptions
 from approvals.outbound.signing import secret_generate
 from tests.conftest import api_decide, pending_tasks, scaled, thread_start, wait_for
@@ -512,6 +512,38 @@ def test_an_external_tasks_callback_is_delivered_until_its_subscription_is_deact
     assert sending.delivery_attempt(delivery_id=stopped.pk) is None  # given up: nothing to claim
     assert OutboundDelivery.objects.get(pk=stopped.pk).last_error == subscriptions.DEACTIVATED
     assert len(receiver.requests) == 1
+
+
+@pytest.mark.parametrize("graph", ["kyc_onboarding", "*"])
+@pytest.mark.usefixtures("live_db")
+def test_an_operator_of_one_graph_cannot_stop_another_graphs_subscription(graph):
+    """Threat: an operator silences the notifications of a graph they do not run (or of every graph)."""
+    from approvals import users
+    from approvals.tokens import token_issue
+    from tests.conftest import ApiClient
+
+    scoped = users.user_create(actor=users.CLI, username=f"op-{uuid.uuid4().hex[:8]}", roles=["operator"])
+    GraphAssignment.objects.create(user=scoped, graph="loan_approval")
+    client = ApiClient(token_issue(user=scoped))
+    target = subscriptions.subscription_create(
+        actor=None, url="http://127.0.0.1:9/other", graph=graph, event_types=["thread.failed"]
+    )
+    made = [target.pk]
+    try:
+        response = client.delete(f"/api/webhook-subscriptions/{target.pk}")
+        assert response.status_code == 404, response.content
+        assert response.json()["error"]["field"] == "subscription_id"
+        stored = WebhookSubscription.objects.get(pk=target.pk)
+        assert stored.active and stored.deactivated_at is None and stored.secret == target.secret
+        assert not AuditEvent.objects.filter(action="webhook.subscription_deactivated", subject_id=str(target.pk))
+        # Their own graph's subscription they may stop.
+        own = subscriptions.subscription_create(
+            actor=None, url="http://127.0.0.1:9/own", graph="loan_approval", event_types=["thread.failed"]
+        )
+        made.append(own.pk)
+        assert client.delete(f"/api/webhook-subscriptions/{own.pk}").status_code == 204
+    finally:  # no later event of this session goes to a closed port
+        WebhookSubscription.objects.filter(pk__in=made).update(active=False)
 
 
 @pytest.mark.parametrize("answer,status,error", [(204, "delivered", ""), (503, "failed", "HTTP 503")])
