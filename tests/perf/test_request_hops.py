@@ -8,10 +8,11 @@ event loop to resolve its URL, then to the thread again for each sync ``process_
 context) and for the view — and with async-capable middleware at the bottom of the chain (django-htmx,
 django-axes) Django's own middleware ran in async mode, a crossing per hook: 16 in all.
 
-What is left: the ``request_started`` signal, the chain with its view, and closing the response
-(Django's handler sends the signal and the close to the thread each on its own). The long polls
-are sync views since the same change: waiting blocks the request's own thread, which it held
-through the wait anyway.
+Django's handler then crossed twice more: for the ``request_started`` signal and for closing the
+response. Now one call does the signal, the chain with its view, and a response's headers, body and
+close; only a streamed response (the audit export, server-sent events) is sent by Django's code and
+closed after, a second crossing. The long polls are sync views: waiting blocks the request's own
+thread, which it held through the wait anyway.
 """
 
 from __future__ import annotations
@@ -23,13 +24,15 @@ from typing import Any
 import pytest
 from asgiref import sync
 from asgiref.testing import ApplicationCommunicator
+from django.conf import settings
+from django.core import signals
 
 from console.request_threads import ReusedThreadASGIHandler
 from tests.conftest import loan_input, scaled
 
 pytestmark = pytest.mark.usefixtures("live_db")
 
-TO_THREAD = 3  # the request_started signal; the chain with its view; closing the response
+TO_THREAD = 1  # request_started, the chain with its view, the response's bytes and its close
 
 
 def _scope(method: str, path: str, query: str, headers: list[tuple[bytes, bytes]]) -> dict[str, Any]:
@@ -50,8 +53,10 @@ def _scope(method: str, path: str, query: str, headers: list[tuple[bytes, bytes]
 
 
 def _crossings(monkeypatch, method: str, path: str, *, query: str = "", headers=(), body: bytes = b"") -> dict:
-    """Serve one request through the real handler: its status and the crossings it made each way."""
-    made = {"to_thread": 0, "to_loop": 0}
+    """Serve one request through the real handler: its status, the crossings it made each way, the
+    ``request_started`` and ``request_finished`` signals sent, its headers and its body."""
+    made: dict[str, Any] = {"to_thread": 0, "to_loop": 0, "started": 0, "finished": 0}
+    sent: dict[str, Any] = {}
     to_thread, to_loop = sync.SyncToAsync.__call__, sync.AsyncToSync.__call__
 
     async def counted_to_thread(self, *args, **kwargs):
@@ -64,19 +69,41 @@ def _crossings(monkeypatch, method: str, path: str, *, query: str = "", headers=
 
     app = ReusedThreadASGIHandler()
 
+    def on_started(**_: Any) -> None:
+        made["started"] += 1
+
+    def on_finished(**_: Any) -> None:
+        made["finished"] += 1
+
     async def serve() -> int:
         request = ApplicationCommunicator(app, _scope(method, path, query, list(headers)))
         await request.send_input({"type": "http.request", "body": body, "more_body": False})
         start = await request.receive_output(scaled(30))
-        await request.receive_output(scaled(30))
+        chunks = []
+        while True:
+            message = await request.receive_output(scaled(30))
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body"):
+                break
         await request.wait(scaled(30))  # and the request is over: its response closed
+        sent.update(headers=start["headers"], body=b"".join(chunks))
         return int(start["status"])
 
     monkeypatch.setattr(sync.SyncToAsync, "__call__", counted_to_thread)
     monkeypatch.setattr(sync.AsyncToSync, "__call__", counted_to_loop)
-    status = asyncio.run(serve())
-    monkeypatch.undo()
-    return {"status": status, **made}
+    signals.request_started.connect(on_started)
+    signals.request_finished.connect(on_finished)
+    try:
+        status = asyncio.run(serve())
+    finally:
+        monkeypatch.undo()
+        signals.request_started.disconnect(on_started)
+        signals.request_finished.disconnect(on_finished)
+    return {"status": status, **made, **sent}
+
+
+def _counts(made: dict[str, Any]) -> dict[str, Any]:
+    return {k: made[k] for k in ("status", "to_thread", "to_loop", "started", "finished")}
 
 
 @pytest.fixture(autouse=True)
@@ -90,14 +117,20 @@ def _bearer(persona) -> list[tuple[bytes, bytes]]:
 
 def test_an_api_request_crosses_to_its_thread_once_and_never_back(operator, monkeypatch):
     made = _crossings(monkeypatch, "GET", "/api/graphs", headers=_bearer(operator))
-    assert made == {"status": 200, "to_thread": TO_THREAD, "to_loop": 0}
+    assert _counts(made) == {"status": 200, "to_thread": TO_THREAD, "to_loop": 0, "started": 1, "finished": 1}
+    assert [g["name"] for g in json.loads(made["body"])] == sorted(g["name"] for g in json.loads(made["body"]))
+    assert (b"Content-Type", b"application/json; charset=utf-8") in made["headers"]
 
 
 def test_a_console_page_crosses_to_its_thread_once_and_never_back(reviewer, client, monkeypatch):
     client.force_login(reviewer.user)
     cookie = "; ".join(f"{name}={morsel.value}" for name, morsel in client.cookies.items())
     made = _crossings(monkeypatch, "GET", "/", headers=[(b"cookie", cookie.encode())])
-    assert made == {"status": 200, "to_thread": TO_THREAD, "to_loop": 0}
+    assert _counts(made) == {"status": 200, "to_thread": TO_THREAD, "to_loop": 0, "started": 1, "finished": 1}
+    # The session is renewed on every request (SESSION_SAVE_EVERY_REQUEST): its cookie goes out.
+    renewed = [value for name, value in made["headers"] if name == b"Set-Cookie"]
+    assert any(value.startswith(f"{settings.SESSION_COOKIE_NAME}=".encode()) for value in renewed), renewed
+    assert b"</html>" in made["body"]
 
 
 def test_a_long_poll_waits_on_its_own_thread(operator, monkeypatch):
@@ -112,4 +145,17 @@ def test_a_long_poll_waits_on_its_own_thread(operator, monkeypatch):
         headers=[*_bearer(operator), (b"content-type", b"application/json")],
         body=body,
     )
-    assert made == {"status": 201, "to_thread": TO_THREAD, "to_loop": 0}
+    assert _counts(made) == {"status": 201, "to_thread": TO_THREAD, "to_loop": 0, "started": 1, "finished": 1}
+
+
+def test_a_streamed_response_is_sent_by_djangos_code_and_closed_once(auditor, operator, monkeypatch):
+    """The audit export streams: its body is not made on the request's thread in one piece but pulled
+    a part at a time (a crossing each, Django's ``StreamingHttpResponse.__aiter__``), and it is closed
+    after the last part: request_finished is sent once, after the call that made it."""
+    made = _crossings(monkeypatch, "GET", "/api/audit/export", query="format=jsonl", headers=_bearer(auditor))
+    counts = _counts(made)
+    assert counts.pop("to_thread") > 2  # the call, a pull per part and the end, the close
+    assert counts == {"status": 200, "to_loop": 0, "started": 1, "finished": 1}
+    *rows, trailer = [json.loads(line) for line in made["body"].splitlines()]
+    assert rows and all("hash" in row for row in rows)
+    assert trailer["export"]["count"] == len(rows)  # the whole stream was sent, its trailer last
