@@ -21,8 +21,7 @@ import traceback
 from dataclasses import dataclass
 from typing import Any, cast
 
-from django.conf import settings
-from django.db import close_old_connections, connection
+from django.db import connection
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.errors import GraphRecursionError, UnknownInterruptError
@@ -34,6 +33,7 @@ from runtime.cancel import run_cancel_acknowledge, run_cancel_check
 from runtime.controls import RuntimeControls
 from runtime.effects import canonical_json
 from runtime.fencing import FENCE_KEY
+from runtime.heartbeat import Heartbeat
 from runtime.jsonable import to_jsonable
 from runtime.models import Run, RunKind, RunStatus
 from runtime.registry import GraphRegistryError, UnknownGraph, graph_get
@@ -42,7 +42,6 @@ from runtime.runs import (
     LeaseLost,
     PendingInterrupt,
     RunOutcome,
-    lease_renew,
     run_claim,
     run_fail,
     run_finish,
@@ -86,7 +85,7 @@ def run_execute(*, run_id: str) -> None:
     if run is None:
         log.info("run %s is not claimable (done, or held by another worker)", run_id)
         return
-    heartbeat = _Heartbeat(run)
+    heartbeat = Heartbeat(run)
     heartbeat.start()
     try:
         _execute_claimed(run, heartbeat)
@@ -149,7 +148,7 @@ def run_config(run: Run) -> RunnableConfig:
     }
 
 
-def _execute_claimed(run: Run, heartbeat: _Heartbeat) -> None:
+def _execute_claimed(run: Run, heartbeat: Heartbeat) -> None:
     config = run_config(run)
     try:
         entry = graph_get(run.thread.graph)
@@ -251,7 +250,7 @@ def _stream(
     graph: Pregel[Any, Any, Any, Any],
     graph_input: Any,
     config: RunnableConfig,
-    heartbeat: _Heartbeat,
+    heartbeat: Heartbeat,
     controls: RuntimeControls,
     run: Run,
 ) -> _Seen:
@@ -473,40 +472,3 @@ def _error_text(exc: BaseException) -> str:
         return f"signed command refused: {exc}"[:4000]
     lines = traceback.format_exception_only(type(exc), exc)
     return "".join(lines).strip()[:4000]
-
-
-class _Heartbeat:
-    """Renews the run's lease in the background so a long node keeps its claim."""
-
-    def __init__(self, run: Run) -> None:
-        self.run = run
-        self.lost: LeaseLost | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name=f"lease-{run.id}", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-
-    def check(self) -> None:
-        if self.lost is not None:
-            raise self.lost
-
-    def _loop(self) -> None:
-        interval = max(settings.GATEHOUSE_LEASE_SECONDS / 3, 0.1)
-        try:
-            while not self._stop.wait(interval):
-                try:
-                    lease_renew(run=self.run)
-                except LeaseLost as exc:
-                    log.warning("run %s: heartbeat refused, the lease is lost (fence %s)", self.run.id, self.run.fence)
-                    self.lost = exc
-                    return
-                except Exception:
-                    log.exception("lease renewal for run %s failed; will retry", self.run.id)
-                    close_old_connections()
-        finally:
-            connection.close()
