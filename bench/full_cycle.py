@@ -1188,6 +1188,8 @@ def main() -> int:
         help="with --profile: py-spy's output format (flamegraph: .svg; raw: collapsed stacks .txt)",
     )
     args = parser.parse_args()
+    if args.idle_samples < 1 or args.threads < 1:
+        parser.error("--threads and --idle-samples must be at least 1: the targets are judged on both")
 
     def on_alarm(*_: object) -> None:
         raise TimeoutError(f"benchmark exceeded --timeout {args.timeout}s")
