@@ -6,14 +6,14 @@ Recreates ``gatehouse_bench_requests``, migrates, makes the bench's users, start
 production settings on a free port, and sends each path (default: ``/api/graphs``, an API 404 and an
 unknown path) ``--requests`` times from one keep-alive client, as the bench's reviewer. It prints
 daphne's CPU per request (from ``/proc``: all its threads) and the client's wall time per request.
-One client and nothing else running: the cost of a request, not the server's throughput.
+One client and nothing else running: the cost of a request, not the server's throughput. Results in
+``var/bench/request_cost.json``.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
+import json
 import sys
 import time
 import uuid
@@ -24,6 +24,8 @@ sys.path.insert(0, str(ROOT))
 
 from bench.full_cycle import (  # noqa: E402
     OUT_DIR,
+    Proc,
+    _proc_cpu_seconds,
     bench_env,
     bench_users,
     db_drop,
@@ -34,12 +36,6 @@ from bench.full_cycle import (  # noqa: E402
 )
 
 PATHS = ["/api/graphs", f"/api/threads/{uuid.UUID(int=0)}", "/no-such-page"]
-
-
-def process_cpu(pid: int) -> float:
-    """Seconds of CPU ``pid`` has used (user + system, all its threads)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def main() -> int:
@@ -60,17 +56,13 @@ def main() -> int:
         manage(env, "migrate", "--noinput", "-v", "0")
         tokens = bench_users(env)
         port = free_port()
-        with open(run_dir / "web.log", "wb") as web_log:
-            web = subprocess.Popen(
-                [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "console.asgi:application"],
-                cwd=ROOT,
-                env=env,
-                stdout=web_log,
-                stderr=subprocess.STDOUT,
-            )
+        daphne = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "console.asgi:application"]
+        web = Proc("web", daphne, env, run_dir)
         base = f"http://127.0.0.1:{port}"
 
         def up() -> bool:
+            if not web.alive:
+                raise RuntimeError(f"daphne exited:\n{web.tail()}")
             try:
                 return httpx.get(f"{base}/api/docs", timeout=2).status_code == 200
             except httpx.HTTPError:
@@ -78,20 +70,26 @@ def main() -> int:
 
         wait_until(up, timeout=60, interval=0.1, what="daphne up")
         headers = {"Authorization": f"Bearer {tokens['reviewer']}"}
+        results = []
         with httpx.Client(base_url=base, headers=headers) as client:
             for path in args.paths:
                 for _ in range(100):  # warm: imports, plans, the kept request threads
                     client.get(path)
-                cpu0, wall0 = process_cpu(web.pid), time.perf_counter()
+                cpu0, wall0 = _proc_cpu_seconds(web.proc.pid), time.perf_counter()
                 for _ in range(args.requests):
                     status = client.get(path).status_code
-                cpu = (process_cpu(web.pid) - cpu0) / args.requests * 1000
+                cpu = (_proc_cpu_seconds(web.proc.pid) - cpu0) / args.requests * 1000
                 wall = (time.perf_counter() - wall0) / args.requests * 1000
                 print(f"{path}: {status}, daphne CPU {cpu:.3f} ms per request, client wall {wall:.3f} ms")
+                results.append(
+                    {"path": path, "status": status, "daphne_cpu_ms": round(cpu, 3), "wall_ms": round(wall, 3)}
+                )
+        out = OUT_DIR / "request_cost.json"
+        out.write_text(json.dumps({"requests_per_path": args.requests, "paths": results}, indent=2))
+        print(f"results written to {out}")
     finally:
         if web is not None:
-            web.terminate()
-            web.wait(timeout=30)
+            web.stop()
         db_drop(args.db)
     return 0
 

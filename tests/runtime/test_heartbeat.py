@@ -19,7 +19,7 @@ from runtime.heartbeat import Heartbeat
 from runtime.models import Run, RunKind, ThreadStatus
 from runtime.models import Thread as GraphThread
 from runtime.runs import run_claim
-from tests.conftest import wait_for
+from tests.conftest import scaled, wait_for
 
 pytestmark = pytest.mark.usefixtures("live_db")
 
@@ -90,7 +90,7 @@ def test_a_renewal_refused_because_another_worker_took_the_run_stops_the_heartbe
         with pytest.raises(LeaseLost):
             beat.check()
         assert beat._thread is not None
-        beat._thread.join(timeout=5)
+        beat._thread.join(timeout=scaled(5))
         assert not beat._thread.is_alive()
         assert Run.objects.values_list("lease_owner", flat=True).get(pk=stale.pk) == "host:2:b"
     finally:
