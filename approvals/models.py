@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
+from typing import Literal
 
 from django.conf import settings
 from django.db import models
@@ -432,6 +433,12 @@ class WebhookSubscription(models.Model):
 
     def __str__(self) -> str:
         return f"subscription {self.pk} → {self.url}"
+
+    @property
+    def kind(self) -> Literal["events", "callback"]:
+        """``events`` (it names the event types it receives; never none) or ``callback``: an external
+        task's result delivery (``approvals.external``), which names none."""
+        return "events" if self.event_types else "callback"
 
 
 class OutboundStatus(models.TextChoices):

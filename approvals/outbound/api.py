@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from django.http import HttpRequest
 from ninja import Query, Router, Schema, Status
@@ -25,6 +25,8 @@ class SubscriptionIn(Schema):
 
 class SubscriptionOut(Schema):
     id: int
+    # "events": the event types below; "callback": an external task's one result delivery (no event types).
+    kind: Literal["events", "callback"]
     url: str
     graph: str
     event_types: list[str]
@@ -62,6 +64,7 @@ def _user(request: HttpRequest) -> Any:
 def _subscription_out(s: WebhookSubscription, *, with_secret: bool = False) -> SubscriptionOut:
     return SubscriptionOut(
         id=s.pk,
+        kind=s.kind,
         url=s.url,
         graph=s.graph,
         event_types=s.event_types,

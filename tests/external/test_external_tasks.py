@@ -173,3 +173,28 @@ def test_the_engine_reads_its_task_by_key(engine, source):
     stranger = engine_persona(source + "y")
     assert stranger.client.get(f"/api/external-tasks/{task_id}").status_code == 404
     assert stranger.client.get(f"/api/external-tasks/by-key/{source}/wire/42:1").status_code == 404
+
+
+def test_a_callback_subscription_says_it_is_one_beside_a_subscription_to_events(engine, source, personas):
+    """An external task's callback is listed with the outbound subscriptions: ``kind`` tells it from one
+    that receives events (it names no event type and receives only the task's result)."""
+    operator = personas["operator"].client
+    created = create(engine.client, task_body(source, callback_url="http://127.0.0.1:9/callback"))
+    assert created.status_code == 201, created.content
+    subscribed = operator.post(
+        "/api/webhook-subscriptions",
+        {"url": "http://127.0.0.1:9/events", "graph": "loan_approval", "event_types": ["thread.failed"]},
+    )
+    assert subscribed.status_code == 201, subscribed.content
+    try:
+        listed = {s["id"]: s for s in operator.get("/api/webhook-subscriptions").json()}
+        callback_id = ExternalTask.objects.get(task_id=created.json()["id"]).subscription_id
+        assert {k: listed[callback_id][k] for k in ("kind", "event_types", "active", "url")} == {
+            "kind": "callback",
+            "event_types": [],
+            "active": False,
+            "url": "http://127.0.0.1:9/callback",
+        }
+        assert listed[subscribed.json()["id"]]["kind"] == subscribed.json()["kind"] == "events"
+    finally:  # no later event of this session goes to a closed port
+        assert operator.delete(f"/api/webhook-subscriptions/{subscribed.json()['id']}").status_code == 204
