@@ -77,8 +77,13 @@ def delivery_attempt(*, delivery_id: int) -> OutboundDelivery | None:
         return None
     if delivery.subscription.deactivated_at is not None:
         # Queued by a transaction that read the subscription before its deactivation committed: the
-        # deactivation could not give it up (it was not committed yet), so it is given up here, unsent.
-        deliveries_stop(delivery.subscription_id)
+        # deactivation could not give it up (it was not committed yet), so it is given up here, unsent,
+        # and the attempt this claim counted is taken back: none was made.
+        with transaction.atomic():
+            deliveries_stop(delivery.subscription_id)
+            OutboundDelivery.objects.filter(pk=delivery.pk, attempts=delivery.attempts).update(
+                attempts=F("attempts") - 1
+            )
         delivery.refresh_from_db()
         return delivery
     body = json.dumps(delivery.payload, separators=(",", ":")).encode()

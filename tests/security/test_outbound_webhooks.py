@@ -488,12 +488,14 @@ def test_a_delivery_queued_as_the_subscription_was_deactivated_is_given_up_unsen
     subscriptions.subscription_deactivate(actor=None, subscription_id=subscription.pk)
     # What that late commit leaves behind: a pending delivery of a subscription that is no longer active.
     OutboundDelivery.objects.filter(pk=delivery.pk).update(status="pending", last_error="", next_attempt_at=None)
+    before = OutboundDelivery.objects.get(pk=delivery.pk).attempts
 
     attempted = sending.delivery_attempt(delivery_id=delivery.pk)
 
     assert attempted is not None and attempted.status == "failed"
     assert attempted.last_error == subscriptions.DEACTIVATED and attempted.next_attempt_at is None
     assert receiver.requests == []
+    assert attempted.attempts == before  # nothing was sent: the log counts no attempt
 
 
 @pytest.mark.usefixtures("live_db")
