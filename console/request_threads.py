@@ -43,6 +43,7 @@ import contextlib
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 from asgiref.sync import ThreadSensitiveContext, sync_to_async
@@ -86,6 +87,14 @@ class RequestThread(ThreadPoolExecutor):
     def idle(self) -> bool:
         with self._lock:
             return self._running == 0
+
+
+@dataclass
+class _Call:
+    """How far a request's call on its thread got, for what the handler must finish after a disconnect."""
+
+    began: bool = False
+    streamed: Any = None  # a streamed response made and not yet closed
 
 
 class ReusedThreadASGIHandler(ASGIHandler):
@@ -143,14 +152,15 @@ class ReusedThreadASGIHandler(ASGIHandler):
         except RequestAborted:
             return
         set_script_prefix(get_script_prefix(scope))
-        began: list[bool] = []  # appended to by the call as it begins
+        call = _Call()
 
         async def process() -> None:
-            response, headers, body = await sync_to_async(self._respond, thread_sensitive=True)(scope, body_file, began)
+            response, headers, body = await sync_to_async(self._respond, thread_sensitive=True)(scope, body_file, call)
             if headers is None:  # streamed: Django's own code sends it, then it is closed
                 try:
                     await self.send_response(response, send)
                 finally:
+                    call.streamed = None
                     await sync_to_async(response.close, thread_sensitive=True)()
                 return
             await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
@@ -166,17 +176,21 @@ class ReusedThreadASGIHandler(ASGIHandler):
                     task.cancel()
                 with contextlib.suppress(RequestAborted, asyncio.CancelledError):  # the client left
                     await task
-            if not began:  # cancelled before its call began: nothing sent request_finished
+            if not call.began:  # cancelled before its call began: nothing sent request_finished
                 await signals.request_finished.asend(sender=self.__class__)
+            elif call.streamed is not None:
+                # Cancelled as its call returned (asgiref then drops the result): the streamed response
+                # was never sent, and is closed here rather than whenever it is collected.
+                await sync_to_async(call.streamed.close, thread_sensitive=True)()
         finally:
             body_file.close()
 
     def _respond(
-        self, scope: dict[str, Any], body_file: Any, began: list[bool]
+        self, scope: dict[str, Any], body_file: Any, call: _Call
     ) -> tuple[HttpResponseBase, list[tuple[bytes, bytes]] | None, bytes]:
         """On the request's thread: ``request_started``, the response, and (unless it is streamed) its
         headers and body and its ``close()`` (``request_finished``), which Django each cross for."""
-        began.append(True)
+        call.began = True
         signals.request_started.send(sender=self.__class__, scope=scope)
         response: Any
         request, response = self.create_request(scope, body_file)
@@ -190,6 +204,7 @@ class ReusedThreadASGIHandler(ASGIHandler):
         if isinstance(response, FileResponse):
             response.block_size = self.chunk_size
         if response.streaming:
+            call.streamed = response
             return response, None, b""
         try:
             return response, _response_headers(response), response.content

@@ -159,3 +159,51 @@ def test_a_streamed_response_is_sent_by_djangos_code_and_closed_once(auditor, op
     *rows, trailer = [json.loads(line) for line in made["body"].splitlines()]
     assert rows and all("hash" in row for row in rows)
     assert trailer["export"]["count"] == len(rows)  # the whole stream was sent, its trailer last
+
+
+def test_a_streamed_response_dropped_by_a_cancellation_as_its_call_returned_is_still_closed(auditor, monkeypatch):
+    """asgiref re-raises a cancellation that arrives as the sync call returns, and its result is dropped:
+    a streamed response made by that call was then never sent nor closed (the export's own record of
+    itself would wait for the garbage collector). The handler closes it: request_finished is sent once."""
+    from console import request_threads
+
+    real = request_threads.sync_to_async
+    calls: list[str] = []
+
+    def dropping(fn, **kwargs):
+        wrapped = real(fn, **kwargs)
+        if getattr(fn, "__name__", "") != "_respond":
+            return wrapped
+
+        async def call_then_cancelled(*args):
+            await wrapped(*args)
+            calls.append("respond")
+            raise asyncio.CancelledError  # what asgiref raises when the cancel came as the call returned
+
+        return call_then_cancelled
+
+    finished: list[int] = []
+
+    def on_finished(**_: Any) -> None:
+        finished.append(1)
+
+    async def serve() -> list[Any]:
+        app = ReusedThreadASGIHandler()
+        scope = _scope("GET", "/api/audit/export", "format=jsonl", _bearer(auditor))
+        request = ApplicationCommunicator(app, scope)
+        await request.send_input({"type": "http.request", "body": b"", "more_body": False})
+        await request.wait(scaled(30))
+        sent = []
+        while not request.output_queue.empty():
+            sent.append(await request.receive_output(scaled(5)))
+        return sent
+
+    monkeypatch.setattr(request_threads, "sync_to_async", dropping)
+    signals.request_finished.connect(on_finished)
+    try:
+        sent = asyncio.run(serve())
+    finally:
+        signals.request_finished.disconnect(on_finished)
+    assert calls == ["respond"]
+    assert sent == []  # nothing went out: the response was dropped with the call's result
+    assert finished == [1]  # and closed all the same, once
