@@ -42,6 +42,7 @@ sys.path.insert(0, str(ROOT))
 from bench.full_cycle import (  # noqa: E402
     GRAPH,
     OUT_DIR,
+    _proc_stat,
     _StatementCounter,
     bench_env,
     bench_users,
@@ -58,15 +59,13 @@ def postgres_cpu() -> dict[int, int]:
     where it cannot be read). A local server on a quiet machine: the bench's statements are then all it runs."""
     ticks = {}
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
         try:
-            if (entry / "comm").read_text().strip() != "postgres":
+            if not entry.name.isdigit() or (entry / "comm").read_text().strip() != "postgres":
                 continue
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue  # gone meanwhile, or not ours to read
-        ticks[int(entry.name)] = int(fields[11]) + int(fields[12])  # utime + stime
+        if (fields := _proc_stat(int(entry.name))) is not None:
+            ticks[int(entry.name)] = int(fields[11]) + int(fields[12])  # utime + stime
     return ticks
 
 
@@ -177,14 +176,22 @@ class _Step:
             stats.dump_stats(str(path))
             print(f"=== {self.name}: cProfile, top {top} by cumulative time (stats in {path})")
             print(out.getvalue())
+        return self.summary()
+
+    def summary(self) -> dict[str, Any]:
+        """Medians over the samples that measured each: None where none did (every sample profiled, say)."""
         return {
-            "median_ms": round(statistics.median(self.times), 2),
-            "min_ms": round(min(self.times), 2),
-            "cpu_median_ms": round(statistics.median(self.cpu), 2) if self.cpu else None,
-            "postgres_cpu_mean_ms": round(statistics.mean(self.pg_cpu), 2) if self.pg_cpu else None,
-            "queries_median": statistics.median(self.queries),
-            "statements_median": statistics.median(self.statements),
+            "median_ms": _rounded(statistics.median, self.times),
+            "min_ms": _rounded(min, self.times),
+            "cpu_median_ms": _rounded(statistics.median, self.cpu),
+            "postgres_cpu_mean_ms": _rounded(statistics.mean, self.pg_cpu),
+            "queries_median": statistics.median(self.queries) if self.queries else None,
+            "statements_median": statistics.median(self.statements) if self.statements else None,
         }
+
+
+def _rounded(stat: Any, values: list[float]) -> float | None:
+    return round(stat(values), 2) if values else None
 
 
 def _measure(args: argparse.Namespace, tokens: dict[str, str]) -> int:
@@ -247,13 +254,7 @@ def _measure(args: argparse.Namespace, tokens: dict[str, str]) -> int:
         "decision_post": decision.report(args.top, OUT_DIR / "decision_profile.prof", args.profiled),
         "resume_run": resume.report(args.top, OUT_DIR / "resume_profile.prof", args.profiled),
     }
-    summary["start_run"] = {
-        "median_ms": round(statistics.median(start.times), 2),
-        "cpu_median_ms": round(statistics.median(start.cpu), 2) if start.cpu else None,
-        "postgres_cpu_mean_ms": round(statistics.mean(start.pg_cpu), 2) if start.pg_cpu else None,
-        "queries_median": statistics.median(start.queries),
-        "statements_median": statistics.median(start.statements),
-    }
+    summary["start_run"] = start.summary()
     # Kept for readers of the old file: the decision POST's numbers at the top level.
     summary.update({k: summary["decision_post"][k] for k in ("median_ms", "min_ms", "queries_median")})
     (OUT_DIR / "decision_profile.json").write_text(json.dumps(summary, indent=2))
