@@ -49,11 +49,12 @@ def _lease_threads_started(monkeypatch) -> list[str]:
     return names
 
 
+@override_settings(GATEHOUSE_LEASE_SECONDS=3600)  # its first renewal due in 20 minutes: a busy machine cannot reach it
 def test_a_run_that_ends_before_its_first_renewal_takes_no_thread_and_renews_nothing(monkeypatch):
     run = _claimed()
     before = _expiry(run)
     started = _lease_threads_started(monkeypatch)
-    beat = Heartbeat(run)  # the tests' lease: 2 s, a renewal due after 0.67 s
+    beat = Heartbeat(run)
     beat.start()
     beat.stop()
     assert started == []
@@ -101,7 +102,9 @@ def test_a_renewal_refused_because_another_worker_took_the_run_stops_the_heartbe
 def test_heartbeats_waiting_at_the_same_time_each_begin_when_due_and_a_stopped_one_never_does(monkeypatch):
     started = _lease_threads_started(monkeypatch)
     kept, dropped = _claimed(f"host:1:{uuid.uuid4().hex[:6]}"), _claimed(f"host:1:{uuid.uuid4().hex[:6]}")
-    kept_beat, dropped_beat = Heartbeat(kept), Heartbeat(dropped)
+    kept_beat = Heartbeat(kept)  # due in a fifth of a second
+    with override_settings(GATEHOUSE_LEASE_SECONDS=3600):  # due in 20 minutes: stopped long before
+        dropped_beat = Heartbeat(dropped)
     dropped_before = _expiry(dropped)
     kept_beat.start()
     dropped_beat.start()
