@@ -261,6 +261,21 @@ class FlameGraphs:
         return written
 
 
+def web_wait_up(web: Proc, url: str, timeout: float = 60) -> None:
+    """Wait until daphne answers ``url`` with 200; fail at once, with its log, if it exited."""
+    import httpx
+
+    def up() -> bool:
+        if not web.alive:
+            raise RuntimeError(f"daphne exited:\n{web.tail()}")
+        try:
+            return httpx.get(url, timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    wait_until(up, timeout=timeout, interval=0.1, what="daphne up")
+
+
 def _proc_stat(pid: int) -> list[str] | None:
     """The fields of /proc/<pid>/stat after the command name (None if the process is gone)."""
     try:
@@ -1237,17 +1252,7 @@ def main() -> int:
             if not worker.alive:
                 raise RuntimeError(f"worker exited:\n{worker.tail()}")
 
-        import httpx
-
-        def web_up() -> bool:
-            if not web.alive:
-                raise RuntimeError(f"daphne exited:\n{web.tail()}")
-            try:
-                return httpx.get(f"http://127.0.0.1:{port}/api/docs", timeout=2).status_code == 200
-            except httpx.HTTPError:
-                return False
-
-        wait_until(web_up, timeout=60, interval=0.1, what="daphne up")
+        web_wait_up(web, f"http://127.0.0.1:{port}/api/docs")
         log(
             f"stack up: daphne :{port}, {args.workers} worker(s) --pool={args.pool} x{args.worker_concurrency} "
             f"on queue {queue}, bank {bank.url}"

@@ -60,6 +60,7 @@ from bench.full_cycle import (  # noqa: E402
     percentile,
     redis_forget,
     wait_until,
+    web_wait_up,
     worker_proc,
 )
 
@@ -220,17 +221,7 @@ def main() -> int:
             raise RuntimeError(f"worker exited:\n{worker.tail()}")
         base = f"http://127.0.0.1:{port}"
 
-        import httpx
-
-        def web_up() -> bool:
-            if not web.alive:
-                raise RuntimeError(f"daphne exited:\n{web.tail()}")
-            try:
-                return httpx.get(f"{base}/accounts/login/", timeout=2).status_code == 200
-            except httpx.HTTPError:
-                return False
-
-        wait_until(web_up, timeout=60, interval=0.1, what="daphne up")
+        web_wait_up(web, f"{base}/accounts/login/")
         cookies = login(base)
         listener = InboxListener(f"ws://127.0.0.1:{port}/ws/inbox/", cookies, base)
         listener.start()

@@ -32,7 +32,7 @@ from bench.full_cycle import (  # noqa: E402
     db_recreate,
     free_port,
     manage,
-    wait_until,
+    web_wait_up,
 )
 
 PATHS = ["/api/graphs", f"/api/threads/{uuid.UUID(int=0)}", "/no-such-page"]
@@ -60,15 +60,7 @@ def main() -> int:
         web = Proc("web", daphne, env, run_dir)
         base = f"http://127.0.0.1:{port}"
 
-        def up() -> bool:
-            if not web.alive:
-                raise RuntimeError(f"daphne exited:\n{web.tail()}")
-            try:
-                return httpx.get(f"{base}/api/docs", timeout=2).status_code == 200
-            except httpx.HTTPError:
-                return False
-
-        wait_until(up, timeout=60, interval=0.1, what="daphne up")
+        web_wait_up(web, f"{base}/api/docs")
         headers = {"Authorization": f"Bearer {tokens['reviewer']}"}
         results = []
         with httpx.Client(base_url=base, headers=headers) as client:
