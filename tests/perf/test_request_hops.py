@@ -208,3 +208,30 @@ def test_a_streamed_response_dropped_by_a_cancellation_as_its_call_returned_is_s
     assert calls == ["respond"]
     assert sent == []  # nothing went out: the response was dropped with the call's result
     assert finished == [1]  # and closed all the same, once
+
+
+def test_a_request_django_cannot_even_build_gets_a_400_and_is_finished_once(operator, monkeypatch):
+    """A raw byte that is not UTF-8 in the query string (a hostile or broken client; daphne passes the
+    bytes on): Django's request cannot be built, and the handler answers its own 400 in the same one
+    call, with request_started and request_finished sent once each."""
+    finished: list[int] = []
+
+    def on_finished(**_: Any) -> None:
+        finished.append(1)
+
+    async def serve() -> list[dict[str, Any]]:
+        scope = {**_scope("GET", "/api/graphs", "", _bearer(operator)), "query_string": b"limit=\xff"}
+        request = ApplicationCommunicator(ReusedThreadASGIHandler(), scope)
+        await request.send_input({"type": "http.request", "body": b"", "more_body": False})
+        sent = [await request.receive_output(scaled(30)), await request.receive_output(scaled(30))]
+        await request.wait(scaled(30))
+        return sent
+
+    signals.request_finished.connect(on_finished)
+    try:
+        start, body = asyncio.run(serve())
+    finally:
+        signals.request_finished.disconnect(on_finished)
+    assert start["status"] == 400
+    assert body["type"] == "http.response.body" and not body.get("more_body")
+    assert finished == [1]
