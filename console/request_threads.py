@@ -94,7 +94,7 @@ class _Call:
     """How far a request's call on its thread got, for what the handler must finish after a disconnect."""
 
     began: bool = False
-    streamed: Any = None  # a streamed response made and not yet closed
+    streamed: Any = None  # a streamed response made: the handler closes it once its sending is over
 
 
 class ReusedThreadASGIHandler(ASGIHandler):
@@ -156,12 +156,8 @@ class ReusedThreadASGIHandler(ASGIHandler):
 
         async def process() -> None:
             response, headers, body = await sync_to_async(self._respond, thread_sensitive=True)(scope, body_file, call)
-            if headers is None:  # streamed: Django's own code sends it, then it is closed
-                try:
-                    await self.send_response(response, send)
-                finally:
-                    call.streamed = None
-                    await sync_to_async(response.close, thread_sensitive=True)()
+            if headers is None:  # streamed: Django's own code sends it; it is closed below, after this task
+                await self.send_response(response, send)
                 return
             await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
             for chunk, last in self.chunk_bytes(body):
@@ -176,14 +172,23 @@ class ReusedThreadASGIHandler(ASGIHandler):
                     task.cancel()
                 with contextlib.suppress(RequestAborted, asyncio.CancelledError):  # the client left
                     await task
-            if not call.began:  # cancelled before its call began: nothing sent request_finished
-                await signals.request_finished.asend(sender=self.__class__)
-            elif call.streamed is not None:
-                # Cancelled as its call returned (asgiref then drops the result): the streamed response
-                # was never sent, and is closed here rather than whenever it is collected.
-                await sync_to_async(call.streamed.close, thread_sensitive=True)()
         finally:
-            body_file.close()
+            try:
+                await self._finish(call)
+            finally:
+                body_file.close()
+
+    async def _finish(self, call: _Call) -> None:
+        """What the request's call left to do once its response is sent, or given up."""
+        if not call.began:  # cancelled before its call began: nothing sent request_finished
+            await signals.request_finished.asend(sender=self.__class__)
+        elif call.streamed is not None:
+            # Closed by the handler's task, which a disconnect does not cancel (as in Django's handler).
+            # Closed inside the sending task, a client that left just after the last part (an SSE client
+            # does, at ``end``) cancelled the close before the thread took it: request_finished was never
+            # sent and the thread kept its pooled connection, until the pool ran dry. A response never sent
+            # is closed here too: a cancellation that came as the call returned (asgiref drops the result).
+            await sync_to_async(call.streamed.close, thread_sensitive=True)()
 
     def _respond(
         self, scope: dict[str, Any], body_file: Any, call: _Call

@@ -27,8 +27,19 @@ TIMEOUT = httpx.Timeout(scaled(30.0))
 @pytest.fixture(scope="session")
 def server(worker: WorkerProcess, bank: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """daphne on a free port, with the worker's environment (test database, Redis, queue, bank)."""
+    yield from _serve(worker_env(bank), tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def small_pool_server(worker: WorkerProcess, bank: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The same, with a database pool of two connections that a request waits for at most a few seconds."""
+    small = {"GATEHOUSE_DB_POOL_MIN": "0", "GATEHOUSE_DB_POOL_MAX": "2", "GATEHOUSE_DB_POOL_TIMEOUT": str(scaled(5))}
+    yield from _serve({**worker_env(bank), **small}, tmp_path_factory)
+
+
+def _serve(env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     log_path = tmp_path_factory.mktemp("daphne") / "daphne.log"
-    proc, base = daphne_start({**worker_env(bank), "GATEHOUSE_PLATFORM_WAIT_SECONDS": "30"}, log_path)
+    proc, base = daphne_start({**env, "GATEHOUSE_PLATFORM_WAIT_SECONDS": "30"}, log_path)
     url = f"{base}/lg"
 
     def up() -> bool:
@@ -258,6 +269,19 @@ def test_a_stream_yields_metadata_values_and_ends(server, personas):
     assert events[0] == "metadata" and events[-1] == "end"
     values = [p.data for p in parts if p.event == "values"]
     assert values and values[-1]["__interrupt__"] and values[-1]["risk_score"] == 0.625
+
+
+def test_streams_whose_client_leaves_at_the_end_give_their_database_connections_back(small_pool_server, personas):
+    """The SDK leaves as soon as it reads ``end``. A stream whose close that disconnect cancelled kept its
+    request thread's pooled connection: after 20 such streams daphne's pool (20) ran dry and every request
+    waited 10 s for a 500 (found by ``make bench``'s sdk_compat). With a pool of two, ten streams in a row
+    and then an ordinary request all answer."""
+    with _sync_client(small_pool_server, personas["operator"].token) as op:
+        for _ in range(10):
+            thread = op.threads.create()
+            events = [part.event for part in op.runs.stream(thread["thread_id"], "loan_approval", input=loan_input())]
+            assert events[0] == "metadata" and events[-1] == "end", events
+        assert [a["graph_id"] for a in op.assistants.search(graph_id="loan_approval")] == ["loan_approval"]
 
 
 def test_update_state_is_refused_while_a_decision_is_pending(server, personas):

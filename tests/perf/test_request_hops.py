@@ -210,6 +210,62 @@ def test_a_streamed_response_dropped_by_a_cancellation_as_its_call_returned_is_s
     assert finished == [1]  # and closed all the same, once
 
 
+def test_a_streamed_response_whose_client_leaves_after_its_last_part_is_still_closed(auditor, monkeypatch):
+    """An SSE client closes its connection as soon as it has read ``end``, so its disconnect can land while
+    the response's close waits for the request's thread. The close was awaited inside the sending task,
+    which the disconnect cancels: the close never ran, request_finished was never sent, and the thread
+    kept its pooled database connection (``make bench``'s sdk_compat: 500s once 20 streams had ended so).
+    Here the disconnect is delivered exactly then: the response is closed all the same, once."""
+    from console import request_threads
+
+    real = request_threads.sync_to_async
+    steps: list[str] = []
+    request: ApplicationCommunicator | None = None
+
+    def leaving(fn, **kwargs):
+        wrapped = real(fn, **kwargs)
+        if getattr(fn, "__name__", "") != "close" or steps:
+            return wrapped
+
+        async def client_leaves_then_close(*args):
+            steps.append("client left")
+            assert request is not None
+            await request.send_input({"type": "http.disconnect"})
+            for _ in range(100):  # the loop's turns for the handler to hear it (and cancel what it would)
+                await asyncio.sleep(0)
+            steps.append("closing")
+            return await wrapped(*args)
+
+        return client_leaves_then_close
+
+    finished: list[int] = []
+
+    def on_finished(**_: Any) -> None:
+        finished.append(1)
+
+    async def serve() -> bytes:
+        nonlocal request
+        scope = _scope("GET", "/api/audit/export", "format=jsonl", _bearer(auditor))
+        request = ApplicationCommunicator(ReusedThreadASGIHandler(), scope)
+        await request.send_input({"type": "http.request", "body": b"", "more_body": False})
+        assert (await request.receive_output(scaled(30)))["status"] == 200
+        chunks = []
+        while (message := await request.receive_output(scaled(30))).get("more_body"):
+            chunks.append(message["body"])
+        await request.wait(scaled(30))
+        return b"".join(chunks)
+
+    monkeypatch.setattr(request_threads, "sync_to_async", leaving)
+    signals.request_finished.connect(on_finished)
+    try:
+        body = asyncio.run(serve())
+    finally:
+        signals.request_finished.disconnect(on_finished)
+    assert "export" in json.loads(body.splitlines()[-1])  # the whole stream went out before the client left
+    assert steps == ["client left", "closing"]
+    assert finished == [1]
+
+
 def test_a_request_django_cannot_even_build_gets_a_400_and_is_finished_once(operator, monkeypatch):
     """A raw byte that is not UTF-8 in the query string (a hostile or broken client; daphne passes the
     bytes on): Django's request cannot be built, and the handler answers its own 400 in the same one
