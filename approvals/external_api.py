@@ -11,7 +11,6 @@ from datetime import datetime
 from typing import Any, Literal
 from uuid import UUID
 
-from asgiref.sync import sync_to_async
 from django.http import HttpResponse, JsonResponse
 from ninja import Query, Router, Schema, Status
 from pydantic import Field
@@ -19,6 +18,7 @@ from pydantic import Field
 from approvals import external, gateway
 from approvals.api_common import AuthedRequest
 from approvals.models import ExternalTask
+from runtime.notify import between_waits
 
 router = Router(tags=["external tasks"])
 
@@ -187,10 +187,10 @@ async def external_task_decision(
     user = request.auth
     deadline = time.monotonic() + query.wait
     while True:
-        item, ready = await sync_to_async(_decision_poll)(user, task_id)
+        item, ready = await between_waits(_decision_poll)(user, task_id)
         if ready or time.monotonic() >= deadline:
             break
         await asyncio.sleep(min(POLL_SECONDS, max(deadline - time.monotonic(), 0)))
     if not ready:
         return JsonResponse({"status": "pending", "decision": None}, status=202)
-    return await sync_to_async(_decision_response)(user, item)
+    return await between_waits(_decision_response)(user, item)

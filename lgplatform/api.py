@@ -19,7 +19,6 @@ import time
 from typing import Any
 from uuid import UUID
 
-from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import transaction
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
@@ -56,7 +55,7 @@ from lgplatform.schemas import (
     ThreadStateUpdateIn,
 )
 from runtime.models import ACTIVE_RUN_STATUSES, Run, Thread
-from runtime.notify import ThreadWatch
+from runtime.notify import ThreadWatch, between_waits
 from runtime.registry import graph_get
 from runtime.state_schema import json_schema_for
 from runtime.stream import run_log
@@ -315,12 +314,12 @@ async def run_cancel(request: HttpRequest, thread_id: UUID, run_id: UUID, query:
     """Cancel a queued or running run (``action=interrupt|rollback``); ``wait=true`` also waits, bounded,
     until the worker executing it has stopped (204; 202 if it has not yet: the cancel is in force anyway)."""
     user = _user(request)
-    await sync_to_async(platform.run_cancel)(actor=user, thread_id=thread_id, run_id=run_id, action=query.action)
+    await between_waits(platform.run_cancel)(actor=user, thread_id=thread_id, run_id=run_id, action=query.action)
     if not query.wait:
         return HttpResponse(status=202)
     deadline = time.monotonic() + _wait_limit()
     async with ThreadWatch(thread_id) as watch:
-        while not await sync_to_async(run_cancel_done)(user=user, thread_id=thread_id, run_id=run_id):
+        while not await between_waits(run_cancel_done)(user=user, thread_id=thread_id, run_id=run_id):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return HttpResponse(status=202)
@@ -332,7 +331,7 @@ async def _run_settled(user: Any, thread_id: Any, run_id: Any, deadline: float) 
     """Wait until the run is no longer queued or running, or the deadline passes."""
     async with ThreadWatch(thread_id) as watch:
         while True:
-            thread, run = await sync_to_async(platform.run_progress)(user, thread_id, run_id)
+            thread, run = await between_waits(platform.run_progress)(user, thread_id, run_id)
             if run.status not in ACTIVE_RUN_STATUSES:
                 return thread, run, True
             remaining = deadline - time.monotonic()
@@ -358,7 +357,7 @@ async def _wait_response(request: HttpRequest, thread_id: Any, run_id: Any) -> H
     if not done:
         body = _timeout_output(thread_id, run_id, limit)
     else:
-        body = await sync_to_async(platform.wait_output)(user, thread, run)
+        body = await between_waits(platform.wait_output)(user, thread, run)
     response = api.create_response(request, body, status=200)
     response["Content-Location"] = _run_location(thread_id, run_id)
     return response
@@ -366,7 +365,7 @@ async def _wait_response(request: HttpRequest, thread_id: Any, run_id: Any) -> H
 
 @api.post("/threads/{uuid:thread_id}/runs/wait", tags=["runs"])
 async def run_wait(request: HttpRequest, thread_id: UUID, body: RunCreateIn) -> HttpResponse:
-    run = await sync_to_async(_run_create_sync)(request, thread_id, body)
+    run = await between_waits(_run_create_sync)(request, thread_id, body)
     return await _wait_response(request, thread_id, run.id)
 
 
@@ -390,7 +389,7 @@ async def run_stream(request: HttpRequest, thread_id: UUID, body: RunCreateIn) -
     """Create a run and stream it: ``stream_mode`` one or several of values, updates, messages,
     messages-tuple, events, debug, custom, tasks, checkpoints (``docs/platform-api.md``)."""
     modes = platform_stream.stream_modes_parse(body.stream_mode)
-    run = await sync_to_async(_run_create_sync)(request, thread_id, body, stream=modes)
+    run = await between_waits(_run_create_sync)(request, thread_id, body, stream=modes)
     events = platform_stream.run_stream_events(
         user=_user(request), thread_id=thread_id, run_id=run.id, modes=modes, after=None, limit=_wait_limit()
     )
@@ -403,7 +402,7 @@ async def run_join_stream(
 ) -> StreamingHttpResponse:
     """Join a run's stream: from its start, or after the ``Last-Event-ID`` header's event."""
     user = _user(request)
-    _, run = await sync_to_async(platform.run_get_for)(user, thread_id, run_id)
+    _, run = await between_waits(platform.run_get_for)(user, thread_id, run_id)
     after = request.headers.get("Last-Event-ID") or None
     if after is not None and not run_log().valid_id(after):
         raise InvalidInput("not an event id of this stream", field="Last-Event-ID")

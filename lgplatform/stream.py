@@ -33,7 +33,6 @@ import time
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from django.core.serializers.json import DjangoJSONEncoder
 
 from approvals import gateway, permissions
@@ -41,7 +40,7 @@ from approvals.errors import InvalidInput
 from approvals.redaction import MASK, path_parse, redact, redacted_values, text_mask
 from lgplatform.services import run_progress, thread_state
 from runtime.models import ACTIVE_RUN_STATUSES, Run, RunStatus, Thread
-from runtime.notify import ThreadWatch
+from runtime.notify import ThreadWatch, between_waits
 from runtime.stream import CLIENT_MODES, Entry, event_mode, run_log, run_stream_request
 
 HEARTBEAT_SECONDS = 10.0  # a comment line this often keeps proxies from closing an idle stream
@@ -315,7 +314,7 @@ class _Follower:
                 continue
             data = json.loads(entry.data)
             if shield.audits:
-                shown = await sync_to_async(shield.shown)(entry.event, data)
+                shown = await between_waits(shield.shown)(entry.event, data)
             else:
                 shown = shield.shown(entry.event, data)
             if self.replay_until is not None:
@@ -342,7 +341,7 @@ async def run_stream_events(
     limit: float,
 ) -> AsyncIterator[bytes]:
     """``metadata``, the run's chunks of ``modes`` (after ``after``), ``error`` if it failed, then ``end``."""
-    shield, run = await sync_to_async(_shield_for)(user, thread_id, run_id)
+    shield, run = await between_waits(_shield_for)(user, thread_id, run_id)
     follower = _Follower(shield, set(modes), after)
     published = bool((run.stream or {}).get("modes"))
     if after is None:
@@ -355,7 +354,7 @@ async def run_stream_events(
     try:
         async with ThreadWatch(thread_id) as watch:
             while True:
-                _, current = await sync_to_async(run_progress)(user, thread_id, run_id)
+                _, current = await between_waits(run_progress)(user, thread_id, run_id)
                 if current.status not in ACTIVE_RUN_STATUSES:
                     break
                 if time.monotonic() >= deadline:
@@ -405,7 +404,7 @@ async def run_stream_events(
     elif "values" in follower.modes and not follower.values_sent:
         # Nothing streamed the values (a run nobody asked to publish, or a log that could not be
         # written): the final state, with its interrupts, as before streaming existed.
-        state = await sync_to_async(thread_state)(user, thread_id)
+        state = await between_waits(thread_state)(user, thread_id)
         values = dict(state.values)
         if state.interrupts:
             values["__interrupt__"] = [i.as_streamed() for i in state.interrupts]

@@ -21,14 +21,18 @@ import contextvars
 import logging
 import threading
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, ParamSpec, TypeVar
 
+from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import connection
 from django.dispatch import receiver
 
 from runtime import signals
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 log = logging.getLogger(__name__)
 
@@ -186,6 +190,28 @@ def waits_end_reset(token: contextvars.Token[WaitsEnd | None]) -> None:
     _waits_end.reset(token)
 
 
+def connection_give_back() -> None:
+    """This thread's pooled database connection back to the pool, unless a transaction is open on it:
+    the caller is about to wait, and its next query takes one out again."""
+    if getattr(connection, "pool", None) is not None and not connection.in_atomic_block:
+        connection.close()
+
+
+def between_waits(fn: Callable[P, R]) -> Callable[P, Awaitable[R]]:
+    """``sync_to_async(fn)`` for an async view that waits between its database calls (a long poll, a
+    stream): the request's thread gives its pooled connection back after each call. Held through the
+    waits, one connection per waiting request would leave every other request of the process queueing
+    for the pool, and failing after its timeout, once as many wait as the pool holds."""
+
+    def call(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            connection_give_back()
+
+    return sync_to_async(call)
+
+
 class ThreadWatch:
     """``with ThreadWatch(thread_id) as watch: ... watch.wait(timeout)`` on a thread, or
     ``async with ThreadWatch(thread_id) as watch: ... await watch.changed(timeout)`` on an event loop.
@@ -235,8 +261,7 @@ class ThreadWatch:
         holding one for its whole wait would leave the process's other requests queueing for one."""
         if self.ended:
             return False
-        if getattr(connection, "pool", None) is not None and not connection.in_atomic_block:
-            connection.close()  # back to the pool; the caller's next query takes one out again
+        connection_give_back()
         notified = self._flag.wait(max(0.0, min(timeout, self._cap)))
         self._flag.clear()  # before the caller's re-read: a change after it wakes the next wait
         return notified

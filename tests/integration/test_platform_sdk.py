@@ -18,6 +18,7 @@ from approvals.models import AuditEvent, Decision
 from lgplatform.services import assistant_id_for
 from runtime.models import Run, Thread
 from tests.conftest import WorkerProcess, daphne_start, loan_input, process_group_stop, scaled, wait_for, worker_env
+from tests.faults.holds import hold_reached, hold_release
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db", "live_worker")]
 
@@ -282,6 +283,59 @@ def test_streams_whose_client_leaves_at_the_end_give_their_database_connections_
             events = [part.event for part in op.runs.stream(thread["thread_id"], "loan_approval", input=loan_input())]
             assert events[0] == "metadata" and events[-1] == "end", events
         assert [a["graph_id"] for a in op.assistants.search(graph_id="loan_approval")] == ["loan_approval"]
+
+
+def test_requests_waiting_on_runs_hold_no_database_connection_meanwhile(small_pool_server, personas, worker, tmp_path):
+    """``runs.wait`` (like a join, a stream, a cancel's wait and an external task's long poll) is an async view
+    that waits between its database reads. Each held its request thread's pooled connection through the wait,
+    so once as many requests waited as the pool holds, every other request of the process queued for one and
+    failed after the pool's timeout with a 500. With a pool of two: two runs held mid-way by their graph, a
+    ``runs.wait`` on each, and an ordinary request answers while both wait."""
+    token = personas["operator"].token
+    holds = [tmp_path / f"hold-{i}" for i in range(2)]
+    for hold_dir in holds:
+        hold_dir.mkdir()
+
+    async def flow() -> tuple[list[Any], list[Any]]:
+        op = _async_client(small_pool_server, token)
+        try:
+            threads = [await op.threads.create() for _ in holds]
+            waits = [
+                asyncio.ensure_future(
+                    op.runs.wait(
+                        thread["thread_id"],
+                        "zombie_pay",
+                        input={"payment_id": f"P-wait-{i}", "amount": 5, "hold": "before_effect", "hold_dir": str(d)},
+                    )
+                )
+                for i, (thread, d) in enumerate(zip(threads, holds, strict=True))
+            ]
+            for d in holds:  # both runs created by their waits, claimed, and held: both requests now wait
+                await asyncio.to_thread(_hold_reached_wait, d)
+            assistants = await op.assistants.search(graph_id="loan_approval")
+            for d in holds:
+                _holds_release(d, worker)
+            return assistants, list(await asyncio.gather(*waits))
+        finally:
+            for d in holds:
+                _holds_release(d, worker)
+            await op.aclose()
+
+    assistants, outputs = asyncio.run(flow())
+    assert [a["graph_id"] for a in assistants] == ["loan_approval"]
+    assert [o["payment"]["request"]["loan_id"] for o in outputs] == ["P-wait-0", "P-wait-1"]
+
+
+def _hold_reached_wait(hold_dir: Any) -> None:
+    wait_for(lambda: hold_reached(hold_dir, "before_effect"), timeout=30, what="a run at its hold")
+
+
+def _holds_release(hold_dir: Any, worker: WorkerProcess) -> None:
+    """Let every run held in ``hold_dir`` go on, and any that has yet to reach its hold pass it."""
+    pids = {worker.proc.pid} if worker.proc is not None else set()
+    pids |= {int(path.name.split(".")[1]) for path in hold_dir.glob("before_effect.*.reached")}
+    for pid in pids:
+        hold_release(hold_dir, "before_effect", pid)
 
 
 def test_update_state_is_refused_while_a_decision_is_pending(server, personas):
