@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
 
 import pytest
 from asgiref import sync
@@ -31,6 +32,8 @@ from console.request_threads import ReusedThreadASGIHandler
 from tests.conftest import loan_input, scaled
 
 pytestmark = pytest.mark.usefixtures("live_db")
+
+T = TypeVar("T")
 
 TO_THREAD = 1  # request_started, the chain with its view, the response's bytes and its close
 
@@ -100,6 +103,20 @@ def _crossings(monkeypatch, method: str, path: str, *, query: str = "", headers=
         signals.request_started.disconnect(on_started)
         signals.request_finished.disconnect(on_finished)
     return {"status": status, **made, **sent}
+
+
+def _served_counting_finished(serve: Callable[[], Coroutine[Any, Any, T]]) -> tuple[T, int]:
+    """``serve()``'s result, and how many times ``request_finished`` was sent while it ran."""
+    finished: list[int] = []
+
+    def on_finished(**_: Any) -> None:
+        finished.append(1)
+
+    signals.request_finished.connect(on_finished)
+    try:
+        return asyncio.run(serve()), len(finished)
+    finally:
+        signals.request_finished.disconnect(on_finished)
 
 
 def _counts(made: dict[str, Any]) -> dict[str, Any]:
@@ -183,11 +200,6 @@ def test_a_streamed_response_dropped_by_a_cancellation_as_its_call_returned_is_s
 
         return call_then_cancelled
 
-    finished: list[int] = []
-
-    def on_finished(**_: Any) -> None:
-        finished.append(1)
-
     async def serve() -> list[Any]:
         app = ReusedThreadASGIHandler()
         scope = _scope("GET", "/api/audit/export", "format=jsonl", _bearer(auditor))
@@ -200,14 +212,10 @@ def test_a_streamed_response_dropped_by_a_cancellation_as_its_call_returned_is_s
         return sent
 
     monkeypatch.setattr(request_threads, "sync_to_async", dropping)
-    signals.request_finished.connect(on_finished)
-    try:
-        sent = asyncio.run(serve())
-    finally:
-        signals.request_finished.disconnect(on_finished)
+    sent, finished = _served_counting_finished(serve)
     assert calls == ["respond"]
     assert sent == []  # nothing went out: the response was dropped with the call's result
-    assert finished == [1]  # and closed all the same, once
+    assert finished == 1  # and closed all the same, once
 
 
 def test_a_streamed_response_whose_client_leaves_after_its_last_part_is_still_closed(auditor, monkeypatch):
@@ -238,11 +246,6 @@ def test_a_streamed_response_whose_client_leaves_after_its_last_part_is_still_cl
 
         return client_leaves_then_close
 
-    finished: list[int] = []
-
-    def on_finished(**_: Any) -> None:
-        finished.append(1)
-
     async def serve() -> bytes:
         nonlocal request
         scope = _scope("GET", "/api/audit/export", "format=jsonl", _bearer(auditor))
@@ -256,24 +259,16 @@ def test_a_streamed_response_whose_client_leaves_after_its_last_part_is_still_cl
         return b"".join(chunks)
 
     monkeypatch.setattr(request_threads, "sync_to_async", leaving)
-    signals.request_finished.connect(on_finished)
-    try:
-        body = asyncio.run(serve())
-    finally:
-        signals.request_finished.disconnect(on_finished)
+    body, finished = _served_counting_finished(serve)
     assert "export" in json.loads(body.splitlines()[-1])  # the whole stream went out before the client left
     assert steps == ["client left", "closing"]
-    assert finished == [1]
+    assert finished == 1
 
 
 def test_a_request_django_cannot_even_build_gets_a_400_and_is_finished_once(operator, monkeypatch):
     """A raw byte that is not UTF-8 in the query string (a hostile or broken client; daphne passes the
     bytes on): Django's request cannot be built, and the handler answers its own 400 in the same one
     call, with request_started and request_finished sent once each."""
-    finished: list[int] = []
-
-    def on_finished(**_: Any) -> None:
-        finished.append(1)
 
     async def serve() -> list[dict[str, Any]]:
         scope = {**_scope("GET", "/api/graphs", "", _bearer(operator)), "query_string": b"limit=\xff"}
@@ -283,11 +278,7 @@ def test_a_request_django_cannot_even_build_gets_a_400_and_is_finished_once(oper
         await request.wait(scaled(30))
         return sent
 
-    signals.request_finished.connect(on_finished)
-    try:
-        start, body = asyncio.run(serve())
-    finally:
-        signals.request_finished.disconnect(on_finished)
+    (start, body), finished = _served_counting_finished(serve)
     assert start["status"] == 400
     assert body["type"] == "http.response.body" and not body.get("more_body")
-    assert finished == [1]
+    assert finished == 1
