@@ -27,6 +27,7 @@ SCENARIOS: dict[str, tuple[list[str], list[str], int]] = {
     "sdk_wait": ([], ["--threads", "10"], 900),
     "sdk_compat": ([], [], 600),  # every stream mode's events beside langgraph dev's (not a measurement)
     "sdk_shapes": ([], [], 600),  # every answer's shape and statuses beside langgraph dev's (not a measurement)
+    "sdk_crowd": ([], ["--clients", "10", "--threads", "2"], 600),  # 40 SDK clients at once: no 5xx (round 24)
     "decision_profile": ([], ["--samples", "10", "--profiled", "4"], 600),
     "request_cost": ([], ["--requests", "300"], 300),  # daphne's CPU per request, one client (round 23)
     "audit_scaling": ([], ["--rounds", "1", "--seconds", "2"], 900),
