@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from django.test import Client
 
-from tests.conftest import ROOT, free_port, process_group_stop, scaled, wait_for, worker_env
+from tests.conftest import ROOT, daphne_start, free_port, process_group_stop, scaled, wait_for, worker_env
 from tests.ops.test_production_settings import _script, _session_database_url
 from tests.test_deploy_settings import _production_env
 
@@ -81,6 +81,41 @@ def test_readiness_fails_with_503_naming_the_checks_but_not_the_secrets(tmp_path
     assert body["checks"]["broker"]["status"] == "fail"
     assert body["checks"]["channel_layer"]["status"] == "fail"
     assert "hunter2" not in result["body"] and str(port) not in result["body"]
+
+
+@pytest.mark.slow
+def test_readiness_probes_leave_no_channel_subscribed_in_the_web_process(bank, tmp_path):
+    """The channel layer's check subscribes a channel of its own. The pub/sub layer unsubscribes a channel
+    only when a receive on it is cancelled, so each probe's channel stayed subscribed for the life of the
+    process: one more per probe, in daphne and in Redis (an orchestrator probing every 10 s: 8,640 a day).
+    Through a real daphne, whose event loop lives as long as the process (an in-process client's loop
+    closes after each request, and its subscriptions with it)."""
+    import httpx
+    import redis
+    from django.conf import settings
+
+    prefix = f"asgi-health-{uuid.uuid4().hex[:8]}"
+    proc, base = daphne_start({**worker_env(bank), "GATEHOUSE_CHANNEL_PREFIX": prefix}, tmp_path / "daphne.log")
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    try:
+
+        def live() -> bool:
+            assert proc.poll() is None, (tmp_path / "daphne.log").read_text(errors="replace")[-2000:]
+            try:
+                return httpx.get(f"{base}/health/live", timeout=scaled(2)).status_code == 200
+            except httpx.TransportError:
+                return False
+
+        wait_for(live, timeout=40, interval=0.2, what="daphne to answer")
+        probes = [
+            httpx.get(f"{base}/health/ready", params={"checks": "channel_layer"}, timeout=scaled(10)).status_code
+            for _ in range(20)
+        ]
+        assert probes == [200] * 20
+        assert client.pubsub_channels(f"{prefix}health.*") == []
+    finally:
+        client.close()
+        process_group_stop(proc)
 
 
 def _manage(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
