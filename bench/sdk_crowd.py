@@ -27,7 +27,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.full_cycle import OUT_DIR, loan_input  # noqa: E402
+from bench.full_cycle import OUT_DIR, loan_input, log  # noqa: E402
 from bench.sdk_wait import RESUME, gatehouse  # noqa: E402
 
 DB = "gatehouse_bench_crowd"
@@ -92,7 +92,9 @@ def main() -> int:
     parser.add_argument("--db", default=DB)
     args = parser.parse_args()
     crowd = Crowd()
+    log("starting the stack")  # each phase timestamped: a slow run tells which phase was slow
     with gatehouse(argparse.Namespace(db=args.db)) as side:
+        log(f"stack up; {args.clients} clients, {args.threads} loans each")
         assert side.operator_key and side.reviewer_key  # noqa: S101 - gatehouse() makes both users
         stop, peak = threading.Event(), [0]
         watcher = threading.Thread(target=connections_peak, args=(args.db, stop, peak), daemon=True)
@@ -109,6 +111,8 @@ def main() -> int:
         wall = time.perf_counter() - t0
         stop.set()
         watcher.join()
+        log("loans done; stopping the stack")
+    log("stack stopped")
     result = {
         "clients": args.clients,
         "loans": args.clients * args.threads,
