@@ -27,7 +27,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.full_cycle import OUT_DIR, loan_input, log  # noqa: E402
+from bench.full_cycle import OUT_DIR, PG_SERVER, loan_input, log  # noqa: E402
 from bench.sdk_wait import RESUME, gatehouse  # noqa: E402
 
 DB = "gatehouse_bench_crowd"
@@ -79,7 +79,7 @@ def connections_peak(db: str, stop: threading.Event, peak: list[int]) -> None:
     """The most connections ``db`` had, sampled every 0.2 s until ``stop``."""
     import psycopg
 
-    with psycopg.connect("postgres://postgres@127.0.0.1:5432/postgres", autocommit=True) as conn:
+    with psycopg.connect(f"{PG_SERVER}/postgres", autocommit=True) as conn:
         while not stop.wait(0.2):
             row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s", [db]).fetchone()
             peak[0] = max(peak[0], int(row[0]) if row else 0)
