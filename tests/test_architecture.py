@@ -308,3 +308,47 @@ def test_the_long_poll_scanner_sees_a_scaled_api_timeout(source: str, found: int
 )
 def test_the_timeout_scanner_sees_every_form_of_literal_timeout(source: str, found: int) -> None:
     assert len(_literal_timeouts(source)) == found
+
+
+# --- async views hold no pooled connection while they wait ------------------------------------------
+
+# Async code that may call sync_to_async itself: it does not wait between its database calls, or it
+# must hold its connection (the audit export streams from a server-side cursor in one transaction).
+DIRECT_SYNC_TO_ASYNC = {"approvals/exports/api.py"}
+
+
+def _direct_sync_to_async(source: str) -> list[int]:
+    """Lines where an ``async def`` calls ``sync_to_async`` (or Channels' ``database_sync_to_async``) itself."""
+    found: list[int] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.AsyncFunctionDef):
+            for call in ast.walk(node):
+                if isinstance(call, ast.Call) and ast.unparse(call.func).rpartition(".")[2] in (
+                    "sync_to_async",
+                    "database_sync_to_async",
+                ):
+                    found.append(call.lineno)
+    return found
+
+
+def test_async_views_make_their_database_calls_through_between_waits() -> None:
+    """An async view that waits (``runs.wait``, joins, streams, long polls) gives its pooled connection back
+    after each database call (``runtime.notify.between_waits``): held through its waits, as many waiting
+    requests as the pool holds made every other request fail (round 24 of docs/performance.md)."""
+    paths = [*sorted((ROOT / "lgplatform").glob("*.py")), *sorted((ROOT / "approvals").rglob("*api*.py"))]
+    direct = [
+        f"{path.relative_to(ROOT)}:{line}"
+        for path in paths
+        if str(path.relative_to(ROOT)) not in DIRECT_SYNC_TO_ASYNC
+        for line in _direct_sync_to_async(path.read_text())
+    ]
+    assert paths and not direct, "call runtime.notify.between_waits instead:\n" + "\n".join(direct)
+
+
+def test_the_sync_to_async_scanner_sees_a_call_inside_an_async_view() -> None:
+    source = (
+        "async def view(request):\n    return await sync_to_async(read)(request)\n"
+        "def helper():\n    return sync_to_async(read)\n"
+        "async def other():\n    await between_waits(read)()\n"
+    )
+    assert _direct_sync_to_async(source) == [2]

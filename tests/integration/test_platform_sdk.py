@@ -32,10 +32,10 @@ def server(worker: WorkerProcess, bank: Any, tmp_path_factory: pytest.TempPathFa
 
 
 @pytest.fixture(scope="module")
-def small_pool_server(worker: WorkerProcess, bank: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The same, with a database pool of two connections that a request waits for at most a few seconds."""
-    small = {"GATEHOUSE_DB_POOL_MIN": "0", "GATEHOUSE_DB_POOL_MAX": "2", "GATEHOUSE_DB_POOL_TIMEOUT": str(scaled(5))}
-    yield from _serve({**worker_env(bank), **small}, tmp_path_factory)
+def one_connection_server(worker: WorkerProcess, bank: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The same, with a pool of one connection: one request that keeps it leaves every other one failing."""
+    one = {"GATEHOUSE_DB_POOL_MIN": "0", "GATEHOUSE_DB_POOL_MAX": "1", "GATEHOUSE_DB_POOL_TIMEOUT": str(scaled(5))}
+    yield from _serve({**worker_env(bank), **one}, tmp_path_factory)
 
 
 def _serve(env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
@@ -272,57 +272,58 @@ def test_a_stream_yields_metadata_values_and_ends(server, personas):
     assert values and values[-1]["__interrupt__"] and values[-1]["risk_score"] == 0.625
 
 
-def test_streams_whose_client_leaves_at_the_end_give_their_database_connections_back(small_pool_server, personas):
-    """The SDK leaves as soon as it reads ``end``. A stream whose close that disconnect cancelled kept its
-    request thread's pooled connection: after 20 such streams daphne's pool (20) ran dry and every request
-    waited 10 s for a 500 (found by ``make bench``'s sdk_compat). With a pool of two, ten streams in a row
-    and then an ordinary request all answer."""
-    with _sync_client(small_pool_server, personas["operator"].token) as op:
-        for _ in range(10):
-            thread = op.threads.create()
-            events = [part.event for part in op.runs.stream(thread["thread_id"], "loan_approval", input=loan_input())]
-            assert events[0] == "metadata" and events[-1] == "end", events
-        assert [a["graph_id"] for a in op.assistants.search(graph_id="loan_approval")] == ["loan_approval"]
-
-
-def test_requests_waiting_on_runs_hold_no_database_connection_meanwhile(small_pool_server, personas, worker, tmp_path):
-    """``runs.wait`` (like a join, a stream, a cancel's wait and an external task's long poll) is an async view
-    that waits between its database reads. Each held its request thread's pooled connection through the wait,
-    so once as many requests waited as the pool holds, every other request of the process queued for one and
-    failed after the pool's timeout with a 500. With a pool of two: two runs held mid-way by their graph, a
-    ``runs.wait`` on each, and an ordinary request answers while both wait."""
+def test_requests_waiting_on_runs_hold_no_database_connection_meanwhile(
+    one_connection_server, personas, worker, tmp_path
+):
+    """``runs.wait`` and ``runs.stream`` (like a join, a cancel's wait and an external task's long poll) are
+    async views that wait between their database reads. Each held its request thread's pooled connection
+    through the wait, so once as many requests waited as the pool holds, every other request of the process
+    queued for one and failed after the pool's timeout with a 500. With a pool of one: two runs held mid-way
+    by their graph, a ``runs.wait`` on one and a ``runs.stream`` on the other, and an ordinary request
+    answers while both wait."""
     token = personas["operator"].token
     holds = [tmp_path / f"hold-{i}" for i in range(2)]
     for hold_dir in holds:
         hold_dir.mkdir()
 
-    async def flow() -> tuple[list[Any], list[Any]]:
-        op = _async_client(small_pool_server, token)
+    async def flow() -> tuple[httpx.Response, list[Any]]:
+        op = _async_client(one_connection_server, token)
         try:
             threads = [await op.threads.create() for _ in holds]
+            inputs = [
+                {"payment_id": f"P-wait-{i}", "amount": 5, "hold": "before_effect", "hold_dir": str(d)}
+                for i, d in enumerate(holds)
+            ]
+
+            async def streamed(thread_id: str, graph_input: dict[str, Any]) -> Any:
+                parts = [p async for p in op.runs.stream(thread_id, "zombie_pay", input=graph_input)]
+                assert parts[-1].event == "end", parts
+                return [p.data for p in parts if p.event == "values"][-1]
+
             waits = [
-                asyncio.ensure_future(
-                    op.runs.wait(
-                        thread["thread_id"],
-                        "zombie_pay",
-                        input={"payment_id": f"P-wait-{i}", "amount": 5, "hold": "before_effect", "hold_dir": str(d)},
-                    )
-                )
-                for i, (thread, d) in enumerate(zip(threads, holds, strict=True))
+                asyncio.ensure_future(op.runs.wait(threads[0]["thread_id"], "zombie_pay", input=inputs[0])),
+                asyncio.ensure_future(streamed(threads[1]["thread_id"], inputs[1])),
             ]
             for d in holds:  # both runs created by their waits, claimed, and held: both requests now wait
                 await asyncio.to_thread(_hold_reached_wait, d)
-            assistants = await op.assistants.search(graph_id="loan_approval")
+            # The ordinary request, sent once: the SDK's own calls retry an answer of 500.
+            async with httpx.AsyncClient(timeout=TIMEOUT) as plain:
+                searched = await plain.post(
+                    f"{one_connection_server}/assistants/search",
+                    json={"graph_id": "loan_approval"},
+                    headers={"Authorization": f"Bearer {token}"},
+                )
             for d in holds:
                 _holds_release(d, worker)
-            return assistants, list(await asyncio.gather(*waits))
+            return searched, list(await asyncio.gather(*waits))
         finally:
             for d in holds:
                 _holds_release(d, worker)
             await op.aclose()
 
-    assistants, outputs = asyncio.run(flow())
-    assert [a["graph_id"] for a in assistants] == ["loan_approval"]
+    searched, outputs = asyncio.run(flow())
+    assert searched.status_code == 200, searched.text
+    assert [a["graph_id"] for a in searched.json()] == ["loan_approval"]
     assert [o["payment"]["request"]["loan_id"] for o in outputs] == ["P-wait-0", "P-wait-1"]
 
 

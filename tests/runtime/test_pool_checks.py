@@ -36,10 +36,13 @@ def test_django_checks_out_a_just_returned_connection_without_a_round_trip(monke
         _checkout_pid()
         used.add(id(connection.connection))
     executes = _Executes(monkeypatch)  # per connection: other threads send statements on their own
+    again = 0
     for _ in range(connection.pool.max_size):
         _checkout_pid()
         if id(connection.connection) in used:  # not one the pool opened meanwhile (rightly checked)
+            again += 1
             assert executes.sent_on(connection.connection) == 0
+    assert again > 0  # the loop checked at least one connection handed out before
     monkeypatch.setattr(pool_checks, "POOL_CHECK_IDLE_SECONDS", 0.0)  # last handed out too long ago
     start = len(executes.on)
     _checkout_pid()
