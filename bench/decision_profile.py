@@ -15,7 +15,10 @@ on the path: about 15% of a decision's CPU). The last samples run
 under cProfile, one profile per step; the top functions by cumulative time are
 printed and the stats saved to ``var/bench/decision_profile.prof`` and
 ``var/bench/resume_profile.prof``. ``--statements`` prints each statement's wall time per step (where its round
-trips go). ``--sql`` prints the SQL of the last
+trips go). ``--timeline`` times the resume run phase by phase (claim, state read, graph, store,
+effect ledger, finish) and then the raw graph's resume (``bench.full_cycle.baseline_graph``: plain
+PostgresSaver and PostgresStore, the bank called directly) with the same clocks on the functions
+both call: where a resume's wall time goes beyond LangGraph's own. ``--sql`` prints the SQL of the last
 sample's decision and resume: the ORM queries, then every statement psycopg
 sent (the checkpointer's included). Runs are executed here, so no worker or
 web process is needed.
@@ -25,6 +28,8 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import functools
+import importlib
 import io
 import json
 import os
@@ -33,6 +38,7 @@ import statistics
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,8 +48,10 @@ sys.path.insert(0, str(ROOT))
 from bench.full_cycle import (  # noqa: E402
     GRAPH,
     OUT_DIR,
+    RESUME,
     _proc_stat,
     _StatementCounter,
+    baseline_graph,
     bench_env,
     bench_users,
     db_drop,
@@ -83,6 +91,11 @@ def main() -> int:
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--sql", action="store_true", help="print the SQL of the last decision and resume")
     parser.add_argument("--statements", action="store_true", help="print each statement's wall time per step")
+    parser.add_argument(
+        "--timeline",
+        action="store_true",
+        help="time the resume run phase by phase beside the raw graph's resume (its clocks stay on every step)",
+    )
     parser.add_argument("--db", default="gatehouse_bench_profile")
     args = parser.parse_args()
 
@@ -190,6 +203,120 @@ class _Step:
         }
 
 
+# The phases --timeline clocks, as the resume run calls them (the executor's names are its own imports).
+# The last four are LangGraph's and the bank client's, which the raw resume calls too.
+_PHASES = (
+    ("runtime.executor", "run_claim"),
+    ("runtime.executor", "_input_for"),  # the resume guard's state read
+    ("runtime.executor", "_stream"),  # the graph, with everything it calls
+    ("runtime.store", "RecordingStore.batch"),
+    ("runtime.store", "RecordingStore._record"),  # a read's record
+    ("runtime.store", "RecordingStore._record_writes"),  # a write's record and its audit row
+    ("runtime.effects", "_intent_insert"),
+    ("runtime.effects", "_result_record"),
+    ("runtime.executor", "run_finish"),
+    ("langgraph.checkpoint.postgres", "PostgresSaver.get_tuple"),
+    ("langgraph.checkpoint.postgres", "PostgresSaver.put"),
+    ("langgraph.checkpoint.postgres", "PostgresSaver.put_writes"),
+    ("langgraph.store.postgres.base", "PostgresStore.batch"),
+    ("demo.bank_client", "disburse"),
+)
+
+
+class _Timeline:
+    """Wall time per phase of a call: each function in ``_PHASES`` wrapped with a clock while installed.
+
+    A phase's time is its calls' total within the sample, its start the first call's offset from the
+    sample's start; a clock costs about a microsecond per call. Calls from LangGraph's background
+    threads (the checkpoint writes) are clocked too.
+    """
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, float, float]] = []
+        self.samples: dict[str, list[tuple[float, list[tuple[str, float, float]]]]] = {}
+        self._installed: list[tuple[Any, str, Any]] = []
+
+    def install(self) -> None:
+        for module_name, qualname in _PHASES:
+            owner: Any = importlib.import_module(module_name)
+            *path, attr = qualname.split(".")
+            for part in path:
+                owner = getattr(owner, part)
+            original = getattr(owner, attr)
+            setattr(owner, attr, self._clocked(qualname, original))
+            self._installed.append((owner, attr, original))
+
+    def remove(self) -> None:
+        for owner, attr, original in reversed(self._installed):
+            setattr(owner, attr, original)
+        self._installed.clear()
+
+    def _clocked(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        events = self.events
+
+        @functools.wraps(fn)
+        def clocked(*args: Any, **kwargs: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                events.append((name, t0, time.perf_counter()))
+
+        return clocked
+
+    def sample(self, system: str, call: Callable[[], Any]) -> Any:
+        self.events.clear()
+        t0 = time.perf_counter()
+        value = call()
+        total = (time.perf_counter() - t0) * 1000
+        phases = [(name, (start - t0) * 1000, (end - start) * 1000) for name, start, end in self.events]
+        self.samples.setdefault(system, []).append((total, phases))
+        return value
+
+    def report(self) -> dict[str, Any]:
+        """Per system: the median total, and per phase the median first start and median time (ms)."""
+        out: dict[str, Any] = {}
+        for system, samples in self.samples.items():
+            starts: dict[str, list[float]] = {}
+            times: dict[str, list[float]] = {}
+            for _, phases in samples:
+                first: dict[str, float] = {}
+                spent: dict[str, float] = {}
+                for name, start, ms in phases:
+                    first.setdefault(name, start)
+                    spent[name] = spent.get(name, 0.0) + ms
+                for name in spent:
+                    starts.setdefault(name, []).append(first[name])
+                    times.setdefault(name, []).append(spent[name])
+            total = statistics.median(t for t, _ in samples)
+            print(f"=== timeline: {system}, {len(samples)} samples, median {total:.2f} ms")
+            print(f"{'starts at':>10} {'takes':>8}  phase (in how many samples)")
+            phases_out = {}
+            for name in sorted(starts, key=lambda n: statistics.median(starts[n])):
+                start, ms = statistics.median(starts[name]), statistics.median(times[name])
+                print(f"{start:>10.2f} {ms:>8.2f}  {name} ({len(times[name])})")
+                phases_out[name] = {"starts_at_ms": round(start, 2), "median_ms": round(ms, 2)}
+            out[system] = {"samples": len(samples), "median_ms": round(total, 2), "phases": phases_out}
+        return out
+
+
+def _raw_resumes(db: str, samples: int, timeline: _Timeline) -> None:
+    """The raw graph paused and resumed ``samples`` times (after two unmeasured), each resume clocked."""
+    from langgraph.types import Command
+
+    with baseline_graph(db, 4) as graph:
+        for i in range(samples + 2):
+            config = {"configurable": {"thread_id": str(uuid.uuid4())}}
+            graph.invoke(loan_input("Raw Applicant"), config, durability="sync")
+
+            def resume(config: Any = config) -> Any:
+                return graph.invoke(Command(resume=RESUME), config, durability="sync")
+
+            out = timeline.sample("raw resume", resume) if i >= 2 else resume()
+            if out.get("status") != "disbursed":
+                raise RuntimeError(f"raw resume ended {out.get('status')!r}")
+
+
 def _rounded(stat: Any, values: list[float]) -> float | None:
     return round(stat(values), 2) if values else None
 
@@ -224,6 +351,9 @@ def _measure(args: argparse.Namespace, tokens: dict[str, str]) -> int:
         return str(items[0]["id"])
 
     decision, resume = _Step("decision POST"), _Step("resume run")
+    timeline = _Timeline()
+    if args.timeline:
+        timeline.install()
     counted = True
     for i in range(args.samples):
         profiled = i >= args.samples - args.profiled
@@ -244,12 +374,22 @@ def _measure(args: argparse.Namespace, tokens: dict[str, str]) -> int:
         if response.status_code != 201:
             raise RuntimeError(f"decision failed: {response.status_code} {response.content[:300]!r}")
         run_id = response.json()["run_id"]
-        resume.run(lambda run_id=run_id: run_execute(run_id=str(run_id)), profiled=profiled, counted=counted)
+
+        def execute(run_id: str = run_id, clocked: bool = args.timeline and not (profiled or counted)) -> None:
+            if clocked:  # the samples that give the CPU: no profiler or counter beside the clocks
+                timeline.sample("gatehouse resume run", lambda: run_execute(run_id=str(run_id)))
+            else:
+                run_execute(run_id=str(run_id))
+
+        resume.run(execute, profiled=profiled, counted=counted)
         status = Run.objects.values_list("status", flat=True).get(pk=run_id)
         if status != RunStatus.SUCCEEDED:
             raise RuntimeError(f"resume run {run_id} ended {status}")
+    if args.timeline:
+        _raw_resumes(args.db, len(timeline.samples.get("gatehouse resume run", [])), timeline)
+        timeline.remove()
     OUT_DIR.mkdir(parents=True, exist_ok=True)
-    summary = {
+    summary: dict[str, Any] = {
         "samples": args.samples,
         "decision_post": decision.report(args.top, OUT_DIR / "decision_profile.prof", args.profiled),
         "resume_run": resume.report(args.top, OUT_DIR / "resume_profile.prof", args.profiled),
@@ -269,6 +409,9 @@ def _measure(args: argparse.Namespace, tokens: dict[str, str]) -> int:
     if args.statements:
         for step in (start, decision, resume):
             step.statements_report()
+    if args.timeline:
+        summary["timeline"] = timeline.report()
+        (OUT_DIR / "decision_profile.json").write_text(json.dumps(summary, indent=2))
     start_summary = summary["start_run"]
     print(
         f"start run (to the interrupt) in-process: median {start_summary['median_ms']} ms, CPU "
