@@ -214,6 +214,7 @@ _PHASES = (
     ("runtime.store", "RecordingStore._record_writes"),  # a write's record and its audit row
     ("runtime.effects", "_intent_insert"),
     ("runtime.effects", "_result_record"),
+    ("runtime.signals", "effect_executed.send"),  # the result's audit row, in the result's transaction
     ("runtime.executor", "run_finish"),
     ("langgraph.checkpoint.postgres", "PostgresSaver.get_tuple"),
     ("langgraph.checkpoint.postgres", "PostgresSaver.put"),
