@@ -7,11 +7,13 @@ graphs. Every wait is bounded (the SDK's own timeouts, and ``wait_for``).
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
+from django.db import connection
 from langgraph_sdk import get_client, get_sync_client
 
 from approvals.models import AuditEvent, Decision
@@ -325,6 +327,102 @@ def test_requests_waiting_on_runs_hold_no_database_connection_meanwhile(
     assert searched.status_code == 200, searched.text
     assert [a["graph_id"] for a in searched.json()] == ["loan_approval"]
     assert [o["payment"]["request"]["loan_id"] for o in outputs] == ["P-wait-0", "P-wait-1"]
+
+
+def test_a_cancel_waiting_for_its_worker_holds_no_database_connection_meanwhile(
+    one_connection_server, personas, worker, tmp_path
+):
+    """``cancel?wait=true`` waits, between short reads, until the worker running the run has stopped. With a
+    pool of one: a run held inside its graph, its cancel recorded and waiting for the held worker, and an
+    ordinary request still answers; released, the worker stops and the cancel answers 204."""
+    token = personas["operator"].token
+    hold_dir = tmp_path / "hold"
+    hold_dir.mkdir()
+    headers = {"Authorization": f"Bearer {token}"}
+
+    async def flow() -> tuple[httpx.Response, httpx.Response]:
+        op = _async_client(one_connection_server, token)
+        try:
+            thread = await op.threads.create()
+            graph_input = {"payment_id": "P-cancel", "amount": 5, "hold": "before_effect", "hold_dir": str(hold_dir)}
+            run = await op.runs.create(thread["thread_id"], "zombie_pay", input=graph_input)
+            await asyncio.to_thread(_hold_reached_wait, hold_dir)
+            async with httpx.AsyncClient(timeout=TIMEOUT) as plain:
+                cancel = asyncio.ensure_future(
+                    plain.post(
+                        f"{one_connection_server}/threads/{thread['thread_id']}/runs/{run['run_id']}/cancel",
+                        params={"wait": "true", "action": "interrupt"},
+                        headers=headers,
+                    )
+                )
+                # The cancel is recorded (by the waiting request's first database call): from here on it waits.
+                await asyncio.to_thread(_cancel_recorded_wait, run["run_id"])
+                assert not cancel.done()  # still waiting for the held worker
+                searched = await plain.post(
+                    f"{one_connection_server}/assistants/search", json={"graph_id": "loan_approval"}, headers=headers
+                )
+                _holds_release(hold_dir, worker)
+                return searched, await cancel
+        finally:
+            _holds_release(hold_dir, worker)
+            await op.aclose()
+
+    searched, cancelled = asyncio.run(flow())
+    assert searched.status_code == 200, searched.text
+    assert cancelled.status_code == 204, cancelled.text
+
+
+def test_an_external_tasks_long_poll_holds_no_database_connection_meanwhile(one_connection_server, personas):
+    """An engine's long poll for an external task's decision (``GET /api/external-tasks/{id}/decision?wait=``)
+    re-reads the task between waits. With a pool of one: while the poll waits for a decision nobody has made
+    yet, an ordinary request answers."""
+    api = one_connection_server.removesuffix("/lg")
+    headers = {"Authorization": f"Bearer {personas['operator'].token}"}
+    source = f"poll-{uuid.uuid4().hex[:8]}"
+    created = httpx.post(
+        f"{api}/api/external-tasks",
+        json={"source": source, "key": "k1", "title": "Release wire 7", "payload": {"amount": 7}},
+        headers=headers,
+        timeout=TIMEOUT,
+    )
+    assert created.status_code == 201, created.text
+    task_id = created.json()["id"]
+
+    async def flow() -> tuple[httpx.Response, bool]:
+        async with httpx.AsyncClient(timeout=TIMEOUT) as plain:
+            # Longer than the pool's timeout: a poll that kept the connection would starve the next request.
+            wait = min(60.0, scaled(15))
+            poll = asyncio.ensure_future(
+                plain.get(f"{api}/api/external-tasks/{task_id}/decision", params={"wait": wait}, headers=headers)
+            )
+            await asyncio.to_thread(_external_poll_began_wait)
+            searched = await plain.get(f"{api}/api/graphs", headers=headers)
+            still_waiting = not poll.done()
+            poll.cancel()  # the client leaves; the server ends the poll
+            return searched, still_waiting
+
+    searched, still_waiting = asyncio.run(flow())
+    assert still_waiting
+    assert searched.status_code == 200, searched.text
+
+
+def _cancel_recorded_wait(run_id: str) -> None:
+    wait_for(lambda: Run.objects.filter(pk=run_id).exclude(cancel_action="").exists(), what="the cancel recorded")
+
+
+def _external_poll_began_wait() -> None:
+    """Until daphne's connection has read an external task: the poll has begun (the create ended in COMMIT)."""
+
+    def polled() -> bool:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() "
+                "AND query LIKE %s",
+                ['SELECT "approvals_externaltask".%'],  # the text is cut at 1 kB, before its FROM
+            )
+            return bool(cursor.fetchone()[0])
+
+    wait_for(polled, what="the long poll's first read")
 
 
 def _hold_reached_wait(hold_dir: Any) -> None:
