@@ -177,8 +177,22 @@ class StorageBlobStore:
         Blob.objects.filter(sha256__in=list(shas)).delete()
 
 
+# PostgreSQL: the three statements below in one (one round trip, one commit). The insert sees the update's
+# result, not its row: a blob found is touched and not inserted again.
+_INDEX_PUT_POSTGRESQL = (
+    "WITH touched AS (UPDATE runtime_blob SET touched_at = %s WHERE sha256 = %s RETURNING 1), "
+    "stored AS (INSERT INTO runtime_blob (sha256, size, created_at, touched_at, data) "
+    "SELECT %s, %s, %s, %s, %s WHERE NOT EXISTS (SELECT 1 FROM touched) ON CONFLICT (sha256) DO NOTHING) "
+    "INSERT INTO runtime_blobref (thread_id, sha256) VALUES (%s, %s) ON CONFLICT (thread_id, sha256) DO NOTHING"
+)
+
+
 def _index_put(sql: Sql, sha: str, data: bytes, *, thread_id: str, keep_data: bool) -> None:
     now = timezone.now()
+    if isinstance(sql, PostgresSql):
+        kept = data if keep_data else None
+        sql.run(_INDEX_PUT_POSTGRESQL, [now, sha, sha, len(data), now, now, kept, thread_id, sha])
+        return
     _, touched = sql.run("UPDATE runtime_blob SET touched_at = %s WHERE sha256 = %s", [now, sha])
     if not touched:
         sql.run(

@@ -8,6 +8,7 @@ import sqlite3
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, TypedDict
 
 import pytest
@@ -178,6 +179,25 @@ def test_a_storage_store_keeps_bytes_in_the_storage_and_the_index_in_the_table(l
     assert (tmp_path / "blobs" / sha[:2] / sha).read_bytes() == b"payload"
     store.delete([sha])
     assert not Blob.objects.filter(pk=sha).exists() and not (tmp_path / "blobs" / sha[:2] / sha).exists()
+
+
+def test_a_blob_stored_again_is_touched_not_stored_twice_and_referenced_by_each_thread(live_db):
+    """The index write (``runtime.blobs._index_put``, one statement on PostgreSQL): a new blob gets its row
+    and the thread's reference; the same bytes stored again, by another thread or the same one, leave the
+    row as it was but for ``touched_at``, which moves on (the collector spares a blob touched within its
+    grace: a checkpoint may be about to reference it), and add only the reference that was missing."""
+    store = DatabaseBlobStore(_blob_sql())
+    sha, data = uuid.uuid4().hex * 2, b"x" * 5000
+    store.put(sha, data, thread_id="t-first")
+    first = Blob.objects.get(pk=sha)
+    an_hour_ago = first.touched_at - timedelta(hours=1)
+    Blob.objects.filter(pk=sha).update(touched_at=an_hour_ago)
+    store.put(sha, data, thread_id="t-second")
+    store.put(sha, data, thread_id="t-first")
+    again = Blob.objects.get(pk=sha)
+    assert (bytes(again.data), again.size, again.created_at) == (data, len(data), first.created_at)
+    assert again.touched_at >= first.touched_at > an_hour_ago
+    assert sorted(BlobRef.objects.filter(blob_id=sha).values_list("thread_id", flat=True)) == ["t-first", "t-second"]
 
 
 def test_markers_are_never_seen_by_nodes(saver):
