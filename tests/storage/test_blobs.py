@@ -22,6 +22,7 @@ from runtime.blobs import MARKER, DatabaseBlobStore, StorageBlobStore, blob_stor
 from runtime.checkpointer import GatehouseSqliteSaver, _blob_sql, checkpointer_get
 from runtime.models import Blob, BlobRef, Run, RunKind, RunStatus, Thread
 from runtime.threads import thread_create
+from tests.sqlite_probe import sqlite_probe
 
 LZ4_AVAILABLE = importlib.import_module("runtime.migrations.0010_lz4_compression").LZ4_AVAILABLE
 
@@ -181,12 +182,12 @@ def test_a_storage_store_keeps_bytes_in_the_storage_and_the_index_in_the_table(l
     assert not Blob.objects.filter(pk=sha).exists() and not (tmp_path / "blobs" / sha[:2] / sha).exists()
 
 
-def test_a_blob_stored_again_is_touched_not_stored_twice_and_referenced_by_each_thread(live_db):
-    """The index write (``runtime.blobs._index_put``, one statement on PostgreSQL): a new blob gets its row
-    and the thread's reference; the same bytes stored again, by another thread or the same one, leave the
-    row as it was but for ``touched_at``, which moves on (the collector spares a blob touched within its
-    grace: a checkpoint may be about to reference it), and add only the reference that was missing."""
-    store = DatabaseBlobStore(_blob_sql())
+def blob_stored_again_check(store: DatabaseBlobStore) -> None:
+    """The index write (``runtime.blobs._index_put``: one statement on PostgreSQL, three on SQLite): a new
+    blob gets its row and the thread's reference; the same bytes stored again, by another thread or the
+    same one, leave the row as it was but for ``touched_at``, which moves on (the collector spares a blob
+    touched within its grace: a checkpoint may be about to reference it), and add only the reference that
+    was missing."""
     sha, data = uuid.uuid4().hex * 2, b"x" * 5000
     store.put(sha, data, thread_id="t-first")
     first = Blob.objects.get(pk=sha)
@@ -198,6 +199,31 @@ def test_a_blob_stored_again_is_touched_not_stored_twice_and_referenced_by_each_
     assert (bytes(again.data), again.size, again.created_at) == (data, len(data), first.created_at)
     assert again.touched_at >= first.touched_at > an_hour_ago
     assert sorted(BlobRef.objects.filter(blob_id=sha).values_list("thread_id", flat=True)) == ["t-first", "t-second"]
+
+
+def test_a_blob_stored_again_is_touched_not_stored_twice_and_referenced_by_each_thread(live_db):
+    blob_stored_again_check(DatabaseBlobStore(_blob_sql()))
+
+
+_SQLITE_PROBE = """
+import json
+import django
+django.setup()
+from django.core.management import call_command
+call_command("migrate", verbosity=0)
+from runtime.blobs import DatabaseBlobStore
+from runtime.checkpointer import _blob_sql
+from tests.storage.test_blobs import blob_stored_again_check
+sql = _blob_sql()
+blob_stored_again_check(DatabaseBlobStore(sql))
+print(json.dumps({"checked": type(sql).__name__}))
+"""
+
+
+@pytest.mark.slow
+def test_on_sqlite_a_blob_stored_again_is_touched_not_stored_twice_and_referenced_by_each_thread(tmp_path):
+    """The same, on the embedded database's statements (the code paths part by database)."""
+    assert sqlite_probe(_SQLITE_PROBE, tmp_path / "var") == {"checked": "SqliteSql"}
 
 
 def test_markers_are_never_seen_by_nodes(saver):
