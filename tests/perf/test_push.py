@@ -181,6 +181,47 @@ def test_a_long_poll_whose_client_leaves_stops_waiting_at_once(operator):
 
 
 @override_settings(ALLOWED_HOSTS=["testserver"])
+def test_an_external_tasks_long_poll_whose_client_leaves_stops_at_once(operator, monkeypatch):
+    """The external task's long poll is an async view that re-reads the task between short sleeps, not a
+    ``ThreadWatch``: the client's ``http.disconnect`` ends it too, instead of a left poll reading the task
+    every quarter second to its whole ``wait`` (up to a minute) and holding a stopping server as long."""
+    from approvals import external_api
+    from console.request_threads import ReusedThreadASGIHandler
+    from tests.perf.test_request_hops import _scope
+
+    created = operator.client.post(
+        "/api/external-tasks", {"source": f"leave-{uuid.uuid4().hex[:8]}", "key": "k1", "title": "Wire 9"}
+    )
+    assert created.status_code == 201, created.content
+    polls: list[int] = []
+    poll = external_api._decision_poll
+
+    def counted(*args: Any) -> Any:
+        polls.append(1)
+        return poll(*args)
+
+    monkeypatch.setattr(external_api, "_decision_poll", counted)
+    app, patience = ReusedThreadASGIHandler(), scaled(10)
+
+    async def scenario() -> None:
+        request = ApplicationCommunicator(
+            app,
+            _scope(
+                "GET",
+                f"/api/external-tasks/{created.json()['id']}/decision",
+                f"wait={external_api.MAX_WAIT_SECONDS}",
+                [(b"authorization", f"Bearer {operator.token}".encode())],
+            ),
+        )
+        await request.send_input({"type": "http.request", "body": b"", "more_body": False})
+        await _until_true(lambda: len(polls) >= 1, patience, "the long poll never read the task")
+        await request.send_input({"type": "http.disconnect"})
+        await request.wait(patience)  # the request ends: far sooner than its wait of a minute
+
+    asyncio.run(scenario())
+
+
+@override_settings(ALLOWED_HOSTS=["testserver"])
 def test_a_long_poll_ends_when_the_server_cancels_its_requests(operator):
     """daphne cancels its requests as it stops: the long poll answers at once, and its thread is free,
     instead of holding the stopping server up to the poll's timeout (``make run``'s Ctrl-C killed the
