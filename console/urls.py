@@ -2,7 +2,21 @@ from django.conf import settings
 from django.urls import URLPattern, URLResolver, include, path
 
 from console.api import api
-from console.views import audit, auth, bulk, decisions, handoffs, inbox, relay, start, tasks, threads, users, webhooks
+from console.views import (
+    assets,  # /favicon.ico
+    audit,
+    auth,
+    bulk,
+    decisions,
+    handoffs,
+    inbox,
+    relay,
+    start,
+    tasks,
+    threads,
+    users,
+    webhooks,
+)
 from console.views import comments as comment_views  # Conversation (comments)
 from console.views import dashboard as dashboard_views  # team dashboard
 from console.views import run_cancel as run_cancel_views
@@ -76,6 +90,7 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("api/", api.urls),
     path("lg/", platform_api.urls),
     path("", include((console_patterns, "console"))),
+    path("favicon.ico", assets.favicon),
 ]
 
 # /static/ is served by WhiteNoise (settings: --- static files ---); /health/live, /health/ready

@@ -250,3 +250,37 @@ def test_a_decision_on_a_stale_view_is_refused_and_offers_a_refresh(browser, ser
     notice.get_by_role("link", name="Refresh the task").click()
     expect(page.locator("#seen-checkpoint")).to_have_text(newer)
     page.context.close()
+
+
+def test_every_page_of_the_menu_loads_without_a_failed_request_or_a_script_error(browser, server, personas):
+    """What a browser's console shows a user: a 404 for an icon, a blocked script or a thrown error
+    on any page an admin can reach from the menu (and a task's page, and the sign-in page itself)."""
+    task = task_make(metadata={"case": f"P-{uuid.uuid4().hex[:6]}"})
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    context.set_default_timeout(WAIT_MS)
+    page = context.new_page()
+    problems: list[str] = []
+    page.on(
+        "console", lambda m: problems.append(f"console {m.type}: {m.text} ({page.url})") if m.type == "error" else None
+    )
+    page.on("pageerror", lambda error: problems.append(f"script error: {error} ({page.url})"))
+    page.on("requestfailed", lambda r: problems.append(f"request failed: {r.url} {r.failure}"))
+    page.on("response", lambda r: problems.append(f"HTTP {r.status}: {r.url}") if r.status >= 400 else None)
+    page.goto(f"{server}/accounts/login/")
+    page.get_by_label("Username").fill(personas["admin"].username)
+    page.get_by_label("Password").fill("gatehouse")
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.locator("header .who")).to_contain_text(personas["admin"].username)
+    menu = [link.get_attribute("href") for link in page.locator("header nav a").all()]
+    assert "/users/" in menu and "/audit/" in menu, menu  # the admin's whole menu, not a short one
+    for path in [*menu, f"/tasks/{task.pk}/"]:
+        page.goto(f"{server}{path}")
+        page.wait_for_load_state("load")
+        # The tab's icon: the page names one, and it is served.
+        icons = page.locator('link[rel="icon"]')
+        assert icons.count() == 1, path
+        assert page.request.get(f"{server}{icons.get_attribute('href')}").ok, path
+    # A page that names no icon (the API's JSON) makes the browser ask for /favicon.ico.
+    assert page.request.get(f"{server}/favicon.ico").ok
+    context.close()
+    assert problems == []
