@@ -31,6 +31,8 @@ from approvals.schemas import (
     TaskSummaryOut,
     ThreadIn,
     ThreadOut,
+    ThreadPageOut,
+    ThreadSummaryOut,
 )
 from approvals.security import request_proof_at, session_proof_record
 from runtime.models import ACTIVE_RUN_STATUSES, Run, Thread, ThreadStatus
@@ -88,6 +90,28 @@ def graphs_list(request: AuthedRequest) -> list[GraphOut]:
         for name in graph_names()
         if permissions.graph_visible(user, name)
     ]
+
+
+class ThreadListQuery(Schema):
+    status: str | None = Field(default=None, pattern=f"^({'|'.join(ThreadStatus.values)})$")
+    graph: str | None = Field(default=None, max_length=100)
+    q: str | None = Field(
+        default=None, max_length=200, description="A thread id, or text of the metadata its graph makes searchable."
+    )
+    limit: int = Field(default=50, ge=1, le=200)
+    cursor: str | None = Field(default=None, max_length=400)
+
+
+@router.get("/threads", response=ThreadPageOut, tags=["threads"])
+def threads_list(request: AuthedRequest, query: Query[ThreadListQuery]) -> ThreadPageOut:
+    """The threads you may see, newest first; ``next_cursor`` pages on."""
+    wanted = selectors.ThreadFilter(status=query.status or "", graph=query.graph or "", q=query.q or "")
+    items, next_cursor = selectors.threads_list(
+        user=_user(request), filter=wanted, limit=query.limit, cursor=query.cursor
+    )
+    return ThreadPageOut(
+        items=[ThreadSummaryOut.model_validate(t, from_attributes=True) for t in items], next_cursor=next_cursor
+    )
 
 
 class ThreadWaitQuery(Schema):

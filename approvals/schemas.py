@@ -72,6 +72,24 @@ def _due(task: Any, name: str, pick: Callable[[DueState], _T], default: _T) -> _
     return pick(state) if state is not None else default
 
 
+class ThreadSummaryOut(Schema):
+    """A thread in a list: no values and no tasks (``GET /api/threads/{id}`` has them)."""
+
+    id: UUID
+    graph: str
+    status: str
+    metadata: dict[str, Any]
+    checkpoint_id: str
+    error: str
+    created_at: datetime
+    updated_at: datetime
+
+
+class ThreadPageOut(Schema):
+    items: list[ThreadSummaryOut]
+    next_cursor: str | None
+
+
 class ThreadOut(Schema):
     id: UUID
     graph: str

@@ -7,6 +7,7 @@ import json
 import re
 import uuid
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -50,7 +51,7 @@ def cursor_encode(created_at: datetime, pk: Any) -> str:
 def cursor_decode(cursor: str) -> tuple[datetime, str]:
     try:
         created, pk = cursor_unpack(cursor, count=2)
-        return datetime.fromisoformat(created), str(pk)
+        return datetime.fromisoformat(created), str(uuid.UUID(pk))  # every list it pages has UUID keys
     except Exception:  # noqa: BLE001 - any malformed cursor is the caller's 400
         raise InvalidInput("cursor is not one this API returned", field="cursor") from None
 
@@ -187,18 +188,55 @@ def _inbox_search(q: str) -> Q:
     return Q(thread_id=ident) | Q(id=ident)
 
 
-def _metadata_search(q: str) -> Q:
-    """The thread metadata each graph names as searchable (``search_metadata`` in langgraph.json)."""
+def _metadata_search(q: str, metadata: str = "thread__metadata") -> Q:
+    """The thread metadata each graph names as searchable (``search_metadata`` in langgraph.json), as a
+    match on ``metadata`` (a task's thread's, or a thread's own: ``"metadata"``). Matches nothing where no
+    graph names a key."""
     names = graph_names()
     graphs_by_key: dict[str, list[str]] = {}
     for name in names:
         for key in graph_get(name).options.get("search_metadata", ()):
             graphs_by_key.setdefault(key, []).append(name)
+    if not graphs_by_key:
+        return Q(pk__in=[])
     match = Q()
     for key, graphs in sorted(graphs_by_key.items()):
-        found = Q(IContains(KeyTextTransform(key, "thread__metadata"), q))
+        found = Q(IContains(KeyTextTransform(key, metadata), q))
         match |= found if len(graphs) == len(names) else Q(graph__in=graphs) & found
     return match
+
+
+@dataclass(frozen=True)
+class ThreadFilter:
+    """Which threads a thread list shows (empty text: no filter)."""
+
+    status: str = ""  # a ThreadStatus value
+    graph: str = ""
+    q: str = ""  # a thread id, or text of the metadata its graph makes searchable (case, applicant)
+
+
+def threads_list(
+    *, user: permissions.Principal, filter: ThreadFilter, limit: int = 50, cursor: str | None = None
+) -> tuple[list[Thread], str | None]:
+    """The threads ``user`` may see that match ``filter``, newest first, keyset-paginated on
+    (created_at, id) like ``tasks_list``: the console's list and the native API's."""
+    qs = permissions.threads_visible(user)
+    if filter.status:
+        qs = qs.filter(status=filter.status)
+    if filter.graph:
+        qs = qs.filter(graph=filter.graph)
+    q = filter.q.strip()
+    if q:
+        try:
+            qs = qs.filter(id=uuid.UUID(q))
+        except ValueError:
+            qs = qs.filter(_metadata_search(q, "metadata"))
+    if cursor:
+        created, pk = cursor_decode(cursor)
+        qs = qs.filter(Q(created_at__lt=created) | Q(created_at=created, id__lt=pk))
+    page = list(qs.order_by("-created_at", "-id")[: limit + 1])
+    next_cursor = cursor_encode(page[limit - 1].created_at, page[limit - 1].pk) if len(page) > limit else None
+    return page[:limit], next_cursor
 
 
 _METADATA_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")

@@ -27,8 +27,8 @@ from console import selectors
 from console.conversation import conversation_context  # Conversation (comments)
 from console.decision_panel import DecisionPanel, decision_panel_for
 from console.forms import InboxFilterForm
-from runtime.models import ACTIVE_RUN_STATUSES, Thread
-from runtime.registry import REASON_OUTCOMES, UnknownGraph, graph_get
+from runtime.models import ACTIVE_RUN_STATUSES, Thread, ThreadStatus
+from runtime.registry import REASON_OUTCOMES, UnknownGraph, graph_get, graph_names
 from runtime.state_schema import json_schema_for
 
 INBOX_PAGE_SIZE = 50
@@ -263,6 +263,40 @@ def thread_context(user: Any, thread_id: Any, checkpoint_id: str = "") -> dict[s
     ctx.update({"current": current, "shown": shown, "diff": diff, "checkpoint_id": checkpoint_id})
     ctx.update(time_travel_context(user, thread_id, shown))  # time travel: branches, subgraph states, forms
     return ctx
+
+
+THREADS_PAGE_SIZE = 50
+
+
+def threads_context(user: Any, params: QueryDict) -> dict[str, Any]:
+    """The thread list: its filter (status, graph, search) and one page, newest first."""
+    status = params.get("status", "")
+    wanted = approvals_selectors.ThreadFilter(
+        status=status if status in ThreadStatus.values else "",
+        graph=params.get("graph", "")[:100],
+        q=params.get("q", "")[:200],
+    )
+    cursor = params.get("cursor", "")[:400]
+    threads, next_cursor = approvals_selectors.threads_list(
+        user=user, filter=wanted, limit=THREADS_PAGE_SIZE, cursor=cursor or None
+    )
+
+    def page(at: str | None) -> str:
+        """This list's filters at another page (``at``: its cursor; None: the first), as a relative URL."""
+        query = params.copy()
+        query.pop("cursor", None)
+        if at:
+            query["cursor"] = at
+        return f"?{query.urlencode()}"
+
+    return {
+        "threads": threads,
+        "filter": wanted,
+        "statuses": ThreadStatus.choices,
+        "graphs": [name for name in graph_names() if permissions.graph_visible(user, name)],
+        "next_url": page(next_cursor) if next_cursor else "",
+        "first_url": page(None) if cursor else "",
+    }
 
 
 def task_push_context(user: Any, task_id: Any) -> dict[str, Any]:

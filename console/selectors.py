@@ -305,15 +305,6 @@ def inbox_facets(*, user: permissions.Principal) -> dict[str, list[str]]:
     return _cached(key, compute)
 
 
-def threads_list(*, user: permissions.Principal, status: str = "", graph: str = "", limit: int = 100) -> list[Thread]:
-    qs = permissions.threads_visible(user)
-    if status:
-        qs = qs.filter(status=status)
-    if graph:
-        qs = qs.filter(graph=graph)
-    return list(qs.order_by("-created_at")[:limit])
-
-
 # --- timeline --------------------------------------------------------------------------
 
 

@@ -61,7 +61,10 @@ class Thread(models.Model):
     fence = models.BigIntegerField(default=0)
 
     class Meta:
-        indexes = [models.Index(fields=["graph", "status", "-created_at"], name="thread_graph_status")]
+        indexes = [
+            models.Index(fields=["graph", "status", "-created_at"], name="thread_graph_status"),
+            models.Index(fields=["-created_at", "-id"], name="thread_newest"),  # the thread list's pages
+        ]
         permissions = [
             ("start_thread", "Can start threads"),
             ("retry_thread", "Can retry failed threads"),

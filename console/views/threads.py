@@ -11,9 +11,8 @@ from django.views.decorators.http import require_GET, require_POST
 
 from approvals import permissions, services, store
 from approvals.errors import Forbidden
-from console import page_context, selectors
+from console import page_context
 from console.views.common import HtmxHttpRequest, SignedInRequest, console_login_required, domain_errors
-from runtime.models import ThreadStatus
 
 
 @require_GET
@@ -22,12 +21,7 @@ from runtime.models import ThreadStatus
 def thread_list(request: HtmxHttpRequest) -> HttpResponse:
     if not permissions.can(request.user, "runtime.view_thread"):
         raise Forbidden("your account has no role in Gatehouse yet; ask an admin to assign one")
-    status = request.GET.get("status", "")
-    status = status if status in ThreadStatus.values else ""
-    threads = selectors.threads_list(user=request.user, status=status, graph=request.GET.get("graph", "")[:100])
-    return render(
-        request, "console/threads.html", {"threads": threads, "status": status, "statuses": ThreadStatus.choices}
-    )
+    return render(request, "console/threads.html", page_context.threads_context(request.user, request.GET))
 
 
 @require_GET

@@ -29,6 +29,7 @@ PERSONAS = ("anonymous", "outsider", "reviewer", "reviewer2", "loan_reviewer", "
 #      method  path                                 subject     anon outs  rev rev2 loanr aud  oper admin
 MATRIX: list[tuple[str, str, str, tuple[int, ...]]] = [
     ("GET", "/api/graphs", "-", (401, 200, 200, 200, 200, 200, 200, 200)),
+    ("GET", "/api/threads", "-", (401, 200, 200, 200, 200, 200, 200, 200)),
     ("POST", "/api/threads", "loan", (401, 403, 403, 403, 403, 403, 201, 201)),
     ("POST", "/api/threads", "kyc", (401, 403, 403, 403, 403, 403, 201, 201)),
     ("GET", "/api/threads/{thread_id}", "loan", (401, 404, 200, 200, 200, 200, 200, 200)),
