@@ -56,6 +56,7 @@ class _Order:
     descending: bool
     nullable: bool
     datetime: bool
+    numeric: bool = False  # a column sort's kind: a page link's value must be a number, else text
 
     def ordering(self, *, reverse: bool = False) -> tuple[Any, ...]:
         down = self.descending != reverse
@@ -129,8 +130,10 @@ def _keyset_decode(cursor: str, sort: str, order: _Order, field: str) -> tuple[A
         cursor_sort, value, pk = cursor_unpack(cursor, count=3)
         if order.datetime:
             value = datetime.fromisoformat(value) if value is not None else None
-        elif (value is not None and not isinstance(value, int | float | str)) or isinstance(value, bool):
-            raise ValueError("not a sort value")
+        elif value is not None and (
+            isinstance(value, bool) or not isinstance(value, (int | float) if order.numeric else str)
+        ):
+            raise ValueError("not a value of the sorted column's kind")
         uuid.UUID(pk)
     except Exception:  # noqa: BLE001 - any malformed cursor is the caller's 400
         raise InvalidInput("this page link is broken; start again from the first page", field=field) from None
@@ -162,7 +165,7 @@ def inbox_list(
     if sort.startswith(COLUMN_SORT_PREFIXES):
         column = column_for_sort(user=user, graph=graph, node=node, key=sort.split(":", 1)[1])
         qs = qs.annotate(**{_SORT_VALUE: PayloadValue(column)})
-        order = _Order(_SORT_VALUE, sort.startswith("-"), True, False)
+        order = _Order(_SORT_VALUE, sort.startswith("-"), True, False, column.numeric)
     elif sort in _SORT_ORDERS:
         order = _SORT_ORDERS[sort]
     else:

@@ -15,6 +15,7 @@ from approvals.columns import Column, ColumnError, PayloadValue, cells_for, colu
 from approvals.errors import InvalidInput
 from approvals.inbox_filter import InboxFilter
 from approvals.redaction import MASK
+from approvals.selectors import cursor_pack
 from console.selectors import Page, inbox_list
 from runtime.registry import GraphRegistryError, graph_get, graphs_read
 from tests.console.conftest import console_client
@@ -158,6 +159,10 @@ def test_columns_sort_and_filter_server_side_and_page_both_ways(personas):
         ({"columns": {"amount": "1e999"}}, "c.amount"),
         ({"sort": "col:amount", "cursor": "garbage"}, "cursor"),
         ({"sort": "col:amount", "before": "garbage"}, "before"),
+        # Well-formed page links whose sort value is not the column's kind (a hand-made or stale link).
+        ({"sort": "col:amount", "cursor": cursor_pack(["col:amount", "lots", str(uuid.uuid4())])}, "cursor"),
+        ({"sort": "col:amount", "before": cursor_pack(["col:amount", "lots", str(uuid.uuid4())])}, "before"),
+        ({"sort": "col:country", "cursor": cursor_pack(["col:country", 5, str(uuid.uuid4())])}, "cursor"),
     ],
 )
 def test_bad_column_sorts_and_filters_name_the_field(personas, kwargs, field):
