@@ -255,7 +255,17 @@ def thread_retry(request: AuthedRequest, thread_id: UUID) -> Status[Run]:
 class TaskQuery(Schema):
     status: str | None = Field(default=None, pattern="^(pending|decided|superseded|cancelled)$")
     graph: str | None = Field(default=None, max_length=100)
+    gate: str | None = Field(default=None, max_length=100)
     thread: UUID | None = None
+    q: str | None = Field(
+        default=None,
+        max_length=200,
+        description="The inbox's search: a task or thread id, or text of the title, case or applicant.",
+    )
+    claimed: str | None = Field(default=None, pattern="^(mine|unclaimed|others)$")
+    assigned: str | None = Field(
+        default=None, pattern="^me$", description="me: asked of you by name or through a group."
+    )
     limit: int = Field(default=50, ge=1, le=200)
     cursor: str | None = Field(default=None, max_length=400)
     due: str | None = Field(default=None, pattern="^(overdue|escalated|soon)$")  # deadlines
@@ -263,7 +273,16 @@ class TaskQuery(Schema):
 
 @router.get("/tasks", response=TaskPageOut, tags=["tasks"])
 def tasks_list(request: AuthedRequest, query: Query[TaskQuery]) -> TaskPageOut:
-    wanted = InboxFilter(status=query.status or "", graph=query.graph or "", due=query.due or "")
+    """The inbox's filters (console/inbox): the same tasks, newest first; ``next_cursor`` pages on."""
+    wanted = InboxFilter(
+        status=query.status or "",
+        graph=query.graph or "",
+        node=query.gate or "",
+        q=query.q or "",
+        claimed=query.claimed or "",
+        assigned=query.assigned or "",
+        due=query.due or "",
+    )
     items, next_cursor = selectors.tasks_list(
         user=_user(request), filter=wanted, thread_id=query.thread, limit=query.limit, cursor=query.cursor
     )

@@ -9,7 +9,7 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from django.db import connection
 from django.db.models import Field, Model, Q, QuerySet
@@ -84,11 +84,21 @@ def tasks_list(
     qs = tasks_inbox(user=user, filter=filter).select_related("assigned_group")
     if thread_id:
         qs = qs.filter(thread_id=thread_id)
+    return newest_page(qs, limit=limit, cursor=cursor)
+
+
+_Row = TypeVar("_Row", bound=Model)
+
+
+def newest_page(qs: QuerySet[_Row], *, limit: int, cursor: str | None) -> tuple[list[_Row], str | None]:
+    """One page of ``qs`` newest first, keyset-paginated on (created_at, id): the page after ``cursor``
+    (None: the first) and the cursor of the page after it (None: this is the last)."""
     if cursor:
         created, pk = cursor_decode(cursor)
         qs = qs.filter(Q(created_at__lt=created) | Q(created_at=created, id__lt=pk))
     page = list(qs.order_by("-created_at", "-id")[: limit + 1])
-    next_cursor = cursor_encode(page[limit - 1].created_at, page[limit - 1].pk) if len(page) > limit else None
+    last = page[limit - 1] if len(page) > limit else None
+    next_cursor = cursor_encode(last.created_at, last.pk) if last is not None else None  # type: ignore[attr-defined]
     return page[:limit], next_cursor
 
 
@@ -218,8 +228,8 @@ class ThreadFilter:
 def threads_list(
     *, user: permissions.Principal, filter: ThreadFilter, limit: int = 50, cursor: str | None = None
 ) -> tuple[list[Thread], str | None]:
-    """The threads ``user`` may see that match ``filter``, newest first, keyset-paginated on
-    (created_at, id) like ``tasks_list``: the console's list and the native API's."""
+    """The threads ``user`` may see that match ``filter``, newest first, a page at a time (``newest_page``):
+    the console's list and the native API's."""
     qs = permissions.threads_visible(user)
     if filter.status:
         qs = qs.filter(status=filter.status)
@@ -231,12 +241,7 @@ def threads_list(
             qs = qs.filter(id=uuid.UUID(q))
         except ValueError:
             qs = qs.filter(_metadata_search(q, "metadata"))
-    if cursor:
-        created, pk = cursor_decode(cursor)
-        qs = qs.filter(Q(created_at__lt=created) | Q(created_at=created, id__lt=pk))
-    page = list(qs.order_by("-created_at", "-id")[: limit + 1])
-    next_cursor = cursor_encode(page[limit - 1].created_at, page[limit - 1].pk) if len(page) > limit else None
-    return page[:limit], next_cursor
+    return newest_page(qs, limit=limit, cursor=cursor)
 
 
 _METADATA_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
