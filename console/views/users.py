@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any, cast
+from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.contrib.auth import views as auth_views
@@ -284,7 +285,8 @@ class PasswordSetView(auth_views.PasswordResetConfirmView):
             form.add_error("new_password1", exc.message)
             return self.form_invalid(form)
         del self.request.session[auth_views.INTERNAL_RESET_SESSION_TOKEN]
-        return redirect(self.success_url)
+        # The sign-in page then asks only for the password just chosen.
+        return redirect(f"{self.success_url}&{urlencode({'username': form.user.get_username()})}")
 
 
 password_set = PasswordSetView.as_view()

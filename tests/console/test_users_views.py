@@ -71,7 +71,11 @@ def test_an_admin_creates_a_user_who_sets_a_password_from_the_link_and_signs_in(
     weak = person.post(page, {"new_password1": "abc", "new_password2": "abc"})
     assert weak.status_code == 200 and b"too short" in weak.content
     done = person.post(page, {"new_password1": "correct-horse-battery-9", "new_password2": "correct-horse-battery-9"})
-    assert done.status_code == 302 and done.url == "/accounts/login/?password=set"
+    assert done.status_code == 302 and done.url == f"/accounts/login/?password=set&username={name}"
+    # The sign-in page knows who just chose a password: it asks only for the password.
+    sign_in = person.get(done.url).content.decode()
+    assert f'value="{name}"' in sign_in and re.search(r'id="id_password"[^>]*autofocus', sign_in)
+    assert "Your password is set" in sign_in
     assert person.post("/accounts/login/", {"username": name, "password": "correct-horse-battery-9"}).status_code == 302
     assert b"Inbox" in person.get("/").content
     # The link works once.
