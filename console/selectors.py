@@ -388,7 +388,8 @@ def timeline_for(*, user: permissions.Principal, thread: Thread, limit: int = 10
     for run in thread.runs.order_by("created_at"):
         entries.append(
             TimelineEntry(
-                at=run.started_at or run.created_at,
+                # Its outcome where it happened: after the steps and effects of the run, not before them.
+                at=run.finished_at or run.started_at or run.created_at,
                 kind="run",
                 title=f"{run.get_kind_display()} run {run.get_status_display().lower()}",
                 extra={"status": run.status, "attempts": run.attempts},

@@ -44,6 +44,21 @@ def test_an_approved_loan_is_disbursed_exactly_once(operator, reviewer, bank):
     ran = [sorted(v.writes) for v in thread_history_read(Thread.objects.get(pk=thread["id"])) if v.writes]
     assert ["disburse"] in ran and ["human_review"] in ran and ["score_risk"] in ran  # timeline labels
 
+    # The thread page's timeline puts each run's outcome after what the run did: the start run's pause
+    # after its steps (before the task it opened), the resume's success after the payment and its step.
+    from console.selectors import timeline_for
+
+    timeline = timeline_for(user=reviewer.user, thread=Thread.objects.get(pk=thread["id"]))
+    titles = [entry.title for entry in timeline]
+    assert (
+        titles.index("Step 2: score_risk")
+        < titles.index("Start run interrupted")
+        < titles.index(next(t for t in titles if t.startswith("Paused at human_review")))
+    )
+    assert (
+        titles.index("Effect disburse done") < titles.index("Step 4: disburse") < titles.index("Resume run succeeded")
+    )
+
     actions = _audit_actions(thread["id"])
     for expected in [
         "thread.started",
