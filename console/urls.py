@@ -44,6 +44,7 @@ console_patterns = [
     path("webhooks/endpoints/<slug:name>/rotate", webhooks.endpoint_rotate, name="webhook-endpoint-rotate"),
     path("webhooks/endpoints/<slug:name>/gates", webhooks.endpoint_gates, name="webhook-endpoint-gates"),
     path("webhooks/endpoints/<slug:name>/delete", webhooks.endpoint_delete, name="webhook-endpoint-delete"),
+    path("webhooks/subscriptions", webhooks.subscription_new, name="webhook-subscription-create"),
     path(
         "webhooks/subscriptions/<int:subscription_id>/deactivate",
         webhooks.subscription_stop,

@@ -17,6 +17,8 @@ from approvals.outbound.outbox import EVENT_TYPES
 from approvals.outbound.signing import secret_check, secret_generate
 from runtime.registry import graph_names
 
+URL_MAX = WebhookSubscription._meta.get_field("url").max_length or 500
+
 
 def subscription_create(
     *, actor: Any, url: str, graph: str = "*", event_types: list[str], secret: str | None = None
@@ -30,6 +32,8 @@ def subscription_create(
             raise NotFound(f"graph {graph!r} not found", field="graph")
         if graph == "*" and permissions.graphs_visible(actor) is not None:
             raise InvalidInput("only principals who see every graph may subscribe to all of them", field="graph")
+    if len(url) > URL_MAX:
+        raise InvalidInput(f"a URL of at most {URL_MAX} characters", field="url")
     unknown = [e for e in event_types if e not in EVENT_TYPES]
     if unknown or not event_types:
         raise InvalidInput(f"event types must be among {', '.join(EVENT_TYPES)}", field="event_types")

@@ -1,7 +1,7 @@
 """Webhooks for operators and admins (auditors read only): inbound endpoints with their recent deliveries
 and the gates each may decide, outbound subscriptions with their delivery log, a manual retry for a
-delivery that gave up, and deactivating a subscription. Admins create, rotate, re-scope and delete
-inbound endpoints here.
+delivery that gave up, and subscribing or deactivating a subscription. Admins create, rotate, re-scope
+and delete inbound endpoints here.
 
 Reads go through ``approvals.inbound.webhooks`` / ``approvals.outbound.subscriptions`` visibility helpers; secrets are
 never rendered (only how many an endpoint holds), nor are delivery payloads, except a new secret in
@@ -23,8 +23,15 @@ from approvals import permissions
 from approvals.errors import DomainError, Forbidden, NotFound
 from approvals.inbound import webhooks
 from approvals.outbound import sending
-from approvals.outbound.subscriptions import deliveries_visible, subscription_deactivate, subscriptions_visible
+from approvals.outbound.outbox import EVENT_TYPES
+from approvals.outbound.subscriptions import (
+    deliveries_visible,
+    subscription_create,
+    subscription_deactivate,
+    subscriptions_visible,
+)
 from console.views.common import HtmxHttpRequest, console_login_required, domain_errors, error_page
+from runtime.registry import graph_names
 
 RECENT = 20
 
@@ -62,6 +69,10 @@ def _page(request: HtmxHttpRequest, *, status: int = 200, **extra: Any) -> HttpR
         "can_retry": _can_retry(user),
         "can_manage": can_manage,
         "graphs": graphs,
+        # What an operator may subscribe to: every graph ("*") only for one who sees them all.
+        "subscribe_graphs": [name for name in graph_names() if permissions.graph_visible(user, name)],
+        "subscribe_all": permissions.graphs_visible(user) is None,
+        "event_types": EVENT_TYPES,
         "nav": "webhooks",
         "data": {},
         **extra,
@@ -142,6 +153,23 @@ def endpoint_delete(request: HtmxHttpRequest, name: str) -> HttpResponse:
     webhooks.webhook_endpoint_delete(actor=_actor(request), name=name)
     messages.success(request, f"Endpoint {name} deleted: its secrets are destroyed and it decides nothing")
     return redirect("console:webhooks")
+
+
+@require_POST
+@console_login_required
+@domain_errors
+def subscription_new(request: HtmxHttpRequest) -> HttpResponse:
+    """Subscribe a URL to events of a graph; the signing secret is shown in this response only."""
+    _require_view(request.user)
+    url, graph = request.POST.get("url", "").strip(), request.POST.get("graph", "")
+    event_types = request.POST.getlist("event_types")
+    try:
+        subscription = subscription_create(actor=_actor(request), url=url, graph=graph, event_types=event_types)
+    except DomainError as exc:
+        form_error = {"field": exc.field, "message": exc.message}
+        typed = {"url": url, "graph": graph, "event_types": event_types}
+        return _page(request, status=exc.status, subscribe_error=form_error, subscribe_data=typed)
+    return _page(request, status=201, revealed={"subscription": subscription.url, "secret": subscription.secret})
 
 
 @require_POST

@@ -58,6 +58,7 @@ MATRIX: list[tuple[str, str, str, tuple[int, ...]]] = [
     ("webhook-endpoint-gates", "POST", "hook", (302, 404, 404, 404, 403, 403, 422)),
     ("webhook-endpoint-delete", "POST", "hook", (302, 404, 404, 404, 403, 403, 302)),
     # Deactivating an outbound subscription: operators and admins, as subscribing is ("sub": a fresh one per case).
+    ("webhook-subscription-create", "POST", "-", (302, 403, 403, 403, 403, 422, 422)),
     ("webhook-subscription-deactivate", "POST", "sub", (302, 403, 403, 403, 403, 302, 302)),
     # User administration: admins only. "user" is a fresh account per case.
     ("users", "GET", "-", (302, 403, 403, 403, 403, 403, 200)),

@@ -189,3 +189,69 @@ def test_an_external_tasks_callback_is_labelled_as_such_not_as_inactive(personas
         assert "Deactivate</button>" in article  # it can still be stopped
     finally:
         WebhookSubscription.objects.filter(pk=callback.pk).update(deactivated_at=timezone.now())
+
+
+def _subscribe(client, **form):  # type: ignore[no-untyped-def]
+    return client.post("/webhooks/subscriptions", form)
+
+
+def test_an_operator_subscribes_from_the_page_and_sees_the_secret_once(personas):
+    operator = console_client(personas["operator"])
+    url = f"http://127.0.0.1:9/ui-{uuid.uuid4().hex[:8]}"
+    page = operator.get("/webhooks/").content.decode()
+    assert 'id="subscription-create"' in page and 'value="task.decided"' in page
+
+    # A graph and events no other test produces: the session's other tests queue no delivery for it.
+    response = _subscribe(operator, url=url, graph="breakpoint_review", event_types=["thread.failed", "task.escalated"])
+    assert response.status_code == 201, response.content[:500]
+    [subscription] = WebhookSubscription.objects.filter(url=url)
+    assert subscription.graph == "breakpoint_review" and subscription.event_types == ["thread.failed", "task.escalated"]
+    assert subscription.created_by == personas["operator"].user
+    body = response.content.decode()
+    assert subscription.secret in body and "shown only once" in body
+    assert "no-store" in response["Cache-Control"]  # the secret's page is not cached
+    assert AuditEvent.objects.filter(action="webhook.subscription_created", subject_id=str(subscription.pk)).exists()
+    # Never again: the list shows the subscription, not its secret.
+    again = operator.get("/webhooks/").content.decode()
+    assert url in again and subscription.secret not in again
+    subscriptions.subscription_deactivate(actor=personas["operator"].user, subscription_id=subscription.pk)
+
+
+@pytest.mark.parametrize(
+    ("form", "field"),
+    [
+        ({"url": "http://10.1.2.3/hook", "graph": "loan_approval", "event_types": ["task.opened"]}, "url"),
+        ({"url": "http://127.0.0.1:9/" + "x" * 600, "graph": "loan_approval", "event_types": ["task.opened"]}, "url"),
+        ({"url": "http://127.0.0.1:9/h", "graph": "loan_approval", "event_types": []}, "event_types"),
+        ({"url": "http://127.0.0.1:9/h", "graph": "loan_approval", "event_types": ["task.exploded"]}, "event_types"),
+        ({"url": "http://127.0.0.1:9/h", "graph": "no_such_graph", "event_types": ["task.opened"]}, "graph"),
+    ],
+)
+def test_a_refused_subscription_names_the_field_and_writes_nothing(personas, form, field):
+    before = WebhookSubscription.objects.count()
+    response = _subscribe(console_client(personas["operator"]), **form)
+    assert response.status_code == 422, response.content[:300]
+    assert f"<code>{field}</code>" in response.content.decode()
+    assert WebhookSubscription.objects.count() == before
+    # The form keeps what was typed.
+    assert form["url"][:100] in response.content.decode()
+
+
+def test_only_a_reader_of_every_graph_may_subscribe_to_all_of_them(personas):
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+
+    from approvals.models import GraphAssignment
+    from approvals.roles import roles_ensure
+
+    scoped = get_user_model().objects.create_user(f"loan-op-{uuid.uuid4().hex[:6]}", password="x")
+    scoped.groups.add(roles_ensure()["operator"])
+    GraphAssignment.objects.create(user=scoped, graph="loan_approval")
+    client = Client()
+    client.force_login(scoped)
+    page = client.get("/webhooks/").content.decode()
+    assert 'id="subscription-create"' in page and '<option value="*"' not in page  # not offered
+    refused = _subscribe(client, url="http://127.0.0.1:9/all", graph="*", event_types=["task.opened"])
+    assert refused.status_code == 422 and "<code>graph</code>" in refused.content.decode()  # nor taken by hand
+    assert not WebhookSubscription.objects.filter(url="http://127.0.0.1:9/all", created_by=scoped).exists()
+    assert '<option value="*"' in console_client(personas["admin"]).get("/webhooks/").content.decode()

@@ -133,6 +133,7 @@ CONSOLE_WRITES: dict[str, str] = {
     "console task-decide": "decide; the decision is read back on the task and decision pages",
     "console thread-retry": "retry a failed thread",
     "console webhook-retry": "resend an outbound delivery",
+    "console webhook-subscription-create": "subscribe a URL to a graph's events",
     "console webhook-subscription-deactivate": "deactivate an outbound subscription",
     "console webhook-endpoint-create": "create an inbound endpoint",
     "console webhook-endpoint-rotate": "rotate an inbound endpoint's secret",
