@@ -19,6 +19,7 @@ from approvals.errors import Forbidden, NotFound
 from approvals.models import ApprovalTask, AuditEvent, GraphAssignment
 from runtime import rows
 from runtime.models import Thread
+from runtime.registry import graph_names
 
 Principal = User | AnonymousUser
 ALL_GRAPHS = "*"
@@ -244,6 +245,12 @@ def _token_graphs(user: Principal, visible: set[str] | None) -> set[str] | None:
 def graph_visible(user: Principal, graph: str) -> bool:
     visible = graphs_visible(user)
     return visible is None or graph in visible
+
+
+def graph_names_visible(user: Principal) -> list[str]:
+    """The registered graphs ``user`` may see, in the registry's order (menus, assistants, choices)."""
+    visible = graphs_visible(user)
+    return [name for name in graph_names() if visible is None or name in visible]
 
 
 def _scope(qs: QuerySet[Any], user: Principal, field: str = "graph") -> QuerySet[Any]:

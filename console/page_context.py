@@ -28,7 +28,7 @@ from console.conversation import conversation_context  # Conversation (comments)
 from console.decision_panel import DecisionPanel, decision_panel_for
 from console.forms import InboxFilterForm
 from runtime.models import ACTIVE_RUN_STATUSES, Thread, ThreadStatus
-from runtime.registry import REASON_OUTCOMES, UnknownGraph, graph_get, graph_names
+from runtime.registry import REASON_OUTCOMES, UnknownGraph, graph_get
 from runtime.state_schema import json_schema_for
 
 INBOX_PAGE_SIZE = 50
@@ -293,7 +293,7 @@ def threads_context(user: Any, params: QueryDict) -> dict[str, Any]:
         "threads": threads,
         "filter": wanted,
         "statuses": ThreadStatus.choices,
-        "graphs": [name for name in graph_names() if permissions.graph_visible(user, name)],
+        "graphs": permissions.graph_names_visible(user),
         "next_url": page(next_cursor) if next_cursor else "",
         "first_url": page(None) if cursor else "",
     }

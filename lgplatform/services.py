@@ -99,7 +99,7 @@ def assistant_id_for(graph: str) -> str:
 
 
 def assistants_visible(user: permissions.Principal) -> list[str]:
-    return [name for name in graph_names() if permissions.graph_visible(user, name)]
+    return permissions.graph_names_visible(user)
 
 
 def assistant_graph(user: permissions.Principal, assistant_id: str) -> str:

@@ -20,6 +20,13 @@ from runtime.registry import graph_names
 URL_MAX = WebhookSubscription._meta.get_field("url").max_length or 500
 
 
+def subscription_graph_choices(user: Any) -> list[str]:
+    """The graphs ``user`` may subscribe to, as ``subscription_create`` takes them: every graph ("*") first
+    for a reader of every graph, then each graph they see."""
+    every = ["*"] if permissions.graphs_visible(user) is None else []
+    return every + permissions.graph_names_visible(user)
+
+
 def subscription_create(
     *, actor: Any, url: str, graph: str = "*", event_types: list[str], secret: str | None = None
 ) -> WebhookSubscription:

@@ -28,10 +28,10 @@ from approvals.outbound.subscriptions import (
     deliveries_visible,
     subscription_create,
     subscription_deactivate,
+    subscription_graph_choices,
     subscriptions_visible,
 )
 from console.views.common import HtmxHttpRequest, console_login_required, domain_errors, error_page
-from runtime.registry import graph_names
 
 RECENT = 20
 
@@ -69,9 +69,7 @@ def _page(request: HtmxHttpRequest, *, status: int = 200, **extra: Any) -> HttpR
         "can_retry": _can_retry(user),
         "can_manage": can_manage,
         "graphs": graphs,
-        # What an operator may subscribe to: every graph ("*") only for one who sees them all.
-        "subscribe_graphs": [name for name in graph_names() if permissions.graph_visible(user, name)],
-        "subscribe_all": permissions.graphs_visible(user) is None,
+        "subscribe_graphs": subscription_graph_choices(user),
         "event_types": EVENT_TYPES,
         "nav": "webhooks",
         "data": {},

@@ -55,4 +55,4 @@ def test_search_gate_and_claim_filters_list_what_the_inbox_lists(personas):
 def test_a_bad_filter_is_a_4xx_naming_it(personas, params, field):
     response = personas["reviewer"].client.get("/api/tasks", **params)
     assert response.status_code == 422, response.content
-    assert field in response.content.decode()
+    assert response.json()["error"]["field"] == field
