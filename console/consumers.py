@@ -37,12 +37,20 @@ from runtime.registry import graph_names
 
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_FORBIDDEN = 4403
+CLOSE_NOT_FOUND = 4404
 # Events of one change are published together (task opened, run interrupted) and arrive within a
 # millisecond or two: wait this long after the first and render once. Events that arrive while a
 # render is under way are never dropped: they cause one more render after it.
 DEBOUNCE_SECONDS = 0.003
 # Reads that audit themselves change nothing on screen (not even published: console.live).
 QUIET_ACTIONS = live.QUIET_ACTIONS
+
+
+class NoSuchSocket(AsyncWebsocketConsumer):
+    """A websocket path no page opens: the handshake is refused (HTTP 403 from daphne), before any work."""
+
+    async def connect(self) -> None:
+        await self.close(code=CLOSE_NOT_FOUND)
 
 
 class LiveConsumer(AsyncWebsocketConsumer):

@@ -1,6 +1,6 @@
 """Websocket routes. Importing this module marks the process as the web process (see ``console.live``)."""
 
-from django.urls import path
+from django.urls import path, re_path
 
 from console import consumers, live
 
@@ -11,4 +11,7 @@ websocket_urlpatterns = [
     path("ws/tasks/<uuid:task_id>/", consumers.TaskConsumer.as_asgi()),
     path("ws/threads/<uuid:thread_id>/", consumers.ThreadConsumer.as_asgi()),
     path("ws/bulk/<uuid:bulk_id>/", consumers.BulkConsumer.as_asgi()),  # bulk decisions (issue 14)
+    # Any other path is refused like a page that does not exist (without it Channels' router
+    # raised, and daphne answered the handshake with a 500 and logged a traceback).
+    re_path(r"", consumers.NoSuchSocket.as_asgi()),
 ]

@@ -141,6 +141,14 @@ def test_an_anonymous_socket_is_refused(loop):
     assert not connected and code == 4401
 
 
+@pytest.mark.parametrize("path", ["/ws/nope/", "/ws/tasks/not-a-uuid/", "/anything", "/ws/inbox/extra/"])
+def test_a_socket_to_a_path_no_page_opens_is_refused_not_an_error(personas, loop, path):
+    """Channels' router raised for an unknown path: daphne answered the handshake with a 500."""
+    for headers in ([ORIGIN], [ORIGIN, _cookie(personas["reviewer"])]):
+        connected, code = Socket(loop, path, headers).connect()
+        assert not connected and code == 4404, (path, headers)
+
+
 def test_a_foreign_origin_is_refused(personas, loop):
     socket = Socket(loop, "/ws/inbox/", [(b"origin", b"https://evil.example"), _cookie(personas["reviewer"])])
     connected, _ = socket.connect()

@@ -50,6 +50,7 @@ from approvals.models import ApprovalTask, AuditEvent, Comment, Decision
 from approvals.redaction import path_parse
 from approvals.tokens import token_issue
 from console.api import api as native_api
+from console.consumers import NoSuchSocket
 from console.routing import websocket_urlpatterns
 from lgplatform.api import api as platform_api
 from lgplatform.services import assistant_id_for
@@ -547,6 +548,8 @@ def console_requests(subjects: list[Subject], unfilled: list[str]) -> list[Reque
 def socket_requests(subjects: list[Subject], unfilled: list[str]) -> list[Request]:
     out = []
     for entry in websocket_urlpatterns:
+        if getattr(entry.callback, "consumer_class", None) is NoSuchSocket:
+            continue  # the catch-all that refuses every other path: it shows nothing
         pattern = str(entry.pattern)
         params = re.findall(r"<(?:\w+:)?(\w+)>", pattern)
         try:
