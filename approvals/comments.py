@@ -124,7 +124,10 @@ def comment_post(
         comment = Comment.objects.create(
             thread=thread, task=task, graph=thread.graph, author=actor, kind=kind, reply_to=reply_to
         )
-        CommentVersion.objects.create(comment=comment, version=1, body=text, mentions=[u.pk for u in mentioned])
+        saw = gateway.may_see_sensitive(actor)
+        CommentVersion.objects.create(
+            comment=comment, version=1, body=text, mentions=[u.pk for u in mentioned], author_saw_sensitive=saw
+        )
         audit_record(
             actor=actor,
             action=AuditAction.COMMENT_POSTED,
@@ -140,6 +143,7 @@ def comment_post(
                 "reply_to": str(reply_to.pk) if reply_to else None,
                 "body": text,
                 "mentions": [u.get_username() for u in mentioned],
+                "author_saw_sensitive": saw,
             },
         )
     return comment
@@ -163,8 +167,13 @@ def comment_edit(*, actor: User, comment: Comment, body: str) -> CommentVersion:
                 raise InvalidInput("body: unchanged", field="body")
             if number > VERSIONS_MAX:
                 raise InvalidInput(f"body: a comment keeps at most {VERSIONS_MAX} versions", field="body")
+            saw = gateway.may_see_sensitive(actor)
             version = CommentVersion.objects.create(
-                comment=comment, version=number, body=text, mentions=[u.pk for u in mentioned]
+                comment=comment,
+                version=number,
+                body=text,
+                mentions=[u.pk for u in mentioned],
+                author_saw_sensitive=saw,
             )
             audit_record(
                 actor=actor,
@@ -180,6 +189,7 @@ def comment_edit(*, actor: User, comment: Comment, body: str) -> CommentVersion:
                     "task": str(comment.task_id) if comment.task_id else None,
                     "body": text,
                     "mentions": [u.get_username() for u in mentioned],
+                    "author_saw_sensitive": saw,
                 },
             )
     except IntegrityError:
@@ -263,7 +273,7 @@ def comments_for(
     versions: dict[Any, list[CommentVersion]] = {}
     for v in CommentVersion.objects.filter(comment__in=comments).order_by("comment_id", "version"):
         versions.setdefault(v.comment_id, []).append(v)
-    texts = [v.body for c in comments for v in versions.get(c.pk, [])]
+    texts = [(v.body, v.author_saw_sensitive) for c in comments for v in versions.get(c.pk, [])]
     shown = iter(gateway.text_shown(user, thread, texts, subject=f"thread:{thread.pk}"))
     mention_ids = {pk for vs in versions.values() for pk in vs[-1].mentions}
     names = dict(User.objects.filter(pk__in=mention_ids).values_list("pk", "username")) if mention_ids else {}

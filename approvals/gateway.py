@@ -222,16 +222,22 @@ def thread_redacted_values(thread: Thread) -> set[str]:
     return redacted_values(sources, paths)
 
 
-def text_shown(user: permissions.Principal, thread: Thread, texts: Sequence[str], *, subject: str) -> list[str]:
-    """``texts`` (comment bodies) as ``user`` may read them: quoted redacted values masked.
+def text_shown(
+    user: permissions.Principal, thread: Thread, texts: Sequence[tuple[str, bool]], *, subject: str
+) -> list[str]:
+    """``texts`` (comment bodies, each with whether its author could see redacted values) as ``user`` may
+    read them: redacted values quoted by an author who could see them are masked.
 
-    A permitted reader shown a text that quotes one is audited like any other reveal.
+    A text by an author who could not see them is shown as written: it cannot quote what its author
+    never saw, and masking it by value would answer their guesses. A permitted reader shown a text
+    that quotes one is audited like any other reveal.
     """
-    values = thread_redacted_values(thread)
+    written = [text for text, _ in texts]
+    values = thread_redacted_values(thread) if any(saw for _, saw in texts) else set()
     if not values:
-        return list(texts)
-    masked = [text_mask(t, values) for t in texts]
-    if masked == list(texts):
+        return written
+    masked = [text_mask(text, values) if saw else text for text, saw in texts]
+    if masked == written:
         return masked
     if not may_see_sensitive(user):
         return masked
@@ -245,12 +251,14 @@ def text_shown(user: permissions.Principal, thread: Thread, texts: Sequence[str]
             graph=thread.graph,
             details={"paths": ["comment.body"]},
         )
-    return list(texts)
+    return written
 
 
 def _comment_details_masked(user: permissions.Principal, event: AuditEvent, details: dict[str, Any]) -> dict[str, Any]:
     body = details.get("body")
     if not isinstance(body, str) or may_see_sensitive(user) or event.thread_id is None:
+        return details
+    if details.get("author_saw_sensitive") is False:  # see text_shown; events before the flag: masked
         return details
     thread = Thread.objects.filter(pk=event.thread_id).first()
     values = thread_redacted_values(thread) if thread is not None else set()

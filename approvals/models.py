@@ -613,6 +613,10 @@ class CommentVersion(models.Model):
     version = models.PositiveIntegerField()
     body = models.TextField()
     mentions = models.JSONField(default=list, blank=True)  # ids of the users the text mentions (resolved)
+    # Whether its author could see redacted values when writing it. Only such a text can quote one, so
+    # only such a text is masked for a reader who may not see them: masking a masked author's own words
+    # by value told them which of their guesses was the hidden value.
+    author_saw_sensitive = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
