@@ -135,6 +135,67 @@ def decisions_allowed(payload: Any, task_kind: str = "interrupt", response_schem
     return list(GENERIC_DECISIONS)
 
 
+# What a decision means for the action its gate guards; approving with edits still approves.
+DECISION_MEANING = {"approve": "approved", "edit": "approved", "reject": "rejected", "respond": "reviewed"}
+_INBOX_OUTCOMES = {"accept": "approve", "edit": "edit", "response": "respond", "ignore": "reject"}
+
+
+def resume_outcome(value: Any) -> str | None:
+    """The decision an exact resume value states in its own words: a gate's ``decision``, a tool call's
+    ``type``, the most consequential of per-call ``decisions`` (reject, edit, respond, then approve), an
+    Agent Inbox response's ``type``; None for a value that states none (a generic answer)."""
+    if isinstance(value, dict):
+        if value.get("decision") in GENERIC_DECISIONS:
+            return str(value["decision"])
+        if value.get("type") in GENERIC_DECISIONS:
+            return str(value["type"])
+        if isinstance(value.get("decisions"), list):
+            types = {d.get("type") for d in value["decisions"] if isinstance(d, dict)}
+            return next((o for o in ("reject", "edit", "respond", "approve") if o in types), None)
+    if isinstance(value, list) and len(value) == 1 and isinstance(value[0], dict):
+        return _INBOX_OUTCOMES.get(str(value[0].get("type")))
+    return None
+
+
+def edits_proposed(request: DecisionRequest) -> bool:
+    """Whether the decision changes what was proposed: state edits, or edited action arguments (given
+    beside the decision or inside its exact resume value)."""
+    resumed_args = request.resume.get("action_args") if isinstance(request.resume, dict) else None
+    return bool(request.state_patch) or request.action_args is not None or bool(resumed_args)
+
+
+def _exact_resume_check(payload: Any, task_kind: str, request: DecisionRequest) -> None:
+    """An exact resume value must say what the recorded decision says: the decision row (its outcome,
+    its meaning, the reason policy, the quorum) is what auditors and verifiers read, the resume value
+    is what the graph acts on. A "reject" carrying ``{"decision": "approve"}`` paid the loan."""
+    resume, outcome = request.resume, request.outcome
+    if payload_kind(payload, task_kind) == "gatehouse":
+        # The gate reads ``decision`` and ``action_args`` (runtime.gatekeeper.request_review).
+        if not isinstance(resume, dict) or not isinstance(resume.get("decision"), str):
+            raise InvalidInput("a gate is resumed with an object naming its 'decision'", field="resume.decision")
+        allowed = decisions_allowed(payload, task_kind)
+        if outcome not in allowed:
+            raise InvalidInput(
+                f"decision {outcome!r} is not allowed here (allowed: {', '.join(allowed) or 'none'})", field="decision"
+            )
+        if resume["decision"] not in allowed:
+            raise InvalidInput(
+                f"decision {resume['decision']!r} is not allowed here (allowed: {', '.join(allowed) or 'none'})",
+                field="resume.decision",
+            )
+        args = resume.get("action_args")
+        if args is not None:
+            if not isinstance(args, dict):
+                raise InvalidInput("edited action arguments must be an object", field="resume.action_args")
+            _gate_args_check(payload, args)
+    stated = resume_outcome(resume)
+    if stated is not None and DECISION_MEANING[stated] != DECISION_MEANING.get(outcome):
+        raise InvalidInput(
+            f"the resume value says {stated!r} but the decision is {outcome!r}: send one decision",
+            field="resume",
+        )
+
+
 def resume_value_build(
     *, payload: Any, task_kind: str, response_schema: Any, request: DecisionRequest, reviewer: str
 ) -> Any:
@@ -142,8 +203,9 @@ def resume_value_build(
     if request.resume is not NOT_GIVEN:
         if response_schema:
             _schema_check(request.resume, response_schema, "resume")
+        _exact_resume_check(payload, task_kind, request)
         resume = request.resume
-        if payload_kind(payload, task_kind) == "gatehouse" and isinstance(resume, dict) and "decision" in resume:
+        if payload_kind(payload, task_kind) == "gatehouse":
             # A gate records who decided: the signed-in principal, not a name the caller typed.
             resume = {**resume, "reviewer": reviewer}
         return resume

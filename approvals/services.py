@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -30,6 +30,8 @@ from approvals.outbound.outbox import task_opening
 from approvals.payloads import (
     NOT_GIVEN,
     DecisionRequest,
+    decisions_allowed,
+    edits_proposed,
     payload_title,
     resume_value_build,
 )
@@ -291,6 +293,8 @@ def _task_decide(*, actor: User, task_id: Any, request: DecisionRequest, signer:
     evidence = evidence_digest(task=task, redaction=redaction)
     if request.evidence_digest is not None and request.evidence_digest != evidence:
         raise Conflict("the evidence you reviewed no longer matches this task; reload it", field="evidence_digest")
+    if request.outcome == "approve" and edits_proposed(request):
+        request = _approval_with_edits(task, request)
     if _reason_required(task, request.outcome) and not request.reason.strip():
         raise InvalidInput(f"a reason is required to {request.outcome}", field="reason")
     earlier = grounds.decisions
@@ -389,6 +393,17 @@ def _task_decide(*, actor: User, task_id: Any, request: DecisionRequest, signer:
             thread, task.checkpoint_id, actor, signed, run_id=resume_run_id, audited_first=made
         )
     return decision
+
+
+def _approval_with_edits(task: ApprovalTask, request: DecisionRequest) -> DecisionRequest:
+    """Approving with changed values is an edit, on every surface (the console's form already sent it so):
+    the gate's reason policy for edits applies, and the history lists it under edits, not approvals."""
+    if "edit" not in decisions_allowed(task.payload, task.kind, task.response_schema):
+        raise InvalidInput(
+            "this gate does not allow edits: approve without changing values",
+            field="edits" if request.state_patch else "action_args",
+        )
+    return replace(request, outcome="edit")
 
 
 def separation_required(task: ApprovalTask) -> bool:
@@ -569,7 +584,7 @@ def _state_patch_check(task: ApprovalTask, request: DecisionRequest) -> dict[str
     for index, item in enumerate(request.decisions or []):
         _mask_refuse(item, f"decisions[{index}]")
     patch = request.state_patch
-    if request.outcome == "edit" and not patch and request.action_args is None and request.decisions is None:
+    if request.outcome == "edit" and not edits_proposed(request) and request.decisions is None:
         raise InvalidInput("an edit needs state edits or edited action arguments", field="edits")
     if not patch:
         return None

@@ -35,7 +35,7 @@ from approvals import gateway, permissions, services, time_travel
 from approvals.audit import audit_record, audit_thread
 from approvals.errors import Conflict, InvalidInput, NotFound
 from approvals.models import ApprovalTask, AuditAction, Decision, TaskKind, TaskStatus
-from approvals.payloads import NOT_GIVEN, DecisionRequest
+from approvals.payloads import NOT_GIVEN, DecisionRequest, resume_outcome
 from approvals.redaction import filter_split, redact
 from approvals.run_cancel import run_cancel as run_cancel_service
 from lgplatform.responses import (
@@ -87,8 +87,6 @@ RUN_STATUSES_IN: dict[str, list[str]] = {
     out: [status for status, shown in RUN_STATUS_OUT.items() if shown == out] for out in set(RUN_STATUS_OUT.values())
 }
 _INTERRUPT_ID = re.compile(r"[0-9a-f]{32}")
-_INBOX_OUTCOMES = {"accept": "approve", "edit": "edit", "response": "respond", "ignore": "reject"}
-_OUTCOMES = {"approve", "reject", "edit", "respond"}
 
 
 # --- assistants: one per registered graph ------------------------------------------------
@@ -775,19 +773,7 @@ def _token_signer() -> services.Signer:
 
 def _outcome_of(value: Any) -> str:
     """The decision a resume value expresses, for the Decision row and its policies."""
-    if isinstance(value, dict):
-        if value.get("decision") in _OUTCOMES:
-            return str(value["decision"])
-        if value.get("type") in _OUTCOMES:
-            return str(value["type"])
-        if isinstance(value.get("decisions"), list):
-            types = {d.get("type") for d in value["decisions"] if isinstance(d, dict)}
-            for outcome in ("reject", "edit", "respond"):
-                if outcome in types:
-                    return outcome
-    if isinstance(value, list) and len(value) == 1 and isinstance(value[0], dict):
-        return _INBOX_OUTCOMES.get(str(value[0].get("type")), "approve")
-    return "approve"
+    return resume_outcome(value) or "approve"
 
 
 def _reason_of(value: Any, metadata: dict[str, Any]) -> str:

@@ -42,7 +42,10 @@ from runtime.threads import thread_create
 FACTORY_WORKER = "tests.factories"
 
 
-def loan_gate(amount: int = 20000, *, required_approvals: int = 1) -> dict[str, Any]:
+def loan_gate(
+    amount: int = 20000, *, required_approvals: int = 1, decisions: tuple[str, ...] | list[str] | None = None
+) -> dict[str, Any]:
+    extra: dict[str, Any] = {"decisions": decisions} if decisions is not None else {}
     return gate_payload(
         title=f"Loan for {amount}",
         summary="Borderline risk",
@@ -51,6 +54,7 @@ def loan_gate(amount: int = 20000, *, required_approvals: int = 1) -> dict[str, 
         required_approvals=required_approvals,
         sla_seconds=3600,
         details={"risk_score": 0.5},
+        **extra,
     )
 
 

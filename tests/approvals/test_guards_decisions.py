@@ -537,9 +537,50 @@ def test_state_edits_do_not_go_with_a_rejection(approver):
     assert decisions_of(task) == 0
 
 
-def test_state_edits_may_go_with_an_approval(approver):
-    decision = decide(approver, task_make(), "approve", state_patch={"amount": 1})
-    assert decision.state_patch == {"amount": 1}
+def test_an_approval_with_state_edits_is_recorded_as_the_edit_it_is(approver):
+    decision = decide(approver, task_make(), "approve", reason="cap it", state_patch={"amount": 1})
+    assert (decision.outcome, decision.meaning, decision.state_patch) == ("edit", "approved", {"amount": 1})
+    assert decision.resume_value["decision"] == "edit"
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"state_patch": {"amount": 4}},
+        {"action_args": {"amount": 4}},
+        {"resume": {"decision": "approve", "action_args": {"amount": 1}}},
+    ],
+)
+def test_an_approval_that_changes_values_needs_the_edits_reason(approver, fields):
+    """Approving with changed values slipped past the loan gate's "a reason is required to edit"."""
+    task = task_make()
+    with pytest.raises(InvalidInput) as error:
+        decide(approver, task, "approve", **fields)
+    assert (error.value.field, error.value.message) == ("reason", "a reason is required to edit")
+    assert decisions_of(task) == 0
+
+
+def test_an_approval_cannot_change_values_where_the_gate_allows_no_edit(approver):
+    task = task_make(payload=loan_gate(decisions=["approve", "reject"]))
+    with pytest.raises(InvalidInput) as error:
+        decide(approver, task, "approve", reason="r", state_patch={"amount": 1})
+    assert error.value.field == "edits"
+    assert decisions_of(task) == 0
+
+
+@pytest.mark.parametrize(
+    "outcome,resume",
+    [("reject", {"decision": "approve"}), ("approve", {"decision": "reject"}), ("respond", {"decision": "approve"})],
+)
+def test_a_decision_whose_resume_value_says_otherwise_is_refused(approver, outcome, resume):
+    """Recorded as rejected while the graph was resumed with "approve" (and paid): the row and the resume
+    value must say the same."""
+    task = task_make()
+    with pytest.raises(InvalidInput) as error:
+        decide(approver, task, outcome, reason="r", message="m", resume=resume)
+    assert error.value.field == "resume"
+    assert decisions_of(task) == 0
+    assert ApprovalTask.objects.get(pk=task.pk).status == TaskStatus.PENDING
 
 
 def test_a_field_the_gate_does_not_allow_is_not_editable(approver):

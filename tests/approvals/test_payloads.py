@@ -242,12 +242,56 @@ def test_it_refuses_an_explicit_resume_value_that_violates_the_response_schema(r
 
 
 def test_an_explicit_resume_value_without_a_schema_is_passed_through():
-    assert build(GATE, resume=["anything", 1]) == ["anything", 1]
+    assert build({"title": "Anything?"}, resume=["anything", 1]) == ["anything", 1]
 
 
 def test_an_explicit_null_resume_is_a_value_not_an_absence():
-    assert build(GATE, resume=None) is None
+    assert build({"title": "Anything?"}, resume=None) is None
     assert DecisionRequest(outcome="approve").resume is NOT_GIVEN
+
+
+INBOX_PAY = [{"action_request": {"action": "pay", "args": {}}, "config": {"allow_accept": True}}]
+
+
+# The decision row (outcome, meaning, reason policy, quorum) is what auditors read; the resume value is
+# what the graph acts on. They must say the same: a "reject" resumed with "approve" paid the loan.
+@pytest.mark.parametrize(
+    "payload,outcome,resume",
+    [
+        (GATE, "reject", {"decision": "approve"}),
+        (GATE, "approve", {"decision": "reject"}),
+        (GATE, "respond", {"decision": "approve"}),
+        (GATE, "edit", {"decision": "reject", "action_args": {"amount": 1}}),
+        ({"type": "tool_approval", "name": "pay", "args": {}}, "reject", {"type": "approve"}),
+        (INBOX_PAY, "reject", [{"type": "accept"}]),
+        (HITL_TWO, "approve", {"decisions": [{"type": "approve"}, {"type": "reject"}]}),
+    ],
+)
+def test_a_resume_value_that_says_another_decision_is_refused(payload, outcome, resume):
+    assert refused(payload, outcome, reason="r", resume=resume).field == "resume"
+
+
+@pytest.mark.parametrize("outcome,resume", [("approve", {"decision": "approve"}), ("edit", {"decision": "approve"})])
+def test_a_resume_value_that_says_the_same_decision_is_passed_through_with_the_signer(outcome, resume):
+    assert build(GATE, outcome, reason="r", resume=resume) == {"decision": "approve", "reviewer": "rita"}
+
+
+@pytest.mark.parametrize(
+    "payload,resume,field",
+    [
+        (GATE, ["anything", 1], "resume.decision"),  # the gate would fail the run reading it
+        (GATE, {"approved": True}, "resume.decision"),
+        (GATE_APPROVE_REJECT, {"decision": "edit"}, "resume.decision"),  # not among the gate's decisions
+        (GATE, {"decision": "edit", "action_args": {"amount": "lots"}}, "action_args.amount"),
+        (GATE, {"decision": "edit", "action_args": ["amount"]}, "resume.action_args"),
+    ],
+)
+def test_a_gates_exact_resume_value_is_checked_as_the_gate_will_read_it(payload, resume, field):
+    assert refused(payload, "edit" if payload is GATE else "approve", reason="r", resume=resume).field == field
+
+
+def test_a_decision_the_gate_does_not_allow_is_refused_with_an_exact_resume_too():
+    assert refused(GATE_APPROVE_REJECT, "respond", message="m", resume={"decision": "respond"}).field == "decision"
 
 
 # --- LangChain HITL middleware (batched) ------------------------------------------------------

@@ -73,7 +73,13 @@ def screen(state: ChattyState) -> dict[str, Any]:
 
 
 def review(state: ChattyState) -> dict[str, Any]:
-    decision = request_review(title="Open the account?", details={"applicant": state.get("applicant") or {}})
+    applicant = state.get("applicant") or {}
+    # The action takes the applicant: an edited argument can carry a sensitive value (the redaction canary's).
+    decision = request_review(
+        title="Open the account?",
+        details={"applicant": applicant},
+        proposed_action={"name": "open_account", "args": {"applicant": applicant}},
+    )
     return {"status": "approved" if decision.approved else "rejected"}
 
 

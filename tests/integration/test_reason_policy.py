@@ -61,6 +61,25 @@ def test_a_demo_graph_keeps_requiring_a_reason_to_reject_through_the_sdk(server,
     assert final["status"] == "declined"
 
 
+def test_an_approval_that_updates_the_state_through_the_sdk_is_an_edit_and_needs_its_reason(server, personas):  # noqa: F811
+    """``command={"resume": {"decision": "approve"}, "update": {...}}`` paid the edited amount with no reason,
+    recorded as a plain approval: the loan graph requires a reason to edit."""
+    op, rv = _client(server, personas["operator"].token), _client(server, personas["reviewer"].token)
+    thread = op.threads.create(metadata={"case": "approve-with-update"})
+    op.runs.wait(thread["thread_id"], "loan_approval", input=loan_input(amount=20000, income=40000))
+    command = {"resume": {"decision": "approve"}, "update": {"amount": 2}}
+    with pytest.raises(httpx.HTTPStatusError) as refused:
+        rv.runs.wait(thread["thread_id"], "loan_approval", command=command)
+    assert refused.value.response.status_code == 422
+    error = refused.value.response.json()
+    assert "a reason is required to edit" in json.dumps(error) and "reason" in json.dumps(error)
+    assert not Decision.objects.filter(task__thread_id=thread["thread_id"]).exists()
+    command["resume"] = {"decision": "approve", "reason": "a token amount first"}
+    rv.runs.wait(thread["thread_id"], "loan_approval", command=command)
+    decision = Decision.objects.get(task__thread_id=thread["thread_id"])
+    assert (decision.outcome, decision.meaning, decision.state_patch) == ("edit", "approved", {"amount": 2})
+
+
 def test_a_gate_can_require_a_reason_its_graph_does_not(operator, reviewer):
     thread = thread_start(operator, "gate_policy_review", {"subject": "per-gate"})
     tasks = {t["node"]: t for t in pending_tasks(reviewer, thread["id"], count=2)}

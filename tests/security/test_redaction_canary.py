@@ -255,8 +255,11 @@ class Planter:
         proposed = payload.get("proposed_action") or {}
         outcome = "edit" if edits else "approve"
         resume: dict[str, Any] = {"decision": outcome, "reason": "canary", "data": self.value(f"{via}resume")}
-        if proposed:
-            resume["action_args"] = {**(proposed.get("args") or {}), **self.value(f"{via}args")}
+        args = proposed.get("args") or {}
+        # Only arguments the action takes: a gate refuses any other (chatty_review's takes the applicant).
+        planted_args = {k: v for k, v in self.value(f"{via}args").items() if k in args}
+        if planted_args:
+            resume["action_args"] = {**args, **planted_args}
         return outcome, edits, resume
 
 
