@@ -7,6 +7,7 @@ happens after commit (``runtime.runs.run_enqueue``).
 from __future__ import annotations
 
 import hashlib
+import math
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -17,6 +18,7 @@ from django.apps import apps as django_apps
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import transaction
+from django.db.models import Max
 from django.utils import timezone
 
 from approvals import gateway, permissions
@@ -25,7 +27,7 @@ from approvals.claims import claim_check, claim_drop
 from approvals.errors import Conflict, Forbidden, InvalidInput
 from approvals.gate_policy import gate_deadline, gate_policy
 from approvals.intent import proposed_action, signed_command, signed_digest
-from approvals.models import ApprovalTask, AuditAction, Decision, TaskKind, TaskStatus
+from approvals.models import ApprovalTask, AuditAction, AuditEvent, Decision, TaskKind, TaskStatus
 from approvals.outbound.outbox import task_opening
 from approvals.payloads import (
     NOT_GIVEN,
@@ -476,6 +478,8 @@ def signature_proof(actor: User, signer: Signer) -> datetime | None:
         return None
     if signer.reauthenticated_at is not None and timezone.now() - signer.reauthenticated_at <= window:
         return signer.reauthenticated_at
+    if signer.otp or signer.password:
+        _guesses_throttle(actor)
     if signer.otp:
         if _otp_verify(actor, signer.otp):
             return timezone.now()
@@ -492,6 +496,41 @@ def signature_proof(actor: User, signer: Signer) -> datetime | None:
             "the password is not correct", rule="signature.reauthentication_failed", field="password"
         )
     return timezone.now()
+
+
+# A wrong password or code at the signature prompt: audited (decision.refused) by every caller.
+_GUESSES = ("signature.reauthentication_failed", "signature.otp_failed")
+
+
+def _guesses_throttle(actor: User) -> None:
+    """Refuse a password or code after as many wrong ones in a row as sign-in allows (django-axes'
+    ``AXES_FAILURE_LIMIT``), until its cool-off has passed since the last.
+
+    The prompt checks the password itself, so axes never counted these: an unattended signed-in browser
+    (the threat the prompt exists for) could guess without limit. The refusals are already in the audit
+    trail; a re-authentication that succeeded since starts the count again."""
+    cooloff = timedelta(hours=settings.AXES_COOLOFF_TIME)
+    since = timezone.now() - cooloff
+    succeeded = Decision.objects.filter(actor=actor, reauthenticated_at__gt=since).aggregate(
+        at=Max("reauthenticated_at")
+    )["at"]
+    limit = settings.AXES_FAILURE_LIMIT
+    guesses = list(
+        AuditEvent.objects.filter(
+            actor=actor, action=AuditAction.DECISION_REFUSED, at__gt=max(since, succeeded or since)
+        )
+        .filter(details__rule__in=_GUESSES)
+        .order_by("-at")
+        .values_list("at", flat=True)[:limit]
+    )
+    if len(guesses) >= limit:
+        minutes = max(1, math.ceil((guesses[0] + cooloff - timezone.now()).total_seconds() / 60))
+        raise SignatureRefused(
+            f"{limit} wrong passwords or codes in a row: signing is locked for {minutes} more minute"
+            f"{'s' if minutes != 1 else ''}",
+            rule="signature.locked",
+            field="password",
+        )
 
 
 def signature_check(actor: User, signer: Signer, task: ApprovalTask) -> datetime | None:

@@ -446,6 +446,46 @@ def test_the_right_password_signs_and_the_signature_records_when(reviewer):
     assert decision.reauthenticated_at is not None and decision.reauthenticated_at >= before
 
 
+def _wrong_guesses(actor: Any, task: ApprovalTask, count: int) -> None:
+    for _ in range(count):
+        with pytest.raises(Forbidden) as error:
+            decide(actor, task, signer=stale(password="guess"))
+        assert error.value.message == "the password is not correct"
+
+
+def test_password_guesses_at_the_signature_prompt_lock_it_as_sign_in_would(reviewer, settings):
+    """The prompt checked the password itself, so sign-in's lockout never counted it: 30 guesses from an
+    unattended browser, then the right password signed. After as many wrong ones in a row as sign-in
+    allows, even the right one is refused until the cool-off has passed."""
+    settings.AXES_FAILURE_LIMIT = 3
+    task = task_make()
+    _wrong_guesses(reviewer, task, 3)
+    with pytest.raises(Forbidden) as error:
+        decide(reviewer, task, signer=stale(password=PASSWORD))
+    assert error.value.field == "password"
+    assert error.value.message == "3 wrong passwords or codes in a row: signing is locked for 15 more minutes"
+    with pytest.raises(Forbidden):  # a one-time code is no way around it
+        decide(reviewer, task, signer=stale(otp="123456"))
+    assert decisions_of(task) == 0
+    assert [r["rule"] for r in refusals_of(task)][-3:] == [
+        "signature.reauthentication_failed",
+        *["signature.locked"] * 2,
+    ]
+    other = user_make("reviewer", "*", password=PASSWORD)  # the lock is the guesser's alone
+    assert decide(other, task_make(), signer=stale(password=PASSWORD)).reauthenticated_at is not None
+    settings.AXES_COOLOFF_TIME = 1e-9  # the cool-off has passed
+    assert decide(reviewer, task, signer=stale(password=PASSWORD)).reauthenticated_at is not None
+
+
+def test_a_signature_that_succeeds_starts_the_count_of_wrong_passwords_again(reviewer, settings):
+    settings.AXES_FAILURE_LIMIT = 3
+    first, second = task_make(), task_make()
+    _wrong_guesses(reviewer, first, 2)
+    decide(reviewer, first, signer=stale(password=PASSWORD))
+    _wrong_guesses(reviewer, second, 2)
+    assert decide(reviewer, second, signer=stale(password=PASSWORD)).reauthenticated_at is not None
+
+
 def test_a_one_time_code_without_a_device_does_not_sign(reviewer):
     task = task_make()
     with pytest.raises(Forbidden) as error:
