@@ -13,7 +13,8 @@ First-class shapes:
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any
 
@@ -165,35 +166,93 @@ def edits_proposed(request: DecisionRequest) -> bool:
 
 
 def _exact_resume_check(payload: Any, task_kind: str, request: DecisionRequest) -> None:
-    """An exact resume value must say what the recorded decision says: the decision row (its outcome,
-    its meaning, the reason policy, the quorum) is what auditors and verifiers read, the resume value
-    is what the graph acts on. A "reject" carrying ``{"decision": "approve"}`` paid the loan."""
-    resume, outcome = request.resume, request.outcome
-    if payload_kind(payload, task_kind) == "gatehouse":
-        # The gate reads ``decision`` and ``action_args`` (runtime.gatekeeper.request_review).
-        if not isinstance(resume, dict) or not isinstance(resume.get("decision"), str):
-            raise InvalidInput("a gate is resumed with an object naming its 'decision'", field="resume.decision")
-        allowed = decisions_allowed(payload, task_kind)
-        if outcome not in allowed:
-            raise InvalidInput(
-                f"decision {outcome!r} is not allowed here (allowed: {', '.join(allowed) or 'none'})", field="decision"
-            )
-        if resume["decision"] not in allowed:
-            raise InvalidInput(
-                f"decision {resume['decision']!r} is not allowed here (allowed: {', '.join(allowed) or 'none'})",
-                field="resume.decision",
-            )
-        args = resume.get("action_args")
-        if args is not None:
-            if not isinstance(args, dict):
-                raise InvalidInput("edited action arguments must be an object", field="resume.action_args")
-            _gate_args_check(payload, args)
-    stated = resume_outcome(resume)
-    if stated is not None and DECISION_MEANING[stated] != DECISION_MEANING.get(outcome):
+    """An exact resume value must be one the paused code can read, and say what the recorded decision
+    says: the decision row (its outcome, its meaning, the reason policy, the quorum) is what auditors
+    and verifiers read, the resume value is what the graph acts on. A "reject" carrying
+    ``{"decision": "approve"}`` paid the loan; ``[1, 2]`` for a gate closed the task and failed the run."""
+    check = _RESUME_SHAPES.get(payload_kind(payload, task_kind))
+    if check is not None:
+        check(payload, task_kind, request)
+    stated = resume_outcome(request.resume)
+    if stated is not None and DECISION_MEANING[stated] != DECISION_MEANING.get(request.outcome):
         raise InvalidInput(
-            f"the resume value says {stated!r} but the decision is {outcome!r}: send one decision",
+            f"the resume value says {stated!r} but the decision is {request.outcome!r}: send one decision",
             field="resume",
         )
+
+
+def _allowed_or_refuse(decision: str, allowed: list[str], field: str) -> None:
+    if decision not in allowed:
+        raise InvalidInput(
+            f"decision {decision!r} is not allowed here (allowed: {', '.join(allowed) or 'none'})", field=field
+        )
+
+
+def _gate_resume_check(payload: Any, task_kind: str, request: DecisionRequest) -> None:
+    """What ``runtime.gatekeeper.request_review`` reads: an allowed ``decision``, ``action_args`` the action takes."""
+    resume = request.resume
+    if not isinstance(resume, dict) or not isinstance(resume.get("decision"), str):
+        raise InvalidInput("a gate is resumed with an object naming its 'decision'", field="resume.decision")
+    allowed = decisions_allowed(payload, task_kind)
+    _allowed_or_refuse(request.outcome, allowed, "decision")
+    _allowed_or_refuse(resume["decision"], allowed, "resume.decision")
+    args = resume.get("action_args")
+    if args is not None:
+        if not isinstance(args, dict):
+            raise InvalidInput("edited action arguments must be an object", field="resume.action_args")
+        _gate_args_check(payload, args)
+
+
+def _hitl_resume_check(payload: Any, task_kind: str, request: DecisionRequest) -> None:
+    """What ``HumanInTheLoopMiddleware`` reads: ``{"decisions": [...]}``, one allowed decision per tool call."""
+    resume = request.resume
+    if not isinstance(resume, dict) or not isinstance(resume.get("decisions"), list):
+        raise InvalidInput(
+            "tool-call reviews are resumed with {'decisions': [one per tool call]}", field="resume.decisions"
+        )
+    try:
+        _hitl_decisions(payload, replace(request, decisions=resume["decisions"]))
+    except InvalidInput as exc:
+        raise InvalidInput(exc.message, field=f"resume.{exc.field}") from None
+
+
+def _tool_resume_check(payload: Any, task_kind: str, request: DecisionRequest) -> None:
+    """The middleware's ``per_call`` mode: one decision object with its ``type``."""
+    resume = request.resume
+    if not isinstance(resume, dict) or not isinstance(resume.get("type"), str):
+        raise InvalidInput("a tool call is resumed with an object naming its 'type'", field="resume.type")
+    edited = resume.get("edited_action")
+    args = resume.get("args", edited.get("args") if isinstance(edited, dict) else None)
+    if args is not None and not isinstance(args, dict):
+        raise InvalidInput("edited arguments must be an object", field="resume.args")
+    message = resume.get("message")
+    decided = DecisionRequest(
+        outcome=resume["type"], action_args=args, message=message if isinstance(message, str) else None
+    )
+    _tool_decision(str(payload.get("name", "")), decided, field="resume")
+
+
+def _inbox_resume_check(payload: Any, task_kind: str, request: DecisionRequest) -> None:
+    """Agent Inbox's ``[HumanResponse]``: a list of one response of a type the request's config allows."""
+    resume = request.resume
+    if not (isinstance(resume, list) and len(resume) == 1 and isinstance(resume[0], dict)):
+        raise InvalidInput("an Agent Inbox request is resumed with a list of one response", field="resume")
+    kind, args = resume[0].get("type"), resume[0].get("args")
+    if kind not in _INBOX_OUTCOMES:
+        raise InvalidInput(f"type: one of {', '.join(_INBOX_OUTCOMES)}", field="resume[0].type")
+    _allowed_or_refuse(_INBOX_OUTCOMES[str(kind)], decisions_allowed(payload, task_kind), "resume[0].type")
+    if kind == "edit" and not (isinstance(args, dict) and isinstance(args.get("args"), dict)):
+        raise InvalidInput("an edit's args are {'action': ..., 'args': {...}}", field="resume[0].args")
+    if kind == "response" and not (isinstance(args, str) and args.strip()):
+        raise InvalidInput("a response's args are its text", field="resume[0].args")
+
+
+_RESUME_SHAPES: dict[str, Callable[[Any, str, DecisionRequest], None]] = {
+    "gatehouse": _gate_resume_check,
+    "hitl": _hitl_resume_check,
+    "tool_approval": _tool_resume_check,
+    "agent_inbox": _inbox_resume_check,
+}
 
 
 def resume_value_build(

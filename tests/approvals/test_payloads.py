@@ -290,6 +290,60 @@ def test_a_gates_exact_resume_value_is_checked_as_the_gate_will_read_it(payload,
     assert refused(payload, "edit" if payload is GATE else "approve", reason="r", resume=resume).field == field
 
 
+TOOL_PAY = {"type": "tool_approval", "name": "pay", "args": {"amount": 5}}
+INBOX_STRICT = [
+    {"action_request": {"action": "pay", "args": {}}, "config": {"allow_accept": True, "allow_edit": False}}
+]
+
+
+# Each first-class payload's code reads its resume value in a known shape: one it cannot read closed the
+# task as a signed decision and then failed the run, and every retry replayed it.
+@pytest.mark.parametrize(
+    "payload,outcome,resume,field",
+    [
+        (GATE, "approve", [1, 2], "resume.decision"),
+        (GATE, "approve", "yes", "resume.decision"),
+        (GATE, "approve", {"decision": "deny"}, "resume.decision"),
+        (HITL_TWO, "approve", [1, 2], "resume.decisions"),
+        (HITL_TWO, "approve", {"decisions": [{"type": "approve"}]}, "resume.decisions"),
+        (
+            HITL_TWO,
+            "approve",
+            {"decisions": [{"type": "approve"}, {"type": "edit", "args": {}}]},
+            "resume.decisions[1].type",
+        ),
+        (HITL_TWO, "approve", {"decisions": [{"kind": "approve"}, {"type": "approve"}]}, "resume.decisions[0].type"),
+        (TOOL_PAY, "approve", 42, "resume.type"),
+        (TOOL_PAY, "approve", {"type": "ok"}, "resume.type"),
+        (TOOL_PAY, "edit", {"type": "edit"}, "resume.args"),
+        (TOOL_PAY, "edit", {"type": "edit", "edited_action": {"args": "amount=1"}}, "resume.args"),
+        (INBOX_PAY, "approve", {"type": "accept"}, "resume"),
+        (INBOX_PAY, "approve", [{"type": "approve"}], "resume[0].type"),
+        (INBOX_STRICT, "edit", [{"type": "edit", "args": {"action": "pay", "args": {}}}], "resume[0].type"),
+        (INBOX_PAY, "respond", [{"type": "response", "args": ""}], "resume[0].type"),
+    ],
+)
+def test_a_resume_value_the_paused_code_cannot_read_is_refused(payload, outcome, resume, field):
+    assert refused(payload, outcome, reason="r", message="m", resume=resume).field == field
+
+
+@pytest.mark.parametrize(
+    "payload,outcome,resume",
+    [
+        (
+            HITL_TWO,
+            "edit",
+            {"decisions": [{"type": "edit", "edited_action": {"name": "send_email", "args": {}}}, {"type": "approve"}]},
+        ),
+        (TOOL_PAY, "edit", {"type": "edit", "edited_action": {"name": "pay", "args": {"amount": 1}}}),
+        (TOOL_PAY, "reject", {"type": "reject", "message": "no"}),
+        (INBOX_PAY, "approve", [{"type": "accept", "args": None}]),
+    ],
+)
+def test_a_resume_value_in_the_shape_its_code_reads_is_passed_through(payload, outcome, resume):
+    assert build(payload, outcome, reason="r", resume=resume) == resume
+
+
 def test_a_decision_the_gate_does_not_allow_is_refused_with_an_exact_resume_too():
     assert refused(GATE_APPROVE_REJECT, "respond", message="m", resume={"decision": "respond"}).field == "decision"
 

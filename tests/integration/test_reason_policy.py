@@ -80,6 +80,21 @@ def test_an_approval_that_updates_the_state_through_the_sdk_is_an_edit_and_needs
     assert (decision.outcome, decision.meaning, decision.state_patch) == ("edit", "approved", {"amount": 2})
 
 
+@pytest.mark.parametrize("resume", [{"decision": "deny", "reason": "do NOT pay"}, [1, 2], "yes"])
+def test_a_resume_the_gate_cannot_read_is_refused_before_anything_is_written(server, personas, resume):  # noqa: F811
+    """``{"decision": "deny"}`` was recorded as a signed approval while the graph declined; ``[1, 2]`` closed
+    the task as approved, failed the run and left the thread failed for every retry."""
+    op, rv = _client(server, personas["operator"].token), _client(server, personas["reviewer"].token)
+    thread = op.threads.create(metadata={"case": "unreadable-resume"})
+    op.runs.wait(thread["thread_id"], "loan_approval", input=loan_input(amount=20000, income=40000))
+    with pytest.raises(httpx.HTTPStatusError) as refused:
+        rv.runs.wait(thread["thread_id"], "loan_approval", command={"resume": resume})
+    assert refused.value.response.status_code == 422
+    assert refused.value.response.json()["error"]["field"] == "resume.decision"
+    assert not Decision.objects.filter(task__thread_id=thread["thread_id"]).exists()
+    assert op.threads.get(thread["thread_id"])["status"] == "interrupted"
+
+
 def test_a_gate_can_require_a_reason_its_graph_does_not(operator, reviewer):
     thread = thread_start(operator, "gate_policy_review", {"subject": "per-gate"})
     tasks = {t["node"]: t for t in pending_tasks(reviewer, thread["id"], count=2)}
