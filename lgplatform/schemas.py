@@ -19,11 +19,15 @@ from approvals.store import STORE_LIMIT_MAX, STORE_OFFSET_MAX
 from runtime.stream import CLIENT_MODES
 
 SortOrder = Literal["asc", "desc"]
+# A filter's keys each become a condition of one statement; SQLite (embedded) refuses a statement of
+# more than ~1000 nested terms ("Expression tree is too large", a 500), so a filter names at most this many.
+FILTER_KEYS_MAX = 100
+Filter = Annotated[dict[str, Any], Field(max_length=FILTER_KEYS_MAX)]
 
 
 class AssistantSearchIn(Schema):
     graph_id: str | None = Field(default=None, max_length=200)
-    metadata: dict[str, Any] | None = None
+    metadata: Filter | None = None
     name: str | None = Field(default=None, max_length=200)
     limit: int = Field(default=10, ge=1, le=1000)
     offset: Offset = 0
@@ -40,8 +44,8 @@ class ThreadCreateIn(Schema):
 
 
 class ThreadSearchIn(Schema):
-    metadata: dict[str, Any] | None = None
-    values: dict[str, Any] | None = None
+    metadata: Filter | None = None
+    values: Filter | None = None
     ids: list[Annotated[str, Field(max_length=64)]] | None = Field(default=None, max_length=1000)
     status: Literal["idle", "busy", "interrupted", "error"] | None = None
     limit: int = Field(default=10, ge=1, le=1000)
@@ -67,7 +71,7 @@ class ThreadCheckpointIn(Schema):
 class HistoryIn(Schema):
     limit: int = Field(default=10, ge=1, le=1000)
     before: str | dict[str, Any] | None = None  # a checkpoint id, checked by the handler
-    metadata: dict[str, Any] | None = None
+    metadata: Filter | None = None
     checkpoint: dict[str, Any] | None = None
 
 
@@ -140,7 +144,7 @@ class StoreGetQuery(Schema):
 
 class StoreSearchIn(Schema):
     namespace_prefix: list[str] = Field(default_factory=list)
-    filter: dict[str, Any] | None = None
+    filter: Filter | None = None
     limit: int = Field(10, ge=1, le=STORE_LIMIT_MAX)
     offset: int = Field(0, ge=0, le=STORE_OFFSET_MAX)
     query: str | None = Field(None, max_length=4000)
