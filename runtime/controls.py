@@ -8,6 +8,7 @@ What each durability mode means for recovery is in docs/runtime-controls.md.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from typing import Any, Literal, cast
@@ -77,8 +78,10 @@ def controls_parse(name: str, gatehouse: dict[str, Any]) -> RuntimeControls:
     if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
         raise ValueError(f"graph {name!r}: recursion_limit must be an integer >= 1")
     timeout = options.get("run_timeout_seconds")
-    if timeout is not None and (not isinstance(timeout, int | float) or isinstance(timeout, bool) or timeout <= 0):
-        raise ValueError(f"graph {name!r}: run_timeout_seconds must be a number > 0")
+    if timeout is not None and (
+        not isinstance(timeout, int | float) or isinstance(timeout, bool) or not 0 < timeout < math.inf
+    ):  # JSON's 1e999 is infinity: no timeout at all, which leaving the key out already says
+        raise ValueError(f"graph {name!r}: run_timeout_seconds must be a finite number > 0")
     return RuntimeControls(
         graph=name,
         durability=cast(Durability, durability),

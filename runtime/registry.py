@@ -237,7 +237,7 @@ def graphs_read(config_path: Path) -> dict[str, GraphEntry]:
             except ValueError as exc:
                 raise GraphRegistryError(str(exc)) from None
         entries[name] = entry
-    _deadlines_unknown(gatehouse, entries)
+    _sections_unknown(gatehouse, entries)
     return entries
 
 
@@ -248,11 +248,32 @@ def _deadlines(name: str, gatehouse: dict[str, Any]) -> dict[str, Deadline]:
         raise GraphRegistryError(f"graph {name!r}: {exc}") from None
 
 
-def _deadlines_unknown(gatehouse: dict[str, Any], entries: dict[str, GraphEntry]) -> None:
-    section = gatehouse.get("deadlines", {})
-    unknown = sorted(set(section) - set(entries)) if isinstance(section, dict) else []
-    if unknown:
-        raise GraphRegistryError(f"gatehouse.deadlines.{unknown[0]}: no graph of that name is registered")
+# The "gatehouse" sections keyed by graph name (search_metadata also takes "*": every graph not named).
+_PER_GRAPH_SECTIONS = (
+    "sensitive_paths",
+    "retention",
+    "reasons",
+    "schema_versions",
+    "upcasters",
+    "deadlines",
+    "runtime",
+    "columns",
+    "search_metadata",
+)
+
+
+def _sections_unknown(gatehouse: dict[str, Any], entries: dict[str, GraphEntry]) -> None:
+    """A setting for a graph that is not registered stops start-up: a misspelt name in ``runtime`` meant
+    no recursion limit and no run timeout at all, silently."""
+    for name in _PER_GRAPH_SECTIONS:
+        section = gatehouse.get(name, {})
+        wildcard = {"*"} if name == "search_metadata" else set()
+        unknown = sorted(set(section) - set(entries) - wildcard) if isinstance(section, dict) else []
+        if unknown:
+            known = ", ".join(sorted(entries)) or "none"
+            raise GraphRegistryError(
+                f"gatehouse.{name}.{unknown[0]}: no graph of that name is registered (graphs: {known})"
+            )
 
 
 def _schema_options(entry: GraphEntry, base: Path, gatehouse: dict[str, Any]) -> None:

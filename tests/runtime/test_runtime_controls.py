@@ -33,8 +33,9 @@ def test_it_reads_the_durability_recursion_limit_and_timeout(project, mode):  # 
         ({"durability": "eventually"}, "durability must be one of sync, async, exit"),
         ({"recursion_limit": 0}, "recursion_limit must be an integer >= 1"),
         ({"recursion_limit": True}, "recursion_limit must be an integer >= 1"),
-        ({"run_timeout_seconds": -1}, "run_timeout_seconds must be a number > 0"),
-        ({"run_timeout_seconds": "10"}, "run_timeout_seconds must be a number > 0"),
+        ({"run_timeout_seconds": -1}, "run_timeout_seconds must be a finite number > 0"),
+        ({"run_timeout_seconds": "10"}, "run_timeout_seconds must be a finite number > 0"),
+        ({"run_timeout_seconds": float("inf")}, "run_timeout_seconds must be a finite number > 0"),  # JSON's 1e999
         ({"timeout": 10}, "unknown runtime options ['timeout']"),
         ("fast", "gatehouse.runtime.agent must be an object"),
     ],
@@ -42,6 +43,30 @@ def test_it_reads_the_durability_recursion_limit_and_timeout(project, mode):  # 
 def test_bad_controls_stop_start_up_naming_the_graph(project, options, message):  # noqa: F811
     error = registry_error(project, {"graphs": AGENT, "gatehouse": {"runtime": {"agent": options}}})
     assert "'agent'" in error and message in error
+
+
+@pytest.mark.parametrize(
+    "section,value",
+    [
+        ("runtime", {"recursion_limit": 3}),
+        ("deadlines", {"review": {"due": "4h"}}),
+        ("reasons", {"reject": "required"}),
+        ("retention", {"days": 30}),
+        ("sensitive_paths", ["secret"]),
+        ("schema_versions", 2),
+        ("columns", {"review": []}),
+        ("search_metadata", ["case"]),
+    ],
+)
+def test_a_setting_for_a_graph_that_is_not_registered_stops_start_up(project, section, value):  # noqa: F811
+    """A misspelt graph name under "runtime" meant no recursion limit and no timeout, and nothing said so."""
+    error = registry_error(project, {"graphs": AGENT, "gatehouse": {section: {"agnet": value}}})
+    assert f"gatehouse.{section}.agnet: no graph of that name is registered (graphs: agent)" in error
+
+
+def test_search_metadata_may_name_every_graph_with_a_star(project):  # noqa: F811
+    config = {"graphs": AGENT, "gatehouse": {"search_metadata": {"*": ["case"]}}}
+    assert "agent" in graphs_read(config_write(project, config))
 
 
 @pytest.mark.integration
