@@ -67,6 +67,55 @@ def _render(location: tuple[str, ...]) -> str:
     return out
 
 
+class HiddenEdited(ValueError):
+    """An edit put a value of its own at a location its author sees masked, where a value is stored."""
+
+    def __init__(self, location: str) -> None:
+        super().__init__(location)
+        self.location = location
+
+
+_ABSENT: Any = object()
+
+
+def hidden_kept(patch: dict[str, Any], stored: dict[str, Any], paths: Sequence[str]) -> dict[str, Any]:
+    """A state ``patch`` by an editor who sees ``paths`` masked, with every redacted location they left
+    alone (the mask sent back, or the field left out) holding its value in the ``stored`` state.
+
+    A state edit replaces a key's whole value, so editing ``applicant.name`` in a form that showed the
+    date of birth masked either sent the mask back (refused) or dropped the field, which erased the
+    hidden value. Raises ``HiddenEdited`` where the edit puts a different value at a redacted location
+    that holds one: an editor cannot change what they cannot see.
+    """
+    patterns = [path_parse(p) for p in paths]
+    if not patterns:
+        return patch
+    return {key: _keep(value, stored.get(key, _ABSENT), (key,), patterns) for key, value in patch.items()}
+
+
+def _keep(edited: Any, stored: Any, location: tuple[str, ...], patterns: list[tuple[Segment, ...]]) -> Any:
+    if any(_matches(location, p) for p in patterns):
+        if stored is _ABSENT:
+            return edited  # nothing was hidden here: the editor's own value (a mask sent back is refused later)
+        if edited in (MASK, stored):
+            return stored
+        raise HiddenEdited(_render(location))
+    if isinstance(edited, dict):
+        before = stored if isinstance(stored, dict) else {}
+        kept = {k: _keep(v, before.get(k, _ABSENT), (*location, str(k)), patterns) for k, v in edited.items()}
+        for k, v in before.items():  # a redacted field left out of the edit is kept, not erased
+            if k not in edited and any(_matches((*location, str(k)), p) for p in patterns):
+                kept[k] = v
+        return kept
+    if isinstance(edited, list):
+        before_list = stored if isinstance(stored, list) else []
+        return [
+            _keep(v, before_list[i] if i < len(before_list) else _ABSENT, (*location, str(i)), patterns)
+            for i, v in enumerate(edited)
+        ]
+    return edited
+
+
 def filter_split(wanted: dict[str, Any], paths: Sequence[str]) -> tuple[dict[str, Any], dict[str, Any]] | None:
     """Split a top-level equality filter for a reader who sees ``paths`` masked.
 

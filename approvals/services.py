@@ -37,7 +37,7 @@ from approvals.payloads import (
     payload_title,
     resume_value_build,
 )
-from approvals.redaction import MASK, redact
+from approvals.redaction import MASK, HiddenEdited, hidden_kept, redact
 from approvals.task_rows import DecisionGrounds, decision_grounds, task_closing, tasks_pending
 from runtime import rows
 from runtime.models import Run, RunKind, Thread, ThreadStatus
@@ -303,6 +303,7 @@ def _task_decide(*, actor: User, task_id: Any, request: DecisionRequest, signer:
     if any(d.actor_id == actor.pk for d in earlier):
         raise Conflict("you have already signed this task; another approver must decide", field="task_id")
     _storable_check(request)
+    request = replace(request, state_patch=_hidden_kept(request.state_patch, thread.values, redaction))
     state_patch = _state_patch_check(task, request)
     resume_value = resume_value_build(
         payload=task.payload,
@@ -615,6 +616,19 @@ def _signed_action(task: ApprovalTask, outcome: str, state_patch: dict[str, Any]
     args = {key: patch.get(key, value) for key, value in proposed.items()}
     args.update(edited)
     return {"name": action["name"], "args": args}
+
+
+def _hidden_kept(patch: dict[str, Any] | None, values: Any, redaction: list[str]) -> dict[str, Any] | None:
+    """``patch`` by an editor who sees ``redaction`` masked, with the hidden values they left alone kept
+    (``approvals.redaction.hidden_kept``)."""
+    if not patch or not redaction:
+        return patch
+    try:
+        return hidden_kept(patch, values if isinstance(values, dict) else {}, redaction)
+    except HiddenEdited as exc:
+        raise InvalidInput(
+            "this field is redacted for you, so you cannot change it: leave it as shown", field=f"edits.{exc.location}"
+        ) from None
 
 
 def _state_patch_check(task: ApprovalTask, request: DecisionRequest) -> dict[str, Any] | None:

@@ -84,8 +84,10 @@ def task_make(
     due_at: datetime | None = None,
     title: str = "",
     created_by: User | None = None,
+    values: dict[str, Any] | None = None,
 ) -> ApprovalTask:
-    """A task opened at ``node`` of a new thread of ``graph``, pending (or ``superseded``).
+    """A task opened at ``node`` of a new thread of ``graph``, pending (or ``superseded``), whose thread's
+    state is ``values``.
 
     ``title`` becomes the payload's title (the task's title is read from it); a decided task is one
     ``decision_make`` decided.
@@ -99,7 +101,9 @@ def task_make(
     interrupt = PendingInterrupt(interrupt_id=uuid.uuid4().hex, value=payload, node=node, checkpoint_id=checkpoint)
     with transaction.atomic():
         thread = thread_make(graph=graph, metadata=metadata, created_by=created_by)
-        outcome = RunOutcome(status=RunStatus.INTERRUPTED, checkpoint_id=checkpoint, values={}, interrupts=[interrupt])
+        outcome = RunOutcome(
+            status=RunStatus.INTERRUPTED, checkpoint_id=checkpoint, values=values or {}, interrupts=[interrupt]
+        )
         _run_recorded(thread, RunKind.START, outcome, input={}, created_by=created_by)
         task = ApprovalTask.objects.select_related("thread").get(thread=thread, interrupt_id=interrupt.interrupt_id)
         if status == TaskStatus.SUPERSEDED:

@@ -554,6 +554,63 @@ def test_a_redacted_value_sent_back_never_overwrites_the_real_one(approver, fiel
     assert decisions_of(task) == 0
 
 
+KYC_STATE = {
+    "applicant": {"name": "Grace", "country": "US", "date_of_birth": "1906-12-09"},
+    "documents": [{"type": "passport", "number": "P-77"}, {"type": "bill", "number": "B-12"}],
+}
+
+
+def kyc_task() -> ApprovalTask:
+    return task_make(graph=KYC, node="compliance_review", payload={"title": "KYC"}, values=KYC_STATE)
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        {"applicant": {"name": "Renamed", "country": "US"}},  # the hidden field left out
+        {"applicant": {"name": "Renamed", "country": "US", "date_of_birth": MASK}},  # the form's mask sent back
+    ],
+)
+def test_a_masked_editor_changing_a_visible_field_keeps_the_hidden_one(reviewer, edit):
+    """A state edit replaces the key's whole value: the date of birth the reviewer could not see was erased
+    (or the form's own mask was refused, though the reviewer had left it as shown)."""
+    decision = decide(reviewer, kyc_task(), "edit", reason="typo in the name", state_patch=edit)
+    assert decision.state_patch == {"applicant": {"name": "Renamed", "country": "US", "date_of_birth": "1906-12-09"}}
+
+
+def test_a_masked_editor_keeps_each_hidden_item_of_a_list(reviewer):
+    edit = {"documents": [{"type": "passport", "number": MASK}, {"type": "utility bill"}, {"type": "visa"}]}
+    decision = decide(reviewer, kyc_task(), "edit", reason="relabel", state_patch=edit)
+    assert decision.state_patch == {
+        "documents": [
+            {"type": "passport", "number": "P-77"},
+            {"type": "utility bill", "number": "B-12"},
+            {"type": "visa"},  # a new item: nothing was hidden in it
+        ]
+    }
+
+
+@pytest.mark.parametrize(
+    "edit,where",
+    [
+        ({"applicant": {"name": "Grace", "date_of_birth": "1999-01-01"}}, "edits.applicant.date_of_birth"),
+        ({"documents": [{"number": "P-77"}, {"number": "forged"}]}, "edits.documents[1].number"),
+    ],
+)
+def test_a_masked_editor_cannot_overwrite_what_they_cannot_see(reviewer, edit, where):
+    task = kyc_task()
+    with pytest.raises(InvalidInput) as error:
+        decide(reviewer, task, "edit", reason="blind overwrite", state_patch=edit)
+    assert error.value.field == where
+    assert decisions_of(task) == 0
+
+
+def test_an_editor_who_sees_the_values_may_change_them(approver):
+    edit = {"applicant": {"name": "Grace", "date_of_birth": "1906-12-10"}}
+    decision = decide(approver, kyc_task(), "edit", reason="corrected from the passport", state_patch=edit)
+    assert decision.state_patch == edit  # and may remove a field: what they send is what they see
+
+
 def test_an_edit_with_nothing_edited_is_refused(approver):
     task = task_make()
     with pytest.raises(InvalidInput) as error:

@@ -228,7 +228,9 @@ def test_a_one_time_code_can_sign_instead_of_the_password(personas):
     thread_settled(approver, thread["id"])
 
 
-def test_a_redacted_value_cannot_be_sent_back_as_an_edit(personas):
+def test_a_redacted_value_sent_back_as_an_edit_keeps_the_real_one(personas):
+    """The reviewer edits the name in a form that shows the date of birth masked and sends the mask back:
+    the real date is kept (never overwritten by the mask, never erased), and still hidden from them."""
     thread, task = _kyc_task(personas)
     # identity_check allows approve/reject only; answer it, then edit at the compliance gate.
     api_decide(personas["reviewer"], task)
@@ -238,11 +240,14 @@ def test_a_redacted_value_cannot_be_sent_back_as_an_edit(personas):
         compliance,
         "edit",
         reason="fix name",
-        edits={"applicant": {"name": "R. Franklin", "date_of_birth": MASK}},
+        edits={"applicant": {"name": "R. Franklin", "country": "GB", "date_of_birth": MASK}},
     )
-    assert response.status_code == 422
-    assert response.json()["error"]["field"] == "edits.applicant.date_of_birth"
-    assert ApprovalTask.objects.get(pk=compliance["id"]).status == "pending"
+    assert response.status_code == 201, response.content
+    assert response.json()["state_patch"]["applicant"]["date_of_birth"] == MASK
+    stored = Decision.objects.get(task_id=compliance["id"]).state_patch
+    assert stored == {"applicant": {"name": "R. Franklin", "country": "GB", "date_of_birth": "1920-07-25"}}
+    done = thread_settled(personas["admin"], thread["id"])
+    assert done["values"]["applicant"]["date_of_birth"] == "1920-07-25"
 
 
 def test_reading_sensitive_audit_details_is_itself_audited(personas):
