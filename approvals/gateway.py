@@ -26,7 +26,7 @@ from approvals import permissions
 from approvals.audit import audit_record, canonical
 from approvals.errors import NotFound
 from approvals.models import ApprovalTask, AuditAction, AuditEvent, Decision, ExternalSource
-from approvals.redaction import redact, redacted_values, text_mask
+from approvals.redaction import EVERY_VALUE, redact, redacted_values, text_mask
 from runtime.models import Thread
 from runtime.registry import EXTERNAL_GRAPH_PREFIX, UnknownGraph, graph_get, graph_is_external
 from runtime.state import CheckpointView, SubgraphView, thread_history_read, thread_state_read, thread_subgraphs_read
@@ -39,7 +39,9 @@ def sensitive_paths(graph: str) -> list[str]:
     try:
         return graph_get(graph).sensitive_paths
     except UnknownGraph:
-        return []
+        # A graph this instance no longer registers (its threads stay readable): its redaction rules are
+        # unknown here, so every value is masked for a reader without "view sensitive". Fail closed.
+        return [EVERY_VALUE] if graph else []
 
 
 def may_see_sensitive(user: permissions.Principal) -> bool:

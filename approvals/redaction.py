@@ -16,6 +16,10 @@ from typing import Any
 MASK = "•••• redacted"
 
 Segment = str  # a key, or "*" for every list item / dict value
+# The policy of a graph whose rules are unknown (no longer registered): every value masked, the structure
+# (and null, which says nothing) kept. It fails closed for a reader without "view sensitive".
+EVERY_VALUE = "**"
+_EVERY = (EVERY_VALUE,)
 
 
 def path_parse(path: str) -> tuple[Segment, ...]:
@@ -50,6 +54,9 @@ def _matches(location: tuple[str, ...], pattern: tuple[Segment, ...]) -> bool:
 
 
 def _walk(value: Any, location: tuple[str, ...], patterns: list[tuple[Segment, ...]], applied: list[str]) -> Any:
+    if location and _EVERY in patterns and value is not None and not isinstance(value, dict | list):
+        applied.append(_render(location))
+        return MASK
     if location and any(_matches(location, p) for p in patterns):
         applied.append(_render(location))
         return MASK
@@ -158,7 +165,7 @@ def redacted_values(value: Any, paths: Sequence[str]) -> set[str]:
 def _collect(
     value: Any, location: tuple[str, ...], patterns: list[tuple[Segment, ...]], found: set[str], *, inside: bool
 ) -> None:
-    inside = inside or bool(location and any(_matches(location, p) for p in patterns))
+    inside = inside or bool(location and (_EVERY in patterns or any(_matches(location, p) for p in patterns)))
     if isinstance(value, dict):
         for k, v in value.items():
             _collect(v, (*location, str(k)), patterns, found, inside=inside)

@@ -41,7 +41,7 @@ from approvals.redaction import MASK, HiddenEdited, hidden_kept, redact
 from approvals.task_rows import DecisionGrounds, decision_grounds, task_closing, tasks_pending
 from runtime import rows
 from runtime.models import Run, RunKind, Thread, ThreadStatus
-from runtime.registry import UnknownGraph, graph_get, graph_names
+from runtime.registry import UnknownGraph, graph_get, graph_is_external, graph_is_registered, graph_names
 from runtime.runs import PendingInterrupt, ThreadBusy, retry_command, run_enqueue, thread_start_enqueue
 from runtime.state_schema import FieldError, values_validate
 from runtime.storable import NotStorable, value_storable_check
@@ -79,10 +79,21 @@ def thread_start(*, actor: User, graph: str, input: dict[str, Any], metadata: di
     return thread, run
 
 
+def graph_runnable_check(graph: str, *, field: str = "thread_id") -> None:
+    """Refuse to queue a run of a graph this instance no longer registers (a thread outlives its graph's
+    registration): the worker could not run it, and whatever was recorded before would be left half-done."""
+    if graph and not graph_is_external(graph) and not graph_is_registered(graph):
+        raise Conflict(
+            f"graph {graph!r} is not registered in this instance (GATEHOUSE_GRAPHS): its threads can be read, not run",
+            field=field,
+        )
+
+
 @transaction.atomic
 def thread_retry(*, actor: User, thread_id: Any) -> Run:
     thread = permissions.thread_get_for(actor, thread_id)
     permissions.require_retry(actor, thread)
+    graph_runnable_check(thread.graph)
     thread = Thread.objects.select_for_update().get(pk=thread.pk)
     if thread.status != ThreadStatus.FAILED:
         raise Conflict(f"only failed threads can be retried; this one is {thread.status}", field="thread_id")

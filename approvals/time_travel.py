@@ -24,7 +24,7 @@ from approvals.audit import audit_record, audit_thread
 from approvals.errors import Conflict, InvalidInput, NotFound
 from approvals.inputs import CHECKPOINT_ID_PATTERN
 from approvals.models import ApprovalTask, AuditAction, TaskStatus
-from approvals.services import task_supersede
+from approvals.services import graph_runnable_check, task_supersede
 from runtime.branches import (
     CheckpointNotFound,
     UnknownNode,
@@ -60,6 +60,7 @@ def _thread_for(actor: User, thread_id: Any) -> Thread:
     permissions.require_time_travel(actor, thread)
     if not thread.graph or graph_is_external(thread.graph) or not thread.checkpoint_id:
         raise Conflict("this thread has no checkpoints to travel to", field="thread_id")
+    graph_runnable_check(thread.graph)
     return thread
 
 
@@ -191,6 +192,7 @@ def thread_continue(*, actor: User, thread_id: Any) -> Run:
     """Run an idle thread on from its latest checkpoint (a fork made without a run, or a copy)."""
     thread = permissions.thread_get_for(actor, thread_id)
     permissions.require_start(actor, thread.graph)
+    graph_runnable_check(thread.graph)
     thread = Thread.objects.select_for_update().get(pk=thread.pk)
     if thread.status != ThreadStatus.IDLE or not thread.checkpoint_id:
         raise Conflict(f"only an idle thread with checkpoints can be continued; this one is {thread.status}")

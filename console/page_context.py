@@ -28,7 +28,7 @@ from console.conversation import conversation_context  # Conversation (comments)
 from console.decision_panel import DecisionPanel, decision_panel_for
 from console.forms import InboxFilterForm
 from runtime.models import ACTIVE_RUN_STATUSES, Thread, ThreadStatus
-from runtime.registry import REASON_OUTCOMES, UnknownGraph, graph_get
+from runtime.registry import REASON_OUTCOMES, UnknownGraph, graph_get, graph_is_external, graph_is_registered
 from runtime.state_schema import json_schema_for
 
 INBOX_PAGE_SIZE = 50
@@ -179,9 +179,15 @@ def _handoff_context(user: Any, task: ApprovalTask, claim: Any) -> dict[str, Any
     }
 
 
+def _graph_retired(graph: str) -> bool:
+    """A thread whose graph this instance no longer registers: readable from its checkpoints, not resumable."""
+    return bool(graph) and not graph_is_external(graph) and not graph_is_registered(graph)
+
+
 def task_context(user: Any, task_id: Any, form: DecisionPanel | None = None) -> dict[str, Any]:
     ctx = task_live_context(user, task_id)
     task: ApprovalTask = ctx["task"]
+    ctx["graph_retired"] = _graph_retired(task.graph)
     state = gateway.task_state_for(user, task)
     values = state.values if state else {}
     diff: list[selectors.DiffRow] = []
@@ -261,6 +267,7 @@ def thread_context(user: Any, thread_id: Any, checkpoint_id: str = "") -> dict[s
         before = gateway.state_for(user, thread_id, shown.parent_id)
         diff = selectors.state_diff(before.values if before else {}, shown.values)
     ctx.update({"current": current, "shown": shown, "diff": diff, "checkpoint_id": checkpoint_id})
+    ctx["graph_retired"] = _graph_retired(ctx["thread"].graph)
     ctx.update(time_travel_context(user, thread_id, shown))  # time travel: branches, subgraph states, forms
     return ctx
 

@@ -188,6 +188,11 @@ def graph_get(name: str) -> GraphEntry:
         raise UnknownGraph(name) from None
 
 
+def graph_is_registered(name: str) -> bool:
+    """Whether this instance runs ``name`` (a thread may outlive its graph's registration)."""
+    return name in _registry_get()
+
+
 def graph_names() -> list[str]:
     return sorted(_registry_get())
 

@@ -19,13 +19,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import CheckpointTuple
 from langgraph.types import StateSnapshot
 
 from runtime.blobs import MARKER, BlobSpillingSaver, blobs_lazy
 from runtime.checkpointer import checkpointer_get
 from runtime.jsonable import to_jsonable
 from runtime.models import BlobRef, Thread
-from runtime.registry import graph_get, graph_is_external
+from runtime.registry import graph_get, graph_is_external, graph_is_registered
 from runtime.upcasters import schema_readonly
 
 
@@ -81,14 +82,45 @@ def _view(snapshot: Any) -> CheckpointView:
     )
 
 
+def _retired_view(item: CheckpointTuple) -> CheckpointView:
+    """A checkpoint of a graph this instance no longer registers, read from the saver alone: the state's
+    channels, without what only the graph knows (the nodes next, the step's tasks)."""
+    metadata = item.metadata or {}
+    parent = (item.parent_config or {}).get("configurable", {}).get("checkpoint_id", "")
+    channels = item.checkpoint.get("channel_values") or {}
+    # LangGraph's own channels ("__start__", "branch:to:node", ...) are not the graph's state.
+    values = {k: v for k, v in channels.items() if not k.startswith("__") and ":" not in k}
+    return CheckpointView(
+        checkpoint_id=str(item.config["configurable"].get("checkpoint_id", "")),
+        parent_id=parent,
+        step=int(metadata.get("step", -1)),
+        source=str(metadata.get("source", "")),
+        created_at=str(item.checkpoint.get("ts", "")),
+        next=[],
+        values=to_jsonable(values),
+        writes=None,
+    )
+
+
+def _retired_config(thread: Thread, checkpoint_id: str | None = None) -> RunnableConfig:
+    config = _config(thread, checkpoint_id)
+    config["configurable"]["checkpoint_ns"] = ""  # the root graph's checkpoints, not its subgraphs'
+    return config
+
+
 def thread_state_read(
     thread: Thread, checkpoint_id: str | None = None, *, resolve_blobs: bool = True
 ) -> CheckpointView | None:
     # Created through /lg/ and not bound to a graph by a first run yet, or an external engine's thread.
     if not thread.graph or graph_is_external(thread.graph):
         return None
+    lazy = contextlib.nullcontext() if resolve_blobs else blobs_lazy()
+    if not graph_is_registered(thread.graph):
+        with lazy:
+            item = checkpointer_get().get_tuple(_retired_config(thread, checkpoint_id))
+        return _retired_view(item) if item is not None else None
     graph = graph_get(thread.graph).compiled()
-    with schema_readonly(), contextlib.nullcontext() if resolve_blobs else blobs_lazy():
+    with schema_readonly(), lazy:
         snapshot = graph.get_state(_config(thread, checkpoint_id))
     if not snapshot.created_at:
         return None
@@ -100,9 +132,15 @@ def thread_history_read(
 ) -> list[CheckpointView]:
     if not thread.graph or graph_is_external(thread.graph):
         return []
+    lazy = contextlib.nullcontext() if resolve_blobs else blobs_lazy()
+    if not graph_is_registered(thread.graph):
+        before_cfg = _retired_config(thread, before) if before else None
+        with lazy:
+            items = checkpointer_get().list(_retired_config(thread), limit=limit, before=before_cfg)
+            return _with_nodes_that_ran([_retired_view(item) for item in items])
     graph = graph_get(thread.graph).compiled()
     before_cfg = _config(thread, before) if before else None
-    with schema_readonly(), contextlib.nullcontext() if resolve_blobs else blobs_lazy():
+    with schema_readonly(), lazy:
         views = [_view(s) for s in graph.get_state_history(_config(thread), limit=limit, before=before_cfg)]
     return _with_nodes_that_ran(views)
 
@@ -197,8 +235,8 @@ def _map_of(config: Any) -> dict[str, str]:
 
 def thread_subgraphs_read(thread: Thread, checkpoint_id: str | None = None) -> list[SubgraphView]:
     """The subgraphs in flight at the checkpoint (LangGraph keeps their state only while they are)."""
-    if not thread.graph or graph_is_external(thread.graph):
-        return []
+    if not thread.graph or graph_is_external(thread.graph) or not graph_is_registered(thread.graph):
+        return []  # a graph no longer registered: only the graph knows which tasks are subgraphs
     graph = graph_get(thread.graph).compiled()
     with schema_readonly():
         snapshot = graph.get_state(_config(thread, checkpoint_id), subgraphs=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from approvals.redaction import MASK, filter_split, path_parse, redact
+from approvals.redaction import EVERY_VALUE, MASK, filter_split, path_parse, redact
 
 # --- how a declared path is read ---------------------------------------------------------------
 
@@ -138,3 +138,11 @@ def test_a_filter_for_a_real_value_at_a_redacted_location_finds_nothing():
 def test_a_filter_on_the_mask_itself_compares_with_what_the_reader_sees():
     wanted = {"applicant": {"ssn": MASK}, "status": "open"}
     assert filter_split(wanted, ["applicant.ssn"]) == ({"status": "open"}, {"applicant": {"ssn": MASK}})
+
+
+def test_every_value_masks_each_scalar_and_keeps_the_structure():
+    """The policy of a graph no longer registered: its rules are unknown, so nothing is shown but the shape."""
+    value = {"amount": 5, "applicant": {"name": "Ada", "tags": ["vip", None]}, "ok": True, "empty": {}}
+    masked, applied = redact(value, [EVERY_VALUE])
+    assert masked == {"amount": MASK, "applicant": {"name": MASK, "tags": [MASK, None]}, "ok": MASK, "empty": {}}
+    assert "applicant.tags[0]" in applied
