@@ -280,6 +280,9 @@ def away_set(
         raise InvalidInput("choose a colleague as your delegate, not yourself", field="delegate")
     if not permissions.can(delegate, "approvals.decide_task"):
         raise InvalidInput(f"{delegate.get_username()} cannot decide tasks", field="delegate")
+    for name, when in (("starts_at", starts_at), ("ends_at", ends_at)):
+        if when is not None and timezone.is_naive(when):
+            raise InvalidInput(f"{name}: give a time zone, e.g. Z or +02:00", field=name)
     if starts_at is not None and ends_at is not None and ends_at <= starts_at:
         raise InvalidInput("the end must come after the start", field="ends_at")
     if ends_at is not None and ends_at <= timezone.now():

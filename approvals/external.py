@@ -116,6 +116,8 @@ def _spec_check(spec: ExternalTaskSpec) -> None:
             raise InvalidInput(
                 "a redaction path is a dotted path such as applicant.ssn", field=f"redaction_paths[{index}]"
             )
+    if spec.due_at is not None and timezone.is_naive(spec.due_at):
+        raise InvalidInput("due_at: give a time zone, e.g. Z or +02:00", field="due_at")
     if spec.due_at is not None and spec.due_at <= timezone.now():
         raise InvalidInput("due_at must be in the future", field="due_at")
     if spec.secret:

@@ -17,6 +17,7 @@ from pydantic import Field
 
 from approvals import external, gateway
 from approvals.api_common import AuthedRequest
+from approvals.inputs import AwareDatetime
 from approvals.models import ExternalTask
 from runtime.notify import between_waits
 
@@ -42,7 +43,7 @@ class ExternalTaskIn(Schema):
     response_schema: dict[str, Any] | None = Field(default=None, description="JSON schema of the response.")
     decisions: list[DecisionName] = Field(default_factory=_default_decisions, min_length=1, max_length=4)
     redaction_paths: list[str] = Field(default_factory=list, max_length=100)
-    due_at: datetime | None = None
+    due_at: AwareDatetime | None = None
     required_approvals: int = Field(default=1, ge=1, le=10)
     separation_of_duties: bool = False
     callback_url: str = Field(default="", max_length=500, description="POSTed the signed decision; empty: poll.")

@@ -15,6 +15,7 @@ from pydantic import Field
 
 from approvals import assignment, claims, permissions
 from approvals.api_common import AuthedRequest
+from approvals.inputs import AwareDatetime
 from approvals.models import ApprovalTask, Away
 
 router = Router(tags=["hand-offs"])
@@ -51,8 +52,8 @@ class AwayIn(Schema):
     delegate: str | None = Field(
         default=None, min_length=1, max_length=150, description="a username; null clears your out-of-office"
     )
-    starts_at: datetime | None = None
-    ends_at: datetime | None = None
+    starts_at: AwareDatetime | None = None
+    ends_at: AwareDatetime | None = None
     note: str = Field(default="", max_length=300)
 
 

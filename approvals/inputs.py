@@ -18,11 +18,13 @@ from __future__ import annotations
 import json
 import math
 import re
+from datetime import datetime
 from typing import Annotated, Any
 
 from django.http import HttpRequest
 from ninja.parser import Parser
-from pydantic import Field
+from pydantic import AfterValidator, Field
+from pydantic_core import PydanticCustomError
 
 from approvals.errors import DomainError, InvalidInput
 
@@ -38,6 +40,18 @@ Offset = Annotated[int, Field(ge=0, le=MAX_OFFSET)]
 # A LangGraph checkpoint id (a UUID, version 6 in practice).
 CHECKPOINT_ID_PATTERN = r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
 CheckpointId = Annotated[str, Field(pattern=CHECKPOINT_ID_PATTERN, max_length=36)]
+
+
+def _aware(value: datetime) -> datetime:
+    if value.tzinfo is None or value.utcoffset() is None:
+        # A time without a zone names no instant (a deadline read as UTC is hours off for its sender),
+        # and comparing it with the aware clock raises deep in a service.
+        raise PydanticCustomError("naive_datetime", "give a time zone, e.g. Z or +02:00")
+    return value
+
+
+# A date-time body field: refused with 422 naming it when it has no offset.
+AwareDatetime = Annotated[datetime, AfterValidator(_aware)]
 
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 

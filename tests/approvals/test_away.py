@@ -193,6 +193,24 @@ def test_the_api_names_the_bad_field_of_an_out_of_office(body, field):
     assert not Away.objects.filter(user=me).exists()
 
 
+@pytest.mark.parametrize(
+    "times,field",
+    [
+        ({"ends_at": "2099-01-01T09:00:00"}, "ends_at"),
+        ({"starts_at": "2099-01-01T09:00:00"}, "starts_at"),
+        ({"starts_at": "2099-01-01T09:00:00", "ends_at": "2099-01-02T09:00:00Z"}, "starts_at"),
+    ],
+)
+def test_an_out_of_office_time_without_a_zone_is_refused_naming_it(times, field):
+    """A time without an offset names no instant; comparing it with the clock was a 500."""
+    me, cover = person(), person()
+    response = put(api(me), "/api/me/away", {"delegate": cover.username, **times})
+    assert response.status_code == 422, response.content
+    assert response.json()["error"]["field"] == field
+    assert "time zone" in response.json()["error"]["message"]
+    assert not Away.objects.filter(user=me).exists()
+
+
 def test_the_console_settings_page_sets_it_and_the_inbox_header_shows_it():
     me, cover = person(), person()
     client = console_client(Persona(me.username, "reviewer", "", me))

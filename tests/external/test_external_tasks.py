@@ -45,6 +45,7 @@ def test_the_same_key_with_a_different_body_is_refused_and_writes_nothing(engine
         ({"response_schema": {"type": "no-such-type"}}, "response_schema"),
         ({"redaction_paths": [" "]}, "redaction_paths[0]"),
         ({"due_at": "2001-01-01T00:00:00Z"}, "due_at"),
+        ({"due_at": "2030-01-01T00:00:00"}, "due_at"),  # no time zone: which instant is it?
         ({"callback_url": "http://169.254.169.254/latest"}, "callback_url"),
         ({"callback_url": "ftp://example.com/x"}, "callback_url"),
         ({"secret": "not-a-secret"}, "secret"),
@@ -198,3 +199,15 @@ def test_a_callback_subscription_says_it_is_one_beside_a_subscription_to_events(
         assert listed[subscribed.json()["id"]]["kind"] == subscribed.json()["kind"] == "events"
     finally:  # no later event of this session goes to a closed port
         assert operator.delete(f"/api/webhook-subscriptions/{subscribed.json()['id']}").status_code == 204
+
+
+def test_a_due_time_without_a_zone_is_refused_by_the_service_too(engine, source):
+    from datetime import datetime
+
+    from approvals.errors import InvalidInput
+    from approvals.external import ExternalTaskSpec, external_task_create
+
+    spec = ExternalTaskSpec(source=source, key="k1", title="t", payload={}, due_at=datetime(2030, 1, 1))
+    with pytest.raises(InvalidInput) as refused:
+        external_task_create(actor=engine.user, spec=spec)
+    assert refused.value.field == "due_at" and "time zone" in refused.value.message
