@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-import jsonschema
 from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
@@ -35,6 +34,7 @@ from approvals.audit import audit_task, canonical
 from approvals.errors import Conflict, Forbidden, InvalidInput, NotFound
 from approvals.gate_policy import gate_policy
 from approvals.inputs import text_problem
+from approvals.json_schemas import schema_problem
 from approvals.models import (
     ApprovalTask,
     AuditAction,
@@ -107,10 +107,10 @@ def _spec_check(spec: ExternalTaskSpec) -> None:
     if "edit" in spec.decisions and not spec.response_schema:
         raise InvalidInput("an edit decision needs a response_schema for the edited response", field="decisions")
     if spec.response_schema is not None:
-        try:
-            jsonschema.Draft202012Validator.check_schema(spec.response_schema)
-        except jsonschema.SchemaError as exc:
-            raise InvalidInput(f"not a valid JSON schema: {exc.message}", field="response_schema") from None
+        # Refused now rather than when a reviewer's answer meets it: no answer could be checked.
+        problem = schema_problem(spec.response_schema)
+        if problem is not None:
+            raise InvalidInput(problem, field="response_schema")
     for index, path in enumerate(spec.redaction_paths):
         if not path.strip() or not path_parse(path):
             raise InvalidInput(

@@ -18,10 +18,7 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any
 
-import jsonschema
-import jsonschema.exceptions
-import jsonschema.validators
-
+from approvals import json_schemas
 from approvals.errors import InvalidInput
 from runtime.gatekeeper import GATE_MARKER
 
@@ -336,26 +333,34 @@ def _json_type(value: Any) -> str:
 
 @lru_cache(maxsize=256)
 def schema_validator(schema_text: str) -> Any:
-    """The compiled validator for a (canonical JSON) schema, or None if the schema is invalid.
+    """The compiled validator for a (canonical JSON) schema, or None if the schema cannot be applied
+    (``json_schemas.schema_problem``: invalid, or a ``$ref`` that does not resolve inside it).
 
     ``jsonschema.validate`` checks the schema against its metaschema and builds a
     validator on every call; a gate's schema is the same for all its tasks, so
     compile it once per process.
     """
     schema = json.loads(schema_text)
-    cls = jsonschema.validators.validator_for(schema)
-    try:
-        cls.check_schema(schema)
-    except jsonschema.SchemaError:
+    if json_schemas.schema_problem(schema) is not None:
         return None
-    return cls(schema)
+    return json_schemas.schema_validator_build(schema)
 
 
 def _schema_check(value: Any, schema: Any, field: str) -> None:
-    validator = schema_validator(json.dumps(schema, sort_keys=True, separators=(",", ":"), default=str))
-    if validator is None:
-        return  # a schema we cannot read is the graph's problem, not the reviewer's
-    error = jsonschema.exceptions.best_match(validator.iter_errors(value))  # what jsonschema.validate raises
+    schema_text = json.dumps(schema, sort_keys=True, separators=(",", ":"), default=str)
+    validator = schema_validator(schema_text)
+    try:
+        if validator is None:
+            raise json_schemas.SchemaUnusable(json_schemas.schema_problem(json.loads(schema_text)) or "")
+        error = json_schemas.first_error(validator, value)  # what jsonschema.validate would raise
+    except json_schemas.SchemaUnusable as exc:
+        # A schema we cannot apply cannot check this answer, and an unchecked answer must not reach the
+        # graph or engine that asked for the schema: refuse it, saying whose schema is at fault.
+        raise InvalidInput(
+            f"this task's answer schema cannot be applied ({exc}), so no answer can be checked against it; "
+            "decide without an answer, or ask the task's author to fix its schema",
+            field=field,
+        ) from None
     if error is not None:
         where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
         raise InvalidInput(error.message, field=f"{field}{where}") from None

@@ -241,6 +241,43 @@ def test_it_refuses_an_explicit_resume_value_that_violates_the_response_schema(r
     assert refused({"title": "Set a limit"}, resume=resume, response_schema=REPLY_SCHEMA).field == field
 
 
+UNUSABLE_SCHEMAS = [
+    {"$ref": "https://example.com/schema.json"},  # remote: never fetched
+    {"$ref": "#/$defs/missing"},  # points nowhere
+    {"type": "object", "properties": {"limit": {"$ref": "#limit"}}},  # no such anchor
+    {"type": "banana"},  # not a schema
+]
+
+
+@pytest.fixture
+def no_fetching(monkeypatch):
+    """A schema's remote reference must never become a request from the server."""
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError(f"a schema reference was fetched: {args!r}")
+
+    monkeypatch.setattr("urllib.request.urlopen", refuse)
+
+
+@pytest.mark.usefixtures("no_fetching")
+@pytest.mark.parametrize("schema", UNUSABLE_SCHEMAS)
+def test_an_answer_to_a_schema_that_cannot_be_applied_is_refused_naming_the_field(schema):
+    """An answer no schema checked must not reach the graph: refused (422), saying the schema is at fault."""
+    error = refused({"title": "Set a limit"}, resume={"limit": 1}, response_schema=schema)
+    assert error.field == "resume" and "schema cannot be applied" in error.message
+    gate = gate_payload(title="Pay?", proposed_action={"name": "pay", "args": {"limit": 0}, "args_schema": schema})
+    error = refused(gate, "edit", reason="r", action_args={"limit": 1})
+    assert error.field == "action_args" and "schema cannot be applied" in error.message
+
+
+@pytest.mark.usefixtures("no_fetching")
+def test_references_inside_the_schema_resolve():
+    reply = {"type": "object", "properties": {"limit": {"type": "integer"}}}
+    schema = {"$ref": "#/$defs/reply", "$defs": {"reply": reply}}
+    assert build({"title": "Set a limit"}, resume={"limit": 1}, response_schema=schema) == {"limit": 1}
+    assert refused({"title": "Set a limit"}, resume={"limit": "x"}, response_schema=schema).field == "resume.limit"
+
+
 def test_an_explicit_resume_value_without_a_schema_is_passed_through():
     assert build({"title": "Anything?"}, resume=["anything", 1]) == ["anything", 1]
 

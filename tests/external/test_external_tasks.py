@@ -43,6 +43,9 @@ def test_the_same_key_with_a_different_body_is_refused_and_writes_nothing(engine
         ({"decisions": ["maybe"]}, "decisions.0"),
         ({"decisions": ["approve", "edit"]}, "decisions"),  # an edit needs a response schema
         ({"response_schema": {"type": "no-such-type"}}, "response_schema"),
+        ({"response_schema": {"$ref": "https://example.com/schema.json"}}, "response_schema"),  # never fetched
+        ({"response_schema": {"$ref": "#/$defs/missing"}}, "response_schema"),
+        ({"response_schema": {"$schema": "https://example.com/my-draft", "type": "object"}}, "response_schema"),
         ({"redaction_paths": [" "]}, "redaction_paths[0]"),
         ({"due_at": "2001-01-01T00:00:00Z"}, "due_at"),
         ({"due_at": "2030-01-01T00:00:00"}, "due_at"),  # no time zone: which instant is it?
@@ -211,3 +214,19 @@ def test_a_due_time_without_a_zone_is_refused_by_the_service_too(engine, source)
     with pytest.raises(InvalidInput) as refused:
         external_task_create(actor=engine.user, spec=spec)
     assert refused.value.field == "due_at" and "time zone" in refused.value.message
+
+
+@pytest.mark.parametrize("schema", [{"$ref": "https://example.com/schema.json"}, {"$ref": "#/$defs/missing"}])
+def test_an_edit_against_a_schema_that_cannot_be_applied_is_refused_not_a_500(engine, source, personas, schema):
+    """A task stored before schemas were checked on create: its answers cannot be checked, so none is accepted."""
+    body = task_body(source, decisions=["approve", "reject", "edit"], response_schema={"type": "object"})
+    task_id = create(engine.client, body).json()["id"]
+    task = ApprovalTask.objects.get(pk=task_id)
+    task.payload["proposed_action"]["args_schema"] = schema
+    ApprovalTask.objects.filter(pk=task_id).update(response_schema=schema, payload=task.payload)
+    edit = api_decide(personas["reviewer"], task_id, "edit", reason="x", action_args={"limit": 1})
+    assert edit.status_code == 422, edit.content
+    assert edit.json()["error"]["field"] == "action_args"
+    assert "schema cannot be applied" in edit.json()["error"]["message"]
+    assert engine.client.get(f"/api/external-tasks/{task_id}/decision").status_code == 202  # nothing decided
+    assert api_decide(personas["reviewer"], task_id, "reject", reason="cannot check it").status_code == 201

@@ -27,5 +27,8 @@ def test_a_cached_validator_still_names_the_failing_field():
     assert "500 is greater than the maximum of 100" in first.value.message
 
 
-def test_an_unreadable_schema_is_ignored_as_before():
-    _schema_check({"amount": 5}, {"type": "no-such-type"}, "resume")
+def test_an_unreadable_schema_refuses_the_answer_it_cannot_check():
+    """It used to be skipped, letting an unchecked answer through to the graph."""
+    with pytest.raises(InvalidInput) as refused:
+        _schema_check({"amount": 5}, {"type": "no-such-type"}, "resume")
+    assert refused.value.field == "resume" and "schema cannot be applied" in refused.value.message
