@@ -50,7 +50,7 @@ from approvals.outbound.destinations import destination_check
 from approvals.outbound.outbox import delivery_dispatch
 from approvals.outbound.signing import secret_check, secret_generate, webhook_sign
 from approvals.payloads import GENERIC_DECISIONS
-from approvals.redaction import path_parse
+from approvals.redaction import path_valid
 from runtime.gatekeeper import GATE_MARKER
 from runtime.models import Thread, ThreadStatus
 from runtime.registry import EXTERNAL_GRAPH_PREFIX
@@ -104,6 +104,8 @@ def _spec_check(spec: ExternalTaskSpec) -> None:
     unknown = [d for d in spec.decisions if d not in GENERIC_DECISIONS]
     if unknown or not spec.decisions:
         raise InvalidInput(f"decisions must be among {', '.join(GENERIC_DECISIONS)}", field="decisions")
+    if len(set(spec.decisions)) != len(spec.decisions):
+        raise InvalidInput("decisions: name each decision once", field="decisions")
     if "edit" in spec.decisions and not spec.response_schema:
         raise InvalidInput("an edit decision needs a response_schema for the edited response", field="decisions")
     if spec.response_schema is not None:
@@ -112,7 +114,7 @@ def _spec_check(spec: ExternalTaskSpec) -> None:
         if problem is not None:
             raise InvalidInput(problem, field="response_schema")
     for index, path in enumerate(spec.redaction_paths):
-        if not path.strip() or not path_parse(path):
+        if not path_valid(path):
             raise InvalidInput(
                 "a redaction path is a dotted path such as applicant.ssn", field=f"redaction_paths[{index}]"
             )

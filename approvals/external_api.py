@@ -130,7 +130,7 @@ def external_task_create(request: AuthedRequest, body: ExternalTaskIn) -> Status
         summary=body.summary,
         payload=body.payload,
         response_schema=body.response_schema,
-        decisions=tuple(dict.fromkeys(body.decisions)),
+        decisions=tuple(body.decisions),
         redaction_paths=tuple(body.redaction_paths),
         due_at=body.due_at,
         required_approvals=body.required_approvals,

@@ -36,6 +36,20 @@ def path_parse(path: str) -> tuple[Segment, ...]:
     return tuple(segments)
 
 
+# A name (no dots or brackets, not padded with spaces) or "*", then any "[n]", "[*]" or "[]"; dot-separated.
+_SEGMENT = r"(?:[^.\[\]\s](?:[^.\[\]]*[^.\[\]\s])?)(?:\[(?:\*|\d+)?\])*"
+_PATH = re.compile(rf"{_SEGMENT}(?:\.{_SEGMENT})*")
+
+
+def path_valid(path: str) -> bool:
+    """Whether ``path`` is a well-formed redaction path (``applicant.ssn``, ``docs[*].number``).
+
+    ``path_parse`` reads anything leniently ("a..b" as "a.b"); a path someone declares is checked
+    with this first, so a typo is refused rather than silently masking something else.
+    """
+    return _PATH.fullmatch(path) is not None
+
+
 def redact(value: Any, paths: Sequence[str]) -> tuple[Any, list[str]]:
     """Return ``value`` with every match of ``paths`` masked, and the concrete paths masked."""
     if not paths:

@@ -47,6 +47,9 @@ def test_the_same_key_with_a_different_body_is_refused_and_writes_nothing(engine
         ({"response_schema": {"$ref": "#/$defs/missing"}}, "response_schema"),
         ({"response_schema": {"$schema": "https://example.com/my-draft", "type": "object"}}, "response_schema"),
         ({"redaction_paths": [" "]}, "redaction_paths[0]"),
+        ({"redaction_paths": ["applicant.ssn", "a..b"]}, "redaction_paths[1]"),
+        ({"redaction_paths": ["a[x]"]}, "redaction_paths[0]"),
+        ({"decisions": ["approve", "approve"]}, "decisions"),
         ({"due_at": "2001-01-01T00:00:00Z"}, "due_at"),
         ({"due_at": "2030-01-01T00:00:00"}, "due_at"),  # no time zone: which instant is it?
         ({"callback_url": "http://169.254.169.254/latest"}, "callback_url"),
