@@ -270,6 +270,15 @@ def result_body(external: ExternalTask) -> bytes:
     return json.dumps(external.result, separators=(",", ":")).encode()
 
 
+def answer_response(answer: Any) -> tuple[str | None, Any]:
+    """(the decision it states, the response) of an answer: a gate's resume value
+    ``{"decision": ..., "action_args": response}`` or the response itself."""
+    if isinstance(answer, dict) and "decision" in answer:
+        stated = answer["decision"]
+        return (stated if isinstance(stated, str) else None), answer.get("action_args")
+    return None, answer
+
+
 def _external_complete(task: ApprovalTask, decision: Decision, actor: User) -> None:
     """The final decision: fix the result once and hand it to the engine (in the decision's transaction)."""
     external = ExternalTask.objects.select_for_update().get(task=task)
@@ -277,7 +286,7 @@ def _external_complete(task: ApprovalTask, decision: Decision, actor: User) -> N
         raise Conflict("this task's decision was already delivered", field="task_id")
     signers = list(task.decisions.select_related("actor").order_by("created_at"))
     resume = decision.resume_value
-    response = resume.get("action_args") if isinstance(resume, dict) and "decision" in resume else resume
+    _, response = answer_response(resume)
     if response is None and decision.outcome in ("approve", "edit"):
         # Under separation of duties an edit is a proposal someone else approves: the approved
         # response is the latest proposed one.

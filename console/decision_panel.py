@@ -15,9 +15,11 @@ from typing import Any
 from django.http import QueryDict
 
 from approvals.errors import DomainError
+from approvals.external import answer_response
 from approvals.gate_policy import gate_policy
 from approvals.inputs import json_loads_strict
-from approvals.payloads import DecisionRequest, decisions_allowed, payload_kind
+from approvals.models import TaskKind
+from approvals.payloads import DECISION_MEANING, DecisionRequest, decisions_allowed, payload_kind
 from console.schema_form import EditField, changed_values, fields_from_schema, json_object, json_problem
 
 DECISION_LABELS = {"approve": "Approve", "reject": "Reject", "edit": "Edit and approve", "respond": "Respond"}
@@ -33,12 +35,36 @@ class DecisionPanel:
     arg_fields: list[EditField]
     requests: list[dict[str, Any]] = field(default_factory=list)  # HITL: one entry per action request
     response_schema: Any = None
+    # What the "answer as JSON" input is sent as: a graph's exact resume value, or (an external task)
+    # the edited response, which the API takes as ``action_args``.
+    answer_as: str = "resume"
     errors: dict[str, str] = field(default_factory=dict)
     data: dict[str, str] = field(default_factory=dict)
 
     @property
     def choices(self) -> list[tuple[str, str]]:
         return [(d, DECISION_LABELS[d]) for d in self.allowed]
+
+    # What the form renders (the template asks these too): an error goes only next to an input shown.
+    @property
+    def shows_outcome(self) -> bool:
+        return self.kind != "hitl"
+
+    @property
+    def shows_edits(self) -> bool:
+        return self.shows_outcome and "edit" in self.allowed and bool(self.arg_fields or self.state_fields)
+
+    @property
+    def shows_message(self) -> bool:
+        return self.shows_outcome and "respond" in self.allowed
+
+    @property
+    def shows_answer(self) -> bool:
+        return self.shows_outcome and bool(self.response_schema)
+
+    @property
+    def answer_is_response(self) -> bool:
+        return self.answer_as == "action_args"
 
     @property
     def form_error(self) -> str:
@@ -48,23 +74,38 @@ class DecisionPanel:
         return self.errors.get(name, "")
 
     def attach(self, field_name: str | None, message: str) -> None:
-        """Put a domain error next to the input it names (or the closest enclosing one)."""
-        names = {f.name for f in [*self.state_fields, *self.arg_fields]}
-        names |= {"reason", "message", "decision", "resume", "edits_json", "claim", "password"}
-        for item in self.requests:
-            names |= {item["type_name"], item["args_name"], item["message_name"]}
-            names |= {f.name for f in item["fields"]}
+        """Put a domain error next to the input it names (or the closest enclosing one shown), else at the
+        top of the form: a refusal is never invisible."""
+        shown = self._inputs_shown()
+        # Request fields without an input of their name, and the inputs that stand for them, in order.
+        aliases = {
+            "edits": ["edits_json", *(["resume"] if self.answer_is_response else [])],
+            "action_args": ["resume", "edits_json"] if self.answer_is_response else ["edits_json"],
+        }
         candidate = field_name or ""
-        aliases = {"edits": "edits_json", "action_args": "edits_json", "decisions": "__all__", "task_id": "__all__"}
         while candidate:
-            if candidate in names:
-                self.errors[candidate] = message
-                return
-            if candidate in aliases:
-                self.errors[aliases[candidate]] = message
-                return
+            for name in [candidate, *aliases.get(candidate, [])]:
+                if name in shown:
+                    self.errors[name] = message
+                    return
             candidate = _parent(candidate)
         self.errors["__all__"] = message
+
+    def _inputs_shown(self) -> set[str]:
+        names = {"reason", "password", "claim"}  # always rendered ("claim": its notice)
+        if self.shows_outcome:
+            names.add("decision")
+        if self.shows_edits:
+            names |= {"edits_json", *(f.name for f in [*self.state_fields, *self.arg_fields])}
+        if self.shows_message:
+            names.add("message")
+        if self.shows_answer:
+            names.add("resume")
+        for item in self.requests:
+            names |= {item["type_name"], item["message_name"]}
+            if "edit" in item["allowed"] and item["fields"]:
+                names |= {item["args_name"], *(f.name for f in item["fields"])}
+        return names
 
 
 def _parent(name: str) -> str:
@@ -137,6 +178,7 @@ def decision_panel_for(task: Any, state_values: dict[str, Any], state_schema: di
         arg_fields=arg_fields,
         requests=requests,
         response_schema=task.response_schema,
+        answer_as="action_args" if task.kind == TaskKind.EXTERNAL else "resume",
     )
 
 
@@ -177,14 +219,18 @@ def decision_request_parse(form: DecisionPanel, data: QueryDict) -> DecisionRequ
     args_changed = changed_values(form.arg_fields, data, errors)
     resume: Any = None
     has_resume = False
-    if form.response_schema and (data.get("resume") or "").strip():
+    if form.shows_answer and (data.get("resume") or "").strip():
         try:
             resume, has_resume = json_loads_strict(str(data["resume"])), True
         except DomainError as exc:
             errors["resume"] = json_problem(exc)
+    response: dict[str, Any] | None = None
+    if form.answer_is_response and not errors:
+        response = _response_parse(outcome, resume if has_resume else None, errors)
+        has_resume = False  # sent as the edited response, as the API's edit sends it
     if errors:
         return None
-    action_args: dict[str, Any] | None = None
+    action_args: dict[str, Any] | None = response
     if args_changed:
         if form.kind in ("agent_inbox", "tool_approval"):
             action_args = {**{f.key: f.value for f in form.arg_fields}, **args_changed}
@@ -204,3 +250,18 @@ def decision_request_parse(form: DecisionPanel, data: QueryDict) -> DecisionRequ
     if has_resume:
         request.resume = resume
     return request
+
+
+def _response_parse(outcome: str, answer: Any, errors: dict[str, str]) -> dict[str, Any] | None:
+    """An external task's answer as its edited response: the object itself, or the ``action_args`` of
+    the API's wrapped form ``{"decision": "edit", "action_args": {...}}`` (errors under ``resume``)."""
+    stated, response = answer_response(answer)
+    if stated is not None and DECISION_MEANING.get(stated) != DECISION_MEANING.get(outcome):
+        errors["resume"] = f"the answer says {stated!r} but you chose {DECISION_LABELS.get(outcome, outcome)!r}"
+    elif response is not None and not isinstance(response, dict):
+        errors["resume"] = "the answer is a JSON object matching the schema above"
+    elif response is None and outcome == "edit":
+        errors["resume"] = "Edit and approve needs your answer: a JSON object matching the schema above"
+    elif response is not None and outcome not in ("approve", "edit"):
+        errors["resume"] = f"an answer goes with Edit and approve, not {DECISION_LABELS.get(outcome, outcome)}"
+    return response if isinstance(response, dict) and "resume" not in errors else None
