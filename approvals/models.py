@@ -102,6 +102,11 @@ class ApprovalTask(models.Model):
     def is_open(self) -> bool:
         return self.status == TaskStatus.PENDING
 
+    @property
+    def is_external(self) -> bool:
+        """Asked by another engine (``approvals.external``): no graph, state or checkpoints behind it."""
+        return self.kind == TaskKind.EXTERNAL
+
 
 class Outcome(models.TextChoices):
     APPROVE = "approve", "Approve"

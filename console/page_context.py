@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import json
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
@@ -268,7 +269,7 @@ def thread_context(user: Any, thread_id: Any, checkpoint_id: str = "") -> dict[s
         diff = selectors.state_diff(before.values if before else {}, shown.values)
     ctx.update({"current": current, "shown": shown, "diff": diff, "checkpoint_id": checkpoint_id})
     ctx["graph_retired"] = _graph_retired(ctx["thread"].graph)
-    ctx.update(time_travel_context(user, thread_id, shown))  # time travel: branches, subgraph states, forms
+    ctx.update(time_travel_context(user, ctx["thread"], shown))  # time travel: branches, subgraph states, forms
     return ctx
 
 
@@ -341,13 +342,41 @@ def _branch_rows(branches: list[Any]) -> list[BranchRow]:
     return rows
 
 
-def time_travel_context(user: Any, thread_id: Any, shown: Any) -> dict[str, Any]:
+def time_travel_context(user: Any, thread: Thread, shown: Any) -> dict[str, Any]:
     checkpoint = shown.checkpoint_id if shown else None
     return {
-        "branch_rows": _branch_rows(time_travel.branches_for(user, thread_id)),
-        "subgraphs": time_travel.subgraph_states_for(user, thread_id, checkpoint) if checkpoint else [],
+        "branch_rows": _branch_rows(time_travel.branches_for(user, thread.pk)),
+        "subgraphs": time_travel.subgraph_states_for(user, thread.pk, checkpoint) if checkpoint else [],
         "can_time_travel": bool(shown) and permissions.can(user, "runtime.time_travel"),
+        "fork_placeholder": fork_placeholder(thread.graph),
     }
+
+
+# An example value per JSON Schema type: the fork form's hint shows a shape, never a state value.
+_SCALAR_EXAMPLES: dict[str, Any] = {"string": "new value", "integer": 1, "number": 1.5, "boolean": True}
+_CONTAINER_EXAMPLES: dict[str, Any] = {"array": [], "object": {}}
+
+
+def fork_placeholder(graph: str) -> str:
+    """The fork form's hint: the graph's first plain state field (else its first list or object field)
+    with an example of its type, or a neutral one: never a field the graph does not have."""
+    try:
+        properties = json_schema_for(graph_get(graph).state_schema).get("properties") or {}
+    except UnknownGraph:
+        properties = {}
+    examples: list[tuple[str, Any]] = []
+    for key, schema in properties.items():
+        if not isinstance(schema, dict):
+            continue
+        if isinstance(schema.get("enum"), list) and schema["enum"]:
+            examples.append((key, schema["enum"][0]))
+        elif schema.get("type") in _SCALAR_EXAMPLES:
+            examples.append((key, _SCALAR_EXAMPLES[schema["type"]]))
+    for key, schema in properties.items():
+        if isinstance(schema, dict) and schema.get("type") in _CONTAINER_EXAMPLES:
+            examples.append((key, _CONTAINER_EXAMPLES[schema["type"]]))
+    key, example = examples[0] if examples else ("field", "new value")
+    return json.dumps({key: example})
 
 
 # --- Bulk decisions (issue 14) ---------------------------------------------------------------------

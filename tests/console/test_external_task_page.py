@@ -134,3 +134,25 @@ def test_a_form_level_error_is_rendered(personas, external_task, monkeypatch):
     assert response.status_code == 422
     html = response.content.decode()
     assert 'id="form-error"' in html and "refused for a reason the page has no input for" in html
+
+
+# --- the page: what applies to another engine's task, and nothing that does not ----------------
+
+
+def test_the_page_names_the_engine_and_hides_graph_only_panels(personas, engine, external_task):
+    html = console_client(personas["reviewer"]).get(f"/tasks/{external_task['id']}/").content.decode()
+    source = engine.username.removeprefix("engine-")
+    assert f"What <strong>{source}</strong> asks" in html and "What the agent asks" not in html
+    for absent in ("State at this checkpoint", "Changed since the previous checkpoint", "Proposed action"):
+        assert absent not in html, absent
+    assert external_task["checkpoint_id"] not in html.replace(f'value="{external_task["checkpoint_id"]}"', "")
+    assert "Your answer as JSON" in html
+
+
+def test_a_graphs_task_page_still_shows_its_state_and_checkpoint(personas):
+    from tests.factories import task_make
+
+    task = task_make()
+    html = console_client(personas["reviewer"]).get(f"/tasks/{task.pk}/").content.decode()
+    assert "What the agent asks" in html and "State at this checkpoint" in html
+    assert 'id="seen-checkpoint"' in html

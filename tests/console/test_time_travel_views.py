@@ -5,6 +5,7 @@ In-process: runs are executed here by the worker's executor (dispatch recorded, 
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -13,7 +14,7 @@ from django.db import transaction
 from approvals.models import ApprovalTask, TaskStatus
 from runtime import runs
 from runtime.executor import run_execute
-from runtime.models import Branch, RunKind, RunStatus, Thread
+from runtime.models import Branch, Run, RunKind, RunStatus, Thread
 from runtime.registry import graph_get
 from tests.console.conftest import console_client
 from tests.factories import thread_make
@@ -110,3 +111,34 @@ def test_a_reviewer_sees_the_tree_and_subgraph_states_but_no_forms(dispatched, p
     assert "hidden-value" not in html  # the subgraph's sensitive state is masked
     shown = console_client(personas["approver"]).get(f"/threads/{thread.pk}/").content.decode()
     assert "hidden-value" in shown
+
+
+@pytest.mark.parametrize(
+    ("graph", "placeholder"),
+    [
+        ("travel_pay", {"amount": 1}),
+        ("kyc_onboarding", {"tier": "basic"}),  # no amount field: the hint names one it has
+        ("no_such_graph", {"field": "new value"}),
+    ],
+)
+def test_the_fork_hint_names_a_field_of_the_graphs_state(graph, placeholder):
+    from console.page_context import fork_placeholder
+
+    assert json.loads(fork_placeholder(graph)) == placeholder
+
+
+def test_the_fork_form_shows_the_graphs_hint(dispatched, personas):
+    thread, _ = _paused("travel_pay", {"amount": 40})
+    html = console_client(personas["operator"]).get(f"/threads/{thread.pk}/").content.decode()
+    assert 'placeholder="{&quot;amount&quot;: 1}"' in html and "15000" not in html
+
+
+def test_replay_and_fork_are_disabled_while_a_run_is_in_progress(dispatched, personas):
+    thread, _ = _paused("travel_pay", {"amount": 40})
+    operator = console_client(personas["operator"])
+    idle = operator.get(f"/threads/{thread.pk}/").content.decode()
+    assert 'id="time-travel-busy"' not in idle and "disabled" not in idle.split('id="time-travel"', 1)[1]
+    Run.objects.create(thread=thread, kind=RunKind.START, status=RunStatus.RUNNING)
+    busy = operator.get(f"/threads/{thread.pk}/").content.decode().split('id="time-travel"', 1)[1]
+    assert "A run is in progress" in busy
+    assert busy.count('disabled aria-describedby="time-travel-busy"') == 2  # Replay and Fork
