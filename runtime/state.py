@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import CheckpointTuple
+from langgraph._internal._constants import CONFIG_KEY_CHECKPOINTER, NULL_TASK_ID
+from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 from langgraph.types import StateSnapshot
 
 from runtime.blobs import MARKER, BlobSpillingSaver, blobs_lazy
@@ -82,6 +84,50 @@ def _view(snapshot: Any) -> CheckpointView:
     )
 
 
+class _AsSaved(BaseCheckpointSaver[Any]):
+    """A thread's checkpoints as they were saved, without the state update a resume wrote onto them.
+
+    LangGraph stores a ``Command(update=...)`` as pending writes of the checkpoint the thread paused at,
+    and ``get_state`` applies them: the checkpoint a reviewer decided on then showed their own edit, as
+    if it had been the state they saw ("the state the signer saw" said 15000 where they saw 18000). A
+    read goes through this view; runs (and replays) still use the saver itself.
+    """
+
+    def __init__(self, saver: BaseCheckpointSaver[Any]) -> None:
+        super().__init__(serde=saver.serde)
+        self._saver = saver
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return _without_update(self._saver.get_tuple(config))
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        for item in self._saver.list(config, filter=filter, before=before, limit=limit):
+            kept = _without_update(item)
+            if kept is not None:
+                yield kept
+
+
+def _without_update(item: CheckpointTuple | None) -> CheckpointTuple | None:
+    if item is None or not item.pending_writes:
+        return item
+    return item._replace(pending_writes=[w for w in item.pending_writes if w[0] != NULL_TASK_ID])
+
+
+def _as_saved(graph: Any, config: RunnableConfig) -> RunnableConfig:
+    """``config`` reading ``graph``'s checkpoints through ``_AsSaved`` (LangGraph takes a saver from the config)."""
+    saver = graph.checkpointer
+    if not isinstance(saver, BaseCheckpointSaver):
+        return config
+    return {**config, "configurable": {**config["configurable"], CONFIG_KEY_CHECKPOINTER: _AsSaved(saver)}}
+
+
 def _retired_view(item: CheckpointTuple) -> CheckpointView:
     """A checkpoint of a graph this instance no longer registers, read from the saver alone: the state's
     channels, without what only the graph knows (the nodes next, the step's tasks)."""
@@ -121,7 +167,7 @@ def thread_state_read(
         return _retired_view(item) if item is not None else None
     graph = graph_get(thread.graph).compiled()
     with schema_readonly(), lazy:
-        snapshot = graph.get_state(_config(thread, checkpoint_id))
+        snapshot = graph.get_state(_as_saved(graph, _config(thread, checkpoint_id)))
     if not snapshot.created_at:
         return None
     return _view(snapshot)
@@ -141,7 +187,8 @@ def thread_history_read(
     graph = graph_get(thread.graph).compiled()
     before_cfg = _config(thread, before) if before else None
     with schema_readonly(), lazy:
-        views = [_view(s) for s in graph.get_state_history(_config(thread), limit=limit, before=before_cfg)]
+        history = graph.get_state_history(_as_saved(graph, _config(thread)), limit=limit, before=before_cfg)
+        views = [_view(s) for s in history]
     return _with_nodes_that_ran(views)
 
 

@@ -91,6 +91,22 @@ def test_the_action_sees_the_reviewers_edits(operator, reviewer, bank):
     assert bank.ledger.executions[f"gh:{thread['id']}:disburse"] == 1
 
 
+def test_the_checkpoint_a_reviewer_decided_on_still_shows_what_they_saw(operator, reviewer, auditor, bank):
+    """LangGraph keeps a resume's state update as pending writes of the paused checkpoint and applied them
+    when reading it: after an edit of 21000 to 15000, "the state the signer saw" (the task's state, the
+    checkpoint in the history) said 15000."""
+    thread = thread_start(operator, "loan_approval", loan_input(amount=21000))
+    [task] = pending_tasks(reviewer, thread["id"])
+    assert auditor.client.get(f"/api/tasks/{task['id']}").json()["state"]["amount"] == 21000
+    api_decide(reviewer, task, "edit", reason="lower the exposure", edits={"amount": 15000})
+    assert thread_settled(reviewer, thread["id"])["values"]["amount"] == 15000
+
+    assert auditor.client.get(f"/api/tasks/{task['id']}").json()["state"]["amount"] == 21000
+    history = {c["checkpoint_id"]: c for c in auditor.client.get(f"/api/threads/{thread['id']}/history").json()}
+    assert history[task["checkpoint_id"]]["values"]["amount"] == 21000
+    assert history[next(iter(history))]["values"]["amount"] == 15000  # the newest: after the edit
+
+
 def test_edited_action_arguments_reach_the_action(operator, reviewer, bank):
     thread = thread_start(operator, "loan_approval", loan_input(amount=21000))
     [task] = pending_tasks(reviewer, thread["id"])
