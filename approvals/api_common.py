@@ -3,15 +3,20 @@
 ``api_errors_install`` is the one place that turns domain errors, validation
 errors, failed authentication and ninja's own HTTP errors into responses; each
 API says only how its error body looks and what a caller without a token is told.
+``GatehouseAPI`` answers a method a path does not serve in that shape too.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
+from inspect import iscoroutinefunction
 from typing import Any
 
 from django.contrib.auth.models import User
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
+from django.http.response import HttpResponseBase
+from django.urls import URLPattern, URLResolver
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security import APIKeyHeader, HttpBearer
@@ -23,6 +28,47 @@ from approvals.tokens import token_authenticate
 
 # (code, message, field) → the JSON body of an error response.
 ErrorBody = Callable[[str, str, str | None], dict[str, Any]]
+
+
+class MethodNotAllowed(DomainError):
+    status = 405
+    code = "method_not_allowed"
+
+
+class GatehouseAPI(NinjaAPI):
+    """A NinjaAPI whose every answer is JSON: ninja answers a method no operation of a path serves with
+    a bare text 405; here it is the API's error body (``api_errors_install``), with the ``Allow`` header."""
+
+    @property
+    def urls(self) -> tuple[list[URLResolver | URLPattern], str, str]:
+        patterns, app_name, namespace = super().urls
+        return [_not_allowed_as_error(self, p) for p in patterns], app_name, namespace
+
+
+def _not_allowed_as_error(api: NinjaAPI, pattern: URLResolver | URLPattern) -> URLResolver | URLPattern:
+    if not isinstance(pattern, URLPattern):
+        return pattern
+    view = pattern.callback
+
+    def answer(request: HttpRequest, response: HttpResponseBase) -> HttpResponseBase:
+        if not isinstance(response, HttpResponseNotAllowed):
+            return response
+        allowed = response["Allow"]
+        refusal = MethodNotAllowed(f"{request.method} is not served here; this path serves {allowed}")
+        error = api.on_exception(request, refusal)
+        error["Allow"] = allowed
+        return error
+
+    @functools.wraps(view)
+    async def answering_async(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+        return answer(request, await view(request, *args, **kwargs))
+
+    @functools.wraps(view)
+    def answering(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+        return answer(request, view(request, *args, **kwargs))
+
+    wrapped = answering_async if iscoroutinefunction(view) else answering
+    return URLPattern(pattern.pattern, wrapped, pattern.default_args, pattern.name)
 
 
 def error_body_gatehouse(code: str, message: str, field: str | None) -> dict[str, Any]:

@@ -49,6 +49,8 @@ def validation_error_describe(errors: list[dict[str, Any]]) -> DomainError:
         loc = loc[1:]
     field = ".".join(loc) or None
     message = str(first.get("msg", "invalid request"))
+    if first.get("type") in ("uuid_parsing", "uuid_type"):
+        message = "must be a UUID"  # pydantic's words name the first bad character, not what was wanted
     if first.get("type") == "json_invalid":
         error = DomainError(f"request body is not valid JSON: {message}", field="body")
         error.code = "malformed_json"

@@ -18,12 +18,13 @@ from __future__ import annotations
 import json
 import math
 import re
+import uuid
 from datetime import datetime
 from typing import Annotated, Any
 
 from django.http import HttpRequest
 from ninja.parser import Parser
-from pydantic import AfterValidator, Field
+from pydantic import AfterValidator, BeforeValidator, Field
 from pydantic_core import PydanticCustomError
 
 from approvals.errors import DomainError, InvalidInput
@@ -52,6 +53,20 @@ def _aware(value: datetime) -> datetime:
 
 # A date-time body field: refused with 422 naming it when it has no offset.
 AwareDatetime = Annotated[datetime, AfterValidator(_aware)]
+
+
+def _uuid_read(value: Any) -> Any:
+    if not isinstance(value, str):
+        return value
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        raise PydanticCustomError("uuid_parsing", "must be a UUID") from None
+
+
+# An id as LangGraph Server reads one in a path: any form ``uuid.UUID()`` reads (upper case, without
+# hyphens, braced, ``urn:uuid:``); anything else is a 422 naming the parameter, never a 404 of routing.
+AnyUuid = Annotated[uuid.UUID, BeforeValidator(_uuid_read)]
 
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from ninja import NinjaAPI
 from ninja.security import django_auth
 
 from approvals.api import router as approvals_router
-from approvals.api_common import BearerAuth, api_errors_install, error_body_gatehouse
+from approvals.api_common import BearerAuth, GatehouseAPI, api_errors_install, error_body_gatehouse
 from approvals.inputs import StrictJsonParser
 
-api = NinjaAPI(
+api = GatehouseAPI(
     title="Gatehouse API",
     version="1",
     description="Human-in-the-loop approvals for LangGraph agents. Authenticate with `Authorization: Bearer <token>` "

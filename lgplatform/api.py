@@ -22,11 +22,11 @@ from uuid import UUID
 from django.conf import settings
 from django.db import transaction
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
-from ninja import NinjaAPI, Query
+from ninja import Query
 
-from approvals.api_common import ApiKeyAuth, BearerAuth, api_errors_install, error_body_gatehouse
+from approvals.api_common import ApiKeyAuth, BearerAuth, GatehouseAPI, api_errors_install, error_body_gatehouse
 from approvals.errors import InvalidInput
-from approvals.inputs import CHECKPOINT_ID_PATTERN, StrictJsonParser
+from approvals.inputs import CHECKPOINT_ID_PATTERN, AnyUuid, StrictJsonParser
 from approvals.payloads import NOT_GIVEN
 from approvals.run_cancel import run_cancel_done
 from lgplatform import services as platform
@@ -65,7 +65,7 @@ def _wait_limit() -> float:
     return float(settings.GATEHOUSE_PLATFORM_WAIT_SECONDS)
 
 
-api = NinjaAPI(
+api = GatehouseAPI(
     title="Gatehouse — LangGraph Platform-compatible API",
     version="1",
     description="The subset of the LangGraph Platform API that `langgraph_sdk` uses for human-in-the-loop work. "
@@ -173,26 +173,19 @@ def threads_search(request: HttpRequest, body: ThreadSearchIn) -> list[ThreadOut
     return [platform.thread_out(user, t) for t in threads]
 
 
-@api.get("/threads/{uuid:thread_id}", response=ThreadOut, tags=["threads"])
-def thread_get(request: HttpRequest, thread_id: UUID) -> ThreadOut:
+@api.get("/threads/{thread_id}", response=ThreadOut, tags=["threads"])
+def thread_get(request: HttpRequest, thread_id: AnyUuid) -> ThreadOut:
     user = _user(request)
     return platform.thread_out(user, platform.thread_get_for(user, thread_id))
 
 
-@api.get("/threads/{uuid:thread_id}/state", response=ThreadStateOut, tags=["threads"])
-def thread_state(request: HttpRequest, thread_id: UUID, query: Query[StateQuery]) -> ThreadStateOut:
+@api.get("/threads/{thread_id}/state", response=ThreadStateOut, tags=["threads"])
+def thread_state(request: HttpRequest, thread_id: AnyUuid, query: Query[StateQuery]) -> ThreadStateOut:
     return platform.thread_state(_user(request), thread_id, subgraphs=query.subgraphs)
 
 
-@api.get("/threads/{uuid:thread_id}/state/{uuid:checkpoint_id}", response=ThreadStateOut, tags=["threads"])
-def thread_state_at(
-    request: HttpRequest, thread_id: UUID, checkpoint_id: UUID, query: Query[StateQuery]
-) -> ThreadStateOut:
-    return platform.thread_state(_user(request), thread_id, str(checkpoint_id), subgraphs=query.subgraphs)
-
-
-@api.post("/threads/{uuid:thread_id}/state/checkpoint", response=ThreadStateOut, tags=["threads"])
-def thread_state_checkpoint(request: HttpRequest, thread_id: UUID, body: ThreadCheckpointIn) -> ThreadStateOut:
+@api.post("/threads/{thread_id}/state/checkpoint", response=ThreadStateOut, tags=["threads"])
+def thread_state_checkpoint(request: HttpRequest, thread_id: AnyUuid, body: ThreadCheckpointIn) -> ThreadStateOut:
     if body.checkpoint.get("checkpoint_ns"):
         raise InvalidInput(
             "subgraph checkpoints are not served; read the root thread", field="checkpoint.checkpoint_ns"
@@ -201,8 +194,15 @@ def thread_state_checkpoint(request: HttpRequest, thread_id: UUID, body: ThreadC
     return platform.thread_state(_user(request), thread_id, checkpoint_id, subgraphs=body.subgraphs)
 
 
-@api.post("/threads/{uuid:thread_id}/state", response=ThreadUpdateStateOut, tags=["threads"])
-def thread_state_update(request: HttpRequest, thread_id: UUID, body: ThreadStateUpdateIn) -> ThreadUpdateStateOut:
+@api.get("/threads/{thread_id}/state/{checkpoint_id}", response=ThreadStateOut, tags=["threads"])
+def thread_state_at(
+    request: HttpRequest, thread_id: AnyUuid, checkpoint_id: AnyUuid, query: Query[StateQuery]
+) -> ThreadStateOut:
+    return platform.thread_state(_user(request), thread_id, str(checkpoint_id), subgraphs=query.subgraphs)
+
+
+@api.post("/threads/{thread_id}/state", response=ThreadUpdateStateOut, tags=["threads"])
+def thread_state_update(request: HttpRequest, thread_id: AnyUuid, body: ThreadStateUpdateIn) -> ThreadUpdateStateOut:
     forked_at = platform_time_travel.checkpoint_wanted(body.checkpoint, body.checkpoint_id)
     if forked_at:  # time travel: a fork at a past checkpoint
         return platform_time_travel.state_fork(request, thread_id, body, forked_at)
@@ -213,8 +213,8 @@ def thread_state_update(request: HttpRequest, thread_id: UUID, body: ThreadState
     )
 
 
-@api.post("/threads/{uuid:thread_id}/history", response=list[ThreadStateOut], tags=["threads"])
-def thread_history(request: HttpRequest, thread_id: UUID, body: HistoryIn) -> list[ThreadStateOut]:
+@api.post("/threads/{thread_id}/history", response=list[ThreadStateOut], tags=["threads"])
+def thread_history(request: HttpRequest, thread_id: AnyUuid, body: HistoryIn) -> list[ThreadStateOut]:
     if body.metadata:
         raise InvalidInput("filtering history by metadata is not supported", field="metadata")
     if body.checkpoint and body.checkpoint.get("checkpoint_ns"):
@@ -284,8 +284,8 @@ def _run_location(thread_id: Any, run_id: Any) -> str:
     return f"/threads/{thread_id}/runs/{run_id}"
 
 
-@api.post("/threads/{uuid:thread_id}/runs", response=RunOut, tags=["runs"])
-def run_create(request: HttpRequest, thread_id: UUID, body: RunCreateIn) -> HttpResponse:
+@api.post("/threads/{thread_id}/runs", response=RunOut, tags=["runs"])
+def run_create(request: HttpRequest, thread_id: AnyUuid, body: RunCreateIn) -> HttpResponse:
     # A background run publishes the modes it names, for GET .../runs/{run_id}/stream to join.
     modes = platform_stream.stream_modes_parse(body.stream_mode) if body.stream_mode else None
     run = _run_create_sync(request, thread_id, body, stream=modes)
@@ -295,22 +295,18 @@ def run_create(request: HttpRequest, thread_id: UUID, body: RunCreateIn) -> Http
     return response
 
 
-@api.get("/threads/{uuid:thread_id}/runs", response=list[RunOut], tags=["runs"])
-def runs_list(request: HttpRequest, thread_id: UUID, query: Query[RunListQuery]) -> list[RunOut]:
+@api.get("/threads/{thread_id}/runs", response=list[RunOut], tags=["runs"])
+def runs_list(request: HttpRequest, thread_id: AnyUuid, query: Query[RunListQuery]) -> list[RunOut]:
     thread, runs = platform.runs_list(
         _user(request), thread_id, limit=query.limit, offset=query.offset, status=query.status
     )
     return [platform.run_out(r, thread.graph) for r in runs]
 
 
-@api.get("/threads/{uuid:thread_id}/runs/{uuid:run_id}", response=RunOut, tags=["runs"])
-def run_get(request: HttpRequest, thread_id: UUID, run_id: UUID) -> RunOut:
-    thread, run = platform.run_get_for(_user(request), thread_id, run_id)
-    return platform.run_out(run, thread.graph)
-
-
-@api.post("/threads/{uuid:thread_id}/runs/{uuid:run_id}/cancel", tags=["runs"])
-async def run_cancel(request: HttpRequest, thread_id: UUID, run_id: UUID, query: Query[CancelQuery]) -> HttpResponse:
+@api.post("/threads/{thread_id}/runs/{run_id}/cancel", tags=["runs"])
+async def run_cancel(
+    request: HttpRequest, thread_id: AnyUuid, run_id: AnyUuid, query: Query[CancelQuery]
+) -> HttpResponse:
     """Cancel a queued or running run (``action=interrupt|rollback``); ``wait=true`` also waits, bounded,
     until the worker executing it has stopped (204; 202 if it has not yet: the cancel is in force anyway)."""
     user = _user(request)
@@ -363,14 +359,14 @@ async def _wait_response(request: HttpRequest, thread_id: Any, run_id: Any) -> H
     return response
 
 
-@api.post("/threads/{uuid:thread_id}/runs/wait", tags=["runs"])
-async def run_wait(request: HttpRequest, thread_id: UUID, body: RunCreateIn) -> HttpResponse:
+@api.post("/threads/{thread_id}/runs/wait", tags=["runs"])
+async def run_wait(request: HttpRequest, thread_id: AnyUuid, body: RunCreateIn) -> HttpResponse:
     run = await between_waits(_run_create_sync)(request, thread_id, body)
     return await _wait_response(request, thread_id, run.id)
 
 
-@api.get("/threads/{uuid:thread_id}/runs/{uuid:run_id}/join", tags=["runs"])
-async def run_join(request: HttpRequest, thread_id: UUID, run_id: UUID) -> HttpResponse:
+@api.get("/threads/{thread_id}/runs/{run_id}/join", tags=["runs"])
+async def run_join(request: HttpRequest, thread_id: AnyUuid, run_id: AnyUuid) -> HttpResponse:
     return await _wait_response(request, thread_id, run_id)
 
 
@@ -384,8 +380,8 @@ def _stream_response(request: HttpRequest, thread_id: Any, run_id: Any, events: 
     return response
 
 
-@api.post("/threads/{uuid:thread_id}/runs/stream", tags=["runs"])
-async def run_stream(request: HttpRequest, thread_id: UUID, body: RunCreateIn) -> StreamingHttpResponse:
+@api.post("/threads/{thread_id}/runs/stream", tags=["runs"])
+async def run_stream(request: HttpRequest, thread_id: AnyUuid, body: RunCreateIn) -> StreamingHttpResponse:
     """Create a run and stream it: ``stream_mode`` one or several of values, updates, messages,
     messages-tuple, events, debug, custom, tasks, checkpoints (``docs/platform-api.md``)."""
     modes = platform_stream.stream_modes_parse(body.stream_mode)
@@ -396,9 +392,15 @@ async def run_stream(request: HttpRequest, thread_id: UUID, body: RunCreateIn) -
     return _stream_response(request, thread_id, run.id, events)
 
 
-@api.get("/threads/{uuid:thread_id}/runs/{uuid:run_id}/stream", tags=["runs"])
+@api.get("/threads/{thread_id}/runs/{run_id}", response=RunOut, tags=["runs"])
+def run_get(request: HttpRequest, thread_id: AnyUuid, run_id: AnyUuid) -> RunOut:
+    thread, run = platform.run_get_for(_user(request), thread_id, run_id)
+    return platform.run_out(run, thread.graph)
+
+
+@api.get("/threads/{thread_id}/runs/{run_id}/stream", tags=["runs"])
 async def run_join_stream(
-    request: HttpRequest, thread_id: UUID, run_id: UUID, query: Query[JoinStreamQuery]
+    request: HttpRequest, thread_id: AnyUuid, run_id: AnyUuid, query: Query[JoinStreamQuery]
 ) -> StreamingHttpResponse:
     """Join a run's stream: from its start, or after the ``Last-Event-ID`` header's event."""
     user = _user(request)

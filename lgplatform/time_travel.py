@@ -25,7 +25,7 @@ from ninja import Router
 
 from approvals import time_travel
 from approvals.errors import Conflict, InvalidInput
-from approvals.inputs import CHECKPOINT_ID_PATTERN
+from approvals.inputs import CHECKPOINT_ID_PATTERN, AnyUuid
 from lgplatform import services as platform
 from lgplatform.responses import ThreadOut, ThreadUpdateStateOut
 from lgplatform.schemas import RunCreateIn, ThreadStateUpdateIn
@@ -94,8 +94,8 @@ def run_replay(request: HttpRequest, thread_id: UUID, body: RunCreateIn, checkpo
     return branch.run
 
 
-@router.post("/threads/{uuid:thread_id}/copy", response=ThreadOut)
-def thread_copy(request: HttpRequest, thread_id: UUID) -> ThreadOut:
+@router.post("/threads/{thread_id}/copy", response=ThreadOut)
+def thread_copy(request: HttpRequest, thread_id: AnyUuid) -> ThreadOut:
     copy = time_travel.thread_copy_make(
         actor=request.auth,  # type: ignore[attr-defined]
         thread_id=thread_id,

@@ -13,8 +13,9 @@ bodies with each declared field set to values of the wrong type, size or form. T
 (signed in as an admin and as a reviewer): a GET and a form POST, as a page and as htmx asks, with
 every field the console's forms and views read set to one malformed value, and (as the admin) each
 field alone. The last line printed is the JSON summary: requests sent, operations and routes walked,
-the answers that sent a signed-in reader to the login page (none, or the walk tested nothing), and the
-5xx answers (or unhandled exceptions) seen.
+the answers that sent a signed-in reader to the login page (none, or the walk tested nothing), the
+5xx answers (or unhandled exceptions) seen, and the API refusals that were not JSON (a malformed id
+answered by Django's HTML 404, a method answered by ninja's text 405).
 
 ``--break-drawing`` makes every drawing the assistant endpoint would answer raise instead, to show the
 walk reports a 5xx.
@@ -101,6 +102,7 @@ def main() -> int:
         "routes": sorted(walk.routes),
         "sent_to_login": walk.sent_to_login,
         "server_errors": walk.errors,
+        "not_json": walk.not_json,
     }
     print(json.dumps(summary))
     return 0
@@ -161,6 +163,7 @@ class _Walk:
         self.routes: set[str] = set()
         self.sent_to_login = 0
         self.errors: list[str] = []
+        self.not_json: list[str] = []
 
     def auth(self, role: str) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.tokens[role]}"}
@@ -172,9 +175,11 @@ class _Walk:
                 continue
             for method, operation in operations.items():
                 if method in ("get", "post", "put", "patch", "delete"):
-                    self.operation(spec, path, method, operation)
+                    self.operation(spec, path, method, operation, operations)
 
-    def operation(self, spec: dict[str, Any], path: str, method: str, operation: dict[str, Any]) -> None:
+    def operation(
+        self, spec: dict[str, Any], path: str, method: str, operation: dict[str, Any], operations: dict[str, Any]
+    ) -> None:
         self.walked.add(f"{method.upper()} {path}")
         params = operation.get("parameters", [])
         in_path = [p["name"] for p in params if p["in"] == "path"]
@@ -186,6 +191,9 @@ class _Walk:
             for name in in_path:
                 for bad in BAD_PATH:
                     self.send(role, method, _filled(path, {**good, name: bad}), body={})
+            for other in ("get", "post", "put", "patch", "delete"):
+                if other not in operations:  # a method the path does not serve: refused in the API's shape
+                    self.send(role, other, url, body=None if other == "get" else {})
             for name in in_query:
                 for bad in BAD_PARAMS:
                     if name not in WAITS or bad in REFUSED_WAITS:
@@ -267,9 +275,11 @@ class _Walk:
         else:
             call = getattr(self.client, method)
             response = call(target, data=data, content_type="application/json", headers=self.auth(role))
+        sent = raw if raw is not None else body
         if response.status_code >= 500:
-            sent = raw if raw is not None else body
             self.errors.append(f"{response.status_code} {role} {method.upper()} {target[:200]} {str(sent)[:200]}")
+        elif response.status_code >= 400 and not response.get("Content-Type", "").startswith("application/json"):
+            self.not_json.append(f"{response.status_code} {role} {method.upper()} {target[:200]} {str(sent)[:200]}")
 
 
 def _filled(path: str, values: dict[str, str]) -> str:

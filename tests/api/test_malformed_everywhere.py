@@ -1,5 +1,5 @@
-"""No input makes either API or the console answer 5xx: every operation and route walked with malformed
-input (tests/api/malformed_walk.py).
+"""No input makes either API or the console answer 5xx, and either API refuses it in JSON: every operation
+and route walked with malformed input (tests/api/malformed_walk.py).
 
 The walk runs in a process of its own on a database of its own (it leaves users, threads and comments
 behind, made of whatever input happened to be valid); its dispatches go to a queue nobody consumes.
@@ -86,6 +86,7 @@ def _operations() -> set[str]:
 def test_no_malformed_input_gets_a_5xx_from_any_operation(walk_env):
     summary = _walk(walk_env)
     assert summary["server_errors"] == [], "\n".join(summary["server_errors"])
+    assert summary["not_json"] == [], "\n".join(summary["not_json"][:50])
     # The walk reached every operation, each several hundred ways, and every console route signed in.
     assert set(summary["operations"]) == _operations()
     assert summary["requests"] > 100 * len(summary["operations"])

@@ -1,0 +1,119 @@
+"""/lg/ reads its input as LangGraph Server does, and refuses what it cannot honour with a 422 naming it.
+
+Ids in paths take every form ``uuid.UUID()`` reads; a malformed one is the JSON error naming the
+parameter, never Django's HTML 404; a method a path does not serve is a JSON 405 (on /api/ too).
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+
+from tests.security.test_bad_input_edges import error_of
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db")]
+
+
+@pytest.fixture
+def lg_thread(operator) -> str:
+    response = operator.client.post("/lg/threads", {})
+    assert response.status_code == 200, response.content
+    return str(response.json()["thread_id"])
+
+
+def _forms(thread_id: str) -> list[str]:
+    hexed = uuid.UUID(thread_id).hex
+    return [
+        thread_id.upper(),
+        hexed,
+        hexed.upper(),
+        "{" + thread_id + "}",
+        "urn:uuid:" + thread_id,
+        f"{hexed[:8]}-{hexed[8:]}",  # hyphens where uuid.UUID() does not look for them
+    ]
+
+
+@pytest.mark.parametrize("form", range(6))
+def test_a_thread_id_in_any_form_uuid_reads_names_the_thread(operator, lg_thread, form):
+    written = _forms(lg_thread)[form]
+    response = operator.client.get(f"/lg/threads/{written}")
+    assert response.status_code == 200, response.content
+    assert response.json()["thread_id"] == lg_thread
+    assert operator.client.get(f"/lg/threads/{written}/runs").status_code == 200
+
+
+def _run_path(thread_id: str, bad: str) -> str:
+    return f"/lg/threads/{thread_id}/runs/{bad}"
+
+
+@pytest.mark.parametrize(
+    "method,path,field",
+    [
+        ("get", "/lg/threads/{bad}", "thread_id"),
+        ("get", "/lg/threads/{bad}/state", "thread_id"),
+        ("post", "/lg/threads/{bad}/history", "thread_id"),
+        ("post", "/lg/threads/{bad}/runs", "thread_id"),
+        ("post", "/lg/threads/{bad}/runs/wait", "thread_id"),
+        ("post", "/lg/threads/{bad}/copy", "thread_id"),
+        ("get", "/lg/threads/{thread}/runs/{bad}", "run_id"),
+        ("get", "/lg/threads/{thread}/runs/{bad}/join", "run_id"),
+        ("post", "/lg/threads/{thread}/runs/{bad}/cancel", "run_id"),
+        ("get", "/lg/threads/{thread}/state/{bad}", "checkpoint_id"),
+    ],
+)
+@pytest.mark.parametrize("bad", ["x", "not-a-uuid", "0" * 33, "00000000-0000-0000-0000-00000000000g"])
+def test_a_malformed_id_in_a_path_is_a_422_naming_it(operator, lg_thread, method, path, field, bad):
+    url = path.format(bad=bad, thread=lg_thread)
+    response = getattr(operator.client, method)(url)
+    error = error_of(response, 422)
+    assert error["field"] == field
+    assert error["message"] == f"{field}: must be a UUID"
+    assert response.json()["detail"] == error["message"]  # where the SDK reads it
+
+
+def test_a_well_formed_unknown_checkpoint_is_still_a_404(operator, lg_thread):
+    response = operator.client.get(f"/lg/threads/{lg_thread}/state/{uuid.uuid4()}")
+    assert error_of(response, 404)["field"] == "checkpoint_id"
+
+
+def test_a_malformed_id_on_the_native_api_is_a_422_naming_it_too(operator):
+    error = error_of(operator.client.get("/api/threads/x"), 422)
+    assert (error["field"], error["message"]) == ("thread_id", "thread_id: must be a UUID")
+
+
+@pytest.mark.parametrize(
+    "method,path,allowed",
+    [
+        ("delete", "/lg/threads/{thread}", "GET"),
+        ("post", "/lg/threads/{thread}", "GET"),  # the SDK's threads.update is PATCH; a POST here is refused
+        ("post", "/lg/assistants/count", "GET"),
+        ("get", "/lg/threads/{thread}/runs/wait", "POST"),
+        ("get", "/lg/threads/search", "POST"),
+        ("delete", "/api/threads/{thread}", "GET"),
+    ],
+)
+def test_a_method_a_path_does_not_serve_is_a_json_405_with_allow(operator, lg_thread, method, path, allowed):
+    response = getattr(operator.client, method)(path.format(thread=lg_thread))
+    error = error_of(response, 405)
+    assert error["code"] == "method_not_allowed" and method.upper() in error["message"]
+    assert response["Content-Type"].startswith("application/json")
+    assert response["Allow"] == allowed
+
+
+def test_a_patch_is_a_json_405_too(operator, lg_thread):
+    response = operator.client.client.patch(
+        f"/lg/threads/{lg_thread}", "{}", content_type="application/json", headers=operator.client.headers
+    )
+    assert error_of(response, 405)["code"] == "method_not_allowed"
+
+
+def test_the_static_paths_beside_an_id_still_serve_their_operations(operator, lg_thread):
+    # /runs/wait, /runs/stream and /state/checkpoint sit where a run or checkpoint id could.
+    body: dict[str, Any] = {"assistant_id": "no-such-assistant"}
+    for path in ("runs/wait", "runs/stream"):
+        response = operator.client.post(f"/lg/threads/{lg_thread}/{path}", body)
+        assert error_of(response, 404)["field"] == "assistant_id", path
+    response = operator.client.post(f"/lg/threads/{lg_thread}/state/checkpoint", {"checkpoint": {}})
+    assert response.status_code == 200, response.content
