@@ -38,13 +38,14 @@ from runtime.registry import graph_get, graph_is_external
 from runtime.runs import ThreadBusy, run_enqueue
 from runtime.state_schema import FieldError, values_validate
 
-REASON_MAX = 2000
+# As a decision's reason: what the audit row keeps is bounded, and a longer one is refused, not cut.
+REASON_MAX = 4000
 
 
 def _reason_clean(reason: str | None) -> str:
     text = (reason or "").strip()
     if not text:
-        raise InvalidInput("a reason is required to replay or fork a thread", field="reason")
+        raise InvalidInput("a reason is required to replay, fork or copy a thread", field="reason")
     if len(text) > REASON_MAX:
         raise InvalidInput(f"the reason is longer than {REASON_MAX} characters", field="reason")
     return text
@@ -173,16 +174,17 @@ def thread_replay(*, actor: User, thread_id: Any, checkpoint_id: str, reason: st
 
 
 @transaction.atomic
-def thread_copy_make(*, actor: User, thread_id: Any, reason: str | None = None) -> Thread:
+def thread_copy_make(*, actor: User, thread_id: Any, reason: str | None) -> Thread:
     """A new thread holding a copy of the thread's checkpoints (``/lg/`` ``threads.copy``)."""
     thread = permissions.thread_get_for(actor, thread_id)
     permissions.require_time_travel(actor, thread)
+    reason = _reason_clean(reason)
     copy = thread_copy(thread=thread, created_by=actor)
     audit_thread(
         thread=copy,
         actor=actor,
         action=AuditAction.THREAD_COPIED,
-        details={"copied_from": str(thread.id), "checkpoint_id": thread.checkpoint_id, "reason": reason or ""},
+        details={"copied_from": str(thread.id), "checkpoint_id": thread.checkpoint_id, "reason": reason},
     )
     return copy
 

@@ -11,6 +11,9 @@ from typing import Any
 
 import pytest
 
+from approvals.models import AuditEvent
+from runtime.models import Thread
+from tests.conftest import loan_input, thread_start
 from tests.security.test_bad_input_edges import error_of
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db")]
@@ -117,3 +120,41 @@ def test_the_static_paths_beside_an_id_still_serve_their_operations(operator, lg
         assert error_of(response, 404)["field"] == "assistant_id", path
     response = operator.client.post(f"/lg/threads/{lg_thread}/state/checkpoint", {"checkpoint": {}})
     assert response.status_code == 200, response.content
+
+
+# --- time travel: threads.copy needs a reason, as fork and replay do ------------------------------
+
+
+@pytest.fixture
+def started_thread(operator) -> str:
+    return str(thread_start(operator, "loan_approval", loan_input())["id"])
+
+
+@pytest.mark.parametrize("headers", [{}, {"X-Gatehouse-Reason": "  "}, {"X-Gatehouse-Reason": "r" * 8000}])
+def test_a_copy_without_a_reason_or_with_an_uncapped_one_is_a_422_naming_reason(operator, started_thread, headers):
+    before = Thread.objects.count()
+    response = operator.client.client.post(
+        f"/lg/threads/{started_thread}/copy",
+        "{}",
+        content_type="application/json",
+        headers={**_auth(operator), **headers},
+    )
+    assert error_of(response, 422)["field"] == "reason"
+    assert Thread.objects.count() == before
+    assert not AuditEvent.objects.filter(action="thread.copied", details__copied_from=started_thread).exists()
+
+
+def test_a_copy_with_a_reason_is_made_and_audited_with_it(operator, started_thread):
+    response = operator.client.client.post(
+        f"/lg/threads/{started_thread}/copy",
+        "{}",
+        content_type="application/json",
+        headers={**_auth(operator), "X-Gatehouse-Reason": "a copy to try a fix on"},
+    )
+    assert response.status_code == 200, response.content
+    event = AuditEvent.objects.get(action="thread.copied", details__copied_from=started_thread)
+    assert event.details["reason"] == "a copy to try a fix on"
+
+
+def _auth(persona: Any) -> dict[str, str]:
+    return dict(persona.client.headers)

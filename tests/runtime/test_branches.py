@@ -266,3 +266,38 @@ def test_a_thread_with_an_active_run_cannot_be_forked(dispatched, personas):
             actor=personas["operator"].user, thread_id=thread.id, checkpoint_id=gate_checkpoint, reason="busy"
         )
     Run.objects.filter(thread=thread, status=RunStatus.QUEUED).update(status=RunStatus.FAILED)
+
+
+def test_a_copy_needs_a_reason_and_writes_nothing_without_one(dispatched, personas):
+    thread, _ = _paid(100)
+    threads_before = Thread.objects.count()
+    for reason in (None, "", "   "):
+        with pytest.raises(InvalidInput) as raised:
+            time_travel.thread_copy_make(actor=personas["operator"].user, thread_id=thread.id, reason=reason)
+        assert raised.value.field == "reason"
+    assert Thread.objects.count() == threads_before
+    assert not AuditEvent.objects.filter(action="thread.copied", details__copied_from=str(thread.id)).exists()
+
+
+@pytest.mark.parametrize("how", ["fork", "replay", "copy"])
+def test_a_reason_over_4000_characters_is_refused_not_cut(dispatched, personas, how):
+    thread, gate_checkpoint = _paid(100)
+    operator = personas["operator"].user
+    calls = {
+        "fork": lambda reason: time_travel.thread_fork(
+            actor=operator, thread_id=thread.id, checkpoint_id=gate_checkpoint, values={"amount": 7}, reason=reason
+        ),
+        "replay": lambda reason: time_travel.thread_replay(
+            actor=operator, thread_id=thread.id, checkpoint_id=gate_checkpoint, reason=reason
+        ),
+        "copy": lambda reason: time_travel.thread_copy_make(actor=operator, thread_id=thread.id, reason=reason),
+    }
+    threads_before = Thread.objects.count()
+    with pytest.raises(InvalidInput) as raised:
+        calls[how]("r" * 4001)
+    assert raised.value.field == "reason" and "4000" in raised.value.message
+    assert Thread.objects.count() == threads_before and not Branch.objects.filter(thread=thread).exists()
+    calls[how]("r" * 4000)  # the cap itself is allowed, and kept whole
+    action = {"fork": "thread.forked", "replay": "thread.replayed", "copy": "thread.copied"}[how]
+    event = AuditEvent.objects.filter(action=action).order_by("-id").first()
+    assert event is not None and event.details["reason"] == "r" * 4000
