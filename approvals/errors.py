@@ -43,11 +43,13 @@ def validation_error_describe(errors: list[dict[str, Any]]) -> DomainError:
     """
     first = errors[0] if errors else {}
     loc = [str(p) for p in first.get("loc", []) or []]
+    source = loc[0] if loc else ""
     if loc and loc[0] in ("body", "query", "path"):
         loc = loc[1:]
     if loc and loc[0] in ("body", "query"):
         loc = loc[1:]
-    field = ".".join(loc) or None
+    # Nothing left of the location: the body as a whole (none was sent, or not an object).
+    field = ".".join(loc) or ("body" if source == "body" else None)
     message = str(first.get("msg", "invalid request"))
     if first.get("type") in ("uuid_parsing", "uuid_type"):
         message = "must be a UUID"  # pydantic's words name the first bad character, not what was wanted

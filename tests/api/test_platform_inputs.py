@@ -158,3 +158,30 @@ def test_a_copy_with_a_reason_is_made_and_audited_with_it(operator, started_thre
 
 def _auth(persona: Any) -> dict[str, str]:
     return dict(persona.client.headers)
+
+
+# --- a request with no body names the body ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "method,path",
+    [
+        ("delete", "/lg/store/items"),
+        ("put", "/lg/store/items"),
+        ("post", "/lg/threads/search"),
+        ("post", "/api/threads"),
+    ],
+)
+def test_a_request_without_its_body_is_a_422_naming_body(operator, method, path):
+    response = getattr(operator.client.client, method)(
+        path, "", content_type="application/json", headers=_auth(operator)
+    )
+    error = error_of(response, 422)
+    assert error["field"] == "body" and "required" in error["message"]
+
+
+def test_a_store_delete_without_its_key_names_it(operator):
+    response = operator.client.client.delete(
+        "/lg/store/items", '{"namespace": ["notes"]}', content_type="application/json", headers=_auth(operator)
+    )
+    assert error_of(response, 422)["field"] == "key"
