@@ -111,10 +111,15 @@ def thread_state_for(
 
 
 def history_for(
-    user: permissions.Principal, thread_id: Any, *, limit: int = 50, before: str | None = None
+    user: permissions.Principal,
+    thread_id: Any,
+    *,
+    limit: int = 50,
+    before: str | None = None,
+    checkpoint_id: str | None = None,
 ) -> list[CheckpointView]:
     thread = permissions.thread_get_for(user, thread_id)
-    views = thread_history_read(thread, limit=limit, before=before)
+    views = thread_history_read(thread, limit=limit, before=before, checkpoint_id=checkpoint_id)
     if not sensitive_paths(thread.graph):
         return views
     if may_see_sensitive(user):

@@ -14,7 +14,6 @@ thread and wakes as soon as the run settles; every wait is bounded.
 
 from __future__ import annotations
 
-import re
 import time
 from typing import Any
 from uuid import UUID
@@ -26,7 +25,7 @@ from ninja import Query
 
 from approvals.api_common import ApiKeyAuth, BearerAuth, GatehouseAPI, api_errors_install, error_body_gatehouse
 from approvals.errors import InvalidInput
-from approvals.inputs import CHECKPOINT_ID_PATTERN, AnyUuid, StrictJsonParser
+from approvals.inputs import AnyUuid, StrictJsonParser
 from approvals.payloads import NOT_GIVEN
 from approvals.run_cancel import run_cancel_done
 from lgplatform import services as platform
@@ -45,6 +44,7 @@ from lgplatform.schemas import (
     AssistantSearchIn,
     CancelQuery,
     HistoryIn,
+    HistoryQuery,
     JoinStreamQuery,
     RunCreateIn,
     RunListQuery,
@@ -109,6 +109,11 @@ def assistants_search(request: HttpRequest, body: AssistantSearchIn) -> list[Ass
         names = [n for n in names if body.name.lower() in n.lower()]
     if body.metadata and body.metadata != {"created_by": "system"}:
         names = []  # assistants carry no metadata but their creator
+    if body.sort_by == "assistant_id":
+        names.sort(key=platform.assistant_id_for)
+    elif body.sort_by in ("graph_id", "name"):
+        names.sort()
+    # created_at/updated_at: every assistant has the same (a graph is registered, not created): as listed
     if body.sort_order == "desc":
         names = list(reversed(names))
     return [platform.assistant_out(n) for n in names[body.offset : body.offset + body.limit]]
@@ -143,7 +148,7 @@ def assistant_schemas(request: HttpRequest, assistant_id: str) -> AssistantSchem
 
 @api.post("/threads", response=ThreadOut, tags=["threads"])
 def thread_create(request: HttpRequest, body: ThreadCreateIn) -> ThreadOut:
-    if body.supersteps:
+    if body.supersteps is not None:  # even an empty list: the option is not served, whatever it holds
         raise InvalidInput("supersteps (copying a thread's history) are not supported", field="supersteps")
     if body.ttl is not None:
         raise InvalidInput("thread TTLs are not supported; Gatehouse keeps threads for the audit trail", field="ttl")
@@ -190,7 +195,7 @@ def thread_state_checkpoint(request: HttpRequest, thread_id: AnyUuid, body: Thre
         raise InvalidInput(
             "subgraph checkpoints are not served; read the root thread", field="checkpoint.checkpoint_ns"
         )
-    checkpoint_id = body.checkpoint.get("checkpoint_id") or None
+    checkpoint_id = platform.checkpoint_id_read(body.checkpoint, field="checkpoint")
     return platform.thread_state(_user(request), thread_id, checkpoint_id, subgraphs=body.subgraphs)
 
 
@@ -219,12 +224,19 @@ def thread_history(request: HttpRequest, thread_id: AnyUuid, body: HistoryIn) ->
         raise InvalidInput("filtering history by metadata is not supported", field="metadata")
     if body.checkpoint and body.checkpoint.get("checkpoint_ns"):
         raise InvalidInput("subgraph history is not served", field="checkpoint.checkpoint_ns")
-    before = body.before.get("checkpoint_id") if isinstance(body.before, dict) else body.before
-    if before and not (isinstance(before, str) and re.fullmatch(CHECKPOINT_ID_PATTERN, before)):
-        # Not a checkpoint id: compared with every id, it would page nothing and return everything.
-        field = "before.checkpoint_id" if isinstance(body.before, dict) else "before"
-        raise InvalidInput(f"{field}: not a checkpoint id", field=field)
-    return platform.thread_history(_user(request), thread_id, limit=body.limit, before=before or None)
+    return platform.thread_history(
+        _user(request),
+        thread_id,
+        limit=body.limit,
+        before=platform.checkpoint_id_read(body.before, field="before"),
+        checkpoint_id=platform.checkpoint_id_read(body.checkpoint, field="checkpoint"),
+    )
+
+
+@api.get("/threads/{thread_id}/history", response=list[ThreadStateOut], tags=["threads"])
+def thread_history_get(request: HttpRequest, thread_id: AnyUuid, query: Query[HistoryQuery]) -> list[ThreadStateOut]:
+    before = platform.checkpoint_id_read(query.before, field="before")
+    return platform.thread_history(_user(request), thread_id, limit=query.limit, before=before)
 
 
 # --- runs -------------------------------------------------------------------------------------

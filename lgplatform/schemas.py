@@ -31,7 +31,7 @@ class AssistantSearchIn(Schema):
     name: str | None = Field(default=None, max_length=200)
     limit: int = Field(default=10, ge=1, le=1000)
     offset: Offset = 0
-    sort_by: str | None = None
+    sort_by: Literal["assistant_id", "graph_id", "name", "created_at", "updated_at"] | None = None
     sort_order: SortOrder | None = None
 
 
@@ -70,9 +70,15 @@ class ThreadCheckpointIn(Schema):
 
 class HistoryIn(Schema):
     limit: int = Field(default=10, ge=1, le=1000)
-    before: str | dict[str, Any] | None = None  # a checkpoint id, checked by the handler
+    # A checkpoint id, a checkpoint or a config naming one (``lgplatform.services.checkpoint_id_read``).
+    before: str | dict[str, Any] | None = None
     metadata: Filter | None = None
-    checkpoint: dict[str, Any] | None = None
+    checkpoint: dict[str, Any] | None = None  # only this checkpoint, as LangGraph lists a config naming one
+
+
+class HistoryQuery(Schema):
+    limit: int = Field(default=10, ge=1, le=1000)
+    before: str | None = Field(default=None, max_length=100)
 
 
 class CommandIn(Schema):

@@ -498,13 +498,39 @@ def thread_state(
     return state_out(user, thread, view, nested)
 
 
+def checkpoint_id_read(value: Any, *, field: str) -> str | None:
+    """The checkpoint id a request names, in the forms LangGraph Server takes: the id, a checkpoint
+    ``{"checkpoint_id": ...}`` or a config ``{"configurable": {"checkpoint_id": ...}}``; any form
+    ``uuid.UUID()`` reads, as the saver stores it. Anything else is a 422 naming ``field``."""
+    if isinstance(value, dict):
+        inner = value.get("configurable")
+        if isinstance(inner, dict):
+            value, field = inner.get("checkpoint_id"), f"{field}.configurable.checkpoint_id"
+        else:
+            value, field = value.get("checkpoint_id"), f"{field}.checkpoint_id"
+    if value is None or value == "":
+        return None
+    try:
+        return str(uuid.UUID(value))
+    except (TypeError, ValueError, AttributeError):  # not a string, or not a UUID
+        raise InvalidInput(f"{field}: not a checkpoint id", field=field) from None
+
+
 def thread_history(
-    user: permissions.Principal, thread_id: Any, *, limit: int, before: str | None
+    user: permissions.Principal,
+    thread_id: Any,
+    *,
+    limit: int,
+    before: str | None,
+    checkpoint_id: str | None = None,
 ) -> list[ThreadStateOut]:
+    """The thread's states newest first; ``before`` a checkpoint it does not have: none, as LangGraph Server
+    answers; ``checkpoint_id``: only that checkpoint (``runtime.state.thread_history_read``)."""
     thread = thread_get_for(user, thread_id)
     if not thread.graph:
         return []
-    return [state_out(user, thread, v) for v in gateway.history_for(user, thread.id, limit=limit, before=before)]
+    views = gateway.history_for(user, thread.id, limit=limit, before=before, checkpoint_id=checkpoint_id)
+    return [state_out(user, thread, v) for v in views]
 
 
 def wait_output(user: permissions.Principal, thread: Thread, run: Run) -> dict[str, Any]:

@@ -174,8 +174,16 @@ def thread_state_read(
 
 
 def thread_history_read(
-    thread: Thread, *, limit: int = 100, before: str | None = None, resolve_blobs: bool = False
+    thread: Thread,
+    *,
+    limit: int = 100,
+    before: str | None = None,
+    checkpoint_id: str | None = None,
+    resolve_blobs: bool = False,
 ) -> list[CheckpointView]:
+    """The thread's checkpoints, newest first: those ``before`` one of its checkpoints (none before a
+    checkpoint it does not have: ids compare by time, so an unknown one would page arbitrarily), or
+    only ``checkpoint_id``, as LangGraph lists them for a config naming one."""
     if not thread.graph or graph_is_external(thread.graph):
         return []
     lazy = contextlib.nullcontext() if resolve_blobs else blobs_lazy()
@@ -187,8 +195,11 @@ def thread_history_read(
     graph = graph_get(thread.graph).compiled()
     before_cfg = _config(thread, before) if before else None
     with schema_readonly(), lazy:
-        history = graph.get_state_history(_as_saved(graph, _config(thread)), limit=limit, before=before_cfg)
-        views = [_view(s) for s in history]
+        if before_cfg is not None and checkpointer_get().get_tuple(before_cfg) is None:
+            return []
+        config = _as_saved(graph, _config(thread, checkpoint_id))
+        listed = graph.get_state_history(config, limit=limit, before=before_cfg)
+        views = [_view(s) for s in listed]
     return _with_nodes_that_ran(views)
 
 

@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 
 from approvals.models import AuditEvent
+from runtime import runs
+from runtime.executor import run_execute
 from runtime.models import Thread
 from tests.conftest import loan_input, thread_start
 from tests.security.test_bad_input_edges import error_of
@@ -185,3 +187,101 @@ def test_a_store_delete_without_its_key_names_it(operator):
         "/lg/store/items", '{"namespace": ["notes"]}', content_type="application/json", headers=_auth(operator)
     )
     assert error_of(response, 422)["field"] == "key"
+
+
+# --- lenient options refused, history read as LangGraph Server reads it ---------------------------
+
+
+@pytest.fixture
+def paused_loan(operator, monkeypatch) -> tuple[str, list[str]]:
+    """A loan thread started on /lg/ and executed here to its gate: (thread id, its checkpoints newest first)."""
+    monkeypatch.setattr(runs, "run_dispatch", lambda *, run_id: None)  # executed below, by this process
+    thread_id = str(operator.client.post("/lg/threads", {}).json()["thread_id"])
+    run = operator.client.post(
+        f"/lg/threads/{thread_id}/runs", {"assistant_id": "loan_approval", "input": loan_input()}
+    )
+    assert run.status_code == 200, run.content
+    run_execute(run_id=run.json()["run_id"])
+    history = operator.client.post(f"/lg/threads/{thread_id}/history", {"limit": 100}).json()
+    assert len(history) >= 2, history
+    return thread_id, [h["checkpoint"]["checkpoint_id"] for h in history]
+
+
+def test_assistants_search_refuses_an_unknown_sort_by(operator):
+    error = error_of(operator.client.post("/lg/assistants/search", {"sort_by": "nope"}), 422)
+    assert error["field"] == "sort_by"
+
+
+def test_assistants_search_sorts_by_name(operator):
+    ids = operator.client.post("/lg/assistants/search", {"sort_by": "name", "limit": 1000}).json()
+    names = [a["name"] for a in ids]
+    assert names == sorted(names)
+    desc = operator.client.post("/lg/assistants/search", {"sort_by": "name", "sort_order": "desc", "limit": 1000})
+    assert [a["name"] for a in desc.json()] == sorted(names, reverse=True)
+
+
+@pytest.mark.parametrize("supersteps", [[], [{"updates": []}]])
+def test_a_thread_with_supersteps_even_none_is_refused(operator, supersteps):
+    before = Thread.objects.count()
+    error = error_of(operator.client.post("/lg/threads", {"supersteps": supersteps}), 422)
+    assert error["field"] == "supersteps"
+    assert Thread.objects.count() == before
+
+
+@pytest.mark.parametrize(
+    "before",
+    [
+        lambda cp: cp,
+        lambda cp: {"checkpoint_id": cp},
+        lambda cp: {"configurable": {"checkpoint_id": cp}},
+    ],
+    ids=["id", "checkpoint", "config"],
+)
+def test_history_before_a_checkpoint_pages_in_every_form(operator, paused_loan, before):
+    thread_id, checkpoints = paused_loan
+    page = operator.client.post(f"/lg/threads/{thread_id}/history", {"before": before(checkpoints[0])}).json()
+    assert [h["checkpoint"]["checkpoint_id"] for h in page] == checkpoints[1:]
+    unknown = operator.client.post(f"/lg/threads/{thread_id}/history", {"before": before(str(uuid.uuid4()))})
+    assert unknown.status_code == 200 and unknown.json() == []  # as LangGraph Server: not the full history
+
+
+def test_history_before_an_unknown_checkpoint_is_empty_on_get_too(operator, paused_loan):
+    thread_id, checkpoints = paused_loan
+    page = operator.client.get(f"/lg/threads/{thread_id}/history", before=checkpoints[0], limit=100).json()
+    assert [h["checkpoint"]["checkpoint_id"] for h in page] == checkpoints[1:]
+    assert operator.client.get(f"/lg/threads/{thread_id}/history", before=str(uuid.uuid4())).json() == []
+    everything = operator.client.get(f"/lg/threads/{thread_id}/history", limit=100).json()
+    assert [h["checkpoint"]["checkpoint_id"] for h in everything] == checkpoints
+    # the native API's history reads the same checkpoints
+    assert operator.client.get(f"/api/threads/{thread_id}/history", before=str(uuid.uuid4())).json() == []
+
+
+def test_history_at_a_checkpoint_is_that_checkpoint(operator, paused_loan):
+    thread_id, checkpoints = paused_loan
+    written = checkpoints[1].upper()  # any form uuid.UUID() reads
+    at = operator.client.post(f"/lg/threads/{thread_id}/history", {"checkpoint": {"checkpoint_id": written}}).json()
+    assert [h["checkpoint"]["checkpoint_id"] for h in at] == [checkpoints[1]]
+    unknown = {"checkpoint": {"checkpoint_id": str(uuid.uuid4())}}
+    assert operator.client.post(f"/lg/threads/{thread_id}/history", unknown).json() == []
+
+
+@pytest.mark.parametrize(
+    "body,field",
+    [
+        ({"before": "x"}, "before"),
+        ({"before": {"checkpoint_id": "x"}}, "before.checkpoint_id"),
+        ({"before": {"configurable": {"checkpoint_id": 5}}}, "before.configurable.checkpoint_id"),
+        ({"checkpoint": {"checkpoint_id": "x"}}, "checkpoint.checkpoint_id"),
+        ({"checkpoint": {"checkpoint_id": ["a"]}}, "checkpoint.checkpoint_id"),
+    ],
+)
+def test_a_malformed_history_checkpoint_is_a_422_naming_it(operator, lg_thread, body, field):
+    assert error_of(operator.client.post(f"/lg/threads/{lg_thread}/history", body), 422)["field"] == field
+
+
+def test_a_malformed_checkpoint_in_get_history_or_state_checkpoint_is_a_422_naming_it(operator, lg_thread):
+    error = error_of(operator.client.get(f"/lg/threads/{lg_thread}/history", before="x"), 422)
+    assert error["field"] == "before"
+    body = {"checkpoint": {"checkpoint_id": "x"}}
+    error = error_of(operator.client.post(f"/lg/threads/{lg_thread}/state/checkpoint", body), 422)
+    assert error["field"] == "checkpoint.checkpoint_id"
