@@ -8,12 +8,12 @@ from io import StringIO
 
 import pytest
 from django.contrib.auth import get_user_model
-from django.core.management import CommandError, call_command
+from django.core.management import CommandError, call_command, get_commands, load_command_class
 from django.db import connection
 from django.utils import timezone
 
 from approvals.models import ApiToken, AuditEvent
-from approvals.tokens import TOKEN_PREFIX, token_authenticate, token_issue
+from approvals.tokens import TOKEN_ACTION_NAMES, TOKEN_PREFIX, token_authenticate, token_issue
 
 pytestmark = pytest.mark.django_db
 
@@ -140,3 +140,11 @@ def test_issue_token_refuses_a_non_positive_expiry(user, days):
     with pytest.raises(CommandError, match="--days"):
         call_command("issue_token", user.username, "--days", days, stdout=StringIO())
     assert not ApiToken.objects.filter(user=user).exists()
+
+
+def test_issue_token_help_lists_every_action_a_token_can_be_limited_to():
+    command = load_command_class(get_commands()["issue_token"], "issue_token")
+    help_text = command.create_parser("manage.py", "issue_token").format_help()
+    assert "store" in TOKEN_ACTION_NAMES  # the memory store's writes (docs/memory-store.md)
+    listed = " ".join(help_text.split())  # argparse wraps the line
+    assert ",".join(sorted(TOKEN_ACTION_NAMES)) in listed.replace(", ", ",")

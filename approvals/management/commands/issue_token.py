@@ -7,7 +7,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
-from approvals.tokens import token_issue
+from approvals.tokens import TOKEN_ACTION_NAMES, token_issue
 
 
 class Command(BaseCommand):
@@ -21,7 +21,7 @@ class Command(BaseCommand):
         parser.add_argument(
             "--actions",
             default="",
-            help="comma-separated actions the token is limited to: read,decide,start,retry,admin",
+            help=f"comma-separated actions the token is limited to: {','.join(sorted(TOKEN_ACTION_NAMES))}",
         )
 
     def handle(
