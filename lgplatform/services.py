@@ -571,7 +571,12 @@ def thread_state_update(
         thread.status in (ThreadStatus.BUSY, ThreadStatus.CANCELLED)
         or thread.runs.filter(status__in=ACTIVE_RUN_STATUSES).exists()
     ):
-        raise Conflict(f"the thread is {thread.status}; its state cannot be updated now", field="thread_id")
+        why = (
+            "the thread's run was cancelled"
+            if thread.status == ThreadStatus.CANCELLED
+            else "the thread is busy (a run is pending or running)"
+        )
+        raise Conflict(f"{why}; its state cannot be updated now", field="thread_id")
     entry = graph_get(thread.graph)
     try:
         values_validate(entry.state_schema, values, prefix="values")
@@ -838,10 +843,32 @@ def _run_continue(actor: User, thread: Thread) -> Run:
 
 
 def run_cancel(*, actor: User, thread_id: Any, run_id: Any, action: str) -> Run:
-    """``POST /threads/{id}/runs/{run_id}/cancel``: the runtime's cancel (``approvals.run_cancel``)."""
-    return run_cancel_service(
-        actor=actor, thread_id=thread_id, run_id=run_id, action=action, reason="", via="platform-api"
-    )
+    """``POST /threads/{id}/runs/{run_id}/cancel``: the runtime's cancel (``approvals.run_cancel``).
+
+    A refusal about the run's status is said in the statuses this API shows (``RUN_STATUS_OUT``): the
+    client never saw Gatehouse's (a run paused at a gate is ``success`` here, a queued one ``pending``).
+    """
+    try:
+        return run_cancel_service(
+            actor=actor, thread_id=thread_id, run_id=run_id, action=action, reason="", via="platform-api"
+        )
+    except Conflict as exc:
+        run = Run.objects.filter(pk=run_id, thread_id=thread_id).first() if exc.field == "run_id" else None
+        if run is None:
+            raise
+        if run.status not in ACTIVE_RUN_STATUSES:
+            shown = RUN_STATUS_OUT.get(run.status, run.status)
+            raise Conflict(
+                f"run {run.id} has already ended (status {shown!r}); only a pending or running run can be cancelled",
+                field="run_id",
+            ) from None
+        if run.kind == RunKind.RESUME and run.status == RunStatus.QUEUED:
+            raise Conflict(
+                f"run {run.id} is a pending resume: it carries decisions already recorded and cannot be cancelled "
+                "before it runs",
+                field="run_id",
+            ) from None
+        raise
 
 
 def run_progress(user: permissions.Principal, thread_id: Any, run_id: Any) -> tuple[Thread, Run]:

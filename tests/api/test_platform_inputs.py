@@ -285,3 +285,17 @@ def test_a_malformed_checkpoint_in_get_history_or_state_checkpoint_is_a_422_nami
     body = {"checkpoint": {"checkpoint_id": "x"}}
     error = error_of(operator.client.post(f"/lg/threads/{lg_thread}/state/checkpoint", body), 422)
     assert error["field"] == "checkpoint.checkpoint_id"
+
+
+# --- refusals speak the statuses /lg/ shows ---------------------------------------------------------
+
+
+def test_cancelling_a_run_that_paused_at_a_gate_is_refused_in_lg_words(operator, paused_loan):
+    thread_id, _ = paused_loan
+    [run] = operator.client.get(f"/lg/threads/{thread_id}/runs").json()
+    assert run["status"] == "success"  # it ended well; the thread is interrupted, as LangGraph Server says
+    error = error_of(operator.client.post(f"/lg/threads/{thread_id}/runs/{run['run_id']}/cancel"), 409)
+    assert error["field"] == "run_id"
+    assert error["message"] == (
+        f"run {run['run_id']} has already ended (status 'success'); only a pending or running run can be cancelled"
+    )
