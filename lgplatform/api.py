@@ -57,6 +57,7 @@ from lgplatform.schemas import (
 from runtime.models import ACTIVE_RUN_STATUSES, Run, Thread
 from runtime.notify import ThreadWatch, between_waits
 from runtime.registry import graph_get
+from runtime.runs import run_options_record
 from runtime.state_schema import json_schema_for
 from runtime.stream import run_log
 
@@ -255,7 +256,12 @@ _UNSUPPORTED = {
 def _run_create_sync(
     request: HttpRequest, thread_id: UUID, body: RunCreateIn, *, stream: list[str] | None = None
 ) -> Run:
+    # Read before anything is written: a refused limit leaves no run (and cancels no active one).
+    recursion_limit = platform.recursion_limit_read(
+        body.config, platform.assistant_graph(_user(request), body.assistant_id)
+    )
     run = _run_create_body(request, thread_id, body)
+    run_options_record(run=run, multitask_strategy=body.multitask_strategy or "reject", recursion_limit=recursion_limit)
     if stream:
         platform_stream.run_stream_record(run=run, modes=stream, subgraphs=body.stream_subgraphs)
     return run

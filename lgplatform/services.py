@@ -598,6 +598,29 @@ def thread_state_update(
 # --- runs ---------------------------------------------------------------------------------
 
 
+RECURSION_LIMIT_MAX = 2**31 - 1  # what ``Run.recursion_limit`` stores
+
+
+def recursion_limit_read(config: dict[str, Any] | None, graph: str) -> int | None:
+    """A run's ``config.recursion_limit``, as LangGraph Server honours it, but never past the limit the
+    graph's operator set in ``langgraph.json`` (``docs/runtime-controls.md``): a run may lower it only."""
+    value = (config or {}).get("recursion_limit")
+    if value is None:
+        return None
+    field = "config.recursion_limit"
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise InvalidInput(f"{field}: must be a whole number of steps, at least 1", field=field)
+    cap = graph_get(graph).controls.recursion_limit
+    if cap is not None and value > cap:
+        raise InvalidInput(
+            f"{field}: at most {cap}, the limit set for graph {graph!r} (gatehouse.runtime.{graph}.recursion_limit)",
+            field=field,
+        )
+    if value > RECURSION_LIMIT_MAX:
+        raise InvalidInput(f"{field}: at most {RECURSION_LIMIT_MAX}", field=field)
+    return value
+
+
 def run_out(run: Run, graph: str) -> RunOut:
     return RunOut(
         run_id=str(run.id),
@@ -608,7 +631,7 @@ def run_out(run: Run, graph: str) -> RunOut:
         status=RUN_STATUS_OUT.get(run.status, run.status),
         metadata={"kind": run.kind, "attempts": run.attempts},
         kwargs={},
-        multitask_strategy="reject",
+        multitask_strategy=run.multitask_strategy or "reject",
         error=run.error or None,
     )
 

@@ -8,6 +8,7 @@ What each durability mode means for recovery is in docs/runtime-controls.md.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from dataclasses import dataclass
@@ -35,6 +36,14 @@ class RuntimeControls:
     durability: Durability = DEFAULT_DURABILITY
     recursion_limit: int | None = None  # None: LangGraph's default (10,007 super-steps in langgraph 1.2)
     run_timeout_seconds: float | None = None
+    recursion_limit_of_run: bool = False  # the limit is the run's own config.recursion_limit (``for_run``)
+
+    def for_run(self, recursion_limit: int | None) -> RuntimeControls:
+        """The controls of one run that asked for its own recursion limit: it may lower the graph's, never
+        raise it past the operator's (``lgplatform`` refuses a higher one; a cap lowered since still holds)."""
+        if recursion_limit is None or (self.recursion_limit is not None and recursion_limit >= self.recursion_limit):
+            return self
+        return dataclasses.replace(self, recursion_limit=recursion_limit, recursion_limit_of_run=True)
 
     def config(self, config: RunnableConfig) -> RunnableConfig:
         if self.recursion_limit is None:
@@ -54,9 +63,13 @@ class RuntimeControls:
 
     def recursion_error(self, exc: Exception) -> RecursionLimitReached:
         limit = self.recursion_limit if self.recursion_limit is not None else "LangGraph's default number of"
+        where = (
+            "the run's config.recursion_limit"
+            if self.recursion_limit_of_run
+            else f"gatehouse.runtime.{self.graph}.recursion_limit in langgraph.json"
+        )
         return RecursionLimitReached(
-            f"recursion limit: the run took more than {limit} steps without finishing "
-            f"(gatehouse.runtime.{self.graph}.recursion_limit in langgraph.json); {exc}"
+            f"recursion limit: the run took more than {limit} steps without finishing ({where}); {exc}"
         )
 
 

@@ -152,7 +152,8 @@ def _execute_claimed(run: Run, heartbeat: Heartbeat) -> None:
     config = run_config(run)
     try:
         entry = graph_get(run.thread.graph)
-        controls = entry.controls  # durability, recursion limit, run timeout (langgraph.json)
+        # durability, recursion limit, run timeout (langgraph.json); the run may have lowered its recursion limit
+        controls = entry.controls.for_run(run.recursion_limit)
         config = controls.config(config)
         # A factory that takes a config builds this run's graph from it (as LangGraph Server does).
         graph = entry.compiled(config)

@@ -135,6 +135,10 @@ class Run(models.Model):
     # What a /lg/ client streams from this run, {"modes": [...], "subgraphs": bool}, set in the
     # transaction that enqueues it; the worker publishes those chunks (runtime.stream). Null: nothing is.
     stream = models.JSONField(null=True, blank=True)
+    # As a /lg/ client created it (LangGraph Server's run options): the strategy it named, which a run
+    # object reports back, and its own config.recursion_limit, which lowers the graph's for this run only.
+    multitask_strategy = models.CharField(max_length=9, blank=True, default="reject")
+    recursion_limit = models.PositiveIntegerField(null=True, blank=True)
 
     class Meta:
         constraints = [

@@ -146,6 +146,13 @@ def run_enqueue(
 _THREAD_BUSY = "UPDATE runtime_thread SET status = %s, error = '', updated_at = %s WHERE id = %s"
 
 
+def run_options_record(*, run: Run, multitask_strategy: str, recursion_limit: int | None) -> None:
+    """The run options a /lg/ client created ``run`` with; call in the transaction that enqueued it
+    (it is dispatched when that commits, so its worker reads them)."""
+    Run.objects.filter(pk=run.pk).update(multitask_strategy=multitask_strategy, recursion_limit=recursion_limit)
+    run.multitask_strategy, run.recursion_limit = multitask_strategy, recursion_limit
+
+
 def _violates(exc: IntegrityError, constraint: str) -> bool:
     """Whether ``exc`` is the violation of ``constraint`` (PostgreSQL names it; SQLite names its columns)."""
     diag = getattr(exc.__cause__, "diag", None)

@@ -14,7 +14,7 @@ import pytest
 from approvals.models import AuditEvent
 from runtime import runs
 from runtime.executor import run_execute
-from runtime.models import Thread
+from runtime.models import Run, Thread
 from tests.conftest import loan_input, thread_start
 from tests.security.test_bad_input_edges import error_of
 
@@ -299,3 +299,62 @@ def test_cancelling_a_run_that_paused_at_a_gate_is_refused_in_lg_words(operator,
     assert error["message"] == (
         f"run {run['run_id']} has already ended (status 'success'); only a pending or running run can be cancelled"
     )
+
+
+# --- run options: multitask_strategy is reported, config.recursion_limit honoured up to the graph's --
+
+
+@pytest.fixture
+def undispatched(monkeypatch) -> None:
+    monkeypatch.setattr(runs, "run_dispatch", lambda *, run_id: None)  # runs are executed here, or not at all
+
+
+@pytest.mark.parametrize("strategy", ["interrupt", "rollback", "reject", None])
+def test_a_run_reports_the_multitask_strategy_it_was_created_with(operator, lg_thread, undispatched, strategy):
+    body = {"assistant_id": "loan_approval", "input": loan_input(), "multitask_strategy": strategy}
+    created = operator.client.post(f"/lg/threads/{lg_thread}/runs", body)
+    assert created.status_code == 200, created.content
+    assert created.json()["multitask_strategy"] == (strategy or "reject")
+    run_id = created.json()["run_id"]
+    assert operator.client.get(f"/lg/threads/{lg_thread}/runs/{run_id}").json()["multitask_strategy"] == (
+        strategy or "reject"
+    )
+
+
+@pytest.mark.parametrize(
+    "graph,limit",
+    [
+        ("loan_approval", -1),
+        ("loan_approval", 0),
+        ("loan_approval", "10"),
+        ("loan_approval", 2.5),
+        ("loan_approval", True),
+        ("loan_approval", 2**31),
+        ("never_stops", 6),  # above the limit the graph's operator set (5)
+    ],
+)
+@pytest.mark.parametrize("endpoint", ["runs", "runs/wait", "runs/stream"])
+def test_a_bad_recursion_limit_is_a_422_naming_it_and_creates_no_run(operator, lg_thread, graph, limit, endpoint):
+    body = {"assistant_id": graph, "input": {} if graph == "never_stops" else loan_input()}
+    body["config"] = {"recursion_limit": limit}
+    error = error_of(operator.client.post(f"/lg/threads/{lg_thread}/{endpoint}", body), 422)
+    assert error["field"] == "config.recursion_limit"
+    assert not Run.objects.filter(thread_id=lg_thread).exists()
+
+
+def test_a_run_s_own_recursion_limit_lowers_the_graph_s(operator, lg_thread, undispatched):
+    body = {"assistant_id": "never_stops", "input": {}, "config": {"recursion_limit": 3}}
+    created = operator.client.post(f"/lg/threads/{lg_thread}/runs", body)
+    assert created.status_code == 200, created.content
+    run_execute(run_id=created.json()["run_id"])
+    run = operator.client.get(f"/lg/threads/{lg_thread}/runs/{created.json()['run_id']}").json()
+    assert run["status"] == "error"
+    assert "recursion limit: the run took more than 3 steps" in run["error"]
+    assert "the run's config.recursion_limit" in run["error"]
+
+
+def test_without_its_own_limit_a_run_has_the_graph_s(operator, lg_thread, undispatched):
+    created = operator.client.post(f"/lg/threads/{lg_thread}/runs", {"assistant_id": "never_stops", "input": {}})
+    run_execute(run_id=created.json()["run_id"])
+    run = operator.client.get(f"/lg/threads/{lg_thread}/runs/{created.json()['run_id']}").json()
+    assert "more than 5 steps" in run["error"] and "gatehouse.runtime.never_stops.recursion_limit" in run["error"]
