@@ -7,14 +7,22 @@ would hand an unacknowledged message to another worker. Violations waste work
 or slow recovery rather than corrupt anything (the fence makes duplicates
 harmless), so they are warnings; ``check --deploy --fail-level WARNING`` fails
 a deployment on them.
+
+The static files manifest (production): ``check --deploy`` fails (``gatehouse.E001``/``E002``)
+when ``collectstatic`` has not run for this version.
 """
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
+from django.apps import apps
 from django.conf import settings
-from django.core.checks import CheckMessage, Tags, Warning, register
+from django.contrib.staticfiles.storage import ManifestFilesMixin
+from django.core.checks import CheckMessage, Error, Tags, Warning, register
+from django.core.files.storage import storages
 
 # "≪": the visibility timeout should be at least this many times the recovery clocks.
 MUCH_LONGER = 10
@@ -59,3 +67,47 @@ def recovery_clocks_check(app_configs: Any = None, **kwargs: Any) -> list[CheckM
                 )
             )
     return messages
+
+
+@register(Tags.staticfiles, deploy=True)
+def static_manifest_check(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """With hashed static files (production) every page's ``{% static %}`` looks its file up in the
+    manifest ``collectstatic`` writes; without it every console page is a 500, and the web process
+    reads the manifest once, at start. Deploy-tagged: ``collectstatic`` itself runs the static
+    checks, and ``migrate`` may run before it."""
+    storage = storages.create_storage(settings.STORAGES["staticfiles"])
+    if not isinstance(storage, ManifestFilesMixin):
+        return []
+    hint = (
+        "Run `python manage.py collectstatic --noinput` (the image does it at build), then (re)start the web processes."
+    )
+    content = storage.read_manifest()
+    if content is None:
+        return [
+            Error(
+                f"the static files manifest {storage.path(storage.manifest_name)} is missing: every console page "
+                "would fail (Missing staticfiles manifest entry)",
+                hint=hint,
+                id="gatehouse.E001",
+            )
+        ]
+    try:
+        collected = set(json.loads(content).get("paths", {}))
+    except (ValueError, AttributeError):
+        collected = set()
+    root = Path(apps.get_app_config("console").path) / "static"
+    missing = sorted(
+        p.relative_to(root).as_posix()
+        for p in root.rglob("*")
+        if p.is_file() and p.relative_to(root).as_posix() not in collected
+    )
+    if missing:
+        return [
+            Error(
+                f"the static files manifest {storage.path(storage.manifest_name)} lacks {len(missing)} of the "
+                f"console's files (first: {missing[0]}): it was collected from another version",
+                hint=hint,
+                id="gatehouse.E002",
+            )
+        ]
+    return []

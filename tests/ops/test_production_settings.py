@@ -77,10 +77,10 @@ print(json.dumps({
 def test_s3_blob_storage_keeps_the_default_and_static_storages_and_pages_render(tmp_path, live_db):
     env = _production_env(tmp_path, DATABASE_URL=_session_database_url(), **S3_ENV)
 
+    result = _script(env, "import re\n" + RENDER_A_PAGE)  # collects the static files first
     check = _manage(env, "check", "--deploy", "--fail-level", "WARNING")
     assert check.returncode == 0, check.stdout + check.stderr
 
-    result = _script(env, "import re\n" + RENDER_A_PAGE)
     assert result["storages"] == ["default", "gatehouse_blobs", "staticfiles"]
     assert result["status"] == 200
     # Production static files: content-hashed names, compressed, cached for good.
@@ -167,6 +167,52 @@ def test_the_recovery_clocks_are_checked(settings, overrides, expected):
     found = {m.id for m in run_checks() if (m.id or "").startswith("gatehouse.")}
 
     assert found == expected
+
+
+MANIFEST_STORAGE = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.ManifestStaticFilesStorage"},
+}
+
+
+def test_the_deploy_check_fails_until_the_static_files_are_collected(settings, tmp_path):
+    """Production without Docker: migrate, then daphne, and every console page was a 500 ("Missing
+    staticfiles manifest entry") while `check --deploy --fail-level WARNING` said no issues."""
+    from django.core.management import call_command
+
+    from console.checks import static_manifest_check
+
+    settings.STORAGES = MANIFEST_STORAGE
+    settings.STATIC_ROOT = tmp_path / "static"
+
+    missing = static_manifest_check()
+    assert [m.id for m in missing] == ["gatehouse.E001"]
+    assert "collectstatic --noinput" in (missing[0].hint or "")
+    assert static_manifest_check not in _registered(deploy=False)  # collectstatic and migrate run the others
+
+    call_command("collectstatic", "--noinput", verbosity=0)
+    assert static_manifest_check() == []
+
+    manifest = settings.STATIC_ROOT / "staticfiles.json"
+    stale = json.loads(manifest.read_text())
+    del stale["paths"]["console/favicon.svg"]  # collected from another version
+    manifest.write_text(json.dumps(stale))
+    outdated = static_manifest_check()
+    assert [m.id for m in outdated] == ["gatehouse.E002"]
+    assert "console/favicon.svg" in outdated[0].msg
+
+
+def test_the_static_manifest_is_not_checked_without_hashed_static_files(settings, tmp_path):
+    from console.checks import static_manifest_check
+
+    settings.STATIC_ROOT = tmp_path / "nothing-collected"
+    assert static_manifest_check() == []  # embedded mode and tests serve from the apps' directories
+
+
+def _registered(*, deploy: bool) -> list:
+    from django.core.checks.registry import registry
+
+    return list(registry.get_checks(include_deployment_checks=deploy))
 
 
 def _seconds(value: str) -> float:
