@@ -101,6 +101,8 @@ INSTALLED_APPS = [
     # process that sets Django up (~0.3 s per worker or manage.py start): added for runserver alone.
     # The servers run `python -m daphne` (make run, docker-compose.yml, docs/deploy.md).
     *(["daphne"] if sys.argv[1:2] == ["runserver"] else []),
+    # Before django.contrib.auth: its createsuperuser and changepassword are replaced by audited ones.
+    "approvals.auth_commands",
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",

@@ -13,6 +13,7 @@ from django.core.management import CommandError, call_command, load_command_clas
 
 from approvals import users
 from approvals.models import AuditEvent
+from tests.conftest import ROOT
 
 pytestmark = pytest.mark.django_db
 
@@ -134,3 +135,46 @@ def test_the_command_line_cannot_remove_the_last_admin():
         _run("user_revoke", name, "--role", "admin")
     with pytest.raises(CommandError, match="last active admin"):
         _run("user_deactivate", name)
+
+
+# --- Django's own account commands: audited, or refused (issue 10: no second, unaudited door) ----------
+
+
+def test_createsuperuser_is_refused_and_points_at_the_audited_command():
+    before = User.objects.count()
+
+    with pytest.raises(CommandError) as refused:
+        call_command("createsuperuser", "--noinput", "--username", "root", "--email", "root@example.org")
+
+    assert "user_create --role admin root" in str(refused.value)
+    assert User.objects.count() == before
+    assert load_command_class("approvals.auth_commands", "createsuperuser").help.startswith("Refused")
+    for doc in ("docs/deploy.md", "docker-compose.yml"):  # the set-up steps name the audited command
+        text = (ROOT / doc).read_text()
+        assert "createsuperuser" not in text and "user_create --role admin" in text, doc
+
+
+def test_changepassword_sets_the_password_through_the_audited_service(monkeypatch, client):
+    name = _name()
+    users.user_create(actor=users.CLI, username=name, roles=["reviewer"], password="an-old-passphrase-17")
+    answers = iter(["a-new-passphrase-42", "a-new-passphrase-42"])
+    monkeypatch.setattr("getpass.getpass", lambda prompt="": next(answers))
+
+    out, _ = _run("changepassword", name)
+
+    assert f"Password changed successfully for user '{name}'" in out
+    assert client.post("/accounts/login/", {"username": name, "password": "a-new-passphrase-42"}).status_code == 302
+    user = User.objects.get(username=name)
+    event = AuditEvent.objects.get(action="user.password_reset", subject_id=str(user.pk))
+    assert event.actor_id is None and event.actor_label == "cli"
+
+
+def test_changepassword_reads_stdin_and_refuses_a_weak_password_without_changing_it(monkeypatch, client):
+    name = _name()
+    user = users.user_create(actor=users.CLI, username=name, password="an-old-passphrase-17")
+
+    with pytest.raises(CommandError, match="password"):
+        _run("changepassword", name, "--password-stdin", stdin="12345\n", monkeypatch=monkeypatch)
+
+    assert client.post("/accounts/login/", {"username": name, "password": "an-old-passphrase-17"}).status_code == 302
+    assert not AuditEvent.objects.filter(action="user.password_reset", subject_id=str(user.pk)).exists()
