@@ -5,8 +5,15 @@
 * ``GET /health/ready`` — every dependency a web process needs, plus the
   background machinery: database, checkpointer pool, broker, channel layer, a
   fresh worker heartbeat, and the age of beat's last sweep (``beat``). 200 when every
-  check passes, 503 otherwise; ``?checks=database,broker`` narrows the set (a
-  web container's own health should not depend on the workers).
+  check passes, 503 otherwise; ``?checks=database,broker`` (or ``checks`` repeated)
+  narrows the set (a web container's own health should not depend on the workers).
+
+The checks run at once, each on a thread of its own, and the answer comes within
+``READY_DEADLINE_SECONDS`` whatever hangs: one after another, a PostgreSQL outage
+took ~33 s (the Django pool's 10 s wait for the database, the worker and the beat
+checks, 3 s for the checkpointer), and an orchestrator's probe timed out instead
+of getting its 503. The database check itself waits ``CHECK_TIMEOUT_SECONDS`` for
+a pooled connection, not the pool's 10 s.
 
 Both are unauthenticated and say nothing an outsider could use: per check a
 status, a duration and, on failure, only the exception's class name (the
@@ -18,19 +25,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.db import close_old_connections, connection
+from django.db import connection, connections
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
 from console.heartbeats import SWEEP, heartbeat_age, sweep_stale_seconds, workers_alive
 from console.models import HeartbeatComponent
 
 log = logging.getLogger(__name__)
+
+# A dependency's own wait (a pooled connection, a broker connect, a channel round trip).
+CHECK_TIMEOUT_SECONDS = 3.0
+# The whole answer: a check still running then is reported failed. Below Compose's 8 s probe timeout.
+READY_DEADLINE_SECONDS = 5.0
 
 # --- readiness checks ------------------------------------------------------------------
 
@@ -40,6 +53,12 @@ class CheckFailed(Exception):
 
 
 def _check_database() -> dict[str, Any]:
+    pool = getattr(connection, "pool", None)  # Django's psycopg pool in production; None for SQLite
+    if pool is not None:
+        pool.open()  # as Django does on first use (a no-op once open)
+        with pool.connection(timeout=CHECK_TIMEOUT_SECONDS) as conn:
+            conn.execute("SELECT 1")
+        return {}
     with connection.cursor() as cursor:
         cursor.execute("SELECT 1")
         cursor.fetchone()
@@ -56,8 +75,8 @@ def _check_checkpointer() -> dict[str, Any]:
 def _check_broker() -> dict[str, Any]:
     from console.celery import app
 
-    with app.connection_for_write(connect_timeout=3) as conn:
-        conn.ensure_connection(max_retries=1, timeout=3)
+    with app.connection_for_write(connect_timeout=CHECK_TIMEOUT_SECONDS) as conn:
+        conn.ensure_connection(max_retries=1, timeout=CHECK_TIMEOUT_SECONDS)
         # Lazy transports (Redis) connect on first channel use: open one.
         conn.default_channel  # noqa: B018
     return {}
@@ -74,7 +93,8 @@ def _check_channel_layer() -> dict[str, Any]:
     async def round_trip() -> None:
         channel = await layer.new_channel("health.")
         await layer.send(channel, {"type": "health.ping"})
-        await asyncio.wait_for(layer.receive(channel), timeout=3)  # a receive that times out unsubscribes
+        # A receive that times out unsubscribes.
+        await asyncio.wait_for(layer.receive(channel), timeout=CHECK_TIMEOUT_SECONDS)
         await _channel_forget(layer, channel)
 
     async_to_sync(round_trip)()
@@ -130,22 +150,53 @@ class Readiness:
     checks: dict[str, dict[str, Any]]
 
 
-def readiness_evaluate(*, names: list[str] | None = None) -> Readiness:
-    results: dict[str, dict[str, Any]] = {}
-    for name in names or list(CHECKS):
-        started = time.perf_counter()
-        try:
-            result = {"status": "ok", **CHECKS[name]()}
-        except CheckFailed as exc:
-            result = {"status": "fail", "detail": str(exc)}
-        except Exception as exc:
-            log.warning("readiness check %s failed", name, exc_info=True)
-            result = {"status": "fail", "detail": type(exc).__name__}
-            if name == "database":
-                close_old_connections()
-        result["ms"] = round((time.perf_counter() - started) * 1000, 1)
-        results[name] = result
+def _check_run(name: str) -> dict[str, Any]:
+    started = time.perf_counter()
+    try:
+        result = {"status": "ok", **CHECKS[name]()}
+    except CheckFailed as exc:
+        result = {"status": "fail", "detail": str(exc)}
+    except Exception as exc:
+        log.warning("readiness check %s failed", name, exc_info=True)
+        result = {"status": "fail", "detail": type(exc).__name__}
+    finally:
+        connections.close_all()  # this thread's connections go back to the pool
+    result["ms"] = round((time.perf_counter() - started) * 1000, 1)
+    return result
+
+
+def readiness_evaluate(*, names: list[str] | None = None, deadline: float = READY_DEADLINE_SECONDS) -> Readiness:
+    """Every check at once, each on its own (daemon) thread; one still running at ``deadline`` fails.
+    Its thread ends by itself once the dependency's own timeout fires."""
+    names = names or list(CHECKS)
+    finished: dict[str, dict[str, Any]] = {}
+    threads = [
+        threading.Thread(
+            target=lambda name=name: finished.__setitem__(name, _check_run(name)),
+            name=f"health-{name}",
+            daemon=True,
+        )
+        for name in names
+    ]
+    ends_at = time.monotonic() + deadline
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=max(0.0, ends_at - time.monotonic()))
+    timed_out = {"status": "fail", "detail": f"no answer within {deadline:g} s", "ms": round(deadline * 1000, 1)}
+    results = {name: finished.get(name, timed_out) for name in names}
     return Readiness(ok=all(r["status"] == "ok" for r in results.values()), checks=results)
+
+
+def checks_parse(values: list[str]) -> list[str] | None:
+    """``?checks=a,b``, ``?checks=a&checks=b`` or both; None (every check) when none is named."""
+    names = [n.strip() for value in values for n in value.split(",") if n.strip()]
+    return list(dict.fromkeys(names)) or None
+
+
+def _error(status: int, code: str, message: str, field: str | None = None) -> JsonResponse:
+    # The /api/ error shape: a client parses one shape from every Gatehouse endpoint.
+    return JsonResponse({"error": {"code": code, "message": message, "field": field}}, status=status)
 
 
 # --- the endpoints ------------------------------------------------------------------
@@ -156,14 +207,10 @@ def health_live(request: HttpRequest) -> HttpResponse:
 
 
 def health_ready(request: HttpRequest) -> HttpResponse:
-    raw = request.GET.get("checks", "")
-    names = [n.strip() for n in raw.split(",") if n.strip()] if raw else None
+    names = checks_parse(request.GET.getlist("checks"))
     unknown = sorted(set(names or []) - set(CHECKS))
     if unknown:
-        return JsonResponse(
-            {"error": "bad_request", "field": "checks", "message": f"unknown checks {unknown}; known: {list(CHECKS)}"},
-            status=400,
-        )
+        return _error(400, "bad_request", f"unknown checks {unknown}; known: {list(CHECKS)}", "checks")
     readiness = readiness_evaluate(names=names)
     return JsonResponse(
         {"status": "ok" if readiness.ok else "fail", "checks": readiness.checks}, status=200 if readiness.ok else 503
@@ -192,7 +239,9 @@ class ProbeMiddleware:
         if view is None:
             return self.get_response(request)
         if request.method not in ("GET", "HEAD"):
-            return JsonResponse({"error": "method_not_allowed"}, status=405, headers={"Allow": "GET, HEAD"})
+            refused = _error(405, "method_not_allowed", f"{request.method} is not allowed here: use GET or HEAD")
+            refused["Allow"] = "GET, HEAD"
+            return refused
         response = view(request)
         response["Cache-Control"] = "no-store"
         return response

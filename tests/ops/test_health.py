@@ -55,8 +55,49 @@ def test_readiness_can_be_narrowed_and_names_an_unknown_check():
 
     unknown = Client().get("/health/ready", {"checks": "database,dilithium"})
     assert unknown.status_code == 400
-    assert unknown.json()["field"] == "checks"
-    assert "dilithium" in unknown.json()["message"]
+    error = unknown.json()["error"]  # the APIs' shape
+    assert error["code"] == "bad_request" and error["field"] == "checks"
+    assert "dilithium" in error["message"]
+
+
+@pytest.mark.parametrize("query", ["checks=database&checks=checkpointer", "checks=database,checkpointer&checks="])
+def test_readiness_takes_repeated_checks_parameters(query):
+    # A repeated parameter ran only the last one.
+    response = Client().get(f"/health/ready?{query}")
+
+    assert response.status_code == 200
+    assert set(response.json()["checks"]) == {"database", "checkpointer"}
+
+
+def test_a_refused_method_answers_in_the_apis_error_shape():
+    error = Client().post("/health/ready").json()["error"]
+
+    assert error["code"] == "method_not_allowed" and "GET" in error["message"]
+
+
+@pytest.mark.slow
+def test_readiness_answers_503_within_seconds_when_postgresql_is_down(tmp_path):
+    """Checks ran one after another, each waiting for the Django pool (10 s): ~33 s with PostgreSQL
+    down, and Compose's probe (8 s) timed out instead of getting its 503."""
+    env = _production_env(tmp_path, DATABASE_URL=f"postgres://postgres@127.0.0.1:{free_port()}/gatehouse")
+    result = _script(
+        env,
+        """
+        import time
+        from django.test import Client
+        started = time.monotonic()
+        response = Client().get("/health/ready", {"checks": "database,checkpointer,worker,beat"})
+        print(json.dumps({"status": response.status_code, "seconds": time.monotonic() - started,
+                          "body": response.json()}))
+        """,
+    )
+
+    assert result["status"] == 503
+    assert {name: check["status"] for name, check in result["body"]["checks"].items()} == dict.fromkeys(
+        ("database", "checkpointer", "worker", "beat"), "fail"
+    )
+    assert result["seconds"] < scaled(7), result  # the deadline is 5 s
+    assert result["body"]["checks"]["database"]["ms"] < 4500, result  # its own wait: 3 s, not the pool's 10 s
 
 
 @pytest.mark.slow
@@ -208,6 +249,19 @@ def _purge_queue(name: str) -> None:
         client.delete(name)
     finally:
         client.close()
+
+
+@pytest.mark.slow
+def test_the_worker_health_command_says_unhealthy_when_the_database_is_down(tmp_path):
+    env = _production_env(
+        tmp_path, DATABASE_URL=f"postgres://postgres@127.0.0.1:{free_port()}/gatehouse", GATEHOUSE_DB_POOL_TIMEOUT="0.5"
+    )
+
+    down = _manage(env, "health_check", "--component", "worker", "--node", "celery@nowhere")
+
+    assert down.returncode == 1
+    assert "unhealthy: worker celery@nowhere" in down.stderr
+    assert "Traceback" not in down.stderr, down.stderr
 
 
 @pytest.mark.slow

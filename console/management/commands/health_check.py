@@ -11,6 +11,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import DatabaseError
 
 from console.health import readiness_evaluate
 from console.heartbeats import beat_heartbeat_age, default_worker_nodename, heartbeat_age, worker_heartbeat_name
@@ -44,8 +45,11 @@ class Command(BaseCommand):
             return
         if component == "worker":
             node = options["node"] or default_worker_nodename()
-            age = heartbeat_age(component=HeartbeatComponent.WORKER, name=worker_heartbeat_name(node))
             what = f"worker {node}"
+            try:
+                age = heartbeat_age(component=HeartbeatComponent.WORKER, name=worker_heartbeat_name(node))
+            except DatabaseError as exc:  # the heartbeat row is in the database: unreachable is unhealthy, not a crash
+                raise CommandError(f"unhealthy: {what}: cannot read its heartbeat ({type(exc).__name__})") from None
         else:
             age = beat_heartbeat_age()
             what = f"beat ({settings.GATEHOUSE_BEAT_HEARTBEAT_FILE})"
