@@ -180,6 +180,9 @@ TEMPLATES = [
     },
 ]
 
+# How long the PostgreSQL pools (Django's, the checkpointer's) retry a failed connection before the next
+# checkout starts afresh (see the pool options below).
+GATEHOUSE_DB_POOL_RECONNECT_SECONDS = env_float("GATEHOUSE_DB_POOL_RECONNECT_SECONDS", 5.0, minimum=1.0)
 DATABASES: dict[str, Any]
 if EMBEDDED:
     _private_dir(VAR_DIR)
@@ -213,6 +216,11 @@ else:
         "min_size": env_int("GATEHOUSE_DB_POOL_MIN", 2, minimum=0),
         "max_size": env_int("GATEHOUSE_DB_POOL_MAX", 20, minimum=1),
         "timeout": env_float("GATEHOUSE_DB_POOL_TIMEOUT", 10.0, minimum=0.1),
+        # psycopg_pool retries a failed connection with exponential backoff (1, 2, 4, … s) for this
+        # long (its default: 300 s), so after an outage the next attempt could be minutes away: a
+        # 150 s outage left the worker failing ~95 s more. Given up sooner, the next checkout starts
+        # a fresh attempt at once: back within seconds of PostgreSQL (docs/deploy.md, "Outages").
+        "reconnect_timeout": GATEHOUSE_DB_POOL_RECONNECT_SECONDS,
     }
     if not env_bool("GATEHOUSE_DB_PREPARED_STATEMENTS", True):
         # For a pooler that cannot carry prepared statements (runtime/postgresql/base.py).

@@ -171,6 +171,8 @@ def _pool_get(db: dict[str, object]) -> Any:
         check=connection_check_if_doubtful,
         open=True,
         name="gatehouse-checkpoints",
+        # Bounded backoff, as Django's pool (console/settings.py): back within seconds after an outage.
+        reconnect_timeout=settings.GATEHOUSE_DB_POOL_RECONNECT_SECONDS,
     )
     return _pool
 
