@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import shlex
 import signal
 import socket
 import sqlite3
@@ -218,6 +219,25 @@ def _users_exist(var: Path, env: dict[str, str]) -> bool:
         return bool(db.execute("SELECT EXISTS (SELECT 1 FROM auth_user)").fetchone()[0])
 
 
+# What decides the database and the graphs a command sees; printed with a command to paste when not the default.
+_INSTANCE_VARIABLES = {
+    "GATEHOUSE_VAR_DIR": str(ROOT / "var"),
+    "GATEHOUSE_GRAPHS": str(ROOT / "demo" / "langgraph.json"),
+}
+
+
+def first_admin_command(python: str, env: dict[str, str]) -> str:
+    """``user_create`` with the variables this instance runs with: pasted without them, the admin was
+    created in ``./var``, not in this instance's database."""
+    prefix = [
+        f"{name}={shlex.quote(env[name])}"
+        for name, default in _INSTANCE_VARIABLES.items()
+        if env.get(name) and Path(env[name]).resolve() != Path(default).resolve()
+    ]
+    command = [shlex.quote(python), shlex.quote(str(ROOT / "manage.py")), "user_create --role admin <username>"]
+    return " ".join([*prefix, *command])
+
+
 def stop_seconds(env: dict[str, str]) -> float:
     """How long the children get between SIGTERM and SIGKILL: the workers' shutdown grace, and a margin.
 
@@ -259,7 +279,7 @@ def start(supervisor: Supervisor, env: dict[str, str]) -> int:
     _setup(python, env, demo=demo)
     if not demo and not _users_exist(var, env):
         log("demo mode is off and there are no users yet. Create the first admin, then sign in:")
-        log(f"    {python} manage.py user_create --role admin <username>")
+        log(f"    {first_admin_command(python, env)}")
 
     if bank_port is not None:
         supervisor.start(Child("fake bank", [python, "-m", "demo.fakebank", "--port", str(bank_port)], env))

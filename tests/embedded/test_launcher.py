@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import sqlite3
 import time
@@ -88,7 +89,9 @@ def test_a_signal_stops_every_process_within_seconds(tmp_path: Path, stacks: lis
     stacks.append(stack.start())
     stack.wait_serving()
     # Your own graphs, demo mode off: it comes up empty and says how to create the first admin.
-    assert "manage.py user_create --role admin <username>" in stack.log()
+    hint = next(line for line in stack.log().splitlines() if "manage.py user_create --role admin <username>" in line)
+    # With this instance's database and graphs: pasted without them, the admin landed in ./var.
+    assert f"GATEHOUSE_VAR_DIR={stack.var}" in hint and f"GATEHOUSE_GRAPHS={SOAK_GRAPHS}" in hint, hint
     with sqlite3.connect(f"file:{stack.var / 'gatehouse.sqlite3'}?mode=ro", uri=True) as db:
         assert db.execute("SELECT COUNT(*) FROM auth_user").fetchone()[0] == 0
     # Every child up: the bank, two workers (one with its beat process), the web server.
@@ -103,6 +106,18 @@ def test_a_signal_stops_every_process_within_seconds(tmp_path: Path, stacks: lis
     # (their loop used to wait up to 2 s for a message before it saw the signal, then beat's stop
     # ran past the grace and the timer hard-exited them).
     assert "shutdown grace of" not in stack.log(), stack.log()[-3000:]
+
+
+def test_the_first_admin_command_names_only_the_variables_that_differ_from_the_defaults(tmp_path: Path) -> None:
+    from console.embedded import ROOT, first_admin_command
+
+    var = tmp_path / "my var"  # quoted for the shell
+    own = first_admin_command("/opt/py/bin/python", {"GATEHOUSE_VAR_DIR": str(var), "GATEHOUSE_GRAPHS": "g.json"})
+    default = first_admin_command("/opt/py/bin/python", {"GATEHOUSE_VAR_DIR": str(ROOT / "var")})
+
+    assert shlex.split(own)[:2] == [f"GATEHOUSE_VAR_DIR={var}", "GATEHOUSE_GRAPHS=g.json"]
+    assert shlex.split(default)[:2] == ["/opt/py/bin/python", str(ROOT / "manage.py")]
+    assert default.endswith("user_create --role admin <username>")
 
 
 def test_a_failed_setup_leaves_no_process_and_frees_the_ports(tmp_path: Path, stacks: list[Stack]) -> None:
