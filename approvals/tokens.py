@@ -16,6 +16,7 @@ from approvals.audit import audit_record
 from approvals.models import ApiToken, AuditAction
 from approvals.permissions import TOKEN_ACTIONS, TOKEN_SCOPE_ATTR, access_keep, access_sql
 from runtime import rows
+from runtime.registry import graph_is_external, graph_names
 
 TOKEN_ACTION_NAMES = set(TOKEN_ACTIONS.values()) | {"admin"}
 
@@ -24,6 +25,20 @@ TOKEN_PREFIX = "gh_"  # noqa: S105 - the public prefix of every token
 
 def _digest(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def token_graphs_check(graphs: list[str]) -> list[str]:
+    """Refuse graphs that are neither registered nor an external engine's ("external:<source>",
+    docs/external-tasks.md): a token limited to such a graph sees nothing, silently. As user_create
+    refuses such an assignment; "*" is no wildcard here (a token without graphs has them all)."""
+    registered = set(graph_names())
+    strangers = sorted(g for g in set(graphs) - registered if not graph_is_external(g))
+    if strangers:
+        raise ValueError(
+            f"unknown graph {strangers[0]!r} (registered: {', '.join(sorted(registered)) or 'none'}); "
+            "a token without graphs has every graph its user may see"
+        )
+    return graphs
 
 
 @transaction.atomic

@@ -178,3 +178,16 @@ def test_changepassword_reads_stdin_and_refuses_a_weak_password_without_changing
 
     assert client.post("/accounts/login/", {"username": name, "password": "an-old-passphrase-17"}).status_code == 302
     assert not AuditEvent.objects.filter(action="user.password_reset", subject_id=str(user.pk)).exists()
+
+
+def test_issue_token_refuses_an_unknown_graph_and_issues_nothing():
+    name = _name()
+    user = users.user_create(actor=users.CLI, username=name, roles=["reviewer"])
+
+    with pytest.raises(CommandError, match=r"unknown graph 'nosuch'.*loan_approval"):
+        _run("issue_token", name, "--graphs", "loan_approval,nosuch")
+
+    assert not user.api_tokens.exists()
+    out, _ = _run("issue_token", name, "--graphs", "loan_approval,external:payments")  # an engine's tasks
+    assert out.strip()
+    assert list(user.api_tokens.values_list("graphs", flat=True)) == [["loan_approval", "external:payments"]]

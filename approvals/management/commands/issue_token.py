@@ -7,7 +7,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
-from approvals.tokens import TOKEN_ACTION_NAMES, token_issue
+from approvals.tokens import TOKEN_ACTION_NAMES, token_graphs_check, token_issue
 
 
 class Command(BaseCommand):
@@ -38,7 +38,7 @@ class Command(BaseCommand):
                 user=user,
                 name=name,
                 expires_at=expires,
-                graphs=[g.strip() for g in graphs.split(",") if g.strip()],
+                graphs=token_graphs_check([g.strip() for g in graphs.split(",") if g.strip()]),
                 actions=[a.strip() for a in actions.split(",") if a.strip()],
             )
         except ValueError as exc:
