@@ -35,8 +35,12 @@ USER gatehouse
 # Static files are collected into the image (STATIC_ROOT = /app/var/staticfiles) with hashed
 # names and compressed copies; WhiteNoise serves them. The key is a build-time dummy: settings
 # refuse to load without one, and nothing signed at build time survives into a container.
-RUN SECRET_KEY=collectstatic-build-only-not-a-secret GATEHOUSE_STATIC_MANIFEST=true \
-    python manage.py collectstatic --noinput -v 0
+# Without DATABASE_URL the settings are embedded mode's, which create empty SQLite files in the
+# var dir: collected into a throwaway var dir, only the static files are moved into the image.
+RUN GATEHOUSE_VAR_DIR=/tmp/build-var SECRET_KEY=collectstatic-build-only-not-a-secret GATEHOUSE_STATIC_MANIFEST=true \
+    python manage.py collectstatic --noinput -v 0 \
+ && mv /tmp/build-var/staticfiles /app/var/staticfiles \
+ && rm -rf /tmp/build-var
 
 EXPOSE 8000
 # Liveness of the web role (compose overrides it per role: worker and beat run

@@ -250,3 +250,38 @@ def test_the_dockerfile_installs_dependencies_before_the_source_and_has_a_health
     healthcheck = next(line for line in lines if line.startswith("HEALTHCHECK"))
     assert "--interval" in healthcheck
     assert any("/health/live" in line for line in lines)
+
+
+@pytest.mark.slow
+def test_the_dockerfiles_collectstatic_step_leaves_only_the_static_files_in_the_image(tmp_path):
+    """The step ran in embedded mode (no DATABASE_URL at build) and left empty SQLite files under /app/var.
+    Run here as the Dockerfile writes it, with /app and /tmp moved under tmp_path."""
+    text = (ROOT / "Dockerfile").read_text().replace("\\\n", " ")
+    step = next(line for line in text.splitlines() if line.startswith("RUN ") and "collectstatic" in line)
+    image_env = dict(re.findall(r"(\w+)=(\S+)", text.split("WORKDIR")[0]))
+    command = (
+        step.removeprefix("RUN ")
+        .replace("/tmp/build-var", str(tmp_path / "build-var"))
+        .replace("/app/var", str(tmp_path / "app" / "var"))
+        .replace("python manage.py", f"{sys.executable} manage.py")
+    )
+    (tmp_path / "app" / "var").mkdir(parents=True)  # as the Dockerfile's mkdir before it
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "PYTHONPATH": str(ROOT),
+        "DJANGO_SETTINGS_MODULE": image_env["DJANGO_SETTINGS_MODULE"],
+        "GATEHOUSE_VAR_DIR": str(tmp_path / "app" / "var"),
+    }
+
+    done = subprocess.run(["bash", "-c", command], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert sorted(p.name for p in (tmp_path / "app" / "var").iterdir()) == ["staticfiles"]
+    assert (tmp_path / "app" / "var" / "staticfiles" / "staticfiles.json").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["app"]  # the throwaway var dir is gone
+
+
+def test_the_secret_key_file_is_never_made_world_readable_in_the_instructions():
+    for doc in (".env.example", "docs/deploy.md", "docker-compose.yml"):
+        text = (ROOT / doc).read_text()
+        assert "chmod 644" not in text and "chmod 600 secrets/secret_key" in text, doc
