@@ -66,11 +66,14 @@ def _embedded_ipv4(address: Address) -> ipaddress.IPv4Address | None:
     return None
 
 
+METADATA_REFUSAL = "a cloud metadata address"
+
+
 def address_refusal(address: Address, *, host: str, policy: OutboundPolicy) -> str | None:
     """Why ``address`` may not be reached (None: it may)."""
     candidates = [address] + [a for a in [_embedded_ipv4(address)] if a is not None]
     if any(a in METADATA_ADDRESSES for a in candidates):
-        return "a cloud metadata address"
+        return METADATA_REFUSAL
     if host in policy.hosts or any(a in n for a in candidates for n in policy.networks):
         return None
     for a in candidates:
@@ -120,6 +123,12 @@ def destination_resolve(url: str, *, policy: OutboundPolicy | None = None) -> li
         raise DestinationUnresolvable(f"{host} does not resolve")
     for address in addresses:
         reason = address_refusal(address, host=host, policy=policy)
+        if reason == METADATA_REFUSAL:
+            # No allowlist opens these (the credentials of the host's cloud identity): do not suggest one.
+            raise DestinationRefused(
+                f"{host} resolves to {address} ({reason}); outbound webhooks never reach cloud metadata "
+                "addresses, whatever GATEHOUSE_OUTBOUND_ALLOWED_NETWORKS says"
+            )
         if reason is not None:
             raise DestinationRefused(
                 f"{host} resolves to {address} ({reason}); outbound webhooks may not reach it "
