@@ -10,6 +10,9 @@ against the surviving mutants of ``approvals/inbound/webhooks.py`` (docs/mutatio
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import json
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -172,11 +175,56 @@ def test_a_malformed_signature_header_is_refused_not_a_server_error():
     assert_refused(endpoint, outcome, None, "malformed signature header")
 
 
-def test_a_body_that_is_not_utf8_is_refused():
+def test_an_unsigned_body_that_is_not_utf8_is_refused_as_unsigned():
     endpoint = endpoint_make()
     raw = b'{"correlation_key": "\xff"}'
     outcome = delivery_receive(name=endpoint.name, raw=raw, headers={"webhook-id": "x"})
-    assert_refused(endpoint, outcome, None, "not UTF-8")
+    assert_refused(endpoint, outcome, None, "headers")
+
+
+def sign_bytes(secret: str, raw: bytes, *, at: datetime | None = None) -> dict[str, str]:
+    """Standard Webhooks' scheme on bytes (webhook_sign, like the library, signs text only)."""
+    stamp = str(int((at or datetime.now(tz=UTC)).timestamp()))
+    key = base64.b64decode(secret.removeprefix("whsec_") + "==")
+    digest = hmac.new(key, f"msg_bytes.{stamp}.".encode() + raw, hashlib.sha256).digest()
+    return {
+        "webhook-id": "msg_bytes",
+        "webhook-timestamp": stamp,
+        "webhook-signature": f"v1,{base64.b64encode(digest).decode()}",
+    }
+
+
+def test_a_signed_body_that_is_not_utf8_is_a_400_naming_the_body_not_a_bad_signature():
+    """The sender signed it: a malformed body, not a forgery (it was a 401 and a security event)."""
+    endpoint = endpoint_make()
+    task = waiting_task("K-latin1")
+    raw = '{"correlation_key": "K-latin1", "status": "verified", "note": "caf\u00e9"}'.encode("latin-1")
+
+    outcome = delivery_receive(name=endpoint.name, raw=raw, headers=sign_bytes(endpoint.secrets[0], raw))
+
+    assert outcome.http_status == 400, outcome.body
+    assert outcome.body["error"]["field"] == "body" and "UTF-8" in outcome.body["error"]["message"]
+    assert outcome.delivery is not None and outcome.delivery.verified
+    assert outcome.delivery.status == DeliveryStatus.REFUSED
+    assert not AuditEvent.objects.filter(action=AuditAction.WEBHOOK_REFUSED, subject_id=endpoint.name).exists()
+    assert not decided(task)
+
+
+@pytest.mark.parametrize(
+    ("secret", "at", "problem"),
+    [
+        ("whsec_" + base64.b64encode(b"another-key-of-24-bytes!").decode(), None, "no matching signature"),
+        (None, datetime.now(tz=UTC) - timedelta(minutes=10), "timestamp too old"),
+    ],
+    ids=["another-key", "replayed-late"],
+)
+def test_a_body_that_is_not_utf8_is_still_refused_when_its_signature_is_bad(secret, at, problem):
+    endpoint = endpoint_make()
+    raw = b'{"correlation_key": "\xff"}'
+    outcome = delivery_receive(
+        name=endpoint.name, raw=raw, headers=sign_bytes(secret or endpoint.secrets[0], raw, at=at)
+    )
+    assert_refused(endpoint, outcome, None, problem)
 
 
 def test_header_names_are_matched_whatever_their_case():
