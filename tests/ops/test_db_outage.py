@@ -79,7 +79,7 @@ class CuttableProxy:
 
 def _checkout(pool) -> bool:
     try:
-        conn = pool.getconn(timeout=0.5)
+        conn = pool.getconn(timeout=scaled(0.5))
     except Exception:
         return False
     try:

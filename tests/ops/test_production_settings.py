@@ -273,7 +273,9 @@ def test_the_dockerfiles_collectstatic_step_leaves_only_the_static_files_in_the_
         "GATEHOUSE_VAR_DIR": str(tmp_path / "app" / "var"),
     }
 
-    done = subprocess.run(["bash", "-c", command], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        ["bash", "-c", command], cwd=ROOT, env=env, capture_output=True, text=True, timeout=scaled(120)
+    )
 
     assert done.returncode == 0, done.stdout + done.stderr
     assert sorted(p.name for p in (tmp_path / "app" / "var").iterdir()) == ["staticfiles"]
