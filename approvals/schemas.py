@@ -8,7 +8,7 @@ from typing import Any, Literal, TypeVar
 from uuid import UUID
 
 from ninja import Schema
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from approvals.deadlines import DueState, due_state
 
@@ -55,18 +55,26 @@ class TaskSummaryOut(Schema):
 
     @staticmethod
     def resolve_assigned_group(obj: Any) -> str | None:
-        if isinstance(obj, dict):
-            return obj.get("assigned_group")
+        if isinstance(obj, dict | BaseModel):
+            group: str | None = _built(obj, "assigned_group", None)
+            return group
         return obj.assigned_group.name if obj.assigned_group_id is not None else None
 
 
 _T = TypeVar("_T")
 
 
+def _built(summary: Any, name: str, default: Any) -> Any:
+    """A field of a summary already built: a dict, or the schema itself. Django Ninja validates a returned
+    schema once more against its response type, from its attributes: reading those as a task's left every
+    item of ``GET /api/tasks`` not overdue, with no due text and no assigned group."""
+    return summary.get(name, default) if isinstance(summary, dict) else getattr(summary, name, default)
+
+
 def _due(task: Any, name: str, pick: Callable[[DueState], _T], default: _T) -> _T:
-    """A deadline field of a task (computed now), or of a summary already built (a dict: kept as is)."""
-    if isinstance(task, dict):
-        built: _T = task.get(name, default)
+    """A deadline field of a task (computed now), or of a summary already built (kept as is)."""
+    if isinstance(task, dict | BaseModel):
+        built: _T = _built(task, name, default)
         return built
     state = due_state(task.due_at, remind_at=task.remind_at) if task.is_open else None
     return pick(state) if state is not None else default

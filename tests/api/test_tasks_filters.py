@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import uuid
+from datetime import timedelta
 
 import pytest
+from django.contrib.auth.models import Group
+from django.utils import timezone
 
 from approvals.inbox_filter import InboxFilter
+from approvals.models import ApprovalTask
 from approvals.selectors import tasks_inbox
 from tests.factories import task_make
 
@@ -56,3 +60,20 @@ def test_a_bad_filter_is_a_4xx_naming_it(personas, params, field):
     response = personas["reviewer"].client.get("/api/tasks", **params)
     assert response.status_code == 422, response.content
     assert response.json()["error"]["field"] == field
+
+
+def test_every_list_gives_a_tasks_deadline_and_group_as_its_detail_does(personas):
+    """The list's items said ``overdue: false``, no due text and no group, for tasks overdue and escalated:
+    Django Ninja validated the built items once more and the fields were read as a task's."""
+    case = f"DL-{uuid.uuid4().hex[:8]}"
+    task = task_make(metadata={"case": case}, due_at=timezone.now() - timedelta(minutes=13))
+    ApprovalTask.objects.filter(pk=task.pk).update(assigned_group=Group.objects.get(name="reviewer"))
+    reviewer = personas["reviewer"]
+    detail = reviewer.client.get(f"/api/tasks/{task.pk}").json()
+    assert (detail["overdue"], detail["assigned_group"]) == (True, "reviewer")
+    assert detail["due_text"].startswith("overdue")
+    fields = ("overdue", "due_text", "due_in_seconds", "assigned_group", "due_at")
+    [listed] = reviewer.client.get("/api/tasks", q=case, due="overdue").json()["items"]
+    assert {k: listed[k] for k in fields} == {k: detail[k] for k in fields}
+    [pending] = reviewer.client.get(f"/api/threads/{task.thread_id}").json()["pending_tasks"]
+    assert {k: pending[k] for k in fields} == {k: detail[k] for k in fields}
