@@ -35,13 +35,20 @@ class EditField:
 
     @property
     def shown(self) -> str:
-        if self.raw is not None:
-            return self.raw
+        return self.raw if self.raw is not None else self.initial
+
+    @property
+    def initial(self) -> str:
+        """The value as the form first shows it: what an untouched input sends back. An unset field is
+        empty, a boolean too (its "—"): shown as "false", an unset flag made every Approve an edit of it,
+        refused with "choose yes or no"."""
+        if self.value is None:
+            return ""
         if self.widget == "json":
-            return json.dumps(self.value, indent=2, ensure_ascii=False) if self.value is not None else ""
+            return json.dumps(self.value, indent=2, ensure_ascii=False)
         if self.widget == "boolean":
             return "true" if self.value else "false"
-        return "" if self.value is None else str(self.value)
+        return str(self.value)
 
     @property
     def input_id(self) -> str:
@@ -150,8 +157,8 @@ def changed_values(fields: list[EditField], data: QueryDict, errors: dict[str, s
         if f.name not in data:
             continue
         raw = data.get(f.name, "")
-        if raw == f.shown and f.raw is None:
-            continue
+        if raw == f.initial:
+            continue  # untouched (or changed back after a refusal)
         try:
             value = parse_value(f, raw)
         except FieldInvalid as exc:
