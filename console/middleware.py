@@ -56,6 +56,9 @@ class RequestTextMiddleware:
                 return _error(400, "bad_request", f"header {name} contains a NUL byte", name)
         sources = [request.GET]
         if request.content_type in ("application/x-www-form-urlencoded", "multipart/form-data"):
+            # Read the body first: parsing a multipart form consumes the stream, and a view that then
+            # reads ``request.body`` (the APIs' JSON parser) raised RawPostDataException, a 500.
+            request.body  # noqa: B018 - cached for the parse below and for the view
             sources.append(request.POST)
         for params in sources:
             for key, values in params.lists():

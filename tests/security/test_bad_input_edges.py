@@ -85,6 +85,24 @@ def test_a_nul_byte_in_a_stored_header_is_refused_before_sign_in():
     assert not AuditEvent.objects.filter(subject_id=username).exists()
 
 
+@pytest.mark.parametrize("path", ["/api/threads", "/lg/threads", "/lg/threads/search", "/api/external-tasks"])
+def test_a_multipart_form_sent_to_an_api_is_a_4xx_not_a_500(personas, path):
+    """The NUL check parsed the form first, which consumed the stream: the API's JSON parser then raised
+    RawPostDataException reading the body. Every API takes JSON; a form is refused as such."""
+    response = Client(raise_request_exception=False).post(
+        path, {"graph": "loan_approval", "note": "x"}, headers={"Authorization": f"Bearer {personas['admin'].token}"}
+    )
+    assert 400 <= response.status_code < 500, response.content
+    assert response.json()["error"]["code"]
+
+
+def test_a_multipart_form_with_a_nul_byte_is_still_refused_naming_it(personas):
+    response = Client().post(
+        "/api/threads", {"note": f"x{NUL}"}, headers={"Authorization": f"Bearer {personas['admin'].token}"}
+    )
+    assert error_of(response, 422)["field"] == "note"
+
+
 # --- NUL bytes on PostgreSQL ----------------------------------------------------------------------
 
 
