@@ -134,6 +134,8 @@ def bulk_decide(
             )
     else:
         ids = _ids_parse(task_ids)
+    if not reason.strip():
+        _reason_check(actor, ids, outcome)
     with transaction.atomic():
         bulk = BulkAction.objects.create(
             actor=actor,
@@ -160,6 +162,15 @@ def bulk_decide(
         )
         transaction.on_commit(lambda: bulk_dispatch(bulk_id=bulk.pk))
     return bulk
+
+
+def _reason_check(actor: User, ids: list[str], outcome: str) -> None:
+    """Refuse before starting when a selected task's gate needs a reason for ``outcome`` and none was
+    given: every such task would be skipped one by one, after a bulk that decided nothing."""
+    gates = permissions.tasks_visible(actor).filter(pk__in=ids).values_list("graph", "node").distinct()
+    needing = sorted(f"{graph} / {gate}" for graph, gate in gates if services.reason_required(graph, gate, outcome))
+    if needing:
+        raise InvalidInput(f"a reason is required to {outcome} at {', '.join(needing[:3])}", field="reason")
 
 
 def bulk_dispatch(*, bulk_id: Any) -> None:

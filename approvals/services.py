@@ -242,9 +242,13 @@ def redaction_policy(actor: User, task: ApprovalTask) -> list[str]:
 
 
 def _reason_required(task: ApprovalTask, outcome: str) -> bool:
+    return reason_required(task.graph, task.node, outcome)
+
+
+def reason_required(graph: str, gate: str, outcome: str) -> bool:
     """The graph's reason policy for this gate (langgraph.json "gatehouse": {"reasons": ...})."""
     try:
-        return graph_get(task.graph).reason_required(gate=task.node, outcome=outcome)
+        return graph_get(graph).reason_required(gate=gate, outcome=outcome)
     except UnknownGraph:
         return outcome in ("reject", "edit")  # a graph no longer registered: the strict default
 

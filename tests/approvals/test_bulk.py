@@ -169,10 +169,20 @@ def test_a_rerun_continues_and_never_decides_twice(personas):
 
 
 def test_a_reject_needs_the_reason_the_graph_requires(personas):
+    """Refused before it starts, naming the reason: it used to start, skip every task one by one and
+    leave the audit rows of a bulk that decided nothing."""
     tasks = _tasks(2, _tag())
-    done = _run(personas["approver"].user, tasks, outcome="reject", reason="")
-    assert {s["code"] for s in done.skipped} == {bulk.SkipCode.INVALID}
-    assert all("reason is required" in s["reason"] for s in done.skipped)
+    before = BulkAction.objects.count()
+    with pytest.raises(InvalidInput) as refused:
+        _run(personas["approver"].user, tasks, outcome="reject", reason="  ")
+    assert refused.value.field == "reason"
+    assert refused.value.message == "a reason is required to reject at loan_approval / human_review"
+    assert BulkAction.objects.count() == before
+    assert _run(personas["approver"].user, tasks, outcome="approve", reason="").done == 2  # approving needs none
+
+
+def test_a_reject_with_the_reason_decides_each_task(personas):
+    tasks = _tasks(2, _tag())
     rejected = _run(personas["approver"].user, tasks, outcome="reject", reason="duplicates")
     assert len(rejected.decided) == 2
     assert set(Decision.objects.filter(task__in=tasks).values_list("outcome", flat=True)) == {"reject"}
