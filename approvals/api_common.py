@@ -9,11 +9,13 @@ API says only how its error body looks and what a caller without a token is told
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable
 from inspect import iscoroutinefunction
 from typing import Any
 
 from django.contrib.auth.models import User
+from django.db import DatabaseError, InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.http.response import HttpResponseBase
 from django.urls import URLPattern, URLResolver
@@ -25,6 +27,8 @@ from approvals.errors import DomainError, validation_error_describe
 from approvals.inputs import parse_error_of
 from approvals.security import request_token_mark
 from approvals.tokens import token_authenticate
+
+log = logging.getLogger(__name__)
 
 # (code, message, field) → the JSON body of an error response.
 ErrorBody = Callable[[str, str, str | None], dict[str, Any]]
@@ -128,9 +132,21 @@ def api_errors_install(
             return respond(request, parse_error.status, parse_error.code, parse_error.message, parse_error.field)
         if exc.status_code == 400 and "parse request body" in str(exc):
             return respond(request, 400, "malformed_json", f"request body is not valid JSON: {exc}", "body")
+        if exc.status_code == 403 and "CSRF" in str(exc):  # a signed-in browser session writing without its token
+            message = "CSRF check failed: send the csrftoken cookie's value as X-CSRFToken, or use an API token"
+            return respond(request, 403, "csrf_failed", message, "X-CSRFToken")
         return respond(request, exc.status_code, "error", str(exc))
 
+    def on_database_unavailable(request: HttpRequest, exc: DatabaseError) -> HttpResponse:
+        # The database down or out of connections: a JSON answer a client can retry on, not an HTML 500.
+        log.warning("%s %s: database unavailable: %s", request.method, request.path, exc)
+        response = respond(request, 503, "unavailable", "the database cannot be reached right now; retry shortly")
+        response["Retry-After"] = "5"
+        return response
+
     api.exception_handler(DomainError)(on_domain_error)
+    api.exception_handler(OperationalError)(on_database_unavailable)
+    api.exception_handler(InterfaceError)(on_database_unavailable)
     api.exception_handler(ValidationError)(on_validation_error)
     api.exception_handler(AuthenticationError)(on_auth_error)
     api.exception_handler(HttpError)(on_http_error)

@@ -114,3 +114,43 @@ def test_the_pool_reconnects_within_seconds_after_an_outage():
     finally:
         wrapper.close_pool()
         proxy.cut()
+
+
+def test_the_apis_answer_503_json_while_the_database_is_down(bank, personas, tmp_path):
+    """With PostgreSQL unreachable, GET /api/threads answered Django's HTML "Server Error (500)" page. Both
+    APIs now answer a JSON 503 naming the cause, with Retry-After, and serve again once it is back."""
+    import httpx
+
+    from tests.conftest import daphne_start, process_group_stop, worker_env
+
+    db = connections["default"].settings_dict
+    proxy = CuttableProxy((db["HOST"] or "127.0.0.1", int(db["PORT"] or 5432)))
+    env = {
+        **worker_env(bank),
+        "DATABASE_URL": f"postgres://{db['USER']}@127.0.0.1:{proxy.port}/{db['NAME']}",
+        "GATEHOUSE_DB_POOL_TIMEOUT": "1",
+    }
+    proc, base = daphne_start(env, tmp_path / "daphne.log")
+    headers = {"Authorization": f"Bearer {personas['reviewer'].token}"}
+
+    def get(path: str) -> httpx.Response | None:
+        assert proc.poll() is None, (tmp_path / "daphne.log").read_text(errors="replace")[-2000:]
+        method, body = ("POST", {}) if path.startswith("/lg/") else ("GET", None)
+        try:
+            return httpx.request(method, f"{base}{path}", json=body, headers=headers, timeout=scaled(15))
+        except httpx.TransportError:
+            return None
+
+    try:
+        wait_for(lambda: (r := get("/api/threads")) is not None and r.status_code == 200, timeout=40)
+        proxy.cut()
+        for path in ("/api/threads", "/lg/threads/search"):
+            response = wait_for(lambda p=path: (r := get(p)) is not None and r.status_code == 503 and r, timeout=30)
+            assert response.headers["Retry-After"] == "5"
+            assert response.json()["error"]["code"] == "unavailable", path
+        proxy.restore()
+        wait_for(lambda: (r := get("/api/threads")) is not None and r.status_code == 200, timeout=30)
+    finally:
+        process_group_stop(proc)
+        if proxy.listener is not None:
+            proxy.cut()

@@ -410,3 +410,14 @@ def test_a_decision_with_an_integer_beyond_64_bits_is_refused_on_sqlite(sqlite_s
     assert response.status_code == 422, response.text
     assert response.json()["error"]["field"] == "edits.amount"
     assert sqlite_count(sqlite_server, "approvals_decision") == before
+
+
+def test_a_session_write_to_the_api_without_its_csrf_token_says_what_to_send(personas):
+    """It answered ``{"code": "error", "message": "CSRF check Failed", "field": null}``."""
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(personas["operator"].user)
+    before = Thread.objects.count()
+    response = client.post("/api/threads", {"graph": "loan_approval", "input": {}}, content_type="application/json")
+    error = error_of(response, 403)
+    assert (error["code"], error["field"]) == ("csrf_failed", "X-CSRFToken")
+    assert Thread.objects.count() == before
