@@ -299,6 +299,11 @@ def resume_value_build(
     return value
 
 
+def action_args_check(payload: dict[str, Any], args: dict[str, Any]) -> None:
+    """Check the arguments an approval signs (proposed, then edited) as the gate's action takes them."""
+    _gate_args_check(payload, args)
+
+
 def _gate_args_check(payload: dict[str, Any], args: dict[str, Any]) -> None:
     action = payload.get("proposed_action") or {}
     schema = action.get("args_schema")

@@ -32,6 +32,7 @@ from approvals.outbound.outbox import task_opening
 from approvals.payloads import (
     NOT_GIVEN,
     DecisionRequest,
+    action_args_check,
     decisions_allowed,
     edits_proposed,
     payload_title,
@@ -630,6 +631,16 @@ def _signed_action(task: ApprovalTask, outcome: str, state_patch: dict[str, Any]
         return None
     args = {key: patch.get(key, value) for key, value in proposed.items()}
     args.update(edited)
+    if action.get("args_schema") and (edited or set(patch) & set(proposed)):
+        # A state edit feeds the argument of the same name: it must fit the action as an argument edit
+        # must (an amount of -5 typed into the state was paid). What the graph proposed is its own.
+        try:
+            action_args_check(task.payload if isinstance(task.payload, dict) else {}, args)
+        except InvalidInput as exc:
+            key = (exc.field or "").removeprefix("action_args.").split(".")[0].split("[")[0]
+            if key in patch and key not in edited:
+                raise InvalidInput(exc.message, field=f"edits{(exc.field or '').removeprefix('action_args')}") from None
+            raise
     return {"name": action["name"], "args": args}
 
 

@@ -62,6 +62,15 @@ def human_review(state: LoanState) -> Command[Literal["disburse", "decline"]]:
         proposed_action={
             "name": "disburse",
             "args": {"amount": state.get("amount"), "term_months": state.get("term_months", 12)},
+            # What the bank takes: an edited amount or term (of the state or the argument) must fit it.
+            "args_schema": {
+                "type": "object",
+                "properties": {
+                    "amount": {"type": "integer", "minimum": 1, "maximum": 10_000_000},
+                    "term_months": {"type": "integer", "minimum": 1, "maximum": 480},
+                },
+                "additionalProperties": False,
+            },
         },
         editable=["amount", "term_months"],
         sla_seconds=24 * 3600,

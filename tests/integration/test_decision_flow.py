@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from approvals.models import AuditEvent
+from approvals.models import AuditEvent, Decision
 from runtime.models import Effect
 from tests.conftest import api_decide, loan_input, pending_tasks, thread_settled, thread_start
 
@@ -105,6 +105,20 @@ def test_the_checkpoint_a_reviewer_decided_on_still_shows_what_they_saw(operator
     history = {c["checkpoint_id"]: c for c in auditor.client.get(f"/api/threads/{thread['id']}/history").json()}
     assert history[task["checkpoint_id"]]["values"]["amount"] == 21000
     assert history[next(iter(history))]["values"]["amount"] == 15000  # the newest: after the edit
+
+
+@pytest.mark.parametrize(
+    "edit,field",
+    [({"edits": {"amount": -5}}, "edits.amount"), ({"action_args": {"amount": -5}}, "action_args.amount")],
+)
+def test_an_edit_the_action_cannot_take_is_refused_however_it_is_made(operator, reviewer, edit, field):
+    """A state edit of the amount feeds the payment's argument: -5 typed into the state was paid."""
+    thread = thread_start(operator, "loan_approval", loan_input(amount=21000))
+    [task] = pending_tasks(reviewer, thread["id"])
+    refused = api_decide(reviewer, task, "edit", reason="typo", **edit)
+    assert refused.status_code == 422, refused.content
+    assert refused.json()["error"]["field"] == field
+    assert not Decision.objects.filter(task_id=task["id"]).exists()
 
 
 def test_edited_action_arguments_reach_the_action(operator, reviewer, bank):
