@@ -382,6 +382,18 @@ def test_the_start_form_is_generated_from_the_input_schema_and_validates(persona
     assert partial.content.decode().lstrip().startswith('<fieldset id="start-fields"')
 
 
+@pytest.mark.parametrize("typed", ["[1,2]", "{bad"])
+def test_bad_start_metadata_json_shows_its_message_open_and_keeps_the_text(personas, typed):
+    client = console_client(personas["operator"])
+    response = client.post("/threads/new", {"graph": "loan_approval", "metadata_json": typed})
+    assert response.status_code == 422
+    html = response.content.decode()
+    assert "<details open><summary>More metadata as JSON" in html  # the message is not hidden in a closed box
+    assert 'id="s-meta-json-error"' in html
+    textarea = html.split('id="s-meta-json"', 1)[1].split("</textarea>", 1)[0]
+    assert textarea.endswith(">" + typed.replace('"', "&quot;"))
+
+
 def test_a_reviewer_cannot_start_threads(personas):
     assert console_client(personas["reviewer"]).post("/threads/new", {"graph": "loan_approval"}).status_code == 403
 
