@@ -320,10 +320,18 @@ def task_push_context(user: Any, task_id: Any) -> dict[str, Any]:
 # --- time travel (approvals.time_travel) ---
 
 
+BRANCH_INDENT_MAX = 6  # console.css has a .depth-N class up to this; deeper branches line up with it
+
+
 @dataclass(frozen=True)
 class BranchRow:
     branch: Any
     depth: int
+
+    @property
+    def indent(self) -> int:
+        """The CSS depth class (no inline style: the Content-Security-Policy refuses one)."""
+        return min(self.depth, BRANCH_INDENT_MAX)
 
 
 def _branch_rows(branches: list[Any]) -> list[BranchRow]:

@@ -1,4 +1,8 @@
-"""Time travel from the thread page: fork or replay from the checkpoint shown (operators, with a reason)."""
+"""Time travel from the thread page: fork or replay from the checkpoint shown (operators, with a reason).
+
+A refused fork or replay re-renders the form where it was, with the message beside the field it names
+and what was typed kept: the branch panel for htmx posts, the whole thread page otherwise.
+"""
 
 from __future__ import annotations
 
@@ -7,15 +11,20 @@ from uuid import UUID
 
 from django.contrib import messages
 from django.http import HttpResponse
-from django.shortcuts import redirect
+from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_POST
+from django_htmx.http import HttpResponseClientRedirect
 
-from approvals import time_travel
-from approvals.errors import InvalidInput
+from approvals import store, time_travel
+from approvals.errors import DomainError, Forbidden, InvalidInput
 from approvals.inputs import MalformedJson, json_loads_strict
+from console import page_context
 from console.views.common import SignedInRequest, console_login_required, domain_errors
 
 VALUES_MAX = 100_000  # characters of the fork's JSON values field
+REASON_MAX = 4000  # the form's maxlength; the service is what enforces it
+FORM_FIELDS = ("values", "as_node", "reason")  # a refusal naming another field shows above the form
 
 
 def _values(raw: str) -> dict[str, Any] | None:
@@ -32,32 +41,68 @@ def _values(raw: str) -> dict[str, Any] | None:
     return parsed
 
 
+def _done(request: SignedInRequest, thread_id: UUID) -> HttpResponse:
+    url = reverse("console:thread", kwargs={"thread_id": thread_id})
+    return HttpResponseClientRedirect(url) if request.htmx else redirect(url)
+
+
+def _refused(request: SignedInRequest, thread_id: UUID, kind: str, exc: DomainError) -> HttpResponse:
+    """The thread page (or, for htmx, its branch panel) at the posted checkpoint with the form as sent."""
+    if isinstance(exc, Forbidden):
+        raise exc
+    checkpoint = request.POST.get("checkpoint_id", "")[:64]
+    ctx = page_context.thread_context(request.user, thread_id, checkpoint)
+    if not ctx["can_time_travel"]:  # no form to show the message on (an unknown checkpoint): the plain refusal
+        raise exc
+    field = (exc.field or "").split(".")[0].split("[")[0]
+    message = exc.message if not exc.field or exc.field in exc.message else f"{exc.field}: {exc.message}"
+    ctx["tt"] = {
+        "kind": kind,
+        "field": field if field in FORM_FIELDS else "",
+        "message": message,
+        "values": request.POST.get("values", "")[:VALUES_MAX],
+        "as_node": request.POST.get("as_node", "")[:100],
+        "reason": request.POST.get("reason", "")[:REASON_MAX],
+        "run": request.POST.get("run") == "on",
+    }
+    if request.htmx:
+        return render(request, "console/partials/time_travel.html", ctx, status=exc.status)
+    ctx["store_operations"] = store.store_operations_visible(user=request.user, thread=ctx["thread"])
+    return render(request, "console/thread.html", ctx, status=exc.status)
+
+
 @require_POST
 @console_login_required
 @domain_errors
 def thread_fork(request: SignedInRequest, thread_id: UUID) -> HttpResponse:
-    branch = time_travel.thread_fork(
-        actor=request.user,
-        thread_id=thread_id,
-        checkpoint_id=request.POST.get("checkpoint_id", "")[:64],
-        values=_values(request.POST.get("values", "")),
-        as_node=request.POST.get("as_node", "").strip()[:100] or None,
-        reason=request.POST.get("reason", ""),
-        run=request.POST.get("run") == "on",
-    )
+    try:
+        branch = time_travel.thread_fork(
+            actor=request.user,
+            thread_id=thread_id,
+            checkpoint_id=request.POST.get("checkpoint_id", "")[:64],
+            values=_values(request.POST.get("values", "")),
+            as_node=request.POST.get("as_node", "").strip()[:100] or None,
+            reason=request.POST.get("reason", ""),
+            run=request.POST.get("run") == "on",
+        )
+    except DomainError as exc:
+        return _refused(request, thread_id, "fork", exc)
     messages.success(request, f"Forked: branch {branch.id}" + (" (run queued)" if branch.run_id else ""))
-    return redirect("console:thread", thread_id=thread_id)
+    return _done(request, thread_id)
 
 
 @require_POST
 @console_login_required
 @domain_errors
 def thread_replay(request: SignedInRequest, thread_id: UUID) -> HttpResponse:
-    branch = time_travel.thread_replay(
-        actor=request.user,
-        thread_id=thread_id,
-        checkpoint_id=request.POST.get("checkpoint_id", "")[:64],
-        reason=request.POST.get("reason", ""),
-    )
+    try:
+        branch = time_travel.thread_replay(
+            actor=request.user,
+            thread_id=thread_id,
+            checkpoint_id=request.POST.get("checkpoint_id", "")[:64],
+            reason=request.POST.get("reason", ""),
+        )
+    except DomainError as exc:
+        return _refused(request, thread_id, "replay", exc)
     messages.success(request, f"Replay queued: branch {branch.id}")
-    return redirect("console:thread", thread_id=thread_id)
+    return _done(request, thread_id)

@@ -142,3 +142,68 @@ def test_replay_and_fork_are_disabled_while_a_run_is_in_progress(dispatched, per
     busy = operator.get(f"/threads/{thread.pk}/").content.decode().split('id="time-travel"', 1)[1]
     assert "A run is in progress" in busy
     assert busy.count('disabled aria-describedby="time-travel-busy"') == 2  # Replay and Fork
+
+
+@pytest.mark.parametrize("htmx", [True, False])
+@pytest.mark.parametrize(
+    ("values", "status", "says"),
+    [
+        ("{not json", 400, "values: not valid JSON"),
+        ('{"amount": "lots"}', 422, "values.amount"),  # the state schema's refusal names the key
+    ],
+)
+def test_a_refused_fork_shows_the_form_again_with_the_message_and_what_was_typed(
+    dispatched, personas, htmx, values, status, says
+):
+    thread, task = _paused("travel_pay", {"amount": 40})
+    headers = {"HX-Request": "true", "HX-Target": "time-travel"} if htmx else {}
+    form = {"checkpoint_id": task.checkpoint_id, "values": values, "as_node": "", "reason": "fix it", "run": "on"}
+    response = console_client(personas["operator"]).post(f"/threads/{thread.pk}/fork", form, headers=headers)
+    assert response.status_code == status
+    html = response.content.decode()
+    if htmx:
+        assert html.lstrip().startswith('<section id="time-travel"') and "<html" not in html
+    else:
+        assert "<html" in html and 'id="time-travel"' in html  # the whole thread page, not a bare message
+    error = html.split('id="fork-values-error">', 1)[1].split("</p>", 1)[0]
+    assert says in error
+    typed = html.split('id="fork-values"', 1)[1].split("</textarea>", 1)[0]
+    assert typed.endswith(">" + values.replace('"', "&quot;"))
+    assert 'value="fix it"' in html and 'name="run" checked' in html
+    assert not Branch.objects.filter(thread=thread).exists()
+
+
+def test_a_refused_replay_shows_its_message_beside_the_reason(dispatched, personas):
+    thread, task = _paused("travel_pay", {"amount": 40})
+    response = console_client(personas["operator"]).post(
+        f"/threads/{thread.pk}/replay",
+        {"checkpoint_id": task.checkpoint_id, "reason": " "},
+        headers={"HX-Request": "true"},
+    )
+    assert response.status_code == 422
+    html = response.content.decode()
+    assert "reason" in html.split('id="replay-reason-error">', 1)[1].split("</p>", 1)[0]
+
+
+def test_a_successful_htmx_fork_sends_the_browser_to_the_thread_page(dispatched, personas):
+    thread, task = _paused("travel_pay", {"amount": 40})
+    response = console_client(personas["operator"]).post(
+        f"/threads/{thread.pk}/fork",
+        {"checkpoint_id": task.checkpoint_id, "values": '{"amount": 41}', "reason": "r"},
+        headers={"HX-Request": "true"},
+    )
+    assert response.status_code == 200 and response["HX-Redirect"] == f"/threads/{thread.pk}/"
+
+
+def test_the_branch_tree_indents_with_classes_not_inline_styles(dispatched, personas):
+    thread, task = _paused("travel_pay", {"amount": 40})
+    operator = console_client(personas["operator"])
+    for reason in ("one", "two"):
+        operator.post(
+            f"/threads/{thread.pk}/fork",
+            {"checkpoint_id": task.checkpoint_id, "values": '{"amount": 41}', "reason": reason},
+        )
+    html = operator.get(f"/threads/{thread.pk}/", {"checkpoint": task.checkpoint_id}).content.decode()
+    tree = html.split('id="time-travel"', 1)[1]
+    assert 'class="branch depth-1"' in tree and "style=" not in tree
+    assert tree.count('maxlength="4000"') == 2 and 'maxlength="2000"' not in tree
