@@ -51,8 +51,11 @@ def _refused(request: SignedInRequest, thread_id: UUID, kind: str, exc: DomainEr
     if isinstance(exc, Forbidden):
         raise exc
     checkpoint = request.POST.get("checkpoint_id", "")[:64]
-    ctx = page_context.thread_context(request.user, thread_id, checkpoint)
-    if not ctx["can_time_travel"]:  # no form to show the message on (an unknown checkpoint): the plain refusal
+    try:
+        ctx = page_context.thread_context(request.user, thread_id, checkpoint)
+    except DomainError:  # no page to show it on (an unknown checkpoint): the refusal itself, as it was
+        raise exc from None
+    if not ctx["can_time_travel"]:
         raise exc
     field = (exc.field or "").split(".")[0].split("[")[0]
     message = exc.message if not exc.field or exc.field in exc.message else f"{exc.field}: {exc.message}"
