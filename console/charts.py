@@ -18,6 +18,12 @@ from django.utils.safestring import SafeString, mark_safe
 
 PALETTE = ("#1f6feb", "#d1242f", "#1a7f37", "#9a6700", "#8250df", "#bf3989", "#0a7ea4", "#57606a")
 WIDTH = 640
+# Bar labels: the label column is as wide as the longest label (12px text, ~7px a character, so
+# nothing is clipped at the chart's left edge), up to LABEL_MAX_CHARS; a longer label loses its
+# middle, never its end, where "p50" / "p95" tell a gate's two timing bars apart.
+CHAR_W = 7
+LABEL_MAX_CHARS = 40
+LABEL_TAIL_CHARS = 16
 
 
 @dataclass
@@ -70,17 +76,27 @@ def _svg(chart_id: str, title: str, desc: str, height: int, body: str) -> SafeSt
     )
 
 
+def label_fit(label: str) -> str:
+    """``label`` within LABEL_MAX_CHARS, shortened in the middle so its end stays readable."""
+    if len(label) <= LABEL_MAX_CHARS:
+        return label
+    head = LABEL_MAX_CHARS - LABEL_TAIL_CHARS - 1
+    return f"{label[:head]}…{label[-LABEL_TAIL_CHARS:]}"
+
+
 def bar_chart(chart_id: str, title: str, bars: list[Bar], *, empty: str = "Nothing in this range.") -> SafeString:
     """Horizontal bars, one row each: label, bar (linked), value as text."""
     if not bars:
         return _svg(
             chart_id, title, empty, 30, str(format_html('<text x="0" y="20" class="chart-empty">{}</text>', empty))
         )
-    row, label_w, value_w = 26, 200, 90
+    row, value_w = 26, 90
+    shown = [label_fit(b.label) for b in bars]
+    label_w = max(len(text) for text in shown) * CHAR_W + 16
     top = max((b.value for b in bars), default=0) or 1
     span = WIDTH - label_w - value_w
     rows = []
-    for i, (bar, default) in enumerate(zip(bars, cycle(PALETTE), strict=False)):
+    for i, (bar, text, default) in enumerate(zip(bars, shown, cycle(PALETTE), strict=False)):
         colour = bar.colour or default
         y = i * row
         w = max(bar.value / top * span, 1 if bar.value else 0)
@@ -98,7 +114,7 @@ def bar_chart(chart_id: str, title: str, bars: list[Bar], *, empty: str = "Nothi
                 bar.text,
                 label_w - 8,
                 y + 17,
-                bar.label[:32],
+                text,
                 label_w,
                 y + 4,
                 f"{w:.1f}",
