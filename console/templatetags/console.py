@@ -9,6 +9,7 @@ from django import template
 from django.utils.html import escape, format_html
 from django.utils.safestring import SafeString, mark_safe
 
+from approvals.models import AuditAction
 from console import rows_html
 from runtime.deadlines import DeadlineError, duration_human, duration_parse
 
@@ -87,6 +88,30 @@ def pretty(value: Any) -> str:
 @register.filter
 def ago(value: datetime | None) -> str:
     return rows_html.ago(value)
+
+
+# What a user's access history says for each of its actions (the stored value is the dotted code).
+_USER_ACTION_LABELS: dict[str, str] = {
+    AuditAction.USER_CREATED: "Account created",
+    AuditAction.USER_ACCESS_CHANGED: "Access changed",
+    AuditAction.USER_DEACTIVATED: "Deactivated",
+    AuditAction.USER_REACTIVATED: "Reactivated",
+    AuditAction.USER_PASSWORD_RESET: "Password reset",
+    AuditAction.USER_PASSWORD_SET: "Password set",
+    AuditAction.USER_OTP_RESET: "OTP devices reset",
+    AuditAction.USER_AWAY_SET: "Marked away",
+    AuditAction.USER_AWAY_CLEARED: "Back from away",
+}
+
+
+@register.filter
+def audit_label(action: str) -> str:
+    """A readable name for an audit action code ("user.deactivated" → "Deactivated")."""
+    if action in _USER_ACTION_LABELS:
+        return _USER_ACTION_LABELS[action]
+    if action in AuditAction.values:
+        return str(AuditAction(action).label)
+    return action
 
 
 @register.filter

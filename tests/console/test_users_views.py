@@ -161,6 +161,20 @@ def test_htmx_changes_re_render_the_panel_and_are_audited(personas):
     ]
 
 
+def test_the_access_history_shows_readable_labels_not_action_codes(personas):
+    admin = console_client(personas["admin"])
+    user = users.user_create(actor=users.CLI, username=_name("hist"), roles=["reviewer"])
+    admin.post(f"/users/{user.pk}/password")
+    admin.post(f"/users/{user.pk}/deactivate", {"reason": "left"})
+    history = admin.get(f"/users/{user.pk}/").content.decode().split('id="history"', 1)[1]
+    shown = re.findall(r'<span class="tl-action" title="([^"]+)">([^<]+)</span>', history)
+    assert shown == [
+        ("user.deactivated", "Deactivated"),
+        ("user.password_reset", "Password reset"),
+        ("user.created", "Account created"),
+    ]
+
+
 def test_a_plain_form_post_redirects_back_to_the_detail_page(personas):
     user = users.user_create(actor=users.CLI, username=_name("plain"))
     response = console_client(personas["admin"]).post(f"/users/{user.pk}/roles", {"roles": ["auditor"]})
