@@ -71,7 +71,10 @@ def field(mapping: Any, key: str) -> Any:
 
 
 def ago(value: datetime | None) -> str:
-    """How long ago (or, prefixed "in", how far ahead) ``value`` is: "42s ago", "3h 5m ago", "in 2d 1h"."""
+    """How long ago (or, prefixed "in", how far ahead) ``value`` is: "42s ago", "3h 5m ago", "in 2d 1h".
+
+    A ``<time data-ago>`` showing it keeps counting in the browser (console.js ``agoText``, same words).
+    """
     if not value:
         return ""
     seconds = int((timezone.now() - value).total_seconds())
@@ -112,7 +115,7 @@ def due_badge_html(task: Any) -> SafeString:
         out += (
             f' <span class="badge badge-escalated" data-escalated title="Escalated '
             f'{_utc(task.escalated_at, "%Y-%m-%d %H:%M")} UTC: {_e(task.escalation_reason)}">escalated'
-            f'{to} · <time datetime="{_iso(task.escalated_at)}">'
+            f'{to} · <time datetime="{_iso(task.escalated_at)}" data-ago>'
             f"{ago(task.escalated_at)}</time></span>"
         )
     return mark_safe(out + "</span>")  # noqa: S308 - every value above is escaped
@@ -147,7 +150,8 @@ def inbox_row_html(task: Any, claim: Any, *, me: Any, bulk_enabled: bool, conver
         f'<td class="title"><a href="{url}">{title}</a>{badges}</td><td>{_e(task.graph)}</td>'
         f"<td><code>{_e(task.node)}</code></td>"
         f"<td>{_e(case)}{who}</td>"
-        f'<td><time datetime="{_iso(task.created_at)}" title="{_utc(task.created_at, "%Y-%m-%d %H:%M:%S")} UTC">'
+        f'<td><time datetime="{_iso(task.created_at)}" data-ago '
+        f'title="{_utc(task.created_at, "%Y-%m-%d %H:%M:%S")} UTC">'
         f"{ago(task.created_at)}</time></td><td>{due_badge_html(task)}</td>"
     )
     if claim:

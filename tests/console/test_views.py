@@ -414,3 +414,36 @@ def test_the_reason_field_says_what_this_gates_policy_requires(personas, graph, 
         assert hint in page
     else:
         assert "required to" not in page
+
+
+# --- the task page's header, decision panel and timeline --------------------------------------------
+
+
+def test_a_closed_tasks_header_gives_its_due_date_once(personas):
+    due = timezone.now() + timedelta(days=2)
+    task = task_decided(by=personas["reviewer"].user, due_at=due)
+    html = console_client(personas["reviewer"]).get(f"/tasks/{task.pk}/").content.decode()
+    head = html.split('id="task-head"', 1)[1].split("</p>", 1)[0]
+    assert head.count(due.strftime("%Y-%m-%d %H:%M")) == 1
+    open_task = task_make(due_at=due)
+    head = console_client(personas["reviewer"]).get(f"/tasks/{open_task.pk}/").content.decode()
+    head = head.split('id="task-head"', 1)[1].split("</p>", 1)[0]
+    assert f"Due {due:%Y-%m-%d %H:%M} UTC" in head and "data-due-badge" in head  # date, and the countdown
+
+
+def test_deciding_a_task_someone_else_decided_says_so_once(personas, loan_task):
+    client = console_client(personas["reviewer2"])
+    page = client.get(f"/tasks/{loan_task.pk}/")  # the form is open while another reviewer decides
+    assert page.status_code == 200
+    console_decide(console_client(personas["reviewer"]), loan_task, decision="approve")
+    html = console_decide(client, loan_task, decision="approve").content.decode()
+    assert html.lower().count("no longer be decided") == 1, html
+    assert 'id="closed-note"' in html and 'role="alert"' in html
+
+
+def test_relative_times_on_the_task_page_keep_counting_and_the_timeline_gives_date_and_zone(personas, loan_task):
+    html = console_client(personas["reviewer"]).get(f"/tasks/{loan_task.pk}/").content.decode()
+    opened = html.split("Opened <time", 1)[1].split(">", 1)[0]
+    assert "data-ago" in opened and f"{loan_task.created_at:%Y-%m-%d %H:%M:%S} UTC" in opened
+    timeline = html.split('id="task-timeline"', 1)[1]
+    assert f"{loan_task.created_at:%Y-%m-%d} " in timeline and " UTC</time>" in timeline

@@ -163,8 +163,29 @@
       if (tr) tr.classList.toggle("is-overdue", overdue);
     });
   }
-  document.addEventListener("DOMContentLoaded", tickDue);
-  document.addEventListener("htmx:wsAfterMessage", tickDue);
-  document.addEventListener("htmx:afterSwap", tickDue);
-  setInterval(tickDue, 1000);
+  // --- relative times ("42s ago") keep counting, like the due badges beside them ---
+  // Same words as console/rows_html.py ago().
+  function agoText(s) {
+    var future = s < 0, text;
+    s = Math.floor(Math.abs(s));
+    if (s < 60) text = s + "s";
+    else if (s < 3600) text = Math.floor(s / 60) + "m";
+    else if (s < 86400) text = Math.floor(s / 3600) + "h " + Math.floor((s % 3600) / 60) + "m";
+    else text = Math.floor(s / 86400) + "d " + Math.floor((s % 86400) / 3600) + "h";
+    return future ? "in " + text : text + " ago";
+  }
+  function tickAgo() {
+    var now = Date.now();
+    document.querySelectorAll("time[data-ago]").forEach(function (el) {
+      var at = Date.parse(el.getAttribute("datetime"));
+      if (isNaN(at)) return;
+      var text = agoText((now - at) / 1000);
+      if (el.textContent !== text) el.textContent = text;
+    });
+  }
+  function tick() { tickDue(); tickAgo(); }
+  document.addEventListener("DOMContentLoaded", tick);
+  document.addEventListener("htmx:wsAfterMessage", tick);
+  document.addEventListener("htmx:afterSwap", tick);
+  setInterval(tick, 1000);
 })();
