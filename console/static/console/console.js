@@ -88,6 +88,7 @@
   var pendingG = false;
   document.addEventListener("keydown", function (e) {
     if (e.ctrlKey || e.metaKey || e.altKey) return;
+    if (e.key === "Escape" && helpOpen()) { showHelp(false); e.preventDefault(); return; }
     if (e.key === "Escape" && typing(e)) { e.target.blur(); return; }
     if (typing(e)) return;
     var list = rows();
@@ -122,14 +123,21 @@
       case "?": toggleHelp(); e.preventDefault(); break;
     }
   });
-  function toggleHelp() {
+  function helpOpen() {
+    var help = document.getElementById("kbd-help");
+    return !!help && !help.hidden;
+  }
+  function showHelp(open) {
     var help = document.getElementById("kbd-help");
     if (!help) return;
-    help.hidden = !help.hidden;
-    document.querySelectorAll(".kbd-help-toggle").forEach(function (b) { b.setAttribute("aria-expanded", String(!help.hidden)); });
+    help.hidden = !open;
+    document.querySelectorAll(".kbd-help-toggle").forEach(function (b) { b.setAttribute("aria-expanded", String(open)); });
   }
+  function toggleHelp() { showHelp(!helpOpen()); }
   document.addEventListener("click", function (e) {
-    if (e.target.closest && e.target.closest(".kbd-help-toggle")) toggleHelp();
+    if (!e.target.closest) return;
+    if (e.target.closest(".kbd-help-toggle")) toggleHelp();
+    else if (e.target.closest(".kbd-help-close")) showHelp(false);
   });
 
   // --- deadlines: due badges count down from their ISO time, so an open page turns overdue on time ---
