@@ -259,6 +259,12 @@ def environment() -> dict[str, str]:
     return env
 
 
+def public_url_default(env: dict[str, str], port: int) -> None:
+    """Where links the console sends out (deadline e-mails under var/mail/) point: unset, they were
+    relative ("/tasks/<id>/"), which no mail reader can open. Embedded, the console is here."""
+    env.setdefault("GATEHOUSE_PUBLIC_URL", f"http://127.0.0.1:{port}")
+
+
 def start(supervisor: Supervisor, env: dict[str, str]) -> int:
     """Set up, then start the children; returns the web port. Raises StartError."""
     python = sys.executable
@@ -268,6 +274,7 @@ def start(supervisor: Supervisor, env: dict[str, str]) -> int:
     if not port_free(port):
         raise StartError(f"port {port} is in use: set PORT to another port (and GATEHOUSE_VAR_DIR for a 2nd instance)")
     env["PORT"] = str(port)
+    public_url_default(env, port)
     bank_port: int | None = None
     if not env.get("GATEHOUSE_FAKE_BANK_URL"):
         bank_port = env_int("BANK_PORT", 0, minimum=0) or port_pick()

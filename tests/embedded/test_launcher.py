@@ -120,6 +120,18 @@ def test_the_first_admin_command_names_only_the_variables_that_differ_from_the_d
     assert default.endswith("user_create --role admin <username>")
 
 
+def test_links_sent_out_point_at_the_embedded_console_unless_configured() -> None:
+    """Deadline e-mails in var/mail/ linked to "/tasks/<id>/": no mail reader can open a relative link."""
+    from console.embedded import public_url_default
+
+    env: dict[str, str] = {}
+    public_url_default(env, 8123)
+    assert env["GATEHOUSE_PUBLIC_URL"] == "http://127.0.0.1:8123"
+    configured = {"GATEHOUSE_PUBLIC_URL": "https://gatehouse.example.com"}
+    public_url_default(configured, 8123)
+    assert configured["GATEHOUSE_PUBLIC_URL"] == "https://gatehouse.example.com"
+
+
 def test_a_failed_setup_leaves_no_process_and_frees_the_ports(tmp_path: Path, stacks: list[Stack]) -> None:
     # A graph registered as "loan_approval" whose input the demo thread does not fit: demo_setup fails.
     graphs = tmp_path / "graphs.json"
