@@ -28,7 +28,7 @@ from console import selectors
 from console.conversation import conversation_context  # Conversation (comments)
 from console.decision_panel import DecisionPanel, decision_panel_for
 from console.forms import InboxFilterForm
-from runtime.models import ACTIVE_RUN_STATUSES, Thread, ThreadStatus
+from runtime.models import ACTIVE_RUN_STATUSES, Run, RunStatus, Thread, ThreadStatus
 from runtime.registry import REASON_OUTCOMES, UnknownGraph, graph_get, graph_is_external, graph_is_registered
 from runtime.state_schema import json_schema_for
 
@@ -446,7 +446,22 @@ def inbox_columns_context(
     }
 
 
+# What a decided task's resume run did, in the bulk page's Thread column.
+_BULK_RUN_WORDS: dict[str, str] = {
+    RunStatus.QUEUED: "resuming",
+    RunStatus.RUNNING: "resuming",
+    RunStatus.SUCCEEDED: "resumed: completed",
+    RunStatus.INTERRUPTED: "resumed: waits at its next gate",
+    RunStatus.FAILED: "resumed: failed",
+    RunStatus.CANCELLED: "resume cancelled",
+}
+
+
 def bulk_context(user: Any, bulk_id: Any) -> dict[str, Any]:
     action = bulk.bulk_get_for(user, bulk_id)
     percent = round(100 * action.done / action.total) if action.total else 100
-    return {"bulk": action, "percent": percent, "elapsed": bulk.bulk_elapsed(action), "me": user}
+    # Each resume run as it is now (one query): the column said "resuming" long after they had finished.
+    run_ids = [item["run"] for item in action.decided if item.get("run")]
+    statuses = dict(Run.objects.filter(pk__in=run_ids).values_list("id", "status")) if run_ids else {}
+    runs = {str(pk): _BULK_RUN_WORDS.get(str(status), str(status)) for pk, status in statuses.items()}
+    return {"bulk": action, "percent": percent, "elapsed": bulk.bulk_elapsed(action), "me": user, "runs": runs}

@@ -8,6 +8,7 @@ import pytest
 
 from approvals import bulk
 from approvals.models import BulkAction, Decision
+from runtime.models import Run, RunStatus
 from tests.console.conftest import console_client
 from tests.factories import task_make
 from tests.fake_resumes import fake_resumes_closed  # noqa: F401  (fixture)
@@ -62,6 +63,21 @@ def test_select_all_decides_exactly_the_filtered_tasks(personas):
     assert not Decision.objects.filter(task__in=other_gate).exists()
     page = client.get(response["HX-Redirect"]).content.decode()
     assert "Finished" in page and "3 decided, 0 skipped" in page
+
+
+def test_the_results_say_what_each_resume_run_did_not_resuming_forever(personas):
+    """The Thread column read "resuming" twenty minutes after every thread had completed."""
+    tag = f"V-{uuid.uuid4().hex[:6]}"
+    tasks = _tagged(tag, 2)
+    client = console_client(personas["approver"])
+    done = client.post("/bulk/", {"task_ids": [str(t.pk) for t in tasks], "outcome": "approve"})
+    runs = [Decision.objects.get(task=t).run_id for t in tasks]
+    Run.objects.filter(pk=runs[0]).update(status=RunStatus.SUCCEEDED)  # as the worker finishes it
+    Run.objects.filter(pk=runs[1]).update(status=RunStatus.QUEUED)
+    page = client.get(done["Location"]).content.decode()
+    rows = {t.pk: page.split(f'data-task-id="{t.pk}"')[-1].split("</tr>")[0] for t in tasks}
+    assert "resumed: completed" in rows[tasks[0].pk]
+    assert "resuming" in rows[tasks[1].pk]
 
 
 def test_checked_rows_are_decided_and_a_bad_form_names_the_field(personas):
