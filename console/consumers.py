@@ -303,7 +303,13 @@ class ThreadConsumer(LiveConsumer):
         return [live.thread_group(thread.pk)]
 
     def context(self, user: Any) -> dict[str, Any]:
-        return page_context.thread_live_context(user, self.scope["url_route"]["kwargs"]["thread_id"])
+        thread_id = self.scope["url_route"]["kwargs"]["thread_id"]
+        ctx = page_context.thread_live_context(user, thread_id)
+        if not QueryDict(self.scope.get("query_string", b"").decode()).get("checkpoint"):
+            # A page showing the current state: its state card follows the thread (one past checkpoint
+            # stays as it is). It said "No checkpoint yet" beside a timeline of four.
+            ctx.update(page_context.thread_state_context(user, thread_id), state_pushed=True)
+        return ctx
 
 
 # --- Bulk decisions (issue 14): the progress page -------------------------------------------------------

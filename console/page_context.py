@@ -259,15 +259,21 @@ def thread_live_context(user: Any, thread_id: Any) -> dict[str, Any]:
     }
 
 
-def thread_context(user: Any, thread_id: Any, checkpoint_id: str = "") -> dict[str, Any]:
-    ctx = thread_live_context(user, thread_id)
+def thread_state_context(user: Any, thread_id: Any, checkpoint_id: str = "") -> dict[str, Any]:
+    """The thread page's state card: the current state (or a checkpoint's) and what its step changed."""
     current = gateway.state_for(user, thread_id)
     shown = gateway.state_for(user, thread_id, checkpoint_id) if checkpoint_id else current
     diff: list[selectors.DiffRow] = []
     if shown and shown.parent_id:
         before = gateway.state_for(user, thread_id, shown.parent_id)
         diff = selectors.state_diff(before.values if before else {}, shown.values)
-    ctx.update({"current": current, "shown": shown, "diff": diff, "checkpoint_id": checkpoint_id})
+    return {"current": current, "shown": shown, "diff": diff, "checkpoint_id": checkpoint_id}
+
+
+def thread_context(user: Any, thread_id: Any, checkpoint_id: str = "") -> dict[str, Any]:
+    ctx = thread_live_context(user, thread_id)
+    ctx.update(thread_state_context(user, thread_id, checkpoint_id))
+    shown = ctx["shown"]
     ctx["graph_retired"] = _graph_retired(ctx["thread"].graph)
     ctx.update(time_travel_context(user, ctx["thread"], shown))  # time travel: branches, subgraph states, forms
     return ctx

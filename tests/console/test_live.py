@@ -345,6 +345,21 @@ def test_the_thread_socket_pushes_the_status_after_a_change(personas, loop):
     socket.close()
 
 
+def test_the_thread_socket_pushes_the_current_state_card_only_to_a_page_showing_it(personas, loop):
+    """The "Current state" card said "No checkpoint yet" beside a live timeline of four checkpoints."""
+    task = task_make()
+    current = Socket(loop, f"/ws/threads/{task.thread_id}/", [ORIGIN, _cookie(personas["auditor"])])
+    past = Socket(
+        loop, f"/ws/threads/{task.thread_id}/?checkpoint={task.checkpoint_id}", [ORIGIN, _cookie(personas["auditor"])]
+    )
+    assert current.connect()[0] and past.connect()[0]
+    card = '<section id="checkpoint-view" class="card" aria-labelledby="cp-h" hx-swap-oob="true">'
+    assert card in current.receive()
+    assert "checkpoint-view" not in past.receive()  # a past checkpoint's card stays as the page drew it
+    current.close()
+    past.close()
+
+
 def _close(socket: Socket, *, unseen: str = "") -> dict[str, Any]:
     """Read until the socket closes, and return the close.
 
