@@ -431,6 +431,14 @@ def test_a_closed_tasks_header_gives_its_due_date_once(personas):
     assert f"Due {due:%Y-%m-%d %H:%M} UTC" in head and "data-due-badge" in head  # date, and the countdown
 
 
+def test_a_task_page_gives_one_due_time_the_one_in_force(personas):
+    """The payload's facts said "Due within 1 h" (the gate's SLA) while the header said "overdue 14 min"
+    (the langgraph.json deadline, which wins): the page contradicted itself."""
+    task = task_make(due_at=timezone.now() - timedelta(minutes=14))  # the loan gate's payload: sla 1 h
+    html = console_client(personas["reviewer"]).get(f"/tasks/{task.pk}/").content.decode()
+    assert "overdue" in html and "Due within" not in html
+
+
 def test_deciding_a_task_someone_else_decided_says_so_once(personas, loan_task):
     client = console_client(personas["reviewer2"])
     page = client.get(f"/tasks/{loan_task.pk}/")  # the form is open while another reviewer decides
