@@ -33,7 +33,7 @@ from approvals import permissions
 from approvals.audit import audit_record, audit_task
 from approvals.claims import claim_drop, claim_for, claim_put
 from approvals.errors import Conflict, Forbidden, InvalidInput
-from approvals.models import ApprovalTask, AuditAction, Away
+from approvals.models import ApprovalTask, AuditAction, AuditEvent, Away
 from approvals.services import separation_required
 from runtime.storable import NotStorable, value_storable_check
 
@@ -60,6 +60,34 @@ class Assignees:
 def task_assignees(task: ApprovalTask) -> Assignees:
     """Who ``task`` is assigned to (see the module doc for what each combination means)."""
     return Assignees(user=task.assigned_user, group=task.assigned_group)
+
+
+@dataclass(frozen=True)
+class HandOff:
+    """The task's latest reassignment or delegation: who made it, which, and when."""
+
+    by: str
+    kind: str  # "reassigned" | "delegated"
+    at: datetime
+
+
+def last_handoff(task: ApprovalTask) -> HandOff | None:
+    """One indexed read of the trail (its subject index): the page's confirmation that a hand-off took,
+    which a live re-render cannot wipe as it did the response's own notice."""
+    event = (
+        AuditEvent.objects.filter(
+            subject_type="task",
+            subject_id=str(task.pk),
+            action__in=(AuditAction.TASK_REASSIGNED, AuditAction.TASK_DELEGATED),
+        )
+        .order_by("-id")
+        .only("actor_label", "action", "at")
+        .first()
+    )
+    if event is None:
+        return None
+    kind = "reassigned" if event.action == AuditAction.TASK_REASSIGNED else "delegated"
+    return HandOff(by=event.actor_label, kind=kind, at=event.at)
 
 
 def assigned_to_q(user: permissions.Principal) -> Q:

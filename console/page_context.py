@@ -172,6 +172,7 @@ def _handoff_context(user: Any, task: ApprovalTask, claim: Any) -> dict[str, Any
     can_delegate = task.is_open and claim is not None and claim.user_id == user.pk
     return {
         "assignees": assignment.task_assignees(task),
+        "last_handoff": assignment.last_handoff(task) if task.assigned_at else None,
         "can_reassign": can_reassign,
         "can_delegate": can_delegate,
         # Pickers only for whoever sees a form; the services check each choice.

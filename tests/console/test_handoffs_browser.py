@@ -55,8 +55,12 @@ def test_a_reassign_and_a_delegation_arrive_live_in_the_other_reviewers_inbox(br
     lead_page.locator("#reassign-user").fill(alice.username)
     lead_page.locator("#reassign-note").fill("Alice knows this applicant")
     lead_page.locator("#reassign-button").click()
-    # The panel's "Assigned to" line (the live push that follows re-renders the panel, so no flash message).
+    # The panel's "Assigned to" line (the live push that follows re-renders the panel, so no flash message),
+    # and a last hand-off line that the live push keeps; the form is emptied, so a second click repeats nothing.
     expect(lead_page.locator("#assigned-user")).to_have_text(alice.username)
+    expect(lead_page.locator("#last-handoff")).to_contain_text("reassigned by you")
+    expect(lead_page.locator("#reassign-user")).to_have_value("")
+    expect(lead_page.locator("#reassign-note")).to_have_value("")
     expect(alice_inbox.locator(row)).to_have_count(1, timeout=LIVE_MS)
     expect(alice_inbox.locator(row)).to_contain_text("you")
     expect(bob_inbox.locator(row)).to_have_count(0)

@@ -171,6 +171,17 @@
       if (tr) tr.classList.toggle("is-overdue", overdue);
     });
   }
+  // --- hand-offs: a form that went through is emptied, so a second click does not repeat it ---
+  // (its fields are hx-preserve'd across live pushes, which kept the text after a success too)
+  // Emptied before its answer is swapped in, while the form is still on the page: a live push may replace
+  // the panel at any moment after, and the preserved fields move into whatever comes next as they are.
+  document.addEventListener("htmx:beforeSwap", function (e) {
+    var form = e.detail.requestConfig && e.detail.requestConfig.elt;
+    if (!form || !form.matches || !form.matches("#reassign-form, #delegate-form")) return;
+    if (!e.detail.xhr || e.detail.xhr.status !== 200) return;  // a refusal keeps what was typed
+    form.querySelectorAll("input:not([type=hidden]), textarea, select").forEach(function (el) { el.value = ""; });
+  });
+
   // --- relative times ("42s ago") keep counting, like the due badges beside them ---
   // Same words as console/rows_html.py ago().
   function agoText(s) {
