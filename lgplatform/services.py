@@ -830,16 +830,31 @@ def _outcome_of(value: Any) -> str:
     return resume_outcome(value) or "approve"
 
 
+REASON_MAX_CHARS = 4000  # as the native API's decision reason
+
+
 def _reason_of(value: Any, metadata: dict[str, Any]) -> str:
+    """The decision's reason: the resume value's ``reason`` or ``message`` (a tool call's message), else the
+    run's ``metadata.reason``. One too long is refused, as on the native API, not cut short."""
+    found: tuple[str, str] | None = None
     if isinstance(value, dict):
         for key in ("reason", "message"):
             if isinstance(value.get(key), str) and value[key].strip():
-                return str(value[key])[:4000]
-        for item in value.get("decisions") or []:
-            if isinstance(item, dict) and isinstance(item.get("message"), str) and item["message"].strip():
-                return str(item["message"])[:4000]
-    reason = metadata.get("reason")
-    return str(reason)[:4000] if isinstance(reason, str) else ""
+                found = (value[key], f"command.resume.{key}")
+                break
+        if found is None:
+            for index, item in enumerate(value.get("decisions") or []):
+                if isinstance(item, dict) and isinstance(item.get("message"), str) and item["message"].strip():
+                    found = (item["message"], f"command.resume.decisions[{index}].message")
+                    break
+    if found is None and isinstance(metadata.get("reason"), str):
+        found = (metadata["reason"], "metadata.reason")
+    if found is None:
+        return ""
+    text, field = found
+    if len(text) > REASON_MAX_CHARS:
+        raise InvalidInput(f"a reason is at most {REASON_MAX_CHARS} characters (got {len(text)})", field=field)
+    return text
 
 
 @transaction.atomic

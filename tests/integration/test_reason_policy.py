@@ -109,3 +109,17 @@ def test_a_gate_can_require_a_reason_its_graph_does_not(operator, reviewer):
     body = {"decision": "approve", "reason": "memo attached"}
     assert api_decide(reviewer, tasks["legal"], None, **body).status_code == 201
     assert thread_settled(reviewer, thread["id"])["status"] == "completed"
+
+
+def test_a_reason_longer_than_the_native_apis_is_refused_not_cut(server, personas):  # noqa: F811
+    """/lg/ cut a 5,000-character reason to 4,000 and signed that; the native API refuses it."""
+    op, rv = _client(server, personas["operator"].token), _client(server, personas["reviewer"].token)
+    thread = op.threads.create(metadata={"case": "long-reason"})
+    op.runs.wait(thread["thread_id"], "loan_approval", input=loan_input(amount=20000, income=40000))
+    with pytest.raises(httpx.HTTPStatusError) as refused:
+        rv.runs.wait(
+            thread["thread_id"], "loan_approval", command={"resume": {"decision": "reject", "reason": "x" * 5000}}
+        )
+    assert refused.value.response.status_code == 422
+    assert refused.value.response.json()["error"]["field"] == "command.resume.reason"
+    assert not Decision.objects.filter(task__thread_id=thread["thread_id"]).exists()
