@@ -226,7 +226,7 @@ def answers(side: Side, dump: Path | None = None) -> dict[str, Any]:
     seen["threads.get_state (idle)"] = operator.threads.get_state(thread_id)
     seen["threads.search"] = operator.threads.search(metadata={"bench": "shapes"}, limit=5)
     seen["threads.update_state"] = operator.threads.update_state(thread_id, {"status": "reviewed"})
-    seen["threads.copy"] = operator.threads.copy(thread_id)
+    seen["threads.copy"] = operator.threads.copy(thread_id, headers={"X-Gatehouse-Reason": "bench: answer shapes"})
     nested = operator.threads.create()["thread_id"]
     seen["runs.wait (paused in a subgraph)"] = operator.runs.wait(nested, "nested_review", input={"amount": 5})
     seen["threads.get_state (subgraphs)"] = operator.threads.get_state(nested, subgraphs=True)
