@@ -91,8 +91,10 @@ def browser() -> Iterator[Browser]:
     os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
 
 
-def _sign_in(browser: Browser, server: str, persona: Any, path: str = "/") -> Page:
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+def _sign_in(
+    browser: Browser, server: str, persona: Any, path: str = "/", *, width: int = 1400, height: int = 1000
+) -> Page:
+    context = browser.new_context(viewport={"width": width, "height": height})
     context.set_default_timeout(WAIT_MS)
     page = context.new_page()
     # Encoded: a path with its own query ("/?assigned=me&q=...") must reach the inbox whole, not lose "&q=".

@@ -86,14 +86,7 @@ def test_no_page_is_wider_than_a_phone(browser, server, personas):  # noqa: F811
         reason="no task has correlation_key " + "K" * 5000,
         body_digest="0" * 64,
     )
-    context = browser.new_context(viewport={"width": 390, "height": 844})
-    context.set_default_timeout(WAIT_MS)
-    page = context.new_page()
-    page.goto(f"{server}/accounts/login/")
-    page.get_by_label("Username").fill(admin.username)
-    page.get_by_label("Password").fill("gatehouse")
-    page.get_by_role("button", name="Sign in").click()
-    expect(page.locator("header .who")).to_contain_text(admin.username)
+    page = _sign_in(browser, server, admin, "/", width=390, height=844)
     menu = [link.get_attribute("href") for link in page.locator("header nav a").all()]
     for path in [*menu, f"/tasks/{task.pk}/", f"/threads/{task.thread_id}/"]:
         page.goto(f"{server}{path}")
@@ -108,7 +101,7 @@ def test_no_page_is_wider_than_a_phone(browser, server, personas):  # noqa: F811
     expect(now).to_be_visible()
     assert now.bounding_box()["y"] < ask.bounding_box()["y"]  # "Now" (claim) first, not below the whole page
     page.screenshot(path=str(SCREENSHOTS / "narrow_task.png"), full_page=True)
-    context.close()
+    page.context.close()
 
 
 def test_escape_or_the_close_button_closes_the_keyboard_help(browser, server, personas):  # noqa: F811
