@@ -31,6 +31,7 @@ from approvals import permissions
 from approvals.deadlines import escalated_q, overdue_q
 from approvals.errors import InvalidInput, NotFound
 from approvals.models import ApprovalTask, Decision, Outcome, TaskStatus, WebhookEndpoint
+from runtime.registry import graph_names
 
 DEFAULT_RANGE = timedelta(days=7)
 MAX_RANGE = timedelta(days=92)
@@ -86,6 +87,14 @@ def _when(value: str, name: str, *, end: bool) -> datetime:
     return when if when.tzinfo else when.replace(tzinfo=UTC)
 
 
+def _graph_known(user: permissions.Principal, graph: str) -> bool:
+    """A graph ``user`` may see that exists: registered, or retired with tasks left to count. Whoever
+    sees every graph is told an unknown name is unknown, as a lead of one graph is."""
+    if not permissions.graph_visible(user, graph):
+        return False
+    return graph in graph_names() or permissions.tasks_visible(user).filter(graph=graph).exists()
+
+
 def dashboard_filters_parse(
     *,
     user: permissions.Principal,
@@ -98,7 +107,7 @@ def dashboard_filters_parse(
     graph = (graph or "").strip()
     if len(graph) > 100:
         raise InvalidInput("graph: at most 100 characters", field="graph")
-    if graph and not permissions.graph_visible(user, graph):
+    if graph and not _graph_known(user, graph):
         raise NotFound(f"graph {graph!r} not found", field="graph")
     now = now or timezone.now()
     end = _when(until.strip(), "until", end=True) if until and until.strip() else now

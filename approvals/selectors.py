@@ -23,7 +23,7 @@ from approvals.columns import columns_filter
 from approvals.deadlines import tasks_due_filter
 from approvals.errors import InvalidInput
 from approvals.inbox_filter import InboxFilter
-from approvals.models import ApprovalTask, AuditEvent, Decision
+from approvals.models import ApprovalTask, AuditAction, AuditEvent, Decision
 from approvals.task_rows import tasks_pending
 from runtime import rows
 from runtime.models import Thread
@@ -118,13 +118,29 @@ def audit_list(
     before_id: int | None = None,
 ) -> list[AuditEvent]:
     qs = permissions.audit_visible(user)
+    if action:
+        audit_action_check(qs, action)
+        qs = qs.filter(action=action)
     if thread_id:
         qs = qs.filter(thread_id=thread_id)
-    if action:
-        qs = qs.filter(action=action)
     if before_id:
         qs = qs.filter(id__lt=before_id)
     return list(qs.order_by("-id")[:limit])
+
+
+def audit_action_check(qs: QuerySet[AuditEvent], action: str) -> None:
+    """A filter's action must be one the trail records (or, ending in ".", a family of them): a typo
+    answers with what is wrong, not with an empty trail that reads as "nothing happened"."""
+    known = AuditAction.values
+    if action.endswith("."):
+        if any(a.startswith(action) for a in known) or qs.filter(action__startswith=action).exists():
+            return
+    elif action in known or qs.filter(action=action).exists():
+        return
+    raise InvalidInput(
+        f"action: {action[:64]!r} is not an audit action (for example thread.started, or webhook. for a family)",
+        field="action",
+    )
 
 
 def audit_filter(
@@ -139,6 +155,8 @@ def audit_filter(
 ) -> QuerySet[AuditEvent]:
     """The audit page's and the export's filters: an actor label (any case), an action or, ending in ".",
     a family of actions ("webhook."), a graph, a thread, and a half-open time window [since, until)."""
+    if action:
+        audit_action_check(qs, action)  # against the whole visible trail, before the other filters
     if actor:
         qs = qs.filter(actor_label__iexact=actor)
     if action:

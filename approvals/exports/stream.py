@@ -40,7 +40,7 @@ from approvals import gateway, permissions
 from approvals.audit import audit_record, event_fields
 from approvals.errors import InvalidInput
 from approvals.models import AuditAction, AuditEvent
-from approvals.selectors import audit_filter
+from approvals.selectors import audit_action_check, audit_filter
 
 FORMATS = ("jsonl", "csv")
 FILTERS = ("graph", "thread", "actor", "action", "since", "until")
@@ -171,6 +171,8 @@ class AuditExport:
     def __post_init__(self) -> None:
         if self.format not in FORMATS:
             raise InvalidInput(f"format must be one of {', '.join(FORMATS)}", field="format")
+        if self.filters.action:  # refused before the first byte, not as a broken stream
+            audit_action_check(permissions.audit_visible(self.user), self.filters.action)
 
     @property
     def chained(self) -> bool:

@@ -221,6 +221,17 @@ def test_a_token_scoped_to_a_graph_narrows_an_auditor(auditor):
     assert {s["graph"] for s in body["pending"]} == {mine}
 
 
+def test_an_unknown_graph_is_a_404_for_whoever_sees_every_graph_too(auditor):
+    # An auditor sees every graph; a typo used to answer a dashboard of zeros, a lead's a 404.
+    response = auditor.client.get("/api/dashboard", graph="loan_aproval")
+    assert response.status_code == 404 and response.json()["error"]["field"] == "graph"
+    assert auditor.client.get("/api/dashboard", graph="loan_approval").status_code == 200  # registered
+    retired = _graph("retired")  # no longer registered, but its tasks are still counted
+    task_make(graph=retired)
+    body = auditor.client.get("/api/dashboard", graph=retired).json()
+    assert [s["graph"] for s in body["pending"]] == [retired]
+
+
 @pytest.mark.parametrize(
     "role,expected", [("auditor", 200), ("admin", 200), ("reviewer", 403), ("approver", 403), ("operator", 403)]
 )

@@ -19,6 +19,8 @@ from django.contrib.auth.models import Permission, User
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connection
+from django.test import Client
+from django.urls import reverse
 
 from approvals.audit import GENESIS, audit_anchor, audit_record, event_hash
 from approvals.exports.stream import COLUMNS
@@ -87,6 +89,24 @@ def test_it_filters_by_graph_thread_actor_action_and_time(auditor):
     assert ids(action="test.export.", thread="", graph="", actor="") == [a.id, b.id, c.id]  # blank = any
 
 
+@pytest.mark.parametrize("action", ["decison.made", "nothing.", "decision.made."])
+def test_an_action_the_trail_does_not_record_is_refused_on_every_audit_surface(auditor, action):
+    # A typo used to read as an empty trail ("nothing happened"); each surface now names the field.
+    event("test.export.known")
+    response = auditor.client.get("/api/audit/export", action=action)
+    assert response.status_code == 422 and response.json()["error"]["field"] == "action"
+    response = auditor.client.get("/api/audit", action="decison.made")
+    assert response.status_code == 422 and response.json()["error"]["field"] == "action"
+    browser = Client()
+    browser.force_login(auditor.user)
+    page = browser.get(reverse("console:audit"), {"action": action})
+    assert page.status_code == 200 and "is not an audit action" in page.content.decode()
+    # Recorded actions and families still filter: the enum's, and any the trail holds.
+    assert auditor.client.get("/api/audit", action="decision.made").status_code == 200
+    assert auditor.client.get("/api/audit/export", action="test.export.").status_code == 200
+    assert auditor.client.get("/api/audit/export", action="webhook.").status_code == 200
+
+
 def test_each_row_carries_exactly_the_hashed_fields_and_the_chain_hashes(auditor):
     e = event("test.export.fields", note="x")
     [row], trailer = jsonl(download(auditor.client, action="test.export.fields"))
@@ -141,18 +161,16 @@ def test_sensitive_paths_are_masked_for_a_reader_without_view_sensitive(auditor)
 )
 def test_only_audit_readers_may_export(personas: dict[str, Persona], persona, status):
     client = ApiClient(None) if persona == "anonymous" else personas[persona].client
-    response = client.get(URL, action="test.none")
+    response = client.get(URL, thread=str(uuid.uuid4()))  # nothing to export
     assert response.status_code == status
     if status >= 400:
         assert set(response.json()["error"]) == {"code", "message", "field"}
 
 
 def test_a_signed_in_console_session_may_export(auditor):
-    from django.test import Client
-
     browser = Client()
     browser.force_login(auditor.user)
-    response = browser.get(URL, {"format": "csv", "action": "test.none"})
+    response = browser.get(URL, {"format": "csv", "thread": str(uuid.uuid4())})
     assert response.status_code == 200
     assert response["Content-Disposition"].startswith('attachment; filename="gatehouse-audit-')
 
