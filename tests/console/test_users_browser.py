@@ -35,8 +35,13 @@ def test_an_admin_creates_a_reviewer_and_grants_a_graph_and_a_gate(browser, serv
     link = page.locator("#set-password-url").input_value()
     assert "/accounts/set-password/" in link
     page.screenshot(path=str(SCREENSHOTS / "user-created.png"), full_page=True)
+    # A refresh reads the new user's page: it does not post the form again ("username taken"), and
+    # the one-time link is gone from the screen.
+    page.reload()
+    expect(page.locator("h1")).to_contain_text(name)
+    expect(page.locator("#set-password-url")).to_have_count(0)
+    assert page.url.rstrip("/").endswith(f"/users/{User.objects.get(username=name).pk}")
 
-    page.get_by_role("link", name=f"Open {name}").click()
     gate = page.locator('#assignments input[name="assign"][value="kyc_onboarding:compliance_review"]')
     gate.check()
     page.get_by_role("button", name="Save graphs and gates").click()

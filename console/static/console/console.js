@@ -202,6 +202,13 @@
       if (el.textContent !== text) el.textContent = text;
     });
   }
+  // A page rendered by a form post (a one-time link) names a page to show instead on reload: the
+  // browser's address becomes that page, so a refresh reads it rather than posting the form again.
+  document.addEventListener("DOMContentLoaded", function () {
+    var el = document.querySelector("[data-replace-url]");
+    if (el && window.history && history.replaceState) history.replaceState(null, "", el.getAttribute("data-replace-url"));
+  });
+
   function tick() { tickDue(); tickAgo(); }
   document.addEventListener("DOMContentLoaded", tick);
   document.addEventListener("htmx:wsAfterMessage", tick);
