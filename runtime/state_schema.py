@@ -49,7 +49,8 @@ def values_validate(
         field = f"{prefix}.{key}"
         if key not in fields:
             known = ", ".join(sorted(fields)) or "none"
-            raise FieldError(field, f"unknown field (the state has: {known})")
+            holder = "the graph's input" if prefix == "input" else "the state"  # a graph may take less than it holds
+            raise FieldError(field, f"unknown field ({holder} has: {known})")
         if allowed is not None and key not in allowed:
             raise FieldError(field, f"this gate does not allow editing it (editable: {', '.join(allowed) or 'none'})")
         adapter = _adapter(fields[key])

@@ -38,6 +38,14 @@ class KycState(TypedDict, total=False):
     status: str
 
 
+class KycInput(TypedDict, total=False):
+    """What a caller opens a case with; the rest of ``KycState`` is the graph's own working state."""
+
+    applicant: Applicant
+    documents: list[dict[str, Any]]
+    tier: Literal["basic", "standard", "premium"]
+
+
 def collect_documents(state: KycState) -> dict[str, Any]:
     documents = state.get("documents") or [{"type": "passport", "status": "received"}]
     return {"documents": documents, "status": "documents_collected"}
@@ -107,7 +115,7 @@ def close_case(state: KycState) -> dict[str, Any]:
     return {"status": "rejected"}
 
 
-builder = StateGraph(KycState)
+builder = StateGraph(KycState, input_schema=KycInput)
 builder.add_node(collect_documents)
 builder.add_node(screen_applicant)
 builder.add_node(identity_check)

@@ -36,6 +36,17 @@ class LoanState(TypedDict, total=False):
     status: str
 
 
+class LoanInput(TypedDict, total=False):
+    """What a caller starts a loan with; the rest of ``LoanState`` is the graph's own working state."""
+
+    applicant: str
+    applicant_id: str
+    loan_id: str
+    amount: int
+    income: int
+    term_months: int
+
+
 def pull_documents(state: LoanState) -> dict[str, Any]:
     return {"documents": ["credit_report", "payslips", "bank_statements"], "status": "documents_pulled"}
 
@@ -143,7 +154,7 @@ def outcome_remember(state: LoanState, outcome: str, *, amount: int) -> None:
 
 def make_graph() -> StateGraph[LoanState]:
     """A factory returning an uncompiled StateGraph: Gatehouse compiles it with its checkpointer."""
-    builder = StateGraph(LoanState)
+    builder = StateGraph(LoanState, input_schema=LoanInput)
     builder.add_node(pull_documents)
     builder.add_node(score_risk)
     builder.add_node(human_review)

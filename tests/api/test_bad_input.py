@@ -92,12 +92,17 @@ def test_it_refuses_malformed_json_on_a_decision(reviewer):
         (loan_input(income=True), "input.income"),
         (loan_input(applicant=7), "input.applicant"),
         ({**loan_input(), "amout": 5}, "input.amout"),
+        ({**loan_input(), "risk_score": 0.01}, "input.risk_score"),  # the graph's own working state
+        ({**loan_input(), "route": "auto"}, "input.route"),
     ],
 )
 def test_it_refuses_input_that_violates_the_graphs_input_schema(operator, graph_input, field):
     before = Thread.objects.count()
     error = error_of(operator.client.post("/api/threads", {"graph": "loan_approval", "input": graph_input}), 422)
     assert error["field"] == field
+    if "unknown field" in error["message"]:
+        known = "amount, applicant, applicant_id, income, loan_id, term_months"
+        assert f"the graph's input has: {known}" in error["message"]
     assert Thread.objects.count() == before
 
 

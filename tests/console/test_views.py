@@ -374,6 +374,9 @@ def test_the_start_form_is_generated_from_the_input_schema_and_validates(persona
     client = console_client(personas["operator"])
     page = client.get("/threads/new", {"graph": "loan_approval"}).content.decode()
     assert 'name="input.amount"' in page and 'name="input.applicant"' in page
+    # The graph's own working state (its risk score, route, review) is not asked of whoever starts it.
+    for internal in ("risk_score", "route", "review", "disbursement", "status"):
+        assert f'name="input.{internal}"' not in page
     response = client.post("/threads/new", {"graph": "loan_approval", "input.amount": "many"})
     assert response.status_code == 422
     assert "is not a whole number" in response.content.decode()
