@@ -35,7 +35,7 @@ from approvals.audit import audit_record
 from approvals.errors import Conflict, DomainError, Forbidden, InvalidInput, NotFound
 from approvals.events import BULK_PROGRESS, events_step_publish
 from approvals.inbox_filter import InboxFilter
-from approvals.models import ApprovalTask, AuditAction, BulkAction, BulkStatus, TaskStatus
+from approvals.models import AuditAction, BulkAction, BulkStatus, TaskStatus
 from approvals.payloads import DecisionRequest, decisions_allowed
 from approvals.selectors import tasks_inbox
 
@@ -145,6 +145,7 @@ def bulk_decide(
             filter=parsed.selection() if parsed else None,
             authenticated_at=signer.authenticated_at,
             reauthenticated_at=reauthenticated_at,
+            token_scope=_scope_of(actor),
         )
         audit_record(
             actor=actor,
@@ -206,12 +207,28 @@ def bulk_run(*, bulk_id: Any) -> BulkAction:
     return bulk_finish(bulk_id=bulk.pk)
 
 
+def _scope_of(actor: User) -> list[list[str]] | None:
+    scope = getattr(actor, permissions.TOKEN_SCOPE_ATTR, None)
+    return [list(scope[0]), list(scope[1])] if scope else None
+
+
+def _actor(bulk: BulkAction) -> User:
+    """The user who started ``bulk``, narrowed by the token they started it with: a token scoped to one
+    graph must not decide another graph's tasks because a worker, not the request, decides them."""
+    actor: User = bulk.actor
+    if bulk.token_scope:
+        setattr(actor, permissions.TOKEN_SCOPE_ATTR, (bulk.token_scope[0], bulk.token_scope[1]))
+    return actor
+
+
 def _signer(bulk: BulkAction) -> services.Signer:
     return services.Signer(authenticated_at=bulk.authenticated_at, reauthenticated_at=bulk.reauthenticated_at)
 
 
-def _title(task_id: str) -> str:
-    task = ApprovalTask.objects.filter(pk=task_id).only("title", "node").first()
+def _title(actor: User, task_id: str) -> str:
+    """A skipped task's title, for a task ``actor`` may see: one they may not see reads as one that
+    does not exist (no title, the same reason)."""
+    task = permissions.tasks_visible(actor).filter(pk=task_id).only("title", "node").first()
     return (task.title or task.node) if task else ""
 
 
@@ -222,7 +239,7 @@ def bulk_step(*, bulk_id: Any, task_id: str) -> None:
         processed = {item["task"] for item in bulk.decided} | {item["task"] for item in bulk.skipped}
         if task_id in processed:
             return
-        actor: User = bulk.actor
+        actor = _actor(bulk)
         entry: dict[str, Any] = {"task": task_id, "title": ""}
         skip = _precheck(actor, task_id, bulk.outcome)
         if skip is None:
@@ -242,7 +259,7 @@ def bulk_step(*, bulk_id: Any, task_id: str) -> None:
                 )
                 bulk.decided = [*bulk.decided, entry]
         if skip is not None:
-            entry.update(title=entry["title"] or _title(task_id), code=skip[0], reason=skip[1])
+            entry.update(title=entry["title"] or _title(actor, task_id), code=skip[0], reason=skip[1])
             bulk.skipped = [*bulk.skipped, entry]
         bulk.done += 1
         bulk.save(update_fields=["decided", "skipped", "done"])

@@ -660,6 +660,9 @@ class BulkAction(models.Model):
     # The signer's proof, checked once when the action started (the password itself is never stored).
     authenticated_at = models.DateTimeField(null=True, blank=True)
     reauthenticated_at = models.DateTimeField(null=True, blank=True)
+    # The API token's scope ([graphs, actions]) the action was started with: the worker decides each task
+    # as the user narrowed by it, as the request would have (None: a console session, no narrowing).
+    token_scope = models.JSONField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 

@@ -12,6 +12,8 @@ from django.utils import timezone
 from approvals import bulk
 from approvals.models import AuditEvent, BulkAction, Decision
 from approvals.security import SESSION_AUTH_AT
+from approvals.tokens import token_issue
+from tests.conftest import ApiClient
 from tests.factories import task_decided, task_make
 from tests.fake_resumes import fake_resumes_closed  # noqa: F401  (fixture)
 
@@ -45,6 +47,43 @@ def test_a_bulk_started_over_the_api_decides_each_task_and_reports_skips(persona
         }
     ]
     assert Decision.objects.filter(task__in=ok, actor=approver.user).count() == 2
+
+
+def test_a_token_scoped_to_one_graph_decides_nothing_of_another_in_bulk(personas):
+    # The worker decides the tasks, not the request: it used to load the user afresh, without the token's
+    # narrowing, and a token for kyc_onboarding approved a loan it could not even read.
+    approver = personas["approver"]
+    tag = f"API-{uuid.uuid4().hex[:6]}"
+    loan = task_make(graph="loan_approval", title=f"{tag} loan", metadata={"case": tag})
+    kyc = task_make(graph="kyc_onboarding", node="compliance_review", title=f"{tag} kyc", metadata={"case": tag})
+    scoped = ApiClient(token_issue(user=approver.user, graphs=["kyc_onboarding"], actions=["read", "decide"]))
+    assert scoped.get(f"/api/tasks/{loan.pk}").status_code == 404
+    missing = str(uuid.uuid4())
+    response = scoped.post(
+        "/api/bulk-decisions", {"outcome": "approve", "reason": "ok", "task_ids": [str(loan.pk), str(kyc.pk), missing]}
+    )
+    assert response.status_code == 202, response.content
+    body = scoped.get(f"/api/bulk-decisions/{response.json()['id']}").json()
+    assert [d["task"] for d in body["decided"]] == [str(kyc.pk)]
+    assert not Decision.objects.filter(task=loan).exists()
+    # The loan the token may not see reads exactly as a task that does not exist: no title, same reason.
+    skipped = {s["task"]: s for s in body["skipped"]}
+    unseen, absent = skipped[str(loan.pk)], skipped[missing]
+    assert unseen["code"] == absent["code"] == "not_permitted"
+    assert unseen["title"] == absent["title"] == "" and unseen["reason"] == absent["reason"]
+
+
+def test_a_skipped_task_of_a_graph_the_user_may_not_see_shows_no_title(personas):
+    reviewer = personas["loan_reviewer"]  # assigned to loan_approval only
+    hidden = task_make(graph="kyc_onboarding", node="compliance_review", title="Identity verification: Canary Person")
+    assert reviewer.client.get(f"/api/tasks/{hidden.pk}").status_code == 404
+    body = {"outcome": "reject", "reason": "x", "task_ids": [str(hidden.pk)]}
+    response = reviewer.client.post("/api/bulk-decisions", body)
+    assert response.status_code == 202, response.content
+    body = reviewer.client.get(f"/api/bulk-decisions/{response.json()['id']}").json()
+    assert body["skipped"] == [
+        {"task": str(hidden.pk), "title": "", "code": "not_permitted", "reason": body["skipped"][0]["reason"]}
+    ]
 
 
 def test_select_all_matching_a_filter_over_the_api(personas):
