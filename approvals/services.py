@@ -657,6 +657,28 @@ def _hidden_kept(patch: dict[str, Any] | None, values: Any, redaction: list[str]
         ) from None
 
 
+def state_write_guard(*, actor: User, graph: str, stored: Any, values: dict[str, Any], field: str) -> dict[str, Any]:
+    """``values`` an ``actor`` writes into a thread's state (an ``update_state``, a fork, a new run's
+    input on a thread that has state), held to what a decision's edits are held to.
+
+    A write replaces each key's whole value, so leaving out a field one sees masked erased it, and sending
+    the mask back stored the mask. Hidden values left alone (left out, or sent back as the mask) keep
+    their ``stored`` value; a different value where ``actor`` sees a mask is a 422 naming it; and the mask
+    itself is never stored, whoever sends it.
+    """
+    paths = [] if permissions.can(actor, "approvals.view_sensitive") else gateway.sensitive_paths(graph)
+    if paths:
+        try:
+            values = hidden_kept(values, stored if isinstance(stored, dict) else {}, paths)
+        except HiddenEdited as exc:
+            raise InvalidInput(
+                "this field is redacted for you, so you cannot change it: leave it as shown",
+                field=f"{field}.{exc.location}",
+            ) from None
+    _mask_refuse(values, field)
+    return values
+
+
 def _state_patch_check(task: ApprovalTask, request: DecisionRequest) -> dict[str, Any] | None:
     _mask_refuse(request.state_patch, "edits")
     _mask_refuse(request.action_args, "action_args")

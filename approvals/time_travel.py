@@ -24,7 +24,7 @@ from approvals.audit import audit_record, audit_thread
 from approvals.errors import Conflict, InvalidInput, NotFound
 from approvals.inputs import CHECKPOINT_ID_PATTERN
 from approvals.models import ApprovalTask, AuditAction, TaskStatus
-from approvals.services import graph_runnable_check, task_supersede
+from approvals.services import graph_runnable_check, state_write_guard, task_supersede
 from runtime.branches import (
     CheckpointNotFound,
     UnknownNode,
@@ -36,6 +36,7 @@ from runtime.branches import (
 from runtime.models import Branch, Run, RunKind, Thread, ThreadStatus
 from runtime.registry import graph_get, graph_is_external
 from runtime.runs import ThreadBusy, run_enqueue
+from runtime.state import thread_state_read
 from runtime.state_schema import FieldError, values_validate
 
 # As a decision's reason: what the audit row keeps is bounded, and a longer one is refused, not cut.
@@ -127,6 +128,10 @@ def thread_fork(
         values_validate(graph_get(thread.graph).state_schema, values or {}, prefix="values")
     except FieldError as exc:
         raise InvalidInput(exc.message, field=exc.field) from None
+    if values:
+        past = thread_state_read(thread, checkpoint_id)  # the fork writes over that checkpoint's values
+        stored = past.values if past is not None else {}
+        values = state_write_guard(actor=actor, graph=thread.graph, stored=stored, values=values, field="values")
     try:
         branch = branch_fork(
             thread=thread,

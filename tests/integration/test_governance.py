@@ -267,3 +267,77 @@ def test_a_gate_may_require_several_rejections(personas):
     assert api_decide(personas["approver"], task, None, **body).status_code == 201
     done = thread_settled(personas["reviewer"], thread["id"])
     assert done["values"]["answers"] == ["reject:2000000"]
+
+
+# --- writes into a thread's state by someone who sees values masked (update_state, fork, a run's input) ---
+
+
+def _admin_values(personas, thread_id: str) -> dict:
+    return personas["admin"].client.get(f"/api/threads/{thread_id}").json()["values"]
+
+
+def _closed_kyc_thread(personas) -> str:
+    thread, task = _kyc_task(personas)
+    assert api_decide(personas["reviewer"], task).status_code == 201
+    [compliance] = pending_tasks(personas["reviewer"], thread["id"])
+    assert api_decide(personas["reviewer"], compliance, "reject", reason="closing it").status_code == 201
+    thread_settled(personas["admin"], thread["id"])
+    return thread["id"]
+
+
+def test_update_state_by_a_masked_operator_keeps_what_they_cannot_see(personas):
+    """``update_state`` replaces a key's whole value: an operator who sees the date of birth masked erased it
+    by leaving it out, stored the mask by sending it back, and overwrote it by sending a value."""
+    operator = personas["operator"]
+    thread_id = _closed_kyc_thread(personas)
+    url = f"/lg/threads/{thread_id}/state"
+    left_out = operator.client.post(url, {"values": {"applicant": {"name": "R. Franklin", "country": "GB"}}})
+    assert left_out.status_code == 200, left_out.content
+    assert _admin_values(personas, thread_id)["applicant"] == {
+        "name": "R. Franklin",
+        "country": "GB",
+        "date_of_birth": "1920-07-25",
+    }
+    sent_back = {"applicant": {"name": "Rosalind", "country": "GB", "date_of_birth": MASK}}
+    assert operator.client.post(url, {"values": sent_back}).status_code == 200
+    assert _admin_values(personas, thread_id)["applicant"]["date_of_birth"] == "1920-07-25"
+    overwrite = {"applicant": {"name": "Rosalind", "country": "GB", "date_of_birth": "1999-01-01"}}
+    refused = operator.client.post(url, {"values": overwrite})
+    assert refused.status_code == 422 and refused.json()["error"]["field"] == "values.applicant.date_of_birth"
+    assert _admin_values(personas, thread_id)["applicant"]["date_of_birth"] == "1920-07-25"
+    # Someone who sees the value may change it; nobody may store the mask itself.
+    assert personas["admin"].client.post(url, {"values": overwrite}).status_code == 200
+    assert _admin_values(personas, thread_id)["applicant"]["date_of_birth"] == "1999-01-01"
+    masked = personas["admin"].client.post(url, {"values": sent_back})
+    assert masked.status_code == 422 and masked.json()["error"]["field"] == "values.applicant.date_of_birth"
+
+
+def test_a_fork_by_a_masked_operator_keeps_the_hidden_values_of_its_checkpoint(personas):
+    operator = personas["operator"]
+    thread, task = _kyc_task(personas)
+    checkpoint = str(ApprovalTask.objects.get(pk=task["id"]).checkpoint_id)
+    url = f"/api/threads/{thread['id']}/fork"
+    forged = {"documents": [{"type": "passport", "number": "FORGED", "status": "received"}]}
+    refused = operator.client.post(url, {"checkpoint_id": checkpoint, "values": forged, "reason": "relabel"})
+    assert refused.status_code == 422 and refused.json()["error"]["field"] == "values.documents[0].number"
+    assert ApprovalTask.objects.get(pk=task["id"]).status == "pending"  # nothing forked, nothing superseded
+    relabel = {"documents": [{"type": "id card", "number": MASK, "status": "received"}]}
+    forked = operator.client.post(url, {"checkpoint_id": checkpoint, "values": relabel, "reason": "relabel"})
+    assert forked.status_code == 201, forked.content
+    assert _admin_values(personas, thread["id"])["documents"] == [
+        {"type": "id card", "number": "P1234567", "status": "received"}
+    ]
+
+
+def test_a_new_runs_input_on_a_thread_with_state_is_held_to_the_same_rule(personas):
+    operator = personas["operator"]
+    thread_id = _closed_kyc_thread(personas)
+    url = f"/lg/threads/{thread_id}/runs"
+    overwrite = {"applicant": {"name": "R", "country": "GB", "date_of_birth": "1999-01-01"}}
+    refused = operator.client.post(url, {"assistant_id": "kyc_onboarding", "input": overwrite})
+    assert refused.status_code == 422 and refused.json()["error"]["field"] == "input.applicant.date_of_birth"
+    left_out = {"applicant": {"name": "R", "country": "GB"}}
+    started = operator.client.post(url, {"assistant_id": "kyc_onboarding", "input": left_out})
+    assert started.status_code == 200, started.content
+    run = Run.objects.get(pk=started.json()["run_id"])
+    assert run.input["applicant"]["date_of_birth"] == "1920-07-25"
