@@ -41,6 +41,7 @@ from approvals.payloads import (
 from approvals.redaction import MASK, HiddenEdited, hidden_kept, redact
 from approvals.task_rows import DecisionGrounds, decision_grounds, task_closing, tasks_pending
 from runtime import rows
+from runtime.deadlines import duration_human
 from runtime.models import Run, RunKind, Thread, ThreadStatus
 from runtime.registry import UnknownGraph, graph_get, graph_is_external, graph_is_registered, graph_names
 from runtime.runs import PendingInterrupt, ThreadBusy, retry_command, run_enqueue, thread_start_enqueue
@@ -264,16 +265,8 @@ def task_decide(*, actor: User, task_id: Any, request: DecisionRequest, signer: 
     try:
         return _task_decide(actor=actor, task_id=task_id, request=request, signer=signer or Signer())
     except PolicyRefusal as refusal:
-        with transaction.atomic():
-            audit_record(
-                actor=actor,
-                action=AuditAction.DECISION_REFUSED,
-                subject_type="task",
-                subject_id=task_id,
-                thread_id=refusal.thread_id,
-                graph=refusal.graph,
-                details={"rule": refusal.rule, "message": refusal.message, "outcome": request.outcome},
-            )
+        refusal.actor, refusal.task_id, refusal.outcome = actor, task_id, request.outcome
+        refusal_audit(refusal)
         raise
 
 
@@ -283,6 +276,25 @@ class PolicyRefusal(Forbidden):
         self.rule = rule
         self.thread_id = task.thread_id
         self.graph = task.graph
+        self.actor: User | None = None  # who was refused, on what and which outcome (set by task_decide)
+        self.task_id: Any = task.pk
+        self.outcome = ""
+
+
+def refusal_audit(refusal: PolicyRefusal) -> None:
+    """Record ``refusal`` (``decision.refused``) in a transaction of its own, or a savepoint inside the
+    caller's. A caller whose transaction rolls back with the refusal (``/lg/`` creates a run and its
+    decision in one) records it again after the rollback: refusals are audited on every surface."""
+    with transaction.atomic():
+        audit_record(
+            actor=refusal.actor,
+            action=AuditAction.DECISION_REFUSED,
+            subject_type="task",
+            subject_id=refusal.task_id,
+            thread_id=refusal.thread_id,
+            graph=refusal.graph,
+            details={"rule": refusal.rule, "message": refusal.message, "outcome": refusal.outcome},
+        )
 
 
 APPROVING = ("approve", "edit")
@@ -503,7 +515,7 @@ def signature_proof(actor: User, signer: Signer) -> datetime | None:
         raise SignatureRefused("the one-time code is not valid", rule="signature.otp_failed", field="otp")
     if not signer.password:
         raise SignatureRefused(
-            f"your sign-in is older than {settings.GATEHOUSE_REAUTH_SECONDS // 60} minutes: "
+            f"your sign-in is older than {duration_human(settings.GATEHOUSE_REAUTH_SECONDS)}: "
             "re-enter your password (or a one-time code) to sign this decision",
             rule="signature.reauthentication_required",
             field="password",

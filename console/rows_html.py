@@ -21,6 +21,7 @@ from django.utils import timezone
 from django.utils.safestring import SafeString, mark_safe
 
 from approvals.deadlines import due_state
+from runtime.deadlines import duration_human
 
 
 def task_url(task_id: Any) -> str:
@@ -71,24 +72,16 @@ def field(mapping: Any, key: str) -> Any:
 
 
 def ago(value: datetime | None) -> str:
-    """How long ago (or, prefixed "in", how far ahead) ``value`` is: "42s ago", "3h 5m ago", "in 2d 1h".
+    """How long ago (or, prefixed "in", how far ahead) ``value`` is: "42 s ago", "3 h 5 min ago", "in 2 d 1 h".
 
-    A ``<time data-ago>`` showing it keeps counting in the browser (console.js ``agoText``, same words).
+    The same words as a due badge beside it ("overdue 20 min": ``runtime.deadlines.duration_human``). A
+    ``<time data-ago>`` showing it keeps counting in the browser (console.js ``agoText``, same words).
     """
     if not value:
         return ""
     seconds = int((timezone.now() - value).total_seconds())
-    future = seconds < 0
-    seconds = abs(seconds)
-    if seconds < 60:
-        text = f"{seconds}s"
-    elif seconds < 3600:
-        text = f"{seconds // 60}m"
-    elif seconds < 86400:
-        text = f"{seconds // 3600}h {seconds % 3600 // 60}m"
-    else:
-        text = f"{seconds // 86400}d {seconds % 86400 // 3600}h"
-    return f"in {text}" if future else f"{text} ago"
+    text = duration_human(seconds)
+    return f"in {text}" if seconds < 0 else f"{text} ago"
 
 
 def due_badge_html(task: Any) -> SafeString:

@@ -23,6 +23,7 @@ from django.db import transaction
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from ninja import Query
 
+from approvals import services
 from approvals.api_common import ApiKeyAuth, BearerAuth, GatehouseAPI, api_errors_install, error_body_gatehouse
 from approvals.errors import InvalidInput
 from approvals.inputs import AnyUuid, StrictJsonParser
@@ -252,8 +253,18 @@ _UNSUPPORTED = {
 }
 
 
-@transaction.atomic  # the run and the stream it is to publish commit together: its worker reads both
 def _run_create_sync(
+    request: HttpRequest, thread_id: UUID, body: RunCreateIn, *, stream: list[str] | None = None
+) -> Run:
+    try:
+        return _run_create_atomic(request, thread_id, body, stream=stream)
+    except services.PolicyRefusal as refusal:
+        services.refusal_audit(refusal)  # its first record rolled back with the run's transaction
+        raise
+
+
+@transaction.atomic  # the run and the stream it is to publish commit together: its worker reads both
+def _run_create_atomic(
     request: HttpRequest, thread_id: UUID, body: RunCreateIn, *, stream: list[str] | None = None
 ) -> Run:
     # Read before anything is written: a refused limit leaves no run (and cancels no active one).

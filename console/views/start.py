@@ -30,13 +30,19 @@ def thread_start(request: HtmxHttpRequest) -> HttpResponse:
         return HttpResponse(status=405)
     graphs = _graphs_for(request.user)
     source = request.POST if request.method == "POST" else request.GET
-    graph = source.get("graph") or (graphs[0][0] if graphs else "")
+    # A page opens on the first graph; a post starts the graph it names, or nothing.
+    if request.method == "POST":
+        graph = source.get("graph", "")
+    else:
+        graph = source.get("graph") or (graphs[0][0] if graphs else "")
+    errors: dict[str, str] = {}
     if graph not in {g for g, _ in graphs}:
+        if request.method == "POST":  # never start a thread on a graph nobody chose
+            errors["graph"] = f"unknown graph {graph[:100]!r}: choose one of the list"
         graph = graphs[0][0] if graphs else ""
     schema = json_schema_for(graph_get(graph).input_schema) if graph else {"properties": {}}
     fields = start_fields(schema)
-    errors: dict[str, str] = {}
-    if request.method == "POST":
+    if request.method == "POST" and not errors:
         graph_input = start_input_parse(fields, request.POST, errors)
         metadata = {k: request.POST.get(f"meta.{k}", "").strip() for k in ("case", "applicant")}
         metadata = {k: v for k, v in metadata.items() if v}

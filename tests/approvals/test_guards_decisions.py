@@ -424,7 +424,7 @@ def test_an_old_sign_in_must_re_enter_the_password_to_sign(reviewer, outcome):
         decide(reviewer, task, outcome, signer=stale(), **fields)
     assert error.value.field == "password"
     assert error.value.message == (
-        "your sign-in is older than 15 minutes: re-enter your password (or a one-time code) to sign this decision"
+        "your sign-in is older than 15 min: re-enter your password (or a one-time code) to sign this decision"
     )
     assert decisions_of(task) == 0
     assert [r["rule"] for r in refusals_of(task)] == ["signature.reauthentication_required"]
@@ -509,8 +509,14 @@ def test_a_sign_in_just_inside_the_window_still_signs(reviewer, settings):
     inside = services.Signer(authenticated_at=timezone.now() - timedelta(seconds=590))
     assert decide(reviewer, task_make(), signer=inside).reauthenticated_at is None
     outside = services.Signer(authenticated_at=timezone.now() - timedelta(seconds=610))
-    with pytest.raises(Forbidden, match="older than 10 minutes"):
+    with pytest.raises(Forbidden, match="older than 10 min:"):
         decide(reviewer, task_make(), signer=outside)
+
+
+def test_a_window_under_a_minute_is_named_in_seconds(reviewer, settings):
+    settings.GATEHOUSE_REAUTH_SECONDS = 30  # the shortest allowed: it used to read "older than 0 minutes"
+    with pytest.raises(Forbidden, match="older than 30 s:"):
+        decide(reviewer, task_make(), signer=services.Signer(authenticated_at=timezone.now() - timedelta(seconds=40)))
 
 
 def test_a_re_authentication_signs_inside_its_window_only(reviewer, settings):
@@ -521,7 +527,7 @@ def test_a_re_authentication_signs_inside_its_window_only(reviewer, settings):
     assert decision.reauthenticated_at == recent
     task = task_make()
     too_old = timezone.now() - timedelta(seconds=610)
-    with pytest.raises(Forbidden, match="older than 10 minutes") as error:
+    with pytest.raises(Forbidden, match="older than 10 min:") as error:
         decide(reviewer, task, signer=stale(reauthenticated_at=too_old))
     assert error.value.field == "password"
     assert decisions_of(task) == 0

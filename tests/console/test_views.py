@@ -12,6 +12,7 @@ from django.utils import timezone
 from approvals.inbox_filter import InboxFilter
 from approvals.models import AuditEvent, Decision, TaskClaim
 from console.selectors import inbox_list
+from runtime.models import Thread
 from tests.console.conftest import console_client, console_decide
 from tests.factories import task_decided, task_make
 
@@ -383,6 +384,17 @@ def test_the_start_form_is_generated_from_the_input_schema_and_validates(persona
     htmx = {"HX-Request": "true", "HX-Target": "start-fields"}
     partial = client.get("/threads/new", {"graph": "kyc_onboarding"}, headers=htmx)
     assert partial.content.decode().lstrip().startswith('<fieldset id="start-fields"')
+
+
+@pytest.mark.parametrize("graph", ["loan_aproval", "", "x" * 500])
+def test_a_start_on_a_graph_not_offered_starts_nothing(personas, graph):
+    # It used to start a thread on the first graph of the menu (a kyc_onboarding run for a typo).
+    client = console_client(personas["operator"])
+    before = Thread.objects.count()
+    response = client.post("/threads/new", {"graph": graph, "input.amount": "5"})
+    assert response.status_code == 422
+    assert "unknown graph" in response.content.decode()
+    assert Thread.objects.count() == before
 
 
 @pytest.mark.parametrize("typed", ["[1,2]", "{bad"])

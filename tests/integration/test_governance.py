@@ -75,6 +75,13 @@ def test_the_thread_starter_cannot_give_the_final_approval(personas):
     assert _refusals(task["id"])[-1]["rule"] == "separation_of_duties.starter"
     assert Decision.objects.filter(task_id=task["id"]).count() == 1
     assert ApprovalTask.objects.get(pk=task["id"]).status == "pending"
+    # The same refusal through /lg/ is audited too: the run and its decision share a transaction, whose
+    # rollback took the refusal's record with it.
+    resume = {"assistant_id": "four_eyes", "command": {"resume": {"decision": "approve"}}}
+    through_lg = admin.client.post(f"/lg/threads/{thread['id']}/runs", resume)
+    assert through_lg.status_code == 403, through_lg.content
+    assert [r["rule"] for r in _refusals(task["id"])] == ["separation_of_duties.starter"] * 2
+    assert Decision.objects.filter(task_id=task["id"]).count() == 1
 
 
 def test_under_separation_of_duties_an_edit_is_a_proposal_another_approver_completes(personas):

@@ -182,16 +182,10 @@
     form.querySelectorAll("input:not([type=hidden]), textarea, select").forEach(function (el) { el.value = ""; });
   });
 
-  // --- relative times ("42s ago") keep counting, like the due badges beside them ---
-  // Same words as console/rows_html.py ago().
+  // --- relative times ("42 s ago") keep counting, like the due badges beside them ---
+  // Same words as console/rows_html.py ago(), and as the due badges beside them (durationHuman).
   function agoText(s) {
-    var future = s < 0, text;
-    s = Math.floor(Math.abs(s));
-    if (s < 60) text = s + "s";
-    else if (s < 3600) text = Math.floor(s / 60) + "m";
-    else if (s < 86400) text = Math.floor(s / 3600) + "h " + Math.floor((s % 3600) / 60) + "m";
-    else text = Math.floor(s / 86400) + "d " + Math.floor((s % 86400) / 3600) + "h";
-    return future ? "in " + text : text + " ago";
+    return s < 0 ? "in " + durationHuman(-s) : durationHuman(s) + " ago";
   }
   function tickAgo() {
     var now = Date.now();
