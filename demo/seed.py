@@ -64,18 +64,19 @@ def demo_setup() -> list[str]:
     User = get_user_model()
     registered = graph_names()
     done = []
+    # Roles alone grant (docs/users.md: no superusers): a demo admin that was a superuser kept every
+    # right after an admin demoted it, and counted as the last admin. Earlier demo databases are mended.
+    User.objects.filter(username__in=DEMO_USERS, is_superuser=True).update(is_superuser=False, is_staff=False)
     for username, (role, demo_graphs) in DEMO_USERS.items():
-        graphs = _assigned(demo_graphs, registered)
         user, created = User.objects.get_or_create(username=username)
-        if created:
-            user.set_password(DEMO_PASSWORD)
-            user.is_staff = role == "admin"
-            user.is_superuser = role == "admin"
-            user.save()
-            done.append(f"user {username} ({role})")
+        if not created:
+            continue  # an admin may have changed its access since: a restart does not undo that
+        user.set_password(DEMO_PASSWORD)
+        user.save()
         user.groups.add(roles[role])
-        for graph in graphs:
+        for graph in _assigned(demo_graphs, registered):
             GraphAssignment.objects.get_or_create(user=user, graph=graph)
+        done.append(f"user {username} ({role})")
     operator = User.objects.get(username="operator")
     for graph, graph_input, metadata in DEMO_THREADS:
         if graph not in registered:

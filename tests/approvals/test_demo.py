@@ -42,3 +42,27 @@ def test_with_the_demo_graphs_registered_the_demo_threads_start() -> None:
     cases = set(Thread.objects.values_list("graph", "metadata__case"))
     assert {("loan_approval", "L-1001"), ("loan_approval", "L-1002"), ("kyc_onboarding", "K-2001")} <= cases
     assert GraphAssignment.objects.get(user__username="reviewer2").graph == "loan_approval"
+
+
+def test_the_demo_admin_holds_its_rights_by_role_alone_and_a_restart_keeps_changes() -> None:
+    from approvals import users
+    from approvals.users import CLI
+
+    demo_setup()
+    admin = get_user_model().objects.get(username="admin")
+    assert not admin.is_superuser and not admin.is_staff  # docs/users.md: no superusers
+    assert users.user_roles(admin) == ["admin"]
+    # Demoted, it keeps no admin right (as a superuser it kept them all, and counted as an admin).
+    users.user_create(actor=CLI, username="second-admin", roles=["admin"])
+    users.user_roles_set(actor=CLI, user_id=admin.pk, roles=["reviewer"])
+    assert admin.pk not in set(users.admins_active().values_list("pk", flat=True))
+    # `make run` again: the demo set-up does not give it back what an admin took away.
+    demo_setup()
+    assert users.user_roles(get_user_model().objects.get(username="admin")) == ["reviewer"]
+
+
+def test_a_demo_database_from_before_is_mended_its_admin_no_longer_a_superuser() -> None:
+    demo_setup()
+    get_user_model().objects.filter(username="admin").update(is_superuser=True, is_staff=True)
+    demo_setup()
+    assert not get_user_model().objects.get(username="admin").is_superuser
