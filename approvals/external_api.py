@@ -20,13 +20,14 @@ from approvals.api_common import AuthedRequest
 from approvals.inputs import AwareDatetime
 from approvals.models import ExternalTask
 from runtime.notify import between_waits
+from runtime.registry import EXTERNAL_SOURCE_PATTERN
 
 router = Router(tags=["external tasks"])
 
 MAX_WAIT_SECONDS = 60
 POLL_SECONDS = 0.25
 
-SOURCE_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,79}$"
+SOURCE_PATTERN = EXTERNAL_SOURCE_PATTERN
 DecisionName = Literal["approve", "reject", "edit", "respond"]
 
 

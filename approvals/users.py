@@ -40,7 +40,7 @@ from approvals.audit import audit_record
 from approvals.errors import Conflict, InvalidInput, NotFound
 from approvals.models import ApiToken, ApprovalTask, AuditAction, ExternalIdentity, GraphAssignment
 from approvals.roles import roles_ensure
-from runtime.registry import UnknownGraph, graph_get, graph_names
+from runtime.registry import UnknownGraph, graph_external_valid, graph_get, graph_names
 
 MANAGE_USERS = "approvals.manage_users"
 # Webhook principals hold the "service" role; it is never given to a person.
@@ -260,8 +260,9 @@ def _roles_check(roles: Iterable[str], *, field: str = "roles") -> set[str]:
 def _assignments_check(
     assignments: Iterable[Assignment], *, keep: Iterable[Assignment] = (), field: str = "assignments"
 ) -> set[Assignment]:
-    """Graphs must be registered (or "*"); ``keep`` lists assignments already held, which stay
-    valid even if their graph was unregistered since (so an admin can still remove them)."""
+    """Graphs must be registered (or "*", or an external engine's ``external:<source>``); ``keep`` lists
+    assignments already held, which stay valid even if their graph was unregistered since (so an admin
+    can still remove them)."""
     kept = set(keep)
     registered = set(graph_names())
     out = set()
@@ -271,9 +272,12 @@ def _assignments_check(
             continue
         if not item.graph:
             raise InvalidInput("a graph name is required", field=field)
-        if item.graph != permissions.ALL_GRAPHS and item.graph not in registered:
+        known = item.graph in registered or graph_external_valid(item.graph)
+        if item.graph != permissions.ALL_GRAPHS and not known:
             raise InvalidInput(
-                f"unknown graph {item.graph!r} (registered: {', '.join(sorted(registered)) or 'none'})", field=field
+                f"unknown graph {item.graph!r} (registered: {', '.join(sorted(registered)) or 'none'}; "
+                "or external:<source> for an external engine's tasks)",
+                field=field,
             )
         if item.gate and (item.graph == permissions.ALL_GRAPHS or not _GATE_RE.match(item.gate)):
             raise InvalidInput(f"{item} is not a gate: use graph:node with a registered graph", field=field)

@@ -32,6 +32,7 @@ import importlib.util
 import inspect
 import json
 import os
+import re
 import sys
 import threading
 from collections.abc import Callable
@@ -57,10 +58,17 @@ class GraphRegistryError(ImproperlyConfigured):
 # Threads of external engines' tasks (approvals.external) carry graph names under this prefix:
 # no LangGraph graph, no checkpoints, never run here.
 EXTERNAL_GRAPH_PREFIX = "external:"
+EXTERNAL_SOURCE_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,79}$"  # docs/external-tasks.md: a source is a slug
 
 
 def graph_is_external(name: str) -> bool:
     return name.startswith(EXTERNAL_GRAPH_PREFIX)
+
+
+def graph_external_valid(name: str) -> bool:
+    """``external:<source>`` with a source an engine may name (a user may be assigned to it)."""
+    source = name.removeprefix(EXTERNAL_GRAPH_PREFIX)
+    return graph_is_external(name) and re.match(EXTERNAL_SOURCE_PATTERN, source) is not None
 
 
 class UnknownGraph(LookupError):

@@ -15,7 +15,7 @@ from django.contrib.auth.models import User
 from django.contrib.sessions.models import Session
 from django.test import Client
 
-from approvals import users
+from approvals import permissions, users
 from approvals.errors import Conflict, Forbidden, InvalidInput, NotFound
 from approvals.models import ApiToken, AuditEvent, GraphAssignment
 from approvals.tokens import token_authenticate, token_issue
@@ -127,6 +127,8 @@ def test_a_change_that_changes_nothing_writes_nothing(personas):
         ({"roles": ["service"]}, "roles"),  # webhook principals only
         ({"assignments": [users.Assignment("no_such_graph")]}, "graphs"),
         ({"assignments": [users.Assignment("*", "human_review")]}, "graphs"),
+        ({"assignments": [users.Assignment("external:Not A Slug")]}, "graphs"),
+        ({"assignments": [users.Assignment("external:")]}, "graphs"),
         ({"password": "short"}, "password"),
         ({"password": "ok-but-\x00-nul-123"}, "password"),
     ],
@@ -137,6 +139,16 @@ def test_bad_input_is_refused_naming_the_field_and_writes_nothing(personas, kwar
         users.user_create(actor=personas["admin"].user, **{"username": _name(), **kwargs})
     assert refused.value.field == field, refused.value.message
     assert (User.objects.count(), AuditEvent.objects.count()) == (before_users, before_events)
+
+
+def test_an_external_engines_source_may_be_assigned_as_its_docs_ask(personas):
+    # docs/external-tasks.md: the engine principal and its reviewers are assigned to external:<source>;
+    # every surface refused it as an unknown graph.
+    engine = users.user_create(
+        actor=users.CLI, username=_name(), roles=["operator"], assignments=[users.Assignment("external:payments")]
+    )
+    assert [str(a) for a in users.user_assignments(engine)] == ["external:payments"]
+    assert permissions.graphs_visible(engine) == {"external:payments"}
 
 
 def test_a_taken_username_is_a_conflict(personas):
