@@ -30,6 +30,7 @@ from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 from psycopg_pool import ConnectionPool
 
+from runtime.as_saved import ReplaySourceAsSaved
 from runtime.blobs import BlobSpillingSaver, PostgresSql, Sql, SqliteSql, blob_store_build
 from runtime.fencing import FencedPostgresSaver, FencedSqliteSaver, saver_connection
 from runtime.pool_checks import connection_check_if_doubtful
@@ -111,14 +112,21 @@ class PooledPostgresSaver:
 # The fence mixin comes first: its put/put_writes mark the write as fenced for
 # the library's cursor, underneath the blob spilling and schema stamping.
 class GatehousePostgresSaver(
-    FencedPostgresSaver, SchemaVersionedSaver, BlobSpillingSaver, PooledPostgresSaver, PostgresSaver
+    ReplaySourceAsSaved,
+    FencedPostgresSaver,
+    SchemaVersionedSaver,
+    BlobSpillingSaver,
+    PooledPostgresSaver,
+    PostgresSaver,
 ):
     def __init__(self, conn: Any, **kwargs: Any) -> None:
         super().__init__(conn, **kwargs)
         self._blobs_init(blob_store_build(_blob_sql()), settings.GATEHOUSE_BLOB_THRESHOLD_BYTES)
 
 
-class GatehouseSqliteSaver(FencedSqliteSaver, SchemaVersionedSaver, BlobSpillingSaver, SqliteSaver):
+class GatehouseSqliteSaver(
+    ReplaySourceAsSaved, FencedSqliteSaver, SchemaVersionedSaver, BlobSpillingSaver, SqliteSaver
+):
     def __init__(self, conn: sqlite3.Connection, **kwargs: Any) -> None:
         super().__init__(conn, **kwargs)
         db = connections["default"].settings_dict

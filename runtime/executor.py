@@ -28,6 +28,7 @@ from langgraph.errors import GraphRecursionError, UnknownInterruptError
 from langgraph.pregel import Pregel
 from langgraph.types import Command, StateSnapshot, StreamMode
 
+from runtime.as_saved import replaying_from
 from runtime.branches import BRANCH_KEY, REPLAY_FROM, ReplayFrom, branch_current_id, replay_head_record, replay_input
 from runtime.cancel import run_cancel_acknowledge, run_cancel_check
 from runtime.controls import RuntimeControls
@@ -184,7 +185,8 @@ def _execute_claimed(run: Run, heartbeat: Heartbeat) -> None:
                 **config,
                 "configurable": {**config.get("configurable", {}), "checkpoint_id": graph_input.checkpoint_id},
             }
-            _stream(graph, None, at, heartbeat, controls, run)
+            with replaying_from(graph_input.checkpoint_id):  # as saved: not the update a decision wrote on it
+                _stream(graph, None, at, heartbeat, controls, run)
         elif graph_input is not _SKIP:
             seen = _stream(graph, graph_input, config, heartbeat, controls, run)
         outcome = seen.completed(graph) if seen is not None else None

@@ -20,10 +20,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
-from langgraph._internal._constants import CONFIG_KEY_CHECKPOINTER, NULL_TASK_ID
+from langgraph._internal._constants import CONFIG_KEY_CHECKPOINTER
 from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 from langgraph.types import StateSnapshot
 
+from runtime.as_saved import without_update
 from runtime.blobs import MARKER, BlobSpillingSaver, blobs_lazy
 from runtime.checkpointer import checkpointer_get
 from runtime.jsonable import to_jsonable
@@ -90,7 +91,8 @@ class _AsSaved(BaseCheckpointSaver[Any]):
     LangGraph stores a ``Command(update=...)`` as pending writes of the checkpoint the thread paused at,
     and ``get_state`` applies them: the checkpoint a reviewer decided on then showed their own edit, as
     if it had been the state they saw ("the state the signer saw" said 15000 where they saw 18000). A
-    read goes through this view; runs (and replays) still use the saver itself.
+    read goes through this view; runs use the saver itself (a replay's source loads as saved there:
+    ``runtime.as_saved.ReplaySourceAsSaved``).
     """
 
     def __init__(self, saver: BaseCheckpointSaver[Any]) -> None:
@@ -98,7 +100,7 @@ class _AsSaved(BaseCheckpointSaver[Any]):
         self._saver = saver
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return _without_update(self._saver.get_tuple(config))
+        return without_update(self._saver.get_tuple(config))
 
     def list(
         self,
@@ -109,15 +111,9 @@ class _AsSaved(BaseCheckpointSaver[Any]):
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
         for item in self._saver.list(config, filter=filter, before=before, limit=limit):
-            kept = _without_update(item)
+            kept = without_update(item)
             if kept is not None:
                 yield kept
-
-
-def _without_update(item: CheckpointTuple | None) -> CheckpointTuple | None:
-    if item is None or not item.pending_writes:
-        return item
-    return item._replace(pending_writes=[w for w in item.pending_writes if w[0] != NULL_TASK_ID])
 
 
 def _as_saved(graph: Any, config: RunnableConfig) -> RunnableConfig:

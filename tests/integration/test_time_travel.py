@@ -122,6 +122,25 @@ def test_a_replay_reruns_from_the_checkpoint_and_pauses_on_a_new_task(live_worke
     assert [b["id"] for b in listed] == [branch["id"]] and listed[0]["created_by"] == operator.username
 
 
+def test_a_replay_starts_from_the_checkpoint_as_saved_not_from_the_edit_decided_on_it(live_worker, personas, bank):
+    # The decision's Command(update=...) is stored as pending writes of the checkpoint it paused at, and
+    # LangGraph applied them to the replay: it re-ran with the reviewer's 15000, not the 18000 it paused on.
+    operator, reviewer = personas["operator"], personas["reviewer"]
+    thread = thread_start(operator, "loan_approval", loan_input(amount=18000))
+    [task] = pending_tasks(reviewer, thread["id"])
+    edited = api_decide(reviewer, task, "edit", reason="cap exposure", edits={"amount": 15000})
+    assert edited.status_code == 201, edited.content
+    assert thread_settled(reviewer, thread["id"])["values"]["amount"] == 15000
+    replayed = operator.client.post(
+        f"/api/threads/{thread['id']}/replay", {"checkpoint_id": _checkpoint_of(task), "reason": "re-check"}
+    )
+    assert replayed.status_code == 202, replayed.content
+    [new_task] = pending_tasks(reviewer, thread["id"])
+    state = reviewer.client.get(f"/api/tasks/{new_task['id']}").json()["state"]
+    assert state["amount"] == 18000
+    assert "18000" in new_task["title"]
+
+
 @pytest.mark.parametrize(
     ("body", "status", "field"),
     [
