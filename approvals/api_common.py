@@ -14,16 +14,17 @@ from collections.abc import Callable
 from inspect import iscoroutinefunction
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import DatabaseError, InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.http.response import HttpResponseBase
-from django.urls import URLPattern, URLResolver
+from django.urls import URLPattern, URLResolver, path, re_path
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security import APIKeyHeader, HttpBearer
 
-from approvals.errors import DomainError, validation_error_describe
+from approvals.errors import DomainError, NotFound, validation_error_describe
 from approvals.inputs import parse_error_of
 from approvals.security import request_token_mark
 from approvals.tokens import token_authenticate
@@ -46,7 +47,21 @@ class GatehouseAPI(NinjaAPI):
     @property
     def urls(self) -> tuple[list[URLResolver | URLPattern], str, str]:
         patterns, app_name, namespace = super().urls
-        return [_not_allowed_as_error(self, p) for p in patterns], app_name, namespace
+        # ninja's "api-root" (reversed for the schema's base path) answered Django's HTML 404: keep the
+        # name, answer as any unknown path does.
+        answered = [
+            path("", self._path_unknown, name="api-root")
+            if getattr(p, "name", None) == "api-root"
+            else _not_allowed_as_error(self, p)
+            for p in patterns
+        ]
+        return [*answered, re_path(r"^.*$", self._path_unknown)], app_name, namespace
+
+    def _path_unknown(self, request: HttpRequest) -> HttpResponseBase:
+        """Any path under the API that no operation serves: the API's JSON 404, not Django's HTML page."""
+        slash = " (its paths end without a slash)" if request.path.endswith("/") else ""
+        error = NotFound(f"{request.path} is not a path of this API{slash}; its OpenAPI docs list them", field="path")
+        return self.on_exception(request, error)
 
 
 def _not_allowed_as_error(api: NinjaAPI, pattern: URLResolver | URLPattern) -> URLResolver | URLPattern:
@@ -133,6 +148,9 @@ def api_errors_install(
         if exc.status_code == 400 and "parse request body" in str(exc):
             return respond(request, 400, "malformed_json", f"request body is not valid JSON: {exc}", "body")
         if exc.status_code == 403 and "CSRF" in str(exc):  # a signed-in browser session writing without its token
+            if settings.SESSION_COOKIE_NAME not in request.COOKIES:
+                # No session to forge a request for: ninja checks CSRF before it sees no credentials at all.
+                return respond(request, 401, "unauthenticated", unauthenticated, unauthenticated_field)
             message = "CSRF check failed: send the csrftoken cookie's value as X-CSRFToken, or use an API token"
             return respond(request, 403, "csrf_failed", message, "X-CSRFToken")
         return respond(request, exc.status_code, "error", str(exc))

@@ -421,3 +421,23 @@ def test_a_session_write_to_the_api_without_its_csrf_token_says_what_to_send(per
     error = error_of(response, 403)
     assert (error["code"], error["field"]) == ("csrf_failed", "X-CSRFToken")
     assert Thread.objects.count() == before
+
+
+@pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer "}, {"Authorization": "Basic Zm9vOmJhcg=="}])
+@pytest.mark.parametrize("path", ["/api/threads", "/lg/threads"])
+def test_a_write_with_no_credentials_at_all_is_a_401_not_a_csrf_refusal(headers, path):
+    """README: a wrong or missing token is a 401. Without a session there is nothing to forge, but ninja
+    checks CSRF first, and a newcomer who forgot the token was told to send X-CSRFToken."""
+    before = Thread.objects.count()
+    response = Client(enforce_csrf_checks=True).post(path, {}, content_type="application/json", headers=headers)
+    assert response.status_code == 401, response.content
+    assert response.json()["error"]["code"] == "unauthenticated"
+    assert Thread.objects.count() == before
+
+
+@pytest.mark.parametrize("path", ["/api/nonexistent", "/api/threads/", "/api/", "/lg/nonexistent", "/lg/threads/x/y/z"])
+def test_a_path_no_operation_serves_is_the_apis_json_404(operator, path):
+    response = operator.client.get(path)
+    assert response.status_code == 404
+    assert response["Content-Type"].startswith("application/json")
+    assert response.json()["error"]["field"] == "path"
