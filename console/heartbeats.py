@@ -10,7 +10,6 @@ container can tell it is alive without a database round trip.
 from __future__ import annotations
 
 import logging
-import socket
 import threading
 import time
 from datetime import timedelta
@@ -37,11 +36,16 @@ def heartbeat_record(*, name: str, component: HeartbeatComponent) -> None:
     Heartbeat.objects.update_or_create(name=name, defaults={"component": component, "seen_at": now})
 
 
-def heartbeat_age(*, component: HeartbeatComponent, name: str | None = None) -> float | None:
-    """Seconds since the freshest heartbeat of ``component`` (or of the row ``name``); None if never seen."""
+def heartbeat_age(
+    *, component: HeartbeatComponent, name: str | None = None, name_suffix: str | None = None
+) -> float | None:
+    """Seconds since the freshest heartbeat of ``component`` (of the row ``name``, or of the rows whose
+    name ends with ``name_suffix``: the workers of one host); None if never seen."""
     rows = Heartbeat.objects.filter(component=component)
     if name is not None:
         rows = rows.filter(name=name)
+    if name_suffix is not None:
+        rows = rows.filter(name__endswith=name_suffix)
     latest = rows.order_by("-seen_at").values_list("seen_at", flat=True).first()
     if latest is None:
         return None
@@ -55,11 +59,6 @@ def workers_alive() -> int:
 
 def worker_heartbeat_name(nodename: str) -> str:
     return f"worker:{nodename}"
-
-
-def default_worker_nodename() -> str:
-    # Celery's default node name; in a container the health check runs on the same host name.
-    return f"celery@{socket.gethostname()}"
 
 
 class WorkerHeartbeat:

@@ -272,3 +272,21 @@ def test_the_web_health_command_checks_the_web_roles_own_dependencies(bank, tmp_
     down = _manage({**env, "REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"}, "health_check", "--component", "web")
     assert down.returncode == 1
     assert "broker" in down.stderr and "channel_layer" in down.stderr and "database" not in down.stderr
+
+
+def test_without_a_node_the_worker_check_takes_any_worker_of_this_host(monkeypatch):
+    """`make run` names its workers worker1@<host>, worker2@<host>: the documented check looked for
+    celery@<host> only and called a healthy stack unhealthy."""
+    from django.core.management import call_command
+    from django.core.management.base import CommandError
+
+    from console.heartbeats import heartbeat_record, worker_heartbeat_name
+    from console.models import HeartbeatComponent
+
+    host = f"host-{uuid.uuid4().hex[:8]}"
+    monkeypatch.setattr("socket.gethostname", lambda: host)
+    heartbeat_record(name=worker_heartbeat_name(f"worker1@elsewhere-{host}"), component=HeartbeatComponent.WORKER)
+    with pytest.raises(CommandError, match=r"^unhealthy: any worker of this host"):
+        call_command("health_check", "--component", "worker")
+    heartbeat_record(name=worker_heartbeat_name(f"worker2@{host}"), component=HeartbeatComponent.WORKER)
+    call_command("health_check", "--component", "worker")

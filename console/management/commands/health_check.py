@@ -1,12 +1,13 @@
 """``manage.py health_check --component worker|beat|web``: exit 0 when healthy, 1 when stale or failing.
 
 For container health checks of processes that serve no HTTP: a worker is
-healthy while its own heartbeat row (``worker:celery@<hostname>``) is fresh, beat
+healthy while a heartbeat row of its host (``worker:<name>@<hostname>``) is fresh, beat
 while its tick file is. ``web`` runs the readiness checks in-process (no HTTP).
 """
 
 from __future__ import annotations
 
+import socket
 from typing import Any
 
 from django.conf import settings
@@ -14,7 +15,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 
 from console.health import readiness_evaluate
-from console.heartbeats import beat_heartbeat_age, default_worker_nodename, heartbeat_age, worker_heartbeat_name
+from console.heartbeats import beat_heartbeat_age, heartbeat_age, worker_heartbeat_name
 from console.models import HeartbeatComponent
 
 
@@ -24,7 +25,7 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--component", required=True, choices=["worker", "beat", "web"])
         parser.add_argument(
-            "--node", default=None, help="worker node name (default: celery@<this host>, Celery's default)"
+            "--node", default=None, help="worker node name (default: any worker node of this host, name@<host>)"
         )
         parser.add_argument(
             "--max-age",
@@ -44,17 +45,21 @@ class Command(BaseCommand):
             self.stdout.write("ok")
             return
         if component == "worker":
-            node = options["node"] or default_worker_nodename()
-            what = f"worker {node}"
+            # Without --node: any worker of this host, whatever its node name (make run names them
+            # worker1@<host>, worker2@<host>; Celery's default is celery@<host>).
+            node = options["node"]
+            host = socket.gethostname()
+            what = f"worker {node}" if node else f"any worker of this host (*@{host})"
+            rows = {"name": worker_heartbeat_name(node)} if node else {"name_suffix": f"@{host}"}
             try:
-                age = heartbeat_age(component=HeartbeatComponent.WORKER, name=worker_heartbeat_name(node))
+                age = heartbeat_age(component=HeartbeatComponent.WORKER, **rows)
             except DatabaseError as exc:  # the heartbeat row is in the database: unreachable is unhealthy, not a crash
                 raise CommandError(f"unhealthy: {what}: cannot read its heartbeat ({type(exc).__name__})") from None
         else:
             age = beat_heartbeat_age()
             what = f"beat ({settings.GATEHOUSE_BEAT_HEARTBEAT_FILE})"
         if age is None:
-            raise CommandError(f"{what}: no heartbeat yet")
+            raise CommandError(f"unhealthy: {what}: no heartbeat yet")
         if age > max_age:
-            raise CommandError(f"{what}: last heartbeat {age:.1f} s ago (limit {max_age:g} s)")
+            raise CommandError(f"unhealthy: {what}: last heartbeat {age:.1f} s ago (limit {max_age:g} s)")
         self.stdout.write(f"ok: {what} heartbeat {age:.1f} s ago")
