@@ -226,11 +226,15 @@ _INSTANCE_VARIABLES = {
 }
 
 
+def _absolute(value: str) -> str:
+    return str(Path(value).resolve()) if Path(value).exists() else value
+
+
 def first_admin_command(python: str, env: dict[str, str]) -> str:
     """``user_create`` with the variables this instance runs with: pasted without them, the admin was
     created in ``./var``, not in this instance's database."""
     prefix = [
-        f"{name}={shlex.quote(env[name])}"
+        f"{name}={shlex.quote(_absolute(env[name]))}"  # pasted in another directory, a relative path breaks
         for name, default in _INSTANCE_VARIABLES.items()
         if env.get(name) and Path(env[name]).resolve() != Path(default).resolve()
     ]

@@ -120,6 +120,17 @@ def test_the_first_admin_command_names_only_the_variables_that_differ_from_the_d
     assert default.endswith("user_create --role admin <username>")
 
 
+def test_the_first_admin_command_names_the_graphs_file_absolutely(tmp_path: Path, monkeypatch) -> None:
+    """Started as GATEHOUSE_GRAPHS=mine/langgraph.json, the hint said so; pasted elsewhere it failed."""
+    from console.embedded import first_admin_command
+
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "langgraph.json").write_text("{}")
+    monkeypatch.chdir(tmp_path)
+    hint = first_admin_command("/py", {"GATEHOUSE_GRAPHS": "mine/langgraph.json"})
+    assert shlex.split(hint)[0] == f"GATEHOUSE_GRAPHS={tmp_path / 'mine' / 'langgraph.json'}"
+
+
 def test_links_sent_out_point_at_the_embedded_console_unless_configured() -> None:
     """Deadline e-mails in var/mail/ linked to "/tasks/<id>/": no mail reader can open a relative link."""
     from console.embedded import public_url_default
@@ -212,3 +223,24 @@ def test_two_instances_run_side_by_side_with_debug_off(tmp_path: Path, stacks: l
     assert "URLconf" not in missing.text and "urlpatterns" not in missing.text and "api/" not in missing.text
     css = httpx.get(f"{first.base}/static/console/console.css", timeout=scaled(10))
     assert css.status_code == 200 and css.headers["content-type"].startswith("text/css")
+
+
+def test_a_command_run_with_graphs_that_do_not_resolve_says_so_in_one_line(tmp_path: Path) -> None:
+    """A pasted command in another directory (GATEHOUSE_GRAPHS relative) printed a whole traceback."""
+    import subprocess
+    import sys
+
+    from console.embedded import ROOT
+    from tests.embedded.conftest import embedded_env
+
+    env = embedded_env(tmp_path, GATEHOUSE_GRAPHS="mine/langgraph.json")
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "manage.py"), "user_create", "bob", "--graph", "plain"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1
+    assert done.stderr.strip() == "CommandError: GATEHOUSE_GRAPHS: mine/langgraph.json does not exist"
