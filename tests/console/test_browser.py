@@ -27,6 +27,7 @@ from tests.conftest import (
     pending_tasks,
     process_group_stop,
     scaled,
+    thread_settled,
     thread_start,
     wait_for,
     worker_env,
@@ -290,3 +291,22 @@ def test_every_page_of_the_menu_loads_without_a_failed_request_or_a_script_error
     assert page.request.get(f"{server}/favicon.ico").ok
     context.close()
     assert problems == []
+
+
+def test_retrying_a_failed_step_from_a_live_thread_page(browser, server, personas, tmp_path):
+    """The status card is re-rendered by the thread's socket as the page connects, without a request and
+    so without a CSRF token: the plain retry form then always failed with Django's 403 page."""
+    operator = personas["operator"]
+    marker = tmp_path / "fixed"
+    thread = thread_start(operator, "flaky", {"subject": "ledger", "marker": str(marker)})
+    thread_settled(operator, thread["id"], statuses=("failed",))
+    page = _sign_in(browser, server, operator)
+    page.goto(f"{server}/threads/{thread['id']}/")
+    _live(page)
+    retry = page.locator("#thread-live form[action$='/retry']")
+    expect(retry.locator("input[name=csrfmiddlewaretoken]")).to_have_count(0)  # the live render's form
+    marker.write_text("ok")
+    retry.get_by_role("button", name="Retry the failed step").click()
+    expect(page.locator("body")).to_contain_text("Retry queued")
+    expect(page.locator("#thread-status")).to_have_text("Completed", timeout=WAIT_MS)
+    page.context.close()

@@ -196,6 +196,20 @@
       if (el.textContent !== text) el.textContent = text;
     });
   }
+  // --- CSRF for plain form posts re-rendered live: a websocket render has no request, so no token ---
+  // (htmx requests carry the page's token in hx-headers; a plain <form method=post> carries its own).
+  document.addEventListener("submit", function (e) {
+    var form = e.target;
+    if (!form || (form.getAttribute("method") || "").toLowerCase() !== "post" || form.hasAttribute("hx-post")) return;
+    if (form.querySelector("input[name=csrfmiddlewaretoken]")) return;
+    var headers = document.body.getAttribute("hx-headers");
+    var token = headers ? JSON.parse(headers)["X-CSRFToken"] : "";
+    if (!token) return;
+    var input = document.createElement("input");
+    input.type = "hidden"; input.name = "csrfmiddlewaretoken"; input.value = token;
+    form.appendChild(input);
+  }, true);
+
   // A page rendered by a form post (a one-time link) names a page to show instead on reload: the
   // browser's address becomes that page, so a refresh reads it rather than posting the form again.
   document.addEventListener("DOMContentLoaded", function () {
