@@ -18,7 +18,7 @@ from django.contrib.auth.models import Permission, User
 from django.test import Client
 
 from approvals import gateway
-from approvals.models import ApprovalTask, AuditEvent
+from approvals.models import ApprovalTask, AuditEvent, Decision
 from approvals.redaction import MASK
 from tests.conftest import api_decide, pending_tasks, thread_settled, thread_start
 from tests.console.conftest import console_client, console_decide
@@ -179,16 +179,24 @@ def test_the_task_socket_masks_the_result_for_a_reviewer_and_audits_an_approvers
     assert _reveals(kyc["thread"], approver) > before
 
 
-def test_an_edit_that_would_save_the_mask_over_a_real_value_is_refused(personas):
+def test_an_edit_that_sends_the_mask_back_keeps_the_real_value_and_one_that_changes_it_is_refused(personas):
+    """The form's JSON box shows the applicant with the date of birth masked: sending it back with the
+    country changed was refused outright ("leave redacted fields unchanged"), though the reviewer had."""
     thread = thread_start(personas["operator"], "kyc_onboarding", _kyc_input("Edit Case"))
     [identity] = pending_tasks(personas["reviewer"], thread["id"])
     approved = api_decide(personas["approver"], identity)
     assert approved.status_code == 201
     compliance = next(t for t in pending_tasks(personas["reviewer"], thread["id"]) if t["id"] != identity["id"])
     task = ApprovalTask.objects.get(pk=compliance["id"])
+    real = ApprovalTask.objects.get(pk=task.pk).thread.values["applicant"]["date_of_birth"]
     client = console_client(personas["reviewer"])
+    overwrite = json.dumps({"name": "Edited", "country": "GB", "date_of_birth": "1999-01-01"})
+    refused = console_decide(client, task, decision="edit", reason="fix", **{"edits.applicant": overwrite})
+    assert refused.status_code == 422 and "redacted for you" in refused.content.decode()
+    assert ApprovalTask.objects.get(pk=task.pk).status == "pending"
     edited = json.dumps({"name": "Edited", "country": "GB", "date_of_birth": MASK})
     response = console_decide(client, task, decision="edit", reason="fix the name", **{"edits.applicant": edited})
-    assert response.status_code == 422, response.content.decode()[-3000:]
-    assert "redacted" in response.content.decode()
-    assert ApprovalTask.objects.get(pk=task.pk).status == "pending"
+    assert response.status_code == 201, response.content.decode()[-3000:]
+    assert real not in response.content.decode()
+    decision = Decision.objects.get(task_id=task.pk)
+    assert decision.state_patch["applicant"] == {"name": "Edited", "country": "GB", "date_of_birth": real}
