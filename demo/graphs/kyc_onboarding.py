@@ -90,6 +90,7 @@ def compliance_review(state: KycState) -> Command[Literal["open_account", "close
         summary=f"Screening risk {state.get('screening', {}).get('risk_score')}; identity verified.",
         proposed_action={"name": "open_account", "args": {"tier": state.get("tier", "standard")}},
         editable=["tier", "applicant"],
+        decisions=["approve", "reject", "edit"],  # no "respond": whatever is not approved closes the case
         sla_seconds=4 * 3600,
         details={"screening": state.get("screening"), "applicant": applicant},
     )

@@ -84,6 +84,8 @@ def human_review(state: LoanState) -> Command[Literal["disburse", "decline"]]:
             },
         },
         editable=["amount", "term_months"],
+        # No "respond": this graph declines whatever is not approved, so a reply would end the loan.
+        decisions=["approve", "reject", "edit"],
         sla_seconds=24 * 3600,
         details={
             "risk_score": state.get("risk_score"),

@@ -13,6 +13,7 @@ from django.conf import settings
 from approvals.models import ApprovalTask, AuditEvent, Decision
 from runtime.models import Run, Thread
 from tests.conftest import ApiClient, api_decide, loan_input, pending_tasks, scaled, thread_settled, thread_start
+from tests.factories import loan_gate, task_make
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db")]
 
@@ -192,10 +193,21 @@ def test_it_refuses_an_unknown_decision_word(reviewer, loan_task):
     assert error["field"] == "decision"
 
 
-def test_it_refuses_a_response_without_a_message(reviewer, loan_task):
-    before = snapshot(loan_task["id"])
-    error = error_of(api_decide(reviewer, loan_task, "respond"), 422)
+def test_it_refuses_a_response_without_a_message(reviewer):
+    task = {"id": str(task_make(payload=loan_gate(decisions=["approve", "respond"])).pk)}
+    before = snapshot(task["id"])
+    error = error_of(api_decide(reviewer, task, "respond"), 422)
     assert error["field"] == "message"
+    assert snapshot(task["id"]) == before
+
+
+def test_the_demo_loan_gate_offers_no_reply_that_would_decline_it(reviewer, loan_task):
+    """The loan graph declines whatever is not approved: a "respond" ('please send the payslip') ended the
+    loan with no reason asked, and the console said "Signed as reviewed"."""
+    assert "respond" not in loan_task["allowed_decisions"]
+    before = snapshot(loan_task["id"])
+    error = error_of(api_decide(reviewer, loan_task, "respond", message="send the payslip"), 422)
+    assert error["field"] == "decision"
     assert snapshot(loan_task["id"]) == before
 
 

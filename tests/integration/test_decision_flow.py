@@ -22,7 +22,7 @@ def test_an_approved_loan_is_disbursed_exactly_once(operator, reviewer, bank):
 
     detail = reviewer.client.get(f"/api/tasks/{task['id']}").json()
     assert detail["payload_kind"] == "gatehouse"
-    assert detail["allowed_decisions"] == ["approve", "reject", "edit", "respond"]
+    assert detail["allowed_decisions"] == ["approve", "reject", "edit"]  # a reply would decline it: not offered
     assert detail["state"]["amount"] == 20000
     assert detail["can_decide"] is True
 
