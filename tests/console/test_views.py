@@ -371,6 +371,17 @@ def test_the_audit_page_filters_by_action_and_links_to_subjects(personas, loan_t
     assert "Enter a valid UUID" in bad.content.decode()
 
 
+def test_the_audit_export_links_follow_a_filter_applied_in_place(personas):
+    """Filter swaps the results in place: the export links outside them kept exporting the whole trail."""
+    client = console_client(personas["auditor"])
+    htmx = {"HX-Request": "true", "HX-Target": "audit-results"}
+    partial = client.get("/audit/", {"action": "decision.made", "actor": "reviewer"}, headers=htmx).content.decode()
+    assert partial.lstrip().startswith('<section id="audit-results">')
+    links = [a for a in partial.split('href="')[1:] if a.startswith("/api/audit/export")]
+    assert len(links) == 2
+    assert all("action=decision.made" in a and "actor=reviewer" in a for a in links)
+
+
 def test_the_start_form_is_generated_from_the_input_schema_and_validates(personas):
     client = console_client(personas["operator"])
     page = client.get("/threads/new", {"graph": "loan_approval"}).content.decode()
