@@ -33,6 +33,7 @@ from approvals import permissions
 from approvals.audit import audit_record, audit_task
 from approvals.claims import claim_drop, claim_for, claim_put
 from approvals.errors import Conflict, Forbidden, InvalidInput
+from approvals.gateway import may_see_sensitive
 from approvals.models import ApprovalTask, AuditAction, AuditEvent, Away
 from approvals.services import separation_required
 from runtime.storable import NotStorable, value_storable_check
@@ -64,11 +65,16 @@ def task_assignees(task: ApprovalTask) -> Assignees:
 
 @dataclass(frozen=True)
 class HandOff:
-    """The task's latest reassignment or delegation: who made it, which, and when."""
+    """The task's latest reassignment or delegation: who made it, which, when, with what note, and whom
+    it was meant for when an out-of-office sent it on to a delegate instead."""
 
     by: str
     kind: str  # "reassigned" | "delegated"
     at: datetime
+    note: str = ""
+    note_by_sighted: bool = True  # its author could see redacted values (unknown: assume so, and mask)
+    meant_for: str = ""  # the person asked, when someone away was replaced by their delegate
+    away: tuple[str, ...] = ()  # who was skipped as away, in order
 
 
 def last_handoff(task: ApprovalTask) -> HandOff | None:
@@ -81,13 +87,26 @@ def last_handoff(task: ApprovalTask) -> HandOff | None:
             action__in=(AuditAction.TASK_REASSIGNED, AuditAction.TASK_DELEGATED),
         )
         .order_by("-id")
-        .only("actor_label", "action", "at")
+        .only("actor_label", "action", "at", "details")
         .first()
     )
     if event is None:
         return None
     kind = "reassigned" if event.action == AuditAction.TASK_REASSIGNED else "delegated"
-    return HandOff(by=event.actor_label, kind=kind, at=event.at)
+    details = event.details if isinstance(event.details, dict) else {}
+    requested = details.get("requested")
+    asked = (requested.get("user") if isinstance(requested, dict) else requested) or ""
+    to = details.get("to") if isinstance(details.get("to"), dict) else {}
+    away = tuple(str(name) for name in to.get("away") or ())
+    return HandOff(
+        by=event.actor_label,
+        kind=kind,
+        at=event.at,
+        note=str(details.get("note") or ""),
+        note_by_sighted=bool(details.get("author_saw_sensitive", True)),
+        meant_for=str(asked) if away and asked and asked != to.get("user") else "",
+        away=away,
+    )
 
 
 def assigned_to_q(user: permissions.Principal) -> Q:
@@ -255,6 +274,7 @@ def task_reassign(
                 "group": to_group.name if to_group else None,
             },
             "note": note,
+            "author_saw_sensitive": may_see_sensitive(actor),  # how the note is shown (gateway.text_shown)
             **({"claim_released": released} if released else {}),
         },
     )
@@ -288,7 +308,13 @@ def task_delegate(*, actor: User, task: ApprovalTask, to_user: User, note: str) 
         task=task,
         actor=actor,
         action=AuditAction.TASK_DELEGATED,
-        details={"from": before, "to": resolved.details(), "requested": to_user.get_username(), "note": note},
+        details={
+            "from": before,
+            "to": resolved.details(),
+            "requested": to_user.get_username(),
+            "note": note,
+            "author_saw_sensitive": may_see_sensitive(actor),  # how the note is shown (gateway.text_shown)
+        },
     )
     return task
 

@@ -8,6 +8,7 @@ what a page load by the same user would.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import json
 from dataclasses import dataclass
@@ -167,12 +168,21 @@ def task_live_context(user: Any, task_id: Any) -> dict[str, Any]:
 # --- hand-offs (approvals.assignment): who the task is assigned to, and the reassign/delegate forms ---
 
 
+def _handoff_shown(user: Any, task: ApprovalTask) -> assignment.HandOff | None:
+    """The latest hand-off, its note masked as a comment's would be (``gateway.text_shown``)."""
+    handoff = assignment.last_handoff(task)
+    if handoff is None or not handoff.note:
+        return handoff
+    [note] = gateway.text_shown(user, task.thread, [(handoff.note, handoff.note_by_sighted)], subject=f"task:{task.pk}")
+    return dataclasses.replace(handoff, note=note)
+
+
 def _handoff_context(user: Any, task: ApprovalTask, claim: Any) -> dict[str, Any]:
     can_reassign = task.is_open and permissions.can_reassign(user, task)
     can_delegate = task.is_open and claim is not None and claim.user_id == user.pk
     return {
         "assignees": assignment.task_assignees(task),
-        "last_handoff": assignment.last_handoff(task) if task.assigned_at else None,
+        "last_handoff": _handoff_shown(user, task) if task.assigned_at else None,
         "can_reassign": can_reassign,
         "can_delegate": can_delegate,
         # Pickers only for whoever sees a form; the services check each choice.

@@ -225,3 +225,27 @@ def test_the_console_settings_page_sets_it_and_the_inbox_header_shows_it():
     assert refused.status_code == 422 and "yourself" in refused.content.decode()
     client.post("/settings/away", {"clear": "1"})
     assert not Away.objects.filter(user=me).exists()
+
+
+def test_the_receivers_page_shows_the_hand_off_note_and_whom_it_was_meant_for():
+    """The note a lead or a delegating reviewer wrote was recorded but shown nowhere; and when an
+    out-of-office sent the task on, nobody was told whom it had been meant for."""
+    away, cover, lead = person(), person(), person("lead")
+    assignment.away_set(actor=away, delegate=cover, note="holiday")
+    task = task_make()
+    assignment.task_reassign(actor=lead, task=task, to_user=away, note="Please check the payslip dates")
+    page = console_client(Persona(cover.username, "reviewer", "", cover)).get(f"/tasks/{task.pk}/")
+    html = page.content.decode()
+    handoff = html.split('id="last-handoff"', 1)[1].split("</div>", 1)[0]
+    assert "Please check the payslip dates" in handoff
+    assert f"meant for <strong>{away.username}</strong>, who is away" in handoff
+
+
+def test_a_hand_off_note_quoting_a_hidden_value_is_masked_for_who_may_not_see_it():
+    values = {"applicant": {"name": "Grace", "country": "US", "date_of_birth": "1906-12-09"}}
+    task = task_make(graph="kyc_onboarding", node="compliance_review", payload={"title": "KYC"}, values=values)
+    reviewer, admin = person(), person("admin")
+    assignment.task_reassign(actor=admin, task=task, to_user=reviewer, note="born 1906-12-09, checked")
+    html = console_client(Persona(reviewer.username, "reviewer", "", reviewer)).get(f"/tasks/{task.pk}/")
+    note = html.content.decode().split('id="handoff-note"', 1)[1].split("</blockquote>", 1)[0]
+    assert "1906-12-09" not in note and "checked" in note
