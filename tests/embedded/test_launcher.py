@@ -240,7 +240,7 @@ def test_a_command_run_with_graphs_that_do_not_resolve_says_so_in_one_line(tmp_p
         env=env,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=scaled(120),
     )
     assert done.returncode == 1
     assert done.stderr.strip() == "CommandError: GATEHOUSE_GRAPHS: mine/langgraph.json does not exist"
