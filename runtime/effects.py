@@ -124,7 +124,11 @@ def perform_effect(
     try:
         result = call(key)
     except Exception as exc:
-        Effect.objects.filter(pk=effect.pk).update(status=EffectStatus.FAILED, error=repr(exc)[:2000])
+        # Never over a recorded result: a worker whose call failed after it lost its lease (a zombie
+        # woken with its connection cut) must not undo the payment the worker that took over recorded.
+        Effect.objects.filter(pk=effect.pk).exclude(status=EffectStatus.DONE).update(
+            status=EffectStatus.FAILED, error=repr(exc)[:2000]
+        )
         raise
     with transaction.atomic():
         # The first to record the result wins: a worker whose call was already

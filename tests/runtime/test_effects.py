@@ -104,6 +104,26 @@ def test_a_result_recorded_meanwhile_by_another_worker_is_kept(executed):
     assert executed == []
 
 
+def test_a_failure_after_another_worker_recorded_the_result_leaves_it_done(executed):
+    """A zombie's call failed (its connection cut while it was paused) after the worker that took over
+    had recorded the payment: the failure overwrote 'done', and the next run paid again."""
+    thread = Thread.objects.create(graph="zombie_pay", fence=1)
+    calls: list[str] = []
+
+    def cut(key: str) -> Any:
+        calls.append(key)
+        Effect.objects.filter(key=key).update(status=EffectStatus.DONE, result={"charged": "by the other worker"})
+        raise ConnectionError("server disconnected without sending a response")
+
+    with pytest.raises(ConnectionError):
+        _graph(cut).invoke({}, _config(thread))
+    effect = Effect.objects.get(key=f"gh:{thread.id}:charge")
+    assert (effect.status, effect.error) == (EffectStatus.DONE, "")
+    # The next run replays the recorded result: no second call.
+    again = _graph(lambda key: calls.append(key) or {"charged": "again"}).invoke({}, _config(thread))
+    assert again["result"] == {"charged": "by the other worker"} and len(calls) == 1
+
+
 def test_the_key_names_the_thread_the_effect_and_its_parts():
     thread = Thread.objects.create(graph="zombie_pay", fence=1)
     keys: list[str] = []
