@@ -29,6 +29,9 @@ _TRANSIENT_NAMES = {
     ("psycopg", "InterfaceError"),
     ("psycopg_pool", "PoolTimeout"),
     ("psycopg_pool", "TooManyRequests"),
+    # The embedded checkpointer's driver raises its own, unwrapped: "database is locked" while another
+    # process holds the write lock past the busy timeout is a wait that ran out, not the thread's fault.
+    ("sqlite3", "OperationalError"),
 }
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sqlite3
+
 import psycopg
 import psycopg_pool
 import pytest
@@ -32,6 +34,8 @@ def _wrapped(outer: BaseException, inner: BaseException) -> BaseException:
         (db_utils.InterfaceError("connection already closed"), True),
         (_wrapped(db_utils.OperationalError("wrapped"), psycopg.OperationalError("cut")), True),
         (_wrapped(RuntimeError("node failed while saving"), db_utils.OperationalError("cut")), True),
+        # The embedded checkpointer's driver, unwrapped: another process held the write lock too long.
+        (sqlite3.OperationalError("database is locked"), True),
         (psycopg.errors.UniqueViolation("duplicate key"), False),
         (db_utils.IntegrityError("duplicate key"), False),
         (RuntimeError("downstream system unavailable"), False),
