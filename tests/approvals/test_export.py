@@ -306,8 +306,11 @@ def test_the_command_exports_and_verifies(tmp_path, capsys):
     event("test.export.cmd", n=1)
     event("audit.anchor", graph="", head="x")
     out = tmp_path / "cmd.jsonl"
+    out.write_text("an older file, readable by all")
+    out.chmod(0o644)
     call_command("audit_export", "--format", "jsonl", "--output", str(out), "--action", "test.export.cmd")
     assert "exported 1 events" in capsys.readouterr().err
+    assert out.stat().st_mode & 0o777 == 0o600  # the trail's details, unmasked: its owner's only
     call_command("audit_export", "--verify", str(out))
     assert "OK, 1 events" in capsys.readouterr().out
     anchors = tmp_path / "anchors.jsonl"

@@ -12,6 +12,7 @@ what that user would download from the API. ``--anchors`` exports only the
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any, TextIO
@@ -61,7 +62,7 @@ class Command(BaseCommand):
             raise CommandError(exc.message) from None
         total = audit_export_queryset(user=user, filters=filters).count()
         out: TextIO
-        out = sys.stdout if options["output"] == "-" else open(options["output"], "w", encoding="utf-8")  # noqa: SIM115
+        out = sys.stdout if options["output"] == "-" else _private(options["output"])
         try:
             with progress(total, desc="exporting", unit="event", enabled=not options["no_progress"]) as update:
                 for chunk in export.chunks():
@@ -101,3 +102,11 @@ class Command(BaseCommand):
         )
         masked = f"; {result.masked} masked rows checked by link only" if result.masked else ""
         self.stdout.write(f"{path}: OK, {result.rows} events, {links}{masked}")
+
+
+def _private(path: str) -> TextIO:
+    """The export file, readable by its owner only: it holds the trail's details, unmasked for a principal
+    who may see them (a file another user could read is a copy of the trail outside its access rules)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # a file that already existed keeps its mode through O_CREAT: tighten it
+    return open(fd, "w", encoding="utf-8")
