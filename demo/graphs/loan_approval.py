@@ -7,11 +7,12 @@ threads; the review gate shows the applicant's previous outcome to the reviewer.
 
 from __future__ import annotations
 
-from typing import Any, Literal, TypedDict
+from typing import Annotated, Any, Literal, TypedDict
 
 from langgraph.config import get_store
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command
+from pydantic import Field
 
 from demo import bank_client
 from runtime.effects import perform_effect
@@ -37,14 +38,18 @@ class LoanState(TypedDict, total=False):
 
 
 class LoanInput(TypedDict, total=False):
-    """What a caller starts a loan with; the rest of ``LoanState`` is the graph's own working state."""
+    """What a caller starts a loan with; the rest of ``LoanState`` is the graph's own working state.
+
+    Bounded as the bank is (the review's ``args_schema``): a negative amount scored as low risk and was
+    paid out without review.
+    """
 
     applicant: str
     applicant_id: str
     loan_id: str
-    amount: int
-    income: int
-    term_months: int
+    amount: Annotated[int, Field(ge=1, le=10_000_000)]
+    income: Annotated[int, Field(ge=0)]
+    term_months: Annotated[int, Field(ge=1, le=480)]
 
 
 def pull_documents(state: LoanState) -> dict[str, Any]:

@@ -94,6 +94,9 @@ def test_it_refuses_malformed_json_on_a_decision(reviewer):
         (loan_input(applicant=7), "input.applicant"),
         ({**loan_input(), "amout": 5}, "input.amout"),
         ({**loan_input(), "risk_score": 0.01}, "input.risk_score"),  # the graph's own working state
+        (loan_input(amount=-100), "input.amount"),  # scored as low risk, it was paid out without review
+        (loan_input(amount=0), "input.amount"),
+        (loan_input(term_months=0), "input.term_months"),
         ({**loan_input(), "route": "auto"}, "input.route"),
     ],
 )
