@@ -198,6 +198,8 @@ def _execute_claimed(run: Run, heartbeat: Heartbeat) -> None:
         heartbeat.check()
         if is_transient(exc):
             raise  # not the graph's fault: run_execute hands the run back for a retry with backoff
+        # The graph's own code raised: its author needs the traceback (the run keeps only the message).
+        log.warning("run %s: the graph raised; the run fails", run.id, exc_info=exc)
         checkpoint_id = _checkpoint_id_safe(graph, config)
         run_fail(run=run, error=_error_text(exc), checkpoint_id=checkpoint_id)
         return
