@@ -96,7 +96,8 @@ def last_handoff(task: ApprovalTask) -> HandOff | None:
     details = event.details if isinstance(event.details, dict) else {}
     requested = details.get("requested")
     asked = (requested.get("user") if isinstance(requested, dict) else requested) or ""
-    to = details.get("to") if isinstance(details.get("to"), dict) else {}
+    routed = details.get("to")
+    to: dict[str, Any] = routed if isinstance(routed, dict) else {}
     away = tuple(str(name) for name in to.get("away") or ())
     return HandOff(
         by=event.actor_label,
