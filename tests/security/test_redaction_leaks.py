@@ -106,12 +106,15 @@ def test_a_permitted_reader_sees_the_decisions_values_and_the_reveal_is_audited(
 
 
 def test_an_audit_reader_without_reveal_rights_cannot_read_a_response_on_the_decision_page(personas):
+    # A gate that takes a response (the demo's do not: their graphs decline whatever is not approved),
+    # with the applicant's date of birth sensitive.
     name = f"Respond {uuid.uuid4().hex[:6]}"
-    thread = _kyc_start(personas, name)
-    compliance = _to_compliance(personas, thread["id"])
+    applicant = {"name": name, "date_of_birth": DOB}
+    thread = thread_start(personas["operator"], "chatty_review", {"applicant": applicant})
+    [gate] = pending_tasks(personas["approver"], thread["id"])
     responded = api_decide(
         personas["admin"],
-        compliance,
+        gate,
         "respond",
         resume={
             "decision": "respond",
