@@ -38,6 +38,10 @@ def _scalar(value: Any) -> SafeString:
     return format_html('<span class="j-str">"{}"</span>', text)
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def _tree(value: Any, depth: int, budget: list[int]) -> str:
     budget[0] -= 1
     if budget[0] < 0:
@@ -51,7 +55,7 @@ def _tree(value: Any, depth: int, budget: list[int]) -> str:
         )
         opened = " open" if depth < _OPEN_DEPTH else ""
         return (
-            f'<details class="j-node"{opened}><summary>{{…}} <span class="j-count">{len(value)} keys</span>'
+            f'<details class="j-node"{opened}><summary>{{…}} <span class="j-count">{_count(len(value), "key")}</span>'
             f"</summary><ul>{items}</ul></details>"
         )
     if isinstance(value, list):
@@ -62,7 +66,7 @@ def _tree(value: Any, depth: int, budget: list[int]) -> str:
         )
         opened = " open" if depth < _OPEN_DEPTH else ""
         return (
-            f'<details class="j-node"{opened}><summary>[…] <span class="j-count">{len(value)} items</span>'
+            f'<details class="j-node"{opened}><summary>[…] <span class="j-count">{_count(len(value), "item")}</span>'
             f"</summary><ul>{items}</ul></details>"
         )
     return str(_scalar(value))
