@@ -25,7 +25,7 @@ from approvals.errors import DomainError
 from approvals.inbox_filter import InboxFilter
 from approvals.models import ApprovalTask
 from approvals.payloads import payload_kind
-from console import selectors
+from console import selectors, words
 from console.conversation import conversation_context  # Conversation (comments)
 from console.decision_panel import DecisionPanel, decision_panel_for
 from console.forms import InboxFilterForm
@@ -275,10 +275,13 @@ def thread_state_context(user: Any, thread_id: Any, checkpoint_id: str = "") -> 
     current = gateway.state_for(user, thread_id)
     shown = gateway.state_for(user, thread_id, checkpoint_id) if checkpoint_id else current
     diff: list[selectors.DiffRow] = []
+    ran: list[str] = []
     if shown and shown.parent_id:
         before = gateway.state_for(user, thread_id, shown.parent_id)
         diff = selectors.state_diff(before.values if before else {}, shown.values)
-    return {"current": current, "shown": shown, "diff": diff, "checkpoint_id": checkpoint_id}
+        ran = before.next if before else []  # the nodes that ran between it and this checkpoint
+    summary = words.checkpoint_summary(shown, ran=ran) if shown else ""
+    return {"current": current, "shown": shown, "shown_summary": summary, "diff": diff, "checkpoint_id": checkpoint_id}
 
 
 def thread_context(user: Any, thread_id: Any, checkpoint_id: str = "") -> dict[str, Any]:

@@ -21,6 +21,7 @@ from django.utils import timezone
 from django.utils.safestring import SafeString, mark_safe
 
 from approvals.deadlines import due_state
+from console.words import actor_short
 from runtime.deadlines import duration_human
 
 
@@ -186,21 +187,32 @@ def inbox_row_html(task: Any, claim: Any, *, me: Any, bulk_enabled: bool, conver
     return mark_safe("".join(parts))  # noqa: S308 - every value above is escaped
 
 
-def audit_row_html(event: Any, details: Any) -> SafeString:
-    """One ``<tr>`` of the audit trail: the event, its subject (linked) and its details (as the reader may see them)."""
+def audit_row_html(event: Any, details: Any, *, subject_name: str = "") -> SafeString:
+    """One ``<tr>`` of the audit trail: the event, its subject (linked) and its details (as the reader may see them).
+
+    Actor and subject are said in words (``console.words.actor_short``; a user subject by ``subject_name``,
+    their username); the stored label and ids stay in the cells' ``title``.
+    """
+    full = f"{event.subject_type} {event.subject_id}"
     if event.subject_type == "task":
-        subject = f'<a href="{_e(task_url(event.subject_id))}">task {_e(_clip(event.subject_id, 10))}</a>'
+        subject = (
+            f'<a href="{_e(task_url(event.subject_id))}" title="{_e(full)}">task {_e(_clip(event.subject_id, 10))}</a>'
+        )
     elif event.thread_id:
         subject = (
-            f'<a href="{_e(thread_url(event.thread_id))}">{_e(event.subject_type)} '
+            f'<a href="{_e(thread_url(event.thread_id))}" title="{_e(full)}">{_e(event.subject_type)} '
             f"{_e(_clip(event.subject_id, 14))}</a>"
         )
+    elif subject_name:
+        subject = f'<span title="{_e(full)}">user {_e(subject_name)}</span>'
     else:
         subject = f"{_e(event.subject_type)} {_e(event.subject_id)}"
+    actor = actor_short(event.actor_label)
+    actor_title = event.actor_label + (f" (user id {event.actor_id})" if getattr(event, "actor_id", None) else "")
     short = _clip(compact(details), 60)
     return mark_safe(  # noqa: S308 - every value is escaped
         f'<tr><td class="num">{event.id}</td><td><time datetime="{_iso(event.at)}">'
-        f"{_utc(event.at, '%Y-%m-%d %H:%M:%S')}</time></td><td>{_e(event.actor_label)}</td>"
+        f'{_utc(event.at, "%Y-%m-%d %H:%M:%S")}</time></td><td title="{_e(actor_title)}">{_e(actor)}</td>'
         f"<td><code>{_e(event.action)}</code></td><td>{subject}</td><td>{_e(event.graph)}</td>"
         f"<td><details><summary><code>{_e(short)}</code></summary><pre>{_e(pretty(details))}</pre>"
         f'<p class="small muted">hash {_e(_clip(event.hash, 17))} ← {_e(_clip(event.prev_hash, 17))}</p>'

@@ -23,8 +23,9 @@ from approvals.columns import Column, PayloadValue, column_for_sort, gate_column
 from approvals.errors import InvalidInput, NotFound
 from approvals.inbox_filter import InboxFilter
 from approvals.intent import action_edits
-from approvals.models import ApprovalTask, AuditEvent, Comment, Decision, TaskClaim
+from approvals.models import ApprovalTask, AuditAction, AuditEvent, Comment, Decision, TaskClaim
 from approvals.selectors import audit_filter, cursor_pack, cursor_unpack, tasks_inbox
+from console import words
 from runtime import rows
 from runtime.models import Effect, RunStatus, Thread
 
@@ -322,21 +323,38 @@ class TimelineEntry:
     link: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def kind_label(self) -> str:
+        """What the timeline calls the entry's kind ("checkpoint" and "effect" are the runtime's words)."""
+        return _TIMELINE_KIND_LABELS.get(self.kind, self.kind)
+
+
+_TIMELINE_KIND_LABELS = {
+    "checkpoint": "step",
+    "task": "paused",
+    "decision": "decision",
+    "run": "run",
+    "effect": "action",
+    "error": "error",
+}
+
 
 def timeline_for(*, user: permissions.Principal, thread: Thread, limit: int = 100) -> list[TimelineEntry]:
     """Checkpoints, tasks, decisions, runs, effects and errors of one thread, oldest first."""
     entries: list[TimelineEntry] = []
-    for view in gateway.history_for(user, thread.pk, limit=limit):
+    views = gateway.history_for(user, thread.pk, limit=limit)  # newest first
+    for index, view in enumerate(views):
         at = parse_datetime(view.created_at) if view.created_at else None
         if at is None:
             continue
-        writes = view.writes if isinstance(view.writes, dict) else {}
-        nodes = ", ".join(sorted(writes)) or ("input" if view.source == "input" else view.source)
+        # An operator's update whose parent is not the checkpoint before it branched the thread there.
+        older = views[index + 1] if index + 1 < len(views) else None
+        forked = older is not None and older.checkpoint_id != view.parent_id
         entries.append(
             TimelineEntry(
                 at=at,
                 kind="checkpoint",
-                title=f"Step {view.step}: {nodes}",
+                title=words.checkpoint_summary(view, forked=forked),
                 checkpoint_id=view.checkpoint_id,
                 detail={"next": view.next},
                 extra={"step": view.step, "source": view.source},
@@ -348,9 +366,9 @@ def timeline_for(*, user: permissions.Principal, thread: Thread, limit: int = 10
             TimelineEntry(
                 at=task.created_at,
                 kind="task",
-                title=f"Paused at {task.node}: {task.title}",
+                title=f"Paused for a decision: {task.title or task.node}",
                 link=f"/tasks/{task.pk}/",
-                extra={"status": task.status},
+                extra={"status": task.status, "status_label": task.get_status_display(), "node": task.node},
             )
         )
     decisions = list(
@@ -391,7 +409,8 @@ def timeline_for(*, user: permissions.Principal, thread: Thread, limit: int = 10
                 # Its outcome where it happened: after the steps and effects of the run, not before them.
                 at=run.finished_at or run.started_at or run.created_at,
                 kind="run",
-                title=f"{run.get_kind_display()} run {run.get_status_display().lower()}",
+                # Its error, if any, is the entry after it (summary and full text): said once.
+                title=words.run_summary(run, with_error=False),
                 extra={"status": run.status, "attempts": run.attempts},
             )
         )
@@ -410,7 +429,7 @@ def timeline_for(*, user: permissions.Principal, thread: Thread, limit: int = 10
             TimelineEntry(
                 at=effect.completed_at or effect.created_at,
                 kind="effect",
-                title=f"Effect {effect.name} {effect.status}",
+                title=f"Action {effect.name}: {words.effect_status(effect)}",
                 detail={"key": effect.key, "result": result, "error": effect.error or None},
                 extra={"calls": effect.calls},
             )
@@ -602,6 +621,24 @@ def audit_search(
     rows: list[AuditEvent] = list(qs.order_by("-id")[: limit + 1])
     next_cursor = str(rows[limit - 1].id) if len(rows) > limit else None
     return Page(items=rows[:limit], next_cursor=next_cursor)
+
+
+# Events about a sign-in attempt: their ``user`` subject is the username typed, not an account's id.
+_SUBJECT_IS_TYPED_USERNAME = {AuditAction.AUTH_LOGIN_FAILED, AuditAction.AUTH_LOCKED_OUT, AuditAction.AUTH_SSO_REFUSED}
+
+
+def audit_subject_names(*, events: list[AuditEvent]) -> dict[int, str]:
+    """The username of the user each of ``events`` is about (subject ``user``), by event id: one query."""
+    about = {
+        e.id: e.subject_id
+        for e in events
+        if e.subject_type == "user" and e.subject_id.isdigit() and e.action not in _SUBJECT_IS_TYPED_USERNAME
+    }
+    if not about:
+        return {}
+    users = User.objects.filter(pk__in=set(about.values())).values_list("pk", "username")
+    names = {str(pk): name for pk, name in users}
+    return {event_id: names[pk] for event_id, pk in about.items() if pk in names}
 
 
 def audit_actions(*, user: permissions.Principal) -> list[str]:

@@ -10,8 +10,9 @@ from django.utils.html import escape, format_html
 from django.utils.safestring import SafeString, mark_safe
 
 from approvals.models import AuditAction
-from console import rows_html
+from console import rows_html, words
 from runtime.deadlines import DeadlineError, duration_human, duration_parse
+from runtime.models import ThreadStatus
 
 register = template.Library()
 
@@ -150,10 +151,11 @@ def due_badge(task: Any) -> SafeString:
     return rows_html.due_badge_html(task)
 
 
-@register.simple_tag
-def audit_row(event: Any, details: Any) -> SafeString:
-    """One audit trail row (``console.rows_html.audit_row_html``)."""
-    return rows_html.audit_row_html(event, details)
+@register.simple_tag(takes_context=True)
+def audit_row(context: Any, event: Any, details: Any) -> SafeString:
+    """One audit trail row (``console.rows_html.audit_row_html``), a user subject named (``subject_names``)."""
+    names = context.get("subject_names") or {}
+    return rows_html.audit_row_html(event, details, subject_name=names.get(event.id, ""))
 
 
 @register.simple_tag(takes_context=True)
@@ -173,3 +175,63 @@ def duration(value: Any) -> str:
         return duration_human(duration_parse(value))
     except DeadlineError:
         return str(value)
+
+
+# --- words for runtime records (console.words): what a reviewer reads instead of identifiers --------
+
+
+@register.simple_tag
+def checkpoint_where(view: Any, thread: Any, checkpoint_id: str = "") -> str:
+    """Where the thread goes from ``view``: "Waiting at human_review" for the current state of a paused
+    thread, "Next: disburse" for any other, "Finished" for a last checkpoint."""
+    waiting = not checkpoint_id and getattr(thread, "status", "") == ThreadStatus.INTERRUPTED
+    return words.checkpoint_next(view, waiting=waiting)
+
+
+@register.filter
+def run_kind(run: Any) -> str:
+    """ "Start run", "Resume run"."""
+    return words.run_kind(run)
+
+
+@register.filter
+def run_outcome(run: Any) -> str:
+    """ "paused for a decision", "failed: bank is down" (the status, said once)."""
+    return words.run_outcome(run)
+
+
+@register.filter
+def effect_status(effect: Any) -> str:
+    return words.effect_status(effect)
+
+
+@register.filter
+def error_summary(text: str) -> str:
+    return words.error_summary(text)
+
+
+@register.simple_tag
+def error_block(text: str, css: str = "danger") -> SafeString:
+    """An error as one line, its full text (the exception, LangGraph's task note) collapsed for operators."""
+    if not text:
+        return mark_safe("")
+    summary = words.error_summary(text)
+    if not words.error_is_summarised(text):
+        return format_html('<p class="{} error-summary">{}</p>', css, summary)
+    return format_html(
+        '<p class="{} error-summary">{}</p><details class="error-full small"><summary>Full error</summary>'
+        "<pre>{}</pre></details>",
+        css,
+        summary,
+        text,
+    )
+
+
+@register.filter
+def metadata_label(key: Any) -> str:
+    return words.metadata_label(key)
+
+
+@register.filter
+def thread_name(thread: Any) -> str:
+    return words.thread_name(thread)

@@ -39,7 +39,8 @@ def audit(request: HtmxHttpRequest) -> HttpResponse:
     # Details are stored whole (they are hashed); the gateway masks them on the way out.
     rows = [(event, gateway.audit_details_for(request.user, event)) for event in page.items]
     actions = selectors.audit_actions(user=request.user)
-    ctx = {"form": form, "page": page, "rows": rows, "error": error, "actions": actions}
+    names = selectors.audit_subject_names(events=page.items)
+    ctx = {"form": form, "page": page, "rows": rows, "error": error, "actions": actions, "subject_names": names}
     if request.htmx and request.htmx.target == "audit-results":
         return render(request, "console/partials/audit_results.html", ctx)
     return render(request, "console/audit.html", ctx)

@@ -151,7 +151,7 @@ def test_a_reviewer_claims_edits_approves_and_watches_the_thread_complete(browse
     page.goto(f"{server}/threads/{thread['id']}/")
     timeline = page.locator("#thread-live .timeline")
     expect(timeline).to_contain_text("Edit and approve")
-    expect(timeline).to_contain_text("Effect disburse done")
+    expect(timeline).to_contain_text("Action disburse: done")
     page.locator(".tl-checkpoint a").first.click()
     expect(page.locator("#checkpoint-view")).to_contain_text("State at checkpoint")
     page.screenshot(path=str(SCREENSHOTS / "thread.png"), full_page=True)

@@ -117,8 +117,8 @@ def _event(**fields):
 def test_every_value_in_an_audit_row_is_escaped() -> None:
     html = audit_row_html(_event(), {"note": HOSTILE})
     assert "<img" not in html and 'onerror="' not in html
-    # actor, action, subject type and id, graph (the summary and the hashes are cut short)
-    assert html.count("&lt;img src=x onerror=&quot;alert(1)&quot;&gt;&amp;&#x27;") == 5
+    # actor (text and title), action, subject type and id, graph (the summary and the hashes are cut short)
+    assert html.count("&lt;img src=x onerror=&quot;alert(1)&quot;&gt;&amp;&#x27;") == 6
     # the details in full, as JSON (its quotes backslashed), escaped as well
     shown = "&quot;&lt;img src=x onerror=\\&quot;alert(1)\\&quot;&gt;&amp;&#x27;&quot;"
     assert f"<pre>{{\n  &quot;note&quot;: {shown}\n}}</pre>" in html
@@ -127,16 +127,19 @@ def test_every_value_in_an_audit_row_is_escaped() -> None:
 def test_an_audit_row_links_its_task_or_thread_and_cuts_long_ids() -> None:
     task_id, thread_id = uuid.uuid4(), uuid.uuid4()
     task_row = audit_row_html(_event(subject_type="task", subject_id=str(task_id), thread_id=thread_id), {})
-    assert f'<a href="/tasks/{task_id}/">task {str(task_id)[:9]}…</a>' in task_row
+    assert f'<a href="/tasks/{task_id}/" title="task {task_id}">task {str(task_id)[:9]}…</a>' in task_row
     run_id = str(uuid.uuid4())
     run_row = audit_row_html(_event(subject_type="run", subject_id=run_id, thread_id=thread_id), {})
-    assert f'<a href="/threads/{thread_id}/">run {run_id[:13]}…</a>' in run_row
+    assert f'<a href="/threads/{thread_id}/" title="run {run_id}">run {run_id[:13]}…</a>' in run_row
     user_row = audit_row_html(_event(subject_type="user", subject_id="42", hash="a" * 64, prev_hash="b" * 64), {})
     assert "<a " not in user_row and "user 42" in user_row
     assert f"hash {'a' * 16}… ← {'b' * 16}…" in user_row
+    worker = _event(subject_type="user", subject_id="42", actor_label="worker:vm:1:2")
+    named = audit_row_html(worker, {}, subject_name="ada")
+    assert '<span title="user 42">user ada</span>' in named and '<td title="worker:vm:1:2">worker (vm)</td>' in named
 
 
 def test_a_hostile_task_subject_id_cannot_break_out_of_its_link() -> None:
     html = audit_row_html(_event(subject_type="task", subject_id='x" onmouseover="alert(1)'), {})
     assert 'onmouseover="' not in html
-    assert '<a href="/tasks/x&quot; onmouseover=&quot;alert(1)/">' in html
+    assert '<a href="/tasks/x&quot; onmouseover=&quot;alert(1)/" title="task x&quot; onmouseover' in html

@@ -51,13 +51,11 @@ def test_an_approved_loan_is_disbursed_exactly_once(operator, reviewer, bank):
     timeline = timeline_for(user=reviewer.user, thread=Thread.objects.get(pk=thread["id"]))
     titles = [entry.title for entry in timeline]
     assert (
-        titles.index("Step 2: score_risk")
-        < titles.index("Start run interrupted")
-        < titles.index(next(t for t in titles if t.startswith("Paused at human_review")))
+        titles.index("Ran score_risk")
+        < titles.index("Start run — paused for a decision")
+        < titles.index(next(t for t in titles if t.startswith("Paused for a decision:")))
     )
-    assert (
-        titles.index("Effect disburse done") < titles.index("Step 4: disburse") < titles.index("Resume run succeeded")
-    )
+    assert titles.index("Action disburse: done") < titles.index("Ran disburse") < titles.index("Resume run — succeeded")
 
     actions = _audit_actions(thread["id"])
     for expected in [

@@ -1,0 +1,187 @@
+"""What the console says about runtime records: checkpoints, runs, effects, errors, audit actors, threads.
+
+LangGraph's and the runtime's own vocabulary (checkpoint ``source`` values, ``__start__``, idempotency
+keys, worker lease labels, Python tracebacks) is what operators debug with, not what a reviewer reads.
+Each function here turns one of them into words; the identifier stays available to the page (a
+``title`` or a collapsed ``<details>``), never as the text itself.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from runtime.models import EffectStatus, RunKind, RunStatus
+from runtime.state import CheckpointView
+
+# LangGraph checkpoint metadata "source" (langgraph.pregel: input | loop | update | fork).
+SOURCE_INPUT = "input"
+SOURCE_LOOP = "loop"
+SOURCE_UPDATE = "update"
+SOURCE_FORK = "fork"
+
+
+def _nodes(names: Any) -> list[str]:
+    """Graph nodes by their names, without LangGraph's own (``__start__``, ``__interrupt__``...)."""
+    if not isinstance(names, dict | list | tuple):
+        return []
+    return sorted(str(n) for n in names if not str(n).startswith("__"))
+
+
+def checkpoint_summary(view: CheckpointView, *, ran: Any = None, forked: bool = False) -> str:
+    """What happened at a checkpoint, in words: "Input received", "Ran score_risk", "Replayed from ...".
+
+    ``ran``: the nodes that produced it when the view does not say (the parent checkpoint's ``next``);
+    ``forked``: an operator's state change at a past checkpoint (the thread branched there).
+    """
+    if view.source == SOURCE_INPUT:
+        return "Input received"
+    if view.source == SOURCE_UPDATE:
+        return "State changed by an operator (fork)" if forked else "State changed by an operator"
+    if view.source == SOURCE_FORK:
+        return "Replayed from an earlier checkpoint"
+    writes = view.writes if isinstance(view.writes, dict) and view.writes else ran
+    nodes = _nodes(writes)
+    if nodes:
+        return f"Ran {', '.join(nodes)}"
+    if (isinstance(writes, dict | list | tuple) and "__start__" in writes) or view.step == 0:
+        return "Started"
+    return "Ran a step"
+
+
+def checkpoint_next(view: CheckpointView, *, waiting: bool = False) -> str:
+    """Where the thread goes from a checkpoint: "Waiting at human_review", "Next: disburse", "Finished"."""
+    nodes = _nodes(view.next)
+    if nodes:
+        return f"{'Waiting at' if waiting else 'Next:'} {', '.join(nodes)}"
+    if view.next:  # only LangGraph's own (``__start__`` of an input checkpoint)
+        return "Next: start"
+    return "Finished" if view.source == SOURCE_LOOP else ""
+
+
+# --- runs --------------------------------------------------------------------------------
+
+_RUN_STATUS_WORDS = {
+    RunStatus.QUEUED: "waiting for a worker",
+    RunStatus.RUNNING: "running",
+    RunStatus.INTERRUPTED: "paused for a decision",
+    RunStatus.SUCCEEDED: "succeeded",
+    RunStatus.FAILED: "failed",
+    RunStatus.CANCELLED: "cancelled",
+}
+
+
+def run_kind(run: Any) -> str:
+    """ "Start run", "Resume run", "Retry run", "Replay run"."""
+    try:
+        return f"{RunKind(run.kind).label} run"
+    except ValueError:
+        return f"{run.kind} run"
+
+
+def run_outcome(run: Any, *, with_error: bool = True) -> str:
+    """The run's status, said once: "paused for a decision", "failed: bank is down"."""
+    words = _RUN_STATUS_WORDS.get(run.status, str(run.status))
+    if with_error and run.status == RunStatus.FAILED and run.error:
+        return f"{words}: {error_summary(run.error, limit=120)}"
+    return words
+
+
+def run_summary(run: Any, *, with_error: bool = True) -> str:
+    """ "Start run — paused for a decision"; ``with_error=False`` where the error is shown beside it."""
+    return f"{run_kind(run)} — {run_outcome(run, with_error=with_error)}"
+
+
+# --- effects -----------------------------------------------------------------------------
+
+_EFFECT_STATUS_WORDS = {
+    EffectStatus.STARTED: "started, no result yet",
+    EffectStatus.DONE: "done",
+    EffectStatus.FAILED: "failed",
+}
+
+
+def effect_status(effect: Any) -> str:
+    return _EFFECT_STATUS_WORDS.get(effect.status, str(effect.status))
+
+
+# --- errors ------------------------------------------------------------------------------
+
+# LangGraph adds a note to an exception raised in a node: "During task with name 'x' and id '...'".
+_TASK_NOTE = re.compile(r"^During task with name .*$", re.MULTILINE)
+# "demo.bank_client.BankUnavailable: message": a dotted module path before the exception's name.
+_QUALIFIED = re.compile(r"^(?:[A-Za-z_]\w*\.)+([A-Za-z_]\w*)(?::\s*(.*))?$")
+
+
+def error_summary(text: str, *, limit: int = 200) -> str:
+    """One line of an error for people: the exception's message, without module paths or LangGraph's
+    task note. A builtin exception keeps its name ("KeyError: 'amount'"): its message alone says little.
+    """
+    lines = [line.strip() for line in _TASK_NOTE.sub("", text or "").splitlines() if line.strip()]
+    if not lines:
+        return ""
+    first = lines[0]
+    qualified = _QUALIFIED.match(first)
+    if qualified:
+        name, message = qualified.group(1), (qualified.group(2) or "").strip()
+        first = message or name
+    if len(lines) > 1 and len(first) < limit:
+        first += " …"
+    return first if len(first) <= limit else first[: limit - 1] + "…"
+
+
+def error_is_summarised(text: str) -> bool:
+    """Whether the summary leaves something out (then the page offers the full text)."""
+    return error_summary(text) != (text or "").strip()
+
+
+# --- audit actors ------------------------------------------------------------------------
+
+_ACTOR_PREFIXES = {
+    "worker": "worker",
+    "webhook": "webhook",
+    "sso": "single sign-on",
+    "anonymous": "sign-in attempt",
+}
+
+
+def actor_short(label: str) -> str:
+    """An audit actor label as people read it: "worker:vm:14448:1404..." → "worker (vm)"."""
+    kind, sep, rest = (label or "").partition(":")
+    if not sep or kind not in _ACTOR_PREFIXES:
+        return label
+    if kind == "worker":
+        host = rest.split(":", 1)[0]
+        return f"worker ({host})" if host else "worker"
+    if kind == "sso":
+        return f"{rest} (single sign-on)"
+    return f"{_ACTOR_PREFIXES[kind]} ({rest})" if rest else _ACTOR_PREFIXES[kind]
+
+
+# --- threads -----------------------------------------------------------------------------
+
+METADATA_LABELS = {
+    "case": "Case",
+    "applicant": "Applicant",
+    "external_source": "Source",
+    "external_key": "Key",
+}
+
+
+def metadata_label(key: Any) -> str:
+    """A thread metadata key as a label: "external_source" → "Source", "due_date" → "Due date"."""
+    text = str(key)
+    return METADATA_LABELS.get(text) or text.replace("_", " ").strip().capitalize() or text
+
+
+def thread_name(thread: Any) -> str:
+    """What to call a thread: its case ("C-1042 · Ada Lovelace"), an external task's source and key,
+    else its graph and a short id."""
+    metadata = thread.metadata if isinstance(thread.metadata, dict) else {}
+    case, applicant = metadata.get("case"), metadata.get("applicant")
+    if case:
+        return f"{case} · {applicant}" if applicant else str(case)
+    source, key = metadata.get("external_source"), metadata.get("external_key")
+    if source and key:
+        return f"{source} {key}"
+    return f"{thread.graph or 'Thread'} {str(thread.pk)[:8]}"
