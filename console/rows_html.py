@@ -21,7 +21,7 @@ from django.utils import timezone
 from django.utils.safestring import SafeString, mark_safe
 
 from approvals.deadlines import due_state
-from console.words import actor_short
+from console.words import actor_short, case_of
 from runtime.deadlines import duration_human
 
 
@@ -138,7 +138,7 @@ def inbox_row_html(task: Any, claim: Any, *, me: Any, bulk_enabled: bool, conver
     if conversation is not None and task.pk in conversation.mentioned:
         badges += ' <span class="badge badge-mention">mentioned</span>'
     metadata = task.thread.metadata
-    case, applicant = field(metadata, "case"), field(metadata, "applicant")
+    case, applicant = case_of(task.graph, metadata)  # the graph's own naming keys (search_metadata)
     who = f' <span class="muted">· {_e(applicant)}</span>' if applicant else ""
     parts.append(
         f'<td class="title"><a href="{url}">{title}</a>{badges}</td><td>{_e(task.graph)}</td>'

@@ -12,6 +12,7 @@ import re
 from typing import Any
 
 from runtime.models import EffectStatus, RunKind, RunStatus
+from runtime.registry import UnknownGraph, graph_get
 from runtime.state import CheckpointView
 
 # LangGraph checkpoint metadata "source" (langgraph.pregel: input | loop | update | fork).
@@ -174,13 +175,35 @@ def metadata_label(key: Any) -> str:
     return METADATA_LABELS.get(text) or text.replace("_", " ").strip().capitalize() or text
 
 
+DEFAULT_CASE_KEYS = ("case", "applicant")
+
+
+def case_keys(graph: str) -> tuple[str, ...]:
+    """The metadata keys that name a thread of ``graph``: the ones its ``search_metadata`` names (what
+    people search it by: an order, a customer), else the demo's case and applicant."""
+    try:
+        keys = tuple(graph_get(graph).options.get("search_metadata", ()))
+    except UnknownGraph:  # retired, or an external engine's thread
+        keys = ()
+    return keys or DEFAULT_CASE_KEYS
+
+
+def case_of(graph: str, metadata: Any) -> tuple[str, str]:
+    """A thread's case and who it is about, from its first two naming keys ("" where a key is unset)."""
+    values = metadata if isinstance(metadata, dict) else {}
+    keys = case_keys(graph)
+    first = values.get(keys[0]) if keys else None
+    second = values.get(keys[1]) if len(keys) > 1 else None
+    return (str(first) if first not in (None, "") else "", str(second) if second not in (None, "") else "")
+
+
 def thread_name(thread: Any) -> str:
     """What to call a thread: its case ("C-1042 · Ada Lovelace"), an external task's source and key,
     else its graph and a short id."""
     metadata = thread.metadata if isinstance(thread.metadata, dict) else {}
-    case, applicant = metadata.get("case"), metadata.get("applicant")
+    case, applicant = case_of(thread.graph or "", metadata)
     if case:
-        return f"{case} · {applicant}" if applicant else str(case)
+        return f"{case} · {applicant}" if applicant else case
     source, key = metadata.get("external_source"), metadata.get("external_key")
     if source and key:
         return f"{source} {key}"

@@ -180,6 +180,12 @@ def duration(value: Any) -> str:
 # --- words for runtime records (console.words): what a reviewer reads instead of identifiers --------
 
 
+@register.filter
+def case(thread: Any) -> tuple[str, str]:
+    """A thread's case and who it is about, by its graph's naming keys (``console.words.case_of``)."""
+    return words.case_of(thread.graph or "", thread.metadata)
+
+
 @register.simple_tag
 def checkpoint_where(view: Any, thread: Any, checkpoint_id: str = "") -> str:
     """Where the thread goes from ``view``: "Waiting at human_review" for the current state of a paused

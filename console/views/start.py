@@ -14,6 +14,7 @@ from approvals import permissions, services
 from approvals.errors import DomainError
 from console.schema_form import json_object, start_fields, start_input_parse
 from console.views.common import HtmxHttpRequest, console_login_required, domain_errors
+from console.words import case_keys, metadata_label
 from runtime.registry import graph_get, graph_names
 from runtime.state_schema import json_schema_for
 
@@ -42,9 +43,11 @@ def thread_start(request: HtmxHttpRequest) -> HttpResponse:
         graph = graphs[0][0] if graphs else ""
     schema = json_schema_for(graph_get(graph).input_schema) if graph else {"properties": {}}
     fields = start_fields(schema)
+    # The metadata people name and search this graph's threads by (its search_metadata), not the demo's.
+    meta_keys = case_keys(graph) if graph else ()
     if request.method == "POST" and not errors:
         graph_input = start_input_parse(fields, request.POST, errors)
-        metadata = {k: request.POST.get(f"meta.{k}", "").strip() for k in ("case", "applicant")}
+        metadata = {k: request.POST.get(f"meta.{k}", "").strip() for k in meta_keys}
         metadata = {k: v for k, v in metadata.items() if v}
         metadata.update(json_object(request.POST, "metadata_json", errors) or {})
         if not errors:
@@ -70,6 +73,7 @@ def thread_start(request: HtmxHttpRequest) -> HttpResponse:
         "errors": errors,
         "data": source,
         "schema_json": json.dumps(schema, indent=2),
+        "meta_fields": [(k, metadata_label(k), source.get(f"meta.{k}", "")) for k in meta_keys],
     }
     if request.htmx and request.htmx.target == "start-fields":
         return render(request, "console/partials/start_fields.html", ctx)

@@ -481,3 +481,25 @@ def test_relative_times_on_the_task_page_keep_counting_and_the_timeline_gives_da
     assert "data-ago" in opened and f"{loan_task.created_at:%Y-%m-%d %H:%M:%S} UTC" in opened
     timeline = html.split('id="task-timeline"', 1)[1]
     assert f"{loan_task.created_at:%Y-%m-%d} " in timeline and " UTC</time>" in timeline
+
+
+def test_the_start_form_and_thread_list_use_the_graphs_own_naming_metadata(personas, monkeypatch):
+    """A graph whose threads are found by order and customer was offered the demo's Case and Applicant,
+    and its threads showed an empty Case column."""
+    from runtime.registry import graph_get
+
+    monkeypatch.setitem(graph_get("flaky").options, "search_metadata", ("order", "customer"))
+    client = console_client(personas["operator"])
+    page = client.get("/threads/new", {"graph": "flaky"}).content.decode()
+    assert 'name="meta.order"' in page and 'name="meta.customer"' in page
+    assert 'name="meta.case"' not in page
+    order = f"O-{uuid.uuid4().hex[:6]}"
+    started = client.post(
+        "/threads/new", {"graph": "flaky", "input.subject": "x", "meta.order": order, "meta.customer": "ACME"}
+    )
+    assert started.status_code == 302, started.content.decode()[-2000:]
+    thread = Thread.objects.get(metadata__order=order)
+    assert thread.metadata == {"order": order, "customer": "ACME"}
+    listed = client.get("/threads/", {"q": order}).content.decode()
+    row = listed.split(f'data-thread-id="{thread.pk}"', 1)[1].split("</tr>", 1)[0]
+    assert order in row and "ACME" in row
