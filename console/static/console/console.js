@@ -210,6 +210,11 @@
     form.appendChild(input);
   }, true);
 
+  // A time series too wide for a phone scrolls: open it at its latest data, not at its oldest.
+  document.addEventListener("DOMContentLoaded", function () {
+    document.querySelectorAll("[data-scroll-end]").forEach(function (el) { el.scrollLeft = el.scrollWidth; });
+  });
+
   // A page rendered by a form post (a one-time link) names a page to show instead on reload: the
   // browser's address becomes that page, so a refresh reads it rather than posting the form again.
   document.addEventListener("DOMContentLoaded", function () {
