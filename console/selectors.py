@@ -627,12 +627,17 @@ def audit_search(
 _SUBJECT_IS_TYPED_USERNAME = {AuditAction.AUTH_LOGIN_FAILED, AuditAction.AUTH_LOCKED_OUT, AuditAction.AUTH_SSO_REFUSED}
 
 
+def _user_pk(text: str) -> bool:
+    """A subject id that can be a user's primary key: ASCII digits ("²" is a digit too) within a bigint."""
+    return text.isascii() and text.isdigit() and len(text) <= 18
+
+
 def audit_subject_names(*, events: list[AuditEvent]) -> dict[int, str]:
     """The username of the user each of ``events`` is about (subject ``user``), by event id: one query."""
     about = {
         e.id: e.subject_id
         for e in events
-        if e.subject_type == "user" and e.subject_id.isdigit() and e.action not in _SUBJECT_IS_TYPED_USERNAME
+        if e.subject_type == "user" and _user_pk(e.subject_id) and e.action not in _SUBJECT_IS_TYPED_USERNAME
     }
     if not about:
         return {}
