@@ -26,7 +26,7 @@ from approvals.inbox_filter import InboxFilter
 from approvals.models import ApprovalTask, AuditAction, AuditEvent, Decision
 from approvals.task_rows import tasks_pending
 from runtime import rows
-from runtime.models import Thread
+from runtime.models import Run, RunKind, Thread
 from runtime.registry import graph_get, graph_names
 
 # --- keyset cursors: one codec (a JSON list, URL-safe base64); each list says what it holds ----------
@@ -295,3 +295,32 @@ def status_read(*, model: type[Model], pk: Any) -> str | None:
         cursor.execute(f"SELECT {status} FROM {table} WHERE {key} = %s", [meta.pk.get_db_prep_value(pk, connection)])  # noqa: S608
         row = cursor.fetchone()
     return None if row is None else str(row[0])
+
+
+# --- what a decision's action did: its resume run and the retries that carried it on ------------------
+
+DECISION_RUNS_MAX = 20  # retries of one failed resume an auditor is shown; an operator stops long before
+
+
+def decision_runs(*, decision: Decision) -> list[Run]:
+    """The run that resumed the thread with ``decision``, then each retry that continued it, oldest first.
+
+    A resume run that fails leaves its action half done; an operator's retry (``RunKind.RETRY``, the same
+    thread) re-applies the decision and carries on, and its effects are that decision's too. The line
+    ends at the thread's next run of another kind (a later decision's resume, a replay): what follows
+    belongs to that.
+    """
+    if decision.run is None:
+        return []
+    first = decision.run
+    later = (
+        Run.objects.filter(thread_id=first.thread_id, created_at__gt=first.created_at)
+        .select_related("created_by")
+        .order_by("created_at", "id")
+    )
+    runs = [first]
+    for run in later[:DECISION_RUNS_MAX]:
+        if run.kind != RunKind.RETRY:
+            break
+        runs.append(run)
+    return runs

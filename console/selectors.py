@@ -19,6 +19,7 @@ from django.db.models import F, Q, QuerySet
 from django.utils.dateparse import parse_datetime
 
 from approvals import dashboard, gateway, permissions
+from approvals import selectors as approvals_selectors
 from approvals.columns import Column, PayloadValue, column_for_sort, gate_columns
 from approvals.errors import InvalidInput, NotFound
 from approvals.inbox_filter import InboxFilter
@@ -27,7 +28,7 @@ from approvals.models import ApprovalTask, AuditAction, AuditEvent, Comment, Dec
 from approvals.selectors import audit_filter, cursor_pack, cursor_unpack, tasks_inbox
 from console import words
 from runtime import rows
-from runtime.models import Effect, RunStatus, Thread
+from runtime.models import Effect, Run, RunStatus, Thread
 
 SORTS = {
     # name: (order_by, label)
@@ -740,6 +741,8 @@ class DecisionEvidence:
     action_diffs: list[ActionDiff]
     quorum: Quorum
     effects: list[Effect]
+    # The decision's resume run, then each retry that continued it (``approvals.selectors.decision_runs``).
+    runs: list[Run] = field(default_factory=list)
 
 
 def decision_evidence(*, user: permissions.Principal, decision_id: Any) -> DecisionEvidence:
@@ -765,8 +768,10 @@ def decision_evidence(*, user: permissions.Principal, decision_id: Any) -> Decis
     [action_diffs] = action_diffs_shown(user=user, task=task, decisions=[decision])
     quorum = quorum_for(user=user, task=task)
     effects: list[Effect] = []
-    if decision.run_id:
-        ran = list(Effect.objects.filter(run_id=decision.run_id).order_by("created_at", "id"))
+    # A failed resume's retries carried the same decision on: what they paid is what the decision did.
+    runs = approvals_selectors.decision_runs(decision=decision)
+    if runs:
+        ran = list(Effect.objects.filter(run__in=runs).order_by("created_at", "id"))
         effects = effects_shown(user=user, thread=task.thread, effects=ran)
     return DecisionEvidence(
         decision=decision,
@@ -779,4 +784,5 @@ def decision_evidence(*, user: permissions.Principal, decision_id: Any) -> Decis
         action_diffs=action_diffs,
         quorum=quorum,
         effects=effects,
+        runs=runs,
     )

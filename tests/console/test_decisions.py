@@ -11,7 +11,7 @@ import pytest
 from django.utils import timezone
 
 from approvals.models import Decision
-from runtime.models import Effect
+from runtime.models import Effect, EffectStatus, Run, RunKind, RunStatus
 from tests.conftest import api_decide, pending_tasks, thread_settled, thread_start
 from tests.console.conftest import console_client
 from tests.factories import decision_make, loan_gate, task_make
@@ -139,6 +139,43 @@ def test_a_decision_whose_checkpoint_is_gone_still_shows_its_signature(personas,
     html = console_client(personas["auditor"]).get(f"/decisions/{decision.pk}/").content.decode()
     assert "no longer stored" in html
     assert "Rejected" in html and "bad docs" in html and "0 of 1 approval" in html
+
+
+def test_a_decision_shows_what_the_retries_of_its_failed_resume_paid(personas):
+    """It said "Resume run Failed … performed no recorded effects" when an operator's retry had then paid."""
+    task = task_make()
+    decision = decision_make(task, personas["approver"].user)
+    Run.objects.filter(pk=decision.run_id).update(status=RunStatus.FAILED, error="bank timed out")
+    later = timezone.now() + timedelta(seconds=1)
+    retry = Run.objects.create(
+        thread=task.thread, kind=RunKind.RETRY, status=RunStatus.SUCCEEDED, created_by=personas["operator"].user
+    )
+    Run.objects.filter(pk=retry.pk).update(created_at=later)
+    paid = Effect.objects.create(
+        key=f"gh:{task.thread_id}:disburse:{uuid.uuid4().hex[:6]}",
+        name="disburse",
+        thread=task.thread,
+        run=retry,
+        status=EffectStatus.DONE,
+        result={"transfer": "T-1", "amount": 20000},
+    )
+    # The next decision's resume, and what it did, belong to that decision.
+    resume = Run.objects.create(thread=task.thread, kind=RunKind.RESUME, status=RunStatus.SUCCEEDED)
+    Run.objects.filter(pk=resume.pk).update(created_at=later + timedelta(seconds=1))
+    notified = Effect.objects.create(
+        key=f"gh:{task.thread_id}:notify:{uuid.uuid4().hex[:6]}",
+        name="notify",
+        thread=task.thread,
+        run=resume,
+        status=EffectStatus.DONE,
+    )
+
+    html = console_client(personas["auditor"]).get(f"/decisions/{decision.pk}/").content.decode()
+    effects = html.split('id="effects"')[1].split("</section>")[0]
+    assert "bank timed out" in effects  # the resume run, as it ended
+    assert f"then retry run by {personas['operator'].username}" in effects and "Succeeded" in effects
+    assert paid.key in effects and "no recorded effects" not in effects
+    assert notified.key not in effects
 
 
 @pytest.mark.integration
