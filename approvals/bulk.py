@@ -196,6 +196,15 @@ def bulk_get_for(user: permissions.Principal, bulk_id: Any) -> BulkAction:
     return bulk
 
 
+def bulk_resumed_threads(*, user: permissions.Principal, bulk: BulkAction) -> list[str]:
+    """The threads ``bulk``'s decisions resumed that ``user`` may see: where their runs' outcomes are published."""
+    task_ids = [item["task"] for item in bulk.decided if item.get("run")]
+    if not task_ids:
+        return []
+    visible = permissions.tasks_visible(user).filter(pk__in=task_ids)
+    return [str(pk) for pk in visible.values_list("thread_id", flat=True).distinct()]
+
+
 def bulk_run(*, bulk_id: Any) -> BulkAction:
     """Decide every task of the bulk action one by one (idempotent: a rerun continues, never repeats)."""
     bulk = BulkAction.objects.select_related("actor").get(pk=bulk_id)

@@ -88,6 +88,11 @@ class LiveConsumer(AsyncWebsocketConsumer):
                     await self.send(text_data=html)  # the page says access is gone
             await self.close(code=CLOSE_FORBIDDEN if html is not None else CLOSE_UNAUTHENTICATED)
             return
+        await self._watch(groups)
+        await self.render_send()
+
+    async def _watch(self, groups: list[str]) -> None:
+        """Join ``groups`` (and the reader's access groups) not joined yet; leave those no longer among them."""
         groups = [*live.access_groups(self.scope["user"].pk), *groups]
         for group in groups:
             if group not in self.joined:
@@ -96,7 +101,6 @@ class LiveConsumer(AsyncWebsocketConsumer):
             if group not in groups:
                 await self.channel_layer.group_discard(group, self.channel_name)
         self.joined = groups
-        await self.render_send()
 
     def _groups_now(self) -> list[str] | None:
         user = self.scope["user"]
@@ -323,7 +327,19 @@ class BulkConsumer(LiveConsumer):
             action = bulk.bulk_get_for(user, self.scope["url_route"]["kwargs"]["bulk_id"])
         except DomainError:
             return None
-        return [live.bulk_group(action.pk)]
+        # The Thread column shows each resume run's outcome: those are published to the threads' groups
+        # (as the task and thread pages hear them), not to the bulk's. It said "resuming" until a reload.
+        threads = bulk.bulk_resumed_threads(user=user, bulk=action)
+        return [live.bulk_group(action.pk), *(live.thread_group(t) for t in threads)]
+
+    async def live_event(self, event: dict[str, Any]) -> None:
+        if event.get("subject_type") == "bulk" and not live.action_in(str(event.get("action")), live.ACCESS_ACTIONS):
+            # A step decided another task: watch its thread too, before rendering (a run that finishes
+            # meanwhile is then either heard or already in the render).
+            groups = await database_sync_to_async(self.groups_authorised)(self.scope["user"])
+            if groups is not None:
+                await self._watch(groups)
+        await super().live_event(event)
 
     def context(self, user: Any) -> dict[str, Any]:
         return page_context.bulk_context(user, self.scope["url_route"]["kwargs"]["bulk_id"])

@@ -30,6 +30,7 @@ from runtime.models import ACTIVE_RUN_STATUSES, Run, Thread
 from tests.approvals.handoffs import person
 from tests.conftest import scaled, wait_for, workers_alive
 from tests.factories import task_make
+from tests.fake_resumes import fake_resumes_closed  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.usefixtures("live_db")
 
@@ -649,3 +650,46 @@ def test_a_commands_last_event_reaches_open_pages_before_it_exits(personas, loop
     row = socket.receive()
     assert f'data-task-id="{task.pk}"' in row, row[:300]
     socket.close()
+
+
+def test_the_bulk_page_follows_each_resumed_run_to_its_outcome(personas, loop, monkeypatch, fake_resumes_closed):  # noqa: F811
+    """The Thread column said "resuming" for as long as the page stayed open; a reload said "resumed: completed"."""
+    from approvals import bulk
+    from approvals.services import Signer
+
+    monkeypatch.setattr(bulk, "bulk_dispatch", lambda *, bulk_id: None)  # the test takes each step
+    tasks = [task_make(), task_make()]
+    with transaction.atomic():
+        action = bulk.bulk_decide(
+            actor=personas["approver"].user,
+            outcome="approve",
+            reason="",
+            task_ids=[str(t.pk) for t in tasks],
+            filter=None,
+            signer=Signer(authenticated_at=timezone.now()),
+        )
+    socket = Socket(loop, f"/ws/bulk/{action.pk}/", [ORIGIN, _cookie(personas["approver"])])
+    assert socket.connect()[0]
+    socket.settle()
+    # Decided after the page opened: the page learns of each thread from the bulk's progress.
+    bulk.bulk_run(bulk_id=action.pk)
+    _received_until(socket, lambda html: html.count("resuming") == 2, "both decided rows")
+    socket.settle()
+
+    for task in tasks:
+        run = Run.objects.get(decisions__task=task)
+        Run.objects.filter(pk=run.pk).update(status="succeeded", finished_at=timezone.now())
+        _emit("loan_approval", task.thread_id, "run.succeeded")  # as the worker publishes its outcome
+    _received_until(socket, lambda html: html.count("resumed: completed") == 2, "both runs' outcomes")
+    socket.close()
+
+
+def _received_until(socket: Socket, wanted: Any, what: str, timeout: float = 20) -> str:
+    """The first render ``wanted`` accepts, among those the socket receives within ``timeout``."""
+    deadline = time.monotonic() + scaled(timeout)
+    seen = ""
+    while time.monotonic() < deadline:
+        seen = socket.receive(timeout=max(0.1, deadline - time.monotonic()) / scaled(1))
+        if wanted(seen):
+            return seen
+    raise AssertionError(f"no render with {what}; the last: {seen[:2000]}")
