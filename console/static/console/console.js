@@ -89,7 +89,13 @@
   document.addEventListener("keydown", function (e) {
     if (e.ctrlKey || e.metaKey || e.altKey) return;
     if (e.key === "Escape" && helpOpen()) { showHelp(false); e.preventDefault(); return; }
-    if (e.key === "Escape" && typing(e)) { e.target.blur(); return; }
+    if (e.key === "Escape" && typing(e)) {
+      // A search box would clear itself and fire "search": the inbox then reloaded unfiltered under a
+      // keyboard user who only meant to leave the box (and who then opened a task they had not searched for).
+      if (e.target.type === "search") e.preventDefault();
+      e.target.blur();
+      return;
+    }
     if (typing(e)) return;
     var list = rows();
     var current = list.findIndex(function (r) { return r.classList.contains("is-selected"); });
