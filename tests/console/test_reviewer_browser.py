@@ -30,3 +30,24 @@ def test_a_stale_claim_refusal_goes_once_the_claimer_decides(browser, server, pe
     expect(page.locator("#decision-panel .closed-live-note")).to_be_visible()
     expect(page.locator("#claim-error")).to_be_hidden()
     page.context.close()
+
+
+def test_escape_in_the_inbox_search_leaves_the_box_and_keeps_the_filter(browser, server, personas):  # noqa: F811
+    """Escape cleared the search and reloaded the whole inbox under a keyboard user's next Enter."""
+    case = f"E-{uuid.uuid4().hex[:6]}"
+    task = task_make(metadata={"case": case})
+    task_make()  # a task the search does not match
+    page = _sign_in(browser, server, personas["reviewer"], f"/?q={case}")
+    _live(page)
+    rows = page.locator("#inbox-results tr[data-task-id]")
+    expect(rows).to_have_count(1)
+    search = page.locator("#f-q")
+    search.focus()
+    page.keyboard.press("Escape")
+    expect(search).not_to_be_focused()
+    expect(search).to_have_value(case)
+    # The keyboard goes on with the filtered list: the first row is the one searched for.
+    page.keyboard.press("j")
+    expect(rows).to_have_count(1)
+    expect(page.locator("#inbox-results tr.is-selected")).to_have_attribute("data-task-id", str(task.pk))
+    page.context.close()
