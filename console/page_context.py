@@ -29,6 +29,7 @@ from console import selectors, words
 from console.conversation import conversation_context  # Conversation (comments)
 from console.decision_panel import DecisionPanel, decision_panel_for
 from console.forms import InboxFilterForm
+from runtime.branches import branch_at
 from runtime.models import ACTIVE_RUN_STATUSES, Run, RunStatus, Thread, ThreadStatus
 from runtime.registry import REASON_OUTCOMES, UnknownGraph, graph_get, graph_is_external, graph_is_registered
 from runtime.state_schema import json_schema_for
@@ -232,9 +233,30 @@ def task_context(user: Any, task_id: Any, form: DecisionPanel | None = None) -> 
             "proposed": payload.get("proposed_action") if isinstance(payload, dict) else None,
             "inbox_item": _inbox_item(payload),
             "reasons_required": reasons_required,
+            **what_if_context(user, task),
         }
     )
     return ctx
+
+
+@dataclass(frozen=True)
+class EffectElsewhere:
+    effect: Any
+    line: str  # "the original line", or which other branch
+
+
+def what_if_context(user: Any, task: ApprovalTask) -> dict[str, Any]:
+    """A task opened on a fork or replay branch: the branch (who, when, why) and what the thread's other
+    lines already did. A reviewer approved a forked loan that had paid on its original line, and it paid
+    a second time: on a branch the effects are new effects (``runtime.branches.scoped_effect_key``)."""
+    branch = branch_at(thread_id=task.thread_id, at=task.created_at)
+    if branch is None:
+        return {"what_if": None}
+    mine = f"@{branch.pk}"
+    others = [e for e in task.thread.effects.order_by("created_at", "id") if not e.key.endswith(mine)]
+    shown = selectors.effects_shown(user=user, thread=task.thread, effects=others)
+    elsewhere = [EffectElsewhere(e, "another branch" if "@" in e.key else "the original line") for e in shown]
+    return {"what_if": branch, "what_if_effects": elsewhere}
 
 
 def _task_as_shown(task: ApprovalTask, payload: Any) -> ApprovalTask:

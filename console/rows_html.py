@@ -137,6 +137,13 @@ def inbox_row_html(task: Any, claim: Any, *, me: Any, bulk_enabled: bool, conver
         badges += ' <span class="badge badge-waiting">waiting for answer</span>'
     if conversation is not None and task.pk in conversation.mentioned:
         badges += ' <span class="badge badge-mention">mentioned</span>'
+    branch_kind = getattr(task, "branch_kind", None)
+    if branch_kind:  # on a fork or replay branch: approving acts again (console.page_context.what_if_context)
+        kind = _e(branch_kind)
+        badges += (
+            f' <span class="badge badge-warn badge-branch" data-branch="{kind}" title="On a what-if {kind} branch: '
+            f'the original line of this thread may already have acted">what-if: {kind}</span>'
+        )
     metadata = task.thread.metadata
     case, applicant = case_of(task.graph, metadata)  # the graph's own naming keys (search_metadata)
     who = f' <span class="muted">· {_e(applicant)}</span>' if applicant else ""

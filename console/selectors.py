@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 from django.contrib.auth.models import Group, User
 from django.core.exceptions import EmptyResultSet
 from django.db import connection
-from django.db.models import F, Q, QuerySet
+from django.db.models import F, OuterRef, Q, QuerySet, Subquery
 from django.utils.dateparse import parse_datetime
 
 from approvals import dashboard, gateway, permissions
@@ -28,7 +28,8 @@ from approvals.models import ApprovalTask, AuditAction, AuditEvent, Comment, Dec
 from approvals.selectors import audit_filter, cursor_pack, cursor_unpack, tasks_inbox
 from console import words
 from runtime import rows
-from runtime.models import Effect, Run, RunStatus, Thread
+from runtime.branches import branches_before
+from runtime.models import Branch, Effect, Run, RunStatus, Thread
 
 SORTS = {
     # name: (order_by, label)
@@ -164,6 +165,12 @@ def inbox_list(
     qs = qs.select_related("thread", "claim", "claim__user", "assigned_user", "assigned_group")
     # Not shown in a row: the thread's whole state and the answer's schema (JSON decoded per row for nothing).
     qs = qs.defer("thread__values", "response_schema")
+    # A task on a fork or replay branch is badged (its approval acts again): read in the list's own query.
+    qs = qs.annotate(
+        branch_kind=Subquery(
+            branches_before(thread=OuterRef("thread_id"), at=OuterRef("created_at")).values("kind")[:1]
+        )
+    )
     if sort.startswith(COLUMN_SORT_PREFIXES):
         column = column_for_sort(user=user, graph=graph, node=node, key=sort.split(":", 1)[1])
         qs = qs.annotate(**{_SORT_VALUE: PayloadValue(column)})
@@ -248,6 +255,7 @@ def inbox_row(*, user: permissions.Principal, filter: InboxFilter, task_id: Any)
         claim_task.set_cached_value(claim, task)
         TaskClaim._meta.get_field("user").set_cached_value(claim, holder)
     task.thread_commented = bool(row[start])  # type: ignore[attr-defined]
+    task.branch_kind = row[start + 1]  # type: ignore[attr-defined]  # as inbox_list annotates it
     return task
 
 
@@ -266,7 +274,10 @@ def _inbox_row_sql(vendor: str) -> str:
     task_key, user_key, group_key = col(ApprovalTask, "id"), col(User, "id"), col(Group, "id")
     return (
         f"SELECT {selected}, EXISTS(SELECT 1 FROM {table(Comment)} cm "  # noqa: S608 - names from the models
-        f"WHERE cm.{col(Comment, 'thread')} = t.{col(ApprovalTask, 'thread')}) "
+        f"WHERE cm.{col(Comment, 'thread')} = t.{col(ApprovalTask, 'thread')}), "
+        f"(SELECT b.{col(Branch, 'kind')} FROM {table(Branch)} b WHERE b.{col(Branch, 'thread')} = "
+        f"t.{col(ApprovalTask, 'thread')} AND b.{col(Branch, 'created_at')} <= t.{col(ApprovalTask, 'created_at')} "
+        f"ORDER BY b.{col(Branch, 'created_at')} DESC LIMIT 1) "
         f"FROM {table(ApprovalTask)} t "
         f"INNER JOIN {table(Thread)} th ON th.{col(Thread, 'id')} = t.{col(ApprovalTask, 'thread')} "
         f"LEFT OUTER JOIN {table(User)} au ON au.{user_key} = t.{col(ApprovalTask, 'assigned_user')} "

@@ -28,6 +28,7 @@ from typing import Any
 
 from django.contrib.auth.models import User
 from django.db import transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 from langchain_core.runnables import RunnableConfig
 from langgraph.pregel import Pregel
@@ -66,6 +67,20 @@ def branch_current_id(*, thread_id: Any) -> str | None:
     """The branch the thread's latest checkpoint is on: every fork or replay moves the thread to its branch."""
     branch_id = Branch.objects.filter(thread_id=thread_id).order_by("-created_at").values_list("id", flat=True).first()
     return None if branch_id is None else str(branch_id)
+
+
+def branches_before(*, thread: Any, at: Any) -> QuerySet[Branch]:
+    """The thread's branches made by ``at``, newest first: the first is the line something opened at ``at``
+    is on (every fork or replay moves the thread to its branch; nothing of the line before it opens after).
+
+    ``thread`` and ``at`` may be ``OuterRef``s: the inbox reads each row's branch inside its own query.
+    """
+    return Branch.objects.filter(thread_id=thread, created_at__lte=at).order_by("-created_at")
+
+
+def branch_at(*, thread_id: Any, at: Any) -> Branch | None:
+    """The branch the thread was on at ``at`` (None: its first line), with who made it."""
+    return branches_before(thread=thread_id, at=at).select_related("created_by").first()
 
 
 def scoped_effect_key(key: str, configurable: dict[str, Any]) -> str:
