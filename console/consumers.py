@@ -313,6 +313,9 @@ class ThreadConsumer(LiveConsumer):
             # A page showing the current state: its state card follows the thread (one past checkpoint
             # stays as it is). It said "No checkpoint yet" beside a timeline of four.
             ctx.update(page_context.thread_state_context(user, thread_id), state_pushed=True)
+        # The time-travel card's branches and busy note: they said "a run is in progress (reload this page)"
+        # beside a status card that had long moved on to "Waiting for a decision".
+        ctx.update(page_context.time_travel_live_context(user, ctx["thread"], ctx.get("shown", True)))
         return ctx
 
 

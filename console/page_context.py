@@ -395,10 +395,19 @@ def _branch_rows(branches: list[Any]) -> list[BranchRow]:
 def time_travel_context(user: Any, thread: Thread, shown: Any) -> dict[str, Any]:
     checkpoint = shown.checkpoint_id if shown else None
     return {
-        "branch_rows": _branch_rows(time_travel.branches_for(user, thread.pk)),
+        **time_travel_live_context(user, thread, shown),
         "subgraphs": time_travel.subgraph_states_for(user, thread.pk, checkpoint) if checkpoint else [],
-        "can_time_travel": bool(shown) and permissions.can(user, "runtime.time_travel"),
         "fork_placeholder": fork_placeholder(thread.graph),
+    }
+
+
+def time_travel_live_context(user: Any, thread: Thread, shown: Any) -> dict[str, Any]:
+    """What of the time-travel card follows the thread (``partials/time_travel_live.html``): its branch
+    tree, and whether it may travel now (with ``active_run`` from ``thread_live_context``)."""
+    return {
+        "branch_rows": _branch_rows(time_travel.branches_for(user, thread.pk)),
+        "can_time_travel": bool(shown) and permissions.can(user, "runtime.time_travel"),
+        "time_travel_pushed": True,
     }
 
 

@@ -693,3 +693,22 @@ def _received_until(socket: Socket, wanted: Any, what: str, timeout: float = 20)
         if wanted(seen):
             return seen
     raise AssertionError(f"no render with {what}; the last: {seen[:2000]}")
+
+
+def test_the_thread_page_s_time_travel_card_follows_the_run_in_progress(personas, loop):
+    """It said "A run is in progress… (reload this page)", buttons disabled, beside a live status card that
+    had moved on to "Waiting for a decision"."""
+    task = task_make()
+    run = Run.objects.create(thread=task.thread, kind="resume", status="queued")
+    path = f"/ws/threads/{task.thread_id}/?checkpoint={task.checkpoint_id}"  # the page of the task's checkpoint
+    socket = Socket(loop, path, [ORIGIN, _cookie(personas["operator"])])
+    assert socket.connect()[0]
+    first = socket.receive()
+    assert 'id="time-travel-status" data-busy="1" hx-swap-oob="true"' in first and "A run is in progress" in first
+    assert 'id="branch-tree"' in first
+
+    Run.objects.filter(pk=run.pk).update(status="succeeded", finished_at=timezone.now())
+    _emit("loan_approval", task.thread_id, "run.succeeded")
+    html = _received_until(socket, lambda html: 'id="time-travel-status" data-busy=""' in html, "the run finished")
+    assert "A run is in progress" not in html
+    socket.close()

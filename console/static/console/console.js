@@ -228,6 +228,16 @@
     if (el && window.history && history.replaceState) history.replaceState(null, "", el.getAttribute("data-replace-url"));
   });
 
+  // --- time travel: its buttons wait while a run is in progress, as the live status box says ---
+  // (the box is pushed with the thread; the forms are not, so what was typed in them stays)
+  function timeTravelBusy() {
+    var status = document.getElementById("time-travel-status");
+    if (!status) return;
+    var busy = status.getAttribute("data-busy") === "1";
+    document.querySelectorAll("#time-travel [data-busy-disables]").forEach(function (b) { b.disabled = busy; });
+  }
+  document.addEventListener("htmx:wsAfterMessage", timeTravelBusy);
+
   function tick() { tickDue(); tickAgo(); }
   document.addEventListener("DOMContentLoaded", tick);
   document.addEventListener("htmx:wsAfterMessage", tick);
