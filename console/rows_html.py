@@ -126,8 +126,12 @@ def inbox_row_html(task: Any, claim: Any, *, me: Any, bulk_enabled: bool, conver
         f'class="{"is-overdue" if is_open and overdue(task.due_at) else ""}">'
     ]
     if bulk_enabled:
+        # Whose task it is, if not the reader's: the bulk confirmation names them (console/static/console/bulk.js).
+        other = task.assigned_user if task.assigned_user_id and task.assigned_user_id != me_pk else None
+        elsewhere = f' data-assignee="{_e(other.get_username())}"' if other is not None else ""
         box = (
-            f'<input type="checkbox" name="task_ids" value="{task.pk}" form="bulk-form" aria-label="Select {title}">'
+            f'<input type="checkbox" name="task_ids" value="{task.pk}" form="bulk-form"{elsewhere} '
+            f'aria-label="Select {title}">'
             if is_open
             else ""
         )

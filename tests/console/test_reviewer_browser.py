@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import pytest
+from django.utils import timezone
 from playwright.sync_api import expect
 
 from approvals import claims
+from approvals.models import ApprovalTask, BulkAction
+from tests.conftest import wait_for
 from tests.console.test_browser import WAIT_MS, _live, _sign_in, browser, server  # noqa: F401  (fixtures)
 from tests.factories import decision_make, task_make
 
@@ -50,4 +54,39 @@ def test_escape_in_the_inbox_search_leaves_the_box_and_keeps_the_filter(browser,
     page.keyboard.press("j")
     expect(rows).to_have_count(1)
     expect(page.locator("#inbox-results tr.is-selected")).to_have_attribute("data-task-id", str(task.pk))
+    page.context.close()
+
+
+def test_bulk_approve_asks_first_naming_the_count_and_whose_tasks(browser, server, personas):  # noqa: F811
+    """One click on "Approve selected" decided every selected task (each could pay a loan) with no question."""
+    case = f"K-{uuid.uuid4().hex[:6]}"
+    mine, theirs = task_make(metadata={"case": case}), task_make(metadata={"case": case})
+    ApprovalTask.objects.filter(pk=theirs.pk).update(
+        assigned_user=personas["reviewer2"].user, assigned_at=timezone.now()
+    )
+    page = _sign_in(browser, server, personas["approver"], f"/?q={case}")
+    _live(page)
+    for task in (mine, theirs):
+        page.locator(f'#inbox-results input[name="task_ids"][value="{task.pk}"]').check()
+    asked: list[str] = []
+
+    def answer(accept: bool) -> None:
+        def on_dialog(dialog: Any) -> None:
+            asked.append(dialog.message)
+            dialog.accept() if accept else dialog.dismiss()
+
+        page.once("dialog", on_dialog)
+
+    answer(False)
+    page.get_by_role("button", name="Approve selected").click()
+    wait_for(lambda: asked, timeout=10, what="the confirmation")
+    assert "Approve 2 tasks at once?" in asked[0]
+    assert f"1 of them is assigned to someone else: {personas['reviewer2'].username} (1)" in asked[0]
+    expect(page.locator("#bulk-selected")).to_have_text("2 tasks selected")
+    assert not BulkAction.objects.filter(task_ids__contains=[str(mine.pk)]).exists()  # declined: nothing decided
+
+    answer(True)
+    page.get_by_role("button", name="Approve selected").click()
+    page.wait_for_url("**/bulk/*/")
+    assert len(asked) == 2
     page.context.close()

@@ -45,4 +45,33 @@
   document.addEventListener("htmx:wsAfterMessage", pruneAndRender);
   document.addEventListener("htmx:afterSwap", function (e) { if (e.target && e.target.id === "inbox-results") pruneAndRender(); });
   document.addEventListener("DOMContentLoaded", render);
+
+  // One click decided every selected task at once (an approval can disburse many loans, and its reason
+  // is optional): the buttons ask first, naming how many tasks and whose they are.
+  function confirmation(outcome) {
+    var all = allBox();
+    var count = allMatching && all ? Number(all.dataset.count) : picked.size;
+    var chosen = boxes().filter(function (b) { return allMatching || picked.has(b.value); });
+    var others = {};
+    var otherCount = 0;
+    chosen.forEach(function (b) {
+      var who = b.dataset.assignee;
+      if (who) { others[who] = (others[who] || 0) + 1; otherCount += 1; }
+    });
+    var verb = outcome === "reject" ? "Reject" : "Approve";
+    var text = verb + " " + count + " task" + (count === 1 ? "" : "s") + " at once?";
+    if (outcome !== "reject") text += " Each approval lets its agent carry out what it asked for (a payment, say).";
+    if (otherCount) {
+      var names = Object.keys(others).map(function (n) { return n + " (" + others[n] + ")"; }).join(", ");
+      text += "\n\n" + otherCount + " of " + (allMatching ? "the ones shown" : "them") + " " + (otherCount === 1 ? "is" : "are") +
+        " assigned to someone else: " + names + ".";
+    }
+    return text;
+  }
+  document.addEventListener("htmx:confirm", function (e) {
+    if (!e.target || e.target.id !== "bulk-form") return;
+    var submitter = e.detail.triggeringEvent && e.detail.triggeringEvent.submitter;
+    e.preventDefault();
+    if (window.confirm(confirmation(submitter ? submitter.value : "approve"))) e.detail.issueRequest(true);
+  });
 })();
