@@ -250,8 +250,11 @@ def user_password(request: HtmxHttpRequest, user_id: int) -> HttpResponse:
         setup = users.user_password_reset(actor=_actor(request), user_id=user_id)
     except DomainError as exc:
         return error_page(request, exc)
-    ctx = {"link": _link(request, setup), "setup": setup}
+    ctx: dict[str, Any] = {"link": _link(request, setup), "setup": setup}
     if request.htmx:
+        # The Credentials card's password line, re-read, out of band: it said "set" after the reset.
+        subject = User.objects.get(pk=user_id)
+        ctx.update(oob=True, credentials=users.user_credentials(subject))
         return render(request, "console/users/_password_link.html", ctx)
     return render(
         request, "console/users/password.html", {**ctx, "subject": User.objects.get(pk=user_id), "nav": "users"}

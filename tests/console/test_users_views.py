@@ -210,3 +210,24 @@ def test_the_pages_hold_no_inline_script(personas):
         page = admin.get(path).content.decode()
         assert not re.search(r"<script(?![^>]*\bsrc=)", page), path
         assert not re.search(r"<[^>]+\son[a-z]+=", page), path  # no inline event handlers
+
+
+def test_reset_password_and_deactivate_ask_before_acting(personas):
+    """Both acted on one click."""
+    user = users.user_create(actor=users.CLI, username=_name("cf"), roles=["reviewer"])
+    html = console_client(personas["admin"]).get(f"/users/{user.pk}/").content.decode()
+    for action, question in (("password", "Reset the password of"), ("deactivate", "Deactivate")):
+        form = html.split(f'hx-post="/users/{user.pk}/{action}"')[1].split(">")[0]
+        assert f'hx-confirm="{question} {user.username}?' in form, form
+
+
+def test_a_password_reset_updates_the_credentials_card_at_once(personas):
+    """The Credentials card still said "Password set" after the reset, until a reload."""
+    user = users.user_create(actor=users.CLI, username=_name("pw"), roles=["reviewer"], password="correct-horse-9-x")
+    admin = console_client(personas["admin"])
+    assert re.search(r'<dd id="password-state"\s*>set</dd>', admin.get(f"/users/{user.pk}/").content.decode())
+    response = admin.post(f"/users/{user.pk}/password", headers={"HX-Request": "true", "HX-Target": "password-result"})
+    html = response.content.decode()
+    assert "shown once" in html
+    state = html.split('id="password-state" hx-swap-oob="true">')[1].split("</dd>")[0]
+    assert state.startswith("none") and "set-password link" in state
