@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
+from django import forms
 from django.core.exceptions import ValidationError
 from django.http import QueryDict
 
@@ -37,8 +38,28 @@ from runtime.state_schema import json_schema_for
 INBOX_PAGE_SIZE = 50
 
 
+def filter_errors_ignored(form: Any, params: QueryDict) -> tuple[QueryDict, str]:
+    """A hand-typed filter's invalid values, named and left out: ``params`` without them, and what the page
+    says ("sort: 'bogus' is not a valid choice; ignored"). The list then shows what its controls show: it
+    said "No tasks match" under a sort menu reading "Newest first"."""
+    kept = params.copy()
+    said = []
+    for name, errors in form.errors.items():
+        value = params.get(name, "")
+        if name in form.fields and isinstance(form.fields[name], forms.ChoiceField):
+            said.append(f"{name}: {value!r} is not a valid choice; ignored")
+        else:
+            said.append(f"{name}: {' '.join(str(e) for e in errors)} ({value[:40]!r} ignored)")
+        kept.pop(name, None)
+    return kept, "; ".join(said)
+
+
 def inbox_context(user: Any, params: QueryDict, *, limit: int = INBOX_PAGE_SIZE) -> dict[str, Any]:
     form = InboxFilterForm(params)
+    ignored = ""
+    if not form.is_valid():
+        params, ignored = filter_errors_ignored(form, params)
+        form = InboxFilterForm(params)
     error = ""
     page = selectors.Page(items=[], next_cursor=None)
     filters: dict[str, str] = {}
@@ -53,6 +74,7 @@ def inbox_context(user: Any, params: QueryDict, *, limit: int = INBOX_PAGE_SIZE)
             error = exc.message
     else:
         error = "; ".join(f"{k}: {' '.join(str(e) for e in v)}" for k, v in form.errors.items())
+    error = "; ".join(e for e in (ignored, error) if e)
     live_params = {k: str(v) for k, v in params.items() if (k in form.fields or k[2:] in columns) and v}
     base = {k: v for k, v in live_params.items() if k not in ("cursor", "before")}
     next_url = "?" + urlencode({**base, "cursor": page.next_cursor}) if page.next_cursor else ""
@@ -321,11 +343,15 @@ THREADS_PAGE_SIZE = 50
 def threads_context(user: Any, params: QueryDict) -> dict[str, Any]:
     """The thread list: its filter (status, graph, search) and one page, newest first."""
     status = params.get("status", "")
-    wanted = approvals_selectors.ThreadFilter(
-        status=status if status in ThreadStatus.values else "",
-        graph=params.get("graph", "")[:100],
-        q=params.get("q", "")[:200],
-    )
+    graph = params.get("graph", "")[:100]
+    graphs = permissions.graph_names_visible(user)
+    # A hand-typed status no control offers is named and ignored, not silently dropped: the list shows
+    # what the controls show. (A graph is not checked: a retired graph's threads are still listed by name.)
+    ignored = []
+    if status and status not in ThreadStatus.values:
+        ignored.append(f"status: {status[:40]!r} is not a valid choice; ignored")
+        status = ""
+    wanted = approvals_selectors.ThreadFilter(status=status, graph=graph, q=params.get("q", "")[:200])
     cursor = params.get("cursor", "")[:400]
     threads, next_cursor = approvals_selectors.threads_list(
         user=user, filter=wanted, limit=THREADS_PAGE_SIZE, cursor=cursor or None
@@ -343,7 +369,8 @@ def threads_context(user: Any, params: QueryDict) -> dict[str, Any]:
         "threads": threads,
         "filter": wanted,
         "statuses": ThreadStatus.choices,
-        "graphs": permissions.graph_names_visible(user),
+        "graphs": graphs,
+        "error": "; ".join(ignored),
         "next_url": page(next_cursor) if next_cursor else "",
         "first_url": page(None) if cursor else "",
     }

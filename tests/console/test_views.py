@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 from datetime import timedelta
+from html import unescape
 
 import pytest
 from django.test import Client
@@ -503,3 +505,24 @@ def test_the_start_form_and_thread_list_use_the_graphs_own_naming_metadata(perso
     listed = client.get("/threads/", {"q": order}).content.decode()
     row = listed.split(f'data-thread-id="{thread.pk}"', 1)[1].split("</tr>", 1)[0]
     assert order in row and "ACME" in row
+
+
+def test_a_hand_typed_inbox_sort_that_is_not_valid_is_named_and_ignored(personas):
+    """`/?sort=bogus` said "sort: Select a valid choice…" and "No tasks match" under a menu reading "Newest first"."""
+    case = f"S-{uuid.uuid4().hex[:6]}"
+    task = task_make(metadata={"case": case})
+    html = unescape(console_client(personas["reviewer"]).get("/", {"q": case, "sort": "bogus"}).content.decode())
+    assert "sort: 'bogus' is not a valid choice; ignored" in html
+    assert f'data-task-id="{task.pk}"' in html and "No tasks match" not in html  # listed as the menu says: newest
+    menu = html.split('id="f-sort"')[1].split("</select>")[0]
+    assert menu.split("<option ")[1].startswith('value="newest"') and "selected" not in menu  # shows its first
+    assert "sort=bogus" not in html  # no link or live socket carries it on
+
+
+def test_a_hand_typed_thread_status_that_is_not_valid_is_named_not_silently_ignored(personas):
+    html = unescape(console_client(personas["operator"]).get("/threads/", {"status": "bogus"}).content.decode())
+    assert "status: 'bogus' is not a valid choice; ignored" in html
+    assert (
+        re.search(r'<option value="">Any</option>', html)
+        and " selected>" not in html.split('id="t-status"')[1].split("</select>")[0]
+    )
