@@ -110,8 +110,11 @@ def test_a_bulk_approval_of_100_tasks_skips_3_with_why_and_shows_progress_live(b
     held.start()
     assert held.decided.wait(scaled(30)) and held.error is None, held.error
     try:
-        page.get_by_role("button", name="Approve selected").click()
+        asked: list[str] = []
+        page.once("dialog", lambda dialog: (asked.append(dialog.message), dialog.accept()))
+        page.get_by_role("button", name="Approve selected").click()  # it asks first, naming the count
         page.wait_for_url("**/bulk/*/")
+        assert asked and asked[0].startswith("Approve 100 tasks at once?"), asked
         bulk = BulkAction.objects.get(pk=page.url.rstrip("/").rsplit("/", 1)[-1])
         assert bulk.total == 100 and bulk.task_ids[CONTESTED_AT] == str(contested.pk)
         _live(page)
