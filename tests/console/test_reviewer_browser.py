@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import uuid
+from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.db import transaction
 from django.utils import timezone
 from playwright.sync_api import expect
 
 from approvals import claims
-from approvals.models import ApprovalTask, BulkAction
-from tests.conftest import wait_for
+from approvals.audit import audit_record
+from approvals.models import ApprovalTask, AuditAction, BulkAction
+from runtime.models import Run, RunKind, RunStatus
+from tests.conftest import loan_input, pending_tasks, thread_start, wait_for
 from tests.console.test_browser import WAIT_MS, _live, _sign_in, browser, server  # noqa: F401  (fixtures)
 from tests.factories import decision_make, task_make
 
@@ -90,3 +94,45 @@ def test_bulk_approve_asks_first_naming_the_count_and_whose_tasks(browser, serve
     page.wait_for_url("**/bulk/*/")
     assert len(asked) == 2
     page.context.close()
+
+
+def test_the_time_travel_buttons_follow_the_run_in_progress_live(browser, server, personas):  # noqa: F811
+    """They stayed disabled under "A run is in progress… (reload this page)" after the run had finished."""
+    operator = personas["operator"]
+    thread = thread_start(operator, "loan_approval", loan_input(amount=20000), case=f"T-{uuid.uuid4().hex[:6]}")
+    pending_tasks(operator, thread["id"])  # paused at its gate: no run in progress
+    page = _sign_in(browser, server, operator, f"/threads/{thread['id']}/")
+    _live(page)
+    replay = page.get_by_role("button", name="Replay from here")
+    expect(replay).to_be_enabled()
+
+    # A run the worker holds (leased well past the test), then its end: each is published as the worker does.
+    run = Run.objects.create(
+        thread_id=thread["id"],
+        kind=RunKind.RESUME,
+        status=RunStatus.RUNNING,
+        lease_owner="test",
+        lease_expires_at=timezone.now() + timedelta(hours=1),
+    )
+    _published(thread["id"], AuditAction.RUN_CLAIMED)
+    expect(page.locator("#time-travel-busy")).to_be_visible()
+    expect(replay).to_be_disabled()
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.CANCELLED, finished_at=timezone.now())
+    _published(thread["id"], AuditAction.RUN_CANCELLED)
+    expect(page.locator("#time-travel-busy")).to_have_count(0)
+    expect(replay).to_be_enabled()
+    expect(page.get_by_role("button", name="Fork from here")).to_be_enabled()
+    page.context.close()
+
+
+def _published(thread_id: Any, action: str) -> None:
+    with transaction.atomic():
+        audit_record(
+            actor=None,
+            actor_label="test",
+            action=action,
+            subject_type="thread",
+            subject_id=thread_id,
+            thread_id=thread_id,
+            graph="loan_approval",
+        )
