@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
+from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.template.loader import render_to_string
+
+log = logging.getLogger(__name__)
+
+# How long a client is told to wait before retrying a page the database could not serve (as the APIs say).
+RETRY_AFTER_SECONDS = 5
 
 
 class RequestBodyLimitMiddleware:
@@ -82,4 +90,35 @@ class ContentSecurityPolicyMiddleware:
         response = self.get_response(request)
         if "Content-Security-Policy" not in response and not request.path.startswith(("/api/docs", "/lg/docs")):
             response["Content-Security-Policy"] = settings.CONTENT_SECURITY_POLICY
+        return response
+
+
+class DatabaseUnavailableMiddleware:
+    """A console page whose database is unreachable answers a styled 503 "retry shortly", not Django's bare 500.
+
+    The APIs already answer a JSON 503 (``approvals.api_common``); pages ended in "Server Error (500)" with a
+    traceback logged at ERROR, after two pool timeouts: the view's first query waited one, then the session
+    middleware loaded the session again to set its cookie on the error response and waited another. Here the
+    page is rendered without the request (no user, no messages: nothing reads the database again), the
+    session is detached from the request so no later middleware reloads it, and the outage is logged at
+    WARNING, without a traceback, since it is the database's state and not a defect.
+    """
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        return self.get_response(request)
+
+    def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
+        if not isinstance(exception, OperationalError | InterfaceError):
+            return None
+        log.warning("%s %s: database unavailable: %s", request.method, request.path, exception)
+        # SessionMiddleware skips a request without a session; with one it would read it again (its expiry)
+        # and wait out another pool timeout. The session is not saved on a 5xx answer anyway.
+        if hasattr(request, "session"):
+            del request.session
+        response = HttpResponse(render_to_string("console/unavailable.html"), status=503)
+        response["Retry-After"] = str(RETRY_AFTER_SECONDS)
+        response._has_been_logged = True  # type: ignore[attr-defined]  # logged above, at WARNING, not ERROR
         return response

@@ -132,6 +132,9 @@ MIDDLEWARE = [
     "console.middleware.RequestBodyLimitMiddleware",
     "console.middleware.RequestTextMiddleware",
     "console.middleware.ContentSecurityPolicyMiddleware",
+    # A page whose database is down answers a 503 "retry shortly"; before the session middleware, whose
+    # reload of the session it prevents.
+    "console.middleware.DatabaseUnavailableMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",

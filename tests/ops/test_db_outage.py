@@ -154,3 +154,62 @@ def test_the_apis_answer_503_json_while_the_database_is_down(bank, personas, tmp
         process_group_stop(proc)
         if proxy.listener is not None:
             proxy.cut()
+
+
+def _signed_in_cookie(user) -> str:
+    from django.conf import settings
+    from django.test import Client
+
+    client = Client()
+    client.force_login(user)
+    return client.cookies[settings.SESSION_COOKIE_NAME].value
+
+
+def test_console_pages_answer_a_styled_503_while_the_database_is_down(bank, personas, tmp_path):
+    """With PostgreSQL unreachable a signed-in reviewer's GET / answered Django's bare "Server Error (500)"
+    after two pool timeouts (the view's query, then the session middleware reading the session again for
+    its cookie), logged at ERROR with a traceback. It is now the console's 503 page, asking to retry,
+    after one pool timeout, logged at WARNING without a traceback; the session survives the outage."""
+    import httpx
+
+    from tests.conftest import daphne_start, process_group_stop, worker_env
+
+    db = connections["default"].settings_dict
+    proxy = CuttableProxy((db["HOST"] or "127.0.0.1", int(db["PORT"] or 5432)))
+    env = {
+        **worker_env(bank),
+        "DATABASE_URL": f"postgres://{db['USER']}@127.0.0.1:{proxy.port}/{db['NAME']}",
+        "GATEHOUSE_DB_POOL_TIMEOUT": "1",
+    }
+    log_path = tmp_path / "daphne.log"
+    proc, base = daphne_start(env, log_path)
+    cookies = {"sessionid": _signed_in_cookie(personas["operator"].user)}
+
+    def get(path: str) -> httpx.Response | None:
+        assert proc.poll() is None, log_path.read_text(errors="replace")[-2000:]
+        try:
+            return httpx.get(f"{base}{path}", cookies=cookies, timeout=scaled(15))
+        except httpx.TransportError:
+            return None
+
+    try:
+        wait_for(lambda: (r := get("/threads/")) is not None and r.status_code == 200, timeout=40)
+        proxy.cut()
+        for path in ("/", "/threads/"):
+            response = get(path)
+            assert response is not None and response.status_code == 503, response and response.text[:500]
+            assert response.headers["Retry-After"] == "5"
+            assert "Temporarily unavailable" in response.text and "Retry shortly" in response.text
+            assert "console.css" in response.text  # the console's own page, styled
+            assert "sessionid" not in response.headers.get("set-cookie", "")  # not signed out by the outage
+        proxy.restore()
+        wait_for(lambda: (r := get("/threads/")) is not None and r.status_code == 200, timeout=30)
+    finally:
+        process_group_stop(proc)
+        if proxy.listener is not None:
+            proxy.cut()
+    log = log_path.read_text(errors="replace")
+    assert "WARNING console.middleware GET /threads/: database unavailable" in log, log[-3000:]
+    # One pool timeout per page: the session is not read a second time.
+    assert log.count("couldn't get a connection") == 2, log[-3000:]
+    assert "Traceback" not in log and "ERROR" not in log, log[-3000:]
