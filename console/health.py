@@ -53,16 +53,22 @@ class CheckFailed(Exception):
 
 
 def _check_database() -> dict[str, Any]:
+    database_ping()
+    return {}
+
+
+def database_ping() -> None:
+    """``SELECT 1``, waiting at most ``CHECK_TIMEOUT_SECONDS`` for a pooled connection (not the pool's own
+    timeout). Raises what the database or the pool raised (psycopg_pool's PoolTimeout is a psycopg error)."""
     pool = getattr(connection, "pool", None)  # Django's psycopg pool in production; None for SQLite
     if pool is not None:
         pool.open()  # as Django does on first use (a no-op once open)
         with pool.connection(timeout=CHECK_TIMEOUT_SECONDS) as conn:
             conn.execute("SELECT 1")
-        return {}
+        return
     with connection.cursor() as cursor:
         cursor.execute("SELECT 1")
         cursor.fetchone()
-    return {}
 
 
 def _check_checkpointer() -> dict[str, Any]:
@@ -150,26 +156,58 @@ class Readiness:
     checks: dict[str, dict[str, Any]]
 
 
-def _check_run(name: str) -> dict[str, Any]:
+def _check_run(name: str) -> tuple[dict[str, Any], str | None]:
+    """The check's result for the answer, and for the log what failed (the exception's message may name hosts)."""
     started = time.perf_counter()
+    error: str | None = None
     try:
         result = {"status": "ok", **CHECKS[name]()}
     except CheckFailed as exc:
         result = {"status": "fail", "detail": str(exc)}
-    except Exception as exc:
-        log.warning("readiness check %s failed", name, exc_info=True)
+        error = str(exc)
+    except Exception as exc:  # noqa: BLE001 - whatever a dependency raises fails its check; OutageLog logs it
         result = {"status": "fail", "detail": type(exc).__name__}
+        error = f"{type(exc).__name__}: {exc}"
     finally:
         connections.close_all()  # this thread's connections go back to the pool
     result["ms"] = round((time.perf_counter() - started) * 1000, 1)
-    return result
+    return result, error
+
+
+class OutageLog:
+    """Logs a dependency's failure once when it starts and once when it ends, not on every probe.
+
+    An orchestrator probes every few seconds: during an outage each probe logged a traceback per failing
+    check and Django's ERROR "Service Unavailable: /health/ready", burying everything else. A 503 is the
+    probe's answer, not the process's fault; what changed is worth one line each way.
+    """
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self.failing: set[str] = set()
+        self.lock = threading.Lock()
+
+    def observe(self, *, passed: list[str], failed: dict[str, str]) -> None:
+        with self.lock:
+            started = {name: error for name, error in failed.items() if name not in self.failing}
+            ended = [name for name in passed if name in self.failing]
+            self.failing = (self.failing | set(failed)) - set(passed)
+        if started:
+            log.warning(
+                "%s failing: %s", self.what, "; ".join(f"{name}: {error}" for name, error in sorted(started.items()))
+            )
+        if ended:
+            log.info("%s passing again: %s", self.what, ", ".join(sorted(ended)))
+
+
+readiness_log = OutageLog("readiness check")
 
 
 def readiness_evaluate(*, names: list[str] | None = None, deadline: float = READY_DEADLINE_SECONDS) -> Readiness:
     """Every check at once, each on its own (daemon) thread; one still running at ``deadline`` fails.
     Its thread ends by itself once the dependency's own timeout fires."""
     names = names or list(CHECKS)
-    finished: dict[str, dict[str, Any]] = {}
+    finished: dict[str, tuple[dict[str, Any], str | None]] = {}
     threads = [
         threading.Thread(
             target=lambda name=name: finished.__setitem__(name, _check_run(name)),
@@ -183,8 +221,14 @@ def readiness_evaluate(*, names: list[str] | None = None, deadline: float = READ
         thread.start()
     for thread in threads:
         thread.join(timeout=max(0.0, ends_at - time.monotonic()))
-    timed_out = {"status": "fail", "detail": f"no answer within {deadline:g} s", "ms": round(deadline * 1000, 1)}
-    results = {name: finished.get(name, timed_out) for name in names}
+    late = f"no answer within {deadline:g} s"
+    timed_out = ({"status": "fail", "detail": late, "ms": round(deadline * 1000, 1)}, late)
+    outcomes = {name: finished.get(name, timed_out) for name in names}
+    results = {name: result for name, (result, _) in outcomes.items()}
+    readiness_log.observe(
+        passed=[name for name, (result, _) in outcomes.items() if result["status"] == "ok"],
+        failed={name: error or "failed" for name, (result, error) in outcomes.items() if result["status"] != "ok"},
+    )
     return Readiness(ok=all(r["status"] == "ok" for r in results.values()), checks=results)
 
 
@@ -212,9 +256,12 @@ def health_ready(request: HttpRequest) -> HttpResponse:
     if unknown:
         return _error(400, "bad_request", f"unknown checks {unknown}; known: {list(CHECKS)}", "checks")
     readiness = readiness_evaluate(names=names)
-    return JsonResponse(
+    response = JsonResponse(
         {"status": "ok" if readiness.ok else "fail", "checks": readiness.checks}, status=200 if readiness.ok else 503
     )
+    # A 503 is the probe's answer: readiness_evaluate logged the outage once; Django would log every probe at ERROR.
+    response._has_been_logged = True  # type: ignore[attr-defined]
+    return response
 
 
 class ProbeMiddleware:

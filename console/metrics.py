@@ -20,7 +20,9 @@ from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
+import psycopg
 from django.conf import settings
+from django.db import DatabaseError
 from django.db.models import Count, F, Max, Min, Q, Sum
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
@@ -39,6 +41,7 @@ from approvals.models import (
     OutboundStatus,
     TaskStatus,
 )
+from console.health import OutageLog, database_ping
 from console.heartbeats import SWEEP, heartbeat_age, workers_alive
 from console.models import HeartbeatComponent
 from runtime.models import Effect, EffectStatus, Run, RunStatus, Thread, ThreadStatus
@@ -253,4 +256,25 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
             content_type="text/plain",
             headers={"WWW-Authenticate": 'Bearer realm="metrics"'},
         )
-    return HttpResponse(metrics_render(), content_type=CONTENT_TYPE_LATEST)
+    try:
+        # Bounded as readiness is: every query below would wait the pool's own timeout (10 s, Prometheus'
+        # default scrape timeout) and end in Django's 500 page with a traceback. The ping fails within
+        # CHECK_TIMEOUT_SECONDS; a database lost between it and the queries still answers 503 below.
+        database_ping()
+        body = metrics_render()
+    except (DatabaseError, psycopg.Error) as exc:
+        metrics_log.observe(passed=[], failed={"database": f"{type(exc).__name__}: {exc}"})
+        unavailable = HttpResponse(
+            "database unavailable: the metrics cannot be computed right now; retry shortly\n",
+            status=503,
+            content_type="text/plain",
+            headers={"Retry-After": "5"},
+        )
+        unavailable._has_been_logged = True  # type: ignore[attr-defined]  # once per outage, by metrics_log
+        return unavailable
+    metrics_log.observe(passed=["database"], failed={})
+    return HttpResponse(body, content_type=CONTENT_TYPE_LATEST)
+
+
+# A scrape every 15 s during an outage: one WARNING when it starts, one INFO when it ends.
+metrics_log = OutageLog("metrics")

@@ -290,3 +290,36 @@ def test_without_a_node_the_worker_check_takes_any_worker_of_this_host(monkeypat
         call_command("health_check", "--component", "worker")
     heartbeat_record(name=worker_heartbeat_name(f"worker2@{host}"), component=HeartbeatComponent.WORKER)
     call_command("health_check", "--component", "worker")
+
+
+@pytest.mark.slow
+def test_readiness_logs_an_outage_once_not_every_probe(tmp_path):
+    """Every probe during an outage was logged at ERROR ("Service Unavailable: /health/ready"), with a
+    traceback per failing check at WARNING: a 503 is the probe's answer. One WARNING now names what started
+    failing, and one line says when it passes again."""
+    env = _production_env(tmp_path, DATABASE_URL=f"postgres://postgres@127.0.0.1:{free_port()}/gatehouse")
+    result = _script(
+        env,
+        """
+        import io, logging
+        from django.test import Client
+        from console import health
+        captured = io.StringIO()
+        handler = logging.StreamHandler(captured)
+        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s %(message)s"))
+        logging.getLogger().addHandler(handler)
+        statuses = [Client().get("/health/ready", {"checks": "database"}).status_code for _ in range(3)]
+        health.CHECKS["database"] = lambda: {}  # the database is back
+        statuses.append(Client().get("/health/ready", {"checks": "database"}).status_code)
+        print(json.dumps({"statuses": statuses, "log": captured.getvalue()}))
+        """,
+    )
+
+    assert result["statuses"] == [503, 503, 503, 200]
+    lines = [line for line in result["log"].splitlines() if " console." in line or " django." in line]
+    assert [line.split(":")[0] for line in lines] == [
+        "WARNING console.health readiness check failing",
+        "INFO console.health readiness check passing again",
+    ], result["log"]
+    assert "database: PoolTimeout" in lines[0]
+    assert "Service Unavailable" not in result["log"] and "Traceback" not in result["log"]

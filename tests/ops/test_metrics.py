@@ -198,3 +198,44 @@ def test_the_dashboard_and_the_docs_use_only_metrics_the_endpoint_exposes():
     assert used - exposed == set()
     assert documented - exposed - histograms == set()
     assert len(documented) >= 19
+
+
+@pytest.mark.slow
+def test_metrics_answer_503_within_the_readiness_wait_when_postgresql_is_down(tmp_path):
+    """Each query waited the pool's own timeout and the scrape ended in Django's 500 page with a traceback
+    (after 10 s, Prometheus' default scrape timeout). The database is now pinged with readiness' 3 s wait
+    first: with a pool timeout of 10 minutes the answer still comes (the script's deadline would fail it)."""
+    from tests.conftest import free_port
+    from tests.ops.test_production_settings import _script
+    from tests.test_deploy_settings import _production_env
+
+    env = _production_env(
+        tmp_path,
+        DATABASE_URL=f"postgres://postgres@127.0.0.1:{free_port()}/gatehouse",
+        GATEHOUSE_DB_POOL_TIMEOUT="600",
+        GATEHOUSE_METRICS_TOKEN="m" * 32,
+    )
+    result = _script(
+        env,
+        """
+        import io, logging
+        from django.test import Client
+        captured = io.StringIO()
+        handler = logging.StreamHandler(captured)
+        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s %(message)s"))
+        logging.getLogger().addHandler(handler)
+        answers = [
+            Client().get("/metrics", headers={"authorization": "Bearer " + "m" * 32, "host": "10.0.0.5"})
+            for _ in range(2)
+        ]
+        print(json.dumps({"answers": [[a.status_code, a.get("Retry-After"), a.content.decode()] for a in answers],
+                          "log": captured.getvalue()}))
+        """,
+    )
+
+    for status, retry_after, body in result["answers"]:
+        assert (status, retry_after) == (503, "5")
+        assert body.startswith("database unavailable")
+    log = "\n".join(line for line in result["log"].splitlines() if not line.startswith("WARNING psycopg"))
+    assert log.count("WARNING console.health metrics failing: database: PoolTimeout") == 1, log  # once per outage
+    assert "Traceback" not in log and "ERROR" not in log, log
