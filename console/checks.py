@@ -69,6 +69,41 @@ def recovery_clocks_check(app_configs: Any = None, **kwargs: Any) -> list[CheckM
     return messages
 
 
+@register(Tags.compatibility, deploy=False)
+def worker_sessions_check(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """A worker cut off mid-transaction holds its thread's and audit chain's locks until PostgreSQL ends the
+    idle session (runtime/sessions.py); past the lease, the run's next attempt waits on them."""
+    idle = float(settings.GATEHOUSE_WORKER_IDLE_IN_TRANSACTION_SECONDS)
+    lease = float(settings.GATEHOUSE_LEASE_SECONDS)
+    if idle and idle >= lease:
+        return [
+            Warning(
+                f"GATEHOUSE_WORKER_IDLE_IN_TRANSACTION_SECONDS ({idle:g}) is not below GATEHOUSE_LEASE_SECONDS "
+                f"({lease:g})",
+                hint="A worker cut off inside a transaction keeps its locks until PostgreSQL ends its session; "
+                "keep this below the lease, so they are released before the run can be claimed again.",
+                id="gatehouse.W004",
+            )
+        ]
+    return []
+
+
+@register(Tags.security, deploy=True)
+def allowed_hosts_check(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """``ALLOWED_HOSTS=*`` turns host validation off: links built from the request's Host header (password
+    set-up links, redirects) can point wherever a client says. Django's own deploy checks accept it."""
+    if "*" in settings.ALLOWED_HOSTS:
+        return [
+            Warning(
+                "ALLOWED_HOSTS contains '*': any Host header is accepted",
+                hint="List the names the console is reached by (ALLOWED_HOSTS=gatehouse.example.com). The probes "
+                "and /metrics answer any host already (console.health.ProbeMiddleware).",
+                id="gatehouse.W005",
+            )
+        ]
+    return []
+
+
 @register(Tags.staticfiles, deploy=True)
 def static_manifest_check(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """With hashed static files (production) every page's ``{% static %}`` looks its file up in the

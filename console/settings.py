@@ -41,6 +41,13 @@ if DATABASE_URL and not REDIS_URL:
         "REDIS_URL (or REDIS_URL_FILE) is required when DATABASE_URL is set: production mode uses Redis as the "
         "Celery broker and the Channels layer. Unset DATABASE_URL for embedded mode (SQLite, no servers)."
     )
+# Any other scheme passed `check --deploy` and the worker then died with "No such transport: http".
+REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
+if REDIS_URL and not REDIS_URL.startswith(REDIS_SCHEMES):
+    raise ImproperlyConfigured(
+        f"REDIS_URL must start with {', '.join(REDIS_SCHEMES)} (it is Celery's broker and the Channels layer); "
+        f"it starts with {REDIS_URL.partition('://')[0][:20]!r}"  # not the rest: it may hold a password
+    )
 
 
 # Nothing under var/ is for anyone but this user: the signing key, the databases
@@ -204,7 +211,14 @@ if EMBEDDED:
         }
     }
 else:
-    DATABASES = {"default": dj_database_url.parse(DATABASE_URL or "")}
+    try:
+        DATABASES = {"default": dj_database_url.parse(DATABASE_URL or "")}
+    except (ValueError, KeyError, TypeError) as _exc:  # dj_database_url's errors name neither the variable nor
+        # what is wrong with it in terms of it; the URL itself is not repeated (it may hold a password).
+        raise ImproperlyConfigured(
+            "DATABASE_URL is not a database URL such as postgres://USER:PASSWORD@HOST:5432/NAME "
+            f"(special characters in the password percent-encoded): {type(_exc).__name__}"
+        ) from None
     # A per-process psycopg pool: daphne and the Celery thread pool start and
     # end threads freely, and persistent per-thread connections (CONN_MAX_AGE)
     # exhausted PostgreSQL's connection limit under load. A killed connection is
@@ -215,9 +229,15 @@ else:
         # connection (runtime/postgresql); CONN_HEALTH_CHECKS would make it on every checkout.
         DATABASES["default"]["ENGINE"] = "runtime.postgresql"
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = False
+    _pool_min = env_int("GATEHOUSE_DB_POOL_MIN", 2, minimum=0)
+    _pool_max = env_int("GATEHOUSE_DB_POOL_MAX", 20, minimum=1)
+    if _pool_min > _pool_max:  # psycopg_pool refuses the pool, so every database access failed instead
+        raise ImproperlyConfigured(
+            f"GATEHOUSE_DB_POOL_MIN ({_pool_min}) must not exceed GATEHOUSE_DB_POOL_MAX ({_pool_max})"
+        )
     DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
-        "min_size": env_int("GATEHOUSE_DB_POOL_MIN", 2, minimum=0),
-        "max_size": env_int("GATEHOUSE_DB_POOL_MAX", 20, minimum=1),
+        "min_size": _pool_min,
+        "max_size": _pool_max,
         "timeout": env_float("GATEHOUSE_DB_POOL_TIMEOUT", 10.0, minimum=0.1),
         # psycopg_pool retries a failed connection with exponential backoff (1, 2, 4, … s) for this
         # long (its default: 300 s), so after an outage the next attempt could be minutes away: a
@@ -459,6 +479,11 @@ GATEHOUSE_LOG_FORMAT = (env_str("GATEHOUSE_LOG_FORMAT") or "plain").strip().lowe
 if GATEHOUSE_LOG_FORMAT not in ("plain", "json"):
     raise ImproperlyConfigured(f'GATEHOUSE_LOG_FORMAT={GATEHOUSE_LOG_FORMAT!r} must be "plain" or "json"')
 GATEHOUSE_LOG_HOUSEKEEPING = env_bool("GATEHOUSE_LOG_HOUSEKEEPING", False)
+# logging's own refusal ("Unable to configure root logger") named neither the variable nor the choices.
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+LOG_LEVEL = (env_str("LOG_LEVEL") or "INFO").strip().upper()
+if LOG_LEVEL not in LOG_LEVELS:
+    raise ImproperlyConfigured(f"LOG_LEVEL={env_str('LOG_LEVEL')!r} must be one of {', '.join(LOG_LEVELS)}")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
@@ -479,7 +504,7 @@ LOGGING = {
             "filters": ["context"] if GATEHOUSE_LOG_HOUSEKEEPING else ["context", "housekeeping"],
         }
     },
-    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL") or "INFO"},
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
     "loggers": {"httpx": {"level": "WARNING"}},
 }
 

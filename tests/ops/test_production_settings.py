@@ -287,3 +287,52 @@ def test_the_secret_key_file_is_never_made_world_readable_in_the_instructions():
     for doc in (".env.example", "docs/deploy.md", "docker-compose.yml"):
         text = (ROOT / doc).read_text()
         assert "chmod 644" not in text and "chmod 600 secrets/secret_key" in text, doc
+
+
+# Each was accepted, or refused only by a library's traceback that named no variable (docs/deploy.md
+# promises a malformed value stops the start naming it).
+MALFORMED = [
+    ({"DATABASE_URL": "postgres//oops"}, "DATABASE_URL is not a database URL"),
+    ({"REDIS_URL": "http://x:1/0"}, "REDIS_URL must start with redis://, rediss://, unix://"),
+    ({"GATEHOUSE_DB_POOL_MIN": "10", "GATEHOUSE_DB_POOL_MAX": "4"}, "GATEHOUSE_DB_POOL_MIN (10) must not exceed"),
+    ({"LOG_LEVEL": "LOUD"}, "LOG_LEVEL='LOUD' must be one of DEBUG, INFO, WARNING, ERROR, CRITICAL"),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("overrides", "message"), MALFORMED, ids=[next(iter(o)) for o, _ in MALFORMED])
+def test_a_malformed_setting_stops_the_start_naming_the_variable(tmp_path, overrides, message):
+    result = _manage(_production_env(tmp_path, **overrides), "check")
+
+    assert result.returncode != 0
+    assert "ImproperlyConfigured" in result.stderr and message in result.stderr, result.stderr[-2000:]
+
+
+@pytest.mark.slow
+def test_a_database_url_with_a_password_is_not_repeated_when_refused(tmp_path):
+    result = _manage(_production_env(tmp_path, DATABASE_URL="postgres://u:hunter2@db:notaport/x"), "check")
+
+    assert "DATABASE_URL is not a database URL" in result.stderr
+    assert "hunter2" not in result.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("overrides", "check_id"),
+    [
+        ({"GATEHOUSE_WORKER_IDLE_IN_TRANSACTION_SECONDS": "90", "GATEHOUSE_LEASE_SECONDS": "60"}, "gatehouse.W004"),
+        ({"ALLOWED_HOSTS": "*"}, "gatehouse.W005"),
+        ({"ALLOWED_HOSTS": "gatehouse.example.com,*"}, "gatehouse.W005"),
+    ],
+)
+def test_the_deploy_check_fails_on_settings_the_docs_warn_against(tmp_path, overrides, check_id):
+    result = _manage(
+        _production_env(tmp_path, GATEHOUSE_STATIC_MANIFEST="false", **overrides),
+        "check",
+        "--deploy",
+        "--fail-level",
+        "WARNING",
+    )
+
+    assert result.returncode != 0
+    assert check_id in result.stderr, result.stdout + result.stderr
