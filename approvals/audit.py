@@ -19,9 +19,12 @@ Call ``audit_record`` inside the transaction that makes the change it describes.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
 import hashlib
 import json
+import logging
 import os
 import weakref
 from collections.abc import Iterable
@@ -41,6 +44,8 @@ from approvals.events import events_publish
 from approvals.models import AuditAction, AuditAnchor, AuditEvent
 from runtime import rows
 from runtime.jsonable import canonical_dumps
+
+log = logging.getLogger(__name__)
 
 GENESIS = "0" * 64  # the prev_hash of every chain's first event
 LEGACY_CHAIN = 0  # events recorded before partitioning: hashed without chain and id, never appended to
@@ -666,7 +671,7 @@ def audit_anchor() -> list[AuditAnchor]:
             )
         sink = anchor_sink_path()
         if sink is not None:
-            transaction.on_commit(lambda: anchor_sink_append(*anchors, path=sink))
+            transaction.on_commit(lambda: anchor_sink_catch_up(anchors, path=sink))
     return anchors
 
 
@@ -693,13 +698,78 @@ def anchor_sink_append(*anchors: AuditAnchor, path: Path) -> None:
     The file lives outside the database, so whoever can delete audit rows and
     anchors through SQL cannot make them agree again with this copy.
     """
-    line = "".join(json.dumps(anchor_line(a), sort_keys=True, separators=(",", ":")) + "\n" for a in anchors).encode()
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     try:
-        os.write(fd, line)
-        os.fsync(fd)
+        _sink_write(fd, anchors)
     finally:
         os.close(fd)
+
+
+def _sink_write(fd: int, anchors: Iterable[AuditAnchor]) -> None:
+    line = "".join(json.dumps(anchor_line(a), sort_keys=True, separators=(",", ":")) + "\n" for a in anchors).encode()
+    if line:
+        os.write(fd, line)
+        os.fsync(fd)
+
+
+class AnchorSinkError(Exception):
+    """Anchors committed in the database could not be appended to ``GATEHOUSE_AUDIT_ANCHOR_SINK``."""
+
+
+# How much of the sink's end is read to find the newest anchor it holds (a round is a line per chain).
+SINK_TAIL_BYTES = 64 * 1024
+
+
+def anchor_sink_catch_up(round_: list[AuditAnchor], *, path: Path) -> int:
+    """Append to the sink every anchor newer than the newest it holds; an empty (new) sink starts with this
+    ``round_``, since anchors from before it was configured were never meant for it. Returns how many
+    were appended.
+
+    A write that failed (the directory missing, the disk full, a mount gone) used to raise in an on-commit
+    hook after the anchors committed, and nothing wrote them later: the sink silently lacked them. Each
+    round now writes what the sink is behind by, so the next one after the fault is fixed catches up.
+    The sink is locked while it is read and appended to, so two rounds at once do not both append the
+    same anchors. Raises ``AnchorSinkError`` naming the setting, after logging it.
+    """
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
+    except OSError as exc:
+        raise _sink_failed(path, exc) from exc
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        newest = _sink_newest_anchor(fd)
+        anchors = round_ if newest is None else list(AuditAnchor.objects.filter(id__gt=newest).order_by("id"))
+        _sink_write(fd, anchors)
+        return len(anchors)
+    except OSError as exc:
+        raise _sink_failed(path, exc) from exc
+    finally:
+        os.close(fd)  # and the lock with it
+
+
+def _sink_failed(path: Path, exc: OSError) -> AnchorSinkError:
+    error = AnchorSinkError(
+        f"GATEHOUSE_AUDIT_ANCHOR_SINK={path}: cannot append the audit anchors ({exc.strerror or exc}). They are "
+        "committed in the database; the next anchoring round (GATEHOUSE_ANCHOR_SECONDS) appends every anchor the "
+        "sink lacks once the file can be written, and `audit_verify --sink` reports them missing until then."
+    )
+    log.error("%s", error)
+    return error
+
+
+def _sink_newest_anchor(fd: int) -> int | None:
+    """The largest anchor id among the sink's last lines (None for an empty sink)."""
+    size = os.fstat(fd).st_size
+    start = max(0, size - SINK_TAIL_BYTES)
+    tail = os.pread(fd, size - start, start)
+    lines = tail.splitlines()
+    if start:
+        lines = lines[1:]  # the first may be cut
+    ids = []
+    for line in lines:
+        with contextlib.suppress(ValueError, KeyError, TypeError, AttributeError):
+            ids.append(int(json.loads(line)["anchor"]))
+    return max(ids, default=None)
 
 
 @dataclass(frozen=True)
@@ -870,7 +940,13 @@ def _anchor_check(ref: AnchorRef, found: tuple[int, int, str] | None, state: Cha
 
 
 def anchors_compare(stored: list[AnchorRef], sink: list[AnchorRef]) -> list[str]:
-    """Anchors in the sink that the database no longer holds, or holds with other values."""
+    """Anchors in the sink that the database no longer holds, or holds with other values; and anchors the
+    database holds that the sink lacks, from its first line on.
+
+    The sink is the witness outside the database: an anchor it lacks is a round nobody outside could check
+    (its write failed and was not caught up, or the line was removed), so it is a finding, not a count to
+    read past. Anchors older than the sink's first line predate it (the sink was configured later) and are
+    not (``anchors_predating_sink``)."""
     by_id = {ref.anchor_id: ref for ref in stored}
     problems = []
     for ref in sink:
@@ -884,7 +960,27 @@ def anchors_compare(stored: list[AnchorRef], sink: list[AnchorRef]) -> list[str]
             ref.length,
         ):
             problems.append(f"anchor #{ref.anchor_id} in the database differs from {ref.source}")
+    in_sink = {ref.anchor_id for ref in sink}
+    first = min((i for i in in_sink if i is not None), default=None)
+    lacking = [
+        ref.anchor_id
+        for ref in stored
+        if ref.anchor_id is not None and first is not None and ref.anchor_id > first and ref.anchor_id not in in_sink
+    ]
+    if lacking:
+        more = f" and {len(lacking) - 10} more" if len(lacking) > 10 else ""
+        shown = ", ".join(f"#{i}" for i in lacking[:10]) + more
+        problems.append(
+            f"MISSING FROM THE SINK: {len(lacking)} anchors the database holds were never written to the sink or "
+            f"were removed from it ({shown}); nothing outside the database witnessed them"
+        )
     return problems
+
+
+def anchors_predating_sink(stored: list[AnchorRef], sink: list[AnchorRef]) -> int:
+    """Stored anchors older than the sink's first line: made before the sink was configured."""
+    first = min((ref.anchor_id for ref in sink if ref.anchor_id is not None), default=None)
+    return sum(1 for ref in stored if ref.anchor_id is not None and (first is None or ref.anchor_id < first))
 
 
 def audit_verify() -> tuple[int, AuditEvent | None]:

@@ -158,3 +158,55 @@ def test_the_anchor_sink_catches_rows_and_anchors_deleted_together(
         _verify("--sink")
     assert f"anchor #{first[0].pk} (sink line 1) is missing from the database" in str(caught.value)
     assert "TAIL LOST" in str(caught.value)
+
+
+def test_a_failed_sink_write_is_loud_caught_up_later_and_a_gap_until_then(
+    settings, tmp_path, django_capture_on_commit_callbacks, caplog
+):
+    """A sink that could not be written (here: its directory gone) raised FileNotFoundError in an on-commit
+    hook after the anchors committed, nothing wrote them later, and `audit_verify --sink` said "intact" with
+    fewer anchors in the sink than in the database. The failure now names the setting, the next round
+    appends everything the sink lacks, and until then the verifier reports the gap as a finding."""
+    from approvals.audit import AnchorSinkError
+
+    folder = tmp_path / "sink"
+    folder.mkdir()
+    sink = folder / "anchors.jsonl"
+    settings.GATEHOUSE_AUDIT_ANCHOR_SINK = str(sink)
+    _events(1)
+    with django_capture_on_commit_callbacks(execute=True):
+        first = audit_anchor()
+
+    folder.rename(tmp_path / "away")  # the mount is gone
+    with (
+        pytest.raises(AnchorSinkError, match=f"GATEHOUSE_AUDIT_ANCHOR_SINK={sink}: cannot append"),
+        django_capture_on_commit_callbacks(execute=True),
+    ):
+        missed = audit_anchor()
+    assert any(r.levelname == "ERROR" and "GATEHOUSE_AUDIT_ANCHOR_SINK" in r.getMessage() for r in caplog.records), (
+        caplog.text
+    )
+    (tmp_path / "away").rename(folder)  # back
+
+    with pytest.raises(CommandError, match="MISSING FROM THE SINK") as caught:
+        _verify("--sink")
+    assert f"#{missed[0].pk}" in str(caught.value)
+
+    with django_capture_on_commit_callbacks(execute=True):
+        third = audit_anchor()
+    lines = [json.loads(line)["anchor"] for line in sink.read_text().splitlines()]
+    assert lines == [a.pk for a in first + missed + third]  # caught up, in order, once each
+    assert f"{len(lines)} in the sink" in _verify("--sink")
+
+
+def test_anchors_from_before_the_sink_existed_are_counted_not_reported(
+    settings, tmp_path, django_capture_on_commit_callbacks
+):
+    _events(1)
+    earlier = audit_anchor()  # no sink configured yet
+    settings.GATEHOUSE_AUDIT_ANCHOR_SINK = str(tmp_path / "anchors.jsonl")
+    with django_capture_on_commit_callbacks(execute=True):
+        audit_anchor()
+
+    assert "older anchors predate the sink's first line" in _verify("--sink")
+    assert earlier  # not written to the new sink, and no finding about them

@@ -5,7 +5,8 @@ anchor event saw in the other chains, and every stored anchor: a chain
 shorter than an anchor, or whose anchored event is gone or different, lost or
 rewrote its tail. ``--sink`` also checks the anchors copied outside the
 database (``GATEHOUSE_AUDIT_ANCHOR_SINK`` or PATH), which catch rows and
-anchors deleted together. Exit status 1 on any finding.
+anchors deleted together, and reports anchors the sink lacks from its first
+line on. Exit status 1 on any finding.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from approvals.audit import (
     anchor_sink_path,
     anchors_compare,
     anchors_from_sink,
+    anchors_predating_sink,
     anchors_stored,
     audit_chain_check,
 )
@@ -67,7 +69,12 @@ class Command(BaseCommand):
         findings = breaks + findings + report.problems
         if findings:
             raise CommandError("\n".join(findings))
-        anchors = f"{len(stored)} anchors" + (f", {len(sink)} in the sink" if options["sink"] is not None else "")
+        anchors = f"{len(stored)} anchors"
+        if options["sink"] is not None:
+            anchors += f", {len(sink)} in the sink"
+            older = anchors_predating_sink(stored, sink)
+            if older:
+                anchors += f" ({older} older anchors predate the sink's first line)"
         self.stdout.write(
             f"audit trail intact: {report.checked} events in {len(report.chains)} chains verified against {anchors}"
         )
