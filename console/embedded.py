@@ -16,6 +16,7 @@ failed start stops whatever had been started. Ports and files: docs/embedded.md.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import math
 import os
 import shlex
@@ -65,10 +66,18 @@ class Child:
     backoff: float = BACKOFF_FIRST
     restart_at: float | None = None
     restarts: int = 0
+    pass_fds: tuple[int, ...] = ()  # the var dir's lock: held while any process of the stack lives
 
     def start(self) -> None:
         log(f"starting {self.name}: {' '.join(self.args)}")
-        self.proc = subprocess.Popen(self.args, cwd=ROOT, env=self.env, start_new_session=True)
+        self.proc = subprocess.Popen(
+            self.args,
+            cwd=ROOT,
+            env=self.env,
+            start_new_session=True,
+            pass_fds=self.pass_fds,
+            preexec_fn=die_with_parent(),  # safe between fork and exec: the launcher runs one thread
+        )
         self.started_at = time.monotonic()
         self.restart_at = None
 
@@ -94,9 +103,11 @@ class Child:
 class Supervisor:
     children: list[Child] = field(default_factory=list)
     clock: Callable[[], float] = time.monotonic
+    pass_fds: tuple[int, ...] = ()
 
     def start(self, child: Child) -> None:
         self.children.append(child)
+        child.pass_fds = self.pass_fds
         child.start()
 
     def tend(self) -> None:
@@ -164,6 +175,77 @@ def reaper_become() -> bool:
     pr_set_child_subreaper = 36  # <linux/prctl.h>
     libc = ctypes.CDLL(None, use_errno=True)
     return bool(libc.prctl(pr_set_child_subreaper, 1, 0, 0, 0) == 0)
+
+
+def die_with_parent() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that has the child sent SIGTERM when the launcher dies (Linux: PR_SET_PDEATHSIG).
+
+    A SIGKILLed launcher cannot stop its children: daphne, the workers and the bank went on, re-parented to
+    PID 1, holding the port, and the next ``make run`` said only "port 8000 is in use". SIGTERM, not
+    SIGKILL: a worker then hands its runs back and stops its beat, as on Ctrl-C. libc is loaded here, in
+    the launcher, not between fork and exec."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    pr_set_pdeathsig = 1  # <linux/prctl.h>
+    libc = ctypes.CDLL(None, use_errno=True)
+    parent = os.getpid()
+
+    def preexec() -> None:
+        libc.prctl(pr_set_pdeathsig, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != parent:  # the launcher died before the prctl: nobody will send it
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return preexec
+
+
+LOCK_NAME = "launcher.lock"
+
+
+def var_dir_lock(var: Path) -> int:
+    """Lock the var dir for this stack (``flock`` on ``var/launcher.lock``); returns the descriptor.
+
+    Children inherit it (``pass_fds``), so the lock lasts while any process of the stack does, not only
+    the launcher: a second launcher on the same var dir (two stacks writing one SQLite database and
+    broker) is refused, naming what holds it. Raises StartError."""
+    path = var / LOCK_NAME
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        owner = os.pread(fd, 32, 0).decode(errors="replace").strip()
+        os.close(fd)
+        raise StartError(_lock_holders_describe(var, path, owner)) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
+
+
+def _lock_holders_describe(var: Path, path: Path, owner: str) -> str:
+    holders = sorted(pid for pid in _pids_holding(path) if pid != os.getpid())
+    launcher = int(owner) if owner.isdigit() else None
+    if launcher is not None and launcher in holders:
+        return (
+            f"another launcher (pid {launcher}) runs on the var dir {var}: stop it (Ctrl-C, or kill {launcher}), "
+            "or give this one its own GATEHOUSE_VAR_DIR and PORT"
+        )
+    listed = ", ".join(map(str, holders)) or "unknown (see `fuser " + str(path) + "`)"
+    return (
+        f"the var dir {var} is still held by processes of a stack whose launcher (pid {owner or '?'}) is gone: "
+        f"pids {listed}. They stop by themselves within seconds if it was just killed; otherwise kill them"
+    )
+
+
+def _pids_holding(path: Path) -> list[int]:
+    """Processes with ``path`` open (Linux /proc; empty elsewhere or where /proc is not readable)."""
+    found = []
+    target = str(path.resolve())
+    for entry in Path("/proc").glob("[0-9]*"):
+        with contextlib.suppress(OSError):
+            if any(os.readlink(fd) == target for fd in (entry / "fd").iterdir()):
+                found.append(int(entry.name))
+    return found
 
 
 def port_free(port: int) -> bool:
@@ -274,6 +356,7 @@ def start(supervisor: Supervisor, env: dict[str, str]) -> int:
     python = sys.executable
     var = Path(env["GATEHOUSE_VAR_DIR"])
     var.mkdir(parents=True, exist_ok=True)
+    supervisor.pass_fds = (var_dir_lock(var),)  # before anything else: refused, nothing has started
     port = env_int("PORT", 8000, minimum=1)
     if not port_free(port):
         raise StartError(f"port {port} is in use: set PORT to another port (and GATEHOUSE_VAR_DIR for a 2nd instance)")

@@ -244,3 +244,39 @@ def test_a_command_run_with_graphs_that_do_not_resolve_says_so_in_one_line(tmp_p
     )
     assert done.returncode == 1
     assert done.stderr.strip() == "CommandError: GATEHOUSE_GRAPHS: mine/langgraph.json does not exist"
+
+
+def test_a_killed_launcher_takes_its_children_with_it_and_the_next_start_succeeds(
+    tmp_path: Path, stacks: list[Stack]
+) -> None:
+    """A SIGKILLed launcher cannot stop its children: daphne, the worker (and its beat) and the bank went on
+    under PID 1, holding the port, and the next `make run` said only "port … is in use". They now die with
+    it (PR_SET_PDEATHSIG) and the same var dir and port start again."""
+    stack = stack_new(tmp_path, GATEHOUSE_GRAPHS=str(SOAK_GRAPHS))
+    stacks.append(stack.start())
+    stack.wait_serving()
+    wait_for(lambda: len(stack.processes()) >= 5, timeout=30, what="all children")  # bank, worker, beat, web
+    assert stack.proc is not None
+    stack.proc.kill()
+    stack.proc.wait(timeout=scaled(5))
+
+    wait_for(lambda: not stack.processes(), timeout=30, what="the killed launcher's children to exit")
+    assert port_free(stack.port)
+    again = Stack(var=stack.var, env=stack.env, port=stack.port, log_path=tmp_path / "again.log")
+    stacks.append(again.start())
+    again.wait_serving()
+
+
+def test_a_second_launcher_on_the_same_var_dir_is_refused(tmp_path: Path, stacks: list[Stack]) -> None:
+    first = stack_new(tmp_path, GATEHOUSE_GRAPHS=str(SOAK_GRAPHS))
+    stacks.append(first.start())
+    first.wait_serving()
+    assert first.proc is not None
+
+    port = free_port()
+    second = Stack(var=first.var, env={**first.env, "PORT": str(port)}, port=port, log_path=tmp_path / "second.log")
+    stacks.append(second.start())
+    assert second.proc is not None and second.proc.wait(timeout=scaled(30)) == 1
+    assert f"cannot start: another launcher (pid {first.proc.pid}) runs on the var dir {first.var}" in second.log()
+    assert "starting" not in second.log()  # refused before setup: nothing touched the first stack's files
+    assert _serves(first)
