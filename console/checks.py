@@ -69,7 +69,9 @@ def recovery_clocks_check(app_configs: Any = None, **kwargs: Any) -> list[CheckM
     return messages
 
 
-@register(Tags.compatibility, deploy=False)
+# Deploy-time only: every management command runs the ordinary checks, and a short test lease (2 s) next
+# to the default timeout would print this before each of them.
+@register(Tags.compatibility, deploy=True)
 def worker_sessions_check(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """A worker cut off mid-transaction holds its thread's and audit chain's locks until PostgreSQL ends the
     idle session (runtime/sessions.py); past the lease, the run's next attempt waits on them."""
