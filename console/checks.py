@@ -99,7 +99,7 @@ def allowed_hosts_check(app_configs: Any = None, **kwargs: Any) -> list[CheckMes
             Warning(
                 "ALLOWED_HOSTS contains '*': any Host header is accepted",
                 hint="List the names the console is reached by (ALLOWED_HOSTS=gatehouse.example.com). The probes "
-                "and /metrics answer any host already (console.health.ProbeMiddleware).",
+                "and /metrics answer any host already (console.probes.ProbeMiddleware).",
                 id="gatehouse.W005",
             )
         ]

@@ -238,7 +238,7 @@ def checks_parse(values: list[str]) -> list[str] | None:
     return list(dict.fromkeys(names)) or None
 
 
-def _error(status: int, code: str, message: str, field: str | None = None) -> JsonResponse:
+def probe_error(status: int, code: str, message: str, field: str | None = None) -> JsonResponse:
     # The /api/ error shape: a client parses one shape from every Gatehouse endpoint.
     return JsonResponse({"error": {"code": code, "message": message, "field": field}}, status=status)
 
@@ -254,7 +254,7 @@ def health_ready(request: HttpRequest) -> HttpResponse:
     names = checks_parse(request.GET.getlist("checks"))
     unknown = sorted(set(names or []) - set(CHECKS))
     if unknown:
-        return _error(400, "bad_request", f"unknown checks {unknown}; known: {list(CHECKS)}", "checks")
+        return probe_error(400, "bad_request", f"unknown checks {unknown}; known: {list(CHECKS)}", "checks")
     readiness = readiness_evaluate(names=names)
     response = JsonResponse(
         {"status": "ok" if readiness.ok else "fail", "checks": readiness.checks}, status=200 if readiness.ok else 503
@@ -262,33 +262,3 @@ def health_ready(request: HttpRequest) -> HttpResponse:
     # A 503 is the probe's answer: readiness_evaluate logged the outage once; Django would log every probe at ERROR.
     response._has_been_logged = True  # type: ignore[attr-defined]
     return response
-
-
-class ProbeMiddleware:
-    """Answers the probes and /metrics before host validation, the HTTPS redirect and sessions.
-
-    Orchestrators and Prometheus call a container by its address over plain HTTP on the
-    internal network; ALLOWED_HOSTS and SECURE_SSL_REDIRECT are for browsers, not for them.
-    """
-
-    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
-        from console.metrics import metrics_view
-
-        self.get_response = get_response
-        self.routes: dict[str, Callable[[HttpRequest], HttpResponse]] = {
-            "/health/live": health_live,
-            "/health/ready": health_ready,
-            "/metrics": metrics_view,
-        }
-
-    def __call__(self, request: HttpRequest) -> HttpResponse:
-        view = self.routes.get(request.path_info.rstrip("/") or "/")
-        if view is None:
-            return self.get_response(request)
-        if request.method not in ("GET", "HEAD"):
-            refused = _error(405, "method_not_allowed", f"{request.method} is not allowed here: use GET or HEAD")
-            refused["Allow"] = "GET, HEAD"
-            return refused
-        response = view(request)
-        response["Cache-Control"] = "no-store"
-        return response

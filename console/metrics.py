@@ -250,8 +250,10 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
     if not settings.GATEHOUSE_METRICS_TOKEN:
         return HttpResponse("metrics are off: set GATEHOUSE_METRICS_TOKEN\n", status=404, content_type="text/plain")
     if not _authorised(request):
+        given = request.headers.get("Authorization", "")
+        why = "this token is not the metrics token" if given else "a bearer token is required"
         return HttpResponse(
-            "a bearer token is required\n",
+            f"{why} (Authorization: Bearer <GATEHOUSE_METRICS_TOKEN>)\n",
             status=401,
             content_type="text/plain",
             headers={"WWW-Authenticate": 'Bearer realm="metrics"'},

@@ -130,7 +130,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     # Health probes and /metrics answer before host validation and the HTTPS redirect:
     # load balancers and Prometheus call them by address over the internal network (console/health.py).
-    "console.health.ProbeMiddleware",
+    "console.probes.ProbeMiddleware",
     # request_id / thread_id / task_id on every log line of a request (console/logs.py).
     "console.logs.RequestContextMiddleware",
     "django.middleware.security.SecurityMiddleware",

@@ -95,7 +95,7 @@ urlpatterns: list[URLPattern | URLResolver] = [
 ]
 
 # /static/ is served by WhiteNoise (settings: --- static files ---); /health/live, /health/ready
-# and /metrics by console.health.ProbeMiddleware, before host validation and the HTTPS redirect.
+# and /metrics by console.probes.ProbeMiddleware, before host validation and the HTTPS redirect.
 
 if settings.GATEHOUSE_OIDC_ENABLED:  # single sign-on (console/sso.py), only when configured
     from console import sso
