@@ -210,6 +210,8 @@ def test_console_pages_answer_a_styled_503_while_the_database_is_down(bank, pers
             proxy.cut()
     log = log_path.read_text(errors="replace")
     assert "WARNING console.middleware GET /threads/: database unavailable" in log, log[-3000:]
-    # One pool timeout per page: the session is not read a second time.
-    assert log.count("couldn't get a connection") == 2, log[-3000:]
+    # One pool timeout per page answered 503 (the session is not read a second time). Counted per 503,
+    # not as a total: a poll while the pool reconnects after the restore may time out and 503 too.
+    answered = log.count(": database unavailable: couldn't get a connection")
+    assert answered >= 2 and log.count("couldn't get a connection") == answered, log[-3000:]
     assert "Traceback" not in log and "ERROR" not in log, log[-3000:]
