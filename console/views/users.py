@@ -152,6 +152,9 @@ def user_create(request: HtmxHttpRequest) -> HttpResponse:
                     "link": _link(request, setup),
                     "setup": setup,
                     "new_account": True,
+                    # Created with no role, or no graph: it can sign in and do nothing; say so, not silently.
+                    "no_role": not users.user_roles(created),
+                    "no_graph": permissions.graphs_visible(User.objects.get(pk=created.pk)) == set(),
                     "nav": "users",
                 },
             )

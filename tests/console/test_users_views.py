@@ -51,6 +51,26 @@ def test_the_list_shows_roles_graphs_state_and_last_sign_in(personas):
     assert f'data-user="{name}"' not in active_only
 
 
+@pytest.mark.parametrize(
+    ("form", "says"),
+    [
+        ({}, "no role and no graph"),
+        ({"roles": ["reviewer"]}, "no graph"),
+        ({"assign": ["loan_approval"]}, "no role"),
+    ],
+)
+def test_an_account_created_without_a_role_or_a_graph_is_said_to_do_nothing(personas, form, says):
+    """It was created silently: a user who could sign in and see nothing, with nobody told why."""
+    html = console_client(personas["admin"]).post("/users/new", {"username": _name("bare"), **form}).content.decode()
+    notice = html.split('id="created-no-access"', 1)[1].split("</p>", 1)[0]
+    assert f"has {says}:" in notice
+
+
+def test_an_auditor_sees_every_graph_without_one_assigned(personas):
+    html = console_client(personas["admin"]).post("/users/new", {"username": _name("aud"), "roles": ["auditor"]})
+    assert 'id="created-no-access"' not in html.content.decode()
+
+
 def test_an_admin_creates_a_user_who_sets_a_password_from_the_link_and_signs_in(personas):
     admin = console_client(personas["admin"])
     name = _name("new")
@@ -59,6 +79,7 @@ def test_an_admin_creates_a_user_who_sets_a_password_from_the_link_and_signs_in(
         {"username": name, "email": f"{name}@example.org", "roles": ["reviewer"], "assign": ["loan_approval"]},
     )
     assert response.status_code == 200, response.content[:500]
+    assert 'id="created-no-access"' not in response.content.decode()
     link = re.search(r'value="(http://testserver/accounts/set-password/[^"]+)"', response.content.decode()).group(1)
     user = User.objects.get(username=name)
     assert users.user_roles(user) == ["reviewer"]

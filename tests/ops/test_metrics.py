@@ -53,6 +53,9 @@ def test_metrics_are_off_without_a_token_and_refuse_a_wrong_one():
         assert _scrape(None).status_code == 401
         assert _scrape(None)["WWW-Authenticate"].startswith("Bearer")
         assert _scrape(TOKEN + "x").status_code == 401
+        # A wrong token is told it is wrong, not that a token is required.
+        assert _scrape(None).content.decode().startswith("a bearer token is required")
+        assert _scrape(TOKEN + "x").content.decode().startswith("this token is not the metrics token")
         ok = _scrape()
         assert ok.status_code == 200
         assert ok["Content-Type"].startswith("text/plain; version=")
