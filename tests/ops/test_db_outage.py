@@ -24,44 +24,65 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("live_db")]
 
 
 class CuttableProxy:
-    """127.0.0.1:<port> → PostgreSQL. ``cut()`` closes every connection and refuses new ones, as a
-    database that went away does; ``restore()`` listens on the same port again."""
+    """127.0.0.1:<port> → PostgreSQL. ``cut()`` closes every connection and drops new ones at once, as a
+    database that went away does; ``restore()`` passes them through again.
+
+    The port stays bound through the outage: closed, it was free for anyone, and another test's proxy
+    (the suite runs in parallel) once took it, so "the outage" reached PostgreSQL after all.
+    """
 
     def __init__(self, upstream: tuple[str, int]) -> None:
         self.upstream = upstream
-        self.port = 0
         self.lock = threading.Lock()
         self.sockets: list[socket.socket] = []
-        self.listener: socket.socket | None = None
-        self.restore()
+        self.up = True
+        self.listener: socket.socket | None = socket.socket()
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(64)
+        self.port = self.listener.getsockname()[1]
+        threading.Thread(target=self._accept, args=(self.listener,), daemon=True).start()
 
     def restore(self) -> None:
-        listener = socket.socket()
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind(("127.0.0.1", self.port))
-        listener.listen(64)
-        self.port = listener.getsockname()[1]
-        self.listener = listener
-        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+        with self.lock:
+            assert self.listener is not None, "the proxy was closed"
+            self.up = True
 
     def cut(self) -> None:
         with self.lock:
-            assert self.listener is not None
-            for sock in [self.listener, *self.sockets]:
+            self.up = False
+            for sock in self.sockets:
                 with contextlib.suppress(OSError):
                     sock.shutdown(socket.SHUT_RDWR)
                 with contextlib.suppress(OSError):
                     sock.close()
             self.sockets.clear()
-            self.listener = None
+
+    def close(self) -> None:
+        self.cut()
+        with self.lock:
+            if self.listener is not None:
+                with contextlib.suppress(OSError):
+                    self.listener.close()
+                self.listener = None
 
     def _accept(self, listener: socket.socket) -> None:
         while True:
             try:
                 client, _ = listener.accept()
-                server = socket.create_connection(self.upstream)
             except OSError:
                 return
+            with self.lock:
+                up = self.up
+            if not up:  # down: the connection is dropped as soon as it is made
+                with contextlib.suppress(OSError):
+                    client.close()
+                continue
+            try:
+                server = socket.create_connection(self.upstream)
+            except OSError:
+                client.close()
+                continue
             with self.lock:
                 self.sockets += [client, server]
             for a, b in ((client, server), (server, client)):
@@ -113,7 +134,7 @@ def test_the_pool_reconnects_within_seconds_after_an_outage():
         assert time.monotonic() - restored < scaled(6)
     finally:
         wrapper.close_pool()
-        proxy.cut()
+        proxy.close()
 
 
 def test_the_apis_answer_503_json_while_the_database_is_down(bank, personas, tmp_path):
@@ -152,8 +173,7 @@ def test_the_apis_answer_503_json_while_the_database_is_down(bank, personas, tmp
         wait_for(lambda: (r := get("/api/threads")) is not None and r.status_code == 200, timeout=30)
     finally:
         process_group_stop(proc)
-        if proxy.listener is not None:
-            proxy.cut()
+        proxy.close()
 
 
 def _signed_in_cookie(user) -> str:
@@ -206,8 +226,7 @@ def test_console_pages_answer_a_styled_503_while_the_database_is_down(bank, pers
         wait_for(lambda: (r := get("/threads/")) is not None and r.status_code == 200, timeout=30)
     finally:
         process_group_stop(proc)
-        if proxy.listener is not None:
-            proxy.cut()
+        proxy.close()
     log = log_path.read_text(errors="replace")
     assert "WARNING console.middleware GET /threads/: database unavailable" in log, log[-3000:]
     # One pool timeout per page answered 503 (the session is not read a second time). Counted per 503,
