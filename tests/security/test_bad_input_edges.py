@@ -441,3 +441,7 @@ def test_a_path_no_operation_serves_is_the_apis_json_404(operator, path):
     assert response.status_code == 404
     assert response["Content-Type"].startswith("application/json")
     assert response.json()["error"]["field"] == "path"
+    # A write there, with or without a token, is the same answer, not Django's HTML CSRF page.
+    for headers in (operator.client.headers, {}):
+        written = Client(enforce_csrf_checks=True).post(path, "{}", content_type="application/json", headers=headers)
+        assert written.status_code == 404 and written.json()["error"]["field"] == "path", written.content[:200]
