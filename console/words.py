@@ -8,6 +8,7 @@ Each function here turns one of them into words; the identifier stays available 
 
 from __future__ import annotations
 
+import builtins
 import re
 from typing import Any
 
@@ -111,6 +112,7 @@ def effect_status(effect: Any) -> str:
 # LangGraph adds a note to an exception raised in a node: "During task with name 'x' and id '...'".
 _TASK_NOTE = re.compile(r"^During task with name .*$", re.MULTILINE)
 # "demo.bank_client.BankUnavailable: message": a dotted module path before the exception's name.
+_REPR = re.compile(r"^((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*)\((['\"])(.*)\2\)$")
 _QUALIFIED = re.compile(r"^(?:[A-Za-z_]\w*\.)+([A-Za-z_]\w*)(?::\s*(.*))?$")
 
 
@@ -122,6 +124,10 @@ def error_summary(text: str, *, limit: int = 200) -> str:
     if not lines:
         return ""
     first = lines[0]
+    as_repr = _REPR.match(first)  # an effect's error is stored as repr(exc): "BankUnavailable('…')"
+    if as_repr:  # a builtin keeps its name, as in a traceback's last line; another says its message
+        name, message = as_repr.group(1), as_repr.group(3)
+        first = f"{name}: {message}" if hasattr(builtins, name) else message
     qualified = _QUALIFIED.match(first)
     if qualified:
         name, message = qualified.group(1), (qualified.group(2) or "").strip()

@@ -73,6 +73,12 @@ def test_a_run_says_its_status_once(kind, status, error, says):
     assert words.run_summary(NS(kind=kind, status=status, error=error)) == says
 
 
+def test_an_effects_error_stored_as_a_repr_reads_as_its_message():
+    """The effect ledger keeps repr(exc): "BankUnavailable('no answer …')" was shown as it is."""
+    assert words.error_summary("BankUnavailable('no answer from the bank')") == "no answer from the bank"
+    assert words.error_summary('KeyError("amount")') == "KeyError: amount"
+
+
 def test_an_error_summary_drops_the_module_path_and_langgraphs_task_note():
     assert words.error_summary(BANK_DOWN) == "core banking timed out"
     assert words.error_is_summarised(BANK_DOWN)
