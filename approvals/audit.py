@@ -691,21 +691,10 @@ def anchor_line(anchor: AuditAnchor) -> dict[str, Any]:
     }
 
 
-def anchor_sink_append(*anchors: AuditAnchor, path: Path) -> None:
-    """Append one JSON line per anchor to the sink in one write: O_APPEND (no rewrite of what is there), 0600,
-    flushed to disk.
-
-    The file lives outside the database, so whoever can delete audit rows and
-    anchors through SQL cannot make them agree again with this copy.
-    """
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    try:
-        _sink_write(fd, anchors)
-    finally:
-        os.close(fd)
-
-
 def _sink_write(fd: int, anchors: Iterable[AuditAnchor]) -> None:
+    """One JSON line per anchor in one write (the file is opened O_APPEND, 0600: nothing there is
+    rewritten), flushed to disk. The file lives outside the database, so whoever can delete audit rows
+    and anchors through SQL cannot make them agree again with this copy."""
     line = "".join(json.dumps(anchor_line(a), sort_keys=True, separators=(",", ":")) + "\n" for a in anchors).encode()
     if line:
         os.write(fd, line)

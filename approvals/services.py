@@ -45,6 +45,7 @@ from runtime.deadlines import duration_human
 from runtime.models import Run, RunKind, Thread, ThreadStatus
 from runtime.registry import UnknownGraph, graph_get, graph_is_external, graph_is_registered, graph_names
 from runtime.runs import PendingInterrupt, ThreadBusy, retry_command, run_enqueue, thread_start_enqueue
+from runtime.state import thread_state_read
 from runtime.state_schema import FieldError, values_validate
 from runtime.storable import NotStorable, value_storable_check
 from runtime.threads import thread_cancel
@@ -656,37 +657,38 @@ def _signed_action(task: ApprovalTask, outcome: str, state_patch: dict[str, Any]
     return {"name": action["name"], "args": args}
 
 
-def _hidden_kept(patch: dict[str, Any] | None, values: Any, redaction: list[str]) -> dict[str, Any] | None:
+def _hidden_kept(
+    patch: dict[str, Any] | None, values: Any, redaction: list[str], *, field: str = "edits"
+) -> dict[str, Any] | None:
     """``patch`` by an editor who sees ``redaction`` masked, with the hidden values they left alone kept
-    (``approvals.redaction.hidden_kept``)."""
+    (``approvals.redaction.hidden_kept``); a changed hidden value is a 422 naming it under ``field``."""
     if not patch or not redaction:
         return patch
     try:
         return hidden_kept(patch, values if isinstance(values, dict) else {}, redaction)
     except HiddenEdited as exc:
         raise InvalidInput(
-            "this field is redacted for you, so you cannot change it: leave it as shown", field=f"edits.{exc.location}"
+            "this field is redacted for you, so you cannot change it: leave it as shown",
+            field=f"{field}.{exc.location}",
         ) from None
 
 
-def state_write_guard(*, actor: User, graph: str, stored: Any, values: dict[str, Any], field: str) -> dict[str, Any]:
-    """``values`` an ``actor`` writes into a thread's state (an ``update_state``, a fork, a new run's
-    input on a thread that has state), held to what a decision's edits are held to.
+def state_write_guard(
+    *, actor: User, thread: Thread, values: dict[str, Any], field: str, checkpoint_id: str | None = None
+) -> dict[str, Any]:
+    """``values`` an ``actor`` writes into ``thread``'s state at ``checkpoint_id`` (its latest if None): an
+    ``update_state``, a fork, a new run's input on a thread that has state. Held to what a decision's
+    edits are held to.
 
     A write replaces each key's whole value, so leaving out a field one sees masked erased it, and sending
     the mask back stored the mask. Hidden values left alone (left out, or sent back as the mask) keep
-    their ``stored`` value; a different value where ``actor`` sees a mask is a 422 naming it; and the mask
-    itself is never stored, whoever sends it.
+    their stored value (read only for a writer who sees some masked); a different value where ``actor``
+    sees a mask is a 422 naming it; and the mask itself is never stored, whoever sends it.
     """
-    paths = [] if permissions.can(actor, "approvals.view_sensitive") else gateway.sensitive_paths(graph)
-    if paths:
-        try:
-            values = hidden_kept(values, stored if isinstance(stored, dict) else {}, paths)
-        except HiddenEdited as exc:
-            raise InvalidInput(
-                "this field is redacted for you, so you cannot change it: leave it as shown",
-                field=f"{field}.{exc.location}",
-            ) from None
+    redaction = gateway.paths_masked_for(actor, thread.graph)
+    if redaction and values:
+        stored = thread_state_read(thread, checkpoint_id)
+        values = _hidden_kept(values, stored.values if stored else {}, redaction, field=field) or values
     _mask_refuse(values, field)
     return values
 

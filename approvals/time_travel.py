@@ -36,7 +36,6 @@ from runtime.branches import (
 from runtime.models import Branch, Run, RunKind, Thread, ThreadStatus
 from runtime.registry import graph_get, graph_is_external
 from runtime.runs import ThreadBusy, run_enqueue
-from runtime.state import thread_state_read
 from runtime.state_schema import FieldError, values_validate
 
 # As a decision's reason: what the audit row keeps is bounded, and a longer one is refused, not cut.
@@ -128,10 +127,10 @@ def thread_fork(
         values_validate(graph_get(thread.graph).state_schema, values or {}, prefix="values")
     except FieldError as exc:
         raise InvalidInput(exc.message, field=exc.field) from None
-    if values:
-        past = thread_state_read(thread, checkpoint_id)  # the fork writes over that checkpoint's values
-        stored = past.values if past is not None else {}
-        values = state_write_guard(actor=actor, graph=thread.graph, stored=stored, values=values, field="values")
+    if values:  # the fork writes over that checkpoint's values
+        values = state_write_guard(
+            actor=actor, thread=thread, values=values, field="values", checkpoint_id=checkpoint_id
+        )
     try:
         branch = branch_fork(
             thread=thread,

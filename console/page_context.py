@@ -30,7 +30,7 @@ from console import selectors, words
 from console.conversation import conversation_context  # Conversation (comments)
 from console.decision_panel import DecisionPanel, decision_panel_for
 from console.forms import InboxFilterForm
-from runtime.branches import branch_at
+from runtime.branches import branch_at, effect_key_branch
 from runtime.models import ACTIVE_RUN_STATUSES, Run, RunStatus, Thread, ThreadStatus
 from runtime.registry import REASON_OUTCOMES, UnknownGraph, graph_get, graph_is_external, graph_is_registered
 from runtime.state_schema import json_schema_for
@@ -274,10 +274,13 @@ def what_if_context(user: Any, task: ApprovalTask) -> dict[str, Any]:
     branch = branch_at(thread_id=task.thread_id, at=task.created_at)
     if branch is None:
         return {"what_if": None}
-    mine = f"@{branch.pk}"
-    others = [e for e in task.thread.effects.order_by("created_at", "id") if not e.key.endswith(mine)]
+    mine = str(branch.pk)
+    effects = task.thread.effects.order_by("created_at", "id")
+    others = [e for e in effects if effect_key_branch(e.key) != mine]
     shown = selectors.effects_shown(user=user, thread=task.thread, effects=others)
-    elsewhere = [EffectElsewhere(e, "another branch" if "@" in e.key else "the original line") for e in shown]
+    elsewhere = [
+        EffectElsewhere(e, "the original line" if effect_key_branch(e.key) is None else "another branch") for e in shown
+    ]
     return {"what_if": branch, "what_if_effects": elsewhere}
 
 

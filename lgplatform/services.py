@@ -52,7 +52,7 @@ from runtime import threads as runtime_threads
 from runtime.models import ACTIVE_RUN_STATUSES, Run, RunKind, RunStatus, Thread, ThreadStatus
 from runtime.registry import UnknownGraph, graph_get, graph_names
 from runtime.runs import ThreadBusy, run_enqueue
-from runtime.state import CheckpointView, SubgraphView, thread_state_read
+from runtime.state import CheckpointView, SubgraphView
 from runtime.state_schema import FieldError, values_validate
 
 # The namespace LangGraph Platform derives its per-graph assistant ids from, so
@@ -584,10 +584,7 @@ def thread_state_update(
         raise InvalidInput(exc.message, field=exc.field) from None
     if as_node is not None and as_node not in entry.builder.nodes:
         raise InvalidInput(f"unknown node (the graph has: {', '.join(entry.builder.nodes)})", field="as_node")
-    current = thread_state_read(thread)
-    values = services.state_write_guard(
-        actor=actor, graph=thread.graph, stored=current.values if current else {}, values=values, field="values"
-    )
+    values = services.state_write_guard(actor=actor, thread=thread, values=values, field="values")
     previous = thread.checkpoint_id
     checkpoint_id = runtime_threads.thread_state_write(thread=thread, values=values, as_node=as_node)
     audit_thread(
@@ -718,10 +715,7 @@ def _run_start(actor: User, thread_pk: Any, graph: str, graph_input: dict[str, A
     if thread.status in refusals:
         raise Conflict(refusals[ThreadStatus(thread.status)], field="thread_id")
     if thread.checkpoint_id and thread.graph == graph:  # the input lands on the state the thread holds
-        current = thread_state_read(thread)
-        graph_input = services.state_write_guard(
-            actor=actor, graph=graph, stored=current.values if current else {}, values=graph_input, field="input"
-        )
+        graph_input = services.state_write_guard(actor=actor, thread=thread, values=graph_input, field="input")
     first = not thread.runs.exists()
     runtime_threads.thread_graph_bind(thread=thread, graph=graph)
     try:

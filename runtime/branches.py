@@ -93,6 +93,12 @@ def scoped_effect_key(key: str, configurable: dict[str, Any]) -> str:
     return f"{key}@{branch}" if branch else key
 
 
+def effect_key_branch(key: str) -> str | None:
+    """The branch an effect's key was scoped to (``scoped_effect_key``); None for the thread's first line."""
+    _, at, branch = key.rpartition("@")
+    return branch if at else None
+
+
 def _config(thread: Thread, checkpoint_id: str | None = None, branch: Branch | None = None) -> RunnableConfig:
     configurable: dict[str, Any] = {"thread_id": str(thread.id), "checkpoint_ns": ""}
     if checkpoint_id:

@@ -37,6 +37,11 @@ class LoanState(TypedDict, total=False):
     status: str
 
 
+# What the bank takes: the input's bounds and the review's args_schema (an edited amount or term) are one.
+AMOUNT_MAX = 10_000_000
+TERM_MONTHS_MAX = 480
+
+
 class LoanInput(TypedDict, total=False):
     """What a caller starts a loan with; the rest of ``LoanState`` is the graph's own working state.
 
@@ -47,9 +52,9 @@ class LoanInput(TypedDict, total=False):
     applicant: str
     applicant_id: str
     loan_id: str
-    amount: Annotated[int, Field(ge=1, le=10_000_000)]
+    amount: Annotated[int, Field(ge=1, le=AMOUNT_MAX)]
     income: Annotated[int, Field(ge=0)]
-    term_months: Annotated[int, Field(ge=1, le=480)]
+    term_months: Annotated[int, Field(ge=1, le=TERM_MONTHS_MAX)]
 
 
 def pull_documents(state: LoanState) -> dict[str, Any]:
@@ -82,8 +87,8 @@ def human_review(state: LoanState) -> Command[Literal["disburse", "decline"]]:
             "args_schema": {
                 "type": "object",
                 "properties": {
-                    "amount": {"type": "integer", "minimum": 1, "maximum": 10_000_000},
-                    "term_months": {"type": "integer", "minimum": 1, "maximum": 480},
+                    "amount": {"type": "integer", "minimum": 1, "maximum": AMOUNT_MAX},
+                    "term_months": {"type": "integer", "minimum": 1, "maximum": TERM_MONTHS_MAX},
                 },
                 "additionalProperties": False,
             },

@@ -23,7 +23,7 @@ from approvals.audit import (
     GENESIS,
     AnchorRef,
     SinkUnreadable,
-    anchor_sink_append,
+    anchor_sink_catch_up,
     anchor_sink_path,
     anchors_compare,
     anchors_from_sink,
@@ -239,7 +239,7 @@ def test_no_sink_is_configured_by_an_empty_setting(settings):
 def test_the_sink_line_carries_the_anchor_its_chain_and_its_time(tmp_path):
     anchors = audit_anchor()
     sink = tmp_path / "anchors.jsonl"
-    anchor_sink_append(*anchors, path=sink)
+    anchor_sink_catch_up(anchors, path=sink)  # a new sink starts with this round
     lines = [json.loads(line) for line in sink.read_text().splitlines()]
     assert lines == [
         {
