@@ -32,6 +32,9 @@ from approvals.tokens import token_authenticate
 
 log = logging.getLogger(__name__)
 
+# How long a client is told to wait before retrying what the database could not serve (APIs, pages, metrics).
+RETRY_AFTER_SECONDS = 5
+
 # (code, message, field) → the JSON body of an error response.
 ErrorBody = Callable[[str, str, str | None], dict[str, Any]]
 
@@ -160,7 +163,7 @@ def api_errors_install(
         # The database down or out of connections: a JSON answer a client can retry on, not an HTML 500.
         log.warning("%s %s: database unavailable: %s", request.method, request.path, exc)
         response = respond(request, 503, "unavailable", "the database cannot be reached right now; retry shortly")
-        response["Retry-After"] = "5"
+        response["Retry-After"] = str(RETRY_AFTER_SECONDS)
         return response
 
     api.exception_handler(DomainError)(on_domain_error)

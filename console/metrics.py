@@ -31,6 +31,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
+from approvals.api_common import RETRY_AFTER_SECONDS
 from approvals.models import (
     ApprovalTask,
     AuditAnchor,
@@ -270,7 +271,7 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
             "database unavailable: the metrics cannot be computed right now; retry shortly\n",
             status=503,
             content_type="text/plain",
-            headers={"Retry-After": "5"},
+            headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
         )
         unavailable._has_been_logged = True  # type: ignore[attr-defined]  # once per outage, by metrics_log
         return unavailable

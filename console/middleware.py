@@ -11,10 +11,9 @@ from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.template.loader import render_to_string
 
-log = logging.getLogger(__name__)
+from approvals.api_common import RETRY_AFTER_SECONDS
 
-# How long a client is told to wait before retrying a page the database could not serve (as the APIs say).
-RETRY_AFTER_SECONDS = 5
+log = logging.getLogger(__name__)
 
 
 class RequestBodyLimitMiddleware:

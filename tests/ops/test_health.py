@@ -301,18 +301,14 @@ def test_readiness_logs_an_outage_once_not_every_probe(tmp_path):
     result = _script(
         env,
         """
-        import io, logging
         from django.test import Client
         from console import health
-        captured = io.StringIO()
-        handler = logging.StreamHandler(captured)
-        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s %(message)s"))
-        logging.getLogger().addHandler(handler)
         statuses = [Client().get("/health/ready", {"checks": "database"}).status_code for _ in range(3)]
         health.CHECKS["database"] = lambda: {}  # the database is back
         statuses.append(Client().get("/health/ready", {"checks": "database"}).status_code)
         print(json.dumps({"statuses": statuses, "log": captured.getvalue()}))
         """,
+        log_captured=True,
     )
 
     assert result["statuses"] == [503, 503, 503, 200]

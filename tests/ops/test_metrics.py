@@ -221,12 +221,7 @@ def test_metrics_answer_503_within_the_readiness_wait_when_postgresql_is_down(tm
     result = _script(
         env,
         """
-        import io, logging
         from django.test import Client
-        captured = io.StringIO()
-        handler = logging.StreamHandler(captured)
-        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s %(message)s"))
-        logging.getLogger().addHandler(handler)
         answers = [
             Client().get("/metrics", headers={"authorization": "Bearer " + "m" * 32, "host": "10.0.0.5"})
             for _ in range(2)
@@ -234,6 +229,7 @@ def test_metrics_answer_503_within_the_readiness_wait_when_postgresql_is_down(tm
         print(json.dumps({"answers": [[a.status_code, a.get("Retry-After"), a.content.decode()] for a in answers],
                           "log": captured.getvalue()}))
         """,
+        log_captured=True,
     )
 
     for status, retry_after, body in result["answers"]:

@@ -33,9 +33,19 @@ def _session_database_url() -> str:
     return f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
 
 
-def _script(env: dict[str, str], body: str) -> dict:
+# Every log record of the script's process, as text in ``captured`` (``_script(..., log_captured=True)``).
+LOG_CAPTURE = """
+import io, logging
+captured = io.StringIO()
+_handler = logging.StreamHandler(captured)
+_handler.setFormatter(logging.Formatter("%(levelname)s %(name)s %(message)s"))
+logging.getLogger().addHandler(_handler)
+"""
+
+
+def _script(env: dict[str, str], body: str, *, log_captured: bool = False) -> dict:
     """Run ``body`` after django.setup() under ``env``; it prints one JSON object as its last line."""
-    code = "import django, json\ndjango.setup()\n" + textwrap.dedent(body)
+    code = "import django, json\ndjango.setup()\n" + (LOG_CAPTURE if log_captured else "") + textwrap.dedent(body)
     env = {**env, "DJANGO_SETTINGS_MODULE": "console.settings"}
     result = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=scaled(180)
