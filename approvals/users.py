@@ -132,6 +132,12 @@ def user_roles(user: User) -> list[str]:
     return sorted(user.groups.values_list("name", flat=True))
 
 
+def access_missing(user: User) -> tuple[bool, bool]:
+    """(no role, no graph): an account lacking either can sign in and see and do nothing."""
+    fresh = User.objects.get(pk=user.pk)  # no permissions cached from before its roles were set
+    return not user_roles(fresh), permissions.graphs_visible(fresh) == set()
+
+
 def user_assignments(user: User) -> list[Assignment]:
     return sorted(Assignment(g, n) for g, n in GraphAssignment.objects.filter(user=user).values_list("graph", "gate"))
 

@@ -144,6 +144,8 @@ def user_create(request: HtmxHttpRequest) -> HttpResponse:
             errors[exc.field or "__all__"] = exc.message
             status = exc.status
         else:
+            # Created with no role, or no graph: it can sign in and do nothing; say so, not silently.
+            no_role, no_graph = users.access_missing(created)
             return render(
                 request,
                 "console/users/created.html",
@@ -152,9 +154,8 @@ def user_create(request: HtmxHttpRequest) -> HttpResponse:
                     "link": _link(request, setup),
                     "setup": setup,
                     "new_account": True,
-                    # Created with no role, or no graph: it can sign in and do nothing; say so, not silently.
-                    "no_role": not users.user_roles(created),
-                    "no_graph": permissions.graphs_visible(User.objects.get(pk=created.pk)) == set(),
+                    "no_role": no_role,
+                    "no_graph": no_graph,
                     "nav": "users",
                 },
             )
