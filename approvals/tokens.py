@@ -16,7 +16,7 @@ from approvals.audit import audit_record
 from approvals.models import ApiToken, AuditAction
 from approvals.permissions import TOKEN_ACTIONS, TOKEN_SCOPE_ATTR, access_keep, access_sql
 from runtime import rows
-from runtime.registry import graph_is_external, graph_names
+from runtime.registry import graph_external_valid, graph_names
 
 TOKEN_ACTION_NAMES = set(TOKEN_ACTIONS.values()) | {"admin"}
 
@@ -32,7 +32,7 @@ def token_graphs_check(graphs: list[str]) -> list[str]:
     docs/external-tasks.md): a token limited to such a graph sees nothing, silently. As user_create
     refuses such an assignment; "*" is no wildcard here (a token without graphs has them all)."""
     registered = set(graph_names())
-    strangers = sorted(g for g in set(graphs) - registered if not graph_is_external(g))
+    strangers = sorted(g for g in set(graphs) - registered if not graph_external_valid(g))
     if strangers:
         raise ValueError(
             f"unknown graph {strangers[0]!r} (registered: {', '.join(sorted(registered)) or 'none'}); "

@@ -188,6 +188,11 @@ def test_issue_token_refuses_an_unknown_graph_and_issues_nothing():
         _run("issue_token", name, "--graphs", "loan_approval,nosuch")
 
     assert not user.api_tokens.exists()
+    # "external:" with a source no engine may name is refused as a user's assignment to it is.
+    for bad in ("external:", "external:Pay ments"):
+        with pytest.raises(CommandError, match="unknown graph"):
+            _run("issue_token", name, "--graphs", f"loan_approval,{bad}")
+    assert not user.api_tokens.exists()
     out, _ = _run("issue_token", name, "--graphs", "loan_approval,external:payments")  # an engine's tasks
     assert out.strip()
     assert list(user.api_tokens.values_list("graphs", flat=True)) == [["loan_approval", "external:payments"]]
