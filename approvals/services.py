@@ -7,7 +7,9 @@ happens after commit (``runtime.runs.run_enqueue``).
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
+import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -49,6 +51,8 @@ from runtime.state import thread_state_read
 from runtime.state_schema import FieldError, values_validate
 from runtime.storable import NotStorable, value_storable_check
 from runtime.threads import thread_cancel
+
+log = logging.getLogger(__name__)
 
 # How a decided task of a kind with no graph to resume completes, by task kind
 # (approvals.external registers the external kind). Runs in the decision's transaction.
@@ -150,6 +154,7 @@ def tasks_open(
         if existing is not None:
             audit_flush()
             task_supersede(existing, reason="the interrupt was raised again with a different payload")
+        _gate_undeclared_warn(thread.graph, item.node)
         due_at, remind_at = _deadline_times(thread.graph, item.node, item.value)
         policy = gate_policy(item.value)
         task = rows.row_insert(
@@ -190,6 +195,36 @@ def tasks_open(
         opened.append(task)
     audit_flush()
     return opened
+
+
+_undeclared_warned: set[tuple[str, str]] = set()
+_undeclared_lock = threading.Lock()
+
+
+def _gate_undeclared_warn(graph: str, node: str) -> None:
+    """A pause at a node the graph's ``gatehouse.gates`` does not list still opens its task (a lost pause
+    would hang the thread), but the file is wrong: the node is missing from the admin's gate menus and
+    webhook endpoints cannot name it. Said once per graph and node, not on every pause."""
+    try:
+        entry = graph_get(graph)
+    except UnknownGraph:
+        return
+    # A static breakpoint's node is the comma-joined nodes it stopped before.
+    if all(entry.gate_is_declared(name) for name in node.split(",")):
+        return
+    with _undeclared_lock:
+        if (graph, node) in _undeclared_warned:
+            return
+        _undeclared_warned.add((graph, node))
+    log.warning(
+        "graph %r paused at node %r, which is not among its declared gates (%s): the task is opened; "
+        "add %r to gatehouse.gates.%s in langgraph.json",
+        graph,
+        node,
+        ", ".join(entry.declared_gates or ()),
+        node,
+        graph,
+    )
 
 
 def _deadline_times(graph: str, node: str, payload: Any) -> tuple[datetime | None, datetime | None]:

@@ -40,7 +40,7 @@ from approvals.audit import audit_record
 from approvals.errors import Conflict, InvalidInput, NotFound
 from approvals.models import ApiToken, ApprovalTask, AuditAction, ExternalIdentity, GraphAssignment
 from approvals.roles import roles_ensure
-from runtime.registry import UnknownGraph, graph_external_valid, graph_get, graph_names
+from runtime.registry import UnknownGraph, graph_external_valid, graph_gates, graph_names
 
 MANAGE_USERS = "approvals.manage_users"
 # Webhook principals hold the "service" role; it is never given to a person.
@@ -195,11 +195,12 @@ class EffectivePermissions:
     graphs: list[GraphAccess] = field(default_factory=list)
 
 
-def graph_gates(graph: str, assigned: Iterable[str] = ()) -> list[str]:
-    """Gates an admin may pick: the graph's nodes, gates seen in its tasks, and gates assigned already."""
+def gates_assignable(graph: str, assigned: Iterable[str] = ()) -> list[str]:
+    """Gates an admin may pick: the graph's gates (``runtime.registry.graph_gates``), and, so that no
+    assignment disappears from the form, gates seen in its tasks and gates assigned already."""
     gates = set(assigned)
-    with contextlib.suppress(UnknownGraph, AttributeError):  # unregistered since, or not a StateGraph
-        gates |= {n for n in graph_get(graph).builder.nodes if not n.startswith("__")}
+    with contextlib.suppress(UnknownGraph):  # unregistered since: its tasks and assignments remain
+        gates |= set(graph_gates(graph))
     gates |= set(ApprovalTask.objects.filter(graph=graph).values_list("node", flat=True).distinct()[:200])
     return sorted(g for g in gates if g)
 
@@ -222,7 +223,7 @@ def user_effective_permissions(*, actor: Actor, user_id: Any) -> EffectivePermis
         visible = permissions.graph_visible(user, graph)
         gates = [
             GateAccess(gate, permissions.can_decide(user, ApprovalTask(graph=graph, node=gate)))
-            for gate in graph_gates(graph, [a.gate for a in assignments if a.graph == graph])
+            for gate in gates_assignable(graph, [a.gate for a in assignments if a.graph == graph])
         ]
         out.append(
             GraphAccess(

@@ -22,8 +22,13 @@ for the graph's schema, state reads and validation. A factory without
 parameters is called once.
 
 Gatehouse's own per-graph settings live in the file's ``"gatehouse"`` section
-(docs/graphs.md): ``sensitive_paths``, ``retention``, ``schema_versions``,
+(docs/graphs.md): ``gates``, ``sensitive_paths``, ``retention``, ``schema_versions``,
 ``upcasters``, ``reasons`` and ``deadlines``.
+
+A gate is a node that pauses with ``interrupt()``; which nodes do cannot be read from the graph
+without running it. So a graph may declare its gates (``"gates": {graph: [node, ...]}``), and
+``graph_gates`` answers "the gates of this graph" for every surface that offers or checks one:
+the declared list, or else every node of the graph and of its compiled subgraphs.
 """
 
 from __future__ import annotations
@@ -47,7 +52,7 @@ from langgraph.graph import StateGraph
 from langgraph.pregel import Pregel
 
 from runtime.controls import RuntimeControls, controls_parse
-from runtime.deadlines import Deadline, DeadlineError, deadlines_parse
+from runtime.deadlines import ALL_GATES, Deadline, DeadlineError, deadlines_parse
 from runtime.upcasters import GraphSchema, schema_build
 
 
@@ -111,6 +116,8 @@ class GraphEntry:
     deadlines: dict[str, Deadline] = field(default_factory=dict)
     # Keys of the "gatehouse" section that upper layers own, parsed by their registered parser.
     options: dict[str, Any] = field(default_factory=dict)
+    # The nodes that pause for a human, from "gatehouse": {"gates": ...}; None: not declared (see gate_names).
+    declared_gates: tuple[str, ...] | None = None
     _compiled: Pregel[Any, Any, Any, Any] | None = field(default=None, repr=False)
 
     @property
@@ -126,6 +133,34 @@ class GraphEntry:
     @property
     def input_schema(self) -> type:
         return self.builder.input_schema
+
+    def node_names(self) -> list[str]:
+        """The nodes of the graph and of the compiled subgraphs it runs as nodes (a task's ``node`` is the
+        innermost node that interrupted)."""
+        names: set[str] = set()
+        seen: set[int] = set()
+
+        def walk(builder: Any) -> None:
+            if id(builder) in seen:
+                return
+            seen.add(id(builder))
+            for name, spec in builder.nodes.items():
+                if not name.startswith("__"):
+                    names.add(name)
+                inner = getattr(spec.runnable, "builder", None)
+                if inner is not None:
+                    walk(inner)
+
+        walk(self.builder)
+        return sorted(names)
+
+    def gate_names(self) -> list[str]:
+        """The gates of this graph: those declared, else every node, since any node may interrupt."""
+        return list(self.declared_gates) if self.declared_gates is not None else self.node_names()
+
+    def gate_is_declared(self, node: str) -> bool:
+        """Whether a pause at ``node`` is one the file expects (always, for a graph that declares none)."""
+        return self.declared_gates is None or node in self.declared_gates
 
     def reason_required(self, *, gate: str, outcome: str) -> bool:
         rule = self.gate_reasons.get(gate, {}).get(outcome) or self.reasons.get(outcome)
@@ -205,6 +240,12 @@ def graph_names() -> list[str]:
     return sorted(_registry_get())
 
 
+def graph_gates(name: str) -> list[str]:
+    """The gates of graph ``name`` (UnknownGraph if it is not registered): what ``"gatehouse": {"gates":
+    ...}`` declares for it, else every node of it and its compiled subgraphs."""
+    return graph_get(name).gate_names()
+
+
 def graphs_read(config_path: Path) -> dict[str, GraphEntry]:
     if not config_path.is_file():
         raise GraphRegistryError(f"GATEHOUSE_GRAPHS: {config_path} does not exist")
@@ -249,6 +290,8 @@ def graphs_read(config_path: Path) -> dict[str, GraphEntry]:
                 entry.options[key] = parse(name, gatehouse)
             except ValueError as exc:
                 raise GraphRegistryError(str(exc)) from None
+        entry.declared_gates = _declared_gates(entry, gatehouse)
+        _gate_settings_declared(entry)
         entries[name] = entry
     _sections_unknown(gatehouse, entries)
     return entries
@@ -261,8 +304,55 @@ def _deadlines(name: str, gatehouse: dict[str, Any]) -> dict[str, Deadline]:
         raise GraphRegistryError(f"graph {name!r}: {exc}") from None
 
 
+def _declared_gates(entry: GraphEntry, gatehouse: dict[str, Any]) -> tuple[str, ...] | None:
+    """``"gates": {graph: [node, ...]}``: distinct names of nodes of the graph or its compiled subgraphs."""
+    section = gatehouse.get("gates", {})
+    if not isinstance(section, dict):
+        raise GraphRegistryError('gatehouse.gates must map graph names to lists of node names {"<graph>": [...]}')
+    if entry.name not in section:
+        return None
+    where = f"gatehouse.gates.{entry.name}"
+    declared = section[entry.name]
+    if not isinstance(declared, list) or not declared or not all(isinstance(g, str) and g for g in declared):
+        raise GraphRegistryError(
+            f'graph {entry.name!r}: {where} must be a non-empty list of node names, like ["human_review"]'
+        )
+    twice = sorted({g for g in declared if declared.count(g) > 1})
+    if twice:
+        raise GraphRegistryError(f"graph {entry.name!r}: {where}: {twice[0]!r} is declared twice")
+    nodes = entry.node_names()
+    unknown = [g for g in declared if g not in nodes]
+    if unknown:
+        raise GraphRegistryError(
+            f"graph {entry.name!r}: {where}: {unknown[0]!r} is not a node of the graph or of its subgraphs "
+            f"(nodes: {', '.join(nodes)})"
+        )
+    return tuple(declared)
+
+
+def _gate_settings_declared(entry: GraphEntry) -> None:
+    """Once a graph declares its gates, a per-gate setting for another name is a typo that would leave
+    the real gate without its deadline, reason rule or columns, silently: it stops start-up."""
+    if entry.declared_gates is None:
+        return
+    name = entry.name
+    columns = entry.options.get("columns") or {}  # parsed by approvals.columns, when registered
+    named = [
+        *((f"reasons.{name}.gates", gate) for gate in entry.gate_reasons),
+        *((f"deadlines.{name}", gate) for gate in entry.deadlines if gate != ALL_GATES),
+        *((f"columns.{name}", gate) for gate in columns),
+    ]
+    for where, gate in named:
+        if gate not in entry.declared_gates:
+            raise GraphRegistryError(
+                f"graph {name!r}: gatehouse.{where}.{gate}: {gate!r} is not one of the gates declared in "
+                f"gatehouse.gates.{name} ({', '.join(entry.declared_gates)})"
+            )
+
+
 # The "gatehouse" sections keyed by graph name (search_metadata also takes "*": every graph not named).
 _PER_GRAPH_SECTIONS = (
+    "gates",
     "sensitive_paths",
     "retention",
     "reasons",

@@ -47,7 +47,7 @@ from approvals.models import (
 )
 from approvals.outbound.signing import secret_check, secret_generate
 from approvals.payloads import DecisionRequest
-from runtime.registry import UnknownGraph, graph_get, graph_names
+from runtime.registry import UnknownGraph, graph_gates, graph_get, graph_names
 
 SERVICE_ROLE = "service"
 DEFAULT_DECISION_MAP: dict[str, Any] = {
@@ -76,21 +76,6 @@ def _decision_map_check(mapping: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def graph_gates(graph: str) -> list[str]:
-    """The node names of ``graph`` (and of its compiled subgraphs) that a task can carry as its gate."""
-    names: set[str] = set()
-
-    def walk(builder: Any) -> None:
-        for name, spec in builder.nodes.items():
-            names.add(name)
-            inner = getattr(spec.runnable, "builder", None)
-            if inner is not None:
-                walk(inner)
-
-    walk(graph_get(graph).builder)
-    return sorted(names)
-
-
 def endpoint_graph_choices(user: Any) -> list[tuple[str, list[str]]]:
     """The graphs ``user`` may create endpoints for, each with its gates (for the console's form)."""
     if not permissions.can(user, "approvals.manage_webhooks"):
@@ -103,12 +88,14 @@ def _gates_check(graph: str, gates: Any) -> list[str]:
         raise InvalidInput(
             f"declare the gates this endpoint may decide: a non-empty list of gate names of {graph!r}", field="gates"
         )
-    known = graph_gates(graph)
+    entry = graph_get(graph)
+    known = entry.gate_names()
     unknown = [g for g in gates if g not in known]
     if unknown:
+        where = f"declared in gatehouse.gates.{graph}" if entry.declared_gates is not None else "its nodes"
         raise InvalidInput(
             f"{', '.join(map(repr, unknown))} {'is not a gate' if len(unknown) == 1 else 'are not gates'} "
-            f"of {graph!r} (its gates: {', '.join(known)})",
+            f"of {graph!r} (its gates, {where}: {', '.join(known)})",
             field="gates",
         )
     return sorted(set(gates))

@@ -53,7 +53,7 @@ def _assignment_choices(user: User | None) -> list[dict[str, Any]]:
                 "whole": users.Assignment(graph) in held,
                 "gates": [
                     {"name": gate, "value": f"{graph}:{gate}", "checked": gate in assigned_gates}
-                    for gate in users.graph_gates(graph, assigned_gates)
+                    for gate in users.gates_assignable(graph, assigned_gates)
                 ],
             }
         )

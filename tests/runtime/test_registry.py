@@ -493,6 +493,140 @@ def test_the_demo_graphs_declare_a_strict_reason_policy():
         assert not demo[name].reason_required(gate="any", outcome="approve")
 
 
+# --- declared gates ("gatehouse": {"gates": ...}) -------------------------------------------
+
+NESTED_MODULE = textwrap.dedent(
+    """
+    from typing import TypedDict
+
+    from langgraph.graph import END, START, StateGraph
+    from langgraph.types import interrupt
+
+
+    class State(TypedDict, total=False):
+        ok: bool
+
+
+    def prepare(state: State) -> dict:
+        return {}
+
+
+    def sign_off(state: State) -> dict:
+        return {"ok": bool(interrupt({"title": "Sign off?"}))}
+
+
+    inner = StateGraph(State)
+    inner.add_node(sign_off)
+    inner.add_edge(START, "sign_off")
+    inner.add_edge("sign_off", END)
+
+    outer = StateGraph(State)
+    outer.add_node(prepare)
+    outer.add_node("child", inner.compile())
+    outer.add_edge(START, "prepare")
+    outer.add_edge("prepare", "child")
+    outer.add_edge("child", END)
+    graph = outer.compile()
+    """
+)
+
+
+@pytest.fixture
+def nested(project: Path) -> Path:
+    (project / "graphs" / "nested.py").write_text(NESTED_MODULE)
+    return project
+
+
+def gates_config(gates: Any, **gatehouse: Any) -> dict[str, Any]:
+    return {"graphs": {"nested": "./graphs/nested.py:graph"}, "gatehouse": {"gates": {"nested": gates}, **gatehouse}}
+
+
+def test_declared_gates_are_the_graphs_gates_and_may_be_nodes_of_a_subgraph(nested):
+    registry_load(config_write(nested, gates_config(["sign_off"])))
+    assert graph_get("nested").declared_gates == ("sign_off",)
+    assert registry.graph_gates("nested") == ["sign_off"]
+    assert graph_get("nested").gate_is_declared("sign_off")
+    assert not graph_get("nested").gate_is_declared("prepare")
+
+
+def test_without_a_declaration_every_node_and_subgraph_node_is_a_gate(nested):
+    registry_load(config_write(nested, {"graphs": {"nested": "./graphs/nested.py:graph"}}))
+    assert graph_get("nested").declared_gates is None
+    assert registry.graph_gates("nested") == ["child", "prepare", "sign_off"]
+    assert graph_get("nested").gate_is_declared("prepare")  # nothing declared: every pause is expected
+
+
+@pytest.mark.parametrize(
+    "gates,message",
+    [
+        (["sign_of"], "gatehouse.gates.nested: 'sign_of' is not a node of the graph or of its subgraphs"),
+        ([], "gatehouse.gates.nested must be a non-empty list of node names"),
+        ("sign_off", "gatehouse.gates.nested must be a non-empty list of node names"),
+        (None, "gatehouse.gates.nested must be a non-empty list of node names"),
+        (["sign_off", ""], "gatehouse.gates.nested must be a non-empty list of node names"),
+        (["sign_off", "sign_off"], "gatehouse.gates.nested: 'sign_off' is declared twice"),
+    ],
+)
+def test_a_bad_gate_declaration_stops_loading_naming_the_key_and_the_name(nested, gates, message):
+    error = registry_error(nested, gates_config(gates))
+    assert error.startswith("graph 'nested': ") and message in error
+
+
+def test_an_unknown_node_is_named_with_the_nodes_there_are(nested):
+    error = registry_error(nested, gates_config(["human_review"]))
+    assert "'human_review' is not a node" in error and "(nodes: child, prepare, sign_off)" in error
+
+
+def test_gates_for_a_graph_that_is_not_registered_stop_loading(nested):
+    config = gates_config(["sign_off"])
+    config["gatehouse"]["gates"]["nestd"] = ["sign_off"]
+    assert "gatehouse.gates.nestd: no graph of that name is registered (graphs: nested)" in registry_error(
+        nested, config
+    )
+
+
+@pytest.mark.parametrize(
+    "setting,where",
+    [
+        ({"deadlines": {"nested": {"prepare": {"due": "4h"}}}}, "gatehouse.deadlines.nested.prepare"),
+        (
+            {"reasons": {"nested": {"gates": {"prepare": {"approve": "required"}}}}},
+            "gatehouse.reasons.nested.gates.prepare",
+        ),
+        ({"columns": {"nested": {"prepare": [{"key": "ok", "path": "/ok"}]}}}, "gatehouse.columns.nested.prepare"),
+    ],
+)
+def test_a_per_gate_setting_for_an_undeclared_gate_stops_loading(nested, setting, where):
+    error = registry_error(nested, gates_config(["sign_off"], **setting))
+    assert f"{where}: 'prepare' is not one of the gates declared in gatehouse.gates.nested (sign_off)" in error
+
+
+def test_per_gate_settings_for_declared_gates_and_the_default_load(nested):
+    settings_ = {
+        "deadlines": {"nested": {"sign_off": {"due": "4h"}, "*": {"due": "2d"}}},
+        "reasons": {"nested": {"gates": {"sign_off": {"approve": "required"}}}},
+        "columns": {"nested": {"sign_off": [{"key": "ok", "path": "/ok"}]}},
+    }
+    entry = graphs_read(config_write(nested, gates_config(["sign_off"], **settings_)))["nested"]
+    assert set(entry.deadlines) == {"sign_off", "*"} and set(entry.options["columns"]) == {"sign_off"}
+
+
+def test_without_a_declaration_per_gate_settings_may_name_any_gate(nested):
+    config = {
+        "graphs": {"nested": "./graphs/nested.py:graph"},
+        "gatehouse": {"deadlines": {"nested": {"not_a_node": {"due": "4h"}}}},
+    }
+    assert "not_a_node" in graphs_read(config_write(nested, config))["nested"].deadlines
+
+
+def test_the_demo_graphs_declare_the_nodes_that_interrupt():
+    from django.conf import settings
+
+    demo = graphs_read(Path(settings.BASE_DIR) / "demo" / "langgraph.json")
+    assert demo["loan_approval"].gate_names() == ["human_review"]
+    assert demo["kyc_onboarding"].gate_names() == ["identity_check", "compliance_review"]
+
+
 # --- loading on first use ------------------------------------------------------------------
 
 

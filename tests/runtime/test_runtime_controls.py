@@ -56,6 +56,7 @@ def test_bad_controls_stop_start_up_naming_the_graph(project, options, message):
         ("schema_versions", 2),
         ("columns", {"review": []}),
         ("search_metadata", ["case"]),
+        ("gates", ["step"]),
     ],
 )
 def test_a_setting_for_a_graph_that_is_not_registered_stops_start_up(project, section, value):  # noqa: F811

@@ -45,7 +45,6 @@ from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
 
 from approvals.gateway import sensitive_paths
-from approvals.inbound.webhooks import graph_gates
 from approvals.models import ApprovalTask, AuditEvent, Comment, Decision
 from approvals.redaction import path_parse
 from approvals.tokens import token_issue
@@ -55,7 +54,7 @@ from console.routing import websocket_urlpatterns
 from lgplatform.api import api as platform_api
 from lgplatform.services import assistant_id_for
 from runtime.models import Thread
-from runtime.registry import graph_names
+from runtime.registry import graph_gates, graph_names
 from runtime.state import thread_history_read
 from tests.conftest import Persona, api_decide, wait_for
 from tests.console.test_live import ORIGIN, Socket, loop  # noqa: F401 - the module's event loop fixture
