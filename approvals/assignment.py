@@ -404,5 +404,8 @@ def colleagues_for(user: permissions.Principal, task: ApprovalTask | None = None
     return [u for u in reviewers if assignee_refusal(task=task, user=u) is None]
 
 
-def groups_for_reassign() -> list[Group]:
-    return list(Group.objects.exclude(name="service").order_by("name")[:COLLEAGUES_MAX])
+def groups_for_reassign(task: ApprovalTask) -> list[Group]:
+    """Groups ``task`` may be reassigned to (for the console's picker): those with a member who may decide
+    it, the test ``task_reassign`` refuses a group by, so the picker offers nothing it would refuse."""
+    groups = Group.objects.exclude(name="service").order_by("name")[:COLLEAGUES_MAX]
+    return [g for g in groups if _members_eligible(task, g)]

@@ -210,7 +210,7 @@ def _handoff_context(user: Any, task: ApprovalTask, claim: Any) -> dict[str, Any
         "can_delegate": can_delegate,
         # Pickers only for whoever sees a form; the services check each choice.
         "colleagues": assignment.colleagues_for(user) if can_reassign or can_delegate else [],
-        "groups": assignment.groups_for_reassign() if can_reassign else [],
+        "groups": assignment.groups_for_reassign(task) if can_reassign else [],
     }
 
 

@@ -99,6 +99,25 @@ def test_a_group_none_of_whose_members_may_decide_is_refused():
     _unchanged(task)
 
 
+def test_the_reassign_picker_offers_only_groups_the_service_would_accept():
+    """It offered every role, e.g. "auditor", which the reassign then refused with a 403."""
+    lead, task = person("lead"), task_make()
+    deciders, readers = team(person()), team(person("auditor"))
+    offered = assignment.groups_for_reassign(task)
+    assert deciders in offered and readers not in offered
+    assert "auditor" not in {g.name for g in offered}
+    for group in offered:  # each one is accepted by the service the form posts to
+        assignment.task_reassign(actor=lead, task=task, to_group=group, note="")
+
+
+def test_the_task_pages_reassign_form_offers_only_groups_that_may_decide(personas: dict[str, Persona]):
+    task, readers = task_make(), team(person("auditor"))
+    html = console_client(personas["admin"]).get(f"/tasks/{task.pk}/").content.decode()
+    picker = html.split('id="reassign-group"', 1)[1].split("</select>", 1)[0]
+    assert f'value="{readers.name}"' not in picker and 'value="auditor"' not in picker
+    assert 'value="reviewer"' in picker
+
+
 def test_separation_of_duties_keeps_a_task_from_someone_who_already_signed_it():
     approver, lead = person("approver"), person("lead")
     task = task_make(payload=gate_payload(title="Quorum", required_approvals=2))
