@@ -40,7 +40,16 @@ def audit(request: HtmxHttpRequest) -> HttpResponse:
     rows = [(event, gateway.audit_details_for(request.user, event)) for event in page.items]
     actions = selectors.audit_actions(user=request.user)
     names = selectors.audit_subject_names(events=page.items)
-    ctx = {"form": form, "page": page, "rows": rows, "error": error, "actions": actions, "subject_names": names}
+    ctx = {
+        "form": form,
+        "page": page,
+        "rows": rows,
+        "error": error,
+        "actions": actions,
+        "subject_names": names,
+        # The export reads the same filter: an invalid one would answer a raw 422, so it is not offered.
+        "exportable": form.is_valid() and not error,
+    }
     if request.htmx and request.htmx.target == "audit-results":
         return render(request, "console/partials/audit_results.html", ctx)
     return render(request, "console/audit.html", ctx)

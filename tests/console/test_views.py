@@ -384,6 +384,17 @@ def test_the_audit_export_links_follow_a_filter_applied_in_place(personas):
     assert all("action=decision.made" in a and "actor=reviewer" in a for a in links)
 
 
+@pytest.mark.parametrize("htmx", [{}, {"HX-Request": "true", "HX-Target": "audit-results"}])
+def test_an_invalid_audit_filter_offers_no_export(personas, htmx):
+    """The links led to the export's raw 422 JSON; the page already says what is wrong with the filter."""
+    client = console_client(personas["auditor"])
+    html = client.get("/audit/", {"thread": "notauuid", "since": "garbage"}, headers=htmx).content.decode()
+    assert "Enter a valid UUID" in html
+    assert "/api/audit/export" not in html and "export-links" not in html
+    valid = client.get("/audit/", {"action": "decision.made"}, headers=htmx).content.decode()
+    assert valid.count('href="/api/audit/export') == 2
+
+
 def test_the_start_form_is_generated_from_the_input_schema_and_validates(personas):
     client = console_client(personas["operator"])
     page = client.get("/threads/new", {"graph": "loan_approval"}).content.decode()
