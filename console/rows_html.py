@@ -102,7 +102,8 @@ def due_badge_html(task: Any) -> SafeString:
             f"data-due-badge>{_e(shown.text)}</time>"
         )
     else:
-        out = f'<span class="due"><time class="muted" datetime="{iso}">due {when} UTC</time>'
+        # Closed: the deadline no longer applies, so it is told in the past (beside "Due" of an open task).
+        out = f'<span class="due"><time class="muted" datetime="{iso}">was due {when} UTC</time>'
     if task.escalated_at:
         group = task.assigned_group
         to = f" → {_e(group.name)}" if group else ""

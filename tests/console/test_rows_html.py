@@ -95,6 +95,8 @@ def test_a_due_badge_counts_down_only_on_an_open_task() -> None:
     assert "data-due-badge" in open_badge and "badge-warn" in open_badge and "due in 2" in open_badge
     closed = due_badge_html(_task(due_at=due, escalated_at=None, is_open=False))
     assert "data-due-badge" not in closed and "UTC</time>" in closed
+    # Past tense, not "due 2026-…" beside an open task's "Due …": a decided task's deadline no longer applies.
+    assert f">was due {due:%Y-%m-%d %H:%M} UTC</time>" in closed
     assert due_badge_html(_task(due_at=None)) == '<span class="muted">—</span>'
 
 
