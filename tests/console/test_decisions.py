@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from approvals.models import Decision
 from runtime.models import Effect, EffectStatus, Run, RunKind, RunStatus
+from tests.approvals.handoffs import person
 from tests.conftest import api_decide, pending_tasks, thread_settled, thread_start
 from tests.console.conftest import console_client
 from tests.factories import decision_make, loan_gate, task_make
@@ -105,6 +106,25 @@ def test_the_filter_form_gets_only_the_results_partial(personas, recorded):
     )
     html = response.content.decode()
     assert html.startswith('<section id="decision-results"') and "<html" not in html
+
+
+def _signer_cell(html: str, decision: Decision) -> str:
+    row = html.split(f'data-decision-id="{decision.pk}"', 1)[1].split("</tr>", 1)[0]
+    return unescape(row.split("<td>")[6].split("</td>", 1)[0])
+
+
+def test_the_signer_is_named_once_when_it_is_the_account(personas, recorded):
+    """It read "reviewer / reviewer": the account beside the signer's name only says something when they differ."""
+    gate, decisions = recorded
+    named = person("approver")
+    named.first_name, named.last_name = "Ada", "Lovelace"
+    named.save(update_fields=["first_name", "last_name"])
+    full = decision_make(task_make(node=gate), named)
+    html = console_client(personas["auditor"]).get("/decisions/", {"node": gate}).content.decode()
+    plain = decisions["rejected"]
+    assert plain.signer_name == plain.actor.get_username()
+    assert _signer_cell(html, plain).strip() == plain.actor.get_username()
+    assert _signer_cell(html, full) == f'Ada Lovelace <span class="muted small">{named.get_username()}</span>'
 
 
 def test_keyset_pages_cover_every_decision_once_newest_first(personas, monkeypatch):
