@@ -203,9 +203,23 @@ def case_of(graph: str, metadata: Any) -> tuple[str, str]:
     return (str(first) if first not in (None, "") else "", str(second) if second not in (None, "") else "")
 
 
+GRAPH_LABEL_MAX = 40
+
+
+def graph_label(graph: str) -> str:
+    """A graph as people call it: the head of its langgraph.json description ("KYC onboarding: documents,
+    screening, …" → "KYC onboarding"), else its name (no description, a long one, retired or external)."""
+    try:
+        description = graph_get(graph).description
+    except UnknownGraph:
+        description = ""
+    head = description.split(":", 1)[0].strip()
+    return head if head and len(head) <= GRAPH_LABEL_MAX else graph
+
+
 def thread_name(thread: Any) -> str:
     """What to call a thread: its case ("C-1042 · Ada Lovelace"), an external task's source and key,
-    else its graph and a short id."""
+    else its graph's label and a short id ("KYC onboarding · 9e10d524")."""
     metadata = thread.metadata if isinstance(thread.metadata, dict) else {}
     case, applicant = case_of(thread.graph or "", metadata)
     if case:
@@ -213,4 +227,4 @@ def thread_name(thread: Any) -> str:
     source, key = metadata.get("external_source"), metadata.get("external_key")
     if source and key:
         return f"{source} {key}"
-    return f"{thread.graph or 'Thread'} {str(thread.pk)[:8]}"
+    return f"{graph_label(thread.graph) if thread.graph else 'Thread'} · {str(thread.pk)[:8]}"

@@ -9,6 +9,7 @@ import pytest
 
 from console import words
 from runtime.models import RunKind, RunStatus
+from runtime.registry import graph_get
 from runtime.state import CheckpointView
 
 # What runtime.executor stores for an exception raised in a node (Python 3.11 prints LangGraph's note).
@@ -118,4 +119,15 @@ def test_a_thread_is_named_by_its_case_or_its_graph_and_a_short_id():
     )
     external = NS(pk=pk, graph="external:pay", metadata={"external_source": "pay", "external_key": "INV-9"})
     assert words.thread_name(external) == "pay INV-9"
-    assert words.thread_name(NS(pk=pk, graph="loan_approval", metadata={})) == f"loan_approval {str(pk)[:8]}"
+    assert words.thread_name(NS(pk=pk, graph="loan_approval", metadata={})) == f"loan_approval · {str(pk)[:8]}"
+
+
+def test_a_thread_without_a_case_is_named_by_its_graphs_description(monkeypatch):
+    """It read "kyc_onboarding 9e10d524": the registry's description says what the graph is."""
+    pk = uuid.uuid4()
+    entry = graph_get("kyc_onboarding")
+    monkeypatch.setattr(entry, "description", "KYC onboarding: documents, screening, identity vendor, review")
+    assert words.thread_name(NS(pk=pk, graph="kyc_onboarding", metadata={})) == f"KYC onboarding · {str(pk)[:8]}"
+    monkeypatch.setattr(entry, "description", "a description far too long to stand for the graph's name in a title")
+    assert words.graph_label("kyc_onboarding") == "kyc_onboarding"
+    assert words.graph_label("no_such_graph") == "no_such_graph"
