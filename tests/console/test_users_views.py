@@ -142,6 +142,14 @@ def test_the_detail_page_shows_effective_permissions_per_graph_and_gate(personas
     assert loan.count("yes") == 0  # not assigned: sees nothing, decides nothing
 
 
+def test_resetting_otp_devices_asks_first_saying_what_is_lost(personas):
+    """It ran on one click, unlike Deactivate and Reset password beside it: the user's authenticators stop."""
+    user = users.user_create(actor=users.CLI, username=_name("otp"), roles=["reviewer"])
+    html = console_client(personas["admin"]).get(f"/users/{user.pk}/").content.decode()
+    form = html.split(f'hx-post="/users/{user.pk}/otp"', 1)[1].split(">", 1)[0]
+    assert "hx-confirm=" in form and "stop working at once" in form
+
+
 def test_htmx_changes_re_render_the_panel_and_are_audited(personas):
     admin = console_client(personas["admin"])
     user = users.user_create(actor=users.CLI, username=_name("hx"), roles=["reviewer"])

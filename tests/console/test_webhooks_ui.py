@@ -255,3 +255,38 @@ def test_only_a_reader_of_every_graph_may_subscribe_to_all_of_them(personas):
     assert refused.status_code == 422 and "<code>graph</code>" in refused.content.decode()  # nor taken by hand
     assert not WebhookSubscription.objects.filter(url="http://127.0.0.1:9/all", created_by=scoped).exists()
     assert '<option value="*"' in console_client(personas["admin"]).get("/webhooks/").content.decode()
+
+
+# --- irreversible admin actions ask first; a new secret's page is not re-posted by a reload ------------------
+
+
+def _form(html: str, action: str) -> str:
+    """The opening tag of the form posting to ``action``."""
+    return html.split(f'action="{action}"', 1)[1].split(">", 1)[0]
+
+
+def test_deleting_rotating_and_deactivating_ask_first_saying_what_is_lost(personas, hooks):
+    """They ran on one click: a deleted endpoint's secrets are destroyed, a rotation without the previous
+    secret refuses the sender at once, a deactivation gives up the queued deliveries."""
+    name, subscription = hooks["endpoint"].name, hooks["subscription"]
+    html = console_client(personas["admin"]).get("/webhooks/").content.decode()
+    delete = _form(html, f"/webhooks/endpoints/{name}/delete")
+    assert "data-confirm=" in delete and "secrets are destroyed" in delete
+    rotate = _form(html, f"/webhooks/endpoints/{name}/rotate")
+    # Asked only when the previous secret is not kept (confirm.js reads the box).
+    assert 'data-confirm-unless-checked="keep_previous"' in rotate and "stops verifying at once" in rotate
+    deactivate = _form(html, f"/webhooks/subscriptions/{subscription.pk}/deactivate")
+    assert "data-confirm=" in deactivate and "queued deliveries are given up" in deactivate
+    assert '/static/console/confirm.js"' in html  # plain form posts: hx-confirm would not apply
+
+
+def test_a_created_endpoints_page_becomes_the_list_so_a_reload_does_not_post_again(personas):
+    admin = console_client(personas["admin"])
+    name = f"vendor-{uuid.uuid4().hex[:6]}"
+    created = admin.post("/webhooks/endpoints", {"name": name, "graph": "loan_approval", "gates": "human_review"})
+    assert created.status_code == 201
+    html = created.content.decode()
+    revealed = html.split('id="revealed-secret"', 1)[1].split(">", 1)[0]
+    assert 'data-replace-url="/webhooks/"' in revealed  # console.js: history.replaceState
+    # Not "Secrets are never shown." right above the one secret shown.
+    assert "never shown" not in html and "shown once, when it is created or rotated" in html
