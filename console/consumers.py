@@ -42,6 +42,15 @@ CLOSE_NOT_FOUND = 4404
 # millisecond or two: wait this long after the first and render once. Events that arrive while a
 # render is under way are never dropped: they cause one more render after it.
 DEBOUNCE_SECONDS = 0.003
+# The threads list: every run of every thread of the reader's graphs publishes a few commits (claimed,
+# interrupted or succeeded, completed); a quarter of a second is too short for a reader to notice and
+# renders a busy list at most about four times a second instead of once per commit of every run.
+THREADS_DEBOUNCE_SECONDS = 0.25
+# The dashboard: one render is about a dozen aggregate queries over up to 92 days of tasks and decisions
+# (pending over time, percentiles per gate, counts per outcome and reviewer), per open dashboard. Its
+# numbers are a team's overview, not a queue to act on: at most one render per this many seconds,
+# however many tasks open and are decided meanwhile.
+DASHBOARD_DEBOUNCE_SECONDS = 5.0
 # Reads that audit themselves change nothing on screen (not even published: console.live).
 QUIET_ACTIONS = live.QUIET_ACTIONS
 
@@ -57,6 +66,9 @@ class LiveConsumer(AsyncWebsocketConsumer):
     template = ""
     # Actions (or action prefixes, ending in ".") that cannot change this page: no render for them.
     unchanged_by: frozenset[str] = frozenset()
+    # How long events accumulate before one render, and the least time between two renders under a
+    # steady stream of events; None: ``DEBOUNCE_SECONDS`` (a commit's events, arriving together).
+    debounce_seconds: float | None = None
 
     async def connect(self) -> None:
         self.joined: list[str] = []
@@ -145,8 +157,13 @@ class LiveConsumer(AsyncWebsocketConsumer):
             self._pending = asyncio.ensure_future(self._render_later())
 
     async def _render_later(self) -> None:
-        await asyncio.sleep(DEBOUNCE_SECONDS)
-        while self._dirty:
+        # A window before every render, not only the first: events that arrive during a render cause one
+        # more after the next window, so a page with a long window (the dashboard) renders at most once
+        # per window however steady the stream.
+        while True:
+            await asyncio.sleep(DEBOUNCE_SECONDS if self.debounce_seconds is None else self.debounce_seconds)
+            if not self._dirty:
+                return
             self._dirty = False
             await self.render_send()
 
@@ -186,6 +203,10 @@ class LiveConsumer(AsyncWebsocketConsumer):
             return render_to_string("console/partials/live_gone.html", {"error": exc})
         ctx["live"] = True
         return render_to_string(self.template, ctx)
+
+    def _params(self) -> QueryDict:
+        """The socket URL's query: the page's own filters, sort and page, read as the page's view reads them."""
+        return QueryDict(self.scope.get("query_string", b"").decode(), mutable=False)
 
     def _fragment(self, event: dict[str, Any]) -> str | None:
         user = self._reader()
@@ -262,12 +283,7 @@ class InboxConsumer(LiveConsumer):
     def groups_authorised(self, user: Any) -> list[str] | None:
         if not permissions.can(user, "approvals.view_approvaltask"):
             return None
-        visible = permissions.graphs_visible(user)
-        names = graph_names() if visible is None else sorted(visible)
-        return [live.graph_group(name) for name in names]
-
-    def _params(self) -> QueryDict:
-        return QueryDict(self.scope.get("query_string", b"").decode(), mutable=False)
+        return _graph_groups(user)
 
     def context(self, user: Any) -> dict[str, Any]:
         return page_context.inbox_context(user, self._params())
@@ -279,6 +295,49 @@ class InboxConsumer(LiveConsumer):
     def fragment(self, user: Any, event: dict[str, Any]) -> str | None:
         ctx = page_context.inbox_row_context(user, self._params(), event.get("subject_id"))
         return render_to_string("console/partials/inbox_row_push.html", ctx) if ctx else None
+
+
+def _graph_groups(user: Any, graph: str = "") -> list[str]:
+    """The graph groups of the graphs ``user`` may see (every registered graph when unrestricted), or of
+    ``graph`` alone when a page is filtered to it (none when the user may not see it)."""
+    if graph:
+        return [live.graph_group(graph)] if permissions.graph_visible(user, graph) else []
+    visible = permissions.graphs_visible(user)
+    names = graph_names() if visible is None else sorted(visible)
+    return [live.graph_group(name) for name in names]
+
+
+class ThreadsConsumer(LiveConsumer):
+    """The threads list: a thread started, a run's progress, a thread finished, on the reader's graphs."""
+
+    template = "console/partials/threads_results.html"
+    unchanged_by = live.THREADS_UNCHANGED_BY
+    debounce_seconds = THREADS_DEBOUNCE_SECONDS
+
+    def groups_authorised(self, user: Any) -> list[str] | None:
+        if not permissions.can(user, "runtime.view_thread"):
+            return None
+        # A list filtered to one graph listens to that graph only (the same bound as the view's filter).
+        return _graph_groups(user, self._params().get("graph", "")[: page_context.THREADS_GRAPH_MAX])
+
+    def context(self, user: Any) -> dict[str, Any]:
+        return page_context.threads_context(user, self._params())
+
+
+class DashboardConsumer(LiveConsumer):
+    """The team dashboard's numbers and charts: tasks opened and decided on the reader's graphs."""
+
+    template = "console/partials/dashboard_live.html"
+    unchanged_by = live.DASHBOARD_UNCHANGED_BY
+    debounce_seconds = DASHBOARD_DEBOUNCE_SECONDS
+
+    def groups_authorised(self, user: Any) -> list[str] | None:
+        if not permissions.can(user, "approvals.view_dashboard"):
+            return None
+        return _graph_groups(user, self._params().get("graph", ""))
+
+    def context(self, user: Any) -> dict[str, Any]:
+        return page_context.dashboard_page_context(user, self._params())
 
 
 class TaskConsumer(LiveConsumer):

@@ -11,6 +11,13 @@ What is published
     to two groups: ``graph.<graph>`` and ``thread.<thread id>``. A rolled-back
     change publishes nothing.
 
+    The graph groups carry every change of the graph's threads and tasks but
+    effects (``GRAPH_UNCHANGED_BY``): the inbox, the threads list and the
+    dashboard listen there, and each ignores, before any database work, the
+    actions that cannot change it (``INBOX_UNCHANGED_BY``,
+    ``THREADS_UNCHANGED_BY``, ``DASHBOARD_UNCHANGED_BY``). A thread's page
+    listens on its thread's group.
+
     Events carry no state. Consumers re-read everything from the database
     with the subscriber's own permissions and send HTML fragments, so a lost
     or duplicated event costs at most a stale screen until the next one, and
@@ -124,9 +131,46 @@ def event_from_audit(audit: AuditEvent) -> dict[str, Any]:
 # loop (a render for a permitted viewer reveals sensitive fields, which writes ``sensitive.revealed``),
 # so they are not published at all.
 QUIET_ACTIONS = frozenset({AuditAction.SENSITIVE_REVEALED})
-# Actions (or prefixes ending in ".") that change no row of the inbox, the only page on the graph
-# groups: a thread starting, a run's progress, an effect. They go to the thread's group only.
+# Actions (or prefixes ending in ".") that change no list of a graph: an effect changes no thread's
+# status and no task. They go to the thread's group only.
+GRAPH_UNCHANGED_BY = frozenset({"effect."})
+# The pages on the graph groups each hear every other action of their graphs and ignore, before any
+# database work, those that cannot change them (``LiveConsumer.unchanged_by``):
+# * the inbox lists tasks: a thread starting or a run's progress changes none of its rows;
 INBOX_UNCHANGED_BY = frozenset({"run.", "effect.", AuditAction.THREAD_STARTED, AuditAction.THREAD_CREATED})
+# * the threads list shows each thread's status, case and times: claims, hand-offs, comments and
+#   reminders change none of them (a thread starting, a run's progress, a task opening or decided do);
+THREADS_UNCHANGED_BY = frozenset(
+    {
+        "comment.",
+        "effect.",
+        "store.",
+        AuditAction.TASK_CLAIMED,
+        AuditAction.TASK_RELEASED,
+        AuditAction.TASK_REASSIGNED,
+        AuditAction.TASK_DELEGATED,
+        AuditAction.DEADLINE_REMINDED,
+    }
+)
+# * the dashboard counts tasks and decisions: a thread's or a run's progress, claims, hand-offs and
+#   comments change none of its numbers (a task opened, decided, superseded, cancelled, escalated do).
+DASHBOARD_UNCHANGED_BY = frozenset(
+    {
+        "run.",
+        "effect.",
+        "comment.",
+        "store.",
+        AuditAction.THREAD_STARTED,
+        AuditAction.THREAD_CREATED,
+        AuditAction.THREAD_STATE_UPDATED,
+        AuditAction.THREAD_COMPLETED,
+        AuditAction.TASK_CLAIMED,
+        AuditAction.TASK_RELEASED,
+        AuditAction.TASK_REASSIGNED,
+        AuditAction.TASK_DELEGATED,
+        AuditAction.DEADLINE_REMINDED,
+    }
+)
 
 
 def action_in(action: str, actions: frozenset[str]) -> bool:
@@ -143,7 +187,7 @@ def groups_for(event: dict[str, Any]) -> list[str]:
         # About one user (an assignment, their roles, their account) or about a role (its members).
         user = event.get("subject_id") if event.get("subject_type") == "user" else None
         groups.append(user_access_group(user) if user else ACCESS_GROUP)
-    if event.get("graph") and not action_in(action, INBOX_UNCHANGED_BY):
+    if event.get("graph") and not action_in(action, GRAPH_UNCHANGED_BY):
         groups.append(graph_group(str(event["graph"])))
     if event.get("thread"):
         groups.append(thread_group(event["thread"]))

@@ -19,14 +19,14 @@ from django import forms
 from django.core.exceptions import ValidationError
 from django.http import QueryDict
 
-from approvals import assignment, bulk, columns, comments, gateway, permissions, time_travel
+from approvals import assignment, bulk, columns, comments, dashboard, gateway, permissions, time_travel
 from approvals import selectors as approvals_selectors
 from approvals.claims import can_release_any, claim_for
 from approvals.errors import DomainError
 from approvals.inbox_filter import InboxFilter
 from approvals.models import ApprovalTask
 from approvals.payloads import payload_kind
-from console import selectors, words
+from console import charts, selectors, words
 from console.conversation import conversation_context  # Conversation (comments)
 from console.decision_panel import DecisionPanel, decision_panel_for
 from console.forms import InboxFilterForm
@@ -341,12 +341,16 @@ def thread_context(user: Any, thread_id: Any, checkpoint_id: str = "") -> dict[s
 
 
 THREADS_PAGE_SIZE = 50
+THREADS_GRAPH_MAX = 100  # a graph filter's length, as the list reads it (and its live socket listens to it)
+# What the threads list reads from its URL: the live socket's URL carries the same, so it re-renders
+# the page the reader is on (filter and page), not the first page unfiltered.
+THREADS_PARAMS = ("q", "graph", "status", "cursor")
 
 
 def threads_context(user: Any, params: QueryDict) -> dict[str, Any]:
     """The thread list: its filter (status, graph, search) and one page, newest first."""
     status = params.get("status", "")
-    graph = params.get("graph", "")[:100]
+    graph = params.get("graph", "")[:THREADS_GRAPH_MAX]
     graphs = permissions.graph_names_visible(user)
     # A hand-typed status no control offers is named and ignored, not silently dropped: the list shows
     # what the controls show. (A graph is not checked: a retired graph's threads are still listed by name.)
@@ -368,14 +372,94 @@ def threads_context(user: Any, params: QueryDict) -> dict[str, Any]:
             query["cursor"] = at
         return f"?{query.urlencode()}"
 
+    live_params = {k: params[k] for k in THREADS_PARAMS if params.get(k)}
     return {
         "threads": threads,
+        "live_url": "/ws/threads/" + (f"?{urlencode(live_params)}" if live_params else ""),
         "filter": wanted,
         "statuses": ThreadStatus.choices,
         "graphs": graphs,
         "error": "; ".join(ignored),
         "next_url": page(next_cursor) if next_cursor else "",
         "first_url": page(None) if cursor else "",
+    }
+
+
+DASHBOARD_PARAMS = ("graph", "since", "until")
+
+
+def dashboard_page_context(user: Any, params: QueryDict) -> dict[str, Any]:
+    """The team dashboard for ``params`` (graph, since, until): its numbers and charts, or, when a filter
+    is refused, the form with ``error`` beside it and nothing counted (and no live socket: nothing to follow)."""
+    dashboard.require_viewer(user)  # before parsing: who may not see it learns nothing from validation
+    shown = {k: params.get(k, "") for k in DASHBOARD_PARAMS}
+    try:
+        filters = dashboard.dashboard_filters_parse(
+            user=user, graph=shown["graph"], since=shown["since"], until=shown["until"]
+        )
+    except DomainError as exc:
+        return {"nav": "dashboard", "params": shown, "error": exc, "graphs": dashboard.dashboard_graphs(user=user)}
+    live_params = {k: v for k, v in shown.items() if v}
+    return {
+        "nav": "dashboard",
+        "params": shown,
+        "live_url": "/ws/dashboard/" + (f"?{urlencode(live_params)}" if live_params else ""),
+        **dashboard_charts_context(dashboard.dashboard_for(user=user, filters=filters)),
+    }
+
+
+def dashboard_charts_context(d: dashboard.Dashboard) -> dict[str, Any]:
+    """The dashboard's charts (SVG) and the numbers they draw, for the template's tables."""
+    timing_bars = []
+    for t in d.timing:
+        label = f"{t.graph} / {t.node}"
+        timing_bars.append(
+            charts.Bar(
+                f"{label} p50",
+                t.p50_seconds,
+                charts.duration_text(t.p50_seconds),
+                t.link,
+                f"{label}:p50",
+                charts.PALETTE[0],
+            )
+        )
+        timing_bars.append(
+            charts.Bar(
+                f"{label} p95",
+                t.p95_seconds,
+                charts.duration_text(t.p95_seconds),
+                t.link,
+                f"{label}:p95",
+                charts.PALETTE[1],
+            )
+        )
+    pending_now = sum(s.now for s in d.pending)
+    return {
+        "d": d,
+        "graphs": d.graphs,
+        "pending_now": pending_now,
+        "step": dashboard.step_name(d.filters),
+        "webhook_percent": round(d.webhook_share * 100, 1),
+        "timing_rows": [
+            (t, charts.duration_text(t.p50_seconds), charts.duration_text(t.p95_seconds)) for t in d.timing
+        ],
+        "pending_chart": charts.line_chart(
+            "chart-pending",
+            "Pending tasks over time by graph and gate",
+            [charts.Series(f"{s.graph} / {s.node}", [(p.at, p.count) for p in s.points], s.link) for s in d.pending],
+        ),
+        "pending_rows": [(s, charts.colour_of(i)) for i, s in enumerate(d.pending)],
+        "timing_chart": charts.bar_chart("chart-timing", "Time to decision per gate (p50 and p95)", timing_bars),
+        "outcome_chart": charts.bar_chart(
+            "chart-outcomes",
+            "Decisions by outcome",
+            [charts.Bar(c.label, c.count, str(c.count), c.link, c.key) for c in d.outcomes],
+        ),
+        "reviewer_chart": charts.bar_chart(
+            "chart-reviewers",
+            "Decisions per reviewer",
+            [charts.Bar(c.label, c.count, str(c.count), c.link, c.key) for c in d.reviewers],
+        ),
     }
 
 

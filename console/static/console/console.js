@@ -217,9 +217,16 @@
   }, true);
 
   // A time series too wide for a phone scrolls: open it at its latest data, not at its oldest.
-  document.addEventListener("DOMContentLoaded", function () {
-    document.querySelectorAll("[data-scroll-end]").forEach(function (el) { el.scrollLeft = el.scrollWidth; });
-  });
+  // A live push (the dashboard's) brings new charts: each opens at its latest data too (once: the
+  // mark keeps a chart the push did not replace where the reader scrolled it).
+  function scrollToEnd() {
+    document.querySelectorAll("[data-scroll-end]:not([data-scrolled])").forEach(function (el) {
+      el.scrollLeft = el.scrollWidth;
+      el.setAttribute("data-scrolled", "");
+    });
+  }
+  document.addEventListener("DOMContentLoaded", scrollToEnd);
+  document.addEventListener("htmx:wsAfterMessage", scrollToEnd);
 
   // A page rendered by a form post (a one-time link) names a page to show instead on reload: the
   // browser's address becomes that page, so a refresh reads it rather than posting the form again.
