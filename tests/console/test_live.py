@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -137,8 +138,22 @@ def _emit(graph: str, thread_id: Any, action: str = "task.opened") -> None:
         )
 
 
-def test_an_anonymous_socket_is_refused(loop):
-    socket = Socket(loop, "/ws/inbox/", [ORIGIN])
+def _socket_paths() -> list[str]:
+    """Every websocket route a page opens (``console.routing``), its ids filled with a fresh uuid."""
+    from console.routing import websocket_urlpatterns
+
+    paths = []
+    for entry in websocket_urlpatterns:
+        if getattr(entry.callback, "consumer_class", None) is consumers.NoSuchSocket:
+            continue
+        paths.append("/" + re.sub(r"<(?:\w+:)?\w+>", str(uuid.uuid4()), str(entry.pattern)))
+    return paths
+
+
+@pytest.mark.parametrize("path", _socket_paths())
+def test_an_anonymous_socket_is_refused(loop, path):
+    """Every socket route, a new one included: refused before anything is looked up."""
+    socket = Socket(loop, path, [ORIGIN])
     connected, code = socket.connect()
     assert not connected and code == 4401
 
@@ -159,7 +174,13 @@ def test_a_foreign_origin_is_refused(personas, loop):
 
 def test_an_outsider_cannot_subscribe_to_the_inbox_or_a_thread(personas, loop):
     task = task_make()
-    for path in ("/ws/inbox/", f"/ws/threads/{task.thread_id}/", f"/ws/tasks/{task.pk}/"):
+    for path in (
+        "/ws/inbox/",
+        "/ws/threads/",
+        "/ws/dashboard/",
+        f"/ws/threads/{task.thread_id}/",
+        f"/ws/tasks/{task.pk}/",
+    ):
         connected, code = Socket(loop, path, [ORIGIN, _cookie(personas["outsider"])]).connect()
         assert not connected and code == 4403, path
 
