@@ -6,7 +6,8 @@ database with that user's permissions — events themselves carry no data. It al
 joins its reader's access groups (``live.access_groups``): a role, grant or graph
 assignment changed since it connected re-decides at once which groups it watches. The
 fragments carry ``hx-swap-oob`` so the htmx ws extension swaps them by id.
-A fresh render is sent on connect, so a client that reconnects catches up.
+A fresh render is sent on connect, so a client that reconnects catches up (the dashboard instead
+renders when its page asks, after a reconnect: ``LiveConsumer.render_on_connect``).
 """
 
 from __future__ import annotations
@@ -69,6 +70,10 @@ class LiveConsumer(AsyncWebsocketConsumer):
     # How long events accumulate before one render, and the least time between two renders under a
     # steady stream of events; None: ``DEBOUNCE_SECONDS`` (a commit's events, arriving together).
     debounce_seconds: float | None = None
+    # A render on connect is how a reconnecting page catches up. A page whose render is costly (the
+    # dashboard) opts out: its page load has just rendered it, and its page asks for a render over the
+    # socket after a reconnect instead (``data-live-catch-up``, console.js).
+    render_on_connect = True
 
     async def connect(self) -> None:
         self.joined: list[str] = []
@@ -87,7 +92,8 @@ class LiveConsumer(AsyncWebsocketConsumer):
             await self.channel_layer.group_add(group, self.channel_name)
         self.joined = groups
         await self.accept()
-        await self.render_send()
+        if self.render_on_connect:
+            await self.render_send()
 
     async def access_changed(self) -> None:
         """What the reader may see changed: join the groups it may watch now, leave the others, and
@@ -330,6 +336,7 @@ class DashboardConsumer(LiveConsumer):
     template = "console/partials/dashboard_live.html"
     unchanged_by = live.DASHBOARD_UNCHANGED_BY
     debounce_seconds = DASHBOARD_DEBOUNCE_SECONDS
+    render_on_connect = False  # see LiveConsumer: its page load has just run the same dozen queries
 
     def groups_authorised(self, user: Any) -> list[str] | None:
         if not permissions.can(user, "approvals.view_dashboard"):

@@ -204,10 +204,29 @@ def _dashboard(loop: Any, persona: Any, query: str = "") -> Socket:  # noqa: F81
     socket = Socket(loop, f"/ws/dashboard/?{query}", [ORIGIN, _cookie(persona)])
     connected, code = socket.connect()
     assert connected, code
+    _refresh(socket)  # nothing is sent on connect (the page has just rendered): a reconnect asks for it
     first = socket.receive()
     assert 'id="dashboard-live"' in first and 'hx-swap-oob="true"' in first
     socket.settle()
     return socket
+
+
+def _refresh(socket: Socket) -> None:
+    """What console.js sends after a reconnect on a page marked ``data-live-catch-up``."""
+    socket._run(socket.comm.send_to(text_data="refresh"))
+
+
+def test_the_dashboard_renders_on_a_reconnect_s_request_not_on_every_connect(personas, loop):  # noqa: F811
+    """Its render is a dozen aggregate queries, and the page load that opened the socket has just run them."""
+    graph = f"dl_{uuid.uuid4().hex[:8]}"  # a graph of its own: no other test's events reach this socket
+    task_make(graph=graph)
+    assert live.publisher_flush()
+    socket = Socket(loop, f"/ws/dashboard/?graph={graph}", [ORIGIN, _cookie(personas["auditor"])])
+    assert socket.connect()[0]
+    assert socket.nothing()
+    _refresh(socket)
+    assert 'data-metric="pending" data-value="1"' in socket.receive()
+    socket.close()
 
 
 def test_an_opened_task_re_renders_the_dashboard_after_its_longer_window(personas, loop, monkeypatch):  # noqa: F811

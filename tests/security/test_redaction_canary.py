@@ -636,8 +636,12 @@ def fetch(reader: Reader, request: Request, api: Client, console: Client, cookie
         socket = Socket(events, request.url, [ORIGIN, cookie])
         connected, code = socket.connect()
         if not connected:
-            return int(code or 0), ""
+            # A refused socket's close code is the page's status plus 4000 (4403: 403), not a server error.
+            code = int(code or 0)
+            return code - 4000 if code >= 4000 else code, ""
         try:
+            # What a reconnecting page asks for: the dashboard renders only then, the others on connect too.
+            socket._run(socket.comm.send_to(text_data="refresh"))
             return 101, socket.receive()
         finally:
             socket.close()

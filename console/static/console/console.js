@@ -12,8 +12,19 @@
     el.classList.toggle("is-live", state === "live");
     el.classList.toggle("is-down", state === "down");
   }
-  document.addEventListener("htmx:wsOpen", function () { indicator("live", "live"); });
-  document.addEventListener("htmx:wsClose", function () { indicator("down", "reconnecting…"); });
+  document.addEventListener("htmx:wsOpen", function (e) {
+    indicator("live", "live");
+    // A page whose socket sends nothing on connect (the dashboard: its render is costly, and the page
+    // load has just rendered it) asks for one after a reconnect, to catch up on what it missed.
+    var el = e.target;
+    if (el && el.__wsWasClosed && el.hasAttribute("data-live-catch-up") && e.detail && e.detail.socketWrapper) {
+      e.detail.socketWrapper.send("refresh");
+    }
+  });
+  document.addEventListener("htmx:wsClose", function (e) {
+    if (e.target) e.target.__wsWasClosed = true;
+    indicator("down", "reconnecting…");
+  });
   document.addEventListener("htmx:wsError", function () { indicator("down", "offline"); });
 
   // --- an answer whose target a live push replaced swaps into the replacement ----------------
