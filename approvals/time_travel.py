@@ -13,7 +13,9 @@ pauses open new tasks bound to its own checkpoints.
 
 from __future__ import annotations
 
+import copy
 import re
+from datetime import datetime
 from typing import Any
 
 from django.contrib.auth.models import User
@@ -26,14 +28,17 @@ from approvals.inputs import CHECKPOINT_ID_PATTERN
 from approvals.models import ApprovalTask, AuditAction, TaskStatus
 from approvals.services import graph_runnable_check, state_write_guard, task_supersede
 from runtime.branches import (
+    BRANCH_KEY,
     CheckpointNotFound,
     UnknownNode,
     branch_fork,
     branch_replay,
     branches_of,
+    checkpoint_snapshot,
+    effect_key_branch,
     thread_copy,
 )
-from runtime.models import Branch, Run, RunKind, Thread, ThreadStatus
+from runtime.models import Branch, Effect, Run, RunKind, Thread, ThreadStatus
 from runtime.registry import graph_get, graph_is_external
 from runtime.runs import ThreadBusy, run_enqueue
 from runtime.state_schema import FieldError, values_validate
@@ -116,11 +121,17 @@ def thread_fork(
     as_node: str | None = None,
     reason: str | None,
     run: bool = False,
+    redone_seen: str | None = None,
 ) -> Branch:
-    """Update the state at a past checkpoint as a new branch; with ``run``, continue it on the worker."""
+    """Update the state at a past checkpoint as a new branch; with ``run``, continue it on the worker.
+
+    ``redone_seen``: the ids of the actions the caller's confirmation said run again (``effects_redone_for``).
+    """
     thread = _thread_for(actor, thread_id)
     reason = _reason_clean(reason)
     _checkpoint_check(checkpoint_id)
+    if run:
+        _redone_check(thread, checkpoint_id, redone_seen)
     if values is not None and not isinstance(values, dict):
         raise InvalidInput("values must be an object of state keys", field="values")
     try:
@@ -162,11 +173,17 @@ def thread_fork(
 
 
 @transaction.atomic
-def thread_replay(*, actor: User, thread_id: Any, checkpoint_id: str, reason: str | None) -> Branch:
-    """Re-run the thread from a past checkpoint on the worker, as a new branch."""
+def thread_replay(
+    *, actor: User, thread_id: Any, checkpoint_id: str, reason: str | None, redone_seen: str | None = None
+) -> Branch:
+    """Re-run the thread from a past checkpoint on the worker, as a new branch.
+
+    ``redone_seen``: the ids of the actions the caller's confirmation said run again (``effects_redone_for``).
+    """
     thread = _thread_for(actor, thread_id)
     reason = _reason_clean(reason)
     _checkpoint_check(checkpoint_id)
+    _redone_check(thread, checkpoint_id, redone_seen)
     try:
         branch = branch_replay(thread=thread, checkpoint_id=checkpoint_id, reason=reason, created_by=actor)
     except CheckpointNotFound as exc:
@@ -226,6 +243,58 @@ def branches_for(user: permissions.Principal, thread_id: Any) -> list[Branch]:
     """The thread's branches, oldest first (the thread's first line has none)."""
     thread = permissions.thread_get_for(user, thread_id)
     return branches_of(thread=thread)
+
+
+def _effects_after(thread: Thread, checkpoint_id: str) -> list[Effect]:
+    """The effects ``checkpoint_id``'s line recorded after it (the thread's first line: unscoped keys)."""
+    if not thread.graph or graph_is_external(thread.graph) or not checkpoint_id:
+        return []
+    try:
+        snapshot = checkpoint_snapshot(thread=thread, checkpoint_id=checkpoint_id)
+        at = datetime.fromisoformat(str(snapshot.created_at))
+    except (CheckpointNotFound, ValueError):
+        return []
+    line = (snapshot.metadata or {}).get(BRANCH_KEY)
+    line = str(line) if line else None
+    effects = thread.effects.filter(created_at__gt=at).order_by("created_at", "id")
+    return [e for e in effects if effect_key_branch(e.key) == line]
+
+
+def _redone_check(thread: Thread, checkpoint_id: str, seen: str | None) -> None:
+    """``seen``: the effect ids the confirmation named (None: a caller that showed none, the API). One recorded
+    since the page asked is not performed again unannounced: the form comes back with the new question."""
+    if seen is None:
+        return
+    now = ",".join(str(e.pk) for e in _effects_after(thread, checkpoint_id))
+    if now != seen:
+        raise Conflict(
+            "actions were recorded after this checkpoint since the page was loaded; nothing was done: "
+            "read the question again"
+        )
+
+
+def effects_redone_for(user: permissions.Principal, thread: Thread, checkpoint_id: str) -> list[Effect]:
+    """The actions a replay (or a fork that runs) from ``checkpoint_id`` performs again: those its line
+    recorded after that checkpoint, oldest first, results masked for ``user`` (copies of the rows).
+
+    On a branch they are new actions with their own idempotency keys (``runtime.branches.scoped_effect_key``):
+    a provider does not refuse them as repeats. A replay from after an approval paid a loan a second time
+    with nothing said first; the console asks with this list.
+    """
+    permissions.thread_require_visible(user, thread)
+    effects = _effects_after(thread, checkpoint_id)
+    if not effects:
+        return []
+    results, _ = gateway.guard(
+        user, thread.graph, [e.result for e in effects], subject=f"thread:{thread.pk}", thread_id=thread.pk
+    )
+    shown = []
+    for effect, result in zip(effects, results, strict=True):
+        masked = copy.copy(effect)
+        masked.result = result
+        masked.args = None  # not shown; never carried out of here unmasked
+        shown.append(masked)
+    return shown
 
 
 def subgraph_states_for(user: permissions.Principal, thread_id: Any, checkpoint_id: str | None = None) -> Any:

@@ -508,8 +508,13 @@ def _branch_rows(branches: list[Any]) -> list[BranchRow]:
 
 def time_travel_context(user: Any, thread: Thread, shown: Any) -> dict[str, Any]:
     checkpoint = shown.checkpoint_id if shown else None
+    redone = time_travel.effects_redone_for(user, thread, checkpoint) if checkpoint else []
     return {
         **time_travel_live_context(user, thread, shown),
+        # What replaying (or forking and running) from here does again, asked before it is done.
+        "replay_confirm": words.travel_confirmation(redone, kind="replay"),
+        "fork_confirm": words.travel_confirmation(redone, kind="fork"),
+        "redone_ids": ",".join(str(e.pk) for e in redone),
         "subgraphs": time_travel.subgraph_states_for(user, thread.pk, checkpoint) if checkpoint else [],
         "fork_placeholder": fork_placeholder(thread.graph),
     }

@@ -9,6 +9,7 @@ Each function here turns one of them into words; the identifier stays available 
 from __future__ import annotations
 
 import builtins
+import json
 import re
 from typing import Any
 
@@ -105,6 +106,29 @@ _EFFECT_STATUS_WORDS = {
 
 def effect_status(effect: Any) -> str:
     return _EFFECT_STATUS_WORDS.get(effect.status, str(effect.status))
+
+
+def effect_line(effect: Any) -> str:
+    """One action as a sentence's item: "disburse done: {"paid": 20000, …}" (its result as already masked)."""
+    text = f"{effect.name} {effect_status(effect)}"
+    if effect.result is not None:
+        result = effect.result if isinstance(effect.result, str) else json.dumps(effect.result, default=str)
+        text += f": {result if len(result) <= 120 else result[:119] + '…'}"
+    return text
+
+
+def travel_confirmation(effects: list[Any], *, kind: str) -> str:
+    """What "Replay from here" (``kind="replay"``) or a fork that runs (``"fork"``) asks first: the actions
+    recorded after the checkpoint, which run again as new actions (``approvals.time_travel.effects_redone_for``)."""
+    ask = "Replay from this checkpoint?" if kind == "replay" else "Fork from this checkpoint and run the branch?"
+    if not effects:
+        return f"{ask} The steps after it run again on a new branch."
+    items = "\n".join(f"• {effect_line(e)}" for e in effects)
+    return (
+        f"{ask} The steps after it run again on a new branch, and these actions recorded after it on the "
+        f"original line will be performed again, as new actions (a provider will not refuse them as repeats):"
+        f"\n{items}"
+    )
 
 
 # --- errors ------------------------------------------------------------------------------

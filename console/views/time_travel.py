@@ -41,6 +41,12 @@ def _values(raw: str) -> dict[str, Any] | None:
     return parsed
 
 
+def _redone_seen(request: SignedInRequest) -> str | None:
+    """The actions the form's confirmation named (``time_travel.effects_redone_for``); None from a form without."""
+    seen = request.POST.get("redo")
+    return seen[:4000] if seen is not None else None
+
+
 def _done(request: SignedInRequest, thread_id: UUID) -> HttpResponse:
     url = reverse("console:thread", kwargs={"thread_id": thread_id})
     return HttpResponseClientRedirect(url) if request.htmx else redirect(url)
@@ -87,6 +93,7 @@ def thread_fork(request: SignedInRequest, thread_id: UUID) -> HttpResponse:
             as_node=request.POST.get("as_node", "").strip()[:100] or None,
             reason=request.POST.get("reason", ""),
             run=request.POST.get("run") == "on",
+            redone_seen=_redone_seen(request),
         )
     except DomainError as exc:
         return _refused(request, thread_id, "fork", exc)
@@ -104,6 +111,7 @@ def thread_replay(request: SignedInRequest, thread_id: UUID) -> HttpResponse:
             thread_id=thread_id,
             checkpoint_id=request.POST.get("checkpoint_id", "")[:64],
             reason=request.POST.get("reason", ""),
+            redone_seen=_redone_seen(request),
         )
     except DomainError as exc:
         return _refused(request, thread_id, "replay", exc)

@@ -6,6 +6,7 @@ In-process: runs are executed here by the worker's executor (dispatch recorded, 
 from __future__ import annotations
 
 import json
+from html import unescape
 from typing import Any
 
 import pytest
@@ -207,3 +208,73 @@ def test_the_branch_tree_indents_with_classes_not_inline_styles(dispatched, pers
     tree = html.split('id="time-travel"', 1)[1]
     assert 'class="branch depth-1"' in tree and "style=" not in tree
     assert tree.count('maxlength="4000"') == 2 and 'maxlength="2000"' not in tree
+
+
+def _paid(amount: int) -> tuple[Thread, ApprovalTask]:
+    """A thread approved at its gate that then paid: (thread, the gate's task, whose checkpoint precedes ``pay``)."""
+    thread, task = _paused("travel_pay", {"amount": amount})
+    with transaction.atomic():
+        run = runs.run_enqueue(
+            thread=thread,
+            kind=RunKind.RESUME,
+            command={"resume": {task.interrupt_id: {"decision": "approve"}}, "checkpoint_id": task.checkpoint_id},
+        )
+    run_execute(run_id=str(run.id))
+    run.refresh_from_db()
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    thread.refresh_from_db()
+    return thread, task
+
+
+def _attr(html: str, form_id: str, name: str) -> str:
+    tag = html.split(f'id="{form_id}"', 1)[1].split(">", 1)[0]
+    return unescape(tag.split(f'{name}="', 1)[1].split('"', 1)[0])
+
+
+def test_replay_asks_first_naming_the_actions_it_performs_again(dispatched, personas):
+    """Replaying from before the payment paid a second time, with nothing asked."""
+    thread, task = _paid(77)
+    html = console_client(personas["operator"]).get(f"/threads/{thread.pk}/", {"checkpoint": task.checkpoint_id})
+    question = _attr(html.content.decode(), "replay-form", "hx-confirm")
+    assert question.startswith("Replay from this checkpoint?")
+    assert "performed again, as new actions" in question and "• pay done" in question and '"paid": 77' in question
+    fork_question = _attr(html.content.decode(), "fork-form", "data-confirm-run")
+    assert "• pay done" in fork_question
+
+
+def test_replay_from_the_end_asks_plainly(dispatched, personas):
+    thread, _ = _paid(77)
+    html = console_client(personas["operator"]).get(f"/threads/{thread.pk}/").content.decode()
+    assert _attr(html, "replay-form", "hx-confirm") == (
+        "Replay from this checkpoint? The steps after it run again on a new branch."
+    )
+
+
+def test_the_replay_question_masks_a_sensitive_result(dispatched, personas, monkeypatch):
+    thread, task = _paid(77)
+    monkeypatch.setattr(graph_get("travel_pay"), "sensitive_paths", ["paid"])
+    html = console_client(personas["operator"]).get(f"/threads/{thread.pk}/", {"checkpoint": task.checkpoint_id})
+    question = _attr(html.content.decode(), "replay-form", "hx-confirm")
+    assert "• pay done" in question and "77" not in question
+
+
+def test_a_replay_whose_question_missed_an_action_is_refused_and_asked_again(dispatched, personas):
+    """The page asked before the payment was recorded: its "yes" does not cover paying again."""
+    thread, task = _paid(77)
+    sent = len(dispatched)
+    response = console_client(personas["operator"]).post(
+        f"/threads/{thread.pk}/replay",
+        {"checkpoint_id": task.checkpoint_id, "reason": "again", "redo": ""},
+        headers={"HX-Request": "true"},
+    )
+    assert response.status_code == 409
+    html = response.content.decode()
+    assert "read the question again" in html and "• pay done" in _attr(html, "replay-form", "hx-confirm")
+    assert not Branch.objects.filter(thread=thread).exists() and len(dispatched) == sent
+    seen = html.split('name="redo" value="', 1)[1].split('"', 1)[0]
+    again = console_client(personas["operator"]).post(
+        f"/threads/{thread.pk}/replay",
+        {"checkpoint_id": task.checkpoint_id, "reason": "again", "redo": seen},
+        headers={"HX-Request": "true"},
+    )
+    assert again.status_code == 200 and Branch.objects.filter(thread=thread).count() == 1

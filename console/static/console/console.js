@@ -255,6 +255,16 @@
     document.querySelectorAll("#time-travel [data-busy-disables]").forEach(function (b) { b.disabled = busy; });
   }
   document.addEventListener("htmx:wsAfterMessage", timeTravelBusy);
+  // A fork that runs does again what the line did after its checkpoint, as replay does (which asks
+  // through hx-confirm): it asks too, with the server's words, but only when "Run the branch now" is ticked.
+  document.addEventListener("htmx:confirm", function (e) {
+    var form = e.target;
+    if (!form || !form.matches || !form.matches("form[data-confirm-run]")) return;
+    var run = form.querySelector('input[name="run"]');
+    if (!run || !run.checked) return;
+    e.preventDefault();
+    if (window.confirm(form.getAttribute("data-confirm-run"))) e.detail.issueRequest(true);
+  });
 
   function tick() { tickDue(); tickAgo(); }
   document.addEventListener("DOMContentLoaded", tick);
