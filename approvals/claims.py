@@ -11,6 +11,7 @@ claim is simply overwritten by the next claimant.
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -23,7 +24,7 @@ from django.utils.formats import date_format
 from approvals import permissions
 from approvals.audit import audit_task
 from approvals.errors import Conflict, Forbidden
-from approvals.models import ApprovalTask, AuditAction, TaskClaim
+from approvals.models import ApprovalTask, AuditAction, AuditEvent, TaskClaim
 from runtime import rows
 
 
@@ -131,3 +132,33 @@ def task_release(*, actor: User, task_id: Any) -> None:
         action=AuditAction.TASK_RELEASED,
         details={"holder": holder},
     )
+
+
+@dataclass(frozen=True)
+class ClaimRelease:
+    """Someone ended another person's claim ("Release their claim"): who did, and whose it was."""
+
+    by: str
+    holder: str
+
+
+def claim_release_last(task: ApprovalTask) -> ClaimRelease | None:
+    """The task's claim as it last ended, when someone other than its holder released it (an admin, a lead)
+    and nobody has claimed it since. The holder's open page turned to "Nobody is working on this task."
+    with no word of who had taken their claim away."""
+    last = (
+        AuditEvent.objects.filter(
+            subject_type="task",
+            subject_id=str(task.pk),
+            action__in=[AuditAction.TASK_CLAIMED, AuditAction.TASK_RELEASED],
+        )
+        .order_by("-id")
+        .only("action", "actor_label", "details")
+        .first()
+    )
+    if last is None or last.action != AuditAction.TASK_RELEASED:
+        return None
+    holder = str((last.details or {}).get("holder", ""))
+    if not holder or holder == last.actor_label:
+        return None
+    return ClaimRelease(by=last.actor_label, holder=holder)

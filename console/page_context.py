@@ -21,7 +21,7 @@ from django.http import QueryDict
 
 from approvals import assignment, bulk, columns, comments, dashboard, gateway, permissions, time_travel
 from approvals import selectors as approvals_selectors
-from approvals.claims import can_release_any, claim_for
+from approvals.claims import can_release_any, claim_for, claim_release_last
 from approvals.errors import DomainError
 from approvals.inbox_filter import InboxFilter
 from approvals.models import ApprovalTask
@@ -177,6 +177,7 @@ def task_live_context(user: Any, task_id: Any) -> dict[str, Any]:
         "quorum": quorum,
         "can_release": claim is not None and (claim.user_id == user.pk or can_release_any(user)),
         "claim_is_mine": claim is not None and claim.user_id == user.pk,
+        "released": claim_release_last(task) if task.is_open and claim is None else None,
         "runs": list(thread.runs.order_by("-created_at")[:5]),
         "effects": effects,
         "decisions": quorum.decisions,

@@ -8,9 +8,12 @@ from typing import Any
 import pytest
 from playwright.sync_api import expect
 
+from approvals import claims
+from approvals.models import TaskClaim
 from runtime.models import Branch, Run
 from tests.conftest import loan_input, pending_tasks, thread_start, wait_for
 from tests.console.test_browser import WAIT_MS, _live, _sign_in, browser, server  # noqa: F401  (fixtures)
+from tests.factories import task_make
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db", "live_worker")]
 
@@ -42,3 +45,30 @@ def test_replay_asks_first_and_a_dismissed_question_starts_no_run(browser, serve
     assert Run.objects.filter(thread_id=thread["id"]).count() == runs_before
     expect(page.locator("#replay-reason")).to_have_value("try again")
     page.context.close()
+
+
+def test_c_never_releases_anothers_claim_and_the_button_asks_first(browser, server, personas):  # noqa: F811
+    """An admin's "c" released a reviewer's claim, and the reviewer's page only said "Nobody is working"."""
+    task = task_make(metadata={"case": f"C-{uuid.uuid4().hex[:6]}"})
+    claims.task_claim(actor=personas["reviewer"].user, task_id=task.pk)
+    holder = _sign_in(browser, server, personas["reviewer"], f"/tasks/{task.pk}/")
+    _live(holder)
+    admin = _sign_in(browser, server, personas["admin"], f"/tasks/{task.pk}/")
+    _live(admin)
+    admin.locator("body").press("c")
+    admin.wait_for_timeout(500)
+    assert TaskClaim.objects.filter(task=task).exists()
+    asked: list[str] = []
+    _answer(admin, False, asked)
+    admin.get_by_role("button", name="Release their claim").click()
+    wait_for(lambda: asked, timeout=10, what="the confirmation")
+    assert asked[0].startswith(f"Release {personas['reviewer'].username}'s claim?")
+    admin.wait_for_timeout(500)
+    assert TaskClaim.objects.filter(task=task).exists()
+
+    _answer(admin, True, asked)
+    admin.get_by_role("button", name="Release their claim").click()
+    expect(holder.locator("#claim-released-note")).to_have_text(f"{personas['admin'].username} released your claim.")
+    expect(holder.locator("#claim-box")).to_contain_text("Nobody is working on this task.")
+    admin.context.close()
+    holder.context.close()

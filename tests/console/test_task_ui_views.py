@@ -1,0 +1,59 @@
+"""The task page's claim box and decision panel: who holds or released a claim, and where a superseded task
+leads (an outside review's findings; the client-side halves are in test_task_ui_browser.py)."""
+
+from __future__ import annotations
+
+import uuid
+from html import unescape
+
+import pytest
+
+from tests.console.conftest import console_client
+from tests.factories import task_make
+
+pytestmark = pytest.mark.usefixtures("live_db")
+
+
+@pytest.fixture
+def loan_task():
+    return task_make(metadata={"case": f"U-{uuid.uuid4().hex[:6]}"})
+
+
+def _live(persona, task) -> str:
+    return unescape(console_client(persona).get(f"/tasks/{task.pk}/live").content.decode())
+
+
+def _release_button(html: str) -> str:
+    return html.split('id="release-button"', 1)[1].split(">", 1)[0]
+
+
+def test_the_c_key_releases_only_ones_own_claim(personas, loan_task):
+    """An admin's "c" released someone else's claim: one key press, nothing asked."""
+    console_client(personas["reviewer"]).post(f"/tasks/{loan_task.pk}/claim")
+    theirs = _release_button(_live(personas["admin"], loan_task))
+    assert 'data-shortcut="c"' not in theirs
+    assert f"hx-confirm=\"Release {personas['reviewer'].username}'s claim?" in theirs
+    mine = _release_button(_live(personas["reviewer"], loan_task))
+    assert 'data-shortcut="c"' in mine and "hx-confirm" not in mine
+
+
+def test_the_holder_is_told_who_released_their_claim(personas, loan_task):
+    console_client(personas["reviewer"]).post(f"/tasks/{loan_task.pk}/claim")
+    console_client(personas["admin"]).post(f"/tasks/{loan_task.pk}/release")
+    admin = personas["admin"].username
+    holder = _live(personas["reviewer"], loan_task)
+    assert "Nobody is working on this task." in holder
+    assert f"{admin} released your claim." in holder
+    other = _live(personas["reviewer2"], loan_task)
+    assert f"Released by {admin} (it was {personas['reviewer'].username}'s)." in other
+
+
+def test_releasing_ones_own_claim_or_claiming_again_says_nothing_of_it(personas, loan_task):
+    reviewer = console_client(personas["reviewer"])
+    reviewer.post(f"/tasks/{loan_task.pk}/claim")
+    reviewer.post(f"/tasks/{loan_task.pk}/release")
+    assert 'id="claim-released-note"' not in _live(personas["reviewer"], loan_task)
+    reviewer.post(f"/tasks/{loan_task.pk}/claim")
+    console_client(personas["admin"]).post(f"/tasks/{loan_task.pk}/release")
+    console_client(personas["reviewer2"]).post(f"/tasks/{loan_task.pk}/claim")
+    assert 'id="claim-released-note"' not in _live(personas["reviewer"], loan_task)
