@@ -23,7 +23,7 @@ from approvals.columns import columns_filter
 from approvals.deadlines import tasks_due_filter
 from approvals.errors import InvalidInput
 from approvals.inbox_filter import InboxFilter
-from approvals.models import ApprovalTask, AuditAction, AuditEvent, Decision
+from approvals.models import ApprovalTask, AuditAction, AuditEvent, Decision, TaskStatus
 from approvals.task_rows import tasks_pending
 from runtime import rows
 from runtime.models import Run, RunKind, Thread
@@ -54,6 +54,21 @@ def cursor_decode(cursor: str) -> tuple[datetime, str]:
         return datetime.fromisoformat(created), str(uuid.UUID(pk))  # every list it pages has UUID keys
     except Exception:  # noqa: BLE001 - any malformed cursor is the caller's 400
         raise InvalidInput("cursor is not one this API returned", field="cursor") from None
+
+
+def task_current_for(*, user: permissions.Principal, task: ApprovalTask) -> ApprovalTask | None:
+    """Where ``task``'s thread waits now: its newest pending task other than ``task`` that ``user`` may see.
+
+    A task superseded by a replay or fork was a dead end ("no longer pending… Reload the task", and the
+    reload said the same); its page links here, or to the thread when this is None.
+    """
+    return (
+        permissions.tasks_visible(user)
+        .filter(thread_id=task.thread_id, status=TaskStatus.PENDING)
+        .exclude(pk=task.pk)
+        .order_by("-created_at", "-id")
+        .first()
+    )
 
 
 def task_can_decide(

@@ -178,6 +178,8 @@ def task_live_context(user: Any, task_id: Any) -> dict[str, Any]:
         "can_release": claim is not None and (claim.user_id == user.pk or can_release_any(user)),
         "claim_is_mine": claim is not None and claim.user_id == user.pk,
         "released": claim_release_last(task) if task.is_open and claim is None else None,
+        # A closed task leads on: to where its thread waits now, else to the thread (decision_form, task_live).
+        "current_task": None if task.is_open else approvals_selectors.task_current_for(user=user, task=task),
         "runs": list(thread.runs.order_by("-created_at")[:5]),
         "effects": effects,
         "decisions": quorum.decisions,

@@ -8,6 +8,8 @@ from html import unescape
 
 import pytest
 
+from approvals import selectors
+from approvals.models import ApprovalTask, TaskStatus
 from tests.console.conftest import console_client
 from tests.factories import task_make
 
@@ -57,3 +59,34 @@ def test_releasing_ones_own_claim_or_claiming_again_says_nothing_of_it(personas,
     console_client(personas["admin"]).post(f"/tasks/{loan_task.pk}/release")
     console_client(personas["reviewer2"]).post(f"/tasks/{loan_task.pk}/claim")
     assert 'id="claim-released-note"' not in _live(personas["reviewer"], loan_task)
+
+
+def _superseded(task):
+    ApprovalTask.objects.filter(pk=task.pk).update(status=TaskStatus.SUPERSEDED)
+
+
+def test_a_superseded_task_leads_to_the_threads_current_task(personas, loan_task):
+    """ "No longer pending… Reload the task", and the reload said the same: a dead end."""
+    _superseded(loan_task)
+    newer = task_make(title="Review again")
+    ApprovalTask.objects.filter(pk=newer.pk).update(thread=loan_task.thread)
+    page = unescape(console_client(personas["reviewer"]).get(f"/tasks/{loan_task.pk}/").content.decode())
+    link = f'The thread now waits on <a href="/tasks/{newer.pk}/">Review again</a>.'
+    assert link in page.split('id="task-next"', 1)[1].split("</p>", 1)[0]
+    assert link in _live(personas["reviewer"], loan_task).split('id="task-next-live"', 1)[1]
+
+
+def test_a_superseded_task_leads_to_its_thread_when_nothing_waits(personas, loan_task):
+    _superseded(loan_task)
+    gone = task_make(title="Not for you")
+    ApprovalTask.objects.filter(pk=gone.pk).update(thread=loan_task.thread, status=TaskStatus.SUPERSEDED)
+    page = unescape(console_client(personas["reviewer"]).get(f"/tasks/{loan_task.pk}/").content.decode())
+    note = page.split('id="task-next"', 1)[1].split("</p>", 1)[0]
+    assert f'<a href="/threads/{loan_task.thread_id}/">Open the thread</a>' in note and "Not for you" not in note
+
+
+def test_the_current_task_is_one_the_viewer_may_see(personas, loan_task):
+    newer = task_make()
+    ApprovalTask.objects.filter(pk=newer.pk).update(thread=loan_task.thread)
+    assert selectors.task_current_for(user=personas["reviewer"].user, task=loan_task) == newer
+    assert selectors.task_current_for(user=personas["outsider"].user, task=loan_task) is None
