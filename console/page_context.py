@@ -21,7 +21,7 @@ from django.http import QueryDict
 
 from approvals import assignment, bulk, columns, comments, dashboard, gateway, permissions, time_travel
 from approvals import selectors as approvals_selectors
-from approvals.claims import can_release_any, claim_for, claim_release_last
+from approvals.claims import can_release_any, claim_for, claim_held_message, claim_release_last
 from approvals.errors import DomainError
 from approvals.inbox_filter import InboxFilter
 from approvals.models import ApprovalTask
@@ -178,6 +178,12 @@ def task_live_context(user: Any, task_id: Any) -> dict[str, Any]:
         "can_release": claim is not None and (claim.user_id == user.pk or can_release_any(user)),
         "claim_is_mine": claim is not None and claim.user_id == user.pk,
         "released": claim_release_last(task) if task.is_open and claim is None else None,
+        # Someone else's claim: the decision form waits, saying whose it is (decision_form, console.js).
+        "claim_held_note": (
+            f"{claim_held_message(claim)}: the form opens again when the claim is released."
+            if claim is not None and claim.user_id != user.pk
+            else ""
+        ),
         # A closed task leads on: to where its thread waits now, else to the thread (decision_form, task_live).
         "current_task": None if task.is_open else approvals_selectors.task_current_for(user=user, task=task),
         "runs": list(thread.runs.order_by("-created_at")[:5]),

@@ -72,3 +72,26 @@ def test_c_never_releases_anothers_claim_and_the_button_asks_first(browser, serv
     expect(holder.locator("#claim-box")).to_contain_text("Nobody is working on this task.")
     admin.context.close()
     holder.context.close()
+
+
+def test_the_decision_form_waits_while_another_holds_the_claim_and_keeps_what_was_typed(
+    browser,  # noqa: F811
+    server,  # noqa: F811
+    personas,
+):
+    """The form stayed enabled under someone else's claim and refused the filled-in decision (409)."""
+    task = task_make(metadata={"case": f"W-{uuid.uuid4().hex[:6]}"})
+    page = _sign_in(browser, server, personas["reviewer"], f"/tasks/{task.pk}/")
+    _live(page)
+    reason = page.get_by_label("Reason")
+    reason.fill("half a thought")
+    claims.task_claim(actor=personas["reviewer2"].user, task_id=task.pk)
+    expect(reason).to_be_disabled()
+    expect(page.get_by_role("button", name="Submit decision")).to_be_disabled()
+    expect(page.locator("#claim-held-note")).to_contain_text(f"{personas['reviewer2'].username} has claimed this task")
+
+    claims.task_release(actor=personas["reviewer2"].user, task_id=task.pk)
+    expect(reason).to_be_enabled()
+    expect(page.locator("#claim-held-note")).to_be_hidden()
+    expect(reason).to_have_value("half a thought")
+    page.context.close()

@@ -90,3 +90,28 @@ def test_the_current_task_is_one_the_viewer_may_see(personas, loan_task):
     ApprovalTask.objects.filter(pk=newer.pk).update(thread=loan_task.thread)
     assert selectors.task_current_for(user=personas["reviewer"].user, task=loan_task) == newer
     assert selectors.task_current_for(user=personas["outsider"].user, task=loan_task) is None
+
+
+def _decision_panel(persona, task) -> str:
+    page = unescape(console_client(persona).get(f"/tasks/{task.pk}/").content.decode())
+    return page.split('id="decision-panel"', 1)[1]
+
+
+def test_the_decision_form_waits_while_someone_else_holds_the_claim(personas, loan_task):
+    """The form stayed enabled and refused the filled-in decision with a 409."""
+    console_client(personas["reviewer2"]).post(f"/tasks/{loan_task.pk}/claim")
+    panel = _decision_panel(personas["reviewer"], loan_task)
+    assert 'id="decision-fields" disabled' in panel
+    note = panel.split('id="claim-held-note"', 1)[1].split("</p>", 1)[0]
+    assert f"{personas['reviewer2'].username} has claimed this task until" in note and "hidden" not in note
+    assert (
+        f"{personas['reviewer2'].username} has claimed"
+        in _live(personas["reviewer"], loan_task).split('data-held-note="', 1)[1].split('"', 1)[0]
+    )
+    own = _decision_panel(personas["reviewer2"], loan_task)
+    assert 'id="decision-fields" disabled' not in own and 'id="decision-fields"' in own
+
+
+def test_the_decision_form_is_open_on_an_unclaimed_task(personas, loan_task):
+    panel = _decision_panel(personas["reviewer"], loan_task)
+    assert 'id="decision-fields" disabled' not in panel and 'id="claim-held-note" hidden' in panel

@@ -199,6 +199,22 @@
     form.querySelectorAll("input:not([type=hidden]), textarea, select").forEach(function (el) { el.value = ""; });
   });
 
+  // --- the decision form waits while someone else holds the claim (the Now panel's claim box says whose) ---
+  // It was fully enabled and refused the filled-in form with a 409. The Now panel is pushed live; the form is
+  // not, so what was typed stays while its fieldset is disabled and comes back with it.
+  function claimHeld() {
+    var box = document.getElementById("claim-box");
+    var fields = document.getElementById("decision-fields");
+    var note = document.getElementById("claim-held-note");
+    if (!box || !fields || !note) return;
+    var held = box.getAttribute("data-held-note") || "";
+    fields.disabled = !!held;
+    note.hidden = !held;
+    if (held && note.textContent !== held) note.textContent = held;
+  }
+  document.addEventListener("htmx:wsAfterMessage", claimHeld);
+  document.addEventListener("htmx:afterSwap", claimHeld);
+
   // --- relative times ("42 s ago") keep counting, like the due badges beside them ---
   // Same words as console/rows_html.py ago(), and as the due badges beside them (durationHuman).
   function agoText(s) {
