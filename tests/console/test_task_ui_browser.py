@@ -95,3 +95,20 @@ def test_the_decision_form_waits_while_another_holds_the_claim_and_keeps_what_wa
     expect(page.locator("#claim-held-note")).to_be_hidden()
     expect(reason).to_have_value("half a thought")
     page.context.close()
+
+
+def test_a_refused_decision_puts_focus_on_the_first_invalid_field(browser, server, personas):  # noqa: F811
+    """The 422's error showed with aria-invalid and role=alert, but focus was left on <body>."""
+    reviewer = personas["reviewer"]
+    thread = thread_start(personas["operator"], "loan_approval", loan_input(), case=f"F-{uuid.uuid4().hex[:6]}")
+    [task] = pending_tasks(reviewer, thread["id"])
+    page = _sign_in(browser, server, reviewer, f"/tasks/{task['id']}/")
+    _live(page)
+    page.locator("#f-edits-amount").fill("abc")
+    page.get_by_label("Edit and approve", exact=True).check()
+    page.get_by_label("Reason").fill("a typo")
+    page.get_by_role("button", name="Submit decision").click()
+    amount = page.locator("#f-edits-amount")
+    expect(amount).to_have_attribute("aria-invalid", "true")
+    expect(amount).to_be_focused()
+    page.context.close()

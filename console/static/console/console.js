@@ -215,6 +215,20 @@
   document.addEventListener("htmx:wsAfterMessage", claimHeld);
   document.addEventListener("htmx:afterSwap", claimHeld);
 
+  // --- a refused form: focus goes to its first invalid field, as a browser's own validation does ---
+  // After a 422 the error showed (aria-invalid, role=alert) but focus was left on <body>: a keyboard or
+  // screen-reader user had to hunt for it. An input in a closed <details> is opened to be focusable.
+  document.addEventListener("htmx:afterSwap", function (e) {
+    var xhr = e.detail.xhr;
+    // The event fires on what was swapped in (an outerHTML swap's detail.target is the element it replaced).
+    var root = e.target;
+    if (!xhr || xhr.status < 400 || !root || !root.isConnected || !root.querySelector) return;
+    var field = root.querySelector('[aria-invalid="true"]:not([disabled])');
+    if (!field) return;
+    for (var d = field.closest("details"); d; d = d.parentElement && d.parentElement.closest("details")) d.open = true;
+    field.focus();
+  });
+
   // --- relative times ("42 s ago") keep counting, like the due badges beside them ---
   // Same words as console/rows_html.py ago(), and as the due badges beside them (durationHuman).
   function agoText(s) {
