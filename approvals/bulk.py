@@ -165,6 +165,22 @@ def bulk_decide(
     return bulk
 
 
+BULK_OUTCOMES = ("approve", "reject")
+
+
+def bulk_reasons_at(graph: str, gate: str) -> list[str]:
+    """The bulk outcomes a gate needs a reason for: the inbox asks for the reason before the bulk
+    confirmation (console/static/console/bulk.js), and ``_reason_check`` still refuses without one."""
+    return [o for o in BULK_OUTCOMES if services.reason_required(graph, gate, o)]
+
+
+def bulk_reasons_matching(*, user: permissions.Principal, filter: InboxFilter) -> list[str]:
+    """``bulk_reasons_at`` over every gate of the tasks "select all matching" selects."""
+    gates = bulk_matching(user=user, filter=filter).order_by().values_list("graph", "node").distinct()
+    needed = {o for graph, gate in gates for o in bulk_reasons_at(graph, gate)}
+    return [o for o in BULK_OUTCOMES if o in needed]
+
+
 def _reason_check(actor: User, ids: list[str], outcome: str) -> None:
     """Refuse before starting when a selected task's gate needs a reason for ``outcome`` and none was
     given: every such task would be skipped one by one, after a bulk that decided nothing."""

@@ -587,7 +587,15 @@ def bulk_inbox_context(
             matching = 0
     except DomainError:
         matching = 0  # the list shows the error
-    return {"enabled": True, "filter": wanted.form_fields(), "matching": matching, "max": bulk.BULK_MAX}
+    # What "select all matching" needs a reason for (bulk.js asks for it before the confirmation).
+    reasons = bulk.bulk_reasons_matching(user=user, filter=wanted) if 0 < matching <= bulk.BULK_MAX else []
+    return {
+        "enabled": True,
+        "filter": wanted.form_fields(),
+        "matching": matching,
+        "max": bulk.BULK_MAX,
+        "reasons": " ".join(reasons),
+    }
 
 
 # --- Inbox columns per gate and previous-page navigation (issue 14) --------------------------------

@@ -20,6 +20,7 @@ from django.urls import get_script_prefix
 from django.utils import timezone
 from django.utils.safestring import SafeString, mark_safe
 
+from approvals.bulk import bulk_reasons_at
 from approvals.deadlines import due_state
 from console.words import actor_short, case_of
 from runtime.deadlines import duration_human
@@ -130,8 +131,11 @@ def inbox_row_html(task: Any, claim: Any, *, me: Any, bulk_enabled: bool, conver
         # Whose task it is, if not the reader's: the bulk confirmation names them (console/static/console/bulk.js).
         other = task.assigned_user if task.assigned_user_id and task.assigned_user_id != me_pk else None
         elsewhere = f' data-assignee="{_e(other.get_username())}"' if other is not None else ""
+        # The outcomes its gate needs a reason for: bulk.js asks for the reason before the confirmation.
+        reasons = _e(" ".join(bulk_reasons_at(task.graph, task.node))) if is_open else ""
         box = (
             f'<input type="checkbox" name="task_ids" value="{task.pk}" form="bulk-form"{elsewhere} '
+            f'data-reasons="{reasons}" '
             f'aria-label="Select {title}">'
             if is_open
             else ""

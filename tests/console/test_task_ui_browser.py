@@ -112,3 +112,31 @@ def test_a_refused_decision_puts_focus_on_the_first_invalid_field(browser, serve
     expect(amount).to_have_attribute("aria-invalid", "true")
     expect(amount).to_be_focused()
     page.context.close()
+
+
+def test_bulk_reject_asks_for_the_required_reason_before_the_confirmation(browser, server, personas):  # noqa: F811
+    """ "Reject 2 tasks at once?" was asked first; the yes then failed with a 422 for the missing reason."""
+    case = f"J-{uuid.uuid4().hex[:6]}"
+    tasks = [task_make(metadata={"case": case}), task_make(metadata={"case": case})]
+    page = _sign_in(browser, server, personas["approver"], f"/?q={case}")
+    _live(page)
+    for task in tasks:
+        page.locator(f'#inbox-results input[name="task_ids"][value="{task.pk}"]').check()
+    asked: list[str] = []
+    page.on("dialog", lambda dialog: (asked.append(dialog.message), dialog.dismiss()))
+    page.get_by_role("button", name="Reject selected").click()
+    reason = page.locator("#bulk-reason")
+    expect(page.locator("#bulk-error [role=alert]")).to_have_text(
+        "reason: a reason is required to reject the selected tasks"
+    )
+    expect(reason).to_have_attribute("aria-invalid", "true")
+    expect(reason).to_be_focused()
+    page.wait_for_timeout(300)
+    assert asked == []
+
+    reason.fill("duplicates")
+    page.get_by_role("button", name="Reject selected").click()
+    wait_for(lambda: asked, timeout=10, what="the confirmation")
+    assert asked[0].startswith("Reject 2 tasks at once?")
+    expect(reason).not_to_have_attribute("aria-invalid", "true")
+    page.context.close()
