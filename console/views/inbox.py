@@ -19,7 +19,8 @@ def inbox(request: HtmxHttpRequest) -> HttpResponse:
     if not permissions.can(request.user, "approvals.view_approvaltask"):
         raise Forbidden("your account has no role in Gatehouse yet; ask an admin to assign one")
     ctx = page_context.inbox_context(request.user, request.GET)
-    # The filter form targets the results only; a full page for everything else.
+    # The filter form targets the results only (with the live socket on the filters applied, out of band);
+    # a full page for everything else.
     if request.htmx and request.htmx.target == "inbox-results":
-        return render(request, "console/partials/inbox_results.html", ctx)
+        return render(request, "console/partials/inbox_answer.html", ctx)
     return render(request, "console/inbox.html", ctx)

@@ -145,3 +145,48 @@ def test_a_claim_answered_after_its_own_live_push_keeps_the_delegate_form_whole(
     page.locator("#delegate-to").fill("someone")
     expect(page.locator("#task-live")).to_contain_text("Claimed by you")
     page.context.close()
+
+
+def test_a_reassign_answered_after_its_own_live_push_empties_the_form(browser, server):  # noqa: F811
+    """The race the first test lost once on a loaded machine ("the reassign form was not emptied"), made to
+    happen every time.
+
+    The reassign's event re-renders the panel over the socket; the fields move into the pushed panel with
+    what was typed (hx-preserve). When that push lands before the reassign's own answer, htmx fires the
+    answer's htmx:beforeSwap on the panel it had targeted, which the push had replaced (detached): the
+    listener on the document that empties a form that went through never heard it, and the answer took
+    the typed fields over as they were. The answer is held here until the push has rendered the
+    reassigned panel, then let through.
+    """
+    alice, lead = person(), person("lead")
+    task = task_make(title=f"Loan HR-{uuid.uuid4().hex[:8]}")
+    page = _sign_in(browser, server, _who(lead), "/")
+    page.add_init_script(
+        'document.addEventListener("htmx:wsAfterMessage", () => { document.documentElement.dataset.rendered = "1"; })'
+    )
+    held = []
+
+    def hold_reassign_answer(route) -> None:
+        held.append((route, route.fetch()))  # the reassign is made (and its event sent); the answer waits
+
+    page.route(f"**/tasks/{task.pk}/reassign", hold_reassign_answer)
+    page.goto(f"{server}/tasks/{task.pk}/")
+    _live(page)
+    expect(page.locator("html[data-rendered]")).to_have_count(1, timeout=LIVE_MS)
+    page.locator("#reassign-user").fill(alice.username)
+    page.locator("#reassign-note").fill("Alice knows this applicant")
+    page.locator("#reassign-button").click()
+    # Only the socket can show this: the reassign's answer is still held. The push keeps what was typed.
+    expect(page.locator("#assigned-user")).to_have_text(alice.username, timeout=LIVE_MS)
+    expect(page.locator("#reassign-user")).to_have_value(alice.username)
+    assert len(held) == 1
+    route, answer = held[0]
+    assert answer.status == 200
+    page.evaluate("document.getElementById('task-live').dataset.pushed = '1'")
+    route.fulfill(response=answer)
+    # The answer replaces the pushed panel, and the form that went through is empty.
+    expect(page.locator("#task-live[data-pushed]")).to_have_count(0, timeout=LIVE_MS)
+    expect(page.locator("#reassign-user")).to_have_value("")
+    expect(page.locator("#reassign-note")).to_have_value("")
+    expect(page.locator("#last-handoff")).to_contain_text("reassigned by you")
+    page.context.close()

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import Page, expect
 
-from approvals import time_travel
+from approvals import claims, time_travel
 from approvals.inbound.webhooks import webhook_endpoint_create
 from approvals.models import InboundDelivery
 from tests.conftest import loan_input, pending_tasks, thread_start
@@ -59,6 +59,38 @@ def test_enter_in_a_column_filter_applies_it_and_updates_the_url(browser, server
     expect(page.get_by_label("Filter by Amount")).to_have_value(">=21000")  # the re-rendered list keeps it
     assert page.locator(f'#inbox-results tr[data-task-id="{small.pk}"]').count() == 0
     page.screenshot(path=str(SCREENSHOTS / "inbox_column_filter_enter.png"))
+    page.context.close()
+
+
+def test_a_live_push_after_a_column_filter_keeps_the_list_filtered(browser, server, personas):  # noqa: F811
+    """The race the test above lost once on a loaded machine (two rows, not one), made to happen every time.
+
+    The inbox's socket was opened with the page's filters and kept them: once a filter was applied in
+    place (htmx; the address and the list changed, the socket did not), the socket's next render (its
+    first, landing late on a loaded machine, or any task event of the graph) showed the list under the
+    page's old filters again, and emptied the column filter. Here a claim of the filtered-in task pushes
+    that render.
+    """
+    gate = f"gate_{uuid.uuid4().hex[:6]}"
+    small, big = (
+        task_make(node=gate, payload={"title": f"{gate} {n}", "amount": n, "columns": COLUMNS}) for n in (500, 25000)
+    )
+    page = _sign_in(browser, server, personas["approver"], f"/?graph=loan_approval&node={gate}")
+    rows = page.locator("#inbox-results tr[data-task-id]")
+    expect(rows).to_have_count(2)
+    _live(page)
+    amount = page.get_by_label("Filter by Amount")
+    amount.fill(">=21000")
+    amount.press("Enter")
+    expect(rows).to_have_count(1)
+    expect(page).to_have_url(re.compile(r"[?&]c\.amount=%3E%3D21000(&|$)"))
+    claims.task_claim(actor=personas["reviewer2"].user, task_id=big.pk)
+    # The render the claim pushed (whichever socket heard it): it shows the claim, under the applied filter.
+    big_row = page.locator(f'#inbox-results tr[data-task-id="{big.pk}"]')
+    expect(big_row).to_contain_text(personas["reviewer2"].username, timeout=WAIT_MS)
+    expect(rows).to_have_count(1)
+    expect(page.locator(f'#inbox-results tr[data-task-id="{small.pk}"]')).to_have_count(0)
+    expect(page.get_by_label("Filter by Amount")).to_have_value(">=21000")
     page.context.close()
 
 

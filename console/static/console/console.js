@@ -32,18 +32,23 @@
   // before the answer arrives — a claim's own event often beats its response on a loaded server —
   // and htmx would then swap into the detached element: nothing shows, and its hx-preserve handling
   // deletes the inputs the push had just rendered (the delegate form lost its fields). The swap's
-  // events fire on the detached target itself, so the listener goes on the element, not the document.
+  // events fire on the detached target itself, so the listener goes on the element, not the document
+  // (and whatever else must happen before an answer's swap is done from it: handoffEmpty below).
   function retarget(e) {
     var target = e.detail.target;
     if (!target || target.isConnected || !target.id) return;
     var current = document.getElementById(target.id);
     if (current) e.detail.target = current;
   }
+  function beforeSwap(e) {
+    retarget(e);
+    handoffEmpty(e);
+  }
   document.addEventListener("htmx:beforeRequest", function (e) {
     var target = e.detail.target;
     if (target && target.id && !target.__retargets) {
       target.__retargets = true;
-      target.addEventListener("htmx:beforeSwap", retarget);
+      target.addEventListener("htmx:beforeSwap", beforeSwap);
     }
   });
 
@@ -190,14 +195,19 @@
   }
   // --- hand-offs: a form that went through is emptied, so a second click does not repeat it ---
   // (its fields are hx-preserve'd across live pushes, which kept the text after a success too)
-  // Emptied before its answer is swapped in, while the form is still on the page: a live push may replace
-  // the panel at any moment after, and the preserved fields move into whatever comes next as they are.
-  document.addEventListener("htmx:beforeSwap", function (e) {
+  // Emptied before its answer is swapped in (called from beforeSwap above, on the answer's target): a live
+  // push may replace the panel at any moment after, and the preserved fields move into whatever comes next
+  // as they are. The hand-off's own push often lands before its answer: the panel the request targeted and
+  // the form that sent it are detached by then (a listener on the document would not even hear the swap),
+  // and the typed fields moved into the pushed panel's form — the one on the page, found by its id.
+  function handoffEmpty(e) {
     var form = e.detail.requestConfig && e.detail.requestConfig.elt;
     if (!form || !form.matches || !form.matches("#reassign-form, #delegate-form")) return;
     if (!e.detail.xhr || e.detail.xhr.status !== 200) return;  // a refusal keeps what was typed
-    form.querySelectorAll("input:not([type=hidden]), textarea, select").forEach(function (el) { el.value = ""; });
-  });
+    var current = form.isConnected ? form : document.getElementById(form.id);
+    if (!current) return;
+    current.querySelectorAll("input:not([type=hidden]), textarea, select").forEach(function (el) { el.value = ""; });
+  }
 
   // --- the decision form waits while someone else holds the claim (the Now panel's claim box says whose) ---
   // It was fully enabled and refused the filled-in form with a 409. The Now panel is pushed live; the form is
