@@ -30,6 +30,7 @@ from django.utils.dateparse import parse_date, parse_datetime
 from approvals import permissions
 from approvals.deadlines import escalated_q, overdue_q
 from approvals.errors import InvalidInput, NotFound
+from approvals.inputs import OUT_OF_RANGE, instant_check
 from approvals.models import ApprovalTask, Decision, Outcome, TaskStatus, WebhookEndpoint
 from runtime.registry import graph_names
 
@@ -57,6 +58,8 @@ class DashboardFilters:
         out, at = [], self.since
         while at < self.until:
             out.append(at)
+            if self.until - at <= self.step:  # the next step would pass until (or the year 9999)
+                break
             at += self.step
         out.append(self.until)
         return out
@@ -82,9 +85,11 @@ def _when(value: str, name: str, *, end: bool) -> datetime:
             when = parse_datetime(value)
     except ValueError:
         when = None
+    except OverflowError:  # the day after 9999-12-31
+        raise InvalidInput(f"{name}: {OUT_OF_RANGE}", field=name) from None
     if when is None:
         raise InvalidInput(f"{name}: not an ISO 8601 date or date and time", field=name)
-    return when if when.tzinfo else when.replace(tzinfo=UTC)
+    return instant_check(when if when.tzinfo else when.replace(tzinfo=UTC), field=name)
 
 
 def _graph_known(user: permissions.Principal, graph: str) -> bool:
@@ -111,7 +116,12 @@ def dashboard_filters_parse(
         raise NotFound(f"graph {graph!r} not found", field="graph")
     now = now or timezone.now()
     end = _when(until.strip(), "until", end=True) if until and until.strip() else now
-    start = _when(since.strip(), "since", end=False) if since and since.strip() else end - DEFAULT_RANGE
+    if since and since.strip():
+        start = _when(since.strip(), "since", end=False)
+    elif end - datetime.min.replace(tzinfo=UTC) < DEFAULT_RANGE:
+        raise InvalidInput(f"until: {OUT_OF_RANGE}", field="until")
+    else:
+        start = end - DEFAULT_RANGE
     if start >= end:
         raise InvalidInput("since: must be before until", field="since")
     if end - start > MAX_RANGE:

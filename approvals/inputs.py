@@ -19,7 +19,7 @@ import json
 import math
 import re
 import uuid
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from django.http import HttpRequest
@@ -48,6 +48,33 @@ def _aware(value: datetime) -> datetime:
         # A time without a zone names no instant (a deadline read as UTC is hours off for its sender),
         # and comparing it with the aware clock raises deep in a service.
         raise PydanticCustomError("naive_datetime", "give a time zone, e.g. Z or +02:00")
+    if not instant_in_range(value):
+        raise PydanticCustomError("datetime_range", OUT_OF_RANGE)
+    return value
+
+
+OUT_OF_RANGE = "is out of range: its UTC time must fall between 0001-01-01 and 9999-12-31"
+
+
+def instant_in_range(value: datetime) -> bool:
+    """Whether ``value`` (aware, or naive read as UTC) has a UTC time Python can represent.
+
+    ``9999-12-31T23:59:59-12:00`` parses, but its UTC time is in the year 10000: converting it, as
+    every database write, comparison in SQL and range arithmetic does, raises ``OverflowError``.
+    """
+    if value.tzinfo is None:
+        return True
+    try:
+        value.astimezone(UTC)
+    except OverflowError:
+        return False
+    return True
+
+
+def instant_check(value: datetime, *, field: str) -> datetime:
+    """``value``, or ``InvalidInput`` (422) naming ``field`` when its UTC time is out of range."""
+    if not instant_in_range(value):
+        raise InvalidInput(f"{field}: {OUT_OF_RANGE}", field=field)
     return value
 
 

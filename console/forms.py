@@ -15,6 +15,7 @@ from django.contrib.auth.forms import AuthenticationForm
 from django.core.validators import MaxLengthValidator
 
 from approvals.inbox_filter import InboxFilter
+from approvals.inputs import OUT_OF_RANGE, instant_in_range
 from approvals.models import TaskStatus
 from console.selectors import SORTS
 
@@ -74,11 +75,22 @@ class InboxFilterForm(forms.Form):
         return {**self.inbox_filter().text_fields(), **self.paging()}
 
 
+class InstantField(forms.DateTimeField):
+    """A date and time whose UTC time exists: ``9999-12-31T23:59:59-12:00`` parses, but every query
+    or page that converts it to UTC would raise ``OverflowError`` (a 500)."""
+
+    def to_python(self, value: Any) -> Any:
+        when = super().to_python(value)
+        if when is not None and not instant_in_range(when):
+            raise forms.ValidationError(OUT_OF_RANGE.capitalize(), code="out_of_range")
+        return when
+
+
 class AuditFilterForm(forms.Form):
     actor = forms.CharField(required=False, max_length=150)
     action = forms.CharField(required=False, max_length=64)
     graph = forms.CharField(required=False, max_length=100)
     thread = forms.UUIDField(required=False)
-    since = forms.DateTimeField(required=False, label="From")
-    until = forms.DateTimeField(required=False, label="Until")
+    since = InstantField(required=False, label="From")
+    until = InstantField(required=False, label="Until")
     before = forms.IntegerField(required=False, min_value=1)

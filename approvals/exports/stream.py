@@ -39,6 +39,7 @@ from django.utils.dateparse import parse_datetime
 from approvals import gateway, permissions
 from approvals.audit import audit_record, event_fields
 from approvals.errors import InvalidInput
+from approvals.inputs import instant_check
 from approvals.models import AuditAction, AuditEvent
 from approvals.selectors import audit_action_check, audit_filter
 
@@ -81,7 +82,8 @@ def _when(value: str, name: str) -> datetime | None:
         when = None
     if when is None:
         raise InvalidInput(f"{name}: not an ISO 8601 date and time", field=name)
-    return when if when.tzinfo else when.replace(tzinfo=UTC)  # the console's pickers say UTC
+    # Refused here, before the first byte: the database would only fail on it mid-stream.
+    return instant_check(when if when.tzinfo else when.replace(tzinfo=UTC), field=name)  # the pickers say UTC
 
 
 def filters_parse(

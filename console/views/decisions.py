@@ -19,6 +19,7 @@ from approvals import permissions
 from approvals.errors import DomainError
 from approvals.models import Outcome, SignatureMeaning
 from console import selectors
+from console.forms import InstantField
 from console.views.common import HtmxHttpRequest, console_login_required, domain_errors
 
 PAGE_SIZE = 50
@@ -30,8 +31,8 @@ class DecisionFilterForm(forms.Form):
     outcome = forms.ChoiceField(required=False, choices=[("", "Any"), *Outcome.choices])
     meaning = forms.ChoiceField(required=False, choices=[("", "Any"), *SignatureMeaning.choices])
     actor = forms.CharField(required=False, max_length=300)
-    since = forms.DateTimeField(required=False)
-    until = forms.DateTimeField(required=False)
+    since = InstantField(required=False)
+    until = InstantField(required=False)
     cursor = forms.CharField(required=False, max_length=500)
     # Thread filter and webhook-decided filter (the team dashboard links here with them).
     thread = forms.UUIDField(required=False)

@@ -18,6 +18,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from approvals import assignment, permissions
 from approvals.errors import DomainError, InvalidInput
+from approvals.inputs import instant_check
 from console import page_context
 from console.views.common import HtmxHttpRequest, SignedInRequest, console_login_required, domain_errors
 
@@ -89,7 +90,8 @@ def _when(value: str, field: str) -> datetime | None:
         parsed = datetime.fromisoformat(value)
     except ValueError:
         raise InvalidInput("give a date and time like 2026-12-24T09:00", field=field) from None
-    return timezone.make_aware(parsed, timezone.get_current_timezone()) if timezone.is_naive(parsed) else parsed
+    aware = timezone.make_aware(parsed, timezone.get_current_timezone()) if timezone.is_naive(parsed) else parsed
+    return instant_check(aware, field=field)
 
 
 @require_http_methods(["GET", "POST"])

@@ -47,10 +47,14 @@ BAD_VALUES: list[Any] = [
     {"a": {"b": [1, {"c": None}]}},
     "00000000-0000-0000-0000-000000000000",
     "2026-13-45",
+    # Parse as date-times, but their UTC time is in the year 10000 or 0 (OverflowError on conversion).
+    "9999-12-31T23:59:59-12:00",
+    "0001-01-01T00:00:00+12:00",
     [None],
     [{}],
 ]
 BAD_PARAMS = ["", "x", "-1", "99999999999999999999999", "%00", "1e309", "nan", "2026-13-45T99:99", "a" * 3000, ",,"]
+BAD_PARAMS += ["9999-12-31T23:59:59-12:00", "0001-01-01T00:00:00%2B12:00", "9999-12-31"]  # out of range in UTC
 BAD_PATH = ["not-a-uuid", "00000000-0000-0000-0000-000000000000", "1" * 300, "%00", "-1", "99999999999999999999"]
 RAW_BODIES = [b"", b"{", b"[]", b"null", b'"s"', b"123", b"\xff\xfe", b'{"a":' * 5000]
 # Every name a console form or view reads (templates' name="...", request.GET/POST in console/ and
@@ -62,7 +66,7 @@ FORM_FIELDS = (  # noqa: SIM905 - a list of names reads best as words
     "note ns offset outcome password q reason resume roles run since sort starts_at state status thread "
     "to_group to_user until username values via viewport"
 ).split()
-BAD_FORM = ["x", "-1", "\x00", "a" * 20_000, "99999999999999999999999", "{"]
+BAD_FORM = ["x", "-1", "\x00", "a" * 20_000, "99999999999999999999999", "{", "9999-12-31T23:59:59-12:00"]
 # Routes a walk must not take: signing out ends the session, the relay and password links are not
 # for a signed-in reader (their own tests cover them).
 CONSOLE_SKIPPED = {"logout", "live-relay", "password-set"}

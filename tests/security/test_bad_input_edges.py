@@ -16,7 +16,7 @@ import pytest
 from django.test import Client
 
 from approvals.inbound.webhooks import webhook_endpoint_create
-from approvals.models import AuditEvent, Decision, InboundDelivery, WebhookEndpoint
+from approvals.models import AuditEvent, Away, Decision, InboundDelivery, WebhookEndpoint
 from approvals.outbound.signing import webhook_sign
 from runtime.models import Thread
 from tests.api.test_bad_input import snapshot
@@ -445,3 +445,90 @@ def test_a_path_no_operation_serves_is_the_apis_json_404(operator, path):
     for headers in (operator.client.headers, {}):
         written = Client(enforce_csrf_checks=True).post(path, "{}", content_type="application/json", headers=headers)
         assert written.status_code == 404 and written.json()["error"]["field"] == "path", written.content[:200]
+
+
+# --- date-times whose UTC time is outside Python's range (years 1..9999) ---------------------------
+
+FAR_FUTURE = "9999-12-31T23:59:59-12:00"  # UTC: the year 10000
+FAR_PAST = "0001-01-01T00:00:00+12:00"  # UTC: the year 0
+
+
+def put(persona: Any, path: str, body: Any) -> Any:
+    return persona.client.client.put(
+        path, json.dumps(body), content_type="application/json", headers=persona.client.headers
+    )
+
+
+@pytest.mark.parametrize(("field", "value"), [("ends_at", FAR_FUTURE), ("starts_at", FAR_PAST)])
+def test_an_away_time_out_of_range_in_utc_is_refused_naming_it(personas, field, value):
+    reviewer, cover = personas["reviewer"], personas["reviewer2"]
+    response = put(reviewer, "/api/me/away", {"delegate": cover.username, field: value})
+    error = error_of(response, 422)
+    assert error["field"] == field and "out of range" in error["message"], error
+    assert not Away.objects.filter(user=reviewer.user).exists()
+
+
+def test_an_external_task_due_out_of_range_in_utc_is_refused_writing_nothing(operator):
+    key = f"far-{uuid.uuid4().hex[:8]}"
+    response = operator.client.post(
+        "/api/external-tasks", {"source": "edge", "key": key, "title": "t", "due_at": FAR_FUTURE}
+    )
+    error = error_of(response, 422)
+    assert error["field"] == "due_at" and "out of range" in error["message"], error
+    assert operator.client.get(f"/api/external-tasks/by-key/edge/{key}").status_code == 404
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"until": FAR_FUTURE},
+        {"since": FAR_PAST},
+        {"until": "9999-12-31"},  # a bare date as until means the end of that day: the year 10000
+        {"until": "0001-01-01T00:00:00Z"},  # the default since, a week before, is before the year 1
+        {"since": "9999-12-31T00:00:00Z", "until": "9999-12-31T23:59:59Z"},  # the hourly points near the end
+    ],
+)
+def test_a_dashboard_range_out_of_range_is_a_4xx_naming_it(personas, params):
+    admin = personas["admin"]
+    response = admin.client.get("/api/dashboard", **params)
+    if response.status_code == 200:  # representable after all: answered, not crashed
+        return
+    error = error_of(response, 422)
+    assert error["field"] in params and "out of range" in error["message"], error
+
+
+@pytest.mark.parametrize(("name", "value"), [("since", FAR_FUTURE), ("until", FAR_PAST)])
+def test_an_audit_export_out_of_range_is_refused_before_streaming_and_not_audited(personas, name, value):
+    admin = personas["admin"]
+    exported = AuditEvent.objects.filter(action="audit.exported").count()
+    response = admin.client.get("/api/audit/export", **{name: value})
+    error = error_of(response, 422)
+    assert error["field"] == name and "out of range" in error["message"], error
+    assert AuditEvent.objects.filter(action="audit.exported").count() == exported  # as any refused export
+
+
+def test_the_audit_export_command_prints_one_error_for_a_date_out_of_range(tmp_path):
+    from django.core.management import CommandError, call_command
+
+    with pytest.raises(CommandError, match="since: is out of range"):
+        call_command("audit_export", "--since", FAR_FUTURE, "--output", str(tmp_path / "x.jsonl"))
+    assert not (tmp_path / "x.jsonl").exists()
+
+
+@pytest.mark.parametrize("path", ["/audit/", "/decisions/", "/dashboard/"])
+@pytest.mark.parametrize(("name", "value"), [("since", FAR_PAST), ("until", FAR_FUTURE)])
+def test_a_console_date_filter_out_of_range_is_a_form_error_not_a_500(personas, path, name, value):
+    client = Client(raise_request_exception=False)
+    client.force_login(personas["admin"].user)
+    response = client.get(path, {name: value})
+    assert response.status_code in (200, 400, 422), response.status_code
+    assert b"out of range" in response.content
+
+
+def test_a_console_away_time_out_of_range_is_a_form_error_not_a_500(personas):
+    client = Client(raise_request_exception=False)
+    client.force_login(personas["reviewer"].user)
+    response = client.post("/settings/away", {"delegate": personas["reviewer2"].username, "ends_at": FAR_FUTURE})
+    assert response.status_code in (200, 400, 422), response.status_code
+    assert b"out of range" in response.content
+    assert not Away.objects.filter(user=personas["reviewer"].user).exists()
