@@ -44,6 +44,8 @@ def schema_problem(schema: Any) -> str | None:
         jsonschema.validators.validator_for(schema).check_schema(schema)
     except jsonschema.SchemaError as exc:
         return f"not a valid JSON schema: {exc.message}"
+    except RecursionError:  # a graph's schema is not depth-checked as request JSON is
+        return "the schema is nested too deeply to check"
     return _reference_problem(schema)
 
 
@@ -64,28 +66,114 @@ def first_error(validator: Validator, value: Any) -> jsonschema.ValidationError 
         return jsonschema.exceptions.best_match(validator.iter_errors(value))
     except referencing.exceptions.Unresolvable as exc:
         raise SchemaUnusable(f"a reference does not resolve inside the schema: {exc}") from None
+    except RecursionError:
+        # A reference loop schema_problem did not see (a schema from before it looked for them).
+        raise SchemaUnusable("its references nest too deeply, or loop without reading deeper into the answer") from None
 
 
 def _reference_problem(schema: dict[str, Any]) -> str | None:
     resource = referencing.Resource.from_contents(schema, default_specification=referencing.jsonschema.DRAFT202012)
     base = resource.id() or ""
     registry: referencing.Registry[Any] = METASCHEMAS.with_resource(base, resource).crawl()
-    return _walk(resource, registry.resolver(base_uri=base))
+    specification = referencing.jsonschema.specification_with(
+        str(schema.get("$schema", "")), default=referencing.jsonschema.DRAFT202012
+    )
+    return _walk(resource, registry.resolver(base_uri=base), specification)
 
 
-def _walk(resource: referencing.Resource[Any], resolver: Resolver[Any]) -> str | None:
+def _walk(
+    resource: referencing.Resource[Any], resolver: Resolver[Any], specification: referencing.Specification[Any]
+) -> str | None:
     # Subresources are the places a draft reads subschemas from; each may change the base URI ($id).
-    contents = resource.contents
-    if isinstance(contents, dict):
+    # Iterative: a schema nested (or chained through $defs) deeply must not exhaust our own stack.
+    pending = [(resource, resolver)]
+    finished: set[int] = set()
+    while pending:
+        here, at = pending.pop()
+        contents = here.contents
+        if isinstance(contents, dict):
+            for keyword in _REFERENCE_KEYWORDS:
+                reference = contents.get(keyword)
+                if isinstance(reference, str):
+                    try:
+                        at.lookup(reference)
+                    except referencing.exceptions.Unresolvable:
+                        return f"{keyword} {reference!r} does not resolve inside the schema (nothing is fetched)"
+            loop = _loop_from(here, at, specification, finished)
+            if loop is not None:
+                return loop
+        pending.extend((sub, at.in_subresource(sub)) for sub in here.subresources())
+    return None
+
+
+# Keywords that apply a subschema to the same instance (not to a property or item of it): following
+# only these, a schema that reaches itself again never ends (jsonschema recurses until RecursionError).
+_IN_PLACE_LISTS = ("allOf", "anyOf", "oneOf", "extends")
+_IN_PLACE_ONE = ("not", "if", "then", "else")
+_IN_PLACE_MAPS = ("dependentSchemas", "dependencies")
+
+
+def _in_place(contents: dict[str, Any]) -> list[Any]:
+    out: list[Any] = []
+    for keyword in _IN_PLACE_LISTS:
+        value = contents.get(keyword)
+        if isinstance(value, list):
+            out.extend(value)
+        elif isinstance(value, dict):  # draft 3's extends may be one schema
+            out.append(value)
+    out.extend(contents[keyword] for keyword in _IN_PLACE_ONE if keyword in contents)
+    for keyword in _IN_PLACE_MAPS:
+        value = contents.get(keyword)
+        if isinstance(value, dict):
+            out.extend(v for v in value.values() if isinstance(v, dict))
+    return [v for v in out if isinstance(v, dict)]
+
+
+def _loop_from(
+    start: referencing.Resource[Any],
+    resolver: Resolver[Any],
+    specification: referencing.Specification[Any],
+    finished: set[int],
+) -> str | None:
+    """A loop of references and in-place keywords from ``start`` back into itself, described, or None.
+
+    Depth-first over the subschemas that apply to the same instance; ``finished`` holds the
+    subschemas (by identity) already shown to reach no loop, shared across starts.
+    """
+    if id(start.contents) in finished:
+        return None
+    on_path: set[int] = {id(start.contents)}
+    path: list[tuple[Any, list[tuple[Any, Resolver[Any], str]]]] = []
+
+    def edges(contents: dict[str, Any], at: Resolver[Any]) -> list[tuple[Any, Resolver[Any], str]]:
+        out: list[tuple[Any, Resolver[Any], str]] = []
         for keyword in _REFERENCE_KEYWORDS:
             reference = contents.get(keyword)
             if isinstance(reference, str):
                 try:
-                    resolver.lookup(reference)
+                    resolved = at.lookup(reference)
                 except referencing.exceptions.Unresolvable:
-                    return f"{keyword} {reference!r} does not resolve inside the schema (nothing is fetched)"
-    for sub in resource.subresources():
-        problem = _walk(sub, resolver.in_subresource(sub))
-        if problem is not None:
-            return problem
+                    continue  # reported by the reference walk
+                out.append((resolved.contents, resolved.resolver, f"{keyword} {reference!r}"))
+        for child in _in_place(contents):
+            sub = specification.create_resource(child)
+            out.append((child, at.in_subresource(sub), ""))
+        return out
+
+    path.append((start.contents, edges(start.contents, resolver)))
+    while path:
+        contents, todo = path[-1]
+        if not todo:
+            path.pop()
+            on_path.discard(id(contents))
+            finished.add(id(contents))
+            continue
+        child, child_at, via = todo.pop()
+        if not isinstance(child, dict) or id(child) in finished:
+            continue
+        if id(child) in on_path:
+            where = f" ({via})" if via else ""
+            return f"its references loop{where}: the schema would apply itself to the same value forever"
+        on_path.add(id(child))
+        path.append((child, edges(child, child_at)))
     return None

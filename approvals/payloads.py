@@ -95,23 +95,23 @@ def _hitl_allowed(payload: dict[str, Any], index: int) -> list[str]:
 
 def _schema_decisions(schema: Any) -> list[str]:
     """Decision types a ``response_schema`` accepts (its ``type`` constants)."""
-    found: list[str] = []
-
-    def walk(node: Any) -> None:
+    found: list[Any] = []
+    # Iterative: a graph's schema is not depth-checked as request JSON is.
+    pending = [schema]
+    while pending:
+        node = pending.pop()
         if isinstance(node, dict):
-            type_prop = (node.get("properties") or {}).get("type")
+            properties = node.get("properties")
+            type_prop = properties.get("type") if isinstance(properties, dict) else None
             if isinstance(type_prop, dict):
                 if "const" in type_prop:
                     found.append(type_prop["const"])
-                found.extend(type_prop.get("enum") or [])
-            for value in node.values():
-                walk(value)
+                enum = type_prop.get("enum")
+                found.extend(enum if isinstance(enum, list) else [])
+            pending.extend(reversed(list(node.values())))
         elif isinstance(node, list):
-            for value in node:
-                walk(value)
-
-    walk(schema)
-    return [d for d in dict.fromkeys(found) if d in GENERIC_DECISIONS]
+            pending.extend(reversed(node))
+    return [d for d in dict.fromkeys(d for d in found if isinstance(d, str)) if d in GENERIC_DECISIONS]
 
 
 def decisions_allowed(payload: Any, task_kind: str = "interrupt", response_schema: Any = None) -> list[str]:

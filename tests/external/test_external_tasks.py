@@ -45,6 +45,8 @@ def test_the_same_key_with_a_different_body_is_refused_and_writes_nothing(engine
         ({"response_schema": {"type": "no-such-type"}}, "response_schema"),
         ({"response_schema": {"$ref": "https://example.com/schema.json"}}, "response_schema"),  # never fetched
         ({"response_schema": {"$ref": "#/$defs/missing"}}, "response_schema"),
+        ({"response_schema": {"$defs": {"a": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"}}, "response_schema"),
+        ({"response_schema": {"allOf": [{"$ref": "#"}]}}, "response_schema"),  # a loop through allOf
         ({"response_schema": {"$schema": "https://example.com/my-draft", "type": "object"}}, "response_schema"),
         ({"redaction_paths": [" "]}, "redaction_paths[0]"),
         ({"redaction_paths": ["applicant.ssn", "a..b"]}, "redaction_paths[1]"),
@@ -219,7 +221,14 @@ def test_a_due_time_without_a_zone_is_refused_by_the_service_too(engine, source)
     assert refused.value.field == "due_at" and "time zone" in refused.value.message
 
 
-@pytest.mark.parametrize("schema", [{"$ref": "https://example.com/schema.json"}, {"$ref": "#/$defs/missing"}])
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"$ref": "https://example.com/schema.json"},
+        {"$ref": "#/$defs/missing"},
+        {"$defs": {"a": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"},  # a loop: RecursionError when applied
+    ],
+)
 def test_an_edit_against_a_schema_that_cannot_be_applied_is_refused_not_a_500(engine, source, personas, schema):
     """A task stored before schemas were checked on create: its answers cannot be checked, so none is accepted."""
     body = task_body(source, decisions=["approve", "reject", "edit"], response_schema={"type": "object"})
