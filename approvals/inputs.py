@@ -166,14 +166,30 @@ def json_loads_strict(raw: bytes | str, *, field: str = "") -> Any:
 
 
 class StrictJsonParser(Parser):
-    """django-ninja's body parser for both APIs: ``json_loads_strict``.
+    """django-ninja's body parser for both APIs: ``json_loads_strict``, and the body must be an object.
 
     Ninja wraps any parser exception in ``HttpError(400)``; the APIs' ``HttpError``
     handlers answer with ``parse_error_of`` so the field and status survive.
     """
 
     def parse_body(self, request: HttpRequest) -> Any:
-        return json_loads_strict(request.body)
+        value = json_loads_strict(request.body)
+        if not isinstance(value, dict):
+            # Every operation of both APIs reads an object. Ninja's schemas read anything else by attribute,
+            # so ``[1]`` was every field's default (a thread created from nothing) and ``[]`` a decision
+            # whose "decision" was missing: say what is wrong with the body instead.
+            raise InvalidInput(f"body: must be a JSON object, not {_json_kind(value)}", field="body")
+        return value
+
+
+def _json_kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, list):
+        return "an array"
+    return "a string" if isinstance(value, str) else "a number"
 
 
 def parse_error_of(exc: BaseException) -> DomainError | None:

@@ -358,3 +358,16 @@ def test_without_its_own_limit_a_run_has_the_graph_s(operator, lg_thread, undisp
     run_execute(run_id=created.json()["run_id"])
     run = operator.client.get(f"/lg/threads/{lg_thread}/runs/{created.json()['run_id']}").json()
     assert "more than 5 steps" in run["error"] and "gatehouse.runtime.never_stops.recursion_limit" in run["error"]
+
+
+# --- POST /threads: the body, and a thread id that is taken -------------------------------------
+
+
+@pytest.mark.parametrize("raw", [b"[1]", b"[]", b'"s"', b"5", b"null", b"true"])
+@pytest.mark.parametrize("path", ["/lg/threads", "/lg/threads/search", "/lg/assistants/search", "/api/threads"])
+def test_a_body_that_is_not_a_json_object_is_refused_naming_body(operator, raw, path):
+    threads = Thread.objects.count()
+    response = operator.client.post(path, raw=raw)
+    error = error_of(response, 422)
+    assert error["field"] == "body" and "must be a JSON object" in error["message"], error
+    assert Thread.objects.count() == threads
