@@ -20,6 +20,7 @@ the typed response schemas of ``lgplatform.responses``.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import uuid
 from collections.abc import Sequence
@@ -260,10 +261,14 @@ def thread_create(
         graph = assistant_graph(actor, graph)
         permissions.require_start(actor, graph)
     pk = _uuid(thread_id, "thread_id") if thread_id else uuid.uuid4()
-    existing = Thread.objects.filter(pk=pk).first()
-    if existing is not None:
+    if Thread.objects.filter(pk=pk).exists():
+        # An id names one thread: whether it is taken cannot be hidden from whoever tries to create it.
+        # All else is: a thread the actor may not see is refused with the very answer a visible one gets
+        # under "raise" (nothing of its graph, status or owner), and "do_nothing" returns only a thread
+        # the actor may see; for any other it is the same 409, never a 404 that would tell the two apart.
         if if_exists == "do_nothing":
-            return thread_get_for(actor, pk), False
+            with contextlib.suppress(NotFound):
+                return thread_get_for(actor, pk), False
         raise Conflict(f"thread {pk} already exists", field="thread_id")
     thread = runtime_threads.thread_create(thread_id=pk, graph=graph, metadata=metadata, created_by=actor)
     details = {"metadata": metadata, "via": "platform-api"}

@@ -371,3 +371,36 @@ def test_a_body_that_is_not_a_json_object_is_refused_naming_body(operator, raw, 
     error = error_of(response, 422)
     assert error["field"] == "body" and "must be a JSON object" in error["message"], error
     assert Thread.objects.count() == threads
+
+
+@pytest.fixture
+def loan_operator() -> Any:
+    """An operator of the loan graph only: a kyc thread is one it may not see."""
+    from django.contrib.auth import get_user_model
+
+    from approvals.models import GraphAssignment
+    from approvals.roles import roles_ensure
+    from approvals.tokens import token_issue
+    from tests.conftest import ApiClient
+
+    user = get_user_model().objects.create_user(f"loan-op-{uuid.uuid4().hex[:6]}")
+    user.groups.add(roles_ensure()["operator"])
+    GraphAssignment.objects.create(user=user, graph="loan_approval")
+    return ApiClient(token_issue(user=user))
+
+
+@pytest.mark.parametrize("if_exists", [None, "raise", "do_nothing"])
+def test_creating_a_thread_id_the_caller_may_not_see_answers_as_a_visible_taken_id(operator, loan_operator, if_exists):
+    from tests.factories import thread_make
+
+    hidden = thread_make(graph="kyc_onboarding")
+    seen = loan_operator.post("/lg/threads", {}).json()["thread_id"]  # its own: visible
+    hidden_answer = loan_operator.post("/lg/threads", {"thread_id": str(hidden.pk), "if_exists": if_exists})
+    error = error_of(hidden_answer, 409)
+    assert error == {"code": "conflict", "message": f"thread {hidden.pk} already exists", "field": "thread_id"}
+    assert loan_operator.get(f"/lg/threads/{hidden.pk}").status_code == 404  # still not shown
+    seen_answer = loan_operator.post("/lg/threads", {"thread_id": seen, "if_exists": "raise"})
+    assert error_of(seen_answer, 409)["message"] == f"thread {seen} already exists"  # the same words
+    if if_exists == "do_nothing":  # a thread the caller may see is returned, as LangGraph Server does
+        again = loan_operator.post("/lg/threads", {"thread_id": seen, "if_exists": "do_nothing"})
+        assert again.status_code == 200 and again.json()["thread_id"] == seen
