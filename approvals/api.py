@@ -355,6 +355,12 @@ def task_decide(
 
 
 def _task_decide(request: AuthedRequest, task_id: UUID, body: DecisionIn) -> tuple[DecisionOut, Any]:
+    if body.message and body.decision in ("approve", "edit"):
+        # No approval or edit carries a message (a response does; a tool call's rejection may): refused as
+        # action_args without an edit is, rather than dropped while the caller believes it was sent.
+        raise InvalidInput(
+            f"message is sent with a respond or reject decision, not with {body.decision}", field="message"
+        )
     decision_request = DecisionRequest(
         outcome=body.decision,
         reason=body.reason,

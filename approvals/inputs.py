@@ -41,6 +41,18 @@ Offset = Annotated[int, Field(ge=0, le=MAX_OFFSET)]
 # A LangGraph checkpoint id (a UUID, version 6 in practice).
 CHECKPOINT_ID_PATTERN = r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
 CheckpointId = Annotated[str, Field(pattern=CHECKPOINT_ID_PATTERN, max_length=36)]
+# What a task is bound to: a graph's checkpoint id (a UUID, with or without hyphens) or an external
+# task's ``external-<32 hex>``. A decision naming anything else is malformed (422), not stale (409).
+TASK_CHECKPOINT_ID_PATTERN = rf"^(?:external-[0-9a-f]{{32}}|[0-9a-fA-F]{{32}}|{CHECKPOINT_ID_PATTERN[1:-1]})$"
+
+
+def _task_checkpoint(value: str) -> str:
+    if not re.fullmatch(TASK_CHECKPOINT_ID_PATTERN, value):
+        raise PydanticCustomError("checkpoint_id", "not a checkpoint id: send the task's checkpoint_id as shown")
+    return value
+
+
+TaskCheckpointId = Annotated[str, Field(max_length=64), AfterValidator(_task_checkpoint)]
 
 
 def _aware(value: datetime) -> datetime:

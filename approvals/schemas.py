@@ -11,6 +11,7 @@ from ninja import Schema
 from pydantic import BaseModel, Field
 
 from approvals.deadlines import DueState, due_state
+from approvals.inputs import TaskCheckpointId
 
 
 class ThreadIn(Schema):
@@ -162,8 +163,9 @@ class TaskPageOut(Schema):
 class DecisionIn(Schema):
     decision: Literal["approve", "reject", "edit", "respond"]
     reason: str = Field(default="", max_length=4000)
-    checkpoint_id: str | None = Field(
-        default=None, max_length=64, description="The checkpoint the reviewer saw; a stale one is refused with 409."
+    checkpoint_id: TaskCheckpointId | None = Field(
+        default=None,
+        description="The checkpoint the reviewer saw (the task's checkpoint_id); a stale one is refused with 409.",
     )
     edits: dict[str, Any] | None = Field(default=None, description="State values to change (validated).")
     action_args: dict[str, Any] | None = Field(default=None, description="Edited arguments of the proposed action.")

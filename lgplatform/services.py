@@ -841,9 +841,18 @@ def _outcome_of(value: Any) -> str:
 REASON_MAX_CHARS = 4000  # as the native API's decision reason
 
 
+def metadata_reason(metadata: dict[str, Any] | None) -> str | None:
+    """A run's ``metadata.reason``: text, or absent (None); anything else is refused, not ignored."""
+    reason = (metadata or {}).get("reason")
+    if reason is not None and not isinstance(reason, str):
+        raise InvalidInput("metadata.reason: must be text", field="metadata.reason")
+    return reason
+
+
 def _reason_of(value: Any, metadata: dict[str, Any]) -> str:
     """The decision's reason: the resume value's ``reason`` or ``message`` (a tool call's message), else the
     run's ``metadata.reason``. One too long is refused, as on the native API, not cut short."""
+    from_metadata = metadata_reason(metadata)  # refused when it is not text, even if the value gives one
     found: tuple[str, str] | None = None
     if isinstance(value, dict):
         for key in ("reason", "message"):
@@ -855,8 +864,8 @@ def _reason_of(value: Any, metadata: dict[str, Any]) -> str:
                 if isinstance(item, dict) and isinstance(item.get("message"), str) and item["message"].strip():
                     found = (item["message"], f"command.resume.decisions[{index}].message")
                     break
-    if found is None and isinstance(metadata.get("reason"), str):
-        found = (metadata["reason"], "metadata.reason")
+    if found is None and from_metadata is not None:
+        found = (from_metadata, "metadata.reason")
     if found is None:
         return ""
     text, field = found

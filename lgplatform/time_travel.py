@@ -37,8 +37,8 @@ REASON_HEADER = "X-Gatehouse-Reason"
 
 
 def _reason(request: HttpRequest, metadata: dict[str, Any] | None = None) -> str | None:
-    from_metadata = (metadata or {}).get("reason")
-    return request.headers.get(REASON_HEADER) or (from_metadata if isinstance(from_metadata, str) else None)
+    from_metadata = platform.metadata_reason(metadata)
+    return request.headers.get(REASON_HEADER) or from_metadata
 
 
 def checkpoint_wanted(checkpoint: dict[str, Any] | None, checkpoint_id: str | None) -> str | None:

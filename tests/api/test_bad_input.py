@@ -405,3 +405,44 @@ def test_it_refuses_an_oversized_body_with_or_without_a_content_length(operator,
     status, content = asgi_post("/api/threads", body, headers)
     assert status == 413, content[:300]
     assert json.loads(content)["error"]["code"] == "payload_too_large"
+
+
+# --- the decision body: its form, a malformed checkpoint id, a message nothing reads -------------
+
+
+@pytest.mark.parametrize("checkpoint_id", ["not-a-uuid", "1f0a0000-0000-6000-8000", "external-xyz", " " * 3])
+def test_a_malformed_checkpoint_id_is_a_422_not_a_stale_view(reviewer, loan_task, checkpoint_id):
+    before = snapshot(loan_task["id"])
+    error = error_of(api_decide(reviewer, loan_task, reason="ok", checkpoint_id=checkpoint_id), 422)
+    assert error["field"] == "checkpoint_id" and "not a checkpoint id" in error["message"], error
+    assert snapshot(loan_task["id"]) == before
+
+
+@pytest.mark.parametrize("raw", [b"[]", b'"approve"', b"null", b"[{}]"])
+def test_a_decision_body_that_is_not_an_object_says_so_naming_body(reviewer, loan_task, raw):
+    before = snapshot(loan_task["id"])
+    response = reviewer.client.post(f"/api/tasks/{loan_task['id']}/decision", raw=raw)
+    error = error_of(response, 422)
+    assert error["field"] == "body" and "must be a JSON object" in error["message"], error
+    assert snapshot(loan_task["id"]) == before
+
+
+@pytest.mark.parametrize("decision", ["approve", "edit"])
+def test_a_message_with_a_decision_that_carries_none_is_refused_not_dropped(reviewer, loan_task, decision):
+    before = snapshot(loan_task["id"])
+    error = error_of(api_decide(reviewer, loan_task, decision, reason="ok", message="hi"), 422)
+    assert error["field"] == "message", error
+    assert snapshot(loan_task["id"]) == before
+
+
+def test_a_platform_resume_with_a_reason_that_is_not_text_is_refused_naming_it(reviewer, loan_task):
+    before = snapshot(loan_task["id"])
+    body = {
+        "assistant_id": "loan_approval",
+        "command": {"resume": {"decision": "approve"}},
+        "metadata": {"reason": 5},
+    }
+    response = reviewer.client.post(f"/lg/threads/{loan_task['thread_id']}/runs", body)
+    assert response.status_code == 422, response.content
+    assert response.json()["error"]["field"] == "metadata.reason", response.content
+    assert snapshot(loan_task["id"]) == before
