@@ -201,9 +201,25 @@ def can(user: Principal, perm: str) -> bool:
     return True
 
 
+def token_refusal(user: Principal, perms: tuple[str, ...], action: str) -> Forbidden | None:
+    """The refusal to give when ``user``'s role grants one of ``perms`` but the API token it came with is
+    limited to other actions: the token is the reason, so it is named first, whatever else would refuse.
+    """
+    scope = getattr(user, TOKEN_SCOPE_ATTR, None)
+    if not scope or not scope[1] or not (user.is_authenticated and user.is_active):
+        return None
+    needed = [TOKEN_ACTIONS.get(perm, "admin") for perm in perms if user.has_perm(perm)]
+    if not needed or any(n in scope[1] for n in needed):
+        return None
+    return Forbidden(
+        f"this API token is limited to {', '.join(sorted(scope[1]))}: to {action} it needs the "
+        f"{' or '.join(repr(n) for n in dict.fromkeys(needed))} action"
+    )
+
+
 def require(user: Principal, perm: str, action: str) -> None:
     if not can(user, perm):
-        raise Forbidden(f"you may not {action}")
+        raise token_refusal(user, (perm,), action) or Forbidden(f"you may not {action}")
 
 
 _ASSIGNMENTS_CACHE = "_gatehouse_assignments"
@@ -417,6 +433,9 @@ def gate_assigned(user: Principal, task: ApprovalTask) -> bool:
 
 def require_decide(user: Principal, task: ApprovalTask) -> None:
     if not can_decide(user, task):
+        refusal = token_refusal(user, ("approvals.decide_task",), "decide approval tasks")
+        if refusal is not None:
+            raise refusal
         if can(user, "approvals.decide_task") and graph_visible(user, task.graph):
             raise Forbidden(f"you are not assigned to the gate {task.node!r} of {task.graph!r}")
         raise Forbidden("you may not decide approval tasks")
@@ -447,7 +466,9 @@ def can_reassign(user: Principal, task: ApprovalTask) -> bool:
 
 def require_reassign(user: Principal, task: ApprovalTask) -> None:
     if not can_reassign(user, task):
-        raise Forbidden("you may not reassign tasks (a lead's or an admin's right)")
+        raise token_refusal(user, ("approvals.reassign_task",), "reassign tasks") or Forbidden(
+            "you may not reassign tasks (a lead's or an admin's right)"
+        )
 
 
 # --- Conversation (comments) -------------------------------------------------------------------
@@ -468,7 +489,10 @@ def can_comment(user: Principal, graph: str) -> bool:
 
 def require_comment(user: Principal, graph: str) -> None:
     if not can_comment(user, graph):
-        raise Forbidden("you may not comment here: commenting is for reviewers, operators and leads of the graph")
+        refusal = token_refusal(user, COMMENT_POST_PERMS, "comment") if graph_visible(user, graph) else None
+        raise refusal or Forbidden(
+            "you may not comment here: commenting is for reviewers, operators and leads of the graph"
+        )
 
 
 # --- time travel (approvals.time_travel) ---

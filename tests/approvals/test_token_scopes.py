@@ -48,3 +48,35 @@ def test_issue_token_refuses_an_unknown_action(personas):
 
     with pytest.raises(CommandError, match="unknown token actions"):
         call_command("issue_token", personas["reviewer"].username, "--actions", "read,launch", stdout=StringIO())
+
+
+@pytest.mark.parametrize(
+    "method,path,body,needed",
+    [
+        ("put", "/api/me/away", {"delegate": "nobody"}, "'decide'"),
+        ("post", "/api/threads", {"graph": "loan_approval", "input": {}}, "'start'"),
+        ("post", "/lg/threads", {}, "'start'"),
+        ("put", "/lg/store/items", {"namespace": ["x"], "key": "k", "value": {}}, "'store'"),
+    ],
+)
+def test_a_token_limited_to_read_is_refused_for_its_scope_before_anything_else(personas, method, path, body, needed):
+    """An admin may do all of these; the token's scope is the reason, and the refusal says so first."""
+    import json
+
+    read_only = ApiClient(token_issue(user=personas["admin"].user, actions=["read"]))
+    response = getattr(read_only.client, method)(
+        path, json.dumps(body), content_type="application/json", headers=read_only.headers
+    )
+    assert response.status_code == 403, response.content
+    message = response.json()["error"]["message"]
+    assert message.startswith("this API token is limited to read") and needed in message, message
+
+
+def test_a_read_only_token_deciding_is_told_its_scope_is_the_reason(personas):
+    reviewer = personas["reviewer"]
+    thread = thread_start(personas["operator"], "loan_approval", loan_input())
+    [task] = pending_tasks(reviewer, thread["id"])
+    read_only = ApiClient(token_issue(user=reviewer.user, actions=["read"]))
+    refused = api_decide(read_only, task, reason="ok")
+    assert refused.status_code == 403
+    assert "this API token is limited to read" in refused.json()["error"]["message"]
