@@ -77,7 +77,7 @@ def thread_start(*, actor: User, graph: str, input: dict[str, Any], metadata: di
     entry = _graph_entry(graph)
     permissions.require_start(actor, graph)
     try:
-        values_validate(entry.input_schema, input, prefix="input")
+        values_validate(entry.input_schema, input, prefix="input", complete=entry.input_declared)
     except FieldError as exc:
         raise InvalidInput(exc.message, field=exc.field) from None
     thread, run = thread_start_enqueue(graph=graph, metadata=metadata, input=input, created_by=actor)

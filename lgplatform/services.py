@@ -705,7 +705,8 @@ def run_create(
 def _run_start(actor: User, thread_pk: Any, graph: str, graph_input: dict[str, Any], metadata: dict[str, Any]) -> Run:
     permissions.require_start(actor, graph)
     try:
-        values_validate(graph_get(graph).input_schema, graph_input, prefix="input")
+        entry = graph_get(graph)
+        values_validate(entry.input_schema, graph_input, prefix="input", complete=entry.input_declared)
     except (FieldError, UnknownGraph) as exc:
         if isinstance(exc, UnknownGraph):
             raise NotFound(f"graph {graph!r} is not registered", field="assistant_id") from None

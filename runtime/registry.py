@@ -134,6 +134,15 @@ class GraphEntry:
     def input_schema(self) -> type:
         return self.builder.input_schema
 
+    @property
+    def input_declared(self) -> bool:
+        """Whether the graph declares an input schema of its own (``StateGraph(..., input_schema=...)``).
+
+        Only then are its required keys required of a thread's input: a state schema doubling as the input
+        (``total=True`` by default) names the whole working state, which no caller starts with.
+        """
+        return self.builder.input_schema is not self.builder.state_schema
+
     def node_names(self) -> list[str]:
         """The nodes of the graph and of the compiled subgraphs it runs as nodes (a task's ``node`` is the
         innermost node that interrupted)."""

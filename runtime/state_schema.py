@@ -33,15 +33,64 @@ def schema_fields(schema: type) -> dict[str, Any]:
     if dataclasses.is_dataclass(schema):
         return {f.name: f.type for f in dataclasses.fields(schema)}
     try:
-        return typing.get_type_hints(schema, include_extras=True)
+        hints = typing.get_type_hints(schema, include_extras=True)
     except Exception:  # noqa: BLE001 - unresolvable hints fall back to raw annotations
         return dict(getattr(schema, "__annotations__", {}))
+    # A key's Required/NotRequired says whether it must be there, not what it holds: the value's type is
+    # inside (left wrapped, the key's value went unchecked: pydantic adapts no bare NotRequired).
+    return {key: _presence(hint)[0] for key, hint in hints.items()}
+
+
+_REQUIRED = (typing.Required, typing_extensions.Required)
+_NOT_REQUIRED = (typing.NotRequired, typing_extensions.NotRequired)
+
+
+def _presence(hint: Any) -> tuple[Any, bool | None]:
+    """``(the value's type, whether the key is Required (True), NotRequired (False) or says neither)``."""
+    origin = typing.get_origin(hint)
+    if origin in _REQUIRED or origin in _NOT_REQUIRED:
+        return typing.get_args(hint)[0], origin in _REQUIRED
+    return hint, None
+
+
+def required_keys(schema: type) -> list[str]:
+    """The keys a whole value of ``schema`` must hold, in declaration order (``total=False`` / ``NotRequired``
+    TypedDict keys, Pydantic fields with defaults and dataclass fields with defaults are optional)."""
+    if isinstance(schema, type) and issubclass(schema, BaseModel):
+        return [name for name, f in schema.model_fields.items() if f.is_required()]
+    if dataclasses.is_dataclass(schema):
+        missing = dataclasses.MISSING
+        return [f.name for f in dataclasses.fields(schema) if f.default is missing and f.default_factory is missing]
+    required = getattr(schema, "__required_keys__", None)
+    if required is None:
+        return []
+    try:
+        hints = typing.get_type_hints(schema, include_extras=True)
+    except Exception:  # noqa: BLE001 - unresolvable hints: the class's own account
+        hints = dict(getattr(schema, "__annotations__", {}))
+    # typing.TypedDict on Python 3.11 misses NotRequired[...] under ``from __future__ import annotations``
+    # (its __required_keys__ lists the key): the resolved hint is the key's own word.
+    out = []
+    for key, hint in hints.items():
+        marked = _presence(hint)[1]
+        if marked or (marked is None and key in required):
+            out.append(key)
+    return out
 
 
 def values_validate(
-    schema: type, values: Any, *, prefix: str, allowed: typing.Collection[str] | None = None
+    schema: type,
+    values: Any,
+    *,
+    prefix: str,
+    allowed: typing.Collection[str] | None = None,
+    complete: bool = False,
 ) -> dict[str, Any]:
-    """Return ``values`` if every key exists in ``schema`` (and in ``allowed``) with a valid value."""
+    """Return ``values`` if every key exists in ``schema`` (and in ``allowed``) with a valid value.
+
+    ``complete``: ``values`` is a whole value of the schema (a thread's input), so its required keys must be
+    there too; edits and forks write some keys over a state that has the rest.
+    """
     if not isinstance(values, dict):
         raise FieldError(prefix, "must be an object")
     fields = schema_fields(schema)
@@ -62,6 +111,10 @@ def values_validate(
             err = exc.errors()[0]
             loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"])
             raise FieldError(f"{field}{loc}", err["msg"]) from None
+    if complete:  # after the keys given, so a misspelt key is named as such rather than as a missing one
+        missing = [key for key in required_keys(schema) if key not in values]
+        if missing:
+            raise FieldError(f"{prefix}.{missing[0]}", f"required (missing: {', '.join(missing)})")
     return values
 
 

@@ -7,7 +7,7 @@ threads; the review gate shows the applicant's previous outcome to the reviewer.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, TypedDict
+from typing import Annotated, Any, Literal, NotRequired, TypedDict
 
 from langgraph.config import get_store
 from langgraph.graph import END, START, StateGraph
@@ -22,13 +22,26 @@ AUTO_APPROVE_BELOW = 0.3
 AUTO_DECLINE_ABOVE = 0.8
 
 
+# What the bank takes: the input's bounds, the state's (what a fork or update_state writes) and the
+# review's args_schema (an edited amount or term) are one.
+AMOUNT_MAX = 10_000_000
+TERM_MONTHS_MAX = 480
+
+Amount = Annotated[int, Field(ge=1, le=AMOUNT_MAX)]
+Income = Annotated[int, Field(ge=0)]
+TermMonths = Annotated[int, Field(ge=1, le=TERM_MONTHS_MAX)]
+
+
 class LoanState(TypedDict, total=False):
+    """The graph's working state, and what a fork's or update_state's ``values`` are checked against:
+    bounded as the input is, or a fork at the review writing ``amount: -500`` was paid once approved."""
+
     applicant: str
     applicant_id: str
     loan_id: str
-    amount: int
-    income: int
-    term_months: int
+    amount: Amount
+    income: Income
+    term_months: TermMonths
     documents: list[str]
     risk_score: float
     route: str
@@ -37,24 +50,20 @@ class LoanState(TypedDict, total=False):
     status: str
 
 
-# What the bank takes: the input's bounds and the review's args_schema (an edited amount or term) are one.
-AMOUNT_MAX = 10_000_000
-TERM_MONTHS_MAX = 480
-
-
-class LoanInput(TypedDict, total=False):
+class LoanInput(TypedDict):
     """What a caller starts a loan with; the rest of ``LoanState`` is the graph's own working state.
 
     Bounded as the bank is (the review's ``args_schema``): a negative amount scored as low risk and was
-    paid out without review.
+    paid out without review. The amount, applicant and income are required: without them a start was
+    scored as risk 0 and paid 0 without review.
     """
 
+    amount: Amount
     applicant: str
-    applicant_id: str
-    loan_id: str
-    amount: Annotated[int, Field(ge=1, le=AMOUNT_MAX)]
-    income: Annotated[int, Field(ge=0)]
-    term_months: Annotated[int, Field(ge=1, le=TERM_MONTHS_MAX)]
+    income: Income
+    applicant_id: NotRequired[str]
+    loan_id: NotRequired[str]
+    term_months: NotRequired[TermMonths]
 
 
 def pull_documents(state: LoanState) -> dict[str, Any]:
@@ -114,8 +123,12 @@ def human_review(state: LoanState) -> Command[Literal["disburse", "decline"]]:
     return Command(goto="disburse", update=update)
 
 
-def disburse(state: LoanState) -> dict[str, Any]:
-    args: dict[str, Any] = {"loan_id": state.get("loan_id", ""), "amount": int(state.get("amount", 0))}
+def disburse(state: LoanState) -> Command[Literal["decline"]] | dict[str, Any]:
+    amount = int(state.get("amount") or 0)
+    if amount < 1:
+        # Defence in depth: the schemas bound the amount, but a node that pays checks what it pays.
+        return Command(goto="decline", update={"status": "refused_non_positive_amount"})
+    args: dict[str, Any] = {"loan_id": state.get("loan_id", ""), "amount": amount}
     payment = perform_effect(
         "disburse",
         lambda key: bank_client.disburse(**args, idempotency_key=key),

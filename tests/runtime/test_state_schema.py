@@ -8,11 +8,11 @@ from typing import Annotated, Any, Literal, NotRequired, TypedDict
 import pytest
 from langchain_core.messages import AnyMessage
 from langgraph.graph.message import add_messages
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from demo.graphs.kyc_onboarding import KycState
 from demo.graphs.loan_approval import LoanState
-from runtime.state_schema import FieldError, json_schema_for, schema_fields, values_validate
+from runtime.state_schema import FieldError, json_schema_for, required_keys, schema_fields, values_validate
 
 
 class Address(TypedDict):
@@ -225,7 +225,7 @@ def test_json_schema_for_gives_one_property_per_key():
     assert schema["type"] == "object"
     assert schema["additionalProperties"] is False
     assert set(schema["properties"]) == set(LoanState.__annotations__)
-    assert schema["properties"]["amount"] == {"type": "integer"}
+    assert schema["properties"]["amount"] == {"type": "integer", "minimum": 1, "maximum": 10_000_000}
     assert schema["properties"]["applicant"] == {"type": "string"}
     assert schema["properties"]["risk_score"] == {"type": "number"}
 
@@ -266,3 +266,25 @@ def test_json_schema_for_describes_a_langchain_agent_state():
     )
     schema = json_schema_for(agent.builder.state_schema)
     assert "messages" in schema["properties"]
+
+
+class _Start(TypedDict):
+    amount: Annotated[int, Field(ge=1)]
+    name: str
+    note: NotRequired[str]
+    term: NotRequired[Annotated[int, Field(ge=1)]]
+
+
+def test_a_whole_input_must_hold_its_required_keys_and_names_the_first_missing():
+    # Under ``from __future__ import annotations`` Python 3.11's TypedDict counts NotRequired keys as required.
+    assert required_keys(_Start) == ["amount", "name"]
+    with pytest.raises(FieldError) as raised:
+        values_validate(_Start, {"note": "x"}, prefix="input", complete=True)
+    assert raised.value.field == "input.amount" and "missing: amount, name" in raised.value.message
+    assert values_validate(_Start, {"note": "x"}, prefix="values") == {"note": "x"}  # a partial write: no check
+
+
+def test_a_not_required_keys_value_is_still_checked():
+    with pytest.raises(FieldError) as raised:
+        values_validate(_Start, {"amount": 1, "name": "n", "term": 0}, prefix="input", complete=True)
+    assert raised.value.field == "input.term"

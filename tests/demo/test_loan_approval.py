@@ -1,0 +1,123 @@
+"""The demo loan graph refuses what it cannot pay: a start without the loan, a fork or state write outside
+the bank's bounds, and (defence in depth) a disbursement of a non-positive amount."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import pytest
+from django.db import transaction
+from langgraph.types import Command
+
+from approvals import time_travel
+from approvals.errors import InvalidInput
+from approvals.models import ApprovalTask, TaskStatus
+from runtime import runs
+from runtime.executor import run_execute
+from runtime.models import Branch, Run, RunKind, RunStatus, Thread
+from runtime.registry import graph_get
+from runtime.state_schema import FieldError, values_validate
+from tests.conftest import loan_input
+
+pytestmark = pytest.mark.usefixtures("live_db")
+
+
+def _module() -> Any:
+    graph_get("loan_approval")  # the registry imports the graph file as its own module
+    return sys.modules["gatehouse_graphs.loan_approval"]
+
+
+@pytest.fixture
+def dispatched(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    sent: list[str] = []
+    monkeypatch.setattr(runs, "run_dispatch", lambda *, run_id: sent.append(str(run_id)))
+    return sent
+
+
+def _run(thread: Thread, graph_input: dict[str, Any]) -> Run:
+    with transaction.atomic():
+        run = runs.run_enqueue(thread=thread, kind=RunKind.START, input=graph_input)
+    run_execute(run_id=str(run.id))
+    run.refresh_from_db()
+    thread.refresh_from_db()
+    return run
+
+
+@pytest.mark.parametrize(
+    ("graph_input", "field"),
+    [
+        ({}, "input.amount"),
+        ({"applicant": "A", "income": 40000}, "input.amount"),
+        ({"amount": 20000, "income": 40000}, "input.applicant"),
+        ({"amount": 20000, "applicant": "A"}, "input.income"),
+    ],
+)
+def test_it_refuses_a_start_without_the_loan_naming_the_missing_key(operator, graph_input, field):
+    before = Thread.objects.count()
+    response = operator.client.post("/api/threads", {"graph": "loan_approval", "input": graph_input})
+    assert response.status_code == 422, response.content
+    assert response.json()["error"]["field"] == field
+    assert "required" in response.json()["error"]["message"]
+    assert Thread.objects.count() == before
+
+
+def test_it_refuses_a_start_without_input_at_all(operator):
+    response = operator.client.post("/api/threads", {"graph": "loan_approval"})
+    assert response.status_code == 422, response.content
+    assert response.json()["error"]["field"] == "input.amount"
+
+
+def test_a_start_on_the_platform_api_requires_the_loan_too(operator):
+    thread = operator.client.post("/lg/threads", {}).json()
+    response = operator.client.post(
+        f"/lg/threads/{thread['thread_id']}/runs", {"assistant_id": "loan_approval", "input": {"applicant": "A"}}
+    )
+    assert response.status_code == 422, response.content
+    assert response.json()["error"]["field"] == "input.amount"
+
+
+@pytest.mark.parametrize("amount", [-500, 0, 10_000_001])
+def test_the_state_schema_carries_the_inputs_bounds(amount):
+    with pytest.raises(FieldError) as raised:
+        values_validate(graph_get("loan_approval").state_schema, {"amount": amount}, prefix="values")
+    assert raised.value.field == "values.amount"
+
+
+def test_a_fork_at_the_review_cannot_write_a_negative_amount(dispatched, personas):
+    thread = Thread.objects.create(graph="loan_approval")
+    assert _run(thread, loan_input(amount=20000, income=40000)).status == RunStatus.INTERRUPTED
+    [task] = ApprovalTask.objects.filter(thread=thread, status=TaskStatus.PENDING)
+    with pytest.raises(InvalidInput) as raised:
+        time_travel.thread_fork(
+            actor=personas["operator"].user,
+            thread_id=thread.id,
+            checkpoint_id=task.checkpoint_id,
+            values={"amount": -500},
+            reason="pay less",
+        )
+    assert raised.value.field == "values.amount"
+    assert not Branch.objects.filter(thread=thread).exists()
+
+
+def test_update_state_cannot_write_a_negative_amount(dispatched, operator):
+    thread = Thread.objects.create(graph="loan_approval")
+    # Far beyond the income: declined without review or payment, so the thread completes with no bank.
+    assert _run(thread, loan_input(amount=1_000_000, income=40000)).status == RunStatus.SUCCEEDED
+    head = thread.checkpoint_id
+    response = operator.client.post(f"/lg/threads/{thread.id}/state", {"values": {"amount": -500}})
+    assert response.status_code == 422, response.content
+    assert response.json()["error"]["field"] == "values.amount"
+    thread.refresh_from_db()
+    assert thread.checkpoint_id == head
+
+
+@pytest.mark.parametrize("amount", [0, -500, None])
+def test_disburse_declines_a_non_positive_amount_rather_than_pay_it(monkeypatch, amount):
+    module = _module()
+    paid: list[Any] = []
+    monkeypatch.setattr(module, "perform_effect", lambda *a, **k: paid.append((a, k)))
+    state = {"loan_id": "L-0", "applicant": "A"} | ({} if amount is None else {"amount": amount})
+    result = module.disburse(state)
+    assert isinstance(result, Command) and result.goto == "decline"
+    assert paid == []
