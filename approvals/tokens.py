@@ -20,6 +20,7 @@ from runtime.registry import graph_external_valid, graph_names
 
 TOKEN_ACTION_NAMES = set(TOKEN_ACTIONS.values()) | {"admin"}
 
+TOKEN_DAYS_MAX = 3650  # the longest a token may be issued for: ten years (beyond, rotate it)
 TOKEN_PREFIX = "gh_"  # noqa: S105 - the public prefix of every token
 
 

@@ -58,11 +58,15 @@ class Command(BaseCommand):
             export = AuditExport(
                 user=user, filters=filters, format=options["format"], actor_label=None if user.pk else "manage.py"
             )
-        except DomainError as exc:
-            raise CommandError(exc.message) from None
+        except DomainError as exc:  # a filter's refusal names its option (--thread: not a thread id)
+            field = f"{exc.field}: "
+            raise CommandError(f"--{field}{exc.message.removeprefix(field)}" if exc.field else exc.message) from None
         total = audit_export_queryset(user=user, filters=filters).count()
         out: TextIO
-        out = sys.stdout if options["output"] == "-" else _private(options["output"])
+        try:
+            out = sys.stdout if options["output"] == "-" else _private(options["output"])
+        except OSError as exc:
+            raise CommandError(f"--output {options['output']}: {exc.strerror or exc}") from None
         try:
             with progress(total, desc="exporting", unit="event", enabled=not options["no_progress"]) as update:
                 for chunk in export.chunks():
@@ -89,10 +93,11 @@ class Command(BaseCommand):
         return user
 
     def _verify(self, path: Path) -> None:
-        if not path.exists():
-            raise CommandError(f"{path}: no such file")
-        with path.open("rb") as lines:
-            result = export_verify(lines)
+        try:
+            with path.open("rb") as lines:
+                result = export_verify(lines)
+        except OSError as exc:
+            raise CommandError(f"--verify {path}: {exc.strerror or exc}") from None
         if not result.ok:
             raise CommandError(f"{path}: BROKEN at line {result.line}: {result.reason} ({result.rows} rows before)")
         links = (

@@ -5,6 +5,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from approvals.intent import intent_verify
+from runtime.command_args import uuid_option
 from runtime.models import Thread
 
 
@@ -23,7 +24,13 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        threads = Thread.objects.filter(pk__in=options["thread"]).order_by("created_at") if options["thread"] else None
+        threads = None
+        if options["thread"]:
+            wanted = [uuid_option("--thread", value) for value in options["thread"]]
+            threads = Thread.objects.filter(pk__in=wanted).order_by("created_at")
+            missing = sorted({str(w) for w in wanted} - {str(pk) for pk in threads.values_list("pk", flat=True)})
+            if missing:  # "0 threads checked" and exit 0 would read as proven
+                raise CommandError(f"--thread {missing[0]}: no such thread")
         report = intent_verify(threads=threads)
         unverifiable = [t for t in report.threads if t.unverifiable]
         for finding in report.threads:

@@ -7,7 +7,8 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
-from approvals.tokens import TOKEN_ACTION_NAMES, token_graphs_check, token_issue
+from approvals.tokens import TOKEN_ACTION_NAMES, TOKEN_DAYS_MAX, token_graphs_check, token_issue
+from runtime.command_args import int_option
 
 
 class Command(BaseCommand):
@@ -16,7 +17,7 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("username")
         parser.add_argument("--name", default="", help="a label for the token")
-        parser.add_argument("--days", type=int, default=None, help="expire after this many days")
+        parser.add_argument("--days", type=int, default=None, help=f"expire after this many days (1..{TOKEN_DAYS_MAX})")
         parser.add_argument("--graphs", default="", help="comma-separated graphs the token is limited to")
         parser.add_argument(
             "--actions",
@@ -27,11 +28,11 @@ class Command(BaseCommand):
     def handle(
         self, *args: Any, username: str, name: str, days: int | None, graphs: str, actions: str, **options: Any
     ) -> None:
+        if days is not None:  # beyond the bound, the expiry date overflowed (a traceback, no token)
+            int_option("--days", days, minimum=1, maximum=TOKEN_DAYS_MAX, unit="days")
         user = get_user_model().objects.filter(username=username).first()
         if user is None:
             raise CommandError(f"no user named {username!r}")
-        if days is not None and days < 1:
-            raise CommandError("--days must be at least 1")
         expires = timezone.now() + timedelta(days=days) if days else None
         try:
             secret = token_issue(

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import urllib.error
+import urllib.parse
 import urllib.request
 from typing import Any
 
@@ -24,6 +25,9 @@ class Command(BaseCommand):
         parser.add_argument("--id", default=None, help="webhook-id (default: a new one; repeat one to test dedupe)")
 
     def handle(self, *args: Any, name: str, url: str, body: str, id: str | None, **options: Any) -> None:
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:  # urllib's own refusal is a traceback
+            raise CommandError(f"--url {url!r}: not an http(s) URL (e.g. http://127.0.0.1:8000)")
         endpoint = WebhookEndpoint.objects.filter(name=name).first()
         if endpoint is None:
             raise CommandError(f"no webhook endpoint named {name!r} (manage.py webhook_endpoint_create)")

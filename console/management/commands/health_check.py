@@ -17,6 +17,7 @@ from django.db import DatabaseError
 from console.health import readiness_evaluate
 from console.heartbeats import beat_heartbeat_age, heartbeat_age, worker_heartbeat_name
 from console.models import HeartbeatComponent
+from runtime.command_args import positive_seconds_option
 
 
 class Command(BaseCommand):
@@ -35,7 +36,11 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        max_age = options["max_age"] or float(settings.GATEHOUSE_HEARTBEAT_STALE_SECONDS)
+        max_age = (
+            float(settings.GATEHOUSE_HEARTBEAT_STALE_SECONDS)
+            if options["max_age"] is None  # 0 is not "unset": it is refused, as is a negative age
+            else positive_seconds_option("--max-age", options["max_age"])
+        )
         component = options["component"]
         if component == "web":
             readiness = readiness_evaluate(names=["database", "checkpointer", "broker", "channel_layer"])

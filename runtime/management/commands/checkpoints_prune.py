@@ -6,6 +6,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from runtime.command_args import graph_option
+from runtime.models import Thread
 from runtime.progress import progress
 from runtime.retention import checkpoints_prune
 
@@ -21,6 +23,11 @@ class Command(BaseCommand):
         parser.add_argument("--graph", help="only threads of this graph")
 
     def handle(self, *args: Any, dry_run: bool = False, graph: str | None = None, **options: Any) -> None:
+        if graph is not None:
+            # A graph no longer registered may still have threads to prune: those graphs are known too.
+            graph = graph_option(
+                "--graph", graph, also=Thread.objects.filter(graph=graph).values_list("graph", flat=True)
+            )
         with progress(None, desc="pruning", unit="thread") as update:
             report = checkpoints_prune(graph=graph, dry_run=dry_run, progress=update)
         verb = "would delete" if dry_run else "deleted"

@@ -1,0 +1,97 @@
+"""A bad argument to a management command is one error line naming it and a non-zero exit: never a
+traceback, a silent no-op ("0 threads checked", exit 0) or a default taken in its place.
+
+Run as ``manage.py`` runs them (ManagementUtility: argv in, stderr and exit status out).
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.core.management import ManagementUtility
+
+from approvals.inbound.webhooks import webhook_endpoint_create
+
+pytestmark = pytest.mark.usefixtures("live_db")  # manage.py closes its connections when it is done
+
+
+def manage(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
+    capsys.readouterr()
+    try:
+        ManagementUtility(["manage.py", *argv]).execute()
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    return code, capsys.readouterr().err
+
+
+@pytest.fixture
+def webhook_endpoint() -> str:
+    name = f"args-{uuid.uuid4().hex[:8]}"
+    webhook_endpoint_create(actor=None, name=name, graph="loan_approval", gates=["human_review"])
+    return name
+
+
+CASES: list[tuple[list[str], list[str]]] = [
+    (["decisions_verify", "--thread", "nope"], ["--thread", "'nope'", "UUID"]),
+    (["decisions_verify", "--thread", "{missing}"], ["--thread", "no such thread"]),
+    (["audit_export", "--output", "/nonexistent/dir/x.jsonl"], ["--output", "No such file or directory"]),
+    (["audit_export", "--output", "{tmp}/x.jsonl", "--thread", "nope"], ["--thread", "not a thread id"]),
+    (["audit_export", "--verify", "/nonexistent/x.jsonl"], ["--verify", "No such file or directory"]),
+    (["audit_export", "--verify", "{tmp}"], ["--verify", "Is a directory"]),
+    (["issue_token", "{user}", "--days", "99999999999"], ["--days", "between 1 and 3650"]),
+    (["issue_token", "{user}", "--days", "0"], ["--days", "between 1 and 3650"]),
+    (["issue_token", "{user}", "--days", "-3"], ["--days", "between 1 and 3650"]),
+    (["health_check", "--component", "worker", "--max-age", "0"], ["--max-age", "above 0"]),
+    (["health_check", "--component", "worker", "--max-age", "-5"], ["--max-age", "above 0"]),
+    (["health_check", "--component", "beat", "--max-age", "nan"], ["--max-age", "above 0"]),
+    (["checkpoints_prune", "--graph", "nope"], ["--graph", "'nope'", "unknown graph", "loan_approval"]),
+    (["checkpoints_prune", "--dry-run", "--graph", "nope"], ["--graph", "unknown graph"]),
+    (["webhook_send", "{endpoint}", "--url", "nope", "--body", "{{}}"], ["--url", "'nope'"]),
+]
+
+
+@pytest.mark.parametrize(("argv", "expected"), CASES, ids=[" ".join(a) for a, _ in CASES])
+def test_a_bad_argument_is_one_error_line_naming_it_and_exit_status_1(
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    personas: dict[str, Any],
+    webhook_endpoint: str,
+    argv: list[str],
+    expected: list[str],
+) -> None:
+    values = {"tmp": str(tmp_path), "user": personas["reviewer"].username, "endpoint": webhook_endpoint}
+    values["missing"] = str(uuid.uuid4())  # a thread id no thread has
+    code, err = manage(capsys, *(a.format(**values) for a in argv))
+    assert code != 0, err
+    assert "Traceback" not in err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("CommandError: "), err
+    for part in expected:
+        assert part in lines[0], lines[0]
+    assert list(tmp_path.iterdir()) == []  # nothing half-written
+
+
+def test_issue_token_within_the_bound_still_issues(capsys, personas):
+    code, err = manage(capsys, "issue_token", personas["reviewer"].username, "--days", "3650")
+    assert code == 0, err
+
+
+def test_checkpoints_prune_takes_a_graph_that_only_threads_remember(capsys):
+    from runtime.models import Thread, ThreadStatus
+
+    Thread.objects.create(graph=f"gone_{uuid.uuid4().hex[:6]}", status=ThreadStatus.COMPLETED)
+    gone = Thread.objects.filter(graph__startswith="gone_").latest("created_at").graph
+    code, err = manage(capsys, "checkpoints_prune", "--dry-run", "--graph", gone)
+    assert code == 0, err
+
+
+def test_decisions_verify_of_a_known_thread_checks_it(capsys):
+    from runtime.models import Thread
+
+    thread = Thread.objects.create(graph="loan_approval")
+    code, err = manage(capsys, "decisions_verify", "--thread", str(thread.id))
+    assert code == 0, err
