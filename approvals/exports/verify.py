@@ -14,6 +14,21 @@ from typing import Any
 from approvals.audit import GENESIS, LEGACY_CHAIN, chain_fields, event_hash
 from approvals.exports.stream import COLUMNS, HASHED
 
+# A CSV export carries each row's hash fields but no trailer: a file cut short, or whose newest rows were
+# removed, reads exactly as a smaller whole export, and whether links are required (a whole-trail export)
+# is unknown. Verifying it would prove less than it seems to, so it is refused, by name.
+CSV_NOT_VERIFIABLE = (
+    "a CSV export: only JSON Lines exports can be verified (their trailer shows a truncated file); "
+    "export with --format jsonl"
+)
+
+
+def export_is_csv(first_line: str | bytes) -> bool:
+    """Whether an export's first line is the CSV header (a JSONL export starts with ``{``)."""
+    text = first_line.decode(errors="replace") if isinstance(first_line, bytes) else first_line
+    header = text.lstrip("\ufeff").strip().split(",")
+    return header[:1] == ["id"] and set(header) <= set(COLUMNS)
+
 
 @dataclass
 class VerifyResult:

@@ -337,6 +337,21 @@ def test_the_command_exports_and_verifies(tmp_path, capsys):
         call_command("audit_export", "--verify", str(whole))
 
 
+@pytest.mark.parametrize("bom", ["", "\ufeff"])
+def test_verify_refuses_a_csv_export_by_name_rather_than_call_it_broken(tmp_path, capsys, bom):
+    """A CSV export has the hash columns but no trailer: a file cut short would read as a smaller whole one."""
+    event("test.export.csvverify")
+    out = tmp_path / "audit.csv"
+    call_command("audit_export", "--format", "csv", "--output", str(out), "--action", "test.export.csvverify")
+    if bom:  # as a spreadsheet saves it
+        out.write_text(bom + out.read_text(encoding="utf-8"), encoding="utf-8")
+    with pytest.raises(CommandError) as refused:
+        call_command("audit_export", "--verify", str(out))
+    message = str(refused.value)
+    assert "only JSON Lines exports can be verified" in message and "--format jsonl" in message
+    assert "BROKEN" not in message and "\n" not in message
+
+
 # --- memory ------------------------------------------------------------------------------
 
 BULK = 200_000

@@ -24,7 +24,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from approvals import permissions
 from approvals.errors import DomainError
 from approvals.exports.stream import FILTERS, FORMATS, AuditExport, audit_export_queryset, filters_parse
-from approvals.exports.verify import export_verify
+from approvals.exports.verify import CSV_NOT_VERIFIABLE, export_is_csv, export_verify
 from approvals.models import AuditAction
 from runtime.progress import progress
 
@@ -40,7 +40,9 @@ class Command(BaseCommand):
         parser.add_argument("--anchors", action="store_true", help="only audit.anchor events (the chain heads)")
         parser.add_argument("--user", default="", help="export as this user would see it (masking, scope)")
         parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
-        parser.add_argument("--verify", metavar="FILE", help="re-check an exported JSONL file's hashes and links")
+        parser.add_argument(
+            "--verify", metavar="FILE", help="re-check an exported JSON Lines file's hashes and links (not CSV)"
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["verify"]:
@@ -95,6 +97,9 @@ class Command(BaseCommand):
     def _verify(self, path: Path) -> None:
         try:
             with path.open("rb") as lines:
+                if export_is_csv(lines.readline()):
+                    raise CommandError(f"{path}: {CSV_NOT_VERIFIABLE}")
+                lines.seek(0)
                 result = export_verify(lines)
         except OSError as exc:
             raise CommandError(f"--verify {path}: {exc.strerror or exc}") from None
