@@ -40,7 +40,7 @@ from approvals.audit import audit_record
 from approvals.errors import Conflict, InvalidInput, NotFound
 from approvals.models import ApiToken, ApprovalTask, AuditAction, ExternalIdentity, GraphAssignment
 from approvals.roles import roles_ensure
-from runtime.registry import UnknownGraph, graph_external_valid, graph_gates, graph_names
+from runtime.registry import UnknownGraph, graph_external_valid, graph_gates, graph_is_external, graph_names
 
 MANAGE_USERS = "approvals.manage_users"
 # Webhook principals hold the "service" role; it is never given to a person.
@@ -265,32 +265,58 @@ def _roles_check(roles: Iterable[str], *, field: str = "roles") -> set[str]:
 
 
 def _assignments_check(
-    assignments: Iterable[Assignment], *, keep: Iterable[Assignment] = (), field: str = "assignments"
+    assignments: Iterable[Assignment],
+    *,
+    keep: Iterable[Assignment] = (),
+    field: str = "assignments",
+    indexed: bool = False,
+    gates_known: bool = False,
 ) -> set[Assignment]:
     """Graphs must be registered (or "*", or an external engine's ``external:<source>``); ``keep`` lists
     assignments already held, which stay valid even if their graph was unregistered since (so an admin
-    can still remove them)."""
-    kept = set(keep)
+    can still remove them).
+
+    ``indexed``: a refusal names the item, ``{field}[i].graph`` or ``{field}[i].gate``, as the API's and the
+    commands' lists are numbered. ``gates_known``: a gate must be one :func:`gates_assignable` offers for
+    its graph (its gates, gates seen in its tasks, gates the user holds): a made-up gate was accepted and
+    decided nothing. An external engine's graph has no gates of its own to check against: any is kept.
+    """
+    kept = list(keep)
+    held = set(kept)
     registered = set(graph_names())
     out = set()
-    for item in assignments:
-        if item in kept:
+    for index, item in enumerate(assignments):
+        if item in held:
             out.add(item)
             continue
+        at_graph = f"{field}[{index}].graph" if indexed else field
+        at_gate = f"{field}[{index}].gate" if indexed else field
         if not item.graph:
-            raise InvalidInput("a graph name is required", field=field)
+            raise InvalidInput("a graph name is required", field=at_graph)
         known = item.graph in registered or graph_external_valid(item.graph)
         if item.graph != permissions.ALL_GRAPHS and not known:
             raise InvalidInput(
                 f"unknown graph {item.graph!r} (registered: {', '.join(sorted(registered)) or 'none'}; "
                 "or external:<source> for an external engine's tasks)",
-                field=field,
+                field=at_graph,
             )
         if item.gate and (item.graph == permissions.ALL_GRAPHS or not _GATE_RE.match(item.gate)):
-            raise InvalidInput(f"{item} is not a gate: use graph:node with a registered graph", field=field)
+            raise InvalidInput(f"{item} is not a gate: use graph:node with a registered graph", field=at_gate)
+        if item.gate and gates_known and not graph_is_external(item.graph):
+            offered = gates_assignable(item.graph, [a.gate for a in kept if a.graph == item.graph])
+            if item.gate not in offered:
+                raise InvalidInput(
+                    f"{item.gate!r} is not a gate of {item.graph!r} (its gates: {', '.join(offered) or 'none'})",
+                    field=at_gate,
+                )
         out.add(item)
-    # A whole-graph assignment covers every gate of that graph ("*" every gate of every graph):
-    # drop the redundant gate rows.
+    return _assignments_reduce(out)
+
+
+def _assignments_reduce(assignments: Iterable[Assignment]) -> set[Assignment]:
+    """A whole-graph assignment covers every gate of that graph ("*" every gate of every graph): drop the
+    redundant gate rows."""
+    out = set(assignments)
     whole = {a.graph for a in out if not a.gate}
     if permissions.ALL_GRAPHS in whole:
         return {a for a in out if not a.gate}
@@ -436,7 +462,7 @@ def user_create(
     first_name = _plain(first_name, field="first_name", max_length=150)
     last_name = _plain(last_name, field="last_name", max_length=150)
     wanted_roles = _roles_check(roles)
-    wanted = _assignments_check(assignments, field="graphs")
+    wanted = _assignments_check(assignments, indexed=True, gates_known=True)
     _lock()
     if User.objects.filter(username__iexact=username).exists():
         raise Conflict(f"a user named {username!r} already exists", field="username")
@@ -476,7 +502,7 @@ def user_assignments_set(*, actor: Actor, user_id: Any, assignments: Iterable[As
     require_admin(actor)
     _lock()
     user = _locked_user(user_id)
-    wanted = _assignments_check(assignments, keep=user_assignments(user))
+    wanted = _assignments_check(assignments, keep=user_assignments(user), indexed=True, gates_known=True)
     _access_apply(actor=actor, user=user, assignments=wanted)
     return User.objects.get(pk=user.pk)
 
@@ -512,7 +538,9 @@ def user_grant(
     _lock()
     user = _locked_user(user_id)
     current = user_assignments(user)
-    wanted = _assignments_check([*current, *assignments], keep=current, field="graphs")
+    # Numbered as the caller's list (what it added), then merged with what the user holds.
+    added = _assignments_check(assignments, keep=current, indexed=True, gates_known=True)
+    wanted = _assignments_reduce([*current, *added])
     _access_apply(actor=actor, user=user, roles=set(user_roles(user)) | add_roles, assignments=wanted)
     return User.objects.get(pk=user.pk)
 

@@ -141,7 +141,9 @@ def user_create(request: HtmxHttpRequest) -> HttpResponse:
             )
             setup = users.user_password_reset(actor=actor, user_id=created.pk)
         except DomainError as exc:
-            errors[exc.field or "__all__"] = exc.message
+            # The service numbers assignments (assignments[0].gate); the form shows them under its graphs.
+            field = "graphs" if (exc.field or "").startswith("assignments") else exc.field or "__all__"
+            errors[field] = exc.message
             status = exc.status
         else:
             # Created with no role, or no graph: it can sign in and do nothing; say so, not silently.

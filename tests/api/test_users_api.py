@@ -97,7 +97,27 @@ def test_an_account_from_creation_to_deactivation(admin, personas):
         ({"username": "{name}", "first_name": "Ada\x00"}, 422, "first_name"),
         ({"username": "{name}", "roles": ["root"]}, 422, "roles"),
         ({"username": "{name}", "roles": "admin"}, 422, "roles"),
-        ({"username": "{name}", "assignments": [{"graph": "nope"}]}, 422, "graphs"),
+        ({"username": "{name}", "assignments": [{"graph": "nope"}]}, 422, "assignments[0].graph"),
+        # a gate the graph does not have was accepted (201) and decided nothing
+        (
+            {"username": "{name}", "assignments": [{"graph": "loan_approval", "gate": "nope"}]},
+            422,
+            "assignments[0].gate",
+        ),
+        (
+            {
+                "username": "{name}",
+                "assignments": [{"graph": "kyc_onboarding"}, {"graph": "loan_approval", "gate": "x"}],
+            },
+            422,
+            "assignments[1].gate",
+        ),
+        # declared gates (tests/graphs/langgraph.json): a node that is not one is not assignable
+        (
+            {"username": "{name}", "assignments": [{"graph": "kyc_onboarding", "gate": "screen_applicant"}]},
+            422,
+            "assignments[0].gate",
+        ),
         # refused at the edge (approvals.inputs), naming the exact path
         (
             {"username": "{name}", "assignments": [{"graph": "loan_approval", "gate": "a\x00b"}]},
@@ -166,3 +186,36 @@ def test_an_admin_token_narrowed_to_read_cannot_administer_users(personas):
     assert narrowed.post("/api/users", {"username": _name()}).status_code == 403
     widened = ApiClient(token_issue(user=personas["admin"].user, actions=["read", "admin"]))
     assert widened.get("/api/users").status_code == 200
+
+
+def test_replacing_assignments_with_an_unknown_gate_is_refused_naming_it_and_changes_nothing(admin):
+    user = users.user_create(actor=users.CLI, username=_name(), roles=["reviewer"], assignments=[])
+    response = admin.post(
+        f"/api/users/{user.pk}/assignments",
+        {
+            "assignments": [
+                {"graph": "loan_approval", "gate": "human_review"},
+                {"graph": "loan_approval", "gate": "nope"},
+            ]
+        },
+    )
+    assert response.status_code == 422, response.content
+    error = response.json()["error"]
+    assert error["field"] == "assignments[1].gate"
+    assert "'nope' is not a gate of 'loan_approval'" in error["message"] and "human_review" in error["message"]
+    assert users.user_assignments(user) == []
+
+
+def test_a_gate_the_graph_has_a_gate_seen_in_tasks_and_an_external_engines_gate_are_assignable(admin):
+    from tests.factories import task_make
+
+    seen = f"seen_{uuid.uuid4().hex[:6]}"
+    task_make(graph="loan_approval", node=seen)  # a task at a node the graph no longer has
+    wanted = [
+        {"graph": "loan_approval", "gate": "human_review"},
+        {"graph": "loan_approval", "gate": seen},
+        {"graph": "external:crm", "gate": "anything"},  # an external engine's gates are its own: kept as before
+    ]
+    response = admin.post("/api/users", {"username": _name(), "roles": ["reviewer"], "assignments": wanted})
+    assert response.status_code == 201, response.content
+    assert sorted(response.json()["assignments"], key=str) == sorted(wanted, key=str)

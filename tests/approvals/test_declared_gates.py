@@ -17,7 +17,7 @@ import pytest
 from approvals import services, users
 from approvals.errors import InvalidInput
 from approvals.inbound.webhooks import webhook_endpoint_create, webhook_endpoint_gates_set
-from approvals.models import ApprovalTask, WebhookEndpoint
+from approvals.models import ApprovalTask, GraphAssignment, WebhookEndpoint
 from tests.console.conftest import console_client
 from tests.factories import task_make
 
@@ -62,7 +62,9 @@ def test_the_user_form_keeps_an_assigned_gate_and_a_gate_seen_in_tasks_that_are_
     """Declaring gates must not hide what a user holds: unticking it would be the only way to see it."""
     legacy = f"legacy_{uuid.uuid4().hex[:6]}"
     task_make(graph="kyc_onboarding", node=legacy)
-    user = _reviewer(users.Assignment("kyc_onboarding", "screen_applicant"))
+    user = _reviewer()
+    # Assigned before the graph declared its gates (an undeclared gate is no longer assignable anew).
+    GraphAssignment.objects.create(user=user, graph="kyc_onboarding", gate="screen_applicant")
     page = console_client(personas["admin"]).get(f"/users/{user.pk}/").content.decode()
     offered = set(re.findall(r'name="assign" value="kyc_onboarding:([^"]+)"', page))
     assert {*KYC_GATES, "screen_applicant", legacy} <= offered

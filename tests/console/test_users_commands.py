@@ -80,8 +80,9 @@ def test_user_create_reads_the_password_from_stdin(monkeypatch, client):
     "args,message",
     [
         (["--role", "wizard"], "roles: unknown role 'wizard'"),
-        (["--graph", "nope"], "graphs: unknown graph 'nope'"),
+        (["--graph", "nope"], "--graph 'nope': unknown graph 'nope'"),
         (["--gate", "loan_approval"], "give GRAPH:NODE"),
+        (["--gate", "loan_approval:nope"], "--gate 'loan_approval:nope': 'nope' is not a gate of 'loan_approval'"),
         (["--email", "x"], "email:"),
     ],
 )
@@ -196,3 +197,19 @@ def test_issue_token_refuses_an_unknown_graph_and_issues_nothing():
     out, _ = _run("issue_token", name, "--graphs", "loan_approval,external:payments")  # an engine's tasks
     assert out.strip()
     assert list(user.api_tokens.values_list("graphs", flat=True)) == [["loan_approval", "external:payments"]]
+
+
+def test_user_grant_refuses_a_gate_the_graph_does_not_have_and_grants_nothing():
+    name = _name()
+    _run("user_create", name, "--role", "reviewer")
+    with pytest.raises(CommandError, match=r"--gate 'loan_approval:nope': 'nope' is not a gate of 'loan_approval'"):
+        _run("user_grant", name, "--graph", "kyc_onboarding", "--gate", "loan_approval:nope")
+    assert users.user_assignments(User.objects.get(username=name)) == []
+
+
+def test_user_grant_keeps_accepting_a_gate_the_user_already_holds():
+    name = _name()
+    _run("user_create", name, "--role", "reviewer", "--gate", "loan_approval:human_review")
+    _run("user_grant", name, "--gate", "loan_approval:human_review", "--gate", "loan_approval:disburse")
+    held = {str(a) for a in users.user_assignments(User.objects.get(username=name))}
+    assert held == {"loan_approval:human_review", "loan_approval:disburse"}

@@ -125,10 +125,14 @@ def test_a_change_that_changes_nothing_writes_nothing(personas):
         ({"email": "not-an-email"}, "email"),
         ({"roles": ["superhero"]}, "roles"),
         ({"roles": ["service"]}, "roles"),  # webhook principals only
-        ({"assignments": [users.Assignment("no_such_graph")]}, "graphs"),
-        ({"assignments": [users.Assignment("*", "human_review")]}, "graphs"),
-        ({"assignments": [users.Assignment("external:Not A Slug")]}, "graphs"),
-        ({"assignments": [users.Assignment("external:")]}, "graphs"),
+        ({"assignments": [users.Assignment("no_such_graph")]}, "assignments[0].graph"),
+        ({"assignments": [users.Assignment("*", "human_review")]}, "assignments[0].gate"),
+        ({"assignments": [users.Assignment("external:Not A Slug")]}, "assignments[0].graph"),
+        ({"assignments": [users.Assignment("external:")]}, "assignments[0].graph"),
+        (
+            {"assignments": [users.Assignment("loan_approval"), users.Assignment("loan_approval", "nope")]},
+            "assignments[1].gate",
+        ),
         ({"password": "short"}, "password"),
         ({"password": "ok-but-\x00-nul-123"}, "password"),
     ],

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
 from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
@@ -29,6 +31,14 @@ def gates_parse(values: list[str]) -> list[users.Assignment]:
     return parsed
 
 
+def assignments_parse(graph: list[str], gate: list[str]) -> tuple[list[users.Assignment], list[tuple[str, str]]]:
+    """The --graph and --gate assignments, in that order, and for each the option and value it came from (a
+    refusal of ``assignments[i]`` names them)."""
+    assignments = [users.Assignment(g.strip()) for g in graph] + gates_parse(gate)
+    sources = [("--graph", g) for g in graph] + [("--gate", g) for g in gate]
+    return assignments, sources
+
+
 def user_find(username: str) -> Any:
     try:
         return users.user_by_username(username)
@@ -36,11 +46,19 @@ def user_find(username: str) -> Any:
         raise CommandError(exc.message) from None
 
 
-def domain_call(call: Any) -> Any:
-    """Run a service; its refusal becomes a CommandError (exit status 1) naming the field."""
+_ITEM = re.compile(r"^assignments\[(\d+)\]\.")
+
+
+def domain_call(call: Any, sources: Sequence[tuple[str, str]] = ()) -> Any:
+    """Run a service; its refusal becomes a CommandError (exit status 1) naming the field, or the option and
+    value (``sources``, see :func:`assignments_parse`) an assignment's refusal is about."""
     try:
         return call()
     except DomainError as exc:
+        item = _ITEM.match(exc.field or "")
+        if item and int(item.group(1)) < len(sources):
+            option, value = sources[int(item.group(1))]
+            raise CommandError(f"{option} {value!r}: {exc.message}") from None
         raise CommandError(f"{exc.field}: {exc.message}" if exc.field else exc.message) from None
 
 

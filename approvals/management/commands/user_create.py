@@ -7,7 +7,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from approvals import users
-from approvals.management.commands._user_args import access_arguments, describe, domain_call, gates_parse
+from approvals.management.commands._user_args import access_arguments, assignments_parse, describe, domain_call
 
 
 class Command(BaseCommand):
@@ -41,7 +41,7 @@ class Command(BaseCommand):
                 raise CommandError("--password-stdin: standard input held no password")
         else:
             password = secrets.token_urlsafe(18)
-        assignments = [users.Assignment(g.strip()) for g in graph] + gates_parse(gate)
+        assignments, sources = assignments_parse(graph, gate)
         user = domain_call(
             lambda: users.user_create(
                 actor=users.CLI,
@@ -50,7 +50,8 @@ class Command(BaseCommand):
                 roles=role,
                 assignments=assignments,
                 password=password,
-            )
+            ),
+            sources,
         )
         self.stderr.write(f"created {describe(user)}")
         if not password_stdin:

@@ -7,9 +7,9 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from approvals import users
 from approvals.management.commands._user_args import (
     access_arguments,
+    assignments_parse,
     describe,
     domain_call,
-    gates_parse,
     user_find,
 )
 
@@ -25,8 +25,9 @@ class Command(BaseCommand):
         if not (role or graph or gate):
             raise CommandError("give at least one --role, --graph or --gate")
         user = user_find(username)
-        assignments = [users.Assignment(g.strip()) for g in graph] + gates_parse(gate)
+        assignments, sources = assignments_parse(graph, gate)
         user = domain_call(
-            lambda: users.user_grant(actor=users.CLI, user_id=user.pk, roles=role, assignments=assignments)
+            lambda: users.user_grant(actor=users.CLI, user_id=user.pk, roles=role, assignments=assignments),
+            sources,
         )
         self.stdout.write(describe(user))
