@@ -15,7 +15,7 @@ from pydantic import Field
 from approvals import gateway, permissions, selectors, services
 from approvals.api_common import AuthedRequest
 from approvals.errors import Forbidden, InvalidInput
-from approvals.inbox_filter import InboxFilter
+from approvals.inbox_filter import FILTER_KEYS, InboxFilter
 from approvals.inputs import CheckpointId, DbId
 from approvals.models import ApprovalTask, AuditEvent, Decision
 from approvals.payloads import NOT_GIVEN, DecisionRequest, decisions_allowed, payload_kind
@@ -274,17 +274,11 @@ class TaskQuery(Schema):
 @router.get("/tasks", response=TaskPageOut, tags=["tasks"])
 def tasks_list(request: AuthedRequest, query: Query[TaskQuery]) -> TaskPageOut:
     """The inbox's filters (console/inbox): the same tasks, newest first; ``next_cursor`` pages on."""
-    wanted = InboxFilter(
-        status=query.status or "",
-        graph=query.graph or "",
-        node=query.gate or "",
-        q=query.q or "",
-        claimed=query.claimed or "",
-        assigned=query.assigned or "",
-        due=query.due or "",
-    )
+    # The one parser of the inbox filter (a bulk "filter" goes through it too): the names are FILTER_KEYS.
+    given = {key: str(value) for key, value in query.model_dump().items() if key in FILTER_KEYS and value is not None}
+    wanted = InboxFilter.parse(given, prefix="", status=True)
     items, next_cursor = selectors.tasks_list(
-        user=_user(request), filter=wanted, thread_id=query.thread, limit=query.limit, cursor=query.cursor
+        user=_user(request), filter=wanted, limit=query.limit, cursor=query.cursor
     )
     return TaskPageOut(items=[_task_summary(t) for t in items], next_cursor=next_cursor)
 

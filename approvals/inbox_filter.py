@@ -5,6 +5,11 @@ native API's task list and bulk "select all matching" (``approvals.bulk``) all
 build an ``InboxFilter`` and hand it to ``selectors.tasks_inbox``, so a bulk
 action selects exactly what the inbox lists.
 
+The API speaks one set of names (``FILTER_KEYS``: ``gate``, ``thread``, …) and one
+parser (``InboxFilter.parse``) reads them, for ``GET /api/tasks`` and for a bulk
+``filter`` alike; the inbox page's form says ``node`` for the gate, which the
+parser takes as an alias (bulk filters sent it before they took the API's names).
+
 Adding a filter: a field here (and its check in ``parse`` unless any text will
 do), its clause in ``selectors.tasks_inbox``, and — to offer it on the page — a
 field of ``console.forms.InboxFilterForm`` with the same name.
@@ -12,12 +17,14 @@ field of ``console.forms.InboxFilterForm`` with the same name.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 from approvals.deadlines import DUE_FILTERS
 from approvals.errors import InvalidInput
+from approvals.models import TaskStatus
 
 INBOX_CLAIMED = ("", "mine", "unclaimed", "others")
 MAX_COLUMN_FILTERS = 8
@@ -35,6 +42,7 @@ class InboxFilter:
     q: str = ""  # a task or thread id, or text of the title, case or applicant
     assigned: str = ""  # "me": asked of the user by name or through a group (approvals.assignment)
     due: str = ""  # overdue | escalated | soon (approvals.deadlines)
+    thread: str = ""  # a thread id: its tasks only (the API's filter; the inbox page has none)
     columns: dict[str, str] = field(default_factory=dict)  # the gate's inbox-column filters (approvals.columns)
 
     @classmethod
@@ -43,40 +51,63 @@ class InboxFilter:
         return cls(**{name: str(data.get(name) or "") for name in TEXT_FIELDS}, columns=dict(columns or {}))
 
     @classmethod
-    def parse(cls, raw: Any) -> InboxFilter:
-        """A "select all matching" selection as JSON: every filter but ``status`` (it selects pending tasks).
+    def parse(cls, raw: Any, *, prefix: str = "filter", status: bool = False) -> InboxFilter:
+        """The filter by the API's names (``FILTER_KEYS``; ``node`` an alias of ``gate``): a bulk "select all
+        matching" selection as JSON (every filter but ``status``: it selects pending tasks), or, with
+        ``status``, ``GET /api/tasks``'s query (status too; absent, any status).
 
-        Refused naming ``filter.<key>``: an unknown key, text over 200 characters, more than
-        8 column filters, a value outside its choices.
+        Refused naming ``<prefix>.<key>`` (the bare key without a prefix): an unknown key, text over 200
+        characters, more than 8 column filters, a value outside its choices, a thread that is no id.
         """
+
+        def where(key: str) -> str:
+            return f"{prefix}.{key}" if prefix else key
+
         if not isinstance(raw, dict):
-            raise InvalidInput("filter must be an object of inbox filters", field="filter")
-        unknown = sorted(set(raw) - set(SELECTION_KEYS))
+            raise InvalidInput("filter must be an object of inbox filters", field=prefix or "filter")
+        raw = dict(raw)
+        for alias, name in ALIASES.items():
+            if alias in raw:
+                value = raw.pop(alias)
+                if raw.setdefault(name, value) != value:
+                    raise InvalidInput(f"{alias} is an alias of {name}: give one of them", field=where(alias))
+        keys = (*FILTER_KEYS, "columns") if status else SELECTION_KEYS
+        unknown = sorted(set(raw) - set(keys))
         if unknown:
+            aliases = ", ".join(f"{a} (alias of {n})" for a, n in ALIASES.items())
             raise InvalidInput(
-                f"unknown inbox filter {unknown[0]!r} (filters: {', '.join(SELECTION_KEYS)})",
-                field=f"filter.{unknown[0]}",
+                f"unknown inbox filter {unknown[0]!r} (filters: {', '.join(keys)}; {aliases})",
+                field=where(unknown[0]),
             )
         values: dict[str, Any] = {}
         columns = raw.get("columns") or {}
         if not isinstance(columns, dict) or len(columns) > MAX_COLUMN_FILTERS:
-            raise InvalidInput("columns must map at most 8 column keys to filters", field="filter.columns")
+            raise InvalidInput("columns must map at most 8 column keys to filters", field=where("columns"))
         for key, value in columns.items():
             if not isinstance(value, str) or len(value) > MAX_TEXT:
-                raise InvalidInput("a column filter is text of at most 200 characters", field=f"filter.columns.{key}")
+                raise InvalidInput("a column filter is text of at most 200 characters", field=where(f"columns.{key}"))
         values["columns"] = dict(columns)
-        for key in SELECTION_FIELDS:
+        for key in keys:
+            if key == "columns":
+                continue
             value = raw.get(key, "")
             if not isinstance(value, str) or len(value) > MAX_TEXT:
-                raise InvalidInput(f"{key} must be text of at most 200 characters", field=f"filter.{key}")
-            values[key] = value
+                raise InvalidInput(f"{key} must be text of at most 200 characters", field=where(key))
+            values[FIELD_OF.get(key, key)] = value
         if values["claimed"] not in INBOX_CLAIMED:
             choices = ", ".join(c for c in INBOX_CLAIMED if c)
-            raise InvalidInput(f"claimed must be one of {choices}", field="filter.claimed")
+            raise InvalidInput(f"claimed must be one of {choices}", field=where("claimed"))
         if values["assigned"] not in ("", "me"):
-            raise InvalidInput("assigned must be 'me' or empty", field="filter.assigned")
+            raise InvalidInput("assigned must be 'me' or empty", field=where("assigned"))
         if values["due"] not in ("", *DUE_FILTERS):
-            raise InvalidInput(f"due must be one of {', '.join(DUE_FILTERS)}", field="filter.due")
+            raise InvalidInput(f"due must be one of {', '.join(DUE_FILTERS)}", field=where("due"))
+        if status and values["status"] not in ("", *INBOX_STATUSES):
+            raise InvalidInput(f"status must be one of {', '.join(INBOX_STATUSES)}", field=where("status"))
+        if values["thread"]:
+            try:
+                values["thread"] = str(uuid.UUID(values["thread"].strip()))
+            except ValueError:
+                raise InvalidInput("thread must be a thread id (a UUID)", field=where("thread")) from None
         return cls(**values)
 
     def text_fields(self) -> dict[str, str]:
@@ -84,8 +115,8 @@ class InboxFilter:
         return {key: getattr(self, key) for key in TEXT_FIELDS}
 
     def selection(self) -> dict[str, Any]:
-        """The JSON ``parse`` reads back: what a bulk action stores and audits as its filter."""
-        return {**self._selection_text(), "columns": self.columns}
+        """The JSON ``parse`` reads back, by the API's names: what a bulk action stores and audits as its filter."""
+        return {key: getattr(self, FIELD_OF.get(key, key)) for key in SELECTION_KEYS}
 
     def form_fields(self) -> dict[str, str]:
         """The selection as form fields, by the inbox's names ("c.<key>" for column filters)."""
@@ -95,7 +126,14 @@ class InboxFilter:
         return {key: getattr(self, key) for key in SELECTION_FIELDS}
 
 
-# Every text filter, by name; a selection carries all of them but status (a bulk action decides pending tasks).
-TEXT_FIELDS = tuple(f.name for f in fields(InboxFilter) if f.name != "columns")
+# Every text filter of the inbox page, by its form's names; a selection carries all of them but status (a bulk
+# action decides pending tasks).
+TEXT_FIELDS = tuple(f.name for f in fields(InboxFilter) if f.name not in ("columns", "thread"))
 SELECTION_FIELDS = tuple(name for name in TEXT_FIELDS if name != "status")
-SELECTION_KEYS = (*SELECTION_FIELDS, "columns")
+# The API's names (GET /api/tasks, a bulk "filter"): the gate is "gate", and a thread can be asked for.
+API_NAMES = {"node": "gate"}
+FIELD_OF = {api: name for name, api in API_NAMES.items()}
+ALIASES = {"node": "gate"}  # accepted for the API's name: what bulk filters and the inbox page's form send
+FILTER_KEYS = tuple(API_NAMES.get(name, name) for name in (*TEXT_FIELDS, "thread"))
+SELECTION_KEYS = (*(key for key in FILTER_KEYS if key != "status"), "columns")
+INBOX_STATUSES = tuple(TaskStatus.values)

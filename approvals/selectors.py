@@ -91,14 +91,11 @@ def tasks_list(
     *,
     user: permissions.Principal,
     filter: InboxFilter,
-    thread_id: Any = None,
     limit: int = 50,
     cursor: str | None = None,
 ) -> tuple[list[ApprovalTask], str | None]:
     """Newest first, keyset-paginated on (created_at, id) so deep pages stay fast."""
     qs = tasks_inbox(user=user, filter=filter).select_related("assigned_group")
-    if thread_id:
-        qs = qs.filter(thread_id=thread_id)
     return newest_page(qs, limit=limit, cursor=cursor)
 
 
@@ -204,6 +201,8 @@ def tasks_inbox(*, user: permissions.Principal, filter: InboxFilter) -> QuerySet
         qs = qs.filter(graph=filter.graph)
     if filter.node:
         qs = qs.filter(node=filter.node)
+    if filter.thread:
+        qs = qs.filter(thread_id=filter.thread)
     now = timezone.now()
     if filter.claimed == "mine":
         qs = qs.filter(claim__user_id=user.pk or 0, claim__expires_at__gt=now)

@@ -95,9 +95,35 @@ def test_select_all_matching_a_filter_over_the_api(personas):
     assert set(BulkAction.objects.get(pk=response.json()["id"]).task_ids) == {str(t.pk) for t in tasks}
 
 
+def test_select_all_matching_a_gate_and_a_thread_by_the_task_lists_names(personas):
+    approver = personas["approver"]
+    tag = f"API-{uuid.uuid4().hex[:6]}"
+    tasks = [task_make(title=f"{tag} {i}", metadata={"case": tag}) for i in range(2)]
+    mine = tasks[0]
+    listed = approver.client.get("/api/tasks", gate=mine.node, thread=str(mine.thread_id), q=tag).json()["items"]
+    assert [t["id"] for t in listed] == [str(mine.pk)]
+    wanted = {"gate": mine.node, "thread": str(mine.thread_id), "q": tag}
+    response = approver.client.post("/api/bulk-decisions", {"outcome": "approve", "filter": wanted})
+    assert response.status_code == 202, response.content
+    bulk_action = BulkAction.objects.get(pk=response.json()["id"])
+    assert bulk_action.task_ids == [str(mine.pk)]  # what the task list lists, exactly
+    assert bulk_action.filter["gate"] == mine.node and bulk_action.filter["thread"] == str(mine.thread_id)
+
+
+def test_a_bulk_filter_still_takes_node_for_the_gate(personas):
+    approver = personas["approver"]
+    tag = f"API-{uuid.uuid4().hex[:6]}"
+    task = task_make(title=f"{tag} 0", metadata={"case": tag})
+    body = {"outcome": "approve", "filter": {"node": task.node, "q": tag}}
+    response = approver.client.post("/api/bulk-decisions", body)
+    assert response.status_code == 202, response.content
+    assert BulkAction.objects.get(pk=response.json()["id"]).task_ids == [str(task.pk)]
+
+
 @pytest.mark.parametrize(
     "body,status,field",
     [
+        ({"outcome": "approve", "filter": {"thread": "nope"}}, 422, "filter.thread"),
         ({"outcome": "edit", "task_ids": [str(uuid.uuid4())]}, 422, "outcome"),
         ({"outcome": "approve"}, 422, "task_ids"),
         ({"outcome": "approve", "task_ids": [str(uuid.uuid4()) for _ in range(bulk.BULK_MAX + 1)]}, 422, "task_ids"),

@@ -245,7 +245,9 @@ def test_select_all_matching_takes_exactly_the_inbox_filter(personas):
     assert bulk.bulk_count(user=approver, filter=InboxFilter.parse(wanted)) == 3
     assert bulk.bulk_count(user=approver, filter=InboxFilter.parse(wanted), at_most=2) == 2
     assert bulk.bulk_count(user=approver, filter=InboxFilter.parse(wanted), at_most=4) == 3
-    assert started.filter == {**wanted, "claimed": "", "assigned": "", "due": "", "columns": {}}
+    # Stored and audited by the API's names (the task list's): "node" was read as its alias "gate".
+    stored = {"graph": "loan_approval", "gate": "human_review", "q": tag, "thread": ""}
+    assert started.filter == {**stored, "claimed": "", "assigned": "", "due": "", "columns": {}}
 
 
 def test_select_all_matching_an_overdue_filter_takes_only_the_overdue_tasks(personas):

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from approvals.api import TaskQuery
 from approvals.errors import InvalidInput
-from approvals.inbox_filter import SELECTION_KEYS, TEXT_FIELDS, InboxFilter
+from approvals.inbox_filter import FILTER_KEYS, SELECTION_KEYS, TEXT_FIELDS, InboxFilter
 from console.forms import InboxFilterForm
 
 
@@ -32,6 +33,8 @@ def test_a_selection_has_no_status_and_says_so_by_name():
         ({"columns": {"amount": 5}}, "filter.columns.amount"),
         ({"columns": {f"c{i}": "" for i in range(9)}}, "filter.columns"),
         ([], "filter"),
+        ({"thread": "nope"}, "filter.thread"),
+        ({"gate": "a", "node": "b"}, "filter.node"),  # an alias and its name saying two things
     ],
 )
 def test_a_bad_selection_is_refused_naming_the_field(raw, field):
@@ -58,3 +61,32 @@ def test_no_status_chosen_lists_pending_tasks():
     form = InboxFilterForm({})
     assert form.is_valid(), form.errors
     assert form.inbox_filter().status == "pending"
+
+
+def test_a_selection_takes_the_task_lists_names_gate_and_thread():
+    """GET /api/tasks takes gate and thread; a bulk filter took node and had no thread."""
+    thread = "6f0c0000-0000-4000-8000-000000000001"
+    wanted = InboxFilter.parse({"graph": "loan_approval", "gate": "human_review", "thread": thread})
+    assert (wanted.node, wanted.thread) == ("human_review", thread)
+    assert wanted.selection()["gate"] == "human_review" and "node" not in wanted.selection()
+    assert InboxFilter.parse(wanted.selection()) == wanted
+
+
+def test_node_stays_an_alias_of_gate():
+    assert InboxFilter.parse({"node": "human_review"}) == InboxFilter.parse({"gate": "human_review"})
+    assert InboxFilter.parse({"node": "x", "gate": "x"}).node == "x"
+
+
+def test_the_task_list_and_a_selection_share_one_list_of_names():
+    """One parser: the task list's query names are the filter's, and a selection is all of them but status."""
+    query_names = set(TaskQuery.model_fields) - {"limit", "cursor"}
+    assert query_names == set(FILTER_KEYS)
+    assert set(SELECTION_KEYS) == set(FILTER_KEYS) - {"status"} | {"columns"}
+
+
+def test_the_task_list_parses_status_and_refuses_with_the_bare_name():
+    assert InboxFilter.parse({}, prefix="", status=True).status == ""  # no status: any
+    assert InboxFilter.parse({"status": "decided"}, prefix="", status=True).status == "decided"
+    with pytest.raises(InvalidInput) as refused:
+        InboxFilter.parse({"thread": "nope"}, prefix="", status=True)
+    assert refused.value.field == "thread"
