@@ -51,6 +51,13 @@ CASES: list[tuple[list[str], list[str]]] = [
     (["checkpoints_prune", "--graph", "nope"], ["--graph", "'nope'", "unknown graph", "loan_approval"]),
     (["checkpoints_prune", "--dry-run", "--graph", "nope"], ["--graph", "unknown graph"]),
     (["webhook_send", "{endpoint}", "--url", "nope", "--body", "{{}}"], ["--url", "'nope'"]),
+    # already one line before this change: kept so by the same table
+    (["webhook_send", "{endpoint}", "--body", "not json"], ["--body"]),
+    (["webhook_endpoint_create", "x-{missing}", "--graph", "nope", "--gate", "a"], ["graph", "nope"]),
+    (["audit_verify", "--sink", "/nonexistent/dir/x"], ["/nonexistent/dir/x"]),
+    (["user_deactivate", "nobody-{missing}"], ["nobody-"]),
+    (["user_revoke", "nobody-{missing}", "--role", "admin"], ["nobody-"]),
+    (["revoke_token", "zz-nothing"], ["zz-nothing"]),
 ]
 
 
