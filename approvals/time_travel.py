@@ -39,7 +39,7 @@ from runtime.branches import (
     thread_copy,
 )
 from runtime.models import Branch, Effect, Run, RunKind, Thread, ThreadStatus
-from runtime.registry import graph_get, graph_is_external
+from runtime.registry import UnknownGraph, graph_get, graph_is_external
 from runtime.runs import ThreadBusy, run_enqueue
 from runtime.state_schema import FieldError, values_validate
 
@@ -252,7 +252,7 @@ def _effects_after(thread: Thread, checkpoint_id: str) -> list[Effect]:
     try:
         snapshot = checkpoint_snapshot(thread=thread, checkpoint_id=checkpoint_id)
         at = datetime.fromisoformat(str(snapshot.created_at))
-    except (CheckpointNotFound, ValueError):
+    except (CheckpointNotFound, ValueError, UnknownGraph):  # a retired graph's thread replays nothing
         return []
     line = (snapshot.metadata or {}).get(BRANCH_KEY)
     line = str(line) if line else None
