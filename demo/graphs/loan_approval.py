@@ -123,11 +123,12 @@ def human_review(state: LoanState) -> Command[Literal["disburse", "decline"]]:
     return Command(goto="disburse", update=update)
 
 
-def disburse(state: LoanState) -> Command[Literal["decline"]] | dict[str, Any]:
+def disburse(state: LoanState) -> dict[str, Any]:
     amount = int(state.get("amount") or 0)
     if amount < 1:
-        # Defence in depth: the schemas bound the amount, but a node that pays checks what it pays.
-        return Command(goto="decline", update={"status": "refused_non_positive_amount"})
+        # Defence in depth: the schemas bound the amount, but a node that pays checks what it pays. It
+        # ends the thread unpaid rather than routing anywhere new (the graph's edges stay as drawn).
+        return {"status": "refused_non_positive_amount"}
     args: dict[str, Any] = {"loan_id": state.get("loan_id", ""), "amount": amount}
     payment = perform_effect(
         "disburse",

@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 from django.db import transaction
-from langgraph.types import Command
 
 from approvals import time_travel
 from approvals.errors import InvalidInput
@@ -113,11 +112,11 @@ def test_update_state_cannot_write_a_negative_amount(dispatched, operator):
 
 
 @pytest.mark.parametrize("amount", [0, -500, None])
-def test_disburse_declines_a_non_positive_amount_rather_than_pay_it(monkeypatch, amount):
+def test_disburse_refuses_a_non_positive_amount_rather_than_pay_it(monkeypatch, amount):
     module = _module()
     paid: list[Any] = []
     monkeypatch.setattr(module, "perform_effect", lambda *a, **k: paid.append((a, k)))
     state = {"loan_id": "L-0", "applicant": "A"} | ({} if amount is None else {"amount": amount})
     result = module.disburse(state)
-    assert isinstance(result, Command) and result.goto == "decline"
+    assert result == {"status": "refused_non_positive_amount"}
     assert paid == []
