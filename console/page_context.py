@@ -576,8 +576,10 @@ def bulk_inbox_context(
     if wanted is None or not permissions.can(user, "approvals.decide_task"):
         return {"enabled": False}
     whole = not (page.next_cursor or page.prev_cursor or filters.get("cursor") or filters.get("before"))
+    listed = None  # the matching tasks' gates, when the page lists every one of them
     try:
         if wanted.status == "pending" and whole:
+            listed = [(task.graph, task.node) for task in page.items]
             matching = len(page.items)  # the list is all there is: no COUNT query
         elif wanted.status in ("pending", ""):
             # Past the most an action takes the exact number changes nothing on the page (and every
@@ -588,7 +590,9 @@ def bulk_inbox_context(
     except DomainError:
         matching = 0  # the list shows the error
     # What "select all matching" needs a reason for (bulk.js asks for it before the confirmation).
-    reasons = bulk.bulk_reasons_matching(user=user, filter=wanted) if 0 < matching <= bulk.BULK_MAX else []
+    reasons = (
+        bulk.bulk_reasons_matching(user=user, filter=wanted, gates=listed) if 0 < matching <= bulk.BULK_MAX else []
+    )
     return {
         "enabled": True,
         "filter": wanted.form_fields(),
