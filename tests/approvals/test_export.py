@@ -479,8 +479,8 @@ def test_the_console_audit_page_links_an_export_of_its_current_filter(auditor):
 
     browser = Client()
     browser.force_login(auditor.user)
-    page = browser.get("/audit/", {"action": "task.decided", "graph": "loan_approval", "before": "99"})
+    page = browser.get("/audit/", {"action": "decision.made", "graph": "loan_approval", "before": "99"})
     assert page.status_code == 200
     html = page.content.decode()
-    assert 'href="/api/audit/export?action=task.decided&amp;graph=loan_approval&amp;format=csv"' in html
-    assert 'href="/api/audit/export?action=task.decided&amp;graph=loan_approval&amp;format=jsonl"' in html
+    assert 'href="/api/audit/export?action=decision.made&amp;graph=loan_approval&amp;format=csv"' in html
+    assert 'href="/api/audit/export?action=decision.made&amp;graph=loan_approval&amp;format=jsonl"' in html

@@ -69,7 +69,7 @@ def test_a_token_narrowed_to_reading_cannot_decide_or_start():
     assert not permissions.can(reader, "runtime.start_thread")
     task = task_make(graph=LOAN)
     assert not permissions.can_decide(reader, task)
-    with pytest.raises(Forbidden, match="you may not decide approval tasks"):
+    with pytest.raises(Forbidden, match=r"this API token is limited to read: to decide approval tasks it needs"):
         permissions.require_decide(reader, task)
 
 
