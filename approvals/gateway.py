@@ -15,6 +15,7 @@ a second read of the row would answer the same.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
 from collections.abc import Sequence
@@ -27,7 +28,7 @@ from approvals.audit import audit_record, canonical
 from approvals.errors import NotFound
 from approvals.models import ApprovalTask, AuditAction, AuditEvent, Decision, ExternalSource
 from approvals.redaction import EVERY_VALUE, redact, redacted_values, text_mask
-from runtime.models import Thread
+from runtime.models import Effect, Thread
 from runtime.registry import EXTERNAL_GRAPH_PREFIX, UnknownGraph, graph_get, graph_is_external
 from runtime.state import CheckpointView, SubgraphView, thread_history_read, thread_state_read, thread_subgraphs_read
 
@@ -79,6 +80,26 @@ def guard(
             details={"paths": applied},
         )
     return value, []
+
+
+def effects_masked(
+    user: permissions.Principal, thread: Thread, effects: list[Effect], *, args_kept: bool = True
+) -> list[Effect]:
+    """Effects with their results masked for ``user`` (copies: the rows themselves are never touched);
+    without ``args_kept`` their arguments are dropped, for a surface that does not show them."""
+    if not effects:
+        return []
+    results, _ = guard(
+        user, thread.graph, [e.result for e in effects], subject=f"thread:{thread.pk}", thread_id=thread.pk
+    )
+    shown = []
+    for effect, result in zip(effects, results, strict=True):
+        masked = copy.copy(effect)
+        masked.result = result
+        if not args_kept:
+            masked.args = None
+        shown.append(masked)
+    return shown
 
 
 def _guard_view(user: permissions.Principal, thread: Thread, view: CheckpointView) -> CheckpointView:

@@ -13,7 +13,6 @@ pauses open new tasks bound to its own checkpoints.
 
 from __future__ import annotations
 
-import copy
 import re
 from datetime import datetime
 from typing import Any
@@ -282,19 +281,8 @@ def effects_redone_for(user: permissions.Principal, thread: Thread, checkpoint_i
     with nothing said first; the console asks with this list.
     """
     permissions.thread_require_visible(user, thread)
-    effects = _effects_after(thread, checkpoint_id)
-    if not effects:
-        return []
-    results, _ = gateway.guard(
-        user, thread.graph, [e.result for e in effects], subject=f"thread:{thread.pk}", thread_id=thread.pk
-    )
-    shown = []
-    for effect, result in zip(effects, results, strict=True):
-        masked = copy.copy(effect)
-        masked.result = result
-        masked.args = None  # not shown; never carried out of here unmasked
-        shown.append(masked)
-    return shown
+    # Arguments are not shown, so never carried out of here unmasked.
+    return gateway.effects_masked(user, thread, _effects_after(thread, checkpoint_id), args_kept=False)
 
 
 def subgraph_states_for(user: permissions.Principal, thread_id: Any, checkpoint_id: str | None = None) -> Any:

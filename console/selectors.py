@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import functools
 import json
 import time
@@ -456,17 +455,7 @@ def _args_edited(decision: Decision) -> dict[str, Any]:
 
 def effects_shown(*, user: permissions.Principal, thread: Thread, effects: list[Effect]) -> list[Effect]:
     """Effects with their results masked for ``user`` (copies: the rows themselves are never touched)."""
-    if not effects:
-        return []
-    results, _ = gateway.guard(
-        user, thread.graph, [e.result for e in effects], subject=f"thread:{thread.pk}", thread_id=thread.pk
-    )
-    out = []
-    for effect, result in zip(effects, results, strict=True):
-        shown = copy.copy(effect)
-        shown.result = result
-        out.append(shown)
-    return out
+    return gateway.effects_masked(user, thread, effects)
 
 
 @dataclass
