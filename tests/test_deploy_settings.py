@@ -121,3 +121,22 @@ def test_prepared_statements_can_be_turned_off_for_a_pooler(tmp_path, setting, p
     result = _manage(env, "shell", "-c", _PREPARED_PROBE)
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"PREPARED {prepared}" in result.stdout, result.stdout + result.stderr
+
+
+@pytest.mark.slow
+def test_a_command_without_its_database_says_so_in_one_line(tmp_path):
+    """A command run while PostgreSQL is unreachable ended in a traceback after the pool's timeout (an
+    operator saw psycopg_pool internals); it is one line naming DATABASE_URL and a non-zero exit."""
+    from tests.conftest import free_port
+
+    env = _production_env(
+        tmp_path,
+        DATABASE_URL=f"postgres://postgres:s3cret-pw@127.0.0.1:{free_port()}/gatehouse",
+        GATEHOUSE_DB_POOL_TIMEOUT="1",
+    )
+    done = _manage(env, "user_list")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.startswith("CommandError")]
+    assert len(lines) == 1 and "the database cannot be reached (DATABASE_URL)" in lines[0], done.stderr
+    assert "s3cret-pw" not in done.stderr
