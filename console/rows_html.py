@@ -22,7 +22,7 @@ from django.utils.safestring import SafeString, mark_safe
 
 from approvals.bulk import bulk_reasons_at
 from approvals.deadlines import due_state
-from console.words import actor_short, case_of
+from console.words import actor_short, case_of, graph_label
 from runtime.deadlines import duration_human
 
 
@@ -157,7 +157,8 @@ def inbox_row_html(task: Any, claim: Any, *, me: Any, bulk_enabled: bool, conver
     case, applicant = case_of(task.graph, metadata)  # the graph's own naming keys (search_metadata)
     who = f' <span class="muted">· {_e(applicant)}</span>' if applicant else ""
     parts.append(
-        f'<td class="title"><a href="{url}">{title}</a>{badges}</td><td>{_e(task.graph)}</td>'
+        f'<td class="title"><a href="{url}">{title}</a>{badges}</td>'
+        f'<td title="{_e(task.graph)}">{_e(graph_label(task.graph))}</td>'
         f"<td><code>{_e(task.node)}</code></td>"
         f"<td>{_e(case)}{who}</td>"
         f'<td><time datetime="{_iso(task.created_at)}" data-ago '

@@ -195,6 +195,12 @@ def checkpoint_where(view: Any, thread: Any, checkpoint_id: str = "") -> str:
 
 
 @register.filter
+def graph_label(graph: Any) -> str:
+    """ "Loan approval" for ``loan_approval``: the head of the graph's description (``words.graph_label``)."""
+    return words.graph_label(str(graph or ""))
+
+
+@register.filter
 def run_kind(run: Any) -> str:
     """ "Start run", "Resume run"."""
     return words.run_kind(run)

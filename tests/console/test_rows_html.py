@@ -73,10 +73,10 @@ def test_every_value_in_a_row_is_escaped() -> None:
     conversation = NS(waiting={task.pk}, mentioned={task.pk})
     html = inbox_row_html(task, claim, me=NS(pk=1), bulk_enabled=True, conversation=conversation)
     assert "<img" not in html and 'onerror="' not in html
-    # Every place a value is shown: title (link, checkbox label), graph, case, applicant, status (class,
-    # text), claim holder, assignee (and the bulk checkbox's data-assignee), group (assignee, escalation),
-    # escalation reason, and per gate column cell (masked, meter, text) its type, key and text.
-    assert html.count("&lt;img src=x onerror=&quot;alert(1)&quot;&gt;&amp;&#x27;") == 22
+    # Every place a value is shown: title (link, checkbox label), graph (label, title), case, applicant,
+    # status (class, text), claim holder, assignee (and the bulk checkbox's data-assignee), group (assignee,
+    # escalation), escalation reason, and per gate column cell (masked, meter, text) its type, key and text.
+    assert html.count("&lt;img src=x onerror=&quot;alert(1)&quot;&gt;&amp;&#x27;") == 23
     assert "waiting for answer" in html and "mentioned" in html and 'class="is-overdue"' in html
 
 
