@@ -175,8 +175,16 @@ def test_a_branched_thread_has_no_csp_error_and_a_refused_fork_stays_in_place(br
     _live(page)
     branches = page.locator("#time-travel li.branch")
     expect(branches).to_have_count(2)
-    indent: Any = branches.first.evaluate("li => getComputedStyle(li).marginLeft")
-    assert indent.endswith("px") and float(indent[:-2]) > 0
+    # Read in one script: the time-travel card follows the thread live, and a push that replaced the row
+    # between a locator's lookup and its evaluate gave a detached element, whose computed style is "".
+    indent: Any = page.wait_for_function(
+        """() => {
+            const li = document.querySelector("#time-travel li.branch");
+            const margin = li && getComputedStyle(li).marginLeft;
+            return margin && margin.endsWith("px") ? margin : null;
+        }"""
+    ).json_value()
+    assert float(indent[:-2]) > 0
     assert problems == []  # no inline style refused by the CSP (the refused fork's 422 below is one, by design)
     page.locator("#fork-values").fill('{"amount": "lots"}')
     page.locator("#fork-reason").fill("wrong type on purpose")
