@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import uuid
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from playwright.sync_api import Page, expect
@@ -106,6 +107,21 @@ def test_a_reassign_and_a_delegation_arrive_live_in_the_other_reviewers_inbox(br
     bob_inbox.context.close()
 
 
+def _task_page_holding_answers(browser, server, who, task, action: str) -> tuple[Any, list[Any]]:  # noqa: F811
+    """``task``'s page, live and rendered once by its socket, whose POSTs to ``action`` are made (their
+    events sent) but whose answers are held in the returned list until the test lets each through."""
+    page = _sign_in(browser, server, who, "/")
+    page.add_init_script(
+        'document.addEventListener("htmx:wsAfterMessage", () => { document.documentElement.dataset.rendered = "1"; })'
+    )
+    held: list[Any] = []
+    page.route(f"**/tasks/{task.pk}/{action}", lambda route: held.append((route, route.fetch())))
+    page.goto(f"{server}/tasks/{task.pk}/")
+    _live(page)
+    expect(page.locator("html[data-rendered]")).to_have_count(1, timeout=LIVE_MS)
+    return page, held
+
+
 def test_a_claim_answered_after_its_own_live_push_keeps_the_delegate_form_whole(browser, server):  # noqa: F811
     """The race the test above once lost on a loaded machine, made to happen every time.
 
@@ -116,19 +132,7 @@ def test_a_claim_answered_after_its_own_live_push_keeps_the_delegate_form_whole(
     """
     alice = person()
     task = task_make(title=f"Loan HR-{uuid.uuid4().hex[:8]}")
-    page = _sign_in(browser, server, _who(alice), "/")
-    page.add_init_script(
-        'document.addEventListener("htmx:wsAfterMessage", () => { document.documentElement.dataset.rendered = "1"; })'
-    )
-    held = []
-
-    def hold_claim_answer(route) -> None:
-        held.append((route, route.fetch()))  # the claim is made (and its event sent); the answer waits
-
-    page.route(f"**/tasks/{task.pk}/claim", hold_claim_answer)
-    page.goto(f"{server}/tasks/{task.pk}/")
-    _live(page)
-    expect(page.locator("html[data-rendered]")).to_have_count(1, timeout=LIVE_MS)
+    page, held = _task_page_holding_answers(browser, server, _who(alice), task, "claim")
     page.locator("#claim-button").click()
     # Only the socket can show this: the claim's answer is still held.
     expect(page.locator("#task-live")).to_contain_text("Claimed by you", timeout=LIVE_MS)
@@ -160,19 +164,7 @@ def test_a_reassign_answered_after_its_own_live_push_empties_the_form(browser, s
     """
     alice, lead = person(), person("lead")
     task = task_make(title=f"Loan HR-{uuid.uuid4().hex[:8]}")
-    page = _sign_in(browser, server, _who(lead), "/")
-    page.add_init_script(
-        'document.addEventListener("htmx:wsAfterMessage", () => { document.documentElement.dataset.rendered = "1"; })'
-    )
-    held = []
-
-    def hold_reassign_answer(route) -> None:
-        held.append((route, route.fetch()))  # the reassign is made (and its event sent); the answer waits
-
-    page.route(f"**/tasks/{task.pk}/reassign", hold_reassign_answer)
-    page.goto(f"{server}/tasks/{task.pk}/")
-    _live(page)
-    expect(page.locator("html[data-rendered]")).to_have_count(1, timeout=LIVE_MS)
+    page, held = _task_page_holding_answers(browser, server, _who(lead), task, "reassign")
     page.locator("#reassign-user").fill(alice.username)
     page.locator("#reassign-note").fill("Alice knows this applicant")
     page.locator("#reassign-button").click()

@@ -41,7 +41,9 @@ def _problems(page: Page) -> list[str]:
     return seen
 
 
-def test_enter_in_a_column_filter_applies_it_and_updates_the_url(browser, server, personas):  # noqa: F811
+def _inbox_of_two_amounts(browser, server, personas) -> tuple[Any, Any, Any, Any]:  # noqa: F811
+    """Two tasks of a gate of their own (amounts 500 and 25000, an Amount column) and an approver's inbox
+    filtered to that gate: (small, big, page, its rows)."""
     gate = f"gate_{uuid.uuid4().hex[:6]}"
     small, big = (
         task_make(node=gate, payload={"title": f"{gate} {n}", "amount": n, "columns": COLUMNS}) for n in (500, 25000)
@@ -49,6 +51,11 @@ def test_enter_in_a_column_filter_applies_it_and_updates_the_url(browser, server
     page = _sign_in(browser, server, personas["approver"], f"/?graph=loan_approval&node={gate}")
     rows = page.locator("#inbox-results tr[data-task-id]")
     expect(rows).to_have_count(2)
+    return small, big, page, rows
+
+
+def test_enter_in_a_column_filter_applies_it_and_updates_the_url(browser, server, personas):  # noqa: F811
+    small, big, page, rows = _inbox_of_two_amounts(browser, server, personas)
     _live(page)  # htmx is up and the live list settled: a push would re-render the filter row
     amount = page.get_by_label("Filter by Amount")
     amount.fill(">=21000")
@@ -71,13 +78,7 @@ def test_a_live_push_after_a_column_filter_keeps_the_list_filtered(browser, serv
     page's old filters again, and emptied the column filter. Here a claim of the filtered-in task pushes
     that render.
     """
-    gate = f"gate_{uuid.uuid4().hex[:6]}"
-    small, big = (
-        task_make(node=gate, payload={"title": f"{gate} {n}", "amount": n, "columns": COLUMNS}) for n in (500, 25000)
-    )
-    page = _sign_in(browser, server, personas["approver"], f"/?graph=loan_approval&node={gate}")
-    rows = page.locator("#inbox-results tr[data-task-id]")
-    expect(rows).to_have_count(2)
+    small, big, page, rows = _inbox_of_two_amounts(browser, server, personas)
     _live(page)
     amount = page.get_by_label("Filter by Amount")
     amount.fill(">=21000")
