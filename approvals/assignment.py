@@ -147,7 +147,13 @@ def assignee_refusal(*, task: ApprovalTask, user: User) -> str | None:
 
 
 def _members_eligible(task: ApprovalTask, group: Group) -> bool:
-    return any(assignee_refusal(task=task, user=u) is None for u in group.user_set.filter(is_active=True)[:200])
+    # Only members whose role may decide are tried one by one (each costs its permission reads): a group
+    # nobody in which may decide (auditors) answers in one query, not one per member.
+    # Two filters, two joins: in one (or after ``group.user_set``, whose next filter shares its join)
+    # the role would be looked for in this group's permissions only.
+    members = User.objects.filter(groups=group).filter(Q(is_superuser=True) | _DECIDER, is_active=True)
+    members = members.distinct().order_by("pk")
+    return any(assignee_refusal(task=task, user=u) is None for u in members[:200])
 
 
 # --- out-of-office ------------------------------------------------------------------------------
@@ -384,16 +390,18 @@ def group_named(name: str, *, field: str) -> Group:
 
 COLLEAGUES_MAX = 100
 
+# Users whose role (a group's permissions or their own) grants deciding.
+_DECIDER = Q(groups__permissions__codename="decide_task", groups__permissions__content_type__app_label="approvals") | Q(
+    user_permissions__codename="decide_task", user_permissions__content_type__app_label="approvals"
+)
+
 
 def colleagues_for(user: permissions.Principal, task: ApprovalTask | None = None) -> list[User]:
     """Reviewers ``user`` could hand work to (for the console's pickers): with ``task``, only those who
     may be made its assignee. Bounded: a larger team types the name."""
     reviewers = (
         User.objects.filter(is_active=True)
-        .filter(
-            Q(groups__permissions__codename="decide_task", groups__permissions__content_type__app_label="approvals")
-            | Q(user_permissions__codename="decide_task", user_permissions__content_type__app_label="approvals")
-        )
+        .filter(_DECIDER)
         .exclude(pk=user.pk or 0)
         .exclude(username__startswith=SERVICE_PREFIX)
         .distinct()

@@ -6,7 +6,10 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from django.contrib.auth.models import Group
+from django.db import connection
 from django.test import override_settings
+from django.test.utils import CaptureQueriesContext
 
 from approvals import assignment, claims
 from approvals.errors import Conflict, Forbidden, InvalidInput, NotFound
@@ -108,6 +111,20 @@ def test_the_reassign_picker_offers_only_groups_the_service_would_accept():
     assert "auditor" not in {g.name for g in offered}
     for group in offered:  # each one is accepted by the service the form posts to
         assignment.task_reassign(actor=lead, task=task, to_group=group, note="")
+
+
+def test_the_reassign_picker_does_not_read_each_member_of_a_group_nobody_in_which_may_decide():
+    """Every member of every group was tried in turn (their permissions read, up to 200 per group) on
+    every render of a task page for a lead: a large auditors' group cost hundreds of queries."""
+    task = task_make()
+    readers = Group.objects.create(name=f"0-readers-{uuid.uuid4().hex[:8]}")  # first by name: always listed
+    readers.user_set.add(person("auditor"))
+    with CaptureQueriesContext(connection) as one:
+        assert readers not in assignment.groups_for_reassign(task)
+    readers.user_set.add(*[person("auditor") for _ in range(12)])
+    with CaptureQueriesContext(connection) as thirteen:
+        assert readers not in assignment.groups_for_reassign(task)
+    assert len(thirteen.captured_queries) == len(one.captured_queries)
 
 
 def test_the_task_pages_reassign_form_offers_only_groups_that_may_decide(personas: dict[str, Persona]):
