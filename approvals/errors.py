@@ -49,7 +49,9 @@ def validation_error_describe(errors: list[dict[str, Any]]) -> DomainError:
     if loc and loc[0] in ("body", "query"):
         loc = loc[1:]
     # Nothing left of the location: the body as a whole (none was sent, or not an object).
-    field = ".".join(loc) or ("body" if source == "body" else None)
+    # A list's index reads as the services name it (``assignments[0].gate``), not ``assignments.0.gate``.
+    field = "".join(f"[{p}]" if p.isdigit() and i else f".{p}" if i else p for i, p in enumerate(loc))
+    field = field or ("body" if source == "body" else None)
     message = str(first.get("msg", "invalid request"))
     if first.get("type") in ("uuid_parsing", "uuid_type"):
         message = "must be a UUID"  # pydantic's words name the first bad character, not what was wanted

@@ -129,7 +129,7 @@ def _key_label(key: str) -> str:
 
 
 def json_check(value: Any, *, field: str = "") -> None:
-    """Refuse what cannot be stored or safely processed, naming the first offending path (``a.b.0``).
+    """Refuse what cannot be stored or safely processed, naming the first offending path (``a.b[0]``).
 
     Iterative, so a deep document fails on the depth limit and never on the interpreter's stack.
     """
@@ -149,7 +149,7 @@ def json_check(value: Any, *, field: str = "") -> None:
                         raise InvalidInput(f"{name}: the key {problem}", field=name)
                     children.append((child, name, depth + 1))
             else:
-                children = [(child, f"{path}.{i}" if path else str(i), depth + 1) for i, child in enumerate(item)]
+                children = [(child, f"{path}[{i}]" if path else f"[{i}]", depth + 1) for i, child in enumerate(item)]
             stack.extend(reversed(children))
         elif isinstance(item, str):
             problem = text_problem(item)

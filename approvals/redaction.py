@@ -105,8 +105,9 @@ def hidden_kept(patch: dict[str, Any], stored: dict[str, Any], paths: Sequence[s
 
     A state edit replaces a key's whole value, so editing ``applicant.name`` in a form that showed the
     date of birth masked either sent the mask back (refused) or dropped the field, which erased the
-    hidden value. Raises ``HiddenEdited`` where the edit puts a different value at a redacted location
-    that holds one: an editor cannot change what they cannot see.
+    hidden value. Raises ``HiddenEdited`` where the edit puts any value but the mask at a redacted
+    location that holds one, the stored value included: an editor cannot change what they cannot see,
+    nor test a guess of it.
     """
     patterns = [path_parse(p) for p in paths]
     if not patterns:
@@ -118,8 +119,10 @@ def _keep(edited: Any, stored: Any, location: tuple[str, ...], patterns: list[tu
     if any(_matches(location, p) for p in patterns):
         if stored is _ABSENT:
             return edited  # nothing was hidden here: the editor's own value (a mask sent back is refused later)
-        if edited in (MASK, stored):
+        if edited == MASK:
             return stored
+        # The stored value itself is refused like any other: accepting it made every submission a guess
+        # the answer told right from wrong (a redacted date of birth found by trying dates).
         raise HiddenEdited(_render(location))
     if isinstance(edited, dict):
         before = stored if isinstance(stored, dict) else {}

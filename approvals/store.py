@@ -63,9 +63,9 @@ def store_namespace_check(namespace: Any, *, field: str = "namespace", allow_emp
         raise InvalidInput("a namespace needs at least one label", field=field)
     for i, label in enumerate(namespace):
         if not isinstance(label, str) or not label or "." in label or "\x00" in label:
-            raise InvalidInput("a namespace label is a non-empty string without '.' or NUL", field=f"{field}.{i}")
+            raise InvalidInput("a namespace label is a non-empty string without '.' or NUL", field=f"{field}[{i}]")
         if len(label) > 200:
-            raise InvalidInput("a namespace label is at most 200 characters", field=f"{field}.{i}")
+            raise InvalidInput("a namespace label is at most 200 characters", field=f"{field}[{i}]")
     if namespace and namespace[0] == "langgraph":
         raise InvalidInput('the root label "langgraph" is reserved by LangGraph', field=f"{field}.0")
     return tuple(namespace)

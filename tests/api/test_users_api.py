@@ -118,13 +118,14 @@ def test_an_account_from_creation_to_deactivation(admin, personas):
             422,
             "assignments[0].gate",
         ),
-        # refused at the edge (approvals.inputs), naming the exact path
+        # refused at the edge (approvals.inputs), naming the exact path as the service does (it said
+        # assignments.0.gate there and assignments[0].gate here)
         (
             {"username": "{name}", "assignments": [{"graph": "loan_approval", "gate": "a\x00b"}]},
             422,
-            "assignments.0.gate",
+            "assignments[0].gate",
         ),
-        ({"username": "{name}", "assignments": [{"gate": "x"}]}, 422, "assignments.0.graph"),
+        ({"username": "{name}", "assignments": [{"gate": "x"}]}, 422, "assignments[0].graph"),
         ({"username": "{name}", "password": "123"}, 422, "password"),
     ],
 )

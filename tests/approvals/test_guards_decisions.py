@@ -600,7 +600,10 @@ def test_a_masked_editor_keeps_each_hidden_item_of_a_list(reviewer):
     "edit,where",
     [
         ({"applicant": {"name": "Grace", "date_of_birth": "1999-01-01"}}, "edits.applicant.date_of_birth"),
-        ({"documents": [{"number": "P-77"}, {"number": "forged"}]}, "edits.documents[1].number"),
+        ({"documents": [{"number": MASK}, {"number": "forged"}]}, "edits.documents[1].number"),
+        # the hidden value itself, guessed right, is refused as a wrong guess is
+        ({"documents": [{"number": "P-77"}, {"number": MASK}]}, "edits.documents[0].number"),
+        ({"applicant": {"name": "Grace", "date_of_birth": "1906-12-09"}}, "edits.applicant.date_of_birth"),
     ],
 )
 def test_a_masked_editor_cannot_overwrite_what_they_cannot_see(reviewer, edit, where):
@@ -609,6 +612,20 @@ def test_a_masked_editor_cannot_overwrite_what_they_cannot_see(reviewer, edit, w
         decide(reviewer, task, "edit", reason="blind overwrite", state_patch=edit)
     assert error.value.field == where
     assert decisions_of(task) == 0
+
+
+def test_a_guess_of_a_hidden_value_gets_the_same_answer_right_or_wrong(reviewer):
+    """The stored value was accepted where the mask was shown and any other value refused, so a reviewer
+    found a redacted date of birth by trying dates: the right one moved the refusal to the next field."""
+    answers = []
+    for guess in ("1906-12-08", "1906-12-09"):  # wrong, right
+        task = kyc_task()
+        edit = {"applicant": {"name": "Grace", "country": "US", "date_of_birth": guess}, "tier": "nonsense"}
+        with pytest.raises(InvalidInput) as error:
+            decide(reviewer, task, "edit", reason="probe", state_patch=edit)
+        answers.append((error.value.field, error.value.message))
+        assert decisions_of(task) == 0
+    assert answers[0] == answers[1]
 
 
 def test_an_editor_who_sees_the_values_may_change_them(approver):

@@ -40,7 +40,7 @@ def test_the_same_key_with_a_different_body_is_refused_and_writes_nothing(engine
 @pytest.mark.parametrize(
     "extra,field",
     [
-        ({"decisions": ["maybe"]}, "decisions.0"),
+        ({"decisions": ["maybe"]}, "decisions[0]"),
         ({"decisions": ["approve", "edit"]}, "decisions"),  # an edit needs a response schema
         ({"response_schema": {"type": "no-such-type"}}, "response_schema"),
         ({"response_schema": {"$ref": "https://example.com/schema.json"}}, "response_schema"),  # never fetched

@@ -312,6 +312,12 @@ def test_update_state_by_a_masked_operator_keeps_what_they_cannot_see(personas):
     refused = operator.client.post(url, {"values": overwrite})
     assert refused.status_code == 422 and refused.json()["error"]["field"] == "values.applicant.date_of_birth"
     assert _admin_values(personas, thread_id)["applicant"]["date_of_birth"] == "1920-07-25"
+    # The hidden value itself, guessed right, was a 200 (a no-op write): every guess was answered
+    history = len(operator.client.post(f"/lg/threads/{thread_id}/history", {"limit": 100}).json())
+    guessed = {"applicant": {"name": "Rosalind", "country": "GB", "date_of_birth": "1920-07-25"}}
+    right = operator.client.post(url, {"values": guessed})
+    assert (right.status_code, right.json()) == (refused.status_code, refused.json())
+    assert len(operator.client.post(f"/lg/threads/{thread_id}/history", {"limit": 100}).json()) == history
     # Someone who sees the value may change it; nobody may store the mask itself.
     assert personas["admin"].client.post(url, {"values": overwrite}).status_code == 200
     assert _admin_values(personas, thread_id)["applicant"]["date_of_birth"] == "1999-01-01"

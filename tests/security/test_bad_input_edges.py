@@ -112,7 +112,7 @@ def test_a_multipart_form_with_a_nul_byte_is_still_refused_naming_it(personas):
         (thread_body(input=loan_input(applicant=f"Ada{NUL}")), "input.applicant"),
         (thread_body(metadata={"case": f"C-1{NUL}"}), "metadata.case"),
         (thread_body(metadata={f"ca{NUL}se": "C-1"}), "metadata.ca\\u0000se"),
-        (thread_body(metadata={"docs": [{"note": NUL}]}), "metadata.docs.0.note"),
+        (thread_body(metadata={"docs": [{"note": NUL}]}), "metadata.docs[0].note"),
         ({"graph": f"loan_approval{NUL}"}, "graph"),
     ],
     ids=["input", "metadata-value", "metadata-key", "metadata-nested", "graph"],
@@ -148,7 +148,7 @@ def test_a_nul_byte_in_a_decision_is_refused_and_nothing_is_written(reviewer, lo
         ("/lg/threads", {"metadata": {"case": NUL}}, "metadata.case"),
         ("/lg/threads/search", {"metadata": {"case": NUL}}, "metadata.case"),
         ("/lg/threads/search", {"values": {"applicant": f"A{NUL}"}}, "values.applicant"),
-        ("/lg/threads/search", {"ids": [NUL]}, "ids.0"),
+        ("/lg/threads/search", {"ids": [NUL]}, "ids[0]"),
         ("/lg/assistants/search", {"graph_id": NUL}, "graph_id"),
     ],
 )

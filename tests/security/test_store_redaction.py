@@ -214,10 +214,10 @@ def test_a_graph_scoped_reader_never_sees_other_namespaces(personas, seeded):
 @pytest.mark.parametrize(
     "body,field",
     [
-        ({"namespace": ["a.b"], "key": "k", "value": {}}, "namespace.0"),
-        ({"namespace": ["langgraph"], "key": "k", "value": {}}, "namespace.0"),
+        ({"namespace": ["a.b"], "key": "k", "value": {}}, "namespace[0]"),
+        ({"namespace": ["langgraph"], "key": "k", "value": {}}, "namespace[0]"),
         ({"namespace": [], "key": "k", "value": {}}, "namespace"),
-        ({"namespace": ["ok", ""], "key": "k", "value": {}}, "namespace.1"),
+        ({"namespace": ["ok", ""], "key": "k", "value": {}}, "namespace[1]"),
         ({"namespace": ["ok"], "key": "", "value": {}}, "key"),
         ({"namespace": ["ok"], "key": "k", "value": [1]}, "value"),
         ({"namespace": ["ok"], "key": "k", "value": {}, "ttl": -1}, "ttl"),
@@ -248,7 +248,7 @@ def test_the_console_store_browser_masks_for_reviewers(personas, seeded):
         ({"namespace_prefix": ["ok"], "filter": {"n": {"$regex": ".*"}}}, "filter"),
         ({"namespace_prefix": ["ok"], "filter": "income"}, "filter"),
         ({"namespace_prefix": ["ok"], "limit": 0}, "limit"),
-        ({"namespace_prefix": ["a.b"]}, "namespace_prefix.0"),
+        ({"namespace_prefix": ["a.b"]}, "namespace_prefix[0]"),
     ],
 )
 def test_bad_search_input_is_a_422_naming_the_field(personas, body, field):
