@@ -35,7 +35,7 @@ from approvals.claims import claim_drop, claim_for, claim_put
 from approvals.errors import Conflict, Forbidden, InvalidInput
 from approvals.gateway import may_see_sensitive
 from approvals.models import ApprovalTask, AuditAction, AuditEvent, Away
-from approvals.services import separation_required
+from approvals.services import separation_required, thread_started_by
 from runtime.storable import NotStorable, value_storable_check
 
 MAX_AWAY_HOPS = 5
@@ -141,7 +141,7 @@ def assignee_refusal(*, task: ApprovalTask, user: User) -> str | None:
         return f"{name} may not decide tasks of {task.graph!r}"
     if task.decisions.filter(actor_id=user.pk).exists():
         return f"{name} has already signed this task; another approver must decide (separation of duties)"
-    if separation_required(task) and task.thread.created_by_id == user.pk:
+    if separation_required(task) and thread_started_by(task.thread, user):
         return f"{name} started this thread, so separation of duties keeps the task from them"
     return None
 

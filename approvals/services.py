@@ -481,6 +481,19 @@ def separation_required(task: ApprovalTask) -> bool:
     )
 
 
+def thread_started_by(thread: Thread, user: User) -> bool:
+    """Whether ``user`` started ``thread``'s work: created it, or gave it input (a start run) or sent it
+    back to a checkpoint (a replay or fork that runs). Separation of duties keeps the final approval
+    from them: creating the thread as one person and starting its run as another got past a check
+    of the thread's creator alone."""
+    if thread.created_by_id == user.pk:
+        return True
+    return Run.objects.filter(thread_id=thread.pk, created_by_id=user.pk, kind__in=_STARTING_KINDS).exists()
+
+
+_STARTING_KINDS = (RunKind.START, RunKind.REPLAY)
+
+
 def _quorum_position(
     task: ApprovalTask,
     request: DecisionRequest,
@@ -506,7 +519,7 @@ def _quorum_position(
     if not final:
         return True, False
     if sod:
-        if thread.created_by_id == actor.pk:
+        if thread_started_by(thread, actor):
             raise PolicyRefusal(
                 "you started this thread, so you cannot give its final approval (separation of duties)",
                 rule="separation_of_duties.starter",

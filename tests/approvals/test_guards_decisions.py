@@ -18,14 +18,14 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from approvals import services
+from approvals import assignment, services
 from approvals.claims import claim_put
 from approvals.errors import Conflict, Forbidden, InvalidInput, NotFound
 from approvals.models import ApprovalTask, AuditAction, AuditEvent, Decision, TaskClaim, TaskStatus
 from approvals.payloads import DecisionRequest
 from approvals.redaction import MASK
 from runtime.gatekeeper import gate_payload
-from runtime.models import Run, RunKind, Thread, ThreadStatus
+from runtime.models import Run, RunKind, RunStatus, Thread, ThreadStatus
 from tests.approvals.guards import user_make
 from tests.factories import loan_gate, task_decided, task_make
 
@@ -359,6 +359,27 @@ def test_the_starter_cannot_give_the_final_approval_of_a_quorum(approver):
         task.thread_id,
         LOAN,
     )
+
+
+@pytest.mark.parametrize("kind", [RunKind.START, RunKind.REPLAY])
+def test_who_started_the_threads_run_is_its_starter_whoever_created_the_thread(approver, kind):
+    """The check read the thread's creator alone: an operator created the thread (/lg/ threads.create),
+    an admin started its run with their input, and the admin then gave the final approval."""
+    second = user_make("approver", "*")
+    task = quorum(2, created_by=user_make("operator", "*"))
+    Run.objects.create(thread=task.thread, kind=kind, status=RunStatus.SUCCEEDED, created_by=approver)
+    decide(second, task)
+    with pytest.raises(Forbidden, match="you started this thread"):
+        decide(approver, task)
+    assert decisions_of(task) == 1
+    with pytest.raises(Forbidden, match="started this thread"):  # nor may they be handed it
+        assignment.task_reassign(actor=user_make("lead", "*"), task=task, to_user=approver, note="")
+    # a resume run is a decision's, not a start: its author is no starter
+    resumer = user_make("approver", "*")
+    Run.objects.create(thread=task.thread, kind=RunKind.RESUME, status=RunStatus.SUCCEEDED, created_by=resumer)
+    decide(resumer, task)
+    task.refresh_from_db()
+    assert task.status == TaskStatus.DECIDED
 
 
 def test_the_starter_cannot_approve_a_gate_that_asks_for_separation_of_duties(approver):
