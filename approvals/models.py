@@ -406,8 +406,9 @@ class InboundDelivery(models.Model):
         constraints = [
             models.UniqueConstraint(
                 fields=["endpoint", "webhook_id"],
-                condition=Q(verified=True) & ~Q(status="duplicate"),
-                name="one_outcome_per_webhook_id",
+                # An accepted delivery claims its webhook-id; refusals are retried under it (docs/webhooks.md).
+                condition=Q(verified=True, status="accepted"),
+                name="one_acceptance_per_webhook_id",
             )
         ]
         indexes = [

@@ -404,11 +404,11 @@ def delivery_receive(*, name: str, raw: bytes, headers: dict[str, str]) -> Callb
 
     with transaction.atomic():
         endpoint = WebhookEndpoint.objects.select_for_update().get(pk=endpoint.pk)
-        first = (
-            InboundDelivery.objects.filter(endpoint=endpoint, webhook_id=webhook_id, verified=True)
-            .exclude(status=DeliveryStatus.DUPLICATE)
-            .first()
-        )
+        # Only an accepted delivery claims its id. A refused one (no task waits yet, the thread busy) is
+        # what the sender retries, with the same id: replaying the refusal made every retry fail.
+        first = InboundDelivery.objects.filter(
+            endpoint=endpoint, webhook_id=webhook_id, verified=True, status=DeliveryStatus.ACCEPTED
+        ).first()
         if first is not None:
             InboundDelivery.objects.create(
                 endpoint=endpoint,

@@ -285,6 +285,22 @@ def test_a_replayed_delivery_gets_the_first_outcome_and_does_nothing_again():
     assert duplicate.task_id == task.pk and duplicate.decision_id == first.delivery.decision_id
 
 
+def test_a_refused_delivery_does_not_claim_its_webhook_id_so_the_senders_retry_is_processed():
+    """The first outcome was replayed for any verified delivery: a callback that came before its task
+    opened got 404 on every retry (senders retry with the same id), and the task waited for ever."""
+    endpoint = endpoint_make()
+    body = {"correlation_key": "K-8r", "status": "verified"}
+    early = send(endpoint, body, msg_id="msg_early")
+    assert early.http_status == 404 and early.body["error"]["code"] == "unknown_correlation"
+    task = waiting_task("K-8r")
+    retried = send(endpoint, body, msg_id="msg_early")
+    assert retried.http_status == 202, retried.body
+    assert decided(task)
+    again = send(endpoint, body, msg_id="msg_early")  # now claimed: the accepted answer, nothing again
+    assert (again.http_status, again.body) == (retried.http_status, retried.body)
+    assert Decision.objects.filter(task=task).count() == 1
+
+
 def test_a_forged_delivery_does_not_claim_the_webhook_id_of_a_real_one():
     """A refused signature is no first delivery: otherwise a forger could block the real one by its id."""
     endpoint = endpoint_make()
