@@ -67,7 +67,7 @@ def store_namespace_check(namespace: Any, *, field: str = "namespace", allow_emp
         if len(label) > 200:
             raise InvalidInput("a namespace label is at most 200 characters", field=f"{field}[{i}]")
     if namespace and namespace[0] == "langgraph":
-        raise InvalidInput('the root label "langgraph" is reserved by LangGraph', field=f"{field}.0")
+        raise InvalidInput('the root label "langgraph" is reserved by LangGraph', field=f"{field}[0]")
     return tuple(namespace)
 
 
