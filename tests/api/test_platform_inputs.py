@@ -269,6 +269,7 @@ def test_history_at_a_checkpoint_is_that_checkpoint(operator, paused_loan):
     "body,field",
     [
         ({"before": "x"}, "before"),
+        ({"before": 5}, "before"),  # not before.str: pydantic's name for a member of the union it takes
         ({"before": {"checkpoint_id": "x"}}, "before.checkpoint_id"),
         ({"before": {"configurable": {"checkpoint_id": 5}}}, "before.configurable.checkpoint_id"),
         ({"checkpoint": {"checkpoint_id": "x"}}, "checkpoint.checkpoint_id"),

@@ -219,7 +219,11 @@ def test_a_failed_run_streams_an_error_before_the_end(server, personas):  # noqa
 
 @pytest.mark.parametrize(
     "body,field",
-    [({"stream_mode": "telepathy"}, "stream_mode"), ({"stream_mode": ["values", "nope"]}, "stream_mode")],
+    [
+        ({"stream_mode": "telepathy"}, "stream_mode"),
+        ({"stream_mode": ["values", "nope"]}, "stream_mode"),
+        ({"stream_mode": ["values", 5]}, "stream_mode[1]"),  # not stream_mode.str, a member of the union
+    ],
 )
 def test_an_unknown_stream_mode_is_refused_before_a_run_starts(server, personas, body, field):  # noqa: F811
     with httpx.Client(base_url=server, headers={"x-api-key": personas["operator"].token}, timeout=scaled(30)) as http:
