@@ -23,7 +23,7 @@ from __future__ import annotations
 import contextlib
 import re
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from django.contrib.auth.models import User
@@ -34,7 +34,7 @@ from django.utils import timezone
 
 from approvals import gateway, permissions, services, time_travel
 from approvals.audit import audit_record, audit_thread
-from approvals.errors import Conflict, InvalidInput, NotFound
+from approvals.errors import Conflict, DomainError, InvalidInput, NotFound
 from approvals.models import ApprovalTask, AuditAction, Decision, TaskKind, TaskStatus
 from approvals.payloads import NOT_GIVEN, DecisionRequest, resume_outcome
 from approvals.redaction import filter_split, redact
@@ -804,16 +804,19 @@ def _run_resume(
         answers = [(pending[0], resume)]
     decision = None
     for index, (task, value) in enumerate(answers):
+        at = f"command.resume.{task.interrupt_id}" if _is_resume_map(resume) else "command.resume"
+        reason, reason_at = _reason_of(value, metadata, at=at)
         request = DecisionRequest(
             outcome=_outcome_of(value),
-            reason=_reason_of(value, metadata),
+            reason=reason,
             checkpoint_id=task.checkpoint_id,
             state_patch=update if index == 0 else None,
             action_args=value.get("action_args") if isinstance(value, dict) else None,
             decisions=value.get("decisions") if isinstance(value, dict) else None,
             resume=value,
         )
-        decision = services.task_decide(actor=actor, task_id=task.id, request=request, signer=_token_signer())
+        with _fields_as_sent(value, at=at, reason_at=reason_at):
+            decision = services.task_decide(actor=actor, task_id=task.id, request=request, signer=_token_signer())
     assert decision is not None  # noqa: S101 - task_decide returns a decision or raises; narrows the type
     run = Decision.objects.select_related("run").get(pk=decision.pk).run
     if run is None:
@@ -850,29 +853,64 @@ def metadata_reason(metadata: dict[str, Any] | None) -> str | None:
     return reason
 
 
-def _reason_of(value: Any, metadata: dict[str, Any]) -> str:
-    """The decision's reason: the resume value's ``reason`` or ``message`` (a tool call's message), else the
-    run's ``metadata.reason``. One too long is refused, as on the native API, not cut short."""
+def _reason_of(value: Any, metadata: dict[str, Any], *, at: str) -> tuple[str, str]:
+    """The decision's reason and where it was sent: the resume value's ``reason`` or ``message`` (a tool
+    call's message), else the run's ``metadata.reason``; none is ``""``, to be sent at ``{at}.reason``. One
+    too long is refused, as on the native API, not cut short."""
     from_metadata = metadata_reason(metadata)  # refused when it is not text, even if the value gives one
     found: tuple[str, str] | None = None
     if isinstance(value, dict):
         for key in ("reason", "message"):
             if isinstance(value.get(key), str) and value[key].strip():
-                found = (value[key], f"command.resume.{key}")
+                found = (value[key], f"{at}.{key}")
                 break
         if found is None:
             for index, item in enumerate(value.get("decisions") or []):
                 if isinstance(item, dict) and isinstance(item.get("message"), str) and item["message"].strip():
-                    found = (item["message"], f"command.resume.decisions[{index}].message")
+                    found = (item["message"], f"{at}.decisions[{index}].message")
                     break
     if found is None and from_metadata is not None:
         found = (from_metadata, "metadata.reason")
     if found is None:
-        return ""
+        return "", f"{at}.reason"
     text, field = found
     if len(text) > REASON_MAX_CHARS:
         raise InvalidInput(f"a reason is at most {REASON_MAX_CHARS} characters (got {len(text)})", field=field)
-    return text
+    return text, field
+
+
+def _outcome_at(value: Any, at: str) -> str:
+    """Where a resume value states its decision (as ``resume_outcome`` reads it); a gate's ``decision`` if
+    it states none (it was read as an approval)."""
+    if isinstance(value, list):
+        return f"{at}[0].type"  # Agent Inbox: [{"type": ...}]
+    stated = [key for key in ("decision", "type", "decisions") if isinstance(value, dict) and key in value]
+    return f"{at}.{(stated or ['decision'])[0]}"
+
+
+@contextlib.contextmanager
+def _fields_as_sent(value: Any, *, at: str, reason_at: str) -> Iterator[None]:
+    """Refusals of the decision service name the native decision's fields (``approvals.schemas.DecisionIn``:
+    ``edits``, ``resume``, ``action_args``...); a run sent them in its command, so name them there: the
+    edits are ``command.update``, the resume value and what is read from it are at ``at``."""
+    try:
+        yield
+    except DomainError as exc:
+        field = exc.field or ""
+        native = re.split(r"[.\[]", field, maxsplit=1)[0]
+        sent = {
+            "edits": "command.update",
+            "resume": at,
+            "action_args": f"{at}.action_args",
+            "decisions": f"{at}.decisions",
+            "message": f"{at}.message",
+            "decision": _outcome_at(value, at),
+            "reason": reason_at,
+            "checkpoint_id": "thread_id",  # the thread moved on since its tasks were read; the run named none
+        }.get(native)
+        if sent is not None:
+            exc.field = sent + field[len(native) :]
+        raise
 
 
 @transaction.atomic

@@ -446,3 +446,41 @@ def test_a_platform_resume_with_a_reason_that_is_not_text_is_refused_naming_it(r
     assert response.status_code == 422, response.content
     assert response.json()["error"]["field"] == "metadata.reason", response.content
     assert snapshot(loan_task["id"]) == before
+
+
+@pytest.mark.parametrize(
+    "command,field",
+    [
+        ({"resume": {"decision": "edit", "reason": "adjust"}, "update": {"amount": "15000"}}, "command.update.amount"),
+        ({"resume": {"decision": "approve", "reason": "ok"}, "update": {"income": 1}}, "command.update.income"),
+        ({"resume": {"decision": "deny", "reason": "do not pay"}}, "command.resume.decision"),
+        ({"resume": {"decision": "respond", "reason": "hello"}}, "command.resume.decision"),
+        ({"resume": {"decision": "reject"}}, "command.resume.reason"),
+        (
+            {"resume": {"decision": "edit", "reason": "r", "action_args": {"amount": "1"}}},
+            "command.resume.action_args.amount",
+        ),
+        ({"resume": {"decision": "edit", "reason": "r", "action_args": 5}}, "command.resume.action_args"),
+        ({"resume": "yes"}, "command.resume.decision"),
+    ],
+)
+def test_a_platform_resume_refused_by_the_decision_service_names_the_field_it_sent(reviewer, loan_task, command, field):
+    """/lg/ named the native API's fields ("edits.amount", "resume.decision"), which its body does not have."""
+    before = snapshot(loan_task["id"])
+    body = {"assistant_id": "loan_approval", "command": command}
+    response = reviewer.client.post(f"/lg/threads/{loan_task['thread_id']}/runs", body)
+    assert response.status_code == 422, response.content
+    assert response.json()["error"]["field"] == field, response.content
+    assert snapshot(loan_task["id"]) == before
+
+
+def test_a_platform_resume_by_interrupt_id_names_the_field_under_its_id(reviewer, loan_task):
+    interrupt_id = loan_task["interrupt_id"]
+    before = snapshot(loan_task["id"])
+    command = {"resume": {interrupt_id: {"decision": "deny", "reason": "r"}}}
+    response = reviewer.client.post(
+        f"/lg/threads/{loan_task['thread_id']}/runs", {"assistant_id": "loan_approval", "command": command}
+    )
+    assert response.status_code == 422, response.content
+    assert response.json()["error"]["field"] == f"command.resume.{interrupt_id}.decision", response.content
+    assert snapshot(loan_task["id"]) == before

@@ -90,7 +90,7 @@ def test_a_resume_the_gate_cannot_read_is_refused_before_anything_is_written(ser
     with pytest.raises(httpx.HTTPStatusError) as refused:
         rv.runs.wait(thread["thread_id"], "loan_approval", command={"resume": resume})
     assert refused.value.response.status_code == 422
-    assert refused.value.response.json()["error"]["field"] == "resume.decision"
+    assert refused.value.response.json()["error"]["field"] == "command.resume.decision"
     assert not Decision.objects.filter(task__thread_id=thread["thread_id"]).exists()
     assert op.threads.get(thread["thread_id"])["status"] == "interrupted"
 
