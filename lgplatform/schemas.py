@@ -12,7 +12,8 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from ninja import Schema
-from pydantic import Field
+from pydantic import BeforeValidator, Field
+from pydantic_core import PydanticCustomError
 
 from approvals.inputs import Offset
 from approvals.store import STORE_LIMIT_MAX, STORE_OFFSET_MAX
@@ -87,6 +88,13 @@ class CommandIn(Schema):
     goto: Any = None
 
 
+def _object_or_null(value: Any) -> Any:
+    # A ninja Schema reads any value by attribute: "x" or [] was a command with nothing set, i.e. none.
+    if value is not None and not isinstance(value, dict):
+        raise PydanticCustomError("dict_type", "must be an object")
+    return value
+
+
 class StateQuery(Schema):
     subgraphs: bool = False
 
@@ -110,7 +118,7 @@ class CancelQuery(Schema):
 class RunCreateIn(Schema):
     assistant_id: str = Field(min_length=1, max_length=200)
     input: dict[str, Any] | None = None
-    command: CommandIn | None = None
+    command: Annotated[CommandIn | None, BeforeValidator(_object_or_null)] = None
     metadata: dict[str, Any] | None = None
     config: dict[str, Any] | None = None
     context: dict[str, Any] | None = None

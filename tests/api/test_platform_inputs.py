@@ -343,6 +343,24 @@ def test_a_bad_recursion_limit_is_a_422_naming_it_and_creates_no_run(operator, l
     assert not Run.objects.filter(thread_id=lg_thread).exists()
 
 
+@pytest.mark.parametrize("command", ["x", 5, [], ["resume"], True])
+@pytest.mark.parametrize("with_input", [True, False])
+def test_a_command_that_is_not_an_object_is_a_422_naming_it(operator, lg_thread, undispatched, command, with_input):
+    """ninja read any value as an object by attribute: "x" was a command with nothing set, so a run with
+    input started and one without was told to send input."""
+    body: dict[str, Any] = {"assistant_id": "loan_approval", "command": command}
+    if with_input:
+        body["input"] = loan_input()
+    error = error_of(operator.client.post(f"/lg/threads/{lg_thread}/runs", body), 422)
+    assert (error["field"], error["message"]) == ("command", "command: must be an object")
+    assert not Run.objects.filter(thread_id=lg_thread).exists()
+
+
+def test_a_null_command_is_no_command(operator, lg_thread, undispatched):
+    body = {"assistant_id": "loan_approval", "input": loan_input(), "command": None}
+    assert operator.client.post(f"/lg/threads/{lg_thread}/runs", body).status_code == 200
+
+
 def test_a_run_s_own_recursion_limit_lowers_the_graph_s(operator, lg_thread, undispatched):
     body = {"assistant_id": "never_stops", "input": {}, "config": {"recursion_limit": 3}}
     created = operator.client.post(f"/lg/threads/{lg_thread}/runs", body)
