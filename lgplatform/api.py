@@ -230,7 +230,7 @@ def thread_history(request: HttpRequest, thread_id: AnyUuid, body: HistoryIn) ->
         _user(request),
         thread_id,
         limit=body.limit,
-        before=platform.checkpoint_id_read(body.before, field="before"),
+        before=platform.checkpoint_id_read(body.before, field="before", named=True),
         checkpoint_id=platform.checkpoint_id_read(body.checkpoint, field="checkpoint"),
     )
 

@@ -503,16 +503,24 @@ def thread_state(
     return state_out(user, thread, view, nested)
 
 
-def checkpoint_id_read(value: Any, *, field: str) -> str | None:
+def checkpoint_id_read(value: Any, *, field: str, named: bool = False) -> str | None:
     """The checkpoint id a request names, in the forms LangGraph Server takes: the id, a checkpoint
     ``{"checkpoint_id": ...}`` or a config ``{"configurable": {"checkpoint_id": ...}}``; any form
-    ``uuid.UUID()`` reads, as the saver stores it. Anything else is a 422 naming ``field``."""
+    ``uuid.UUID()`` reads, as the saver stores it. Anything else is a 422 naming ``field``; so is an object
+    naming no checkpoint when it must (``named``: a ``before`` that names none was read as no cursor, the
+    whole history)."""
     if isinstance(value, dict):
-        inner = value.get("configurable")
-        if isinstance(inner, dict):
-            value, field = inner.get("checkpoint_id"), f"{field}.configurable.checkpoint_id"
-        else:
-            value, field = value.get("checkpoint_id"), f"{field}.checkpoint_id"
+        holder, at = value, field
+        if "configurable" in value:
+            holder, at = value["configurable"], f"{field}.configurable"
+        value = holder.get("checkpoint_id") if isinstance(holder, dict) else None
+        if not isinstance(holder, dict) or (named and value in (None, "")):
+            raise InvalidInput(
+                f'{field}: names no checkpoint; send its id, {{"checkpoint_id": id}} or '
+                f'{{"configurable": {{"checkpoint_id": id}}}}',
+                field=field,
+            )
+        field = f"{at}.checkpoint_id"
     if value is None or value == "":
         return None
     try:

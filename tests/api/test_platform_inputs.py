@@ -280,6 +280,26 @@ def test_a_malformed_history_checkpoint_is_a_422_naming_it(operator, lg_thread, 
     assert error_of(operator.client.post(f"/lg/threads/{lg_thread}/history", body), 422)["field"] == field
 
 
+@pytest.mark.parametrize(
+    "before",
+    [{"configurable": "x"}, {"configurable": {}}, {"configurable": None}, {}, {"checkpoint_id": None}, {"ns": ""}],
+)
+def test_a_history_before_that_names_no_checkpoint_is_a_422_naming_it(operator, paused_loan, before):
+    """It was read as no cursor at all: the whole history."""
+    thread_id, _ = paused_loan
+    error = error_of(operator.client.post(f"/lg/threads/{thread_id}/history", {"before": before}), 422)
+    assert error["field"] == "before" and "checkpoint_id" in error["message"], error
+
+
+def test_a_checkpoint_whose_configurable_is_not_an_object_is_a_422_naming_it(operator, paused_loan):
+    thread_id, _ = paused_loan
+    body = {"checkpoint": {"configurable": "x"}}
+    assert error_of(operator.client.post(f"/lg/threads/{thread_id}/history", body), 422)["field"] == "checkpoint"
+    assert error_of(operator.client.post(f"/lg/threads/{thread_id}/state/checkpoint", body), 422)["field"] == (
+        "checkpoint"
+    )
+
+
 def test_a_malformed_checkpoint_in_get_history_or_state_checkpoint_is_a_422_naming_it(operator, lg_thread):
     error = error_of(operator.client.get(f"/lg/threads/{lg_thread}/history", before="x"), 422)
     assert error["field"] == "before"
