@@ -99,10 +99,14 @@ class StateQuery(Schema):
     subgraphs: bool = False
 
 
+# A run's statuses as LangGraph Server reports them (``langgraph_sdk.schema.RunStatus``).
+RunStatusIn = Literal["pending", "running", "error", "success", "timeout", "interrupted"]
+
+
 class RunListQuery(Schema):
     limit: int = Field(default=10, ge=1, le=1000)
     offset: Offset = 0
-    status: str | None = Field(default=None, max_length=20)
+    status: RunStatusIn | None = None
 
 
 class JoinStreamQuery(Schema):

@@ -86,7 +86,7 @@ RUN_STATUS_OUT: dict[str, str] = {
 }
 RUN_STATUSES_IN: dict[str, list[str]] = {
     out: [status for status, shown in RUN_STATUS_OUT.items() if shown == out] for out in set(RUN_STATUS_OUT.values())
-}
+} | {"timeout": []}  # a status of LangGraph Server's that no Gatehouse run is shown with
 _INTERRUPT_ID = re.compile(r"[0-9a-f]{32}")
 
 
@@ -656,7 +656,7 @@ def runs_list(
     thread = thread_get_for(user, thread_id)
     qs = thread.runs.order_by("-created_at")
     if status:
-        qs = qs.filter(status__in=RUN_STATUSES_IN.get(status, []))
+        qs = qs.filter(status__in=RUN_STATUSES_IN[status])
     return thread, list(qs[offset : offset + limit])
 
 

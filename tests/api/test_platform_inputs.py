@@ -322,6 +322,24 @@ def test_cancelling_a_run_that_paused_at_a_gate_is_refused_in_lg_words(operator,
     )
 
 
+@pytest.mark.parametrize("status", ["bogus", "SUCCESS", "failed", "queued", "cancelled"])
+def test_listing_runs_by_a_status_lg_does_not_have_is_a_422_listing_those_it_has(operator, paused_loan, status):
+    """It answered 200 [], as if the thread had no run of that status (Gatehouse's own names included)."""
+    thread_id, _ = paused_loan
+    error = error_of(operator.client.get(f"/lg/threads/{thread_id}/runs", status=status), 422)
+    assert error["field"] == "status"
+    for shown in ("pending", "running", "error", "success", "timeout", "interrupted"):
+        assert repr(shown) in error["message"], error
+
+
+@pytest.mark.parametrize("status,found", [("success", 1), ("pending", 0), ("timeout", 0), ("interrupted", 0)])
+def test_listing_runs_by_an_lg_status_filters_on_it(operator, paused_loan, status, found):
+    thread_id, _ = paused_loan
+    response = operator.client.get(f"/lg/threads/{thread_id}/runs", status=status)
+    assert response.status_code == 200, response.content
+    assert [r["status"] for r in response.json()] == [status] * found
+
+
 # --- run options: multitask_strategy is reported, config.recursion_limit honoured up to the graph's --
 
 
