@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
 from collections.abc import Callable
 from inspect import iscoroutinefunction
 from typing import Any
@@ -19,7 +20,7 @@ from django.contrib.auth.models import User
 from django.db import DatabaseError, InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.http.response import HttpResponseBase
-from django.urls import URLPattern, URLResolver, path, re_path
+from django.urls import URLPattern, URLResolver, path, re_path, reverse
 from django.views.decorators.csrf import csrf_exempt
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
@@ -46,7 +47,23 @@ class MethodNotAllowed(DomainError):
 
 class GatehouseAPI(NinjaAPI):
     """A NinjaAPI whose every answer is JSON: ninja answers a method no operation of a path serves with
-    a bare text 405; here it is the API's error body (``api_errors_install``), with the ``Allow`` header."""
+    a bare text 405; here it is the API's error body (``api_errors_install``), with the ``Allow`` header.
+
+    ``not_served``: paths (regular expressions, below the API's root) of a protocol's calls the API does not
+    serve whose paths an operation's pattern takes (``threads/prune`` reads as ``threads/{thread_id}``).
+    A method no operation serves there is the 404 of any path not served, not a 405 naming a method that
+    fails there too; the methods served answer as they do.
+    """
+
+    def __init__(self, *args: Any, not_served: tuple[str, ...] = (), **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.not_served = re.compile("|".join(f"(?:{p})" for p in not_served)) if not_served else None
+
+    def path_not_served(self, request: HttpRequest) -> bool:
+        if self.not_served is None:
+            return False
+        root = reverse(f"{self.urls_namespace}:api-root")
+        return bool(self.not_served.fullmatch(request.path.removeprefix(root)))
 
     @property
     def urls(self) -> tuple[list[URLResolver | URLPattern], str, str]:
@@ -68,7 +85,7 @@ class GatehouseAPI(NinjaAPI):
         return self.on_exception(request, error)
 
 
-def _not_allowed_as_error(api: NinjaAPI, pattern: URLResolver | URLPattern) -> URLResolver | URLPattern:
+def _not_allowed_as_error(api: GatehouseAPI, pattern: URLResolver | URLPattern) -> URLResolver | URLPattern:
     if not isinstance(pattern, URLPattern):
         return pattern
     view = pattern.callback
@@ -76,6 +93,8 @@ def _not_allowed_as_error(api: NinjaAPI, pattern: URLResolver | URLPattern) -> U
     def answer(request: HttpRequest, response: HttpResponseBase) -> HttpResponseBase:
         if not isinstance(response, HttpResponseNotAllowed):
             return response
+        if api.path_not_served(request):
+            return api._path_unknown(request)
         allowed = response["Allow"]
         refusal = MethodNotAllowed(f"{request.method} is not served here; this path serves {allowed}")
         error = api.on_exception(request, refusal)

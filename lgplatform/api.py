@@ -51,6 +51,7 @@ from lgplatform.schemas import (
     RunListQuery,
     StateQuery,
     ThreadCheckpointIn,
+    ThreadCountIn,
     ThreadCreateIn,
     ThreadSearchIn,
     ThreadStateUpdateIn,
@@ -76,6 +77,9 @@ api = GatehouseAPI(
     urls_namespace="lg",
     docs_url="/docs",
     parser=StrictJsonParser(),  # NUL bytes, non-finite or 64-bit-overflowing numbers, deep nesting: 4xx
+    # SDK calls not served (assistants.count, threads.prune, crons.create_for_thread) whose paths read as an
+    # id's: a 404 as for /runs/crons, not a 405 sending the client to a GET that reads "count" as an id.
+    not_served=("assistants/count", "threads/prune", "threads/[^/]+/runs/crons"),
 )
 
 
@@ -178,6 +182,12 @@ def threads_search(request: HttpRequest, body: ThreadSearchIn) -> list[ThreadOut
         sort_order=body.sort_order,
     )
     return [platform.thread_out(user, t) for t in threads]
+
+
+@api.post("/threads/count", response=int, tags=["threads"])
+def threads_count(request: HttpRequest, body: ThreadCountIn) -> int:
+    """How many threads ``threads/search`` finds for the caller with the same filters."""
+    return platform.threads_count(user=_user(request), status=body.status, metadata=body.metadata, values=body.values)
 
 
 @api.get("/threads/{thread_id}", response=ThreadOut, tags=["threads"])

@@ -44,17 +44,26 @@ class ThreadCreateIn(Schema):
     ttl: Any = None
 
 
+ThreadStatusIn = Literal["idle", "busy", "interrupted", "error"]
+
+
 class ThreadSearchIn(Schema):
     metadata: Filter | None = None
     values: Filter | None = None
     ids: list[Annotated[str, Field(max_length=64)]] | None = Field(default=None, max_length=1000)
-    status: Literal["idle", "busy", "interrupted", "error"] | None = None
+    status: ThreadStatusIn | None = None
     limit: int = Field(default=10, ge=1, le=1000)
     offset: Offset = 0
     sort_by: Literal["thread_id", "status", "created_at", "updated_at"] | None = None
     sort_order: SortOrder | None = None
     select: list[str] | None = None
     extract: dict[str, str] | None = None
+
+
+class ThreadCountIn(Schema):
+    metadata: Filter | None = None
+    values: Filter | None = None
+    status: ThreadStatusIn | None = None
 
 
 class ThreadStateUpdateIn(Schema):

@@ -222,6 +222,38 @@ def _masked_equal(values: dict[str, Any], wanted: dict[str, Any], paths: list[st
     return all(k in shown and shown[k] == v for k, v in wanted.items())
 
 
+def _threads_matching(
+    user: permissions.Principal,
+    *,
+    status: str | None,
+    metadata: dict[str, Any] | None,
+    values: dict[str, Any] | None,
+    ids: list[str] | None = None,
+) -> QuerySet[Thread]:
+    """The threads ``user`` may see that match a search's filters (values compared as the user sees them)."""
+    qs = permissions.threads_visible_or_own_unbound(user)
+    if status:
+        qs = qs.filter(status__in=THREAD_STATUS_IN[status])
+    if ids:
+        qs = qs.filter(pk__in=[_uuid(i, f"ids[{n}]") for n, i in enumerate(ids)])
+    if metadata:
+        qs = _json_filter(qs, "metadata", metadata)
+    if values:
+        qs = _values_filter(user, qs, values)
+    return qs
+
+
+def threads_count(
+    *,
+    user: permissions.Principal,
+    status: str | None = None,
+    metadata: dict[str, Any] | None = None,
+    values: dict[str, Any] | None = None,
+) -> int:
+    """``threads.count``: how many threads ``threads_search`` would find for ``user`` with these filters."""
+    return _threads_matching(user, status=status, metadata=metadata, values=values).count()
+
+
 def threads_search(
     *,
     user: permissions.Principal,
@@ -234,15 +266,7 @@ def threads_search(
     sort_by: str | None = None,
     sort_order: str | None = None,
 ) -> list[Thread]:
-    qs = permissions.threads_visible_or_own_unbound(user)
-    if status:
-        qs = qs.filter(status__in=THREAD_STATUS_IN[status])
-    if ids:
-        qs = qs.filter(pk__in=[_uuid(i, f"ids[{n}]") for n, i in enumerate(ids)])
-    if metadata:
-        qs = _json_filter(qs, "metadata", metadata)
-    if values:
-        qs = _values_filter(user, qs, values)
+    qs = _threads_matching(user, status=status, metadata=metadata, values=values, ids=ids)
     column = {"thread_id": "id", None: "created_at"}.get(sort_by, sort_by or "created_at")
     order = column if sort_order == "asc" else f"-{column}"
     return list(qs.order_by(order, "-id")[offset : offset + limit])

@@ -93,7 +93,7 @@ def test_a_malformed_id_on_the_native_api_is_a_422_naming_it_too(operator):
     [
         ("delete", "/lg/threads/{thread}", "GET"),
         ("post", "/lg/threads/{thread}", "GET"),  # the SDK's threads.update is PATCH; a POST here is refused
-        ("post", "/lg/assistants/count", "GET"),
+        ("get", "/lg/threads/count", "POST"),
         ("get", "/lg/threads/{thread}/runs/wait", "POST"),
         ("get", "/lg/threads/search", "POST"),
         ("delete", "/api/threads/{thread}", "GET"),
@@ -105,6 +105,18 @@ def test_a_method_a_path_does_not_serve_is_a_json_405_with_allow(operator, lg_th
     assert error["code"] == "method_not_allowed" and method.upper() in error["message"]
     assert response["Content-Type"].startswith("application/json")
     assert response["Allow"] == allowed
+
+
+@pytest.mark.parametrize(
+    "path", ["/lg/threads/{thread}/runs/crons", "/lg/assistants/count", "/lg/threads/prune", "/lg/runs/crons"]
+)
+def test_an_sdk_call_not_served_is_a_404_not_a_405_naming_a_method_that_fails_there_too(operator, lg_thread, path):
+    """crons.create_for_thread was a 405 "this path serves GET", and a GET there reads "crons" as a run id
+    (a 422); assistants.count's GET reads "count" as an assistant. /lg/runs/crons was already this 404."""
+    response = operator.client.post(path.format(thread=lg_thread), {})
+    error = error_of(response, 404)
+    assert error["field"] == "path" and "is not a path of this API" in error["message"], error
+    assert "Allow" not in response
 
 
 def test_a_patch_is_a_json_405_too(operator, lg_thread):
@@ -187,6 +199,38 @@ def test_a_store_delete_without_its_key_names_it(operator):
         "/lg/store/items", '{"namespace": ["notes"]}', content_type="application/json", headers=_auth(operator)
     )
     assert error_of(response, 422)["field"] == "key"
+
+
+# --- threads.count: what threads.search finds for the caller, counted ------------------------------
+
+
+def _search_count(persona: Any, body: dict[str, Any]) -> tuple[int, int]:
+    found = persona.post("/lg/threads/search", {**body, "limit": 1000})
+    counted = persona.post("/lg/threads/count", body)
+    assert found.status_code == counted.status_code == 200, (found.content, counted.content)
+    return len(found.json()), counted.json()
+
+
+def test_threads_count_counts_what_search_finds_for_the_caller(operator, loan_operator):
+    case = f"count-{uuid.uuid4().hex[:8]}"
+    for metadata in ({"graph_id": "loan_approval"}, {"graph_id": "kyc_onboarding"}, {}):
+        assert operator.client.post("/lg/threads", {"metadata": {"case": case, **metadata}}).status_code == 200
+    assert loan_operator.post("/lg/threads", {"metadata": {"case": case}}).status_code == 200
+    # an operator of every graph sees all four; the loan operator the loan thread and its own unbound one
+    assert _search_count(operator.client, {"metadata": {"case": case}}) == (4, 4)
+    assert _search_count(loan_operator, {"metadata": {"case": case}}) == (2, 2)
+    assert _search_count(loan_operator, {"metadata": {"case": case, "graph_id": "kyc_onboarding"}}) == (0, 0)
+    assert _search_count(operator.client, {"metadata": {"case": case}, "status": "idle"}) == (4, 4)
+    assert _search_count(operator.client, {"metadata": {"case": case}, "status": "busy"}) == (0, 0)
+    assert _search_count(operator.client, {"metadata": {"case": case}, "values": {"amount": 1}}) == (0, 0)
+
+
+@pytest.mark.parametrize(
+    "body,field",
+    [({"status": "bogus"}, "status"), ({"metadata": "x"}, "metadata"), ({"values": [1]}, "values")],
+)
+def test_threads_count_refuses_what_search_refuses(operator, body, field):
+    assert error_of(operator.client.post("/lg/threads/count", body), 422)["field"] == field
 
 
 # --- lenient options refused, history read as LangGraph Server reads it ---------------------------

@@ -90,6 +90,7 @@ def test_the_sdk_drives_a_loan_from_interrupt_to_disbursement(server, personas, 
             found = await rv.threads.search(status="interrupted", metadata={"case": "sdk-1"})
             assert [t["thread_id"] for t in found] == [thread["thread_id"]]
             assert found[0]["status"] == "interrupted"
+            assert await rv.threads.count(status="interrupted", metadata={"case": "sdk-1"}) == 1
 
             state = await rv.threads.get_state(thread["thread_id"])
             assert state["next"] == ["human_review"]
@@ -487,4 +488,5 @@ def test_a_graph_scoped_reviewer_sees_only_its_graphs(server, personas):
         with pytest.raises(httpx.HTTPStatusError) as hidden:
             scoped.threads.get(kyc["thread_id"])
         assert hidden.value.response.status_code == 404
+        assert scoped.threads.count(metadata={"graph_id": "kyc_onboarding"}) == 0  # counted as searched
         assert [a["graph_id"] for a in scoped.assistants.search(limit=100)] == ["loan_approval"]

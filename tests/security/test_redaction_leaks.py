@@ -186,6 +186,22 @@ def test_a_permitted_reader_searches_on_the_real_values(personas, waiting):
     assert _search(auditor, {"applicant": _applicant(name, MASK)}, waiting["thread"]) == []
 
 
+def _count(persona: Persona, values: dict[str, Any]) -> int:
+    response = persona.client.post("/lg/threads/count", {"values": values})
+    assert response.status_code == 200, response.content
+    return int(response.json())
+
+
+def test_counting_on_a_redacted_path_is_no_oracle(personas, waiting):
+    """threads.count filters as threads.search does: a count of 1 for the right date of birth would tell it."""
+    reviewer, auditor, name = personas["reviewer"], personas["auditor"], waiting["name"]
+    right = _count(reviewer, {"applicant": _applicant(name, DOB)})
+    wrong = _count(reviewer, {"applicant": _applicant(name, "1931-05-16")})
+    assert right == wrong == 0
+    assert _count(reviewer, {"applicant": _applicant(name, MASK)}) == 1
+    assert _count(auditor, {"applicant": _applicant(name, DOB)}) == 1
+
+
 # --- digests are no oracle ---------------------------------------------------------------------------
 
 
