@@ -278,11 +278,12 @@ def thread_create(
 ) -> tuple[Thread, bool]:
     """Create a thread with no run yet; ``metadata.graph_id`` binds it to a graph now, else the first run does."""
     permissions.require(actor, "runtime.start_thread", "create threads")
-    graph = metadata.get("graph_id") or ""
-    if graph:
-        if not isinstance(graph, str):
+    graph = ""
+    if "graph_id" in metadata:  # null, "" or false would be stored as the graph_id of a thread with none
+        named = metadata["graph_id"]
+        if not isinstance(named, str) or not named:
             raise InvalidInput("must be a graph name", field="metadata.graph_id")
-        graph = assistant_graph(actor, graph)
+        graph = assistant_graph(actor, named)
         permissions.require_start(actor, graph)
     pk = _uuid(thread_id, "thread_id") if thread_id else uuid.uuid4()
     if Thread.objects.filter(pk=pk).exists():

@@ -474,6 +474,15 @@ def test_a_body_that_is_not_a_json_object_is_refused_naming_body(operator, raw, 
     assert Thread.objects.count() == threads
 
 
+@pytest.mark.parametrize("graph_id", [None, 5, "", [], {}, False])
+def test_a_graph_id_that_is_not_a_graph_name_is_refused_and_creates_no_thread(operator, graph_id):
+    """null (and "", [], false) was stored as the thread's graph_id, while 5 was refused."""
+    before = Thread.objects.count()
+    error = error_of(operator.client.post("/lg/threads", {"metadata": {"graph_id": graph_id}}), 422)
+    assert (error["field"], error["message"]) == ("metadata.graph_id", "must be a graph name")
+    assert Thread.objects.count() == before
+
+
 @pytest.fixture
 def loan_operator() -> Any:
     """An operator of the loan graph only: a kyc thread is one it may not see."""
