@@ -44,6 +44,9 @@ Principal = User | AnonymousUser
 AUDIT_VALUE_MAX_CHARS = 8000
 TTL_MAX_MINUTES = 100 * 366 * 24 * 60  # a century: beyond it a datetime overflows
 _SEARCH_SCAN_MAX = 1000  # items read to answer one filter on masked fields
+# Labels in a namespace: what an applicant's or a user's memory needs, with room; a deeper one is no
+# organisation but an abuse (each label is stored in every item's key and listed back whole).
+NAMESPACE_DEPTH_MAX = 20
 
 
 @contextmanager
@@ -61,6 +64,10 @@ def store_namespace_check(namespace: Any, *, field: str = "namespace", allow_emp
         raise InvalidInput("a namespace is a list of labels", field=field)
     if not namespace and not allow_empty:
         raise InvalidInput("a namespace needs at least one label", field=field)
+    if len(namespace) > NAMESPACE_DEPTH_MAX:
+        raise InvalidInput(
+            f"a namespace is at most {NAMESPACE_DEPTH_MAX} labels deep (got {len(namespace)})", field=field
+        )
     for i, label in enumerate(namespace):
         if not isinstance(label, str) or not label or "." in label or "\x00" in label:
             raise InvalidInput("a namespace label is a non-empty string without '.' or NUL", field=f"{field}[{i}]")

@@ -17,6 +17,7 @@ from django.test import Client
 
 from approvals.models import AuditAction, AuditEvent
 from approvals.redaction import MASK
+from approvals.store import NAMESPACE_DEPTH_MAX
 from approvals.tokens import token_issue
 from runtime.store import store_get
 from tests.conftest import Persona
@@ -228,6 +229,45 @@ def test_bad_store_input_is_a_422_naming_the_field(personas, body, field):
     response = _call(personas["admin"], "PUT", "/lg/store/items", body)
     assert response.status_code == 422, response.content
     assert response.json()["error"]["field"].startswith(field)
+
+
+DEEP = ["applicants", *["x"] * 499]
+
+
+@pytest.mark.parametrize(
+    "method,path,body,field",
+    [
+        ("PUT", "/lg/store/items", {"namespace": DEEP, "key": "k", "value": {}}, "namespace"),
+        ("DELETE", "/lg/store/items", {"namespace": DEEP, "key": "k"}, "namespace"),
+        ("POST", "/lg/store/items/search", {"namespace_prefix": DEEP}, "namespace_prefix"),
+        ("POST", "/lg/store/namespaces", {"prefix": DEEP}, "prefix"),
+        ("POST", "/lg/store/namespaces", {"suffix": DEEP}, "suffix"),
+        (
+            "PUT",
+            "/lg/store/items",
+            {"namespace": ["ok"] * (NAMESPACE_DEPTH_MAX + 1), "key": "k", "value": {}},
+            "namespace",
+        ),
+    ],
+)
+def test_a_namespace_deeper_than_the_limit_is_refused_naming_it(personas, method, path, body, field):
+    """A put of 500 labels was stored (204) and listed back by list_namespaces."""
+    response = _call(personas["admin"], method, path, body)
+    assert response.status_code == 422, response.content
+    error = response.json()["error"]
+    assert error["field"] == field and f"at most {NAMESPACE_DEPTH_MAX} labels" in error["message"], error
+    listed = _call(personas["admin"], "POST", "/lg/store/namespaces", {"prefix": ["applicants", "x"], "limit": 1000})
+    assert listed.json()["namespaces"] == []
+
+
+def test_a_namespace_of_the_limit_s_depth_is_stored_and_read_back(personas):
+    namespace = [f"deep-{uuid.uuid4().hex[:8]}", *["x"] * (NAMESPACE_DEPTH_MAX - 1)]
+    put = _call(personas["admin"], "PUT", "/lg/store/items", {"namespace": namespace, "key": "k", "value": {"a": 1}})
+    assert put.status_code == 204, put.content
+    got = _call(personas["admin"], "GET", "/lg/store/items", namespace=".".join(namespace), key="k")
+    assert got.json()["value"] == {"a": 1}
+    deeper = _call(personas["admin"], "GET", "/lg/store/items", namespace=".".join([*namespace, "y"]), key="k")
+    assert deeper.status_code == 422 and deeper.json()["error"]["field"] == "namespace"
 
 
 def test_the_console_store_browser_masks_for_reviewers(personas, seeded):
