@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from console.env import env_bool, env_int
+from console.env import env_bool
 
 ROOT = Path(__file__).resolve().parent.parent
 BACKOFF_FIRST = 1.0
@@ -351,25 +351,80 @@ def public_url_default(env: dict[str, str], port: int) -> None:
     env.setdefault("GATEHOUSE_PUBLIC_URL", f"http://127.0.0.1:{port}")
 
 
+PORT_MAX = 65535
+
+
+@dataclass(frozen=True)
+class LaunchSettings:
+    """What the launcher itself reads from the environment, checked before anything starts."""
+
+    var: Path
+    port: int
+    bank_port: int | None  # None: GATEHOUSE_FAKE_BANK_URL names a bank; 0: pick a free port
+    workers: int
+    demo: bool
+
+
+def _env_int(
+    env: dict[str, str], name: str, default: int, *, minimum: int, maximum: int | None = None, what: str
+) -> int:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise StartError(f"{name}={raw!r} is not an integer: {what}") from None
+    if value < minimum or (maximum is not None and value > maximum):
+        raise StartError(f"{name}={value} is out of range: {what}")
+    return value
+
+
+def settings_read(env: dict[str, str]) -> LaunchSettings:
+    """Every variable the launcher reads, checked at once: a bad one is a StartError naming it and what it
+    takes, before the var dir is locked, migrate runs or any child starts (``PORT=abc`` was a traceback, and
+    ``GATEHOUSE_WORKERS=0`` one that came only after setup and the fake bank had started)."""
+    from django.core.exceptions import ImproperlyConfigured
+
+    var = Path(env["GATEHOUSE_VAR_DIR"])
+    if var.exists() and not var.is_dir():
+        raise StartError(f"GATEHOUSE_VAR_DIR={str(var)!r} is not a directory: name a directory (created if missing)")
+    port = _env_int(env, "PORT", 8000, minimum=1, maximum=PORT_MAX, what=f"the web port, 1 to {PORT_MAX}")
+    bank_port = None
+    if not env.get("GATEHOUSE_FAKE_BANK_URL"):
+        what = f"the fake bank's port, 1 to {PORT_MAX} (0 or unset: a free one)"
+        bank_port = _env_int(env, "BANK_PORT", 0, minimum=0, maximum=PORT_MAX, what=what)
+    workers = _env_int(env, "GATEHOUSE_WORKERS", 1, minimum=1, what="how many Celery workers, 1 or more")
+    try:
+        demo = env_bool("GATEHOUSE_DEMO", not env.get("DATABASE_URL"))
+    except ImproperlyConfigured as exc:
+        raise StartError(str(exc)) from None
+    return LaunchSettings(var=var, port=port, bank_port=bank_port, workers=workers, demo=demo)
+
+
 def start(supervisor: Supervisor, env: dict[str, str]) -> int:
     """Set up, then start the children; returns the web port. Raises StartError."""
     python = sys.executable
-    var = Path(env["GATEHOUSE_VAR_DIR"])
-    var.mkdir(parents=True, exist_ok=True)
+    launch = settings_read(env)  # first: a bad value is refused with nothing created or started
+    var = launch.var
+    try:
+        var.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StartError(f"GATEHOUSE_VAR_DIR={str(var)!r} cannot be created: {exc.strerror or exc}") from None
     supervisor.pass_fds = (var_dir_lock(var),)  # before anything else: refused, nothing has started
-    port = env_int("PORT", 8000, minimum=1)
+    port = launch.port
     if not port_free(port):
         raise StartError(f"port {port} is in use: set PORT to another port (and GATEHOUSE_VAR_DIR for a 2nd instance)")
     env["PORT"] = str(port)
     public_url_default(env, port)
     bank_port: int | None = None
-    if not env.get("GATEHOUSE_FAKE_BANK_URL"):
-        bank_port = env_int("BANK_PORT", 0, minimum=0) or port_pick()
+    if launch.bank_port is not None:
+        bank_port = launch.bank_port or port_pick()
         if not port_free(bank_port):
             raise StartError(f"BANK_PORT {bank_port} is in use: pick another (or leave it unset for a free one)")
         env["GATEHOUSE_FAKE_BANK_URL"] = f"http://127.0.0.1:{bank_port}"
 
-    demo = env_bool("GATEHOUSE_DEMO", not env.get("DATABASE_URL"))
+    demo = launch.demo
     _setup(python, env, demo=demo)
     if not demo and not _users_exist(var, env):
         log("demo mode is off and there are no users yet. Create the first admin, then sign in:")
@@ -377,7 +432,7 @@ def start(supervisor: Supervisor, env: dict[str, str]) -> int:
 
     if bank_port is not None:
         supervisor.start(Child("fake bank", [python, "-m", "demo.fakebank", "--port", str(bank_port)], env))
-    for index in range(1, env_int("GATEHOUSE_WORKERS", 1, minimum=1) + 1):
+    for index in range(1, launch.workers + 1):
         name = "worker" if index == 1 else f"worker {index}"
         supervisor.start(Child(name, worker_args(python, var, index=index), env))
     # daphne, without the live relay's POSTs (several per run) in its access log (console/serve.py)
@@ -412,8 +467,9 @@ def main() -> int:
     except KeyboardInterrupt:  # a Ctrl-C before the handler was installed
         pass
     finally:
-        supervisor.stop(stop_seconds(env))
-        log("stopped")
+        if supervisor.children:  # a start refused before any child is its one "cannot start" line
+            supervisor.stop(stop_seconds(env))
+            log("stopped")
     return 0
 
 

@@ -280,3 +280,48 @@ def test_a_second_launcher_on_the_same_var_dir_is_refused(tmp_path: Path, stacks
     assert f"cannot start: another launcher (pid {first.proc.pid}) runs on the var dir {first.var}" in second.log()
     assert "starting" not in second.log()  # refused before setup: nothing touched the first stack's files
     assert _serves(first)
+
+
+BAD_VALUES = [
+    ({"PORT": "abc"}, "PORT='abc' is not an integer: the web port, 1 to 65535"),
+    ({"PORT": "99999"}, "PORT=99999 is out of range: the web port, 1 to 65535"),
+    ({"PORT": "0"}, "PORT=0 is out of range: the web port, 1 to 65535"),
+    (
+        {"BANK_PORT": "70000"},
+        "BANK_PORT=70000 is out of range: the fake bank's port, 1 to 65535 (0 or unset: a free one)",
+    ),
+    ({"GATEHOUSE_WORKERS": "0"}, "GATEHOUSE_WORKERS=0 is out of range: how many Celery workers, 1 or more"),
+    ({"GATEHOUSE_WORKERS": "-1"}, "GATEHOUSE_WORKERS=-1 is out of range: how many Celery workers, 1 or more"),
+    ({"GATEHOUSE_WORKERS": "abc"}, "GATEHOUSE_WORKERS='abc' is not an integer: how many Celery workers, 1 or more"),
+    ({"GATEHOUSE_DEMO": "maybe"}, "GATEHOUSE_DEMO='maybe' is not a boolean (use true/false)"),
+]
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"), BAD_VALUES, ids=[" ".join(f"{k}={v}" for k, v in e.items()) for e, _ in BAD_VALUES]
+)
+def test_a_bad_value_is_one_line_naming_it_before_anything_starts(
+    tmp_path: Path, stacks: list[Stack], extra: dict[str, str], expected: str
+) -> None:
+    """PORT=abc and PORT=99999 were tracebacks; GATEHOUSE_WORKERS=0 one that came after migrate, the demo
+    setup and the fake bank had started."""
+    stack = stack_new(tmp_path, GATEHOUSE_GRAPHS=str(SOAK_GRAPHS))
+    stack.env.update(extra)
+    stacks.append(stack.start())
+    assert stack.proc is not None and stack.proc.wait(timeout=scaled(30)) == 1
+    assert stack.log().splitlines() == [f"[gatehouse] cannot start: {expected}"], stack.log()[-3000:]
+    assert list(stack.var.iterdir()) == []  # not even the var dir's lock: nothing was set up
+    assert stack.processes() == []
+
+
+def test_a_var_dir_that_is_a_file_is_one_line_naming_it(tmp_path: Path, stacks: list[Stack]) -> None:
+    """GATEHOUSE_VAR_DIR=<an existing file> was a FileExistsError traceback."""
+    stack = stack_new(tmp_path, GATEHOUSE_GRAPHS=str(SOAK_GRAPHS))
+    stack.var.rmdir()
+    stack.var.write_text("not a directory")
+    stacks.append(stack.start())
+    assert stack.proc is not None and stack.proc.wait(timeout=scaled(30)) == 1
+    expected = f"GATEHOUSE_VAR_DIR={str(stack.var)!r} is not a directory: name a directory (created if missing)"
+    assert stack.log().splitlines() == [f"[gatehouse] cannot start: {expected}"], stack.log()[-3000:]
+    assert stack.var.read_text() == "not a directory"
+    assert stack.processes() == []
