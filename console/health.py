@@ -28,7 +28,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
@@ -154,6 +154,9 @@ CHECKS: dict[str, Callable[[], dict[str, Any]]] = {
 class Readiness:
     ok: bool
     checks: dict[str, dict[str, Any]]
+    # What failed, with the exception's message (it may name hosts): for the log and the command line
+    # (``health_check --component web``), never for the HTTP answer.
+    errors: dict[str, str] = field(default_factory=dict)
 
 
 def _check_run(name: str) -> tuple[dict[str, Any], str | None]:
@@ -203,9 +206,15 @@ class OutageLog:
 readiness_log = OutageLog("readiness check")
 
 
-def readiness_evaluate(*, names: list[str] | None = None, deadline: float = READY_DEADLINE_SECONDS) -> Readiness:
+def readiness_evaluate(
+    *,
+    names: list[str] | None = None,
+    deadline: float = READY_DEADLINE_SECONDS,
+    outages: OutageLog | None = readiness_log,
+) -> Readiness:
     """Every check at once, each on its own (daemon) thread; one still running at ``deadline`` fails.
-    Its thread ends by itself once the dependency's own timeout fires."""
+    Its thread ends by itself once the dependency's own timeout fires. ``outages`` logs what started or
+    stopped failing (None: nothing is logged, e.g. a one-shot command that reports the failures itself)."""
     names = names or list(CHECKS)
     finished: dict[str, tuple[dict[str, Any], str | None]] = {}
     threads = [
@@ -225,11 +234,12 @@ def readiness_evaluate(*, names: list[str] | None = None, deadline: float = READ
     timed_out = ({"status": "fail", "detail": late, "ms": round(deadline * 1000, 1)}, late)
     outcomes = {name: finished.get(name, timed_out) for name in names}
     results = {name: result for name, (result, _) in outcomes.items()}
-    readiness_log.observe(
-        passed=[name for name, (result, _) in outcomes.items() if result["status"] == "ok"],
-        failed={name: error or "failed" for name, (result, error) in outcomes.items() if result["status"] != "ok"},
-    )
-    return Readiness(ok=all(r["status"] == "ok" for r in results.values()), checks=results)
+    failed = {name: error or "failed" for name, (result, error) in outcomes.items() if result["status"] != "ok"}
+    if outages is not None:
+        outages.observe(
+            passed=[name for name, (result, _) in outcomes.items() if result["status"] == "ok"], failed=failed
+        )
+    return Readiness(ok=all(r["status"] == "ok" for r in results.values()), checks=results, errors=failed)
 
 
 def checks_parse(values: list[str]) -> list[str] | None:

@@ -58,6 +58,13 @@ CASES: list[tuple[list[str], list[str]]] = [
     (["user_deactivate", "nobody-{missing}"], ["nobody-"]),
     (["user_revoke", "nobody-{missing}", "--role", "admin"], ["nobody-"]),
     (["revoke_token", "zz-nothing"], ["zz-nothing"]),
+    # what argparse refuses itself: its usage block and exit status 2 before this change
+    (["issue_token", "{user}", "--days", "abc"], ["--days", "invalid int value", "'abc'"]),
+    (["health_check", "--component", "bogus"], ["--component", "'bogus'", "'worker', 'beat', 'web'"]),
+    (["health_check", "--max-age", "0"], ["required", "--component"]),
+    (["health_check", "--component", "worker", "--max-age", "soon"], ["--max-age", "invalid float value", "'soon'"]),
+    (["user_list", "--bogus"], ["unrecognized arguments: --bogus", "manage.py user_list --help"]),
+    (["audit_export", "--format", "xml"], ["--format", "'xml'", "jsonl"]),
 ]
 
 
@@ -73,7 +80,7 @@ def test_a_bad_argument_is_one_error_line_naming_it_and_exit_status_1(
     values = {"tmp": str(tmp_path), "user": personas["reviewer"].username, "endpoint": webhook_endpoint}
     values["missing"] = str(uuid.uuid4())  # a thread id no thread has
     code, err = manage(capsys, *(a.format(**values) for a in argv))
-    assert code != 0, err
+    assert code == 1, err
     assert "Traceback" not in err
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("CommandError: "), err
@@ -102,3 +109,17 @@ def test_decisions_verify_of_a_known_thread_checks_it(capsys):
     thread = Thread.objects.create(graph="loan_approval")
     code, err = manage(capsys, "decisions_verify", "--thread", str(thread.id))
     assert code == 0, err
+
+
+def test_every_gatehouse_command_reports_argument_errors_in_one_line() -> None:
+    """One mechanism for all: a command on BaseCommand would print argparse's usage block and exit 2."""
+    from django.core.management import get_commands, load_command_class
+
+    from runtime.command_args import GatehouseCommand
+
+    ours = {
+        name: app for name, app in get_commands().items() if app.split(".")[0] in ("approvals", "console", "runtime")
+    }
+    assert {"health_check", "issue_token", "revoke_token", "changepassword", "graphs_check"} <= set(ours)
+    others = [name for name, app in ours.items() if not isinstance(load_command_class(app, name), GatehouseCommand)]
+    assert others == []

@@ -272,6 +272,32 @@ def test_the_web_health_command_checks_the_web_roles_own_dependencies(bank, tmp_
     down = _manage({**env, "REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"}, "health_check", "--component", "web")
     assert down.returncode == 1
     assert "broker" in down.stderr and "channel_layer" in down.stderr and "database" not in down.stderr
+    # One line, in words (it was a Python dict, after a WARNING line saying the same).
+    assert len(down.stderr.strip().splitlines()) == 1, down.stderr
+    assert down.stderr.startswith("CommandError: unhealthy: broker (OperationalError: "), down.stderr
+    assert "), channel_layer (ConnectionError: " in down.stderr, down.stderr
+
+
+def test_the_web_health_command_names_each_failing_check_and_its_reason(monkeypatch):
+    from django.core.management import call_command
+    from django.core.management.base import CommandError
+
+    from console import health
+
+    def refused() -> dict:
+        raise ConnectionRefusedError("Error 111 connecting to redis:6379.\nConnection refused.")
+
+    def stuck() -> dict:
+        raise health.CheckFailed("no reply from the channel layer")
+
+    monkeypatch.setitem(health.CHECKS, "broker", refused)
+    monkeypatch.setitem(health.CHECKS, "channel_layer", stuck)
+    with pytest.raises(CommandError) as caught:
+        call_command("health_check", "--component", "web")
+    assert str(caught.value) == (
+        "unhealthy: broker (ConnectionRefusedError: Error 111 connecting to redis:6379.), "
+        "channel_layer (no reply from the channel layer)"
+    )
 
 
 def test_without_a_node_the_worker_check_takes_any_worker_of_this_host(monkeypatch):

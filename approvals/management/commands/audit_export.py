@@ -19,17 +19,18 @@ from typing import Any, TextIO
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import User
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from approvals import permissions
 from approvals.errors import DomainError
 from approvals.exports.stream import FILTERS, FORMATS, AuditExport, audit_export_queryset, filters_parse
 from approvals.exports.verify import CSV_NOT_VERIFIABLE, export_is_csv, export_verify
 from approvals.models import AuditAction
+from runtime.command_args import GatehouseCommand
 from runtime.progress import progress
 
 
-class Command(BaseCommand):
+class Command(GatehouseCommand):
     help = "Export audit events (streamed, with chain hashes) or --verify an exported JSONL file."
 
     def add_arguments(self, parser: CommandParser) -> None:

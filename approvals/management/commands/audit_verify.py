@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from approvals.audit import (
     SinkUnreadable,
@@ -26,10 +26,11 @@ from approvals.audit import (
     audit_chain_check,
 )
 from approvals.models import AuditEvent
+from runtime.command_args import GatehouseCommand
 from runtime.progress import progress_spinner
 
 
-class Command(BaseCommand):
+class Command(GatehouseCommand):
     help = "Verify the audit hash chains and their anchors; name every finding (exit status 1 if any)."
 
     def add_arguments(self, parser: CommandParser) -> None:

@@ -2,14 +2,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from approvals.intent import intent_verify
-from runtime.command_args import uuid_option
+from runtime.command_args import GatehouseCommand, uuid_option
 from runtime.models import Thread
 
 
-class Command(BaseCommand):
+class Command(GatehouseCommand):
     help = (
         "Prove that what ran is what was signed: every decision still matches its signed digest, every resume "
         "(and retry) carried exactly the signed command, and every effect's arguments equal the action the gate "

@@ -4,14 +4,14 @@ from datetime import timedelta
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 from django.utils import timezone
 
 from approvals.tokens import TOKEN_ACTION_NAMES, TOKEN_DAYS_MAX, token_graphs_check, token_issue
-from runtime.command_args import int_option
+from runtime.command_args import GatehouseCommand, int_option
 
 
-class Command(BaseCommand):
+class Command(GatehouseCommand):
     help = "Issue an API token for USERNAME and print it (its only line of output). It is not shown again."
 
     def add_arguments(self, parser: CommandParser) -> None:

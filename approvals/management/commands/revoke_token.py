@@ -2,12 +2,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from approvals.tokens import token_revoke
+from runtime.command_args import GatehouseCommand
 
 
-class Command(BaseCommand):
+class Command(GatehouseCommand):
     help = "Revoke API tokens by the prefix shown when they were issued (the first 10 characters)."
 
     def add_arguments(self, parser: CommandParser) -> None:

@@ -4,13 +4,14 @@ import secrets
 import sys
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from approvals import users
 from approvals.management.commands._user_args import access_arguments, assignments_parse, describe, domain_call
+from runtime.command_args import GatehouseCommand
 
 
-class Command(BaseCommand):
+class Command(GatehouseCommand):
     help = (
         "Create a user with roles and graph/gate assignments (audited as the command line). "
         "Prints a generated password as its only line of output, unless --password-stdin reads one."

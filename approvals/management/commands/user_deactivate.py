@@ -2,13 +2,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import CommandParser
 
 from approvals import users
 from approvals.management.commands._user_args import describe, domain_call, user_find
+from runtime.command_args import GatehouseCommand
 
 
-class Command(BaseCommand):
+class Command(GatehouseCommand):
     help = (
         "Deactivate USERNAME: they can no longer sign in, their API tokens are revoked and their sessions "
         "end (audited as the command line). --reactivate lets them in again (revoked tokens stay revoked)."

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from approvals import users
 from approvals.management.commands._user_args import (
@@ -12,9 +12,10 @@ from approvals.management.commands._user_args import (
     domain_call,
     user_find,
 )
+from runtime.command_args import GatehouseCommand
 
 
-class Command(BaseCommand):
+class Command(GatehouseCommand):
     help = "Give USERNAME roles, graphs or single gates, on top of what they have (audited as the command line)."
 
     def add_arguments(self, parser: CommandParser) -> None:

@@ -3,12 +3,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import CommandParser
 
 from approvals import users
+from runtime.command_args import GatehouseCommand
 
 
-class Command(BaseCommand):
+class Command(GatehouseCommand):
     help = "List users with their roles, graph and gate assignments, state and last sign-in."
 
     def add_arguments(self, parser: CommandParser) -> None:

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from approvals import users
 from approvals.management.commands._user_args import (
@@ -12,9 +12,10 @@ from approvals.management.commands._user_args import (
     gates_parse,
     user_find,
 )
+from runtime.command_args import GatehouseCommand
 
 
-class Command(BaseCommand):
+class Command(GatehouseCommand):
     help = (
         "Take roles, graphs (with every gate assignment of them) or single gates away from USERNAME "
         "(audited as the command line). Refused if it would leave no active admin."

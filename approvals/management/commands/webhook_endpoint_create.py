@@ -3,13 +3,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from approvals.errors import DomainError
 from approvals.inbound.webhooks import DEFAULT_DECISION_MAP, webhook_endpoint_create
+from runtime.command_args import GatehouseCommand
 
 
-class Command(BaseCommand):
+class Command(GatehouseCommand):
     help = (
         "Register an inbound webhook endpoint NAME for GRAPH (POST /api/webhooks/NAME) and its service principal "
         "webhook:NAME, which may decide only the --gate(s) given. Prints the signing secret once."

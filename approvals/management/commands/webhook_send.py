@@ -6,13 +6,14 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from approvals.models import WebhookEndpoint
 from approvals.outbound.signing import webhook_sign
+from runtime.command_args import GatehouseCommand
 
 
-class Command(BaseCommand):
+class Command(GatehouseCommand):
     help = (
         "Send a correctly signed Standard Webhooks delivery to endpoint NAME (signed with its first secret), "
         "as a vendor would, and print the response."

@@ -3,13 +3,14 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from approvals.errors import DomainError
 from demo.seed import DEMO_PASSWORD, demo_setup
+from runtime.command_args import GatehouseCommand
 
 
-class Command(BaseCommand):
+class Command(GatehouseCommand):
     help = "Create demo users (password 'gatehouse') and demo threads paused at their gates. Idempotent."
 
     def add_arguments(self, parser: CommandParser) -> None:

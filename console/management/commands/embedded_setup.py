@@ -13,14 +13,15 @@ import traceback
 from typing import Any
 
 from django.core.management import call_command
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from console.embedded import SETUP_EXIT_FIRST, SETUP_STEPS
+from runtime.command_args import GatehouseCommand
 
 STEP_OPTIONS: dict[str, dict[str, Any]] = {"migrate": {"interactive": False, "verbosity": 0}}
 
 
-class Command(BaseCommand):
+class Command(GatehouseCommand):
     help = "make run's setup: migrate, graphs_check, and with --demo demo_setup; a failing step exits 10 + its index."
 
     def add_arguments(self, parser: CommandParser) -> None:

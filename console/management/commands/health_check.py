@@ -11,16 +11,16 @@ import socket
 from typing import Any
 
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 from django.db import DatabaseError
 
 from console.health import readiness_evaluate
 from console.heartbeats import beat_heartbeat_age, heartbeat_age, worker_heartbeat_name
 from console.models import HeartbeatComponent
-from runtime.command_args import positive_seconds_option
+from runtime.command_args import GatehouseCommand, positive_seconds_option
 
 
-class Command(BaseCommand):
+class Command(GatehouseCommand):
     help = "Exit non-zero when this container's worker, beat or web dependencies are not healthy."
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -43,9 +43,10 @@ class Command(BaseCommand):
         )
         component = options["component"]
         if component == "web":
-            readiness = readiness_evaluate(names=["database", "checkpointer", "broker", "channel_layer"])
-            failed = {name: r.get("detail", "") for name, r in readiness.checks.items() if r["status"] != "ok"}
-            if failed:
+            # Not logged as an outage as well: the one line below names every failing check, with its reason.
+            readiness = readiness_evaluate(names=["database", "checkpointer", "broker", "channel_layer"], outages=None)
+            if not readiness.ok:
+                failed = ", ".join(f"{name} ({_first_line(error)})" for name, error in readiness.errors.items())
                 raise CommandError(f"unhealthy: {failed}")
             self.stdout.write("ok")
             return
@@ -68,3 +69,7 @@ class Command(BaseCommand):
         if age > max_age:
             raise CommandError(f"unhealthy: {what}: last heartbeat {age:.1f} s ago (limit {max_age:g} s)")
         self.stdout.write(f"ok: {what} heartbeat {age:.1f} s ago")
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0] if text.strip() else "failed"

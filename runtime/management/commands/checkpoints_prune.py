@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
-from runtime.command_args import graph_option
+from runtime.command_args import GatehouseCommand, graph_option
 from runtime.models import Thread
 from runtime.progress import progress
 from runtime.retention import checkpoints_prune
 
 
-class Command(BaseCommand):
+class Command(GatehouseCommand):
     help = (
         "Delete intermediate checkpoints of threads completed longer ago than their graph's retention period "
         "(final and decision checkpoints stay), then unreferenced blobs. Audit events are never touched."

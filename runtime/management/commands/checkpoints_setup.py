@@ -1,11 +1,10 @@
 from typing import Any
 
-from django.core.management.base import BaseCommand
-
 from runtime.checkpointer import checkpointer_close, checkpointer_setup
+from runtime.command_args import GatehouseCommand
 
 
-class Command(BaseCommand):
+class Command(GatehouseCommand):
     help = "Create or upgrade LangGraph's checkpoint tables (migrate does this too)."
 
     def handle(self, *args: Any, **options: Any) -> None:

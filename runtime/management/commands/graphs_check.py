@@ -3,12 +3,13 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
+from runtime.command_args import GatehouseCommand
 from runtime.registry import GraphRegistryError, registry_load
 
 
-class Command(BaseCommand):
+class Command(GatehouseCommand):
     help = "Import the graphs of GATEHOUSE_GRAPHS and list them; exit 1 naming the graph that fails to load."
 
     def handle(self, *args: Any, **options: Any) -> None:

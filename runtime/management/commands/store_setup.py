@@ -1,11 +1,10 @@
 from typing import Any
 
-from django.core.management.base import BaseCommand
-
+from runtime.command_args import GatehouseCommand
 from runtime.store import store_close, store_setup
 
 
-class Command(BaseCommand):
+class Command(GatehouseCommand):
     help = "Create or upgrade the long-term memory store's tables, vector index included (migrate does this too)."
 
     def handle(self, *args: Any, **options: Any) -> None:

@@ -4,15 +4,16 @@ import getpass
 import sys
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from approvals import users
 from approvals.management.commands._user_args import domain_call, user_find
+from runtime.command_args import GatehouseCommand
 
 ATTEMPTS = 3  # as Django's own command
 
 
-class Command(BaseCommand):
+class Command(GatehouseCommand):
     help = (
         "Set USERNAME's password (audited as the command line, user.password_reset); their sessions end. "
         "Prompts twice, or reads it from standard input with --password-stdin."

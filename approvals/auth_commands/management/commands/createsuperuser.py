@@ -2,10 +2,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
+
+from runtime.command_args import GatehouseCommand
 
 
-class Command(BaseCommand):
+class Command(GatehouseCommand):
     help = (
         "Refused: Gatehouse has no superusers. Create an admin with "
         "`manage.py user_create --role admin USERNAME` (audited as the command line)."
