@@ -6,9 +6,11 @@ that are registered, and demo threads start only for demo graphs that are.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from django.contrib.auth import get_user_model
+from django.contrib.auth.hashers import check_password
 from django.db import transaction
 
 from approvals import services
@@ -86,3 +88,20 @@ def demo_setup() -> list[str]:
         thread, _ = services.thread_start(actor=operator, graph=graph, input=graph_input, metadata=metadata)
         done.append(f"thread {thread.id} ({graph}, case {metadata['case']})")
     return done
+
+
+def demo_users_signing_in(*, known: Iterable[str] = ()) -> list[str]:
+    """The active demo users whose password is still the demo password, in ``DEMO_USERS`` order.
+
+    ``known`` are users just created with it (not checked again: a check costs a password hash, ~0.4 s).
+    A deactivated user, or one whose password an admin changed, is not listed: the start-up line said
+    "password for all" after that, too. The hash is only compared (``hashers.check_password``), never
+    upgraded and saved: this is a read."""
+    known = set(known)
+    users = get_user_model().objects.filter(username__in=DEMO_USERS, is_active=True)
+    passwords = dict(users.values_list("username", "password"))
+    return [
+        name
+        for name in DEMO_USERS
+        if name in passwords and (name in known or check_password(DEMO_PASSWORD, passwords[name]))
+    ]

@@ -66,3 +66,37 @@ def test_a_demo_database_from_before_is_mended_its_admin_no_longer_a_superuser()
     get_user_model().objects.filter(username="admin").update(is_superuser=True, is_staff=True)
     demo_setup()
     assert not get_user_model().objects.get(username="admin").is_superuser
+
+
+def _demo_setup_output() -> list[str]:
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    out = StringIO()
+    call_command("demo_setup", "--force", stdout=out)
+    return out.getvalue().splitlines()
+
+
+def test_the_demo_password_line_names_only_the_users_who_can_still_sign_in_with_it() -> None:
+    """It said "password for all: gatehouse" on every restart, also after an admin had deactivated
+    ``auditor`` and changed another demo user's password."""
+    first = _demo_setup_output()
+    assert first[-1] == "demo sign-in: reviewer, reviewer2, auditor, operator, admin (password: gatehouse)"
+
+    User = get_user_model()
+    User.objects.filter(username="auditor").update(is_active=False)
+    reviewer2 = User.objects.get(username="reviewer2")
+    reviewer2.set_password("changed by an admin")
+    reviewer2.save()
+    again = _demo_setup_output()
+    assert again == ["demo sign-in: reviewer, operator, admin (password: gatehouse)"]
+
+
+def test_no_demo_password_line_once_no_demo_user_has_it() -> None:
+    demo_setup()
+    User = get_user_model()
+    for user in User.objects.filter(username__in=DEMO_USERS):
+        user.set_password("not the demo one")
+        user.save()
+    assert not [line for line in _demo_setup_output() if "gatehouse" in line or "password" in line]

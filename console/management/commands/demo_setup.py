@@ -3,10 +3,11 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.core.management.base import CommandError, CommandParser
 
 from approvals.errors import DomainError
-from demo.seed import DEMO_PASSWORD, demo_setup
+from demo.seed import DEMO_PASSWORD, DEMO_USERS, demo_setup, demo_users_signing_in
 from runtime.command_args import GatehouseCommand
 
 
@@ -19,6 +20,7 @@ class Command(GatehouseCommand):
     def handle(self, *args: Any, force: bool, **options: Any) -> None:
         if not (settings.GATEHOUSE_DEMO or force):
             raise CommandError("demo users have a known password: refusing outside demo mode (GATEHOUSE_DEMO=true)")
+        existed = set(get_user_model().objects.filter(username__in=DEMO_USERS).values_list("username", flat=True))
         try:
             created = demo_setup()
         except DomainError as exc:
@@ -29,4 +31,8 @@ class Command(GatehouseCommand):
             ) from exc
         for line in created:
             self.stdout.write(f"created {line}")
-        self.stdout.write(f"demo users ready; password for all: {DEMO_PASSWORD}")
+        # Only who can still sign in with it: on every restart this said "password for all", also after an
+        # admin had deactivated a demo user or changed its password.
+        signing_in = demo_users_signing_in(known=set(DEMO_USERS) - existed)
+        if signing_in:
+            self.stdout.write(f"demo sign-in: {', '.join(signing_in)} (password: {DEMO_PASSWORD})")
