@@ -58,6 +58,9 @@ CASES: list[tuple[list[str], list[str]]] = [
     (["user_deactivate", "nobody-{missing}"], ["nobody-"]),
     (["user_revoke", "nobody-{missing}", "--role", "admin"], ["nobody-"]),
     (["revoke_token", "zz-nothing"], ["zz-nothing"]),
+    # every token starts with gh_: this said "no live token starts with 'gh_'", not what the command takes
+    (["revoke_token", "gh_"], ["'gh_' is not a token prefix", "first 10 characters", "user panel", "whole token"]),
+    (["revoke_token", "gh_zzzzzzz"], ["no unrevoked token has the prefix 'gh_zzzzzzz'"]),
     # what argparse refuses itself: its usage block and exit status 2 before this change
     (["issue_token", "{user}", "--days", "abc"], ["--days", "invalid int value", "'abc'"]),
     (["health_check", "--component", "bogus"], ["--component", "'bogus'", "'worker', 'beat', 'web'"]),
@@ -123,3 +126,14 @@ def test_every_gatehouse_command_reports_argument_errors_in_one_line() -> None:
     assert {"health_check", "issue_token", "revoke_token", "changepassword", "graphs_check"} <= set(ours)
     others = [name for name, app in ours.items() if not isinstance(load_command_class(app, name), GatehouseCommand)]
     assert others == []
+
+
+@pytest.mark.parametrize("given", ["prefix", "whole token"])
+def test_revoke_token_takes_the_prefix_or_the_whole_token(capsys, personas, given):
+    from approvals.models import ApiToken
+    from approvals.tokens import token_issue
+
+    secret = token_issue(user=personas["reviewer"].user, name="to revoke")
+    code, err = manage(capsys, "revoke_token", secret[:10] if given == "prefix" else secret)
+    assert code == 0, err
+    assert ApiToken.objects.get(prefix=secret[:10]).revoked_at is not None
