@@ -91,15 +91,30 @@ def _bounded_shutdown(**_: object) -> None:
 
 def _graphs_load(**_: object) -> None:
     """Import the registered graphs before taking work: a broken one stops the worker, named."""
+    from django.conf import settings
+
     from runtime.checkpointer import CheckpointerUnavailable, checkpointer_preflight
     from runtime.registry import GraphRegistryError, registry_load
 
+    # Celery logs and swallows an Exception from a worker_init handler and starts "ready" all the same, to
+    # fail every run it claims: whatever the graphs raise stops it here, as SystemExit (which Celery lets
+    # through). Our own errors are the message; anything else is named by its type.
+    problem: str | None = None
     try:
         registry_load()
-        checkpointer_preflight()  # GATEHOUSE_CHECKPOINTER=redis without its modules: refuse now, not mid-run
-    except (GraphRegistryError, CheckpointerUnavailable) as exc:
-        log.critical("cannot start: %s", exc)
-        raise SystemExit(f"gatehouse worker: {exc}") from exc  # Celery logs and swallows Exceptions
+    except GraphRegistryError as exc:
+        problem = str(exc)
+    except Exception as exc:  # a worker that cannot load its graphs must not take runs
+        log.debug("loading the graphs failed", exc_info=True)
+        problem = f"loading the graphs of {settings.GATEHOUSE_GRAPHS} failed: {exc!r}"
+    if problem is None:
+        try:
+            checkpointer_preflight()  # GATEHOUSE_CHECKPOINTER=redis without its modules: refuse now, not mid-run
+        except CheckpointerUnavailable as exc:
+            problem = str(exc)
+    if problem is not None:
+        log.critical("cannot start: %s", problem)
+        raise SystemExit(f"gatehouse worker: {problem}")
 
 
 @app.on_after_finalize.connect

@@ -217,9 +217,18 @@ _registry: dict[str, GraphEntry] | None = None
 
 
 def registry_load(path: str | os.PathLike[str] | None = None) -> dict[str, GraphEntry]:
-    """Load (or reload) the registry from ``path`` or ``settings.GATEHOUSE_GRAPHS``."""
+    """Load (or reload) the registry from ``path`` or ``settings.GATEHOUSE_GRAPHS``.
+
+    An error names the file, whoever prints it (``graphs_check``, the worker's start-up, the web server's).
+    """
     global _registry
-    _registry = graphs_read(Path(path or settings.GATEHOUSE_GRAPHS))
+    config_path = Path(path or settings.GATEHOUSE_GRAPHS)
+    try:
+        _registry = graphs_read(config_path)
+    except GraphRegistryError as exc:
+        if str(config_path) in str(exc):
+            raise
+        raise GraphRegistryError(f"{config_path}: {exc}") from exc
     return _registry
 
 
@@ -499,7 +508,12 @@ def _dotenv_parse(text: str) -> dict[str, str]:
 
 
 def _source_load(name: str, base: Path, spec: str) -> tuple[Any, Callable[[Any], Any] | None]:
-    """(the graph as loaded, the factory to call per run if it takes a config)."""
+    """(the graph as loaded, the factory to call per run if it takes a config).
+
+    Anything that is neither a graph nor a factory is refused here, naming the entry: a class (a state
+    ``TypedDict`` named by mistake is callable, and ``inspect.signature`` cannot read ``dict``'s) or a
+    callable whose parameters cannot be read would otherwise fail later, outside any message of ours.
+    """
     file_part, sep, attr = spec.rpartition(":")
     if not sep or not file_part or not attr:
         raise GraphRegistryError(f"graph {name!r}: {spec!r} is not of the form ./path/file.py:attr")
@@ -507,30 +521,48 @@ def _source_load(name: str, base: Path, spec: str) -> tuple[Any, Callable[[Any],
     if not file_path.is_file():
         raise GraphRegistryError(f"graph {name!r}: file {file_path} does not exist")
     value = _module_attr(name, file_path, attr, module_name=f"gatehouse_graphs.{name}")
-    if callable(value) and not isinstance(value, (StateGraph, Pregel)):
+    if isinstance(value, StateGraph | Pregel):
+        return _graph_checked(name, attr, value), None
+    kinds = "not a StateGraph, a compiled graph or a factory"
+    if inspect.isclass(value):
+        raise GraphRegistryError(f"graph {name!r}: {spec} is a class, {kinds}")
+    if not callable(value):
+        raise GraphRegistryError(f"graph {name!r}: {spec} is {_article(type(value).__name__)}, {kinds}")
+    try:
         # LangGraph Server passes a RunnableConfig to factories that take one, for every run.
-        per_run = value if inspect.signature(value).parameters else None
-        return _factory_result(name, value, {"configurable": {}}), per_run
-    return _graph_checked(name, attr, value), None
+        takes_config = bool(inspect.signature(value).parameters)
+    except (TypeError, ValueError) as exc:
+        raise GraphRegistryError(
+            f"graph {name!r}: {spec} is {_article(type(value).__name__)} whose parameters cannot be read ({exc}), "
+            f"{kinds}"
+        ) from None
+    per_run = value if takes_config else None
+    return _factory_result(name, value, {"configurable": {}} if takes_config else None), per_run
 
 
-def _factory_result(name: str, factory: Callable[..., Any], config: Any) -> Any:
+def _factory_result(name: str, factory: Callable[..., Any], config: Any | None) -> Any:
+    """Call a factory: with ``config`` if it takes one (``_source_load`` found out), else with nothing."""
     attr = getattr(factory, "__name__", "factory")
     try:
-        value = factory(config) if inspect.signature(factory).parameters else factory()
+        value = factory() if config is None else factory(config)
     except Exception as exc:
         raise GraphRegistryError(f"graph {name!r}: factory {attr}() failed: {exc!r}") from exc
+    if not isinstance(value, StateGraph | Pregel):
+        raise GraphRegistryError(
+            f"graph {name!r}: factory {attr}() returned {_article(type(value).__name__)}, "
+            "not a StateGraph or a compiled graph"
+        )
     return _graph_checked(name, attr, value)
 
 
-def _graph_checked(name: str, attr: str, value: Any) -> Any:
+def _graph_checked(name: str, attr: str, value: StateGraph[Any] | Pregel[Any, Any, Any, Any]) -> Any:
     if isinstance(value, Pregel) and not hasattr(value, "builder"):
         raise GraphRegistryError(f"graph {name!r}: {attr} is a compiled graph without a StateGraph builder")
-    if not isinstance(value, (StateGraph, Pregel)):
-        raise GraphRegistryError(
-            f"graph {name!r}: {attr} is a {type(value).__name__}, not a StateGraph, compiled graph or factory"
-        )
     return value
+
+
+def _article(noun: str) -> str:
+    return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"
 
 
 def _bind_checkpointer(source: Any, schema: GraphSchema | None = None) -> Pregel[Any, Any, Any, Any]:

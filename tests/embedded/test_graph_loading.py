@@ -13,22 +13,35 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, scaled
+from tests.conftest import ROOT, process_group_stop, scaled, wait_for
 from tests.embedded.conftest import Stack, embedded_env, stack_new
 
 pytestmark = pytest.mark.embedded
 
 FAILURE = "graph 'agent': importing"
 CAUSE = "RuntimeError('OPENAI_API_KEY is not set')"
+# A state TypedDict named instead of the graph: importable, callable, and no graph. It made inspect raise a
+# ValueError that Celery logged and swallowed: the worker started "ready" and failed every run it claimed.
+NOT_A_GRAPH_MODULE = "from typing import TypedDict\n\n\nclass State(TypedDict):\n    amount: int\n"
+NOT_A_GRAPH = "graph 'agent': ./agent.py:State is a class, not a StateGraph, a compiled graph or a factory"
+
+
+def graphs_write(tmp_path: Path, module: str, attr: str) -> Path:
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "agent.py").write_text(module)
+    (project / "langgraph.json").write_text(json.dumps({"graphs": {"agent": f"./agent.py:{attr}"}}))
+    return project / "langgraph.json"
 
 
 @pytest.fixture
 def bad_graphs(tmp_path: Path) -> Path:
-    project = tmp_path / "project"
-    project.mkdir()
-    (project / "agent.py").write_text('raise RuntimeError("OPENAI_API_KEY is not set")\n')
-    (project / "langgraph.json").write_text(json.dumps({"graphs": {"agent": "./agent.py:graph"}}))
-    return project / "langgraph.json"
+    return graphs_write(tmp_path, 'raise RuntimeError("OPENAI_API_KEY is not set")\n', "graph")
+
+
+@pytest.fixture
+def not_a_graph(tmp_path: Path) -> Path:
+    return graphs_write(tmp_path, NOT_A_GRAPH_MODULE, "State")
 
 
 def _run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
@@ -66,4 +79,51 @@ def test_the_launcher_stops_at_a_broken_graph_before_starting_anything(
     assert FAILURE in log and CAUSE in log
     assert "cannot start: manage.py graphs_check failed" in log
     assert "starting worker" not in log
+    assert stack.processes() == []
+
+
+def _worker_start(env: dict[str, str], workdir: Path) -> tuple[bool, int | None, str]:
+    """Start a worker and wait until it is ready or has exited: (it became ready, its exit status, its output)."""
+    ready, log_path = workdir / "ready", workdir / "worker.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "console", "worker", "--pool=threads", "--without-mingle"],
+            cwd=ROOT,
+            env={**env, "GATEHOUSE_READY_FILE": str(ready)},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        wait_for(lambda: ready.exists() or proc.poll() is not None, timeout=120, what="the worker ready or gone")
+        became_ready = ready.exists()
+    finally:
+        process_group_stop(proc)
+    return became_ready, proc.returncode, log_path.read_text(errors="replace")
+
+
+def test_the_worker_refuses_to_start_on_what_is_not_a_graph_in_one_critical_line(
+    tmp_path: Path, not_a_graph: Path
+) -> None:
+    env = embedded_env(tmp_path / "var", GATEHOUSE_GRAPHS=str(not_a_graph), DJANGO_SETTINGS_MODULE="console.settings")
+    became_ready, status, output = _worker_start(env, tmp_path)
+    assert not became_ready and status == 1, output[-3000:]
+    critical = [line for line in output.splitlines() if " CRITICAL " in line]
+    assert len(critical) == 1 and critical[0].endswith(f"cannot start: {not_a_graph}: {NOT_A_GRAPH}"), output[-3000:]
+    assert "Traceback" not in output and " ready." not in output
+
+
+def test_graphs_check_and_the_launcher_name_what_is_not_a_graph_in_one_line(
+    tmp_path: Path, not_a_graph: Path, stacks: list[Stack]
+) -> None:
+    env = embedded_env(tmp_path / "var", GATEHOUSE_GRAPHS=str(not_a_graph), DJANGO_SETTINGS_MODULE="console.settings")
+    checked = _run(env, "manage.py", "graphs_check")
+    assert checked.returncode == 1
+    assert checked.stderr.strip() == f"CommandError: {not_a_graph}: {NOT_A_GRAPH}"
+    stack = stack_new(tmp_path, GATEHOUSE_GRAPHS=str(not_a_graph))
+    stacks.append(stack.start())
+    assert stack.proc is not None and stack.proc.wait(timeout=scaled(120)) == 1
+    log = stack.log()
+    assert f"CommandError: {not_a_graph}: {NOT_A_GRAPH}" in log and "Traceback" not in log, log[-3000:]
+    assert "[gatehouse] cannot start: manage.py graphs_check failed" in log
     assert stack.processes() == []

@@ -66,6 +66,9 @@ GRAPH_MODULE = textwrap.dedent(
 
     def factory_returning_junk():
         return "not a graph"
+
+
+    no_signature = max  # a builtin whose parameters inspect cannot read
     """
 )
 
@@ -238,8 +241,8 @@ def test_it_restores_the_graphs_own_state_types_from_checkpoints_under_strict_ms
     [
         ("missing_file", "./graphs/nowhere.py:graph", "nowhere.py does not exist"),
         ("missing_attr", "./graphs/agent.py:nope", "has no attribute 'nope'"),
-        ("not_graph", "./graphs/agent.py:not_a_graph", "is a int, not a StateGraph"),
-        ("factory_junk", "./graphs/agent.py:factory_returning_junk", "is a str, not a StateGraph"),
+        ("not_graph", "./graphs/agent.py:not_a_graph", "is an int, not a StateGraph"),
+        ("factory_junk", "./graphs/agent.py:factory_returning_junk", "returned a str, not a StateGraph"),
         ("factory_raises", "./graphs/agent.py:factory_raising", "the model endpoint is down"),
         ("no_colon", "./graphs/agent.py", "is not of the form ./path/file.py:attr"),
         ("empty_attr", "./graphs/agent.py:", "is not of the form ./path/file.py:attr"),
@@ -265,6 +268,34 @@ def test_it_names_the_bad_graph_among_good_ones(project):
     message = registry_error(project, config)
     assert "graph 'bad'" in message
     assert "good" not in message
+
+
+@pytest.mark.parametrize(
+    "attr,problem",
+    [
+        ("State", "is a class, not a StateGraph, a compiled graph or a factory"),  # a TypedDict: callable
+        ("StateGraph", "is a class, not a StateGraph, a compiled graph or a factory"),
+        ("no_signature", "is a builtin_function_or_method whose parameters cannot be read"),
+    ],
+)
+def test_it_refuses_a_class_or_a_callable_it_cannot_read_naming_the_entry(project, attr, problem):
+    """A state TypedDict named by mistake got as far as ``inspect.signature(dict)``: a ValueError traceback
+    from graphs_check, and a worker that started "ready" to fail every run it claimed."""
+    message = registry_error(project, {"graphs": {"plain": {"path": f"./graphs/agent.py:{attr}"}}})
+    assert message.startswith(f"graph 'plain': ./graphs/agent.py:{attr} {problem}")
+
+
+def test_graphs_check_says_what_is_wrong_in_one_line_naming_the_file(project, settings):
+    from django.core.management import call_command
+    from django.core.management.base import CommandError
+
+    path = config_write(project, {"graphs": {"plain": {"path": "./graphs/agent.py:State"}}})
+    settings.GATEHOUSE_GRAPHS = str(path)
+    with pytest.raises(CommandError) as caught:
+        call_command("graphs_check")
+    assert str(caught.value) == (
+        f"{path}: graph 'plain': ./graphs/agent.py:State is a class, not a StateGraph, a compiled graph or a factory"
+    )
 
 
 @pytest.mark.parametrize(

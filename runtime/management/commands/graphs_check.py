@@ -2,7 +2,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.conf import settings
 from django.core.management.base import CommandError
 
 from runtime.command_args import GatehouseCommand
@@ -16,7 +15,7 @@ class Command(GatehouseCommand):
         try:
             entries = registry_load()
         except GraphRegistryError as exc:
-            raise CommandError(f"{settings.GATEHOUSE_GRAPHS}: {exc}") from exc
+            raise CommandError(str(exc)) from exc  # one line, naming the file (registry_load)
         for name, entry in sorted(entries.items()):
             built = "built per run from its config" if entry.factory else "built once"
             self.stdout.write(f"{name}: {entry.spec} ({built})")
