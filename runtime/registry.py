@@ -23,7 +23,14 @@ parameters is called once.
 
 Gatehouse's own per-graph settings live in the file's ``"gatehouse"`` section
 (docs/graphs.md): ``gates``, ``sensitive_paths``, ``retention``, ``schema_versions``,
-``upcasters``, ``reasons`` and ``deadlines``.
+``upcasters``, ``reasons`` and ``deadlines`` (and ``store``, read by ``runtime.store``).
+
+The file's shape is checked before a graph module is imported: no graph at all, a local
+dependency that is not a directory, an unknown section or a value of the wrong JSON type under
+``"gatehouse"`` stops start-up in one line naming the key, since each would otherwise be ignored
+or misread (a misspelt ``sensitive_paths`` drops a graph's redaction). An entry that is neither a
+graph nor a factory (a class, say the state ``TypedDict``) is refused by name too. Every error is
+a ``GraphRegistryError``; ``registry_load`` adds the file's path to it.
 
 A gate is a node that pauses with ``interrupt()``; which nodes do cannot be read from the graph
 without running it. So a graph may declare its gates (``"gates": {graph: [node, ...]}``), and
@@ -33,6 +40,7 @@ the declared list, or else every node of the graph and of its compiled subgraphs
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
 import inspect
 import json
@@ -40,7 +48,7 @@ import os
 import re
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -273,12 +281,19 @@ def graphs_read(config_path: Path) -> dict[str, GraphEntry]:
         raise GraphRegistryError(f"{config_path}: invalid JSON: {exc}") from exc
     if not isinstance(config, dict) or not isinstance(config.get("graphs"), dict):
         raise GraphRegistryError(f'{config_path}: expected an object with a "graphs" object')
+    if not config["graphs"]:
+        # langgraph-cli refuses it too ("No graphs found in config"); a console with no graph runs nothing.
+        raise GraphRegistryError(f'{config_path} declares no graphs ("graphs" is empty)')
     base = config_path.parent.resolve()
-    _dependencies_add(base, config.get("dependencies", []))
-    _env_apply(base, config.get("env"))
-
+    # Everything the file says is checked before anything is imported or put on sys.path: a typo in
+    # the "gatehouse" section is named without running a single graph module.
+    dependencies = _dependencies_checked(base, config.get("dependencies", []))
+    env = _env_checked(config.get("env"))
     # Gatehouse's own per-graph settings sit beside langgraph-cli's keys, which the CLI ignores.
-    gatehouse = config.get("gatehouse", {})
+    gatehouse = _gatehouse_checked(config.get("gatehouse", {}), config["graphs"])
+    _dependencies_add(dependencies)
+    _env_apply(base, env)
+
     extra = gatehouse.get("sensitive_paths", {})
     entries: dict[str, GraphEntry] = {}
     for name, value in config["graphs"].items():
@@ -287,7 +302,13 @@ def graphs_read(config_path: Path) -> dict[str, GraphEntry]:
             spec, description = value, ""
         elif isinstance(value, dict) and isinstance(value.get("path"), str):
             spec, description = value["path"], str(value.get("description", ""))
-            sensitive += list(value.get("sensitive_paths", []))
+            own = value.get("sensitive_paths", [])
+            if not isinstance(own, list):
+                # list("amount") would be the paths a, m, o, u, n, t: amount itself never redacted
+                raise GraphRegistryError(
+                    f"graph {name!r}: graphs.{name}.sensitive_paths must be a list of paths, not {_json_kind(own)}"
+                )
+            sensitive += own
         else:
             raise GraphRegistryError(f'graph {name!r}: expected "file.py:attr" or {{"path": ...}}')
         if not all(isinstance(p, str) and p for p in sensitive):
@@ -311,7 +332,6 @@ def graphs_read(config_path: Path) -> dict[str, GraphEntry]:
         entry.declared_gates = _declared_gates(entry, gatehouse)
         _gate_settings_declared(entry)
         entries[name] = entry
-    _sections_unknown(gatehouse, entries)
     return entries
 
 
@@ -324,9 +344,7 @@ def _deadlines(name: str, gatehouse: dict[str, Any]) -> dict[str, Deadline]:
 
 def _declared_gates(entry: GraphEntry, gatehouse: dict[str, Any]) -> tuple[str, ...] | None:
     """``"gates": {graph: [node, ...]}``: distinct names of nodes of the graph or its compiled subgraphs."""
-    section = gatehouse.get("gates", {})
-    if not isinstance(section, dict):
-        raise GraphRegistryError('gatehouse.gates must map graph names to lists of node names {"<graph>": [...]}')
+    section = gatehouse.get("gates", {})  # an object of lists of strings (_gatehouse_checked)
     if entry.name not in section:
         return None
     where = f"gatehouse.gates.{entry.name}"
@@ -368,33 +386,93 @@ def _gate_settings_declared(entry: GraphEntry) -> None:
             )
 
 
-# The "gatehouse" sections keyed by graph name (search_metadata also takes "*": every graph not named).
-_PER_GRAPH_SECTIONS = (
-    "gates",
-    "sensitive_paths",
-    "retention",
-    "reasons",
-    "schema_versions",
-    "upcasters",
-    "deadlines",
-    "runtime",
-    "columns",
-    "search_metadata",
-)
+# The "gatehouse" sections keyed by graph name, with what each holds for one graph (search_metadata also
+# takes "*": every graph not named). Only the JSON type is checked up front (``_gatehouse_checked``); each
+# section's parser checks the values as its graph loads, naming the key.
+_PER_GRAPH_SECTIONS: dict[str, tuple[type, str]] = {
+    "gates": (list, 'a non-empty list of node names, like ["human_review"]'),
+    "sensitive_paths": (list, "a list of paths"),
+    "retention": (dict, 'an object like {"completed_after_days": 90}'),
+    "reasons": (dict, 'an object like {"edit": "required"}'),
+    "schema_versions": (int, "an integer >= 1"),
+    "upcasters": (str, 'a "./file.py:attr"'),
+    "deadlines": (dict, 'an object mapping gate names (or "*") to deadlines'),
+    "runtime": (dict, 'an object like {"recursion_limit": 25}'),
+    "columns": (dict, "an object mapping gate names to lists of columns"),
+    "search_metadata": (list, "a list of metadata keys"),
+}
+# Sections not keyed by graph name: runtime.store reads "store" ({"namespaces": {...}}) itself.
+_OTHER_SECTIONS = ("store",)
 
 
-def _sections_unknown(gatehouse: dict[str, Any], entries: dict[str, GraphEntry]) -> None:
-    """A setting for a graph that is not registered stops start-up: a misspelt name in ``runtime`` meant
-    no recursion limit and no run timeout at all, silently."""
-    for name in _PER_GRAPH_SECTIONS:
-        section = gatehouse.get(name, {})
-        wildcard = {"*"} if name == "search_metadata" else set()
-        unknown = sorted(set(section) - set(entries) - wildcard) if isinstance(section, dict) else []
-        if unknown:
-            known = ", ".join(sorted(entries)) or "none"
+def _gatehouse_checked(gatehouse: Any, graphs: Collection[str]) -> dict[str, Any]:
+    """The ``"gatehouse"`` section, once its shape is checked: an object of known sections, each keyed by
+    registered graph names, each value of the JSON type the section takes. A misspelt section or graph
+    name, or a string where a list belongs, would otherwise cost a graph its redaction, limits or
+    deadlines, silently (``"sensitive_paths": {"refunds": "amount"}`` would mask the paths a, m, o, u, n, t)."""
+    if not isinstance(gatehouse, dict):
+        raise GraphRegistryError(
+            f'gatehouse must be an object of sections, like {{"sensitive_paths": {{...}}}}, not {_json_kind(gatehouse)}'
+        )
+    known = sorted({*_PER_GRAPH_SECTIONS, *_OTHER_SECTIONS, *gatehouse_options})
+    for key in gatehouse:
+        if key not in known:
+            close = difflib.get_close_matches(key, known, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise GraphRegistryError(f"gatehouse.{key}: unknown section{hint}; the sections are {', '.join(known)}")
+    for key in _OTHER_SECTIONS:
+        if key in gatehouse and not isinstance(gatehouse[key], dict):
+            raise GraphRegistryError(f"gatehouse.{key} must be an object, not {_json_kind(gatehouse[key])}")
+    for key, (kind, what) in _PER_GRAPH_SECTIONS.items():
+        if key not in gatehouse:
+            continue
+        section = gatehouse[key]
+        if not isinstance(section, dict):
             raise GraphRegistryError(
-                f"gatehouse.{name}.{unknown[0]}: no graph of that name is registered (graphs: {known})"
+                f'gatehouse.{key} must be an object keyed by graph name, like {{"<graph>": ...}}, '
+                f"not {_json_kind(section)}"
             )
+        # A setting for a graph that is not registered: a misspelt name in "runtime" meant no recursion
+        # limit and no run timeout at all, silently.
+        wildcard = {"*"} if key == "search_metadata" else set()
+        unknown = sorted(set(section) - set(graphs) - wildcard)
+        if unknown:
+            registered = ", ".join(sorted(graphs)) or "none"
+            raise GraphRegistryError(
+                f"gatehouse.{key}.{unknown[0]}: no graph of that name is registered (graphs: {registered})"
+            )
+        for graph, value in section.items():
+            problem = _json_type_problem(value, kind)
+            if problem:
+                prefix = "" if graph == "*" else f"graph {graph!r}: "
+                raise GraphRegistryError(f"{prefix}gatehouse.{key}.{graph} must be {what}{problem}")
+    return gatehouse
+
+
+def _json_type_problem(value: Any, kind: type) -> str | None:
+    """Why ``value`` is not a ``kind`` (a list: of strings), as the end of a message; None if it is."""
+    is_kind = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
+    if not is_kind:
+        return f", not {_json_kind(value)}"
+    if kind is list:
+        for index, item in enumerate(value):
+            if not isinstance(item, str):
+                return f"; [{index}] is {_json_kind(item)}"
+    return None
+
+
+def _json_kind(value: Any) -> str:
+    """What a JSON value is, in a message's words."""
+    kinds: list[tuple[type | tuple[type, ...], str]] = [
+        (bool, "true/false"),
+        ((int, float), "a number"),
+        (str, "a string"),
+        (list, "a list"),
+        (dict, "an object"),
+    ]
+    if value is None:
+        return "null"
+    return next((name for types, name in kinds if isinstance(value, types)), f"a {type(value).__name__}")
 
 
 def _schema_options(entry: GraphEntry, base: Path, gatehouse: dict[str, Any]) -> None:
@@ -417,10 +495,10 @@ def _schema_options(entry: GraphEntry, base: Path, gatehouse: dict[str, Any]) ->
 
 
 def _retention_days(name: str, gatehouse: dict[str, Any]) -> int | None:
-    policy = gatehouse.get("retention", {}).get(name)
+    policy = gatehouse.get("retention", {}).get(name)  # an object, if any (_gatehouse_checked)
     if policy is None:
         return None
-    days = policy.get("completed_after_days") if isinstance(policy, dict) else None
+    days = policy.get("completed_after_days")
     if not isinstance(days, int) or isinstance(days, bool) or days < 0:
         raise GraphRegistryError(f'graph {name!r}: retention needs {{"completed_after_days": <integer >= 0>}}')
     return days
@@ -428,11 +506,9 @@ def _retention_days(name: str, gatehouse: dict[str, Any]) -> int | None:
 
 def _reason_policy(name: str, gatehouse: dict[str, Any]) -> tuple[dict[str, str], dict[str, dict[str, str]]]:
     """``"reasons": {graph: {"edit": "required", ..., "gates": {node: {"approve": "required"}}}}``."""
-    policy = gatehouse.get("reasons", {}).get(name)
+    policy = gatehouse.get("reasons", {}).get(name)  # an object, if any (_gatehouse_checked)
     if policy is None:
         return {}, {}
-    if not isinstance(policy, dict):
-        raise GraphRegistryError(f'graph {name!r}: reasons must be an object like {{"edit": "required"}}')
     gates = policy.get("gates", {})
     if not isinstance(gates, dict) or not all(isinstance(rules, dict) for rules in gates.values()):
         raise GraphRegistryError(f'graph {name!r}: reasons.gates must map gate names to {{"<decision>": "required"}}')
@@ -472,17 +548,46 @@ def _module_attr(name: str, file_path: Path, attr: str, *, module_name: str) -> 
     return getattr(module, attr)
 
 
-def _dependencies_add(base: Path, dependencies: list[str]) -> None:
-    # Local dependencies ("." or "./pkg") become importable, as the CLI's
-    # image build would make them; package names are expected installed.
-    for dep in dependencies:
-        if dep.startswith("."):
-            resolved = str((base / dep).resolve())
-            if resolved not in sys.path:
-                sys.path.insert(0, resolved)
+def _dependencies_checked(base: Path, dependencies: Any) -> list[Path]:
+    """The local dependencies (``"."``, ``"./pkg"``): directories, as langgraph-cli requires them ("Could not
+    find local dependency"); other entries are package names, expected installed."""
+    if not isinstance(dependencies, list):
+        raise GraphRegistryError(
+            f'dependencies must be a list of package names and ./local/directories, like ["."], '
+            f"not {_json_kind(dependencies)}"
+        )
+    local: list[Path] = []
+    for index, dep in enumerate(dependencies):
+        if not isinstance(dep, str) or not dep:
+            raise GraphRegistryError(
+                f"dependencies[{index}] must be a package name or a ./local/directory, not {json.dumps(dep)}"
+            )
+        if not dep.startswith("."):
+            continue
+        resolved = (base / dep).resolve()
+        if not resolved.is_dir():
+            what = "is not a directory" if resolved.exists() else "does not exist"
+            raise GraphRegistryError(f"dependencies[{index}]: local dependency {dep!r} {what} ({resolved})")
+        local.append(resolved)
+    return local
 
 
-def _env_apply(base: Path, env: str | dict[str, str] | None) -> None:
+def _dependencies_add(local: list[Path]) -> None:
+    # Local dependencies become importable, as the CLI's image build would make them.
+    for path in map(str, local):
+        if path not in sys.path:
+            sys.path.insert(0, path)
+
+
+def _env_checked(env: Any) -> str | dict[str, Any] | None:
+    if env is not None and not isinstance(env, str | dict):
+        raise GraphRegistryError(
+            f'env must be a path to a .env file or an object like {{"MODEL": "gpt-4o"}}, not {_json_kind(env)}'
+        )
+    return env
+
+
+def _env_apply(base: Path, env: str | dict[str, Any] | None) -> None:
     if env is None:
         return
     if isinstance(env, dict):

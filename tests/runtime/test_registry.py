@@ -298,6 +298,12 @@ def test_graphs_check_says_what_is_wrong_in_one_line_naming_the_file(project, se
     )
 
 
+def test_a_file_that_declares_no_graphs_is_refused(project):
+    """langgraph-cli refuses it too; Gatehouse started with nothing to run, and said nothing."""
+    message = registry_error(project, {"dependencies": ["."], "graphs": {}})
+    assert message == f'{project / "langgraph.json"} declares no graphs ("graphs" is empty)'
+
+
 @pytest.mark.parametrize(
     "config,problem",
     [
@@ -393,6 +399,28 @@ def test_it_puts_local_dependencies_on_sys_path(project):
     sys.modules.pop("gh_test_helper_pkg", None)
 
 
+@pytest.mark.parametrize(
+    "dependencies,message",
+    [
+        (["../nope"], "dependencies[0]: local dependency '../nope' does not exist ("),
+        ([".", "./graphs/agent.py"], "dependencies[1]: local dependency './graphs/agent.py' is not a directory ("),
+        (".", 'dependencies must be a list of package names and ./local/directories, like ["."], not a string'),
+        ([7], "dependencies[0] must be a package name or a ./local/directory, not 7"),
+    ],
+)
+def test_a_bad_dependency_is_refused_naming_it(project, dependencies, message):
+    """As langgraph-cli refuses a local dependency that is not a directory ("Could not find local dependency")."""
+    path_before = list(sys.path)
+    config = {"dependencies": dependencies, "graphs": {"agent": "./graphs/agent.py:compiled"}}
+    assert registry_error(project, config).startswith(message)
+    assert sys.path == path_before  # checked before anything is put on sys.path
+
+
+def test_an_env_that_is_neither_a_file_nor_an_object_is_refused(project):
+    message = registry_error(project, {"env": ["MODEL=gpt"], "graphs": {"agent": "./graphs/agent.py:compiled"}})
+    assert message == 'env must be a path to a .env file or an object like {"MODEL": "gpt-4o"}, not a list'
+
+
 def test_it_adds_a_dependency_to_sys_path_only_once(project):
     config = {"dependencies": ["."], "graphs": {"agent": "./graphs/agent.py:compiled"}}
     graphs_read(config_write(project, config))
@@ -465,6 +493,93 @@ def test_a_factory_failing_for_a_run_names_the_graph(project):
         entry.compiled({"configurable": {"thread_id": "bad"}})
 
 
+# --- the "gatehouse" section's shape: checked before any graph module is imported ------------
+
+AGENT = {"agent": "./graphs/agent.py:compiled"}
+SECTIONS = (
+    "columns, deadlines, gates, reasons, retention, runtime, schema_versions, search_metadata, sensitive_paths, "
+    "store, upcasters"
+)
+
+
+@pytest.mark.parametrize(
+    "section,hint",
+    [("sensitive_pths", " (did you mean 'sensitive_paths'?)"), ("gatse", " (did you mean 'gates'?)"), ("acl", "")],
+)
+def test_an_unknown_section_is_refused_naming_it_and_the_sections_there_are(project, section, hint):
+    """A misspelt "sensitive_pths" was ignored: the graph lost its redaction, and start-up said nothing."""
+    message = registry_error(project, {"graphs": AGENT, "gatehouse": {section: {"agent": ["amount"]}}})
+    assert message == f"gatehouse.{section}: unknown section{hint}; the sections are {SECTIONS}"
+
+
+@pytest.mark.parametrize(
+    "gatehouse,message",
+    [
+        ([], 'gatehouse must be an object of sections, like {"sensitive_paths": {...}}, not a list'),
+        (None, 'gatehouse must be an object of sections, like {"sensitive_paths": {...}}, not null'),
+        ({"sensitive_paths": ["amount"]}, "gatehouse.sensitive_paths must be an object keyed by graph name"),
+        ({"retention": ["agent"]}, "gatehouse.retention must be an object keyed by graph name"),
+        ({"reasons": "agent"}, "gatehouse.reasons must be an object keyed by graph name"),
+        ({"schema_versions": "agent"}, "gatehouse.schema_versions must be an object keyed by graph name"),
+        ({"upcasters": ["agent"]}, "gatehouse.upcasters must be an object keyed by graph name"),
+        ({"store": ["applicants"]}, "gatehouse.store must be an object, not a list"),
+    ],
+)
+def test_a_section_that_is_not_an_object_is_refused_naming_it(project, gatehouse, message):
+    """``"sensitive_paths": ["amount"]`` was an AttributeError traceback ('list' object has no attribute 'get')."""
+    assert registry_error(project, {"graphs": AGENT, "gatehouse": gatehouse}).startswith(message)
+
+
+@pytest.mark.parametrize(
+    "section,value,expected",
+    [
+        # list("amount"): the paths a, m, o, u, n, t were masked, and amount itself was not
+        ("sensitive_paths", "amount", "a list of paths, not a string"),
+        ("sensitive_paths", ["amount", 7], "a list of paths; [1] is a number"),
+        ("gates", {"step": True}, 'a non-empty list of node names, like ["human_review"], not an object'),
+        ("retention", 30, 'an object like {"completed_after_days": 90}, not a number'),
+        ("reasons", ["edit"], 'an object like {"edit": "required"}, not a list'),
+        ("deadlines", "4h", 'an object mapping gate names (or "*") to deadlines, not a string'),
+        ("runtime", None, 'an object like {"recursion_limit": 25}, not null'),
+        ("columns", [], "an object mapping gate names to lists of columns, not a list"),
+        ("schema_versions", "2", "an integer >= 1, not a string"),
+        ("schema_versions", True, "an integer >= 1, not true/false"),
+        ("upcasters", ["./u.py:up"], 'a "./file.py:attr", not a list'),
+        ("search_metadata", "case", "a list of metadata keys, not a string"),
+    ],
+)
+def test_a_graphs_setting_of_the_wrong_json_type_is_refused_naming_the_key(project, section, value, expected):
+    message = registry_error(project, {"graphs": AGENT, "gatehouse": {section: {"agent": value}}})
+    assert message == f"graph 'agent': gatehouse.{section}.agent must be {expected}"
+
+
+def test_a_setting_for_every_graph_of_the_wrong_json_type_is_refused_naming_the_key(project):
+    message = registry_error(project, {"graphs": AGENT, "gatehouse": {"search_metadata": {"*": "case"}}})
+    assert message == "gatehouse.search_metadata.* must be a list of metadata keys, not a string"
+
+
+def test_sensitive_paths_in_a_graphs_own_entry_must_be_a_list(project):
+    config = {"graphs": {"agent": {"path": "./graphs/agent.py:compiled", "sensitive_paths": "amount"}}}
+    assert registry_error(project, config) == (
+        "graph 'agent': graphs.agent.sensitive_paths must be a list of paths, not a string"
+    )
+
+
+def test_sensitive_paths_from_both_places_are_the_graphs(project):
+    config = {
+        "graphs": {"agent": {"path": "./graphs/agent.py:compiled", "sensitive_paths": ["iban"]}},
+        "gatehouse": {"sensitive_paths": {"agent": ["amount"]}},
+    }
+    assert graphs_read(config_write(project, config))["agent"].sensitive_paths == ["amount", "iban"]
+
+
+def test_the_section_is_checked_before_any_graph_module_is_imported(project):
+    (project / "graphs" / "never_imported.py").write_text("raise RuntimeError('should not be imported')\n")
+    config = {"graphs": {"never_imported": "./graphs/never_imported.py:graph"}, "gatehouse": {"sensitive_pths": {}}}
+    assert registry_error(project, config).startswith("gatehouse.sensitive_pths: unknown section")
+    assert "gatehouse_graphs.never_imported" not in sys.modules
+
+
 # --- the reason policy ("gatehouse": {"reasons": ...}) --------------------------------------
 
 
@@ -502,7 +617,7 @@ def test_the_reason_policy_is_per_graph_with_per_gate_overrides(project):
 @pytest.mark.parametrize(
     "policy,message",
     [
-        ("required", "graph 'agent': reasons must be an object"),
+        ("required", "graph 'agent': gatehouse.reasons.agent must be an object"),
         ({"edit": "always"}, 'graph \'agent\': reasons.edit must be "required" or "optional"'),
         ({"cancel": "required"}, "graph 'agent': reasons: unknown decision 'cancel'"),
         ({"gates": ["payout"]}, "graph 'agent': reasons.gates must map gate names"),
