@@ -105,6 +105,12 @@ def django_db_setup(django_test_environment: None, django_db_blocker: Any) -> It
     if keep:
         settings.DATABASES["default"]["TEST"]["NAME"] = keep
         connection.settings_dict["TEST"]["NAME"] = keep
+    # A test without the database that compiled a graph before this ran (the registry tests do) built
+    # the process's saver on the database named before the test database replaced it, which need not
+    # exist: the migrations' checkpointer_setup then waited on that pool until PoolTimeout, failing
+    # every test of that xdist worker. Build it afresh, for the test database.
+    checkpointer_close()
+    _compiled_graphs_forget()
     with django_db_blocker.unblock():
         db_cfg = setup_databases(
             verbosity=0,
