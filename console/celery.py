@@ -13,13 +13,41 @@ from celery.beat import PersistentScheduler
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
 
+log = logging.getLogger("gatehouse.worker")
+
+
+class _DjangoSettings:
+    """Django's settings as Celery's configuration source, read when Celery first reads its configuration.
+
+    For ``celery worker`` that is while it parses its command line, so a setting start-up refuses
+    (``LOG_LEVEL=verbose``) was a traceback through click: it is one CRITICAL line and exit status 1 here,
+    as daphne's (console.asgi) and the worker's graphs (``_graphs_load``) are.
+    """
+
+    def __getattr__(self, name: str) -> Any:
+        from django.conf import settings
+        from django.core.exceptions import ImproperlyConfigured
+
+        try:
+            return getattr(settings, name)
+        except ImproperlyConfigured as exc:
+            if not logging.getLogger().handlers:  # Django never applied LOGGING: its settings are what failed
+                logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s %(message)s")
+            log.critical("cannot start: %s", exc)
+            raise SystemExit(1) from None
+
+    def __dir__(self) -> list[str]:
+        from django.conf import settings
+
+        self.__getattr__("INSTALLED_APPS")  # the settings' first read: a refused one stops here, as above
+        return dir(settings)
+
+
 # Celery's Django fixup with one change: a prefork pool process keeps its database pool (console/worker_fixup.py).
 app = Celery("gatehouse", fixups=["console.worker_fixup:fixup"])
-app.config_from_object("django.conf:settings", namespace="CELERY")
+app.config_from_object(_DjangoSettings(), namespace="CELERY")
 # Each package's tasks.py: approvals.outbound.tasks is where webhook delivery lives.
 app.autodiscover_tasks(["runtime", "approvals", "approvals.outbound"])
-
-log = logging.getLogger("gatehouse.worker")
 
 
 def broker_eviction_warning(client: Any) -> str | None:

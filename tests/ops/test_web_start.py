@@ -1,5 +1,6 @@
-"""daphne (``console.asgi``) refuses a start it cannot make as the Celery worker does: one CRITICAL line
-naming the problem and exit status 1, not the ~50-line import traceback that ended with it.
+"""daphne (``console.asgi``) refuses a start it cannot make as the Celery worker does, and the worker a
+refused setting as daphne does: one CRITICAL line naming the problem and exit status 1, not the ~50-line
+import traceback that ended with it.
 """
 
 from __future__ import annotations
@@ -56,3 +57,16 @@ def test_daphne_refuses_a_bad_setting_naming_the_values_it_takes(tmp_path: Path)
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr[-3000:]
     assert "CRITICAL gatehouse.web cannot start: LOG_LEVEL='verbose' must be one of DEBUG, INFO" in lines[0]
+
+
+def test_the_worker_refuses_a_bad_setting_in_one_critical_line_too(tmp_path: Path) -> None:
+    """Celery reads its configuration while it parses its command line: a setting start-up refuses was a
+    traceback through click there, and exit status 0."""
+    env = embedded_env(tmp_path / "var", LOG_LEVEL="verbose")
+    args = [sys.executable, "-m", "celery", "-A", "console", "worker", "--pool", "threads", "-c", "1"]
+    done = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=scaled(120))
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr[-3000:]
+    assert "CRITICAL gatehouse.worker cannot start: LOG_LEVEL='verbose' must be one of DEBUG, INFO" in lines[0]
