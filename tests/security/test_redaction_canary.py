@@ -445,6 +445,7 @@ def _bindings(params: list[str], subjects: list[Subject]) -> list[dict[str, str]
 READ_BODIES: dict[str, Callable[[dict[str, str], list[Subject]], list[Any]]] = {
     "/lg/assistants/search": lambda ids, subjects: [{}],
     "/lg/threads/search": lambda ids, subjects: [{"ids": [s.thread for s in subjects]}],
+    "/lg/threads/count": lambda ids, subjects: [{}],  # a number: it can carry no canary, only be crawled
     "/lg/threads/{thread_id}/history": lambda ids, subjects: [{"limit": 1000}],
     "/lg/threads/{thread_id}/state/checkpoint": lambda ids, subjects: [
         {"checkpoint": {"checkpoint_id": c}} for s in subjects if s.thread == ids["thread_id"] for c in s.checkpoints
