@@ -37,7 +37,7 @@ from approvals.errors import Conflict, DomainError, Forbidden, InvalidInput, Not
 from approvals.events import BULK_PROGRESS, events_step_publish
 from approvals.inbox_filter import InboxFilter
 from approvals.models import AuditAction, BulkAction, BulkStatus, TaskStatus
-from approvals.payloads import DecisionRequest, decisions_allowed
+from approvals.payloads import REASON_MAX_CHARS, DecisionRequest, decisions_allowed
 from approvals.selectors import tasks_inbox
 
 log = logging.getLogger(__name__)
@@ -103,8 +103,9 @@ def bulk_decide(
     """
     if outcome not in BULK_OUTCOMES:
         raise InvalidInput(f"a bulk decision is {' or '.join(BULK_OUTCOMES)}", field="outcome")
-    if not isinstance(reason, str) or len(reason) > 10_000:
-        raise InvalidInput("reason must be text of at most 10000 characters", field="reason")
+    if not isinstance(reason, str) or len(reason) > REASON_MAX_CHARS:
+        # Each task's decision keeps at most this much (task_decide): refused here, before any is decided.
+        raise InvalidInput(f"reason must be text of at most {REASON_MAX_CHARS} characters", field="reason")
     if (task_ids is None) == (filter is None):
         raise InvalidInput("give either task_ids or filter (select all matching)", field="task_ids")
     permissions.require(actor, "approvals.decide_task", "decide approval tasks")

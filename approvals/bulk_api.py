@@ -16,6 +16,7 @@ from approvals import bulk, services
 from approvals.api_common import AuthedRequest
 from approvals.inbox_filter import SELECTION_KEYS
 from approvals.models import BulkAction
+from approvals.payloads import REASON_MAX_CHARS
 from approvals.security import request_proof_at, session_proof_record
 
 router = Router(tags=["bulk"])
@@ -23,7 +24,7 @@ router = Router(tags=["bulk"])
 
 class BulkDecisionIn(Schema):
     outcome: Literal["approve", "reject"]
-    reason: str = Field(default="", max_length=10_000)
+    reason: str = Field(default="", max_length=REASON_MAX_CHARS)
     task_ids: list[Any] | None = Field(default=None, description=f"At most {bulk.BULK_MAX} task ids.")
     filter: dict[str, Any] | None = Field(
         default=None,

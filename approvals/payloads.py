@@ -28,6 +28,11 @@ GENERIC_DECISIONS = ["approve", "reject", "edit", "respond"]
 _INBOX_MAP = {"approve": "allow_accept", "edit": "allow_edit", "respond": "allow_respond", "reject": "allow_ignore"}
 
 
+# The longest reason a decision keeps, on every surface (native API, console, /lg/ resumes, bulk): one
+# longer is refused naming ``reason`` (422), not cut short. The same as a comment's and a replay's.
+REASON_MAX_CHARS = 4000
+
+
 @dataclass
 class DecisionRequest:
     outcome: str

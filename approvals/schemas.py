@@ -12,6 +12,7 @@ from pydantic import BaseModel, Field
 
 from approvals.deadlines import DueState, due_state
 from approvals.inputs import TaskCheckpointId
+from approvals.payloads import REASON_MAX_CHARS
 
 
 class ThreadIn(Schema):
@@ -162,7 +163,7 @@ class TaskPageOut(Schema):
 
 class DecisionIn(Schema):
     decision: Literal["approve", "reject", "edit", "respond"]
-    reason: str = Field(default="", max_length=4000)
+    reason: str = Field(default="", max_length=REASON_MAX_CHARS)
     checkpoint_id: TaskCheckpointId | None = Field(
         default=None,
         description="The checkpoint the reviewer saw (the task's checkpoint_id); a stale one is refused with 409.",

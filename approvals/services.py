@@ -33,6 +33,7 @@ from approvals.models import ApprovalTask, AuditAction, AuditEvent, Decision, Ta
 from approvals.outbound.outbox import task_opening
 from approvals.payloads import (
     NOT_GIVEN,
+    REASON_MAX_CHARS,
     DecisionRequest,
     action_args_check,
     decisions_allowed,
@@ -361,6 +362,12 @@ def _task_decide(*, actor: User, task_id: Any, request: DecisionRequest, signer:
         raise Conflict("the evidence you reviewed no longer matches this task; reload it", field="evidence_digest")
     if request.outcome == "approve" and edits_proposed(request):
         request = _approval_with_edits(task, request)
+    if len(request.reason) > REASON_MAX_CHARS:
+        # Every surface's limit, here where every surface passes (the console's form had none: a 5,000-character
+        # reason was kept, and the pages showing it grew tens of thousands of pixels wide).
+        raise InvalidInput(
+            f"a reason is at most {REASON_MAX_CHARS} characters (got {len(request.reason)})", field="reason"
+        )
     if _reason_required(task, request.outcome) and not request.reason.strip():
         raise InvalidInput(f"a reason is required to {request.outcome}", field="reason")
     earlier = grounds.decisions

@@ -25,7 +25,8 @@ from approvals.claims import can_release_any, claim_for, claim_held_message, cla
 from approvals.errors import DomainError
 from approvals.inbox_filter import InboxFilter
 from approvals.models import ApprovalTask
-from approvals.payloads import payload_kind
+from approvals.payloads import REASON_MAX_CHARS, payload_kind
+from approvals.services import reason_required
 from console import charts, selectors, words
 from console.conversation import conversation_context  # Conversation (comments)
 from console.decision_panel import DecisionPanel, decision_panel_for
@@ -240,17 +241,16 @@ def task_context(user: Any, task_id: Any, form: DecisionPanel | None = None) -> 
         before = gateway.state_for(user, task.thread_id, state.parent_id)
         diff = selectors.state_diff(before.values if before else {}, values)
     try:
-        entry = graph_get(task.graph)
-        schema = json_schema_for(entry.state_schema)
-        # The graph's reason policy for this gate (langgraph.json "gatehouse": {"reasons": ...}).
-        reasons_required = [o for o in REASON_OUTCOMES if entry.reason_required(gate=task.node, outcome=o)]
+        schema = json_schema_for(graph_get(task.graph).state_schema)
     except UnknownGraph:
         schema = {"type": "object", "properties": {}}
-        reasons_required = ["reject", "edit"]
     payload, _ = gateway.payload_for(user, task)
     if form is None:
         # Edit fields are prefilled from the masked payload too: a reviewer never receives a hidden value.
         form = decision_panel_for(_task_as_shown(task, payload), values, schema)
+    # The gate's reason policy (langgraph.json "gatehouse": {"reasons": ...}; the service's rule), for the
+    # decisions this task offers only: an external task (approve or reject) read "required to reject or edit".
+    reasons_required = [o for o in REASON_OUTCOMES if o in form.allowed and reason_required(task.graph, task.node, o)]
     ctx.update(
         {
             "state": state,
@@ -264,6 +264,7 @@ def task_context(user: Any, task_id: Any, form: DecisionPanel | None = None) -> 
             "proposed": payload.get("proposed_action") if isinstance(payload, dict) else None,
             "inbox_item": _inbox_item(payload),
             "reasons_required": reasons_required,
+            "reason_max": REASON_MAX_CHARS,
             **what_if_context(user, task),
         }
     )

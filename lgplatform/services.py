@@ -36,7 +36,7 @@ from approvals import gateway, permissions, services, time_travel
 from approvals.audit import audit_record, audit_thread
 from approvals.errors import Conflict, DomainError, InvalidInput, NotFound
 from approvals.models import ApprovalTask, AuditAction, Decision, TaskKind, TaskStatus
-from approvals.payloads import NOT_GIVEN, DecisionRequest, resume_outcome
+from approvals.payloads import NOT_GIVEN, REASON_MAX_CHARS, DecisionRequest, resume_outcome
 from approvals.redaction import filter_split, redact
 from approvals.run_cancel import run_cancel as run_cancel_service
 from lgplatform.responses import (
@@ -873,9 +873,6 @@ def _token_signer() -> services.Signer:
 def _outcome_of(value: Any) -> str:
     """The decision a resume value expresses, for the Decision row and its policies."""
     return resume_outcome(value) or "approve"
-
-
-REASON_MAX_CHARS = 4000  # as the native API's decision reason
 
 
 def metadata_reason(metadata: dict[str, Any] | None) -> str | None:

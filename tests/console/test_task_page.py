@@ -1,0 +1,85 @@
+"""The task page and its decision form, server side: an outside tester's findings (a submit after the session
+ended, the reason's length, the final approver's rule, the reason label, "was due", prefilled edits, field
+messages, a refused submit without JavaScript). The browser halves are in test_task_page_browser.py."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from datetime import timedelta
+from html import unescape
+from urllib.parse import urlencode
+
+import pytest
+from django.test import Client
+from django.utils import timezone
+
+from approvals.models import Decision, TaskStatus
+from approvals.payloads import REASON_MAX_CHARS
+from console.decision_panel import decision_panel_for
+from demo.graphs.loan_approval import LoanState
+from runtime.state_schema import json_schema_for
+from tests.console.conftest import console_client, console_decide
+from tests.factories import decision_make, loan_gate, task_decided, task_make
+
+pytestmark = pytest.mark.usefixtures("live_db")
+
+
+@pytest.fixture
+def loan_task():
+    return task_make(metadata={"case": f"T-{uuid.uuid4().hex[:6]}"})
+
+
+def _page(persona, task) -> str:
+    return unescape(console_client(persona).get(f"/tasks/{task.pk}/").content.decode())
+
+
+def _field_error(html: str, input_id: str) -> str:
+    """The error shown next to an input (its aria-describedby paragraph, or the field's own error line)."""
+    field = html.split(f'id="{input_id}"', 1)[1].split("</div>", 1)[0]
+    found = re.search(r'class="field-error"[^>]*>([^<]*)<', field)
+    return found.group(1) if found else ""
+
+
+# --- 3: the reason's length ------------------------------------------------------------------------------
+
+
+def test_the_reason_input_stops_where_every_surface_does(personas, loan_task):
+    html = _page(personas["reviewer"], loan_task)
+    reason = html.split('id="f-reason"', 1)[1].split(">", 1)[0]
+    assert f'maxlength="{REASON_MAX_CHARS}"' in reason
+    assert REASON_MAX_CHARS == 4000  # as comments and replay, fork and cancel reasons
+
+
+def test_a_reason_over_the_limit_is_refused_naming_reason_and_kept(personas, loan_task):
+    """A 5,000-character reason was accepted from the console (the API stopped at 4,000)."""
+    long = "x" * (REASON_MAX_CHARS + 1)
+    response = console_decide(console_client(personas["reviewer"]), loan_task, decision="reject", reason=long)
+    assert response.status_code == 422
+    html = unescape(response.content.decode())
+    assert "at most 4000 characters" in _field_error(html, "f-reason")
+    assert long in html  # what was typed stays in the input
+    assert not Decision.objects.filter(task=loan_task).exists()
+    at_limit = console_decide(console_client(personas["reviewer"]), loan_task, decision="reject", reason="x" * 4000)
+    assert at_limit.status_code == 201
+
+
+def test_the_api_refuses_a_reason_over_the_limit_naming_reason(personas, loan_task):
+    api = personas["reviewer"].client
+    body = {"decision": "reject", "reason": "x" * (REASON_MAX_CHARS + 1), "checkpoint_id": loan_task.checkpoint_id}
+    response = api.post(f"/api/tasks/{loan_task.pk}/decision", body)
+    assert response.status_code == 422
+    assert "reason" in response.content.decode()
+    assert not Decision.objects.filter(task=loan_task).exists()
+
+
+# --- 11: the reason label follows the task's decisions -----------------------------------------------------
+
+
+def test_the_reason_label_names_only_decisions_the_task_offers(personas):
+    """An approve/reject task read "Reason (recorded in the audit trail; required to reject or edit)"."""
+    task = task_make(payload=loan_gate(decisions=["approve", "reject"]))
+    label = _page(personas["reviewer"], task).split('for="f-reason"', 1)[1].split("</label>", 1)[0]
+    assert "required to reject" in label and "edit" not in label
+
+
