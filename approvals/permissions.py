@@ -421,6 +421,21 @@ def can_decide(user: Principal, task: ApprovalTask) -> bool:
     return can(user, "approvals.decide_task") and graph_visible(user, task.graph) and gate_assigned(user, task)
 
 
+FINAL_APPROVER_NEEDED = "the final approval of a multi-approver task needs the approver role"
+
+
+def final_approval_allowed(user: Principal, task: ApprovalTask, *, approvals_before: int) -> bool:
+    """Whether ``user`` may give the approval that comes after ``approvals_before`` others on ``task``.
+
+    The quorum's rule: the approval that completes a multi-approver task needs ``approvals.approve_final``
+    (the approver role); an earlier one, or a single-approval task's, is anyone's who may decide it.
+    ``task_decide`` refuses by it (``FINAL_APPROVER_NEEDED``) and the task page asks it before offering
+    Approve, so a reviewer is not offered a signature the service then refuses.
+    """
+    completes = approvals_before + 1 >= task.required_approvals
+    return not completes or task.required_approvals <= 1 or can(user, "approvals.approve_final")
+
+
 def gate_assigned(user: Principal, task: ApprovalTask) -> bool:
     """Assignments may name gates: a reviewer assigned only to some gates of a graph decides only those.
 

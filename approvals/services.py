@@ -538,12 +538,8 @@ def _quorum_position(
                 rule="separation_of_duties.editor",
                 task=task,
             )
-    if task.required_approvals > 1 and not permissions.can(actor, "approvals.approve_final"):
-        raise PolicyRefusal(
-            "the final approval of a multi-approver task needs the approver role",
-            rule="quorum.final_approver",
-            task=task,
-        )
+    if not permissions.final_approval_allowed(actor, task, approvals_before=approvals - 1):
+        raise PolicyRefusal(permissions.FINAL_APPROVER_NEEDED, rule="quorum.final_approver", task=task)
     return True, True
 
 

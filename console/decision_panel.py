@@ -40,6 +40,13 @@ class DecisionPanel:
     answer_as: str = "resume"
     errors: dict[str, str] = field(default_factory=dict)
     data: dict[str, str] = field(default_factory=dict)
+    # Decisions the payload allows but this viewer may not give now, and why (not offered; refused if sent).
+    withheld: dict[str, str] = field(default_factory=dict)
+
+    def withhold(self, decision: str, why: str) -> None:
+        if decision in self.allowed:
+            self.allowed = [d for d in self.allowed if d != decision]
+            self.withheld[decision] = why
 
     @property
     def choices(self) -> list[tuple[str, str]]:
@@ -210,7 +217,9 @@ def decision_request_parse(form: DecisionPanel, data: QueryDict) -> DecisionRequ
         return DecisionRequest(outcome=outcome, reason=reason, checkpoint_id=checkpoint_id, decisions=decisions)
 
     outcome = data.get("decision", "")
-    if outcome not in form.allowed:
+    if outcome in form.withheld:
+        errors["decision"] = form.withheld[outcome]
+    elif outcome not in form.allowed:
         errors["decision"] = f"choose one of: {', '.join(DECISION_LABELS[d] for d in form.allowed)}"
     patch = changed_values(form.state_fields, data, errors)
     raw_patch = json_object(data, "edits_json", errors)

@@ -73,6 +73,39 @@ def test_the_api_refuses_a_reason_over_the_limit_naming_reason(personas, loan_ta
     assert not Decision.objects.filter(task=loan_task).exists()
 
 
+# --- 7: the final approval of a multi-approver task ------------------------------------------------------
+
+
+def test_a_reviewer_is_told_the_last_approval_needs_the_approver_role_and_is_not_offered_approve(personas):
+    """The page said "waiting for 1 more from other approvers" and offered Approve; the submit was refused."""
+    task = task_make(payload=loan_gate(required_approvals=2))
+    decision_make(task, personas["reviewer"].user, "approve")
+    html = _page(personas["reviewer2"], task)
+    assert "the last approval needs the approver role" in html
+    assert "waiting for 1 more from other approvers" not in html
+    assert 'name="decision" value="approve"' not in html
+    assert 'name="decision" value="reject"' in html  # a rejection is still theirs to give
+    # A submit of Approve anyway (a stale form) is refused at the outcome, saying why, and records nothing.
+    response = console_decide(console_client(personas["reviewer2"]), task, decision="approve")
+    assert response.status_code == 422
+    assert "approver role" in unescape(response.content.decode())
+    assert Decision.objects.filter(task=task).count() == 1
+
+
+def test_an_approver_is_offered_the_last_approval(personas):
+    task = task_make(payload=loan_gate(required_approvals=2))
+    decision_make(task, personas["reviewer"].user, "approve")
+    html = _page(personas["approver"], task)
+    assert 'name="decision" value="approve"' in html
+    assert "waiting for 1 more from other approvers" in html
+    assert "needs the approver role" not in html
+
+
+def test_a_reviewer_may_give_an_earlier_approval(personas):
+    html = _page(personas["reviewer"], task_make(payload=loan_gate(required_approvals=2)))
+    assert 'name="decision" value="approve"' in html and "needs the approver role" not in html
+
+
 # --- 11: the reason label follows the task's decisions -----------------------------------------------------
 
 
