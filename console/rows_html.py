@@ -22,6 +22,7 @@ from django.utils.safestring import SafeString, mark_safe
 
 from approvals.bulk import bulk_reasons_at
 from approvals.deadlines import due_state
+from approvals.models import TaskStatus
 from console.words import actor_short, case_of, graph_label
 from runtime.deadlines import duration_human
 
@@ -103,8 +104,15 @@ def due_badge_html(task: Any) -> SafeString:
             f"data-due-badge>{_e(shown.text)}</time>"
         )
     else:
-        # Closed: the deadline no longer applies, so it is told in the past (beside "Due" of an open task).
-        out = f'<span class="due"><time class="muted" datetime="{iso}">was due {when} UTC</time>'
+        # Closed: the deadline no longer applies, so it is told in the past (beside "Due" of an open task), and
+        # "was due" only if it had passed: a task decided the day before its due time read "was due <tomorrow>".
+        closed_at = getattr(task, "decided_at", None) or timezone.now()
+        if due_at > closed_at:
+            verb = "decided" if getattr(task, "status", "") == TaskStatus.DECIDED else "closed"
+            said = f"{verb} before its due time ({when} UTC)"
+        else:
+            said = f"was due {when} UTC"
+        out = f'<span class="due"><time class="muted" datetime="{iso}">{said}</time>'
     if task.escalated_at:
         group = task.assigned_group
         to = f" → {_e(group.name)}" if group else ""

@@ -91,12 +91,18 @@ def test_a_row_says_you_for_the_viewers_own_claim_and_assignment() -> None:
 
 def test_a_due_badge_counts_down_only_on_an_open_task() -> None:
     due = timezone.now() + timedelta(minutes=20)
+    sooner, later = due - timedelta(minutes=10), due + timedelta(minutes=10)
     open_badge = due_badge_html(_task(due_at=due, escalated_at=None))
     assert "data-due-badge" in open_badge and "badge-warn" in open_badge and "due in 2" in open_badge
-    closed = due_badge_html(_task(due_at=due, escalated_at=None, is_open=False))
-    assert "data-due-badge" not in closed and "UTC</time>" in closed
+    late = due_badge_html(_task(due_at=due, escalated_at=None, is_open=False, status="decided", decided_at=later))
+    assert "data-due-badge" not in late and "UTC</time>" in late
     # Past tense, not "due 2026-…" beside an open task's "Due …": a decided task's deadline no longer applies.
-    assert f">was due {due:%Y-%m-%d %H:%M} UTC</time>" in closed
+    assert f">was due {due:%Y-%m-%d %H:%M} UTC</time>" in late
+    # ...and "was due" only once it had passed: decided (or closed) before it, the badge says so.
+    early = due_badge_html(_task(due_at=due, escalated_at=None, is_open=False, status="decided", decided_at=sooner))
+    assert f">decided before its due time ({due:%Y-%m-%d %H:%M} UTC)</time>" in early
+    cancelled = due_badge_html(_task(due_at=due, escalated_at=None, is_open=False, status="cancelled", decided_at=None))
+    assert f">closed before its due time ({due:%Y-%m-%d %H:%M} UTC)</time>" in cancelled
     assert due_badge_html(_task(due_at=None)) == '<span class="muted">—</span>'
 
 

@@ -116,3 +116,21 @@ def test_the_reason_label_names_only_decisions_the_task_offers(personas):
     assert "required to reject" in label and "edit" not in label
 
 
+# --- 15: "was due" only for a task decided after its due time ---------------------------------------------
+
+
+def test_a_task_decided_before_its_due_time_does_not_say_was_due(personas):
+    due = timezone.now() + timedelta(days=2)
+    task = task_decided(by=personas["reviewer"].user, due_at=due)
+    head = _page(personas["reviewer"], task).split('id="task-head"', 1)[1].split("</p>", 1)[0]
+    assert "was due" not in head
+    assert f"decided before its due time ({due:%Y-%m-%d %H:%M} UTC)" in head
+
+
+def test_a_task_decided_after_its_due_time_says_was_due(personas):
+    due = timezone.now() - timedelta(hours=3)
+    task = task_decided(by=personas["reviewer"].user, due_at=due)
+    head = _page(personas["reviewer"], task).split('id="task-head"', 1)[1].split("</p>", 1)[0]
+    assert f"was due {due:%Y-%m-%d %H:%M} UTC" in head
+
+
