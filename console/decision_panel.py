@@ -129,6 +129,7 @@ def decision_panel_for(task: Any, state_values: dict[str, Any], state_schema: di
     arg_fields: list[EditField] = []
     requests: list[dict[str, Any]] = []
     action_name = ""
+    action_args: dict[str, Any] | None = None
     state_args: set[str] = set()
     if kind == "gatehouse":
         # One edit surface: an argument the gate reads from the state field of the same
@@ -138,6 +139,7 @@ def decision_panel_for(task: Any, state_values: dict[str, Any], state_schema: di
         action = payload.get("proposed_action") or {}
         action_name = str(action.get("name") or "")
         if isinstance(action.get("args"), dict):
+            action_args = action["args"]
             state_args = {k for k in action["args"] if k in editable}
             own = [k for k in action["args"] if k not in state_args]
             arg_fields = fields_from_schema("action_args", action.get("args_schema"), action["args"], own)
@@ -175,7 +177,10 @@ def decision_panel_for(task: Any, state_values: dict[str, Any], state_schema: di
             )
     state_props = state_schema.get("properties") or {}
     keys = [k for k in state_props if editable is None or k in editable]
-    state_fields = fields_from_schema("edits", state_schema, state_values, keys)
+    # A value the state does not hold yet is the one the action proposes (the graph's default, e.g. a loan's
+    # term_months 12 when the applicant gave none): shown there, not an empty input beside "term_months 12".
+    proposed = {k: v for k, v in (action_args or {}).items() if k in state_args and state_values.get(k) is None}
+    state_fields = fields_from_schema("edits", state_schema, {**state_values, **proposed}, keys)
     for f in state_fields:
         f.note = f"state field, also the {action_name} argument" if f.key in state_args else "state field"
     return DecisionPanel(

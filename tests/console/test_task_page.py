@@ -134,3 +134,25 @@ def test_a_task_decided_after_its_due_time_says_was_due(personas):
     assert f"was due {due:%Y-%m-%d %H:%M} UTC" in head
 
 
+# --- 16: every editable field is prefilled ------------------------------------------------------------------
+
+
+def test_an_editable_value_the_state_does_not_hold_is_prefilled_from_the_proposed_action(loan_task):
+    """The action proposed term_months 24 (the graph's default, not in the state): the input was empty."""
+    form = decision_panel_for(loan_task, {"amount": 20000}, json_schema_for(LoanState))
+    shown = {f.name: f.shown for f in form.state_fields}
+    assert shown == {"edits.amount": "20000", "edits.term_months": "24"}
+
+
+def test_an_untouched_prefilled_value_is_not_an_edit(personas, loan_task):
+    page = _page(personas["reviewer"], loan_task)
+    sent = {name: re.search(rf'name="{re.escape(name)}"[^>]*value="([^"]*)"', page).group(1) for name in EDITS}
+    assert sent == {"edits.amount": "20000", "edits.term_months": "24"}  # as the browser sends them back
+    response = console_decide(console_client(personas["reviewer"]), loan_task, decision="approve", **sent)
+    assert response.status_code == 201, response.content.decode()[:2000]
+    assert Decision.objects.get(task=loan_task).outcome == "approve"  # not "edit": nothing was changed
+
+
+EDITS = ("edits.amount", "edits.term_months")
+
+
