@@ -110,12 +110,63 @@ def values_validate(
         except ValidationError as exc:
             err = exc.errors()[0]
             loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"])
-            raise FieldError(f"{field}{loc}", err["msg"]) from None
+            raise FieldError(f"{field}{loc}", field_message(key + loc, err)) from None
     if complete:  # after the keys given, so a misspelt key is named as such rather than as a missing one
         missing = [key for key in required_keys(schema) if key not in values]
         if missing:
             raise FieldError(f"{prefix}.{missing[0]}", f"required (missing: {', '.join(missing)})")
     return values
+
+
+# Pydantic's words for a refused value ("Input should be greater than or equal to 1") as a reviewer reads
+# them, naming the value: "Amount must be at least 1". Shown next to the input (console) and in the API's
+# error message, whose ``field`` names the path exactly.
+_SAID = {
+    "greater_than_equal": "must be at least {ge}",
+    "less_than_equal": "must be at most {le}",
+    "greater_than": "must be more than {gt}",
+    "less_than": "must be less than {lt}",
+    "multiple_of": "must be a multiple of {multiple_of}",
+    "int_type": "must be an integer (a whole number)",
+    "int_parsing": "must be an integer (a whole number)",
+    "int_from_float": "must be an integer (a whole number)",
+    "float_type": "must be a number",
+    "float_parsing": "must be a number",
+    "finite_number": "must be a finite number",
+    "string_type": "must be text",
+    "bool_type": "must be true or false",
+    "bool_parsing": "must be true or false",
+    "list_type": "must be a list",
+    "dict_type": "must be an object",
+    "model_type": "must be an object",
+    "literal_error": "must be {expected}",
+    "enum": "must be {expected}",
+    "string_too_short": "must be at least {min_length} characters",
+    "string_too_long": "must be at most {max_length} characters",
+    "too_short": "must have at least {min_length} items",
+    "too_long": "must have at most {max_length} items",
+    "string_pattern_mismatch": "must match {pattern}",
+    "missing": "is required",
+    "extra_forbidden": "is not a field it has",
+}
+
+
+def field_message(path: str, err: Any) -> str:
+    """``err`` (one of a ``ValidationError``'s ``errors()``) in words naming ``path`` ("term_months", "person.age")."""
+    said = _SAID.get(err.get("type", ""))
+    try:
+        text = said.format(**(err.get("ctx") or {})) if said else ""
+    except (KeyError, IndexError):
+        text = ""
+    if not text:  # a rule without words of ours: Pydantic's, made to name the value
+        msg = str(err.get("msg", "is not valid"))
+        for opening in ("Input should", "Value should", "String should", "List should", "Dictionary should"):
+            if msg.startswith(opening):
+                msg = "must" + msg[len(opening) :]
+                break
+        text = msg[:1].lower() + msg[1:]
+    label = path.replace("_", " ")
+    return f"{label[:1].upper()}{label[1:]} {text}"
 
 
 def json_schema_for(schema: type) -> dict[str, Any]:

@@ -156,3 +156,15 @@ def test_an_untouched_prefilled_value_is_not_an_edit(personas, loan_task):
 EDITS = ("edits.amount", "edits.term_months")
 
 
+# --- 17: a field's message in words -------------------------------------------------------------------------
+
+
+def test_a_state_value_out_of_range_is_named_in_words_at_its_field(personas, loan_task):
+    """-5 as the amount gave Pydantic's "Input should be greater than or equal to 1"."""
+    response = console_decide(
+        console_client(personas["reviewer"]), loan_task, decision="edit", reason="lower", **{"edits.amount": "-5"}
+    )
+    assert response.status_code == 422
+    assert _field_error(unescape(response.content.decode()), "f-edits-amount") == "Amount must be at least 1"
+
+

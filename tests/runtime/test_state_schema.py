@@ -117,6 +117,29 @@ def test_it_refuses_a_string_for_the_loan_amount_naming_edits_amount():
     assert "integer" in error.message
 
 
+@pytest.mark.parametrize(
+    "values,message",
+    [
+        ({"amount": -5}, "Amount must be at least 1"),
+        ({"term_months": 0}, "Term months must be at least 1"),
+        ({"amount": "5"}, "Amount must be an integer (a whole number)"),
+        ({"applicant": 5}, "Applicant must be text"),
+        ({"documents": ["a", 2]}, "Documents[1] must be text"),
+    ],
+)
+def test_its_message_names_the_value_in_words(values, message):
+    """Pydantic's "Input should be greater than or equal to 1" named nothing: it reached the reviewer as it was."""
+    assert refused(LoanState, values).message == message
+
+
+def test_a_rule_without_words_of_its_own_still_names_the_value():
+    class Coded(TypedDict):
+        code: Annotated[str, Field(pattern=r"^[A-Z]{3}$")]
+
+    assert refused(Coded, {"code": "abc"}).message == "Code must match ^[A-Z]{3}$"
+    assert refused(CaseState, {"tier": "gold"}).message == "Tier must be 'basic', 'standard' or 'premium'"
+
+
 def test_it_names_the_index_of_a_bad_list_item():
     assert refused(CaseState, {"tags": ["a", 2]}).field == "edits.tags[1]"
 
