@@ -12,8 +12,9 @@ from uuid import UUID
 
 from django.contrib import messages
 from django.contrib.auth.models import User
-from django.http import HttpResponse
+from django.http import HttpResponse, HttpResponseRedirect, QueryDict
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from approvals import claims, permissions
@@ -28,7 +29,47 @@ from console.views.common import HtmxHttpRequest, SignedInRequest, console_login
 @console_login_required
 @domain_errors
 def task_detail(request: HtmxHttpRequest, task_id: UUID) -> HttpResponse:
-    return render(request, "console/task.html", page_context.task_context(request.user, task_id))
+    ctx = page_context.task_context(request.user, task_id)
+    kept = request.session.pop(_refused_key(task_id), None)
+    if isinstance(kept, dict):  # a submit without JavaScript was refused (task_decide): shown once, with what was typed
+        form = ctx["form"]
+        decision_request_parse(form, _query(kept.get("data") or {}))  # re-shows typed values in their inputs
+        form.errors.clear()
+        form.errors.update(kept.get("errors") or {})
+        ctx.update({"stale": kept.get("stale"), "refused": True})
+    return render(request, "console/task.html", ctx)
+
+
+# What a refused submit keeps for the page it is sent back to: never a password (nor the form's token).
+_NOT_KEPT = frozenset({"password", "otp", "csrfmiddlewaretoken"})
+# A stale view's typed values were for a state that has moved on: only the words are kept.
+_KEPT_WHEN_STALE = frozenset({"reason", "message"})
+
+
+def _refused_key(task_id: UUID) -> str:
+    return f"console:decision-refused:{task_id}"
+
+
+def _query(data: dict[str, str]) -> QueryDict:
+    query = QueryDict(mutable=True)
+    for key, value in data.items():
+        query[key] = value
+    return query
+
+
+def _refused_plain(
+    request: HtmxHttpRequest, task_id: UUID, data: dict[str, str], errors: dict[str, str], stale: dict[str, Any] | None
+) -> HttpResponse:
+    """A refused submit without JavaScript goes back to the task page (303), which says the decision was not
+    recorded and why, with what was typed: rendered at .../decide it lost the reason once the task had closed,
+    and a reload posted it again."""
+    kept = {k: v for k, v in data.items() if k not in _NOT_KEPT and (stale is None or k in _KEPT_WHEN_STALE)}
+    request.session[_refused_key(task_id)] = {
+        "data": kept,
+        "errors": errors,
+        "stale": None if stale is None else {**stale, "fresh": True},
+    }
+    return HttpResponseRedirect(reverse("console:task", kwargs={"task_id": task_id}) + "#decision-panel", status=303)
 
 
 @require_GET
@@ -101,10 +142,11 @@ def task_decide(request: HtmxHttpRequest, task_id: UUID) -> HttpResponse:
         else:
             if not request.htmx:
                 messages.success(request, f"Decision recorded: {decision.get_outcome_display()}")
-                return redirect("console:task", task_id=task_id)
+                return HttpResponseRedirect(reverse("console:task", kwargs={"task_id": task_id}), status=303)
             done = page_context.task_live_context(request.user, task_id)
             done["decision"] = done["my_decision"] or decision
             return render(request, "console/partials/decision_done.html", done, status=201)
-    ctx.update({"form": form, "stale": stale})
-    template = "console/partials/decision_form.html" if request.htmx else "console/task.html"
-    return render(request, template, ctx, status=status)
+    if not request.htmx:
+        return _refused_plain(request, task_id, form.data, form.errors, stale)
+    ctx.update({"form": form, "stale": stale, "refused": True})
+    return render(request, "console/partials/decision_form.html", ctx, status=status)

@@ -41,7 +41,8 @@ MATRIX: list[tuple[str, str, str, tuple[int, ...]]] = [
     # A successful form POST (no htmx) redirects back to the task page (post/redirect/get).
     ("task-claim", "POST", "loan", (302, 404, 302, 302, 403, 403, 302)),
     ("task-release", "POST", "loan", (302, 404, 302, 302, 302, 302, 302)),  # no claim held: nothing to do
-    ("task-decide", "POST", "loan", (302, 404, 302, 302, 403, 403, 302)),
+    # A refused form POST (no htmx) goes back to the task page (303) saying why, what was typed kept.
+    ("task-decide", "POST", "loan", (302, 404, 303, 303, 403, 403, 303)),
     ("threads", "GET", "-", (302, 403, 200, 200, 200, 200, 200)),
     ("thread-start", "GET", "-", (302, 403, 403, 403, 403, 200, 200)),
     ("thread", "GET", "kyc", (302, 404, 200, 404, 200, 200, 200)),

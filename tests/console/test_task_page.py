@@ -168,3 +168,62 @@ def test_a_state_value_out_of_range_is_named_in_words_at_its_field(personas, loa
     assert _field_error(unescape(response.content.decode()), "f-edits-amount") == "Amount must be at least 1"
 
 
+# --- 18: a refused submit without JavaScript ---------------------------------------------------------------------
+
+
+def test_a_refused_plain_submit_goes_back_to_the_task_page_saying_so_and_keeping_the_reason(personas, loan_task):
+    """It rendered a 409 at .../decide ("This task is decided; it can no longer be decided."): the reason was
+    lost, it did not say *your* submission was refused, and a reload posted again."""
+    decision_make(loan_task, personas["reviewer2"].user, "approve")
+    client = console_client(personas["reviewer"])
+    response = console_decide(client, loan_task, htmx=False, decision="reject", reason="too risky: income unverified")
+    assert response.status_code == 303
+    assert response["Location"] == f"/tasks/{loan_task.pk}/#decision-panel"  # a GET, at the panel that says why
+    page = f"/tasks/{loan_task.pk}/"
+    html = unescape(client.get(page).content.decode())
+    assert "Your decision was not recorded: this task is decided" in html
+    assert "too risky: income unverified" in html
+    assert Decision.objects.filter(task=loan_task).count() == 1
+    # Once shown, it is gone: a reload of the task page is the plain page.
+    again = unescape(client.get(page).content.decode())
+    assert "Your decision was not recorded" not in again and "too risky" not in again
+
+
+def test_a_plain_submit_with_a_field_error_goes_back_with_the_error_and_what_was_typed(personas, loan_task):
+    client = console_client(personas["reviewer"])
+    response = console_decide(client, loan_task, htmx=False, decision="reject", reason="", password="secret-pw")
+    assert response.status_code == 303
+    html = unescape(client.get(response["Location"]).content.decode())
+    assert "Your decision was not recorded" in html
+    assert "a reason is required to reject" in _field_error(html, "f-reason")
+    assert 'value="reject" checked' in html
+    assert "secret-pw" not in html  # a password is never written back into the page
+    assert loan_task.decisions.count() == 0
+    loan_task.refresh_from_db()
+    assert loan_task.status == TaskStatus.PENDING
+
+
+def test_a_refused_plain_submit_on_a_stale_view_keeps_the_words_not_the_values(personas, loan_task):
+    from approvals.models import ApprovalTask
+    from runtime.models import Thread
+
+    newer = uuid.uuid4().hex
+    ApprovalTask.objects.filter(pk=loan_task.pk).update(checkpoint_id=newer)
+    Thread.objects.filter(pk=loan_task.thread_id).update(checkpoint_id=newer)
+    client = console_client(personas["reviewer"])
+    fields = {"decision": "edit", "reason": "lower it", "edits.amount": "777"}
+    response = console_decide(client, loan_task, htmx=False, **fields)
+    assert response.status_code == 303
+    html = unescape(client.get(f"/tasks/{loan_task.pk}/").content.decode())
+    assert 'id="stale-notice"' in html and "This page now shows the task as it is" in html
+    assert ">lower it</textarea>" in html
+    assert 'value="777"' not in html  # typed for a state that has moved on
+
+
+def test_an_htmx_submit_on_a_task_decided_meanwhile_keeps_the_reason_to_copy(personas, loan_task):
+    decision_make(loan_task, personas["reviewer2"].user, "approve")
+    response = console_decide(console_client(personas["reviewer"]), loan_task, decision="reject", reason="my reason")
+    assert response.status_code == 409
+    html = unescape(response.content.decode())
+    assert "Your decision was not recorded: this task is decided" in html
+    assert 'id="kept-reason"' in html and ">my reason</textarea>" in html
