@@ -12,7 +12,7 @@ from django.contrib.auth.models import User
 from django.contrib.auth.views import redirect_to_login
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
-from django_htmx.http import HttpResponseClientRedirect
+from django_htmx.http import HttpResponseClientRedirect, reswap, retarget
 from django_htmx.middleware import HtmxDetails
 
 from approvals.errors import DomainError
@@ -32,16 +32,29 @@ class SignedInRequest(HtmxHttpRequest):
     user: User
 
 
+SESSION_NOTICE = "#session-notice"  # base.html: where a signed-out answer to a write goes
+
+
 def console_login_required(view: View) -> View:
-    """Like ``login_required``, but an htmx request whose session expired reloads the whole
-    page at the sign-in form, instead of swapping the sign-in page into a table cell."""
+    """Like ``login_required``, for htmx requests too, without ever swapping the sign-in page into a table cell.
+
+    An htmx read (a filter, a page of results) whose session ended reloads the whole page at the sign-in
+    form. An htmx write (a decision, a comment, a claim) is answered in place, 401, in the page's session
+    notice: nothing was recorded, and what was typed stays on the page. Reloading to the sign-in form threw
+    away a long reason and a comment draft; the notice's link signs in in a new tab, after which the same
+    submit goes through (console.js sends the new sign-in's CSRF token).
+    """
 
     @functools.wraps(view)
     def wrapper(request: HtmxHttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         if not request.user.is_authenticated:
             if request.htmx:
                 back = request.htmx.current_url_abs_path or "/"
-                return HttpResponseClientRedirect(f"{settings.LOGIN_URL}?{urlencode({'next': back})}")
+                sign_in = f"{settings.LOGIN_URL}?{urlencode({'next': back})}"
+                if request.method in ("GET", "HEAD"):
+                    return HttpResponseClientRedirect(sign_in)
+                answer = render(request, "console/partials/signed_out.html", {"sign_in": sign_in}, status=401)
+                return reswap(retarget(answer, SESSION_NOTICE), "innerHTML")
             return redirect_to_login(request.get_full_path())
         return view(request, *args, **kwargs)
 

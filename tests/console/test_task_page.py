@@ -41,6 +41,36 @@ def _field_error(html: str, input_id: str) -> str:
     return found.group(1) if found else ""
 
 
+# --- 1: a submit after the session ended ---------------------------------------------------------------
+
+
+def test_an_htmx_post_after_sign_out_is_answered_in_place_and_records_nothing(loan_task):
+    """It answered with HX-Redirect to the sign-in page: the whole page went, with what was typed."""
+    response = Client().post(
+        f"/tasks/{loan_task.pk}/decide",
+        {"decision": "reject", "reason": "a long reason"},
+        headers={"HX-Request": "true", "HX-Current-URL": f"http://testserver/tasks/{loan_task.pk}/"},
+    )
+    assert response.status_code == 401
+    assert "HX-Redirect" not in response and "HX-Location" not in response
+    assert response["HX-Retarget"] == "#session-notice" and response["HX-Reswap"] == "innerHTML"
+    html = unescape(response.content.decode())
+    assert "signed out" in html and "nothing was recorded" in html.lower()
+    link = re.search(r'<a [^>]*href="(/accounts/login/[^"]*)"[^>]*>', html)
+    assert link and 'target="_blank"' in link.group(0) and 'rel="noopener"' in link.group(0)
+    assert link.group(1) == "/accounts/login/?" + urlencode({"next": f"/tasks/{loan_task.pk}/"})
+    assert not Decision.objects.filter(task=loan_task).exists()
+
+
+def test_the_page_has_the_place_a_signed_out_answer_goes(personas, loan_task):
+    assert 'id="session-notice"' in _page(personas["reviewer"], loan_task)
+
+
+def test_an_htmx_get_after_sign_out_still_reloads_to_sign_in():
+    response = Client().get("/", headers={"HX-Request": "true", "HX-Current-URL": "http://testserver/?graph=x"})
+    assert response["HX-Redirect"] == "/accounts/login/?next=%2F%3Fgraph%3Dx"
+
+
 # --- 3: the reason's length ------------------------------------------------------------------------------
 
 

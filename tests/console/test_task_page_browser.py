@@ -10,9 +10,10 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from playwright.sync_api import Page, expect  # noqa: F401
+from playwright.sync_api import Page, expect
 
 from approvals.comments import comment_post
+from approvals.models import Decision
 from approvals.payloads import REASON_MAX_CHARS
 from tests.console.test_browser import WAIT_MS, _live, _sign_in, browser, server  # noqa: F401  (fixtures)
 from tests.factories import decision_make, task_make
@@ -37,4 +38,57 @@ def test_a_reason_or_comment_of_one_long_word_wraps_on_every_page_that_shows_it(
         page.wait_for_load_state("load")
         scroll, inner = _width(page)
         assert scroll <= inner, f"{path} is {scroll} px wide in a {inner} px window"
+    page.context.close()
+
+
+# --- 1: a submit after the session ended ----------------------------------------------------------------------
+
+
+def test_a_submit_after_signing_out_elsewhere_records_nothing_keeps_the_text_and_goes_through_once_signed_in(
+    browser,  # noqa: F811
+    server,  # noqa: F811
+    personas,
+):
+    """Signed out in a second tab, Submit decision sent the page to /accounts/login/?next=... with no message:
+    after signing in, the long reason and the comment draft were gone."""
+    reviewer = personas["reviewer"]
+    task = task_make(metadata={"case": f"O-{uuid.uuid4().hex[:6]}"})
+    page = _sign_in(browser, server, reviewer, f"/tasks/{task.pk}/")
+    _live(page)
+    reason = "Income not verified; " * 40
+    page.get_by_label("Reject", exact=True).check()
+    page.get_by_label("Reason").fill(reason)
+    page.locator("#comment-body").fill("a draft for the team")
+
+    other = page.context.new_page()  # the second tab: same cookies
+    other.goto(f"{server}/")
+    other.get_by_role("button", name="Sign out").click()
+    expect(other.get_by_label("Username")).to_be_visible()
+
+    page.get_by_role("button", name="Submit decision").click()
+    notice = page.locator("#session-notice")
+    expect(notice).to_contain_text("You were signed out")
+    expect(notice).to_contain_text("nothing was recorded")
+    assert page.url == f"{server}/tasks/{task.pk}/"
+    expect(page.get_by_label("Reason")).to_have_value(reason)
+    expect(page.locator("#comment-body")).to_have_value("a draft for the team")
+    expect(page.get_by_label("Reject", exact=True)).to_be_checked()
+    expect(notice.get_by_role("link", name="Sign in again in a new tab")).to_be_focused()
+    assert not Decision.objects.filter(task=task).exists()
+
+    with page.context.expect_page() as opened:
+        notice.get_by_role("link", name="Sign in again in a new tab").click()
+    signing = opened.value
+    signing.get_by_label("Username").fill(reviewer.username)
+    signing.get_by_label("Password").fill("gatehouse")
+    signing.get_by_role("button", name="Sign in").click()
+    expect(signing.locator("header .who")).to_contain_text(reviewer.username)
+
+    # Back in the first tab, the same submit goes through (with the new sign-in's CSRF token).
+    page.bring_to_front()
+    page.get_by_role("button", name="Submit decision").click()
+    expect(page.locator("#decision-panel")).to_contain_text("Decision recorded")
+    expect(notice).to_be_empty()
+    decision = Decision.objects.get(task=task)
+    assert decision.outcome == "reject" and decision.reason == reason
     page.context.close()

@@ -258,14 +258,43 @@
   document.addEventListener("submit", function (e) {
     var form = e.target;
     if (!form || (form.getAttribute("method") || "").toLowerCase() !== "post" || form.hasAttribute("hx-post")) return;
-    if (form.querySelector("input[name=csrfmiddlewaretoken]")) return;
+    var current = csrfCookie();
+    var own = form.querySelector("input[name=csrfmiddlewaretoken]");
+    if (own) { if (current) own.value = current; return; }  // a sign-in since the page loaded changed it
     var headers = document.body.getAttribute("hx-headers");
-    var token = headers ? JSON.parse(headers)["X-CSRFToken"] : "";
+    var token = current || (headers ? JSON.parse(headers)["X-CSRFToken"] : "");
     if (!token) return;
     var input = document.createElement("input");
     input.type = "hidden"; input.name = "csrfmiddlewaretoken"; input.value = token;
     form.appendChild(input);
   }, true);
+
+  // --- a write after the session ended (console_login_required answers 401 into #session-notice) ---
+  // The page stays as it was, with what was typed; the notice's link signs in in a new tab. Signing in
+  // there gives the browser a new CSRF token (Django rotates it at sign-in), which this page's copy no
+  // longer matches: every request sends the one in force, read from the cookie, so the same submit
+  // goes through once signed in again, rather than a 403 that would swap away the form.
+  function csrfCookie() {
+    var match = document.cookie.match(/(?:^|;\s*)csrftoken=([^;]+)/);
+    return match ? decodeURIComponent(match[1]) : "";
+  }
+  document.addEventListener("htmx:configRequest", function (e) {
+    var token = csrfCookie();
+    if (!token) return;
+    e.detail.headers["X-CSRFToken"] = token;
+    var params = e.detail.parameters;  // a form's own token field wins over the header: kept in step
+    if (params && typeof params.has === "function" && params.has("csrfmiddlewaretoken")) params.set("csrfmiddlewaretoken", token);
+  });
+  document.addEventListener("htmx:afterSwap", function (e) {
+    if (!e.target || e.target.id !== "session-notice") return;
+    var link = e.target.querySelector("a[href]");
+    if (link) link.focus();  // announced (role=alert) and one key from signing in
+  });
+  document.addEventListener("htmx:afterRequest", function (e) {
+    var xhr = e.detail.xhr;
+    var notice = document.getElementById("session-notice");
+    if (notice && xhr && xhr.status && xhr.status !== 401 && notice.firstChild) notice.replaceChildren();
+  });
 
   // A time series too wide for a phone scrolls: open it at its latest data, not at its oldest.
   // A live push (the dashboard's) brings new charts: each opens at its latest data too (once: the
