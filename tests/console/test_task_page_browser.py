@@ -11,7 +11,9 @@ import uuid
 
 import pytest
 from playwright.sync_api import Page, expect
+from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
+from approvals import users
 from approvals.comments import comment_post
 from approvals.models import Decision
 from approvals.payloads import REASON_MAX_CHARS
@@ -91,4 +93,84 @@ def test_a_submit_after_signing_out_elsewhere_records_nothing_keeps_the_text_and
     expect(notice).to_be_empty()
     decision = Decision.objects.get(task=task)
     assert decision.outcome == "reject" and decision.reason == reason
+    page.context.close()
+
+
+# --- 5: focus after htmx swaps ------------------------------------------------------------------------------
+
+
+# No htmx request, swap or settle under way: a control swapped in is wired (htmx's documented classes).
+_SETTLED = "!document.querySelector('.htmx-request, .htmx-swapping, .htmx-settling')"
+
+
+_STATE = """() => ({focused: document.activeElement && (document.activeElement.id || document.activeElement.tagName),
+    busy: [...document.querySelectorAll('.htmx-request, .htmx-swapping, .htmx-settling')].map(e => e.id || e.tagName),
+    pushes: window.__claimPushes, requests: window.__requests,
+    claim: (document.querySelector('#claim-box') || {}).textContent})"""
+
+
+def _focused(page: Page, script: str, *, also: str = "true") -> None:
+    """Wait until ``script`` (an expression over ``el``, the focused element) holds once htmx has settled, read
+    in one script: a live push may replace the element between two reads."""
+    check = f"() => {{ const el = document.activeElement; return !!el && ({script}) && {_SETTLED} && ({also}); }}"
+    try:
+        page.wait_for_function(check, timeout=WAIT_MS)
+    except PlaywrightTimeoutError:
+        raise AssertionError(f"not focused as {script!r} / {also!r}: {page.evaluate(_STATE)}") from None
+
+
+# Each live push of the task's Now panel, noted as whether it showed the viewer's claim; and the requests under
+# way (an answer is swapped in before its request's loadend: htmx listens to load). A live push often replaces
+# the panel a request targeted, whose own events then fire on detached elements no listener hears.
+_PUSHES = """() => { window.__claimPushes = [];
+    document.addEventListener('htmx:wsAfterMessage', () => window.__claimPushes.push(
+        (document.querySelector('#claim-box') || {textContent: ''}).textContent.includes('Claimed by you')));
+    window.__requests = 0;
+    const send = XMLHttpRequest.prototype.send;
+    XMLHttpRequest.prototype.send = function (...args) {
+        window.__requests++;
+        this.addEventListener('loadend', () => window.__requests--);
+        return send.apply(this, args);
+    }; }"""
+
+
+def test_claim_then_release_with_the_keyboard_keeps_focus_on_the_button(browser, server, personas):  # noqa: F811
+    """After Claim (Enter) and then Release, document.activeElement was <body>."""
+    task = task_make(metadata={"case": f"K-{uuid.uuid4().hex[:6]}"})
+    page = _sign_in(browser, server, personas["reviewer"], f"/tasks/{task.pk}/")
+    _live(page)
+    page.evaluate(_PUSHES)
+    page.locator("#claim-button").focus()
+    page.keyboard.press("Enter")
+    # Focus is on Release once both the answer and the claim's own live push (either may come first) are in.
+    _focused(page, "el.id === 'release-button'", also="window.__claimPushes.includes(true) && !window.__requests")
+    page.evaluate("window.__claimPushes = []")
+    page.keyboard.press("Enter")
+    _focused(page, "el.id === 'claim-button'", also="window.__claimPushes.includes(false) && !window.__requests")
+    expect(page.locator("#claim-box")).to_contain_text("Nobody is working on this task.")
+    page.context.close()
+
+
+def test_save_roles_with_the_keyboard_keeps_focus_on_the_button(browser, server, personas):  # noqa: F811
+    user = users.user_create(actor=users.CLI, username=f"focus-{uuid.uuid4().hex[:6]}", roles=["reviewer"])
+    page = _sign_in(browser, server, personas["admin"], f"/users/{user.pk}/")
+    page.locator('#roles input[name="roles"][value="approver"]').check()
+    page.get_by_role("button", name="Save roles").focus()
+    page.evaluate("document.querySelector('#user-panel').dataset.before = '1'")  # gone once the answer is swapped in
+    page.keyboard.press("Enter")
+    expect(page.locator("#user-panel")).to_contain_text("Roles saved")
+    expect(page.locator("#user-panel[data-before]")).to_have_count(0)
+    _focused(page, "el.tagName === 'BUTTON' && el.textContent.trim() === 'Save roles' && !!el.closest('#roles')")
+    assert users.user_roles(user) == ["approver", "reviewer"]
+    page.context.close()
+
+
+def test_a_decision_submitted_from_the_keyboard_moves_focus_to_what_was_recorded(browser, server, personas):  # noqa: F811
+    task = task_make(metadata={"case": f"D-{uuid.uuid4().hex[:6]}"})
+    page = _sign_in(browser, server, personas["reviewer"], f"/tasks/{task.pk}/")
+    _live(page)
+    page.get_by_label("Approve", exact=True).check()
+    page.get_by_role("button", name="Submit decision").focus()
+    page.keyboard.press("Enter")
+    _focused(page, "el.id === 'decision-h' && el.textContent.includes('Decision recorded')")
     page.context.close()

@@ -239,6 +239,61 @@
     field.focus();
   });
 
+  // --- focus survives a swap that removed the focused control ---
+  // Claim then Release with the keyboard, or "Save roles" on a user's page, left document.activeElement on
+  // <body>: the swap replaced the focused button, and htmx only refocuses an element of the same id (the
+  // Claim button's successor is Release). What has focus is followed; once new content is wired (an answer's
+  // settle, a live push's end: a push often replaces an answer before its settle), if it is gone and nothing
+  // took focus since, focus goes to the element of the same id, else, in the nearest enclosing element that
+  // came back (by id), to its [data-focus-after-swap] target, else to the control that reads the same (same
+  // tag, type, name and text: the re-rendered "Save roles").
+  var lastFocus = null;
+  function focusLost() {
+    var now = document.activeElement;
+    return !now || now === document.body || now === document.documentElement || !now.isConnected;
+  }
+  function focusNoted(el) {
+    if (!el || el === document.body || el === document.documentElement || !el.isConnected) return null;
+    var ids = [];
+    for (var a = el.parentElement; a; a = a.parentElement) if (a.id) ids.push(a.id);
+    return { el: el, id: el.id, tag: el.tagName, type: el.getAttribute("type") || "", name: el.getAttribute("name") || "",
+             text: (el.textContent || "").trim(), ids: ids };
+  }
+  document.addEventListener("focusin", function (e) { lastFocus = focusNoted(e.target); });
+  document.addEventListener("focusout", function (e) {
+    var el = e.target;
+    setTimeout(function () {  // left on purpose (Escape, a click elsewhere): nothing to give back
+      if (lastFocus && lastFocus.el === el && el.isConnected && !el.disabled && focusLost()) lastFocus = null;
+    }, 0);
+  });
+  document.addEventListener("pointerdown", function () { lastFocus = null; }, true);  // a pointer places focus itself
+  function focusable(el) {
+    return !!el && el.isConnected && !el.disabled && el.getClientRects().length > 0 &&
+      !el.closest("[hidden], fieldset[disabled], .htmx-swapping, .htmx-settling");
+  }
+  function sameControl(box, noted) {
+    var found = null;
+    box.querySelectorAll(noted.tag).forEach(function (el) {
+      if (found || (el.getAttribute("type") || "") !== noted.type || (el.getAttribute("name") || "") !== noted.name) return;
+      if ((el.textContent || "").trim() === noted.text && focusable(el)) found = el;
+    });
+    return found;
+  }
+  function focusRestore() {
+    var noted = lastFocus;
+    if (!noted || noted.el.isConnected || !focusLost()) return;
+    var target = noted.id ? document.getElementById(noted.id) : null;
+    for (var i = 0; !focusable(target) && i < noted.ids.length; i++) {
+      var box = document.getElementById(noted.ids[i]);
+      if (!box) continue;
+      target = box.querySelector("[data-focus-after-swap]");
+      if (!focusable(target)) target = sameControl(box, noted);
+    }
+    if (focusable(target)) target.focus();
+  }
+  document.addEventListener("htmx:afterSettle", focusRestore);
+  document.addEventListener("htmx:wsAfterMessage", focusRestore);
+
   // --- relative times ("42 s ago") keep counting, like the due badges beside them ---
   // Same words as console/rows_html.py ago(), and as the due badges beside them (durationHuman).
   function agoText(s) {
