@@ -174,3 +174,62 @@ def test_a_decision_submitted_from_the_keyboard_moves_focus_to_what_was_recorded
     page.keyboard.press("Enter")
     _focused(page, "el.id === 'decision-h' && el.textContent.includes('Decision recorded')")
     page.context.close()
+
+
+# --- 6: tab order follows what is seen ---------------------------------------------------------------------------
+
+_WHERE = """() => {
+    const el = document.activeElement;
+    if (!el || el === document.body) return "body";
+    const parts = [["now", "#task-live"], ["decision", "#decision-panel"], ["conversation", "#conversation"],
+                   ["ask", "section[aria-labelledby=ask-h]"]];
+    for (const [name, sel] of parts) {
+        if (el.closest(sel)) return name + ":" + (el.id || el.tagName);
+    }
+    return "other:" + (el.id || el.textContent.trim().slice(0, 30));
+}"""
+
+
+def _tab_until(page: Page, wanted: str, limit: int = 80) -> list[str]:
+    """Press Tab from the top of the page until the focused element is ``wanted``; every stop on the way."""
+    stops: list[str] = []
+    for _ in range(limit):
+        page.keyboard.press("Tab")
+        stops.append(page.evaluate(_WHERE))
+        if stops[-1] == wanted:
+            return stops
+    raise AssertionError(f"{wanted} not reached in {limit} stops: {stops}")
+
+
+@pytest.mark.parametrize("width", [1400, 390])
+def test_tab_reaches_the_claim_before_the_main_column_and_a_skip_link_leads_to_the_decision(
+    browser,  # noqa: F811
+    server,  # noqa: F811
+    personas,
+    width,
+):
+    """Tab went through the whole main column, conversation included (~22 stops), before the Now panel's
+    Claim; at 390 px the Now panel was drawn first but reached last."""
+    task = task_make(metadata={"case": f"T-{uuid.uuid4().hex[:6]}"})
+    page = _sign_in(browser, server, personas["reviewer"], f"/tasks/{task.pk}/", width=width, height=900)
+    _live(page)
+    page.evaluate("document.activeElement && document.activeElement.blur()")
+    stops = _tab_until(page, "now:claim-button")
+    assert not [s for s in stops if s.split(":")[0] in ("decision", "conversation", "ask")], stops
+    # Drawn where it is reached: first on a phone (above what the agent asks), at the top of the right column
+    # (beside what the agent asks) on a wide screen.
+    where = """() => { const now = document.querySelector('#task-live').getBoundingClientRect();
+        const ask = document.querySelector('#ask-h').closest('section').getBoundingClientRect();
+        return now.left >= ask.right ? 'right' : now.bottom <= ask.top ? 'above' : 'elsewhere'; }"""
+    assert page.evaluate(where) == ("above" if width < 900 else "right")
+
+    page.goto(f"{server}/tasks/{task.pk}/")
+    _live(page)
+    page.keyboard.press("Tab")
+    page.keyboard.press("Tab")
+    skip = page.get_by_role("link", name="Skip to decision")
+    expect(skip).to_be_focused()
+    page.keyboard.press("Enter")
+    page.keyboard.press("Tab")
+    assert page.evaluate(_WHERE).startswith("decision:"), page.evaluate(_WHERE)
+    page.context.close()
