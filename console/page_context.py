@@ -92,6 +92,7 @@ def inbox_context(user: Any, params: QueryDict, *, limit: int = INBOX_PAGE_SIZE)
         "first_url": "?" + urlencode(base),
         "next_url": next_url,
         "me": user,
+        "reason_max": REASON_MAX_CHARS,  # the bulk reason: the limit every decision's reason has
         "away": assignment.away_get(user),  # hand-offs: the header says when you are away and who covers
         # Conversation (comments): per row, an open question and a mention of the viewer (one query)
         "conversation": comments.inbox_conversation(user=user, tasks=page.items),

@@ -8,6 +8,7 @@ import pytest
 
 from approvals import bulk
 from approvals.models import BulkAction, Decision
+from approvals.payloads import REASON_MAX_CHARS
 from runtime.models import Run, RunStatus
 from tests.console.conftest import console_client
 from tests.factories import task_make
@@ -32,6 +33,8 @@ def test_the_list_carries_the_filter_that_select_all_sends(personas):
     assert f'name="q" value="{tag}" form="bulk-form"' in html
     assert "Select all <strong>3</strong> pending tasks matching this filter" in html
     assert html.count('name="task_ids"') == 3
+    # the reason's limit is every decision's (it said 10000; the service refuses over 4000)
+    assert f'id="bulk-reason" name="reason" maxlength="{REASON_MAX_CHARS}"' in html
 
 
 def test_past_the_most_an_action_takes_select_all_is_not_offered(personas, monkeypatch):
