@@ -86,8 +86,11 @@ def route(state: LoanState) -> Literal["disburse", "human_review", "decline"]:
 
 
 def human_review(state: LoanState) -> Command[Literal["disburse", "decline"]]:
+    loan_id, amount, applicant = state.get("loan_id"), state.get("amount"), state.get("applicant", "applicant")
+    # The id is optional: without it the title read "Loan : 20000 for …".
+    title = f"Loan {loan_id}: {amount} for {applicant}" if loan_id else f"Loan of {amount} for {applicant}"
     review = request_review(
-        title=f"Loan {state.get('loan_id', '')}: {state.get('amount')} for {state.get('applicant', 'applicant')}",
+        title=title,
         summary=f"Borderline risk score {state.get('risk_score')}; income {state.get('income')}.",
         proposed_action={
             "name": "disburse",

@@ -120,3 +120,20 @@ def test_disburse_refuses_a_non_positive_amount_rather_than_pay_it(monkeypatch, 
     result = module.disburse(state)
     assert result == {"status": "refused_non_positive_amount"}
     assert paid == []
+
+
+@pytest.mark.parametrize(
+    ("loan", "title"),
+    [
+        ({}, "Loan of 20000 for Évariste 🦊"),
+        ({"loan_id": ""}, "Loan of 20000 for Évariste 🦊"),
+        ({"loan_id": "L-77"}, "Loan L-77: 20000 for Évariste 🦊"),
+    ],
+)
+def test_the_review_s_title_reads_well_with_or_without_a_loan_id(dispatched, loan, title):
+    """Without loan_id the inbox read "Loan : 20000 for Évariste 🦊"."""
+    thread = Thread.objects.create(graph="loan_approval")
+    graph_input = {"applicant": "Évariste 🦊", "amount": 20000, "income": 40000, "term_months": 24, **loan}
+    assert _run(thread, graph_input).status == RunStatus.INTERRUPTED
+    [task] = ApprovalTask.objects.filter(thread=thread, status=TaskStatus.PENDING)
+    assert task.title == title
