@@ -30,7 +30,7 @@ from django.contrib.sessions.models import Session
 from django.core.exceptions import ValidationError
 from django.core.validators import validate_email
 from django.db import connection, transaction
-from django.db.models import Prefetch, Q, QuerySet
+from django.db.models import BooleanField, Exists, ExpressionWrapper, OuterRef, Prefetch, Q, QuerySet
 from django.utils import timezone
 from django.utils.encoding import force_bytes
 from django.utils.http import urlsafe_base64_encode
@@ -43,6 +43,7 @@ from approvals.roles import roles_ensure
 from runtime.registry import UnknownGraph, graph_external_valid, graph_gates, graph_is_external, graph_names
 
 MANAGE_USERS = "approvals.manage_users"
+VIEW_ALL_GRAPHS = "approvals.view_all_graphs"  # auditors and admins: every graph, no assignment needed
 # Webhook principals hold the "service" role; it is never given to a person.
 ASSIGNABLE_ROLES: tuple[str, ...] = tuple(r for r in permissions.ROLES if r != "service")
 _LOCK_KEY = 0x67687573  # "ghus": one user-administration change at a time (PostgreSQL advisory lock)
@@ -97,10 +98,25 @@ def users_list(*, actor: Actor, query: str = "", active: bool | None = None) -> 
         users = users.filter(Q(username__icontains=query) | Q(email__icontains=query))
     if active is not None:
         users = users.filter(is_active=active)
-    return users.select_related("external_identity").prefetch_related(
-        Prefetch("groups", queryset=Group.objects.order_by("name")),
-        Prefetch("graph_assignments", queryset=GraphAssignment.objects.order_by("graph", "gate")),
+    return (
+        users.select_related("external_identity")
+        .prefetch_related(
+            Prefetch("groups", queryset=Group.objects.order_by("name")),
+            Prefetch("graph_assignments", queryset=GraphAssignment.objects.order_by("graph", "gate")),
+        )
+        # Auditors and admins see every graph by role, with no assignment: the list said "none" for them.
+        .annotate(sees_every_graph=ExpressionWrapper(_holds_q(VIEW_ALL_GRAPHS), output_field=BooleanField()))
     )
+
+
+def _holds_q(perm: str) -> Q:
+    """Users who hold ``perm`` (``app.codename``) through a role, a direct grant, or as superuser — as
+    ``User.has_perm`` decides for an active user, in one condition a list can annotate its rows with."""
+    app_label, codename = perm.split(".", 1)
+    granted = Permission.objects.filter(content_type__app_label=app_label, codename=codename)
+    by_role = Group.objects.filter(user=OuterRef("pk"), permissions__in=granted)
+    by_grant = User.user_permissions.through.objects.filter(user_id=OuterRef("pk"), permission__in=granted)
+    return Q(is_superuser=True) | Q(Exists(by_role)) | Q(Exists(by_grant))
 
 
 def _pk(user_id: Any) -> int:

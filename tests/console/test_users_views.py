@@ -52,6 +52,26 @@ def test_the_list_shows_roles_graphs_state_and_last_sign_in(personas):
 
 
 @pytest.mark.parametrize(
+    ("roles", "assignments", "says"),
+    [
+        (["auditor"], [], "every graph (by role)"),
+        (["admin"], [], "every graph (by role)"),
+        (["reviewer"], [], "none"),
+        (["reviewer"], [users.Assignment("*")], "every graph"),
+    ],
+)
+def test_the_list_says_who_sees_every_graph_by_role(personas, roles, assignments, says):
+    """An auditor read "Graphs and gates: none" though auditors (and admins) see every graph."""
+    name = _name("scope")
+    users.user_create(actor=users.CLI, username=name, roles=roles, assignments=assignments)
+    page = console_client(personas["admin"]).get("/users/", {"q": name}).content.decode()
+    row = re.search(rf'<tr data-user="{name}">(.*?)</tr>', page, re.S)
+    assert row, page
+    graphs = re.findall(r"<td[^>]*>(.*?)</td>", row.group(1), re.S)[2]
+    assert " ".join(re.sub(r"<[^>]+>", "", graphs).split()) == says
+
+
+@pytest.mark.parametrize(
     ("form", "says"),
     [
         ({}, "no role and no graph"),
