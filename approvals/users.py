@@ -38,9 +38,23 @@ from django.utils.http import urlsafe_base64_encode
 from approvals import permissions
 from approvals.audit import audit_record
 from approvals.errors import Conflict, InvalidInput, NotFound
-from approvals.models import ApiToken, ApprovalTask, AuditAction, ExternalIdentity, GraphAssignment
+from approvals.models import (
+    ApiToken,
+    ApprovalTask,
+    AuditAction,
+    ExternalIdentity,
+    ExternalSource,
+    GraphAssignment,
+)
 from approvals.roles import roles_ensure
-from runtime.registry import UnknownGraph, graph_external_valid, graph_gates, graph_is_external, graph_names
+from runtime.registry import (
+    EXTERNAL_GRAPH_PREFIX,
+    UnknownGraph,
+    graph_external_valid,
+    graph_gates,
+    graph_is_external,
+    graph_names,
+)
 
 MANAGE_USERS = "approvals.manage_users"
 VIEW_ALL_GRAPHS = "approvals.view_all_graphs"  # auditors and admins: every graph, no assignment needed
@@ -76,9 +90,13 @@ class Assignment:
 
     @classmethod
     def parse(cls, text: str, *, field: str = "assignments") -> Assignment:
-        """``graph`` or ``graph:gate`` (LangGraph reserves ":" in node names, so it cannot be ambiguous)."""
-        graph, _, gate = str(text).strip().partition(":")
-        return cls(graph=graph.strip(), gate=gate.strip())
+        """``graph`` or ``graph:gate`` (LangGraph reserves ":" in node names, so it cannot be ambiguous); an
+        external engine's graph keeps its prefix: ``external:<source>`` or ``external:<source>:gate`` (it was
+        read as the graph "external" narrowed to the gate "<source>", and refused)."""
+        text = str(text).strip()
+        prefix = EXTERNAL_GRAPH_PREFIX if graph_is_external(text) else ""
+        graph, _, gate = text.removeprefix(prefix).partition(":")
+        return cls(graph=prefix + graph.strip(), gate=gate.strip())
 
 
 # --- reads ------------------------------------------------------------------------------
@@ -185,6 +203,7 @@ class GateAccess:
 class GraphAccess:
     graph: str
     registered: bool
+    external: bool  # an external engine's source (``external:<source>``): never registered, still a graph
     visible: bool
     view_tasks: bool
     decide: bool  # some gate of the graph
@@ -211,6 +230,20 @@ class EffectivePermissions:
     graphs: list[GraphAccess] = field(default_factory=list)
 
 
+def external_graphs_with_tasks() -> list[str]:
+    """``external:<source>`` for every external engine's source that has created tasks: graphs of their own
+    (assignable, as the API and the commands accept them), though no ``langgraph.json`` registers them."""
+    names = ExternalSource.objects.filter(tasks__isnull=False).values_list("name", flat=True).distinct()
+    return sorted(EXTERNAL_GRAPH_PREFIX + name for name in names)
+
+
+def graphs_assignable(assigned: Iterable[str] = ()) -> list[str]:
+    """Graphs an admin may pick (every form offers the same): the registered ones, external sources with
+    tasks, and, so that no assignment disappears from the form, graphs assigned already."""
+    graphs = set(graph_names()) | set(external_graphs_with_tasks()) | set(assigned)
+    return sorted(g for g in graphs if g and g != permissions.ALL_GRAPHS)
+
+
 def gates_assignable(graph: str, assigned: Iterable[str] = ()) -> list[str]:
     """Gates an admin may pick: the graph's gates (``runtime.registry.graph_gates``), and, so that no
     assignment disappears from the form, gates seen in its tasks and gates assigned already."""
@@ -232,7 +265,7 @@ def user_effective_permissions(*, actor: Actor, user_id: Any) -> EffectivePermis
         for ct, code, name in Permission.objects.values_list("content_type__app_label", "codename", "name")
     }
     perms = sorted(user.get_all_permissions()) if user.is_active else []
-    graphs = sorted(set(graph_names()) | {a.graph for a in assignments if a.graph != permissions.ALL_GRAPHS})
+    graphs = graphs_assignable(a.graph for a in assignments)
     registered = set(graph_names())
     out = []
     for graph in graphs:
@@ -245,6 +278,7 @@ def user_effective_permissions(*, actor: Actor, user_id: Any) -> EffectivePermis
             GraphAccess(
                 graph=graph,
                 registered=graph in registered,
+                external=graph_is_external(graph),
                 visible=visible,
                 view_tasks=visible and permissions.can(user, "approvals.view_approvaltask"),
                 decide=any(g.can_decide for g in gates),

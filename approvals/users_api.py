@@ -71,6 +71,7 @@ class GateAccessOut(Schema):
 class GraphAccessOut(Schema):
     graph: str
     registered: bool
+    external: bool  # an external engine's source, external:<source>
     visible: bool
     view_tasks: bool
     decide: bool

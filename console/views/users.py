@@ -25,7 +25,7 @@ from django.views.decorators.http import require_GET, require_POST
 from approvals import permissions, users
 from approvals.errors import DomainError
 from console.views.common import HtmxHttpRequest, console_login_required, domain_errors, error_page
-from runtime.registry import graph_names
+from runtime.registry import graph_is_external
 
 
 def _actor(request: HtmxHttpRequest) -> User:
@@ -35,7 +35,7 @@ def _actor(request: HtmxHttpRequest) -> User:
 def _assignment_choices(user: User | None) -> list[dict[str, Any]]:
     """Per graph: whether the whole graph is assigned, and each known gate with its state."""
     held = set(users.user_assignments(user)) if user is not None else set()
-    graphs = sorted(set(graph_names()) | {a.graph for a in held if a.graph != permissions.ALL_GRAPHS})
+    graphs = users.graphs_assignable(a.graph for a in held)
     rows = [
         {
             "graph": permissions.ALL_GRAPHS,
@@ -50,6 +50,7 @@ def _assignment_choices(user: User | None) -> list[dict[str, Any]]:
             {
                 "graph": graph,
                 "label": graph,
+                "external": graph_is_external(graph),
                 "whole": users.Assignment(graph) in held,
                 "gates": [
                     {"name": gate, "value": f"{graph}:{gate}", "checked": gate in assigned_gates}

@@ -155,6 +155,21 @@ def test_an_external_engines_source_may_be_assigned_as_its_docs_ask(personas):
     assert permissions.graphs_visible(engine) == {"external:payments"}
 
 
+@pytest.mark.parametrize(
+    ("text", "graph", "gate"),
+    [
+        ("loan_approval", "loan_approval", ""),
+        ("loan_approval:human_review", "loan_approval", "human_review"),
+        ("external:payments", "external:payments", ""),
+        ("external:payments:sign_off", "external:payments", "sign_off"),
+    ],
+)
+def test_a_form_s_assignment_keeps_an_external_source_whole(text, graph, gate):
+    """"external:payments" (a form's checkbox, a command's --gate) was read as graph "external", gate "payments"."""
+    assert users.Assignment.parse(text) == users.Assignment(graph, gate)
+    assert str(users.Assignment.parse(text)) == text
+
+
 def test_a_taken_username_is_a_conflict(personas):
     name = _name()
     users.user_create(actor=users.CLI, username=name)

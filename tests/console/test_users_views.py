@@ -13,6 +13,7 @@ from django.test import Client
 from approvals import users
 from approvals.models import AuditEvent
 from tests.console.conftest import console_client
+from tests.external.conftest import create, engine_persona, task_body
 
 pytestmark = pytest.mark.usefixtures("live_db")
 
@@ -160,6 +161,31 @@ def test_the_detail_page_shows_effective_permissions_per_graph_and_gate(personas
     assert "<code>compliance_review</code>" in kyc and "identity_check" not in kyc
     loan = re.search(r'<tr data-graph="loan_approval">(.*?)</tr>', page, re.S).group(1)
     assert loan.count("yes") == 0  # not assigned: sees nothing, decides nothing
+
+
+def test_an_external_source_with_tasks_is_named_so_and_offered_on_both_forms(personas):
+    """The detail page said "external:payments not registered"; the new-user form offered no external:<source>."""
+    engine = engine_persona(f"pay-{uuid.uuid4().hex[:8]}")
+    source = engine.username.removeprefix("engine-")
+    assert create(engine.client, task_body(source)).status_code == 201
+    graph = f"external:{source}"
+    admin = console_client(personas["admin"])
+
+    new_form = admin.get("/users/new").content.decode()
+    assert f'name="assign" value="{graph}"' in new_form
+    name = _name("ext")
+    made = admin.post("/users/new", {"username": name, "roles": ["reviewer"], "assign": [graph]})
+    assert made.status_code == 200, made.content.decode()
+    user = User.objects.get(username=name)
+    assert [str(a) for a in users.user_assignments(user)] == [graph]
+
+    page = admin.get(f"/users/{user.pk}/").content.decode()
+    row = re.search(rf'<tr data-graph="{graph}">(.*?)</tr>', page, re.S).group(1)
+    assert "not registered" not in row and "external source" in row
+    assert f'name="assign" value="{graph}" checked' in page
+    other = users.user_create(actor=users.CLI, username=_name("ext2"), roles=["reviewer"])
+    offered = admin.get(f"/users/{other.pk}/").content.decode()
+    assert f'name="assign" value="{graph}"' in offered  # offered to a user who does not hold it yet
 
 
 def test_resetting_otp_devices_asks_first_saying_what_is_lost(personas):
