@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from django.db import connection
-from django.db.models import Field, Model, Q, QuerySet
+from django.db.models import Exists, Field, Model, OuterRef, Q, QuerySet
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.lookups import IContains
 from django.utils import timezone
@@ -23,11 +23,19 @@ from approvals.columns import columns_filter
 from approvals.deadlines import tasks_due_filter
 from approvals.errors import InvalidInput
 from approvals.inbox_filter import InboxFilter
-from approvals.models import ApprovalTask, AuditAction, AuditEvent, Decision, TaskStatus
+from approvals.models import (
+    ApprovalTask,
+    AuditAction,
+    AuditEvent,
+    Decision,
+    ExternalSource,
+    ExternalTask,
+    TaskStatus,
+)
 from approvals.task_rows import tasks_pending
 from runtime import rows
 from runtime.models import Run, RunKind, Thread
-from runtime.registry import graph_get, graph_names
+from runtime.registry import EXTERNAL_GRAPH_PREFIX, graph_get, graph_names
 
 # --- keyset cursors: one codec (a JSON list, URL-safe base64); each list says what it holds ----------
 
@@ -274,6 +282,24 @@ def threads_list(
         except ValueError:
             qs = qs.filter(_metadata_search(q, "metadata"))
     return newest_page(qs, limit=limit, cursor=cursor)
+
+
+def external_graphs() -> list[str]:
+    """``external:<source>`` for every external engine's source that has created tasks (each has its thread):
+    graphs of their own, though no ``langgraph.json`` registers them."""
+    with_tasks = ExternalTask.objects.filter(source=OuterRef("pk"))
+    names = ExternalSource.objects.filter(Exists(with_tasks)).values_list("name", flat=True)
+    return sorted(EXTERNAL_GRAPH_PREFIX + name for name in names)
+
+
+def threads_graphs(*, user: permissions.Principal) -> list[str]:
+    """The graphs the threads list's filter offers: every graph a thread ``user`` may see can have. The
+    registered ones they may see (the registry's order), then the rest: external sources with tasks, or,
+    for a reader narrowed to some graphs, those of them no ``langgraph.json`` registers (external, retired)."""
+    registered = permissions.graph_names_visible(user)
+    visible = permissions.graphs_visible(user)
+    others = set(external_graphs()) if visible is None else set(visible)
+    return [*registered, *sorted(others - set(registered) - {permissions.ALL_GRAPHS, ""})]
 
 
 _METADATA_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")

@@ -43,10 +43,10 @@ from approvals.models import (
     ApprovalTask,
     AuditAction,
     ExternalIdentity,
-    ExternalSource,
     GraphAssignment,
 )
 from approvals.roles import roles_ensure
+from approvals.selectors import external_graphs
 from runtime.registry import (
     EXTERNAL_GRAPH_PREFIX,
     UnknownGraph,
@@ -230,17 +230,10 @@ class EffectivePermissions:
     graphs: list[GraphAccess] = field(default_factory=list)
 
 
-def external_graphs_with_tasks() -> list[str]:
-    """``external:<source>`` for every external engine's source that has created tasks: graphs of their own
-    (assignable, as the API and the commands accept them), though no ``langgraph.json`` registers them."""
-    names = ExternalSource.objects.filter(tasks__isnull=False).values_list("name", flat=True).distinct()
-    return sorted(EXTERNAL_GRAPH_PREFIX + name for name in names)
-
-
 def graphs_assignable(assigned: Iterable[str] = ()) -> list[str]:
     """Graphs an admin may pick (every form offers the same): the registered ones, external sources with
     tasks, and, so that no assignment disappears from the form, graphs assigned already."""
-    graphs = set(graph_names()) | set(external_graphs_with_tasks()) | set(assigned)
+    graphs = set(graph_names()) | set(external_graphs()) | set(assigned)
     return sorted(g for g in graphs if g and g != permissions.ALL_GRAPHS)
 
 

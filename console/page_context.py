@@ -369,7 +369,8 @@ def threads_context(user: Any, params: QueryDict) -> dict[str, Any]:
     """The thread list: its filter (status, graph, search) and one page, newest first."""
     status = params.get("status", "")
     graph = params.get("graph", "")[:THREADS_GRAPH_MAX]
-    graphs = permissions.graph_names_visible(user)
+    # Every graph the listed threads can have: external sources (and retired graphs) are listed too.
+    graphs = approvals_selectors.threads_graphs(user=user)
     # A hand-typed status no control offers is named and ignored, not silently dropped: the list shows
     # what the controls show. (A graph is not checked: a retired graph's threads are still listed by name.)
     ignored = []

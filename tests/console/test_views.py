@@ -16,6 +16,7 @@ from approvals.models import AuditEvent, Decision, TaskClaim
 from console.selectors import inbox_list
 from runtime.models import Thread
 from tests.console.conftest import console_client, console_decide
+from tests.external.conftest import create, engine_persona, task_body
 from tests.factories import task_decided, task_make
 
 pytestmark = pytest.mark.usefixtures("live_db")
@@ -551,3 +552,38 @@ def test_a_hand_typed_thread_status_that_is_not_valid_is_named_not_silently_igno
         re.search(r'<option value="">Any</option>', html)
         and " selected>" not in html.split('id="t-status"')[1].split("</select>")[0]
     )
+
+
+def _graph_menu(html: str) -> list[str]:
+    menu = html.split('id="t-graph"', 1)[1].split("</select>", 1)[0]
+    return re.findall(r'<option value="([^"]*)"', menu)
+
+
+def test_the_threads_graph_filter_offers_the_external_sources_its_threads_have(personas):
+    """/threads/ listed external:payments threads, but its Graph filter had no option for them."""
+    engine = engine_persona(f"pay-{uuid.uuid4().hex[:8]}")
+    source = engine.username.removeprefix("engine-")
+    assert create(engine.client, task_body(source)).status_code == 201
+    graph = f"external:{source}"
+    for who in ("operator", "auditor"):  # every graph: by an assignment to "*", and by role
+        page = console_client(personas[who]).get("/threads/").content.decode()
+        assert graph in _graph_menu(page), who
+        assert "loan_approval" in _graph_menu(page), who
+    own = console_client(engine).get("/threads/").content.decode()
+    assert _graph_menu(own) == ["", graph]  # assigned to the source alone: its graph, and "All graphs"
+    narrow = console_client(personas["loan_reviewer"]).get("/threads/").content.decode()
+    assert graph not in _graph_menu(narrow)  # a graph nobody assigned them is not named to them
+    filtered = console_client(personas["operator"]).get("/threads/", {"graph": graph}).content.decode()
+    assert f'<option value="{graph}" selected>' in filtered
+
+
+def test_a_completed_thread_s_row_says_when_it_was_last_updated(personas):
+    case = f"L-{uuid.uuid4().hex[:6]}"
+    task = task_decided(by=personas["approver"].user, metadata={"case": case, "applicant": "Ada Lovelace"})
+    Thread.objects.filter(pk=task.thread_id).update(
+        status="completed", updated_at=timezone.now() - timedelta(minutes=3)
+    )
+    page = console_client(personas["operator"]).get("/threads/", {"q": case}).content.decode()
+    row = page.split(f'data-thread-id="{task.thread_id}"', 1)[1].split("</tr>", 1)[0]
+    cells = re.findall(r"<td>(.*?)</td>", row, re.S)
+    assert "Completed" in cells[3] and cells[-1].strip() == "3 min ago"
