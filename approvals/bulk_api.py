@@ -39,8 +39,9 @@ class BulkDecidedOut(Schema):
     title: str = ""
     decision: str | None = None
     run: str | None = None
-    final: bool = False
+    final: bool = False  # the signature decided its task; false: the task still waits
     meaning: str = ""
+    remaining: int | None = None  # when not final: the approvals the task still waits for
 
 
 class BulkSkippedOut(Schema):
@@ -58,10 +59,20 @@ class BulkOut(Schema):
     total: int
     done: int
     filter: dict[str, Any] | None
-    decided: list[BulkDecidedOut]
+    decided: list[BulkDecidedOut]  # every signature made, final or not
+    closed: int = Field(description="signatures that decided their task")
+    signed: int = Field(description="signatures whose task still waits for more approvals (or decisions)")
     skipped: list[BulkSkippedOut]
     created_at: datetime
     finished_at: datetime | None
+
+    @staticmethod
+    def resolve_closed(action: BulkAction) -> int:
+        return len(action.closed)
+
+    @staticmethod
+    def resolve_signed(action: BulkAction) -> int:
+        return len(action.signed)
 
 
 def _out(action: BulkAction) -> BulkOut:

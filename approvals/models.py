@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from django.conf import settings
 from django.db import models
@@ -656,7 +656,9 @@ class BulkAction(models.Model):
     filter = models.JSONField(null=True, blank=True)  # the inbox filter the selection came from, if any
     status = models.CharField(max_length=10, choices=BulkStatus.choices, default=BulkStatus.QUEUED)
     done = models.PositiveIntegerField(default=0)
-    decided = models.JSONField(default=list)  # [{"task", "title", "decision", "run", "final"}]
+    # [{"task", "title", "decision", "run", "final", "meaning", "remaining"}]: every signature made; "final"
+    # says whether it closed its task, "remaining" (when it did not) how many approvals it still waits for.
+    decided = models.JSONField(default=list)
     skipped = models.JSONField(default=list)  # [{"task", "title", "code", "reason"}]
     # The signer's proof, checked once when the action started (the password itself is never stored).
     authenticated_at = models.DateTimeField(null=True, blank=True)
@@ -680,3 +682,13 @@ class BulkAction(models.Model):
     @property
     def is_finished(self) -> bool:
         return self.status == BulkStatus.FINISHED
+
+    @property
+    def closed(self) -> list[dict[str, Any]]:
+        """The signatures that decided their task (it no longer waits)."""
+        return [item for item in self.decided if item.get("final")]
+
+    @property
+    def signed(self) -> list[dict[str, Any]]:
+        """The signatures that did not close their task: it still waits for more approvals (or decisions)."""
+        return [item for item in self.decided if not item.get("final")]

@@ -252,3 +252,36 @@ def thread_name(thread: Any) -> str:
     if source and key:
         return f"{source} {key}"
     return f"{graph_label(thread.graph) if thread.graph else 'Thread'} · {str(thread.pk)[:8]}"
+
+
+# --- bulk decisions ----------------------------------------------------------------------
+
+
+def approvals_waiting(remaining: int | None) -> str:
+    """What a task signed but not decided still waits for: "waits for 1 more approval" (``remaining``:
+    approvals still needed; None where decisions of another kind are, e.g. a second rejection)."""
+    if not remaining:
+        return "waits for more decisions"
+    return f"waits for {remaining} more approval{'' if remaining == 1 else 's'}"
+
+
+def bulk_signed_heading(bulk: Any) -> str:
+    """The heading of a bulk's signatures that did not decide their task."""
+    return "Signed, waiting for more approvals" if bulk.outcome == "approve" else "Signed, waiting for more decisions"
+
+
+def bulk_tally(bulk: Any) -> str:
+    """A finished bulk in one line: "4 decided, 1 signed — waits for 1 more approval, 0 skipped". A signature
+    that left its task pending is not counted as decided (``BulkAction.closed`` / ``signed``)."""
+    closed, signed, skipped = len(bulk.closed), bulk.signed, len(bulk.skipped)
+    parts = [f"{closed} decided"]
+    if signed:
+        waits = {item.get("remaining") for item in signed}
+        if len(signed) == 1:
+            parts.append(f"1 signed — {approvals_waiting(signed[0].get('remaining'))}")
+        elif len(waits) == 1:
+            parts.append(f"{len(signed)} signed — each {approvals_waiting(waits.pop())}")
+        else:
+            parts.append(f"{len(signed)} signed — waiting for more approvals")
+    parts.append(f"{skipped} skipped")
+    return ", ".join(parts)

@@ -247,3 +247,18 @@ def metadata_label(key: Any) -> str:
 @register.filter
 def thread_name(thread: Any) -> str:
     return words.thread_name(thread)
+
+
+@register.filter
+def bulk_tally(bulk: Any) -> str:
+    return words.bulk_tally(bulk)
+
+
+@register.filter
+def bulk_signed_heading(bulk: Any) -> str:
+    return words.bulk_signed_heading(bulk)
+
+
+@register.filter
+def approvals_waiting(remaining: int | None) -> str:
+    return words.approvals_waiting(remaining)

@@ -14,7 +14,7 @@ from approvals.models import AuditEvent, BulkAction, Decision
 from approvals.security import SESSION_AUTH_AT
 from approvals.tokens import token_issue
 from tests.conftest import ApiClient
-from tests.factories import task_decided, task_make
+from tests.factories import loan_gate, task_decided, task_make
 from tests.fake_resumes import fake_resumes_closed  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.usefixtures("live_db", "fake_resumes_closed")
@@ -167,3 +167,18 @@ def test_someone_elses_bulk_is_not_found(personas):
     assert personas["reviewer2"].client.get(url).status_code == 404
     assert personas["auditor"].client.get(url).status_code == 200
     assert personas["reviewer"].client.get(f"/api/bulk-decisions/{uuid.uuid4()}").status_code == 404
+
+
+def test_the_result_says_which_signatures_closed_their_task_and_which_wait(personas):
+    """A signature on a two-approval task was listed among the decided tasks with nothing to count it apart."""
+    approver = personas["approver"]
+    one = task_make()
+    two = task_make(payload=loan_gate(required_approvals=2))
+    response = approver.client.post(
+        "/api/bulk-decisions", {"outcome": "approve", "reason": "fine", "task_ids": [str(one.pk), str(two.pk)]}
+    )
+    body = approver.client.get(f"/api/bulk-decisions/{response.json()['id']}").json()
+    assert body["closed"] == 1 and body["signed"] == 1
+    by_task = {d["task"]: d for d in body["decided"]}
+    assert by_task[str(one.pk)]["final"] is True and by_task[str(one.pk)]["remaining"] is None
+    assert by_task[str(two.pk)]["final"] is False and by_task[str(two.pk)]["remaining"] == 1

@@ -11,7 +11,7 @@ from approvals.models import BulkAction, Decision
 from approvals.payloads import REASON_MAX_CHARS
 from runtime.models import Run, RunStatus
 from tests.console.conftest import console_client
-from tests.factories import task_make
+from tests.factories import loan_gate, task_make
 from tests.fake_resumes import fake_resumes_closed  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.usefixtures("live_db", "fake_resumes_closed")
@@ -104,3 +104,21 @@ def test_the_bulk_form_needs_its_csrf_token(personas):
     response = client.post("/bulk/", {"task_ids": [str(task.pk)], "outcome": "approve"})
     assert response.status_code == 403
     assert not Decision.objects.filter(task=task).exists()
+
+
+def test_a_signature_on_a_two_approval_task_is_reported_apart_from_decided_tasks(personas):
+    """Five approved, one of them needing two approvals: "Finished: 5 decided, 0 skipped", "Decided (5)",
+    though that task still waited for another approval."""
+    tag = f"V-{uuid.uuid4().hex[:6]}"
+    plain = _tagged(tag, 4)
+    quorum = task_make(title=f"{tag} quorum", metadata={"case": tag}, payload=loan_gate(required_approvals=2))
+    client = console_client(personas["approver"])
+    done = client.post("/bulk/", {"task_ids": [str(t.pk) for t in [*plain, quorum]], "outcome": "approve"})
+    page = client.get(done["Location"]).content.decode()
+    state = page.split('class="bulk-state"', 1)[1].split("</p>", 1)[0]
+    assert "4 decided, 1 signed — waits for 1 more approval, 0 skipped" in " ".join(state.split())
+    assert "Decided (4)" in page and "Signed, waiting for more approvals (1)" in page
+    decided = page.split('class="grid bulk-decided"', 1)[1].split("</table>", 1)[0]
+    signed = page.split('class="grid bulk-signed"', 1)[1].split("</table>", 1)[0]
+    assert f'data-task-id="{quorum.pk}"' not in decided and all(f'data-task-id="{t.pk}"' in decided for t in plain)
+    assert f'data-task-id="{quorum.pk}"' in signed and "waits for 1 more approval" in signed
