@@ -224,18 +224,22 @@ def task_escalate(*, task_id: Any, now: datetime) -> tuple[int, int]:
             why.append(f"reassigned to {group.name}")
         elif deadline is not None and deadline.escalate_to:
             why.append(f"escalation group {deadline.escalate_to!r} does not exist: not reassigned")
+        else:  # it said only "escalated", which read as a hand-off that never happened
+            why.append("not reassigned (the gate names no escalate_to)")
         before = {
             "user": _username(task.assigned_user),
             "group": task.assigned_group.name if task.assigned_group else None,
         }
-        values: dict[str, Any] = {"escalated_at": now, "escalation_reason": "; ".join(why)[:500]}
+        values: dict[str, Any] = {"escalated_at": now}
         if group is not None:
             values.update(assigned_group=group, assigned_user=None, assigned_at=now)
-        if not _claim(task, escalated_at__isnull=True, values=values):
-            return 0, 0
-        for name, value in values.items():
+        for name, value in values.items():  # whom it waits for from now: they are told
             setattr(task, name, value)
         recipients = _recipients(task)
+        why.append(f"e-mailed {len(recipients)} {'person' if len(recipients) == 1 else 'people'} it waits for")
+        values["escalation_reason"] = task.escalation_reason = "; ".join(why)[:500]
+        if not _claim(task, escalated_at__isnull=True, values=values):
+            return 0, 0
         on_timeout = deadline.on_timeout if deadline is not None else None
         audit_task(
             task=task,

@@ -23,7 +23,7 @@ from django.utils.safestring import SafeString, mark_safe
 from approvals.bulk import bulk_reasons_at
 from approvals.deadlines import due_state
 from approvals.models import TaskStatus
-from console.words import actor_short, case_of, graph_label
+from console.words import actor_short, case_of, escalation_words, graph_label
 from runtime.deadlines import duration_human
 
 
@@ -114,13 +114,11 @@ def due_badge_html(task: Any) -> SafeString:
             said = f"was due {when} UTC"
         out = f'<span class="due"><time class="muted" datetime="{iso}">{said}</time>'
     if task.escalated_at:
-        group = task.assigned_group
-        to = f" → {_e(group.name)}" if group else ""
         out += (
             f' <span class="badge badge-escalated" data-escalated title="Escalated '
-            f'{_utc(task.escalated_at, "%Y-%m-%d %H:%M")} UTC: {_e(task.escalation_reason)}">escalated'
-            f'{to} · <time datetime="{_iso(task.escalated_at)}" data-ago>'
-            f"{ago(task.escalated_at)}</time></span>"
+            f'{_utc(task.escalated_at, "%Y-%m-%d %H:%M")} UTC: {_e(task.escalation_reason)}">'
+            f"{_e(escalation_words(task))} · "
+            f'<time datetime="{_iso(task.escalated_at)}" data-ago>{ago(task.escalated_at)}</time></span>'
         )
     return mark_safe(out + "</span>")  # noqa: S308 - every value above is escaped
 

@@ -131,6 +131,18 @@ def travel_confirmation(effects: list[Any], *, kind: str) -> str:
     )
 
 
+# --- deadlines ---------------------------------------------------------------------------
+
+
+def escalation_words(task: Any) -> str:
+    """What a deadline's escalation did, for its badge: "escalated → leads" when it moved the task to a
+    group; else "escalated, not reassigned" (the gate names no ``escalate_to``, or no such group exists:
+    ``approvals.deadlines.task_escalate`` flags the task and e-mails whom it waits for, and that is all).
+    A bare "escalated" beside "Assigned to —" read as a hand-off nobody made."""
+    group = task.assigned_group
+    return f"escalated → {group.name}" if group else "escalated, not reassigned"
+
+
 # --- errors ------------------------------------------------------------------------------
 
 # LangGraph adds a note to an exception raised in a node: "During task with name 'x' and id '...'".

@@ -238,6 +238,22 @@ def test_an_overdue_task_is_escalated_once_to_its_group(personas, mailoutbox, dj
 
 
 @pytest.mark.django_db
+def test_an_escalation_without_a_group_says_it_reassigned_nothing_and_whom_it_told(personas):
+    """A gate without escalate_to: the task is flagged and whom it waits for are e-mailed, nothing more; the
+    reason said only "not decided by its deadline", and the inbox read "escalated" as a hand-off."""
+    reader = _reviewer_with_mail("loan_approval")
+    task = task_make(due_at=timezone.now() - timedelta(minutes=7))  # loan_approval's gate: no escalate_to
+    assert task_escalate(task_id=task.pk, now=timezone.now()) == (1, 0)
+    task.refresh_from_db()
+    assert task.assigned_group is None and task.assigned_user is None
+    assert "not reassigned (the gate names no escalate_to)" in task.escalation_reason
+    [event] = _events(task, AuditAction.DEADLINE_ESCALATED)
+    told = len(event.details["notified"])
+    assert reader.username in event.details["notified"]
+    assert f"e-mailed {told} {'person' if told == 1 else 'people'} it waits for" in task.escalation_reason
+
+
+@pytest.mark.django_db
 def test_an_escalation_to_a_group_that_does_not_exist_is_recorded_not_invented(personas, settings):
     Group.objects.filter(name=LEADS).delete()
     task = task_make(graph=GRAPH, node="compliance_review", due_at=timezone.now() - timedelta(seconds=5))

@@ -151,3 +151,14 @@ def test_a_hostile_task_subject_id_cannot_break_out_of_its_link() -> None:
     html = audit_row_html(_event(subject_type="task", subject_id='x" onmouseover="alert(1)'), {})
     assert 'onmouseover="' not in html
     assert '<a href="/tasks/x&quot; onmouseover=&quot;alert(1)/" title="task x&quot; onmouseover' in html
+
+
+def test_an_escalation_that_moved_nothing_says_so() -> None:
+    """"overdue · escalated · 7 min ago" beside "Assigned to —": the gate had no escalate_to, nothing was
+    reassigned, yet the badge read as a hand-off."""
+    now = timezone.now()
+    task = _task(escalated_at=now - timedelta(minutes=7), assigned_group=None, escalation_reason="past due")
+    badge = due_badge_html(task)
+    assert ">escalated, not reassigned · <time" in badge and 'title="Escalated ' in badge
+    moved = due_badge_html(_task(escalated_at=now, assigned_group=NS(name="leads"), escalation_reason="past due"))
+    assert ">escalated → leads · <time" in moved
