@@ -22,6 +22,7 @@ WIDTH = 640
 # nothing is clipped at the chart's left edge), up to LABEL_MAX_CHARS; a longer label loses its
 # middle, never its end, where "p50" / "p95" tell a gate's two timing bars apart.
 CHAR_W = 7
+VALUE_MIN_W = 48  # the value column of a bar chart, at least (its bars end at the same place for short values)
 LABEL_MAX_CHARS = 40
 LABEL_TAIL_CHARS = 16
 
@@ -90,9 +91,12 @@ def bar_chart(chart_id: str, title: str, bars: list[Bar], *, empty: str = "Nothi
         return _svg(
             chart_id, title, empty, 30, str(format_html('<text x="0" y="20" class="chart-empty">{}</text>', empty))
         )
-    row, value_w = 26, 90
+    row = 26
     shown = [label_fit(b.label) for b in bars]
     label_w = max(len(text) for text in shown) * CHAR_W + 16
+    # The value column is as wide as the longest value (drawn 6 after its bar's end): a fixed 90 let a
+    # longer value run off the chart's right edge.
+    value_w = max(VALUE_MIN_W, max(len(b.text) for b in bars) * CHAR_W + 12)
     top = max((b.value for b in bars), default=0) or 1
     span = WIDTH - label_w - value_w
     rows = []

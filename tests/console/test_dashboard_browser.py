@@ -95,3 +95,35 @@ def test_the_charts_render_with_the_numbers_the_api_gives(browser, server, perso
     page.locator(f'svg#chart-reviewers a.chart-bar[data-key="{reviewer.username}"] rect').click()
     expect(page.locator("#decision-results tr[data-decision-id]")).to_have_count(2)
     page.context.close()
+
+
+@pytest.mark.parametrize("width", [1400, 1280, 1024, 800])
+def test_every_number_a_bar_chart_draws_is_inside_its_card(browser, server, personas, width):  # noqa: F811
+    """At 1280 px the top reviewer's "10" was cut at the edge of the half-width card and read "1": the chart
+    kept a 520 px minimum in a narrower card, and the value fell outside what its scroller showed."""
+    graph = f"dashw_{uuid.uuid4().hex[:8]}"
+    now = timezone.now()
+    reviewer, approver = personas["reviewer"].user, personas["approver"].user
+    for i in range(12):
+        actor = reviewer if i < 10 else approver
+        _decided(actor, graph, "review", created=now - timedelta(hours=2), waited=timedelta(minutes=5 + i))
+    since = (now - timedelta(days=1)).strftime("%Y-%m-%dT%H:%M:%S")
+    until = (now + timedelta(minutes=1)).strftime("%Y-%m-%dT%H:%M:%S")
+    page = _sign_in(browser, server, personas["auditor"], "/dashboard/", width=width)
+    page.goto(f"{server}/dashboard/?graph={graph}&since={since}&until={until}")
+    expect(page.locator(f'svg#chart-reviewers a.chart-bar[data-key="{reviewer.username}"]')).to_have_attribute(
+        "data-value", "10"
+    )
+    # Each value's box against what its card shows (the scroller's visible box), read in one script.
+    outside = page.evaluate(
+        """() => [...document.querySelectorAll('svg.chart text.chart-value, svg.chart text.chart-label')]
+            .map(t => {
+              const box = t.getBoundingClientRect(), shown = t.closest('.chart-scroll').getBoundingClientRect();
+              return {text: t.textContent, chart: t.closest('svg').id, left: box.left, right: box.right,
+                      from: shown.left, to: shown.right};
+            })
+            .filter(t => t.left < t.from - 0.5 || t.right > t.to + 0.5)"""
+    )
+    page.screenshot(path=str(SCREENSHOTS / f"dashboard-{width}.png"), full_page=True)
+    assert outside == [], outside
+    page.context.close()
