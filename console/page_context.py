@@ -502,6 +502,7 @@ BRANCH_INDENT_MAX = 6  # console.css has a .depth-N class up to this; deeper bra
 class BranchRow:
     branch: Any
     depth: int
+    current: bool = False  # the line the thread is on: the newest branch (every fork or replay moves it there)
 
     @property
     def indent(self) -> int:
@@ -515,10 +516,11 @@ def _branch_rows(branches: list[Any]) -> list[BranchRow]:
     for branch in branches:
         children.setdefault(branch.parent_id, []).append(branch)
     rows: list[BranchRow] = []
+    current = max(branches, key=lambda b: b.created_at).id if branches else None
 
     def walk(parent: Any, depth: int) -> None:
         for branch in children.get(parent, []):
-            rows.append(BranchRow(branch, depth))
+            rows.append(BranchRow(branch, depth, current=branch.id == current))
             walk(branch.id, depth + 1)
 
     walk(None, 1)
@@ -544,6 +546,7 @@ def time_travel_live_context(user: Any, thread: Thread, shown: Any) -> dict[str,
     tree, and whether it may travel now (with ``active_run`` from ``thread_live_context``)."""
     return {
         "branch_rows": _branch_rows(time_travel.branches_for(user, thread.pk)),
+        "line_state": words.line_state(thread),  # said of the current line, marked in the tree
         "can_time_travel": bool(shown) and permissions.can(user, "runtime.time_travel"),
         "time_travel_pushed": True,
     }

@@ -13,7 +13,7 @@ import json
 import re
 from typing import Any
 
-from runtime.models import EffectStatus, RunKind, RunStatus
+from runtime.models import BranchKind, EffectStatus, RunKind, RunStatus, ThreadStatus
 from runtime.registry import UnknownGraph, graph_get
 from runtime.state import CheckpointView
 
@@ -93,6 +93,46 @@ def run_outcome(run: Any, *, with_error: bool = True) -> str:
 def run_summary(run: Any, *, with_error: bool = True) -> str:
     """ "Start run — paused for a decision"; ``with_error=False`` where the error is shown beside it."""
     return f"{run_kind(run)} — {run_outcome(run, with_error=with_error)}"
+
+
+# --- time travel -------------------------------------------------------------------------
+
+_BRANCH_KIND_WORDS = {BranchKind.FORK: "Fork", BranchKind.REPLAY: "Replay"}
+
+# Where a line of the thread stands (the thread's status, said of its current line).
+_LINE_STATE_WORDS = {
+    ThreadStatus.IDLE: "idle",
+    ThreadStatus.BUSY: "running",
+    ThreadStatus.INTERRUPTED: "waiting for a decision",
+    ThreadStatus.COMPLETED: "completed",
+    ThreadStatus.FAILED: "failed",
+    ThreadStatus.CANCELLED: "cancelled",
+}
+
+CHECKPOINT_SHORT = 8
+
+
+def branch_kind(branch: Any) -> str:
+    """ "Replay" or "Fork" (the kind's label explains itself at length: "Replay (re-run from a past …)")."""
+    try:
+        return _BRANCH_KIND_WORDS[BranchKind(branch.kind)]
+    except ValueError:
+        return str(branch.kind).capitalize()
+
+
+def checkpoint_short(checkpoint_id: Any) -> str:
+    """A checkpoint id short enough for a list: its end ("…6569b936"). LangGraph's ids are UUIDv6, time
+    first, so a thread's checkpoints share their first dozen characters; their ends tell them apart."""
+    text = str(checkpoint_id or "")
+    return f"…{text[-CHECKPOINT_SHORT:]}" if len(text) > CHECKPOINT_SHORT else text
+
+
+def line_state(thread: Any) -> str:
+    """Where the thread's current line stands: "waiting for a decision", "running", "completed"…
+
+    A line the thread has left (a fork or replay moves it to the new branch) is not described: its run's
+    last status ("interrupted") said nothing true of it once its pending tasks were superseded."""
+    return _LINE_STATE_WORDS.get(thread.status, str(thread.status))
 
 
 # --- effects -----------------------------------------------------------------------------

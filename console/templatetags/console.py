@@ -262,3 +262,13 @@ def bulk_signed_heading(bulk: Any) -> str:
 @register.filter
 def approvals_waiting(remaining: int | None) -> str:
     return words.approvals_waiting(remaining)
+
+
+@register.filter
+def branch_kind(branch: Any) -> str:
+    return words.branch_kind(branch)
+
+
+@register.filter
+def checkpoint_short(checkpoint_id: Any) -> str:
+    return words.checkpoint_short(checkpoint_id)

@@ -6,6 +6,7 @@ In-process: runs are executed here by the worker's executor (dispatch recorded, 
 from __future__ import annotations
 
 import json
+import re
 from html import unescape
 from typing import Any
 
@@ -279,3 +280,50 @@ def test_a_replay_whose_question_missed_an_action_is_refused_and_asked_again(dis
         headers={"HX-Request": "true"},
     )
     assert again.status_code == 200 and Branch.objects.filter(thread=thread).count() == 1
+
+
+def _replayed(personas: dict[str, Any]) -> tuple[Thread, ApprovalTask, Branch]:
+    """A thread that paid on its first line, replayed by the operator from its gate's checkpoint (the page's
+    form, as a browser posts it) and run: paused at the gate again on the branch."""
+    thread, task = _paid(77)
+    operator = console_client(personas["operator"])
+    response = operator.post(f"/threads/{thread.pk}/replay", {"checkpoint_id": task.checkpoint_id, "reason": "again"})
+    assert response.status_code == 302, response.content.decode()[-2000:]
+    branch = Branch.objects.get(thread=thread)
+    run_execute(run_id=str(branch.run_id))
+    thread.refresh_from_db()
+    assert thread.status == "interrupted" and thread.checkpoint_id != task.checkpoint_id
+    return thread, task, branch
+
+
+def _tree(html: str) -> str:
+    return html.split('id="branch-tree"', 1)[1].split("</ul>", 1)[0]
+
+
+def _text(html: str) -> str:
+    return " ".join(unescape(re.sub(r"<[^>]+>", " ", html)).split())
+
+
+def test_the_branch_tree_says_what_each_line_is_and_marks_the_current_one(dispatched, personas):
+    """It read "↳ Replay … ebd55493… from 1f1f0d40-003… · run interrupted", the current line unmarked."""
+    thread, task, branch = _replayed(personas)
+    html = console_client(personas["operator"]).get(f"/threads/{thread.pk}/").content.decode()
+    tree = _tree(html)
+    (first_attrs, first), (row_attrs, row) = re.findall(r"<li([^>]*)>(.*?)</li>", tree, re.S)
+    assert "aria-current" not in first_attrs and "current" not in _text(first)
+    when = f"{branch.created_at:%Y-%m-%d %H:%M} UTC"
+    who = personas["operator"].username
+    assert _text(row).startswith(
+        f"↳ Replay from …{task.checkpoint_id[-8:]} by {who}, {when} · waiting for a decision current"
+    ), _text(row)
+    assert 'aria-current="true"' in row_attrs
+    assert f'href="?checkpoint={task.checkpoint_id}"' in row and f'title="Checkpoint {task.checkpoint_id}"' in row
+    assert "run interrupted" not in tree and "Replay …" not in _text(tree)
+
+
+def test_a_thread_without_branches_marks_its_first_line_current(dispatched, personas):
+    thread, _ = _paused("travel_pay", {"amount": 40})
+    tree = _tree(console_client(personas["operator"]).get(f"/threads/{thread.pk}/").content.decode())
+    [(attrs, first)] = re.findall(r"<li([^>]*)>(.*?)</li>", tree, re.S)
+    assert 'aria-current="true"' in attrs
+    assert _text(first) == "First line the thread as it ran · waiting for a decision current"
