@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
+from enum import StrEnum
 from typing import Any
 
 from django.contrib.auth.models import User
@@ -244,19 +245,71 @@ def branches_for(user: permissions.Principal, thread_id: Any) -> list[Branch]:
     return branches_of(thread=thread)
 
 
-def _effects_after(thread: Thread, checkpoint_id: str) -> list[Effect]:
-    """The effects ``checkpoint_id``'s line recorded after it (the thread's first line: unscoped keys)."""
+def _checkpoint_at(thread: Thread, checkpoint_id: str) -> tuple[datetime, str | None] | None:
+    """When ``checkpoint_id`` was written and the line it is on (None: the first line); None when it
+    cannot be read (a retired graph, an external engine's thread, an unknown checkpoint)."""
     if not thread.graph or graph_is_external(thread.graph) or not checkpoint_id:
-        return []
+        return None
     try:
         snapshot = checkpoint_snapshot(thread=thread, checkpoint_id=checkpoint_id)
         at = datetime.fromisoformat(str(snapshot.created_at))
-    except (CheckpointNotFound, ValueError, UnknownGraph):  # a retired graph's thread replays nothing
-        return []
+    except (CheckpointNotFound, ValueError, UnknownGraph):
+        return None
     line = (snapshot.metadata or {}).get(BRANCH_KEY)
-    line = str(line) if line else None
+    return at, str(line) if line else None
+
+
+def _effects_after(thread: Thread, checkpoint_id: str) -> list[Effect]:
+    """The effects ``checkpoint_id``'s line recorded after it (the thread's first line: unscoped keys)."""
+    found = _checkpoint_at(thread, checkpoint_id)
+    if found is None:  # a retired graph's thread replays nothing
+        return []
+    at, line = found
     effects = thread.effects.filter(created_at__gt=at).order_by("created_at", "id")
     return [e for e in effects if effect_key_branch(e.key) == line]
+
+
+class EffectLine(StrEnum):
+    """Where an effect was recorded, seen from the line the thread is on now."""
+
+    THIS_LINE = "this_line"  # on the current line, since it began (or the thread never branched)
+    BEFORE_BRANCH = "before_branch"  # on a line the current one grew from, before it branched: its history
+    ORIGINAL_LINE = "original_line"  # on the first line, after the current line left it
+    OTHER_BRANCH = "other_branch"  # on a branch the current line does not descend from (or past where it left)
+
+
+def effects_lines(*, thread: Thread, effects: list[Effect]) -> dict[Any, EffectLine]:
+    """Each effect's line (by effect id), as the thread stands now. A replayed thread listed the original
+    line's payment beside "Waiting for a decision" as though it had happened on the line shown.
+
+    The current line is the newest branch (every fork or replay moves the thread there). An effect on a line
+    it descends from belongs to its history if it was recorded before the checkpoint where the current line
+    (or its ancestor) left that line: the checkpoint's own time tells (``_checkpoint_at``); one that cannot
+    be read counts the effect as not this line's."""
+    branches = {str(b.id): b for b in thread.branches.all()}
+    if not branches:
+        return {e.pk: EffectLine.THIS_LINE for e in effects}
+    current = max(branches.values(), key=lambda b: b.created_at)
+    left_at: dict[str | None, datetime | None] = {}  # ancestor line → when the current line's history left it
+    child: Branch | None = current
+    while child is not None:
+        parent = str(child.parent_id) if child.parent_id else None
+        if parent in left_at:  # a cycle cannot be made, but a loop here must not hang a page
+            break
+        found = _checkpoint_at(thread, child.from_checkpoint_id)
+        left_at[parent] = found[0] if found else None
+        child = branches.get(parent) if parent else None
+    lines: dict[Any, EffectLine] = {}
+    for effect in effects:
+        line = effect_key_branch(effect.key)
+        left = left_at.get(line)
+        if line == str(current.id):
+            lines[effect.pk] = EffectLine.THIS_LINE
+        elif line in left_at and left is not None and effect.created_at < left:
+            lines[effect.pk] = EffectLine.BEFORE_BRANCH
+        else:
+            lines[effect.pk] = EffectLine.ORIGINAL_LINE if line is None else EffectLine.OTHER_BRANCH
+    return lines
 
 
 def _redone_check(thread: Thread, checkpoint_id: str, seen: str | None) -> None:

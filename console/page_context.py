@@ -318,14 +318,17 @@ def thread_live_context(user: Any, thread_id: Any) -> dict[str, Any]:
     thread: Thread = permissions.thread_get_for(user, thread_id)
     pending = list(permissions.tasks_visible(user).filter(thread=thread, status="pending").order_by("created_at"))
     active = thread.runs.filter(status__in=ACTIVE_RUN_STATUSES).first()
+    effects = selectors.effects_shown(user=user, thread=thread, effects=list(thread.effects.order_by("created_at")))
+    lines = time_travel.effects_lines(thread=thread, effects=effects) if effects else {}
     return {
         "thread": thread,
         "pending": pending,
         "timeline": selectors.timeline_for(user=user, thread=thread),
         "runs": list(thread.runs.order_by("-created_at")[:10]),
-        "effects": selectors.effects_shown(
-            user=user, thread=thread, effects=list(thread.effects.order_by("created_at"))
-        ),
+        "effects": effects,
+        # On a branched thread, where each was recorded: the original line's payment was listed beside
+        # "Waiting for a decision" on the replay as though it had been made there.
+        "effect_lines": {pk: words.effect_where(line) for pk, line in lines.items()},
         "can_retry": thread.status == "failed" and permissions.can(user, "runtime.retry_thread"),
         "me": user,
         **conversation_context(user, thread=thread),  # Conversation (comments)

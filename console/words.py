@@ -13,6 +13,7 @@ import json
 import re
 from typing import Any
 
+from approvals.time_travel import EffectLine
 from runtime.models import BranchKind, EffectStatus, RunKind, RunStatus, ThreadStatus
 from runtime.registry import UnknownGraph, graph_get
 from runtime.state import CheckpointView
@@ -155,6 +156,20 @@ def effect_line(effect: Any) -> str:
         result = effect.result if isinstance(effect.result, str) else json.dumps(effect.result, default=str)
         text += f": {result if len(result) <= 120 else result[:119] + '…'}"
     return text
+
+
+_EFFECT_LINE_WORDS = {
+    EffectLine.THIS_LINE: "",
+    EffectLine.BEFORE_BRANCH: "before this branch",
+    EffectLine.ORIGINAL_LINE: "on the original line",
+    EffectLine.OTHER_BRANCH: "on another branch",
+}
+
+
+def effect_where(line: EffectLine | None) -> str:
+    """Where an action was recorded, beside it on a branched thread ("on the original line"); "" for the
+    line the thread is on (``approvals.time_travel.effects_lines``)."""
+    return _EFFECT_LINE_WORDS.get(line, "") if line is not None else ""
 
 
 def travel_confirmation(effects: list[Any], *, kind: str) -> str:

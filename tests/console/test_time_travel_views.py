@@ -327,3 +327,34 @@ def test_a_thread_without_branches_marks_its_first_line_current(dispatched, pers
     [(attrs, first)] = re.findall(r"<li([^>]*)>(.*?)</li>", tree, re.S)
     assert 'aria-current="true"' in attrs
     assert _text(first) == "First line the thread as it ran · waiting for a decision current"
+
+
+def _actions(html: str) -> list[str]:
+    listed = html.split("<h3>Actions performed</h3>", 1)[1].split("</ul>", 1)[0]
+    return [_text(item) for item in re.findall(r"<li[^>]*>(.*?)</li>", listed, re.S)]
+
+
+def test_a_replayed_thread_labels_the_original_line_s_payment(dispatched, personas):
+    """The replay waited for a decision while its status card listed "pay done … 77", with nothing saying the
+    payment had been made on the line it left."""
+    thread, _, _ = _replayed(personas)
+    [paid] = _actions(console_client(personas["operator"]).get(f"/threads/{thread.pk}/").content.decode())
+    assert paid.startswith("pay done") and paid.endswith("on the original line"), paid
+
+
+def test_a_payment_before_the_branch_point_is_said_to_be_before_the_branch(dispatched, personas):
+    thread, _ = _paid(77)
+    head = thread.checkpoint_id  # after the payment
+    operator = console_client(personas["operator"])
+    response = operator.post(
+        f"/threads/{thread.pk}/fork", {"checkpoint_id": head, "values": '{"decision": "noted"}', "reason": "note"}
+    )
+    assert response.status_code == 302
+    [paid] = _actions(operator.get(f"/threads/{thread.pk}/").content.decode())
+    assert paid.startswith("pay done") and paid.endswith("before this branch"), paid
+
+
+def test_an_unbranched_thread_s_actions_carry_no_line(dispatched, personas):
+    thread, _ = _paid(77)
+    [paid] = _actions(console_client(personas["operator"]).get(f"/threads/{thread.pk}/").content.decode())
+    assert "line" not in paid and "branch" not in paid, paid
