@@ -364,6 +364,7 @@ class TaskConsumer(LiveConsumer):
 
 class ThreadConsumer(LiveConsumer):
     template = "console/partials/thread_live.html"
+    travel_at: str | None = None  # the checkpoint this page's travel forms target, once pushed here
 
     def groups_authorised(self, user: Any) -> list[str] | None:
         try:
@@ -375,10 +376,22 @@ class ThreadConsumer(LiveConsumer):
     def context(self, user: Any) -> dict[str, Any]:
         thread_id = self.scope["url_route"]["kwargs"]["thread_id"]
         ctx = page_context.thread_live_context(user, thread_id)
-        if not QueryDict(self.scope.get("query_string", b"").decode()).get("checkpoint"):
+        params = self._params()
+        if not params.get("checkpoint"):
             # A page showing the current state: its state card follows the thread (one past checkpoint
             # stays as it is). It said "No checkpoint yet" beside a timeline of four.
             ctx.update(page_context.thread_state_context(user, thread_id), state_pushed=True)
+            shown = ctx["shown"]
+            at = shown.checkpoint_id if shown else ""
+            # ...and so do the forms that travel from it, once it is another checkpoint than the page's forms
+            # target (``shown`` in the socket's URL, then the last one pushed): after a replay they still
+            # targeted the old line's checkpoint under a state card showing the branch's head. Not on every
+            # push: an error shown beside a field would go with them.
+            page_at = self.travel_at if self.travel_at is not None else params.get("shown", "")[:64]
+            if at != page_at:
+                ctx.update(page_context.time_travel_context(user, ctx["thread"], shown), travel_forms_pushed=True)
+                self.travel_at = at
+                return ctx  # the card's live parts included
         # The time-travel card's branches and busy note: they said "a run is in progress (reload this page)"
         # beside a status card that had long moved on to "Waiting for a decision".
         ctx.update(page_context.time_travel_live_context(user, ctx["thread"], ctx.get("shown", True)))

@@ -19,6 +19,7 @@ from runtime.executor import run_execute
 from runtime.models import Branch, Run, RunKind, RunStatus, Thread
 from runtime.registry import graph_get
 from tests.console.conftest import console_client
+from tests.console.test_live import ORIGIN, Socket, _cookie, _received_until, loop  # noqa: F401  (fixture)
 from tests.factories import thread_make
 
 pytestmark = pytest.mark.usefixtures("live_db")
@@ -358,3 +359,40 @@ def test_an_unbranched_thread_s_actions_carry_no_line(dispatched, personas):
     thread, _ = _paid(77)
     [paid] = _actions(console_client(personas["operator"]).get(f"/threads/{thread.pk}/").content.decode())
     assert "line" not in paid and "branch" not in paid, paid
+
+
+def _hidden(html: str, form_id: str, name: str) -> str:
+    form = html.split(f'id="{form_id}"', 1)[1].split("</form>", 1)[0]
+    return unescape(form.split(f'name="{name}" value="', 1)[1].split('"', 1)[0])
+
+
+def test_after_a_replay_the_live_page_s_travel_forms_target_the_state_it_shows(dispatched, personas, loop):
+    """Replayed from the gate's checkpoint: the page landed on, once the run had paused on the branch, showed
+    its head as the current state, but both forms (and "A new branch from …") still named the old line's
+    checkpoint, so "Replay/Fork from here" would not have started from the state shown."""
+    thread, task = _paid(77)
+    operator = console_client(personas["operator"])
+    old_head = thread.checkpoint_id
+    response = operator.post(f"/threads/{thread.pk}/replay", {"checkpoint_id": task.checkpoint_id, "reason": "again"})
+    page = operator.get(response["Location"]).content.decode()  # where the replay sends the browser
+    assert _hidden(page, "replay-form", "checkpoint_id") == old_head  # the state it shows until the run goes
+    path = unescape(page.split('ws-connect="', 1)[1].split('"', 1)[0])
+    socket = Socket(loop, path, [ORIGIN, _cookie(personas["operator"])])
+    assert socket.connect()[0]
+    assert 'id="time-travel-forms"' not in socket.receive()  # nothing moved yet: what was typed stays
+
+    run_execute(run_id=str(Branch.objects.get(thread=thread).run_id))
+    thread.refresh_from_db()
+    head = thread.checkpoint_id
+    assert head != old_head
+    pushed = _received_until(socket, lambda html: 'id="time-travel-forms"' in html, "the travel forms")
+    assert f">{head}</code>" in pushed.split('id="checkpoint-view"', 1)[1].split("</section>", 1)[0]
+    forms = pushed.split('id="time-travel-forms"', 1)[1]
+    assert _hidden(forms, "replay-form", "checkpoint_id") == head
+    assert _hidden(forms, "fork-form", "checkpoint_id") == head
+    assert f"A new branch from <code>{head}</code>" in forms
+    assert old_head not in forms
+    # What a person typed survives the push; the forms carry no token of their own (the page's header does).
+    assert 'id="replay-reason" hx-preserve' in forms and 'id="fork-values" hx-preserve' in forms
+    assert "csrfmiddlewaretoken" not in forms
+    socket.close()
