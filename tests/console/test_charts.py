@@ -62,4 +62,4 @@ def test_every_text_of_a_bar_chart_lies_inside_its_view_box(values):
     for x, anchor, text in texts:
         drawn = len(text) * charts.CHAR_W  # the estimate the chart sizes its columns by
         left, right = (x - drawn, x) if anchor == "end" else (x, x + drawn)
-        assert 0 <= left and right <= width, (text, left, right, width)
+        assert left >= 0 and right <= width, (text, left, right, width)

@@ -154,8 +154,8 @@ def test_a_hostile_task_subject_id_cannot_break_out_of_its_link() -> None:
 
 
 def test_an_escalation_that_moved_nothing_says_so() -> None:
-    """"overdue · escalated · 7 min ago" beside "Assigned to —": the gate had no escalate_to, nothing was
-    reassigned, yet the badge read as a hand-off."""
+    """The inbox read "overdue · escalated · 7 min ago" beside "Assigned to —": the gate had no escalate_to,
+    nothing was reassigned, yet the badge read as a hand-off."""
     now = timezone.now()
     task = _task(escalated_at=now - timedelta(minutes=7), assigned_group=None, escalation_reason="past due")
     badge = due_badge_html(task)

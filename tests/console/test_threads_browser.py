@@ -48,7 +48,8 @@ def test_a_thread_started_in_the_background_appears_on_an_open_threads_list(brow
 _TRAVEL_TARGETS = """() => {
   const code = document.querySelector('#checkpoint-view code[title^="Checkpoint id"]');
   const value = (form) => (document.querySelector(`#${form} input[name="checkpoint_id"]`) || {}).value;
-  const said = [...document.querySelectorAll('#time-travel p')].find(p => p.textContent.startsWith('A new branch from'));
+  const said = [...document.querySelectorAll('#time-travel p')]
+    .find(p => p.textContent.startsWith('A new branch from'));
   const from = said ? said.querySelector('code') : null;
   return {
     shown: code ? code.textContent.trim() : null,

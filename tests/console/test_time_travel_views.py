@@ -366,7 +366,7 @@ def _hidden(html: str, form_id: str, name: str) -> str:
     return unescape(form.split(f'name="{name}" value="', 1)[1].split('"', 1)[0])
 
 
-def test_after_a_replay_the_live_page_s_travel_forms_target_the_state_it_shows(dispatched, personas, loop):
+def test_after_a_replay_the_live_page_s_travel_forms_target_the_state_it_shows(dispatched, personas, loop):  # noqa: F811
     """Replayed from the gate's checkpoint: the page landed on, once the run had paused on the branch, showed
     its head as the current state, but both forms (and "A new branch from …") still named the old line's
     checkpoint, so "Replay/Fork from here" would not have started from the state shown."""

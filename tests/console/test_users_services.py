@@ -165,7 +165,8 @@ def test_an_external_engines_source_may_be_assigned_as_its_docs_ask(personas):
     ],
 )
 def test_a_form_s_assignment_keeps_an_external_source_whole(text, graph, gate):
-    """"external:payments" (a form's checkbox, a command's --gate) was read as graph "external", gate "payments"."""
+    """A form's checkbox (or a command's --gate) "external:payments" was read as graph "external", gate
+    "payments"."""
     assert users.Assignment.parse(text) == users.Assignment(graph, gate)
     assert str(users.Assignment.parse(text)) == text
 
