@@ -371,7 +371,7 @@
   });
 
   // --- time travel: its buttons wait while a run is in progress, as the live status box says ---
-  // (the box is pushed with the thread; the forms are not, so what was typed in them stays)
+  // (the box is pushed with the thread; the forms only when the checkpoint shown moves, keeping what was typed)
   function timeTravelBusy() {
     var status = document.getElementById("time-travel-status");
     if (!status) return;
