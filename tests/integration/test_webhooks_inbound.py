@@ -180,13 +180,18 @@ def test_a_repeated_delivery_returns_the_first_outcome_and_resumes_once(operator
     assert statuses == ["accepted", "duplicate"]
 
 
-def test_a_repeated_refusal_is_repeated_too(operator, reviewer):
+def test_a_repeated_refusal_is_processed_again_not_replayed(operator, reviewer):
+    """A refusal claims no webhook-id (docs/webhooks.md): the sender's retry is a delivery of its own, so a
+    callback that came before its task opened succeeds once it has."""
     endpoint = _endpoint()
     body = {"correlation_key": f"kyc-{uuid.uuid4()}", "status": "verified"}
     first = _send(endpoint, body, msg_id="msg_dup_2")
     again = _send(endpoint, body, msg_id="msg_dup_2")
     assert first.status_code == again.status_code == 404
-    assert again.json() == first.json()
+    assert again.json()["error"] == first.json()["error"]
+    assert again.json()["delivery"] != first.json()["delivery"]
+    statuses = list(InboundDelivery.objects.filter(endpoint=endpoint).order_by("id").values_list("status", flat=True))
+    assert statuses == ["refused", "refused"]
 
 
 def test_an_unknown_correlation_key_is_404_and_recorded(operator, reviewer):
