@@ -34,6 +34,10 @@ def test_a_reason_or_comment_of_one_long_word_wraps_on_every_page_that_shows_it(
     word = "w" * REASON_MAX_CHARS
     comment_post(actor=personas["reviewer"].user, task=task, body="c" * 4000)
     decision = decision_make(task, personas["reviewer"].user, "reject", reason=word)
+    # Other cells too (a clean-clone run, with the session's other decisions listed, found /decisions/
+    # 1,456 px wide): a gate named without a space.
+    long_gate = task_make(node="gate_" + "n" * 150, metadata={"case": f"W-{uuid.uuid4().hex[:6]}"})
+    decision_make(long_gate, personas["reviewer"].user, "reject", reason="r")
     page = _sign_in(browser, server, personas["admin"], f"/tasks/{task.pk}/", width=1280, height=900)
     for path in [f"/tasks/{task.pk}/", f"/threads/{task.thread_id}/", "/decisions/", f"/decisions/{decision.pk}/"]:
         page.goto(f"{server}{path}")
