@@ -10,6 +10,8 @@ from typing import Any
 
 from celery import Celery
 from celery.beat import PersistentScheduler
+from django.conf import settings  # lazy: nothing is read until Celery asks (see _DjangoSettings)
+from django.core.exceptions import ImproperlyConfigured
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
 
@@ -25,9 +27,7 @@ class _DjangoSettings:
     """
 
     def __getattr__(self, name: str) -> Any:
-        from django.conf import settings
-        from django.core.exceptions import ImproperlyConfigured
-
+        # On every configuration lookup (about 20 per send_task): no imports here, only the read.
         try:
             return getattr(settings, name)
         except ImproperlyConfigured as exc:
@@ -37,8 +37,6 @@ class _DjangoSettings:
             raise SystemExit(1) from None
 
     def __dir__(self) -> list[str]:
-        from django.conf import settings
-
         self.__getattr__("INSTALLED_APPS")  # the settings' first read: a refused one stops here, as above
         return dir(settings)
 
@@ -94,8 +92,6 @@ def _bounded_shutdown(**_: object) -> None:
     checkpoint) and the process exits. If they all finish sooner, Celery exits
     normally and this timer (a daemon thread) dies with it.
     """
-    from django.conf import settings
-
     grace = float(settings.GATEHOUSE_SHUTDOWN_GRACE_SECONDS)
 
     def hand_back_and_exit() -> None:
@@ -119,8 +115,6 @@ def _bounded_shutdown(**_: object) -> None:
 
 def _graphs_load(**_: object) -> None:
     """Import the registered graphs before taking work: a broken one stops the worker, named."""
-    from django.conf import settings
-
     from runtime.checkpointer import CheckpointerUnavailable, checkpointer_preflight
     from runtime.registry import GraphRegistryError, registry_load
 
@@ -227,8 +221,6 @@ class HeartbeatScheduler(PersistentScheduler):
     """
 
     def tick(self, *args: Any, **kwargs: Any) -> float:
-        from django.conf import settings
-
         from console.heartbeats import beat_heartbeat_touch
 
         delay = float(super().tick(*args, **kwargs))
