@@ -7,6 +7,7 @@ without a worker, since nothing here resumes a thread. Screenshots land in var/s
 
 from __future__ import annotations
 
+import time
 import uuid
 from types import SimpleNamespace
 from typing import Any
@@ -122,6 +123,18 @@ def _task_page_holding_answers(browser, server, who, task, action: str) -> tuple
     return page, held
 
 
+def _answer_held(page: Page, held: list[Any]) -> tuple[Any, Any]:
+    """The one answer ``_task_page_holding_answers`` held. Its route handler runs on Playwright's event loop
+    and appends only once its fetch has returned, which can be after the page already shows the push that
+    request caused: the loop is handed control (a short wait in the page) until it has, within a deadline."""
+    deadline = time.monotonic() + scaled(15)
+    while not held:
+        assert time.monotonic() < deadline, "the request's answer was never held"
+        page.wait_for_timeout(20)
+    assert len(held) == 1, f"{len(held)} requests held, one expected"
+    return held[0]
+
+
 def test_a_claim_answered_after_its_own_live_push_keeps_the_delegate_form_whole(browser, server):  # noqa: F811
     """The race the test above once lost on a loaded machine, made to happen every time.
 
@@ -137,8 +150,7 @@ def test_a_claim_answered_after_its_own_live_push_keeps_the_delegate_form_whole(
     # Only the socket can show this: the claim's answer is still held.
     expect(page.locator("#task-live")).to_contain_text("Claimed by you", timeout=LIVE_MS)
     expect(page.locator("#delegate-to")).to_be_visible()
-    assert len(held) == 1
-    route, answer = held[0]
+    route, answer = _answer_held(page, held)
     assert answer.status == 200
     page.evaluate("document.getElementById('task-live').dataset.pushed = '1'")
     route.fulfill(response=answer)
@@ -171,8 +183,7 @@ def test_a_reassign_answered_after_its_own_live_push_empties_the_form(browser, s
     # Only the socket can show this: the reassign's answer is still held. The push keeps what was typed.
     expect(page.locator("#assigned-user")).to_have_text(alice.username, timeout=LIVE_MS)
     expect(page.locator("#reassign-user")).to_have_value(alice.username)
-    assert len(held) == 1
-    route, answer = held[0]
+    route, answer = _answer_held(page, held)
     assert answer.status == 200
     page.evaluate("document.getElementById('task-live').dataset.pushed = '1'")
     route.fulfill(response=answer)
