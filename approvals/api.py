@@ -13,6 +13,7 @@ from ninja import Query, Router, Schema, Status
 from pydantic import Field
 
 from approvals import gateway, permissions, selectors, services
+from approvals.abilities import task_abilities
 from approvals.api_common import AuthedRequest
 from approvals.errors import Forbidden, InvalidInput
 from approvals.inbox_filter import FILTER_KEYS, InboxFilter
@@ -25,6 +26,7 @@ from approvals.schemas import (
     DecisionIn,
     DecisionOut,
     GraphOut,
+    RefusalOut,
     RunOut,
     TaskOut,
     TaskPageOut,
@@ -290,6 +292,8 @@ def task_detail(request: AuthedRequest, task_id: UUID) -> TaskOut:
     state = gateway.task_state_for(user, task)
     payload, _ = gateway.payload_for(user, task)
     summary = _task_summary(task).model_dump()
+    abilities = task_abilities(user, task)
+    refused = abilities.approve_refused
     return TaskOut(
         **summary,
         payload=payload,
@@ -300,7 +304,9 @@ def task_detail(request: AuthedRequest, task_id: UUID) -> TaskOut:
         response_schema=task.response_schema,
         payload_kind=payload_kind(task.payload, task.kind),
         allowed_decisions=decisions_allowed(task.payload, task.kind, task.response_schema),
-        can_decide=selectors.task_can_decide(user=user, task=task),
+        can_decide=abilities.decide,
+        approvals_remaining=abilities.remaining,
+        approve_refused=None if refused is None else RefusalOut(rule=refused.rule, message=refused.message),
         state=state.values if state else None,
     )
 

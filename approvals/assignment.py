@@ -30,12 +30,12 @@ from django.db.models import Q
 from django.utils import timezone
 
 from approvals import permissions
+from approvals.abilities import separation_required, thread_started_by
 from approvals.audit import audit_record, audit_task
 from approvals.claims import claim_drop, claim_for, claim_put
 from approvals.errors import Conflict, Forbidden, InvalidInput
 from approvals.gateway import may_see_sensitive
 from approvals.models import ApprovalTask, AuditAction, AuditEvent, Away
-from approvals.services import separation_required, thread_started_by
 from runtime.storable import NotStorable, value_storable_check
 
 MAX_AWAY_HOPS = 5

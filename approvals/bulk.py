@@ -32,17 +32,15 @@ from django.db import transaction
 from django.utils import timezone
 
 from approvals import permissions, services
+from approvals.abilities import approvals_remaining
 from approvals.audit import audit_record
 from approvals.errors import Conflict, DomainError, Forbidden, InvalidInput, NotFound
 from approvals.events import BULK_PROGRESS, events_step_publish
 from approvals.inbox_filter import InboxFilter
 from approvals.models import (
-    ApprovalTask,
     AuditAction,
     BulkAction,
     BulkStatus,
-    Decision,
-    SignatureMeaning,
     TaskStatus,
 )
 from approvals.payloads import REASON_MAX_CHARS, DecisionRequest, decisions_allowed
@@ -299,7 +297,7 @@ def bulk_step(*, bulk_id: Any, task_id: str) -> None:
                     meaning=decision.meaning,
                     # A signature that did not close its task: how many approvals it still waits for (the
                     # page said "decided" of a task that was still pending).
-                    remaining=None if final else _approvals_remaining(decision.task),
+                    remaining=None if final else approvals_remaining(decision.task, decision.task.decisions.all()),
                 )
                 bulk.decided = [*bulk.decided, entry]
         if skip is not None:
@@ -308,12 +306,6 @@ def bulk_step(*, bulk_id: Any, task_id: str) -> None:
         bulk.done += 1
         bulk.save(update_fields=["decided", "skipped", "done"])
         events_step_publish(action=BULK_PROGRESS, subject_type="bulk", subject_id=str(bulk.pk))
-
-
-def _approvals_remaining(task: ApprovalTask) -> int:
-    """Approvals the open ``task`` still needs, counted as ``services.task_decide`` counts them."""
-    approved = Decision.objects.filter(task=task, meaning=SignatureMeaning.APPROVED).count()
-    return max(task.required_approvals - approved, 0)
 
 
 def _precheck(actor: User, task_id: str, outcome: str) -> tuple[str, str] | None:

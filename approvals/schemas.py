@@ -143,6 +143,11 @@ class DecisionOut(Schema):
     )
 
 
+class RefusalOut(Schema):
+    rule: str = Field(description="The policy rule, as the refusal's 403 and the audit trail name it.")
+    message: str
+
+
 class TaskOut(TaskSummaryOut):
     payload: Any
     payload_digest: str
@@ -152,7 +157,12 @@ class TaskOut(TaskSummaryOut):
     response_schema: Any | None
     payload_kind: str
     allowed_decisions: list[str]
-    can_decide: bool
+    can_decide: bool = Field(description="The task is open, you may decide it, and you have not signed it yet.")
+    approvals_remaining: int = Field(description="Approvals the task still waits for.")
+    approve_refused: RefusalOut | None = Field(
+        description="Why an approval from you would be refused now (it would complete the task and a rule keeps "
+        "it from you: the approver role, separation of duties); null when you may approve."
+    )
     state: dict[str, Any] | None
 
 

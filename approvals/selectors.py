@@ -6,7 +6,6 @@ import base64
 import json
 import re
 import uuid
-from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
@@ -77,22 +76,6 @@ def task_current_for(*, user: permissions.Principal, task: ApprovalTask) -> Appr
         .order_by("-created_at", "-id")
         .first()
     )
-
-
-def task_can_decide(
-    *, user: permissions.Principal, task: ApprovalTask, decisions: Iterable[Decision] | None = None
-) -> bool:
-    """May ``user`` decide ``task`` now: it is open, the policy lets them, and they have not signed it yet.
-
-    A quorum task stays open after the first signature; ``task_decide`` refuses the
-    same signer a second time, so no surface offers it. ``decisions``: the task's
-    decisions when the caller has them loaded already.
-    """
-    if not task.is_open or not permissions.can_decide(user, task):
-        return False
-    if decisions is None:
-        return not task.decisions.filter(actor_id=user.pk).exists()
-    return all(d.actor_id != user.pk for d in decisions)
 
 
 def tasks_list(

@@ -24,6 +24,7 @@ from django.db.models import Max
 from django.utils import timezone
 
 from approvals import gateway, permissions
+from approvals.abilities import approvals_given, final_approval_refusal, separation_required
 from approvals.audit import AuditEntry, audit_record, audit_record_all, audit_task, audit_thread, canonical
 from approvals.claims import claim_check, claim_drop
 from approvals.errors import Conflict, Forbidden, InvalidInput
@@ -427,7 +428,7 @@ def _task_decide(*, actor: User, task_id: Any, request: DecisionRequest, signer:
     )
     if own_claim is not None:
         claim_drop(task=task)  # the holder has signed: the task is free for the next signer (or done)
-    approvals = sum(1 for d in earlier if d.meaning == "approved") + (1 if meaning == "approved" else 0)
+    approvals = approvals_given([*earlier, decision])
     quorum = {"approvals": approvals, "required": task.required_approvals, "met": final}
     made = AuditEntry(
         actor=actor,
@@ -480,27 +481,6 @@ def _approval_with_edits(task: ApprovalTask, request: DecisionRequest) -> Decisi
     return replace(request, outcome="edit")
 
 
-def separation_required(task: ApprovalTask) -> bool:
-    return bool(
-        task.required_approvals > 1
-        or gate_policy(task.payload, task.kind).separation_of_duties
-        or settings.GATEHOUSE_SEPARATION_OF_DUTIES
-    )
-
-
-def thread_started_by(thread: Thread, user: User) -> bool:
-    """Whether ``user`` started ``thread``'s work: created it, or gave it input (a start run) or sent it
-    back to a checkpoint (a replay or fork that runs). Separation of duties keeps the final approval
-    from them: creating the thread as one person and starting its run as another got past a check
-    of the thread's creator alone."""
-    if thread.created_by_id == user.pk:
-        return True
-    return Run.objects.filter(thread_id=thread.pk, created_by_id=user.pk, kind__in=_STARTING_KINDS).exists()
-
-
-_STARTING_KINDS = (RunKind.START, RunKind.REPLAY)
-
-
 def _quorum_position(
     task: ApprovalTask,
     request: DecisionRequest,
@@ -517,29 +497,14 @@ def _quorum_position(
         return False, sum(1 for d in earlier if d.outcome == "reject") + 1 >= needed
     if request.outcome not in APPROVING:
         return False, True  # a response decides at once
-    sod = separation_required(task)
-    if sod and proposes_edit:
+    if proposes_edit and separation_required(task):
         # Under separation of duties an edit is a proposal: someone else must approve it.
         return False, False
-    approvals = sum(1 for d in earlier if d.meaning == "approved") + 1
-    final = approvals >= task.required_approvals
-    if not final:
+    if approvals_given(earlier) + 1 < task.required_approvals:
         return True, False
-    if sod:
-        if thread_started_by(thread, actor):
-            raise PolicyRefusal(
-                "you started this thread, so you cannot give its final approval (separation of duties)",
-                rule="separation_of_duties.starter",
-                task=task,
-            )
-        if any(d.actor_id == actor.pk and d.state_patch for d in earlier):
-            raise PolicyRefusal(
-                "you edited this task's state, so you cannot give its final approval (separation of duties)",
-                rule="separation_of_duties.editor",
-                task=task,
-            )
-    if not permissions.final_approval_allowed(actor, task, approvals_before=approvals - 1):
-        raise PolicyRefusal(permissions.FINAL_APPROVER_NEEDED, rule="quorum.final_approver", task=task)
+    refused = final_approval_refusal(actor, task, thread, earlier)
+    if refused is not None:
+        raise PolicyRefusal(refused.message, rule=refused.rule, task=task)
     return True, True
 
 

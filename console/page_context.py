@@ -21,6 +21,7 @@ from django.http import QueryDict
 
 from approvals import assignment, bulk, columns, comments, dashboard, gateway, permissions, time_travel
 from approvals import selectors as approvals_selectors
+from approvals.abilities import FINAL_APPROVER_RULE, Refusal, task_abilities
 from approvals.claims import can_release_any, claim_for, claim_held_message, claim_release_last
 from approvals.errors import DomainError
 from approvals.inbox_filter import InboxFilter
@@ -170,16 +171,15 @@ def task_live_context(user: Any, task_id: Any) -> dict[str, Any]:
     signed = next((d for d in quorum.decisions if d.actor_id == user.pk), None)
     recent = list(thread.effects.order_by("-created_at")[:5])
     effects = selectors.effects_shown(user=user, thread=thread, effects=recent)
-    can_decide = approvals_selectors.task_can_decide(user=user, task=task, decisions=quorum.decisions)
+    abilities = task_abilities(user, task, quorum.decisions)
     return {
         "task": task,
         "thread": thread,
         "claim": claim,
-        "can_decide": can_decide,
-        # Their approval would complete the quorum, which needs the approver role they lack (the service's
-        # rule): said beforehand, and Approve is not offered (task_context), rather than refused on submit.
-        "final_approver_needed": can_decide
-        and not permissions.final_approval_allowed(user, task, approvals_before=quorum.approvals),
+        "can_decide": abilities.decide,
+        # Their approval would complete the task and a rule keeps it from them (the approver role, separation
+        # of duties): said beforehand, and Approve is not offered (task_context), rather than refused on submit.
+        "approve_refused": abilities.approve_refused,
         "my_decision": signed,
         "quorum": quorum,
         "can_release": claim is not None and (claim.user_id == user.pk or can_release_any(user)),
@@ -254,8 +254,10 @@ def task_context(user: Any, task_id: Any, form: DecisionPanel | None = None) -> 
     if form is None:
         # Edit fields are prefilled from the masked payload too: a reviewer never receives a hidden value.
         form = decision_panel_for(_task_as_shown(task, payload), values, schema)
-    if ctx["final_approver_needed"]:
-        form.withhold("approve", f"{permissions.FINAL_APPROVER_NEEDED}, which you do not have")
+    refused: Refusal | None = ctx["approve_refused"]
+    if refused is not None:
+        role = refused.rule == FINAL_APPROVER_RULE
+        form.withhold("approve", f"{refused.message}, which you do not have" if role else refused.message)
     # The gate's reason policy (langgraph.json "gatehouse": {"reasons": ...}; the service's rule), for the
     # decisions this task offers only: an external task (approve or reject) read "required to reject or edit".
     reasons_required = [o for o in REASON_OUTCOMES if o in form.allowed and reason_required(task.graph, task.node, o)]

@@ -19,6 +19,7 @@ from django.utils.dateparse import parse_datetime
 
 from approvals import dashboard, gateway, permissions
 from approvals import selectors as approvals_selectors
+from approvals.abilities import approvals_given
 from approvals.columns import Column, PayloadValue, column_for_sort, gate_columns
 from approvals.errors import InvalidInput, NotFound
 from approvals.inbox_filter import InboxFilter
@@ -535,7 +536,7 @@ class Quorum:
 
     @property
     def approvals(self) -> int:
-        return sum(1 for d in self.decisions if d.meaning == "approved")
+        return approvals_given(self.decisions)
 
     @property
     def rejected(self) -> bool:

@@ -136,6 +136,46 @@ def test_a_reviewer_may_give_an_earlier_approval(personas):
     assert 'name="decision" value="approve"' in html and "needs the approver role" not in html
 
 
+def test_the_threads_starter_is_told_separation_of_duties_keeps_the_approval_from_them(personas):
+    """The page offered Approve to the person who started the thread, and the submit was refused (403)."""
+    starter = personas["approver"]
+    task = task_make(payload={**loan_gate(), "separation_of_duties": True}, created_by=starter.user)
+    html = _page(starter, task)
+    assert 'name="decision" value="approve"' not in html
+    assert "Approve is not offered: you started this thread, so you cannot give its final approval" in html
+    assert 'name="decision" value="reject"' in html
+    # Anyone else who may decide it is offered Approve.
+    assert 'name="decision" value="approve"' in _page(personas["reviewer"], task)
+    response = console_decide(console_client(starter), task, decision="approve")
+    assert response.status_code == 422 and "you started this thread" in unescape(response.content.decode())
+    assert not Decision.objects.filter(task=task).exists()
+
+
+def test_the_api_task_view_says_what_keeps_an_approval_from_the_caller(personas):
+    """The console said it beforehand; the API's task view did not, so a client learnt it from a 403."""
+    task = task_make(payload=loan_gate(required_approvals=2))
+    decision_make(task, personas["reviewer"].user, "approve")
+    refused = personas["reviewer2"].client.get(f"/api/tasks/{task.pk}").json()
+    assert refused["can_decide"] is True and refused["approvals_remaining"] == 1
+    assert refused["approve_refused"] == {
+        "rule": "quorum.final_approver",
+        "message": "the final approval of a multi-approver task needs the approver role",
+    }
+    assert personas["approver"].client.get(f"/api/tasks/{task.pk}").json()["approve_refused"] is None
+    # The one who signed already may not decide again: nothing to refuse, nothing offered.
+    signed = personas["reviewer"].client.get(f"/api/tasks/{task.pk}").json()
+    assert signed["can_decide"] is False and signed["approve_refused"] is None
+    # The starter of a separation-of-duties gate, by the service's rule and words.
+    starter = personas["approver"]
+    sod = task_make(payload={**loan_gate(), "separation_of_duties": True}, created_by=starter.user)
+    view = starter.client.get(f"/api/tasks/{sod.pk}").json()
+    assert view["approve_refused"]["rule"] == "separation_of_duties.starter"
+    answer = starter.client.post(
+        f"/api/tasks/{sod.pk}/decision", {"decision": "approve", "checkpoint_id": sod.checkpoint_id}
+    )
+    assert answer.status_code == 403 and view["approve_refused"]["message"] in answer.content.decode()
+
+
 # --- 11: the reason label follows the task's decisions -----------------------------------------------------
 
 

@@ -1,0 +1,104 @@
+"""What a principal may do with an approval task now, by the rules ``services.task_decide`` enforces.
+
+The service refuses by these rules; the console asks them before it offers a control, and the API's task
+view returns them, so no surface offers a signature the service then refuses. One count of approvals
+(a decision whose meaning is "approved") serves all three, and the bulk results.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from django.conf import settings
+
+from approvals import permissions
+from approvals.gate_policy import gate_policy
+from approvals.models import ApprovalTask, Decision, SignatureMeaning
+from runtime.models import Run, RunKind, Thread
+
+FINAL_APPROVER_RULE = "quorum.final_approver"
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why the service would refuse a decision: the policy rule it names and the words it answers with."""
+
+    rule: str
+    message: str
+
+
+@dataclass(frozen=True)
+class TaskAbilities:
+    decide: bool  # the task is open, the policy lets them decide it, and they have not signed it yet
+    approvals: int  # approvals given so far
+    remaining: int  # approvals the task still waits for
+    approve_refused: Refusal | None  # their approval would complete the quorum, and a rule keeps it from them
+
+
+def approvals_given(decisions: Iterable[Decision]) -> int:
+    return sum(1 for d in decisions if d.meaning == SignatureMeaning.APPROVED)
+
+
+def approvals_remaining(task: ApprovalTask, decisions: Iterable[Decision]) -> int:
+    """Approvals ``task`` still waits for after its ``decisions``."""
+    return max(task.required_approvals - approvals_given(decisions), 0)
+
+
+def separation_required(task: ApprovalTask) -> bool:
+    return bool(
+        task.required_approvals > 1
+        or gate_policy(task.payload, task.kind).separation_of_duties
+        or settings.GATEHOUSE_SEPARATION_OF_DUTIES
+    )
+
+
+def thread_started_by(thread: Thread, user: permissions.Principal) -> bool:
+    """Whether ``user`` started ``thread``'s work: created it, or gave it input (a start run) or sent it
+    back to a checkpoint (a replay or fork that runs). Separation of duties keeps the final approval
+    from them: creating the thread as one person and starting its run as another got past a check
+    of the thread's creator alone."""
+    if thread.created_by_id == user.pk:
+        return True
+    return Run.objects.filter(thread_id=thread.pk, created_by_id=user.pk, kind__in=_STARTING_KINDS).exists()
+
+
+_STARTING_KINDS = (RunKind.START, RunKind.REPLAY)
+
+
+def final_approval_refusal(
+    user: permissions.Principal, task: ApprovalTask, thread: Thread, earlier: list[Decision]
+) -> Refusal | None:
+    """Why ``user`` may not give the approval that completes ``task`` after the ``earlier`` decisions."""
+    if separation_required(task):
+        if thread_started_by(thread, user):
+            return Refusal(
+                "separation_of_duties.starter",
+                "you started this thread, so you cannot give its final approval (separation of duties)",
+            )
+        if any(d.actor_id == user.pk and d.state_patch for d in earlier):
+            return Refusal(
+                "separation_of_duties.editor",
+                "you edited this task's state, so you cannot give its final approval (separation of duties)",
+            )
+    if not permissions.final_approval_allowed(user, task, approvals_before=approvals_given(earlier)):
+        return Refusal(FINAL_APPROVER_RULE, permissions.FINAL_APPROVER_NEEDED)
+    return None
+
+
+def task_abilities(
+    user: permissions.Principal, task: ApprovalTask, decisions: Iterable[Decision] | None = None
+) -> TaskAbilities:
+    """What ``user`` may do with ``task``; ``decisions``: the task's decisions when the caller has them loaded."""
+    made = list(task.decisions.all() if decisions is None else decisions)
+    approvals = approvals_given(made)
+    decide = task.is_open and permissions.can_decide(user, task) and all(d.actor_id != user.pk for d in made)
+    refused = None
+    if decide and approvals + 1 >= task.required_approvals:
+        refused = final_approval_refusal(user, task, task.thread, made)
+    return TaskAbilities(
+        decide=decide,
+        approvals=approvals,
+        remaining=approvals_remaining(task, made),
+        approve_refused=refused,
+    )
