@@ -377,6 +377,8 @@ def _task_decide(*, actor: User, task_id: Any, request: DecisionRequest, signer:
     _storable_check(request)
     request = replace(request, state_patch=_hidden_kept(request.state_patch, thread.values, redaction))
     state_patch = _state_patch_check(task, request)
+    if state_patch and grounds.checkpoint_sibling:
+        _sibling_edits_refuse(task, state_patch)
     resume_value = resume_value_build(
         payload=task.payload,
         task_kind=task.kind,
@@ -728,6 +730,28 @@ def _state_patch_check(task: ApprovalTask, request: DecisionRequest) -> dict[str
         raise InvalidInput("this task has no graph state to edit", field="edits") from None
     except FieldError as exc:
         raise InvalidInput(exc.message, field=exc.field) from None
+
+
+def _sibling_edits_refuse(task: ApprovalTask, patch: dict[str, Any]) -> None:
+    """Tasks opened in one super-step resume in one command, whose update takes each key once: an edit of a key
+    that a sibling task's decision already edits would replace that signed value (or, through a reducer, apply
+    both in an order nobody signed), and the first decision's record would no longer be what the graph got.
+    Refused, naming the key; the first edit stands. Under the thread's lock, so siblings decide one at a time."""
+    signed = (
+        Decision.objects.filter(
+            task__thread_id=task.thread_id, task__checkpoint_id=task.checkpoint_id, run__isnull=True
+        )
+        .exclude(task_id=task.pk)
+        .values_list("task_id", "state_patch")
+    )
+    for sibling, edits in signed:
+        for key in patch:
+            if key in (edits or {}):
+                raise Conflict(
+                    f"{key!r} is already edited by the decision on task {sibling}, which resumes the thread with"
+                    " this one: one resume cannot apply both edits; leave it out of yours",
+                    field=f"edits.{key}",
+                )
 
 
 def _resumes(task: ApprovalTask, outcome: str) -> bool:

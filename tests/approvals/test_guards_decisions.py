@@ -814,3 +814,40 @@ def test_an_edit_of_a_task_whose_graph_is_gone_needs_a_reason_first(approver):
     with pytest.raises(InvalidInput) as error:
         decide(approver, task_make(graph="retired_graph"), "edit", state_patch={"amount": 1})
     assert error.value.field == "reason"
+
+
+# --- sibling tasks: interrupts of one super-step resume in one command ----------------------------------------
+
+
+def _sibling_of(task: ApprovalTask, node: str) -> ApprovalTask:
+    """A second task opened at ``task``'s checkpoint (a parallel branch's interrupt), as the runtime opens it."""
+    sibling = ApprovalTask.objects.get(pk=task.pk)
+    sibling.pk, sibling.interrupt_id, sibling.node = None, f"{task.interrupt_id}-{node}", node
+    sibling.save(force_insert=True)
+    return ApprovalTask.objects.select_related("thread").get(pk=sibling.pk)
+
+
+def test_a_sibling_tasks_edit_of_a_key_already_edited_for_the_same_resume_is_refused(reviewer, approver):
+    """An outside tester's find: two reviewers edited one key on sibling interrupts; the resume's update kept the
+    second value only, while the first decision's record (and audit) still said it signed "injected"."""
+    first = task_make()
+    second = _sibling_of(first, "risk")
+    decide(reviewer, first, "edit", reason="cap it", state_patch={"amount": 1000})
+    with pytest.raises(Conflict) as refused:
+        decide(approver, second, "edit", reason="lower", state_patch={"amount": 500})
+    assert refused.value.field == "edits.amount"
+    assert "already edited by the decision on task" in refused.value.message
+    assert decisions_of(second) == 0 and not Run.objects.filter(thread=first.thread, kind=RunKind.RESUME).exists()
+    # Another key is theirs to edit: the one resume carries both signed edits.
+    decide(approver, second, "edit", reason="shorter", state_patch={"term_months": 12})
+    resume = Run.objects.get(thread=first.thread, kind=RunKind.RESUME)
+    assert resume.command["update"] == {"amount": 1000, "term_months": 12}
+    assert set(resume.command["resume"]) == {first.interrupt_id, second.interrupt_id}
+
+
+def test_a_quorums_later_signer_may_still_edit_what_an_earlier_signer_edited(reviewer, approver):
+    """Only sibling tasks are held to one edit per key: on one task each signer sees the proposals before theirs."""
+    task = quorum(2)
+    decide(reviewer, task, "edit", reason="cap it", state_patch={"amount": 1000})
+    decide(approver, task, "edit", reason="less", state_patch={"amount": 900})
+    assert decisions_of(task) == 2
