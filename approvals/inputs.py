@@ -208,3 +208,22 @@ def parse_error_of(exc: BaseException) -> DomainError | None:
     """The ``DomainError`` a ``StrictJsonParser`` raised, if it is what ``exc`` wraps."""
     cause = exc.__cause__
     return cause if isinstance(cause, DomainError) else None
+
+
+# A thread's metadata is listed with it on every page of threads (and searched): a megabyte in one thread
+# made each page of five weigh as much. Case numbers, applicants and tags fit many times over.
+MAX_METADATA_BYTES = 16 * 1024
+
+
+def _metadata_bounded(value: dict[str, Any]) -> dict[str, Any]:
+    size = len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
+    if size > MAX_METADATA_BYTES:
+        raise PydanticCustomError(
+            "metadata_size",
+            "is {size} bytes as JSON; metadata is at most {limit}",
+            {"size": size, "limit": MAX_METADATA_BYTES},
+        )
+    return value
+
+
+ThreadMetadata = Annotated[dict[str, Any], AfterValidator(_metadata_bounded)]

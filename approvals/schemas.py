@@ -11,14 +11,14 @@ from ninja import Schema
 from pydantic import BaseModel, Field
 
 from approvals.deadlines import DueState, due_state
-from approvals.inputs import TaskCheckpointId
+from approvals.inputs import TaskCheckpointId, ThreadMetadata
 from approvals.payloads import REASON_MAX_CHARS
 
 
 class ThreadIn(Schema):
     graph: str = Field(min_length=1, max_length=100)
     input: dict[str, Any] = Field(default_factory=dict)
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: ThreadMetadata = Field(default_factory=dict)
 
 
 class TaskSummaryOut(Schema):

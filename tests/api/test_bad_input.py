@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from django.conf import settings
 
+from approvals.inputs import MAX_METADATA_BYTES
 from approvals.models import ApprovalTask, AuditEvent, Decision
 from runtime.models import Run, Thread
 from tests.conftest import ApiClient, api_decide, loan_input, pending_tasks, scaled, thread_settled, thread_start
@@ -71,6 +72,16 @@ def test_it_refuses_an_unknown_graph_naming_the_graph_field(operator):
     error = error_of(operator.client.post("/api/threads", {"graph": "no_such_graph", "input": {}}), 422)
     assert error["field"] == "graph"
     assert "no_such_graph" in error["message"] and "loan_approval" in error["message"]
+    assert Thread.objects.count() == before
+
+
+def test_it_refuses_thread_metadata_over_the_limit_naming_metadata(operator):
+    """One thread's 900 KB of metadata made every page of five threads weigh over a megabyte."""
+    before = Thread.objects.count()
+    body = {"graph": "loan_approval", "input": loan_input(), "metadata": {"notes": "x" * MAX_METADATA_BYTES}}
+    error = error_of(operator.client.post("/api/threads", body), 422)
+    assert error["field"] == "metadata"
+    assert f"metadata is at most {MAX_METADATA_BYTES}" in error["message"]
     assert Thread.objects.count() == before
 
 
