@@ -47,6 +47,21 @@ def test_a_reason_or_comment_of_one_long_word_wraps_on_every_page_that_shows_it(
     page.context.close()
 
 
+def test_a_long_unbroken_interrupt_payload_wraps_on_every_page_that_shows_it(browser, server, personas):  # noqa: F811
+    """A graph's interrupt("…") of a 3,000-character string without a space (its title too) made the task page
+    3,700 px wide."""
+    word = "p" * 3000
+    task = task_make(payload=word, metadata={"case": f"W-{uuid.uuid4().hex[:6]}"})
+    listed = task_make(payload=["q" * 3000, "r"], metadata={"case": f"W-{uuid.uuid4().hex[:6]}"})
+    page = _sign_in(browser, server, personas["admin"], f"/tasks/{task.pk}/", width=1280, height=900)
+    for path in [f"/tasks/{task.pk}/", f"/tasks/{listed.pk}/", f"/threads/{task.thread_id}/", "/", "/threads/"]:
+        page.goto(f"{server}{path}")
+        page.wait_for_load_state("load")
+        scroll, inner = _width(page)
+        assert scroll <= inner, f"{path} is {scroll} px wide in a {inner} px window"
+    page.context.close()
+
+
 # --- 1: a submit after the session ended ----------------------------------------------------------------------
 
 
