@@ -52,7 +52,7 @@ from runtime.runs import PendingInterrupt, ThreadBusy, retry_command, run_enqueu
 from runtime.state import thread_state_read
 from runtime.state_schema import FieldError, values_validate
 from runtime.storable import NotStorable, value_storable_check
-from runtime.threads import thread_cancel
+from runtime.threads import thread_cancel, thread_stopped_midway
 
 log = logging.getLogger(__name__)
 
@@ -104,8 +104,12 @@ def thread_retry(*, actor: User, thread_id: Any) -> Run:
     permissions.require_retry(actor, thread)
     graph_runnable_check(thread.graph)
     thread = Thread.objects.select_for_update().get(pk=thread.pk)
-    if thread.status != ThreadStatus.FAILED:
-        raise Conflict(f"only failed threads can be retried; this one is {thread.status}", field="thread_id")
+    if thread.status != ThreadStatus.FAILED and not thread_stopped_midway(thread):
+        raise Conflict(
+            "only a failed thread, or one whose run an operator cancelled with steps left, can be retried;"
+            f" this one is {thread.status}" + (" with no step left" if thread.status == ThreadStatus.IDLE else ""),
+            field="thread_id",
+        )
     try:
         run = run_enqueue(thread=thread, kind=RunKind.RETRY, command=retry_command(thread=thread), created_by=actor)
     except ThreadBusy as exc:

@@ -36,6 +36,7 @@ from runtime.branches import branch_at, effect_key_branch
 from runtime.models import ACTIVE_RUN_STATUSES, Run, RunStatus, Thread, ThreadStatus
 from runtime.registry import REASON_OUTCOMES, UnknownGraph, graph_get, graph_is_external, graph_is_registered
 from runtime.state_schema import json_schema_for
+from runtime.threads import thread_stopped_midway
 
 INBOX_PAGE_SIZE = 50
 
@@ -322,16 +323,21 @@ def thread_live_context(user: Any, thread_id: Any) -> dict[str, Any]:
     active = thread.runs.filter(status__in=ACTIVE_RUN_STATUSES).first()
     effects = selectors.effects_shown(user=user, thread=thread, effects=list(thread.effects.order_by("created_at")))
     lines = time_travel.effects_lines(thread=thread, effects=effects) if effects else {}
+    runs = list(thread.runs.order_by("-created_at")[:10])
     return {
         "thread": thread,
         "pending": pending,
         "timeline": selectors.timeline_for(user=user, thread=thread),
-        "runs": list(thread.runs.order_by("-created_at")[:10]),
+        "runs": runs,
         "effects": effects,
         # On a branched thread, where each was recorded: the original line's payment was listed beside
         # "Waiting for a decision" on the replay as though it had been made there.
         "effect_lines": {pk: words.effect_where(line) for pk, line in lines.items()},
         "can_retry": thread.status == "failed" and permissions.can(user, "runtime.retry_thread"),
+        # An operator's cancel stopped it with steps left (a payment made, its state short of it): continue it.
+        "can_continue": thread.status == "idle"
+        and permissions.can(user, "runtime.retry_thread")
+        and thread_stopped_midway(thread, runs[0] if runs else None),
         "me": user,
         **conversation_context(user, thread=thread),  # Conversation (comments)
         # Cancelling the active run (approvals.run_cancel): operators and admins.

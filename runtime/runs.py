@@ -167,14 +167,14 @@ def _dispatch_on_commit(run: Run) -> None:
 
 
 def retry_command(*, thread: Thread) -> dict[str, Any] | None:
-    """The command a retry of ``thread`` must carry: the signed command of its failed resume, if any.
+    """The command a retry of ``thread`` must carry: the signed command of its failed (or cancelled) resume, if any.
 
-    A resume run that failed may have stored its command only in part; the
+    A resume run that failed, or that an operator cancelled, may have stored its command only in part; the
     retry re-applies what is missing (or fails), instead of continuing from the
     checkpoints without it (see ``runtime.executor``).
     """
     last = thread.runs.order_by("-created_at").first()
-    if last is None or last.status != RunStatus.FAILED or not last.command:
+    if last is None or last.status not in (RunStatus.FAILED, RunStatus.CANCELLED) or not last.command:
         return None
     if last.command.get("resume") is None and not last.command.get("update"):
         return None

@@ -16,7 +16,7 @@ from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
-from runtime.models import ACTIVE_RUN_STATUSES, Run, Thread, ThreadStatus
+from runtime.models import ACTIVE_RUN_STATUSES, Run, RunStatus, Thread, ThreadStatus
 from runtime.notify import thread_notify
 from runtime.registry import graph_get
 from runtime.runs import ThreadBusy
@@ -42,6 +42,21 @@ def thread_lock_idle(thread: Thread) -> Thread:
     if locked.status == ThreadStatus.BUSY or Run.objects.filter(thread=locked, status__in=ACTIVE_RUN_STATUSES).exists():
         raise ThreadBusy(locked)
     return locked
+
+
+def thread_stopped_midway(thread: Thread, last_run: Run | None = None) -> bool:
+    """Whether an operator's cancel (interrupt) stopped ``thread`` with work left: it is idle, its last run
+    was cancelled, and its state has a next step. A retry continues it from there; without one the thread
+    sat idle with its payment made and its state short of it, and only /lg/ could move it on.
+
+    ``last_run``: the thread's latest run when the caller has it loaded."""
+    if thread.status != ThreadStatus.IDLE:
+        return False
+    last = last_run if last_run is not None else thread.runs.order_by("-created_at").first()
+    if last is None or last.status != RunStatus.CANCELLED:
+        return False
+    view = thread_state_read(thread, resolve_blobs=False)
+    return view is not None and bool(view.next)
 
 
 def thread_graph_bind(*, thread: Thread, graph: str) -> None:

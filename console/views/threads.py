@@ -51,5 +51,5 @@ def thread_live(request: HtmxHttpRequest, thread_id: UUID) -> HttpResponse:
 @domain_errors
 def thread_retry(request: SignedInRequest, thread_id: UUID) -> HttpResponse:
     services.thread_retry(actor=request.user, thread_id=thread_id)
-    messages.success(request, "Retry queued")
+    messages.success(request, "Retry queued: the thread goes on from its last checkpoint")
     return redirect("console:thread", thread_id=thread_id)

@@ -20,8 +20,9 @@ from django.db import connection
 from langgraph_sdk import get_sync_client
 
 from approvals.models import ApprovalTask, AuditEvent
-from runtime.models import Effect, EffectStatus, Run, RunStatus
+from runtime.models import Effect, EffectStatus, Run, RunStatus, Thread, ThreadStatus
 from tests.conftest import WorkerProcess, scaled, wait_for
+from tests.console.conftest import console_client
 from tests.integration.test_platform_sdk import server  # noqa: F401 - the daphne fixture
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db", "live_worker")]
@@ -155,6 +156,58 @@ def test_a_cancelled_nodes_late_checkpoint_write_is_refused_and_its_effect_stays
     assert not ApprovalTask.objects.filter(thread_id=thread["id"]).exists()
     actions = list(AuditEvent.objects.filter(thread_id=thread["id"]).values_list("action", flat=True))
     assert "run.cancelled" in actions and "run.rolled_back" in actions
+
+
+@pytest.mark.parametrize("hold", ["before_effect", "after_effect"])
+def test_an_operator_continues_a_run_cancelled_with_steps_left_and_pays_once(
+    operator, live_worker, bank, hold_dir, hold
+):
+    """An outside tester cancelled a run (interrupt) mid-payment: the bank had paid, the state was short of it,
+    the thread sat idle at ``pay``, and the retry answered 409 "only failed threads can be retried"."""
+    thread, run, pid = _start(operator, hold_dir, hold)
+    key = f"gh:{thread['id']}:pay"
+    cancel = {"action": "interrupt", "reason": "check the amount"}
+    assert operator.client.post(f"/api/threads/{thread['id']}/cancel-run", cancel).status_code == 202
+    _release(hold_dir, hold, pid)
+    _stopped(live_worker, run.id)
+    assert operator.client.get(f"/api/threads/{thread['id']}").json()["status"] == "idle"
+    page = console_client(operator).get(f"/threads/{thread['id']}/").content.decode()
+    assert "Continue the cancelled run" in page and "Retry the failed step" not in page
+
+    response = operator.client.post(f"/api/threads/{thread['id']}/retry")
+    assert response.status_code == 202, response.content
+    assert response.json()["kind"] == "retry"
+    # A worker process other than the held one holds the continued node again: let it go as it comes.
+    wait_for(lambda: _finished_releasing(thread["id"], hold_dir, hold), timeout=60, what="the continued run to end")
+    done = operator.client.get(f"/api/threads/{thread['id']}").json()
+    assert done["status"] == "completed" and "paid_by" in done["values"]
+    assert bank.ledger.executions[key] == 1  # paid once, whether the cancel came before the payment or after
+    assert Effect.objects.get(key=key).status == EffectStatus.DONE
+    # Nothing is left to continue: a second retry is refused, saying why.
+    assert (
+        "Continue the cancelled run" not in console_client(operator).get(f"/threads/{thread['id']}/").content.decode()
+    )
+    again = operator.client.post(f"/api/threads/{thread['id']}/retry")
+    assert again.status_code == 409 and "this one is completed" in again.json()["error"]["message"]
+
+
+def test_a_thread_rolled_back_to_no_state_is_not_continued(operator, live_worker, bank, hold_dir):
+    thread, run, pid = _start(operator, hold_dir, "before_effect")
+    cancel = {"action": "rollback", "reason": "start over"}
+    assert operator.client.post(f"/api/threads/{thread['id']}/cancel-run", cancel).status_code == 202
+    _release(hold_dir, "before_effect", pid)
+    _stopped(live_worker, run.id)
+    refused = operator.client.post(f"/api/threads/{thread['id']}/retry")
+    assert refused.status_code == 409
+    assert refused.json()["error"]["message"].endswith("this one is idle with no step left")
+    assert Run.objects.filter(thread_id=thread["id"]).count() == 1
+
+
+def _finished_releasing(thread_id: str, hold_dir: Path, point: str) -> bool:
+    """Whether the thread's run has ended; meanwhile every process held at ``point`` is let go."""
+    for reached in hold_dir.glob(f"{point}.*.reached"):
+        _release(hold_dir, point, int(reached.name.split(".")[1]))
+    return Thread.objects.get(pk=thread_id).status in (ThreadStatus.COMPLETED, ThreadStatus.FAILED)
 
 
 def test_the_sdk_rolls_a_running_run_back_to_where_it_started(server, personas, live_worker, hold_dir):  # noqa: F811
