@@ -349,7 +349,7 @@ def _task_decide(*, actor: User, task_id: Any, request: DecisionRequest, signer:
     permissions.require_decide(actor, task)
     thread = task.thread
     if task.status != TaskStatus.PENDING:
-        raise Conflict(f"this task is {task.status} and can no longer be decided", field="task_id")
+        raise Conflict(_closed_for(actor, task), field="task_id")
     if request.checkpoint_id is not None and request.checkpoint_id != task.checkpoint_id:
         raise Conflict(
             f"stale view: you saw checkpoint {request.checkpoint_id}, the task is at {task.checkpoint_id}; reload",
@@ -734,6 +734,17 @@ def _state_patch_check(task: ApprovalTask, request: DecisionRequest) -> dict[str
         raise InvalidInput("this task has no graph state to edit", field="edits") from None
     except FieldError as exc:
         raise InvalidInput(exc.message, field=exc.field) from None
+
+
+def _closed_for(actor: User, task: ApprovalTask) -> str:
+    """Why a closed task takes no decision, saying whether ``actor``'s own decision is among those that closed it:
+    a client retrying a decision whose answer it lost learns that it went through (decisions take no
+    idempotency key)."""
+    closed = f"this task is {task.status} and can no longer be decided"
+    own = Decision.objects.filter(task=task, actor_id=actor.pk).order_by("-created_at").first()
+    if own is None:
+        return closed
+    return f"{closed}; your decision {own.pk} ({own.outcome}, {own.created_at:%Y-%m-%d %H:%M:%S} UTC) is recorded on it"
 
 
 def _sibling_edits_refuse(task: ApprovalTask, patch: dict[str, Any]) -> None:

@@ -851,3 +851,17 @@ def test_a_quorums_later_signer_may_still_edit_what_an_earlier_signer_edited(rev
     decide(reviewer, task, "edit", reason="cap it", state_patch={"amount": 1000})
     decide(approver, task, "edit", reason="less", state_patch={"amount": 900})
     assert decisions_of(task) == 2
+
+
+def test_a_repeated_decision_on_a_closed_task_is_told_its_own_went_through(reviewer, approver):
+    """Decisions take no idempotency key: a client that lost the answer and sent the decision again got "this
+    task is decided", which did not say whether the decision was its own."""
+    task = task_make()
+    made = decide(reviewer, task, "reject", reason="no")
+    with pytest.raises(Conflict) as again:
+        decide(reviewer, task, "reject", reason="no")
+    assert f"your decision {made.pk} (reject, " in again.value.message and again.value.field == "task_id"
+    with pytest.raises(Conflict) as other:
+        decide(approver, task)
+    assert other.value.message == "this task is decided and can no longer be decided"
+    assert decisions_of(task) == 1
