@@ -97,7 +97,7 @@ class CheckpointRefOut(Schema):
 class StateTaskOut(Schema):
     id: str
     name: str
-    path: list[str]
+    path: list[Any]  # LangGraph's task path: ["__pregel_pull", node] or ["__pregel_push", index, ...]
     error: str | None
     interrupts: list[InterruptOut]
     # A subgraph's task: where its checkpoints are, ``{thread_id, checkpoint_ns}`` as LangGraph Server

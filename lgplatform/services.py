@@ -53,7 +53,7 @@ from runtime import threads as runtime_threads
 from runtime.models import ACTIVE_RUN_STATUSES, Run, RunKind, RunStatus, Thread, ThreadStatus
 from runtime.registry import UnknownGraph, graph_get, graph_names
 from runtime.runs import ThreadBusy, run_enqueue
-from runtime.state import CheckpointView, SubgraphView
+from runtime.state import CheckpointView, StepTask, SubgraphView
 from runtime.state_schema import FieldError, values_validate
 
 # The namespace LangGraph Platform derives its per-graph assistant ids from, so
@@ -381,12 +381,13 @@ def state_out(
     error = (
         thread.error if view.checkpoint_id == thread.checkpoint_id and thread.status == ThreadStatus.FAILED else None
     )
-    placed: set[tuple[str, str]] = set()
+    placed: set[str] = set()
     tasks = _tasks_out(thread.id, view, pending, subgraphs, error=error, placed=placed)
     for (namespace, node), interrupts in pending.items():  # pending, yet held by no task of the checkpoint
-        if (namespace, node) not in placed:
+        unheld = [i for i in interrupts if i.id not in placed]
+        if unheld:
             task_id = str(uuid.uuid5(ASSISTANT_NAMESPACE, f"{view.checkpoint_id}:{namespace}:{node}"))
-            tasks.append(task_out(task_id, node, interrupts))
+            tasks.append(task_out(task_id, node, unheld))
     return ThreadStateOut(
         values=view.values,
         next=view.next,
@@ -413,9 +414,10 @@ def _tasks_out(
     *,
     inside: str = "",
     error: str | None = None,
-    placed: set[tuple[str, str]] | None = None,
+    placed: set[str] | None = None,
 ) -> list[StateTaskOut]:
-    """The step's tasks as LangGraph lists them, under its task ids, in the graph at namespace ``inside``.
+    """The step's tasks as LangGraph lists them, under its task ids and paths, in the graph at namespace
+    ``inside``.
 
     A paused task holds its interrupts (a subgraph's come up on every task on the way down to the one
     that raised it, as LangGraph Server shows them); a finished one what it returned (masked like the
@@ -423,11 +425,15 @@ def _tasks_out(
     is among ``subgraphs``, else where its checkpoints are.
     """
     nested = {s.task_id: s for s in subgraphs}
+    # Interrupts LangGraph places on a task are that task's alone, whatever other tasks share its node.
+    claimed = {i for t in view.tasks for i in t.interrupt_ids or ()}
     tasks: list[StateTaskOut] = []
     for step_task in view.tasks:
-        interrupts = _interrupts_held(pending, step_task.checkpoint_ns, step_task.name, inside=inside, placed=placed)
+        interrupts = _interrupts_held(pending, step_task, claimed, inside=inside)
+        if placed is not None:
+            placed.update(i.id for i in interrupts)
         failed = error if step_task.result is None and not interrupts else None
-        task = task_out(step_task.id, step_task.name, interrupts, failed, result=step_task.result)
+        task = task_out(step_task.id, step_task.name, interrupts, failed, result=step_task.result, path=step_task.path)
         sub = nested.get(step_task.id)
         if sub is not None:
             task.state = _subgraph_state_out(thread_id, sub, pending)
@@ -482,32 +488,37 @@ def _pending_interrupts(
 
 
 def _interrupts_held(
-    pending: dict[tuple[str, str], list[InterruptOut]],
-    checkpoint_ns: str,
-    node: str,
-    *,
-    inside: str = "",
-    placed: set[tuple[str, str]] | None = None,
+    pending: dict[tuple[str, str], list[InterruptOut]], step_task: StepTask, claimed: set[str], *, inside: str = ""
 ) -> list[InterruptOut]:
-    """The interrupts of ``pending`` a task holds: raised at its node (in the graph at ``inside``), or
-    anywhere in the subgraph it runs (``checkpoint_ns``, and the subgraphs below it). Where they were
-    raised is added to ``placed``."""
-    if not checkpoint_ns:
-        places = [(inside, node)] if (inside, node) in pending else []
-    else:
-        places = [p for p in pending if p[0] == checkpoint_ns or p[0].startswith(checkpoint_ns + "|")]
-    if placed is not None:
-        placed.update(places)
-    return [interrupt for place in places for interrupt in pending[place]]
+    """The interrupts of ``pending`` a task holds: those LangGraph lists on it, raised at its node (in the
+    graph at ``inside``); or anywhere in the subgraph it runs (its namespace, and the subgraphs below it).
+    A task read without LangGraph's list holds those at its node that no other task of the step claims."""
+    if step_task.checkpoint_ns:
+        namespace = step_task.checkpoint_ns
+        return [i for place, found in pending.items() if _within(place[0], namespace) for i in found]
+    at_node = pending.get((inside, step_task.name), [])
+    if step_task.interrupt_ids is None:
+        return [i for i in at_node if i.id not in claimed]
+    return [i for i in at_node if i.id in step_task.interrupt_ids]
+
+
+def _within(namespace: str, subgraph: str) -> bool:
+    return namespace == subgraph or namespace.startswith(subgraph + "|")
 
 
 def task_out(
-    task_id: str, name: str, interrupts: list[InterruptOut], error: str | None = None, *, result: Any = None
+    task_id: str,
+    name: str,
+    interrupts: list[InterruptOut],
+    error: str | None = None,
+    *,
+    result: Any = None,
+    path: Sequence[Any] = (),
 ) -> StateTaskOut:
     return StateTaskOut(
         id=task_id,
         name=name,
-        path=["__pregel_pull", name],
+        path=list(path) or ["__pregel_pull", name],  # LangGraph's, when the checkpoint gave it
         error=error,
         interrupts=interrupts,
         checkpoint=None,

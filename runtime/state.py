@@ -41,6 +41,11 @@ class StepTask:
     name: str
     result: Any = None
     checkpoint_ns: str = ""  # a subgraph's task: the namespace its own checkpoints are kept under
+    # LangGraph's path for the task: ("__pregel_pull", node), or ("__pregel_push", index, ...) for a Send's.
+    path: tuple[Any, ...] = ()
+    # The ids of the interrupts the task raised, as LangGraph lists them on it; None when not read from
+    # LangGraph (several tasks of one node, as a Send fan-out makes, each hold only their own).
+    interrupt_ids: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -81,7 +86,18 @@ def _view(snapshot: Any) -> CheckpointView:
         next=list(snapshot.next),
         values=to_jsonable(snapshot.values or {}),
         writes=to_jsonable(metadata.get("writes")),
-        tasks=tuple(StepTask(str(t.id), t.name, to_jsonable(t.result), _namespace_of(t.state)) for t in snapshot.tasks),
+        tasks=tuple(_step_task(t) for t in snapshot.tasks),
+    )
+
+
+def _step_task(task: Any) -> StepTask:
+    return StepTask(
+        str(task.id),
+        task.name,
+        to_jsonable(task.result),
+        _namespace_of(task.state),
+        path=tuple(to_jsonable(list(task.path))),
+        interrupt_ids=tuple(str(i.id) for i in task.interrupts),
     )
 
 

@@ -7,7 +7,7 @@ import os
 from typing import Annotated, Any, TypedDict
 
 from langgraph.graph import END, START, StateGraph
-from langgraph.types import interrupt
+from langgraph.types import Send, interrupt
 from typing_extensions import TypedDict as StrictTypedDict
 
 
@@ -183,3 +183,58 @@ def _faulty() -> StateGraph[FaultState]:
 
 
 faulty = _faulty()
+
+
+class FanOutState(TypedDict, total=False):
+    items: list[str]
+    item: str  # what one ``review_item`` branch (a Send) is given
+    answers: Annotated[list[str], operator.add]
+
+
+def _fan_out(state: FanOutState) -> list[Send]:
+    return [Send("review_item", {"item": item}) for item in state.get("items", [])]
+
+
+def review_item(state: FanOutState) -> dict[str, Any]:
+    answer = interrupt({"title": f"Review {state.get('item')}", "item": state.get("item")})
+    return {"answers": [f"{state.get('item')}:{answer.get('decision')}"]}
+
+
+def _fan_out_review() -> StateGraph[FanOutState]:
+    # One interrupt per Send branch, all pending at one checkpoint under the same node name.
+    builder = StateGraph(FanOutState)
+    builder.add_node(review_item)
+    builder.add_conditional_edges(START, _fan_out, ["review_item"])
+    builder.add_edge("review_item", END)
+    return builder
+
+
+fan_out_review = _fan_out_review()
+
+
+class StepsState(TypedDict, total=False):
+    x: int
+    seen: Annotated[list[str], operator.add]
+
+
+def _step(name: str):
+    def node(state: StepsState) -> dict[str, Any]:
+        return {"seen": [name]}
+
+    node.__name__ = name
+    return node
+
+
+def _three_steps() -> StateGraph[StepsState]:
+    # No gate: a thread of it completes, so an update_state "as" a node leaves the nodes after it to run.
+    builder = StateGraph(StepsState)
+    for name in ("t1", "t2", "t3"):
+        builder.add_node(name, _step(name))
+    builder.add_edge(START, "t1")
+    builder.add_edge("t1", "t2")
+    builder.add_edge("t2", "t3")
+    builder.add_edge("t3", END)
+    return builder
+
+
+three_steps = _three_steps()

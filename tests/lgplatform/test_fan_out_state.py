@@ -1,0 +1,37 @@
+"""A Send fan-out pauses several tasks of one node at one checkpoint: each interrupt is shown once, on its
+own task, as LangGraph's ``invoke`` and ``get_state`` show them (``lgplatform.services.state_out``)."""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db", "live_worker")]
+
+
+def test_a_run_s_output_lists_each_send_branch_s_interrupt_once(fanned_out):
+    _, paused = fanned_out
+    assert sorted(i["value"]["item"] for i in paused["__interrupt__"]) == ["a", "b"]
+    assert len({i["id"] for i in paused["__interrupt__"]}) == 2
+
+
+def test_each_send_task_holds_only_its_own_interrupt(reviewer, fanned_out):
+    thread, paused = fanned_out
+    state = reviewer.client.get(f"/lg/threads/{thread}/state").json()
+    assert [t["name"] for t in state["tasks"]] == ["review_item", "review_item"]
+    assert [[i["value"]["item"] for i in t["interrupts"]] for t in state["tasks"]] == [["a"], ["b"]]
+    assert sorted(i["id"] for i in state["interrupts"]) == sorted(i["id"] for i in paused["__interrupt__"])
+
+
+def test_a_send_task_s_path_is_langgraph_s_push_path(reviewer, fanned_out):
+    thread, _ = fanned_out
+    state = reviewer.client.get(f"/lg/threads/{thread}/state").json()
+    assert [t["path"] for t in state["tasks"]] == [["__pregel_push", 0, False], ["__pregel_push", 1, False]]
+
+
+def test_the_fan_out_resumes_with_a_map_and_finishes(reviewer, fanned_out):
+    thread, paused = fanned_out
+    resume = {i["id"]: {"decision": "approve", "reason": i["value"]["item"]} for i in paused["__interrupt__"]}
+    body = {"assistant_id": "fan_out_review", "command": {"resume": resume}}
+    final = reviewer.client.post(f"/lg/threads/{thread}/runs/wait", body)
+    assert final.status_code == 200, final.content
+    assert sorted(final.json()["answers"]) == ["a:approve", "b:approve"] and "__interrupt__" not in final.json()
