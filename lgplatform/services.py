@@ -36,7 +36,7 @@ from approvals import gateway, permissions, services, time_travel
 from approvals.audit import audit_record, audit_thread
 from approvals.errors import Conflict, DomainError, InvalidInput, NotFound
 from approvals.models import ApprovalTask, AuditAction, Decision, TaskKind, TaskStatus
-from approvals.payloads import NOT_GIVEN, REASON_MAX_CHARS, DecisionRequest, resume_outcome
+from approvals.payloads import GENERIC_DECISIONS, NOT_GIVEN, REASON_MAX_CHARS, DecisionRequest, resume_outcome
 from approvals.redaction import filter_split, redact
 from approvals.run_cancel import run_cancel as run_cancel_service
 from lgplatform.responses import (
@@ -846,12 +846,13 @@ def _run_resume(
                 field="command.resume",
             )
         answers = [(pending[0], resume)]
+    where = [f"command.resume.{t.interrupt_id}" if _is_resume_map(resume) else "command.resume" for t, _ in answers]
+    outcomes = [_outcome_of(value, at=at) for (_, value), at in zip(answers, where, strict=True)]  # all, first
     decision = None
-    for index, (task, value) in enumerate(answers):
-        at = f"command.resume.{task.interrupt_id}" if _is_resume_map(resume) else "command.resume"
+    for index, ((task, value), at, outcome) in enumerate(zip(answers, where, outcomes, strict=True)):
         reason, reason_at = _reason_of(value, metadata, at=at)
         request = DecisionRequest(
-            outcome=_outcome_of(value),
+            outcome=outcome,
             reason=reason,
             checkpoint_id=task.checkpoint_id,
             state_patch=update if index == 0 else None,
@@ -881,9 +882,32 @@ def _token_signer() -> services.Signer:
     return services.Signer(authenticated_at=timezone.now())
 
 
-def _outcome_of(value: Any) -> str:
-    """The decision a resume value expresses, for the Decision row and its policies."""
+def _outcome_of(value: Any, *, at: str) -> str:
+    """The decision a resume value expresses, for the Decision row and its policies: approve when it
+    names none (a generic answer)."""
+    _decision_words_check(value, at=at)
     return resume_outcome(value) or "approve"
+
+
+def _decision_words_check(value: Any, *, at: str) -> None:
+    """A value that names its decision (``decision``, a tool call's ``type``, a per-call ``decisions[i].type``)
+    names one of the native API's words, case and all: read as an approval, ``{"decision": "Reject"}`` went
+    to the graph as written while the audit recorded an approval and no reason policy for a reject applied."""
+    if not isinstance(value, dict):
+        return
+    named = [(key, value[key]) for key in ("decision", "type") if key in value]
+    if isinstance(value.get("decisions"), list):
+        named += [
+            (f"decisions[{index}].type", item["type"])
+            for index, item in enumerate(value["decisions"])
+            if isinstance(item, dict) and "type" in item
+        ]
+    for key, word in named:
+        if not isinstance(word, str) or word not in GENERIC_DECISIONS:
+            raise InvalidInput(
+                f"{word!r} is not a decision Gatehouse knows; send one of {', '.join(GENERIC_DECISIONS)}",
+                field=f"{at}.{key}",
+            )
 
 
 def metadata_reason(metadata: dict[str, Any] | None) -> str | None:

@@ -1,0 +1,69 @@
+"""A resume value that names its decision in a word Gatehouse does not know is refused, never recorded as an
+approval (``lgplatform.services._outcome_of``): the graph would act on the word, the audit on "approve", and
+a "reason required to reject" policy would be sidestepped. The words are the native API's, case and all."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from approvals.models import ApprovalTask, Decision, TaskStatus
+from tests.lgplatform.conftest import lg_run_wait
+from tests.security.test_bad_input_edges import error_of
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db", "live_worker")]
+
+
+@pytest.fixture
+def gated(operator) -> str:
+    """A ``travel_pay`` thread paused at its generic gate (a payload with no decisions of its own)."""
+    thread, paused = lg_run_wait(operator, "travel_pay", {"amount": 5})
+    assert len(paused["__interrupt__"]) == 1
+    return thread
+
+
+def _resume(persona: Any, thread: str, resume: Any, graph: str = "travel_pay") -> Any:
+    body = {"assistant_id": graph, "command": {"resume": resume}}
+    return persona.client.post(f"/lg/threads/{thread}/runs/wait", body)
+
+
+def _untouched(thread: str) -> bool:
+    tasks = ApprovalTask.objects.filter(thread_id=thread)
+    return tasks.filter(status=TaskStatus.PENDING).exists() and not Decision.objects.filter(task__in=tasks).exists()
+
+
+@pytest.mark.parametrize(
+    "resume,field",
+    [
+        ({"decision": "Reject"}, "command.resume.decision"),
+        ({"decision": "maybe", "reason": "not sure"}, "command.resume.decision"),
+        ({"decision": None}, "command.resume.decision"),
+        ({"type": "yes"}, "command.resume.type"),
+        ({"decisions": [{"type": "Reject"}]}, "command.resume.decisions[0].type"),
+    ],
+)
+def test_a_decision_word_gatehouse_does_not_know_is_a_422_naming_it(reviewer, gated, resume, field):
+    error = error_of(_resume(reviewer, gated, resume), 422)
+    assert error["field"] == field
+    assert "approve, reject, edit, respond" in error["message"]
+    assert _untouched(gated)
+
+
+def test_an_unknown_word_under_an_interrupt_id_is_named_under_it(reviewer, fanned_out):
+    thread, paused = fanned_out
+    first, second = (i["id"] for i in paused["__interrupt__"])
+    resume = {first: {"decision": "approve"}, second: {"decision": "ok"}}
+    error = error_of(_resume(reviewer, thread, resume, "fan_out_review"), 422)
+    assert error["field"] == f"command.resume.{second}.decision"
+    assert _untouched(thread)
+
+
+def test_a_known_word_is_recorded_as_that_decision(reviewer, gated):
+    assert _resume(reviewer, gated, {"decision": "reject", "reason": "no"}).status_code == 200
+    assert list(Decision.objects.filter(task__thread_id=gated).values_list("outcome", flat=True)) == ["reject"]
+
+
+def test_a_value_that_names_no_decision_still_answers_as_an_approval(reviewer, gated):
+    assert _resume(reviewer, gated, {"note": "looks fine"}).status_code == 200
+    assert list(Decision.objects.filter(task__thread_id=gated).values_list("outcome", flat=True)) == ["approve"]
