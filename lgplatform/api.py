@@ -223,8 +223,6 @@ def thread_state_update(request: HttpRequest, thread_id: AnyUuid, body: ThreadSt
     forked_at = platform_time_travel.checkpoint_wanted(body.checkpoint, body.checkpoint_id)
     if forked_at:  # time travel: a fork at a past checkpoint
         return platform_time_travel.state_fork(request, thread_id, body, forked_at)
-    if not body.values:
-        raise InvalidInput("values to update are required", field="values")
     return platform.thread_state_update(
         actor=_user(request), thread_id=thread_id, values=body.values, as_node=body.as_node
     )

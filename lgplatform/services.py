@@ -31,6 +31,8 @@ from django.db import transaction
 from django.db.models import Q, QuerySet
 from django.db.models.fields.json import KeyTransform
 from django.utils import timezone
+from langgraph.errors import InvalidUpdateError
+from langgraph.graph import END
 
 from approvals import gateway, permissions, services, time_travel
 from approvals.audit import audit_record, audit_thread
@@ -88,6 +90,7 @@ RUN_STATUSES_IN: dict[str, list[str]] = {
     out: [status for status, shown in RUN_STATUS_OUT.items() if shown == out] for out in set(RUN_STATUS_OUT.values())
 } | {"timeout": []}  # a status of LangGraph Server's that no Gatehouse run is shown with
 _INTERRUPT_ID = re.compile(r"[0-9a-f]{32}")
+COPY_NODE = "__copy__"  # LangGraph's as_node for a copy of the checkpoint
 
 
 # --- assistants: one per registered graph ------------------------------------------------
@@ -594,9 +597,26 @@ def wait_output(user: permissions.Principal, thread: Thread, run: Run) -> dict[s
     return values
 
 
+def _state_update_shape(values: dict[str, Any] | None, as_node: str | None) -> dict[str, Any] | None:
+    """The values of an ``update_state`` as LangGraph 1.2 takes them: none (or ``{}``) with an ``as_node``
+    writes as that node with no writes, and as ``END`` clears the pending tasks; ``__copy__`` is not served."""
+    if as_node == COPY_NODE:
+        # LangGraph's copy is a fork of the checkpoint, which Gatehouse records as a branch.
+        raise InvalidInput(
+            "as_node '__copy__' is not served: copy the thread with threads.copy, or fork a checkpoint "
+            "with update_state(..., checkpoint_id=...)",
+            field="as_node",
+        )
+    if not values and as_node is None:
+        raise InvalidInput("values to update are required, or an as_node to write as with none", field="values")
+    if values and as_node == END:
+        raise InvalidInput(f"as_node {END!r} takes no values: it clears the pending tasks", field="as_node")
+    return values or None
+
+
 @transaction.atomic
 def thread_state_update(
-    *, actor: User, thread_id: Any, values: dict[str, Any], as_node: str | None
+    *, actor: User, thread_id: Any, values: dict[str, Any] | None, as_node: str | None
 ) -> ThreadUpdateStateOut:
     """``update_state`` for operators, on threads with no run active and no decision pending.
 
@@ -605,6 +625,7 @@ def thread_state_update(
     changes, so the approval task would silently lose its thread. Edits that go
     with a decision travel in ``command={"resume": ..., "update": {...}}``.
     """
+    values = _state_update_shape(values, as_node)
     thread = thread_get_for(actor, thread_id)
     permissions.require(actor, "runtime.retry_thread", "update thread state")
     thread = Thread.objects.select_for_update().get(pk=thread.pk)
@@ -627,15 +648,19 @@ def thread_state_update(
         )
         raise Conflict(f"{why}; its state cannot be updated now", field="thread_id")
     entry = graph_get(thread.graph)
-    try:
-        values_validate(entry.state_schema, values, prefix="values")
-    except FieldError as exc:
-        raise InvalidInput(exc.message, field=exc.field) from None
-    if as_node is not None and as_node not in entry.builder.nodes:
+    if as_node not in (None, END, *entry.builder.nodes):
         raise InvalidInput(f"unknown node (the graph has: {', '.join(entry.builder.nodes)})", field="as_node")
-    values = services.state_write_guard(actor=actor, thread=thread, values=values, field="values")
+    if values is not None:
+        try:
+            values_validate(entry.state_schema, values, prefix="values")
+        except FieldError as exc:
+            raise InvalidInput(exc.message, field=exc.field) from None
+        values = services.state_write_guard(actor=actor, thread=thread, values=values, field="values")
     previous = thread.checkpoint_id
-    checkpoint_id = runtime_threads.thread_state_write(thread=thread, values=values, as_node=as_node)
+    try:
+        checkpoint_id = runtime_threads.thread_state_write(thread=thread, values=values, as_node=as_node)
+    except InvalidUpdateError as exc:  # e.g. an update with no as_node after a step of several nodes
+        raise InvalidInput(f"LangGraph refused the update: {exc}", field="as_node") from None
     audit_thread(
         thread=thread,
         actor=actor,

@@ -68,21 +68,28 @@ def thread_graph_bind(*, thread: Thread, graph: str) -> None:
         thread.graph = graph
 
 
-def thread_state_write(*, thread: Thread, values: dict[str, Any], as_node: str | None) -> str:
+def thread_state_write(*, thread: Thread, values: dict[str, Any] | None, as_node: str | None) -> str:
     """LangGraph's ``update_state`` on the thread's latest checkpoint; returns the new checkpoint id.
 
     Under the thread's row lock and only while no run is active (``ThreadBusy``):
     a worker writing the same thread's checkpoints would race it. The update runs
     no node (the channels' reducers apply it). The thread row's ``values``, the
     snapshot listings read, take the new state unmasked (readers mask per reader).
+    A thread between runs is idle while the new state leaves nodes to run (a run
+    with no input continues it, as LangGraph's ``invoke(None)``), else completed.
     """
     thread = thread_lock_idle(thread)
     compiled = graph_get(thread.graph).compiled()
     config = compiled.update_state({"configurable": {"thread_id": str(thread.id)}}, values, as_node=as_node)
     checkpoint_id = str(config["configurable"]["checkpoint_id"])
     view = thread_state_read(thread)
+    if thread.status in (ThreadStatus.IDLE, ThreadStatus.COMPLETED):
+        thread.status = ThreadStatus.IDLE if view and view.next else ThreadStatus.COMPLETED
     Thread.objects.filter(pk=thread.pk).update(
-        checkpoint_id=checkpoint_id, values=view.values if view else thread.values, updated_at=timezone.now()
+        checkpoint_id=checkpoint_id,
+        values=view.values if view else thread.values,
+        status=thread.status,
+        updated_at=timezone.now(),
     )
     return checkpoint_id
 
