@@ -187,6 +187,31 @@ def _json_filter(qs: QuerySet[Thread], column: str, wanted: dict[str, Any]) -> Q
     return qs
 
 
+# Keys ``thread_out`` reports from the thread's graph when its metadata has none of its own.
+GRAPH_METADATA_KEYS = ("graph_id", "assistant_id")
+
+
+def _metadata_filter(qs: QuerySet[Thread], wanted: dict[str, Any]) -> QuerySet[Thread]:
+    """Filter on metadata as ``threads.get`` reports it: a thread bound to a graph by its first run has the
+    ``graph_id`` and ``assistant_id`` of its graph, which its stored metadata does not hold."""
+    qs = _json_filter(qs, "metadata", {k: v for k, v in wanted.items() if k not in GRAPH_METADATA_KEYS})
+    for key in GRAPH_METADATA_KEYS:
+        if key not in wanted:
+            continue
+        value = wanted[key]
+        alias = f"_metadata_{key}"
+        graphs = [g for g in qs.values_list("graph", flat=True).distinct() if g and _graph_metadata(g)[key] == value]
+        stored = Q(metadata__has_key=key) & Q(**{alias: value})
+        qs = qs.annotate(**{alias: KeyTransform(key, "metadata")}).filter(
+            stored | (~Q(metadata__has_key=key) & Q(graph__in=graphs))
+        )
+    return qs
+
+
+def _graph_metadata(graph: str) -> dict[str, str]:
+    return {"graph_id": graph, "assistant_id": assistant_id_for(graph)}
+
+
 def _values_filter(user: permissions.Principal, qs: QuerySet[Thread], wanted: dict[str, Any]) -> QuerySet[Thread]:
     """Filter on state values as the reader sees them: a redacted location compares as the mask.
 
@@ -240,7 +265,7 @@ def _threads_matching(
     if ids:
         qs = qs.filter(pk__in=[_uuid(i, f"ids[{n}]") for n, i in enumerate(ids)])
     if metadata:
-        qs = _json_filter(qs, "metadata", metadata)
+        qs = _metadata_filter(qs, metadata)
     if values:
         qs = _values_filter(user, qs, values)
     return qs
@@ -334,8 +359,8 @@ def thread_interrupts(user: permissions.Principal, thread: Thread) -> dict[str, 
 def thread_out(user: permissions.Principal, thread: Thread) -> ThreadOut:
     metadata = dict(thread.metadata or {})
     if thread.graph:
-        metadata.setdefault("graph_id", thread.graph)
-        metadata.setdefault("assistant_id", assistant_id_for(thread.graph))
+        for key, value in _graph_metadata(thread.graph).items():
+            metadata.setdefault(key, value)
     return ThreadOut(
         thread_id=str(thread.id),
         created_at=thread.created_at,
