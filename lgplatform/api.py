@@ -314,6 +314,7 @@ def _run_create_body(request: HttpRequest, thread_id: UUID, body: RunCreateIn) -
         update=command.update if command is not None else None,
         metadata=body.metadata,
         multitask_strategy=body.multitask_strategy,
+        if_not_exists=body.if_not_exists,
     )
 
 

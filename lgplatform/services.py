@@ -27,7 +27,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from django.contrib.auth.models import User
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Q, QuerySet
 from django.db.models.fields.json import KeyTransform
 from django.utils import timezone
@@ -323,7 +323,11 @@ def thread_create(
             with contextlib.suppress(NotFound):
                 return thread_get_for(actor, pk), False
         raise Conflict(f"thread {pk} already exists", field="thread_id")
-    thread = runtime_threads.thread_create(thread_id=pk, graph=graph, metadata=metadata, created_by=actor)
+    try:
+        with transaction.atomic():
+            thread = runtime_threads.thread_create(thread_id=pk, graph=graph, metadata=metadata, created_by=actor)
+    except IntegrityError:  # created by a concurrent request since the check above
+        raise Conflict(f"thread {pk} already exists", field="thread_id") from None
     details = {"metadata": metadata, "via": "platform-api"}
     audit_thread(thread=thread, actor=actor, action=AuditAction.THREAD_CREATED, details=details)
     return thread, True
@@ -764,13 +768,15 @@ def run_create(
     update: dict[str, Any] | None = None,
     metadata: dict[str, Any] | None = None,
     multitask_strategy: str | None = None,
+    if_not_exists: str | None = None,
 ) -> Run:
     """Start, resume, retry or continue a thread, as the request's shape says.
 
     ``multitask_strategy`` ``interrupt`` / ``rollback``: a start (``input``) first
     cancels the thread's active run with that action, as LangGraph Server does.
+    ``if_not_exists="create"``: a thread id that names no thread is created first (``_thread_for_run``).
     """
-    thread = thread_get_for(actor, thread_id)
+    thread = _thread_for_run(actor, thread_id, if_not_exists)
     graph = assistant_graph(actor, assistant_id)
     if thread.graph and thread.graph != graph:
         raise Conflict(f"thread {thread.id} runs graph {thread.graph!r}, not {graph!r}", field="assistant_id")
@@ -793,6 +799,19 @@ def run_create(
     if input is not None:
         return _run_start(actor, thread.pk, graph, input, metadata)
     return _run_continue(actor, thread)
+
+
+def _thread_for_run(actor: User, thread_id: Any, if_not_exists: str | None) -> Thread:
+    """The run's thread. With ``if_not_exists="create"`` an id that names none is created, as LangGraph Server
+    does, through ``thread_create``: its permission and audit, and a taken id the caller may not see is its
+    409. The caller's transaction holds the creation: a run refused after it leaves no thread behind."""
+    try:
+        return thread_get_for(actor, thread_id)
+    except NotFound:
+        if if_not_exists != "create":
+            raise
+    thread, _ = thread_create(actor=actor, thread_id=str(thread_id), metadata={}, if_exists="do_nothing")
+    return thread
 
 
 @transaction.atomic
