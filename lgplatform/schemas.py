@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from ninja import Schema
-from pydantic import BeforeValidator, Field
+from pydantic import BeforeValidator, Field, Strict
 from pydantic_core import PydanticCustomError
 
 from approvals.inputs import Offset
@@ -24,14 +24,18 @@ SortOrder = Literal["asc", "desc"]
 # more than ~1000 nested terms ("Expression tree is too large", a 500), so a filter names at most this many.
 FILTER_KEYS_MAX = 100
 Filter = Annotated[dict[str, Any], Field(max_length=FILTER_KEYS_MAX)]
+# A number in a JSON body is a JSON number: Pydantic's lax mode read ``true`` as 1 (``{"limit": true}``
+# listed one state, ``"ttl": true`` kept an item a minute). Query strings stay lax: they are text.
+BodyOffset = Annotated[Offset, Strict()]
+BodySeconds = Annotated[float, Strict()]
 
 
 class AssistantSearchIn(Schema):
     graph_id: str | None = Field(default=None, max_length=200)
     metadata: Filter | None = None
     name: str | None = Field(default=None, max_length=200)
-    limit: int = Field(default=10, ge=1, le=1000)
-    offset: Offset = 0
+    limit: int = Field(default=10, ge=1, le=1000, strict=True)
+    offset: BodyOffset = 0
     sort_by: Literal["assistant_id", "graph_id", "name", "created_at", "updated_at"] | None = None
     sort_order: SortOrder | None = None
 
@@ -52,8 +56,8 @@ class ThreadSearchIn(Schema):
     values: Filter | None = None
     ids: list[Annotated[str, Field(max_length=64)]] | None = Field(default=None, max_length=1000)
     status: ThreadStatusIn | None = None
-    limit: int = Field(default=10, ge=1, le=1000)
-    offset: Offset = 0
+    limit: int = Field(default=10, ge=1, le=1000, strict=True)
+    offset: BodyOffset = 0
     sort_by: Literal["thread_id", "status", "created_at", "updated_at"] | None = None
     sort_order: SortOrder | None = None
     select: list[str] | None = None
@@ -79,7 +83,7 @@ class ThreadCheckpointIn(Schema):
 
 
 class HistoryIn(Schema):
-    limit: int = Field(default=10, ge=1, le=1000)
+    limit: int = Field(default=10, ge=1, le=1000, strict=True)
     # A checkpoint id, a checkpoint or a config naming one (``lgplatform.services.checkpoint_id_read``).
     before: str | dict[str, Any] | None = None
     metadata: Filter | None = None
@@ -143,7 +147,7 @@ class RunCreateIn(Schema):
     webhook: str | None = None
     checkpoint: dict[str, Any] | None = None
     checkpoint_id: str | None = Field(default=None, max_length=64)
-    after_seconds: float | None = None
+    after_seconds: BodySeconds | None = None
     if_not_exists: Literal["create", "reject"] | None = None
 
 
@@ -155,7 +159,7 @@ class StorePutIn(Schema):
     key: str
     value: dict[str, Any]
     index: bool | list[str] | None = None
-    ttl: float | None = None
+    ttl: BodySeconds | None = None  # minutes, as LangGraph's store takes it
 
 
 class StoreDeleteIn(Schema):
@@ -172,8 +176,8 @@ class StoreGetQuery(Schema):
 class StoreSearchIn(Schema):
     namespace_prefix: list[str] = Field(default_factory=list)
     filter: Filter | None = None
-    limit: int = Field(10, ge=1, le=STORE_LIMIT_MAX)
-    offset: int = Field(0, ge=0, le=STORE_OFFSET_MAX)
+    limit: int = Field(10, ge=1, le=STORE_LIMIT_MAX, strict=True)
+    offset: int = Field(0, ge=0, le=STORE_OFFSET_MAX, strict=True)
     query: str | None = Field(None, max_length=4000)
     refresh_ttl: bool | None = None
 
@@ -181,6 +185,6 @@ class StoreSearchIn(Schema):
 class StoreNamespacesIn(Schema):
     prefix: list[str] | None = None
     suffix: list[str] | None = None
-    max_depth: int | None = Field(None, ge=1, le=100)
-    limit: int = Field(100, ge=1, le=STORE_LIMIT_MAX)
-    offset: int = Field(0, ge=0, le=STORE_OFFSET_MAX)
+    max_depth: int | None = Field(None, ge=1, le=100, strict=True)
+    limit: int = Field(100, ge=1, le=STORE_LIMIT_MAX, strict=True)
+    offset: int = Field(0, ge=0, le=STORE_OFFSET_MAX, strict=True)
