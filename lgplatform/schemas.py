@@ -15,7 +15,7 @@ from ninja import Schema
 from pydantic import BeforeValidator, Field, Strict
 from pydantic_core import PydanticCustomError
 
-from approvals.inputs import Offset
+from approvals.inputs import Offset, ThreadMetadata
 from approvals.store import STORE_LIMIT_MAX, STORE_OFFSET_MAX
 from runtime.stream import CLIENT_MODES
 
@@ -42,7 +42,7 @@ class AssistantSearchIn(Schema):
 
 class ThreadCreateIn(Schema):
     thread_id: str | None = Field(default=None, max_length=64)
-    metadata: dict[str, Any] | None = None
+    metadata: ThreadMetadata | None = None
     if_exists: Literal["raise", "do_nothing"] | None = None
     supersteps: list[Any] | None = None
     ttl: Any = None
@@ -136,7 +136,7 @@ class RunCreateIn(Schema):
     assistant_id: str = Field(min_length=1, max_length=200)
     input: dict[str, Any] | None = None
     command: Annotated[CommandIn | None, BeforeValidator(_object_or_null)] = None
-    metadata: dict[str, Any] | None = None
+    metadata: ThreadMetadata | None = None
     config: dict[str, Any] | None = None
     context: dict[str, Any] | None = None
     multitask_strategy: Literal["reject", "interrupt", "rollback", "enqueue"] | None = None
