@@ -1,4 +1,4 @@
-"""Fencing tokens for everything a run writes: checkpoints, effects, run rows.
+"""Fencing tokens for everything a run writes: checkpoints, store items, effects, run rows.
 
 A worker claims a run by bumping ``Thread.fence`` (``runtime.runs.run_claim``)
 and carries the new value in the run's config (``configurable["gatehouse_fence"]``).
@@ -12,7 +12,8 @@ Checkpoint writes are checked under a shared row lock on the thread
 claim's ``UPDATE ... SET fence = fence + 1`` must wait for. So a checkpoint
 write either commits before the takeover, and the new worker (which reads the
 checkpoints only after its claim committed) sees it, or it runs after the
-takeover and is refused. Nothing in between.
+takeover and is refused. Nothing in between. A store write is held the same
+way, by the transaction that records and audits it (``fence_hold``).
 
 This module sits below ``runtime.runs`` and the checkpointer (it imports
 neither), so both can use it without an import cycle.
@@ -27,7 +28,10 @@ import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from django.db import connection
 from langchain_core.runnables import RunnableConfig
+
+from runtime import rows
 
 FENCE_KEY = "gatehouse_fence"
 THREAD_TABLE = "runtime_thread"
@@ -48,6 +52,42 @@ def config_fence(config: RunnableConfig | None) -> tuple[str, int] | None:
 
 def stale(thread_id: str, fence: int, current: int | None) -> LeaseLost:
     return LeaseLost(f"thread {thread_id}: write under fence {fence} refused, the thread's fence is now {current}")
+
+
+# A store write's fence (runtime.store), in the transaction that records and audits the write, held
+# until that transaction commits, after the store write. PostgreSQL: the run row, then the thread row,
+# in the order a claim or a cancel locks them: the records' deferred foreign key to the run takes the
+# run's key lock at commit, which taken after the thread's would deadlock with a claim waiting for the
+# thread. The key lock does not stop the holder's own heartbeat. SQLite: a no-op update takes the
+# database's write lock, and its row count says whether the fence still holds.
+_STORE_HOLD_POSTGRES = (
+    "SELECT t.fence FROM runtime_run r JOIN runtime_thread t ON t.id = r.thread_id "
+    "WHERE r.id = %s AND t.id = %s FOR KEY SHARE OF r FOR SHARE OF t"
+)
+_STORE_HOLD_SQLITE = f"UPDATE {THREAD_TABLE} SET fence = fence WHERE id = %s AND fence = %s"
+_THREAD_FENCE = f"SELECT fence FROM {THREAD_TABLE} WHERE id = %s"
+
+
+def fence_hold(*, thread_id: str, fence: int, run_id: Any) -> None:
+    """Refuse a stale fence (``LeaseLost``), else keep a claim or a cancel from moving it until the caller's
+    transaction ends: what the caller writes before it commits is ordered before any takeover."""
+    if not connection.in_atomic_block:
+        raise RuntimeError("fence_hold holds the fence for the caller's transaction: call it inside one")
+    with rows.fixed_cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(_STORE_HOLD_POSTGRES, [uuid.UUID(str(run_id)), uuid.UUID(thread_id)])
+            row = cursor.fetchone()
+            if row is not None and int(row[0]) == fence:
+                return
+            current = None if row is None else int(row[0])
+        else:
+            cursor.execute(_STORE_HOLD_SQLITE, [uuid.UUID(thread_id).hex, fence])
+            if cursor.rowcount == 1:
+                return
+            cursor.execute(_THREAD_FENCE, [uuid.UUID(thread_id).hex])
+            row = cursor.fetchone()
+            current = None if row is None else int(row[0])
+    raise stale(thread_id, fence, current)
 
 
 # The fence of the write in progress on this thread of execution: set by the

@@ -25,7 +25,9 @@ keyed by a namespace's first label (see ``approvals.store`` for the policy).
 A run gets the store wrapped in ``RecordingStore``: every get / put / delete /
 search / list it makes is recorded as a ``StoreOperation`` (thread, run,
 namespace, key) in one insert per batch, and writes send ``signals.store_written``
-inside that insert's transaction so the domain audits them.
+inside that insert's transaction so the domain audits them. A write made by a
+claimed run's graph code is fenced in that transaction (``runtime.fencing.fence_hold``):
+refused under a stale fence, ordered before any takeover otherwise.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connections, transaction
+from langgraph.config import get_config
 from langgraph.store.base import (
     BaseStore,
     GetOp,
@@ -56,6 +59,7 @@ from langgraph.store.postgres import PostgresStore
 from langgraph.store.sqlite import SqliteStore
 
 from runtime import rows, signals
+from runtime.fencing import config_fence, fence_hold
 from runtime.sqlite_wal import wal_enable
 
 
@@ -286,8 +290,12 @@ class RecordingStore(BaseStore):
             return results
         # Writes are recorded (and audited, by the signal's receiver) first, in one transaction
         # around the store write: a write that fails rolls its records back; a record that
-        # fails stops the write.
+        # fails stops the write. A claimed run's write holds its fence in that transaction: a
+        # worker that lost the run (taken over, cancelled) writes, records and audits nothing.
+        fenced = _writer_fence()
         with transaction.atomic():
+            if fenced is not None:
+                fence_hold(thread_id=fenced[0], fence=fenced[1], run_id=self.run_id)
             self._record_writes(ops)
             results = self.inner.batch(ops)
             self._record(
@@ -349,6 +357,16 @@ class RecordingStore(BaseStore):
         hits = len(result) if isinstance(result, list) else 0
         prefix = next((c.path for c in op.match_conditions or () if c.match_type == "prefix"), ())
         return StoreOperation(op=OP_LIST, namespace=namespace_label(prefix), key="", hits=hits, **common)
+
+
+def _writer_fence() -> tuple[str, int] | None:
+    """The fence of the claimed run whose graph code is writing, from its config as an effect reads it;
+    None outside a runnable (not graph code) or a run without a fence (a graph driven directly)."""
+    try:
+        config = get_config()
+    except RuntimeError:
+        return None
+    return config_fence(config)
 
 
 def store_for_run(*, thread_id: Any, run_id: Any, lease_owner: str | None = None) -> BaseStore:

@@ -580,3 +580,142 @@ def test_an_effect_under_a_stale_fence_is_refused_before_it_calls_out():
         _effect_graph(calls).invoke({}, _fenced_config(thread, 1))
     assert calls == []
     assert not Effect.objects.filter(thread=thread).exists()
+
+
+# --- store writes -----------------------------------------------------------------------------
+
+
+def _store_graph(run: Run, inner: Any = None) -> Any:
+    """A node that writes the long-term store, as the loan graph's ``disburse`` does, through the run's store."""
+    from langgraph.store.base import BaseStore
+
+    from runtime.store import RecordingStore, store_get
+
+    def remember(state: dict[str, Any], *, store: BaseStore) -> dict[str, Any]:
+        store.put(("zombies", str(run.thread_id)), "loan", {"paid_by": state["by"]})
+        return {}
+
+    builder: StateGraph[Any] = StateGraph(dict)  # type: ignore[type-var]
+    builder.add_node("remember", remember)
+    builder.add_edge(START, "remember")
+    builder.add_edge("remember", END)
+    recording = RecordingStore(
+        inner or store_get(), thread_id=run.thread_id, run_id=run.id, lease_owner=run.lease_owner
+    )
+    return builder.compile(store=recording)  # no checkpointer: only the store's own fence is under test
+
+
+def _memory(run: Run) -> tuple[Any, ...]:
+    """Everything a store write leaves: the item (value, last update), its operation rows, its audit rows."""
+    from approvals.models import AuditAction, AuditEvent
+    from runtime.models import StoreOperation
+    from runtime.store import store_get
+
+    item = store_get().get(("zombies", str(run.thread_id)), "loan")
+    return (
+        None if item is None else (item.value, item.updated_at),
+        StoreOperation.objects.filter(thread_id=run.thread_id).count(),
+        list(
+            AuditEvent.objects.filter(thread_id=run.thread_id, action=AuditAction.STORE_ITEM_PUT).values_list(
+                "actor_label", flat=True
+            )
+        ),
+    )
+
+
+def test_a_store_write_under_the_current_fence_is_stored_recorded_and_audited():
+    _, b = _taken_over()
+    _store_graph(b).invoke({"by": "b"}, _fenced_config(b.thread, b.fence))
+    value, operations, audited = _memory(b)
+    assert value is not None and value[0] == {"paid_by": "b"}
+    assert operations == 1
+    assert audited == ["worker:host:2:b"]
+
+
+def test_a_store_write_under_a_stale_fence_changes_nothing_after_a_takeover():
+    a, b = _taken_over()
+    _store_graph(b).invoke({"by": "b"}, _fenced_config(b.thread, b.fence))
+    before = _memory(b)
+    with pytest.raises(
+        LeaseLost,
+        match=f"thread {a.thread_id}: write under fence {a.fence} refused, the thread's fence is now {b.fence}",
+    ):
+        _store_graph(a).invoke({"by": "zombie"}, _fenced_config(a.thread, a.fence))
+    assert _memory(b) == before
+
+
+def test_a_store_write_of_a_cancelled_run_changes_nothing():
+    from runtime.cancel import run_cancel
+
+    run = _run()
+    claimed = run_claim(run_id=str(run.id), worker="host:1:a")
+    assert claimed is not None
+    before = _memory(claimed)
+    with transaction.atomic():
+        run_cancel(run=claimed, action="interrupt", actor_label="op", reason="stop")
+    with pytest.raises(LeaseLost, match=f"write under fence {claimed.fence} refused"):
+        _store_graph(claimed).invoke({"by": "zombie"}, _fenced_config(claimed.thread, claimed.fence))
+    assert _memory(claimed) == before
+
+
+def test_a_claim_waits_for_a_store_write_in_flight():
+    """The fence is held from the check until the store write's records commit: a takeover cannot slip between."""
+    from langgraph.store.base import BaseStore
+
+    from runtime.store import store_get
+
+    inside, release = threading.Event(), threading.Event()
+
+    class _Slow(BaseStore):  # the real store, its write held mid-way (a slow bank, a paused worker)
+        def batch(self, ops: Any) -> Any:
+            inside.set()
+            assert release.wait(scaled(15))
+            return store_get().batch(ops)
+
+        async def abatch(self, ops: Any) -> Any:
+            raise NotImplementedError
+
+    a = run_claim(run_id=str(_run().id), worker="host:1:a")
+    assert a is not None
+    outcome: dict[str, Any] = {}
+
+    def takeover() -> None:
+        inside.wait(scaled(10))
+        try:
+            _lapse(a)
+            with transaction.atomic(), connection.cursor() as cursor:
+                cursor.execute("SET LOCAL lock_timeout = '300ms'")
+                outcome["claim"] = run_claim(run_id=str(a.id), worker="host:2:b")
+        except Exception as exc:  # the lock timeout
+            outcome["claim"] = type(exc.__cause__ or exc).__name__
+        finally:
+            connection.close()
+            release.set()
+
+    taker = threading.Thread(target=takeover)
+    taker.start()
+    try:
+        _store_graph(a, inner=_Slow()).invoke({"by": "a"}, _fenced_config(a.thread, a.fence))
+    finally:
+        release.set()
+        taker.join(scaled(10))
+    assert outcome["claim"] == "LockNotAvailable"
+    assert Thread.objects.get(pk=a.thread_id).fence == a.fence
+    value, operations, audited = _memory(a)
+    assert value is not None and value[0] == {"paid_by": "a"} and operations == 1 and audited == ["worker:host:1:a"]
+
+
+def test_store_writes_outside_a_claimed_run_are_not_fenced():
+    # The API's store endpoints and an operator's edits carry no fence; nor does a graph driven directly.
+    a, _ = _taken_over()
+    _store_graph(a).invoke({"by": "console"}, {"configurable": {"thread_id": str(a.thread_id)}})
+    assert _memory(a)[0][0] == {"paid_by": "console"}
+
+
+def test_a_store_fence_is_held_only_inside_a_transaction():
+    # Outside one the hold would end with its own statement, before the write it should order.
+    from runtime.fencing import fence_hold
+
+    run = _run()
+    with pytest.raises(RuntimeError, match="inside one"):
+        fence_hold(thread_id=str(run.thread_id), fence=0, run_id=run.id)
