@@ -30,9 +30,16 @@ def _thread_graph(thread_id: Any) -> str:
     return graph
 
 
-def _run_entry(run: Run, action: AuditAction, details: dict[str, Any]) -> AuditEntry:
+RUNTIME_LABEL = "runtime"  # the audit actor of what the runtime decides itself (no worker, no principal)
+
+# runtime.runs' dead letter (a sweep, or a claim past the last attempt) fails a run with this text: the
+# runtime gave up on it. The lease still names the last worker, lost or not: it decided nothing.
+DEAD_LETTER_PREFIX = "gave up after "
+
+
+def _run_entry(run: Run, action: AuditAction, details: dict[str, Any], *, by_runtime: bool = False) -> AuditEntry:
     return AuditEntry(
-        actor_label=f"worker:{run.lease_owner}" if run.lease_owner else "runtime",
+        actor_label=f"worker:{run.lease_owner}" if run.lease_owner and not by_runtime else RUNTIME_LABEL,
         action=action,
         subject_type="run",
         subject_id=run.id,
@@ -42,8 +49,8 @@ def _run_entry(run: Run, action: AuditAction, details: dict[str, Any]) -> AuditE
     )
 
 
-def _audit_run(run: Run, action: AuditAction, details: dict[str, Any]) -> None:
-    _run_entry(run, action, details).recorded()
+def _audit_run(run: Run, action: AuditAction, details: dict[str, Any], *, by_runtime: bool = False) -> None:
+    _run_entry(run, action, details, by_runtime=by_runtime).recorded()
 
 
 @receiver(signals.run_claimed)
@@ -67,14 +74,15 @@ def on_run_completed(sender: Any, run: Run, values: dict[str, Any], **kwargs: An
         thread,
         AuditAction.THREAD_COMPLETED,
         {"checkpoint_id": thread.checkpoint_id, "keys": sorted(values), "run": str(run.id)},
-        actor_label="runtime",
+        actor_label=RUNTIME_LABEL,
     )
     audit_record_all([_run_entry(run, AuditAction.RUN_SUCCEEDED, {}), completed])
 
 
 @receiver(signals.run_failed)
 def on_run_failed(sender: Any, run: Run, error: str, **kwargs: Any) -> None:
-    _audit_run(run, AuditAction.RUN_FAILED, {"error": error, "attempt": run.attempts})
+    dead_letter = error.startswith(DEAD_LETTER_PREFIX)
+    _audit_run(run, AuditAction.RUN_FAILED, {"error": error, "attempt": run.attempts}, by_runtime=dead_letter)
 
 
 SUBJECT_ID_MAX = AuditEvent._meta.get_field("subject_id").max_length or 64
@@ -84,7 +92,7 @@ SUBJECT_ID_MAX = AuditEvent._meta.get_field("subject_id").max_length or 64
 def on_effect_executed(sender: Any, effect: Effect, **kwargs: Any) -> None:
     audit_record(
         actor=None,
-        actor_label="runtime",
+        actor_label=RUNTIME_LABEL,
         action=AuditAction.EFFECT_EXECUTED,
         subject_type="effect",
         # A key longer than the subject column (a custom key, a branch-scoped one) is named by its row id.
@@ -118,7 +126,7 @@ def on_store_written(
         lease_owner = Run.objects.only("lease_owner").get(pk=operation.run_id).lease_owner
     store_write_audit(
         actor=None,
-        actor_label=f"worker:{lease_owner}" if lease_owner else "runtime",
+        actor_label=f"worker:{lease_owner}" if lease_owner else RUNTIME_LABEL,
         namespace=namespace,
         key=key,
         value=value,

@@ -21,7 +21,7 @@ from django.test.utils import override_settings
 
 from runtime import runs
 from runtime.models import Run, RunKind, RunStatus, Thread, ThreadStatus
-from runtime.runs import _run_dead_letter, run_claim, run_retry_due, runs_sweep
+from runtime.runs import _run_dead_letter, run_claim, run_fail, run_retry_due, runs_sweep
 
 pytestmark = pytest.mark.usefixtures("live_db")
 
@@ -153,6 +153,40 @@ def test_the_dead_letter_fails_a_lapsed_running_run():
     _run_dead_letter(run_id=run.id)
     failed = Run.objects.select_related("thread").get(pk=run.pk)
     assert failed.status == RunStatus.FAILED and failed.thread.status == ThreadStatus.FAILED
+
+
+def _failure_actors(run: Run) -> list[tuple[Any, str]]:
+    from approvals.models import AuditAction, AuditEvent
+
+    failed = AuditEvent.objects.filter(thread_id=run.thread_id, action=AuditAction.RUN_FAILED)
+    return list(failed.values_list("actor_id", "actor_label"))
+
+
+def test_a_dead_letter_is_audited_as_the_runtimes_decision_not_the_lost_workers():
+    # The lease still names the worker that was lost; it decided nothing.
+    run = _run()
+    assert run_claim(run_id=str(run.id), worker="host:1:lost") is not None
+    _set(run, lease_expires_at=_ago(600))
+    _run_dead_letter(run_id=run.id)  # the sweeper's, once the attempts are spent
+    assert Run.objects.get(pk=run.pk).status == RunStatus.FAILED
+    assert _failure_actors(run) == [(None, "runtime")]
+
+
+@override_settings(GATEHOUSE_MAX_RUN_ATTEMPTS=1)
+def test_a_claim_past_the_last_attempt_audits_the_runtimes_decision_not_the_lost_workers():
+    run = _run()
+    assert run_claim(run_id=str(run.id), worker="host:1:lost") is not None
+    _set(run, lease_expires_at=_ago(600))
+    assert run_claim(run_id=str(run.id), worker="host:2:b") is None
+    assert _failure_actors(run) == [(None, "runtime")]
+
+
+def test_a_worker_failing_the_run_it_holds_is_audited_as_that_worker():
+    run = _run()
+    claimed = run_claim(run_id=str(run.id), worker="host:1:a")
+    assert claimed is not None
+    run_fail(run=claimed, error="ValueError: the graph raised")
+    assert _failure_actors(run) == [(None, "worker:host:1:a")]
 
 
 # --- a busy worker is not a lost dispatch: no re-dispatch storm ---------------------------------
