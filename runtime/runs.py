@@ -29,6 +29,7 @@ from django.db.models import F, OuterRef, Q, Subquery
 from django.db.models.expressions import CombinedExpression
 from django.db.models.functions import Now
 from django.utils import timezone
+from kombu.exceptions import OperationalError as BrokerOperationalError
 
 from runtime import rows, signals
 from runtime.fencing import LeaseLost
@@ -38,6 +39,10 @@ from runtime.notify import CHANNEL
 __all__ = ["LeaseLost"]  # re-exported: callers catch it from here
 
 log = logging.getLogger(__name__)
+
+# What publishing raises when the broker cannot be reached: Celery re-raises the transport's
+# connection errors (refused, timed out, reset) as kombu's OperationalError.
+BROKER_UNREACHABLE = (BrokerOperationalError, OSError)
 
 # The Celery task that executes a run (runtime.tasks.execute_run).
 EXECUTE_RUN_TASK = "runtime.execute_run"
@@ -193,7 +198,10 @@ def run_dispatch(*, run_id: Any) -> None:
     """
     try:
         current_app.send_task(EXECUTE_RUN_TASK, args=[str(run_id)])
-    except Exception:  # broker down: the run stays queued and the sweeper finds it
+    except BROKER_UNREACHABLE as exc:
+        # An outage (expected, documented): one line per run, not a traceback per thread started.
+        log.error("dispatch of run %s failed (%s: %s); the sweeper will retry", run_id, type(exc).__name__, exc)
+    except Exception:  # a bug: the run stays queued all the same, and its author needs the traceback
         log.exception("dispatch of run %s failed; the sweeper will retry", run_id)
 
 
