@@ -167,11 +167,19 @@ def _embed_load(base: Path, spec: str) -> Any:
 def store_get() -> BaseStore:
     """The process's store (built on first use)."""
     global _store
-    if _store is None:
+    store = _store
+    if store is None or _on_closed_pool(store):
         with _lock:
-            if _store is None:
+            if _store is None or _on_closed_pool(_store):
                 _store = _store_build(store_config())
-    return _store
+            store = _store
+    return store
+
+
+def _on_closed_pool(store: BaseStore) -> bool:
+    # PostgreSQL: the store shares the checkpointer's pool, which checkpointer_close closes (a test
+    # session's end, a shutdown); a store kept on it would fail every operation with PoolClosed.
+    return isinstance(store, PostgresStore) and bool(getattr(store.conn, "closed", False))
 
 
 def store_setup() -> None:
