@@ -361,7 +361,7 @@ def test_a_stale_fence_writes_no_checkpoint(caplog):
     Thread.objects.filter(pk=thread.pk).update(fence=8)  # another worker claimed it
     with caplog.at_level(logging.WARNING, logger="psycopg.pool"), pytest.raises(LeaseLost) as refused:
         graph.invoke({"n": 5}, _fenced_config(thread, 7), durability="sync")
-    assert "under fence 7 refused, the thread's fence is now 8" in str(refused.value)
+    assert f"thread {thread.id}: write under fence 7 refused, the thread's fence is now 8" in str(refused.value)
     assert _checkpoint_rows(str(thread.id)) == before
     # The refused transaction was rolled back before its connection went back to the pool.
     assert not [r for r in caplog.records if r.name == "psycopg.pool"], caplog.text
@@ -403,6 +403,24 @@ def test_a_stale_fence_writes_no_pending_writes():
             "zombie-task",
         )
     assert _checkpoint_rows(str(thread.id)) == before
+
+
+def test_a_fenced_pending_write_without_a_task_path_keeps_the_librarys_default():
+    # LangGraph orders pending writes by task path; a caller that gives none stores "" (the library's default).
+    thread = Thread.objects.create(graph="zombie_pay", fence=7)
+    saver = checkpointer_get()
+    config = _fenced_config(thread, 7)
+    _graph(saver).invoke({"n": 0}, config, durability="sync")
+    latest = saver.get_tuple(config)
+    assert latest is not None
+    saver.put_writes(
+        {**latest.config, "configurable": {**latest.config["configurable"], FENCE_KEY: 7}}, [("n", 1)], "t"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT task_path FROM checkpoint_writes WHERE thread_id = %s AND task_id = 't'", [str(thread.id)]
+        )
+        assert [row[0] for row in cursor.fetchall()] == [""]
 
 
 def test_a_claim_waits_for_a_checkpoint_write_in_flight():
@@ -529,6 +547,27 @@ def test_sqlite_a_stale_fence_writes_no_checkpoint(tmp_path):
         saver.put_writes({"configurable": {**latest.config["configurable"], FENCE_KEY: 7}}, [("n", 9)], "zombie")
     assert len(list(saver.list({"configurable": {"thread_id": str(thread_id)}}))) == stored
     assert latest.pending_writes == []
+
+
+def test_sqlite_fenced_writes_attach_the_app_database_once(tmp_path):
+    saver, app = _sqlite_saver(tmp_path)
+    thread_id = uuid.uuid4()
+    app.execute("INSERT INTO runtime_thread VALUES (?, 7)", [thread_id.hex])
+    graph = _graph(saver)
+    config = {"configurable": {"thread_id": str(thread_id), FENCE_KEY: 7}}
+    graph.invoke({"n": 0}, config, durability="sync")
+    graph.invoke({"n": 1}, config, durability="sync")  # a second fenced write on the same connection
+    attached = [row[1] for row in saver.conn.execute("PRAGMA database_list")]
+    assert attached.count("gatehouse_app") == 1
+
+
+def test_sqlite_fenced_writes_need_the_app_database(tmp_path):
+    saver, app = _sqlite_saver(tmp_path)
+    saver.app_db_path = None
+    thread_id = uuid.uuid4()
+    app.execute("INSERT INTO runtime_thread VALUES (?, 7)", [thread_id.hex])
+    with pytest.raises(RuntimeError, match="need the app database"):
+        _graph(saver).invoke({"n": 0}, {"configurable": {"thread_id": str(thread_id), FENCE_KEY: 7}})
 
 
 def test_sqlite_a_claim_waits_for_a_checkpoint_write_in_flight(tmp_path):
