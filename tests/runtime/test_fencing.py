@@ -405,6 +405,17 @@ def test_a_stale_fence_writes_no_pending_writes():
     assert _checkpoint_rows(str(thread.id)) == before
 
 
+def test_a_fenced_write_for_a_thread_that_is_gone_is_refused_naming_no_fence():
+    thread_id = uuid.uuid4()  # no such thread: deleted, or never there
+    with pytest.raises(
+        LeaseLost, match=f"thread {thread_id}: write under fence 1 refused, the thread's fence is now None"
+    ):
+        _graph(checkpointer_get()).invoke(
+            {"n": 0}, {"configurable": {"thread_id": str(thread_id), FENCE_KEY: 1}}, durability="sync"
+        )
+    assert _checkpoint_rows(str(thread_id)) == (0, 0)
+
+
 def test_a_fenced_pending_write_without_a_task_path_keeps_the_librarys_default():
     # LangGraph orders pending writes by task path; a caller that gives none stores "" (the library's default).
     thread = Thread.objects.create(graph="zombie_pay", fence=7)
@@ -697,51 +708,61 @@ def test_a_store_write_of_a_cancelled_run_changes_nothing():
     assert _memory(claimed) == before
 
 
-def test_a_claim_waits_for_a_store_write_in_flight():
-    """The fence is held from the check until the store write's records commit: a takeover cannot slip between."""
+def _claim_waiting_on_a_lock() -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() "
+            "AND wait_event_type = 'Lock' AND query LIKE %s",
+            ["%FOR UPDATE%"],
+        )
+        return cursor.fetchone() is not None
+
+
+def test_a_claim_waits_for_a_store_write_in_flight_then_takes_the_run():
+    """The fence is held from the check until the write's records commit: a takeover waits for it, then goes
+    ahead; neither deadlocks (the records' key on the run is taken in a claim's own order: run, then thread)."""
     from langgraph.store.base import BaseStore
 
     from runtime.store import store_get
 
-    inside, release = threading.Event(), threading.Event()
+    a = run_claim(run_id=str(_run().id), worker="host:1:a")
+    assert a is not None
+    _lapse(a)
+    outcome: dict[str, Any] = {}
 
-    class _Slow(BaseStore):  # the real store, its write held mid-way (a slow bank, a paused worker)
+    class _Slow(BaseStore):  # the real store, its write held until the takeover waits (a slow bank, a pause)
         def batch(self, ops: Any) -> Any:
-            inside.set()
-            assert release.wait(scaled(15))
+            taker.start()
+            wait_for(_claim_waiting_on_a_lock, what="the takeover to wait for the store write")
             return store_get().batch(ops)
 
         async def abatch(self, ops: Any) -> Any:
             raise NotImplementedError
 
-    a = run_claim(run_id=str(_run().id), worker="host:1:a")
-    assert a is not None
-    outcome: dict[str, Any] = {}
-
     def takeover() -> None:
-        inside.wait(scaled(10))
         try:
-            _lapse(a)
-            with transaction.atomic(), connection.cursor() as cursor:
-                cursor.execute("SET LOCAL lock_timeout = '300ms'")
-                outcome["claim"] = run_claim(run_id=str(a.id), worker="host:2:b")
-        except Exception as exc:  # the lock timeout
-            outcome["claim"] = type(exc.__cause__ or exc).__name__
+            outcome["claim"] = run_claim(run_id=str(a.id), worker="host:2:b")
+        except Exception as exc:  # a deadlock
+            outcome["claim"] = exc
         finally:
             connection.close()
-            release.set()
 
     taker = threading.Thread(target=takeover)
-    taker.start()
     try:
         _store_graph(a, inner=_Slow()).invoke({"by": "a"}, _fenced_config(a.thread, a.fence))
     finally:
-        release.set()
-        taker.join(scaled(10))
-    assert outcome["claim"] == "LockNotAvailable"
-    assert Thread.objects.get(pk=a.thread_id).fence == a.fence
+        taker.join(scaled(15))
+    assert isinstance(outcome["claim"], Run) and outcome["claim"].fence == a.fence + 1, outcome
     value, operations, audited = _memory(a)
     assert value is not None and value[0] == {"paid_by": "a"} and operations == 1 and audited == ["worker:host:1:a"]
+
+
+def test_a_store_write_naming_a_run_of_another_thread_is_refused():
+    from runtime.fencing import fence_hold
+
+    run, other = _run(), _run()
+    with pytest.raises(LeaseLost, match="the thread's fence is now None"), transaction.atomic():
+        fence_hold(thread_id=str(other.thread_id), fence=0, run_id=run.id)
 
 
 def test_store_writes_outside_a_claimed_run_are_not_fenced():
