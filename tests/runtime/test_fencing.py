@@ -710,6 +710,8 @@ def test_a_store_write_of_a_cancelled_run_changes_nothing():
 
 def _claim_waiting_on_a_lock() -> bool:
     with connection.cursor() as cursor:
+        # Polled inside the store write's transaction, which would otherwise see its first snapshot of the stats.
+        cursor.execute("SELECT pg_stat_clear_snapshot()")
         cursor.execute(
             "SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() "
             "AND wait_event_type = 'Lock' AND query LIKE %s",
