@@ -32,10 +32,6 @@ def _thread_graph(thread_id: Any) -> str:
 
 RUNTIME_LABEL = "runtime"  # the audit actor of what the runtime decides itself (no worker, no principal)
 
-# runtime.runs' dead letter (a sweep, or a claim past the last attempt) fails a run with this text: the
-# runtime gave up on it. The lease still names the last worker, lost or not: it decided nothing.
-DEAD_LETTER_PREFIX = "gave up after "
-
 
 def _run_entry(run: Run, action: AuditAction, details: dict[str, Any], *, by_runtime: bool = False) -> AuditEntry:
     return AuditEntry(
@@ -80,8 +76,9 @@ def on_run_completed(sender: Any, run: Run, values: dict[str, Any], **kwargs: An
 
 
 @receiver(signals.run_failed)
-def on_run_failed(sender: Any, run: Run, error: str, **kwargs: Any) -> None:
-    dead_letter = error.startswith(DEAD_LETTER_PREFIX)
+def on_run_failed(sender: Any, run: Run, error: str, dead_letter: bool = False, **kwargs: Any) -> None:
+    # A dead letter (a sweep, or a claim past the last attempt) is the runtime giving up on the run: its
+    # lease still names the last worker, lost or not, which decided nothing.
     _audit_run(run, AuditAction.RUN_FAILED, {"error": error, "attempt": run.attempts}, by_runtime=dead_letter)
 
 

@@ -256,7 +256,7 @@ def run_claim(*, run_id: str, worker: str) -> Run | None:
         if run.status != RunStatus.QUEUED and not lapsed:
             return None
         if run.attempts >= settings.GATEHOUSE_MAX_RUN_ATTEMPTS:
-            _run_fail_locked(run, _gave_up(run))
+            _run_fail_locked(run, _gave_up(run), dead_letter=True)
             return None
         run.thread.fence += 1  # the thread row is locked by the read above: this is the value written below
         run.status = RunStatus.RUNNING
@@ -384,7 +384,8 @@ def run_fail(*, run: Run, error: str, checkpoint_id: str = "") -> None:
         _run_fail_locked(locked, error, checkpoint_id=checkpoint_id)
 
 
-def _run_fail_locked(run: Run, error: str, *, checkpoint_id: str = "") -> None:
+def _run_fail_locked(run: Run, error: str, *, checkpoint_id: str = "", dead_letter: bool = False) -> None:
+    """Fail ``run`` (locked) and its thread. ``dead_letter``: the runtime gave up on it (no worker failed it)."""
     now = timezone.now()
     run.status = RunStatus.FAILED
     run.error = error
@@ -396,7 +397,7 @@ def _run_fail_locked(run: Run, error: str, *, checkpoint_id: str = "") -> None:
         updates["checkpoint_id"] = checkpoint_id
     Thread.objects.filter(pk=run.thread_id).update(**updates)
     run.thread.refresh_from_db()
-    signals.run_failed.send(sender=Run, run=run, error=error)
+    signals.run_failed.send(sender=Run, run=run, error=error, dead_letter=dead_letter)
 
 
 def run_release(*, run: Run, error: str) -> bool:
@@ -500,7 +501,7 @@ def _run_dead_letter(*, run_id: Any) -> None:
         lapsed = run is not None and run.lease_expires_at is not None and run.lease_expires_at < run.db_now
         if run is None or run.status != RunStatus.RUNNING or not lapsed:
             return  # finished or re-claimed meanwhile
-        _run_fail_locked(run, _gave_up(run))
+        _run_fail_locked(run, _gave_up(run), dead_letter=True)
 
 
 def _gave_up(run: Run) -> str:
