@@ -26,6 +26,32 @@ calling the outside world. If the process dies between the call and the
 record, the next attempt calls again *with the same key*, so a provider that
 honours idempotency keys (Stripe, Adyen, most banking APIs) answers with the
 first result instead of acting twice.
+
+A call that raises is recorded as one of two statuses, because they ask an operator different things:
+
+- ``failed``: the provider did not act. It answered with a refusal (a 4xx, a "not done, retry" 503),
+  or the call failed before its request left (the code raised, the connection was refused).
+- ``unknown`` (outcome unknown): the request may have reached the provider and no answer came back
+  (a timeout, a connection cut mid-request). The payment may have been made. Recording it as
+  ``failed`` told an operator the money had not moved when it had.
+
+``effect_outcome_unknown`` decides, walking the exception and its causes (outermost first) as
+``runtime.retry`` does; the first that says something decides:
+
+1. the call's own word: ``EffectNotPerformed`` (failed) or ``EffectOutcomeUnknown`` (unknown), for a
+   client that knows its provider better than the ledger can;
+2. errors raised before a request left: ``ConnectionRefusedError``, a DNS failure, httpx's
+   ``ConnectError``, ``ConnectTimeout``, ``PoolTimeout``, ``UnsupportedProtocol``, ``ProxyError``,
+   ``LocalProtocolError``: failed;
+3. errors that leave open whether the request arrived: ``TimeoutError`` (``socket.timeout``), the
+   rest of ``ConnectionError`` (reset, aborted, broken pipe), and the rest of httpx's
+   ``RequestError`` (``ReadTimeout``, ``WriteTimeout``, ``ReadError``, ``RemoteProtocolError``…):
+   unknown.
+
+Anything else (a refusal the client raised as its own error, a bug in the node) is ``failed``: a
+client that can lose an answer some other way says so with ``EffectOutcomeUnknown``. Either way the
+error is re-raised, and a retry calls again under the same key: the provider does it, or answers
+with what it did, and that result is recorded as ``done``.
 """
 
 from __future__ import annotations
@@ -58,6 +84,51 @@ def effect_key(name: str, *parts: object) -> str:
 
 class EffectArgsConflict(RuntimeError):
     """The idempotency key was already used for an effect with other arguments."""
+
+
+class EffectNotPerformed(Exception):
+    """Raised (or subclassed) by an effect's call: the provider certainly did not act. Recorded ``failed``."""
+
+
+class EffectOutcomeUnknown(Exception):
+    """Raised (or subclassed) by an effect's call: the request may have reached the provider, and no
+    answer came back. Recorded ``unknown``."""
+
+
+# Matched by (module, name) along the MRO, not imported: the runtime does not depend on httpx, and
+# subclasses (a client's own wrappers) count too. httpx sets ``__module__ = "httpx"`` on its public names.
+_NOT_SENT = {
+    ("builtins", "ConnectionRefusedError"),
+    ("socket", "gaierror"),
+    ("httpx", "ConnectError"),
+    ("httpx", "ConnectTimeout"),
+    ("httpx", "PoolTimeout"),
+    ("httpx", "UnsupportedProtocol"),
+    ("httpx", "ProxyError"),
+    ("httpx", "LocalProtocolError"),
+}
+_MAYBE_SENT = {
+    ("builtins", "TimeoutError"),
+    ("builtins", "ConnectionError"),
+    ("httpx", "RequestError"),
+}
+
+
+def effect_outcome_unknown(exc: BaseException) -> bool:
+    """True when ``exc``, raised by an effect's call, leaves open whether the provider acted (module docstring)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, EffectNotPerformed | EffectOutcomeUnknown):
+            return isinstance(current, EffectOutcomeUnknown)
+        names = {(klass.__module__, klass.__name__) for klass in type(current).__mro__}
+        if names & _NOT_SENT:
+            return False
+        if names & _MAYBE_SENT:
+            return True
+        current = current.__cause__ or current.__context__
+    return False
 
 
 def canonical_json(value: Any) -> str:
@@ -124,10 +195,11 @@ def perform_effect(
     try:
         result = call(key)
     except Exception as exc:
+        status = EffectStatus.UNKNOWN if effect_outcome_unknown(exc) else EffectStatus.FAILED
         # Never over a recorded result: a worker whose call failed after it lost its lease (a zombie
         # woken with its connection cut) must not undo the payment the worker that took over recorded.
         Effect.objects.filter(pk=effect.pk).exclude(status=EffectStatus.DONE).update(
-            status=EffectStatus.FAILED, error=repr(exc)[:2000]
+            status=status, error=repr(exc)[:2000]
         )
         raise
     with transaction.atomic():

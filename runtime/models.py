@@ -166,7 +166,11 @@ class Run(models.Model):
 class EffectStatus(models.TextChoices):
     STARTED = "started", "Started"
     DONE = "done", "Done"
+    # The call raised and the provider certainly did not act (it refused, or the request never left).
     FAILED = "failed", "Failed"
+    # The call raised after the request may have reached the provider (a timeout, a cut connection):
+    # it may have acted. A retry asks again under the same key and records its answer.
+    UNKNOWN = "unknown", "Outcome unknown"
 
 
 class Effect(models.Model):

@@ -75,10 +75,10 @@ def test_a_failed_call_is_recorded_and_the_retry_uses_the_same_key(executed):
     def flaky(key: str) -> Any:
         keys.append(key)
         if len(keys) == 1:
-            raise ConnectionError("bank down")
+            raise ConnectionRefusedError("bank down")  # refused before the request left: not performed
         return {"charged": 10}
 
-    with pytest.raises(ConnectionError):
+    with pytest.raises(ConnectionRefusedError):
         _graph(flaky).invoke({}, _config(thread, run))
     effect = Effect.objects.get(key=f"gh:{thread.id}:charge")
     assert effect.status == EffectStatus.FAILED and "bank down" in effect.error and effect.run_id == run.id
