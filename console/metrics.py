@@ -168,7 +168,12 @@ def _runs() -> Iterator[Metric]:
 
 
 def _effects() -> Iterator[Metric]:
-    effects = GaugeMetricFamily("gatehouse_effects", "Effect-ledger entries by status", labels=["status"])
+    effects = GaugeMetricFamily(
+        "gatehouse_effects",
+        # "unknown" is not "failed": the provider may have acted; a retry asks it again under the same key.
+        "Effect-ledger entries by status (failed: the provider did not act; unknown: it may have)",
+        labels=["status"],
+    )
     counts = dict(Effect.objects.values_list("status").annotate(n=Count("id")).order_by())
     for status in EffectStatus:
         effects.add_metric([status.value], counts.get(status.value, 0))

@@ -442,7 +442,12 @@ def timeline_for(*, user: permissions.Principal, thread: Thread, limit: int = 10
                 at=effect.completed_at or effect.created_at,
                 kind="effect",
                 title=f"Action {effect.name}: {words.effect_status(effect)}",
-                detail={"key": effect.key, "result": result, "error": effect.error or None},
+                detail={
+                    "key": effect.key,
+                    "result": result,
+                    "error": effect.error or None,
+                    "hint": words.effect_hint(effect),
+                },
                 extra={"calls": effect.calls},
             )
         )

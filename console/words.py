@@ -142,11 +142,26 @@ _EFFECT_STATUS_WORDS = {
     EffectStatus.STARTED: "started, no result yet",
     EffectStatus.DONE: "done",
     EffectStatus.FAILED: "failed",
+    EffectStatus.UNKNOWN: "outcome unknown",
+}
+
+# What is true of an action whose status alone would mislead, and what to do about it.
+_EFFECT_STATUS_HINTS = {
+    EffectStatus.UNKNOWN: (
+        "The request may have reached the provider and no answer came back: it may have acted (a payment "
+        "may have been made). Retrying the thread asks the provider again under the same idempotency key: "
+        "it acts at most once and answers with what it did, which is recorded here."
+    ),
 }
 
 
 def effect_status(effect: Any) -> str:
     return _EFFECT_STATUS_WORDS.get(effect.status, str(effect.status))
+
+
+def effect_hint(effect: Any) -> str:
+    """What an operator should know beside an action's status ("" when its status says it all)."""
+    return _EFFECT_STATUS_HINTS.get(effect.status, "")
 
 
 def effect_line(effect: Any) -> str:

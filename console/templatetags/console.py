@@ -218,6 +218,11 @@ def effect_status(effect: Any) -> str:
 
 
 @register.filter
+def effect_hint(effect: Any) -> str:
+    return words.effect_hint(effect)
+
+
+@register.filter
 def error_summary(text: str) -> str:
     return words.error_summary(text)
 

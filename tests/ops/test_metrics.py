@@ -97,6 +97,18 @@ def _database_view(now: Any) -> dict[str, Any]:
     }
 
 
+def test_an_effect_whose_outcome_is_unknown_is_counted_apart_from_failed_ones():
+    """A payment that timed out (the bank paid) was counted as failed: an alert on failures misled."""
+    before = _samples()
+    thread = Thread.objects.create(graph="loan_approval")
+    Effect.objects.create(key=f"gh:{thread.pk}:disburse", name="disburse", thread=thread, status="unknown", calls=1)
+    Effect.objects.create(key=f"gh:{thread.pk}:refused", name="disburse", thread=thread, status="failed", calls=1)
+    after = _samples()
+    for status, added in {"unknown": 1, "failed": 1, "done": 0}.items():
+        got = _get(after, "gatehouse_effects", status=status) - _get(before, "gatehouse_effects", status=status)
+        assert got == added, status
+
+
 def _mismatches(samples: dict, db: dict[str, Any]) -> list[str]:
     wrong = []
 
@@ -125,7 +137,7 @@ def _mismatches(samples: dict, db: dict[str, Any]) -> list[str]:
         expect("gatehouse_threads", n, status=status)
     expect("gatehouse_run_redeliveries_total", db["redeliveries"])
     expect("gatehouse_runs_dead_lettered_total", db["dead"])
-    for status in ("started", "done", "failed"):
+    for status in ("started", "done", "failed", "unknown"):
         expect("gatehouse_effects", db["effects"][status], status=status)
     expect("gatehouse_effect_retries_total", db["effect_retries"])
     for status in ("accepted", "refused", "duplicate"):
