@@ -49,9 +49,10 @@ A call that raises is recorded as one of two statuses, because they ask an opera
    unknown.
 
 Anything else (a refusal the client raised as its own error, a bug in the node) is ``failed``: a
-client that can lose an answer some other way says so with ``EffectOutcomeUnknown``. Either way the
-error is re-raised, and a retry calls again under the same key: the provider does it, or answers
-with what it did, and that result is recorded as ``done``.
+client that can lose an answer some other way says so with ``EffectOutcomeUnknown``. An ``unknown``
+effect stays ``unknown`` when a later attempt fails without reaching the provider: that attempt says
+nothing of the first. Either way the error is re-raised, and a retry calls again under the same key:
+the provider does it, or answers with what it did, and that result is recorded as ``done``.
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from django.db import connection, transaction
-from django.db.models import F
+from django.db.models import Case, F, Value, When
 from django.utils import timezone
 from langgraph.config import get_config
 
@@ -131,6 +132,18 @@ def effect_outcome_unknown(exc: BaseException) -> bool:
     return False
 
 
+def _failure_status(exc: BaseException) -> Value | Case:
+    """The status a call that raised ``exc`` leaves, as an expression over the row's current one."""
+    if effect_outcome_unknown(exc):
+        return Value(EffectStatus.UNKNOWN.value)
+    # An attempt that never reached the provider says nothing of an earlier one that may have: a
+    # payment that timed out, then a retry refused at connect, may still have been made.
+    return Case(
+        When(status=EffectStatus.UNKNOWN, then=Value(EffectStatus.UNKNOWN.value)),
+        default=Value(EffectStatus.FAILED.value),
+    )
+
+
 def canonical_json(value: Any) -> str:
     return canonical_dumps(value)
 
@@ -195,11 +208,10 @@ def perform_effect(
     try:
         result = call(key)
     except Exception as exc:
-        status = EffectStatus.UNKNOWN if effect_outcome_unknown(exc) else EffectStatus.FAILED
         # Never over a recorded result: a worker whose call failed after it lost its lease (a zombie
         # woken with its connection cut) must not undo the payment the worker that took over recorded.
         Effect.objects.filter(pk=effect.pk).exclude(status=EffectStatus.DONE).update(
-            status=status, error=repr(exc)[:2000]
+            status=_failure_status(exc), error=repr(exc)[:2000]
         )
         raise
     with transaction.atomic():

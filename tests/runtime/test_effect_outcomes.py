@@ -158,6 +158,26 @@ def test_a_retry_after_an_unknown_or_failed_call_records_the_providers_answer_as
     )
 
 
+def test_an_unknown_outcome_stays_unknown_when_the_retry_never_reaches_the_provider():
+    """The first call may have paid; the retry, refused at connect, says nothing of it."""
+    thread = Thread.objects.create(graph="zombie_pay", fence=1)
+    attempts = [TimeoutError("read timed out"), ConnectionRefusedError("bank down")]
+
+    def bank(key: str) -> Any:
+        if attempts:
+            raise attempts.pop(0)
+        return {"paid": 10, "replayed": True}
+
+    for raised in (TimeoutError, ConnectionRefusedError):
+        with pytest.raises(raised):
+            _charge(thread, bank)
+    effect = Effect.objects.get(thread=thread)
+    assert (effect.status, effect.calls) == ("unknown", 2) and "bank down" in effect.error
+    _charge(thread, bank)
+    effect.refresh_from_db()
+    assert (effect.status, effect.result) == (EffectStatus.DONE, {"paid": 10, "replayed": True})
+
+
 def test_a_timeout_after_another_worker_recorded_the_result_leaves_it_done():
     """The guard holds for ``unknown`` as for ``failed``: a zombie's late timeout never hides a payment."""
     thread = Thread.objects.create(graph="zombie_pay", fence=1)
