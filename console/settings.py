@@ -380,7 +380,13 @@ if REDIS_URL:
     CELERY_BROKER_URL = REDIS_URL
     # Unacked messages come back after this long; it must exceed the longest
     # run. Runs whose worker died are recovered sooner by the lease sweeper.
-    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT", 3600, minimum=60)}
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT", 3600, minimum=60),
+        # A broker host that drops packets (a partition, a firewall) held each dispatch for ~135 s in the
+        # web request that queued it (the kernel's connect retries); refused connections fail at once. The
+        # sweeper re-sends what an outage kept from going (docs/operations.md).
+        "socket_connect_timeout": 3,
+    }
     if REDIS_URL.startswith(("redis://", "rediss://")):
         # kombu's Redis transport with one client kept per channel (console/redis_transport.py)
         CELERY_BROKER_TRANSPORT = "console.redis_transport:Transport"

@@ -57,3 +57,12 @@ def test_a_channel_sends_its_commands_through_one_client_until_its_pool_changes(
             monkeypatch.undo()
             simple.queue.delete()
             simple.close()
+
+
+def test_the_workers_and_webs_broker_connections_give_up_connecting_after_a_bound():
+    """A broker host dropping packets held each dispatch (in the web request that queued it) for ~135 s."""
+    from console.celery import app
+
+    with app.connection_for_write() as conn:
+        kwargs = conn.default_channel.client.connection_pool.connection_kwargs
+    assert kwargs["socket_connect_timeout"] == settings.CELERY_BROKER_TRANSPORT_OPTIONS["socket_connect_timeout"] == 3
