@@ -73,6 +73,7 @@ from runtime.branches import scoped_effect_key
 from runtime.fencing import config_fence, stale
 from runtime.jsonable import canonical_dumps
 from runtime.models import Effect, EffectStatus, Run, Thread
+from runtime.retry import class_names, exception_chain
 
 T = TypeVar("T")
 
@@ -117,18 +118,14 @@ _MAYBE_SENT = {
 
 def effect_outcome_unknown(exc: BaseException) -> bool:
     """True when ``exc``, raised by an effect's call, leaves open whether the provider acted (module docstring)."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if isinstance(current, EffectNotPerformed | EffectOutcomeUnknown):
-            return isinstance(current, EffectOutcomeUnknown)
-        names = {(klass.__module__, klass.__name__) for klass in type(current).__mro__}
+    for link in exception_chain(exc):
+        if isinstance(link, EffectNotPerformed | EffectOutcomeUnknown):
+            return isinstance(link, EffectOutcomeUnknown)
+        names = class_names(link)
         if names & _NOT_SENT:
             return False
         if names & _MAYBE_SENT:
             return True
-        current = current.__cause__ or current.__context__
     return False
 
 

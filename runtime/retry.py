@@ -18,6 +18,8 @@ so classification walks the whole cause/context chain.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from django.conf import settings
 
 _TRANSIENT_NAMES = {
@@ -35,17 +37,24 @@ _TRANSIENT_NAMES = {
 }
 
 
-def is_transient(exc: BaseException) -> bool:
-    """True when ``exc`` (or anything in its cause chain) is a connection-level or retryable database error."""
+def exception_chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc``, then what it was raised from (its cause, else its context), outermost first, each once."""
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
         seen.add(id(current))
-        for klass in type(current).__mro__:
-            if (klass.__module__, klass.__name__) in _TRANSIENT_NAMES:
-                return True
+        yield current
         current = current.__cause__ or current.__context__
-    return False
+
+
+def class_names(exc: BaseException) -> set[tuple[str, str]]:
+    """(module, name) of ``exc``'s class and its bases: matched by name, so no driver or client need be imported."""
+    return {(klass.__module__, klass.__name__) for klass in type(exc).__mro__}
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True when ``exc`` (or anything in its cause chain) is a connection-level or retryable database error."""
+    return any(class_names(link) & _TRANSIENT_NAMES for link in exception_chain(exc))
 
 
 def retry_backoff(attempts: int) -> float:
