@@ -19,10 +19,11 @@ from tests.conftest import free_port, scaled, wait_for
 
 @pytest.fixture
 def slow_bank(monkeypatch: pytest.MonkeyPatch) -> Iterator[BankServer]:
-    """The fake bank answering after 0.5 s, called by a client that waits 0.1 s."""
-    bank = serve_in_thread(latency_ms=500.0)
+    """The fake bank answering after 0.5 s, called by a client that waits 0.1 s (both scaled: the wait stays
+    a fifth of the answer's time on a slow machine)."""
+    bank = serve_in_thread(latency_ms=scaled(0.5) * 1000)
     monkeypatch.setenv("GATEHOUSE_FAKE_BANK_URL", bank.url)
-    monkeypatch.setattr(bank_client, "_client", httpx.Client(timeout=0.1))
+    monkeypatch.setattr(bank_client, "_client", httpx.Client(timeout=scaled(0.1)))
     yield bank
     bank.shutdown()
 
