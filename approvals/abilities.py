@@ -11,11 +11,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from django.conf import settings
+from django.db.models import Q
 
 from approvals import permissions
 from approvals.gate_policy import gate_policy
-from approvals.models import ApprovalTask, Decision, SignatureMeaning
-from runtime.models import Run, RunKind, Thread
+from approvals.models import ApprovalTask, AuditAction, AuditEvent, Decision, SignatureMeaning
+from runtime.models import Branch, Run, RunKind, Thread
 
 FINAL_APPROVER_RULE = "quorum.final_approver"
 
@@ -54,13 +55,23 @@ def separation_required(task: ApprovalTask) -> bool:
 
 
 def thread_started_by(thread: Thread, user: permissions.Principal) -> bool:
-    """Whether ``user`` started ``thread``'s work: created it, or gave it input (a start run) or sent it
-    back to a checkpoint (a replay or fork that runs). Separation of duties keeps the final approval
-    from them: creating the thread as one person and starting its run as another got past a check
-    of the thread's creator alone."""
+    """Whether ``user`` authored what ``thread``'s gate now asks about, outside a decision: created the thread,
+    gave it input (a start run), sent it back to a checkpoint (a replay), wrote its state (a fork, an
+    ``update_state``) or ran it on from a state they chose (a continue: a resume run no decision queued).
+    Separation of duties keeps the final approval from them. Each was a way past it: creating the thread
+    as one person and starting its run as another; forking the state with new values, continuing the run
+    and approving the task it opened."""
     if thread.created_by_id == user.pk:
         return True
-    return Run.objects.filter(thread_id=thread.pk, created_by_id=user.pk, kind__in=_STARTING_KINDS).exists()
+    runs = Run.objects.filter(thread_id=thread.pk, created_by_id=user.pk)
+    started = Q(kind__in=_STARTING_KINDS) | Q(kind=RunKind.RESUME, decisions__isnull=True)
+    return (
+        runs.filter(started).exists()
+        or Branch.objects.filter(thread_id=thread.pk, created_by_id=user.pk).exists()
+        or AuditEvent.objects.filter(
+            thread_id=thread.pk, actor_id=user.pk, action=AuditAction.THREAD_STATE_UPDATED
+        ).exists()
+    )
 
 
 _STARTING_KINDS = (RunKind.START, RunKind.REPLAY)

@@ -19,13 +19,15 @@ import pytest
 from django.utils import timezone
 
 from approvals import assignment, services
+from approvals.abilities import Refusal, task_abilities
+from approvals.audit import audit_record
 from approvals.claims import claim_put
 from approvals.errors import Conflict, Forbidden, InvalidInput, NotFound
 from approvals.models import ApprovalTask, AuditAction, AuditEvent, Decision, TaskClaim, TaskStatus
 from approvals.payloads import DecisionRequest
 from approvals.redaction import MASK
 from runtime.gatekeeper import gate_payload
-from runtime.models import Run, RunKind, RunStatus, Thread, ThreadStatus
+from runtime.models import Branch, BranchKind, Run, RunKind, RunStatus, Thread, ThreadStatus
 from tests.approvals.guards import user_make
 from tests.factories import loan_gate, task_decided, task_make
 
@@ -374,12 +376,58 @@ def test_who_started_the_threads_run_is_its_starter_whoever_created_the_thread(a
     assert decisions_of(task) == 1
     with pytest.raises(Forbidden, match="started this thread"):  # nor may they be handed it
         assignment.task_reassign(actor=user_make("lead", "*"), task=task, to_user=approver, note="")
-    # a resume run is a decision's, not a start: its author is no starter
+    # a resume run that carried decisions is theirs, not a start: its author is no starter
     resumer = user_make("approver", "*")
-    Run.objects.create(thread=task.thread, kind=RunKind.RESUME, status=RunStatus.SUCCEEDED, created_by=resumer)
+    resumed = Run.objects.create(
+        thread=task.thread, kind=RunKind.RESUME, status=RunStatus.SUCCEEDED, created_by=resumer
+    )
+    Decision.objects.filter(task=task).update(run=resumed)
     decide(resumer, task)
     task.refresh_from_db()
     assert task.status == TaskStatus.DECIDED
+
+
+def _forked_by(user: Any, task: ApprovalTask) -> None:
+    Branch.objects.create(
+        thread=task.thread,
+        kind=BranchKind.FORK,
+        from_checkpoint_id=task.checkpoint_id,
+        reason="what if",
+        created_by=user,
+    )
+
+
+def _continued_by(user: Any, task: ApprovalTask) -> None:
+    Run.objects.create(thread=task.thread, kind=RunKind.RESUME, status=RunStatus.SUCCEEDED, created_by=user)
+
+
+def _state_updated_by(user: Any, task: ApprovalTask) -> None:
+    audit_record(
+        actor=user,
+        action=AuditAction.THREAD_STATE_UPDATED,
+        subject_type="thread",
+        subject_id=task.thread_id,
+        thread_id=task.thread_id,
+        graph=task.graph,
+        details={"values": {"amount": 77}},
+    )
+
+
+@pytest.mark.parametrize("authored", [_forked_by, _continued_by, _state_updated_by])
+def test_who_wrote_the_state_or_ran_it_on_is_a_starter_too(approver, authored):
+    """An outside tester's find: fork the thread with new values (no run), continue it (a resume run no decision
+    queued) and approve the task it opened, alone; or the same after an /lg/ update_state."""
+    task = task_make(payload={**loan_gate(), "separation_of_duties": True}, created_by=user_make("operator", "*"))
+    authored(approver, task)
+    assert task_abilities(approver, task).approve_refused == Refusal(
+        "separation_of_duties.starter",
+        "you started this thread, so you cannot give its final approval (separation of duties)",
+    )
+    with pytest.raises(Forbidden, match="you started this thread"):
+        decide(approver, task)
+    assert decisions_of(task) == 0
+    decide(user_make("approver", "*"), task)  # someone else gives it
+    assert decisions_of(task) == 1
 
 
 def test_the_starter_cannot_approve_a_gate_that_asks_for_separation_of_duties(approver):
