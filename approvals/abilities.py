@@ -9,13 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from django.conf import settings
 from django.db.models import Q
 
 from approvals import permissions
+from approvals.claims import claim_for
 from approvals.gate_policy import gate_policy
-from approvals.models import ApprovalTask, AuditAction, AuditEvent, Decision, SignatureMeaning
+from approvals.models import ApprovalTask, AuditAction, AuditEvent, Decision, SignatureMeaning, TaskClaim
 from runtime.models import Branch, Run, RunKind, Thread
 
 FINAL_APPROVER_RULE = "quorum.final_approver"
@@ -35,6 +37,15 @@ class TaskAbilities:
     approvals: int  # approvals given so far
     remaining: int  # approvals the task still waits for
     approve_refused: Refusal | None  # their approval would complete the quorum, and a rule keeps it from them
+    claim_holder: str  # who else holds the task's active claim ("" if nobody, or they do): a decision waits for it
+
+    @property
+    def decide_now(self) -> bool:
+        """They may decide, and no one else's claim stands in the way (the service refuses while one does)."""
+        return self.decide and not self.claim_holder
+
+
+_UNREAD: Any = object()
 
 
 def approvals_given(decisions: Iterable[Decision]) -> int:
@@ -98,10 +109,18 @@ def final_approval_refusal(
 
 
 def task_abilities(
-    user: permissions.Principal, task: ApprovalTask, decisions: Iterable[Decision] | None = None
+    user: permissions.Principal,
+    task: ApprovalTask,
+    decisions: Iterable[Decision] | None = None,
+    *,
+    claim: TaskClaim | None = _UNREAD,
 ) -> TaskAbilities:
-    """What ``user`` may do with ``task``; ``decisions``: the task's decisions when the caller has them loaded."""
+    """What ``user`` may do with ``task``; ``decisions`` and ``claim`` (its active claim, or None): what the caller
+    has read of the task already."""
     made = list(task.decisions.all() if decisions is None else decisions)
+    if claim is _UNREAD:
+        claim = claim_for(task) if task.is_open else None
+    holder = claim.user.get_username() if claim is not None and claim.user_id != user.pk else ""
     approvals = approvals_given(made)
     decide = task.is_open and permissions.can_decide(user, task) and all(d.actor_id != user.pk for d in made)
     refused = None
@@ -112,4 +131,5 @@ def task_abilities(
         approvals=approvals,
         remaining=approvals_remaining(task, made),
         approve_refused=refused,
+        claim_holder=holder,
     )

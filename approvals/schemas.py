@@ -157,7 +157,12 @@ class TaskOut(TaskSummaryOut):
     response_schema: Any | None
     payload_kind: str
     allowed_decisions: list[str]
-    can_decide: bool = Field(description="The task is open, you may decide it, and you have not signed it yet.")
+    can_decide: bool = Field(
+        description="The task is open, you may decide it, you have not signed it yet, and nobody else holds its claim."
+    )
+    claimed_by: str | None = Field(
+        description="Who else holds the task's active claim (null: nobody, or you): a decision waits for its release."
+    )
     approvals_remaining: int = Field(description="Approvals the task still waits for.")
     approve_refused: RefusalOut | None = Field(
         description="Why an approval from you would be refused now (it would complete the task and a rule keeps "

@@ -172,7 +172,7 @@ def task_live_context(user: Any, task_id: Any) -> dict[str, Any]:
     signed = next((d for d in quorum.decisions if d.actor_id == user.pk), None)
     recent = list(thread.effects.order_by("-created_at")[:5])
     effects = selectors.effects_shown(user=user, thread=thread, effects=recent)
-    abilities = task_abilities(user, task, quorum.decisions)
+    abilities = task_abilities(user, task, quorum.decisions, claim=claim)
     return {
         "task": task,
         "thread": thread,

@@ -297,3 +297,18 @@ def test_an_htmx_submit_on_a_task_decided_meanwhile_keeps_the_reason_to_copy(per
     html = unescape(response.content.decode())
     assert "Your decision was not recorded: this task is decided" in html
     assert 'id="kept-reason"' in html and ">my reason</textarea>" in html
+
+
+def test_the_api_task_view_says_someone_elses_claim_holds_the_decision(personas):
+    """The task view said can_decide: true while another reviewer held the claim; the decision was then a 409."""
+    task = task_make()
+    holder, other = personas["reviewer"], personas["approver"]
+    assert holder.client.post(f"/api/tasks/{task.pk}/claim").status_code in (200, 201)
+    seen = other.client.get(f"/api/tasks/{task.pk}").json()
+    assert seen["can_decide"] is False and seen["claimed_by"] == holder.username
+    answer = other.client.post(
+        f"/api/tasks/{task.pk}/decision", {"decision": "approve", "checkpoint_id": task.checkpoint_id}
+    )
+    assert answer.status_code == 409 and answer.json()["error"]["field"] == "claim"
+    own = holder.client.get(f"/api/tasks/{task.pk}").json()
+    assert own["can_decide"] is True and own["claimed_by"] is None
