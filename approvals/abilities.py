@@ -89,11 +89,12 @@ _STARTING_KINDS = (RunKind.START, RunKind.REPLAY)
 
 
 def final_approval_refusal(
-    user: permissions.Principal, task: ApprovalTask, thread: Thread, earlier: list[Decision]
+    user: permissions.Principal, task: ApprovalTask, earlier: list[Decision], thread: Thread | None = None
 ) -> Refusal | None:
-    """Why ``user`` may not give the approval that completes ``task`` after the ``earlier`` decisions."""
+    """Why ``user`` may not give the approval that completes ``task`` after the ``earlier`` decisions; ``thread``:
+    the task's, when the caller has it locked (else read only where separation of duties needs it)."""
     if separation_required(task):
-        if thread_started_by(thread, user):
+        if thread_started_by(thread or task.thread, user):
             return Refusal(
                 "separation_of_duties.starter",
                 "you started this thread, so you cannot give its final approval (separation of duties)",
@@ -125,7 +126,7 @@ def task_abilities(
     decide = task.is_open and permissions.can_decide(user, task) and all(d.actor_id != user.pk for d in made)
     refused = None
     if decide and approvals + 1 >= task.required_approvals:
-        refused = final_approval_refusal(user, task, task.thread, made)
+        refused = final_approval_refusal(user, task, made)
     return TaskAbilities(
         decide=decide,
         approvals=approvals,

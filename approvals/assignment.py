@@ -30,7 +30,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from approvals import permissions
-from approvals.abilities import separation_required, thread_started_by
+from approvals.abilities import FINAL_APPROVER_RULE, separation_required, task_abilities, thread_started_by
 from approvals.audit import audit_record, audit_task
 from approvals.claims import claim_drop, claim_for, claim_put
 from approvals.errors import Conflict, Forbidden, InvalidInput
@@ -139,10 +139,16 @@ def assignee_refusal(*, task: ApprovalTask, user: User) -> str | None:
         if permissions.can(user, "approvals.decide_task") and permissions.graph_visible(user, task.graph):
             return f"{name} is not assigned to the gate {task.node!r} of {task.graph!r}"
         return f"{name} may not decide tasks of {task.graph!r}"
-    if task.decisions.filter(actor_id=user.pk).exists():
+    decisions = list(task.decisions.all())
+    if any(d.actor_id == user.pk for d in decisions):
         return f"{name} has already signed this task; another approver must decide (separation of duties)"
     if separation_required(task) and thread_started_by(task.thread, user):
         return f"{name} started this thread, so separation of duties keeps the task from them"
+    # The approval they would give is the quorum's last, which needs a role they lack: handed to them, the
+    # task could only be rejected or sent back with a proposal.
+    refused = task_abilities(user, task, decisions, claim=None).approve_refused
+    if refused is not None and refused.rule == FINAL_APPROVER_RULE:
+        return f"{name} cannot give this task's last approval: {refused.message}"
     return None
 
 

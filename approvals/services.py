@@ -508,7 +508,7 @@ def _quorum_position(
         return False, False
     if approvals_given(earlier) + 1 < task.required_approvals:
         return True, False
-    refused = final_approval_refusal(actor, task, thread, earlier)
+    refused = final_approval_refusal(actor, task, earlier, thread)
     if refused is not None:
         raise PolicyRefusal(refused.message, rule=refused.rule, task=task)
     return True, True

@@ -146,6 +146,20 @@ def test_separation_of_duties_keeps_a_task_from_someone_who_already_signed_it():
     _unchanged(task)
 
 
+def test_a_quorums_last_approval_is_not_handed_to_someone_without_the_approver_role():
+    """An outside tester's find: a four-eyes task with one approval was delegated to a reviewer, whose task view
+    then said the last approval needs the approver role: handed over, it could only be rejected or proposed."""
+    reviewer, approver, lead = person(), person("approver"), person("lead")
+    task = task_make(payload=gate_payload(title="Quorum", required_approvals=2))
+    assignment.task_reassign(actor=lead, task=task, to_user=reviewer, note="")  # the first approval is anyone's
+    sign(person("approver"), task)
+    with pytest.raises(Forbidden) as refused:
+        assignment.task_reassign(actor=lead, task=task, to_user=person(), note="")
+    assert "cannot give this task's last approval" in refused.value.message and refused.value.field == "to_user"
+    assignment.task_reassign(actor=lead, task=task, to_user=approver, note="")
+    assert ApprovalTask.objects.get(pk=task.pk).assigned_user == approver
+
+
 def test_separation_of_duties_keeps_a_task_from_the_threads_starter():
     starter = person()
     payload = {**gate_payload(title="SoD"), "separation_of_duties": True}
