@@ -311,7 +311,11 @@ def thread_create(
         named = metadata["graph_id"]
         if not isinstance(named, str) or not named:
             raise InvalidInput("must be a graph name", field="metadata.graph_id")
-        graph = assistant_graph(actor, named)
+        try:
+            graph = assistant_graph(actor, named)
+        except NotFound:
+            # Named as the client sent it; the same answer for a graph that exists and is hidden from the caller.
+            raise InvalidInput(f"no graph {named!r} you may start", field="metadata.graph_id") from None
         permissions.require_start(actor, graph)
     pk = _uuid(thread_id, "thread_id") if thread_id else uuid.uuid4()
     if Thread.objects.filter(pk=pk).exists():

@@ -483,6 +483,17 @@ def test_a_graph_id_that_is_not_a_graph_name_is_refused_and_creates_no_thread(op
     assert Thread.objects.count() == before
 
 
+def test_a_graph_id_naming_no_graph_the_caller_may_start_is_a_422_naming_it(operator, loan_operator):
+    """It was a 404 naming assistant_id, a field the client never sent; a graph hidden from the caller gets the
+    same answer as one that does not exist."""
+    before = Thread.objects.count()
+    unknown = error_of(operator.client.post("/lg/threads", {"metadata": {"graph_id": "nope_graph"}}), 422)
+    assert (unknown["field"], unknown["message"]) == ("metadata.graph_id", "no graph 'nope_graph' you may start")
+    hidden = error_of(loan_operator.post("/lg/threads", {"metadata": {"graph_id": "kyc_onboarding"}}), 422)
+    assert (hidden["field"], hidden["message"]) == ("metadata.graph_id", "no graph 'kyc_onboarding' you may start")
+    assert Thread.objects.count() == before
+
+
 @pytest.fixture
 def loan_operator() -> Any:
     """An operator of the loan graph only: a kyc thread is one it may not see."""
