@@ -25,6 +25,7 @@ from approvals.schemas import (
     CheckpointOut,
     DecisionIn,
     DecisionOut,
+    EffectOut,
     GraphOut,
     RefusalOut,
     RunOut,
@@ -37,7 +38,7 @@ from approvals.schemas import (
     ThreadSummaryOut,
 )
 from approvals.security import request_proof_at, session_proof_record
-from runtime.models import ACTIVE_RUN_STATUSES, Run, Thread, ThreadStatus
+from runtime.models import ACTIVE_RUN_STATUSES, Effect, Run, Thread, ThreadStatus
 from runtime.notify import ThreadWatch
 from runtime.registry import graph_get, graph_names
 from runtime.state_schema import json_schema_for
@@ -247,6 +248,16 @@ def thread_history(request: AuthedRequest, thread_id: UUID, query: Query[History
 def thread_runs(request: AuthedRequest, thread_id: UUID) -> list[Run]:
     thread = permissions.thread_get_for(_user(request), thread_id)
     return list(thread.runs.order_by("-created_at")[:100])
+
+
+@router.get("/threads/{thread_id}/effects", response=list[EffectOut], tags=["threads"])
+def thread_effects(request: AuthedRequest, thread_id: UUID) -> list[Effect]:
+    """The actions the thread's runs performed through the effect ledger, oldest first: what an operator checks
+    before a retry (an ``unknown`` one may have happened)."""
+    user = _user(request)
+    thread = permissions.thread_get_for(user, thread_id)
+    effects = list(thread.effects.order_by("created_at", "id")[:500])
+    return gateway.effects_masked(user, thread, effects, args_kept=False)
 
 
 @router.post("/threads/{thread_id}/retry", response={202: RunOut}, tags=["threads"])

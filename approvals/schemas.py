@@ -232,6 +232,21 @@ class RunOut(Schema):
     cancel_reason: str = ""
 
 
+class EffectOut(Schema):
+    key: str = Field(description="The idempotency key the provider was called with.")
+    name: str
+    status: str = Field(
+        description="started (called, no result recorded yet), done, failed (the provider did not act) or "
+        "unknown (it may have: a timeout, a connection cut mid-request; a retry asks it again under the same key)"
+    )
+    calls: int
+    result: Any = Field(description="The recorded result, masked as you may see the thread's state.")
+    error: str
+    run_id: UUID | None
+    created_at: datetime
+    completed_at: datetime | None
+
+
 class GraphOut(Schema):
     name: str
     description: str

@@ -38,6 +38,8 @@ MATRIX: list[tuple[str, str, str, tuple[int, ...]]] = [
     ("GET", "/api/threads/{thread_id}/history", "kyc", (401, 404, 200, 200, 404, 200, 200, 200)),
     ("GET", "/api/threads/{thread_id}/runs", "loan", (401, 404, 200, 200, 200, 200, 200, 200)),
     ("GET", "/api/threads/{thread_id}/runs", "kyc", (401, 404, 200, 200, 404, 200, 200, 200)),
+    ("GET", "/api/threads/{thread_id}/effects", "loan", (401, 404, 200, 200, 200, 200, 200, 200)),
+    ("GET", "/api/threads/{thread_id}/effects", "kyc", (401, 404, 200, 200, 404, 200, 200, 200)),
     ("POST", "/api/threads/{thread_id}/retry", "failed", (401, 404, 403, 403, 404, 403, 202, 202)),
     ("POST", "/api/threads/{thread_id}/retry", "loan", (401, 404, 403, 403, 403, 403, 409, 409)),
     ("GET", "/api/tasks", "-", (401, 200, 200, 200, 200, 200, 200, 200)),

@@ -16,9 +16,13 @@ from django.utils import timezone
 
 from approvals.models import Decision, TaskStatus
 from approvals.payloads import REASON_MAX_CHARS
+from approvals.tokens import token_issue
 from console.decision_panel import decision_panel_for
 from demo.graphs.loan_approval import LoanState
+from runtime.models import Effect, EffectStatus
 from runtime.state_schema import json_schema_for
+from tests.approvals.guards import user_make
+from tests.conftest import ApiClient
 from tests.console.conftest import console_client, console_decide
 from tests.factories import decision_make, loan_gate, task_decided, task_make
 
@@ -312,3 +316,23 @@ def test_the_api_task_view_says_someone_elses_claim_holds_the_decision(personas)
     assert answer.status_code == 409 and answer.json()["error"]["field"] == "claim"
     own = holder.client.get(f"/api/tasks/{task.pk}").json()
     assert own["can_decide"] is True and own["claimed_by"] is None
+
+
+def test_the_api_lists_a_threads_effects_with_an_unknown_outcome_apart_from_a_failed_one(personas):
+    """An API client could tell an action that may have happened ("unknown") from one that did not ("failed")
+    only by parsing a run's error text; GET /api/threads/{id}/effects lists the ledger's rows."""
+    task = task_make()
+    common = {"thread_id": task.thread_id, "name": "disburse", "args": {"amount": 20000}, "calls": 1}
+    Effect.objects.create(key=f"k-{task.pk}-1", status=EffectStatus.UNKNOWN, error="BankNoAnswer()", **common)
+    Effect.objects.create(key=f"k-{task.pk}-2", status=EffectStatus.DONE, result={"status": "paid"}, **common)
+    listed = personas["operator"].client.get(f"/api/threads/{task.thread_id}/effects")
+    assert listed.status_code == 200
+    rows = listed.json()
+    assert [(r["key"], r["status"], r["result"]) for r in rows] == [
+        (f"k-{task.pk}-1", "unknown", None),
+        (f"k-{task.pk}-2", "done", {"status": "paid"}),
+    ]
+    assert all("args" not in r for r in rows)  # what the call was given is not shown here, masked or not
+    # Scoped as the thread is: a reviewer of another graph learns nothing.
+    kyc_only = ApiClient(token_issue(user=user_make("reviewer", "kyc_onboarding")))
+    assert kyc_only.get(f"/api/threads/{task.thread_id}/effects").status_code == 404
