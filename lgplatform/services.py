@@ -883,6 +883,20 @@ def _is_resume_map(resume: Any) -> bool:
     )
 
 
+def _resumed_by(actor: User, thread: Thread) -> str:
+    """When ``actor``'s own decision queued the thread's latest run, a word saying so: a client that lost the
+    answer to its resume and sent it again learns it went through (as the native decision's 409 says)."""
+    own = (
+        Decision.objects.filter(task__thread_id=thread.pk, actor_id=actor.pk, run__isnull=False)
+        .order_by("-created_at")
+        .first()
+    )
+    latest = thread.runs.order_by("-created_at").values_list("pk", flat=True).first()
+    if own is None or own.run_id != latest:
+        return ""
+    return f" (your decision {own.pk}, {own.outcome}, resumed it: run {own.run_id})"
+
+
 @transaction.atomic
 def _run_resume(
     actor: User, thread: Thread, resume: Any, update: dict[str, Any] | None, metadata: dict[str, Any]
@@ -890,8 +904,9 @@ def _run_resume(
     # No lock on the thread here: task_decide locks task then thread, and taking
     # them in the other order would deadlock against a console decision.
     if thread.status != ThreadStatus.INTERRUPTED:
+        status = THREAD_STATUS_OUT.get(thread.status)
         raise Conflict(
-            f"the thread is {THREAD_STATUS_OUT.get(thread.status)}; there is nothing to resume", field="command"
+            f"the thread is {status}; there is nothing to resume{_resumed_by(actor, thread)}", field="command"
         )
     pending = [t for t in pending_tasks(thread) if t.kind == TaskKind.INTERRUPT]
     by_id = {t.interrupt_id: t for t in pending}

@@ -67,3 +67,13 @@ def test_a_known_word_is_recorded_as_that_decision(reviewer, gated):
 def test_a_value_that_names_no_decision_still_answers_as_an_approval(reviewer, gated):
     assert _resume(reviewer, gated, {"note": "looks fine"}).status_code == 200
     assert list(Decision.objects.filter(task__thread_id=gated).values_list("outcome", flat=True)) == ["approve"]
+
+
+def test_a_resume_sent_again_is_told_its_own_decision_went_through(gated, reviewer, operator):
+    """The native decision's 409 names the caller's own decision; /lg/ answered a repeated resume with
+    "there is nothing to resume" alone, which did not say whether the first had gone through."""
+    assert _resume(reviewer, gated, {"decision": "approve"}).status_code == 200
+    [decision] = Decision.objects.filter(task__thread_id=gated)
+    again = error_of(_resume(reviewer, gated, {"decision": "approve"}), 409)
+    assert f"your decision {decision.pk}, approve, resumed it: run {decision.run_id}" in again["message"]
+    assert "your decision" not in error_of(_resume(operator, gated, {"decision": "approve"}), 409)["message"]
