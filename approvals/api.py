@@ -303,14 +303,15 @@ def task_detail(request: AuthedRequest, task_id: UUID) -> TaskOut:
     state = gateway.task_state_for(user, task)
     payload, _ = gateway.payload_for(user, task)
     summary = _task_summary(task).model_dump()
-    abilities = task_abilities(user, task)
+    decisions = list(task.decisions.select_related("actor").order_by("created_at"))
+    abilities = task_abilities(user, task, decisions)
     refused = abilities.approve_refused
     return TaskOut(
         **summary,
         payload=payload,
         evidence_digest=services.evidence_digest(task=task, redaction=services.redaction_policy(user, task)),
         required_approvals=task.required_approvals,
-        approvals=_decisions_out(user, task),
+        approvals=_decisions_out(user, task, decisions),
         payload_digest=gateway.payload_digest_for(user, task),
         response_schema=task.response_schema,
         payload_kind=payload_kind(task.payload, task.kind),
@@ -323,8 +324,7 @@ def task_detail(request: AuthedRequest, task_id: UUID) -> TaskOut:
     )
 
 
-def _decisions_out(user: Any, task: ApprovalTask) -> list[DecisionOut]:
-    decisions = list(task.decisions.select_related("actor").order_by("created_at"))
+def _decisions_out(user: Any, task: ApprovalTask, decisions: list[Decision]) -> list[DecisionOut]:
     shown = gateway.decisions_shown(user, task, decisions)
     return [_decision_out(d, s) for d, s in zip(decisions, shown, strict=True)]
 

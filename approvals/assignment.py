@@ -30,7 +30,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from approvals import permissions
-from approvals.abilities import FINAL_APPROVER_RULE, separation_required, task_abilities, thread_started_by
+from approvals.abilities import approvals_given, separation_required, thread_started_by
 from approvals.audit import audit_record, audit_task
 from approvals.claims import claim_drop, claim_for, claim_put
 from approvals.errors import Conflict, Forbidden, InvalidInput
@@ -146,9 +146,8 @@ def assignee_refusal(*, task: ApprovalTask, user: User) -> str | None:
         return f"{name} started this thread, so separation of duties keeps the task from them"
     # The approval they would give is the quorum's last, which needs a role they lack: handed to them, the
     # task could only be rejected or sent back with a proposal.
-    refused = task_abilities(user, task, decisions, claim=None).approve_refused
-    if refused is not None and refused.rule == FINAL_APPROVER_RULE:
-        return f"{name} cannot give this task's last approval: {refused.message}"
+    if not permissions.final_approval_allowed(user, task, approvals_before=approvals_given(decisions)):
+        return f"{name} cannot give this task's last approval: {permissions.FINAL_APPROVER_NEEDED}"
     return None
 
 

@@ -336,3 +336,15 @@ def test_the_api_lists_a_threads_effects_with_an_unknown_outcome_apart_from_a_fa
     # Scoped as the thread is: a reviewer of another graph learns nothing.
     kyc_only = ApiClient(token_issue(user=user_make("reviewer", "kyc_onboarding")))
     assert kyc_only.get(f"/api/threads/{task.thread_id}/effects").status_code == 404
+
+
+def test_the_api_masks_an_effects_result_as_the_threads_state_for_a_role_without_reveal_rights(personas):
+    kyc = task_make(graph="kyc_onboarding", node="identity_review")
+    born = {"applicant": {"date_of_birth": "1990-01-01", "name": "Ada"}}
+    Effect.objects.create(key=f"k-{kyc.pk}", thread_id=kyc.thread_id, name="open_account", result=born, calls=1)
+    path = f"/api/threads/{kyc.thread_id}/effects"
+    [blind] = personas["reviewer"].client.get(path).json()
+    assert blind["result"] == {"applicant": {"date_of_birth": "•••• redacted", "name": "Ada"}}
+    assert "1990-01-01" not in personas["reviewer"].client.get(path).content.decode()
+    [seeing] = personas["auditor"].client.get(path).json()
+    assert seeing["result"] == born
