@@ -256,7 +256,7 @@ def thread_effects(request: AuthedRequest, thread_id: UUID) -> list[Effect]:
     before a retry (an ``unknown`` one may have happened)."""
     user = _user(request)
     thread = permissions.thread_get_for(user, thread_id)
-    effects = list(thread.effects.order_by("created_at", "id")[:500])
+    effects = list(thread.effects.select_related("run").order_by("created_at", "id")[:500])
     return gateway.effects_masked(user, thread, effects, args_kept=False)
 
 

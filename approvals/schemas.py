@@ -239,12 +239,21 @@ class EffectOut(Schema):
         description="started (called, no result recorded yet), done, failed (the provider did not act) or "
         "unknown (it may have: a timeout, a connection cut mid-request; a retry asks it again under the same key)"
     )
+    uncertain: bool = Field(
+        description="Whether the provider may have acted with no outcome recorded: the status is unknown, "
+        "or started by a run that has ended (its process stopped mid-call). Retrying or continuing the "
+        "thread asks the provider again under the same key."
+    )
     calls: int
     result: Any = Field(description="The recorded result, masked as you may see the thread's state.")
     error: str
     run_id: UUID | None
     created_at: datetime
     completed_at: datetime | None
+
+    @staticmethod
+    def resolve_uncertain(obj: Any) -> bool:
+        return bool(obj.outcome == "unknown")
 
 
 class GraphOut(Schema):

@@ -265,7 +265,7 @@ def _effects_after(thread: Thread, checkpoint_id: str) -> list[Effect]:
     if found is None:  # a retired graph's thread replays nothing
         return []
     at, line = found
-    effects = thread.effects.filter(created_at__gt=at).order_by("created_at", "id")
+    effects = thread.effects.filter(created_at__gt=at).select_related("run").order_by("created_at", "id")
     return [e for e in effects if effect_key_branch(e.key) == line]
 
 

@@ -45,7 +45,7 @@ from approvals.models import (
 from console.health import OutageLog, database_ping
 from console.heartbeats import SWEEP, heartbeat_age, workers_alive
 from console.models import HeartbeatComponent
-from runtime.models import Effect, EffectStatus, Run, RunStatus, Thread, ThreadStatus
+from runtime.models import ACTIVE_RUN_STATUSES, Effect, EffectStatus, Run, RunStatus, Thread, ThreadStatus
 
 # How the runtime marks a run it stopped retrying (runtime.runs._gave_up): the dead letter.
 DEAD_LETTER_PREFIX = "gave up after"
@@ -178,6 +178,17 @@ def _effects() -> Iterator[Metric]:
     for status in EffectStatus:
         effects.add_metric([status.value], counts.get(status.value, 0))
     yield effects
+    # Counted among "started" above, and as uncertain as "unknown": the run that called ended mid-call.
+    abandoned = (
+        Effect.objects.filter(status=EffectStatus.STARTED, run__isnull=False)
+        .exclude(run__status__in=ACTIVE_RUN_STATUSES)
+        .count()
+    )
+    yield GaugeMetricFamily(
+        "gatehouse_effects_abandoned",
+        "Effects started by a run that ended before their outcome was recorded (the provider may have acted)",
+        value=abandoned,
+    )
     retries = Effect.objects.filter(calls__gt=1).aggregate(n=Sum(F("calls") - 1))["n"] or 0
     yield CounterMetricFamily(
         "gatehouse_effect_retries",

@@ -170,7 +170,7 @@ def task_live_context(user: Any, task_id: Any) -> dict[str, Any]:
     claim = claim_for(task) if task.is_open else None
     quorum = selectors.quorum_for(user=user, task=task)
     signed = next((d for d in quorum.decisions if d.actor_id == user.pk), None)
-    recent = list(thread.effects.order_by("-created_at")[:5])
+    recent = list(thread.effects.select_related("run").order_by("-created_at")[:5])
     effects = selectors.effects_shown(user=user, thread=thread, effects=recent)
     abilities = task_abilities(user, task, quorum.decisions, claim=claim)
     return {
@@ -296,7 +296,7 @@ def what_if_context(user: Any, task: ApprovalTask) -> dict[str, Any]:
     if branch is None:
         return {"what_if": None}
     mine = str(branch.pk)
-    effects = task.thread.effects.order_by("created_at", "id")
+    effects = task.thread.effects.select_related("run").order_by("created_at", "id")
     others = [e for e in effects if effect_key_branch(e.key) != mine]
     shown = selectors.effects_shown(user=user, thread=task.thread, effects=others)
     elsewhere = [
@@ -321,7 +321,8 @@ def thread_live_context(user: Any, thread_id: Any) -> dict[str, Any]:
     thread: Thread = permissions.thread_get_for(user, thread_id)
     pending = list(permissions.tasks_visible(user).filter(thread=thread, status="pending").order_by("created_at"))
     active = thread.runs.filter(status__in=ACTIVE_RUN_STATUSES).first()
-    effects = selectors.effects_shown(user=user, thread=thread, effects=list(thread.effects.order_by("created_at")))
+    ledger = list(thread.effects.select_related("run").order_by("created_at"))
+    effects = selectors.effects_shown(user=user, thread=thread, effects=ledger)
     lines = time_travel.effects_lines(thread=thread, effects=effects) if effects else {}
     runs = list(thread.runs.order_by("-created_at")[:10])
     return {

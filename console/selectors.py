@@ -388,7 +388,7 @@ def timeline_for(*, user: permissions.Principal, thread: Thread, limit: int = 10
         .select_related("actor", "task")
         .order_by("created_at")
     )
-    effects = list(thread.effects.order_by("created_at"))
+    effects = list(thread.effects.select_related("run").order_by("created_at"))
     # Edits and effect results can quote sensitive state: mask them in one gateway call (one audited reveal).
     shown, _ = gateway.guard(
         user,
@@ -777,7 +777,7 @@ def decision_evidence(*, user: permissions.Principal, decision_id: Any) -> Decis
     # A failed resume's retries carried the same decision on: what they paid is what the decision did.
     runs = approvals_selectors.decision_runs(decision=decision)
     if runs:
-        ran = list(Effect.objects.filter(run__in=runs).order_by("created_at", "id"))
+        ran = list(Effect.objects.filter(run__in=runs).select_related("run").order_by("created_at", "id"))
         effects = effects_shown(user=user, thread=task.thread, effects=ran)
     return DecisionEvidence(
         decision=decision,

@@ -155,12 +155,25 @@ _EFFECT_STATUS_HINTS = {
 }
 
 
+# A call whose run ended before its outcome was recorded (``Effect.abandoned``).
+_EFFECT_ABANDONED_WORDS = "outcome unknown: its run stopped mid-call"
+_EFFECT_ABANDONED_HINT = (
+    "The run that made this call ended before an answer was recorded (its worker died for good or it was "
+    "cancelled): the provider may have acted. Retrying or continuing the thread asks the provider again "
+    "under the same idempotency key: it acts at most once and answers with what it did, which is recorded here."
+)
+
+
 def effect_status(effect: Any) -> str:
+    if getattr(effect, "abandoned", False):
+        return _EFFECT_ABANDONED_WORDS
     return _EFFECT_STATUS_WORDS.get(effect.status, str(effect.status))
 
 
 def effect_hint(effect: Any) -> str:
     """What an operator should know beside an action's status ("" when its status says it all)."""
+    if getattr(effect, "abandoned", False):
+        return _EFFECT_ABANDONED_HINT
     return _EFFECT_STATUS_HINTS.get(effect.status, "")
 
 

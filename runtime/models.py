@@ -194,6 +194,22 @@ class Effect(models.Model):
     def __str__(self) -> str:
         return f"effect {self.key} ({self.status})"
 
+    @property
+    def abandoned(self) -> bool:
+        """Started by a run that has ended with no outcome recorded: its process stopped mid-call (killed
+        for good, cancelled, out of attempts). As uncertain as ``unknown``: the provider may have acted.
+        A run still active may yet record it (a worker that took over calls again under the same key);
+        an effect called outside a run has no run to tell."""
+        if self.status != EffectStatus.STARTED or self.run_id is None:
+            return False
+        run = self.run
+        return run is not None and not run.is_active
+
+    @property
+    def outcome(self) -> str:
+        """The status an operator must read: ``unknown`` for an abandoned call, else the recorded one."""
+        return EffectStatus.UNKNOWN.value if self.abandoned else str(self.status)
+
 
 class Blob(models.Model):
     """A large checkpoint value, stored once under its SHA-256 (see runtime.blobs).

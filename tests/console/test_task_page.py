@@ -19,7 +19,7 @@ from approvals.payloads import REASON_MAX_CHARS
 from approvals.tokens import token_issue
 from console.decision_panel import decision_panel_for
 from demo.graphs.loan_approval import LoanState
-from runtime.models import Effect, EffectStatus
+from runtime.models import Effect, EffectStatus, Run, RunKind, RunStatus
 from runtime.state_schema import json_schema_for
 from tests.approvals.guards import user_make
 from tests.conftest import ApiClient
@@ -348,3 +348,38 @@ def test_the_api_masks_an_effects_result_as_the_threads_state_for_a_role_without
     assert "1990-01-01" not in personas["reviewer"].client.get(path).content.decode()
     [seeing] = personas["auditor"].client.get(path).json()
     assert seeing["result"] == born
+
+
+@pytest.mark.parametrize(
+    "run_status,uncertain",
+    [
+        (RunStatus.CANCELLED, True),  # an operator cancelled the run mid-payment
+        (RunStatus.FAILED, True),  # its worker died once too often
+        (RunStatus.RUNNING, False),  # still in flight: a worker may yet record it
+        (RunStatus.QUEUED, False),  # lapsed and re-queued: the next attempt calls again under the key
+    ],
+)
+def test_a_call_whose_run_ended_mid_call_reads_as_an_unknown_outcome(personas, run_status, uncertain):
+    """An action whose process died mid-call stayed "started, no result yet" for ever: as uncertain as an
+    ``unknown`` outcome (the bank may have paid), and now said so, in the console and the API."""
+    task = task_make()
+    run = Run.objects.create(thread_id=task.thread_id, kind=RunKind.RESUME, status=run_status)
+    Effect.objects.create(
+        key=f"k-{task.pk}", thread_id=task.thread_id, run=run, name="disburse", args={"amount": 1}, calls=1
+    )
+    [row] = personas["operator"].client.get(f"/api/threads/{task.thread_id}/effects").json()
+    assert (row["status"], row["uncertain"]) == ("started", uncertain)
+    html = unescape(console_client(personas["operator"]).get(f"/threads/{task.thread_id}/").content.decode())
+    assert ("outcome unknown: its run stopped mid-call" in html) is uncertain
+    assert ("started, no result yet" in html) is not uncertain
+    assert ('class="status status-unknown"' in html) is uncertain
+
+
+def test_an_effect_with_an_unknown_outcome_is_uncertain_and_a_done_one_is_not(personas):
+    task = task_make()
+    common = {"thread_id": task.thread_id, "name": "disburse", "args": {"amount": 1}, "calls": 1}
+    Effect.objects.create(key=f"k-{task.pk}-1", status=EffectStatus.UNKNOWN, **common)
+    Effect.objects.create(key=f"k-{task.pk}-2", status=EffectStatus.DONE, result={"paid": 1}, **common)
+    Effect.objects.create(key=f"k-{task.pk}-3", status=EffectStatus.FAILED, **common)
+    rows = personas["operator"].client.get(f"/api/threads/{task.thread_id}/effects").json()
+    assert [(r["status"], r["uncertain"]) for r in rows] == [("unknown", True), ("done", False), ("failed", False)]

@@ -16,7 +16,7 @@ from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 from approvals.models import ApprovalTask, AuditEvent, InboundDelivery, OutboundDelivery, TaskStatus
-from runtime.models import Effect, Run, Thread
+from runtime.models import Effect, Run, RunStatus, Thread
 from tests.conftest import api_decide, loan_input, pending_tasks, thread_settled, thread_start, wait_for
 
 pytestmark = pytest.mark.usefixtures("live_db")
@@ -79,6 +79,8 @@ def _database_view(now: Any) -> dict[str, Any]:
             durations[graph].append((decided - created).total_seconds())
     runs = list(Run.objects.values_list("status", "attempts", "error"))
     effects = list(Effect.objects.values_list("status", "calls"))
+    ended = {RunStatus.SUCCEEDED, RunStatus.INTERRUPTED, RunStatus.FAILED, RunStatus.CANCELLED}
+    abandoned = [e for e in Effect.objects.filter(status="started").values_list("run__status", flat=True) if e in ended]
     outbound = list(OutboundDelivery.objects.values_list("status", "attempts"))
     return {
         "pending": pending,
@@ -90,6 +92,7 @@ def _database_view(now: Any) -> dict[str, Any]:
         "dead": sum(1 for status, _, error in runs if status == "failed" and error.startswith("gave up after")),
         "effects": Counter(status for status, _ in effects),
         "effect_retries": sum(max(calls - 1, 0) for _, calls in effects),
+        "effects_abandoned": len(abandoned),
         "inbound": Counter(InboundDelivery.objects.values_list("status", flat=True)),
         "outbound": Counter(status for status, _ in outbound),
         "outbound_attempts": sum(attempts for _, attempts in outbound),
@@ -107,6 +110,19 @@ def test_an_effect_whose_outcome_is_unknown_is_counted_apart_from_failed_ones():
     for status, added in {"unknown": 1, "failed": 1, "done": 0}.items():
         got = _get(after, "gatehouse_effects", status=status) - _get(before, "gatehouse_effects", status=status)
         assert got == added, status
+
+
+def test_an_effect_whose_run_ended_mid_call_is_counted_as_abandoned():
+    """A payment whose run was cancelled mid-call stayed "started" in the metrics like one in flight."""
+    before = _samples()
+    thread = Thread.objects.create(graph="loan_approval")
+    ended = Run.objects.create(thread=thread, kind="resume", status=RunStatus.CANCELLED)
+    flying = Run.objects.create(thread=thread, kind="resume", status=RunStatus.RUNNING)
+    Effect.objects.create(key=f"gh:{thread.pk}:a", name="disburse", thread=thread, run=ended, calls=1)
+    Effect.objects.create(key=f"gh:{thread.pk}:b", name="disburse", thread=thread, run=flying, calls=1)
+    after = _samples()
+    assert _get(after, "gatehouse_effects_abandoned") - _get(before, "gatehouse_effects_abandoned") == 1
+    assert _get(after, "gatehouse_effects", status="started") - _get(before, "gatehouse_effects", status="started") == 2
 
 
 def _mismatches(samples: dict, db: dict[str, Any]) -> list[str]:
@@ -140,6 +156,7 @@ def _mismatches(samples: dict, db: dict[str, Any]) -> list[str]:
     for status in ("started", "done", "failed", "unknown"):
         expect("gatehouse_effects", db["effects"][status], status=status)
     expect("gatehouse_effect_retries_total", db["effect_retries"])
+    expect("gatehouse_effects_abandoned", db["effects_abandoned"])
     for status in ("accepted", "refused", "duplicate"):
         expect("gatehouse_webhook_inbound_deliveries_total", db["inbound"][status], outcome=status)
     for status in ("pending", "delivered", "failed"):
