@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from ninja import Schema
-from pydantic import BeforeValidator, Field, Strict
+from pydantic import BeforeValidator, Field, Strict, StrictBool
 from pydantic_core import PydanticCustomError
 
 from approvals.inputs import Offset, ThreadMetadata
@@ -79,7 +79,7 @@ class ThreadStateUpdateIn(Schema):
 
 class ThreadCheckpointIn(Schema):
     checkpoint: dict[str, Any]
-    subgraphs: bool = False
+    subgraphs: StrictBool = False
 
 
 class HistoryIn(Schema):
@@ -141,7 +141,7 @@ class RunCreateIn(Schema):
     context: dict[str, Any] | None = None
     multitask_strategy: Literal["reject", "interrupt", "rollback", "enqueue"] | None = None
     stream_mode: str | list[str] | None = None
-    stream_subgraphs: bool = False
+    stream_subgraphs: StrictBool = False
     interrupt_before: Any = None
     interrupt_after: Any = None
     webhook: str | None = None
@@ -158,7 +158,7 @@ class StorePutIn(Schema):
     namespace: list[str]
     key: str
     value: dict[str, Any]
-    index: bool | list[str] | None = None
+    index: StrictBool | list[str] | None = None
     ttl: BodySeconds | None = None  # minutes, as LangGraph's store takes it
 
 
@@ -179,7 +179,7 @@ class StoreSearchIn(Schema):
     limit: int = Field(10, ge=1, le=STORE_LIMIT_MAX, strict=True)
     offset: int = Field(0, ge=0, le=STORE_OFFSET_MAX, strict=True)
     query: str | None = Field(None, max_length=4000)
-    refresh_ttl: bool | None = None
+    refresh_ttl: StrictBool | None = None
 
 
 class StoreNamespacesIn(Schema):
