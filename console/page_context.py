@@ -33,7 +33,7 @@ from console.conversation import conversation_context  # Conversation (comments)
 from console.decision_panel import DecisionPanel, decision_panel_for
 from console.forms import InboxFilterForm
 from runtime.branches import branch_at, effect_key_branch
-from runtime.models import ACTIVE_RUN_STATUSES, Run, RunStatus, Thread, ThreadStatus
+from runtime.models import ACTIVE_RUN_STATUSES, Effect, Run, RunStatus, Thread, ThreadStatus
 from runtime.registry import REASON_OUTCOMES, UnknownGraph, graph_get, graph_is_external, graph_is_registered
 from runtime.state_schema import json_schema_for
 from runtime.threads import thread_stopped_midway
@@ -163,6 +163,13 @@ def _claim_of(task: ApprovalTask) -> Any:
         return None
 
 
+def effect_lines_shown(thread: Thread, effects: list[Effect]) -> dict[Any, str]:
+    """Each action's line in words by effect id ("on the original line"; "" on the line shown): a replayed
+    thread's pages listed the original line's payment as though it had been made on the replay."""
+    lines = time_travel.effects_lines(thread=thread, effects=effects) if effects else {}
+    return {pk: words.effect_where(line) for pk, line in lines.items()}
+
+
 def task_live_context(user: Any, task_id: Any) -> dict[str, Any]:
     """The part of the task page that changes while the reviewer looks at it."""
     task = permissions.task_get_for(user, task_id)
@@ -196,6 +203,8 @@ def task_live_context(user: Any, task_id: Any) -> dict[str, Any]:
         "current_task": None if task.is_open else approvals_selectors.task_current_for(user=user, task=task),
         "runs": list(thread.runs.order_by("-created_at")[:5]),
         "effects": effects,
+        # Where each was recorded on a branched thread, as the thread page says it (effect_lines_shown).
+        "effect_lines": effect_lines_shown(thread, effects),
         "decisions": quorum.decisions,
         # Only a finished thread's values are shown, and only as the gateway masks them for this viewer.
         "result": gateway.thread_values_for(user, thread) if thread.is_finished else None,
@@ -323,7 +332,6 @@ def thread_live_context(user: Any, thread_id: Any) -> dict[str, Any]:
     active = thread.runs.filter(status__in=ACTIVE_RUN_STATUSES).first()
     ledger = list(thread.effects.select_related("run").order_by("created_at"))
     effects = selectors.effects_shown(user=user, thread=thread, effects=ledger)
-    lines = time_travel.effects_lines(thread=thread, effects=effects) if effects else {}
     runs = list(thread.runs.order_by("-created_at")[:10])
     return {
         "thread": thread,
@@ -333,7 +341,7 @@ def thread_live_context(user: Any, thread_id: Any) -> dict[str, Any]:
         "effects": effects,
         # On a branched thread, where each was recorded: the original line's payment was listed beside
         # "Waiting for a decision" on the replay as though it had been made there.
-        "effect_lines": {pk: words.effect_where(line) for pk, line in lines.items()},
+        "effect_lines": effect_lines_shown(thread, effects),
         "can_retry": thread.status == "failed" and permissions.can(user, "runtime.retry_thread"),
         # An operator's cancel stopped it with steps left (a payment made, its state short of it): continue it.
         "can_continue": thread.status == "idle"

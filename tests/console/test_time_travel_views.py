@@ -343,6 +343,15 @@ def test_a_replayed_thread_labels_the_original_line_s_payment(dispatched, person
     assert paid.startswith("pay done") and paid.endswith("on the original line"), paid
 
 
+def test_the_replays_task_page_labels_the_original_line_s_payment_too(dispatched, personas):
+    """The thread page said where the payment was made; the task the replay waits at listed it unlabelled."""
+    thread, _, _ = _replayed(personas)
+    waiting = ApprovalTask.objects.get(thread=thread, status="pending")
+    html = console_client(personas["operator"]).get(f"/tasks/{waiting.pk}/").content.decode()
+    [paid] = _actions(html)
+    assert paid.startswith("pay done") and "on the original line" in paid, paid
+
+
 def test_a_payment_before_the_branch_point_is_said_to_be_before_the_branch(dispatched, personas):
     thread, _ = _paid(77)
     head = thread.checkpoint_id  # after the payment
