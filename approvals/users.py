@@ -37,7 +37,7 @@ from django.utils.http import urlsafe_base64_encode
 
 from approvals import permissions
 from approvals.audit import audit_record
-from approvals.errors import Conflict, InvalidInput, NotFound
+from approvals.errors import Conflict, Forbidden, InvalidInput, NotFound
 from approvals.models import (
     ApiToken,
     ApprovalTask,
@@ -720,6 +720,10 @@ def user_password_reset(*, actor: Actor, user_id: Any, password: str | None = No
 @transaction.atomic
 def user_password_set_by_link(*, user: User, password: str) -> None:
     """The person sets their own password from a set-password link (the view checked the token)."""
+    if not user.is_active:
+        # The link was issued before an admin deactivated the account: it must not set a password that
+        # then shows as "set" on a user who cannot sign in (and would on reactivation).
+        raise Forbidden("this account is deactivated: ask an admin for a new link once it is reactivated")
     _password_check(password, user)
     user.set_password(password)
     user.save(update_fields=["password"])

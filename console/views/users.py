@@ -287,6 +287,12 @@ class PasswordSetView(auth_views.PasswordResetConfirmView):
     success_url = "/accounts/login/?password=set"
     post_reset_login = False
 
+    def get_user(self, uidb64: str) -> Any:
+        # Django's token outlives a deactivation (it hashes the password, not is_active): a deactivated
+        # account's link reads as not valid (users.user_password_set_by_link refuses it too).
+        user = super().get_user(uidb64)
+        return user if user is not None and user.is_active else None
+
     def form_valid(self, form: Any) -> HttpResponse:
         try:
             with transaction.atomic():

@@ -131,6 +131,28 @@ def test_an_admin_creates_a_user_who_sets_a_password_from_the_link_and_signs_in(
     assert ("user.password_set", name) in actions
 
 
+def test_a_set_password_link_stops_working_when_its_account_is_deactivated(personas):
+    """A deactivated user set a password from a link issued before: "Your password is set", the account showed
+    a password set after its deactivation, and sign-in then said the password did not match."""
+    admin = console_client(personas["admin"])
+    name = _name("gone")
+    created = admin.post("/users/new", {"username": name, "email": f"{name}@example.org", "roles": ["reviewer"]})
+    link = re.search(r'value="(http://testserver/accounts/set-password/[^"]+)"', created.content.decode()).group(1)
+    user = User.objects.get(username=name)
+    person = Client()
+    form = person.get(link.removeprefix("http://testserver"), follow=True)
+    page = form.redirect_chain[-1][0]  # the form, opened before the deactivation
+    users.user_deactivate(actor=personas["admin"].user, user_id=user.pk, reason="left")
+    done = person.post(page, {"new_password1": "correct-horse-battery-9", "new_password2": "correct-horse-battery-9"})
+    assert done.status_code == 200 and b"not valid" in done.content
+    assert b"not valid" in Client().get(link.removeprefix("http://testserver"), follow=True).content
+    user.refresh_from_db()
+    assert not user.has_usable_password()
+    assert not AuditEvent.objects.filter(subject_type="user", subject_id=str(user.pk), action="user.password_set")
+    with pytest.raises(users.Forbidden):
+        users.user_password_set_by_link(user=user, password="correct-horse-battery-9")
+
+
 @pytest.mark.parametrize(
     "form,field,message",
     [
