@@ -53,6 +53,9 @@ def token_issue(
     actions: list[str] | None = None,
 ) -> str:
     """A new token for ``user``, optionally narrowed to some graphs and actions; the secret is returned once."""
+    if not user.is_active:
+        # It would answer 401 now and come alive with a reactivation that revoked every other token.
+        raise ValueError(f"user {user.get_username()!r} is deactivated: reactivate them first")
     unknown = set(actions or []) - TOKEN_ACTION_NAMES
     if unknown:
         raise ValueError(f"unknown token actions {sorted(unknown)}; choose from {sorted(TOKEN_ACTION_NAMES)}")

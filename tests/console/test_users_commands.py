@@ -181,6 +181,19 @@ def test_changepassword_reads_stdin_and_refuses_a_weak_password_without_changing
     assert not AuditEvent.objects.filter(action="user.password_reset", subject_id=str(user.pk)).exists()
 
 
+def test_issue_token_refuses_a_deactivated_user_and_issues_nothing():
+    """It printed a token that answered 401, listed as live on the user's page, for a reactivation to wake."""
+    name = _name()
+    user = users.user_create(actor=users.CLI, username=name, roles=["reviewer"])
+    users.user_deactivate(actor=users.CLI, user_id=user.pk, reason="left")
+    with pytest.raises(CommandError, match=rf"user '{name}' is deactivated"):
+        _run("issue_token", name)
+    assert not user.api_tokens.exists()
+    users.user_reactivate(actor=users.CLI, user_id=user.pk)
+    out, _ = _run("issue_token", name)
+    assert out.strip().startswith("gh_") and user.api_tokens.count() == 1
+
+
 def test_issue_token_refuses_an_unknown_graph_and_issues_nothing():
     name = _name()
     user = users.user_create(actor=users.CLI, username=name, roles=["reviewer"])
