@@ -33,6 +33,7 @@ from approvals import permissions
 from approvals.abilities import approvals_given, separation_required, thread_started_by
 from approvals.audit import audit_record, audit_task
 from approvals.claims import claim_drop, claim_for, claim_put
+from approvals.comments import CONTROL_CHARACTERS
 from approvals.errors import Conflict, Forbidden, InvalidInput
 from approvals.gateway import may_see_sensitive
 from approvals.models import ApprovalTask, AuditAction, AuditEvent, Away
@@ -41,6 +42,7 @@ from runtime.storable import NotStorable, value_storable_check
 MAX_AWAY_HOPS = 5
 SERVICE_PREFIX = "webhook:"  # inbound webhooks' principals (approvals.inbound.webhooks): never handed work
 NOTE_MAX = 1000
+AWAY_NOTE_MAX = 300  # shown beside the name wherever the person is offered as an assignee
 
 
 # --- reading the routing fields (one rule) ------------------------------------------------------
@@ -221,12 +223,14 @@ def assignee_resolve(*, task: ApprovalTask, user: User | None, group: Group | No
 # --- services -----------------------------------------------------------------------------------
 
 
-def _note_check(note: str, *, required: bool) -> str:
-    note = note.strip()
+def _note_check(note: str, *, required: bool, max_length: int = NOTE_MAX) -> str:
+    note = note.replace("\r\n", "\n").strip()
     if required and not note:
         raise InvalidInput("a note for the colleague is required", field="note")
-    if len(note) > NOTE_MAX:
-        raise InvalidInput(f"the note is longer than {NOTE_MAX} characters", field="note")
+    if len(note) > max_length:
+        raise InvalidInput(f"the note is longer than {max_length} characters", field="note")
+    if CONTROL_CHARACTERS.search(note):
+        raise InvalidInput("the note: control characters are not allowed", field="note")
     try:
         value_storable_check(note, field="note")
     except NotStorable as exc:
@@ -311,6 +315,12 @@ def task_delegate(*, actor: User, task: ApprovalTask, to_user: User, note: str) 
     if refusal := assignee_refusal(task=task, user=to_user):
         raise Forbidden(refusal, field="to_user")
     resolved = assignee_resolve(task=task, user=to_user, group=task.assigned_group)
+    if resolved.user is not None and resolved.user.pk == actor.pk:
+        # Their work comes to the one delegating it: the task would be handed back with the claim unmoved.
+        raise InvalidInput(
+            f"{to_user.get_username()} is away and their tasks come to you: delegate to someone else",
+            field="to_user",
+        )
     if resolved.user is not None:
         claim_put(task=task, user=resolved.user)
     else:
@@ -353,7 +363,7 @@ def away_set(
         raise InvalidInput("the end must come after the start", field="ends_at")
     if ends_at is not None and ends_at <= timezone.now():
         raise InvalidInput("the end is in the past", field="ends_at")
-    note = _note_check(note, required=False)[:300]
+    note = _note_check(note, required=False, max_length=AWAY_NOTE_MAX)
     away, _ = Away.objects.update_or_create(
         user=actor, defaults={"delegate": delegate, "starts_at": starts_at, "ends_at": ends_at, "note": note}
     )

@@ -36,7 +36,8 @@ MENTIONS_MAX = 20  # distinct @names resolved per version; further ones stay tex
 VERSIONS_MAX = 100  # edits per comment: bounded like everything a user can grow
 _MENTION = re.compile(r"(?<![\w@])@([A-Za-z0-9_.+-]{1,150})")
 # Control characters other than tab and newline: invisible in a page, confusing in an export.
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+# Control characters a person's free text never needs (tab and newline are kept; \r\n is normalised first).
+CONTROL_CHARACTERS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 
 
 # --- input -------------------------------------------------------------------------------------
@@ -50,7 +51,7 @@ def body_clean(body: Any) -> str:
         raise InvalidInput("body: write something", field="body")
     if len(text) > BODY_MAX_CHARS:
         raise InvalidInput(f"body: at most {BODY_MAX_CHARS} characters (got {len(text)})", field="body")
-    if _CONTROL.search(text):
+    if CONTROL_CHARACTERS.search(text):
         raise InvalidInput("body: control characters are not allowed", field="body")
     return text
 

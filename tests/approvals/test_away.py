@@ -47,6 +47,33 @@ def test_a_delegation_to_someone_away_lands_on_their_delegate_with_the_claim():
     assert task.assigned_user == cover and claims.claim_for(task).user == cover
 
 
+def test_a_delegation_that_would_come_back_to_its_sender_through_an_away_is_refused():
+    """Delegating to a colleague whose out-of-office names you handed the task back to yourself, recorded as
+    "meant for them, sent on to their delegate"; delegating to yourself directly was refused."""
+    holder, away = person(), person()
+    assignment.away_set(actor=away, delegate=holder)
+    task = task_make()
+    claims.task_claim(actor=holder, task_id=task.pk)
+    with pytest.raises(InvalidInput, match="is away and their tasks come to you") as refused:
+        assignment.task_delegate(actor=holder, task=task, to_user=away, note="for you")
+    assert refused.value.field == "to_user"
+    task.refresh_from_db()
+    assert task.assigned_user is None and claims.claim_for(task).user == holder
+    assert not AuditEvent.objects.filter(subject_id=str(task.pk), action="task.delegated").exists()
+
+
+@pytest.mark.parametrize("note", ["a\x02b", "tab\tok\x7f", "x" * 301])
+def test_an_out_of_office_note_with_control_characters_or_too_long_is_refused(note):
+    """It was saved with control characters (comments and names refuse them) and cut to 300 characters unsaid."""
+    me = person()
+    with pytest.raises(InvalidInput) as refused:
+        assignment.away_set(actor=me, delegate=person(), note=note)
+    assert refused.value.field == "note"
+    assert not Away.objects.filter(user=me).exists()
+    assignment.away_set(actor=me, delegate=person(), note="back Monday\r\n\tcall me")
+    assert Away.objects.get(user=me).note == "back Monday\n\tcall me"
+
+
 def test_a_chain_of_delegates_is_followed():
     a, b, c = person(), person(), person()
     assignment.away_set(actor=a, delegate=b)
