@@ -30,6 +30,8 @@ TERM_MONTHS_MAX = 480
 Amount = Annotated[int, Field(ge=1, le=AMOUNT_MAX)]
 Income = Annotated[int, Field(ge=0)]
 TermMonths = Annotated[int, Field(ge=1, le=TERM_MONTHS_MAX)]
+# A name to pay: "" titled the task "Loan of 18000 for" and kept the memory under "applicants.unknown".
+Applicant = Annotated[str, Field(min_length=1, max_length=200, pattern=r"\S")]
 
 
 class LoanState(TypedDict, total=False):
@@ -59,7 +61,7 @@ class LoanInput(TypedDict):
     """
 
     amount: Amount
-    applicant: str
+    applicant: Applicant
     income: Income
     applicant_id: NotRequired[str]
     loan_id: NotRequired[str]

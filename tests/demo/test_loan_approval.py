@@ -61,6 +61,17 @@ def test_it_refuses_a_start_without_the_loan_naming_the_missing_key(operator, gr
     assert Thread.objects.count() == before
 
 
+@pytest.mark.parametrize("applicant", ["", "   ", "x" * 201])
+def test_it_refuses_a_start_without_an_applicant_to_pay(operator, applicant):
+    """An empty applicant was accepted: the task read "Loan of 18000 for", its memory kept under "unknown"."""
+    before = Thread.objects.count()
+    body = {"graph": "loan_approval", "input": {**loan_input(), "applicant": applicant}}
+    response = operator.client.post("/api/threads", body)
+    assert response.status_code == 422, response.content
+    assert response.json()["error"]["field"] == "input.applicant"
+    assert Thread.objects.count() == before
+
+
 def test_it_refuses_a_start_without_input_at_all(operator):
     response = operator.client.post("/api/threads", {"graph": "loan_approval"})
     assert response.status_code == 422, response.content
