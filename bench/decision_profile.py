@@ -212,8 +212,8 @@ _PHASES = (
     ("runtime.store", "RecordingStore.batch"),
     ("runtime.store", "RecordingStore._record"),  # a read's record
     ("runtime.store", "RecordingStore._record_writes"),  # a write's record and its audit row
-    ("runtime.effects", "_intent_insert"),
-    ("runtime.effects", "_result_record"),
+    ("runtime.effect_ledger", "_intent_insert"),
+    ("runtime.effect_ledger", "_result_record"),
     ("runtime.signals", "effect_executed.send"),  # the result's audit row, in the result's transaction
     ("runtime.executor", "run_finish"),
     ("langgraph.checkpoint.postgres", "PostgresSaver.get_tuple"),

@@ -16,7 +16,7 @@ from langgraph.graph import END, START, StateGraph
 from runtime import signals
 from runtime.effects import effect_key, perform_effect
 from runtime.fencing import FENCE_KEY
-from runtime.models import Effect, EffectStatus, Run, RunKind, Thread
+from runtime.models import Effect, EffectStatus, Run, RunKind, RunStatus, Thread
 
 pytestmark = pytest.mark.usefixtures("live_db")
 
@@ -141,3 +141,106 @@ def test_a_key_longer_than_its_column_is_refused_not_cut(fenced):
     with pytest.raises(django.db.DataError):
         _graph(lambda key: calls.append(key) or {}, "x" * 300).invoke({}, config)
     assert calls == [] and not Effect.objects.filter(thread=thread).exists()
+
+
+def test_a_finished_thread_given_new_input_pays_again_under_a_key_of_its_own(executed):
+    """A finished thread given new input ("invoke it again") ran the graph from the start: its payment was
+    answered with the first input's result under the thread's one key (paid once for two expenses), or,
+    with other arguments, refused after the approval (EffectArgsConflict)."""
+    thread = Thread.objects.create(graph="zombie_pay", fence=1)
+    keys: list[str] = []
+
+    def pay(amount: int) -> Any:
+        def call(key: str) -> Any:
+            keys.append(key)
+            return {"paid": amount}
+
+        def act(state: dict[str, Any]) -> dict[str, Any]:
+            return {"result": perform_effect("charge", call, args={"amount": amount})}
+
+        builder: StateGraph[Any] = StateGraph(dict)  # type: ignore[type-var]
+        builder.add_node("act", act)
+        builder.add_edge(START, "act")
+        builder.add_edge("act", END)
+        return builder.compile()
+
+    first = Run.objects.create(thread=thread, kind=RunKind.START, status=RunStatus.SUCCEEDED)
+    assert pay(250).invoke({}, _config(thread, first))["result"] == {"paid": 250}
+    second = Run.objects.create(thread=thread, kind=RunKind.START, status=RunStatus.SUCCEEDED)
+    assert pay(300).invoke({}, _config(thread, second))["result"] == {"paid": 300}
+    # A retry in the second cycle is that cycle's payment again: answered, not paid a third time.
+    retry = Run.objects.create(thread=thread, kind=RunKind.RETRY, status=RunStatus.SUCCEEDED)
+    assert pay(300).invoke({}, _config(thread, retry))["result"] == {"paid": 300}
+    base = f"gh:{thread.id}:charge"
+    assert keys == [base, f"{base}~{second.id.hex[:12]}"]  # the first cycle keeps the thread's key
+    assert [e.key for e in executed] == keys
+
+
+def test_a_second_cycles_effect_recorded_under_the_threads_key_keeps_answering(executed):
+    """Recorded before keys were scoped to cycles: its retry must find it, not pay under a new key."""
+    thread = Thread.objects.create(graph="zombie_pay", fence=1)
+    Run.objects.create(thread=thread, kind=RunKind.START, status=RunStatus.SUCCEEDED)
+    second = Run.objects.create(thread=thread, kind=RunKind.START, status=RunStatus.SUCCEEDED)
+    Effect.objects.create(
+        key=f"gh:{thread.id}:charge", name="charge", thread=thread, run=second, status=EffectStatus.DONE,
+        result={"charged": 10}, calls=1,
+    )  # fmt: skip
+    retry = Run.objects.create(thread=thread, kind=RunKind.RETRY, status=RunStatus.SUCCEEDED)
+    calls: list[str] = []
+    assert _graph(calls.append).invoke({}, _config(thread, retry))["result"] == {"charged": 10}
+    assert calls == []
+
+
+_LANGGRAPH_ALONE = """
+from typing import Any, TypedDict
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START, StateGraph
+from langgraph.types import Command
+from runtime.effects import perform_effect
+from runtime.gatekeeper import request_review
+
+class S(TypedDict, total=False):
+    amount: int
+    paid: Any
+
+calls = []
+
+def review(state: S) -> dict:
+    request_review(title="Pay?", summary="pay?", editable=["amount"])
+    return {}
+
+def pay(state: S) -> dict:
+    return {"paid": perform_effect("pay", lambda key: calls.append(key) or key, args={"amount": state["amount"]})}
+
+b = StateGraph(S)
+b.add_node("review", review)
+b.add_node("pay", pay)
+b.add_edge(START, "review")
+b.add_edge("review", "pay")
+b.add_edge("pay", END)
+g = b.compile(checkpointer=InMemorySaver())
+config = {"configurable": {"thread_id": "t1"}}
+assert "__interrupt__" in g.invoke({"amount": 5}, config)
+out = g.invoke(Command(resume={"decision": "approve"}), config)
+assert out["paid"] == "gh:t1:pay" and calls == ["gh:t1:pay"], (out, calls)
+import sys
+assert not any(m == "django.db" or m.startswith("django.db.") for m in sys.modules), "imported Django's ORM"
+print("ok")
+"""
+
+
+def test_a_graph_using_the_helpers_runs_under_langgraph_alone(tmp_path):
+    """`from runtime.effects import perform_effect` raised ImproperlyConfigured outside Gatehouse: the same
+    graph file could not be unit-tested with InMemorySaver or served by `langgraph dev`."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
+    env["PYTHONPATH"] = str(ROOT)
+    done = subprocess.run(
+        [sys.executable, "-c", _LANGGRAPH_ALONE], env=env, cwd=tmp_path, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
