@@ -190,17 +190,20 @@ class StrictJsonParser(Parser):
             # Every operation of both APIs reads an object. Ninja's schemas read anything else by attribute,
             # so ``[1]`` was every field's default (a thread created from nothing) and ``[]`` a decision
             # whose "decision" was missing: say what is wrong with the body instead.
-            raise InvalidInput(f"body: must be a JSON object, not {_json_kind(value)}", field="body")
+            raise InvalidInput(f"body: must be a JSON object, not {json_kind(value)}", field="body")
         return value
 
 
-def _json_kind(value: Any) -> str:
+def json_kind(value: Any) -> str:
+    """What a JSON value is, for a message saying it is the wrong kind ("not an array")."""
     if value is None:
         return "null"
     if isinstance(value, bool):
         return "a boolean"
     if isinstance(value, list):
         return "an array"
+    if isinstance(value, dict):
+        return "an object"
     return "a string" if isinstance(value, str) else "a number"
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any
 
-from django.http import HttpRequest, JsonResponse
+from django.http import HttpRequest, HttpResponse
 from ninja import Query, Router, Schema, Status
 from pydantic import Field
 
@@ -109,13 +109,14 @@ def _inbound_out(d: InboundDelivery) -> InboundDeliveryOut:
 
 
 @router.post("/webhooks/{name}", auth=None, response={202: dict, 401: dict, 404: dict, 409: dict, 422: dict})
-def webhook_receive(request: HttpRequest, name: str) -> JsonResponse:
+def webhook_receive(request: HttpRequest, name: str) -> HttpResponse:
     """A Standard Webhooks delivery (webhook-id / webhook-timestamp / webhook-signature headers).
 
-    The signature is the authentication. A repeated webhook-id gets the first response again.
+    The signature is the authentication. A repeated webhook-id with the same body gets the first response
+    again, byte for byte; with another body, a 409.
     """
     outcome = webhooks.delivery_receive(name=name, raw=request.body, headers=dict(request.headers))
-    return JsonResponse(outcome.body, status=outcome.http_status)
+    return HttpResponse(outcome.content(), status=outcome.http_status, content_type="application/json")
 
 
 @router.get("/webhooks/{name}/deliveries", response=list[InboundDeliveryOut])

@@ -4,8 +4,9 @@ The path of one delivery:
 1. verify the signature on the raw bytes with ``standardwebhooks`` (any of the
    endpoint's secrets, so a rotation has no gap; the library's 5-minute tolerance);
 2. under a lock on the endpoint, return the recorded outcome if this webhook-id was
-   seen before (deliveries of one endpoint are serialised: that makes dedupe and
-   event ordering exact without a race window);
+   accepted before with the same body, refuse it (409) with another body (deliveries
+   of one endpoint are serialised: that makes dedupe and event ordering exact without
+   a race window);
 3. refuse an event older than the last accepted one for the same correlation key;
 4. find the pending gate whose payload carries the correlation key, map the body to
    a decision and call ``services.task_decide`` — the same path as a reviewer.
@@ -19,6 +20,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import json
 import math
 import time
 from dataclasses import dataclass
@@ -35,7 +37,8 @@ from standardwebhooks.webhooks import WebhookVerificationError
 from approvals import permissions, services
 from approvals.audit import audit_record, audit_task
 from approvals.errors import Conflict, DomainError, InvalidInput, NotFound
-from approvals.inputs import json_loads_strict
+from approvals.gate_policy import CORRELATION_KEY_MAX
+from approvals.inputs import json_kind, json_loads_strict
 from approvals.models import (
     ApprovalTask,
     AuditAction,
@@ -301,6 +304,11 @@ class CallbackOutcome:
     body: dict[str, Any]
     delivery: InboundDelivery | None = None
 
+    def content(self) -> bytes:
+        """The response's bytes, keys sorted: a replay answers the copy read back from jsonb, which
+        reorders keys, and must be the first answer byte for byte (docs/webhooks.md)."""
+        return json.dumps(self.body, sort_keys=True).encode()
+
 
 def _error(status: int, code: str, message: str, field_name: str | None = None, **extra: Any) -> dict[str, Any]:
     return {"error": {"code": code, "message": message, "field": field_name}, **extra}
@@ -409,6 +417,20 @@ def delivery_receive(*, name: str, raw: bytes, headers: dict[str, str]) -> Callb
         first = InboundDelivery.objects.filter(
             endpoint=endpoint, webhook_id=webhook_id, verified=True, status=DeliveryStatus.ACCEPTED
         ).first()
+        if first is not None and first.body_digest != digest:
+            # Another event under a used id: replaying the first answer told the sender it had been acted on.
+            return _delivery_record(
+                {"endpoint": endpoint, "webhook_id": webhook_id, "verified": True, "body_digest": digest},
+                409,
+                _error(
+                    409,
+                    "delivery_id_reused",
+                    f"webhook-id {webhook_id!r} was used for another body (delivery {first.pk}); "
+                    "send a new event under a new webhook-id, and a retry with the same bytes",
+                    "webhook-id",
+                ),
+                f"webhook-id of delivery {first.pk} with another body; nothing done",
+            )
         if first is not None:
             InboundDelivery.objects.create(
                 endpoint=endpoint,
@@ -452,24 +474,46 @@ def _refuse_signature(endpoint: WebhookEndpoint, webhook_id: str, digest: str, p
     return CallbackOutcome(401, body, delivery)
 
 
+def _delivery_record(
+    record: dict[str, Any], status: int, body: dict[str, Any], reason: str, accepted: bool = False, **fields: Any
+) -> CallbackOutcome:
+    """Record a verified delivery and the answer it gets, which names the delivery."""
+    delivery = InboundDelivery.objects.create(
+        **record,
+        **fields,
+        status=DeliveryStatus.ACCEPTED if accepted else DeliveryStatus.REFUSED,
+        http_status=status,
+        reason=reason,
+        response=body,
+    )
+    body = {**body, "delivery": delivery.pk}
+    InboundDelivery.objects.filter(pk=delivery.pk).update(response=body)
+    delivery.response = body
+    return CallbackOutcome(status, body, delivery)
+
+
+def _correlation_key_problem(key: Any, path: str) -> str | None:
+    """Why ``key`` (found at ``path``) can name no task, or None. Gates index string keys of 1 to
+    ``CORRELATION_KEY_MAX`` characters (``GatePolicy.correlation_key_indexed``): 5 was looked up as '5',
+    and a 100,000-character key was a 404 echoing all of it."""
+    if key is None:
+        return f"no correlation key at {path!r}"
+    if not isinstance(key, str):
+        return f"the correlation key at {path!r} must be a string, not {json_kind(key)}"
+    if not key:
+        return f"the correlation key at {path!r} is empty"
+    if len(key) > CORRELATION_KEY_MAX:
+        return f"the correlation key at {path!r} is {len(key)} characters; at most {CORRELATION_KEY_MAX}"
+    return None
+
+
 def _process(
     endpoint: WebhookEndpoint, webhook_id: str, raw: bytes, digest: str, headers: dict[str, str]
 ) -> CallbackOutcome:
     record: dict[str, Any] = {"endpoint": endpoint, "webhook_id": webhook_id, "verified": True, "body_digest": digest}
 
     def done(status: int, body: dict[str, Any], reason: str, accepted: bool = False, **fields: Any) -> CallbackOutcome:
-        delivery = InboundDelivery.objects.create(
-            **record,
-            **fields,
-            status=DeliveryStatus.ACCEPTED if accepted else DeliveryStatus.REFUSED,
-            http_status=status,
-            reason=reason,
-            response=body,
-        )
-        body = {**body, "delivery": delivery.pk}
-        InboundDelivery.objects.filter(pk=delivery.pk).update(response=body)
-        delivery.response = body
-        return CallbackOutcome(status, body, delivery)
+        return _delivery_record(record, status, body, reason, accepted, **fields)
 
     def refuse(status: int, code: str, message: str, field_name: str | None = None, **fields: Any) -> CallbackOutcome:
         return done(status, _error(status, code, message, field_name), message, **fields)
@@ -488,9 +532,9 @@ def _process(
         return refuse(422, "invalid", "the body must be a JSON object", "body")
 
     key = path_get(body, endpoint.correlation_path)
-    if not isinstance(key, str | int) or isinstance(key, bool) or key == "":
-        return refuse(422, "invalid", f"no correlation key at {endpoint.correlation_path!r}", endpoint.correlation_path)
-    key = str(key)
+    problem = _correlation_key_problem(key, endpoint.correlation_path)
+    if problem is not None:
+        return refuse(422, "invalid", problem, endpoint.correlation_path)
     event_at = _event_time(endpoint, body, headers)
     record.update(correlation_key=key[:300], event_at=event_at)
 
@@ -510,8 +554,7 @@ def _process(
             "webhook-timestamp",
         )
 
-    # The indexed copy of each gate's key (GatePolicy.correlation_key_indexed): a string of at most
-    # CORRELATION_KEY_MAX characters; a longer key in a body names no task.
+    # The indexed copy of each gate's key (GatePolicy.correlation_key_indexed), which a key checked above can be.
     pending = list(ApprovalTask.objects.filter(status=TaskStatus.PENDING, correlation_key=key))
     mine = [t for t in pending if t.graph == endpoint.graph]
     if not mine:

@@ -6,6 +6,7 @@ import io
 import json
 import threading
 import uuid
+from collections import Counter
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, make_server
@@ -382,3 +383,141 @@ def test_a_loan_thread_is_unaffected_by_kyc_webhooks(operator, reviewer):
     response = _send(endpoint, {"correlation_key": task["id"], "status": "verified"})
     assert response.status_code == 404
     assert not Decision.objects.filter(task_id=task["id"]).exists()
+
+
+def _inbound_counts() -> dict[str, float]:
+    """gatehouse_webhook_inbound_deliveries_total by outcome, as /metrics reports it."""
+    from django.test import override_settings
+    from prometheus_client.parser import text_string_to_metric_families
+
+    token = "metrics-token-for-webhook-tests-0123456789"
+    with override_settings(GATEHOUSE_METRICS_TOKEN=token):
+        response = Client().get("/metrics", headers={"host": "10.9.8.7:8000", "authorization": f"Bearer {token}"})
+    assert response.status_code == 200, response.content
+    return {
+        sample.labels["outcome"]: sample.value
+        for family in text_string_to_metric_families(response.content.decode())
+        for sample in family.samples
+        if sample.name == "gatehouse_webhook_inbound_deliveries_total"
+    }
+
+
+def test_a_webhook_id_reused_for_another_body_is_refused_and_decides_nothing(operator, reviewer):
+    """The same webhook-id with a different signed body was answered the first delivery's 202 and did nothing:
+    the sender believed its "verified" had decided the task. It is a 409 naming the header, recorded as a
+    refusal; the same id with the same body is still the replay."""
+    endpoint = _endpoint()
+    thread_id, task = _kyc_thread(operator, reviewer)
+    key = f"kyc-{thread_id}"
+    first = _send(endpoint, {"correlation_key": key, "status": "processing"}, msg_id="msg_reused")
+    assert first.status_code == 202 and first.json()["status"] == "acknowledged", first.content
+    before = _inbound_counts()
+
+    other = _send(endpoint, {"correlation_key": key, "status": "verified"}, msg_id="msg_reused")
+
+    assert other.status_code == 409, other.content
+    error = other.json()["error"]
+    assert (error["code"], error["field"]) == ("delivery_id_reused", "webhook-id")
+    assert "msg_reused" in error["message"] and "another body" in error["message"]
+    assert not Decision.objects.filter(task_id=task["id"]).exists()
+    assert _resumes(thread_id) == 0
+    refused = InboundDelivery.objects.filter(endpoint=endpoint).order_by("id").last()
+    assert refused is not None and other.json()["delivery"] == refused.pk
+    assert (refused.status, refused.verified, refused.http_status, refused.task_id, refused.decision_id) == (
+        "refused",
+        True,
+        409,
+        None,
+        None,
+    )
+    assert refused.body_digest != InboundDelivery.objects.get(endpoint=endpoint, status="accepted").body_digest
+    after = _inbound_counts()
+    assert {k: after[k] - before.get(k, 0) for k in after} == {"accepted": 0, "refused": 1, "duplicate": 0}
+
+    again = _send(endpoint, {"correlation_key": key, "status": "processing"}, msg_id="msg_reused")
+    assert again.status_code == 202 and again.content == first.content
+    statuses = list(InboundDelivery.objects.filter(endpoint=endpoint).order_by("id").values_list("status", flat=True))
+    assert statuses == ["accepted", "refused", "duplicate"]
+    # The id still decides nothing for another body after a replay: the refusal claimed nothing.
+    assert _send(endpoint, _verified(thread_id), msg_id="msg_reused").status_code == 409
+    assert not Decision.objects.filter(task_id=task["id"]).exists()
+
+
+def test_a_replay_is_the_first_response_byte_for_byte(operator, reviewer):
+    """docs/webhooks.md promises the first response, byte for byte; the stored copy (jsonb) came back with
+    its keys reordered."""
+    endpoint = _endpoint()
+    thread_id, _ = _kyc_thread(operator, reviewer)
+    first = _send(endpoint, _verified(thread_id), msg_id="msg_bytes")
+    again = _send(endpoint, _verified(thread_id), msg_id="msg_bytes")
+    assert first.status_code == again.status_code == 202, first.content
+    assert set(first.json()) == {"status", "task_id", "decision_id", "decision", "delivery"}
+    assert again.content == first.content
+    assert again["Content-Type"] == first["Content-Type"] == "application/json"
+
+
+def test_parallel_identical_deliveries_all_get_the_same_bytes(operator, reviewer):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from django.db import connections
+
+    endpoint = _endpoint()
+    thread_id, task = _kyc_thread(operator, reviewer)
+    raw = json.dumps(_verified(thread_id)).encode()
+    headers = webhook_sign(endpoint.secrets[0], raw, msg_id="msg_parallel")
+
+    def deliver(_: int) -> tuple[int, bytes]:
+        try:
+            response = Client().post(
+                f"/api/webhooks/{endpoint.name}", raw, content_type="application/json", headers=headers
+            )
+            return response.status_code, response.content
+        finally:
+            connections.close_all()
+
+    with ThreadPoolExecutor(max_workers=10) as pool:
+        answers = list(pool.map(deliver, range(10)))
+
+    assert {status for status, _ in answers} == {202}
+    assert len({content for _, content in answers}) == 1, answers
+    assert Decision.objects.filter(task_id=task["id"]).count() == 1
+    statuses = Counter(InboundDelivery.objects.filter(endpoint=endpoint).values_list("status", flat=True))
+    assert statuses == {"accepted": 1, "duplicate": 9}
+
+
+@pytest.mark.parametrize(
+    "key,problem",
+    [
+        (5, "a number"),
+        (["kyc-1"], "an array"),
+        ({"id": "kyc-1"}, "an object"),
+        (True, "a boolean"),
+        ("", "empty"),
+        ("k" * 501, "501 characters"),
+        ("k" * 100_000, "100000 characters"),
+    ],
+    ids=["integer", "list", "object", "boolean", "empty", "501-chars", "100k-chars"],
+)
+def test_a_correlation_key_that_names_no_gate_is_422_naming_it(operator, reviewer, key, problem):
+    """Gates index string keys of 1 to 500 characters. 5 was looked up as '5' (404), a list was "no correlation
+    key", and a 100,000-character key got a 404 echoing all of it."""
+    endpoint = _endpoint()
+    response = _send(endpoint, {"correlation_key": key, "status": "verified"})
+    assert response.status_code == 422, response.content
+    error = response.json()["error"]
+    assert error["field"] == "correlation_key" and problem in error["message"], error
+    assert len(response.content) < 1000  # an over-long key is not echoed
+    delivery = InboundDelivery.objects.get(endpoint=endpoint)
+    assert (delivery.status, delivery.http_status, delivery.correlation_key, delivery.task_id) == (
+        "refused",
+        422,
+        "",
+        None,
+    )
+    assert len(delivery.reason) < 1000
+
+
+def test_a_correlation_key_of_500_characters_is_looked_up(operator, reviewer):
+    endpoint = _endpoint()
+    response = _send(endpoint, {"correlation_key": "k" * 500, "status": "verified"})
+    assert response.status_code == 404 and response.json()["error"]["code"] == "unknown_correlation"
