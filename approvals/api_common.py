@@ -183,6 +183,8 @@ def api_errors_install(
         log.warning("%s %s: database unavailable: %s", request.method, request.path, exc)
         response = respond(request, 503, "unavailable", "the database cannot be reached right now; retry shortly")
         response["Retry-After"] = str(RETRY_AFTER_SECONDS)
+        # Logged above, at WARNING: Django's handler would add ERROR "Service Unavailable" for every request.
+        response._has_been_logged = True  # type: ignore[attr-defined]
         return response
 
     api.exception_handler(DomainError)(on_domain_error)

@@ -151,11 +151,12 @@ def test_the_apis_answer_503_json_while_the_database_is_down(bank, personas, tmp
         "DATABASE_URL": f"postgres://{db['USER']}@127.0.0.1:{proxy.port}/{db['NAME']}",
         "GATEHOUSE_DB_POOL_TIMEOUT": "1",
     }
-    proc, base = daphne_start(env, tmp_path / "daphne.log")
+    log_path = tmp_path / "daphne.log"
+    proc, base = daphne_start(env, log_path)
     headers = {"Authorization": f"Bearer {personas['reviewer'].token}"}
 
     def get(path: str) -> httpx.Response | None:
-        assert proc.poll() is None, (tmp_path / "daphne.log").read_text(errors="replace")[-2000:]
+        assert proc.poll() is None, log_path.read_text(errors="replace")[-2000:]
         method, body = ("POST", {}) if path.startswith("/lg/") else ("GET", None)
         try:
             return httpx.request(method, f"{base}{path}", json=body, headers=headers, timeout=scaled(15))
@@ -174,6 +175,11 @@ def test_the_apis_answer_503_json_while_the_database_is_down(bank, personas, tmp
     finally:
         process_group_stop(proc)
         proxy.close()
+    # One WARNING line per 503 (docs/deploy.md): Django's ERROR "Service Unavailable: ..." came with each.
+    log = log_path.read_text(errors="replace")
+    assert "WARNING approvals.api_common GET /api/threads: database unavailable" in log, log[-3000:]
+    assert "WARNING approvals.api_common POST /lg/threads/search: database unavailable" in log, log[-3000:]
+    assert "Traceback" not in log and "ERROR" not in log, log[-3000:]
 
 
 def _signed_in_cookie(user) -> str:

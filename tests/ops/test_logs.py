@@ -183,3 +183,30 @@ def _json_entries(process: WorkerProcess) -> list[dict]:
         if line.startswith("{"):
             entries.append(json.loads(line))
     return entries
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "target"),
+    [
+        ("get", "/api/threads", "approvals.selectors.threads_list"),
+        ("post", "/lg/threads/search", "lgplatform.services.threads_search"),
+    ],
+)
+def test_an_api_request_during_a_database_outage_logs_one_warning(reviewer, caplog, monkeypatch, method, path, target):
+    """docs/deploy.md "PostgreSQL outages": one WARNING line per request, no traceback. Django's handler also
+    logged ERROR "Service Unavailable: /api/threads" for the same 503, on every request of the outage."""
+    from django.db import OperationalError
+
+    def down(*args: object, **kwargs: object) -> None:
+        raise OperationalError("couldn't get a connection after 1.00 sec")
+
+    monkeypatch.setattr(target, down)
+    with caplog.at_level(logging.INFO):
+        response = getattr(reviewer.client, method)(path)
+
+    assert response.status_code == 503 and response.json()["error"]["code"] == "unavailable", response.content
+    lines = [(r.levelname, r.name, r.getMessage(), r.exc_info) for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(lines) == 1, lines
+    level, logger, message, exc_info = lines[0]
+    assert (level, logger, exc_info) == ("WARNING", "approvals.api_common", None)
+    assert message == f"{method.upper()} {path}: database unavailable: couldn't get a connection after 1.00 sec"
