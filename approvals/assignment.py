@@ -351,7 +351,7 @@ def away_set(
     note: str = "",
 ) -> Away:
     """Mark ``actor`` away (from ``starts_at``, until ``ends_at``; both optional) with ``delegate``."""
-    permissions.require(actor, "approvals.decide_task", "be away from reviewing: you review nothing")
+    permissions.require(actor, "approvals.decide_task", "set yourself away", why="you review nothing")
     if delegate.pk == actor.pk:
         raise InvalidInput("choose a colleague as your delegate, not yourself", field="delegate")
     if not permissions.can(delegate, "approvals.decide_task"):

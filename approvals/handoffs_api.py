@@ -156,7 +156,7 @@ def away_put(request: AuthedRequest, body: AwayIn) -> AwayOut:
     if body.delegate is None:
         assignment.away_clear(actor=actor)
         return _away_out(None)
-    permissions.require(actor, "approvals.decide_task", "be away from reviewing: you review nothing")
+    permissions.require(actor, "approvals.decide_task", "set yourself away", why="you review nothing")
     delegate = assignment.user_named(body.delegate, field="delegate")
     away = assignment.away_set(
         actor=actor,

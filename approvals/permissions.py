@@ -204,6 +204,7 @@ def can(user: Principal, perm: str) -> bool:
 def token_refusal(user: Principal, perms: tuple[str, ...], action: str) -> Forbidden | None:
     """The refusal to give when ``user``'s role grants one of ``perms`` but the API token it came with is
     limited to other actions: the token is the reason, so it is named first, whatever else would refuse.
+    ``action`` is a verb phrase that reads after "to" ("decide approval tasks", "set yourself away").
     """
     scope = getattr(user, TOKEN_SCOPE_ATTR, None)
     if not scope or not scope[1] or not (user.is_authenticated and user.is_active):
@@ -217,9 +218,11 @@ def token_refusal(user: Principal, perms: tuple[str, ...], action: str) -> Forbi
     )
 
 
-def require(user: Principal, perm: str, action: str) -> None:
+def require(user: Principal, perm: str, action: str, *, why: str = "") -> None:
+    """Refuse unless ``user`` may ``perm``. ``action`` reads after "you may not" and after the token's "to";
+    ``why`` (the role's reason) is added to the role's refusal only: a token's refusal has its own."""
     if not can(user, perm):
-        raise token_refusal(user, (perm,), action) or Forbidden(f"you may not {action}")
+        raise token_refusal(user, (perm,), action) or Forbidden(f"you may not {action}" + (f": {why}" if why else ""))
 
 
 _ASSIGNMENTS_CACHE = "_gatehouse_assignments"

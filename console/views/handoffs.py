@@ -100,7 +100,7 @@ def _when(value: str, field: str) -> datetime | None:
 def away(request: SignedInRequest) -> HttpResponse:
     """The reviewer's own out-of-office: a delegate, and optionally from/until."""
     actor = request.user
-    permissions.require(actor, "approvals.decide_task", "be away from reviewing: you review nothing")
+    permissions.require(actor, "approvals.decide_task", "set yourself away", why="you review nothing")
     error: DomainError | None = None
     if request.method == "POST":
         try:

@@ -80,3 +80,30 @@ def test_a_read_only_token_deciding_is_told_its_scope_is_the_reason(personas):
     refused = api_decide(read_only, task, reason="ok")
     assert refused.status_code == 403
     assert "this API token is limited to read" in refused.json()["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("persona", "actions", "expected"),
+    [
+        ("reviewer", ["read"], "this API token is limited to read: to set yourself away it needs the 'decide' action"),
+        (
+            "admin",
+            ["start", "retry"],
+            "this API token is limited to retry, start: to set yourself away it needs the 'decide' action",
+        ),
+        ("operator", ["read"], "you may not set yourself away: you review nothing"),  # the role is the reason
+    ],
+)
+def test_a_refused_out_of_office_says_why_in_one_sentence(personas, persona, actions, expected):
+    """The role's reason ("you review nothing") was spliced into the token's sentence: "... limited to read: to be
+    away from reviewing: you review nothing it needs the 'decide' action"."""
+    import json
+
+    from approvals.models import Away
+
+    scoped = ApiClient(token_issue(user=personas[persona].user, actions=actions))
+    body = json.dumps({"delegate": personas["reviewer2"].username})
+    response = scoped.client.put("/api/me/away", body, content_type="application/json", headers=scoped.headers)
+    assert response.status_code == 403, response.content
+    assert response.json()["error"]["message"] == expected
+    assert not Away.objects.filter(user=personas[persona].user).exists()
