@@ -15,6 +15,7 @@ from pydantic import Field
 
 from approvals import assignment, claims, permissions
 from approvals.api_common import AuthedRequest
+from approvals.errors import InvalidInput
 from approvals.inputs import AwareDatetime
 from approvals.models import ApprovalTask, Away
 
@@ -50,11 +51,23 @@ class DelegateIn(Schema):
 
 class AwayIn(Schema):
     delegate: str | None = Field(
-        default=None, min_length=1, max_length=150, description="a username; null clears your out-of-office"
+        default=None, min_length=1, max_length=150, description="a username; null (alone) clears your out-of-office"
     )
     starts_at: AwareDatetime | None = None
     ends_at: AwareDatetime | None = None
     note: str = Field(default="", max_length=300)
+
+    def delegate_check(self) -> None:
+        """The times and note describe an out-of-office: sent without a delegate, they cleared the one they
+        meant to describe and were dropped. A body with no delegate at all cleared it too."""
+        sent = [name for name in ("starts_at", "ends_at", "note") if getattr(self, name) not in (None, "")]
+        if self.delegate is None and sent:
+            raise InvalidInput(
+                f'{", ".join(sent)}: only with a delegate; to clear your out-of-office send {{"delegate": null}} alone',
+                field=sent[0],
+            )
+        if "delegate" not in self.model_fields_set:
+            raise InvalidInput("delegate: send a username, or null to clear your out-of-office", field="delegate")
 
 
 class AwayOut(Schema):
@@ -153,6 +166,7 @@ def away_get(request: AuthedRequest) -> AwayOut:
 @router.put("/me/away", response=AwayOut)
 def away_put(request: AuthedRequest, body: AwayIn) -> AwayOut:
     actor = _user(request)
+    body.delegate_check()
     if body.delegate is None:
         assignment.away_clear(actor=actor)
         return _away_out(None)

@@ -90,8 +90,18 @@ def instant_check(value: datetime, *, field: str) -> datetime:
     return value
 
 
-# A date-time body field: refused with 422 naming it when it has no offset.
-AwareDatetime = Annotated[datetime, AfterValidator(_aware)]
+_ISO_DATE_START = re.compile(r"\d{4}-\d{2}-\d{2}")
+
+
+def _iso_text(value: Any) -> Any:
+    # pydantic reads a number, or a string of digits, as Unix time: "starts_at": 1 was 1970-01-01T00:00:01Z.
+    if isinstance(value, datetime) or (isinstance(value, str) and _ISO_DATE_START.match(value)):
+        return value
+    raise PydanticCustomError("datetime_iso", "give an ISO 8601 date and time, e.g. 2026-12-24T09:00:00Z")
+
+
+# A date-time body field: an ISO 8601 string (not a number) with an offset, else 422 naming it.
+AwareDatetime = Annotated[datetime, BeforeValidator(_iso_text), AfterValidator(_aware)]
 
 
 def _uuid_read(value: Any) -> Any:

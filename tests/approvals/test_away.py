@@ -238,6 +238,56 @@ def test_an_out_of_office_time_without_a_zone_is_refused_naming_it(times, field)
     assert not Away.objects.filter(user=me).exists()
 
 
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"starts_at": "2099-01-01T09:00:00Z"}, "starts_at"),
+        ({"ends_at": "2099-01-02T09:00:00Z"}, "ends_at"),
+        ({"note": "x"}, "note"),
+        ({"delegate": None, "note": "back on Monday"}, "note"),
+        ({"delegate": None, "ends_at": "2099-01-02T09:00:00Z", "note": "x"}, "ends_at"),
+        ({}, "delegate"),
+    ],
+)
+def test_out_of_office_fields_without_a_delegate_are_refused_and_clear_nothing(body, field):
+    """``{"note": "x"}`` answered 200 ``{"away": false}``: it cleared the out-of-office it meant to describe and
+    dropped the note. Only ``{"delegate": null}`` clears."""
+    me, cover = person(), person()
+    until = timezone.now() + timedelta(days=3)
+    assignment.away_set(actor=me, delegate=cover, ends_at=until, note="conference")
+
+    response = put(api(me), "/api/me/away", body)
+
+    assert response.status_code == 422, response.content
+    assert response.json()["error"]["field"] == field
+    away = Away.objects.get(user=me)
+    assert (away.delegate, away.ends_at, away.note) == (cover, until, "conference")
+    assert not AuditEvent.objects.filter(subject_id=str(me.pk), action="user.away_cleared").exists()
+
+
+@pytest.mark.parametrize(
+    "body", [{"delegate": None}, {"delegate": None, "starts_at": None, "ends_at": None, "note": ""}]
+)
+def test_delegate_null_clears_with_or_without_the_empty_fields(body):
+    me, cover = person(), person()
+    assignment.away_set(actor=me, delegate=cover)
+    response = put(api(me), "/api/me/away", body)
+    assert response.status_code == 200 and response.json()["away"] is False, response.content
+    assert not Away.objects.filter(user=me).exists()
+
+
+@pytest.mark.parametrize("field", ["starts_at", "ends_at"])
+@pytest.mark.parametrize("value", [1, 4102444800, 4102444800.5, "4102444800", True])
+def test_an_out_of_office_time_must_be_an_iso_string(field, value):
+    """A number was read as Unix time: ``"starts_at": 1`` was 1970-01-01T00:00:01Z."""
+    me, cover = person(), person()
+    response = put(api(me), "/api/me/away", {"delegate": cover.username, field: value})
+    assert response.status_code == 422, response.content
+    error = response.json()["error"]
+    assert error["field"] == field and "ISO 8601" in error["message"], error
+    assert not Away.objects.filter(user=me).exists()
+
+
 def test_the_console_settings_page_sets_it_and_the_inbox_header_shows_it():
     me, cover = person(), person()
     client = console_client(Persona(me.username, "reviewer", "", me))
