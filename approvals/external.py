@@ -101,6 +101,14 @@ class ExternalTaskSpec:
 
 
 def _spec_check(spec: ExternalTaskSpec) -> None:
+    if any(segment in ("", ".", "..") for segment in spec.key.split("/")):
+        # GET /api/external-tasks/by-key/{source}/{key} carries the key as a path: clients rewrite dot
+        # segments (RFC 3986: a/b/../c is sent as a/c) and proxies merge slashes, so it would never be found.
+        raise InvalidInput(
+            "key: '/' must separate non-empty segments, none of them '.' or '..' (a URL cannot carry them as "
+            "they are, so the task could not be read by its key)",
+            field="key",
+        )
     unknown = [d for d in spec.decisions if d not in GENERIC_DECISIONS]
     if unknown or not spec.decisions:
         raise InvalidInput(f"decisions must be among {', '.join(GENERIC_DECISIONS)}", field="decisions")

@@ -184,6 +184,28 @@ def test_the_engine_reads_its_task_by_key(engine, source):
     assert stranger.client.get(f"/api/external-tasks/by-key/{source}/wire/42:1").status_code == 404
 
 
+@pytest.mark.parametrize("key", ["a/b/../c", "a/./c", "..", ".", "./a", "a/..", "a//b", "/a", "a/", "/"])
+def test_a_key_whose_path_clients_rewrite_is_refused_and_writes_nothing(engine, source, key):
+    """``a/b/../c`` was accepted, but clients normalise the path of GET .../by-key/{source}/a/b/../c to
+    .../a/c (RFC 3986 dot segments), so the task could never be read by its key; empty segments too."""
+    response = create(engine.client, task_body(source, key=key))
+    assert response.status_code == 422, response.content
+    assert response.json()["error"]["field"] == "key"
+    assert not ExternalTask.objects.filter(source__name=source).exists()
+
+
+def test_dots_inside_a_key_segment_are_kept_and_read_back_by_key(engine, source):
+    import httpx
+
+    key = "v1.2/..wf/.../run.."
+    task_id = create(engine.client, task_body(source, key=key)).json()["id"]
+    url = f"/api/external-tasks/by-key/{source}/{key}"
+    assert httpx.URL(f"http://gatehouse{url}").path == url  # what a client sends: not rewritten
+    found = engine.client.get(url)
+    assert found.status_code == 200 and found.json()["id"] == task_id, found.content
+    assert httpx.URL(f"http://gatehouse/api/external-tasks/by-key/{source}/a/b/../c").path.endswith("/a/c")
+
+
 def test_a_callback_subscription_says_it_is_one_beside_a_subscription_to_events(engine, source, personas):
     """An external task's callback is listed with the outbound subscriptions: ``kind`` tells it from one
     that receives events (it names no event type and receives only the task's result)."""
