@@ -125,6 +125,29 @@ class MalformedJson(DomainError):
     code = "malformed_json"
 
 
+class UnsupportedMediaType(DomainError):
+    status = 415
+    code = "unsupported_media_type"
+
+
+# application/json and the structured-syntax suffix application/*+json (RFC 6839), any parameters.
+_JSON_MEDIA_TYPE = re.compile(r"application/(?:[!#$&^\w.+-]+\+)?json", re.IGNORECASE)
+
+
+def json_media_type_check(request: HttpRequest) -> None:
+    """Refuse a body that says it is not JSON (415 naming ``Content-Type``); one that says nothing is JSON.
+
+    A text/plain body was read as JSON all the same (a thread created from it), and a form was
+    "malformed JSON".
+    """
+    media = request.META.get("CONTENT_TYPE", "").split(";", 1)[0].strip()
+    if media and not _JSON_MEDIA_TYPE.fullmatch(media):
+        shown = media if len(media) <= 100 else media[:100] + "…"
+        raise UnsupportedMediaType(
+            f"Content-Type: {shown!r} is not JSON; send the body as application/json", field="Content-Type"
+        )
+
+
 def text_problem(text: str) -> str | None:
     """Why ``text`` cannot be stored, or None."""
     found = _UNSTORABLE.search(text)
@@ -188,13 +211,15 @@ def json_loads_strict(raw: bytes | str, *, field: str = "") -> Any:
 
 
 class StrictJsonParser(Parser):
-    """django-ninja's body parser for both APIs: ``json_loads_strict``, and the body must be an object.
+    """django-ninja's body parser for both APIs: a JSON media type (or none), ``json_loads_strict``, and the
+    body must be an object. Operations that read no body (the signed webhooks read raw bytes) never call it.
 
     Ninja wraps any parser exception in ``HttpError(400)``; the APIs' ``HttpError``
     handlers answer with ``parse_error_of`` so the field and status survive.
     """
 
     def parse_body(self, request: HttpRequest) -> Any:
+        json_media_type_check(request)
         value = json_loads_strict(request.body)
         if not isinstance(value, dict):
             # Every operation of both APIs reads an object. Ninja's schemas read anything else by attribute,

@@ -49,13 +49,14 @@ def _send(
     at: datetime | None = None,
     signed_body: bytes | None = None,
     headers: dict[str, str] | None = None,
+    content_type: str = "application/json",
 ) -> Any:
     name = endpoint if isinstance(endpoint, str) else endpoint.name
     raw = body if isinstance(body, bytes) else json.dumps(body).encode()
     if headers is None:
         assert not isinstance(endpoint, str)
         headers = webhook_sign(secret or endpoint.secrets[0], signed_body or raw, msg_id=msg_id, at=at)
-    return Client().post(f"/api/webhooks/{name}", raw, content_type="application/json", headers=headers)
+    return Client().post(f"/api/webhooks/{name}", raw, content_type=content_type, headers=headers)
 
 
 def _verified(thread_id: str, **extra: Any) -> dict[str, Any]:
@@ -153,6 +154,17 @@ def test_a_refused_signature_does_not_burn_the_webhook_id(operator, reviewer):
     thread_id, _ = _kyc_thread(operator, reviewer)
     assert _send(endpoint, _verified(thread_id), secret=secret_generate(), msg_id="msg_shared").status_code == 401
     assert _send(endpoint, _verified(thread_id), msg_id="msg_shared").status_code == 202
+
+
+@pytest.mark.parametrize("content_type", ["text/plain", "application/octet-stream", "application/json; charset=utf-8"])
+def test_a_signed_delivery_is_read_whatever_its_content_type(operator, reviewer, content_type):
+    """The receiver verifies and reads the raw bytes (docs/webhooks.md): a vendor's Content-Type is not refused
+    the way the APIs refuse a body that is not JSON (415)."""
+    endpoint = _endpoint()
+    thread_id, task = _kyc_thread(operator, reviewer)
+    response = _send(endpoint, _verified(thread_id), content_type=content_type)
+    assert response.status_code == 202, response.content
+    assert Decision.objects.get(task_id=task["id"]).outcome == "approve"
 
 
 def test_old_and_new_secrets_both_verify_during_rotation(operator, reviewer):
