@@ -1,5 +1,5 @@
 # Gatehouse: one image for every role (web, worker, beat, migrate, fakebank);
-# docker-compose.yml picks the command. Default: the web server (daphne).
+# docker-compose.yml picks the command. Default: the web server (daphne, through console/serve.py).
 FROM python:3.11-slim
 
 # The source tree in /app is what runs (PYTHONPATH): BASE_DIR is /app and
@@ -47,4 +47,5 @@ EXPOSE 8000
 # `manage.py health_check`). Readiness (/health/ready) is for load balancers.
 HEALTHCHECK --interval=30s --timeout=5s --start-period=30s --retries=3 \
   CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/health/live', timeout=4)"]
-CMD ["daphne", "-b", "0.0.0.0", "-p", "8000", "console.asgi:application"]
+# daphne through console/serve.py: the same arguments, its access log in GATEHOUSE_LOG_FORMAT (JSON here).
+CMD ["python", "-m", "console.serve", "-b", "0.0.0.0", "-p", "8000", "console.asgi:application"]

@@ -106,7 +106,8 @@ def _celery_task_name(record: logging.LogRecord) -> str | None:
 
 
 class JsonFormatter(logging.Formatter):
-    """One JSON object per line: time, level, logger, message, thread name, context ids, exception."""
+    """One JSON object per line: time, level, logger, message, thread name, context ids, exception, and
+    ``http`` (client, request, status, size) on the web process's access lines (console/serve.py)."""
 
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, Any] = {
@@ -122,6 +123,9 @@ class JsonFormatter(logging.Formatter):
             value = getattr(record, name, None) or context.get(name)
             if value:
                 entry[name] = value
+        http = getattr(record, "http", None)
+        if isinstance(http, dict):
+            entry["http"] = http
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
         if record.stack_info:

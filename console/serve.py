@@ -1,46 +1,91 @@
-"""``python -m console.serve``: daphne, its arguments unchanged, without the live relay's requests in its access log.
+"""``python -m console.serve``: daphne, its arguments unchanged, with the web process's own access log.
 
-In embedded mode (``make run``) the workers hand live events to the web process over HTTP
-(``GATEHOUSE_LIVE_RELAY_URL``, ``POST /internal/live/``, console/live.py): several per run and per
-decision, which made most of the access log in ``make run``'s terminal. Every other request is
-logged as daphne logs it; with Redis there is no relay and nothing is left out.
+Every documented start of the web process uses it (``make run``'s launcher, the image, Compose,
+docs/deploy.md). Two differences from daphne's access log:
+
+- ``GATEHOUSE_LOG_FORMAT=json``: each entry is a JSON object (``console.logs.JsonFormatter``) on the
+  ``gatehouse.access`` logger, so it goes where every other line goes, one object per line. daphne
+  wrote its own NCSA lines to stdout on every request, in the middle of a JSON log. With
+  ``--access-log FILE`` the objects go to that file instead.
+- In embedded mode (``make run``) the workers hand live events to the web process over HTTP
+  (``GATEHOUSE_LIVE_RELAY_URL``, ``POST /internal/live/``, console/live.py): several per run and per
+  decision, which made most of the access log in ``make run``'s terminal. They are left out; with
+  Redis there is no relay and nothing is left out.
 """
 
 from __future__ import annotations
 
-import os
+import logging
+import sys
 from typing import Any
 from urllib.parse import urlsplit
 
 from daphne import cli
 from daphne.access import AccessLogGenerator
 
+access_log = logging.getLogger("gatehouse.access")
+
 
 class AccessLog(AccessLogGenerator):
-    """Daphne's access log, leaving out the HTTP requests to ``quiet_path`` (when it is not empty)."""
+    """Daphne's access log, leaving out the HTTP requests to ``quiet_path`` (when it is not empty), and
+    written as JSON log records when ``json_lines``."""
 
-    def __init__(self, stream: Any, *, quiet_path: str) -> None:
+    def __init__(self, stream: Any, *, quiet_path: str, json_lines: bool = False) -> None:
         super().__init__(stream)
         self.quiet_path = quiet_path
+        self.json_lines = json_lines
 
     def __call__(self, protocol: str, action: str, details: dict[str, Any]) -> None:
         if self.quiet_path and protocol == "http" and details.get("path") == self.quiet_path:
             return
         super().__call__(protocol, action, details)
 
+    def write_entry(
+        self,
+        host: str,
+        date: Any,
+        request: str,
+        status: int | None = None,
+        length: int | None = None,
+        ident: str | None = None,
+        user: str | None = None,
+    ) -> None:
+        if not self.json_lines:
+            super().write_entry(host, date, request, status, length, ident, user)
+            return
+        # The entry's time is the record's; its parts are fields of their own, for a log query to use.
+        http = {"client": host, "request": request, "status": status, "size": length}
+        args = (host, request, status or "-", length or "-")
+        if self.stream is sys.stdout:  # daphne's default: the log's own stream (stderr), like every line
+            access_log.info('%s "%s" %s %s', *args, extra={"http": http})
+            return
+        from console.logs import JsonFormatter  # after django.setup(), as every app module
+
+        record = access_log.makeRecord(
+            access_log.name, logging.INFO, __file__, 0, '%s "%s" %s %s', args, None, extra={"http": http}
+        )
+        self.stream.write(JsonFormatter().format(record) + "\n")
+
 
 def relay_path() -> str:
     """The path the workers post live events to, or "" when they publish to Redis instead."""
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
     from django.conf import settings
 
     return urlsplit(settings.GATEHOUSE_LIVE_RELAY_URL).path if settings.GATEHOUSE_LIVE_RELAY_URL else ""
 
 
+def access_log_build(stream: Any) -> AccessLog:
+    """What daphne's CLI calls for its access log, once it has loaded the application (``console.asgi``):
+    the settings are read by then, and a setting that stops the start has stopped it in one line. Read
+    before, a refused setting was a traceback."""
+    from django.conf import settings
+
+    return AccessLog(stream, quiet_path=relay_path(), json_lines=settings.GATEHOUSE_LOG_FORMAT == "json")
+
+
 def main() -> None:
-    quiet = relay_path()
     # The CLI builds its access log from this module attribute (daphne/cli.py): ours instead.
-    cli.AccessLogGenerator = lambda stream: AccessLog(stream, quiet_path=quiet)
+    cli.AccessLogGenerator = access_log_build
     cli.CommandLineInterface.entrypoint()
 
 

@@ -18,9 +18,18 @@ from tests.embedded.conftest import embedded_env
 pytestmark = pytest.mark.slow
 
 
-def _daphne(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+# daphne itself, and the way every documented start runs it (console/serve.py: the image, Compose, make run).
+LAUNCHERS = ["daphne", "console.serve"]
+
+
+@pytest.fixture(params=LAUNCHERS)
+def launcher(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def _daphne(env: dict[str, str], launcher: str = "daphne") -> subprocess.CompletedProcess[str]:
     # A start that is not refused serves until the timeout (and fails the test): the port only has to be free.
-    args = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(free_port()), "console.asgi:application"]
+    args = [sys.executable, "-m", launcher, "-b", "127.0.0.1", "-p", str(free_port()), "console.asgi:application"]
     return subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=scaled(120))
 
 
@@ -38,9 +47,11 @@ def _graphs(tmp_path: Path, module: str) -> Path:
     ],
     ids=["syntax-error", "raises-on-import"],
 )
-def test_daphne_refuses_a_broken_graph_in_one_critical_line(tmp_path: Path, module: str, expected: list[str]) -> None:
+def test_daphne_refuses_a_broken_graph_in_one_critical_line(
+    tmp_path: Path, module: str, expected: list[str], launcher: str
+) -> None:
     env = embedded_env(tmp_path / "var", GATEHOUSE_GRAPHS=str(_graphs(tmp_path, module)))
-    done = _daphne(env)
+    done = _daphne(env, launcher)
     assert done.returncode == 1, done.stderr[-3000:]
     assert "Traceback" not in done.stderr, done.stderr[-3000:]
     critical = [line for line in done.stderr.splitlines() if "CRITICAL" in line]
@@ -50,8 +61,9 @@ def test_daphne_refuses_a_broken_graph_in_one_critical_line(tmp_path: Path, modu
         assert part in critical[0], critical[0]
 
 
-def test_daphne_refuses_a_bad_setting_naming_the_values_it_takes(tmp_path: Path) -> None:
-    done = _daphne(embedded_env(tmp_path / "var", LOG_LEVEL="verbose"))
+def test_daphne_refuses_a_bad_setting_naming_the_values_it_takes(tmp_path: Path, launcher: str) -> None:
+    """console.serve read the settings (its relay path) before daphne loaded the application: a traceback."""
+    done = _daphne(embedded_env(tmp_path / "var", LOG_LEVEL="verbose"), launcher)
     assert done.returncode == 1, done.stderr[-3000:]
     assert "Traceback" not in done.stderr, done.stderr[-3000:]
     lines = done.stderr.strip().splitlines()

@@ -1,0 +1,124 @@
+"""The web process started the documented way (``python -m console.serve``: the image, Compose, docs/deploy.md,
+``make run``) with ``GATEHOUSE_LOG_FORMAT=json`` writes only JSON lines: daphne's own access log wrote
+``127.0.0.1:41696 - - [05/Dec/2026:23:40:21] "GET /health/ready" 200 336`` to stdout on every request."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from tests.conftest import ROOT, free_port, process_group_stop, scaled, wait_for
+from tests.embedded.conftest import embedded_env
+
+pytestmark = pytest.mark.slow
+
+
+def documented_web_command() -> list[str]:
+    """The web role's command, as Compose runs it (the image's CMD and docs/deploy.md say the same)."""
+    return list(yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]["web"]["command"])
+
+
+def test_every_documented_start_of_the_web_process_is_console_serve() -> None:
+    command = documented_web_command()
+    expected = ["python", "-m", "console.serve", "-b", "0.0.0.0", "-p", "8000", "console.asgi:application"]  # noqa: S104 - the image's bind
+    assert command == expected
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    [cmd] = [line for line in dockerfile.splitlines() if line.startswith("CMD ")]
+    assert json.loads(cmd.removeprefix("CMD ")) == command
+    deploy = (ROOT / "docs" / "deploy.md").read_text()
+    assert deploy.count(" ".join(command)) == 2, "the roles table and the commands without Docker"
+    assert "$(PY) -m console.embedded" in (ROOT / "Makefile").read_text()  # make run's launcher starts it too
+    assert '"-m", "console.serve", "-b"' in (ROOT / "console" / "embedded.py").read_text()
+    for doc in ("docs/deploy.md", "docs/operations.md", "README.md", "Dockerfile", "docker-compose.yml"):
+        text = (ROOT / doc).read_text()
+        assert "daphne -b" not in text and '"daphne", "-b"' not in text, doc
+
+
+def _serve(tmp_path: Path, *extra: str, **env: str) -> tuple[str, str]:
+    """Start the web process as Compose does (on a loopback port), make two requests, stop it: (stdout, stderr).
+    A port taken between choosing it and daphne binding it (the machine is shared) is tried again."""
+    for _ in range(3):
+        port = free_port()
+        out, err = tmp_path / f"{port}.out", tmp_path / f"{port}.err"
+        python, *args = documented_web_command()
+        assert python == "python"
+        loopback = {"0.0.0.0": "127.0.0.1", "8000": str(port)}  # noqa: S104 - what replaces the image's bind
+        args = [loopback.get(arg, arg) for arg in args]
+        with open(out, "wb") as stdout, open(err, "wb") as stderr:
+            proc = subprocess.Popen(
+                [sys.executable, *args[:-1], *extra, args[-1]],
+                cwd=ROOT,
+                env=embedded_env(tmp_path / "var", **env),
+                stdout=stdout,
+                stderr=stderr,
+                start_new_session=True,
+            )
+        base = f"http://127.0.0.1:{port}"
+
+        def up(proc: subprocess.Popen[bytes] = proc, base: str = base) -> bool:
+            if proc.poll() is not None:
+                return True
+            try:
+                return httpx.get(f"{base}/health/live", timeout=scaled(2)).status_code == 200
+            except httpx.TransportError:
+                return False
+
+        try:
+            wait_for(up, timeout=60, interval=0.2, what="the web process to serve")
+            if proc.poll() is not None:
+                if b"Address already in use" in err.read_bytes():
+                    continue
+                raise AssertionError(f"the web process exited: {err.read_text(errors='replace')[-3000:]}")
+            assert httpx.get(f"{base}/api/no-such-path", timeout=scaled(10)).status_code == 404
+        finally:
+            process_group_stop(proc)
+        return out.read_text(errors="replace"), err.read_text(errors="replace")
+    raise AssertionError("no free port for the web process after 3 tries")
+
+
+def _objects(text: str) -> list[dict[str, Any]]:
+    lines = [line for line in text.splitlines() if line.strip()]
+    parsed = []
+    for line in lines:
+        try:
+            parsed.append(json.loads(line))
+        except ValueError:
+            raise AssertionError(f"not a JSON line: {line!r}") from None
+    assert all(isinstance(p, dict) for p in parsed), lines
+    return parsed
+
+
+def test_json_logs_are_json_lines_only_the_access_log_included(tmp_path: Path) -> None:
+    out, err = _serve(tmp_path, GATEHOUSE_LOG_FORMAT="json")
+    assert out == ""  # daphne's access lines went here
+    lines = _objects(err)
+    access = [line for line in lines if line["logger"] == "gatehouse.access"]
+    missing = [line for line in access if line["http"]["request"] == "GET /api/no-such-path"]
+    assert len(missing) == 1, lines
+    [entry] = missing
+    assert entry["level"] == "INFO" and entry["http"]["status"] == 404 and entry["http"]["size"] > 0
+    assert entry["http"]["client"].startswith("127.0.0.1:")
+    assert entry["message"].endswith('"GET /api/no-such-path" 404 ' + str(entry["http"]["size"]))
+    assert any(line["http"]["request"] == "GET /health/live" for line in access)
+    assert any(line["logger"] == "django.request" and "/api/no-such-path" in line["message"] for line in lines)
+
+
+def test_json_access_lines_go_to_the_access_log_file_when_one_is_named(tmp_path: Path) -> None:
+    file = tmp_path / "access.log"
+    out, err = _serve(tmp_path, "--access-log", str(file), GATEHOUSE_LOG_FORMAT="json")
+    assert out == ""
+    assert not [line for line in _objects(err) if line["logger"] == "gatehouse.access"]
+    access = _objects(file.read_text())
+    assert any(line["http"]["request"] == "GET /api/no-such-path" and line["http"]["status"] == 404 for line in access)
+
+
+def test_plain_logs_keep_daphnes_access_lines(tmp_path: Path) -> None:
+    out, _ = _serve(tmp_path, GATEHOUSE_LOG_FORMAT="plain")
+    assert '"GET /api/no-such-path" 404' in out and out.startswith("127.0.0.1:"), out
