@@ -395,7 +395,7 @@ class InboundDelivery(models.Model):
     http_status = models.PositiveSmallIntegerField()
     reason = models.TextField(blank=True, default="")
     body_digest = models.CharField(max_length=64)
-    correlation_key = models.CharField(max_length=300, blank=True, default="")
+    correlation_key = models.CharField(max_length=500, blank=True, default="")  # gate_policy.CORRELATION_KEY_MAX
     event_at = models.DateTimeField(null=True, blank=True)
     outcome = models.CharField(max_length=8, blank=True, default="")
     task = models.ForeignKey(ApprovalTask, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")

@@ -536,14 +536,14 @@ def _process(
     if problem is not None:
         return refuse(422, "invalid", problem, endpoint.correlation_path)
     event_at = _event_time(endpoint, body, headers)
-    record.update(correlation_key=key[:300], event_at=event_at)
+    record.update(correlation_key=key, event_at=event_at)
 
     mapping = endpoint.decision_map or DEFAULT_DECISION_MAP
     status_value = path_get(body, mapping["field"])
     outcome = next((o for o in ("approve", "reject") if status_value in (mapping.get(o) or [])), None)
 
     latest = InboundDelivery.objects.filter(
-        endpoint=endpoint, correlation_key=key[:300], status=DeliveryStatus.ACCEPTED, verified=True
+        endpoint=endpoint, correlation_key=key, status=DeliveryStatus.ACCEPTED, verified=True
     ).aggregate(latest=Max("event_at"))["latest"]
     if event_at is not None and latest is not None and event_at < latest:
         return refuse(
