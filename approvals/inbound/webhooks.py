@@ -425,8 +425,8 @@ def delivery_receive(*, name: str, raw: bytes, headers: dict[str, str]) -> Callb
                 _error(
                     409,
                     "delivery_id_reused",
-                    f"webhook-id {webhook_id!r} was used for another body (delivery {first.pk}); "
-                    "send a new event under a new webhook-id, and a retry with the same bytes",
+                    f"webhook-id {webhook_id!r} was used for another body (delivery {first.pk}): "
+                    "a new event needs a webhook-id of its own, and a retry the same bytes",
                     "webhook-id",
                 ),
                 f"webhook-id of delivery {first.pk} with another body; nothing done",
