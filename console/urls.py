@@ -41,9 +41,9 @@ console_patterns = [
     path("decisions/<uuid:decision_id>/", decisions.decision_detail, name="decision"),
     path("webhooks/", webhooks.webhook_list, name="webhooks"),
     path("webhooks/endpoints", webhooks.endpoint_create, name="webhook-endpoint-create"),
-    path("webhooks/endpoints/<slug:name>/rotate", webhooks.endpoint_rotate, name="webhook-endpoint-rotate"),
-    path("webhooks/endpoints/<slug:name>/gates", webhooks.endpoint_gates, name="webhook-endpoint-gates"),
-    path("webhooks/endpoints/<slug:name>/delete", webhooks.endpoint_delete, name="webhook-endpoint-delete"),
+    path("webhooks/endpoints/<int:endpoint_id>/rotate", webhooks.endpoint_rotate, name="webhook-endpoint-rotate"),
+    path("webhooks/endpoints/<int:endpoint_id>/gates", webhooks.endpoint_gates, name="webhook-endpoint-gates"),
+    path("webhooks/endpoints/<int:endpoint_id>/delete", webhooks.endpoint_delete, name="webhook-endpoint-delete"),
     path("webhooks/subscriptions", webhooks.subscription_new, name="webhook-subscription-create"),
     path(
         "webhooks/subscriptions/<int:subscription_id>/deactivate",

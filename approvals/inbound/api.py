@@ -16,8 +16,8 @@ router = Router(tags=["webhooks"])
 
 
 class EndpointIn(Schema):
-    # 64: the name is also the audit trail's subject_id (AuditEvent.subject_id).
-    name: str = Field(pattern=r"^[-a-zA-Z0-9_]+$", max_length=64)
+    # The domain's rule (webhook_endpoint_create checks it too, for the console and the command line).
+    name: str = Field(pattern=webhooks.NAME_PATTERN, max_length=webhooks.NAME_MAX_LENGTH)
     graph: str = Field(max_length=100)
     # the gates (node names of graph) this endpoint may decide; nothing else
     gates: list[Annotated[str, Field(max_length=200)]] = Field(max_length=100)

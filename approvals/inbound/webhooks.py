@@ -22,6 +22,7 @@ import hashlib
 import hmac
 import json
 import math
+import re
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -157,6 +158,24 @@ def _endpoint_audit(
     )
 
 
+# An endpoint's name is its URL (/api/webhooks/<name>), its principal's username (webhook:<name>) and
+# the audit trail's subject_id (AuditEvent.subject_id, 64 characters): one rule for every surface.
+NAME_PATTERN = r"^[-a-zA-Z0-9_]+$"
+NAME_MAX_LENGTH = 64
+
+
+def _name_check(name: str) -> str:
+    if not name:
+        raise InvalidInput("name: give the endpoint a name (it is the URL /api/webhooks/<name>)", field="name")
+    if len(name) > NAME_MAX_LENGTH:
+        raise InvalidInput(f"name: {len(name)} characters; at most {NAME_MAX_LENGTH}", field="name")
+    if not re.fullmatch(NAME_PATTERN, name):
+        raise InvalidInput(
+            "name: only letters a-z and A-Z, digits, '-' and '_' (it is the URL /api/webhooks/<name>)", field="name"
+        )
+    return name
+
+
 @transaction.atomic
 def webhook_endpoint_create(
     *,
@@ -173,6 +192,7 @@ def webhook_endpoint_create(
     """Register an endpoint and its service principal ``webhook:<name>`` (role "service"), which may
     decide only ``gates`` of ``graph``. Admins (or the command line) only."""
     _manage_require(actor, graph)
+    _name_check(name)  # before anything is written
     try:
         graph_get(graph)
     except UnknownGraph:

@@ -118,7 +118,7 @@ def _path(
         pattern = pattern.replace(f"<uuid:{key}>", str(value))
     pattern = pattern.replace("<int:user_id>", str(user.pk) if user else "")
     pattern = pattern.replace("<uuid:comment_id>", str(comment.pk) if comment else "")  # Conversation (comments)
-    return "/" + pattern.replace("<int:delivery_id>", "999999999").replace("<slug:name>", hook)
+    return "/" + pattern.replace("<int:delivery_id>", "999999999").replace("<int:endpoint_id>", hook)
 
 
 CASES = [
@@ -146,7 +146,7 @@ def test_each_role_gets_the_status_the_matrix_gives(personas, route, method, sub
     hook = ""
     if subject == "hook":
         hook = f"matrix-{uuid.uuid4().hex[:8]}"
-        webhook_endpoint_create(actor=None, name=hook, graph="loan_approval", gates=["human_review"])
+        hook = str(webhook_endpoint_create(actor=None, name=hook, graph="loan_approval", gates=["human_review"]).pk)
     client = Client() if role == "anonymous" else console_client(personas[role])
     path = _path(route, subject, task, decision, hook, user, comment)
     if subject == "sub":  # a subscription no event reaches (a graph and event no test produces)

@@ -5,10 +5,12 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from django.contrib.auth.models import User
+from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 from approvals.inbound.webhooks import delivery_receive, webhook_endpoint_create
-from approvals.models import AuditEvent, OutboundDelivery, OutboundStatus, WebhookSubscription
+from approvals.models import AuditEvent, OutboundDelivery, OutboundStatus, WebhookEndpoint, WebhookSubscription
 from approvals.outbound import outbox, sending, subscriptions
 from approvals.outbound.signing import secret_generate, webhook_sign
 from tests.console.conftest import console_client
@@ -268,11 +270,11 @@ def _form(html: str, action: str) -> str:
 def test_deleting_rotating_and_deactivating_ask_first_saying_what_is_lost(personas, hooks):
     """They ran on one click: a deleted endpoint's secrets are destroyed, a rotation without the previous
     secret refuses the sender at once, a deactivation gives up the queued deliveries."""
-    name, subscription = hooks["endpoint"].name, hooks["subscription"]
+    endpoint, subscription = hooks["endpoint"].pk, hooks["subscription"]
     html = console_client(personas["admin"]).get("/webhooks/").content.decode()
-    delete = _form(html, f"/webhooks/endpoints/{name}/delete")
+    delete = _form(html, f"/webhooks/endpoints/{endpoint}/delete")
     assert "data-confirm=" in delete and "secrets are destroyed" in delete
-    rotate = _form(html, f"/webhooks/endpoints/{name}/rotate")
+    rotate = _form(html, f"/webhooks/endpoints/{endpoint}/rotate")
     # Asked only when the previous secret is not kept (confirm.js reads the box).
     assert 'data-confirm-unless-checked="keep_previous"' in rotate and "stops verifying at once" in rotate
     deactivate = _form(html, f"/webhooks/subscriptions/{subscription.pk}/deactivate")
@@ -290,3 +292,69 @@ def test_a_created_endpoints_page_becomes_the_list_so_a_reload_does_not_post_aga
     assert 'data-replace-url="/webhooks/"' in revealed  # console.js: history.replaceState
     # Not "Secrets are never shown." right above the one secret shown.
     assert "never shown" not in html and "shown once, when it is created or rotated" in html
+
+
+# --- an endpoint's name: one rule for every surface; a row from before it still lists and deletes --------
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["bad name", "x" * 101, "x" * 65, "a/b", "ca\u0301fe", ""],
+    ids=["space", "101 chars", "65 chars", "slash", "non-ascii", "empty"],
+)
+def test_a_name_the_url_cannot_carry_is_a_form_error_naming_it_and_writes_nothing(personas, name):
+    """It was written (endpoint, principal webhook:<name>), then the page failed to render (500), and every
+    later GET of /webhooks/ with it; 65 to 101 characters failed on the audit trail's 64-character subject."""
+    admin = console_client(personas["admin"])
+    audited = AuditEvent.objects.filter(action="webhook.endpoint_created").count()
+    endpoints = WebhookEndpoint.objects.count()
+    refused = admin.post("/webhooks/endpoints", {"name": name, "graph": "loan_approval", "gates": "human_review"})
+    assert refused.status_code == 422
+    error = refused.content.decode().split('id="create-error"', 1)[1].split("</p>", 1)[0]
+    assert "<code>name</code>" in error
+    assert WebhookEndpoint.objects.count() == endpoints
+    assert not User.objects.filter(username=f"webhook:{name}").exists()
+    assert AuditEvent.objects.filter(action="webhook.endpoint_created").count() == audited
+    assert admin.get("/webhooks/").status_code == 200
+
+
+def test_the_api_and_the_command_line_refuse_the_same_names(personas):
+    name = "bad name"
+    api = personas["admin"].client.post(
+        "/api/webhook-endpoints", {"name": name, "graph": "loan_approval", "gates": ["human_review"]}
+    )
+    assert api.status_code == 422 and api.json()["error"]["field"] == "name"
+    with pytest.raises(CommandError, match="name"):
+        call_command("webhook_endpoint_create", name, "--graph", "loan_approval", "--gate", "human_review")
+    assert not User.objects.filter(username=f"webhook:{name}").exists()
+
+
+@pytest.mark.parametrize("legacy", ["legacy name", "legacy/a/b", "", "legacy\nbreak"])
+def test_an_endpoint_named_before_names_were_checked_lists_and_can_be_re_scoped_and_deleted(personas, legacy):
+    """A row left by the old console path: the page reversed each endpoint's URLs from its name and failed
+    (NoReverseMatch, 500) for every admin, with no way to delete it. Its forms name it by id now."""
+    WebhookEndpoint.objects.filter(name=legacy).delete()  # one per name (unique), whatever an earlier run left
+    endpoint = webhook_endpoint_create(
+        actor=None, name=f"legacy-{uuid.uuid4().hex[:6]}", graph="loan_approval", gates=["human_review"]
+    )
+    WebhookEndpoint.objects.filter(pk=endpoint.pk).update(name=legacy)
+    admin = console_client(personas["admin"])
+
+    page = admin.get("/webhooks/")
+    assert page.status_code == 200
+    assert f'action="/webhooks/endpoints/{endpoint.pk}/delete"' in page.content.decode()
+    assert console_client(personas["operator"]).get("/webhooks/").status_code == 200
+
+    regated = admin.post(f"/webhooks/endpoints/{endpoint.pk}/gates", {"gates": "human_review"})
+    assert regated.status_code == 302
+    deleted = admin.post(f"/webhooks/endpoints/{endpoint.pk}/delete")
+    assert deleted.status_code == 302
+    endpoint.refresh_from_db()
+    assert not endpoint.active and endpoint.secrets == [] and not endpoint.principal.is_active
+    assert admin.get("/webhooks/").status_code == 200
+
+
+def test_an_endpoint_id_nobody_may_see_or_that_overflows_is_a_404(personas):
+    admin = console_client(personas["admin"])
+    assert admin.post(f"/webhooks/endpoints/{2**63}/delete").status_code == 404
+    assert admin.post("/webhooks/endpoints/999999999/rotate").status_code == 404

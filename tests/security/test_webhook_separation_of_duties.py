@@ -75,7 +75,7 @@ def test_an_operator_cannot_rotate_an_endpoint_to_learn_its_secret(personas):
     before = list(endpoint.secrets)
 
     api = personas["operator"].client.post(f"/api/webhook-endpoints/{endpoint.name}/rotate", {})
-    console = console_client(personas["operator"]).post(f"/webhooks/endpoints/{endpoint.name}/rotate")
+    console = console_client(personas["operator"]).post(f"/webhooks/endpoints/{endpoint.pk}/rotate")
 
     assert api.status_code == 403, api.content
     assert console.status_code == 403
@@ -214,7 +214,8 @@ def test_the_webhooks_page_lists_declared_gates_and_shows_a_new_secret_once(pers
     refused = admin.post("/webhooks/endpoints", {"name": _name(), "graph": "kyc_onboarding", "gates": "nope"})
     assert refused.status_code == 422 and "&#x27;nope&#x27; is not a gate" in refused.content.decode()
 
-    rotated = admin.post(f"/webhooks/endpoints/{name}/rotate", {"keep_previous": ["0"]})
+    endpoint = WebhookEndpoint.objects.get(name=name)
+    rotated = admin.post(f"/webhooks/endpoints/{endpoint.pk}/rotate", {"keep_previous": ["0"]})
     assert rotated.status_code == 200
     fresh = WebhookEndpoint.objects.get(name=name).secrets
     assert len(fresh) == 1 and fresh[0] != secret and fresh[0] in rotated.content.decode()
