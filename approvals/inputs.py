@@ -253,14 +253,28 @@ def parse_error_of(exc: BaseException) -> DomainError | None:
 MAX_METADATA_BYTES = 16 * 1024
 
 
+def _metadata_size(value: dict[str, Any]) -> int:
+    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
+
+
 def _metadata_bounded(value: dict[str, Any]) -> dict[str, Any]:
-    size = len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
+    size = _metadata_size(value)
     if size > MAX_METADATA_BYTES:
         raise PydanticCustomError(
             "metadata_size",
             "is {size} bytes as JSON; metadata is at most {limit}",
             {"size": size, "limit": MAX_METADATA_BYTES},
         )
+    return value
+
+
+def metadata_check(value: dict[str, Any], *, field: str = "metadata") -> dict[str, Any]:
+    """``ThreadMetadata``'s rule for a caller that is not an API schema (the console's start form):
+    storable JSON (``json_check``) of at most ``MAX_METADATA_BYTES``; ``InvalidInput`` naming ``field``."""
+    json_check(value, field=field)
+    size = _metadata_size(value)
+    if size > MAX_METADATA_BYTES:
+        raise InvalidInput(f"{field}: is {size} bytes as JSON; metadata is at most {MAX_METADATA_BYTES}", field=field)
     return value
 
 

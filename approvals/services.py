@@ -29,6 +29,7 @@ from approvals.audit import AuditEntry, audit_record, audit_record_all, audit_ta
 from approvals.claims import claim_check, claim_drop
 from approvals.errors import Conflict, Forbidden, InvalidInput
 from approvals.gate_policy import gate_deadline, gate_policy
+from approvals.inputs import metadata_check
 from approvals.intent import proposed_action, signed_command, signed_digest
 from approvals.models import ApprovalTask, AuditAction, AuditEvent, Decision, TaskKind, TaskStatus
 from approvals.outbound.outbox import task_opening
@@ -82,6 +83,7 @@ def thread_start(*, actor: User, graph: str, input: dict[str, Any], metadata: di
         values_validate(entry.input_schema, input, prefix="input", complete=entry.input_declared)
     except FieldError as exc:
         raise InvalidInput(exc.message, field=exc.field) from None
+    metadata_check(metadata)  # the API's schema checks it too; the console's form has no schema
     thread, run = thread_start_enqueue(graph=graph, metadata=metadata, input=input, created_by=actor)
     details = {"run": str(run.id), "input": input, "metadata": metadata}
     audit_thread(thread=thread, actor=actor, action=AuditAction.THREAD_STARTED, details=details)

@@ -60,7 +60,10 @@ def thread_start(request: HtmxHttpRequest) -> HttpResponse:
                 )
             except DomainError as exc:
                 field = (exc.field or "").split("[")[0]
-                errors[field if any(f.name == field for f in fields) or field == "graph" else "__all__"] = exc.message
+                if field.split(".")[0] == "metadata":  # the named metadata inputs and the JSON make one object
+                    field = "metadata"
+                known = any(f.name == field for f in fields) or field in ("graph", "metadata")
+                errors[field if known else "__all__"] = exc.message
             else:
                 messages.success(request, f"Thread started on {graph}")
                 return redirect("console:thread", thread_id=thread.id)

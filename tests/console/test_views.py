@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
 from datetime import timedelta
@@ -11,10 +12,14 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
+from approvals import services
+from approvals.errors import InvalidInput
 from approvals.inbox_filter import InboxFilter
+from approvals.inputs import MAX_METADATA_BYTES
 from approvals.models import AuditEvent, Decision, TaskClaim
 from console.selectors import inbox_list
 from runtime.models import Thread
+from tests.conftest import loan_input
 from tests.console.conftest import console_client, console_decide
 from tests.external.conftest import create, engine_persona, task_body
 from tests.factories import task_decided, task_make
@@ -446,6 +451,35 @@ def test_bad_start_metadata_json_shows_its_message_open_and_keeps_the_text(perso
     assert 'id="s-meta-json-error"' in html
     textarea = html.split('id="s-meta-json"', 1)[1].split("</textarea>", 1)[0]
     assert textarea.endswith(">" + typed.replace('"', "&quot;"))
+
+
+@pytest.mark.parametrize(
+    "metadata",
+    [
+        {"meta.case": "C" * 20_000},  # one of the graph's named metadata inputs
+        {"metadata_json": json.dumps({"note": "N" * 20_000})},
+        {"meta.case": "C" * 9_000, "metadata_json": json.dumps({"note": "N" * 9_000})},  # together over the limit
+    ],
+    ids=["named", "json", "together"],
+)
+def test_start_metadata_over_the_apis_limit_is_refused_naming_metadata_and_starts_nothing(personas, metadata):
+    """POST /api/threads refused metadata over 16 KiB (ThreadMetadata); the console's form skipped the rule."""
+    client = console_client(personas["operator"])
+    before = Thread.objects.count()
+    body = {"graph": "loan_approval", "input_json": json.dumps(loan_input()), **metadata}
+    response = client.post("/threads/new", body)
+    assert response.status_code == 422
+    error = unescape(response.content.decode().split('id="s-meta-error"', 1)[1].split("</p>", 1)[0])
+    assert error.split(">", 1)[1].startswith("metadata: is ") and f"metadata is at most {MAX_METADATA_BYTES}" in error
+    assert Thread.objects.count() == before
+
+
+def test_the_domain_start_path_bounds_metadata_for_every_caller(personas):
+    with pytest.raises(InvalidInput) as refused:
+        services.thread_start(
+            actor=personas["operator"].user, graph="loan_approval", input=loan_input(), metadata={"n": "N" * 20_000}
+        )
+    assert refused.value.field == "metadata" and f"at most {MAX_METADATA_BYTES}" in refused.value.message
 
 
 def test_a_reviewer_cannot_start_threads(personas):
