@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import Any, TypeVar
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.db import InterfaceError, OperationalError
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse, QueryDict
 from django.template.loader import render_to_string
 
 from approvals.api_common import RETRY_AFTER_SECONDS
 
 log = logging.getLogger(__name__)
+
+_View = TypeVar("_View", bound=Callable[..., Any])
 
 
 class RequestBodyLimitMiddleware:
@@ -44,12 +47,21 @@ class RequestBodyLimitMiddleware:
         return self.get_response(request)
 
 
+def form_text_checked(view: _View) -> _View:
+    """Mark a console view whose form refuses a NUL byte itself, next to the field (a comment's body, the
+    sign-in form): ``RequestTextMiddleware`` lets its form fields through instead of answering with the
+    API's JSON error, which an htmx swap or a browser shows as raw text in place of the form."""
+    view.form_text_checked = True  # type: ignore[attr-defined]
+    return view
+
+
 class RequestTextMiddleware:
     """Refuse a NUL byte in the path, a query or form parameter, or a header, naming where it is.
 
     PostgreSQL cannot store or even compare text containing NUL: a filter like
     ``?graph=%00`` or a form field ``reason=ok%00`` would otherwise end in a 500 deep
-    in a query. JSON bodies are checked by their parser (``approvals.inputs``).
+    in a query. JSON bodies are checked by their parser (``approvals.inputs``). Form fields are
+    checked once the view is known (``process_view``): a view marked ``form_text_checked`` checks its own.
     """
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
@@ -61,18 +73,32 @@ class RequestTextMiddleware:
         for name, value in request.headers.items():
             if "\x00" in value:
                 return _error(400, "bad_request", f"header {name} contains a NUL byte", name)
-        sources = [request.GET]
+        refused = _nul_refusal(request.GET)
+        if refused is not None:
+            return refused
         if request.content_type in ("application/x-www-form-urlencoded", "multipart/form-data"):
             # Read the body first: parsing a multipart form consumes the stream, and a view that then
             # reads ``request.body`` (the APIs' JSON parser) raised RawPostDataException, a 500.
-            request.body  # noqa: B018 - cached for the parse below and for the view
-            sources.append(request.POST)
-        for params in sources:
-            for key, values in params.lists():
-                label = key.replace("\x00", "\\u0000")
-                if "\x00" in key or any("\x00" in v for v in values):
-                    return _error(422, "invalid", f"{label}: the text contains a NUL byte", label)
+            request.body  # noqa: B018 - cached for the parse in process_view and for the view
         return self.get_response(request)
+
+    def process_view(
+        self, request: HttpRequest, view: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> HttpResponse | None:
+        # Before CsrfViewMiddleware's, which parses the form (this middleware comes first).
+        if getattr(view, "form_text_checked", False):
+            return None
+        if request.content_type in ("application/x-www-form-urlencoded", "multipart/form-data"):
+            return _nul_refusal(request.POST)
+        return None
+
+
+def _nul_refusal(params: QueryDict) -> JsonResponse | None:
+    for key, values in params.lists():
+        label = key.replace("\x00", "\\u0000")
+        if "\x00" in key or any("\x00" in v for v in values):
+            return _error(422, "invalid", f"{label}: the text contains a NUL byte", label)
+    return None
 
 
 def _error(status: int, code: str, message: str, field: str) -> JsonResponse:

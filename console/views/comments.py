@@ -20,6 +20,7 @@ from approvals.errors import DomainError, InvalidInput
 from approvals.models import ApprovalTask, Comment, CommentKind
 from console import page_context
 from console.conversation import conversation_context
+from console.middleware import form_text_checked
 from console.views.common import HtmxHttpRequest, console_login_required, domain_errors
 from runtime.models import Thread
 
@@ -61,7 +62,8 @@ def _respond(
     ctx: dict[str, Any] = {"task": task, "thread": task.thread if task else thread, "me": request.user}
     ctx.update(conversation_context(request.user, task=task, thread=thread))
     if error is not None:
-        ctx.update({"comment_error": error, "comment_body": request.POST.get("body", "")[: comments.BODY_MAX_CHARS]})
+        typed = request.POST.get("body", "")[: comments.BODY_MAX_CHARS].replace("\x00", "\ufffd")  # shown, not stored
+        ctx.update({"comment_error": error, "comment_body": typed})
     status = error.status if error is not None else 201
     if request.htmx:
         return render(request, TEMPLATE, ctx, status=status)
@@ -75,6 +77,7 @@ def _respond(
     return render(request, "console/task.html" if task else "console/thread.html", page, status=status)
 
 
+@form_text_checked  # a NUL byte in the body: refused by body_clean, next to the field
 @require_POST
 @console_login_required
 @domain_errors
@@ -88,6 +91,7 @@ def task_comment(request: HtmxHttpRequest, task_id: UUID) -> HttpResponse:
     return _respond(request, task=task, thread=None)
 
 
+@form_text_checked  # a NUL byte in the body: refused by body_clean, next to the field
 @require_POST
 @console_login_required
 @domain_errors
@@ -101,6 +105,7 @@ def thread_comment(request: HtmxHttpRequest, thread_id: UUID) -> HttpResponse:
     return _respond(request, task=None, thread=thread)
 
 
+@form_text_checked  # a NUL byte in the body: refused by body_clean, next to the field
 @require_POST
 @console_login_required
 @domain_errors

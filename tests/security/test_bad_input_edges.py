@@ -16,7 +16,7 @@ import pytest
 from django.test import Client
 
 from approvals.inbound.webhooks import webhook_endpoint_create
-from approvals.models import AuditEvent, Away, Decision, InboundDelivery, WebhookEndpoint
+from approvals.models import AuditEvent, Away, Comment, Decision, InboundDelivery, WebhookEndpoint
 from approvals.outbound.signing import webhook_sign
 from runtime.models import Thread
 from tests.api.test_bad_input import snapshot
@@ -71,7 +71,7 @@ def test_a_username_over_the_model_length_is_a_form_error_not_a_sign_in_attempt(
     username = uuid.uuid4().hex + "x" * 200
     response = Client().post("/accounts/login/", {"username": username, "password": "wrong"})
     assert response.status_code == 200
-    assert b"did not match" in response.content
+    assert b"Username: Ensure this value has at most 150 characters" in response.content  # not "did not match"
     assert b'maxlength="150"' in response.content
     assert not AuditEvent.objects.filter(action="auth.login_failed", subject_id=username[:64]).exists()
 
@@ -185,6 +185,33 @@ def test_a_nul_byte_in_a_console_form_field_is_refused_and_nothing_is_written(pe
     )
     assert error_of(response, 422)["field"] == "input.applicant"
     assert Thread.objects.count() == before
+
+
+@pytest.mark.parametrize("htmx", [True, False], ids=["htmx", "plain form"])
+def test_a_nul_byte_in_a_console_comment_is_refused_at_the_comment_form(personas, htmx):
+    """The middleware answered the API's JSON error, which htmx swapped in place of the conversation."""
+    task = task_make()
+    headers = {"HX-Request": "true"} if htmx else {}
+    response = console_client(personas["reviewer"]).post(
+        f"/tasks/{task.pk}/comments", {"body": f"see{NUL}this"}, headers=headers
+    )
+    assert response.status_code == 422 and response["Content-Type"].startswith("text/html")
+    html = response.content.decode()
+    assert 'id="comment-error"' in html and "body: control characters are not allowed" in html
+    assert "see\ufffdthis</textarea>" in html  # what was typed, kept, the NUL shown as such
+    assert not Comment.objects.filter(task=task).exists()
+
+
+@pytest.mark.parametrize("field", ["username", "password"])
+def test_a_nul_byte_at_sign_in_is_a_message_naming_the_field(field):
+    """It was a 422 of the API's JSON, and the sign-in page said nothing."""
+    username = f"nul-{uuid.uuid4().hex[:8]}"
+    typed = {"username": username, "password": "wrong", field: f"a{NUL}b"}
+    response = Client().post("/accounts/login/", typed)
+    assert response.status_code == 200 and response["Content-Type"].startswith("text/html")
+    error = response.content.decode().split('id="login-error"', 1)[1].split("</p>", 1)[0]
+    assert f"{field.capitalize()}: Null characters are not allowed." in error
+    assert not AuditEvent.objects.filter(action="auth.login_failed", subject_id=username).exists()
 
 
 def test_a_nul_byte_in_a_console_decision_reason_is_refused(personas):
