@@ -123,7 +123,8 @@ def task_release(*, actor: User, task_id: Any) -> None:
         claim_drop(task=task)
         return
     if claim.user_id != actor.pk and not can_release_any(actor):
-        raise Forbidden(f"only {claim.user.get_username()} or an admin can release this claim", field="claim")
+        # can_release_any: leads too (docs/hand-offs.md), which the message left out.
+        raise Forbidden(f"only {claim.user.get_username()}, a lead or an admin can release this claim", field="claim")
     holder = claim.user.get_username()
     claim.delete()
     audit_task(

@@ -67,8 +67,10 @@ def test_only_the_holder_a_lead_or_an_admin_releases_a_claim(breaker, allowed):
         assert not TaskClaim.objects.filter(task=task).exists()
         assert AuditEvent.objects.filter(subject_id=str(task.pk), action="task.released").exists()
     else:
-        with pytest.raises(Forbidden):
+        with pytest.raises(Forbidden) as refused:
             claims.task_release(actor=actor, task_id=task.pk)
+        # Who may, as the rule (can_release_any) and docs/hand-offs.md have it: leads were left out.
+        assert refused.value.message == f"only {holder.get_username()}, a lead or an admin can release this claim"
         assert TaskClaim.objects.filter(task=task, user=holder).exists()
 
 
