@@ -301,8 +301,9 @@ class PayloadValue(Func):
         return sql, [*params, path, *params, path]
 
 
-_RANGE = re.compile(r"^\s*(-?[\d.]+(?:e-?\d+)?)?\s*\.\.\s*(-?[\d.]+(?:e-?\d+)?)?\s*$", re.IGNORECASE)
-_COMPARE = re.compile(r"^\s*(>=|<=|>|<|=)?\s*(-?[\d.]+(?:e-?\d+)?)\s*$", re.IGNORECASE)
+# ASCII digits only: \d is any script's digit, which float() then reads (Arabic-Indic 100 as 100).
+_RANGE = re.compile(r"^\s*(-?[\d.]+(?:e-?\d+)?)?\s*\.\.\s*(-?[\d.]+(?:e-?\d+)?)?\s*$", re.IGNORECASE | re.ASCII)
+_COMPARE = re.compile(r"^\s*(>=|<=|>|<|=)?\s*(-?[\d.]+(?:e-?\d+)?)\s*$", re.IGNORECASE | re.ASCII)
 
 
 def _float(text: str, field: str) -> float:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -105,23 +106,31 @@ class FieldInvalid(ValueError):
     pass
 
 
+# What a number field takes: ASCII digits with an optional sign; a decimal adds a fraction and an
+# exponent as a JSON number has them. Python's int() and float() also read other scripts' digits
+# ("١٢٣" is 123), full-width ones and underscores ("1_5" is 15): a reviewer's typo became an amount.
+_WHOLE = re.compile(r"[+-]?[0-9]+")
+_DECIMAL = re.compile(r"[+-]?[0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
+
+
 def parse_value(f: EditField, raw: str) -> Any:
     raw = raw.strip() if f.widget != "string" else raw
     if f.widget == "integer":
         if raw == "":
             raise FieldInvalid("enter a whole number")
-        try:
-            whole = int(raw)
-        except ValueError:
-            raise FieldInvalid(f"{raw!r} is not a whole number") from None
+        if not _WHOLE.fullmatch(raw):
+            raise FieldInvalid(f"{raw!r} is not a whole number: the digits 0-9, with an optional sign")
+        # Past 19 digits it is out of range anyway (and past 4300, int() refuses to read it).
+        whole = int(raw) if len(raw.lstrip("+-").lstrip("0")) <= 19 else INT64_MAX + 1
         if not INT64_MIN <= whole <= INT64_MAX:
             raise FieldInvalid("the number is outside the signed 64-bit range")
         return whole
     if f.widget == "number":
-        try:
-            number = float(raw)
-        except ValueError:
-            raise FieldInvalid(f"{raw!r} is not a number") from None
+        if not _DECIMAL.fullmatch(raw):
+            raise FieldInvalid(
+                f"{raw!r} is not a number: the digits 0-9, an optional sign, fraction (.5) and exponent (e3)"
+            )
+        number = float(raw)
         if not math.isfinite(number):
             raise FieldInvalid("the number must be finite")
         if number.is_integer() and not INT64_MIN <= number <= INT64_MAX:

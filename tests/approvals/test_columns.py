@@ -157,6 +157,8 @@ def test_columns_sort_and_filter_server_side_and_page_both_ways(personas):
         ({"columns": {"nope": "1"}}, "c.nope"),
         ({"columns": {"amount": "lots"}}, "c.amount"),
         ({"columns": {"amount": "1e999"}}, "c.amount"),
+        ({"columns": {"amount": ">=\u0661"}}, "c.amount"),  # Arabic-Indic 1: float() read it as 1
+        ({"columns": {"amount": "\uff11..\uff15"}}, "c.amount"),  # full-width digits
         ({"sort": "col:amount", "cursor": "garbage"}, "cursor"),
         ({"sort": "col:amount", "before": "garbage"}, "before"),
         # Well-formed page links whose sort value is not the column's kind (a hand-made or stale link).

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from django.http import QueryDict
 from django.template.loader import render_to_string
 
-from console.schema_form import changed_values, fields_from_schema
+from console.schema_form import EditField, FieldInvalid, changed_values, fields_from_schema, parse_value
 
 SCHEMA = {
     "properties": {
@@ -63,3 +64,50 @@ def test_an_unset_select_shows_its_blank_choice_also_after_a_refusal():
         html = render_to_string("console/partials/field.html", {"f": field, "errors": {}})
         assert _selected(html) == [""], field.key
     assert changed_values([flag, tier], _posted(refunded="", tier=""), {}) == {}
+
+
+# --- numbers: ASCII digits only, as JSON writes them ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "raw",
+    ["\u0661\u0662\u0663", "\uff11\uff15\uff10\uff10\uff10", "15_000", "1_5", "1 000", "0x10", "1e3", "1.0", "", "٣"],
+    ids=["arabic-indic", "full-width", "underscores", "1_5", "space", "hex", "exponent", "fraction", "empty", "one"],
+)
+def test_a_whole_number_field_takes_only_ascii_digits_and_a_sign(raw):
+    """int() read "١٢٣" as 123 (a decision edit paid 123), "1_5" as 15, full-width digits too."""
+    with pytest.raises(FieldInvalid):
+        parse_value(EditField(name="edits.amount", key="amount", widget="integer", value=None), raw)
+
+
+@pytest.mark.parametrize(
+    "raw", ["\u0661\u0662\u0663", "\uff11.5", "1_0.5", "1.", ".5", "1e", "infinity", "nan", "1e400", "0x1p3"]
+)
+def test_a_decimal_field_takes_only_a_json_number(raw):
+    with pytest.raises(FieldInvalid):
+        parse_value(EditField(name="edits.rate", key="rate", widget="number", value=None), raw)
+
+
+@pytest.mark.parametrize(
+    "widget,raw,value",
+    [
+        ("integer", "15000", 15000),
+        ("integer", "-7", -7),
+        ("integer", "+7", 7),
+        ("integer", " 42 ", 42),
+        ("number", "2.5", 2.5),
+        ("number", "-1.25e2", -125.0),
+        ("number", "1E3", 1000.0),
+        ("number", "12", 12),
+        ("integer", "0009223372036854775807", 9223372036854775807),
+    ],
+)
+def test_ascii_numbers_still_read_as_before(widget, raw, value):
+    parsed = parse_value(EditField(name="edits.x", key="x", widget=widget, value=None), raw)
+    assert parsed == value and type(parsed) is type(value)
+
+
+@pytest.mark.parametrize("raw", ["9223372036854775808", "-9223372036854775809", "9" * 5000])
+def test_a_whole_number_past_64_bits_is_a_form_error_not_a_crash(raw):
+    with pytest.raises(FieldInvalid, match="64-bit"):
+        parse_value(EditField(name="edits.amount", key="amount", widget="integer", value=None), raw)

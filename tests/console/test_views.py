@@ -176,6 +176,37 @@ def test_a_value_of_the_wrong_type_is_shown_next_to_its_field(personas, loan_tas
     assert not Decision.objects.filter(task=loan_task).exists()
 
 
+@pytest.mark.parametrize("typed", ["\u0661\u0662\u0663", "\uff11\uff15\uff10\uff10\uff10", "15_000", "1_5"])
+def test_a_number_edit_in_another_script_or_python_syntax_is_refused_not_paid(personas, loan_task, typed):
+    """An edit of amount "١٢٣" (Arabic-Indic digits) was approved and paid as 123."""
+    response = console_decide(
+        console_client(personas["reviewer"]),
+        loan_task,
+        **{"decision": "approve", "reason": "ok", "edits.amount": typed},
+    )
+    assert response.status_code == 422
+    html = response.content.decode()
+    error = html.split('id="f-edits-amount-err"', 1)[1].split("</p>", 1)[0]
+    assert "is not a whole number" in error
+    assert not Decision.objects.filter(task=loan_task).exists()
+
+
+def test_a_start_amount_in_another_script_is_refused_naming_the_field(personas):
+    before = Thread.objects.count()
+    response = console_client(personas["operator"]).post(
+        "/threads/new",
+        {
+            "graph": "loan_approval",
+            "input.amount": "\u0661\u0668\u0660\u0660\u0660",
+            "input.applicant": "A",
+            "input.income": "5",
+        },
+    )
+    assert response.status_code == 422
+    assert "is not a whole number" in response.content.decode().split('id="f-input-amount-err"', 1)[1].split("</p>")[0]
+    assert Thread.objects.count() == before
+
+
 def test_a_reject_without_a_reason_is_refused_at_the_reason_field(personas, loan_task):
     response = console_decide(console_client(personas["reviewer"]), loan_task, decision="reject", reason="  ")
     assert response.status_code == 422
