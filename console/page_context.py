@@ -23,7 +23,7 @@ from approvals import assignment, bulk, columns, comments, dashboard, gateway, p
 from approvals import selectors as approvals_selectors
 from approvals.abilities import FINAL_APPROVER_RULE, Refusal, task_abilities
 from approvals.claims import can_release_any, claim_for, claim_held_message, claim_release_last
-from approvals.errors import DomainError
+from approvals.errors import DomainError, InvalidInput
 from approvals.inbox_filter import InboxFilter
 from approvals.models import ApprovalTask
 from approvals.payloads import REASON_MAX_CHARS, payload_kind
@@ -399,14 +399,28 @@ def threads_context(user: Any, params: QueryDict) -> dict[str, Any]:
         status = ""
     wanted = approvals_selectors.ThreadFilter(status=status, graph=graph, q=params.get("q", "")[:200])
     cursor = params.get("cursor", "")[:400]
-    threads, next_cursor = approvals_selectors.threads_list(
-        user=user, filter=wanted, limit=THREADS_PAGE_SIZE, cursor=cursor or None
-    )
+    threads: list[Thread] = []
+    next_cursor = None
+    # A hand-edited or truncated page link, as the inbox says it: the API's words ("cursor is not one this
+    # API returned") were a bare error page with no list and no way back. The list pages forward only, so
+    # any ``before`` is such a link too (it was ignored without a word).
+    if params.get("before"):
+        ignored.append(f"before: {selectors.BROKEN_PAGE_LINK}")
+    else:
+        try:
+            threads, next_cursor = approvals_selectors.threads_list(
+                user=user, filter=wanted, limit=THREADS_PAGE_SIZE, cursor=cursor or None
+            )
+        except InvalidInput as exc:
+            if exc.field != "cursor":
+                raise
+            ignored.append(f"cursor: {selectors.BROKEN_PAGE_LINK}")
 
     def page(at: str | None) -> str:
         """This list's filters at another page (``at``: its cursor; None: the first), as a relative URL."""
         query = params.copy()
         query.pop("cursor", None)
+        query.pop("before", None)
         if at:
             query["cursor"] = at
         return f"?{query.urlencode()}"
@@ -420,7 +434,7 @@ def threads_context(user: Any, params: QueryDict) -> dict[str, Any]:
         "graphs": graphs,
         "error": "; ".join(ignored),
         "next_url": page(next_cursor) if next_cursor else "",
-        "first_url": page(None) if cursor else "",
+        "first_url": page(None) if cursor or params.get("before") else "",
     }
 
 

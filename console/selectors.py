@@ -105,6 +105,10 @@ _SORT_ORDERS = {
 _SORT_VALUE = "sort_value"
 
 
+# What a list page says of a page link it did not make (hand-edited, truncated).
+BROKEN_PAGE_LINK = "this page link is broken; start again from the first page"
+
+
 def _cursor_encode(sort: str, value: datetime | None, pk: Any) -> str:
     return cursor_pack([sort, value.isoformat() if value else None, str(pk)])
 
@@ -115,7 +119,7 @@ def _cursor_decode(cursor: str, sort: str) -> tuple[datetime | None, str]:
         when = datetime.fromisoformat(value) if value is not None else None
         uuid.UUID(pk)
     except Exception:  # noqa: BLE001 - any malformed cursor is the caller's 400
-        raise InvalidInput("this page link is broken; start again from the first page", field="cursor") from None
+        raise InvalidInput(BROKEN_PAGE_LINK, field="cursor") from None
     if cursor_sort != sort:
         raise InvalidInput("this page link belongs to another sort order", field="cursor")
     return when, pk
@@ -139,7 +143,7 @@ def _keyset_decode(cursor: str, sort: str, order: _Order, field: str) -> tuple[A
             raise ValueError("not a value of the sorted column's kind")
         uuid.UUID(pk)
     except Exception:  # noqa: BLE001 - any malformed cursor is the caller's 400
-        raise InvalidInput("this page link is broken; start again from the first page", field=field) from None
+        raise InvalidInput(BROKEN_PAGE_LINK, field=field) from None
     if cursor_sort != sort:
         raise InvalidInput("this page link belongs to another sort order", field=field)
     return value, pk

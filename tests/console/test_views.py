@@ -619,6 +619,23 @@ def test_a_hand_typed_thread_status_that_is_not_valid_is_named_not_silently_igno
     )
 
 
+@pytest.mark.parametrize("param", ["cursor", "before"])
+def test_a_broken_thread_list_page_link_says_so_beside_the_list_with_a_way_back(personas, param):
+    """cursor=bad was a bare 422 page ("Cannot do that: cursor is not one this API returned") with no list
+    and no link; before=bad (the list pages forward only) was ignored without a word. As the inbox says it."""
+    case = f"broken-{uuid.uuid4().hex[:6]}"
+    task_make(metadata={"case": case})
+    response = console_client(personas["operator"]).get("/threads/", {"q": case, param: "bad"})
+    assert response.status_code == 200
+    html = unescape(response.content.decode())
+    error = html.split('id="threads-error"', 1)[1].split("</p>", 1)[0]
+    assert f"{param}: this page link is broken; start again from the first page" in error
+    first = html.split("« Newest threads", 1)[0].rsplit('href="', 1)[1].split('"', 1)[0]
+    assert first == f"?q={case}"  # the same filter, from its first page
+    assert 'id="t-status"' in html  # the list page, its filters and all, not an error page
+    assert "data-thread-id=" in console_client(personas["operator"]).get("/threads/" + first).content.decode()
+
+
 def _graph_menu(html: str) -> list[str]:
     menu = html.split('id="t-graph"', 1)[1].split("</select>", 1)[0]
     return re.findall(r'<option value="([^"]*)"', menu)
