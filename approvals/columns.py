@@ -340,6 +340,20 @@ def _checked(column: Column, masked: Sequence[str], field: str) -> Column:
     return column
 
 
+def _unknown_column(key: str, node: str, columns: Mapping[str, Column], doing: str) -> str:
+    """Why there is no column ``key`` to ``doing``, in words that are true: no gate chosen, a key no column
+    could have (a filter typed as ``c.amount>=5``: its name is ``c.amount>``), or one this gate lacks."""
+    if not node:
+        return f"columns belong to a gate: choose a gate to {doing} {key!r}"
+    if not _KEY.match(key):
+        return (
+            f"{key!r} is no column's key (lower-case letters, digits and _): "
+            "a column filter is c.<key>=<filter>, e.g. c.amount=>=1000"
+        )
+    known = f"its columns: {', '.join(columns)}" if columns else "it declares no inbox columns"
+    return f"the gate {node!r} has no column {key!r} to {doing} ({known})"
+
+
 def columns_filter(
     qs: QuerySet[ApprovalTask], *, user: permissions.Principal, graph: str, node: str, filters: Mapping[str, str]
 ) -> QuerySet[ApprovalTask]:
@@ -351,7 +365,7 @@ def columns_filter(
     masked = masked_paths(user, graph)
     for key, raw in wanted.items():
         if key not in columns:
-            raise InvalidInput(f"this gate has no column {key!r} (choose a gate first)", field=f"c.{key}")
+            raise InvalidInput(_unknown_column(key, node, columns, "filter by"), field=f"c.{key}")
         column = _checked(columns[key], masked, f"c.{key}")
         alias = f"filter_{column.key}"
         qs = qs.alias(**{alias: PayloadValue(column)}).filter(_column_q(column, alias, raw, f"c.{key}"))
@@ -362,5 +376,5 @@ def column_for_sort(*, user: permissions.Principal, graph: str, node: str, key: 
     """The column to sort by; refuses an unknown one and one redacted for ``user`` (the order would leak it)."""
     columns = {c.key: c for c in gate_columns(user=user, graph=graph, node=node)}
     if key not in columns:
-        raise InvalidInput(f"this gate has no column {key!r} to sort by (choose a gate first)", field="sort")
+        raise InvalidInput(_unknown_column(key, node, columns, "sort by"), field="sort")
     return _checked(columns[key], masked_paths(user, graph), "sort")

@@ -57,12 +57,22 @@ def filter_errors_ignored(form: Any, params: QueryDict) -> tuple[QueryDict, str]
     return kept, "; ".join(said)
 
 
+# Filters of GET /api/tasks the inbox page does not take: named when a URL carries one, not dropped
+# without a word (a list filtered by nothing looked filtered by it).
+INBOX_API_ONLY = {
+    "thread": "the inbox does not filter by thread; a thread's tasks are listed on its page",
+    "gate": "the inbox page names the gate node",
+}
+
+
 def inbox_context(user: Any, params: QueryDict, *, limit: int = INBOX_PAGE_SIZE) -> dict[str, Any]:
     form = InboxFilterForm(params)
     ignored = ""
     if not form.is_valid():
         params, ignored = filter_errors_ignored(form, params)
         form = InboxFilterForm(params)
+    api_only = [f"{k}: {why} ({params[k][:40]!r} ignored)" for k, why in INBOX_API_ONLY.items() if params.get(k)]
+    ignored = "; ".join(e for e in (ignored, *api_only) if e)
     error = ""
     page = selectors.Page(items=[], next_cursor=None)
     filters: dict[str, str] = {}
@@ -74,7 +84,7 @@ def inbox_context(user: Any, params: QueryDict, *, limit: int = INBOX_PAGE_SIZE)
         try:
             page = selectors.inbox_list(user=user, filter=wanted, limit=limit, **form.paging())
         except DomainError as exc:
-            error = exc.message
+            error = f"{exc.field}: {exc.message}" if exc.field else exc.message  # c.amount, sort, cursor
     else:
         error = "; ".join(f"{k}: {' '.join(str(e) for e in v)}" for k, v in form.errors.items())
     error = "; ".join(e for e in (ignored, error) if e)
