@@ -30,7 +30,7 @@ from django.utils.dateparse import parse_date, parse_datetime
 from approvals import permissions
 from approvals.deadlines import escalated_q, overdue_q
 from approvals.errors import InvalidInput, NotFound
-from approvals.inputs import OUT_OF_RANGE, instant_check
+from approvals.inputs import OUT_OF_RANGE, instant_check, range_check
 from approvals.models import ApprovalTask, Decision, Outcome, TaskStatus, WebhookEndpoint
 from runtime.registry import graph_names
 
@@ -92,6 +92,13 @@ def _when(value: str, name: str, *, end: bool) -> datetime:
     return instant_check(when if when.tzinfo else when.replace(tzinfo=UTC), field=name)
 
 
+def graph_require(user: permissions.Principal, graph: str) -> None:
+    """``NotFound`` naming ``graph`` unless ``user`` may see it and it exists (``_graph_known``): a filter by
+    a misspelt graph answered an empty list, read as "nothing there"."""
+    if not _graph_known(user, graph):
+        raise NotFound(f"graph {graph!r} not found", field="graph")
+
+
 def _graph_known(user: permissions.Principal, graph: str) -> bool:
     """A graph ``user`` may see that exists: registered, or retired with tasks left to count. Whoever
     sees every graph is told an unknown name is unknown, as a lead of one graph is."""
@@ -112,8 +119,8 @@ def dashboard_filters_parse(
     graph = (graph or "").strip()
     if len(graph) > 100:
         raise InvalidInput("graph: at most 100 characters", field="graph")
-    if graph and not _graph_known(user, graph):
-        raise NotFound(f"graph {graph!r} not found", field="graph")
+    if graph:
+        graph_require(user, graph)
     now = now or timezone.now()
     end = _when(until.strip(), "until", end=True) if until and until.strip() else now
     if since and since.strip():
@@ -122,8 +129,7 @@ def dashboard_filters_parse(
         raise InvalidInput(f"until: {OUT_OF_RANGE}", field="until")
     else:
         start = end - DEFAULT_RANGE
-    if start >= end:
-        raise InvalidInput("since: must be before until", field="since")
+    range_check(start, end)
     if end - start > MAX_RANGE:
         raise InvalidInput(f"since: the range may span at most {MAX_RANGE.days} days", field="since")
     return DashboardFilters(graph=graph, since=start, until=end)

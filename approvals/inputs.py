@@ -90,6 +90,13 @@ def instant_check(value: datetime, *, field: str) -> datetime:
     return value
 
 
+def range_check(since: datetime | None, until: datetime | None) -> None:
+    """A time window [since, until) must be one: ``since`` before ``until`` when both are given. A window
+    the wrong way round matches nothing, and an empty list read as "nothing happened then"."""
+    if since is not None and until is not None and since >= until:
+        raise InvalidInput("since: must be before until", field="since")
+
+
 _ISO_DATE_START = re.compile(r"\d{4}-\d{2}-\d{2}")
 
 

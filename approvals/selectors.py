@@ -22,6 +22,7 @@ from approvals.columns import columns_filter
 from approvals.deadlines import tasks_due_filter
 from approvals.errors import InvalidInput
 from approvals.inbox_filter import InboxFilter
+from approvals.inputs import range_check
 from approvals.models import (
     ApprovalTask,
     AuditAction,
@@ -158,6 +159,7 @@ def audit_filter(
 ) -> QuerySet[AuditEvent]:
     """The audit page's and the export's filters: an actor label (any case), an action or, ending in ".",
     a family of actions ("webhook."), a graph, a thread, and a half-open time window [since, until)."""
+    range_check(since, until)
     if action:
         audit_action_check(qs, action)  # against the whole visible trail, before the other filters
     if actor:

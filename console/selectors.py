@@ -23,6 +23,7 @@ from approvals.abilities import approvals_given
 from approvals.columns import Column, PayloadValue, column_for_sort, gate_columns
 from approvals.errors import InvalidInput, NotFound
 from approvals.inbox_filter import InboxFilter
+from approvals.inputs import range_check
 from approvals.intent import action_edits
 from approvals.models import ApprovalTask, AuditAction, AuditEvent, Comment, Decision, TaskClaim
 from approvals.selectors import audit_filter, cursor_pack, cursor_unpack, tasks_inbox
@@ -698,9 +699,12 @@ def decisions_search(
     thread: uuid.UUID | None = None,
     via: str = "",
 ) -> Page:
-    """Decisions, newest first, keyset-paginated on (created_at, id)."""
+    """Decisions, newest first, keyset-paginated on (created_at, id). A graph nobody could have decided in
+    and a window the wrong way round are refused, as the dashboard linking here refuses them."""
+    range_check(since, until)
     qs = decisions_visible(user=user).select_related("task", "actor", "run")
     if graph:
+        dashboard.graph_require(user, graph)
         qs = qs.filter(task__graph=graph)
     if node:
         qs = qs.filter(task__node=node)

@@ -39,7 +39,7 @@ from django.utils.dateparse import parse_datetime
 from approvals import gateway, permissions
 from approvals.audit import audit_record, event_fields
 from approvals.errors import InvalidInput
-from approvals.inputs import instant_check
+from approvals.inputs import instant_check, range_check
 from approvals.models import AuditAction, AuditEvent
 from approvals.selectors import audit_action_check, audit_filter
 
@@ -102,13 +102,15 @@ def filters_parse(
             ident = uuid.UUID(thread.strip())
         except ValueError:
             raise InvalidInput("thread: not a thread id", field="thread") from None
+    start, end = _when((since or "").strip(), "since"), _when((until or "").strip(), "until")
+    range_check(start, end)  # before the first byte, as audit_filter would refuse it mid-stream
     return ExportFilters(
         graph=(graph or "").strip(),
         thread=ident,
         actor=(actor or "").strip(),
         action=(action or "").strip(),
-        since=_when((since or "").strip(), "since"),
-        until=_when((until or "").strip(), "until"),
+        since=start,
+        until=end,
     )
 
 

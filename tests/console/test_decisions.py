@@ -154,6 +154,21 @@ def test_a_broken_cursor_is_a_clear_error(personas):
     assert response.status_code == 200 and "page link is broken" in response.content.decode()
 
 
+@pytest.mark.parametrize(
+    "params,said",
+    [
+        ({"since": "2026-12-10T00:00", "until": "2026-12-01T00:00"}, "since: must be before until"),
+        ({"since": "2026-12-01T00:00", "until": "2026-12-01T00:00"}, "since: must be before until"),
+        ({"graph": "nope"}, "graph 'nope' not found"),
+    ],
+)
+def test_a_filter_that_can_match_nothing_says_why_as_the_dashboard_does(personas, params, said):
+    """An empty list without a word read as "no decisions then"; the dashboard refuses both."""
+    response = console_client(personas["auditor"]).get("/decisions/", params)
+    assert response.status_code == 200
+    assert said in unescape(response.content.decode())
+
+
 def test_a_decision_whose_checkpoint_is_gone_still_shows_its_signature(personas, recorded):
     decision = recorded[1]["rejected"]
     html = console_client(personas["auditor"]).get(f"/decisions/{decision.pk}/").content.decode()

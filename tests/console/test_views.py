@@ -412,6 +412,16 @@ def test_the_next_page_link_keeps_the_filters(personas):
 # --- audit, threads, start -------------------------------------------------------------------------
 
 
+def test_an_audit_window_the_wrong_way_round_says_why_and_offers_no_export(personas):
+    """/audit/?since=…&until=… with since after until showed an empty trail without a word."""
+    client = console_client(personas["auditor"])
+    html = unescape(client.get("/audit/", {"since": "2026-12-10T00:00", "until": "2026-12-01T00:00"}).content.decode())
+    assert "since: must be before until" in html
+    # The export reads the same filter: refused before streaming, naming since.
+    export = personas["auditor"].client.get("/api/audit/export", since="2026-12-10T00:00", until="2026-12-01T00:00")
+    assert export.status_code == 422 and export.json()["error"]["field"] == "since"
+
+
 def test_the_audit_page_filters_by_action_and_links_to_subjects(personas, loan_task):
     console_client(personas["reviewer"]).post(f"/tasks/{loan_task.pk}/claim")
     client = console_client(personas["auditor"])
