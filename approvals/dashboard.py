@@ -17,7 +17,7 @@ both databases, computed with ``ROW_NUMBER()`` / ``COUNT(*)`` windows per gate.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 from urllib.parse import urlencode
 
@@ -30,7 +30,7 @@ from django.utils.dateparse import parse_date, parse_datetime
 from approvals import permissions
 from approvals.deadlines import escalated_q, overdue_q
 from approvals.errors import InvalidInput, NotFound
-from approvals.inputs import OUT_OF_RANGE, instant_check, range_check
+from approvals.inputs import instant_check, range_check
 from approvals.models import ApprovalTask, Decision, Outcome, TaskStatus, WebhookEndpoint
 from runtime.registry import graph_names
 
@@ -80,13 +80,15 @@ def _when(value: str, name: str, *, end: bool) -> datetime:
         # A bare date first: parse_datetime (fromisoformat) would read "2026-06-01" as its midnight.
         day = parse_date(value) if len(value) == 10 else None
         if day is not None:
-            when = datetime(day.year, day.month, day.day, tzinfo=UTC) + (timedelta(days=1) if end else timedelta())
+            when = datetime(day.year, day.month, day.day, tzinfo=UTC)
+            if end:
+                # The next midnight; for 9999-12-31 that is in the year 10000, so the last instant there is
+                # (it was refused as out of 0001-01-01..9999-12-31, a range the date is in).
+                when = when + timedelta(days=1) if day < date.max else datetime.max.replace(tzinfo=UTC)
         else:
             when = parse_datetime(value)
     except ValueError:
         when = None
-    except OverflowError:  # the day after 9999-12-31
-        raise InvalidInput(f"{name}: {OUT_OF_RANGE}", field=name) from None
     if when is None:
         raise InvalidInput(f"{name}: not an ISO 8601 date or date and time", field=name)
     return instant_check(when if when.tzinfo else when.replace(tzinfo=UTC), field=name)
@@ -126,7 +128,12 @@ def dashboard_filters_parse(
     if since and since.strip():
         start = _when(since.strip(), "since", end=False)
     elif end - datetime.min.replace(tzinfo=UTC) < DEFAULT_RANGE:
-        raise InvalidInput(f"until: {OUT_OF_RANGE}", field="until")
+        # In range itself: the default start, DEFAULT_RANGE before it, is not.
+        raise InvalidInput(
+            f"until: without since, the range starts {DEFAULT_RANGE.days} days earlier, which is out of range"
+            " (before 0001-01-01): give since too",
+            field="until",
+        )
     else:
         start = end - DEFAULT_RANGE
     range_check(start, end)

@@ -272,6 +272,25 @@ def test_a_bare_until_date_means_the_end_of_that_day(auditor):
     assert (f.since, f.until) == (T0, T0 + timedelta(days=1))
 
 
+def test_the_last_date_there_is_as_a_bare_until_is_the_end_of_time_not_out_of_range(auditor):
+    """The end of 9999-12-31 is midnight of the year 10000: it was refused with "its UTC time must fall
+    between 0001-01-01 and 9999-12-31", of a date in that range. Its last instant is that day's end."""
+    f = _filters(auditor.user, "", "", "9999-12-31")
+    assert f.until == datetime.max.replace(tzinfo=UTC) and f.since == f.until - dashboard.DEFAULT_RANGE
+    response = auditor.client.get("/api/dashboard", until="9999-12-31")
+    assert response.status_code == 200, response.content[:300]
+    assert response.json()["filters"]["until"].startswith("9999-12-31T23:59:59")
+
+
+def test_an_until_too_early_for_the_default_range_says_why(auditor):
+    """0001-01-02 is in range; the week before it, the default since, is not: "its UTC time must fall
+    between 0001-01-01 and 9999-12-31" said of 0001-01-02 was untrue."""
+    with pytest.raises(InvalidInput) as refused:
+        _filters(auditor.user, "", "", "0001-01-02")
+    assert refused.value.field == "until" and "give since too" in refused.value.message
+    assert "must fall between" not in refused.value.message
+
+
 def test_the_api_returns_the_numbers_with_their_links(auditor, personas):
     graph = _graph()
     for minutes in (10, 20, 30):

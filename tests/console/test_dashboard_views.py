@@ -91,6 +91,15 @@ def test_bad_filters_are_a_4xx_naming_the_field(as_role, params, field):
     assert f'data-field="{field}"' in response.content.decode()
 
 
+def test_the_last_date_there_is_draws_the_dashboard_up_to_the_end_of_time(as_role):
+    """?until=9999-12-31 said "its UTC time must fall between 0001-01-01 and 9999-12-31", of a date in it."""
+    response = as_role("auditor").get("/dashboard/", {"until": "9999-12-31"})
+    assert response.status_code == 200
+    html = unescape(response.content.decode())
+    assert "out of range" not in html and 'data-field="until"' not in html
+    assert 'name="until" value="9999-12-31"' in html and "/ws/dashboard/?until=9999-12-31" in html  # counted, live
+
+
 def test_the_overdue_link_lists_exactly_the_overdue_tasks(as_role):
     graph = _graph()
     now = timezone.now()
