@@ -129,6 +129,18 @@ def get(mapping: Any, key: str) -> Any:
     return rows_html.field(mapping, key)
 
 
+@register.filter
+def errors_besides(errors: Any, shown: str) -> list[str]:
+    """A form's errors that no input of it shows (``shown``: the names that have their own slot, space
+    separated), each naming its field: a refusal naming a field the form has no slot for said nothing."""
+    slots = set(shown.split())
+    return [
+        message if field in ("", "__all__") else f"{field}: {message}"
+        for field, message in (errors or {}).items()
+        if field not in slots
+    ]
+
+
 @register.simple_tag(takes_context=True)
 def qs(context: Any, **changes: Any) -> str:
     """The current query string with some parameters replaced (None/"" removes them)."""

@@ -12,6 +12,7 @@ from django.test import Client
 
 from approvals import users
 from approvals.models import AuditEvent
+from console.templatetags.console import errors_besides
 from tests.console.conftest import console_client
 from tests.external.conftest import create, engine_persona, task_body
 
@@ -169,6 +170,30 @@ def test_bad_input_on_the_create_form_is_shown_at_its_field_and_creates_nothing(
     assert response.status_code == 422
     assert message in response.content.decode()
     assert User.objects.count() == before
+
+
+@pytest.mark.parametrize(
+    "field,slot,value,message",
+    [
+        ("first_name", "u-first-err", "Ada\x07", "control characters are not allowed"),
+        ("first_name", "u-first-err", "A" * 151, "at most 150 characters"),
+        ("last_name", "u-last-err", "Love\x1blace", "control characters are not allowed"),
+        ("last_name", "u-last-err", "L" * 151, "at most 150 characters"),
+    ],
+)
+def test_a_refused_name_is_shown_beside_its_field(personas, field, slot, value, message):
+    """A 422 with no error text anywhere: the form had no slot for first_name or last_name."""
+    before = User.objects.count()
+    response = console_client(personas["admin"]).post("/users/new", {"username": _name(), field: value})
+    assert response.status_code == 422
+    shown = response.content.decode().split(f'id="{slot}"', 1)[1].split("</p>", 1)[0]
+    assert message in shown
+    assert User.objects.count() == before
+
+
+def test_an_error_of_a_field_the_form_has_no_slot_for_is_said_above_it_naming_the_field():
+    errors = {"username": "taken", "user_id": "user 7 not found", "__all__": "try again"}
+    assert errors_besides(errors, "username email") == ["user_id: user 7 not found", "try again"]
 
 
 def test_the_detail_page_shows_effective_permissions_per_graph_and_gate(personas):
