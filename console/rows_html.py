@@ -23,7 +23,7 @@ from django.utils.safestring import SafeString, mark_safe
 from approvals.bulk import bulk_reasons_at
 from approvals.deadlines import due_state
 from approvals.models import TaskStatus
-from console.words import actor_short, case_of, escalation_words, graph_label
+from console.words import actor_short, case_of, case_shown, escalation_words, graph_label
 from runtime.deadlines import duration_human
 
 
@@ -160,13 +160,15 @@ def inbox_row_html(task: Any, claim: Any, *, me: Any, bulk_enabled: bool, conver
             f'the original line of this thread may already have acted">what-if: {kind}</span>'
         )
     metadata = task.thread.metadata
-    case, applicant = case_of(task.graph, metadata)  # the graph's own naming keys (search_metadata)
+    case, applicant = case_shown(task.graph, metadata)  # the graph's own naming keys (search_metadata), clipped
+    whole = " · ".join(v for v in case_of(task.graph, metadata) if v)
+    clip_title = f' title="{_e(whole)}"' if whole != " · ".join(v for v in (case, applicant) if v) else ""
     who = f' <span class="muted">· {_e(applicant)}</span>' if applicant else ""
     parts.append(
         f'<td class="title"><a href="{url}">{title}</a>{badges}</td>'
         f'<td title="{_e(task.graph)}">{_e(graph_label(task.graph))}</td>'
         f"<td><code>{_e(task.node)}</code></td>"
-        f"<td>{_e(case)}{who}</td>"
+        f'<td class="case"{clip_title}>{_e(case)}{who}</td>'
         f'<td><time datetime="{_iso(task.created_at)}" data-ago '
         f'title="{_utc(task.created_at, "%Y-%m-%d %H:%M:%S")} UTC">'
         f"{ago(task.created_at)}</time></td><td>{due_badge_html(task)}</td>"

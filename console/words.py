@@ -322,6 +322,23 @@ def case_of(graph: str, metadata: Any) -> tuple[str, str]:
     return (str(first) if first not in (None, "") else "", str(second) if second not in (None, "") else "")
 
 
+# How much of a case or an applicant a thread's name and the lists show: thread metadata may hold 16 KiB,
+# and one long value (a 300-character case id) made the inbox 3,640 px wide and a heading 10 lines tall.
+NAME_PART_MAX = 60
+
+
+def clipped(text: str, length: int) -> str:
+    """At most ``length`` characters, the last an ellipsis if cut (the template's ``|truncatechars``)."""
+    return text if len(text) <= length else text[: length - 1] + "…"
+
+
+def case_shown(graph: str, metadata: Any) -> tuple[str, str]:
+    """``case_of``, each part clipped to ``NAME_PART_MAX``: what names a thread in a heading or a list row
+    (the whole values are in the thread's metadata, on its page)."""
+    case, applicant = case_of(graph, metadata)
+    return clipped(case, NAME_PART_MAX), clipped(applicant, NAME_PART_MAX)
+
+
 GRAPH_LABEL_MAX = 40
 
 
@@ -340,7 +357,7 @@ def thread_name(thread: Any) -> str:
     """What to call a thread: its case ("C-1042 · Ada Lovelace"), an external task's source and key,
     else its graph's label and a short id ("KYC onboarding · 9e10d524")."""
     metadata = thread.metadata if isinstance(thread.metadata, dict) else {}
-    case, applicant = case_of(thread.graph or "", metadata)
+    case, applicant = case_shown(thread.graph or "", metadata)
     if case:
         return f"{case} · {applicant}" if applicant else case
     source, key = metadata.get("external_source"), metadata.get("external_key")

@@ -194,8 +194,8 @@ def duration(value: Any) -> str:
 
 @register.filter
 def case(thread: Any) -> tuple[str, str]:
-    """A thread's case and who it is about, by its graph's naming keys (``console.words.case_of``)."""
-    return words.case_of(thread.graph or "", thread.metadata)
+    """A thread's case and who it is about, by its graph's naming keys, as a list shows them (``words.case_shown``)."""
+    return words.case_shown(thread.graph or "", thread.metadata)
 
 
 @register.simple_tag

@@ -17,6 +17,7 @@ from approvals import users
 from approvals.comments import comment_post
 from approvals.models import Decision
 from approvals.payloads import REASON_MAX_CHARS
+from runtime.models import StoreOperation
 from tests.console.test_browser import WAIT_MS, _live, _sign_in, browser, server  # noqa: F401  (fixtures)
 from tests.factories import decision_make, task_make
 
@@ -59,6 +60,35 @@ def test_a_long_unbroken_interrupt_payload_wraps_on_every_page_that_shows_it(bro
         page.wait_for_load_state("load")
         scroll, inner = _width(page)
         assert scroll <= inner, f"{path} is {scroll} px wide in a {inner} px window"
+    page.context.close()
+
+
+def test_long_unbroken_thread_metadata_wraps_on_the_lists_and_pages_that_show_it(browser, server, personas):  # noqa: F811
+    """Metadata well inside the API's limits ({"case": "CASE-" + 300 X, "note": 1000 N}) made the inbox 3,640 px
+    wide at 1,366 px (its Task column squeezed to a letter a line), /threads/ 3,394 px, the task page's
+    breadcrumb 2,486 px and the thread page's header 10,900 px; a 480-character applicant overflowed the
+    thread page's "Memory reads and writes"."""
+    marker = uuid.uuid4().hex[:6]
+    applicant = "A" * 480
+    metadata = {"case": f"CASE-{marker}" + "X" * 300, "note": "N" * 1000, "applicant": applicant}
+    task = task_make(metadata=metadata, title="Loan L-1: 20000 for " + applicant)
+    run = task.thread.runs.first()
+    StoreOperation.objects.create(
+        thread=task.thread, run=run, op="search", namespace=f"applicants.{applicant}", key=f"L-{applicant}", hits=1
+    )
+    page = _sign_in(browser, server, personas["admin"], "/", width=1366, height=900)
+    too_wide = {}
+    for path in ["/", f"/?q=CASE-{marker}", "/threads/", f"/tasks/{task.pk}/", f"/threads/{task.thread_id}/"]:
+        page.goto(f"{server}{path}")
+        page.wait_for_load_state("load")
+        scroll, inner = _width(page)
+        if scroll > inner:
+            too_wide[path] = scroll
+    assert too_wide == {}, f"pages wider than the {inner} px window (px): {too_wide}"
+    # The inbox's Task column keeps a readable width beside the long case (it was squeezed to letters).
+    page.goto(f"{server}/?q=CASE-{marker}")
+    title = page.locator(f'tr[data-task-id="{task.pk}"] td.title')
+    assert title.evaluate("e => e.getBoundingClientRect().width") >= 200
     page.context.close()
 
 

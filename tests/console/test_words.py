@@ -122,6 +122,15 @@ def test_a_thread_is_named_by_its_case_or_its_graph_and_a_short_id():
     assert words.thread_name(NS(pk=pk, graph="loan_approval", metadata={})) == f"loan_approval · {str(pk)[:8]}"
 
 
+def test_a_long_case_or_applicant_is_clipped_in_a_threads_name():
+    """A 305-character case and a 480-character applicant named the thread in 10 lines of heading."""
+    metadata = {"case": "CASE-" + "X" * 300, "applicant": "A" * 480}
+    name = words.thread_name(NS(pk=uuid.uuid4(), graph="loan_approval", metadata=metadata))
+    case, applicant = name.split(" · ")
+    assert len(case) == len(applicant) == words.NAME_PART_MAX and case.endswith("…") and applicant.endswith("…")
+    assert case.startswith("CASE-XXX")
+
+
 def test_a_thread_without_a_case_is_named_by_its_graphs_description(monkeypatch):
     """It read "kyc_onboarding 9e10d524": the registry's description says what the graph is."""
     pk = uuid.uuid4()
