@@ -86,9 +86,13 @@ def test_long_unbroken_thread_metadata_wraps_on_the_lists_and_pages_that_show_it
             too_wide[path] = scroll
     assert too_wide == {}, f"pages wider than the {inner} px window (px): {too_wide}"
     # The inbox's Task column keeps a readable width beside the long case (it was squeezed to letters).
+    # Read afresh until it holds: the live inbox may swap its rows in meanwhile (a detached cell measures 0).
     page.goto(f"{server}/?q=CASE-{marker}")
-    title = page.locator(f'tr[data-task-id="{task.pk}"] td.title')
-    assert title.evaluate("e => e.getBoundingClientRect().width") >= 200
+    page.wait_for_function(
+        "sel => { const e = document.querySelector(sel); return e && e.getBoundingClientRect().width >= 200; }",
+        arg=f'tr[data-task-id="{task.pk}"] td.title',
+        timeout=WAIT_MS,
+    )
     page.context.close()
 
 
