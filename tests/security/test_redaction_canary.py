@@ -45,7 +45,7 @@ from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
 
 from approvals.gateway import sensitive_paths
-from approvals.models import ApprovalTask, AuditEvent, Comment, Decision
+from approvals.models import ApprovalTask, AuditEvent, Comment, Decision, WebhookEndpoint
 from approvals.redaction import path_parse
 from approvals.tokens import token_issue
 from console.api import api as native_api
@@ -413,6 +413,13 @@ def _ids(subjects: list[Subject]) -> dict[str, list[dict[str, str]]]:
         "checkpoint_id": [{"thread_id": s.thread, "checkpoint_id": c} for s in subjects for c in s.checkpoints],
         "assistant_id": [{"assistant_id": assistant_id_for(s.graph)} for s in subjects],
         "name": [{"name": h} for s in subjects for h in s.hooks],
+        # the console's endpoint forms name an endpoint by its id
+        "endpoint_id": [
+            {"endpoint_id": str(pk)}
+            for pk in WebhookEndpoint.objects.filter(name__in=[h for s in subjects for h in s.hooks]).values_list(
+                "pk", flat=True
+            )
+        ],
         # user administration pages hold no graph state; one account (and a set-password link that
         # is not valid) is enough to crawl them
         "user_id": [{"user_id": str(pk)} for pk in User.objects.order_by("pk").values_list("pk", flat=True)[:1]],
