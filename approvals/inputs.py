@@ -83,6 +83,13 @@ def instant_in_range(value: datetime) -> bool:
     return True
 
 
+def instant_check(value: datetime, *, field: str) -> datetime:
+    """``value``, or ``InvalidInput`` (422) naming ``field`` when its UTC time is out of range."""
+    if not instant_in_range(value):
+        raise InvalidInput(f"{field}: {OUT_OF_RANGE}", field=field)
+    return value
+
+
 def range_check(since: datetime | None, until: datetime | None) -> None:
     """A time window [since, until) must be one: ``since`` before ``until`` when both are given. A window
     the wrong way round matches nothing, and an empty list read as "nothing happened then"."""
