@@ -37,6 +37,16 @@ class GatePolicy:
         return key if isinstance(key, str) and 0 < len(key) <= CORRELATION_KEY_MAX else ""
 
 
+def _editable(value: Any) -> tuple[str, ...] | None:
+    """A gate's editable fields. An empty list is "none" (``request_review``'s default, and what the console
+    offers): read as "no limit", it let an API client edit any state field the console did not show."""
+    if value is None:
+        return None
+    if isinstance(value, list | tuple):
+        return tuple(str(v) for v in value)
+    return (str(value),) if value != "" else ()
+
+
 def _count(value: Any, *, maximum: int | None = None) -> int | None:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         return None
@@ -54,7 +64,7 @@ def gate_policy(payload: Any, task_kind: str = "interrupt") -> GatePolicy:
         approvals_required=_count(payload.get("required_approvals"), maximum=MAX_APPROVALS) or 1,
         rejections_required=_count(payload.get("rejections_required", 1)) or 1,
         separation_of_duties=bool(payload.get("separation_of_duties")),
-        editable=(tuple(editable) if isinstance(editable, list | tuple) else (str(editable),)) if editable else None,
+        editable=_editable(editable),
         sla_seconds=sla if isinstance(sla, int) else None,
         correlation_key=payload.get("correlation_key"),
         deadline=payload_deadline(payload) if payload_kind(payload) == "gatehouse" else None,

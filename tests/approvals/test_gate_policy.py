@@ -57,3 +57,23 @@ def test_editable_fields_and_deadlines_are_gate_keys_only():
 
 def test_a_breakpoint_never_restricts_edits_by_its_payload():
     assert gate_policy(_gate(editable=["amount"]), "breakpoint").editable is None
+
+
+@pytest.mark.usefixtures("live_db")
+def test_a_gate_with_no_editable_fields_allows_none_through_the_api(personas):
+    """``request_review()``'s default ``editable=[]`` read as "no limit": the console offered no state edits,
+    while an API client's edit of any state field (``income`` here) was signed and applied."""
+    from runtime.gatekeeper import gate_payload
+    from tests.factories import task_make
+
+    payload = gate_payload(title="Loan", proposed_action={"name": "disburse", "args": {"amount": 1}}, editable=[])
+    assert gate_policy(payload).editable == ()
+    task = task_make(payload=payload)
+    body = {"decision": "edit", "reason": "r", "edits": {"income": 1}, "checkpoint_id": task.checkpoint_id}
+    answer = personas["reviewer"].client.post(f"/api/tasks/{task.pk}/decision", body)
+    assert answer.status_code == 422, answer.content
+    assert answer.json()["error"]["field"] == "edits.income" and "editable: none" in answer.json()["error"]["message"]
+    task.refresh_from_db()
+    assert task.status == "pending"
+    # A payload that names no ``editable`` key at all is not a gate's: the state schema decides, as before.
+    assert gate_policy({"title": "x"}, "interrupt").editable is None
