@@ -1,9 +1,14 @@
 """A graph's state schema: its fields, thread input and state edits validated against it, its JSON Schema.
 
-State schemas are TypedDicts, dataclasses or Pydantic models. Each key is
-validated on its own (``typing.TypedDict`` on Python 3.11 is not accepted
-whole by Pydantic) in *strict JSON mode*: numbers stay numbers, booleans stay
-booleans, and an unknown key is an error naming the field.
+State schemas are TypedDicts, dataclasses or Pydantic models (or Pydantic
+dataclasses). Each key is validated on its own (``typing.TypedDict`` on Python
+3.11 is not accepted whole by Pydantic) in *strict JSON mode*: numbers stay
+numbers, booleans stay booleans, and an unknown key is an error naming the field.
+A key's type carries what its declaration says about its values (``Annotated``
+metadata, a Pydantic ``Field(gt=0, ...)``), so bounds are checked here too:
+LangGraph itself only checks a Pydantic state when a node reads it, after the
+write was accepted. A model's ``@field_validator`` / ``@model_validator``
+methods belong to the whole model and are not run here.
 """
 
 from __future__ import annotations
@@ -16,7 +21,8 @@ from functools import lru_cache
 from typing import Any
 
 import typing_extensions
-from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic.fields import FieldInfo
 
 
 class FieldError(ValueError):
@@ -27,11 +33,15 @@ class FieldError(ValueError):
 
 
 def schema_fields(schema: type) -> dict[str, Any]:
-    """Key → type annotation for a TypedDict, dataclass or Pydantic state schema."""
-    if isinstance(schema, type) and issubclass(schema, BaseModel):
-        return {name: f.annotation for name, f in schema.model_fields.items()}
+    """Key → type annotation for a TypedDict, dataclass or Pydantic state schema (a Pydantic field's with what
+    its ``Field()`` says, as ``Annotated`` metadata)."""
+    if _pydantic_fields(schema) is not None:
+        return dict(_field_types(schema))
     if dataclasses.is_dataclass(schema):
-        return {f.name: f.type for f in dataclasses.fields(schema)}
+        # Resolved hints: under ``from __future__ import annotations`` a field's ``type`` is a string, which
+        # left an ``Annotated[int, Field(ge=1)]`` key unchecked.
+        resolved = _hints(schema)
+        return {f.name: resolved.get(f.name, f.type) for f in dataclasses.fields(schema)}
     try:
         hints = typing.get_type_hints(schema, include_extras=True)
     except Exception:  # noqa: BLE001 - unresolvable hints fall back to raw annotations
@@ -39,6 +49,46 @@ def schema_fields(schema: type) -> dict[str, Any]:
     # A key's Required/NotRequired says whether it must be there, not what it holds: the value's type is
     # inside (left wrapped, the key's value went unchecked: pydantic adapts no bare NotRequired).
     return {key: _presence(hint)[0] for key, hint in hints.items()}
+
+
+def _pydantic_fields(schema: Any) -> dict[str, FieldInfo] | None:
+    """A Pydantic model's or Pydantic dataclass's fields (None for any other schema)."""
+    if not isinstance(schema, type):
+        return None
+    if issubclass(schema, BaseModel):
+        return schema.model_fields
+    fields = getattr(schema, "__pydantic_fields__", None)
+    return fields if dataclasses.is_dataclass(schema) and isinstance(fields, dict) else None
+
+
+@lru_cache(maxsize=256)
+def _field_types(schema: type) -> tuple[tuple[str, Any], ...]:
+    """Each field of a Pydantic schema as ``Annotated[type, *constraints, Field(what describes it)]``.
+
+    ``FieldInfo.annotation`` is the bare type: Pydantic moves ``Field(gt=0, le=100_000)`` (and ``Annotated``
+    metadata: validators, LangGraph reducers) into ``metadata``, so the bare type let ``amount: -5`` through
+    every write and a run then failed in LangGraph's own validation. Aliases are left out: LangGraph keys a
+    state's channels by attribute name. Cached per schema so the same annotation reaches ``_adapter``'s cache.
+    """
+    out = []
+    for name, info in (_pydantic_fields(schema) or {}).items():
+        described = Field(
+            default=info.default,
+            title=info.title,
+            description=info.description,
+            examples=info.examples,
+            json_schema_extra=info.json_schema_extra,
+            discriminator=info.discriminator,
+        )
+        out.append((name, typing.Annotated[(info.annotation, *info.metadata, described)]))
+    return tuple(out)
+
+
+def _hints(schema: type) -> dict[str, Any]:
+    try:
+        return typing.get_type_hints(schema, include_extras=True)
+    except Exception:  # noqa: BLE001 - unresolvable hints: the raw annotations
+        return dict(getattr(schema, "__annotations__", {}))
 
 
 _REQUIRED = (typing.Required, typing_extensions.Required)
@@ -56,18 +106,16 @@ def _presence(hint: Any) -> tuple[Any, bool | None]:
 def required_keys(schema: type) -> list[str]:
     """The keys a whole value of ``schema`` must hold, in declaration order (``total=False`` / ``NotRequired``
     TypedDict keys, Pydantic fields with defaults and dataclass fields with defaults are optional)."""
-    if isinstance(schema, type) and issubclass(schema, BaseModel):
-        return [name for name, f in schema.model_fields.items() if f.is_required()]
+    pydantic_fields = _pydantic_fields(schema)
+    if pydantic_fields is not None:  # a Pydantic dataclass's ``x: int = Field(gt=0)`` has a default: the Field
+        return [name for name, f in pydantic_fields.items() if f.is_required()]
     if dataclasses.is_dataclass(schema):
         missing = dataclasses.MISSING
         return [f.name for f in dataclasses.fields(schema) if f.default is missing and f.default_factory is missing]
     required = getattr(schema, "__required_keys__", None)
     if required is None:
         return []
-    try:
-        hints = typing.get_type_hints(schema, include_extras=True)
-    except Exception:  # noqa: BLE001 - unresolvable hints: the class's own account
-        hints = dict(getattr(schema, "__annotations__", {}))
+    hints = _hints(schema)
     # typing.TypedDict on Python 3.11 misses NotRequired[...] under ``from __future__ import annotations``
     # (its __required_keys__ lists the key): the resolved hint is the key's own word.
     out = []
@@ -154,8 +202,10 @@ _SAID = {
 def field_message(path: str, err: Any) -> str:
     """``err`` (one of a ``ValidationError``'s ``errors()``) in words naming ``path`` ("term_months", "person.age")."""
     said = _SAID.get(err.get("type", ""))
+    # A float field's bound comes as a float: "must be more than 0", not "more than 0.0".
+    ctx = {k: int(v) if isinstance(v, float) and v.is_integer() else v for k, v in (err.get("ctx") or {}).items()}
     try:
-        text = said.format(**(err.get("ctx") or {})) if said else ""
+        text = said.format(**ctx) if said else ""
     except (KeyError, IndexError):
         text = ""
     if not text:  # a rule without words of ours: Pydantic's, made to name the value
@@ -170,15 +220,29 @@ def field_message(path: str, err: Any) -> str:
 
 
 def json_schema_for(schema: type) -> dict[str, Any]:
-    """A JSON Schema describing the state, built per key (unsupported keys become free-form)."""
+    """A JSON Schema describing the state, built per key (unsupported keys become free-form).
+
+    The definitions a key's schema refers to (a nested model or TypedDict: ``{"$ref": "#/$defs/Inner"}``)
+    are the document's ``$defs``, where such a reference points (a key whose definitions clash by name
+    with another key's keeps its own).
+    """
     properties: dict[str, Any] = {}
+    defs: dict[str, Any] = {}
     for key, annotation in schema_fields(schema).items():
         adapter = _adapter(annotation)
         try:
-            properties[key] = adapter.json_schema() if adapter else {}
+            prop = adapter.json_schema() if adapter else {}
         except Exception:  # noqa: BLE001 - a type without a JSON schema gets an open one
-            properties[key] = {}
-    return {"type": "object", "properties": properties, "additionalProperties": False}
+            prop = {}
+        own = prop.get("$defs") or {}
+        if own and all(defs.get(name, d) == d for name, d in own.items()):
+            defs.update(own)
+            prop = {k: v for k, v in prop.items() if k != "$defs"}
+        properties[key] = prop
+    out: dict[str, Any] = {"type": "object", "properties": properties, "additionalProperties": False}
+    if defs:
+        out["$defs"] = defs
+    return out
 
 
 def _adapter(annotation: Any) -> TypeAdapter[Any] | None:

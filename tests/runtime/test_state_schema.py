@@ -9,6 +9,7 @@ import pytest
 from langchain_core.messages import AnyMessage
 from langgraph.graph.message import add_messages
 from pydantic import BaseModel, Field
+from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from demo.graphs.kyc_onboarding import KycState
 from demo.graphs.loan_approval import LoanState
@@ -311,3 +312,85 @@ def test_a_not_required_keys_value_is_still_checked():
     with pytest.raises(FieldError) as raised:
         values_validate(_Start, {"amount": 1, "name": "n", "term": 0}, prefix="input", complete=True)
     assert raised.value.field == "input.term"
+
+
+# --- Pydantic models and dataclasses: a field's Field() bounds -------------------------------
+
+
+class _Line(BaseModel):
+    sku: str = Field(min_length=1)
+    quantity: int = Field(ge=1)
+
+
+class _Budget(BaseModel):
+    amount: float = Field(gt=0, le=100_000, description="In euros.")
+    note: str = Field(default="", max_length=5)
+    line: _Line | None = None
+    lines: list[_Line] = Field(default_factory=list)
+    messages: Annotated[list[AnyMessage], add_messages] = Field(default_factory=list)
+
+
+@pydantic_dataclass
+class _BudgetDataclass:
+    amount: float = Field(gt=0, le=100_000)
+    count: Annotated[int, Field(le=3)] = 1
+
+
+@dataclasses.dataclass
+class _AnnotatedDataclass:  # under ``from __future__ import annotations``: each field's ``type`` is a string
+    amount: Annotated[int, Field(ge=1)]
+
+
+@pytest.mark.parametrize(
+    "schema,values,field,message",
+    [
+        (_Budget, {"amount": -5}, "edits.amount", "Amount must be more than 0"),
+        (_Budget, {"amount": 0}, "edits.amount", "Amount must be more than 0"),
+        (_Budget, {"amount": 500_000}, "edits.amount", "Amount must be at most 100000"),
+        (_Budget, {"note": "too long"}, "edits.note", "Note must be at most 5 characters"),
+        (_Budget, {"line": {"sku": "a", "quantity": 0}}, "edits.line.quantity", "Line.quantity must be at least 1"),
+        (_Budget, {"lines": [{"sku": "a", "quantity": 1}, {"sku": ""}]}, "edits.lines[1].sku", None),
+        (_BudgetDataclass, {"amount": -5}, "edits.amount", "Amount must be more than 0"),
+        (_BudgetDataclass, {"count": 4}, "edits.count", "Count must be at most 3"),
+        (_AnnotatedDataclass, {"amount": 0}, "edits.amount", "Amount must be at least 1"),
+    ],
+)
+def test_a_models_field_bounds_are_checked(schema, values, field, message):
+    """A Pydantic field's bare annotation (``float``) was all that was checked: ``amount: -5`` was accepted."""
+    error = refused(schema, values)
+    assert error.field == field
+    if message:
+        assert error.message == message
+
+
+def test_a_models_values_within_bounds_and_its_reducer_fields_are_accepted():
+    values = {"amount": 5, "line": {"sku": "a", "quantity": 2}, "messages": [("user", "hi")]}
+    assert values_validate(_Budget, values, prefix="edits") == values
+
+
+def test_a_pydantic_dataclass_field_with_a_field_default_is_required():
+    assert required_keys(_BudgetDataclass) == ["amount"]
+    with pytest.raises(FieldError) as raised:
+        values_validate(_BudgetDataclass, {"count": 1}, prefix="input", complete=True)
+    assert raised.value.field == "input.amount"
+
+
+def test_json_schema_for_gives_a_models_bounds_as_langgraph_does():
+    schema = json_schema_for(_Budget)
+    amount = {"exclusiveMinimum": 0, "maximum": 100_000, "type": "number", "description": "In euros."}
+    assert schema["properties"]["amount"] == amount
+    assert schema["properties"]["note"] == {"default": "", "maxLength": 5, "type": "string"}
+    assert json_schema_for(_BudgetDataclass)["properties"]["amount"] == {
+        "exclusiveMinimum": 0,
+        "maximum": 100_000,
+        "type": "number",
+    }
+    assert json_schema_for(_AnnotatedDataclass)["properties"]["amount"] == {"minimum": 1, "type": "integer"}
+
+
+def test_json_schema_for_puts_a_nested_models_definition_where_its_reference_points():
+    schema = json_schema_for(_Budget)
+    assert schema["properties"]["lines"]["items"] == {"$ref": "#/$defs/_Line"}
+    assert {"$ref": "#/$defs/_Line"} in schema["properties"]["line"]["anyOf"]
+    assert schema["$defs"]["_Line"]["properties"]["quantity"]["minimum"] == 1
+    assert all("$defs" not in prop for prop in schema["properties"].values())
