@@ -17,8 +17,9 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import User
+from django.core.exceptions import BadRequest, PermissionDenied, SuspiciousOperation
 from django.db import DatabaseError, InterfaceError, OperationalError
-from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.http.response import HttpResponseBase
 from django.urls import URLPattern, URLResolver, path, re_path, reverse
 from django.views.decorators.csrf import csrf_exempt
@@ -146,6 +147,10 @@ class ApiKeyAuth(APIKeyHeader):
         return token_authenticate(key) if key else None
 
 
+# Exceptions Django turns into a 4xx itself: the catch-all leaves them to it.
+_DJANGO_ANSWERS = (Http404, PermissionDenied, SuspiciousOperation, BadRequest)
+
+
 def api_errors_install(
     api: NinjaAPI, *, body: ErrorBody, unauthenticated: str, unauthenticated_field: str | None = None
 ) -> None:
@@ -187,6 +192,18 @@ def api_errors_install(
         response._has_been_logged = True  # type: ignore[attr-defined]
         return response
 
+    def on_unexpected(request: HttpRequest, exc: Exception) -> HttpResponse:
+        # A defect: logged once with its traceback, answered in the API's JSON error body. Ninja's default
+        # re-raised it to Django, whose answer is an HTML "Server Error (500)" page a client cannot parse.
+        if isinstance(exc, _DJANGO_ANSWERS):  # Django's own 4xx (a body too big, a bad Host): as it answers them
+            raise exc
+        log.error("%s %s: unexpected error", request.method, request.path, exc_info=exc)
+        message = "an unexpected error occurred; it has been logged (quote the X-Request-ID header to report it)"
+        response = respond(request, 500, "internal", message)
+        response._has_been_logged = True  # type: ignore[attr-defined]  # Django would log it again, without its cause
+        return response
+
+    api.exception_handler(Exception)(on_unexpected)
     api.exception_handler(DomainError)(on_domain_error)
     api.exception_handler(OperationalError)(on_database_unavailable)
     api.exception_handler(InterfaceError)(on_database_unavailable)
