@@ -41,6 +41,7 @@ from approvals.security import request_proof_at, session_proof_record
 from runtime.models import ACTIVE_RUN_STATUSES, Effect, Run, Thread, ThreadStatus
 from runtime.notify import ThreadWatch
 from runtime.registry import graph_get, graph_names
+from runtime.state import CheckpointView
 from runtime.state_schema import json_schema_for
 
 router = Router()
@@ -230,6 +231,7 @@ def _thread_detail(user: Any, thread_id: UUID, thread: Thread | None = None) -> 
     # The checkpoint's values, guarded (and a reveal audited) once: the snapshot is not shown.
     out = _thread_out(user, thread, values=state.values)
     out.checkpoint_id = state.checkpoint_id
+    out.state_unreadable = state.unreadable
     return out
 
 
@@ -241,7 +243,13 @@ class HistoryQuery(Schema):
 @router.get("/threads/{thread_id}/history", response=list[CheckpointOut], tags=["threads"])
 def thread_history(request: AuthedRequest, thread_id: UUID, query: Query[HistoryQuery]) -> list[CheckpointOut]:
     views = gateway.history_for(_user(request), thread_id, limit=query.limit, before=query.before)
-    return [CheckpointOut.model_validate(v, from_attributes=True) for v in views]
+    return [_checkpoint_out(v) for v in views]
+
+
+def _checkpoint_out(view: CheckpointView) -> CheckpointOut:
+    out = CheckpointOut.model_validate(view, from_attributes=True)
+    out.state_unreadable = view.unreadable
+    return out
 
 
 @router.get("/threads/{thread_id}/runs", response=list[RunOut], tags=["threads"])
@@ -321,6 +329,7 @@ def task_detail(request: AuthedRequest, task_id: UUID) -> TaskOut:
         approvals_remaining=abilities.remaining,
         approve_refused=None if refused is None else RefusalOut(rule=refused.rule, message=refused.message),
         state=state.values if state else None,
+        state_unreadable=state.unreadable if state else "",
     )
 
 

@@ -112,6 +112,11 @@ class ThreadOut(Schema):
     updated_at: datetime
     pending_tasks: list[TaskSummaryOut]
     run_id: UUID | None = None
+    state_unreadable: str = Field(
+        default="",
+        description="Why the graph cannot load this state (a stored value its state model refuses, a graph that "
+        "fails to build); empty when it can. When set, values are as stored and next/tasks are unknown.",
+    )
 
 
 class CheckpointOut(Schema):
@@ -122,6 +127,11 @@ class CheckpointOut(Schema):
     created_at: str
     next: list[str]
     values: dict[str, Any]
+    state_unreadable: str = Field(
+        default="",
+        description="Why the graph cannot load this state (a stored value its state model refuses, a graph that "
+        "fails to build); empty when it can. When set, values are as stored and next/tasks are unknown.",
+    )
 
 
 class DecisionOut(Schema):
@@ -169,6 +179,11 @@ class TaskOut(TaskSummaryOut):
         "it from you: the approver role, separation of duties); null when you may approve."
     )
     state: dict[str, Any] | None
+    state_unreadable: str = Field(
+        default="",
+        description="Why the graph cannot load this state (a stored value its state model refuses, a graph that "
+        "fails to build); empty when it can. When set, values are as stored and next/tasks are unknown.",
+    )
 
 
 class TaskPageOut(Schema):

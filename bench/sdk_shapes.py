@@ -80,6 +80,11 @@ ACCEPTED: list[tuple[str, str, str]] = [
         "the nodes whose writes made the checkpoint (LangGraph 1.x dropped it; the console shows it)",
     ),
     (
+        r"threads\.get_(state|history).*",
+        r"\.state_unreadable$",
+        "Gatehouse says why the graph cannot load a checkpoint (empty when it can; docs/platform-api.md)",
+    ),
+    (
         r"threads\.(get|search).*",
         r"\.config\.configurable$",
         "a thread's config: Gatehouse sends {} (langgraph dev sends {} at creation, {configurable: {}} after)",

@@ -116,6 +116,9 @@ class ThreadStateOut(Schema):
     created_at: str | None
     parent_checkpoint: CheckpointRefOut | None
     interrupts: list[InterruptOut]
+    # Gatehouse's own: why the graph cannot load this checkpoint ("" when it can); values are then as stored,
+    # next and tasks unknown (docs/platform-api.md).
+    state_unreadable: str = ""
     # The ids again, as LangGraph Server still sends them beside the references (older clients read these).
     checkpoint_id: str | None = None
     parent_checkpoint_id: str | None = None

@@ -55,7 +55,7 @@ from runtime import threads as runtime_threads
 from runtime.models import ACTIVE_RUN_STATUSES, Run, RunKind, RunStatus, Thread, ThreadStatus
 from runtime.registry import UnknownGraph, graph_get, graph_names
 from runtime.runs import ThreadBusy, run_enqueue
-from runtime.state import CheckpointView, StepTask, SubgraphView
+from runtime.state import CheckpointView, StateUnreadable, StepTask, SubgraphView
 from runtime.state_schema import FieldError, values_validate
 
 # The namespace LangGraph Platform derives its per-graph assistant ids from, so
@@ -439,6 +439,7 @@ def state_out(
         created_at=view.created_at,
         parent_checkpoint=checkpoint_ref(thread.id, view.parent_id) if view.parent_id else None,
         interrupts=[i for t in tasks for i in t.interrupts],
+        state_unreadable=view.unreadable,
     )
 
 
@@ -694,6 +695,12 @@ def thread_state_update(
         checkpoint_id = runtime_threads.thread_state_write(thread=thread, values=values, as_node=as_node)
     except InvalidUpdateError as exc:  # e.g. an update with no as_node after a step of several nodes
         raise InvalidInput(f"LangGraph refused the update: {exc}", field="as_node") from None
+    except StateUnreadable as exc:
+        raise Conflict(
+            f"{exc.reason}; LangGraph cannot update a state it cannot load: fork the thread from an earlier "
+            "checkpoint, or cancel it",
+            field="thread_id",
+        ) from None
     audit_thread(
         thread=thread,
         actor=actor,

@@ -9,12 +9,21 @@ upcast in memory only (``schema_readonly``). Large values stored as blobs
 decides on) and shown as ``{"$blob": sha, "size": n}`` placeholders in
 history listings, so listing a thread never loads its documents;
 ``thread_blob_read`` fetches one on demand.
+
+A checkpoint the graph cannot load (LangGraph builds a Pydantic state from it
+to tell what runs next, and a stored value that fails the model's validation
+raises; so does a graph that cannot be built) is still read: its values as
+stored, with ``unreadable`` saying why and no next nodes or tasks, which only
+the graph knows. The thread stays readable (every read answered a 500), and an
+operator can fork it from an earlier checkpoint with corrected values, or cancel it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
+import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +32,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph._internal._constants import CONFIG_KEY_CHECKPOINTER
 from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 from langgraph.types import StateSnapshot
+from pydantic import ValidationError
 
 from runtime.as_saved import without_update
 from runtime.blobs import MARKER, BlobSpillingSaver, blobs_lazy
@@ -30,7 +40,19 @@ from runtime.checkpointer import checkpointer_get
 from runtime.jsonable import to_jsonable
 from runtime.models import BlobRef, Thread
 from runtime.registry import graph_get, graph_is_external, graph_is_registered
+from runtime.retry import class_names, exception_chain, is_transient
+from runtime.state_schema import field_message
 from runtime.upcasters import schema_readonly
+
+log = logging.getLogger(__name__)
+
+
+class StateUnreadable(Exception):
+    """A write needs the graph to load a checkpoint it cannot (``CheckpointView.unreadable`` says why)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 @dataclass(frozen=True)
@@ -59,6 +81,9 @@ class CheckpointView:
     values: dict[str, Any]
     writes: Any
     tasks: tuple[StepTask, ...] = ()
+    # Why the graph cannot load this checkpoint ("" when it can): ``values`` are then as stored, and ``next``
+    # and ``tasks`` are unknown (empty).
+    unreadable: str = ""
 
 
 def _namespace_of(state: Any) -> str:
@@ -177,12 +202,61 @@ def thread_state_read(
         with lazy:
             item = checkpointer_get().get_tuple(_retired_config(thread, checkpoint_id))
         return _retired_view(item) if item is not None else None
-    graph = graph_get(thread.graph).compiled()
-    with schema_readonly(), lazy:
-        snapshot = graph.get_state(_as_saved(graph, _config(thread, checkpoint_id)))
+    graph: Any = None
+    try:
+        graph = graph_get(thread.graph).compiled()
+        with schema_readonly(), lazy:
+            snapshot = graph.get_state(_as_saved(graph, _config(thread, checkpoint_id)))
+    except Exception as exc:
+        if _storage_failure(exc):
+            raise
+        return _stored_view(thread, checkpoint_id, graph, exc, resolve_blobs=resolve_blobs)
     if not snapshot.created_at:
         return None
     return _view(snapshot)
+
+
+def _storage_failure(exc: BaseException) -> bool:
+    """The database failed, not the graph: no stored state would be read either (the API answers its 503)."""
+    return is_transient(exc) or any(class_names(link) & _STORAGE_ERRORS for link in exception_chain(exc))
+
+
+_STORAGE_ERRORS = {("django.db.utils", "DatabaseError"), ("psycopg", "Error"), ("sqlite3", "Error")}
+
+
+def _unreadable_reason(exc: BaseException) -> str:
+    """Why the graph cannot load a checkpoint, in words: a state model's refusal names each field (not the
+    values, which may be sensitive); anything else is the exception's one line."""
+    if isinstance(exc, ValidationError):
+        said = []
+        for err in exc.errors()[:5]:
+            path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"]).lstrip(".") or "state"
+            if err.get("type") == "value_error":  # a validator's own words: "Value error, <its message>"
+                said.append(f"{path}: {str(err.get('msg', '')).removeprefix('Value error, ')}")
+            else:
+                said.append(field_message(path, err))
+        return "the graph cannot load this state: " + "; ".join(said)
+    text = "".join(traceback.format_exception_only(type(exc), exc)).strip().splitlines()
+    return f"the graph cannot load this state: {(text or [type(exc).__name__])[-1]}"[:1000]
+
+
+def _stored_view(
+    thread: Thread, checkpoint_id: str | None, graph: Any, exc: Exception, *, resolve_blobs: bool
+) -> CheckpointView | None:
+    """The checkpoint's values as stored, read from the saver alone, for a checkpoint the graph cannot load."""
+    reason = _unreadable_reason(exc)
+    log.warning("thread %s (graph %s): %s", thread.id, thread.graph, reason)
+    lazy = contextlib.nullcontext() if resolve_blobs else blobs_lazy()
+    with schema_readonly(), lazy:
+        item = _saver_of(graph).get_tuple(_retired_config(thread, checkpoint_id))
+    return dataclasses.replace(_retired_view(item), unreadable=reason) if item is not None else None
+
+
+def _saver_of(graph: Any) -> BaseCheckpointSaver[Any]:
+    """The graph's own saver (it upcasts an older checkpoint, in memory under ``schema_readonly``), or the
+    process's for a graph that could not be built."""
+    saver = getattr(graph, "checkpointer", None)
+    return saver if isinstance(saver, BaseCheckpointSaver) else checkpointer_get()
 
 
 def thread_history_read(
@@ -204,15 +278,48 @@ def thread_history_read(
         with lazy:
             items = checkpointer_get().list(_retired_config(thread), limit=limit, before=before_cfg)
             return _with_nodes_that_ran([_retired_view(item) for item in items])
-    graph = graph_get(thread.graph).compiled()
     before_cfg = _config(thread, before) if before else None
     with schema_readonly(), lazy:
         if before_cfg is not None and checkpointer_get().get_tuple(before_cfg) is None:
             return []
-        config = _as_saved(graph, _config(thread, checkpoint_id))
-        listed = graph.get_state_history(config, limit=limit, before=before_cfg)
-        views = [_view(s) for s in listed]
+    graph: Any = None
+    try:
+        graph = graph_get(thread.graph).compiled()
+        with schema_readonly(), lazy:
+            config = _as_saved(graph, _config(thread, checkpoint_id))
+            views = [_view(s) for s in graph.get_state_history(config, limit=limit, before=before_cfg)]
+    except Exception as exc:
+        if _storage_failure(exc):
+            raise
+        views = _history_stored(
+            thread, graph, exc, limit=limit, before=before, checkpoint_id=checkpoint_id, resolve_blobs=resolve_blobs
+        )
     return _with_nodes_that_ran(views)
+
+
+def _history_stored(
+    thread: Thread,
+    graph: Any,
+    exc: Exception,
+    *,
+    limit: int,
+    before: str | None,
+    checkpoint_id: str | None,
+    resolve_blobs: bool,
+) -> list[CheckpointView]:
+    """The history of a thread with a checkpoint the graph cannot load (``exc``: why the listing failed):
+    each checkpoint the graph loads as it does, the others as stored (``_stored_view``)."""
+    before_cfg = _retired_config(thread, before) if before else None
+    lazy = contextlib.nullcontext() if resolve_blobs else blobs_lazy()
+    with schema_readonly(), lazy:
+        items = list(_saver_of(graph).list(_retired_config(thread, checkpoint_id), limit=limit, before=before_cfg))
+    if graph is None:  # the graph cannot be built: no checkpoint loads
+        reason = _unreadable_reason(exc)
+        log.warning("thread %s (graph %s): %s", thread.id, thread.graph, reason)
+        return [dataclasses.replace(_retired_view(item), unreadable=reason) for item in items]
+    ids = [str(item.config["configurable"]["checkpoint_id"]) for item in items]
+    views = [thread_state_read(thread, one, resolve_blobs=resolve_blobs) for one in ids]
+    return [v for v in views if v is not None]
 
 
 def _with_nodes_that_ran(views: list[CheckpointView]) -> list[CheckpointView]:
@@ -307,7 +414,12 @@ def thread_subgraphs_read(thread: Thread, checkpoint_id: str | None = None) -> l
     """The subgraphs in flight at the checkpoint (LangGraph keeps their state only while they are)."""
     if not thread.graph or graph_is_external(thread.graph) or not graph_is_registered(thread.graph):
         return []  # a graph no longer registered: only the graph knows which tasks are subgraphs
-    graph = graph_get(thread.graph).compiled()
-    with schema_readonly():
-        snapshot = graph.get_state(_config(thread, checkpoint_id), subgraphs=True)
+    try:
+        graph = graph_get(thread.graph).compiled()
+        with schema_readonly():
+            snapshot = graph.get_state(_config(thread, checkpoint_id), subgraphs=True)
+    except Exception as exc:
+        if _storage_failure(exc):
+            raise
+        return []  # the graph cannot load the checkpoint: nor tell its tasks (its state says why: unreadable)
     return _subgraphs_of(snapshot) if snapshot.created_at else []

@@ -20,7 +20,7 @@ from runtime.models import ACTIVE_RUN_STATUSES, Run, RunStatus, Thread, ThreadSt
 from runtime.notify import thread_notify
 from runtime.registry import graph_get
 from runtime.runs import ThreadBusy
-from runtime.state import thread_state_read
+from runtime.state import StateUnreadable, thread_state_read
 
 
 def _atomic_required(service: str) -> None:
@@ -77,13 +77,19 @@ def thread_state_write(*, thread: Thread, values: dict[str, Any] | None, as_node
     snapshot listings read, take the new state unmasked (readers mask per reader).
     A thread between runs is idle while the new state leaves nodes to run (a run
     with no input continues it, as LangGraph's ``invoke(None)``), else completed.
+    ``StateUnreadable`` if the graph cannot load the thread's latest checkpoint.
     """
     thread = thread_lock_idle(thread)
+    # LangGraph applies an update by loading the state it updates: a checkpoint the graph cannot load fails
+    # inside update_state (StateUnreadable names why, for the caller's 409).
+    current = thread_state_read(thread, resolve_blobs=False)
+    if current is not None and current.unreadable:
+        raise StateUnreadable(current.unreadable)
     compiled = graph_get(thread.graph).compiled()
     config = compiled.update_state({"configurable": {"thread_id": str(thread.id)}}, values, as_node=as_node)
     checkpoint_id = str(config["configurable"]["checkpoint_id"])
     view = thread_state_read(thread)
-    if thread.status in (ThreadStatus.IDLE, ThreadStatus.COMPLETED):
+    if thread.status in (ThreadStatus.IDLE, ThreadStatus.COMPLETED) and not (view and view.unreadable):
         thread.status = ThreadStatus.IDLE if view and view.next else ThreadStatus.COMPLETED
     Thread.objects.filter(pk=thread.pk).update(
         checkpoint_id=checkpoint_id,

@@ -36,3 +36,4 @@ def test_a_difference_is_accepted_only_where_a_reason_names_it():
     assert not _accepted({"call": "runs.get", "path": ".status", "what": "gatehouse 'interrupted'"})
     assert _accepted({"call": "stream values start: end", "path": "", "what": "only gatehouse"})
     assert not _accepted({"call": "threads.get (idle)", "path": "", "what": "only gatehouse"})
+    assert _accepted({"call": "threads.get_history (idle)", "path": "[].state_unreadable", "what": "only gatehouse"})
