@@ -164,6 +164,29 @@ def test_an_approval_resumes_with_the_decision_reason_and_reviewer(payload):
     assert build(payload, "approve", reason="fine") == {"decision": "approve", "reason": "fine", "reviewer": "rita"}
 
 
+@pytest.mark.parametrize(
+    "outcome,fields,expected",
+    [
+        ("approve", {}, {"decision": "approve", "reason": "", "reviewer": "rita"}),
+        ("reject", {"reason": "over budget"}, {"decision": "reject", "reason": "over budget", "reviewer": "rita"}),
+        (
+            "edit",
+            {"reason": "cap", "state_patch": {"amount": 5}},
+            {"decision": "edit", "reason": "cap", "reviewer": "rita"},
+        ),
+        (
+            "respond",
+            {"message": "see memo"},
+            {"decision": "respond", "reason": "", "reviewer": "rita", "message": "see memo"},
+        ),
+    ],
+)
+def test_a_plain_interrupt_is_resumed_as_docs_graphs_md_says(outcome, fields, expected):
+    """docs/graphs.md ("What interrupt() returns on resume"): a graph reading ``answer.get("approved", True)``
+    went ahead on a reject; the value names the decision, and an edit's state changes are not in it."""
+    assert build({"title": "Spend 900?"}, outcome, **fields) == expected
+
+
 def test_a_response_carries_its_message():
     value = build(GATE, "respond", message="see memo")
     assert value == {"decision": "respond", "reason": "", "reviewer": "rita", "message": "see memo"}
