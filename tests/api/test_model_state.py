@@ -38,6 +38,12 @@ def test_an_edit_out_of_the_models_bounds_is_refused_and_nothing_is_signed(revie
     error = error_of(api_decide(reviewer, budget_task, "edit", reason="cap", edits={"amount": amount}), 422)
     assert error["field"] == "edits.amount"
     assert error["message"].startswith("Amount must be")
+    command = {"resume": {"decision": "edit", "reason": "cap"}, "update": {"amount": amount}}
+    lg = reviewer.client.post(
+        f"/lg/threads/{budget_task['thread_id']}/runs", {"assistant_id": GRAPH, "command": command}
+    )
+    assert lg.status_code == 422, lg.content
+    assert lg.json()["error"]["field"] == "command.update.amount"
     assert snapshot(budget_task["id"]) == before
 
 
