@@ -459,7 +459,7 @@ def runs_sweep() -> int:
                 continue
         elif not _redispatch_due(run, now):
             continue
-        if not _redispatch_claim(run):
+        if not _redispatch_claim(run, now):
             continue  # an overlapping sweep re-sent it a moment ago
         log.warning("sweeper: re-dispatching run %s (attempts so far: %s)", run.id, run.attempts)
         run_dispatch(run_id=run.id)
@@ -488,11 +488,16 @@ def _resent_since_lapse(run: Run, now: Any) -> bool:
     return bool(now - run.dispatched_at < timedelta(seconds=settings.GATEHOUSE_REDISPATCH_AFTER_SECONDS))
 
 
-def _redispatch_claim(run: Run) -> bool:
-    """Only one sweeper re-sends a run: the one whose conditional UPDATE moves its dispatch stamp."""
-    return bool(
-        Run.objects.filter(pk=run.pk, status=run.status, dispatched_at=run.dispatched_at).update(dispatched_at=Now())
-    )
+def _redispatch_claim(run: Run, now: datetime) -> bool:
+    """Only one sweeper re-sends a run: the one whose conditional UPDATE moves its dispatch stamp.
+
+    The new stamp is ``now``, the database's clock as the sweep read it, written as a value, not
+    ``Now()``: the next sweep's compare must match what it reads back, and SQLite's ``Now()`` stores
+    text with milliseconds that no value read back from it compares equal to (the run was then
+    never re-sent again).
+    """
+    claimed = Run.objects.filter(pk=run.pk, status=run.status, dispatched_at=run.dispatched_at)
+    return bool(claimed.update(dispatched_at=now))
 
 
 def _run_dead_letter(*, run_id: Any) -> None:

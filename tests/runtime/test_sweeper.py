@@ -18,6 +18,7 @@ import pytest
 from django.db import transaction
 from django.db.models.functions import Now
 from django.test.utils import override_settings
+from django.utils import timezone
 
 from runtime import runs
 from runtime.models import Run, RunKind, RunStatus, Thread, ThreadStatus
@@ -119,8 +120,6 @@ def test_it_never_resends_a_finished_run(sent, status):
 
 def test_the_retry_backoff_counts_from_the_lapse():
     run = Run(attempts=1, lease_expires_at=None)
-    from django.utils import timezone
-
     now = timezone.now()
     assert run_retry_due(run=run, now=now)  # handed back with no lease: due at once
     with override_settings(GATEHOUSE_RETRY_BACKOFF_SECONDS=10):
@@ -215,8 +214,8 @@ def test_overlapping_sweeps_resend_a_run_once(sent):
     run = _run()
     _set(run, created_at=_ago(10), dispatched_at=_ago(9))
     first, second = Run.objects.get(pk=run.pk), Run.objects.get(pk=run.pk)
-    assert runs._redispatch_claim(first) is True
-    assert runs._redispatch_claim(second) is False
+    assert runs._redispatch_claim(first, timezone.now()) is True
+    assert runs._redispatch_claim(second, timezone.now()) is False
 
 
 @override_settings(GATEHOUSE_REDISPATCH_AFTER_SECONDS=3)
@@ -227,3 +226,32 @@ def test_a_lapsed_run_resent_after_its_lease_ended_is_given_time_to_be_claimed(s
     assert run.id not in sent
     _sweep((run, {"dispatched_at": _ago(5)}))
     assert run.id in sent
+
+
+# --- a run whose worker is lost again and again: re-sent each time, then dead-lettered ----------
+
+
+def worker_lost_each_time(sent: list[Any]) -> list[tuple[bool, str]]:
+    """A worker claims a run and is lost (its lease lapses), then a sweep; again while the sweep re-sends it.
+
+    Each round: whether the sweep re-sent the run, and the run's status after it. The run starts
+    stamped as dispatched by the process (as ``run_enqueue`` does); every later stamp is the sweeper's
+    own, which its next compare-and-set must match. Also run on SQLite (tests/runtime/test_sweeper_sqlite.py).
+    """
+    run = _run(dispatched_at=timezone.now())
+    rounds: list[tuple[bool, str]] = []
+    with override_settings(GATEHOUSE_REDISPATCH_AFTER_SECONDS=0, GATEHOUSE_RETRY_BACKOFF_SECONDS=0):
+        resent = True
+        while resent:
+            assert run_claim(run_id=str(run.id), worker=f"host:{len(rounds)}:lost") is not None
+            sent.clear()
+            _sweep((run, {"lease_expires_at": timezone.now() - timedelta(seconds=600)}))
+            resent = run.id in sent
+            rounds.append((resent, Run.objects.get(pk=run.pk).status))
+    return rounds
+
+
+@override_settings(GATEHOUSE_MAX_RUN_ATTEMPTS=4)
+def test_a_run_whose_worker_is_lost_three_times_is_resent_each_time_then_dead_lettered(sent):
+    running, failed = RunStatus.RUNNING.value, RunStatus.FAILED.value
+    assert worker_lost_each_time(sent) == [(True, running)] * 3 + [(False, failed)]
