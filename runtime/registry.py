@@ -12,8 +12,11 @@ starts: ``migrate`` and ``collectstatic`` never import them (a factory that
 needs an API key must not break a migration). The worker and the web server
 load the registry as they start (``console.celery``, ``console.asgi``), so a
 broken entry still stops them with a message naming it; ``manage.py
-graphs_check`` does the same on demand. Compiling against the checkpointer
-happens on first use, in the process that runs the graph.
+graphs_check`` does the same on demand. An uncompiled graph is compiled once
+as it loads, to see that it compiles (an edge to no node stops start-up, named);
+compiling against the checkpointer happens on first use, in the process that
+runs the graph, and a graph a factory builds for one run that does not compile
+fails that run (``GraphRegistryError``, which the executor records).
 
 Factories behave as on LangGraph Server: a factory that takes a config
 argument is called again for every run with that run's ``RunnableConfig``
@@ -190,11 +193,11 @@ class GraphEntry:
         that run, as LangGraph Server does.
         """
         if config is not None and self.factory is not None:
-            return _bind_checkpointer(_factory_result(self.name, self.factory, config), self.schema())
+            return _bind_checkpointer(self.name, _factory_result(self.name, self.factory, config), self.schema())
         if self._compiled is None:
             with _compile_lock:
                 if self._compiled is None:
-                    self._compiled = _bind_checkpointer(self.source, self.schema())
+                    self._compiled = _bind_checkpointer(self.name, self.source, self.schema())
         return self._compiled
 
     def schema(self) -> GraphSchema:
@@ -314,6 +317,10 @@ def graphs_read(config_path: Path) -> dict[str, GraphEntry]:
         if not all(isinstance(p, str) and p for p in sensitive):
             raise GraphRegistryError(f"graph {name!r}: sensitive_paths must be non-empty strings")
         source, factory = _source_load(name, base, spec)
+        if isinstance(source, StateGraph):
+            # Compiled here once, without a checkpointer, only to see that it compiles: an edge to no node
+            # (anything LangGraph's compile refuses) stops start-up naming the graph, not its first run.
+            _compile_checked(name, source.compile)
         entry = GraphEntry(name, spec, description, source, sensitive, factory=factory)
         _schema_options(entry, base, gatehouse)
         entry.retention_days = _retention_days(name, gatehouse)
@@ -670,22 +677,41 @@ def _article(noun: str) -> str:
     return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"
 
 
-def _bind_checkpointer(source: Any, schema: GraphSchema | None = None) -> Pregel[Any, Any, Any, Any]:
+def _compile_checked(name: str, build: Callable[[], Pregel[Any, Any, Any, Any]]) -> Pregel[Any, Any, Any, Any]:
+    """``build()``, whatever it raises made a ``GraphRegistryError`` naming the graph, in one line: the
+    executor fails the run with it (a build error of any other type left the run running and its
+    thread busy), and start-up prints it."""
+    try:
+        return build()
+    except Exception as exc:
+        raise GraphRegistryError(f"graph {name!r} does not compile: {type(exc).__name__}: {_one_line(exc)}") from exc
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())
+
+
+def _bind_checkpointer(name: str, source: Any, schema: GraphSchema | None = None) -> Pregel[Any, Any, Any, Any]:
     from runtime.checkpointer import checkpointer_get
 
-    saver = checkpointer_get()
+    saver = checkpointer_get()  # not the graph's fault if this fails (the database): not wrapped below
     for_graph = getattr(saver, "for_graph", None)
     if schema is not None and callable(for_graph):
         # A per-graph view of the process's saver: it stamps this graph's schema
         # version on checkpoints and upcasts older ones (runtime.upcasters).
         saver = for_graph(schema)
     if isinstance(source, StateGraph):
-        return source.compile(checkpointer=saver)
-    # compile() extends the saver's msgpack allowlist with the graph's own schema
-    # types; a graph compiled without a checkpointer kept that list aside, so
-    # apply it to ours (otherwise its dataclasses/models come back as dicts).
-    apply_allowlist = getattr(source, "_apply_checkpointer_allowlist", None)
-    if callable(apply_allowlist):
-        saver = apply_allowlist(saver)
-    bound: Pregel[Any, Any, Any, Any] = source.copy(update={"checkpointer": saver})
-    return bound
+        return _compile_checked(name, lambda: source.compile(checkpointer=saver))
+
+    def bind() -> Pregel[Any, Any, Any, Any]:
+        # compile() extends the saver's msgpack allowlist with the graph's own schema
+        # types; a graph compiled without a checkpointer kept that list aside, so
+        # apply it to ours (otherwise its dataclasses/models come back as dicts).
+        bound_saver = saver
+        apply_allowlist = getattr(source, "_apply_checkpointer_allowlist", None)
+        if callable(apply_allowlist):
+            bound_saver = apply_allowlist(saver)
+        bound: Pregel[Any, Any, Any, Any] = source.copy(update={"checkpointer": bound_saver})
+        return bound
+
+    return _compile_checked(name, bind)

@@ -24,6 +24,14 @@ CAUSE = "RuntimeError('OPENAI_API_KEY is not set')"
 # ValueError that Celery logged and swallowed: the worker started "ready" and failed every run it claimed.
 NOT_A_GRAPH_MODULE = "from typing import TypedDict\n\n\nclass State(TypedDict):\n    amount: int\n"
 NOT_A_GRAPH = "graph 'agent': ./agent.py:State is a class, not a StateGraph, a compiled graph or a factory"
+# An uncompiled StateGraph with an edge to no node: importable, a graph, and it does not compile.
+NOT_COMPILABLE_MODULE = (
+    "from typing import TypedDict\n\nfrom langgraph.graph import START, StateGraph\n\n\n"
+    "class State(TypedDict):\n    amount: int\n\n\n"
+    "b = StateGraph(State)\nb.add_node('a', lambda state: {})\nb.add_edge(START, 'a')\n"
+    "b.add_edge('a', 'nowhere')\ngraph = b\n"
+)
+NOT_COMPILABLE = "graph 'agent' does not compile: ValueError: Found edge ending at unknown node `nowhere`"
 
 
 def graphs_write(tmp_path: Path, module: str, attr: str) -> Path:
@@ -42,6 +50,11 @@ def bad_graphs(tmp_path: Path) -> Path:
 @pytest.fixture
 def not_a_graph(tmp_path: Path) -> Path:
     return graphs_write(tmp_path, NOT_A_GRAPH_MODULE, "State")
+
+
+@pytest.fixture
+def not_compilable(tmp_path: Path) -> Path:
+    return graphs_write(tmp_path, NOT_COMPILABLE_MODULE, "graph")
 
 
 def _run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
@@ -116,14 +129,25 @@ def test_the_worker_refuses_to_start_on_what_is_not_a_graph_in_one_critical_line
 def test_graphs_check_and_the_launcher_name_what_is_not_a_graph_in_one_line(
     tmp_path: Path, not_a_graph: Path, stacks: list[Stack]
 ) -> None:
-    env = embedded_env(tmp_path / "var", GATEHOUSE_GRAPHS=str(not_a_graph), DJANGO_SETTINGS_MODULE="console.settings")
+    _refused_in_one_line(tmp_path, not_a_graph, NOT_A_GRAPH, stacks)
+
+
+def test_graphs_check_and_the_launcher_name_a_graph_that_does_not_compile_in_one_line(
+    tmp_path: Path, not_compilable: Path, stacks: list[Stack]
+) -> None:
+    """It passed graphs_check ("built once") and the launcher started; its first run then left the thread busy."""
+    _refused_in_one_line(tmp_path, not_compilable, NOT_COMPILABLE, stacks)
+
+
+def _refused_in_one_line(tmp_path: Path, graphs: Path, message: str, stacks: list[Stack]) -> None:
+    env = embedded_env(tmp_path / "var", GATEHOUSE_GRAPHS=str(graphs), DJANGO_SETTINGS_MODULE="console.settings")
     checked = _run(env, "manage.py", "graphs_check")
     assert checked.returncode == 1
-    assert checked.stderr.strip() == f"CommandError: {not_a_graph}: {NOT_A_GRAPH}"
-    stack = stack_new(tmp_path, GATEHOUSE_GRAPHS=str(not_a_graph))
+    assert checked.stderr.strip() == f"CommandError: {graphs}: {message}"
+    stack = stack_new(tmp_path, GATEHOUSE_GRAPHS=str(graphs))
     stacks.append(stack.start())
     assert stack.proc is not None and stack.proc.wait(timeout=scaled(120)) == 1
     log = stack.log()
-    assert f"CommandError: {not_a_graph}: {NOT_A_GRAPH}" in log and "Traceback" not in log, log[-3000:]
+    assert f"CommandError: {graphs}: {message}" in log and "Traceback" not in log, log[-3000:]
     assert "[gatehouse] cannot start: manage.py graphs_check failed" in log
     assert stack.processes() == []

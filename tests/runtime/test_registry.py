@@ -69,6 +69,24 @@ GRAPH_MODULE = textwrap.dedent(
 
 
     no_signature = max  # a builtin whose parameters inspect cannot read
+
+
+    def _edge_to_nowhere() -> StateGraph:
+        builder = _builder()
+        builder.add_edge("step", "nowhere")
+        return builder
+
+
+    not_compilable = _edge_to_nowhere()
+
+
+    def factory_not_compilable():
+        return _edge_to_nowhere()
+
+
+    def compilable_at_load_only(config):
+        # What load builds (no thread) compiles; what a run builds does not.
+        return _edge_to_nowhere() if config["configurable"].get("thread_id") else _builder()
     """
 )
 
@@ -376,6 +394,7 @@ def test_the_env_is_applied_before_graph_modules_are_imported(project, monkeypat
         "import os\nfrom langgraph.graph import StateGraph\nfrom typing import TypedDict\n"
         "class S(TypedDict):\n    x: int\n"
         "MODEL = os.environ['GH_TEST_REGISTRY_F']\ngraph = StateGraph(S)\n"
+        "graph.add_node('step', lambda state: {})\ngraph.set_entry_point('step')\n"
     )
     config = {"env": {"GH_TEST_REGISTRY_F": "gpt"}, "graphs": {"needs_env": "./graphs/needs_env.py:graph"}}
     graphs_read(config_write(project, config))
@@ -451,6 +470,37 @@ def test_the_default_registry_is_the_configured_file():
     registry_load()
     assert {"kyc_onboarding", "loan_approval"} <= set(graph_names())
     assert registry._registry is not None
+
+
+# --- a graph that does not compile -------------------------------------------------------
+
+NOT_COMPILABLE = "does not compile: ValueError: Found edge ending at unknown node `nowhere`"
+
+
+@pytest.mark.parametrize("attr", ["not_compilable", "factory_not_compilable"])
+def test_a_graph_that_does_not_compile_is_refused_as_it_loads_naming_it_and_the_error(project, attr):
+    message = registry_error(project, {"graphs": {"broken": f"./graphs/agent.py:{attr}"}})
+    assert message == f"graph 'broken' {NOT_COMPILABLE}"
+
+
+def test_graphs_check_refuses_a_graph_that_does_not_compile_in_one_line(project, settings):
+    from django.core.management import call_command
+    from django.core.management.base import CommandError
+
+    config = {"graphs": {"good": "./graphs/agent.py:uncompiled", "broken": "./graphs/agent.py:not_compilable"}}
+    path = config_write(project, config)
+    settings.GATEHOUSE_GRAPHS = str(path)
+    with pytest.raises(CommandError) as caught:
+        call_command("graphs_check")
+    assert str(caught.value) == f"{path}: graph 'broken' {NOT_COMPILABLE}"
+
+
+def test_a_graph_built_for_a_run_that_does_not_compile_is_a_registry_error_naming_it(project):
+    config = {"graphs": {"picky": "./graphs/agent.py:compilable_at_load_only"}}
+    entry = graphs_read(config_write(project, config))["picky"]
+    with pytest.raises(GraphRegistryError) as caught:
+        entry.compiled({"configurable": {"thread_id": "t-1"}})
+    assert str(caught.value) == f"graph 'picky' {NOT_COMPILABLE}"
 
 
 # --- factories per run, as LangGraph Server calls them ------------------------------------
