@@ -26,7 +26,8 @@ parameters is called once.
 
 Gatehouse's own per-graph settings live in the file's ``"gatehouse"`` section
 (docs/graphs.md): ``gates``, ``sensitive_paths``, ``retention``, ``schema_versions``,
-``upcasters``, ``reasons`` and ``deadlines`` (and ``store``, read by ``runtime.store``).
+``upcasters``, ``reasons`` and ``deadlines`` (and ``store``, read by ``runtime.store``). The file's
+own ``store`` section (its vector index) is read as the registry loads, so a bad one stops start-up too.
 
 The file's shape is checked before a graph module is imported: no graph at all, a local
 dependency that is not a directory, an unknown section or a value of the wrong JSON type under
@@ -64,6 +65,7 @@ from langgraph.pregel import Pregel
 
 from runtime.controls import RuntimeControls, controls_parse
 from runtime.deadlines import ALL_GATES, Deadline, DeadlineError, deadlines_parse
+from runtime.store import StoreConfigError, store_config_load
 from runtime.upcasters import GraphSchema, schema_build
 
 
@@ -235,11 +237,16 @@ def registry_load(path: str | os.PathLike[str] | None = None) -> dict[str, Graph
     global _registry
     config_path = Path(path or settings.GATEHOUSE_GRAPHS)
     try:
-        _registry = graphs_read(config_path)
-    except GraphRegistryError as exc:
-        if str(config_path) in str(exc):
+        entries = graphs_read(config_path)
+        # The file's "store" section too (after the graphs: its embedding module may need their env or
+        # dependencies). A bad one stopped only migrate, on a new database, then failed every run.
+        store_config_load(config_path)
+    except (GraphRegistryError, StoreConfigError) as exc:
+        named = str(config_path) in str(exc)
+        if named and isinstance(exc, GraphRegistryError):
             raise
-        raise GraphRegistryError(f"{config_path}: {exc}") from exc
+        raise GraphRegistryError(str(exc) if named else f"{config_path}: {exc}") from exc
+    _registry = entries
     return _registry
 
 

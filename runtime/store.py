@@ -97,8 +97,19 @@ def store_config() -> StoreConfig:
     return _config
 
 
+def store_config_load(path: Path) -> StoreConfig:
+    """Read ``path``'s store configuration, as the registry loads (``registry_load``), so a bad one stops
+    start-up; kept as the process's when ``path`` is the configured file (an embedding module is
+    imported once)."""
+    global _config
+    config = store_config_read(path)
+    if path == Path(settings.GATEHOUSE_GRAPHS):
+        _config = config
+    return config
+
+
 def store_config_read(path: Path) -> StoreConfig:
-    """Parse the ``store`` and ``gatehouse.store`` sections; bad values stop start-up, naming the key."""
+    """Parse the ``store`` and ``gatehouse.store`` sections; bad values stop start-up, naming the file and the key."""
     try:
         data = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as exc:
@@ -108,7 +119,10 @@ def store_config_read(path: Path) -> StoreConfig:
         raise StoreConfigError(f'{path}: "store" must be an object')
     index = section.get("index")
     if index is not None:
-        index = _index_parse(path.parent.resolve(), index)
+        try:
+            index = _index_parse(path.parent.resolve(), index)
+        except StoreConfigError as exc:
+            raise StoreConfigError(f"{path}: {exc}") from exc.__cause__
     ttl = section.get("ttl")
     if ttl is not None and not isinstance(ttl, dict):
         raise StoreConfigError(f'{path}: "store.ttl" must be an object')

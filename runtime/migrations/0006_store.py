@@ -22,6 +22,10 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
+        # First: a bad "store" section in langgraph.json stops migrate before anything is created. Run
+        # after CreateModel, it left runtime_storeoperation behind, unrecorded, and the next migrate (the
+        # section fixed) failed on "table already exists". setup() is idempotent.
+        migrations.RunPython(store_tables_setup, migrations.RunPython.noop, elidable=False),
         migrations.CreateModel(
             name='StoreOperation',
             fields=[
@@ -39,5 +43,4 @@ class Migration(migrations.Migration):
                 'indexes': [models.Index(fields=['thread', '-id'], name='storeop_thread_newest')],
             },
         ),
-        migrations.RunPython(store_tables_setup, migrations.RunPython.noop, elidable=False),
     ]

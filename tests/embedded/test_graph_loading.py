@@ -24,13 +24,13 @@ CAUSE = "RuntimeError('OPENAI_API_KEY is not set')"
 # ValueError that Celery logged and swallowed: the worker started "ready" and failed every run it claimed.
 NOT_A_GRAPH_MODULE = "from typing import TypedDict\n\n\nclass State(TypedDict):\n    amount: int\n"
 NOT_A_GRAPH = "graph 'agent': ./agent.py:State is a class, not a StateGraph, a compiled graph or a factory"
-# An uncompiled StateGraph with an edge to no node: importable, a graph, and it does not compile.
-NOT_COMPILABLE_MODULE = (
+GRAPH_MODULE = (
     "from typing import TypedDict\n\nfrom langgraph.graph import START, StateGraph\n\n\n"
     "class State(TypedDict):\n    amount: int\n\n\n"
-    "b = StateGraph(State)\nb.add_node('a', lambda state: {})\nb.add_edge(START, 'a')\n"
-    "b.add_edge('a', 'nowhere')\ngraph = b\n"
+    "b = StateGraph(State)\nb.add_node('a', lambda state: {})\nb.add_edge(START, 'a')\ngraph = b\n"
 )
+# An uncompiled StateGraph with an edge to no node: importable, a graph, and it does not compile.
+NOT_COMPILABLE_MODULE = GRAPH_MODULE + "b.add_edge('a', 'nowhere')\n"
 NOT_COMPILABLE = "graph 'agent' does not compile: ValueError: Found edge ending at unknown node `nowhere`"
 
 
@@ -151,3 +151,27 @@ def _refused_in_one_line(tmp_path: Path, graphs: Path, message: str, stacks: lis
     assert f"CommandError: {graphs}: {message}" in log and "Traceback" not in log, log[-3000:]
     assert "[gatehouse] cannot start: manage.py graphs_check failed" in log
     assert stack.processes() == []
+
+
+def test_a_bad_store_section_stops_make_run_in_one_line_and_migrate_succeeds_once_it_is_fixed(
+    tmp_path: Path, stacks: list[Stack]
+) -> None:
+    """A missing embedding module was ~50 lines of migrate traceback from ``make run``, and graphs_check passed;
+    the half-applied migration then failed the next migrate on "table already exists"."""
+    graphs = graphs_write(tmp_path, GRAPH_MODULE, "graph")
+    good = json.loads(graphs.read_text())
+    graphs.write_text(json.dumps({**good, "store": {"index": {"embed": "./nope.py:embed", "dims": 8}}}))
+    message = f'{graphs}: "store.index.embed": {graphs.parent / "nope.py"} does not exist'
+    stack = stack_new(tmp_path, GATEHOUSE_GRAPHS=str(graphs))
+    stacks.append(stack.start())
+    assert stack.proc is not None and stack.proc.wait(timeout=scaled(120)) == 1
+    log = stack.log()
+    assert f"ImproperlyConfigured: {message}" in log and "Traceback" not in log, log[-3000:]
+    assert "[gatehouse] cannot start: manage.py migrate failed" in log
+    env = embedded_env(stack.var, GATEHOUSE_GRAPHS=str(graphs), DJANGO_SETTINGS_MODULE="console.settings")
+    graphs.write_text(json.dumps(good))
+    migrated = _run(env, "manage.py", "migrate", "--no-input")
+    assert migrated.returncode == 0, migrated.stderr[-3000:]
+    graphs.write_text(json.dumps({**good, "store": {"index": {"embed": "./nope.py:embed", "dims": 8}}}))
+    checked = _run(env, "manage.py", "graphs_check")
+    assert (checked.returncode, checked.stderr.strip()) == (1, f"CommandError: {message}")

@@ -503,6 +503,39 @@ def test_a_graph_built_for_a_run_that_does_not_compile_is_a_registry_error_namin
     assert str(caught.value) == f"graph 'picky' {NOT_COMPILABLE}"
 
 
+# --- the file's "store" section: read as the registry loads ---------------------------------
+
+
+def test_graphs_check_refuses_a_bad_store_section_in_one_line_naming_the_file_and_the_key(project, settings):
+    from django.core.management import call_command
+    from django.core.management.base import CommandError
+
+    store = {"index": {"embed": "./nope.py:embed", "dims": 8}}
+    path = config_write(project, {"graphs": {"agent": "./graphs/agent.py:compiled"}, "store": store})
+    settings.GATEHOUSE_GRAPHS = str(path)
+    with pytest.raises(CommandError) as caught:
+        call_command("graphs_check")
+    assert str(caught.value) == f'{path}: "store.index.embed": {project / "nope.py"} does not exist'
+
+
+def test_the_embedding_module_is_imported_once_by_the_registry_and_the_store(project, settings):
+    from runtime.store import store_config
+
+    imports = project / "imports.log"
+    (project / "embed.py").write_text(
+        f"open({str(imports)!r}, 'a').write('imported\\n')\n\n\n"
+        "def embed(texts):\n    return [[1.0] * 8 for _ in texts]\n"
+    )
+    store = {"index": {"embed": "./embed.py:embed", "dims": 8}}
+    settings.GATEHOUSE_GRAPHS = str(
+        config_write(project, {"graphs": {"agent": "./graphs/agent.py:compiled"}, "store": store})
+    )
+    registry_load()
+    index = store_config().index
+    assert index is not None and index["embed"](["a"]) == [[1.0] * 8]
+    assert imports.read_text() == "imported\n"
+
+
 # --- factories per run, as LangGraph Server calls them ------------------------------------
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import traceback
 from typing import Any
 
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 from django.core.management.base import CommandError, CommandParser
 
@@ -35,6 +36,9 @@ class Command(GatehouseCommand):
                 call_command(step, stdout=self.stdout, stderr=self.stderr, **STEP_OPTIONS.get(step, {}))
             except CommandError as exc:
                 self.stderr.write(f"CommandError: {exc}")
+                raise SystemExit(code) from exc
+            except ImproperlyConfigured as exc:  # a setting or langgraph.json key (migrate reads "store"): named
+                self.stderr.write(f"ImproperlyConfigured: {exc}")  # as manage.py prints it: one line
                 raise SystemExit(code) from exc
             except Exception:  # noqa: BLE001 - any failure of a step must name the step
                 traceback.print_exc()

@@ -9,7 +9,10 @@ from runtime.registry import GraphRegistryError, registry_load
 
 
 class Command(GatehouseCommand):
-    help = "Import the graphs of GATEHOUSE_GRAPHS and list them; exit 1 naming the graph that fails to load."
+    help = (
+        "Import and compile the graphs of GATEHOUSE_GRAPHS, read its store configuration, and list the graphs; "
+        "exit 1 naming the graph or key that fails."
+    )
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
