@@ -44,6 +44,10 @@ class _DjangoSettings:
 # Celery's Django fixup with one change: a prefork pool process keeps its database pool (console/worker_fixup.py).
 app = Celery("gatehouse", fixups=["console.worker_fixup:fixup"])
 app.config_from_object(_DjangoSettings(), namespace="CELERY")
+# Only JSON on the wire (Celery's defaults too; said here). Not as Django settings: CELERY_ACCEPT_CONTENT and
+# CELERY_TASK_SERIALIZER are also these options' Celery 3 names, and a worker warned about them at every
+# start (two CDeprecationWarnings and "Please run `celery upgrade settings`"). Read with the configuration.
+app.add_defaults({"accept_content": ["json"], "task_serializer": "json"})
 # Each package's tasks.py: approvals.outbound.tasks is where webhook delivery lives.
 app.autodiscover_tasks(["runtime", "approvals", "approvals.outbound"])
 

@@ -411,8 +411,8 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_IGNORE_RESULT = True
-CELERY_TASK_SERIALIZER = "json"
-CELERY_ACCEPT_CONTENT = ["json"]
+# Only JSON on the wire: console/celery.py sets accept_content and task_serializer under their own names
+# (as CELERY_* settings they are also Celery 3's names, which every worker start warned about).
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 # Outbound webhook retries back off exponentially from this base.

@@ -39,3 +39,11 @@ def test_any_error_loading_the_graphs_stops_the_worker_with_one_critical_line(mo
     assert critical == [f"cannot start: {expected}"]
     assert caplog.records[-1].levelno == logging.CRITICAL
     assert exited.value.code == f"gatehouse worker: {expected}"
+
+
+def test_only_json_is_sent_and_accepted():
+    # Set under Celery's own names (console/celery.py); a worker start warns about no setting.
+    from console.celery import app
+
+    assert (app.conf.task_serializer, list(app.conf.accept_content)) == ("json", ["json"])
+    assert not app.conf.deprecated_settings
