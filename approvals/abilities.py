@@ -2,25 +2,37 @@
 
 The service refuses by these rules; the console asks them before it offers a control, and the API's task
 view returns them, so no surface offers a signature the service then refuses. One count of approvals
-(a decision whose meaning is "approved") serves all three, and the bulk results.
+(a decision whose meaning is "approved") serves all three, and the bulk results. A task waiting in a node
+its graph no longer has (``node_gone_refusal``) is refused to everyone, and said so on each surface.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Q
+from django.db.models import Count, Q
 
 from approvals import permissions
 from approvals.claims import claim_for
 from approvals.gate_policy import gate_policy
-from approvals.models import ApprovalTask, AuditAction, AuditEvent, Decision, SignatureMeaning, TaskClaim
+from approvals.models import (
+    ApprovalTask,
+    AuditAction,
+    AuditEvent,
+    Decision,
+    SignatureMeaning,
+    TaskClaim,
+    TaskStatus,
+)
 from runtime.models import Branch, Run, RunKind, Thread
+from runtime.registry import GraphEntry, UnknownGraph, graph_get, graph_is_external
 
 FINAL_APPROVER_RULE = "quorum.final_approver"
+NODE_GONE_RULE = "graph.node_gone"
 
 
 @dataclass(frozen=True)
@@ -38,6 +50,8 @@ class TaskAbilities:
     remaining: int  # approvals the task still waits for
     approve_refused: Refusal | None  # their approval would complete the quorum, and a rule keeps it from them
     claim_holder: str  # who else holds the task's active claim ("" if nobody, or they do): a decision waits for it
+    # Why they may not decide a task they otherwise could (``decide`` is False): its node is gone from the graph.
+    decide_refused: Refusal | None = None
 
     @property
     def decide_now(self) -> bool:
@@ -109,6 +123,48 @@ def final_approval_refusal(
     return None
 
 
+def node_gone_refusal(task: ApprovalTask) -> Refusal | None:
+    """Why no decision may be signed for ``task``: the registered graph no longer has the node it waits in
+    (renamed or removed by a deploy). Its thread cannot resume there: a decision was signed, queued and
+    then refused by LangGraph, and a retry of that resume ended the thread without it."""
+    if graph_is_external(task.graph):
+        return None
+    try:
+        entry = graph_get(task.graph)
+    except UnknownGraph:
+        return None  # a graph no longer registered at all: its own rule (services.graph_runnable_check)
+    missing = entry.node_missing(task.node, task.checkpoint_ns)
+    if missing is None:
+        return None
+    return Refusal(
+        NODE_GONE_RULE,
+        f"the graph no longer has node {missing!r}; graph {task.graph!r} must have it again (its old name back) "
+        "before this task can be decided, or the thread is cancelled (docs/schema-evolution.md, rule 5)",
+    )
+
+
+def node_gone_warnings(entries: dict[str, GraphEntry]) -> list[str]:
+    """One line per graph and node it no longer has that open tasks wait in, with how many: said as the
+    registry loads (``graphs_check``, a worker's start), since nobody can decide them (``node_gone_refusal``)."""
+    waiting = (
+        ApprovalTask.objects.filter(status=TaskStatus.PENDING, graph__in=list(entries))
+        .values_list("graph", "node", "checkpoint_ns")
+        .annotate(count=Count("id"))
+        .order_by()
+    )
+    gone: Counter[tuple[str, str]] = Counter()
+    for graph, node, namespace, count in waiting:
+        missing = entries[graph].node_missing(node, namespace)
+        if missing is not None:
+            gone[graph, missing] += count
+    return [
+        f"graph {graph!r} no longer has node {node!r}: {count} open task{'s' if count > 1 else ''} "
+        f"{'wait' if count > 1 else 'waits'} there and cannot be decided until it has it again "
+        "(docs/schema-evolution.md, rule 5)"
+        for (graph, node), count in sorted(gone.items())
+    ]
+
+
 def task_abilities(
     user: permissions.Principal,
     task: ApprovalTask,
@@ -124,6 +180,8 @@ def task_abilities(
     holder = claim.user.get_username() if claim is not None and claim.user_id != user.pk else ""
     approvals = approvals_given(made)
     decide = task.is_open and permissions.can_decide(user, task) and all(d.actor_id != user.pk for d in made)
+    gone = node_gone_refusal(task) if decide else None
+    decide = decide and gone is None
     refused = None
     if decide and approvals + 1 >= task.required_approvals:
         refused = final_approval_refusal(user, task, made)
@@ -133,4 +191,5 @@ def task_abilities(
         remaining=approvals_remaining(task, made),
         approve_refused=refused,
         claim_holder=holder,
+        decide_refused=gone,
     )

@@ -313,7 +313,7 @@ def task_detail(request: AuthedRequest, task_id: UUID) -> TaskOut:
     summary = _task_summary(task).model_dump()
     decisions = list(task.decisions.select_related("actor").order_by("created_at"))
     abilities = task_abilities(user, task, decisions)
-    refused = abilities.approve_refused
+    refused, gone = abilities.approve_refused, abilities.decide_refused
     return TaskOut(
         **summary,
         payload=payload,
@@ -328,6 +328,7 @@ def task_detail(request: AuthedRequest, task_id: UUID) -> TaskOut:
         claimed_by=abilities.claim_holder or None,
         approvals_remaining=abilities.remaining,
         approve_refused=None if refused is None else RefusalOut(rule=refused.rule, message=refused.message),
+        decide_refused=None if gone is None else RefusalOut(rule=gone.rule, message=gone.message),
         state=state.values if state else None,
         state_unreadable=state.unreadable if state else "",
     )

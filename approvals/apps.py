@@ -22,3 +22,8 @@ class ApprovalsConfig(AppConfig):
         from approvals.selectors import search_metadata_from_config
 
         gatehouse_option_register("search_metadata", search_metadata_from_config)
+        # Open tasks waiting in a node a graph no longer has: graphs_check and a worker's start say so.
+        from approvals.abilities import node_gone_warnings
+        from runtime.registry import registry_warning_register
+
+        registry_warning_register(node_gone_warnings)

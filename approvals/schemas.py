@@ -168,7 +168,14 @@ class TaskOut(TaskSummaryOut):
     payload_kind: str
     allowed_decisions: list[str]
     can_decide: bool = Field(
-        description="The task is open, you may decide it, you have not signed it yet, and nobody else holds its claim."
+        description="The task is open, you may decide it, you have not signed it yet, nobody else holds its claim, "
+        "and its graph still has the node it waits in (else decide_refused says so)."
+    )
+    decide_refused: RefusalOut | None = Field(
+        default=None,
+        description="Why nobody may decide this task you could otherwise decide (rule graph.node_gone: the "
+        "registered graph no longer has the node it waits in; a decision is refused with a 409 in these words); "
+        "null otherwise.",
     )
     claimed_by: str | None = Field(
         description="Who else holds the task's active claim (null: nobody, or you): a decision waits for its release."

@@ -24,7 +24,7 @@ from django.db.models import Max
 from django.utils import timezone
 
 from approvals import gateway, permissions
-from approvals.abilities import approvals_given, final_approval_refusal, separation_required
+from approvals.abilities import approvals_given, final_approval_refusal, node_gone_refusal, separation_required
 from approvals.audit import AuditEntry, audit_record, audit_record_all, audit_task, audit_thread, canonical
 from approvals.claims import claim_check, claim_drop
 from approvals.errors import Conflict, Forbidden, InvalidInput
@@ -112,13 +112,27 @@ def thread_retry(*, actor: User, thread_id: Any) -> Run:
             f" this one is {thread.status}" + (" with no step left" if thread.status == ThreadStatus.IDLE else ""),
             field="thread_id",
         )
+    command = retry_command(thread=thread)
+    _retried_resume_check(command)
     try:
-        run = run_enqueue(thread=thread, kind=RunKind.RETRY, command=retry_command(thread=thread), created_by=actor)
+        run = run_enqueue(thread=thread, kind=RunKind.RETRY, command=command, created_by=actor)
     except ThreadBusy as exc:
         raise Conflict(str(exc), field="thread_id") from None
     details = {"run": str(run.id), "reapplies": (run.command or {}).get("retry_of")}
     audit_thread(thread=thread, actor=actor, action=AuditAction.THREAD_RETRIED, details=details)
     return run
+
+
+def _retried_resume_check(command: dict[str, Any] | None) -> None:
+    """A retry re-applies the signed decisions of the resume it retries: refused while a task they decide
+    waits in a node the graph no longer has. The retry found the answer pending nowhere, took it for one
+    already stored, and ended the thread without it (``runtime.executor._recovery``)."""
+    if not command or command.get("resume") is None:
+        return
+    for task in ApprovalTask.objects.filter(decisions__run_id=command["retry_of"]).distinct():
+        gone = node_gone_refusal(task)
+        if gone is not None:
+            raise Conflict(f"the retry would drop a signed decision: {gone.message}", field="thread_id")
 
 
 def tasks_open(
@@ -359,6 +373,9 @@ def _task_decide(*, actor: User, task_id: Any, request: DecisionRequest, signer:
         )
     if thread.status != ThreadStatus.INTERRUPTED or thread.checkpoint_id != task.checkpoint_id:
         raise Conflict("the thread has moved on since this task opened; reload it", field="checkpoint_id")
+    gone = node_gone_refusal(task)  # nothing signed or queued that the thread could not resume with
+    if gone is not None:
+        raise Conflict(gone.message, field="task_id")
     # One statement after the lock (a snapshot that sees what other signers committed while we waited):
     # the claim, the earlier decisions and whether sibling tasks wait.
     grounds = decision_grounds(task)

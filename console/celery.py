@@ -119,15 +119,17 @@ def _bounded_shutdown(**_: object) -> None:
 
 def _graphs_load(**_: object) -> None:
     """Import the registered graphs before taking work: a broken one stops the worker, named."""
+    from django.db import connections
+
     from runtime.checkpointer import CheckpointerUnavailable, checkpointer_preflight
-    from runtime.registry import GraphRegistryError, registry_load
+    from runtime.registry import GraphRegistryError, registry_load, registry_warnings_read
 
     # Celery logs and swallows an Exception from a worker_init handler and starts "ready" all the same, to
     # fail every run it claims: whatever the graphs raise stops it here, as SystemExit (which Celery lets
     # through). Our own errors are the message; anything else is named by its type.
     problem: str | None = None
     try:
-        registry_load()
+        entries = registry_load()
     except GraphRegistryError as exc:
         problem = str(exc)
     except Exception as exc:  # a worker that cannot load its graphs must not take runs
@@ -141,6 +143,9 @@ def _graphs_load(**_: object) -> None:
     if problem is not None:
         log.critical("cannot start: %s", problem)
         raise SystemExit(f"gatehouse worker: {problem}")
+    for line in registry_warnings_read(entries):  # open tasks no one can decide (a node renamed): said, not fatal
+        log.warning("%s", line)
+    connections.close_all()  # read before a prefork pool forks: no child inherits the connection
 
 
 @app.on_after_finalize.connect

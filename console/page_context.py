@@ -195,6 +195,8 @@ def task_live_context(user: Any, task_id: Any) -> dict[str, Any]:
         "thread": thread,
         "claim": claim,
         "can_decide": abilities.decide,
+        # Nobody may decide it: its node is gone from the graph (approvals.abilities.node_gone_refusal).
+        "decide_refused": abilities.decide_refused,
         # Their approval would complete the task and a rule keeps it from them (the approver role, separation
         # of duties): said beforehand, and Approve is not offered (task_context), rather than refused on submit.
         "approve_refused": abilities.approve_refused,

@@ -59,6 +59,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
+from django.db import DatabaseError
 from django.db.models import TextChoices
 from langgraph.graph import StateGraph
 from langgraph.pregel import Pregel
@@ -176,6 +177,25 @@ class GraphEntry:
         walk(self.builder)
         return sorted(names)
 
+    def node_missing(self, node: str, checkpoint_ns: str = "") -> str | None:
+        """The node on a pause's path that this graph does not have (renamed or removed since the thread
+        paused there: docs/schema-evolution.md, rule 5), or None.
+
+        ``checkpoint_ns`` (a subgraph pause's, ``outer:<task id>|inner:<task id>``) names the nodes from the
+        root down to the subgraph; ``node`` is the node that paused in it (comma-joined for a static
+        breakpoint). Followed only as far as the graph shows its nodes: a subgraph that a node's own code
+        builds and runs lists them nowhere, so a pause inside one is never called missing.
+        """
+        builder: Any = self.builder
+        for name in [part.split(":", 1)[0] for part in checkpoint_ns.split("|")] if checkpoint_ns else []:
+            spec = builder.nodes.get(name)
+            if spec is None:
+                return name
+            builder = getattr(spec.runnable, "builder", None)
+            if builder is None:
+                return None
+        return next((name for name in node.split(",") if name not in builder.nodes), None)
+
     def gate_names(self) -> list[str]:
         """The gates of this graph: those declared, else every node, since any node may interrupt."""
         return list(self.declared_gates) if self.declared_gates is not None else self.node_names()
@@ -222,6 +242,30 @@ gatehouse_options: dict[str, GatehouseOption] = {}
 
 def gatehouse_option_register(key: str, parse: GatehouseOption) -> None:
     gatehouse_options[key] = parse
+
+
+# What upper layers can tell about the registry as loaded, from their own data (approvals: open tasks waiting in
+# a node a graph no longer has): ``graphs_check`` prints it and the worker logs it as it starts. Each returns
+# its warning lines; none stops anything.
+RegistryWarning = Callable[[dict[str, GraphEntry]], list[str]]
+registry_warnings: list[RegistryWarning] = []
+
+
+def registry_warning_register(warn: RegistryWarning) -> None:
+    if warn not in registry_warnings:
+        registry_warnings.append(warn)
+
+
+def registry_warnings_read(entries: dict[str, GraphEntry]) -> list[str]:
+    """Every registered warning about ``entries``; one that cannot read the database says so instead."""
+    lines: list[str] = []
+    for warn in registry_warnings:
+        try:
+            lines.extend(warn(entries))
+        except DatabaseError as exc:  # graphs_check in a build with no database: the graphs are still checked
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            lines.append(f"the open tasks were not checked against the graphs: the database cannot be read ({reason})")
+    return lines
 
 
 _compile_lock = threading.Lock()

@@ -156,6 +156,16 @@ def audit_quiet(request: pytest.FixtureRequest) -> None:
         chain_lock(chain)
 
 
+@pytest.fixture
+def made_up_gates(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tasks at gates their graph does not have (a unique or outsized node name keeps a test's rows apart) may be
+    decided in this process, as if the graph had them; without it a decision on one is refused as the graph
+    no longer having its node (``approvals.abilities.node_gone_refusal``)."""
+    from runtime.registry import GraphEntry
+
+    monkeypatch.setattr(GraphEntry, "node_missing", lambda self, node, checkpoint_ns="": None)
+
+
 def backend_pid() -> int:
     """This thread's PostgreSQL backend (each thread has its own Django connection)."""
     with connection.cursor() as cursor:

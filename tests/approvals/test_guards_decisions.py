@@ -166,7 +166,7 @@ def test_a_reader_of_masked_values_is_bound_to_the_payload_as_shown_to_them():
 
 
 def test_a_reviewer_without_the_reveal_right_signs_under_the_graphs_redaction(reviewer, approver):
-    task = task_make(graph=KYC, node="manual_review")
+    task = task_make(graph=KYC, node="compliance_review")
     assert services.redaction_policy(reviewer, task) == ["applicant.date_of_birth", "documents[*].number"]
     assert services.redaction_policy(approver, task) == []
     decision = decide(reviewer, task)
@@ -245,7 +245,7 @@ def test_a_gate_policy_can_require_a_reason_to_approve(reviewer):
     task = task_make(graph="gate_policy_review", node="legal", payload={"question": "ok?"})
     with pytest.raises(InvalidInput):
         decide(reviewer, task)
-    other_gate = task_make(graph="gate_policy_review", node="finance", payload={"question": "ok?"})
+    other_gate = task_make(graph="gate_policy_review", node="risk", payload={"question": "ok?"})
     assert decide(reviewer, other_gate).outcome == "approve"
 
 
@@ -879,7 +879,7 @@ def test_a_sibling_tasks_edit_of_a_key_already_edited_for_the_same_resume_is_ref
     """An outside tester's find: two reviewers edited one key on sibling interrupts; the resume's update kept the
     second value only, while the first decision's record (and audit) still said it signed "injected"."""
     first = task_make()
-    second = _sibling_of(first, "risk")
+    second = _sibling_of(first, "score_risk")
     decide(reviewer, first, "edit", reason="cap it", state_patch={"amount": 1000})
     with pytest.raises(Conflict) as refused:
         decide(approver, second, "edit", reason="lower", state_patch={"amount": 500})

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.usefixtures("live_db")
 
 
 @pytest.fixture
-def recorded(personas):
+def recorded(personas, made_up_gates):
     """Three decisions on fresh tasks of a gate unique to the test, so filters count only these."""
     gate = f"gate_{uuid.uuid4().hex[:6]}"
     now = timezone.now()
@@ -127,7 +127,7 @@ def test_the_signer_is_named_once_when_it_is_the_account(personas, recorded):
     assert _signer_cell(html, full) == f'Ada Lovelace <span class="muted small">{named.get_username()}</span>'
 
 
-def test_keyset_pages_cover_every_decision_once_newest_first(personas, monkeypatch):
+def test_keyset_pages_cover_every_decision_once_newest_first(personas, monkeypatch, made_up_gates):
     from console.views import decisions as view
 
     monkeypatch.setattr(view, "PAGE_SIZE", 2)

@@ -28,7 +28,12 @@ def _width(page: Page) -> list[int]:
     return page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
 
 
-def test_a_reason_or_comment_of_one_long_word_wraps_on_every_page_that_shows_it(browser, server, personas):  # noqa: F811
+def test_a_reason_or_comment_of_one_long_word_wraps_on_every_page_that_shows_it(
+    browser,  # noqa: F811
+    server,  # noqa: F811
+    personas,
+    made_up_gates,
+):
     """A 5,000-character reason without a space made the task page 45,976 px wide in a 1,280 px window,
     the thread page 45,227 px and /decisions/ 1,938 px."""
     task = task_make(metadata={"case": f"W-{uuid.uuid4().hex[:6]}"})

@@ -154,7 +154,7 @@ def test_the_task_page_renders_the_gate_payload_and_a_typed_edit_form(personas, 
     ],
 )
 def test_each_payload_kind_renders_its_own_form(personas, payload, expect):
-    task = task_make(payload=payload, node="gate")
+    task = task_make(payload=payload)
     page = console_client(personas["reviewer"]).get(f"/tasks/{task.pk}/").content.decode()
     for fragment in expect:
         assert fragment in page, fragment

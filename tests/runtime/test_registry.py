@@ -876,3 +876,57 @@ def test_django_start_up_imports_no_graph_module():
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "False"
+
+
+# --- a pause's node, as the graph has it now --------------------------------------------------------
+
+
+def _node_graph() -> registry.GraphEntry:
+    """``prepare``; ``child``, a compiled subgraph with ``sign_off``; ``runner``, whose code runs a subgraph."""
+    from langgraph.graph import END, START
+
+    def step(state: dict[str, Any]) -> dict[str, Any]:
+        return {}
+
+    inner = StateGraph(dict)
+    inner.add_node("sign_off", step)
+    inner.add_edge(START, "sign_off")
+    inner.add_edge("sign_off", END)
+    compiled_inner = inner.compile()
+    outer = StateGraph(dict)
+    outer.add_node("prepare", step)
+    outer.add_node("child", compiled_inner)
+    outer.add_node("runner", lambda state: compiled_inner.invoke(state))
+    outer.add_edge(START, "prepare")
+    return registry.GraphEntry("renamed", "./graph.py:graph", source=outer)
+
+
+@pytest.mark.parametrize(
+    "node,namespace,missing",
+    [
+        ("prepare", "", None),
+        ("finance_review", "", "finance_review"),  # renamed or removed since the pause
+        ("sign_off", "child:4f6b", None),
+        ("sign_of", "child:4f6b", "sign_of"),
+        ("sign_off", "kid:4f6b", "kid"),  # the subgraph's node in the parent is the one gone
+        ("prepare,child", "", None),  # a static breakpoint before two nodes
+        ("prepare,gone", "", "gone"),
+        ("anything", "runner:4f6b", None),  # a subgraph its code runs: its nodes are listed nowhere
+    ],
+)
+def test_the_node_a_pause_waits_in_is_missing_only_when_the_graph_shows_it_is(node, namespace, missing):
+    assert _node_graph().node_missing(node, namespace) == missing
+
+
+def test_a_registry_warning_that_cannot_read_the_database_says_so_and_stops_nothing(monkeypatch):
+    from django.db import OperationalError
+
+    def unreadable(entries: dict[str, Any]) -> list[str]:
+        raise OperationalError('connection to server at "db" failed: Connection refused\nIs the server running?')
+
+    monkeypatch.setattr(registry, "registry_warnings", [unreadable, lambda entries: [f"{len(entries)} graphs"]])
+    assert registry.registry_warnings_read({}) == [
+        'the open tasks were not checked against the graphs: the database cannot be read (connection to server at "db" '
+        "failed: Connection refused)",
+        "0 graphs",
+    ]
