@@ -21,6 +21,7 @@ import textwrap
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from html import unescape
 from pathlib import Path
 
 import pytest
@@ -143,6 +144,8 @@ def test_the_task_view_says_it_cannot_be_decided_and_why(paused, reviewer, perso
     assert live["can_decide"] is False and live["decide_refused"].message.startswith(GONE)
     page = console_client(personas["reviewer"]).get(f"/tasks/{paused.pk}/").content.decode()
     assert "console:task-decide" not in page and f"/tasks/{paused.pk}/decide" not in page  # no decision form
+    # It says why, not that the reviewer's role cannot decide.
+    assert "This task cannot be decided: " + GONE in unescape(page) and "your role can inspect" not in page
 
 
 def test_graphs_check_and_the_workers_start_warn_naming_the_graph_the_node_and_the_open_tasks(
