@@ -102,9 +102,11 @@ def test_a_fork_from_a_checkpoint_the_graph_loads_repairs_it(operator, unloadabl
     assert operator.client.get(f"/lg/threads/{unloadable.id}/state").json()["next"] == ["review"]
 
 
-def test_the_console_thread_page_opens(personas, unloadable):
+def test_the_console_thread_page_opens_and_says_why_the_state_is_shown_as_stored(personas, unloadable):
     response = console_client(personas["operator"]).get(f"/threads/{unloadable.id}/")
     assert response.status_code == 200
+    page = response.content.decode()
+    assert 'id="state-unreadable"' in page and "The graph cannot load this state: Amount must be more than 0" in page
 
 
 def test_a_start_waited_for_answers_the_failed_thread_with_why(live_worker, operator):
