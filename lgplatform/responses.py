@@ -129,6 +129,14 @@ class ThreadStateOut(Schema):
         self.parent_checkpoint_id = self.parent_checkpoint.checkpoint_id if self.parent_checkpoint else None
         return self
 
+    @model_serializer(mode="wrap")
+    def _unreadable_only_when_so(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # A state LangGraph loads has LangGraph Server's keys exactly; the reason is there only when it cannot.
+        out: dict[str, Any] = handler(self)
+        if not out.get("state_unreadable"):
+            out.pop("state_unreadable", None)
+        return out
+
 
 class ThreadUpdateStateOut(Schema):
     checkpoint: CheckpointRefOut
