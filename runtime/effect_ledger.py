@@ -36,22 +36,24 @@ def _cycle_scoped(key: str, run_id: str | None, configurable: dict[str, Any]) ->
     """
     if not run_id:
         return key  # a graph driven directly, outside a claimed run: no cycles to tell apart
-    mine = Run.objects.filter(pk=run_id)
-    starts = list(
-        Run.objects.filter(
-            kind=RunKind.START,
-            thread_id=Subquery(mine.values("thread_id")[:1]),
-            created_at__lte=Subquery(mine.values("created_at")[:1]),
-        )
-        .order_by("-created_at")
-        .values_list("id", "created_at")[:2]
-    )
+    # The thread's latest two start runs up to this one, in one fixed statement (prepared on PostgreSQL):
+    # composed by the ORM, its two subqueries' compilation cost more CPU than the rest of the ledger.
+    with rows.fixed_cursor() as cursor:
+        cursor.execute(_CYCLE_STARTS, [Run._meta.pk.get_db_prep_value(run_id, connection), RunKind.START.value])
+        starts = [Run._meta.pk.to_python(found) for (found,) in cursor.fetchall()]
     if len(starts) < 2:
         return key
-    (start_id, started_at), _ = starts
+    started_at = Subquery(Run.objects.filter(pk=starts[0]).values("created_at")[:1])
     if Effect.objects.filter(key=scoped_effect_key(key, configurable), run__created_at__gte=started_at).exists():
         return key
-    return f"{key}~{start_id.hex[:12]}"
+    return f"{key}~{starts[0].hex[:12]}"
+
+
+# The run's thread's start runs up to the run, newest first (the run_thread_created index).
+_CYCLE_STARTS = (
+    "SELECT s.id FROM runtime_run s INNER JOIN runtime_run m ON m.thread_id = s.thread_id "
+    "WHERE m.id = %s AND s.kind = %s AND s.created_at <= m.created_at ORDER BY s.created_at DESC LIMIT 2"
+)
 
 
 def _failure_status(exc: BaseException) -> Value | Case:
