@@ -84,6 +84,13 @@ class CuttableProxy:
                 client.close()
                 continue
             with self.lock:
+                # Checked again under the lock: a cut between the check above and here would not see
+                # this pair, which then carried a checkout through the outage (seen on a loaded machine).
+                if not self.up:
+                    for sock in (client, server):
+                        with contextlib.suppress(OSError):
+                            sock.close()
+                    continue
                 self.sockets += [client, server]
             for a, b in ((client, server), (server, client)):
                 threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
