@@ -9,7 +9,7 @@ from django.contrib.auth import get_user_model
 from django.utils import timezone
 
 from approvals.models import GraphAssignment
-from demo.seed import DEMO_USERS, demo_setup
+from demo.seed import DEMO_USERS, demo_setup, demo_users_signing_in
 from runtime.models import Thread
 from runtime.registry import registry_load
 from tests.embedded.conftest import SOAK_GRAPHS
@@ -100,3 +100,23 @@ def test_no_demo_password_line_once_no_demo_user_has_it() -> None:
         user.set_password("not the demo one")
         user.save()
     assert not [line for line in _demo_setup_output() if "gatehouse" in line or "password" in line]
+
+
+def test_a_restart_hashes_the_demo_password_once_not_once_per_user(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each demo user had a hash of its own, and each restart checked all five: ~2 s before the console
+    answered. They share one now (the password is public), so a restart checks it once."""
+    from django.contrib.auth.hashers import get_hasher
+
+    demo_setup()
+    User = get_user_model()
+    users = list(User.objects.filter(username__in=DEMO_USERS))
+    assert len({u.password for u in users}) == 1 and all(u.check_password("gatehouse") for u in users)
+
+    hasher = type(get_hasher())
+    verified: list[str] = []
+    verify = hasher.verify
+    monkeypatch.setattr(
+        hasher, "verify", lambda self, password, encoded: verified.append(encoded) or verify(self, password, encoded)
+    )
+    assert demo_users_signing_in() == list(DEMO_USERS)
+    assert len(verified) == 1
