@@ -11,20 +11,25 @@ from html import unescape
 from urllib.parse import urlencode
 
 import pytest
+from django.db import transaction
 from django.test import Client
 from django.utils import timezone
 
-from approvals.models import Decision, TaskStatus
+from approvals.models import ApprovalTask, Decision, TaskStatus
 from approvals.payloads import REASON_MAX_CHARS
 from approvals.tokens import token_issue
 from console.decision_panel import decision_panel_for
 from demo.graphs.loan_approval import LoanState
+from runtime import runs
+from runtime.checkpointer import checkpointer_get
+from runtime.executor import run_execute
 from runtime.models import Effect, EffectStatus, Run, RunKind, RunStatus
+from runtime.runs import PendingInterrupt, RunOutcome
 from runtime.state_schema import json_schema_for
 from tests.approvals.guards import user_make
 from tests.conftest import ApiClient
 from tests.console.conftest import console_client, console_decide
-from tests.factories import decision_make, loan_gate, task_decided, task_make
+from tests.factories import decision_make, loan_gate, task_decided, task_make, thread_make
 
 pytestmark = pytest.mark.usefixtures("live_db")
 
@@ -383,3 +388,32 @@ def test_an_effect_with_an_unknown_outcome_is_uncertain_and_a_done_one_is_not(pe
     Effect.objects.create(key=f"k-{task.pk}-3", status=EffectStatus.FAILED, **common)
     rows = personas["operator"].client.get(f"/api/threads/{task.thread_id}/effects").json()
     assert [(r["status"], r["uncertain"]) for r in rows] == [("unknown", True), ("done", False), ("failed", False)]
+
+
+# --- a task paused at a state the graph cannot load ---------------------------------------------------------
+
+
+def test_a_task_at_a_state_the_graph_cannot_load_says_why_as_the_thread_page_does(personas, monkeypatch):
+    """The thread page said why (commit db304df); the task page showed the stored values without a word."""
+    monkeypatch.setattr(runs, "run_dispatch", lambda *, run_id: None)  # the run is executed here, in-process
+    thread = thread_make(graph="budget_review")
+    with transaction.atomic():
+        start = runs.run_enqueue(thread=thread, kind=RunKind.START, input={"subject": "unloadable", "amount": 5})
+    run_execute(run_id=str(start.id))  # the graph's state model refuses the subject: no node ran
+    config = {"configurable": {"thread_id": str(thread.id), "checkpoint_ns": ""}}
+    checkpoint = checkpointer_get().get_tuple(config).config["configurable"]["checkpoint_id"]
+    # Paused at that checkpoint, as a thread paused before its graph's model changed is.
+    interrupt = PendingInterrupt(
+        interrupt_id=uuid.uuid4().hex, value=loan_gate(), node="review", checkpoint_id=checkpoint
+    )
+    outcome = RunOutcome(status=RunStatus.INTERRUPTED, checkpoint_id=checkpoint, values={}, interrupts=[interrupt])
+    with transaction.atomic():
+        retry = runs.run_enqueue(thread=thread, kind=RunKind.RETRY)
+        runs.run_finish(run=runs.run_claim(run_id=str(retry.id), worker="tests"), outcome=outcome)
+    task = ApprovalTask.objects.get(thread=thread, interrupt_id=interrupt.interrupt_id)
+    task_page = _page(personas["operator"], task)
+    thread_page = unescape(console_client(personas["operator"]).get(f"/threads/{thread.id}/").content.decode())
+    said = re.search(r'<p [^>]*id="state-unreadable"[^>]*>([^<]*)</p>', task_page)
+    assert said, "the task page does not say why its state is shown as stored"
+    assert said.group(1).startswith("The graph cannot load this state: subject: this subject cannot be loaded")
+    assert said.group(0) in thread_page  # the same words as the thread page's
