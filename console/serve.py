@@ -11,6 +11,8 @@ docs/deploy.md). Two differences from daphne's access log:
   (``GATEHOUSE_LIVE_RELAY_URL``, ``POST /internal/live/``, console/live.py): several per run and per
   decision, which made most of the access log in ``make run``'s terminal. They are left out; with
   Redis there is no relay and nothing is left out.
+- Once the application has loaded, the graph registry's warnings (open tasks waiting in a node a graph no
+  longer has) are logged once, as ``graphs_check`` prints them and a Celery worker logs them at its start.
 """
 
 from __future__ import annotations
@@ -83,10 +85,36 @@ def access_log_build(stream: Any) -> AccessLog:
     return AccessLog(stream, quiet_path=relay_path(), json_lines=settings.GATEHOUSE_LOG_FORMAT == "json")
 
 
+def start_warnings_log() -> None:
+    """What the registry's warnings say about the graphs as loaded (approvals: open tasks waiting in a node a
+    graph no longer has), logged once as the web process starts: the same lines ``graphs_check`` prints and
+    a worker logs at its start (``console.celery._graphs_load``). Not fatal: the console still serves them."""
+    from django.db import connections
+
+    from runtime.registry import registry_load, registry_warnings_read
+
+    web_log = logging.getLogger("gatehouse.web")
+    for line in registry_warnings_read(registry_load()):  # loaded already, by console.asgi
+        web_log.warning("%s", line)
+    connections.close_all()  # the start's own connection: requests use their own threads' connections
+
+
+class CommandLineInterface(cli.CommandLineInterface):
+    """daphne's CLI, saying the registry's warnings once the application (``console.asgi``) has loaded."""
+
+    def load_asgi_app(self, asgi_app_path: str) -> Any:
+        application = super().load_asgi_app(asgi_app_path)
+        from django.apps import apps
+
+        if apps.ready:  # another application than console.asgi: no Django to ask
+            start_warnings_log()
+        return application
+
+
 def main() -> None:
     # The CLI builds its access log from this module attribute (daphne/cli.py): ours instead.
     cli.AccessLogGenerator = access_log_build
-    cli.CommandLineInterface.entrypoint()
+    CommandLineInterface.entrypoint()
 
 
 if __name__ == "__main__":
