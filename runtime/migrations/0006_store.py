@@ -14,6 +14,33 @@ def store_tables_setup(apps, schema_editor):  # type: ignore[no-untyped-def]
     checkpointer_close()  # the migrating process should not keep a pool open
 
 
+class CreateModelOverLeftover(migrations.CreateModel):
+    """CreateModel that first drops an empty table of the same name left by an earlier, failed migrate.
+
+    Before the RunPython above came first, a bad "store" section stopped migrate after CREATE TABLE: the
+    table stayed, unrecorded and without its indexes (PostgreSQL: nor its foreign keys), which Django adds
+    when the migration ends. Every later migrate, and so ``make run``, failed on "table already exists".
+    The migration is not recorded, so nothing has written to that table: it is created anew, whole. One
+    that holds rows is not ours to drop: migrate stops, naming it."""
+
+    def database_forwards(self, app_label, schema_editor, from_state, to_state):  # type: ignore[no-untyped-def]
+        model = to_state.apps.get_model(app_label, self.name)
+        table = model._meta.db_table
+        connection = schema_editor.connection
+        if self.allow_migrate_model(connection.alias, model) and table in connection.introspection.table_names():
+            quoted = schema_editor.quote_name(table)
+            with connection.cursor() as cursor:
+                cursor.execute(f"SELECT COUNT(*) FROM {quoted}")  # our own table name, quoted
+                (rows,) = cursor.fetchone()
+            if rows:
+                raise RuntimeError(
+                    f"table {table} exists with {rows} rows but migration {app_label}.0006_store is not recorded: "
+                    f"back it up and drop it ('DROP TABLE {table};'), then run migrate again"
+                )
+            schema_editor.delete_model(model)
+        super().database_forwards(app_label, schema_editor, from_state, to_state)
+
+
 class Migration(migrations.Migration):
     atomic = False  # setup() manages its own connection and transactions
 
@@ -26,7 +53,8 @@ class Migration(migrations.Migration):
         # after CreateModel, it left runtime_storeoperation behind, unrecorded, and the next migrate (the
         # section fixed) failed on "table already exists". setup() is idempotent.
         migrations.RunPython(store_tables_setup, migrations.RunPython.noop, elidable=False),
-        migrations.CreateModel(
+        # A var dir (or database) that an old failed migrate left runtime_storeoperation in recovers here.
+        CreateModelOverLeftover(
             name='StoreOperation',
             fields=[
                 ('id', models.BigAutoField(primary_key=True, serialize=False)),
