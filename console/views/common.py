@@ -5,13 +5,15 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import urlencode, urlsplit
 
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.contrib.auth.views import redirect_to_login
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
+from django.urls import Resolver404, resolve
+from django.utils.http import url_has_allowed_host_and_scheme
 from django_htmx.http import HttpResponseClientRedirect, reswap, retarget
 from django_htmx.middleware import HtmxDetails
 
@@ -55,10 +57,41 @@ def console_login_required(view: View) -> View:
                     return HttpResponseClientRedirect(sign_in)
                 answer = render(request, "console/partials/signed_out.html", {"sign_in": sign_in}, status=401)
                 return reswap(retarget(answer, SESSION_NOTICE), "innerHTML")
-            return redirect_to_login(request.get_full_path())
+            if request.method in ("GET", "HEAD"):
+                return redirect_to_login(request.get_full_path())
+            # A form submitted without JavaScript: nothing was recorded. The sign-in page says so and returns to
+            # the page the form was on; it went back to the POST-only URL, a GET of it, with nothing said.
+            what = UNRECORDED_DECISION if _url_name(request) == "task-decide" else UNRECORDED_SUBMIT
+            query = urlencode({"next": _form_page(request), UNRECORDED: what})
+            return HttpResponseRedirect(f"{settings.LOGIN_URL}?{query}")
         return view(request, *args, **kwargs)
 
     return wrapper
+
+
+# The sign-in page's query parameter (console/login.html) for a submit refused because the session had ended.
+UNRECORDED = "unrecorded"
+UNRECORDED_DECISION = "decision"
+UNRECORDED_SUBMIT = "submit"
+
+
+def _url_name(request: HttpRequest) -> str:
+    return request.resolver_match.url_name or "" if request.resolver_match else ""
+
+
+def _form_page(request: HttpRequest) -> str:
+    """The page a plain form was submitted from: the Referer on this site, else the URL one level up from the
+    form's action when that is a page (``/tasks/<id>/decide`` → ``/tasks/<id>/``), else the inbox."""
+    referer = request.headers.get("Referer", "")
+    if referer and url_has_allowed_host_and_scheme(referer, {request.get_host()}, require_https=request.is_secure()):
+        parts = urlsplit(referer)
+        return parts.path + (f"?{parts.query}" if parts.query else "")
+    parent = request.path.rstrip("/").rsplit("/", 1)[0] + "/"
+    try:
+        match = resolve(parent)
+    except Resolver404:
+        return "/"
+    return parent if match.url_name not in (None, _url_name(request)) else "/"
 
 
 def error_page(request: HtmxHttpRequest, exc: DomainError) -> HttpResponse:

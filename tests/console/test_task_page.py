@@ -71,6 +71,37 @@ def test_an_htmx_post_after_sign_out_is_answered_in_place_and_records_nothing(lo
     assert not Decision.objects.filter(task=loan_task).exists()
 
 
+def test_a_plain_post_after_sign_out_signs_in_saying_nothing_was_recorded_and_returns_to_the_task(personas, loan_task):
+    """Without JavaScript the sign-in page said nothing, and signing in went to a GET of .../decide."""
+    client = Client()
+    response = client.post(f"/tasks/{loan_task.pk}/decide", {"decision": "reject", "reason": "a long reason"})
+    assert response.status_code == 302
+    page = f"/tasks/{loan_task.pk}/"
+    assert response["Location"] == "/accounts/login/?" + urlencode({"next": page, "unrecorded": "decision"})
+    sign_in = unescape(client.get(response["Location"]).content.decode())
+    said = re.search(r'<p [^>]*id="unrecorded"[^>]*>(.*?)</p>', sign_in, re.S)
+    assert said and "your decision was NOT recorded" in re.sub(r"<[^>]+>", "", said.group(1))
+    assert f'name="next" value="{page}"' in sign_in
+    signed_in = client.post(
+        "/accounts/login/", {"username": personas["reviewer"].username, "password": "gatehouse", "next": page}
+    )
+    assert signed_in.status_code == 302 and signed_in["Location"] == page
+    assert client.get(page).status_code == 200
+    assert not Decision.objects.filter(task=loan_task).exists()
+
+
+def test_a_plain_post_after_sign_out_returns_to_the_page_the_form_was_on(loan_task):
+    on = f"/tasks/{loan_task.pk}/?tab=state"
+    response = Client().post(
+        f"/tasks/{loan_task.pk}/decide", {"decision": "approve"}, headers={"Referer": f"http://testserver{on}"}
+    )
+    assert response["Location"] == "/accounts/login/?" + urlencode({"next": on, "unrecorded": "decision"})
+    elsewhere = Client().post(
+        f"/tasks/{loan_task.pk}/decide", {"decision": "approve"}, headers={"Referer": "https://evil.example/x"}
+    )
+    assert urlencode({"next": f"/tasks/{loan_task.pk}/"}) in elsewhere["Location"]
+
+
 def test_the_page_has_the_place_a_signed_out_answer_goes(personas, loan_task):
     assert 'id="session-notice"' in _page(personas["reviewer"], loan_task)
 
