@@ -304,13 +304,14 @@ class InboxConsumer(LiveConsumer):
 
 
 def _graph_groups(user: Any, graph: str = "") -> list[str]:
-    """The graph groups of the graphs ``user`` may see (every registered graph when unrestricted), or of
-    ``graph`` alone when a page is filtered to it (none when the user may not see it)."""
+    """The graph groups of the graphs ``user`` may see (every registered graph and external source when
+    unrestricted), or of ``graph`` alone when a page is filtered to it (none when the user may not see it)."""
     if graph:
         return [live.graph_group(graph)] if permissions.graph_visible(user, graph) else []
     visible = permissions.graphs_visible(user)
-    names = graph_names() if visible is None else sorted(visible)
-    return [live.graph_group(name) for name in names]
+    if visible is None:  # every graph: the registered ones, and every external source's (live.EXTERNAL_GROUP)
+        return [*(live.graph_group(name) for name in graph_names()), live.EXTERNAL_GROUP]
+    return [live.graph_group(name) for name in sorted(visible)]
 
 
 class ThreadsConsumer(LiveConsumer):

@@ -8,7 +8,8 @@ What is published
     domain's event subscribers (``approvals.events``). This module subscribes
     after commit (from ``ConsoleConfig.ready``) and publishes a
     small event ``{"type": "live.event", "action", "graph", "thread", ...}``
-    to two groups: ``graph.<graph>`` and ``thread.<thread id>``. A rolled-back
+    to two groups: ``graph.<graph>`` and ``thread.<thread id>`` (an external
+    engine's, ``external:<source>``, to ``EXTERNAL_GROUP`` too). A rolled-back
     change publishes nothing.
 
     The graph groups carry every change of the graph's threads and tasks but
@@ -62,6 +63,7 @@ from django.conf import settings
 from django.utils.crypto import salted_hmac
 
 from approvals.models import AuditAction, AuditEvent
+from runtime.registry import graph_is_external
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +87,13 @@ def graph_group(graph: str) -> str:
     # that sanitise alike would share a group; that leaks nothing, because
     # consumers re-read with the subscriber's permissions before sending.
     return "graph." + _GROUP_UNSAFE.sub("_", graph)[:80]
+
+
+# Every external engine's changes (threads ``external:<source>``, approvals.external) also go to this group.
+# No ``langgraph.json`` names those graphs, so a page whose reader sees every graph listens here for all of
+# them, a source whose first task comes after the page opened included (consumers._graph_groups); a reader
+# assigned to a source listens to its own graph group.
+EXTERNAL_GROUP = "graphs.external"
 
 
 def thread_group(thread_id: object) -> str:
@@ -189,6 +198,8 @@ def groups_for(event: dict[str, Any]) -> list[str]:
         groups.append(user_access_group(user) if user else ACCESS_GROUP)
     if event.get("graph") and not action_in(action, GRAPH_UNCHANGED_BY):
         groups.append(graph_group(str(event["graph"])))
+        if graph_is_external(str(event["graph"])):
+            groups.append(EXTERNAL_GROUP)
     if event.get("thread"):
         groups.append(thread_group(event["thread"]))
     if event.get("subject_type") == "bulk":  # bulk decisions (issue 14): the progress page's group

@@ -264,3 +264,17 @@ def test_a_revoked_graph_leaves_an_open_threads_list_at_once(loop):  # noqa: F81
     shown = socket.receive()
     assert 'id="threads-results"' in shown and f'data-thread-id="{thread.pk}"' not in shown
     socket.close()
+
+
+@pytest.mark.parametrize("persona", ["auditor", "reviewer"])  # every graph: by role, by a "*" assignment
+def test_an_external_source_s_thread_appears_on_an_open_threads_list(personas, loop, persona):  # noqa: F811
+    """A list that shows every graph listened to the registered ones only: an external engine's thread
+    (approvals.external, graph ``external:<source>``) appeared on a reload, never live, even for a source
+    whose first task came after the page opened."""
+    marker = uuid.uuid4().hex[:8]
+    socket = _list(loop, personas[persona], f"q={marker}")
+    thread = thread_make(graph=f"external:src-{marker}", metadata={"case": marker})
+    _emit(thread.graph, thread.pk, "task.opened")
+    shown = socket.receive()
+    assert f'data-thread-id="{thread.pk}"' in shown
+    socket.close()
