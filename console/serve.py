@@ -91,10 +91,10 @@ def start_warnings_log() -> None:
     a worker logs at its start (``console.celery._graphs_load``). Not fatal: the console still serves them."""
     from django.db import connections
 
-    from runtime.registry import registry_load, registry_warnings_read
+    from runtime.registry import registry_entries, registry_warnings_read
 
     web_log = logging.getLogger("gatehouse.web")
-    for line in registry_warnings_read(registry_load()):  # loaded already, by console.asgi
+    for line in registry_warnings_read(registry_entries()):  # loaded by console.asgi: not compiled again
         web_log.warning("%s", line)
     connections.close_all()  # the start's own connection: requests use their own threads' connections
 

@@ -304,6 +304,11 @@ def _registry_get() -> dict[str, GraphEntry]:
     return _registry
 
 
+def registry_entries() -> dict[str, GraphEntry]:
+    """The registered graphs as loaded (loaded now if nothing has yet): not compiled again."""
+    return _registry_get()
+
+
 def graph_get(name: str) -> GraphEntry:
     try:
         return _registry_get()[name]
