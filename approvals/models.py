@@ -267,6 +267,15 @@ class AuditEvent(models.Model):
             models.Index(fields=["action", "-id"], name="audit_action_newest"),
             models.Index(fields=["graph", "-id"], name="audit_graph_newest"),
             models.Index(fields=["chain", "-id"], name="audit_chain_head"),  # each append reads its chain's head
+            # The task page's "who released your claim" (approvals.claims.claim_release_last): one entry read.
+            # Without it the planner walked audit_action_newest through every task's claims and releases.
+            models.Index(
+                fields=["subject_id", "-id"],
+                name="audit_task_claim_newest",
+                condition=models.Q(
+                    subject_type="task", action__in=[AuditAction.TASK_CLAIMED, AuditAction.TASK_RELEASED]
+                ),
+            ),
         ]
         permissions = [("view_audit", "Can browse the audit trail")]
 

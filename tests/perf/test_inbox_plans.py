@@ -49,3 +49,21 @@ def test_a_page_deep_in_the_list_starts_its_index_scan_at_its_cursor(personas, d
     [listing] = [q["sql"] for q in ctx.captured_queries if "ORDER BY" in q["sql"]]
     conditions = [line for line in _plan(listing).splitlines() if "Index Cond" in line]
     assert any("created_at" in line for line in conditions), _plan(listing)
+
+
+def test_the_task_pages_last_claim_or_release_is_one_entry_of_its_own_index(personas):
+    """``claim_release_last`` (every task page) read the newest claim or release of the task through
+    audit_action_newest: a walk through every task's claims and releases, longer with each one the trail
+    gained. Its own partial index gives the task's newest entry; scans of the whole table are ruled out."""
+    from approvals.claims import claim_release_last
+
+    task = task_make()
+    with CaptureQueriesContext(connection) as ctx:
+        claim_release_last(task)
+    [read] = [q["sql"] for q in ctx.captured_queries if "approvals_auditevent" in q["sql"]]
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute("SET LOCAL enable_bitmapscan = off")
+        cursor.execute(f"EXPLAIN {read}")
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "audit_task_claim_newest" in plan and " Sort " not in f" {plan} ", plan
