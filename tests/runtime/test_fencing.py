@@ -781,3 +781,25 @@ def test_a_store_fence_is_held_only_inside_a_transaction():
     run = _run()
     with pytest.raises(RuntimeError, match="inside one"):
         fence_hold(thread_id=str(run.thread_id), fence=0, run_id=run.id)
+
+
+# --- what the operator is told (mutation survivors: the tests above match a few words) -------------------
+
+
+def test_a_store_fence_asked_outside_a_transaction_tells_the_caller_exactly_what_to_do():
+    from runtime.fencing import fence_hold
+
+    run = _run()
+    with pytest.raises(RuntimeError) as refused:
+        fence_hold(thread_id=str(run.thread_id), fence=0, run_id=run.id)
+    assert str(refused.value) == "fence_hold holds the fence for the caller's transaction: call it inside one"
+
+
+def test_sqlite_fenced_writes_without_the_app_database_name_the_setting_to_set(tmp_path):
+    saver, app = _sqlite_saver(tmp_path)
+    saver.app_db_path = None
+    thread_id = uuid.uuid4()
+    app.execute("INSERT INTO runtime_thread VALUES (?, 7)", [thread_id.hex])
+    with pytest.raises(RuntimeError) as refused:
+        _graph(saver).invoke({"n": 0}, {"configurable": {"thread_id": str(thread_id), FENCE_KEY: 7}})
+    assert str(refused.value) == "fenced SQLite checkpoint writes need the app database (set app_db_path)"
