@@ -6,14 +6,13 @@ worker processes in tests/faults.)
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import django.db
 import pytest
 from langgraph.graph import END, START, StateGraph
 
-from runtime import signals
 from runtime.effects import effect_key, perform_effect
 from runtime.fencing import FENCE_KEY
 from runtime.models import Effect, EffectStatus, Run, RunKind, RunStatus, Thread
@@ -38,18 +37,6 @@ def _config(thread: Thread, run: Run | None = None) -> Any:
     if run is not None:
         configurable["gatehouse_run_id"] = str(run.id)
     return {"configurable": configurable}
-
-
-@pytest.fixture
-def executed() -> Iterator[list[Effect]]:
-    seen: list[Effect] = []
-
-    def on(sender: Any, effect: Effect, **kwargs: Any) -> None:
-        seen.append(effect)
-
-    signals.effect_executed.connect(on, sender=Effect, weak=False)
-    yield seen
-    signals.effect_executed.disconnect(on, sender=Effect)
 
 
 def test_it_records_the_result_and_replays_it_without_calling_again(executed):

@@ -17,7 +17,7 @@ import pytest
 from langgraph.graph import END, START, StateGraph
 
 from approvals.models import AuditAction, AuditEvent
-from runtime import effect_ledger, signals
+from runtime import effect_ledger
 from runtime.effects import EffectArgsConflict, args_digest, canonical_json, perform_effect
 from runtime.fencing import FENCE_KEY, LeaseLost
 from runtime.models import Effect, EffectStatus, Run, RunKind, RunStatus, Thread
@@ -33,18 +33,6 @@ def _fenced_insert_built_afresh() -> Iterator[None]:
     effect_ledger._intent_insert_fenced.cache_clear()
     yield
     effect_ledger._intent_insert_fenced.cache_clear()
-
-
-@pytest.fixture
-def executed() -> Iterator[list[Effect]]:
-    seen: list[Effect] = []
-
-    def on(sender: Any, effect: Effect, **kwargs: Any) -> None:
-        seen.append(effect)
-
-    signals.effect_executed.connect(on, sender=Effect, weak=False)
-    yield seen
-    signals.effect_executed.disconnect(on, sender=Effect)
 
 
 def _graph(call: Callable[[str], Any], *, args: dict[str, Any] | None = None, key: str | None = None) -> Any:
