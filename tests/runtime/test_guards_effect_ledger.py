@@ -174,10 +174,11 @@ def test_an_effect_for_a_thread_that_is_gone_is_refused_as_a_lost_lease_before_t
     assert calls == [] and not Effect.objects.filter(key__contains=str(gone)).exists()
 
 
-def test_a_graph_driven_directly_on_a_thread_without_a_row_records_the_effect_without_a_thread():
-    """Outside a claimed run (a graph invoked in-process) the thread id may name no Thread row: the effect
-    is recorded and kept once all the same, naming no thread."""
-    thread_id = uuid.uuid4()
+@pytest.mark.parametrize("thread_id", [uuid.uuid4(), "t1"], ids=["uuid", "not-a-uuid"])
+def test_a_graph_driven_directly_on_a_thread_without_a_row_records_the_effect_without_a_thread(thread_id):
+    """Outside a claimed run (a graph invoked in-process) the thread id may name no Thread row, or be no
+    UUID at all (a graph author's unit test: ``thread_id: "t1"``, which raised Django's ValidationError):
+    the effect is recorded and kept once all the same, naming no thread."""
     calls: list[str] = []
     graph = _graph(lambda key: calls.append(key) or {"paid": 1})
     assert graph.invoke({}, _config(thread_id))["result"] == {"paid": 1}
