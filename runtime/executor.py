@@ -23,10 +23,11 @@ from typing import Any, cast
 
 from django.db import connection
 from langchain_core.runnables import RunnableConfig
+from langgraph._internal._constants import NS_END, NS_SEP
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.errors import GraphRecursionError, UnknownInterruptError
 from langgraph.pregel import Pregel
-from langgraph.types import Command, StateSnapshot, StreamMode
+from langgraph.types import Command, StateSnapshot, StreamMode, _interrupt_id
 
 from runtime.as_saved import replaying_from
 from runtime.branches import BRANCH_KEY, REPLAY_FROM, ReplayFrom, branch_current_id, replay_head_record, replay_input
@@ -62,6 +63,9 @@ _SKIP = object()  # the previous attempt already got past this run's input
 NULL_TASK_ID = "00000000-0000-0000-0000-000000000000"
 RESUME_CHANNEL = "__resume__"
 INTERRUPT_KEY = "__interrupt__"  # the "updates" stream's key for a pause
+INTERRUPT_CHANNEL = "__interrupt__"  # a task's write of the interrupts it asked
+# A task's writes that say what happened to it rather than what it produced (langgraph.pregel._task_status).
+_CONTROL_CHANNELS = frozenset(("__error__", "__error_source_node__", INTERRUPT_CHANNEL, RESUME_CHANNEL))
 
 
 class SignedCommandRefused(Exception):
@@ -72,13 +76,31 @@ class SignedCommandRefused(Exception):
 class _Recovery:
     """Re-apply a signed command a failed attempt may have partly stored.
 
-    ``first`` is tried; if LangGraph says its interrupts were already answered
-    (the answers are stored; nothing is written by the refusal), ``fallback``
-    carries the rest of the command.
+    ``resume``: the signed answers to interrupts still pending (the others were
+    shown consumed, ``_answers_stored``); ``update``: the signed update, unless
+    stored already. ``answered``: signed interrupt ids whose signed answer the
+    checkpoints hold, the only ones LangGraph may call answered and the run go on without.
     """
 
-    first: Any
-    fallback: Any
+    resume: dict[str, Any] | None
+    update: Any
+    answered: frozenset[str]
+
+    def command(self, *, without: frozenset[str] = frozenset()) -> Command[Any] | None:
+        resume = {k: v for k, v in (self.resume or {}).items() if k not in without}
+        if resume:
+            return Command(resume=resume, update=self.update)
+        return Command(update=self.update) if self.update else None
+
+    def after_refusal(self, exc: UnknownInterruptError) -> Command[Any] | None:
+        """LangGraph called some answers not pending: go on without them only if they are stored."""
+        refused = frozenset(exc.interrupt_ids)
+        if exc.reason != "not_pending" or not refused <= self.answered:
+            raise SignedCommandRefused(
+                f"LangGraph refused the signed answer(s) to interrupt(s) {', '.join(sorted(refused - self.answered))} "
+                f"({exc}) and the checkpoints do not hold them; the thread cannot continue without the signed command"
+            ) from exc
+        return self.command(without=refused)
 
 
 def run_execute(*, run_id: str) -> None:
@@ -176,10 +198,10 @@ def _execute_claimed(run: Run, heartbeat: Heartbeat) -> None:
         seen: _Seen | None = None
         if isinstance(graph_input, _Recovery):
             try:
-                seen = _stream(graph, graph_input.first, config, heartbeat, controls, run)
-            except UnknownInterruptError:
-                # The failed attempt had already stored these answers (checked against the signed ones).
-                seen = _stream(graph, graph_input.fallback, config, heartbeat, controls, run)
+                seen = _stream(graph, graph_input.command(), config, heartbeat, controls, run)
+            except UnknownInterruptError as exc:
+                # Refused before anything was written: the failed attempt stored these answers, or the run fails.
+                seen = _stream(graph, graph_input.after_refusal(exc), config, heartbeat, controls, run)
         elif isinstance(graph_input, ReplayFrom):  # time travel: re-execute from a past checkpoint
             at: RunnableConfig = {
                 **config,
@@ -353,6 +375,13 @@ def _recovery(graph: Pregel[Any, Any, Any, Any], config: RunnableConfig, command
     update: continuing from the checkpoints alone would then run the gate's
     stored answer on the state as it was before the edit. Re-apply the missing
     update; refuse when a stored piece differs from the signed one.
+
+    A signed interrupt that is no longer pending is left out only when the
+    checkpoints show its signed answer applied (``_Stored.applied``, or in a
+    subgraph's checkpoints ``_answers_stored_below``); it may also have
+    stopped being pending because the graph changed between attempts (its
+    triggers no longer lead to the gate's task), and going on would drop the
+    human's answer: the run fails instead.
     """
     saved = graph.checkpointer.get_tuple(config) if graph.checkpointer else None  # type: ignore[union-attr]
     writes = list(saved.pending_writes or []) if saved else []
@@ -363,25 +392,157 @@ def _recovery(graph: Pregel[Any, Any, Any, Any], config: RunnableConfig, command
             f"the stored state update {canonical_json(dict(stored_update))} is not the signed one "
             f"{canonical_json(command.update)}; the thread cannot continue without the signed command"
         )
-    signed_answers = {canonical_json(v) for v in (command.resume or {}).values()} if command.resume else set()
-    for t, c, v in writes:
-        if t == NULL_TASK_ID or c != RESUME_CHANNEL:
-            continue
-        for answer in v if isinstance(v, list) else [v]:
-            if canonical_json(answer) not in signed_answers:
-                raise SignedCommandRefused(
-                    f"a stored answer {canonical_json(answer)} is not one of the signed answers; "
-                    "the thread cannot continue without the signed command"
-                )
     update = None if stored_update else command.update
-    rest: Command[Any] | None = Command(update=update) if update else None
-    if command.resume is None:
-        return _Recovery(first=rest, fallback=rest)
+    signed: dict[str, Any] = dict(command.resume) if isinstance(command.resume, dict) else {}
+    stored = _answers_stored(graph, writes, signed)
+    for interrupt_id, answer in stored.by_id.items():
+        if interrupt_id in signed and canonical_json(answer) != canonical_json(signed[interrupt_id]):
+            raise SignedCommandRefused(
+                f"the stored answer {canonical_json(answer)} to interrupt {interrupt_id} is not the signed one; "
+                "the thread cannot continue without the signed command"
+            )
+    signed_answers = {canonical_json(v) for v in signed.values()}
+    for answer in stored.unattributed:
+        if canonical_json(answer) not in signed_answers:
+            raise SignedCommandRefused(
+                f"a stored answer {canonical_json(answer)} is not one of the signed answers; "
+                "the thread cannot continue without the signed command"
+            )
+    if not signed:
+        return _Recovery(resume=None, update=update, answered=frozenset())
+    # A stored answer is applied when its task finished (its output is stored with it), or will be when the
+    # graph runs its task again at this checkpoint (LangGraph hands the task its stored answers). A task that
+    # failed after interrupt() returned stored its answer too, but nothing it did with it.
+    rerun = {task.id for task in graph.get_state(config).tasks}
+    answered = frozenset(i for i in signed if stored.applied(i, rerun))
     try:
         resume_guard(graph, config, command)
-    except UnknownInterruptError:
-        return _Recovery(first=rest, fallback=rest)
-    return _Recovery(first=Command(resume=command.resume, update=update), fallback=rest)
+    except UnknownInterruptError as exc:
+        gone = set(exc.interrupt_ids)
+        dropped = sorted(gone - answered - _answers_stored_below(graph, config, writes, signed, gone - answered))
+        if dropped:
+            raise SignedCommandRefused(
+                f"the signed answer(s) to interrupt(s) {', '.join(dropped)} were never applied and the interrupt "
+                "is no longer pending (the graph changed since it was signed?); the thread cannot continue without "
+                "the signed command: restore the graph as it was, or cancel the thread"
+            ) from None
+        return _Recovery(resume={k: v for k, v in signed.items() if k not in gone}, update=update, answered=answered)
+    return _Recovery(resume=signed, update=update, answered=answered)
+
+
+@dataclass
+class _Stored:
+    """The answers the gate tasks of one checkpoint consumed (their ``__resume__`` writes)."""
+
+    by_id: dict[str, Any]  # interrupt id -> the answer stored for it
+    unattributed: list[Any]  # answers of a task whose interrupts' ids could not be worked out
+    asked: dict[str, list[str]]  # task id -> the ids of the interrupts it asked last (its ``__interrupt__`` write)
+    finished: set[str]  # tasks with output writes: they ran to their end
+    task_of: dict[str, str]  # interrupt id -> the task that stored its answer
+
+    def applied(self, interrupt_id: str, rerun: set[str]) -> bool:
+        task = self.task_of.get(interrupt_id)
+        return task is not None and (task in self.finished or task in rerun)
+
+
+def _answers_stored(
+    graph: Pregel[Any, Any, Any, Any], writes: list[Any], signed: dict[str, Any], prefix: str = ""
+) -> _Stored:
+    """Which interrupt each stored answer answered.
+
+    A task's ``__resume__`` write lists its answers in the order it asked; the
+    id of the interrupt the k-th answers is a hash of the task's namespace
+    (``<node>:<task id>``, below ``prefix`` in a subgraph) and k
+    (``langgraph.types._interrupt_id``). The node is not stored with the
+    write: it is one of the graph's, the one whose ids include what the task
+    asked (its ``__interrupt__`` write) or a signed id. A task renamed away
+    still tells its last answer when it finished: the answer to what it asked last.
+    """
+    answers: dict[str, list[Any]] = {}
+    asked: dict[str, list[str]] = {}
+    finished: set[str] = set()
+    for t, c, v in writes:
+        if t == NULL_TASK_ID:
+            continue
+        if c == RESUME_CHANNEL:
+            answers[t] = list(v) if isinstance(v, list) else [v]
+        elif c == INTERRUPT_CHANNEL:
+            asked[t] = [str(i.id) for i in (v if isinstance(v, list | tuple) else [v]) if getattr(i, "id", None)]
+        elif c not in _CONTROL_CHANNELS:
+            finished.add(t)
+    stored = _Stored(by_id={}, unattributed=[], asked=asked, finished=finished, task_of={})
+    names = _node_names(graph)
+    for task_id, values in answers.items():
+        known = set(asked.get(task_id, ())) | set(signed)
+        for name in names:
+            ids = [_interrupt_id(f"{prefix}{name}{NS_END}{task_id}", k) for k in range(len(values) + 1)]
+            if known.intersection(ids):
+                stored.by_id.update(zip(ids, values, strict=False))
+                stored.task_of.update(dict.fromkeys(ids[: len(values)], task_id))
+                break
+        else:
+            last = asked.get(task_id, [])
+            if task_id in finished and len(last) == 1:
+                stored.by_id[last[0]] = values[-1]
+                stored.task_of[last[0]] = task_id
+                stored.unattributed.extend(values[:-1])
+            else:
+                stored.unattributed.extend(values)
+    return stored
+
+
+def _answers_stored_below(
+    graph: Pregel[Any, Any, Any, Any],
+    config: RunnableConfig,
+    writes: list[Any],
+    signed: dict[str, Any],
+    wanted: set[str],
+    prefix: str = "",
+    depth: int = 0,
+) -> set[str]:
+    """Of ``wanted``, the interrupts raised in a subgraph whose signed answer a checkpoint of that subgraph stores.
+
+    The parent task's ``__interrupt__`` write carries its subgraph's interrupts;
+    the answer is written in the subgraph's own checkpoints (namespace
+    ``<node>:<parent task id>``), which may have moved on past it.
+    """
+    found: set[str] = set()
+    if not wanted or depth > 8 or graph.checkpointer is None:
+        return found
+    saver = cast(BaseCheckpointSaver[str], graph.checkpointer)
+    thread_id = config.get("configurable", {}).get("thread_id")
+    asked = _answers_stored(graph, writes, signed, prefix).asked
+    for task_id, ids in asked.items():
+        below = wanted.intersection(ids)
+        if not below:
+            continue
+        for name in _node_names(graph):
+            namespace = f"{prefix}{name}{NS_END}{task_id}"
+            for saved in saver.list({"configurable": {"thread_id": thread_id, "checkpoint_ns": namespace}}):
+                inner = list(saved.pending_writes or [])
+                stored = _answers_stored(graph, inner, signed, f"{namespace}{NS_SEP}")
+                # the subgraph's gate task ran to its end with the signed answer (checked equal to it)
+                found |= {
+                    i
+                    for i in below
+                    if i in stored.by_id
+                    and i in stored.task_of
+                    and stored.task_of[i] in stored.finished
+                    and canonical_json(stored.by_id[i]) == canonical_json(signed[i])
+                }
+                found |= _answers_stored_below(
+                    graph, config, inner, signed, below - found, f"{namespace}{NS_SEP}", depth + 1
+                )
+    return found
+
+
+def _node_names(graph: Pregel[Any, Any, Any, Any]) -> list[str]:
+    """The graph's node names and its subgraphs' (as declared now: a node renamed away is not among them)."""
+    names = dict.fromkeys(graph.nodes)
+    for _, sub in graph.get_subgraphs(recurse=True):
+        if isinstance(sub, Pregel):  # a remote graph has no nodes to list
+            names.update(dict.fromkeys(sub.nodes))
+    return list(names)
 
 
 def resume_guard(graph: Pregel[Any, Any, Any, Any], config: RunnableConfig, command: Command[Any]) -> None:
