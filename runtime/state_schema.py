@@ -7,8 +7,12 @@ numbers, booleans stay booleans, and an unknown key is an error naming the field
 A key's type carries what its declaration says about its values (``Annotated``
 metadata, a Pydantic ``Field(gt=0, ...)``), so bounds are checked here too:
 LangGraph itself only checks a Pydantic state when a node reads it, after the
-write was accepted. A model's ``@field_validator`` / ``@model_validator``
-methods belong to the whole model and are not run here.
+write was accepted. A Pydantic schema's ``@field_validator`` /
+``@model_validator`` methods run too (``_validators_run``): on a whole value
+(a thread's input) as the model validates it, on a write of some keys as an
+assignment of each to the state it lands on (``current``), so a validator
+that needs a value the state does not hold is not run rather than refusing
+what it cannot judge.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import dataclasses
 import json
 import types
 import typing
+from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
 
@@ -133,11 +138,14 @@ def values_validate(
     prefix: str,
     allowed: typing.Collection[str] | None = None,
     complete: bool = False,
+    current: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Return ``values`` if every key exists in ``schema`` (and in ``allowed``) with a valid value.
 
     ``complete``: ``values`` is a whole value of the schema (a thread's input), so its required keys must be
-    there too; edits and forks write some keys over a state that has the rest.
+    there too; edits and forks write some keys over a state that has the rest. ``current``: that state's
+    values as stored, which a Pydantic schema's validators read along with the keys written (without it,
+    a validator that reads a key not written is not run).
     """
     if not isinstance(values, dict):
         raise FieldError(prefix, "must be an object")
@@ -163,7 +171,122 @@ def values_validate(
         missing = [key for key in required_keys(schema) if key not in values]
         if missing:
             raise FieldError(f"{prefix}.{missing[0]}", f"required (missing: {', '.join(missing)})")
+    if values:
+        _validators_run(schema, values, prefix=prefix, complete=complete, current=current)
     return values
+
+
+def _validators_run(
+    schema: type, values: dict[str, Any], *, prefix: str, complete: bool, current: Mapping[str, Any] | None
+) -> None:
+    """Run a Pydantic schema's validators on what ``values`` makes of the state; a refusal is a ``FieldError``.
+
+    A whole value is validated as the model validates it. Keys written over a state are assigned, each
+    after all of them are in place, to an instance holding ``current`` (with the schema's defaults where it
+    holds nothing, as a node loading it would see) or, without ``current``, only the keys written: Pydantic's
+    ``validate_assignment`` runs the key's field validators and the model's validators. A state's stored
+    values are often partial: a validator reading a key the instance does not have (an ``AttributeError``,
+    a ``KeyError``...) is not run rather than refusing a write it cannot judge; ``model_validate`` on a
+    partial dict would refuse every key missing, and ``model_construct`` fills keys with defaults
+    that are not the stored values.
+    """
+    fields = _pydantic_fields(schema)
+    validator = getattr(schema, "__pydantic_validator__", None)
+    if fields is None or validator is None or not _has_validators(schema):
+        return  # bounds and types were checked key by key; nothing else would run
+    try:
+        if complete:
+            validator.validate_python(values)
+            return
+        instance = _instance_over(schema, fields, values, current)
+        for key, value in values.items():
+            validator.validate_assignment(instance, key, value)
+    except ValidationError as exc:
+        errors = [e for e in exc.errors() if e.get("type") not in _NOT_JUDGED]
+        if not errors:
+            return
+        err = errors[0]
+        loc = tuple(err["loc"])
+        if loc:
+            path = f"{loc[0]}" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc[1:])
+            raise FieldError(f"{prefix}.{path}", field_message(path, err)) from None
+        if not complete and (_Absent.held_by(instance) or _refused_before(schema, fields, validator, current)):
+            return  # the model's validator read a value the state does not hold, or refuses the state as stored
+        # The model's own validator refused the combination: named by the key written, if one was.
+        written = next(iter(values)) if len(values) == 1 and not complete else None
+        field = f"{prefix}.{written}" if written else prefix
+        raise FieldError(field, field_message(written or "state", err)) from None
+    except Exception:  # noqa: BLE001 - a validator that cannot judge this partial state; LangGraph will
+        return
+
+
+def _refused_before(
+    schema: type, fields: dict[str, FieldInfo], validator: Any, current: Mapping[str, Any] | None
+) -> bool:
+    """Do the model's validators refuse the state as stored, before the write? Then the write is not why."""
+    if not current:
+        return False
+    instance = _instance_over(schema, fields, {}, current)
+    key = next(iter(current.keys() & fields.keys()), None)
+    if key is None:
+        return False
+    try:
+        validator.validate_assignment(instance, key, current[key])
+    except ValidationError:
+        return True
+    except Exception:  # noqa: BLE001 - cannot judge it either
+        return False
+    return False
+
+
+class _Absent:
+    """A pydantic dataclass's field the state holds no value for: its assignment validation reads every field,
+    so the instance needs one; any use of it raises, so a validator reading it is not run."""
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError("no value stored")
+
+    __eq__ = __lt__ = __le__ = __gt__ = __ge__ = __bool__ = __len__ = __iter__ = __getattr__ = _refuse
+    __hash__ = None  # type: ignore[assignment]
+
+    @staticmethod
+    def held_by(instance: Any) -> bool:
+        return any(isinstance(v, _Absent) for v in vars(instance).values())
+
+
+# Refusals that are not the value's: an instance that refuses any assignment (frozen) says nothing of it.
+_NOT_JUDGED = {"frozen_instance", "frozen_field"}
+
+
+def _has_validators(schema: type) -> bool:
+    decorators = getattr(schema, "__pydantic_decorators__", None)
+    if decorators is None:
+        return False
+    return bool(decorators.field_validators or decorators.model_validators or decorators.root_validators)
+
+
+def _instance_over(
+    schema: type, fields: dict[str, FieldInfo], values: dict[str, Any], current: Mapping[str, Any] | None
+) -> Any:
+    """An instance of ``schema`` holding the state ``values`` are written over, and ``values`` (not yet validated:
+    each is then assigned), built without validation; keys it has no value for are absent, not defaulted."""
+    held: dict[str, Any] = {}
+    if current is not None:
+        for name, info in fields.items():
+            if name in current:
+                held[name] = current[name]
+            elif not info.is_required():
+                held[name] = info.get_default(call_default_factory=True)
+    held.update(values)
+    instance: Any = object.__new__(schema)
+    if issubclass(schema, BaseModel):  # a field it has no value for is absent: reading it raises
+        object.__setattr__(instance, "__dict__", held)
+        object.__setattr__(instance, "__pydantic_fields_set__", set(held))
+        object.__setattr__(instance, "__pydantic_extra__", None)
+        object.__setattr__(instance, "__pydantic_private__", None)
+    else:
+        object.__setattr__(instance, "__dict__", {name: held.get(name, _Absent()) for name in fields})
+    return instance
 
 
 # Pydantic's words for a refused value ("Input should be greater than or equal to 1") as a reviewer reads
@@ -201,6 +324,10 @@ _SAID = {
 
 def field_message(path: str, err: Any) -> str:
     """``err`` (one of a ``ValidationError``'s ``errors()``) in words naming ``path`` ("term_months", "person.age")."""
+    if err.get("type") in ("value_error", "assertion_error"):  # a validator's own words
+        words = str(err.get("msg", "")).removeprefix("Value error, ").removeprefix("Assertion failed, ")
+        label = path.replace("_", " ")
+        return f"{label[:1].upper()}{label[1:]}: {words}"
     said = _SAID.get(err.get("type", ""))
     # A float field's bound comes as a float: "must be more than 0", not "more than 0.0".
     ctx = {k: int(v) if isinstance(v, float) and v.is_integer() else v for k, v in (err.get("ctx") or {}).items()}

@@ -2,9 +2,9 @@
 
 LangGraph checks a Pydantic state only when a node reads it (``State(**values)``): a write with a value out
 of bounds is accepted and the next run fails. Gatehouse must refuse it at the write. ``subject`` also has a
-``@field_validator`` (``"unloadable"`` is refused), which the per-field checks cannot run: a thread started
-with it fails its first run and leaves a checkpoint the graph cannot load, as a value written before the
-bounds were checked does.
+``@field_validator`` on the state (``"unloadable"`` is refused), which a start does not run: it is checked
+against ``BudgetInput``, which has none. A thread started with it fails its first run and leaves a checkpoint
+the graph cannot load, as a value written before the bounds were checked does.
 """
 
 from __future__ import annotations

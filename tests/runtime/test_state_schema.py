@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal, NotRequired, TypedDict
 import pytest
 from langchain_core.messages import AnyMessage
 from langgraph.graph.message import add_messages
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from demo.graphs.kyc_onboarding import KycState
@@ -394,3 +394,105 @@ def test_json_schema_for_puts_a_nested_models_definition_where_its_reference_poi
     assert {"$ref": "#/$defs/_Line"} in schema["properties"]["line"]["anyOf"]
     assert schema["$defs"]["_Line"]["properties"]["quantity"]["minimum"] == 1
     assert all("$defs" not in prop for prop in schema["properties"].values())
+
+
+# --- a model's own validators ------------------------------------------------------------------
+
+
+_SPAN = "the approved amount exceeds the requested one"
+
+
+class _Spend(BaseModel):
+    subject: str = ""
+    requested: float = Field(default=1, gt=0)
+    approved: float = 0
+
+    @field_validator("subject")
+    @classmethod
+    def _allowed(cls, value: str) -> str:
+        if value == "forbidden":
+            raise ValueError("this subject is not allowed")
+        return value
+
+    @model_validator(mode="after")
+    def _within(self) -> _Spend:
+        if self.approved > self.requested:
+            raise ValueError("the approved amount exceeds the requested one")
+        return self
+
+
+@pydantic_dataclass
+class _SpendDataclass:
+    requested: float
+    approved: float = 0
+
+    @field_validator("approved")
+    @classmethod
+    def _not_negative(cls, value: float) -> float:
+        if value < 0:
+            raise ValueError("cannot be negative")
+        return value
+
+    @model_validator(mode="after")
+    def _within(self) -> _SpendDataclass:
+        if self.approved > self.requested:
+            raise ValueError("the approved amount exceeds the requested one")
+        return self
+
+
+class _Reads(BaseModel):
+    a: int = 0
+    b: int = 0
+
+    @model_validator(mode="before")
+    @classmethod
+    def _needs_b(cls, data: Any) -> Any:
+        if data["b"] < 0:  # a KeyError on a state without ``b``
+            raise ValueError("b cannot be negative")
+        return data
+
+
+class _Frozen(_Spend):
+    model_config = ConfigDict(frozen=True)
+
+
+@pytest.mark.parametrize(
+    "schema,values,current,field,message",
+    [
+        (_Spend, {"subject": "forbidden"}, None, "edits.subject", "Subject: this subject is not allowed"),
+        (_Spend, {"approved": 50}, {"requested": 10}, "edits.approved", "Approved: " + _SPAN),
+        (_Spend, {"approved": 50, "requested": 10}, None, "edits", "State: " + _SPAN),
+        (_Spend, {"approved": 5}, {}, "edits.approved", "Approved: " + _SPAN),  # the default a node would see
+        (_SpendDataclass, {"approved": -1}, None, "edits.approved", "Approved: cannot be negative"),
+        (_SpendDataclass, {"approved": 50}, {"requested": 10}, "edits.approved", "Approved: " + _SPAN),
+        (_Reads, {"b": -1}, None, "edits.b", "B: b cannot be negative"),
+        (_Frozen, {"subject": "forbidden"}, None, "edits.subject", "Subject: this subject is not allowed"),
+    ],
+)
+def test_a_models_validators_refuse_a_write_naming_the_field(schema, values, current, field, message):
+    """A ``@field_validator`` / ``@model_validator`` was not run: a write they refuse was signed."""
+    with pytest.raises(FieldError) as raised:
+        values_validate(schema, values, prefix="edits", current=current)
+    assert (raised.value.field, raised.value.message) == (field, message)
+
+
+@pytest.mark.parametrize(
+    "schema,values,current",
+    [
+        (_Spend, {"subject": "desks"}, {"approved": 50}),  # the stored state is refused, not the write
+        (_Spend, {"approved": 50}, None),  # ``requested`` is not known: not judged
+        (_Spend, {"approved": 5}, {"requested": 10}),
+        (_SpendDataclass, {"approved": 5}, {}),  # the required ``requested`` is not stored: not judged
+        (_Reads, {"a": 1}, None),  # the validator cannot read ``b``: not judged
+        (_Frozen, {"approved": 5}, {"requested": 10}),
+    ],
+)
+def test_a_partial_state_is_not_refused_for_what_the_write_does_not_touch(schema, values, current):
+    assert values_validate(schema, values, prefix="edits", current=current) == values
+
+
+def test_a_whole_input_is_validated_as_the_model_validates_it():
+    with pytest.raises(FieldError) as raised:
+        values_validate(_Spend, {"approved": 5}, prefix="input", complete=True)
+    assert (raised.value.field, raised.value.message) == ("input", "State: " + _SPAN)
+    assert values_validate(_Spend, {"approved": 1}, prefix="input", complete=True) == {"approved": 1}
