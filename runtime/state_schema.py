@@ -40,7 +40,7 @@ class FieldError(ValueError):
 def schema_fields(schema: type) -> dict[str, Any]:
     """Key → type annotation for a TypedDict, dataclass or Pydantic state schema (a Pydantic field's with what
     its ``Field()`` says, as ``Annotated`` metadata)."""
-    if _pydantic_fields(schema) is not None:
+    if pydantic_fields(schema) is not None:
         return dict(_field_types(schema))
     if dataclasses.is_dataclass(schema):
         # Resolved hints: under ``from __future__ import annotations`` a field's ``type`` is a string, which
@@ -56,7 +56,7 @@ def schema_fields(schema: type) -> dict[str, Any]:
     return {key: _presence(hint)[0] for key, hint in hints.items()}
 
 
-def _pydantic_fields(schema: Any) -> dict[str, FieldInfo] | None:
+def pydantic_fields(schema: Any) -> dict[str, FieldInfo] | None:
     """A Pydantic model's or Pydantic dataclass's fields (None for any other schema)."""
     if not isinstance(schema, type):
         return None
@@ -76,7 +76,7 @@ def _field_types(schema: type) -> tuple[tuple[str, Any], ...]:
     state's channels by attribute name. Cached per schema so the same annotation reaches ``_adapter``'s cache.
     """
     out = []
-    for name, info in (_pydantic_fields(schema) or {}).items():
+    for name, info in (pydantic_fields(schema) or {}).items():
         described = Field(
             default=info.default,
             title=info.title,
@@ -111,9 +111,9 @@ def _presence(hint: Any) -> tuple[Any, bool | None]:
 def required_keys(schema: type) -> list[str]:
     """The keys a whole value of ``schema`` must hold, in declaration order (``total=False`` / ``NotRequired``
     TypedDict keys, Pydantic fields with defaults and dataclass fields with defaults are optional)."""
-    pydantic_fields = _pydantic_fields(schema)
-    if pydantic_fields is not None:  # a Pydantic dataclass's ``x: int = Field(gt=0)`` has a default: the Field
-        return [name for name, f in pydantic_fields.items() if f.is_required()]
+    declared = pydantic_fields(schema)
+    if declared is not None:  # a Pydantic dataclass's ``x: int = Field(gt=0)`` has a default: the Field
+        return [name for name, f in declared.items() if f.is_required()]
     if dataclasses.is_dataclass(schema):
         missing = dataclasses.MISSING
         return [f.name for f in dataclasses.fields(schema) if f.default is missing and f.default_factory is missing]
@@ -190,7 +190,7 @@ def _validators_run(
     partial dict would refuse every key missing, and ``model_construct`` fills keys with defaults
     that are not the stored values.
     """
-    fields = _pydantic_fields(schema)
+    fields = pydantic_fields(schema)
     validator = getattr(schema, "__pydantic_validator__", None)
     if fields is None or validator is None or not _has_validators(schema):
         return  # bounds and types were checked key by key; nothing else would run

@@ -29,6 +29,8 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import CheckpointTuple
 
+from runtime.state_schema import pydantic_fields
+
 VERSION_KEY = "gatehouse_schema_version"
 
 Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
@@ -100,9 +102,11 @@ def required_fields(schema: type | None) -> list[str]:
     """
     if schema is None:
         return []
-    model_fields = getattr(schema, "model_fields", None)
-    if isinstance(model_fields, dict):
-        return [name for name, info in model_fields.items() if info.is_required()]
+    # A Pydantic model's or Pydantic dataclass's own word: the dataclass's ``x: int = Field(gt=0)`` has a
+    # default (the Field) for ``dataclasses``, yet no value, so it was taken for optional.
+    pydantic = pydantic_fields(schema)
+    if pydantic is not None:
+        return [name for name, info in pydantic.items() if info.is_required()]
     if dataclasses.is_dataclass(schema):
         return [
             f.name
