@@ -240,3 +240,69 @@ def test_langgraph_still_keys_interrupts_and_task_writes_as_the_executor_assumes
     task = graph.get_state(config).tasks[0]
     assert task.interrupts[0].id == executor._interrupt_id(f"gate{executor.NS_END}{task.id}", 0)
     assert executor._CONTROL_CHANNELS == CONTROL_WRITES
+
+
+TWO_QUESTIONS = textwrap.dedent(
+    """
+    from pathlib import Path
+    from typing import TypedDict
+
+    from langgraph.graph import END, START, StateGraph
+    from langgraph.types import interrupt
+
+    FAULTS = Path(__FAULTS__)
+
+
+    class State(TypedDict, total=False):
+        answers: list
+        paid: bool
+
+
+    def review(state: State) -> dict:
+        first = interrupt({"title": "Is the supplier known?"})["decision"]
+        second = interrupt({"title": "Pay the invoice?"})["decision"]
+        if (FAULTS / "review").exists():
+            raise RuntimeError("injected fault: the gate failed after its answers")
+        return {"answers": [first, second], "paid": second == "approve"}
+
+
+    builder = StateGraph(State)
+    builder.add_node("review", review)
+    builder.add_edge(START, "review")
+    builder.add_edge("review", END)
+    graph = builder
+    """
+)
+
+
+def test_a_retry_at_a_gate_that_asked_twice_is_not_refused_for_the_first_answer(
+    tmp_path, operator, reviewer, dispatched
+):
+    """Both questions are asked at one checkpoint, so the gate's stored answers include the first decision's,
+    which the retried (second) command does not sign: it was refused as 'not one of the signed answers'."""
+    graph = f"two_questions_{uuid.uuid4().hex[:8]}"
+    (tmp_path / "faults").mkdir()
+    (tmp_path / "g.py").write_text(TWO_QUESTIONS.replace("__FAULTS__", repr(str(tmp_path / "faults"))))
+    config = {"graphs": {graph: "./g.py:graph"}, "gatehouse": {"gates": {graph: ["review"]}}}
+    (tmp_path / "langgraph.json").write_text(json.dumps(config))
+    configured = django_settings.GATEHOUSE_GRAPHS
+    try:
+        registry_load(tmp_path / "langgraph.json")
+        thread = thread_start(operator, graph, {})
+        run_execute(run_id=dispatched[-1])
+        first = ApprovalTask.objects.get(thread_id=thread["id"], status=TaskStatus.PENDING)
+        assert api_decide(reviewer, first, "approve", reason="known supplier").status_code == 201
+        run_execute(run_id=dispatched[-1])
+        second = ApprovalTask.objects.get(thread_id=thread["id"], status=TaskStatus.PENDING)
+        assert second.checkpoint_id == first.checkpoint_id and second.interrupt_id != first.interrupt_id
+        (tmp_path / "faults" / "review").touch()
+        assert api_decide(reviewer, second, "approve", reason="pay it").status_code == 201
+        run_execute(run_id=dispatched[-1])
+        (tmp_path / "faults" / "review").unlink()
+        retry = _retry(operator, second, dispatched)
+        assert retry.status == RunStatus.SUCCEEDED, retry.error
+        done = Thread.objects.get(pk=thread["id"])
+        assert done.status == ThreadStatus.COMPLETED and done.values["paid"] is True
+    finally:
+        store_close()
+        registry_load(configured)
