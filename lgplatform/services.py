@@ -979,15 +979,46 @@ def _token_signer() -> services.Signer:
 
 def _outcome_of(value: Any, *, at: str) -> str:
     """The decision a resume value expresses, for the Decision row and its policies: approve when it
-    names none (a generic answer)."""
+    names none (a generic answer). Agent Inbox's list of one response states it in its item: Inbox's
+    ``type``, else the item's own ``decision``/``type``/``decisions`` as a dict value states them."""
     _decision_words_check(value, at=at)
-    return resume_outcome(value) or "approve"
+    stated = resume_outcome(value)
+    if stated is None and isinstance(value, list) and len(value) == 1:
+        stated = resume_outcome(value[0])
+    return stated or "approve"
+
+
+# The response types of Agent Inbox's list form (``[{"type": ..., "args": ...}]``), as ``resume_outcome`` reads them.
+INBOX_RESPONSE_TYPES = ("accept", "edit", "response", "ignore")
 
 
 def _decision_words_check(value: Any, *, at: str) -> None:
     """A value that names its decision (``decision``, a tool call's ``type``, a per-call ``decisions[i].type``)
     names one of the native API's words, case and all: read as an approval, ``{"decision": "Reject"}`` went
-    to the graph as written while the audit recorded an approval and no reason policy for a reject applied."""
+    to the graph as written while the audit recorded an approval and no reason policy for a reject applied.
+
+    A list (Agent Inbox's form) is checked item by item: an item's ``type`` is one of Inbox's response types,
+    its ``decision``/``decisions`` the native words; ``[{"type": "bogus"}]`` was signed as an approval. Only a
+    list of one response states a decision, so several that name one are refused rather than read as none.
+    """
+    if isinstance(value, list):
+        naming = [i for i, item in enumerate(value) if isinstance(item, dict) and _names_decision(item)]
+        for index in naming:
+            item = value[index]
+            word = item.get("type", NOT_GIVEN)
+            if word is not NOT_GIVEN and not (isinstance(word, str) and word in INBOX_RESPONSE_TYPES):
+                raise InvalidInput(
+                    f"{word!r} is not a response type Gatehouse knows; an Agent Inbox response's type is one of "
+                    f"{', '.join(INBOX_RESPONSE_TYPES)}",
+                    field=f"{at}[{index}].type",
+                )
+            _decision_words_check({k: item[k] for k in ("decision", "decisions") if k in item}, at=f"{at}[{index}]")
+        if len(naming) > 1:
+            raise InvalidInput(
+                "an Agent Inbox answer is a list of one response; send one, or a map {interrupt_id: value}",
+                field=f"{at}[{naming[1]}]",
+            )
+        return
     if not isinstance(value, dict):
         return
     named = [(key, value[key]) for key in ("decision", "type") if key in value]
@@ -1003,6 +1034,10 @@ def _decision_words_check(value: Any, *, at: str) -> None:
                 f"{word!r} is not a decision Gatehouse knows; send one of {', '.join(GENERIC_DECISIONS)}",
                 field=f"{at}.{key}",
             )
+
+
+def _names_decision(item: dict[str, Any]) -> bool:
+    return any(key in item for key in ("type", "decision", "decisions"))
 
 
 def metadata_reason(metadata: dict[str, Any] | None) -> str | None:
@@ -1042,8 +1077,9 @@ def _reason_of(value: Any, metadata: dict[str, Any], *, at: str) -> tuple[str, s
 def _outcome_at(value: Any, at: str) -> str:
     """Where a resume value states its decision (as ``resume_outcome`` reads it); a gate's ``decision`` if
     it states none (it was read as an approval)."""
-    if isinstance(value, list):
-        return f"{at}[0].type"  # Agent Inbox: [{"type": ...}]
+    if isinstance(value, list):  # Agent Inbox: [{"type": ...}], or an item stating it as a dict value does
+        item = value[0] if len(value) == 1 and isinstance(value[0], dict) else {}
+        return f"{at}[0].{next((key for key in ('type', 'decision', 'decisions') if key in item), 'type')}"
     stated = [key for key in ("decision", "type", "decisions") if isinstance(value, dict) and key in value]
     return f"{at}.{(stated or ['decision'])[0]}"
 

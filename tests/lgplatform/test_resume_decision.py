@@ -77,3 +77,53 @@ def test_a_resume_sent_again_is_told_its_own_decision_went_through(gated, review
     again = error_of(_resume(reviewer, gated, {"decision": "approve"}), 409)
     assert f"your decision {decision.pk}, approve, resumed it: run {decision.run_id}" in again["message"]
     assert "your decision" not in error_of(_resume(operator, gated, {"decision": "approve"}), 409)["message"]
+
+
+# --- Agent Inbox's list form: [{"type": ...}] -------------------------------------------------------
+
+
+@pytest.mark.parametrize("route", ["runs/wait", "runs", "runs/stream"])
+@pytest.mark.parametrize(
+    "resume,field",
+    [
+        ([{"type": "bogus"}], "command.resume[0].type"),
+        ([{"type": "Accept"}], "command.resume[0].type"),
+        ([{"type": None, "args": None}], "command.resume[0].type"),
+        ([{"decision": "maybe"}], "command.resume[0].decision"),
+        ([{"decisions": [{"type": "bogus"}]}], "command.resume[0].decisions[0].type"),
+        ([{"type": "accept"}, {"type": "ignore"}], "command.resume[1]"),
+    ],
+)
+def test_a_list_naming_a_decision_gatehouse_does_not_know_is_a_422_naming_it(reviewer, gated, route, resume, field):
+    """``[{"type": "bogus"}]`` was read as an approval and signed: only dict values were checked."""
+    body = {"assistant_id": "travel_pay", "command": {"resume": resume}}
+    response = reviewer.client.post(f"/lg/threads/{gated}/{route}", body)
+    error = error_of(response, 422)
+    assert error["field"] == field
+    assert _untouched(gated)
+
+
+def test_a_list_under_an_interrupt_id_is_named_under_it(reviewer, fanned_out):
+    thread, paused = fanned_out
+    first, second = (i["id"] for i in paused["__interrupt__"])
+    resume = {first: [{"type": "accept"}], second: [{"type": "bogus"}]}
+    error = error_of(_resume(reviewer, thread, resume, "fan_out_review"), 422)
+    assert error["field"] == f"command.resume.{second}[0].type"
+    assert "accept, edit, response, ignore" in error["message"]
+    assert _untouched(thread)
+
+
+@pytest.mark.parametrize(
+    "resume,outcome",
+    [
+        ([{"type": "accept", "args": None}], "approve"),
+        ([{"type": "ignore", "args": None}], "reject"),
+        ([{"decision": "reject"}], "reject"),  # stated in its item: recorded as stated, not as an approval
+        (["a note"], "approve"),  # names no decision: a generic answer
+    ],
+)
+def test_a_list_naming_a_known_decision_is_recorded_as_that_decision(reviewer, gated, resume, outcome):
+    body = {"assistant_id": "travel_pay", "command": {"resume": resume}, "metadata": {"reason": "checked"}}
+    response = reviewer.client.post(f"/lg/threads/{gated}/runs/wait", body)
+    assert response.status_code == 200, response.content
+    assert list(Decision.objects.filter(task__thread_id=gated).values_list("outcome", flat=True)) == [outcome]
