@@ -3,7 +3,8 @@
 The service refuses by these rules; the console asks them before it offers a control, and the API's task
 view returns them, so no surface offers a signature the service then refuses. One count of approvals
 (a decision whose meaning is "approved") serves all three, and the bulk results. A task waiting in a node
-its graph no longer has (``node_gone_refusal``) is refused to everyone, and said so on each surface.
+its graph no longer has (``node_gone_refusal``), or paused at a checkpoint the graph cannot load
+(``state_unreadable_refusal``), is refused to everyone, and said so on each surface (``decide_refusal``).
 """
 
 from __future__ import annotations
@@ -29,10 +30,12 @@ from approvals.models import (
     TaskStatus,
 )
 from runtime.models import Branch, Run, RunKind, Thread
-from runtime.registry import GraphEntry, UnknownGraph, graph_get, graph_is_external
+from runtime.registry import GraphEntry, UnknownGraph, graph_get, graph_is_external, graph_is_registered
+from runtime.state import thread_state_read
 
 FINAL_APPROVER_RULE = "quorum.final_approver"
 NODE_GONE_RULE = "graph.node_gone"
+STATE_UNREADABLE_RULE = "graph.state_unreadable"
 
 
 @dataclass(frozen=True)
@@ -50,7 +53,8 @@ class TaskAbilities:
     remaining: int  # approvals the task still waits for
     approve_refused: Refusal | None  # their approval would complete the quorum, and a rule keeps it from them
     claim_holder: str  # who else holds the task's active claim ("" if nobody, or they do): a decision waits for it
-    # Why they may not decide a task they otherwise could (``decide`` is False): its node is gone from the graph.
+    # Why they may not decide a task they otherwise could (``decide`` is False): its node is gone from the graph,
+    # or the graph cannot load the state it paused at (``decide_refusal``).
     decide_refused: Refusal | None = None
 
     @property
@@ -143,6 +147,31 @@ def node_gone_refusal(task: ApprovalTask) -> Refusal | None:
     )
 
 
+def state_unreadable_refusal(task: ApprovalTask, unreadable: str | None = None) -> Refusal | None:
+    """Why no decision may be signed for ``task``: the graph cannot load the checkpoint its thread paused at
+    (a stored value its state model now refuses, a graph that fails to build: ``CheckpointView.unreadable``).
+    A resume loads that state first: a decision was signed and queued, and its run then failed. ``unreadable``:
+    what the caller has read of that checkpoint already (else it is read here)."""
+    if unreadable is None:
+        if graph_is_external(task.graph) or not graph_is_registered(task.graph):
+            return None  # no LangGraph state (an external task), or a graph no longer registered: its own rule
+        view = thread_state_read(task.thread, task.checkpoint_id, resolve_blobs=False)
+        unreadable = view.unreadable if view is not None else ""
+    if not unreadable:
+        return None
+    return Refusal(
+        STATE_UNREADABLE_RULE,
+        f"{unreadable}; the thread cannot resume from it, so no decision can be signed: an operator forks the "
+        "thread from an earlier checkpoint with corrected values, or cancels it",
+    )
+
+
+def decide_refusal(task: ApprovalTask, *, unreadable: str | None = None) -> Refusal | None:
+    """Why nobody may decide ``task`` now, whatever their role: a decision signed would be one the thread cannot
+    resume with (its node is gone from the graph, or the graph cannot load its state)."""
+    return node_gone_refusal(task) or state_unreadable_refusal(task, unreadable)
+
+
 def node_gone_warnings(entries: dict[str, GraphEntry]) -> list[str]:
     """One line per graph and node it no longer has that open tasks wait in, with how many: said as the
     registry loads (``graphs_check``, a worker's start), since nobody can decide them (``node_gone_refusal``)."""
@@ -171,16 +200,17 @@ def task_abilities(
     decisions: Iterable[Decision] | None = None,
     *,
     claim: TaskClaim | None = _UNREAD,
+    unreadable: str | None = None,
 ) -> TaskAbilities:
-    """What ``user`` may do with ``task``; ``decisions`` and ``claim`` (its active claim, or None): what the caller
-    has read of the task already."""
+    """What ``user`` may do with ``task``; ``decisions``, ``claim`` (its active claim, or None) and ``unreadable``
+    (``CheckpointView.unreadable`` of the state it paused at): what the caller has read of the task already."""
     made = list(task.decisions.all() if decisions is None else decisions)
     if claim is _UNREAD:
         claim = claim_for(task) if task.is_open else None
     holder = claim.user.get_username() if claim is not None and claim.user_id != user.pk else ""
     approvals = approvals_given(made)
     decide = task.is_open and permissions.can_decide(user, task) and all(d.actor_id != user.pk for d in made)
-    gone = node_gone_refusal(task) if decide else None
+    gone = decide_refusal(task, unreadable=unreadable) if decide else None
     decide = decide and gone is None
     refused = None
     if decide and approvals + 1 >= task.required_approvals:

@@ -312,7 +312,7 @@ def task_detail(request: AuthedRequest, task_id: UUID) -> TaskOut:
     payload, _ = gateway.payload_for(user, task)
     summary = _task_summary(task).model_dump()
     decisions = list(task.decisions.select_related("actor").order_by("created_at"))
-    abilities = task_abilities(user, task, decisions)
+    abilities = task_abilities(user, task, decisions, unreadable=state.unreadable if state else "")
     refused, gone = abilities.approve_refused, abilities.decide_refused
     return TaskOut(
         **summary,

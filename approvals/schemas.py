@@ -169,12 +169,14 @@ class TaskOut(TaskSummaryOut):
     allowed_decisions: list[str]
     can_decide: bool = Field(
         description="The task is open, you may decide it, you have not signed it yet, nobody else holds its claim, "
-        "and its graph still has the node it waits in (else decide_refused says so)."
+        "its graph still has the node it waits in and can load the state it paused at (else decide_refused says "
+        "so)."
     )
     decide_refused: RefusalOut | None = Field(
         default=None,
         description="Why nobody may decide this task you could otherwise decide (rule graph.node_gone: the "
-        "registered graph no longer has the node it waits in; a decision is refused with a 409 in these words); "
+        "registered graph no longer has the node it waits in; rule graph.state_unreadable: the graph cannot load "
+        "the state it paused at, see state_unreadable; a decision is refused with a 409 in these words); "
         "null otherwise.",
     )
     claimed_by: str | None = Field(

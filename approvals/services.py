@@ -24,7 +24,13 @@ from django.db.models import Max
 from django.utils import timezone
 
 from approvals import gateway, permissions
-from approvals.abilities import approvals_given, final_approval_refusal, node_gone_refusal, separation_required
+from approvals.abilities import (
+    approvals_given,
+    decide_refusal,
+    final_approval_refusal,
+    node_gone_refusal,
+    separation_required,
+)
 from approvals.audit import AuditEntry, audit_record, audit_record_all, audit_task, audit_thread, canonical
 from approvals.claims import claim_check, claim_drop
 from approvals.errors import Conflict, Forbidden, InvalidInput
@@ -373,9 +379,9 @@ def _task_decide(*, actor: User, task_id: Any, request: DecisionRequest, signer:
         )
     if thread.status != ThreadStatus.INTERRUPTED or thread.checkpoint_id != task.checkpoint_id:
         raise Conflict("the thread has moved on since this task opened; reload it", field="checkpoint_id")
-    gone = node_gone_refusal(task)  # nothing signed or queued that the thread could not resume with
-    if gone is not None:
-        raise Conflict(gone.message, field="task_id")
+    refused = decide_refusal(task)  # nothing signed or queued that the thread could not resume with
+    if refused is not None:
+        raise Conflict(refused.message, field="task_id")
     # One statement after the lock (a snapshot that sees what other signers committed while we waited):
     # the claim, the earlier decisions and whether sibling tasks wait.
     grounds = decision_grounds(task)
