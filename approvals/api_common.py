@@ -27,8 +27,9 @@ from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security import APIKeyHeader, HttpBearer
 
-from approvals.errors import DomainError, NotFound, validation_error_describe
+from approvals.errors import DomainError, Forbidden, NotFound, validation_error_describe
 from approvals.inputs import parse_error_of
+from approvals.permissions import TOKEN_SCOPE_ATTR
 from approvals.security import request_token_mark
 from approvals.tokens import token_authenticate
 
@@ -36,6 +37,9 @@ log = logging.getLogger(__name__)
 
 # How long a client is told to wait before retrying what the database could not serve (APIs, pages, metrics).
 RETRY_AFTER_SECONDS = 5
+
+# What a token limited to reading holds: it may not change anything.
+READ_ONLY_ACTIONS = {"read"}
 
 # (code, message, field) → the JSON body of an error response.
 ErrorBody = Callable[[str, str, str | None], dict[str, Any]]
@@ -54,17 +58,32 @@ class GatehouseAPI(NinjaAPI):
     serve whose paths an operation's pattern takes (``threads/prune`` reads as ``threads/{thread_id}``).
     A method no operation serves there is the 404 of any path not served, not a 405 naming a method that
     fails there too; the methods served answer as they do.
+
+    ``read_posts``: paths (regular expressions, below the API's root) whose POST only reads (a search with its
+    filters in a body). Every other POST, PUT, PATCH and DELETE writes: a token limited to reading is refused
+    there before any refusal of what it sent (``api_errors_install``).
     """
 
-    def __init__(self, *args: Any, not_served: tuple[str, ...] = (), **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, not_served: tuple[str, ...] = (), read_posts: tuple[str, ...] = (), **kwargs: Any
+    ) -> None:
         super().__init__(*args, **kwargs)
-        self.not_served = re.compile("|".join(f"(?:{p})" for p in not_served)) if not_served else None
+        self.not_served = _paths_pattern(not_served)
+        self.read_posts = _paths_pattern(read_posts)
+
+    def _below_root(self, request: HttpRequest) -> str:
+        return request.path.removeprefix(reverse(f"{self.urls_namespace}:api-root"))
 
     def path_not_served(self, request: HttpRequest) -> bool:
-        if self.not_served is None:
+        return self.not_served is not None and bool(self.not_served.fullmatch(self._below_root(request)))
+
+    def request_writes(self, request: HttpRequest) -> bool:
+        """Whether ``request`` is one that changes something: an unsafe method, but for a POST that only reads."""
+        if request.method not in ("POST", "PUT", "PATCH", "DELETE"):
             return False
-        root = reverse(f"{self.urls_namespace}:api-root")
-        return bool(self.not_served.fullmatch(request.path.removeprefix(root)))
+        if request.method == "POST" and self.read_posts is not None:
+            return not self.read_posts.fullmatch(self._below_root(request))
+        return True
 
     @property
     def urls(self) -> tuple[list[URLResolver | URLPattern], str, str]:
@@ -84,6 +103,10 @@ class GatehouseAPI(NinjaAPI):
         slash = " (its paths end without a slash)" if request.path.endswith("/") else ""
         error = NotFound(f"{request.path} is not a path of this API{slash}; its OpenAPI docs list them", field="path")
         return self.on_exception(request, error)
+
+
+def _paths_pattern(paths: tuple[str, ...]) -> re.Pattern[str] | None:
+    return re.compile("|".join(f"(?:{p})" for p in paths)) if paths else None
 
 
 def _not_allowed_as_error(api: GatehouseAPI, pattern: URLResolver | URLPattern) -> URLResolver | URLPattern:
@@ -151,12 +174,33 @@ class ApiKeyAuth(APIKeyHeader):
 _DJANGO_ANSWERS = (Http404, PermissionDenied, SuspiciousOperation, BadRequest)
 
 
+# Refusals of what a request sent (its body, path or query): a token that may not write hears its own refusal first.
+_INPUT_REFUSALS = (400, 413, 415, 422)
+
+
+def read_only_token_refusal(api: GatehouseAPI, request: HttpRequest) -> Forbidden | None:
+    """The refusal owed to a request that writes (``GatehouseAPI.request_writes``) made with an API token limited
+    to reading: answered before any refusal of what it sent, so a client that may not write cannot probe
+    how its body would be validated (a malformed decision was a 422 to it, a well-formed one a 403)."""
+    scope = getattr(getattr(request, "auth", None), TOKEN_SCOPE_ATTR, None)
+    if not scope or not scope[1] or not set(scope[1]) <= READ_ONLY_ACTIONS or not api.request_writes(request):
+        return None
+    return Forbidden(
+        f"this API token is limited to {', '.join(sorted(scope[1]))}: {request.method} {request.path} changes "
+        "something, and it may not"
+    )
+
+
 def api_errors_install(
-    api: NinjaAPI, *, body: ErrorBody, unauthenticated: str, unauthenticated_field: str | None = None
+    api: GatehouseAPI, *, body: ErrorBody, unauthenticated: str, unauthenticated_field: str | None = None
 ) -> None:
     """Install the error handlers every API shares on ``api``."""
 
     def respond(request: HttpRequest, status: int, code: str, message: str, field: str | None = None) -> HttpResponse:
+        if status in _INPUT_REFUSALS:
+            refusal = read_only_token_refusal(api, request)
+            if refusal is not None:
+                status, code, message, field = refusal.status, refusal.code, refusal.message, refusal.field
         return api.create_response(request, body(code, message, field), status=status)
 
     def on_domain_error(request: HttpRequest, exc: DomainError) -> HttpResponse:

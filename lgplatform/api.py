@@ -80,6 +80,17 @@ api = GatehouseAPI(
     # SDK calls not served (assistants.count, threads.prune, crons.create_for_thread) whose paths read as an
     # id's: a 404 as for /runs/crons, not a 405 sending the client to a GET that reads "count" as an id.
     not_served=("assistants/count", "threads/prune", "threads/[^/]+/runs/crons"),
+    # The POSTs that only read (the SDK sends their filters in a body): a token limited to reading may send them;
+    # at any other POST its refusal comes before any of what it sent (approvals.api_common.read_only_token_refusal).
+    read_posts=(
+        "assistants/search",
+        "threads/search",
+        "threads/count",
+        "threads/[^/]+/history",
+        "threads/[^/]+/state/checkpoint",
+        "store/items/search",
+        "store/namespaces",
+    ),
 )
 
 

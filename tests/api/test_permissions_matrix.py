@@ -9,6 +9,7 @@ fails the suite.
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -389,3 +390,71 @@ def test_a_refused_decision_writes_nothing(personas, shared, persona):
 def test_a_thread_lists_its_pending_tasks_to_a_persona_who_may_see_them(personas, shared):
     body = personas["operator"].client.get(f"/api/threads/{shared['kyc'].thread_id}").json()
     assert [t["id"] for t in body["pending_tasks"]] == [shared["kyc"].task_id]
+
+
+# --- a token limited to reading, at every write route, with a malformed request: 403 first -------------------
+
+# The only write without a token: a signed webhook delivery (its signature is its credential).
+UNTOKENED_WRITES = {("POST", "/api/webhooks/{name}")}
+
+
+def _write_routes() -> list[tuple[str, str]]:
+    from lgplatform.api import api as lg_api
+
+    routes = []
+    for served in (api, lg_api):
+        for path, operations in served.get_openapi_schema()["paths"].items():
+            for method in operations:
+                if method in ("post", "put", "patch", "delete") and (method.upper(), path) not in UNTOKENED_WRITES:
+                    routes.append((method.upper(), path))
+    return routes
+
+
+def _malformed_url(path: str, hook: str) -> str:
+    """The path with every id malformed (refused as sent); a name, which no text malforms, names a webhook
+    endpoint that exists (an unknown one is a 404 the token may be told: it may read the endpoints)."""
+    return re.sub(r"\{(\w+)\}", lambda m: hook if m.group(1) == "name" else "not-an-id", path)
+
+
+def _read_post(path: str) -> bool:
+    from lgplatform.api import api as lg_api
+
+    below = path.removeprefix("/lg/")
+    return path.startswith("/lg/") and bool(lg_api.read_posts and lg_api.read_posts.fullmatch(below))
+
+
+@pytest.fixture(scope="module")
+def read_only_admin(django_db_blocker, personas) -> ApiClient:
+    from approvals.tokens import token_issue
+
+    with django_db_blocker.unblock():
+        return ApiClient(token_issue(user=personas["admin"].user, actions=["read"]))
+
+
+@pytest.mark.parametrize("body", ["{not json", "[1]", '{"decision": 5, "graph": [], "values": 1}'])
+@pytest.mark.parametrize("method,path", [r for r in _write_routes() if not _read_post(r[1])])
+def test_a_read_only_token_at_a_write_route_is_a_403_whatever_it_sent(read_only_admin, shared, method, path, body):
+    """An admin's token limited to read: its scope is the refusal, before what it sent is looked at. A malformed
+    decision was a 422 to it, a well-formed one a 403: a client that may not write could probe validation."""
+    client = read_only_admin
+    send = getattr(client.client, method.lower())
+    url = _malformed_url(path, shared["hook"].name)
+    response = send(url, body, content_type="application/json", headers=client.headers)
+    assert response.status_code == 403, response.content
+    error = response.json()["error"]
+    assert error["code"] == "forbidden" and error["message"].startswith("this API token is limited to read"), error
+
+
+@pytest.mark.parametrize("method,path", [r for r in _write_routes() if _read_post(r[1])])
+def test_a_read_only_token_at_a_post_that_reads_is_told_what_is_wrong_with_it(read_only_admin, shared, method, path):
+    client = read_only_admin
+    url = _malformed_url(path, shared["hook"].name)
+    response = client.client.post(url, "{not json", content_type="application/json", headers=client.headers)
+    assert response.status_code in (400, 422), response.content
+
+
+def test_the_posts_that_read_are_the_redaction_canarys(read_only_admin):
+    """The routes a read-only token may POST to are those the redaction canary crawls as reads."""
+    from tests.security.test_redaction_canary import READ_BODIES
+
+    assert {path for method, path in _write_routes() if _read_post(path)} == set(READ_BODIES)
