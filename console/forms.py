@@ -13,6 +13,7 @@ from typing import Any
 from django import forms
 from django.contrib.auth.forms import AuthenticationForm
 from django.core.validators import MaxLengthValidator
+from django.http import QueryDict
 
 from approvals.inbox_filter import InboxFilter
 from approvals.inputs import OUT_OF_RANGE, instant_in_range
@@ -23,6 +24,16 @@ CLAIM_CHOICES = [("", "Anyone"), ("mine", "Claimed by me"), ("unclaimed", "Uncla
 ASSIGNED_CHOICES = [("", "Anyone"), ("me", "Assigned to me / my groups")]  # hand-offs
 STATUS_CHOICES = [(s.value, s.label) for s in TaskStatus] + [("all", "Any status")]
 DUE_CHOICES = [("", "Any deadline"), ("soon", "Due soon"), ("overdue", "Overdue"), ("escalated", "Escalated")]
+
+
+NUL_REFUSED = "the text contains a NUL byte"  # PostgreSQL can neither store nor compare such text
+
+
+def nul_fields(data: QueryDict) -> list[str]:
+    """The posted fields whose name or value holds a NUL byte, for a view marked ``form_text_checked`` that
+    reads its form by hand: it shows each as a form error next to the field (``RequestTextMiddleware`` would
+    answer the API's JSON 422 in place of the page) and changes nothing."""
+    return [key for key, values in data.lists() if "\x00" in key or any("\x00" in v for v in values)]
 
 
 class LoginForm(AuthenticationForm):

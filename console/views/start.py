@@ -12,6 +12,8 @@ from django.shortcuts import redirect, render
 
 from approvals import permissions, services
 from approvals.errors import DomainError
+from console.forms import NUL_REFUSED, nul_fields
+from console.middleware import form_text_checked
 from console.schema_form import json_object, start_fields, start_input_parse
 from console.views.common import HtmxHttpRequest, console_login_required, domain_errors
 from console.words import case_keys, metadata_label
@@ -23,6 +25,17 @@ def _graphs_for(user: Any) -> list[tuple[str, str]]:
     return [(name, graph_get(name).description) for name in graph_names() if permissions.graph_visible(user, name)]
 
 
+def _nul_refuse(data: Any, fields: list[Any], errors: dict[str, str]) -> None:
+    """A field holding a NUL byte is an error shown where the form shows that field's (a named metadata input
+    under the metadata's), before anything is parsed or started."""
+    shown = {f.name for f in fields} | {"metadata_json", "input_json"}
+    for name in nul_fields(data):
+        where = name if name in shown else "metadata" if name.startswith("meta.") else "__all__"
+        label = name.replace("\x00", "\\u0000")
+        errors.setdefault(where, f"{label}: {NUL_REFUSED}")
+
+
+@form_text_checked  # a NUL byte in a field: a form error next to it (nul_fields), not the API's JSON
 @console_login_required
 @domain_errors
 def thread_start(request: HtmxHttpRequest) -> HttpResponse:
@@ -45,6 +58,8 @@ def thread_start(request: HtmxHttpRequest) -> HttpResponse:
     fields = start_fields(schema)
     # The metadata people name and search this graph's threads by (its search_metadata), not the demo's.
     meta_keys = case_keys(graph) if graph else ()
+    if request.method == "POST" and not errors:
+        _nul_refuse(request.POST, fields, errors)
     if request.method == "POST" and not errors:
         graph_input = start_input_parse(fields, request.POST, errors)
         metadata = {k: request.POST.get(f"meta.{k}", "").strip() for k in meta_keys}

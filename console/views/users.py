@@ -24,6 +24,8 @@ from django.views.decorators.http import require_GET, require_POST
 
 from approvals import permissions, users
 from approvals.errors import DomainError
+from console.forms import NUL_REFUSED, nul_fields
+from console.middleware import form_text_checked
 from console.views.common import HtmxHttpRequest, console_login_required, domain_errors, error_page
 from runtime.registry import graph_is_external
 
@@ -119,6 +121,7 @@ def user_list(request: HtmxHttpRequest) -> HttpResponse:
     )
 
 
+@form_text_checked  # a NUL byte in a field: a form error next to it (nul_fields), not the API's JSON
 @console_login_required
 @domain_errors
 def user_create(request: HtmxHttpRequest) -> HttpResponse:
@@ -129,7 +132,12 @@ def user_create(request: HtmxHttpRequest) -> HttpResponse:
     data = request.POST if request.method == "POST" else request.GET
     errors: dict[str, str] = {}
     status = 200
-    if request.method == "POST":
+    refused = nul_fields(data) if request.method == "POST" else []
+    for name in refused:  # the form shows assignments as its graphs; anything else it has no field for above it
+        where = "graphs" if name == "assign" else name.replace("\x00", "\\u0000")
+        errors.setdefault(where, f"{where}: {NUL_REFUSED}")
+        status = 422
+    if request.method == "POST" and not refused:
         try:
             created = users.user_create(
                 actor=actor,

@@ -178,13 +178,36 @@ def test_a_nul_byte_in_a_path_parameter_is_refused(personas):
     assert error["field"] == "path"
 
 
-def test_a_nul_byte_in_a_console_form_field_is_refused_and_nothing_is_written(personas):
+@pytest.mark.parametrize(
+    "field,shown",
+    [
+        ("input.applicant", "input.applicant: the text contains a NUL byte"),
+        ("meta.case", "meta.case: the text contains a NUL byte"),  # under the metadata, as its other errors
+        ("metadata_json", "metadata_json: the text contains a NUL byte"),
+    ],
+)
+def test_a_nul_byte_in_the_start_form_is_a_form_error_and_nothing_is_written(personas, field, shown):
+    """The middleware answered the API's JSON 422 in place of the start page."""
     before = Thread.objects.count()
-    response = console_client(personas["operator"]).post(
-        "/threads/new", {"graph": "loan_approval", "input.applicant": f"Ada{NUL}", "input.amount": "100"}
-    )
-    assert error_of(response, 422)["field"] == "input.applicant"
+    typed = {"graph": "loan_approval", "input.applicant": "Ada", "input.amount": "100", field: f"Ada{NUL}"}
+    response = console_client(personas["operator"]).post("/threads/new", typed)
+    assert response.status_code == 422 and response["Content-Type"].startswith("text/html")
+    assert shown in response.content.decode()
     assert Thread.objects.count() == before
+
+
+@pytest.mark.parametrize("field", ["username", "email", "first_name", "last_name"])
+def test_a_nul_byte_in_the_new_user_form_is_a_form_error_next_to_the_field_and_no_user_is_made(personas, field):
+    """The middleware answered the API's JSON 422 in place of the new-user page."""
+    from django.contrib.auth.models import User
+
+    before = User.objects.count()
+    typed = {"username": f"nul-{uuid.uuid4().hex[:8]}", "roles": "reviewer", field: f"a{NUL}b"}
+    response = console_client(personas["admin"]).post("/users/new", typed)
+    assert response.status_code == 422 and response["Content-Type"].startswith("text/html")
+    html = response.content.decode()
+    assert 'class="field-error"' in html and f"{field}: the text contains a NUL byte" in html
+    assert User.objects.count() == before
 
 
 @pytest.mark.parametrize("htmx", [True, False], ids=["htmx", "plain form"])
