@@ -26,10 +26,10 @@ from django.utils import timezone
 from approvals import gateway, permissions
 from approvals.abilities import (
     approvals_given,
-    decide_refusal,
     final_approval_refusal,
     node_gone_refusal,
     separation_required,
+    state_unreadable_refusal,
 )
 from approvals.audit import AuditEntry, audit_record, audit_record_all, audit_task, audit_thread, canonical
 from approvals.claims import claim_check, claim_drop
@@ -379,9 +379,9 @@ def _task_decide(*, actor: User, task_id: Any, request: DecisionRequest, signer:
         )
     if thread.status != ThreadStatus.INTERRUPTED or thread.checkpoint_id != task.checkpoint_id:
         raise Conflict("the thread has moved on since this task opened; reload it", field="checkpoint_id")
-    refused = decide_refusal(task)  # nothing signed or queued that the thread could not resume with
-    if refused is not None:
-        raise Conflict(refused.message, field="task_id")
+    gone = node_gone_refusal(task)  # nothing signed or queued that the thread could not resume with
+    if gone is not None:
+        raise Conflict(gone.message, field="task_id")
     # One statement after the lock (a snapshot that sees what other signers committed while we waited):
     # the claim, the earlier decisions and whether sibling tasks wait.
     grounds = decision_grounds(task)
@@ -416,6 +416,11 @@ def _task_decide(*, actor: User, task_id: Any, request: DecisionRequest, signer:
         reviewer=actor.get_username(),
     )
     _storable_or_refuse(resume_value, "resume")
+    # Nor one the thread could not load its state to resume with (a read of the checkpoint: once the
+    # decision is otherwise valid, so a refused one does not pay for it).
+    unreadable = state_unreadable_refusal(task)
+    if unreadable is not None:
+        raise Conflict(unreadable.message, field="task_id")
     signed_action = _signed_action(task, request.outcome, state_patch, resume_value)
     proposes_edit = bool(state_patch) or request.action_args is not None or request.outcome == "edit"
     counts, final = _quorum_position(task, request, earlier, actor=actor, proposes_edit=proposes_edit, thread=thread)
