@@ -32,6 +32,7 @@ from approvals.models import (
 from runtime.models import Branch, Run, RunKind, Thread
 from runtime.registry import GraphEntry, UnknownGraph, graph_get, graph_is_external, graph_is_registered
 from runtime.state import thread_state_read
+from runtime.state_schema import pydantic_fields
 
 FINAL_APPROVER_RULE = "quorum.final_approver"
 NODE_GONE_RULE = "graph.node_gone"
@@ -155,6 +156,8 @@ def state_unreadable_refusal(task: ApprovalTask, unreadable: str | None = None) 
     if unreadable is None:
         if graph_is_external(task.graph) or not graph_is_registered(task.graph):
             return None  # no LangGraph state (an external task), or a graph no longer registered: its own rule
+        if not _state_load_can_fail(graph_get(task.graph)):
+            return None  # nothing to read for: the decision path reads no checkpoint it does not need
         view = thread_state_read(task.thread, task.checkpoint_id, resolve_blobs=False)
         unreadable = view.unreadable if view is not None else ""
     if not unreadable:
@@ -164,6 +167,18 @@ def state_unreadable_refusal(task: ApprovalTask, unreadable: str | None = None) 
         f"{unreadable}; the thread cannot resume from it, so no decision can be signed: an operator forks the "
         "thread from an earlier checkpoint with corrected values, or cancels it",
     )
+
+
+def _state_load_can_fail(entry: GraphEntry) -> bool:
+    """Whether the graph may fail to load a state it stored: LangGraph validates a Pydantic state as it loads a
+    checkpoint, upcasters run on an older one, and a factory builds the graph for each run. A TypedDict or
+    dataclass state of a compiled graph loads as stored."""
+    if entry.factory is not None or entry.upcasters:
+        return True
+    try:
+        return pydantic_fields(entry.state_schema) is not None
+    except Exception:  # noqa: BLE001 - a source whose schema cannot be told: read, as before
+        return True
 
 
 def decide_refusal(task: ApprovalTask, *, unreadable: str | None = None) -> Refusal | None:
