@@ -18,7 +18,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from django.db import transaction
@@ -27,8 +27,8 @@ from approvals import permissions
 from approvals.audit import audit_record, canonical
 from approvals.errors import NotFound
 from approvals.models import ApprovalTask, AuditAction, AuditEvent, Decision, ExternalSource
-from approvals.redaction import EVERY_VALUE, redact, redacted_values, text_mask
-from runtime.models import Effect, Thread
+from approvals.redaction import EVERY_VALUE, redact, redacted_values, state_redact, text_mask
+from runtime.models import Effect, Run, Thread
 from runtime.registry import EXTERNAL_GRAPH_PREFIX, UnknownGraph, graph_get, graph_is_external
 from runtime.state import CheckpointView, SubgraphView, thread_history_read, thread_state_read, thread_subgraphs_read
 
@@ -55,16 +55,25 @@ def paths_masked_for(user: permissions.Principal, graph: str) -> list[str]:
 
 
 def guard(
-    user: permissions.Principal, graph: str, value: Any, *, subject: str, thread_id: Any = None
+    user: permissions.Principal,
+    graph: str,
+    value: Any,
+    *,
+    subject: str,
+    thread_id: Any = None,
+    quoted: Collection[str] | None = None,
 ) -> tuple[Any, list[str]]:
     """Mask ``value`` for ``user``; returns (value as shown, paths masked).
 
-    A permitted user sees the value unmasked and the reveal is audited.
+    With ``quoted`` (a value that carries state: the values the thread carried elsewhere, or none), the
+    text of the messages in it is masked too (``redaction.state_redact``); without, paths only (an
+    interrupt payload: its digest is computed over it masked by path). A permitted user sees the value
+    unmasked and the reveal is audited.
     """
     paths = sensitive_paths(graph)
     if not paths:
         return value, []
-    masked, applied = redact(value, paths)
+    masked, applied = redact(value, paths) if quoted is None else state_redact(value, paths, quoted=quoted)
     if not applied:
         return value, []
     if not may_see_sensitive(user):
@@ -90,7 +99,7 @@ def effects_masked(
     if not effects:
         return []
     results, _ = guard(
-        user, thread.graph, [e.result for e in effects], subject=f"thread:{thread.pk}", thread_id=thread.pk
+        user, thread.graph, [e.result for e in effects], subject=f"thread:{thread.pk}", thread_id=thread.pk, quoted=()
     )
     shown = []
     for effect, result in zip(effects, results, strict=True):
@@ -102,18 +111,41 @@ def effects_masked(
     return shown
 
 
-def _guard_view(user: permissions.Principal, thread: Thread, view: CheckpointView) -> CheckpointView:
-    values, _ = guard(user, thread.graph, view.values, subject=f"checkpoint:{view.checkpoint_id}", thread_id=thread.id)
+def _guard_view(
+    user: permissions.Principal, thread: Thread, view: CheckpointView, quoted: Collection[str]
+) -> CheckpointView:
+    paths = sensitive_paths(thread.graph)
+    known = _view_values(view, paths, quoted)
+    values, _ = guard(
+        user,
+        thread.graph,
+        view.values,
+        subject=f"checkpoint:{view.checkpoint_id}",
+        thread_id=thread.id,
+        quoted=known,
+    )
     view = dataclasses.replace(view, values=values)
-    return view if may_see_sensitive(user) else _masked_beside_values(view, sensitive_paths(thread.graph))
+    return view if may_see_sensitive(user) else _masked_beside_values(view, paths, known)
 
 
-def _masked_beside_values(view: CheckpointView, paths: list[str]) -> CheckpointView:
+def _view_values(view: CheckpointView, paths: Sequence[str], quoted: Collection[str]) -> set[str]:
+    """The values a reader of ``view`` may not see: at its sensitive paths (values, writes, tasks' results)
+    and ``quoted``. A message in any of the three may speak any of them."""
+    return redacted_values([view.values, view.writes, [t.result for t in view.tasks]], paths) | set(quoted)
+
+
+def _masked_beside_values(view: CheckpointView, paths: list[str], known: Collection[str]) -> CheckpointView:
     """What a view carries besides its values, masked: the writes, and what each finished task returned."""
     if not paths:
         return view
-    tasks = tuple(dataclasses.replace(t, result=redact(t.result, paths)[0]) for t in view.tasks)
-    return dataclasses.replace(view, writes=redact(view.writes, paths)[0], tasks=tasks)
+    tasks = tuple(dataclasses.replace(t, result=state_redact(t.result, paths, quoted=known)[0]) for t in view.tasks)
+    return dataclasses.replace(view, writes=state_redact(view.writes, paths, quoted=known)[0], tasks=tasks)
+
+
+def _quoted(thread: Thread) -> set[str]:
+    """The values a single state read of ``thread`` masks in message text besides its own: a message can
+    quote a value its checkpoint no longer holds (a node that clears the field after speaking of it)."""
+    return thread_redacted_values(thread)
 
 
 def state_for(user: permissions.Principal, thread_id: Any, checkpoint_id: str | None = None) -> CheckpointView | None:
@@ -128,7 +160,7 @@ def thread_state_for(
     view = thread_state_read(thread, checkpoint_id)
     if checkpoint_id and view is None:
         raise NotFound(f"checkpoint {checkpoint_id} not found", field="checkpoint_id")
-    return _guard_view(user, thread, view) if view else None
+    return _guard_view(user, thread, view, _quoted(thread)) if view else None
 
 
 def history_for(
@@ -141,27 +173,38 @@ def history_for(
 ) -> list[CheckpointView]:
     thread = permissions.thread_get_for(user, thread_id)
     views = thread_history_read(thread, limit=limit, before=before, checkpoint_id=checkpoint_id)
-    if not sensitive_paths(thread.graph):
-        return views
-    if may_see_sensitive(user):
-        guard(user, thread.graph, [v.values for v in views], subject=f"thread:{thread.id}", thread_id=thread.id)
-        return views
     paths = sensitive_paths(thread.graph)
-    return [_masked_beside_values(dataclasses.replace(v, values=redact(v.values, paths)[0]), paths) for v in views]
+    if not paths:
+        return views
+    # One set for the page: a message in one checkpoint may quote a value held in another.
+    known = _quoted(thread).union(*(_view_values(v, paths, ()) for v in views))
+    if may_see_sensitive(user):
+        values = [v.values for v in views]
+        guard(user, thread.graph, values, subject=f"thread:{thread.id}", thread_id=thread.id, quoted=known)
+        return views
+    return [
+        _masked_beside_values(
+            dataclasses.replace(v, values=state_redact(v.values, paths, quoted=known)[0]), paths, known
+        )
+        for v in views
+    ]
 
 
 def task_state_for(user: permissions.Principal, task: ApprovalTask) -> CheckpointView | None:
     """The state the task's reviewer decides on: the checkpoint where it paused."""
     permissions.task_require_visible(user, task)
     view = thread_state_read(task.thread, task.checkpoint_id)
-    return _guard_view(user, task.thread, view) if view else None
+    return _guard_view(user, task.thread, view, _quoted(task.thread)) if view else None
 
 
 def thread_values_for(user: permissions.Principal, thread: Thread) -> dict[str, Any]:
-    """The thread's last known values (the listing snapshot), masked for ``user``."""
+    """The thread's last known values (the listing snapshot), masked for ``user``.
+
+    Its messages are masked by the values the snapshot holds (a listing reads no other row per thread).
+    """
     permissions.thread_require_visible(user, thread)
     values: dict[str, Any]
-    values, _ = guard(user, thread.graph, thread.values, subject=f"thread:{thread.id}", thread_id=thread.id)
+    values, _ = guard(user, thread.graph, thread.values, subject=f"thread:{thread.id}", thread_id=thread.id, quoted=())
     return values
 
 
@@ -180,7 +223,8 @@ def audit_details_for(user: permissions.Principal, event: AuditEvent) -> dict[st
     if not event.graph or event.action == AuditAction.SENSITIVE_REVEALED:
         return stored
     details: dict[str, Any]
-    details, _ = guard(user, event.graph, stored, subject=f"audit:{event.pk}", thread_id=event.thread_id)
+    # Details quote state (an input, an update, edits): their messages are masked by the values they hold.
+    details, _ = guard(user, event.graph, stored, subject=f"audit:{event.pk}", thread_id=event.thread_id, quoted=())
     if event.action in COMMENT_ACTIONS:  # Conversation (comments): free text quoting redacted values
         details = _comment_details_masked(user, event, details)
     return details
@@ -208,6 +252,7 @@ def decisions_shown(
         [{"state_patch": d.state_patch, "resume_value": d.resume_value} for d in decisions],
         subject=f"task:{task.pk}",
         thread_id=task.thread_id,
+        quoted=(),
     )
     return [DecisionShown(state_patch=s["state_patch"], resume_value=s["resume_value"]) for s in shown]
 
@@ -234,14 +279,15 @@ COMMENT_ACTIONS = frozenset({AuditAction.COMMENT_POSTED, AuditAction.COMMENT_EDI
 def thread_redacted_values(thread: Thread) -> set[str]:
     """The values at the graph's sensitive paths anywhere the thread carried them.
 
-    The thread's last values, every task's payload, every decision's edits,
-    resume value and signed action: a value replaced by an edit is still found
-    in the payload or decision that carried it.
+    The thread's last values, every run's input and command, every task's
+    payload, every decision's edits, resume value and signed action: a value
+    replaced by an edit is still found in the payload or decision that carried it.
     """
     paths = sensitive_paths(thread.graph)
     if not paths:
         return set()
     sources: list[Any] = [thread.values]
+    sources += [part for run in Run.objects.filter(thread=thread).values_list("input", "command") for part in run]
     sources += list(ApprovalTask.objects.filter(thread=thread).values_list("payload", flat=True))
     for patch, resume, action in Decision.objects.filter(task__thread=thread).values_list(
         "state_patch", "resume_value", "signed_action"
@@ -304,9 +350,12 @@ def subgraph_states_for(
     thread = permissions.thread_get_for(user, thread_id)
     subgraphs = thread_subgraphs_read(thread, checkpoint_id)
 
+    quoted = _quoted(thread) if subgraphs else set()
+
     def guarded(items: list[SubgraphView]) -> list[SubgraphView]:
         return [
-            dataclasses.replace(s, view=_guard_view(user, thread, s.view), children=guarded(s.children)) for s in items
+            dataclasses.replace(s, view=_guard_view(user, thread, s.view, quoted), children=guarded(s.children))
+            for s in items
         ]
 
     return guarded(subgraphs)

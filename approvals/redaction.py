@@ -10,7 +10,7 @@ diffs, exports and audit details.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 MASK = "•••• redacted"
@@ -195,7 +195,7 @@ def _collect(
             found.add(text)
 
 
-def text_mask(text: str, values: set[str] | frozenset[str]) -> str:
+def text_mask(text: str, values: Collection[str]) -> str:
     """``text`` with every occurrence of each of ``values`` (any letter case) replaced by ``TEXT_MASK``.
 
     Longest values first, so a value that contains another is masked whole.
@@ -204,3 +204,59 @@ def text_mask(text: str, values: set[str] | frozenset[str]) -> str:
         return text
     pattern = "|".join(re.escape(v) for v in sorted(values, key=lambda v: (-len(v), v)))
     return re.sub(pattern, TEXT_MASK, text, flags=re.IGNORECASE)
+
+
+def strings_masked(value: Any, values: Collection[str], *, kept: Collection[str] = ()) -> Any:
+    """``value`` with every string in it through ``text_mask`` (the mask itself, and the values of keys
+    named in ``kept`` at any depth, left alone)."""
+    if not values:
+        return value
+    if isinstance(value, str):
+        return value if value == MASK else text_mask(value, values)
+    if isinstance(value, dict):
+        return {k: v if k in kept else strings_masked(v, values, kept=kept) for k, v in value.items()}
+    if isinstance(value, list):
+        return [strings_masked(v, values, kept=kept) for v in value]
+    return value
+
+
+def is_message(value: Any) -> bool:
+    """A chat message as state holds it once serialised: LangChain's (``type`` and ``content``) or an
+    OpenAI-style one sent as input (``role`` and ``content``)."""
+    return (
+        isinstance(value, dict)
+        and "content" in value
+        and (isinstance(value.get("type"), str) or isinstance(value.get("role"), str))
+    )
+
+
+def state_redact(value: Any, paths: Sequence[str], *, quoted: Collection[str] = ()) -> tuple[Any, list[str]]:
+    """``redact``, and every message in ``value`` (a state, or anything carrying one) with the values a
+    reader may not see masked in its text: its content, content blocks, tool-call arguments, every string.
+
+    The values are those ``redacted_values`` finds in ``value`` itself, and ``quoted`` (found in what else
+    the thread carried). A message is free text: a value its node put in words (``f"I know {secret}"``)
+    stands at no path, so only its value can find it. The masked messages' locations join the paths.
+    """
+    if not paths:
+        return value, []
+    masked, applied = redact(value, paths)
+    values = redacted_values(value, paths) | set(quoted)
+    if not values:
+        return masked, applied
+    spoken: list[str] = []
+    masked = _messages_masked(masked, (), values, spoken)
+    return masked, sorted(set(applied) | set(spoken))
+
+
+def _messages_masked(value: Any, location: tuple[str, ...], values: set[str], spoken: list[str]) -> Any:
+    if is_message(value):
+        shown = strings_masked(value, values)
+        if shown != value:
+            spoken.append(_render(location) or "message")
+        return shown
+    if isinstance(value, dict):
+        return {k: _messages_masked(v, (*location, str(k)), values, spoken) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_messages_masked(v, (*location, str(i)), values, spoken) for i, v in enumerate(value)]
+    return value

@@ -27,26 +27,37 @@ audited (``gateway.guard``, with the chunk's fields), the others are not.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import datetime
+import decimal
+import enum
 import json
 import re
 import time
+import typing
+import uuid
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
+from langchain_core.messages import BaseMessage
+from pydantic import BaseModel
 
 from approvals import gateway, permissions
 from approvals.errors import InvalidInput
-from approvals.redaction import MASK, path_parse, redact, redacted_values, text_mask
+from approvals.redaction import MASK, path_parse, redact, redacted_values, state_redact, strings_masked, text_mask
 from lgplatform.services import run_progress, thread_state
 from runtime.models import ACTIVE_RUN_STATUSES, Run, RunStatus, Thread
 from runtime.notify import ThreadWatch, between_waits
+from runtime.registry import UnknownGraph, graph_get
+from runtime.state_schema import schema_fields
 from runtime.stream import CLIENT_MODES, Entry, event_mode, run_log, run_stream_request
 
 HEARTBEAT_SECONDS = 10.0  # a comment line this often keeps proxies from closing an idle stream
 READ_WAIT_SECONDS = 5.0
 # Modes whose chunks are free text or arbitrary data rather than state: also masked by value.
 _FREE_MODES = frozenset({"messages", "messages-tuple", "custom", "events"})
+_CONTENT = frozenset({"content"})  # streamed text: masked as it is held back (``_HeldText``), not piece by piece
 
 
 def stream_modes_parse(value: str | list[str] | None, *, field: str = "stream_mode") -> list[str]:
@@ -134,7 +145,12 @@ class Shield:
         self.sensitive = gateway.sensitive_paths(thread.graph) if thread.graph else []
         self.masked = gateway.paths_masked_for(user, thread.graph) if self.sensitive else []
         self.revealed: set[str] = set()
-        self._message_heads = {p[0] for p in map(path_parse, self.masked) if p and p[0] != "*"} | {"_"}
+        heads = {p[0] for p in map(path_parse, self.masked) if p and p[0] != "*"} | {"_"}
+        keys = _message_keys(thread.graph) if self.masked else None
+        # A message streams before the update that stores it: it is masked as if it stood at each key a
+        # sensitive path names which can hold one ("messages[*].content", "history"); a key the schema
+        # says cannot ("secret": str) would mask every message whole for a value its text masks anyway.
+        self._message_heads = heads if keys is None else heads & (keys | {"_"})
         known: set[str] = set()
         if self.masked:
             known = gateway.thread_redacted_values(thread) | redacted_values([run.input, run.command], self.masked)
@@ -168,9 +184,10 @@ class Shield:
         out: list[tuple[str, Any]] = []
         if mode == "updates":
             out.extend(self.flush())  # a node finished: the text it streamed is settled
-        masked = redact(data, self.masked)[0]
         if mode in _FREE_MODES:
-            masked = self._free(event, masked)
+            masked = self._free(event, redact(data, self.masked)[0])
+        else:  # state (values, an update, a checkpoint, a task's input or result): its messages masked as values
+            masked = state_redact(data, self.masked, quoted=self.text.known)[0]
         out.append((event, masked))
         return out
 
@@ -226,25 +243,25 @@ class Shield:
             for message in map(self._message, data):
                 if isinstance(message, dict) and isinstance(message.get("content"), str):
                     key, final = f"m:{message.get('id')}", name == "messages/complete"
-                    message = _strings_masked(message, known, skip_content=True)
+                    message = strings_masked(message, known, kept=_CONTENT)
                     message["content"] = self._streamed(
                         key, event, message, message["content"], whole=True, final=final
                     )
                 else:
-                    message = _strings_masked(message, known)
+                    message = strings_masked(message, known)
                 out.append(message)
             return out
         if name == "messages" and isinstance(data, list) and len(data) == 2:
-            message, metadata = self._message(data[0]), _strings_masked(data[1], known)
+            message, metadata = self._message(data[0]), strings_masked(data[1], known)
             if isinstance(message, dict) and isinstance(message.get("content"), str):
                 key = f"t:{message.get('id')}"
                 final = message.get("chunk_position") == "last" or not str(message.get("type", "")).endswith("Chunk")
-                message = _strings_masked(message, known, skip_content=True)
+                message = strings_masked(message, known, kept=_CONTENT)
                 message["content"] = self._streamed(
                     key, event, [message, metadata], message["content"], whole=False, final=final
                 )
             else:
-                message = _strings_masked(message, known)
+                message = strings_masked(message, known)
             return [message, metadata]
         if (
             name == "events"
@@ -253,28 +270,53 @@ class Shield:
         ):
             chunk = (data.get("data") or {}).get("chunk")
             if isinstance(chunk, dict) and isinstance(chunk.get("content"), str):
-                data = _strings_masked(data, known, skip_content=True)
+                data = strings_masked(data, known, kept=_CONTENT)
                 key = f"e:{data.get('run_id')}"
                 data["data"]["chunk"]["content"] = self._streamed(
                     key, event, data, chunk["content"], whole=False, final=False
                 )
                 return data
-        return _strings_masked(data, known)
+        return strings_masked(data, known)
 
 
-def _strings_masked(value: Any, known: set[str], *, skip_content: bool = False) -> Any:
-    if not known:
-        return value
-    if isinstance(value, str):
-        return text_mask(value, known)
-    if isinstance(value, dict):
-        return {
-            k: v if (skip_content and k == "content") else _strings_masked(v, known, skip_content=skip_content)
-            for k, v in value.items()
-        }
-    if isinstance(value, list):
-        return [_strings_masked(v, known, skip_content=skip_content) for v in value]
-    return value
+def _message_keys(graph: str) -> set[str] | None:
+    """The keys of ``graph``'s state whose declared type can hold a chat message (None: no schema to read)."""
+    try:
+        fields = schema_fields(graph_get(graph).state_schema)
+    except (UnknownGraph, AttributeError, TypeError):
+        return None
+    return {key for key, hint in fields.items() if _can_hold_message(hint, set())}
+
+
+_PLAIN = (str, bytes, int, float, bool, enum.Enum, datetime.date, datetime.time, decimal.Decimal, uuid.UUID)
+
+
+def _can_hold_message(hint: Any, seen: set[int]) -> bool:
+    """Whether a value of type ``hint`` may be or contain a message: yes unless its type rules it out
+    (an opaque ``Any``, ``list`` or ``dict[str, Any]`` may hold anything)."""
+    origin = typing.get_origin(hint)
+    if origin is typing.Annotated or origin in (typing.Required, typing.NotRequired, typing.ClassVar):
+        return _can_hold_message(typing.get_args(hint)[0], seen)
+    if origin is typing.Literal:
+        return False
+    if origin is not None:
+        args = [a for a in typing.get_args(hint) if a is not Ellipsis]
+        return not args or any(_can_hold_message(a, seen) for a in args)
+    if hint is None or hint is type(None):
+        return False
+    if not isinstance(hint, type):
+        return True  # Any, a type variable, a name that did not resolve
+    if issubclass(hint, BaseMessage):
+        return True
+    if issubclass(hint, _PLAIN):
+        return False
+    structured = typing.is_typeddict(hint) or dataclasses.is_dataclass(hint) or issubclass(hint, BaseModel)
+    if not structured:
+        return True  # list, dict, object: anything
+    if id(hint) in seen:
+        return False
+    seen.add(id(hint))
+    return any(_can_hold_message(h, seen) for h in schema_fields(hint).values())
 
 
 # --- the SSE response -------------------------------------------------------------------------------
