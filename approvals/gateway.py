@@ -27,7 +27,7 @@ from approvals import permissions
 from approvals.audit import audit_record, canonical
 from approvals.errors import NotFound
 from approvals.models import ApprovalTask, AuditAction, AuditEvent, Decision, ExternalSource
-from approvals.redaction import EVERY_VALUE, redact, redacted_values, state_redact, text_mask
+from approvals.redaction import EVERY_VALUE, holds_message, redact, redacted_values, state_redact, text_mask
 from runtime.models import Effect, Run, Thread
 from runtime.registry import EXTERNAL_GRAPH_PREFIX, UnknownGraph, graph_get, graph_is_external
 from runtime.state import CheckpointView, SubgraphView, thread_history_read, thread_state_read, thread_subgraphs_read
@@ -200,11 +200,22 @@ def task_state_for(user: permissions.Principal, task: ApprovalTask) -> Checkpoin
 def thread_values_for(user: permissions.Principal, thread: Thread) -> dict[str, Any]:
     """The thread's last known values (the listing snapshot), masked for ``user``.
 
-    Its messages are masked by the values the snapshot holds (a listing reads no other row per thread).
+    Its messages are masked like a state read's: by the values the thread carried anywhere, read only
+    when the snapshot holds a message and ``user`` sees values masked (a listing of threads without
+    messages reads no other row per thread). An update that replaced a value leaves the messages that
+    quoted it, which only the run's input or the older state still holds.
     """
     permissions.thread_require_visible(user, thread)
+    speaks = holds_message(thread.values) and bool(paths_masked_for(user, thread.graph))
     values: dict[str, Any]
-    values, _ = guard(user, thread.graph, thread.values, subject=f"thread:{thread.id}", thread_id=thread.id, quoted=())
+    values, _ = guard(
+        user,
+        thread.graph,
+        thread.values,
+        subject=f"thread:{thread.id}",
+        thread_id=thread.id,
+        quoted=_quoted(thread) if speaks else (),
+    )
     return values
 
 

@@ -230,6 +230,17 @@ def is_message(value: Any) -> bool:
     )
 
 
+def holds_message(value: Any) -> bool:
+    """Whether ``value`` is or contains a message (``is_message``) at any depth."""
+    if is_message(value):
+        return True
+    if isinstance(value, dict):
+        return any(holds_message(v) for v in value.values())
+    if isinstance(value, list):
+        return any(holds_message(v) for v in value)
+    return False
+
+
 def state_redact(value: Any, paths: Sequence[str], *, quoted: Collection[str] = ()) -> tuple[Any, list[str]]:
     """``redact``, and every message in ``value`` (a state, or anything carrying one) with the values a
     reader may not see masked in its text: its content, content blocks, tool-call arguments, every string.

@@ -80,8 +80,9 @@ def _settled(http: httpx.Client, thread_id: str, status: str) -> None:
 
 @pytest.fixture(scope="module")
 def world(server: str, personas: dict[str, Persona], django_db_blocker: Any) -> World:  # noqa: F811
-    """A thread of chatty_secret, started and streamed by the operator, resumed by the admin, run once more
-    by the operator with ``runs.wait``: paused at its gate with every message in its state and history."""
+    """A thread of chatty_secret, started and streamed by the operator, resumed by the admin, its value
+    replaced by the admin's ``update_state``, run once more by the operator with ``runs.wait``: paused at
+    its gate, with messages speaking the value in its state and history, though its state no longer holds it."""
     canary = f"cnry{uuid.uuid4().hex[:12]}spk"
     tag = uuid.uuid4().hex
     bodies: dict[str, bytes] = {}
@@ -102,6 +103,9 @@ def world(server: str, personas: dict[str, Persona], django_db_blocker: Any) -> 
         assert resumed.status_code == 200, resumed.text
         assert canary in resumed.text, "the admin sees the value"
         _settled(operator, thread_id, "idle")
+        # The value is replaced: the messages that spoke it stay, the state no longer holds it.
+        replaced = admin.post(f"/threads/{thread_id}/state", json={"values": {"secret": f"other{uuid.uuid4().hex}"}})
+        assert replaced.status_code == 200, replaced.text
         again = operator.post(f"/threads/{thread_id}/runs/wait", json={"assistant_id": GRAPH, "input": {}})
         assert again.status_code == 200, again.text
         bodies["runs.wait"] = again.content
