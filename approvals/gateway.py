@@ -142,10 +142,12 @@ def _masked_beside_values(view: CheckpointView, paths: list[str], known: Collect
     return dataclasses.replace(view, writes=state_redact(view.writes, paths, quoted=known)[0], tasks=tasks)
 
 
-def _quoted(thread: Thread) -> set[str]:
-    """The values a single state read of ``thread`` masks in message text besides its own: a message can
-    quote a value its checkpoint no longer holds (a node that clears the field after speaking of it)."""
-    return thread_redacted_values(thread)
+def _quoted(thread: Thread, *views: CheckpointView) -> set[str]:
+    """The values a state read of ``thread`` masks in message text besides its own: a message can quote a
+    value its checkpoint no longer holds (a node that clears the field after speaking of it). Read (three
+    queries) only when one of ``views`` holds a message: a state without any masks by path alone."""
+    spoken = any(holds_message([v.values, v.writes, [t.result for t in v.tasks]]) for v in views)
+    return thread_redacted_values(thread) if spoken else set()
 
 
 def state_for(user: permissions.Principal, thread_id: Any, checkpoint_id: str | None = None) -> CheckpointView | None:
@@ -160,7 +162,7 @@ def thread_state_for(
     view = thread_state_read(thread, checkpoint_id)
     if checkpoint_id and view is None:
         raise NotFound(f"checkpoint {checkpoint_id} not found", field="checkpoint_id")
-    return _guard_view(user, thread, view, _quoted(thread)) if view else None
+    return _guard_view(user, thread, view, _quoted(thread, view)) if view else None
 
 
 def history_for(
@@ -177,7 +179,7 @@ def history_for(
     if not paths:
         return views
     # One set for the page: a message in one checkpoint may quote a value held in another.
-    known = _quoted(thread).union(*(_view_values(v, paths, ()) for v in views))
+    known = _quoted(thread, *views).union(*(_view_values(v, paths, ()) for v in views))
     if may_see_sensitive(user):
         values = [v.values for v in views]
         guard(user, thread.graph, values, subject=f"thread:{thread.id}", thread_id=thread.id, quoted=known)
@@ -194,7 +196,7 @@ def task_state_for(user: permissions.Principal, task: ApprovalTask) -> Checkpoin
     """The state the task's reviewer decides on: the checkpoint where it paused."""
     permissions.task_require_visible(user, task)
     view = thread_state_read(task.thread, task.checkpoint_id)
-    return _guard_view(user, task.thread, view, _quoted(task.thread)) if view else None
+    return _guard_view(user, task.thread, view, _quoted(task.thread, view)) if view else None
 
 
 def thread_values_for(user: permissions.Principal, thread: Thread) -> dict[str, Any]:
@@ -214,7 +216,7 @@ def thread_values_for(user: permissions.Principal, thread: Thread) -> dict[str, 
         thread.values,
         subject=f"thread:{thread.id}",
         thread_id=thread.id,
-        quoted=_quoted(thread) if speaks else (),
+        quoted=thread_redacted_values(thread) if speaks else (),
     )
     return values
 
@@ -361,7 +363,10 @@ def subgraph_states_for(
     thread = permissions.thread_get_for(user, thread_id)
     subgraphs = thread_subgraphs_read(thread, checkpoint_id)
 
-    quoted = _quoted(thread) if subgraphs else set()
+    def flat(items: list[SubgraphView]) -> list[CheckpointView]:
+        return [view for s in items for view in (s.view, *flat(s.children))]
+
+    quoted = _quoted(thread, *flat(subgraphs))
 
     def guarded(items: list[SubgraphView]) -> list[SubgraphView]:
         return [
