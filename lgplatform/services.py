@@ -398,10 +398,16 @@ def checkpoint_ref(
 
 
 def state_out(
-    user: permissions.Principal, thread: Thread, view: CheckpointView | None, subgraphs: Sequence[SubgraphView] = ()
+    user: permissions.Principal,
+    thread: Thread,
+    view: CheckpointView | None,
+    subgraphs: Sequence[SubgraphView] = (),
+    *,
+    raised: dict[str, dict[tuple[str, str], list[InterruptOut]]] | None = None,
 ) -> ThreadStateOut:
     """A ThreadState: values, next, tasks with their interrupts, checkpoint, metadata; with ``subgraphs``
-    (``get_state(..., subgraphs=True)``) each in-flight subgraph's state nested in its task's ``state``."""
+    (``get_state(..., subgraphs=True)``) each in-flight subgraph's state nested in its task's ``state``.
+    ``raised``: the interrupts of several checkpoints read at once (``_interrupts_raised``; a history)."""
     if view is None:
         return ThreadStateOut(
             values={},
@@ -413,7 +419,9 @@ def state_out(
             parent_checkpoint=None,
             interrupts=[],
         )
-    pending = _pending_interrupts(user, thread, view.checkpoint_id)  # read (and its reveals audited) once
+    if raised is None:  # read (and its reveals audited) once
+        raised = _interrupts_raised(user, thread, [view.checkpoint_id])
+    pending = raised.get(view.checkpoint_id, {})
     error = (
         thread.error if view.checkpoint_id == thread.checkpoint_id and thread.status == ThreadStatus.FAILED else None
     )
@@ -508,19 +516,25 @@ def _subgraph_state_out(
     )
 
 
-def _pending_interrupts(
-    user: permissions.Principal, thread: Thread, checkpoint_id: str
-) -> dict[tuple[str, str], list[InterruptOut]]:
-    """The interrupts pending at the checkpoint that ``user`` may see, masked, by where they were raised:
-    (namespace of the graph that raised it, "" for the root; node). Only the thread's head has any."""
-    if checkpoint_id != thread.checkpoint_id or thread.status != ThreadStatus.INTERRUPTED:
+def _interrupts_raised(
+    user: permissions.Principal, thread: Thread, checkpoint_ids: Sequence[str]
+) -> dict[str, dict[tuple[str, str], list[InterruptOut]]]:
+    """The interrupts raised at each checkpoint that ``user`` may see, masked, by where they were raised:
+    (namespace of the graph that raised it, "" for the root; node). A checkpoint keeps its interrupts once
+    they are answered, as LangGraph's history shows them (they are its pending writes): every interrupt task
+    opened at it counts, the newest for an interrupt opened again (a retried run). One query for them all."""
+    if not checkpoint_ids:
         return {}
     visible = permissions.tasks_visible(user).filter(
-        thread=thread, status=TaskStatus.PENDING, kind=TaskKind.INTERRUPT, checkpoint_id=checkpoint_id
+        thread=thread, kind=TaskKind.INTERRUPT, checkpoint_id__in=list(checkpoint_ids)
     )
-    found: dict[tuple[str, str], list[InterruptOut]] = {}
+    newest: dict[tuple[str, str], ApprovalTask] = {}
     for task in visible.order_by("created_at"):
-        found.setdefault((task.checkpoint_ns, task.node), []).append(_interrupt_out(user, task))
+        newest[(task.checkpoint_id, task.interrupt_id)] = task  # a later one replaces an earlier one
+    found: dict[str, dict[tuple[str, str], list[InterruptOut]]] = {}
+    for task in sorted(newest.values(), key=lambda t: t.created_at):
+        at = found.setdefault(task.checkpoint_id, {})
+        at.setdefault((task.checkpoint_ns, task.node), []).append(_interrupt_out(user, task))
     return found
 
 
@@ -616,7 +630,8 @@ def thread_history(
     if not thread.graph:
         return []
     views = gateway.history_for(user, thread.id, limit=limit, before=before, checkpoint_id=checkpoint_id)
-    return [state_out(user, thread, v) for v in views]
+    raised = _interrupts_raised(user, thread, [v.checkpoint_id for v in views])
+    return [state_out(user, thread, v, raised=raised) for v in views]
 
 
 def wait_output(user: permissions.Principal, thread: Thread, run: Run) -> dict[str, Any]:

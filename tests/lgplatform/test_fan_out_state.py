@@ -35,3 +35,23 @@ def test_the_fan_out_resumes_with_a_map_and_finishes(reviewer, fanned_out):
     final = reviewer.client.post(f"/lg/threads/{thread}/runs/wait", body)
     assert final.status_code == 200, final.content
     assert sorted(final.json()["answers"]) == ["a:approve", "b:approve"] and "__interrupt__" not in final.json()
+
+
+def test_the_paused_checkpoint_keeps_its_interrupts_in_the_history_once_answered(reviewer, fanned_out):
+    """LangGraph's history shows a checkpoint's interrupts after they are answered (they are its pending
+    writes); Gatehouse showed them only while the thread was paused there, so a history or time-travel
+    view lost every past question."""
+    thread, paused = fanned_out
+    at = reviewer.client.get(f"/lg/threads/{thread}/state").json()["checkpoint"]["checkpoint_id"]
+    resume = {i["id"]: {"decision": "approve", "reason": i["value"]["item"]} for i in paused["__interrupt__"]}
+    body = {"assistant_id": "fan_out_review", "command": {"resume": resume}}
+    assert reviewer.client.post(f"/lg/threads/{thread}/runs/wait", body).status_code == 200
+    asked = sorted(i["id"] for i in paused["__interrupt__"])
+
+    history = reviewer.client.post(f"/lg/threads/{thread}/history", {"limit": 20}).json()
+    [then] = [h for h in history if h["checkpoint"]["checkpoint_id"] == at]
+    assert [[i["value"]["item"] for i in t["interrupts"]] for t in then["tasks"]] == [["a"], ["b"]]
+    assert sorted(i["id"] for i in then["interrupts"]) == asked
+    assert history[0]["interrupts"] == [] and history[0]["checkpoint"]["checkpoint_id"] != at  # the head: none
+    state = reviewer.client.get(f"/lg/threads/{thread}/state/{at}").json()
+    assert sorted(i["id"] for i in state["interrupts"]) == asked
