@@ -27,7 +27,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from django.contrib.auth.models import User
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import Q, QuerySet
 from django.db.models.fields.json import KeyTransform
 from django.utils import timezone
@@ -808,6 +808,7 @@ def run_create(
         raise Conflict(f"thread {thread.id} runs graph {thread.graph!r}, not {graph!r}", field="assistant_id")
     metadata = metadata or {}
     if multitask_strategy in ("interrupt", "rollback") and input is not None:
+        _run_creates_serialize(thread.pk)
         active = thread.runs.filter(status__in=ACTIVE_RUN_STATUSES).first()
         if active is not None:
             run_cancel_service(
@@ -825,6 +826,25 @@ def run_create(
     if input is not None:
         return _run_start(actor, thread.pk, graph, input, metadata)
     return _run_continue(actor, thread)
+
+
+# pg_advisory_xact_lock's class for run creates that cancel the thread's active run ("gmtk").
+_MULTITASK_LOCK_CLASS = 0x676D746B
+
+
+def _run_creates_serialize(thread_pk: Any) -> None:
+    """Hold the thread's multitask lock to the end of the caller's transaction (PostgreSQL).
+
+    Two creates with ``interrupt``/``rollback`` sent at once (a chat UI that sends twice) both read the
+    same active run: the second's cancel then found it cancelled by the first and answered 409 about a run
+    its client never named. LangGraph Server takes each in turn, each interrupting the one before; so
+    does this. An advisory lock, not the thread row: a claim and a cancel lock the run before the thread,
+    and this transaction goes on to lock runs. SQLite writes one transaction at a time anyway.
+    """
+    if connection.vendor != "postgresql":
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", [_MULTITASK_LOCK_CLASS, str(thread_pk)])
 
 
 def _thread_for_run(actor: User, thread_id: Any, if_not_exists: str | None) -> Thread:
