@@ -29,6 +29,10 @@ _TRANSIENT_NAMES = {
     ("django.db.utils", "InterfaceError"),
     ("psycopg", "OperationalError"),
     ("psycopg", "InterfaceError"),
+    # PostgreSQL ended a session left idle in a transaction too long (idle_in_transaction_session_timeout: a
+    # worker paused mid-run, a zombie woken). An InternalError by class, yet the connection was cut, not the run
+    # wrong: the run failed for good, its loan paid and its store write left unaudited.
+    ("psycopg.errors", "IdleInTransactionSessionTimeout"),
     ("psycopg_pool", "PoolTimeout"),
     ("psycopg_pool", "TooManyRequests"),
     # The embedded checkpointer's driver raises its own, unwrapped: "database is locked" while another

@@ -30,6 +30,7 @@ def _wrapped(outer: BaseException, inner: BaseException) -> BaseException:
         (psycopg.OperationalError("server closed the connection unexpectedly"), True),
         (psycopg.errors.AdminShutdown("terminating connection due to administrator command"), True),
         (psycopg.errors.DeadlockDetected("deadlock detected"), True),
+        (psycopg.errors.IdleInTransactionSessionTimeout("terminating connection due to idle-in-transaction"), True),
         (psycopg_pool.PoolTimeout("couldn't get a connection after 10 sec"), True),
         (db_utils.InterfaceError("connection already closed"), True),
         (_wrapped(db_utils.OperationalError("wrapped"), psycopg.OperationalError("cut")), True),
