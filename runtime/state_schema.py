@@ -192,7 +192,7 @@ def _validators_run(
     """
     fields = pydantic_fields(schema)
     validator = getattr(schema, "__pydantic_validator__", None)
-    if fields is None or validator is None or not _has_validators(schema):
+    if fields is None or validator is None or not has_validators(schema):
         return  # bounds and types were checked key by key; nothing else would run
     try:
         if complete:
@@ -258,7 +258,8 @@ class _Absent:
 _NOT_JUDGED = {"frozen_instance", "frozen_field"}
 
 
-def _has_validators(schema: type) -> bool:
+def has_validators(schema: type) -> bool:
+    """Whether a Pydantic schema has field or model validators (what ``current=`` of ``values_validate`` is for)."""
     decorators = getattr(schema, "__pydantic_decorators__", None)
     if decorators is None:
         return False
