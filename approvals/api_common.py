@@ -32,11 +32,15 @@ from approvals.inputs import parse_error_of
 from approvals.permissions import TOKEN_SCOPE_ATTR
 from approvals.security import request_token_mark
 from approvals.tokens import token_authenticate
+from runtime.retry import concurrent_change
 
 log = logging.getLogger(__name__)
 
 # How long a client is told to wait before retrying what the database could not serve (APIs, pages, metrics).
 RETRY_AFTER_SECONDS = 5
+
+# A request PostgreSQL rolled back for a concurrent one (runtime.retry.concurrent_change), on every surface.
+CONCURRENT_CHANGE = "another request changed the same records at the same moment; nothing was written: send it again"
 
 # What a token limited to reading holds: it may not change anything.
 READ_ONLY_ACTIONS = {"read"}
@@ -228,6 +232,12 @@ def api_errors_install(
         return respond(request, exc.status_code, "error", str(exc))
 
     def on_database_unavailable(request: HttpRequest, exc: DatabaseError) -> HttpResponse:
+        if concurrent_change(exc):  # PostgreSQL ended it for a concurrent request (a deadlock): nothing written
+            log.warning("%s %s: rolled back for a concurrent change: %s", request.method, request.path, exc)
+            response = respond(request, 409, "conflict", CONCURRENT_CHANGE)
+            response["Retry-After"] = "1"
+            response._has_been_logged = True  # type: ignore[attr-defined]
+            return response
         # The database down or out of connections: a JSON answer a client can retry on, not an HTML 500.
         log.warning("%s %s: database unavailable: %s", request.method, request.path, exc)
         response = respond(request, 503, "unavailable", "the database cannot be reached right now; retry shortly")

@@ -41,7 +41,8 @@ from runtime.branches import (
 from runtime.models import Branch, Effect, Run, RunKind, Thread, ThreadStatus
 from runtime.registry import UnknownGraph, graph_get, graph_is_external
 from runtime.runs import ThreadBusy, run_enqueue
-from runtime.state_schema import FieldError, values_validate
+from runtime.state import thread_state_read
+from runtime.state_schema import FieldError, has_validators, values_validate
 
 # As a decision's reason: what the audit row keeps is bounded, and a longer one is refused, not cut.
 REASON_MAX = 4000
@@ -68,6 +69,13 @@ def _thread_for(actor: User, thread_id: Any) -> Thread:
         raise Conflict("this thread has no checkpoints to travel to", field="thread_id")
     graph_runnable_check(thread.graph)
     return thread
+
+
+def _open_tasks_lock(thread: Thread) -> None:
+    """Lock the thread's pending tasks before the branch locks the thread: a decision locks its task, then
+    the thread (``permissions.task_get_for(lock=True)``), and a fork or replay that took the thread first and
+    its tasks after (to supersede them) deadlocked with it; PostgreSQL ended one, answered as a 503."""
+    list(ApprovalTask.objects.select_for_update().filter(thread=thread, status=TaskStatus.PENDING).values_list("pk"))
 
 
 def _supersede_open_tasks(thread: Thread, branch: Branch) -> list[str]:
@@ -134,14 +142,18 @@ def thread_fork(
         _redone_check(thread, checkpoint_id, redone_seen)
     if values is not None and not isinstance(values, dict):
         raise InvalidInput("values must be an object of state keys", field="values")
+    schema = graph_get(thread.graph).state_schema
+    # A model validator reading several fields judges the write over the checkpoint's values (read only then).
+    at = thread_state_read(thread, checkpoint_id) if values and has_validators(schema) else None
     try:
-        values_validate(graph_get(thread.graph).state_schema, values or {}, prefix="values")
+        values_validate(schema, values or {}, prefix="values", current=at.values if at else None)
     except FieldError as exc:
         raise InvalidInput(exc.message, field=exc.field) from None
     if values:  # the fork writes over that checkpoint's values
         values = state_write_guard(
             actor=actor, thread=thread, values=values, field="values", checkpoint_id=checkpoint_id
         )
+    _open_tasks_lock(thread)
     try:
         branch = branch_fork(
             thread=thread,
@@ -184,6 +196,7 @@ def thread_replay(
     reason = _reason_clean(reason)
     _checkpoint_check(checkpoint_id)
     _redone_check(thread, checkpoint_id, redone_seen)
+    _open_tasks_lock(thread)
     try:
         branch = branch_replay(thread=thread, checkpoint_id=checkpoint_id, reason=reason, created_by=actor)
     except CheckpointNotFound as exc:

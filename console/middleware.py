@@ -12,7 +12,9 @@ from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse, JsonResponse, QueryDict
 from django.template.loader import render_to_string
 
-from approvals.api_common import RETRY_AFTER_SECONDS
+from approvals.api_common import CONCURRENT_CHANGE, RETRY_AFTER_SECONDS
+from approvals.errors import Conflict
+from runtime.retry import concurrent_change
 
 log = logging.getLogger(__name__)
 
@@ -138,6 +140,13 @@ class DatabaseUnavailableMiddleware:
     def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
         if not isinstance(exception, OperationalError | InterfaceError):
             return None
+        if concurrent_change(exception):  # a deadlock with a concurrent request: nothing was written
+            log.warning("%s %s: rolled back for a concurrent change: %s", request.method, request.path, exception)
+            from console.views.common import error_page  # the views' own error page (a view module: imported late)
+
+            answer = error_page(request, Conflict(CONCURRENT_CHANGE))  # type: ignore[arg-type]
+            answer._has_been_logged = True  # type: ignore[attr-defined]
+            return answer
         log.warning("%s %s: database unavailable: %s", request.method, request.path, exception)
         # SessionMiddleware skips a request without a session; with one it would read it again (its expiry)
         # and wait out another pool timeout. The session is not saved on a 5xx answer anyway.

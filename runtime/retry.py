@@ -61,6 +61,13 @@ def is_transient(exc: BaseException) -> bool:
     return any(class_names(link) & _TRANSIENT_NAMES for link in exception_chain(exc))
 
 
+def concurrent_change(exc: BaseException) -> bool:
+    """True when PostgreSQL rolled the transaction back for a concurrent one (SQLSTATE class 40: a deadlock,
+    a serialization failure): nothing was written, and the same request sent again may succeed. A conflict
+    with another request, not an unreachable database."""
+    return any(str(getattr(link, "sqlstate", "") or "").startswith("40") for link in exception_chain(exc))
+
+
 def retry_backoff(attempts: int) -> float:
     """Seconds to wait, after a lost or released lease, before attempt ``attempts + 1`` is dispatched.
 

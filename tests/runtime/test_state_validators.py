@@ -104,3 +104,15 @@ def test_update_state_its_validators_refuse_is_a_422_and_writes_nothing(paused, 
     assert Thread.objects.get(pk=thread.pk).checkpoint_id == thread.checkpoint_id
     accepted = operator.client.post(f"/lg/threads/{thread.pk}/state", {"values": {"subject": "chairs"}})
     assert accepted.status_code == 200, accepted.content
+
+
+def test_a_fork_writing_one_field_is_judged_with_the_checkpoints_other_values(paused, operator):
+    """A fork writes over a past checkpoint's values: ``approved: 5000`` alone is refused by the model's
+    validator read with that checkpoint's ``requested: 900``. Without them the validator could not judge the
+    write and let it through: the fork, and any run of it, then failed inside LangGraph."""
+    thread = Thread.objects.get(pk=paused.thread_id)
+    body = {"checkpoint_id": thread.checkpoint_id, "values": {"approved": 5000}, "reason": "try more"}
+    error = error_of(operator.client.post(f"/api/threads/{thread.pk}/fork", body), 422)
+    assert error["field"] == "values.approved" and SPAN_REFUSED in error["message"], error
+    ok = {**body, "values": {"approved": 850}}
+    assert operator.client.post(f"/api/threads/{thread.pk}/fork", ok).status_code == 201
