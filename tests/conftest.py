@@ -514,6 +514,25 @@ def auditor(personas: dict[str, Persona]) -> Persona:
 # --- flow helpers --------------------------------------------------------------------
 
 
+@pytest.fixture
+def dispatched(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Runs queued by the test are recorded, not sent: the test executes them here (``run_execute``), or not."""
+    from runtime import runs
+
+    sent: list[str] = []
+    monkeypatch.setattr(runs, "run_dispatch", lambda *, run_id: sent.append(str(run_id)))
+    return sent
+
+
+def session_waits_on_lock(pid: int | None) -> bool:
+    """Whether PostgreSQL session ``pid`` waits for a lock: how a test that holds one request at a known point
+    sees the other reach its lock before letting the first go on (a race controlled, not hoped for)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", [pid or 0])
+        row = cursor.fetchone()
+    return row is not None and row[0] == "Lock"
+
+
 def thread_start(persona: Persona, graph: str, graph_input: dict[str, Any], **metadata: Any) -> dict[str, Any]:
     response = persona.client.post("/api/threads", {"graph": graph, "input": graph_input, "metadata": metadata})
     assert response.status_code == 201, response.content

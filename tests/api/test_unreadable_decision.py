@@ -24,7 +24,6 @@ from django.conf import settings as django_settings
 
 from approvals.models import ApprovalTask, Decision, TaskStatus
 from console.page_context import task_live_context
-from runtime import runs
 from runtime.executor import run_execute
 from runtime.models import Run, RunKind, Thread, ThreadStatus
 from runtime.registry import registry_load
@@ -89,13 +88,6 @@ def deploy(tmp_path: Path) -> Iterator[Deploy]:
     finally:
         store_close()  # read again from the session's file when next used
         registry_load(configured)
-
-
-@pytest.fixture
-def dispatched(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    sent: list[str] = []
-    monkeypatch.setattr(runs, "run_dispatch", lambda *, run_id: sent.append(str(run_id)))
-    return sent
 
 
 @pytest.fixture

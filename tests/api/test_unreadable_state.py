@@ -25,13 +25,6 @@ WHY = "the graph cannot load this state: Amount must be more than 0"
 
 
 @pytest.fixture
-def dispatched(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    sent: list[str] = []
-    monkeypatch.setattr(runs, "run_dispatch", lambda *, run_id: sent.append(str(run_id)))
-    return sent
-
-
-@pytest.fixture
 def unloadable(dispatched, operator) -> Thread:
     """A thread started with ``amount: -3`` before starts were checked against the model's bounds (run here
     in-process, past the check): its first run failed reading the state, and its checkpoint holds the -3."""

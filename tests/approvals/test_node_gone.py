@@ -30,7 +30,6 @@ from django.core.management import call_command
 
 from approvals.models import ApprovalTask, Decision, TaskStatus
 from console.page_context import task_live_context
-from runtime import runs
 from runtime.executor import run_execute
 from runtime.models import Run, RunKind, RunStatus, Thread, ThreadStatus
 from runtime.registry import GraphEntry, registry_load
@@ -100,13 +99,6 @@ def deploy(tmp_path: Path) -> Iterator[Deploy]:
     finally:
         store_close()  # read again from the session's file when next used
         registry_load(configured)
-
-
-@pytest.fixture
-def dispatched(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    sent: list[str] = []
-    monkeypatch.setattr(runs, "run_dispatch", lambda *, run_id: sent.append(str(run_id)))
-    return sent
 
 
 @pytest.fixture

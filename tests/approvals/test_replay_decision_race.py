@@ -16,7 +16,7 @@ from approvals import time_travel
 from approvals.models import ApprovalTask, TaskStatus
 from runtime import runs
 from runtime.executor import run_execute
-from tests.conftest import api_decide, loan_input, scaled, thread_start, wait_for
+from tests.conftest import api_decide, loan_input, scaled, session_waits_on_lock, thread_start, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db")]
 
@@ -61,13 +61,11 @@ def test_a_decision_racing_a_replay_is_a_conflict_not_a_deadlock(operator, revie
     second = threading.Thread(target=send, args=("decision",))
     second.start()
 
-    def decision_waits() -> bool:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", [pids.get("decision", 0)])
-            row = cursor.fetchone()
-        return row is not None and row[0] == "Lock"
-
-    wait_for(decision_waits, timeout=60, what="the decision waiting for the replay's locks")
+    wait_for(
+        lambda: session_waits_on_lock(pids.get("decision")),
+        timeout=60,
+        what="the decision waiting for the replay's locks",
+    )
     release.set()
     first.join(scaled(60))
     second.join(scaled(60))

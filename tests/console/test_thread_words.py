@@ -25,13 +25,6 @@ from tests.factories import task_make, thread_make
 pytestmark = pytest.mark.usefixtures("live_db")
 
 
-@pytest.fixture
-def dispatched(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    sent: list[str] = []
-    monkeypatch.setattr(runs, "run_dispatch", lambda *, run_id: sent.append(str(run_id)))
-    return sent
-
-
 def _paused(graph_input: dict[str, Any], **thread: Any) -> tuple[Thread, ApprovalTask]:
     made = thread_make(graph="travel_pay", **thread)
     with transaction.atomic():

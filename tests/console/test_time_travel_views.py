@@ -37,13 +37,6 @@ def secret_masked(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setattr(graph_get(graph), "sensitive_paths", ["secret"])
 
 
-@pytest.fixture
-def dispatched(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    sent: list[str] = []
-    monkeypatch.setattr(runs, "run_dispatch", lambda *, run_id: sent.append(str(run_id)))
-    return sent
-
-
 def _paused(graph: str, graph_input: dict[str, Any]) -> tuple[Thread, ApprovalTask]:
     thread = thread_make(graph=graph)
     with transaction.atomic():

@@ -27,13 +27,6 @@ def _module() -> Any:
     return sys.modules["gatehouse_graphs.loan_approval"]
 
 
-@pytest.fixture
-def dispatched(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    sent: list[str] = []
-    monkeypatch.setattr(runs, "run_dispatch", lambda *, run_id: sent.append(str(run_id)))
-    return sent
-
-
 def _run(thread: Thread, graph_input: dict[str, Any]) -> Run:
     with transaction.atomic():
         run = runs.run_enqueue(thread=thread, kind=RunKind.START, input=graph_input)

@@ -14,7 +14,7 @@ from django.db import connection, connections
 from lgplatform import services as platform
 from runtime import runs
 from runtime.models import Run, RunStatus
-from tests.conftest import loan_input, scaled, wait_for
+from tests.conftest import loan_input, scaled, session_waits_on_lock, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db")]
 
@@ -56,13 +56,7 @@ def test_two_creates_at_once_each_interrupt_the_run_before(operator, monkeypatch
     b = threading.Thread(target=create, args=("b", False))
     b.start()
 
-    def b_waits_on_a_lock() -> bool:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", [pids.get("b", 0)])
-            row = cursor.fetchone()
-        return row is not None and row[0] == "Lock"
-
-    wait_for(b_waits_on_a_lock, timeout=60, what="the second create waiting for the first")
+    wait_for(lambda: session_waits_on_lock(pids.get("b")), timeout=60, what="the second create waiting for the first")
     release.set()
     a.join(scaled(60))
     b.join(scaled(60))

@@ -32,13 +32,6 @@ def _calls() -> list[str]:
     return sys.modules["gatehouse_graphs.travel_pay"].CALLS  # type: ignore[no-any-return]
 
 
-@pytest.fixture
-def dispatched(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    sent: list[str] = []
-    monkeypatch.setattr(runs, "run_dispatch", lambda *, run_id: sent.append(str(run_id)))
-    return sent
-
-
 def _execute(run: Run) -> Run:
     run_execute(run_id=str(run.id))
     run.refresh_from_db()

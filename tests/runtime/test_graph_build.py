@@ -14,7 +14,6 @@ import pytest
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph import StateGraph
 
-from runtime import runs
 from runtime.executor import run_execute
 from runtime.models import Run, RunStatus, ThreadStatus
 from runtime.registry import graph_get
@@ -22,13 +21,6 @@ from tests.conftest import thread_start
 from tests.graphs.factories import built_per_run
 
 pytestmark = pytest.mark.usefixtures("live_db")
-
-
-@pytest.fixture
-def dispatched(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    sent: list[str] = []
-    monkeypatch.setattr(runs, "run_dispatch", lambda *, run_id: sent.append(str(run_id)))
-    return sent
 
 
 def _edge_to_nowhere(config: RunnableConfig) -> StateGraph[Any]:

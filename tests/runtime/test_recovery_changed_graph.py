@@ -25,7 +25,6 @@ import pytest
 from django.conf import settings as django_settings
 
 from approvals.models import ApprovalTask, TaskStatus
-from runtime import runs
 from runtime.executor import run_execute
 from runtime.models import Run, RunKind, RunStatus, Thread, ThreadStatus
 from runtime.registry import registry_load
@@ -143,13 +142,6 @@ def deploy(tmp_path: Path) -> Iterator[Deploy]:
 def deploy_subgraph(tmp_path: Path) -> Iterator[Deploy]:
     """The gate is in a subgraph (node ``approval``), followed there by ``notify``."""
     yield from _deploy(tmp_path, "approval", "inner.compile()")
-
-
-@pytest.fixture
-def dispatched(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    sent: list[str] = []
-    monkeypatch.setattr(runs, "run_dispatch", lambda *, run_id: sent.append(str(run_id)))
-    return sent
 
 
 def _failed_resume(deploy: Deploy, fault: str, operator, reviewer, dispatched: list[str]) -> ApprovalTask:

@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 
 from approvals.models import ApprovalTask, TaskStatus
-from runtime import runs
 from runtime.executor import run_execute
 from runtime.models import Thread, ThreadStatus
 from tests.api.test_bad_input import error_of, snapshot
@@ -26,13 +25,6 @@ pytestmark = pytest.mark.usefixtures("live_db")
 GRAPH = "validated_spend"
 SUBJECT_REFUSED = "Subject: this subject is not allowed"
 SPAN_REFUSED = "the approved amount exceeds the requested one"
-
-
-@pytest.fixture
-def dispatched(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    sent: list[str] = []
-    monkeypatch.setattr(runs, "run_dispatch", lambda *, run_id: sent.append(str(run_id)))
-    return sent
 
 
 @pytest.fixture

@@ -21,13 +21,6 @@ from runtime.threads import thread_cancel, thread_create, thread_graph_bind, thr
 pytestmark = pytest.mark.usefixtures("live_db")
 
 
-@pytest.fixture
-def dispatched(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    sent: list[str] = []
-    monkeypatch.setattr(runs, "run_dispatch", lambda *, run_id: sent.append(str(run_id)))
-    return sent
-
-
 def _written(amount: int) -> Thread:
     thread = thread_create(graph="travel_pay", metadata={}, created_by=None)
     with transaction.atomic():
