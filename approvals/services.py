@@ -49,14 +49,24 @@ from approvals.payloads import (
     payload_title,
     resume_value_build,
 )
-from approvals.redaction import MASK, HiddenEdited, hidden_kept, redact
+from approvals.redaction import (
+    MASK,
+    TEXT_MASK,
+    HiddenEdited,
+    hidden_kept,
+    holds_message,
+    is_message,
+    redact,
+    redacted_values,
+    strings_masked,
+)
 from approvals.task_rows import DecisionGrounds, decision_grounds, task_closing, tasks_pending
 from runtime import rows
 from runtime.deadlines import duration_human
 from runtime.models import Run, RunKind, Thread, ThreadStatus
 from runtime.registry import UnknownGraph, graph_get, graph_is_external, graph_is_registered, graph_names
 from runtime.runs import PendingInterrupt, ThreadBusy, retry_command, run_enqueue, thread_start_enqueue
-from runtime.state import thread_state_read
+from runtime.state import CheckpointView, thread_state_read
 from runtime.state_schema import FieldError, values_validate
 from runtime.storable import NotStorable, value_storable_check
 from runtime.threads import thread_cancel, thread_stopped_midway
@@ -405,7 +415,8 @@ def _task_decide(*, actor: User, task_id: Any, request: DecisionRequest, signer:
         raise Conflict("you have already signed this task; another approver must decide", field="task_id")
     _storable_check(request)
     request = replace(request, state_patch=_hidden_kept(request.state_patch, thread.values, redaction))
-    state_patch = _state_patch_check(task, request)
+    at = _TaskCheckpoint(task)  # read once, and only if a check of the edits needs it
+    state_patch = _state_patch_check(task, request, at=at, redaction=redaction)
     if state_patch and grounds.checkpoint_sibling:
         _sibling_edits_refuse(task, state_patch)
     resume_value = resume_value_build(
@@ -418,7 +429,7 @@ def _task_decide(*, actor: User, task_id: Any, request: DecisionRequest, signer:
     _storable_or_refuse(resume_value, "resume")
     # Nor one the thread could not load its state to resume with (a read of the checkpoint: once the
     # decision is otherwise valid, so a refused one does not pay for it).
-    unreadable = state_unreadable_refusal(task)
+    unreadable = state_unreadable_refusal(task, at.unreadable)
     if unreadable is not None:
         raise Conflict(unreadable.message, field="task_id")
     signed_action = _signed_action(task, request.outcome, state_patch, resume_value)
@@ -735,17 +746,152 @@ def state_write_guard(
     A write replaces each key's whole value, so leaving out a field one sees masked erased it, and sending
     the mask back stored the mask. Hidden values left alone (left out, or sent back as the mask) keep
     their stored value (read only for a writer who sees some masked); a different value where ``actor``
-    sees a mask is a 422 naming it; and the mask itself is never stored, whoever sends it.
+    sees a mask is a 422 naming it; and the mask itself is never stored, whoever sends it. Messages sent
+    back as shown (their text masked by value: ``_messages_kept``) keep their stored text.
     """
     redaction = gateway.paths_masked_for(actor, thread.graph)
     if redaction and values:
         stored = thread_state_read(thread, checkpoint_id)
         values = _hidden_kept(values, stored.values if stored else {}, redaction, field=field) or values
+        if stored is not None:
+            values = _messages_kept(values, stored, thread=thread, redaction=redaction, field=field)
     _mask_refuse(values, field)
     return values
 
 
-def _state_patch_check(task: ApprovalTask, request: DecisionRequest) -> dict[str, Any] | None:
+def _spoken_values(thread: Thread, redaction: list[str], view: CheckpointView) -> set[str]:
+    """The values a reader who sees ``redaction`` masked was shown as ``TEXT_MASK`` in the message text of
+    ``view``: as ``gateway.thread_state_for`` finds them (the view's values, writes and tasks' results, and
+    what the thread carried elsewhere)."""
+    seen = [view.values, view.writes, [t.result for t in view.tasks]]
+    return redacted_values(seen, redaction) | gateway.thread_redacted_values(thread)
+
+
+def _messages_kept(
+    values: dict[str, Any], stored: CheckpointView, *, thread: Thread, redaction: list[str], field: str
+) -> dict[str, Any]:
+    """``values`` by a writer who sees ``redaction`` masked, with each message that quoted a masked value
+    in its stored text and was sent back as shown (``I know ••• well``) holding its stored text again.
+
+    Message text is masked by value (``approvals.redaction.state_redact``), so a reader who sent back the
+    messages they read (``update_state`` with the same ids, a decision's edits) replaced the stored text
+    with the masked text: the value was lost. A sent message is matched to the stored one with the same
+    id (as ``add_messages`` matches it), or with no id, the one at the same location; each string in it
+    that equals the stored message's string as shown is the stored string; any other string holding
+    ``TEXT_MASK`` is a 422 naming it (the writer changed text around a value they cannot see). A message
+    whose stored text quoted nothing masked, or with no stored match, is the writer's own text.
+    """
+    if not holds_message(values):
+        return values  # no message written: nothing to read
+    spoken = _spoken_values(thread, redaction, stored)
+    if not spoken:
+        return values
+    by_id: dict[str, Any] = {}
+    for message in _messages_in(stored.values):
+        ident = message.get("id")
+        if isinstance(ident, str) and ident:
+            by_id.setdefault(strings_masked(ident, spoken), message)  # the id as the writer was shown it
+
+    def walk(sent: Any, here: Any, location: str) -> Any:
+        if is_message(sent):
+            ident = sent.get("id")
+            match = by_id.get(ident) if isinstance(ident, str) and ident else None
+            if match is None and not ident and is_message(here) and not here.get("id"):
+                match = here
+            if match is None:
+                return sent
+            shown = strings_masked(match, spoken)
+            return sent if shown == match else _text_kept(sent, shown, match, location)
+        if isinstance(sent, dict):
+            before = here if isinstance(here, dict) else {}
+            return {k: walk(v, before.get(k), f"{location}.{k}") for k, v in sent.items()}
+        if isinstance(sent, list):
+            items = here if isinstance(here, list) else []
+            return [walk(v, items[i] if i < len(items) else None, f"{location}[{i}]") for i, v in enumerate(sent)]
+        return sent
+
+    kept: dict[str, Any] = walk(values, stored.values, field)
+    return kept
+
+
+def _messages_in(value: Any) -> list[dict[str, Any]]:
+    if is_message(value):
+        return [value]
+    if isinstance(value, dict):
+        return [m for v in value.values() for m in _messages_in(v)]
+    if isinstance(value, list):
+        return [m for v in value for m in _messages_in(v)]
+    return []
+
+
+_NOTHING: Any = object()
+
+
+def _text_kept(sent: Any, shown: Any, stored: Any, location: str) -> Any:
+    """``sent`` (a message, or a part of one) with each string that equals ``shown`` (the stored part as the
+    writer was shown it) being the ``stored`` one; a string that differs and holds ``TEXT_MASK`` is refused."""
+    if isinstance(sent, str):
+        if isinstance(shown, str) and sent == shown:
+            return stored
+        if TEXT_MASK in sent:
+            raise InvalidInput(
+                f"this message's text shows values redacted for you as {TEXT_MASK}: send the message back as "
+                f"shown to keep it, or write text without {TEXT_MASK}",
+                field=location,
+            )
+        return sent
+    if isinstance(sent, dict):
+        shown_d = shown if isinstance(shown, dict) else {}
+        stored_d = stored if isinstance(stored, dict) else {}
+        return {
+            k: _text_kept(v, shown_d.get(k, _NOTHING), stored_d.get(k, _NOTHING), f"{location}.{k}")
+            for k, v in sent.items()
+        }
+    if isinstance(sent, list):
+        shown_l = shown if isinstance(shown, list) else []
+        stored_l = stored if isinstance(stored, list) else []
+        return [
+            _text_kept(
+                v,
+                shown_l[i] if i < len(shown_l) else _NOTHING,
+                stored_l[i] if i < len(stored_l) else _NOTHING,
+                f"{location}[{i}]",
+            )
+            for i, v in enumerate(sent)
+        ]
+    return sent
+
+
+class _TaskCheckpoint:
+    """The state at ``task``'s checkpoint, read when a check first asks for it and then kept.
+
+    The decision POST is a hot path (docs/performance.md): it reads the checkpoint only for edits whose
+    check needs it (messages written back by a writer who sees values masked, a state with Pydantic
+    validators), and the unreadable-state check reuses that read instead of making its own.
+    """
+
+    def __init__(self, task: ApprovalTask) -> None:
+        self._task = task
+        self._read = False
+        self._view: CheckpointView | None = None
+
+    @property
+    def view(self) -> CheckpointView | None:
+        if not self._read:
+            self._view = thread_state_read(self._task.thread, self._task.checkpoint_id)
+            self._read = True
+        return self._view
+
+    @property
+    def unreadable(self) -> str | None:
+        """For ``abilities.state_unreadable_refusal``: why the graph cannot load the state, if it was read here
+        (None: not read, that check reads it if it must)."""
+        return self._view.unreadable if self._view is not None else None
+
+
+def _state_patch_check(
+    task: ApprovalTask, request: DecisionRequest, *, at: _TaskCheckpoint, redaction: list[str]
+) -> dict[str, Any] | None:
     _mask_refuse(request.state_patch, "edits")
     _mask_refuse(request.action_args, "action_args")
     for index, item in enumerate(request.decisions or []):
@@ -757,11 +903,15 @@ def _state_patch_check(task: ApprovalTask, request: DecisionRequest) -> dict[str
         return None
     if request.outcome not in ("edit", "approve"):
         raise InvalidInput("state edits go with an edit or approve decision", field="edits")
+    if redaction and holds_message(patch) and at.view is not None:
+        patch = _messages_kept(patch, at.view, thread=task.thread, redaction=redaction, field="edits")
     editable = gate_policy(task.payload, task.kind).editable
     try:
-        return values_validate(graph_get(task.graph).state_schema, patch, prefix="edits", allowed=editable)
+        schema = graph_get(task.graph).state_schema
     except UnknownGraph:
         raise InvalidInput("this task has no graph state to edit", field="edits") from None
+    try:
+        return values_validate(schema, patch, prefix="edits", allowed=editable)
     except FieldError as exc:
         raise InvalidInput(exc.message, field=exc.field) from None
 
