@@ -67,7 +67,7 @@ from runtime.models import Run, RunKind, Thread, ThreadStatus
 from runtime.registry import UnknownGraph, graph_get, graph_is_external, graph_is_registered, graph_names
 from runtime.runs import PendingInterrupt, ThreadBusy, retry_command, run_enqueue, thread_start_enqueue
 from runtime.state import CheckpointView, thread_state_read
-from runtime.state_schema import FieldError, values_validate
+from runtime.state_schema import FieldError, has_validators, values_validate
 from runtime.storable import NotStorable, value_storable_check
 from runtime.threads import thread_cancel, thread_stopped_midway
 
@@ -910,8 +910,14 @@ def _state_patch_check(
         schema = graph_get(task.graph).state_schema
     except UnknownGraph:
         raise InvalidInput("this task has no graph state to edit", field="edits") from None
+    # A validator reading several fields judges a one-field edit with the others as stored: the values at
+    # the task's checkpoint, read only for a schema that has validators (the unreadable check reuses them).
+    current = None
+    if has_validators(schema):
+        view = at.view
+        current = view.values if view is not None else None
     try:
-        return values_validate(schema, patch, prefix="edits", allowed=editable)
+        return values_validate(schema, patch, prefix="edits", allowed=editable, current=current)
     except FieldError as exc:
         raise InvalidInput(exc.message, field=exc.field) from None
 
