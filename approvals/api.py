@@ -64,7 +64,8 @@ def _thread_out(
     values: dict[str, Any] | None = None,
 ) -> ThreadOut:
     """``pending``: the thread's pending tasks when the caller knows them (read here otherwise);
-    ``values``: what to show instead of the thread's values as ``user`` may read them."""
+    ``values``: what to show instead of the thread's values as ``user`` may read them. ``run``: the run the
+    caller just queued; without it, the thread's active run while it is busy (``run_id``)."""
     if pending is None:
         pending = selectors.tasks_pending_for_thread(user=user, thread=thread)
     return ThreadOut(
@@ -78,7 +79,7 @@ def _thread_out(
         created_at=thread.created_at,
         updated_at=thread.updated_at,
         pending_tasks=[_task_summary(t) for t in pending],
-        run_id=run.id if run else None,
+        run_id=run.id if run else selectors.thread_active_run_id(thread=thread),
     )
 
 

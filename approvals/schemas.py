@@ -111,7 +111,11 @@ class ThreadOut(Schema):
     created_at: datetime
     updated_at: datetime
     pending_tasks: list[TaskSummaryOut]
-    run_id: UUID | None = None
+    run_id: UUID | None = Field(
+        default=None,
+        description="The run to watch: the run a start queued (POST), or the thread's queued or running run "
+        "while it is busy (GET: a start, a resume after a decision, a retry); null when no run is active.",
+    )
     state_unreadable: str = Field(
         default="",
         description="Why the graph cannot load this state (a stored value its state model refuses, a graph that "

@@ -34,7 +34,7 @@ from approvals.models import (
 )
 from approvals.task_rows import tasks_pending
 from runtime import rows
-from runtime.models import Run, RunKind, Thread
+from runtime.models import ACTIVE_RUN_STATUSES, Run, RunKind, Thread, ThreadStatus
 from runtime.registry import EXTERNAL_GRAPH_PREFIX, graph_get, graph_names
 
 # --- keyset cursors: one codec (a JSON list, URL-safe base64); each list says what it holds ----------
@@ -111,6 +111,17 @@ def tasks_pending_for_thread(*, user: permissions.Principal, thread: Thread) -> 
     them, by one fixed statement and the same rule applied to the rows (``permissions.task_visible``);
     every long poll that ends at a pause answers with them."""
     return [task for task in tasks_pending(thread) if permissions.task_visible(user, task)]
+
+
+def thread_active_run_id(*, thread: Thread) -> uuid.UUID | None:
+    """The id of ``thread``'s queued or running run (one at a time), or None: the run a client of a busy
+    thread watches. Read only while the thread is busy (a run is queued or running makes it so), so a
+    read of a thread at rest costs no statement more."""
+    if thread.status != ThreadStatus.BUSY:
+        return None
+    active = Run.objects.filter(thread=thread, status__in=ACTIVE_RUN_STATUSES).order_by("-created_at")
+    run_id: uuid.UUID | None = active.values_list("id", flat=True).first()
+    return run_id
 
 
 def audit_list(
