@@ -259,13 +259,17 @@ def decisions_shown(
     permissions.task_require_visible(user, task)
     if not decisions:
         return []
+    values = [{"state_patch": d.state_patch, "resume_value": d.resume_value} for d in decisions]
+    # A patch's messages may quote a value the patch does not hold (text kept as stored when a masked reader
+    # sent it back as shown): masked by what the thread carried, read only for a patch that holds a message.
+    speaks = holds_message(values) and bool(paths_masked_for(user, task.graph))
     shown, _ = guard(
         user,
         task.graph,
-        [{"state_patch": d.state_patch, "resume_value": d.resume_value} for d in decisions],
+        values,
         subject=f"task:{task.pk}",
         thread_id=task.thread_id,
-        quoted=(),
+        quoted=thread_redacted_values(task.thread) if speaks else (),
     )
     return [DecisionShown(state_patch=s["state_patch"], resume_value=s["resume_value"]) for s in shown]
 

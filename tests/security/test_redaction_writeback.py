@@ -308,12 +308,6 @@ def test_a_decision_changing_text_around_the_mask_is_a_422_and_nothing_is_signed
     assert task.status == TaskStatus.PENDING
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="gateway.decisions_shown masks a decision's patch by the values it holds only (quoted=()): the stored "
-    "text a masked editor's messages now carry quotes the thread's value. Needs quoted=thread_redacted_values "
-    "there (gateway.py is not this fixer's file); drop this marker with that change.",
-)
 @pytest.mark.parametrize("name,decide,field", DECISIONS, ids=[d[0] for d in DECISIONS])
 def test_a_masked_reader_of_the_task_is_not_shown_the_text_the_decision_kept(
     paused, reviewer, personas, name, decide, field
