@@ -99,11 +99,14 @@ class Socket:
 
         With no worker running (``make test-fast``) a run left queued by an earlier test stays queued
         and sends nothing: there is nothing to wait for."""
-        wait_for(
-            lambda: not workers_alive() or not Run.objects.filter(status__in=ACTIVE_RUN_STATUSES).exists(),
-            timeout=60,
-            what="earlier tests' runs to settle",
-        )
+        active = Run.objects.filter(status__in=ACTIVE_RUN_STATUSES)
+        try:
+            wait_for(
+                lambda: not workers_alive() or not active.exists(), timeout=60, what="earlier tests' runs to settle"
+            )
+        except AssertionError as exc:  # name them: which earlier test left a run no worker finishes
+            stuck = list(active.values_list("id", "thread__graph", "status", "attempts", "lease_owner", "error")[:10])
+            raise AssertionError(f"{exc}; still active: {stuck}") from None
         while not self.nothing(0.3):
             self.receive()
 

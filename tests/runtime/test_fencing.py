@@ -730,6 +730,9 @@ def test_a_claim_waits_for_a_store_write_in_flight_then_takes_the_run():
     a = run_claim(run_id=str(_run().id), worker="host:1:a")
     assert a is not None
     _lapse(a)
+    # Kept from the live worker's sweeper (when one runs in this process's session): re-sent now, the lapsed run
+    # was claimed by it and not by the takeover below. Finished at the end, so no later test waits for it.
+    Run.objects.filter(pk=a.pk).update(dispatched_at=Now() + timedelta(days=1))
     outcome: dict[str, Any] = {}
 
     class _Slow(BaseStore):  # the real store, its write held until the takeover waits (a slow bank, a pause)
@@ -754,6 +757,7 @@ def test_a_claim_waits_for_a_store_write_in_flight_then_takes_the_run():
         _store_graph(a, inner=_Slow()).invoke({"by": "a"}, _fenced_config(a.thread, a.fence))
     finally:
         taker.join(scaled(15))
+        Run.objects.filter(pk=a.pk).update(status=RunStatus.SUCCEEDED, lease_expires_at=None)
     assert isinstance(outcome["claim"], Run) and outcome["claim"].fence == a.fence + 1, outcome
     value, operations, audited = _memory(a)
     assert value is not None and value[0] == {"paid_by": "a"} and operations == 1 and audited == ["worker:host:1:a"]
