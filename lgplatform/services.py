@@ -91,6 +91,12 @@ RUN_STATUSES_IN: dict[str, list[str]] = {
 } | {"timeout": []}  # a status of LangGraph Server's that no Gatehouse run is shown with
 _INTERRUPT_ID = re.compile(r"[0-9a-f]{32}")
 COPY_NODE = "__copy__"  # LangGraph's as_node for a copy of the checkpoint
+# A failed run's error as the runtime stores it (``traceback.format_exception_only``): "<Type>: <message>",
+# the type module-qualified unless builtin, then LangGraph's note on each task it came up through.
+_ERROR_TYPED = re.compile(r"(?P<type>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)(?:: (?P<message>.*))?", re.DOTALL)
+_TASK_NOTE = re.compile(r"(?:\nDuring task with name '[^\n]*' and id '[^\n]*')+\Z")
+# Gatehouse's own run limits, named as LangGraph Server names the same failure (runtime.controls).
+_ERROR_TYPES_OUT = {"RecursionLimitReached": "GraphRecursionError", "RunTimeout": "TimeoutError"}
 
 
 # --- assistants: one per registered graph ------------------------------------------------
@@ -423,7 +429,9 @@ def state_out(
         raised = _interrupts_raised(user, thread, [view.checkpoint_id])
     pending = raised.get(view.checkpoint_id, {})
     error = (
-        thread.error if view.checkpoint_id == thread.checkpoint_id and thread.status == ThreadStatus.FAILED else None
+        task_error_out(thread.error)
+        if view.checkpoint_id == thread.checkpoint_id and thread.status == ThreadStatus.FAILED
+        else None
     )
     placed: set[str] = set()
     tasks = _tasks_out(thread.id, view, pending, subgraphs, error=error, placed=placed)
@@ -634,11 +642,34 @@ def thread_history(
     return [state_out(user, thread, v, raised=raised) for v in views]
 
 
+def run_error_out(text: str | None) -> dict[str, str]:
+    """A failed run's error as LangGraph Server sends it (``runs.wait``'s ``__error__``, the ``error``
+    stream event): ``error`` the exception's class name, so a client can branch on it (a
+    ``GraphRecursionError``), and ``message`` its own words without LangGraph's "During task ..." note.
+    A text that names no exception type (a graph that could not be built) is a ``RunError``, whole."""
+    text = text or "the run failed"
+    typed = _ERROR_TYPED.fullmatch(_TASK_NOTE.sub("", text))
+    if typed is None or (typed["message"] is None and not typed["type"].rsplit(".", 1)[-1][:1].isupper()):
+        return {"error": "RunError", "message": text}
+    name = typed["type"].rsplit(".", 1)[-1]
+    return {"error": _ERROR_TYPES_OUT.get(name, name), "message": typed["message"] or ""}
+
+
+def task_error_out(text: str | None) -> str | None:
+    """A failed task's ``error`` in a state as LangGraph Server shows it: the exception's repr."""
+    if text is None:
+        return None
+    error = run_error_out(text)
+    if error["error"] == "RunError":
+        return text
+    return f"{error['error']}({error['message']!r})" if error["message"] else f"{error['error']}()"
+
+
 def wait_output(user: permissions.Principal, thread: Thread, run: Run) -> dict[str, Any]:
     """What ``runs.wait``/``join`` return: the final values, with ``__interrupt__`` when paused,
     or ``__error__`` when the run failed (the SDK raises it)."""
     if run.status == RunStatus.FAILED:
-        return {"__error__": {"error": "RunError", "message": run.error or "the run failed"}}
+        return {"__error__": run_error_out(run.error)}
     state = thread_state(user, thread.id)
     values = dict(state.values) if isinstance(state.values, dict) else {}
     if state.interrupts:

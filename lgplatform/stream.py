@@ -46,7 +46,7 @@ from pydantic import BaseModel
 from approvals import gateway, permissions
 from approvals.errors import InvalidInput
 from approvals.redaction import MASK, path_parse, redact, redacted_values, state_redact, strings_masked, text_mask
-from lgplatform.services import run_progress, thread_state
+from lgplatform.services import run_error_out, run_progress, thread_state
 from runtime.models import ACTIVE_RUN_STATUSES, Run, RunStatus, Thread
 from runtime.notify import ThreadWatch, between_waits
 from runtime.registry import UnknownGraph, graph_get
@@ -442,7 +442,7 @@ async def run_stream_events(
         if read is not None and not read.done():
             read.cancel()
     if current.status == RunStatus.FAILED:
-        yield sse("error", {"error": "RunError", "message": current.error or "the run failed"})
+        yield sse("error", run_error_out(current.error))
     elif "values" in follower.modes and not follower.values_sent:
         # Nothing streamed the values (a run nobody asked to publish, or a log that could not be
         # written): the final state, with its interrupts, as before streaming existed.
