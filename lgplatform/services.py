@@ -55,8 +55,8 @@ from runtime import threads as runtime_threads
 from runtime.models import ACTIVE_RUN_STATUSES, Run, RunKind, RunStatus, Thread, ThreadStatus
 from runtime.registry import UnknownGraph, graph_get, graph_names
 from runtime.runs import ThreadBusy, run_enqueue
-from runtime.state import CheckpointView, StateUnreadable, StepTask, SubgraphView
-from runtime.state_schema import FieldError, values_validate
+from runtime.state import CheckpointView, StateUnreadable, StepTask, SubgraphView, thread_state_read
+from runtime.state_schema import FieldError, has_validators, values_validate
 
 # The namespace LangGraph Platform derives its per-graph assistant ids from, so
 # a graph has the same assistant_id here as on the Platform.
@@ -731,8 +731,13 @@ def thread_state_update(
     if as_node not in (None, END, *entry.builder.nodes):
         raise InvalidInput(f"unknown node (the graph has: {', '.join(entry.builder.nodes)})", field="as_node")
     if values is not None:
+        # A Pydantic state's validators that read fields not written see them as stored (read only then).
+        current = None
+        if has_validators(entry.state_schema):
+            view = thread_state_read(thread, None)
+            current = view.values if view is not None else None
         try:
-            values_validate(entry.state_schema, values, prefix="values")
+            values_validate(entry.state_schema, values, prefix="values", current=current)
         except FieldError as exc:
             raise InvalidInput(exc.message, field=exc.field) from None
         values = services.state_write_guard(actor=actor, thread=thread, values=values, field="values")
