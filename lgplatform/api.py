@@ -287,6 +287,7 @@ def _run_create_atomic(
     request: HttpRequest, thread_id: UUID, body: RunCreateIn, *, stream: list[str] | None = None
 ) -> Run:
     # Read before anything is written: a refused limit leaves no run (and cancels no active one).
+    platform.run_config_check(body.config)
     recursion_limit = platform.recursion_limit_read(
         body.config, platform.assistant_graph(_user(request), body.assistant_id)
     )

@@ -767,6 +767,25 @@ def thread_state_update(
 RECURSION_LIMIT_MAX = 2**31 - 1  # what ``Run.recursion_limit`` stores
 
 
+def run_config_check(config: dict[str, Any] | None) -> None:
+    """A run's ``config`` keys in the types LangGraph Server's schema takes (a 422 naming the key where it
+    refuses them): ``tags`` a list of strings, ``run_name`` a string, ``metadata`` and ``configurable``
+    objects. Gatehouse runs the graph with neither tags nor run name (docs/platform-api.md); a client
+    that sends ill-typed ones is told so, not ignored silently."""
+    config = config or {}
+    tags = config.get("tags", [])
+    if not isinstance(tags, list):
+        raise InvalidInput("config.tags: must be a list of strings", field="config.tags")
+    for i, tag in enumerate(tags):
+        if not isinstance(tag, str):
+            raise InvalidInput(f"config.tags[{i}]: must be a string", field=f"config.tags[{i}]")
+    if "run_name" in config and not isinstance(config["run_name"], str):
+        raise InvalidInput("config.run_name: must be a string", field="config.run_name")
+    for key in ("metadata", "configurable"):
+        if key in config and not isinstance(config[key], dict):
+            raise InvalidInput(f"config.{key}: must be an object", field=f"config.{key}")
+
+
 def recursion_limit_read(config: dict[str, Any] | None, graph: str) -> int | None:
     """A run's ``config.recursion_limit``, as LangGraph Server honours it, but never past the limit the
     graph's operator set in ``langgraph.json`` (``docs/runtime-controls.md``): a run may lower it only."""
