@@ -667,10 +667,16 @@ def task_error_out(text: str | None) -> str | None:
 
 def wait_output(user: permissions.Principal, thread: Thread, run: Run) -> dict[str, Any]:
     """What ``runs.wait``/``join`` return: the final values, with ``__interrupt__`` when paused,
-    or ``__error__`` when the run failed (the SDK raises it)."""
+    or ``__error__`` when the run failed (the SDK raises it).
+
+    Paused at several interrupts at once (parallel branches, a Send fan-out), only
+    ``{"__interrupt__": [...]}``, as LangGraph Server answers: it merges the interrupts its stream sent one
+    chunk each, and the values go with none of them."""
     if run.status == RunStatus.FAILED:
         return {"__error__": run_error_out(run.error)}
     state = thread_state(user, thread.id)
+    if len(state.interrupts) > 1:
+        return {"__interrupt__": [i.as_streamed() for i in state.interrupts]}
     values = dict(state.values) if isinstance(state.values, dict) else {}
     if state.interrupts:
         values["__interrupt__"] = [i.as_streamed() for i in state.interrupts]

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from tests.conftest import loan_input
+from tests.lgplatform.conftest import lg_run_wait
+
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db", "live_worker")]
 
 
@@ -55,3 +58,19 @@ def test_the_paused_checkpoint_keeps_its_interrupts_in_the_history_once_answered
     assert history[0]["interrupts"] == [] and history[0]["checkpoint"]["checkpoint_id"] != at  # the head: none
     state = reviewer.client.get(f"/lg/threads/{thread}/state/{at}").json()
     assert sorted(i["id"] for i in state["interrupts"]) == asked
+
+
+def test_a_run_paused_at_several_interrupts_returns_only_them_as_langgraph_server_does(fanned_out, operator):
+    """LangGraph Server's ``runs.wait`` merges the interrupts its stream sent one chunk each and returns
+    ``{"__interrupt__": [...]}`` alone; Gatehouse returned the whole state beside them."""
+    _, paused = fanned_out
+    assert list(paused) == ["__interrupt__"]
+    _, parallel = lg_run_wait(operator, "parallel_review", {"subject": "s"})
+    assert list(parallel) == ["__interrupt__"]
+    assert sorted(i["value"]["check"] for i in parallel["__interrupt__"]) == ["legal", "risk"]
+
+
+def test_a_run_paused_at_one_interrupt_returns_the_values_with_it(operator):
+    _, paused = lg_run_wait(operator, "loan_approval", loan_input())
+    assert len(paused["__interrupt__"]) == 1
+    assert paused["applicant"] == loan_input()["applicant"]
