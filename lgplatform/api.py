@@ -126,13 +126,7 @@ def assistants_search(request: HttpRequest, body: AssistantSearchIn) -> list[Ass
         names = [n for n in names if body.name.lower() in n.lower()]
     if body.metadata and body.metadata != {"created_by": "system"}:
         names = []  # assistants carry no metadata but their creator
-    if body.sort_by == "assistant_id":
-        names.sort(key=platform.assistant_id_for)
-    elif body.sort_by in ("graph_id", "name"):
-        names.sort()
-    # created_at/updated_at: every assistant has the same (a graph is registered, not created): as listed
-    if body.sort_order == "desc":
-        names = list(reversed(names))
+    names = platform.assistants_ordered(names, body.sort_by, body.sort_order)
     return [platform.assistant_out(n) for n in names[body.offset : body.offset + body.limit]]
 
 
@@ -155,7 +149,7 @@ def assistant_schemas(request: HttpRequest, assistant_id: str) -> AssistantSchem
         input_schema=json_schema_for(entry.input_schema),
         output_schema=json_schema_for(entry.state_schema),
         state_schema=json_schema_for(entry.state_schema),
-        config_schema=None,
+        config_schema={},  # runs take no configurable values; LangGraph Server's for a graph without a schema
         context_schema=None,
     )
 

@@ -22,10 +22,14 @@ from __future__ import annotations
 
 import contextlib
 import re
+import sys
 import uuid
 from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Q, QuerySet
@@ -53,7 +57,7 @@ from lgplatform.responses import (
 )
 from runtime import threads as runtime_threads
 from runtime.models import ACTIVE_RUN_STATUSES, Run, RunKind, RunStatus, Thread, ThreadStatus
-from runtime.registry import UnknownGraph, graph_get, graph_names
+from runtime.registry import UnknownGraph, graph_get, graph_names, registry_entries
 from runtime.runs import ThreadBusy, run_enqueue
 from runtime.state import CheckpointView, StateUnreadable, StepTask, SubgraphView, thread_state_read
 from runtime.state_schema import FieldError, has_validators, values_validate
@@ -150,8 +154,39 @@ def assistant_drawing(user: permissions.Principal, assistant_id: str, *, xray: b
     return drawn
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def assistant_changed_at(graph: str) -> datetime:
+    """When an assistant was last changed: the modification time of the file its graph is loaded from (a
+    graph is registered, not created; the file is what a deploy changes). The epoch if it cannot be read."""
+    module = sys.modules.get(f"gatehouse_graphs.{graph}")  # as runtime.registry imports a graph's file
+    file = getattr(module, "__file__", None)
+    if file is None:
+        file = Path(settings.GATEHOUSE_GRAPHS).parent / graph_get(graph).spec.rpartition(":")[0]
+    try:
+        return datetime.fromtimestamp(Path(file).stat().st_mtime, tz=UTC)
+    except OSError:
+        return _EPOCH
+
+
+def assistants_ordered(names: list[str], sort_by: str | None, sort_order: str | None) -> list[str]:
+    """``assistants.search``'s order, as LangGraph Server's: by ``created_at`` unless ``sort_by`` says
+    otherwise, newest first unless ``sort_order`` is ``asc``. Graphs of one file (one time) keep the order
+    LangGraph Server creates their assistants in, ``langgraph.json``'s."""
+    if sort_by == "assistant_id":
+        names = sorted(names, key=assistant_id_for)
+    elif sort_by in ("graph_id", "name"):
+        names = sorted(names)
+    else:  # created_at, updated_at (the same here)
+        registered = {name: i for i, name in enumerate(registry_entries())}
+        names = sorted(names, key=lambda n: (assistant_changed_at(n), registered.get(n, -1)))
+    return names if sort_order == "asc" else names[::-1]
+
+
 def assistant_out(graph: str) -> AssistantOut:
     entry = graph_get(graph)
+    changed = assistant_changed_at(graph).isoformat()
     return AssistantOut(
         assistant_id=assistant_id_for(graph),
         graph_id=graph,
@@ -161,8 +196,8 @@ def assistant_out(graph: str) -> AssistantOut:
         context={},
         metadata={"created_by": "system"},
         version=1,
-        created_at="1970-01-01T00:00:00+00:00",
-        updated_at="1970-01-01T00:00:00+00:00",
+        created_at=changed,
+        updated_at=changed,
     )
 
 
@@ -385,7 +420,8 @@ def thread_out(user: permissions.Principal, thread: Thread) -> ThreadOut:
         values=_values_for(user, thread),
         interrupts=thread_interrupts(user, thread),
         error=thread.error or None,
-        config={},
+        # LangGraph Server's: {} until a run sets the thread's config (no configurable values here)
+        config={"configurable": {}} if thread.checkpoint_id else {},
     )
 
 

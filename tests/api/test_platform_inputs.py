@@ -257,11 +257,12 @@ def test_assistants_search_refuses_an_unknown_sort_by(operator):
 
 
 def test_assistants_search_sorts_by_name(operator):
+    """Descending unless asked otherwise, as LangGraph Server sorts (langgraph dev 0.16.7)."""
     ids = operator.client.post("/lg/assistants/search", {"sort_by": "name", "limit": 1000}).json()
     names = [a["name"] for a in ids]
-    assert names == sorted(names)
-    desc = operator.client.post("/lg/assistants/search", {"sort_by": "name", "sort_order": "desc", "limit": 1000})
-    assert [a["name"] for a in desc.json()] == sorted(names, reverse=True)
+    assert names == sorted(names, reverse=True)
+    asc = operator.client.post("/lg/assistants/search", {"sort_by": "name", "sort_order": "asc", "limit": 1000})
+    assert [a["name"] for a in asc.json()] == sorted(names)
 
 
 @pytest.mark.parametrize("supersteps", [[], [{"updates": []}]])
