@@ -405,7 +405,11 @@ async def _wait_response(request: HttpRequest, thread_id: Any, run_id: Any) -> H
 
 @api.post("/threads/{thread_id}/runs/wait", tags=["runs"])
 async def run_wait(request: HttpRequest, thread_id: AnyUuid, body: RunCreateIn) -> HttpResponse:
-    run = await between_waits(_run_create_sync)(request, thread_id, body)
+    try:
+        run = await between_waits(_run_create_sync)(request, thread_id, body)
+    except platform.NothingToRun as finished:  # invoke(None) on a finished thread: its final values
+        output = await between_waits(platform.thread_output)(_user(request), finished.thread)
+        return api.create_response(request, output, status=200)
     return await _wait_response(request, thread_id, run.id)
 
 

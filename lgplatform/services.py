@@ -710,6 +710,11 @@ def wait_output(user: permissions.Principal, thread: Thread, run: Run) -> dict[s
     chunk each, and the values go with none of them."""
     if run.status == RunStatus.FAILED:
         return {"__error__": run_error_out(run.error)}
+    return thread_output(user, thread)
+
+
+def thread_output(user: permissions.Principal, thread: Thread) -> dict[str, Any]:
+    """The thread's values as ``runs.wait`` returns them, with its interrupts (see ``wait_output``)."""
     state = thread_state(user, thread.id)
     if len(state.interrupts) > 1:
         return {"__interrupt__": [i.as_streamed() for i in state.interrupts]}
@@ -1261,7 +1266,22 @@ def _run_continue(actor: User, thread: Thread) -> Run:
         raise InvalidInput("the thread waits for a decision: send command={'resume': ...}", field="command")
     if thread.status == ThreadStatus.IDLE and thread.checkpoint_id:  # time travel: continue a fork or a copy
         return time_travel.thread_continue(actor=actor, thread_id=thread.pk)
+    if thread.status == ThreadStatus.COMPLETED and thread.graph:
+        permissions.require_start(actor, thread.graph)
+        raise NothingToRun(thread)
     raise InvalidInput("send input to start the thread", field="input")
+
+
+class NothingToRun(InvalidInput):
+    """No input and no command on a finished thread: LangGraph's ``invoke(None)`` would run nothing.
+
+    ``runs.wait`` answers with the thread's final values, as LangGraph Server does (its run does nothing
+    and writes no checkpoint), without a run; ``runs.create`` and ``runs.stream``, which must name a
+    run, are refused (422, ``input``)."""
+
+    def __init__(self, thread: Thread) -> None:
+        super().__init__("the thread has finished: send input to start it again", field="input")
+        self.thread = thread
 
 
 def run_cancel(*, actor: User, thread_id: Any, run_id: Any, action: str) -> Run:
