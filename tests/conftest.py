@@ -515,13 +515,21 @@ def auditor(personas: dict[str, Persona]) -> Persona:
 
 
 @pytest.fixture
-def dispatched(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Runs queued by the test are recorded, not sent: the test executes them here (``run_execute``), or not."""
+def dispatched(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """Runs queued by the test are recorded, not sent: the test executes them here (``run_execute``), or not.
+
+    Those it leaves queued or running are cancelled at its end: the session's live worker's sweeper would
+    otherwise send them on, and their runs would write audit rows and live events behind later tests'
+    backs (a whole-trail export count, a live list waiting for runs to settle)."""
     from runtime import runs
+    from runtime.models import ACTIVE_RUN_STATUSES, Run, RunStatus
 
     sent: list[str] = []
     monkeypatch.setattr(runs, "run_dispatch", lambda *, run_id: sent.append(str(run_id)))
-    return sent
+    yield sent
+    Run.objects.filter(pk__in=sent, status__in=ACTIVE_RUN_STATUSES).update(
+        status=RunStatus.CANCELLED, lease_expires_at=None
+    )
 
 
 def session_waits_on_lock(pid: int | None) -> bool:

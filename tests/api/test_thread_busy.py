@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 
 from approvals.models import ApprovalTask, TaskStatus
-from runtime import runs
 from runtime.executor import run_execute
 from runtime.runs import run_claim, run_release
 from tests.conftest import Persona, api_decide, thread_start
@@ -22,13 +21,6 @@ from tests.conftest import Persona, api_decide, thread_start
 pytestmark = pytest.mark.usefixtures("live_db")
 
 GRAPH = "validated_spend"
-
-
-@pytest.fixture
-def dispatched(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    sent: list[str] = []
-    monkeypatch.setattr(runs, "run_dispatch", lambda *, run_id: sent.append(str(run_id)))
-    return sent
 
 
 def _detail(persona: Persona, thread_id: Any) -> dict[str, Any]:

@@ -14,18 +14,15 @@ from django.db import connection, connections
 
 from approvals import time_travel
 from approvals.models import ApprovalTask, TaskStatus
-from runtime import runs
 from runtime.executor import run_execute
 from tests.conftest import api_decide, loan_input, scaled, session_waits_on_lock, thread_start, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db")]
 
 
-def test_a_decision_racing_a_replay_is_a_conflict_not_a_deadlock(operator, reviewer, monkeypatch):
-    sent: list[str] = []
-    monkeypatch.setattr(runs, "run_dispatch", lambda *, run_id: sent.append(str(run_id)))
+def test_a_decision_racing_a_replay_is_a_conflict_not_a_deadlock(operator, reviewer, monkeypatch, dispatched):
     thread_id = thread_start(operator, "loan_approval", loan_input())["id"]
-    run_execute(run_id=sent[-1])
+    run_execute(run_id=dispatched[-1])
     task = ApprovalTask.objects.get(thread_id=thread_id, status=TaskStatus.PENDING)
     history = operator.client.post(f"/lg/threads/{thread_id}/history", {"limit": 100}).json()
     parent = history[1]["checkpoint"]["checkpoint_id"]

@@ -12,7 +12,6 @@ import pytest
 from django.db import connection, connections
 
 from lgplatform import services as platform
-from runtime import runs
 from runtime.models import Run, RunStatus
 from tests.conftest import loan_input, scaled, session_waits_on_lock, wait_for
 
@@ -20,8 +19,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db")]
 
 
 @pytest.mark.parametrize("strategy", ["interrupt", "rollback"])
-def test_two_creates_at_once_each_interrupt_the_run_before(operator, monkeypatch, strategy):
-    monkeypatch.setattr(runs, "run_dispatch", lambda *, run_id: None)  # no worker: runs stay queued
+def test_two_creates_at_once_each_interrupt_the_run_before(operator, monkeypatch, dispatched, strategy):
+    # dispatched: no worker takes them, the runs stay queued (cancelled at the test's end)
     thread = operator.client.post("/lg/threads", {}).json()["thread_id"]
     body: dict[str, Any] = {"assistant_id": "loan_approval", "input": loan_input()}
     first = operator.client.post(f"/lg/threads/{thread}/runs", body)

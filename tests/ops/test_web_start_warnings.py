@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from approvals.models import ApprovalTask
-from tests.approvals.test_node_gone import Deploy, deploy, dispatched, paused  # noqa: F401 - fixtures
+from tests.approvals.test_node_gone import Deploy, deploy, paused  # noqa: F401 - fixtures
 from tests.conftest import ROOT, free_port, process_group_stop, scaled, worker_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("live_db")]

@@ -57,7 +57,8 @@ def _config(thread_id: Any, *, fence: int | None = None, run: Run | None = None)
 
 def _thread_and_run() -> tuple[Thread, Run]:
     thread = Thread.objects.create(graph="zombie_pay", fence=3)
-    return thread, Run.objects.create(thread=thread, kind=RunKind.START)
+    # Finished: a queued one was swept to the session's live worker, which ran it behind later tests' backs.
+    return thread, Run.objects.create(thread=thread, kind=RunKind.START, status=RunStatus.SUCCEEDED)
 
 
 @pytest.mark.parametrize("fenced", [True, False], ids=["fenced", "unfenced"])
