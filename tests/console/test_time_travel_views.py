@@ -134,8 +134,12 @@ def test_replay_and_fork_are_disabled_while_a_run_is_in_progress(dispatched, per
     operator = console_client(personas["operator"])
     idle = operator.get(f"/threads/{thread.pk}/").content.decode()
     assert 'id="time-travel-busy"' not in idle and "disabled" not in idle.split('id="time-travel"', 1)[1]
-    Run.objects.create(thread=thread, kind=RunKind.START, status=RunStatus.RUNNING)
-    busy = operator.get(f"/threads/{thread.pk}/").content.decode().split('id="time-travel"', 1)[1]
+    run = Run.objects.create(thread=thread, kind=RunKind.START, status=RunStatus.RUNNING)
+    try:
+        busy = operator.get(f"/threads/{thread.pk}/").content.decode().split('id="time-travel"', 1)[1]
+    finally:
+        # Never claimed (no lease): no worker or sweeper would ever end it, and the live tests' settle waited on it.
+        Run.objects.filter(pk=run.pk).update(status=RunStatus.CANCELLED)
     assert "A run is in progress" in busy
     assert busy.count('disabled aria-describedby="time-travel-busy"') == 2  # Replay and Fork
 
