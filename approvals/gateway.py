@@ -143,11 +143,18 @@ def _masked_beside_values(view: CheckpointView, paths: list[str], known: Collect
 
 
 def _quoted(thread: Thread, *views: CheckpointView) -> set[str]:
-    """The values a state read of ``thread`` masks in message text besides its own: a message can quote a
-    value its checkpoint no longer holds (a node that clears the field after speaking of it). Read (three
-    queries) only when one of ``views`` holds a message: a state without any masks by path alone."""
-    spoken = any(holds_message([v.values, v.writes, [t.result for t in v.tasks]]) for v in views)
-    return thread_redacted_values(thread) if spoken else set()
+    """The values a state read of ``thread`` masks in message text besides its own (``_carried_if_spoken``)."""
+    return _carried_if_spoken(thread, [[v.values, v.writes, [t.result for t in v.tasks]] for v in views])
+
+
+def _carried_if_spoken(thread: Thread, value: Any, *, user: permissions.Principal | None = None) -> set[str]:
+    """The values ``thread`` carried anywhere (``thread_redacted_values``), for masking the message text in
+    ``value``: a message can quote a value the document no longer holds (a node that cleared the field after
+    speaking of it, a text kept as stored). Read (three queries) only when ``value`` holds a message, and
+    with ``user``, only when they see values masked: otherwise paths alone mask it."""
+    if not holds_message(value) or (user is not None and not paths_masked_for(user, thread.graph)):
+        return set()
+    return thread_redacted_values(thread)
 
 
 def state_for(user: permissions.Principal, thread_id: Any, checkpoint_id: str | None = None) -> CheckpointView | None:
@@ -208,7 +215,6 @@ def thread_values_for(user: permissions.Principal, thread: Thread) -> dict[str, 
     quoted it, which only the run's input or the older state still holds.
     """
     permissions.thread_require_visible(user, thread)
-    speaks = holds_message(thread.values) and bool(paths_masked_for(user, thread.graph))
     values: dict[str, Any]
     values, _ = guard(
         user,
@@ -216,7 +222,7 @@ def thread_values_for(user: permissions.Principal, thread: Thread) -> dict[str, 
         thread.values,
         subject=f"thread:{thread.id}",
         thread_id=thread.id,
-        quoted=thread_redacted_values(thread) if speaks else (),
+        quoted=_carried_if_spoken(thread, thread.values, user=user),
     )
     return values
 
@@ -261,15 +267,14 @@ def decisions_shown(
         return []
     values = [{"state_patch": d.state_patch, "resume_value": d.resume_value} for d in decisions]
     # A patch's messages may quote a value the patch does not hold (text kept as stored when a masked reader
-    # sent it back as shown): masked by what the thread carried, read only for a patch that holds a message.
-    speaks = holds_message(values) and bool(paths_masked_for(user, task.graph))
+    # sent it back as shown).
     shown, _ = guard(
         user,
         task.graph,
         values,
         subject=f"task:{task.pk}",
         thread_id=task.thread_id,
-        quoted=thread_redacted_values(task.thread) if speaks else (),
+        quoted=_carried_if_spoken(task.thread, values, user=user),
     )
     return [DecisionShown(state_patch=s["state_patch"], resume_value=s["resume_value"]) for s in shown]
 

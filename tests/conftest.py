@@ -541,6 +541,30 @@ def session_waits_on_lock(pid: int | None) -> bool:
     return row is not None and row[0] == "Lock"
 
 
+def graph_release_write(directory: Path, graph: str, module: str, gates: list[str]) -> Path:
+    """One release of ``graph`` as a team deploys it: its module and a ``langgraph.json`` naming the graph and
+    its gates, in ``directory``; the config's path, for ``registry_load`` (a restart on that release)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "review.py").write_text(module)
+    config = {"graphs": {graph: "./review.py:graph"}, "gatehouse": {"gates": {graph: gates}}}
+    (directory / "langgraph.json").write_text(json.dumps(config))
+    return directory / "langgraph.json"
+
+
+@contextlib.contextmanager
+def registry_restored() -> Iterator[None]:
+    """The session's graphs loaded again (and the store's connection closed) after a test that deployed its own."""
+    from runtime.registry import registry_load
+    from runtime.store import store_close
+
+    configured = settings.GATEHOUSE_GRAPHS
+    try:
+        yield
+    finally:
+        store_close()  # read again from the session's file when next used
+        registry_load(configured)
+
+
 def thread_start(persona: Persona, graph: str, graph_input: dict[str, Any], **metadata: Any) -> dict[str, Any]:
     response = persona.client.post("/api/threads", {"graph": graph, "input": graph_input, "metadata": metadata})
     assert response.status_code == 201, response.content

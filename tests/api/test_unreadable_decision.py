@@ -12,7 +12,6 @@ are executed here by the worker's executor (dispatch recorded, not sent).
 
 from __future__ import annotations
 
-import json
 import textwrap
 import uuid
 from collections.abc import Iterator
@@ -20,15 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from django.conf import settings as django_settings
 
 from approvals.models import ApprovalTask, Decision, TaskStatus
 from console.page_context import task_live_context
 from runtime.executor import run_execute
 from runtime.models import Run, RunKind, Thread, ThreadStatus
 from runtime.registry import registry_load
-from runtime.store import store_close
-from tests.conftest import api_decide, thread_start
+from tests.conftest import api_decide, graph_release_write, registry_restored, thread_start
 
 pytestmark = pytest.mark.usefixtures("live_db")
 
@@ -75,19 +72,12 @@ class Deploy:
 @pytest.fixture
 def deploy(tmp_path: Path) -> Iterator[Deploy]:
     graph = f"bounded_{uuid.uuid4().hex[:8]}"
-    paths = []
-    for name, bound in (("before", ""), ("after", ", le=100")):
-        (tmp_path / name).mkdir()
-        (tmp_path / name / "review.py").write_text(MODULE.replace("BOUND", bound))
-        config = {"graphs": {graph: "./review.py:graph"}, "gatehouse": {"gates": {graph: ["review"]}}}
-        (tmp_path / name / "langgraph.json").write_text(json.dumps(config))
-        paths.append(tmp_path / name / "langgraph.json")
-    configured = django_settings.GATEHOUSE_GRAPHS
-    try:
+    paths = [
+        graph_release_write(tmp_path / name, graph, MODULE.replace("BOUND", bound), ["review"])
+        for name, bound in (("before", ""), ("after", ", le=100"))
+    ]
+    with registry_restored():
         yield Deploy(graph, *paths)
-    finally:
-        store_close()  # read again from the session's file when next used
-        registry_load(configured)
 
 
 @pytest.fixture

@@ -15,7 +15,6 @@ by the worker's executor (dispatch recorded, not sent).
 from __future__ import annotations
 
 import io
-import json
 import logging
 import textwrap
 import uuid
@@ -25,7 +24,6 @@ from html import unescape
 from pathlib import Path
 
 import pytest
-from django.conf import settings as django_settings
 from django.core.management import call_command
 
 from approvals.models import ApprovalTask, Decision, TaskStatus
@@ -33,8 +31,7 @@ from console.page_context import task_live_context
 from runtime.executor import run_execute
 from runtime.models import Run, RunKind, RunStatus, Thread, ThreadStatus
 from runtime.registry import GraphEntry, registry_load
-from runtime.store import store_close
-from tests.conftest import api_decide, thread_start
+from tests.conftest import api_decide, graph_release_write, registry_restored, thread_start
 from tests.console.conftest import console_client
 
 pytestmark = pytest.mark.usefixtures("live_db")
@@ -86,19 +83,12 @@ class Deploy:
 @pytest.fixture
 def deploy(tmp_path: Path) -> Iterator[Deploy]:
     graph = f"renamed_{uuid.uuid4().hex[:8]}"
-    paths = []
-    for name, gate in (("before", "finance_review"), ("after", "cfo_review")):
-        (tmp_path / name).mkdir()
-        (tmp_path / name / "review.py").write_text(MODULE.replace("GATE", gate))
-        config = {"graphs": {graph: "./review.py:graph"}, "gatehouse": {"gates": {graph: [gate]}}}
-        (tmp_path / name / "langgraph.json").write_text(json.dumps(config))
-        paths.append(tmp_path / name / "langgraph.json")
-    configured = django_settings.GATEHOUSE_GRAPHS
-    try:
+    paths = [
+        graph_release_write(tmp_path / name, graph, MODULE.replace("GATE", gate), [gate])
+        for name, gate in (("before", "finance_review"), ("after", "cfo_review"))
+    ]
+    with registry_restored():
         yield Deploy(graph, *paths)
-    finally:
-        store_close()  # read again from the session's file when next used
-        registry_load(configured)
 
 
 @pytest.fixture

@@ -14,7 +14,6 @@ by the worker's executor (dispatch recorded, not sent).
 
 from __future__ import annotations
 
-import json
 import textwrap
 import uuid
 from collections.abc import Iterator
@@ -22,14 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from django.conf import settings as django_settings
 
 from approvals.models import ApprovalTask, TaskStatus
 from runtime.executor import run_execute
 from runtime.models import Run, RunKind, RunStatus, Thread, ThreadStatus
 from runtime.registry import registry_load
-from runtime.store import store_close
-from tests.conftest import api_decide, thread_start
+from tests.conftest import api_decide, graph_release_write, registry_restored, thread_start
 
 pytestmark = pytest.mark.usefixtures("live_db")
 
@@ -118,18 +115,11 @@ def _deploy(tmp_path: Path, gate: str, gate_node: str) -> Iterator[Deploy]:
     faults.mkdir()
     paths = []
     for name, waits_for in (("before", '"prep"'), ("after", '["prep", "check"]')):
-        (tmp_path / name).mkdir()
         source = MODULE.replace("__FAULTS__", repr(str(faults))).replace("WAITS_FOR", waits_for)
-        (tmp_path / name / "review.py").write_text(source.replace("GATE_NODE", gate_node).replace("GATE", gate))
-        config = {"graphs": {graph: "./review.py:graph"}, "gatehouse": {"gates": {graph: ["review"]}}}
-        (tmp_path / name / "langgraph.json").write_text(json.dumps(config))
-        paths.append(tmp_path / name / "langgraph.json")
-    configured = django_settings.GATEHOUSE_GRAPHS
-    try:
+        module = source.replace("GATE_NODE", gate_node).replace("GATE", gate)
+        paths.append(graph_release_write(tmp_path / name, graph, module, ["review"]))
+    with registry_restored():
         yield Deploy(graph, *paths, faults)
-    finally:
-        store_close()
-        registry_load(configured)
 
 
 @pytest.fixture
@@ -274,12 +264,9 @@ def test_a_retry_at_a_gate_that_asked_twice_is_not_refused_for_the_first_answer(
     which the retried (second) command does not sign: it was refused as 'not one of the signed answers'."""
     graph = f"two_questions_{uuid.uuid4().hex[:8]}"
     (tmp_path / "faults").mkdir()
-    (tmp_path / "g.py").write_text(TWO_QUESTIONS.replace("__FAULTS__", repr(str(tmp_path / "faults"))))
-    config = {"graphs": {graph: "./g.py:graph"}, "gatehouse": {"gates": {graph: ["review"]}}}
-    (tmp_path / "langgraph.json").write_text(json.dumps(config))
-    configured = django_settings.GATEHOUSE_GRAPHS
-    try:
-        registry_load(tmp_path / "langgraph.json")
+    module = TWO_QUESTIONS.replace("__FAULTS__", repr(str(tmp_path / "faults")))
+    with registry_restored():
+        registry_load(graph_release_write(tmp_path, graph, module, ["review"]))
         thread = thread_start(operator, graph, {})
         run_execute(run_id=dispatched[-1])
         first = ApprovalTask.objects.get(thread_id=thread["id"], status=TaskStatus.PENDING)
@@ -295,6 +282,3 @@ def test_a_retry_at_a_gate_that_asked_twice_is_not_refused_for_the_first_answer(
         assert retry.status == RunStatus.SUCCEEDED, retry.error
         done = Thread.objects.get(pk=thread["id"])
         assert done.status == ThreadStatus.COMPLETED and done.values["paid"] is True
-    finally:
-        store_close()
-        registry_load(configured)
