@@ -110,9 +110,14 @@ def ledger_perform(
     if not inserted:
         effect = Effect.objects.get(key=key)
         if not effect.args_digest and digest:
-            # Recorded by a version that kept no arguments: record them now.
-            Effect.objects.filter(pk=effect.pk, args_digest="").update(args=args, args_digest=digest)
-        elif effect.args_digest != digest:
+            # Recorded by a version that kept no arguments: record them now, if nobody has since the read.
+            # The row count tells who recorded first: none written means another caller did, and the key
+            # is bound to its arguments (and its status may have moved on): read them, then judge as below.
+            if Effect.objects.filter(pk=effect.pk, args_digest="").update(args=args, args_digest=digest):
+                effect.args, effect.args_digest = args, digest
+            else:
+                effect = Effect.objects.get(pk=effect.pk)
+        if effect.args_digest != digest:
             raise EffectArgsConflict(
                 f"effect {key!r} was recorded with arguments {canonical_json(effect.args)}; "
                 f"refusing to perform it with {canonical_json(args)}"

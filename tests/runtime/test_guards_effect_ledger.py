@@ -14,6 +14,7 @@ from typing import Any
 
 import django.db
 import pytest
+from django.db import transaction
 from langgraph.graph import END, START, StateGraph
 
 from approvals.models import AuditAction, AuditEvent
@@ -21,6 +22,8 @@ from runtime import effect_ledger
 from runtime.effects import EffectArgsConflict, args_digest, canonical_json, perform_effect
 from runtime.fencing import FENCE_KEY, LeaseLost
 from runtime.models import Effect, EffectStatus, Run, RunKind, RunStatus, Thread
+from tests.approvals.races import Side
+from tests.conftest import scaled, session_waits_on_lock, wait_for
 
 pytestmark = pytest.mark.usefixtures("live_db")
 
@@ -122,6 +125,53 @@ def test_a_row_recorded_without_arguments_gets_them_on_its_next_attempt_and_is_t
     with pytest.raises(EffectArgsConflict):
         _graph(calls.append, key=key, args={"amount": 300}).invoke({}, config)
     assert calls == []
+
+
+@pytest.mark.parametrize(
+    "second,answer",
+    [({"amount": 300}, EffectArgsConflict), ({"amount": 250}, {"paid": 250})],
+    ids=["other-arguments-refused", "same-arguments-answered"],
+)
+def test_two_callers_racing_on_a_row_without_arguments_leave_the_key_bound_to_the_first(second, answer):
+    """Two unfenced callers of a key an old version recorded without arguments both read it bare; the first
+    records its arguments and pays while holding the row, the second's update queues behind it and writes
+    nothing. That row count is how the second learns it lost: other arguments are refused, the same ones are
+    answered with the first's result. Before, it ignored the count and paid again (the same payment twice, or
+    one with arguments that conflict with the record).
+
+    The race is held open, not hoped for: the first caller's transaction locks the row before the second
+    starts, and pays only once the database shows the second waiting for that lock."""
+    thread, _ = _thread_and_run()
+    key = f"legacy:{uuid.uuid4()}"
+    Effect.objects.create(key=key, name="charge", thread=thread, status=EffectStatus.FAILED, calls=1)
+    config = _config(thread.id)  # a graph driven directly: no fence orders the two
+    paid: list[dict[str, Any]] = []
+
+    def pay(args: dict[str, Any]) -> Any:
+        return _graph(lambda k: paid.append(args) or {"paid": args["amount"]}, key=key, args=args).invoke({}, config)
+
+    racer = Side(lambda: pay(second))
+    with transaction.atomic():
+        Effect.objects.select_for_update().get(key=key)
+        racer.start()
+        wait_for(
+            lambda: session_waits_on_lock(racer.pid) or not racer.is_alive(),
+            what="the second caller to queue behind the first's row lock",
+        )
+        assert racer.is_alive(), f"the second caller did not wait: {racer.error or racer.result!r}"
+        assert pay({"amount": 250})["result"] == {"paid": 250}
+    racer.join(scaled(30))
+    assert not racer.is_alive()
+    if answer is EffectArgsConflict:
+        assert isinstance(racer.error, EffectArgsConflict), racer.error or racer.result
+        assert canonical_json({"amount": 250}) in str(racer.error)
+    else:
+        assert racer.error is None and racer.result["result"] == answer
+    assert paid == [{"amount": 250}]  # the provider was called once, with what the row records
+    row = Effect.objects.get(key=key)
+    assert (row.args, row.args_digest, row.status, row.result, row.calls) == (
+        {"amount": 250}, args_digest({"amount": 250}), EffectStatus.DONE, {"paid": 250}, 2,
+    )  # fmt: skip
 
 
 def test_a_retry_by_another_run_is_recorded_as_that_runs_with_every_attempt_counted(executed):
