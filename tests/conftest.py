@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -522,12 +522,20 @@ def dispatched(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     otherwise send them on, and their runs would write audit rows and live events behind later tests'
     backs (a whole-trail export count, a live list waiting for runs to settle)."""
     from runtime import runs
-    from runtime.models import ACTIVE_RUN_STATUSES, Run, RunStatus
 
     sent: list[str] = []
     monkeypatch.setattr(runs, "run_dispatch", lambda *, run_id: sent.append(str(run_id)))
     yield sent
-    Run.objects.filter(pk__in=sent, status__in=ACTIVE_RUN_STATUSES).update(
+    runs_settle(sent)
+
+
+def runs_settle(run_ids: Iterable[Any]) -> None:
+    """End those of ``run_ids`` a test left queued or running (cancelled, no lease), so the session's live
+    worker's sweeper does not send them on behind later tests' backs. What ``dispatched`` does at its end,
+    for tests that make runs without dispatching them."""
+    from runtime.models import ACTIVE_RUN_STATUSES, Run, RunStatus
+
+    Run.objects.filter(pk__in=list(run_ids), status__in=ACTIVE_RUN_STATUSES).update(
         status=RunStatus.CANCELLED, lease_expires_at=None
     )
 

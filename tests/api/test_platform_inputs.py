@@ -386,15 +386,12 @@ def test_listing_runs_by_an_lg_status_filters_on_it(operator, paused_loan, statu
 
 
 # --- run options: multitask_strategy is reported, config.recursion_limit honoured up to the graph's --
-
-
-@pytest.fixture
-def undispatched(monkeypatch) -> None:
-    monkeypatch.setattr(runs, "run_dispatch", lambda *, run_id: None)  # runs are executed here, or not at all
+# Runs are recorded, not sent (the shared ``dispatched``): executed here, or cancelled at the test's end, never
+# left queued for the session's live worker to run behind later tests' backs.
 
 
 @pytest.mark.parametrize("strategy", ["interrupt", "rollback", "reject", None])
-def test_a_run_reports_the_multitask_strategy_it_was_created_with(operator, lg_thread, undispatched, strategy):
+def test_a_run_reports_the_multitask_strategy_it_was_created_with(operator, lg_thread, dispatched, strategy):
     body = {"assistant_id": "loan_approval", "input": loan_input(), "multitask_strategy": strategy}
     created = operator.client.post(f"/lg/threads/{lg_thread}/runs", body)
     assert created.status_code == 200, created.content
@@ -428,7 +425,7 @@ def test_a_bad_recursion_limit_is_a_422_naming_it_and_creates_no_run(operator, l
 
 @pytest.mark.parametrize("command", ["x", 5, [], ["resume"], True])
 @pytest.mark.parametrize("with_input", [True, False])
-def test_a_command_that_is_not_an_object_is_a_422_naming_it(operator, lg_thread, undispatched, command, with_input):
+def test_a_command_that_is_not_an_object_is_a_422_naming_it(operator, lg_thread, dispatched, command, with_input):
     """ninja read any value as an object by attribute: "x" was a command with nothing set, so a run with
     input started and one without was told to send input."""
     body: dict[str, Any] = {"assistant_id": "loan_approval", "command": command}
@@ -439,12 +436,12 @@ def test_a_command_that_is_not_an_object_is_a_422_naming_it(operator, lg_thread,
     assert not Run.objects.filter(thread_id=lg_thread).exists()
 
 
-def test_a_null_command_is_no_command(operator, lg_thread, undispatched):
+def test_a_null_command_is_no_command(operator, lg_thread, dispatched):
     body = {"assistant_id": "loan_approval", "input": loan_input(), "command": None}
     assert operator.client.post(f"/lg/threads/{lg_thread}/runs", body).status_code == 200
 
 
-def test_a_run_s_own_recursion_limit_lowers_the_graph_s(operator, lg_thread, undispatched):
+def test_a_run_s_own_recursion_limit_lowers_the_graph_s(operator, lg_thread, dispatched):
     body = {"assistant_id": "never_stops", "input": {}, "config": {"recursion_limit": 3}}
     created = operator.client.post(f"/lg/threads/{lg_thread}/runs", body)
     assert created.status_code == 200, created.content
@@ -455,7 +452,7 @@ def test_a_run_s_own_recursion_limit_lowers_the_graph_s(operator, lg_thread, und
     assert "the run's config.recursion_limit" in run["error"]
 
 
-def test_without_its_own_limit_a_run_has_the_graph_s(operator, lg_thread, undispatched):
+def test_without_its_own_limit_a_run_has_the_graph_s(operator, lg_thread, dispatched):
     created = operator.client.post(f"/lg/threads/{lg_thread}/runs", {"assistant_id": "never_stops", "input": {}})
     run_execute(run_id=created.json()["run_id"])
     run = operator.client.get(f"/lg/threads/{lg_thread}/runs/{created.json()['run_id']}").json()
