@@ -20,6 +20,7 @@ from approvals.inbox_filter import FILTER_KEYS, InboxFilter
 from approvals.inputs import CheckpointId, DbId
 from approvals.models import ApprovalTask, AuditEvent, Decision
 from approvals.payloads import NOT_GIVEN, DecisionRequest, decisions_allowed, payload_kind
+from approvals.permissions import token_needs
 from approvals.schemas import (
     AuditEventOut,
     CheckpointOut,
@@ -127,6 +128,7 @@ class ThreadWaitQuery(Schema):
 
 
 @router.post("/threads", response={201: ThreadOut}, tags=["threads"])
+@token_needs("runtime.start_thread")
 def thread_create(request: AuthedRequest, body: ThreadIn, query: Query[ThreadWaitQuery]) -> Status[ThreadOut]:
     """Start a thread; with ``wait_for`` (long poll) the response waits until the thread reaches one of
     those statuses (e.g. ``interrupted``: its approval tasks are in ``pending_tasks``) or ``timeout`` passes."""
@@ -270,6 +272,7 @@ def thread_effects(request: AuthedRequest, thread_id: UUID) -> list[Effect]:
 
 
 @router.post("/threads/{thread_id}/retry", response={202: RunOut}, tags=["threads"])
+@token_needs("runtime.retry_thread")
 def thread_retry(request: AuthedRequest, thread_id: UUID) -> Status[Run]:
     return Status(202, services.thread_retry(actor=_user(request), thread_id=thread_id))
 
@@ -360,6 +363,7 @@ def _decision_out(decision: Decision, shown: gateway.DecisionShown) -> DecisionO
 
 
 @router.post("/tasks/{task_id}/decision", response={201: DecisionOut}, tags=["tasks"])
+@token_needs("approvals.decide_task")
 def task_decide(
     request: AuthedRequest, task_id: UUID, body: DecisionIn, wait: float | None = None
 ) -> Status[DecisionOut]:

@@ -9,6 +9,7 @@ API says only how its error body looks and what a caller without a token is told
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 import re
 from collections.abc import Callable
@@ -17,7 +18,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import User
-from django.core.exceptions import BadRequest, PermissionDenied, SuspiciousOperation
+from django.core.exceptions import BadRequest, ImproperlyConfigured, PermissionDenied, SuspiciousOperation
 from django.db import DatabaseError, InterfaceError, OperationalError
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.http.response import HttpResponseBase
@@ -25,11 +26,12 @@ from django.urls import URLPattern, URLResolver, path, re_path, reverse
 from django.views.decorators.csrf import csrf_exempt
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
+from ninja.operation import PathView
 from ninja.security import APIKeyHeader, HttpBearer
 
 from approvals.errors import DomainError, Forbidden, NotFound, validation_error_describe
 from approvals.inputs import parse_error_of
-from approvals.permissions import TOKEN_SCOPE_ATTR
+from approvals.permissions import TOKEN_NEEDS_ATTR, TOKEN_SCOPE_ATTR, token_actions_for
 from approvals.security import request_token_mark
 from approvals.tokens import token_authenticate
 from runtime.retry import concurrent_change
@@ -42,7 +44,7 @@ RETRY_AFTER_SECONDS = 5
 # A request PostgreSQL rolled back for a concurrent one (runtime.retry.concurrent_change), on every surface.
 CONCURRENT_CHANGE = "another request changed the same records at the same moment; nothing was written: send it again"
 
-# What a token limited to reading holds: it may not change anything.
+# The actions that change nothing: a POST whose view declares only these reads (a search with its filters in a body).
 READ_ONLY_ACTIONS = {"read"}
 
 # (code, message, field) → the JSON body of an error response.
@@ -63,31 +65,21 @@ class GatehouseAPI(NinjaAPI):
     A method no operation serves there is the 404 of any path not served, not a 405 naming a method that
     fails there too; the methods served answer as they do.
 
-    ``read_posts``: paths (regular expressions, below the API's root) whose POST only reads (a search with its
-    filters in a body). Every other POST, PUT, PATCH and DELETE writes: a token limited to reading is refused
-    there before any refusal of what it sent (``api_errors_install``).
+    Every POST, PUT, PATCH and DELETE a token may call declares the permissions it acts under
+    (``permissions.token_needs``); building the URLs refuses one that does not. A token whose actions hold
+    none of them is refused there before any refusal of what it sent (``token_action_refusal``); a POST that
+    declares only reading permissions (a search with its filters in a body) is not refused so.
     """
 
-    def __init__(
-        self, *args: Any, not_served: tuple[str, ...] = (), read_posts: tuple[str, ...] = (), **kwargs: Any
-    ) -> None:
+    def __init__(self, *args: Any, not_served: tuple[str, ...] = (), **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.not_served = _paths_pattern(not_served)
-        self.read_posts = _paths_pattern(read_posts)
 
     def _below_root(self, request: HttpRequest) -> str:
         return request.path.removeprefix(reverse(f"{self.urls_namespace}:api-root"))
 
     def path_not_served(self, request: HttpRequest) -> bool:
         return self.not_served is not None and bool(self.not_served.fullmatch(self._below_root(request)))
-
-    def request_writes(self, request: HttpRequest) -> bool:
-        """Whether ``request`` is one that changes something: an unsafe method, but for a POST that only reads."""
-        if request.method not in ("POST", "PUT", "PATCH", "DELETE"):
-            return False
-        if request.method == "POST" and self.read_posts is not None:
-            return not self.read_posts.fullmatch(self._below_root(request))
-        return True
 
     @property
     def urls(self) -> tuple[list[URLResolver | URLPattern], str, str]:
@@ -138,7 +130,40 @@ def _not_allowed_as_error(api: GatehouseAPI, pattern: URLResolver | URLPattern) 
         return answer(request, view(request, *args, **kwargs))
 
     wrapped = answering_async if iscoroutinefunction(view) else answering
+    setattr(wrapped, _TOKEN_ACTIONS_ATTR, _token_actions_by_method(view))
     return URLPattern(pattern.pattern, wrapped, pattern.default_args, pattern.name)
+
+
+# The methods that may change something; and where a pattern's view keeps, for each of them its operations
+# serve, the token actions one of which a token needs there (``_token_actions_by_method``).
+_UNSAFE_METHODS = ("POST", "PUT", "PATCH", "DELETE")
+_TOKEN_ACTIONS_ATTR = "gatehouse_token_actions"  # noqa: S105 - an attribute's name, not a secret
+
+
+def _token_actions_by_method(view: Callable[..., Any]) -> dict[str, frozenset[str]]:
+    """For the operations ninja serves at a pattern (its ``PathView``, the view's ``self``): each method that
+    writes → the token actions one of which it needs, from the permissions its view declares
+    (``permissions.token_needs``). A method an API token may call (the operation authenticates) that
+    declares none is a defect, refused here: its refusal would come after its body's."""
+    path_view = inspect.getclosurevars(view).nonlocals.get("self") if inspect.isfunction(view) else None
+    if not isinstance(path_view, PathView):
+        return {}  # the API's root, its OpenAPI document and docs: read-only
+    needs: dict[str, frozenset[str]] = {}
+    for operation in path_view.operations:
+        for method in operation.methods:
+            if method not in _UNSAFE_METHODS or not operation.auth_callbacks:
+                continue
+            perms = getattr(operation.view_func, TOKEN_NEEDS_ATTR, None)
+            if not perms:
+                name = getattr(operation.view_func, "__qualname__", operation.view_func)
+                raise ImproperlyConfigured(
+                    f"{method} {operation.path} ({name}) declares no permission: decorate its view with "
+                    "approvals.permissions.token_needs(...)"
+                )
+            actions = token_actions_for(perms)
+            if not actions <= READ_ONLY_ACTIONS:
+                needs[method] = actions
+    return needs
 
 
 def error_body_gatehouse(code: str, message: str, field: str | None) -> dict[str, Any]:
@@ -178,20 +203,27 @@ class ApiKeyAuth(APIKeyHeader):
 _DJANGO_ANSWERS = (Http404, PermissionDenied, SuspiciousOperation, BadRequest)
 
 
-# Refusals of what a request sent (its body, path or query): a token that may not write hears its own refusal first.
-_INPUT_REFUSALS = (400, 413, 415, 422)
+# Refusals of what a request sent (its body, path or query, an id naming nothing it may see): a token that may not
+# use the route hears its own refusal first, the same for whatever it sent (so it learns nothing of what exists).
+_INPUT_REFUSALS = (400, 404, 413, 415, 422)
 
 
-def read_only_token_refusal(api: GatehouseAPI, request: HttpRequest) -> Forbidden | None:
-    """The refusal owed to a request that writes (``GatehouseAPI.request_writes``) made with an API token limited
-    to reading: answered before any refusal of what it sent, so a client that may not write cannot probe
-    how its body would be validated (a malformed decision was a 422 to it, a well-formed one a 403)."""
+def token_action_refusal(request: HttpRequest) -> Forbidden | None:
+    """The refusal owed to a request that writes made with an API token whose actions hold none of those the
+    route needs (``permissions.token_needs`` on its view): answered before any refusal of what it sent, so a
+    client cannot probe how a route it may not use validates its body (a malformed decision was a 422 to a
+    token limited to ``start``, a well-formed one a 403). One dict lookup: the route's needs are read once,
+    when the URLs are built."""
     scope = getattr(getattr(request, "auth", None), TOKEN_SCOPE_ATTR, None)
-    if not scope or not scope[1] or not set(scope[1]) <= READ_ONLY_ACTIONS or not api.request_writes(request):
+    if not scope or not scope[1]:
+        return None
+    match = request.resolver_match
+    needed = getattr(match.func, _TOKEN_ACTIONS_ATTR, {}).get(request.method) if match is not None else None
+    if not needed or not needed.isdisjoint(scope[1]):
         return None
     return Forbidden(
-        f"this API token is limited to {', '.join(sorted(scope[1]))}: {request.method} {request.path} changes "
-        "something, and it may not"
+        f"this API token is limited to {', '.join(sorted(scope[1]))}: {request.method} {request.path} needs the "
+        f"{' or '.join(repr(action) for action in sorted(needed))} action"
     )
 
 
@@ -202,7 +234,7 @@ def api_errors_install(
 
     def respond(request: HttpRequest, status: int, code: str, message: str, field: str | None = None) -> HttpResponse:
         if status in _INPUT_REFUSALS:
-            refusal = read_only_token_refusal(api, request)
+            refusal = token_action_refusal(request)
             if refusal is not None:
                 status, code, message, field = refusal.status, refusal.code, refusal.message, refusal.field
         return api.create_response(request, body(code, message, field), status=status)

@@ -17,6 +17,7 @@ from approvals.api_common import AuthedRequest
 from approvals.inbox_filter import SELECTION_KEYS
 from approvals.models import BulkAction
 from approvals.payloads import REASON_MAX_CHARS
+from approvals.permissions import token_needs
 from approvals.security import request_proof_at, session_proof_record
 
 router = Router(tags=["bulk"])
@@ -80,6 +81,7 @@ def _out(action: BulkAction) -> BulkOut:
 
 
 @router.post("/bulk-decisions", response={202: BulkOut})
+@token_needs("approvals.decide_task")
 def bulk_decision_create(request: AuthedRequest, body: BulkDecisionIn) -> Status[BulkOut]:
     """Approve or reject many tasks with one reason and one signature; each task is decided on its own."""
     signer = services.Signer(authenticated_at=request_proof_at(request), password=body.password, otp=body.otp)

@@ -15,6 +15,7 @@ from approvals.api_common import AuthedRequest
 from approvals.comments import CommentShown
 from approvals.errors import NotFound
 from approvals.models import Comment
+from approvals.permissions import token_needs
 
 router = Router(tags=["comments"])
 
@@ -98,6 +99,7 @@ def task_comments(request: AuthedRequest, task_id: UUID) -> list[CommentOut]:
 
 
 @router.post("/tasks/{task_id}/comments", response={201: CommentOut})
+@token_needs(*permissions.COMMENT_POST_PERMS)
 def task_comment_post(request: AuthedRequest, task_id: UUID, body: CommentIn) -> Status[CommentOut]:
     """Comment on a task (reviewers, operators and leads of its graph)."""
     user = _user(request)
@@ -117,6 +119,7 @@ def thread_comments(request: AuthedRequest, thread_id: UUID) -> list[CommentOut]
 
 
 @router.post("/threads/{thread_id}/comments", response={201: CommentOut})
+@token_needs(*permissions.COMMENT_POST_PERMS)
 def thread_comment_post(request: AuthedRequest, thread_id: UUID, body: CommentIn) -> Status[CommentOut]:
     """Comment on a thread."""
     user = _user(request)
@@ -128,6 +131,7 @@ def thread_comment_post(request: AuthedRequest, thread_id: UUID, body: CommentIn
 
 
 @router.post("/comments/{comment_id}/versions", response={201: CommentOut})
+@token_needs(*permissions.COMMENT_POST_PERMS)
 def comment_version_post(request: AuthedRequest, comment_id: UUID, body: CommentVersionIn) -> Status[CommentOut]:
     """Edit your comment: a new version; the earlier ones stay (append-only)."""
     user = _user(request)

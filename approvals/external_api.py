@@ -19,6 +19,7 @@ from approvals import external, gateway
 from approvals.api_common import AuthedRequest
 from approvals.inputs import AwareDatetime
 from approvals.models import ExternalTask
+from approvals.permissions import token_needs
 from runtime.notify import between_waits
 from runtime.registry import EXTERNAL_SOURCE_PATTERN
 
@@ -122,6 +123,7 @@ def _out(user: Any, item: ExternalTask, *, show_secret: bool) -> ExternalTaskOut
 
 
 @router.post("/external-tasks", response={200: ExternalTaskOut, 201: ExternalTaskOut})
+@token_needs("runtime.start_thread")
 def external_task_create(request: AuthedRequest, body: ExternalTaskIn) -> Status[ExternalTaskOut]:
     user = request.auth
     spec = external.ExternalTaskSpec(

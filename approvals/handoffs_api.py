@@ -18,6 +18,7 @@ from approvals.api_common import AuthedRequest
 from approvals.errors import InvalidInput
 from approvals.inputs import AwareDatetime
 from approvals.models import ApprovalTask, Away
+from approvals.permissions import token_needs
 
 router = Router(tags=["hand-offs"])
 
@@ -126,18 +127,21 @@ def task_claim_get(request: AuthedRequest, task_id: UUID) -> ClaimOut:
 
 
 @router.post("/tasks/{task_id}/claim", response={201: ClaimOut})
+@token_needs("approvals.decide_task")
 def task_claim(request: AuthedRequest, task_id: UUID) -> Status[ClaimOut]:
     claim = claims.task_claim(actor=_user(request), task_id=task_id)
     return Status(201, _claim_out(claim.task))
 
 
 @router.delete("/tasks/{task_id}/claim", response=ClaimOut)
+@token_needs("approvals.decide_task", "approvals.release_any_claim")
 def task_release(request: AuthedRequest, task_id: UUID) -> ClaimOut:
     claims.task_release(actor=_user(request), task_id=task_id)
     return _claim_out(permissions.task_get_for(_user(request), task_id))
 
 
 @router.post("/tasks/{task_id}/reassign", response=AssignmentOut)
+@token_needs("approvals.reassign_task")
 def task_reassign(request: AuthedRequest, task_id: UUID, body: ReassignIn) -> AssignmentOut:
     actor = _user(request)
     task = permissions.task_get_for(actor, task_id)
@@ -149,6 +153,7 @@ def task_reassign(request: AuthedRequest, task_id: UUID, body: ReassignIn) -> As
 
 
 @router.post("/tasks/{task_id}/delegate", response=AssignmentOut)
+@token_needs("approvals.decide_task")
 def task_delegate(request: AuthedRequest, task_id: UUID, body: DelegateIn) -> AssignmentOut:
     actor = _user(request)
     task = permissions.task_get_for(actor, task_id)
@@ -164,6 +169,7 @@ def away_get(request: AuthedRequest) -> AwayOut:
 
 
 @router.put("/me/away", response=AwayOut)
+@token_needs("approvals.decide_task")
 def away_put(request: AuthedRequest, body: AwayIn) -> AwayOut:
     actor = _user(request)
     body.delegate_check()

@@ -7,7 +7,8 @@ not see (so existence does not leak), ``Forbidden`` for actions it may not take.
 from __future__ import annotations
 
 import functools
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from django.contrib.auth.models import AnonymousUser, Group, Permission, User
 from django.contrib.contenttypes.models import ContentType
@@ -216,6 +217,33 @@ def token_refusal(user: Principal, perms: tuple[str, ...], action: str) -> Forbi
         f"this API token is limited to {', '.join(sorted(scope[1]))}: to {action} it needs the "
         f"{' or '.join(repr(n) for n in dict.fromkeys(needed))} action"
     )
+
+
+# Where ``token_needs`` keeps, on an API view, the permissions it acts under.
+TOKEN_NEEDS_ATTR = "gatehouse_token_needs"  # noqa: S105 - an attribute's name, not a secret
+
+_View = TypeVar("_View", bound=Callable[..., Any])
+
+
+def token_needs(*perms: str) -> Callable[[_View], _View]:
+    """Declare on an API view the permissions one of which it acts under, those its service checks with
+    ``require`` (``TOKEN_ACTIONS`` turns them into token actions). ``GatehouseAPI`` reads it: a token whose
+    actions hold none of them is refused there before anything it sent is judged. A POST that only reads (a
+    search with its filters in a body) declares a reading permission. Every POST, PUT, PATCH and DELETE an
+    API token may call declares one: ``GatehouseAPI`` refuses to build its URLs otherwise."""
+    if not perms:
+        raise ValueError("token_needs: name the permissions the view acts under")
+
+    def declare(view: _View) -> _View:
+        setattr(view, TOKEN_NEEDS_ATTR, perms)
+        return view
+
+    return declare
+
+
+def token_actions_for(perms: tuple[str, ...]) -> frozenset[str]:
+    """The token actions one of which a token needs to act under one of ``perms``."""
+    return frozenset(TOKEN_ACTIONS.get(perm, "admin") for perm in perms)
 
 
 def require(user: Principal, perm: str, action: str, *, why: str = "") -> None:

@@ -9,6 +9,7 @@ from ninja import Router, Schema, Status
 from pydantic import Field
 
 from approvals.api_common import AuthedRequest
+from approvals.permissions import token_needs
 from approvals.run_cancel import REASON_MAX, run_cancel
 from approvals.schemas import RunOut
 from runtime.models import Run
@@ -25,6 +26,7 @@ class RunCancelIn(Schema):
 
 
 @router.post("/threads/{thread_id}/cancel-run", response={202: RunOut}, tags=["threads"])
+@token_needs("runtime.retry_thread")
 def thread_run_cancel(request: AuthedRequest, thread_id: UUID, body: RunCancelIn) -> Status[Run]:
     user: Any = request.auth
     run = run_cancel(

@@ -12,6 +12,7 @@ from pydantic import Field
 from approvals import time_travel
 from approvals.api_common import AuthedRequest
 from approvals.inputs import CheckpointId
+from approvals.permissions import token_needs
 from runtime.models import Branch
 from runtime.state import SubgraphView
 
@@ -77,6 +78,7 @@ def _subgraph_out(sub: SubgraphView) -> SubgraphOut:
 
 
 @router.post("/threads/{thread_id}/fork", response={201: BranchOut})
+@token_needs("runtime.time_travel")
 def thread_fork(request: AuthedRequest, thread_id: UUID, body: ForkIn) -> Status[Branch]:
     branch = time_travel.thread_fork(
         actor=request.auth,
@@ -91,6 +93,7 @@ def thread_fork(request: AuthedRequest, thread_id: UUID, body: ForkIn) -> Status
 
 
 @router.post("/threads/{thread_id}/replay", response={202: BranchOut})
+@token_needs("runtime.time_travel")
 def thread_replay(request: AuthedRequest, thread_id: UUID, body: ReplayIn) -> Status[Branch]:
     branch = time_travel.thread_replay(
         actor=request.auth,

@@ -17,6 +17,7 @@ from pydantic import Field
 
 from approvals import users
 from approvals.api_common import AuthedRequest
+from approvals.permissions import token_needs
 
 router = Router(tags=["users"])
 
@@ -159,6 +160,7 @@ def user_list(request: AuthedRequest, query: Query[UsersQuery]) -> list[dict[str
 
 
 @router.post("/users", response={201: UserCreatedOut})
+@token_needs("approvals.manage_users")
 def user_create(request: AuthedRequest, body: UserIn) -> Status[dict[str, Any]]:
     actor = _actor(request)
     user = users.user_create(
@@ -193,11 +195,13 @@ def user_detail(request: AuthedRequest, user_id: int = Path(..., ge=1, le=MAX_PK
 
 
 @router.post("/users/{user_id}/roles", response=UserOut)
+@token_needs("approvals.manage_users")
 def user_roles(request: AuthedRequest, body: RolesIn, user_id: int = Path(..., ge=1, le=MAX_PK)) -> dict[str, Any]:
     return _out(users.user_roles_set(actor=_actor(request), user_id=user_id, roles=body.roles))
 
 
 @router.post("/users/{user_id}/assignments", response=UserOut)
+@token_needs("approvals.manage_users")
 def user_assignments(
     request: AuthedRequest, body: AssignmentsIn, user_id: int = Path(..., ge=1, le=MAX_PK)
 ) -> dict[str, Any]:
@@ -206,6 +210,7 @@ def user_assignments(
 
 
 @router.post("/users/{user_id}/deactivate", response=UserOut)
+@token_needs("approvals.manage_users")
 def user_deactivate(
     request: AuthedRequest, body: DeactivateIn, user_id: int = Path(..., ge=1, le=MAX_PK)
 ) -> dict[str, Any]:
@@ -213,16 +218,19 @@ def user_deactivate(
 
 
 @router.post("/users/{user_id}/reactivate", response=UserOut)
+@token_needs("approvals.manage_users")
 def user_reactivate(request: AuthedRequest, user_id: int = Path(..., ge=1, le=MAX_PK)) -> dict[str, Any]:
     return _out(users.user_reactivate(actor=_actor(request), user_id=user_id))
 
 
 @router.post("/users/{user_id}/password", response=PasswordSetupOut)
+@token_needs("approvals.manage_users")
 def user_password(request: AuthedRequest, body: PasswordIn, user_id: int = Path(..., ge=1, le=MAX_PK)) -> Any:
     setup = users.user_password_reset(actor=_actor(request), user_id=user_id, password=body.password)
     return _setup_out(request, setup)
 
 
 @router.post("/users/{user_id}/otp-reset", response=OtpResetOut)
+@token_needs("approvals.manage_users")
 def user_otp_reset(request: AuthedRequest, user_id: int = Path(..., ge=1, le=MAX_PK)) -> dict[str, Any]:
     return {"devices_removed": users.user_otp_reset(actor=_actor(request), user_id=user_id)}

@@ -28,6 +28,7 @@ from approvals.api_common import ApiKeyAuth, BearerAuth, GatehouseAPI, api_error
 from approvals.errors import InvalidInput
 from approvals.inputs import AnyUuid, StrictJsonParser
 from approvals.payloads import NOT_GIVEN
+from approvals.permissions import token_needs
 from approvals.run_cancel import run_cancel_done
 from lgplatform import services as platform
 from lgplatform import stream as platform_stream
@@ -80,17 +81,6 @@ api = GatehouseAPI(
     # SDK calls not served (assistants.count, threads.prune, crons.create_for_thread) whose paths read as an
     # id's: a 404 as for /runs/crons, not a 405 sending the client to a GET that reads "count" as an id.
     not_served=("assistants/count", "threads/prune", "threads/[^/]+/runs/crons"),
-    # The POSTs that only read (the SDK sends their filters in a body): a token limited to reading may send them;
-    # at any other POST its refusal comes before any of what it sent (approvals.api_common.read_only_token_refusal).
-    read_posts=(
-        "assistants/search",
-        "threads/search",
-        "threads/count",
-        "threads/[^/]+/history",
-        "threads/[^/]+/state/checkpoint",
-        "store/items/search",
-        "store/namespaces",
-    ),
 )
 
 
@@ -118,6 +108,7 @@ def _user(request: HttpRequest) -> Any:
 
 
 @api.post("/assistants/search", response=list[AssistantOut], tags=["assistants"])
+@token_needs("runtime.view_thread")
 def assistants_search(request: HttpRequest, body: AssistantSearchIn) -> list[AssistantOut]:
     names = platform.assistants_visible(_user(request))
     if body.graph_id:
@@ -158,6 +149,7 @@ def assistant_schemas(request: HttpRequest, assistant_id: str) -> AssistantSchem
 
 
 @api.post("/threads", response=ThreadOut, tags=["threads"])
+@token_needs("runtime.start_thread")
 def thread_create(request: HttpRequest, body: ThreadCreateIn) -> ThreadOut:
     if body.supersteps is not None:  # even an empty list: the option is not served, whatever it holds
         raise InvalidInput("supersteps (copying a thread's history) are not supported", field="supersteps")
@@ -171,6 +163,7 @@ def thread_create(request: HttpRequest, body: ThreadCreateIn) -> ThreadOut:
 
 
 @api.post("/threads/search", response=list[ThreadOut], tags=["threads"])
+@token_needs("runtime.view_thread")
 def threads_search(request: HttpRequest, body: ThreadSearchIn) -> list[ThreadOut]:
     if body.extract:
         raise InvalidInput("extract is not supported", field="extract")
@@ -190,6 +183,7 @@ def threads_search(request: HttpRequest, body: ThreadSearchIn) -> list[ThreadOut
 
 
 @api.post("/threads/count", response=int, tags=["threads"])
+@token_needs("runtime.view_thread")
 def threads_count(request: HttpRequest, body: ThreadCountIn) -> int:
     """How many threads ``threads/search`` finds for the caller with the same filters."""
     return platform.threads_count(user=_user(request), status=body.status, metadata=body.metadata, values=body.values)
@@ -207,6 +201,7 @@ def thread_state(request: HttpRequest, thread_id: AnyUuid, query: Query[StateQue
 
 
 @api.post("/threads/{thread_id}/state/checkpoint", response=ThreadStateOut, tags=["threads"])
+@token_needs("runtime.view_thread")
 def thread_state_checkpoint(request: HttpRequest, thread_id: AnyUuid, body: ThreadCheckpointIn) -> ThreadStateOut:
     if body.checkpoint.get("checkpoint_ns"):
         raise InvalidInput(
@@ -224,6 +219,7 @@ def thread_state_at(
 
 
 @api.post("/threads/{thread_id}/state", response=ThreadUpdateStateOut, tags=["threads"])
+@token_needs("runtime.retry_thread", "runtime.time_travel")
 def thread_state_update(request: HttpRequest, thread_id: AnyUuid, body: ThreadStateUpdateIn) -> ThreadUpdateStateOut:
     forked_at = platform_time_travel.checkpoint_wanted(body.checkpoint, body.checkpoint_id)
     if forked_at:  # time travel: a fork at a past checkpoint
@@ -234,6 +230,7 @@ def thread_state_update(request: HttpRequest, thread_id: AnyUuid, body: ThreadSt
 
 
 @api.post("/threads/{thread_id}/history", response=list[ThreadStateOut], tags=["threads"])
+@token_needs("runtime.view_thread")
 def thread_history(request: HttpRequest, thread_id: AnyUuid, body: HistoryIn) -> list[ThreadStateOut]:
     if body.metadata:
         raise InvalidInput("filtering history by metadata is not supported", field="metadata")
@@ -329,6 +326,7 @@ def _run_location(thread_id: Any, run_id: Any) -> str:
 
 
 @api.post("/threads/{thread_id}/runs", response=RunOut, tags=["runs"])
+@token_needs("runtime.start_thread", "approvals.decide_task")
 def run_create(request: HttpRequest, thread_id: AnyUuid, body: RunCreateIn) -> HttpResponse:
     # A background run publishes the modes it names, for GET .../runs/{run_id}/stream to join.
     modes = platform_stream.stream_modes_parse(body.stream_mode) if body.stream_mode else None
@@ -348,6 +346,7 @@ def runs_list(request: HttpRequest, thread_id: AnyUuid, query: Query[RunListQuer
 
 
 @api.post("/threads/{thread_id}/runs/{run_id}/cancel", tags=["runs"])
+@token_needs("runtime.retry_thread")
 async def run_cancel(
     request: HttpRequest, thread_id: AnyUuid, run_id: AnyUuid, query: Query[CancelQuery]
 ) -> HttpResponse:
@@ -404,6 +403,7 @@ async def _wait_response(request: HttpRequest, thread_id: Any, run_id: Any) -> H
 
 
 @api.post("/threads/{thread_id}/runs/wait", tags=["runs"])
+@token_needs("runtime.start_thread", "approvals.decide_task")
 async def run_wait(request: HttpRequest, thread_id: AnyUuid, body: RunCreateIn) -> HttpResponse:
     try:
         run = await between_waits(_run_create_sync)(request, thread_id, body)
@@ -429,6 +429,7 @@ def _stream_response(request: HttpRequest, thread_id: Any, run_id: Any, events: 
 
 
 @api.post("/threads/{thread_id}/runs/stream", tags=["runs"])
+@token_needs("runtime.start_thread", "approvals.decide_task")
 async def run_stream(request: HttpRequest, thread_id: AnyUuid, body: RunCreateIn) -> StreamingHttpResponse:
     """Create a run and stream it: ``stream_mode`` one or several of values, updates, messages,
     messages-tuple, events, debug, custom, tasks, checkpoints (``docs/platform-api.md``)."""

@@ -15,6 +15,7 @@ from django.http import HttpRequest, HttpResponse
 from ninja import Query, Router
 
 from approvals import store
+from approvals.permissions import token_needs
 from lgplatform.responses import StoreItemsOut, StoreNamespacesOut
 from lgplatform.schemas import StoreDeleteIn, StoreGetQuery, StoreNamespacesIn, StorePutIn, StoreSearchIn
 
@@ -26,6 +27,7 @@ def _user(request: HttpRequest) -> Any:
 
 
 @router.put("/store/items", response={204: None})
+@token_needs("runtime.write_store")
 def store_item_put(request: HttpRequest, body: StorePutIn) -> HttpResponse:
     store.store_item_put(
         actor=_user(request), namespace=body.namespace, key=body.key, value=body.value, index=body.index, ttl=body.ttl
@@ -41,12 +43,14 @@ def store_item_get(request: HttpRequest, query: Query[StoreGetQuery]) -> Any:
 
 
 @router.delete("/store/items", response={204: None})
+@token_needs("runtime.write_store")
 def store_item_delete(request: HttpRequest, body: StoreDeleteIn) -> HttpResponse:
     store.store_item_delete(actor=_user(request), namespace=body.namespace, key=body.key)
     return HttpResponse(status=204)
 
 
 @router.post("/store/items/search", response=StoreItemsOut)
+@token_needs("runtime.view_store")
 def store_items_search(request: HttpRequest, body: StoreSearchIn) -> StoreItemsOut:
     items = store.store_items_search(
         user=_user(request),
@@ -61,6 +65,7 @@ def store_items_search(request: HttpRequest, body: StoreSearchIn) -> StoreItemsO
 
 
 @router.post("/store/namespaces", response=StoreNamespacesOut)
+@token_needs("runtime.view_store")
 def store_namespaces_list(request: HttpRequest, body: StoreNamespacesIn) -> StoreNamespacesOut:
     namespaces = store.store_namespaces_list(
         user=_user(request),

@@ -26,6 +26,7 @@ from ninja import Router
 from approvals import time_travel
 from approvals.errors import Conflict, InvalidInput
 from approvals.inputs import CHECKPOINT_ID_PATTERN, AnyUuid
+from approvals.permissions import token_needs
 from lgplatform import services as platform
 from lgplatform.responses import ThreadOut, ThreadUpdateStateOut
 from lgplatform.schemas import RunCreateIn, ThreadStateUpdateIn
@@ -95,6 +96,7 @@ def run_replay(request: HttpRequest, thread_id: UUID, body: RunCreateIn, checkpo
 
 
 @router.post("/threads/{thread_id}/copy", response=ThreadOut)
+@token_needs("runtime.time_travel")
 def thread_copy(request: HttpRequest, thread_id: AnyUuid) -> ThreadOut:
     copy = time_travel.thread_copy_make(
         actor=request.auth,  # type: ignore[attr-defined]

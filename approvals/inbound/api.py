@@ -11,6 +11,7 @@ from pydantic import Field
 
 from approvals.inbound import webhooks
 from approvals.models import InboundDelivery, WebhookEndpoint
+from approvals.permissions import token_needs
 
 router = Router(tags=["webhooks"])
 
@@ -130,12 +131,14 @@ def webhook_endpoints(request: HttpRequest) -> list[EndpointOut]:
 
 
 @router.post("/webhook-endpoints", response={201: EndpointOut})
+@token_needs("approvals.manage_webhooks")
 def webhook_endpoint_create(request: HttpRequest, body: EndpointIn) -> Status[EndpointOut]:
     endpoint = webhooks.webhook_endpoint_create(actor=_user(request), **body.model_dump())
     return Status(201, _endpoint_out(endpoint, with_secrets=True))
 
 
 @router.post("/webhook-endpoints/{name}/rotate", response=EndpointOut)
+@token_needs("approvals.manage_webhooks")
 def webhook_endpoint_rotate(request: HttpRequest, name: str, body: EndpointRotateIn) -> EndpointOut:
     """A new signing secret (admins), shown in this response only, newest first."""
     endpoint, _ = webhooks.webhook_endpoint_rotate(actor=_user(request), name=name, keep_previous=body.keep_previous)
@@ -143,12 +146,14 @@ def webhook_endpoint_rotate(request: HttpRequest, name: str, body: EndpointRotat
 
 
 @router.patch("/webhook-endpoints/{name}", response=EndpointOut)
+@token_needs("approvals.manage_webhooks")
 def webhook_endpoint_update(request: HttpRequest, name: str, body: EndpointGatesIn) -> EndpointOut:
     """Change the gates the endpoint may decide (admins)."""
     return _endpoint_out(webhooks.webhook_endpoint_gates_set(actor=_user(request), name=name, gates=body.gates))
 
 
 @router.delete("/webhook-endpoints/{name}", response={204: None})
+@token_needs("approvals.manage_webhooks")
 def webhook_endpoint_delete(request: HttpRequest, name: str) -> Status[None]:
     """Retire the endpoint (admins): secrets destroyed, principal disabled, delivery log kept."""
     webhooks.webhook_endpoint_delete(actor=_user(request), name=name)

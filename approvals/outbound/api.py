@@ -12,6 +12,7 @@ from pydantic import Field
 from approvals.inputs import DbId
 from approvals.models import OutboundDelivery, WebhookSubscription
 from approvals.outbound import sending, subscriptions
+from approvals.permissions import token_needs
 
 router = Router(tags=["webhooks"])
 
@@ -84,12 +85,14 @@ def webhook_subscriptions(request: HttpRequest) -> list[SubscriptionOut]:
 
 
 @router.post("/webhook-subscriptions", response={201: SubscriptionOut})
+@token_needs("runtime.retry_thread")
 def webhook_subscription_create(request: HttpRequest, body: SubscriptionIn) -> Status[SubscriptionOut]:
     subscription = subscriptions.subscription_create(actor=_user(request), **body.model_dump())
     return Status(201, _subscription_out(subscription, with_secret=True))
 
 
 @router.delete("/webhook-subscriptions/{subscription_id}", response={204: None})
+@token_needs("runtime.retry_thread")
 def webhook_subscription_deactivate(request: HttpRequest, subscription_id: DbId) -> Status[None]:
     """Stop sending to the subscription (operators, admins): its queued deliveries are given up and its
     secret destroyed; the subscription and its delivery log stay (``active: false``). Idempotent."""
@@ -108,5 +111,6 @@ def webhook_outbound_deliveries(request: HttpRequest, query: Query[OutboundQuery
 
 
 @router.post("/webhook-deliveries/{delivery_id}/retry", response={202: OutboundDeliveryOut})
+@token_needs("runtime.retry_thread")
 def webhook_delivery_retry(request: HttpRequest, delivery_id: DbId) -> Status[OutboundDeliveryOut]:
     return Status(202, _outbound_out(sending.delivery_retry(actor=_user(request), delivery_id=delivery_id)))
