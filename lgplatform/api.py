@@ -283,7 +283,12 @@ def _run_create_atomic(
         body.config, platform.assistant_graph(_user(request), body.assistant_id)
     )
     run = _run_create_body(request, thread_id, body)
-    run_options_record(run=run, multitask_strategy=body.multitask_strategy or "reject", recursion_limit=recursion_limit)
+    run_options_record(
+        run=run,
+        multitask_strategy=body.multitask_strategy or "reject",
+        recursion_limit=recursion_limit,
+        config=platform.run_config_read(body.config),
+    )
     if stream:
         platform_stream.run_stream_record(run=run, modes=stream, subgraphs=body.stream_subgraphs)
     return run

@@ -35,7 +35,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Q, QuerySet
 from django.db.models.fields.json import KeyTransform
 from django.utils import timezone
-from langgraph.errors import InvalidUpdateError
+from langgraph.errors import InvalidUpdateError, UnknownInterruptError
 from langgraph.graph import END
 
 from approvals import gateway, permissions, services, time_travel
@@ -56,11 +56,13 @@ from lgplatform.responses import (
     ThreadUpdateStateOut,
 )
 from runtime import threads as runtime_threads
+from runtime.executor import SignedCommandRefused
 from runtime.models import ACTIVE_RUN_STATUSES, Run, RunKind, RunStatus, Thread, ThreadStatus
-from runtime.registry import UnknownGraph, graph_get, graph_names, registry_entries
+from runtime.registry import GraphRegistryError, UnknownGraph, graph_get, graph_names, registry_entries
 from runtime.runs import ThreadBusy, run_enqueue
 from runtime.state import CheckpointView, StateUnreadable, StepTask, SubgraphView, thread_state_read
 from runtime.state_schema import FieldError, has_validators, values_validate
+from runtime.store import StoreConfigError
 
 # The namespace LangGraph Platform derives its per-graph assistant ids from, so
 # a graph has the same assistant_id here as on the Platform.
@@ -101,6 +103,19 @@ _ERROR_TYPED = re.compile(r"(?P<type>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)(?:: (?P<me
 _TASK_NOTE = re.compile(r"(?:\nDuring task with name '[^\n]*' and id '[^\n]*')+\Z")
 # Gatehouse's own run limits, named as LangGraph Server names the same failure (runtime.controls).
 _ERROR_TYPES_OUT = {"RecursionLimitReached": "GraphRecursionError", "RunTimeout": "TimeoutError"}
+# Failures that are no exception of the graph's, shown as a ``RunError`` with the whole text: a graph not
+# registered or that could not be built, a misconfigured store, a signed command LangGraph refused, and
+# "" (no exception: the runtime gave up on the run, ``runtime.runs._gave_up``).
+_RUN_ERROR_TYPES = frozenset(
+    (
+        "",
+        UnknownGraph.__name__,
+        GraphRegistryError.__name__,
+        StoreConfigError.__name__,
+        SignedCommandRefused.__name__,
+        UnknownInterruptError.__name__,
+    )
+)
 
 
 # --- assistants: one per registered graph ------------------------------------------------
@@ -465,7 +480,7 @@ def state_out(
         raised = _interrupts_raised(user, thread, [view.checkpoint_id])
     pending = raised.get(view.checkpoint_id, {})
     error = (
-        task_error_out(thread.error)
+        task_error_out(thread.error, _thread_error_type(thread))
         if view.checkpoint_id == thread.checkpoint_id and thread.status == ThreadStatus.FAILED
         else None
     )
@@ -678,12 +693,36 @@ def thread_history(
     return [state_out(user, thread, v, raised=raised) for v in views]
 
 
-def run_error_out(text: str | None) -> dict[str, str]:
+def run_error_out(text: str | None, error_type: str | None) -> dict[str, str]:
     """A failed run's error as LangGraph Server sends it (``runs.wait``'s ``__error__``, the ``error``
     stream event): ``error`` the exception's class name, so a client can branch on it (a
     ``GraphRecursionError``), and ``message`` its own words without LangGraph's "During task ..." note.
-    A text that names no exception type (a graph that could not be built) is a ``RunError``, whole."""
+    ``error_type`` is that class name as the runtime recorded it (``Run.error_type``); a failure that is
+    no exception of the graph's (a graph that could not be built) is a ``RunError``, whole."""
     text = text or "the run failed"
+    if error_type is None:
+        # Failed before runs recorded their exception's class (runtime migration 0016): the type is read
+        # back out of the text, which goes wrong where the class's qualified name is no dotted identifier
+        # (a graph named "pay-flow", a class defined in a function) or its line is not first (SyntaxError).
+        return _error_out_parsed(text)
+    if error_type in _RUN_ERROR_TYPES:
+        return {"error": "RunError", "message": text}
+    return {"error": _ERROR_TYPES_OUT.get(error_type, error_type), "message": _error_message(text, error_type)}
+
+
+def _error_message(text: str, error_type: str) -> str:
+    """The exception's own words in its stored text, found by its known class name: after the line that
+    names the class, module-qualified or not ("<module>.<Type>: <message>": first, or last for a
+    ``SyntaxError``), without LangGraph's task notes. The whole text if no line names it."""
+    text = _TASK_NOTE.sub("", text)
+    named = re.search(rf"(?:\A|\n)(?:[^\s:]*\.)?{re.escape(error_type)}(?:: (?P<message>.*)|\n|\Z)", text, re.DOTALL)
+    if named is None:
+        return text
+    return named["message"] or ""
+
+
+def _error_out_parsed(text: str) -> dict[str, str]:
+    """``run_error_out`` for a run failed before its exception's class was recorded: read from ``text``."""
     typed = _ERROR_TYPED.fullmatch(_TASK_NOTE.sub("", text))
     if typed is None or (typed["message"] is None and not typed["type"].rsplit(".", 1)[-1][:1].isupper()):
         return {"error": "RunError", "message": text}
@@ -691,14 +730,26 @@ def run_error_out(text: str | None) -> dict[str, str]:
     return {"error": _ERROR_TYPES_OUT.get(name, name), "message": typed["message"] or ""}
 
 
-def task_error_out(text: str | None) -> str | None:
-    """A failed task's ``error`` in a state as LangGraph Server shows it: the exception's repr."""
+def task_error_out(text: str | None, error_type: str | None) -> str | None:
+    """A failed task's ``error`` in a state as LangGraph Server shows it: the exception's repr
+    (``error_type`` as for ``run_error_out``)."""
     if text is None:
         return None
-    error = run_error_out(text)
+    error = run_error_out(text, error_type)
     if error["error"] == "RunError":
         return text
     return f"{error['error']}({error['message']!r})" if error["message"] else f"{error['error']}()"
+
+
+def _thread_error_type(thread: Thread) -> str | None:
+    """The class name of the exception that failed ``thread``: its last failed run's, whose error the thread
+    carries. One query, made only when a failed thread's current state is read. None (the text is read)
+    when no run of the thread says so: it failed before the class was recorded, or it is a copy."""
+    last = thread.runs.filter(status=RunStatus.FAILED).order_by("-created_at").values_list("error", "error_type")
+    found = last.first()
+    if found is None or found[0] != thread.error:
+        return None
+    return found[1]
 
 
 def wait_output(user: permissions.Principal, thread: Thread, run: Run) -> dict[str, Any]:
@@ -709,7 +760,7 @@ def wait_output(user: permissions.Principal, thread: Thread, run: Run) -> dict[s
     ``{"__interrupt__": [...]}``, as LangGraph Server answers: it merges the interrupts its stream sent one
     chunk each, and the values go with none of them."""
     if run.status == RunStatus.FAILED:
-        return {"__error__": run_error_out(run.error)}
+        return {"__error__": run_error_out(run.error, run.error_type)}
     return thread_output(user, thread)
 
 
@@ -817,8 +868,7 @@ RECURSION_LIMIT_MAX = 2**31 - 1  # what ``Run.recursion_limit`` stores
 def run_config_check(config: dict[str, Any] | None) -> None:
     """A run's ``config`` keys in the types LangGraph Server's schema takes (a 422 naming the key where it
     refuses them): ``tags`` a list of strings, ``run_name`` a string, ``metadata`` and ``configurable``
-    objects. Gatehouse runs the graph with neither tags nor run name (docs/platform-api.md); a client
-    that sends ill-typed ones is told so, not ignored silently."""
+    objects. A client that sends ill-typed ones is told so, not ignored silently."""
     config = config or {}
     tags = config.get("tags", [])
     if not isinstance(tags, list):
@@ -831,6 +881,17 @@ def run_config_check(config: dict[str, Any] | None) -> None:
     for key in ("metadata", "configurable"):
         if key in config and not isinstance(config[key], dict):
             raise InvalidInput(f"config.{key}: must be an object", field=f"config.{key}")
+
+
+# The keys of a run's ``config`` its graph runs with as sent (``Run.config``; runtime.executor.run_config).
+RUN_CONFIG_KEPT = ("tags", "run_name")
+
+
+def run_config_read(config: dict[str, Any] | None) -> dict[str, Any] | None:
+    """What of a run's ``config`` (checked by ``run_config_check``) the graph runs with, as LangGraph Server
+    passes it into the graph's RunnableConfig: ``tags`` and ``run_name``. None when it has neither."""
+    kept = {key: (config or {})[key] for key in RUN_CONFIG_KEPT if key in (config or {})}
+    return kept or None
 
 
 def recursion_limit_read(config: dict[str, Any] | None, graph: str) -> int | None:
@@ -862,10 +923,20 @@ def run_out(run: Run, graph: str) -> RunOut:
         updated_at=run.finished_at or run.started_at or run.created_at,
         status=RUN_STATUS_OUT.get(run.status, run.status),
         metadata={"kind": run.kind, "attempts": run.attempts},
-        kwargs={},
+        kwargs=run_kwargs_out(run),
         multitask_strategy=run.multitask_strategy or "reject",
         error=run.error or None,
     )
+
+
+def run_kwargs_out(run: Run) -> dict[str, Any]:
+    """A run's ``kwargs`` as LangGraph Server reports them, of what Gatehouse keeps: ``config``, the keys of
+    the client's config the graph ran with, as sent (``tags``, ``run_name``, ``recursion_limit``); ``{}``
+    when it sent none. Never its input or command: they would repeat state a reader may see only masked."""
+    config = dict(run.config or {})
+    if run.recursion_limit is not None:
+        config["recursion_limit"] = run.recursion_limit
+    return {"config": config} if config else {}
 
 
 def runs_list(

@@ -442,7 +442,7 @@ async def run_stream_events(
         if read is not None and not read.done():
             read.cancel()
     if current.status == RunStatus.FAILED:
-        yield sse("error", run_error_out(current.error))
+        yield sse("error", run_error_out(current.error, current.error_type))
     elif "values" in follower.modes and not follower.values_sent:
         # Nothing streamed the values (a run nobody asked to publish, or a log that could not be
         # written): the final state, with its interrupts, as before streaming existed.

@@ -155,7 +155,7 @@ def run_config(run: Run) -> RunnableConfig:
     # run_claim read the thread's current branch with the run (no branch starts while it is active).
     current = run.current_branch_id if hasattr(run, "current_branch_id") else branch_current_id(thread_id=run.thread_id)
     branch_id = (run.command or {}).get("branch_id") or (str(current) if current else None)
-    return {
+    config: RunnableConfig = {
         "configurable": {
             **({BRANCH_KEY: branch_id} if branch_id else {}),
             "thread_id": str(run.thread_id),
@@ -169,6 +169,14 @@ def run_config(run: Run) -> RunnableConfig:
             FENCE_KEY: run.fence,
         }
     }
+    # What the client asked the graph to run with (``Run.config``), as LangGraph Server passes it: a node's
+    # get_config(), callbacks and traces see the tags, and the root run is named by run_name.
+    sent = run.config or {}
+    if sent.get("tags"):
+        config["tags"] = list(sent["tags"])
+    if sent.get("run_name"):
+        config["run_name"] = str(sent["run_name"])
+    return config
 
 
 def _execute_claimed(run: Run, heartbeat: Heartbeat) -> None:
@@ -188,10 +196,10 @@ def _execute_claimed(run: Run, heartbeat: Heartbeat) -> None:
         named = {"name": run.thread.graph} if graph.name == "LangGraph" else {}
         graph = graph.copy(update={"store": store, **named})
     except UnknownGraph as exc:
-        run_fail(run=run, error=f"graph {exc.name!r} is not registered")
+        run_fail(run=run, error=f"graph {exc.name!r} is not registered", error_type=type(exc).__name__)
         return
     except (GraphRegistryError, StoreConfigError) as exc:  # the graph's factory (or the store) failed for this run
-        run_fail(run=run, error=str(exc))
+        run_fail(run=run, error=str(exc), error_type=type(exc).__name__)
         return
     try:
         graph_input = _input_for(run, graph, config)
@@ -223,7 +231,7 @@ def _execute_claimed(run: Run, heartbeat: Heartbeat) -> None:
         # The graph's own code raised: its author needs the traceback (the run keeps only the message).
         log.warning("run %s: the graph raised; the run fails", run.id, exc_info=exc)
         checkpoint_id = _checkpoint_id_safe(graph, config)
-        run_fail(run=run, error=_error_text(exc), checkpoint_id=checkpoint_id)
+        run_fail(run=run, error=_error_text(exc), error_type=type(exc).__name__, checkpoint_id=checkpoint_id)
         return
     heartbeat.check()
     if run.kind == RunKind.REPLAY:

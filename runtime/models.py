@@ -103,6 +103,7 @@ class RunCancelAction(models.TextChoices):
 
 
 ACTIVE_RUN_STATUSES = (RunStatus.QUEUED, RunStatus.RUNNING)
+ERROR_TYPE_MAX_LENGTH = 200  # Run.error_type: an exception's class name
 
 
 class Run(models.Model):
@@ -139,6 +140,15 @@ class Run(models.Model):
     # object reports back, and its own config.recursion_limit, which lowers the graph's for this run only.
     multitask_strategy = models.CharField(max_length=9, blank=True, default="reject")
     recursion_limit = models.PositiveIntegerField(null=True, blank=True)
+    # The RunnableConfig keys a /lg/ client sent that the graph runs with, as LangGraph Server passes them
+    # (``{"tags": [...], "run_name": "..."}``: a node's get_config(), callbacks and traces see them) and as
+    # the run object reports them back (``kwargs.config``). Null: none were sent.
+    config = models.JSONField(null=True, blank=True)
+    # A failed run's exception class name (``type(exc).__name__``), recorded with ``error`` (its text):
+    # what the /lg/ API names the failure by. "" when no exception failed it (the runtime gave up on it);
+    # NULL on runs that have not failed, and on rows failed before this was recorded: "not recorded" must
+    # differ from "no exception", for only those rows have their type read back out of the text.
+    error_type = models.CharField(max_length=ERROR_TYPE_MAX_LENGTH, null=True, blank=True)  # noqa: DJ001
 
     class Meta:
         constraints = [

@@ -33,7 +33,7 @@ from kombu.exceptions import OperationalError as BrokerOperationalError
 
 from runtime import rows, signals
 from runtime.fencing import LeaseLost
-from runtime.models import Branch, Run, RunKind, RunStatus, Thread, ThreadStatus
+from runtime.models import ERROR_TYPE_MAX_LENGTH, Branch, Run, RunKind, RunStatus, Thread, ThreadStatus
 from runtime.notify import CHANNEL
 
 __all__ = ["LeaseLost"]  # re-exported: callers catch it from here
@@ -151,11 +151,16 @@ def run_enqueue(
 _THREAD_BUSY = "UPDATE runtime_thread SET status = %s, error = '', updated_at = %s WHERE id = %s"
 
 
-def run_options_record(*, run: Run, multitask_strategy: str, recursion_limit: int | None) -> None:
+def run_options_record(
+    *, run: Run, multitask_strategy: str, recursion_limit: int | None, config: dict[str, Any] | None = None
+) -> None:
     """The run options a /lg/ client created ``run`` with; call in the transaction that enqueued it
-    (it is dispatched when that commits, so its worker reads them)."""
-    Run.objects.filter(pk=run.pk).update(multitask_strategy=multitask_strategy, recursion_limit=recursion_limit)
-    run.multitask_strategy, run.recursion_limit = multitask_strategy, recursion_limit
+    (it is dispatched when that commits, so its worker reads them, with the run, at its claim).
+    ``config``: the RunnableConfig keys the graph runs with (``Run.config``), None for none."""
+    Run.objects.filter(pk=run.pk).update(
+        multitask_strategy=multitask_strategy, recursion_limit=recursion_limit, config=config
+    )
+    run.multitask_strategy, run.recursion_limit, run.config = multitask_strategy, recursion_limit, config
 
 
 def _violates(exc: IntegrityError, constraint: str) -> bool:
@@ -376,22 +381,27 @@ def run_finish(*, run: Run, outcome: RunOutcome) -> None:
             signals.run_completed.send(sender=Run, run=run, values=outcome.values, notified=notified)
 
 
-def run_fail(*, run: Run, error: str, checkpoint_id: str = "") -> None:
+def run_fail(*, run: Run, error: str, error_type: str = "", checkpoint_id: str = "") -> None:
+    """Fail ``run`` with ``error`` (its text) and ``error_type``, the class name of the exception that
+    failed it ("" for none): kept apart so no reader has to parse the type back out of the text."""
     with transaction.atomic():
         locked = Run.objects.select_for_update().select_related("thread").get(pk=run.pk)
         if locked.fence != run.fence or locked.status != RunStatus.RUNNING:
             raise LeaseLost(f"run {run.id} was taken over before it failed")
-        _run_fail_locked(locked, error, checkpoint_id=checkpoint_id)
+        _run_fail_locked(locked, error, error_type=error_type, checkpoint_id=checkpoint_id)
 
 
-def _run_fail_locked(run: Run, error: str, *, checkpoint_id: str = "", dead_letter: bool = False) -> None:
+def _run_fail_locked(
+    run: Run, error: str, *, error_type: str = "", checkpoint_id: str = "", dead_letter: bool = False
+) -> None:
     """Fail ``run`` (locked) and its thread. ``dead_letter``: the runtime gave up on it (no worker failed it)."""
     now = timezone.now()
     run.status = RunStatus.FAILED
     run.error = error
+    run.error_type = error_type[:ERROR_TYPE_MAX_LENGTH]
     run.finished_at = now
     run.lease_expires_at = None
-    run.save(update_fields=["status", "error", "finished_at", "lease_expires_at"])
+    run.save(update_fields=["status", "error", "error_type", "finished_at", "lease_expires_at"])
     updates: dict[str, Any] = {"status": ThreadStatus.FAILED, "error": error, "updated_at": now}
     if checkpoint_id:
         updates["checkpoint_id"] = checkpoint_id

@@ -1,0 +1,147 @@
+"""A failed run's exception class is recorded with the run (``Run.error_type``), not parsed back out of its text.
+
+The /lg/ API read the type from the stored text ("<module>.<Type>: <message>") with a pattern for dotted
+identifiers. A graph named as langgraph.json files often name them, ``pay-flow``, is imported as module
+``gatehouse_graphs.pay-flow``: its exceptions' text matched no pattern, and a client was told
+``RunError`` with the whole text (module path and LangGraph's task note included) instead of
+``PaymentDeclined`` and its message; the state's failed task showed the text instead of the exception's repr.
+
+In-process: the graph is this test's own release (the registry loaded from its files), its runs executed here
+by the worker's executor (dispatch recorded, not sent).
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from asgiref.sync import async_to_sync
+
+from runtime.executor import run_execute
+from runtime.models import Run, RunStatus
+from runtime.registry import registry_load
+from tests.conftest import Persona, registry_restored
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db")]
+
+MODULE = textwrap.dedent(
+    """
+    from typing import TypedDict
+
+    from langgraph.graph import END, START, StateGraph
+
+
+    class PaymentDeclined(Exception):
+        pass
+
+
+    class State(TypedDict, total=False):
+        card: str
+
+
+    def charge(state: State) -> dict:
+        raise PaymentDeclined(f"card {state.get('card')} refused")
+
+
+    builder = StateGraph(State)
+    builder.add_node("charge", charge)
+    builder.add_edge(START, "charge")
+    builder.add_edge("charge", END)
+    graph = builder
+    """
+)
+EXPECTED = {"error": "PaymentDeclined", "message": "card 4242 refused"}
+
+
+def _release(directory: Path, graph: str) -> Path:
+    """``MODULE`` deployed as ``graph`` (no gates: it never pauses), in ``directory``; its langgraph.json."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "graph.py").write_text(MODULE)
+    (directory / "langgraph.json").write_text(json.dumps({"graphs": {graph: "./graph.py:graph"}}))
+    return directory / "langgraph.json"
+
+
+@pytest.fixture
+def graph(tmp_path: Path) -> Iterator[str]:
+    name = f"pay-flow-{uuid.uuid4().hex[:8]}"  # not an identifier: nor is the module its graph is imported as
+    with registry_restored():
+        registry_load(_release(tmp_path, name))
+        yield name
+
+
+def _failed_run(persona: Persona, graph: str) -> tuple[str, str]:
+    thread = persona.client.post("/lg/threads", {}).json()["thread_id"]
+    body = {"assistant_id": graph, "input": {"card": "4242"}, "stream_mode": "values"}
+    created = persona.client.post(f"/lg/threads/{thread}/runs", body)
+    assert created.status_code == 200, created.content
+    run_id = created.json()["run_id"]
+    run_execute(run_id=run_id)
+    return thread, run_id
+
+
+def _streamed_error(persona: Persona, thread: str, run_id: str) -> Any:
+    response = persona.client.get(f"/lg/threads/{thread}/runs/{run_id}/stream")
+    assert response.status_code == 200
+    body = async_to_sync(_read)(response.streaming_content).decode()
+    blocks = [block.split("\n") for block in body.strip().split("\n\n")]
+    [error] = [lines[1].removeprefix("data: ") for lines in blocks if lines[0] == "event: error"]
+    return json.loads(error)
+
+
+async def _read(chunks: AsyncIterator[bytes]) -> bytes:
+    return b"".join([chunk async for chunk in chunks])
+
+
+def test_the_failed_run_records_its_exception_s_class_beside_its_text(operator, graph, dispatched):
+    _, run_id = _failed_run(operator, graph)
+    run = Run.objects.get(pk=run_id)
+    assert run.status == RunStatus.FAILED
+    assert run.error_type == "PaymentDeclined"
+    assert run.error.startswith(f"gatehouse_graphs.{graph}.PaymentDeclined: card 4242 refused")  # the text kept
+
+
+def test_a_graph_s_exception_is_named_by_its_class_whatever_its_module_is_called(operator, graph, dispatched):
+    thread, run_id = _failed_run(operator, graph)
+    joined = operator.client.get(f"/lg/threads/{thread}/runs/{run_id}/join")
+    assert joined.status_code == 200, joined.content
+    assert joined.json() == {"__error__": EXPECTED}
+    assert _streamed_error(operator, thread, run_id) == EXPECTED
+
+
+def test_the_failed_task_in_the_state_shows_the_exception_s_repr(operator, graph, dispatched):
+    thread, _ = _failed_run(operator, graph)
+    [task] = operator.client.get(f"/lg/threads/{thread}/state").json()["tasks"]
+    assert task["name"] == "charge"
+    assert task["error"] == "PaymentDeclined('card 4242 refused')"
+
+
+def test_a_run_failed_before_the_class_was_recorded_is_read_from_its_text(operator, dispatched):
+    thread = operator.client.post("/lg/threads", {}).json()["thread_id"]
+    body = {"assistant_id": "always_fails", "input": {"to": "ops@example.com"}}
+    run_id = operator.client.post(f"/lg/threads/{thread}/runs", body).json()["run_id"]
+    run_execute(run_id=run_id)
+    Run.objects.filter(pk=run_id).update(error_type=None)  # as a row failed before migration 0016
+    expected = {"error": "RuntimeError", "message": "mail relay unavailable for ops@example.com"}
+    assert operator.client.get(f"/lg/threads/{thread}/runs/{run_id}/join").json() == {"__error__": expected}
+    [task] = operator.client.get(f"/lg/threads/{thread}/state").json()["tasks"]
+    assert task["error"] == "RuntimeError('mail relay unavailable for ops@example.com')"
+
+
+def test_a_failure_that_is_no_exception_of_the_graph_s_stays_a_run_error_with_its_whole_text(
+    operator, graph, dispatched, tmp_path
+):
+    thread = operator.client.post("/lg/threads", {}).json()["thread_id"]
+    run_id = operator.client.post(f"/lg/threads/{thread}/runs", {"assistant_id": graph, "input": {"card": "1"}}).json()[
+        "run_id"
+    ]
+    registry_load(_release(tmp_path / "next", f"other_{uuid.uuid4().hex[:8]}"))
+    run_execute(run_id=run_id)  # its graph is no longer registered
+    run = Run.objects.get(pk=run_id)
+    assert run.error_type == "UnknownGraph"
+    error = operator.client.get(f"/lg/threads/{thread}/runs/{run_id}/join").json()["__error__"]
+    assert error == {"error": "RunError", "message": f"graph {graph!r} is not registered"}
