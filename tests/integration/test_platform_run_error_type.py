@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 from asgiref.sync import async_to_sync
 
+from lgplatform.services import run_error_out
 from runtime.executor import run_execute
 from runtime.models import Run, RunStatus
 from runtime.registry import registry_load
@@ -145,3 +146,35 @@ def test_a_failure_that_is_no_exception_of_the_graph_s_stays_a_run_error_with_it
     assert run.error_type == "UnknownGraph"
     error = operator.client.get(f"/lg/threads/{thread}/runs/{run_id}/join").json()["__error__"]
     assert error == {"error": "RunError", "message": f"graph {graph!r} is not registered"}
+
+
+NOTE = "\nDuring task with name 'charge' and id '9208bf8a-db3b-8b43-a4a2-f9d787e18009'"
+
+
+@pytest.mark.parametrize(
+    "text,error_type,expected",
+    [
+        # a class defined in a function: its qualified name holds "<locals>"
+        (f"pay.make.<locals>.Declined: no funds{NOTE}", "Declined", {"error": "Declined", "message": "no funds"}),
+        # a SyntaxError's line comes after the source it points at
+        (
+            '  File "<formula>", line 1\n    1 +\nSyntaxError: invalid syntax' + NOTE,
+            "SyntaxError",
+            {"error": "SyntaxError", "message": "invalid syntax"},
+        ),
+        (f"pay.Empty{NOTE}", "Empty", {"error": "Empty", "message": ""}),
+        (
+            "runtime.controls.RecursionLimitReached: recursion limit: the run took more than 3 steps",
+            "RecursionLimitReached",
+            {"error": "GraphRecursionError", "message": "recursion limit: the run took more than 3 steps"},
+        ),
+        # no exception: the runtime gave up on the run
+        (
+            "gave up after 3 attempts: the worker was lost each time",
+            "",
+            {"error": "RunError", "message": "gave up after 3 attempts: the worker was lost each time"},
+        ),
+    ],
+)
+def test_the_message_is_found_by_the_recorded_class(text: str, error_type: str, expected: dict[str, str]):
+    assert run_error_out(text, error_type) == expected
