@@ -101,11 +101,6 @@ ACCEPTED: list[tuple[str, str, str]] = [
         "additionalProperties false); langgraph dev 0.16.7 could not build this graph's input and output schemas",
     ),
     (
-        r"assistants\.get_schemas",
-        r"\.config_schema$",
-        "no configurable schema: Gatehouse refuses config.configurable on runs",
-    ),
-    (
         r"runs\..*",
         r"\.kwargs\.\w+$",
         "a run's kwargs stay empty: its input and command would repeat state a reader may see only masked",

@@ -435,8 +435,9 @@ def thread_out(user: permissions.Principal, thread: Thread) -> ThreadOut:
         values=_values_for(user, thread),
         interrupts=thread_interrupts(user, thread),
         error=thread.error or None,
-        # LangGraph Server's: {} until a run sets the thread's config (no configurable values here)
-        config={"configurable": {}} if thread.checkpoint_id else {},
+        # LangGraph Server's: {} until a run sets the thread's config (no configurable values here). A claimed
+        # run moved the fence; a copy (threads.copy) has checkpoints but no run of its own yet.
+        config={"configurable": {}} if thread.fence else {},
     )
 
 

@@ -60,3 +60,22 @@ def test_a_thread_s_config_is_set_by_its_first_run(operator, monkeypatch):
     )
     run_execute(run_id=created.json()["run_id"])
     assert operator.client.get(f"/lg/threads/{thread['thread_id']}").json()["config"] == {"configurable": {}}
+
+
+def test_a_copied_thread_s_config_is_unset_until_its_own_first_run(operator, monkeypatch):
+    # LangGraph Server's threads.copy answers config {}: the copy has the checkpoints but no run of its own.
+    monkeypatch.setattr(runs, "run_dispatch", lambda *, run_id: None)  # runs are executed here
+    thread = operator.client.post("/lg/threads", {}).json()["thread_id"]
+    created = operator.client.post(
+        f"/lg/threads/{thread}/runs", {"assistant_id": "loan_approval", "input": loan_input()}
+    )
+    run_execute(run_id=created.json()["run_id"])
+    copied = operator.client.client.post(
+        f"/lg/threads/{thread}/copy",
+        "{}",
+        content_type="application/json",
+        headers={**operator.client.headers, "X-Gatehouse-Reason": "a copy to try a fix on"},
+    )
+    assert copied.status_code == 200, copied.content
+    assert copied.json()["config"] == {}
+    assert operator.client.get(f"/lg/threads/{copied.json()['thread_id']}").json()["config"] == {}
