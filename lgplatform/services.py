@@ -32,7 +32,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Q, QuerySet
+from django.db.models import Prefetch, Q, QuerySet
 from django.db.models.fields.json import KeyTransform
 from django.utils import timezone
 from langgraph.errors import InvalidUpdateError, UnknownInterruptError
@@ -350,10 +350,17 @@ def threads_search(
     sort_by: str | None = None,
     sort_order: str | None = None,
 ) -> list[Thread]:
+    """The page of threads ``user`` finds, each to be shown whole (``thread_out``): what showing them reads per
+    thread is read here for the page at once, not per row. Their pending interrupts (``thread_interrupts``),
+    and, for a reader who sees values masked, what each chat thread carried (``gateway.threads_carried_read``)."""
     qs = _threads_matching(user, status=status, metadata=metadata, values=values, ids=ids)
     column = {"thread_id": "id", None: "created_at"}.get(sort_by, sort_by or "created_at")
     order = column if sort_order == "asc" else f"-{column}"
-    return list(qs.order_by(order, "-id")[offset : offset + limit])
+    waiting = permissions.tasks_visible(user).filter(status=TaskStatus.PENDING, kind=TaskKind.INTERRUPT)
+    interrupts = Prefetch("tasks", queryset=waiting.order_by("created_at"), to_attr=PENDING_INTERRUPTS)
+    found = list(qs.order_by(order, "-id").prefetch_related(interrupts)[offset : offset + limit])
+    gateway.threads_carried_read(user, found)
+    return found
 
 
 @transaction.atomic
@@ -414,10 +421,17 @@ def _interrupt_out(user: permissions.Principal, task: ApprovalTask) -> Interrupt
     )
 
 
+# Where ``threads_search`` keeps each listed thread's pending interrupt tasks for ``thread_interrupts``.
+PENDING_INTERRUPTS = "pending_interrupts"
+
+
 def thread_interrupts(user: permissions.Principal, thread: Thread) -> dict[str, list[InterruptOut]]:
     """Pending interrupts by task id (the approval task's id: usable in the native API too)."""
-    tasks = permissions.tasks_visible(user).filter(thread=thread, status=TaskStatus.PENDING, kind=TaskKind.INTERRUPT)
-    return {str(t.id): [_interrupt_out(user, t)] for t in tasks.order_by("created_at")}
+    tasks = getattr(thread, PENDING_INTERRUPTS, None)  # read for a whole page by ``threads_search``
+    if tasks is None:
+        visible = permissions.tasks_visible(user)
+        tasks = visible.filter(thread=thread, status=TaskStatus.PENDING, kind=TaskKind.INTERRUPT).order_by("created_at")
+    return {str(t.id): [_interrupt_out(user, t)] for t in tasks}
 
 
 def thread_out(user: permissions.Principal, thread: Thread) -> ThreadOut:
