@@ -99,7 +99,9 @@ class HiddenEdited(ValueError):
 _ABSENT: Any = object()
 
 
-def hidden_kept(patch: dict[str, Any], stored: dict[str, Any], paths: Sequence[str]) -> dict[str, Any]:
+def hidden_kept(
+    patch: dict[str, Any], stored: dict[str, Any], paths: Sequence[str], *, whole: bool = False
+) -> dict[str, Any]:
     """A state ``patch`` by an editor who sees ``paths`` masked, with every redacted location they left
     alone (the mask sent back, or the field left out) holding its value in the ``stored`` state.
 
@@ -108,11 +110,67 @@ def hidden_kept(patch: dict[str, Any], stored: dict[str, Any], paths: Sequence[s
     hidden value. Raises ``HiddenEdited`` where the edit puts any value but the mask at a redacted
     location that holds one, the stored value included: an editor cannot change what they cannot see,
     nor test a guess of it.
+
+    ``whole``: ``patch`` replaces all of ``stored`` (a store item's value), not key by key. A redacted
+    top-level key left out is kept too, and the result must hold exactly the redacted values ``stored``
+    holds: one it would drop (a parent replaced by a scalar, a list cut short) or add (where nothing
+    was stored) raises ``HiddenEdited`` as well, so the writer neither erases nor plants what they
+    cannot read back.
     """
     patterns = [path_parse(p) for p in paths]
     if not patterns:
         return patch
-    return {key: _keep(value, stored.get(key, _ABSENT), (key,), patterns) for key, value in patch.items()}
+    kept = {key: _keep(value, stored.get(key, _ABSENT), (key,), patterns) for key, value in patch.items()}
+    if not whole:
+        return kept
+    for key, value in stored.items():
+        if key not in patch and any(_matches((str(key),), p) for p in patterns):
+            kept[key] = value
+    before: dict[tuple[str, ...], Any] = {}
+    after: dict[tuple[str, ...], Any] = {}
+    _hidden_at(stored, (), patterns, before)
+    _hidden_at(kept, (), patterns, after)
+    for location in sorted(before.keys() | after.keys()):
+        if location not in before or location not in after or before[location] != after[location]:
+            raise HiddenEdited(_render(location))
+    return kept
+
+
+def _hidden_at(
+    value: Any, location: tuple[str, ...], patterns: list[tuple[Segment, ...]], found: dict[tuple[str, ...], Any]
+) -> None:
+    """Every redacted location in ``value`` (as ``redact`` finds them) with the value it holds."""
+    if location and any(_matches(location, p) for p in patterns):
+        found[location] = value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            _hidden_at(v, (*location, str(k)), patterns, found)
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _hidden_at(v, (*location, str(i)), patterns, found)
+
+
+def hidden_removed(value: Any, paths: Sequence[str]) -> Any:
+    """``value`` without its redacted locations (a dict's key dropped, a list's item as None): what a
+    writer who sees ``paths`` masked wrote themselves, once ``hidden_kept`` kept the rest."""
+    patterns = [path_parse(p) for p in paths]
+    return _removed(value, (), patterns) if patterns else value
+
+
+def _removed(value: Any, location: tuple[str, ...], patterns: list[tuple[Segment, ...]]) -> Any:
+    if isinstance(value, dict):
+        return {
+            k: _removed(v, (*location, str(k)), patterns)
+            for k, v in value.items()
+            if not any(_matches((*location, str(k)), p) for p in patterns)
+        }
+    if isinstance(value, list):
+        out: list[Any] = []
+        for i, v in enumerate(value):
+            here = (*location, str(i))
+            out.append(None if any(_matches(here, p) for p in patterns) else _removed(v, here, patterns))
+        return out
+    return value
 
 
 def _keep(edited: Any, stored: Any, location: tuple[str, ...], patterns: list[tuple[Segment, ...]]) -> Any:

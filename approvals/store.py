@@ -10,9 +10,16 @@ pages, the audit of a graph run's writes — goes through these functions:
 - a filter that would compare a masked field with a real value matches nothing,
   and a filter key that is a path (``a.b``) is refused, so a filter cannot probe
   what the mask hides;
+- nobody changes what they cannot see: a person or token who sees the
+  namespace's sensitive paths masked keeps them by leaving them out (or sending
+  the mask back), cannot set, overwrite or drop them (422 ``value.<path>``), and
+  cannot delete an item holding them (403) — ``store_value_guard`` and
+  ``store_delete_guard``, the same rule as a thread's state edits
+  (``redaction.hidden_kept``). A graph run's own writes are the graph's, not a
+  person's: they are not held to it;
 - every write (put or delete, by a person, a token or a graph run) is audited in
   the transaction that performs it; the audit row holds the value with the
-  namespace's sensitive paths masked for everyone.
+  namespace's sensitive paths masked for everyone. A refused write audits nothing.
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from django.contrib.auth.models import AnonymousUser, User
-from django.db import transaction
+from django.db import connection, transaction
 from langgraph.store.base import Item, SearchItem
 
 from approvals.audit import audit_record
@@ -36,7 +43,7 @@ from approvals.permissions import (
     store_redaction,
     store_require,
 )
-from approvals.redaction import MASK, filter_split, redact
+from approvals.redaction import MASK, HiddenEdited, filter_split, hidden_kept, hidden_removed, redact
 from runtime.models import StoreOperation, Thread
 from runtime.store import namespace_label, store_config, store_get
 
@@ -129,6 +136,69 @@ def store_write_audit(
 
 # --- writes ------------------------------------------------------------------------------------------
 
+_ITEM_LOCK_CLASS = 0x67737469  # "gsti": pg_advisory_xact_lock(class, hashtext(item)), one person's write at a time
+
+
+def _item_lock(namespace: tuple[str, ...], key: str) -> None:
+    """Serialise people's writes to one item until the transaction ends, so a write judged against the
+    stored value (a masked writer's) is not judged against a value another writer is replacing.
+
+    SQLite (embedded, one process) serialises writers already.
+    """
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_advisory_xact_lock(%s, hashtext(%s))",
+                [_ITEM_LOCK_CLASS, json.dumps([list(namespace), key])],
+            )
+
+
+def _stored_value(namespace: tuple[str, ...], key: str) -> dict[str, Any] | None:
+    with _store_refusals("namespace"):
+        item = store_get().get(namespace, key, refresh_ttl=False)
+    return None if item is None else item.value
+
+
+def store_value_guard(*, actor: User, namespace: tuple[str, ...], key: str, value: dict[str, Any]) -> dict[str, Any]:
+    """The value ``actor`` writes at ``namespace``/``key``, held to "nobody changes what they cannot see".
+
+    For a writer who sees some of the namespace's sensitive paths masked (``store_redaction``), the
+    stored value is read and the rule of a thread's state edits applies (``redaction.hidden_kept``):
+    a hidden field left out, or sent back as the mask, keeps its stored value; any other value at a
+    hidden location (the stored value included: it would be a guess the answer tells right from
+    wrong), a hidden field where none was stored, or a put that drops one (a parent replaced, a list
+    cut) is a 422 naming it (``value.income``). The mask anywhere else is a 422 ``value``, for every
+    writer. Call holding ``_item_lock``.
+    """
+    paths = store_redaction(actor, namespace)
+    if paths:
+        try:
+            value = hidden_kept(value, _stored_value(namespace, key) or {}, paths, whole=True)
+        except HiddenEdited as exc:
+            raise InvalidInput(
+                "this field is redacted for you, so you cannot change it: leave it out to keep it",
+                field=f"value.{exc.location}",
+            ) from None
+    if MASK in json.dumps(hidden_removed(value, paths), ensure_ascii=False):
+        # A value read back masked must never overwrite the real one it hides.
+        raise InvalidInput("the value holds a redacted placeholder; send the real values", field="value")
+    return value
+
+
+def store_delete_guard(*, actor: User, namespace: tuple[str, ...], key: str) -> None:
+    """Refuse (403) to delete an item holding values ``actor`` sees masked: deleting them is changing
+    what they cannot see. Call holding ``_item_lock``."""
+    paths = store_redaction(actor, namespace)
+    if not paths:
+        return
+    stored = _stored_value(namespace, key)
+    hidden = redact(stored, paths)[1] if stored is not None else []
+    if hidden:
+        raise Forbidden(
+            f"this item holds fields redacted for you ({', '.join(hidden)}); someone who may see them must delete it",
+            field="key",
+        )
+
 
 def store_item_put(
     *,
@@ -144,9 +214,6 @@ def store_item_put(
     store_require(actor, namespace, write=True)
     if not isinstance(value, dict):
         raise InvalidInput("a store value is a JSON object", field="value")
-    if MASK in json.dumps(value, ensure_ascii=False):
-        # A value read back masked must never overwrite the real one it hides.
-        raise InvalidInput("the value holds a redacted placeholder; send the real values", field="value")
     if (
         index is not None
         and index is not False
@@ -156,6 +223,9 @@ def store_item_put(
     if ttl is not None and not 0 < ttl <= TTL_MAX_MINUTES:
         raise InvalidInput(f"ttl is a number of minutes in (0, {TTL_MAX_MINUTES}]", field="ttl")
     with transaction.atomic():
+        _item_lock(namespace, key)
+        # A refusal here rolls back before anything is audited or written.
+        value = store_value_guard(actor=actor, namespace=namespace, key=key, value=value)
         # Audit first: if the store write fails, the audit row rolls back with it.
         store_write_audit(actor=actor, actor_label=None, namespace=namespace, key=key, value=value)
         with _store_refusals("value"):
@@ -167,6 +237,8 @@ def store_item_delete(*, actor: User, namespace: Any, key: Any) -> None:
     key = _key_check(key)
     store_require(actor, namespace, write=True)
     with transaction.atomic():
+        _item_lock(namespace, key)
+        store_delete_guard(actor=actor, namespace=namespace, key=key)
         store_write_audit(actor=actor, actor_label=None, namespace=namespace, key=key, value=None)
         store_get().delete(namespace, key)
 
