@@ -68,11 +68,18 @@ def chain_fields(fields: dict[str, Any], *, chain: int, event_id: int | None) ->
     return {**fields, "chain": chain, "id": event_id}
 
 
+# The hashed key of the actor's user id (the row's ``actor_id``, null for the system): in the hash of every
+# event written since migration 0032, and in none before (docs/security-audit.md, "Who acted").
+ACTOR_ID = "actor_id"
+
+
 def event_fields(event: AuditEvent) -> dict[str, Any]:
+    """What an event's hash covers, in today's form: its actor's user id included (``ACTOR_ID``)."""
     return chain_fields(
         {
             "at": event.at.isoformat(),
             "actor": event.actor_label,
+            ACTOR_ID: event.actor_id,
             "action": event.action,
             "subject": f"{event.subject_type}:{event.subject_id}",
             "thread": str(event.thread_id) if event.thread_id else None,
@@ -82,6 +89,24 @@ def event_fields(event: AuditEvent) -> dict[str, Any]:
         chain=event.chain,
         event_id=event.pk,
     )
+
+
+def hash_form(fields: dict[str, Any], prev_hash: str, digest: str, *, before_cutover: bool) -> bool | None:
+    """Which form of an event's ``fields`` (``event_fields``, or an exported row's) ``digest`` is the hash of.
+
+    True: today's, covering the actor's user id. False: the form from before it was hashed (the same fields
+    without ``ACTOR_ID``), accepted only ``before_cutover``: while the event's chain has no event in today's
+    form before it. None: neither; the event was altered. Nothing stored says which form an event has, so
+    nothing an attacker can flip does: the hash decides. The two forms hash different texts (only today's
+    has the key), so a changed actor id matches neither, and making an event of today read as one from
+    before means recomputing its hash, which breaks the link of the event after it and, at the chain's
+    head, follows an event of today in its chain (``audit_chain_check``; the argument in the docs).
+    """
+    if ACTOR_ID in fields and event_hash(fields, prev_hash) == digest:
+        return True
+    if before_cutover and event_hash({k: v for k, v in fields.items() if k != ACTOR_ID}, prev_hash) == digest:
+        return False
+    return None
 
 
 # --- chains: which one an event goes to, its lock and its head -----------------------------------
@@ -818,6 +843,7 @@ class ChainState:
     head_id: int | None = None
     head_hash: str = GENESIS
     before: tuple[int | None, str, int] = (None, GENESIS, 0)  # the head before this one: (id, hash, length)
+    actor_from: int | None = None  # the chain's first event whose hash covers its actor's user id (the cut-over)
 
     @property
     def head(self) -> tuple[int | None, str, int]:
@@ -833,6 +859,7 @@ class ChainReport:
     problems: list[str] = field(default_factory=list)  # anchors and witnesses the chains no longer agree with
     chains: dict[int, ChainState] = field(default_factory=dict)
     broken_in: dict[int, AuditEvent] = field(default_factory=dict)  # chain -> its first broken event
+    actor_unhashed: int = 0  # events from before the actor's user id was hashed (their actor_id is not covered)
 
     @property
     def intact(self) -> bool:
@@ -885,13 +912,26 @@ def audit_chain_check(*, anchors: Iterable[AnchorRef] = ()) -> ChainReport:
     for event in AuditEvent.objects.order_by("id").iterator(chunk_size=2000):
         state = report.chains.setdefault(event.chain, ChainState())
         prev = state.head_hash
-        if event.prev_hash != prev or event.hash != event_hash(event_fields(event), prev):
+        form = None
+        if event.prev_hash == prev:
+            form = hash_form(event_fields(event), prev, event.hash, before_cutover=_before_cutover(event, state))
+        if form is None:
             report.broken_in.setdefault(event.chain, event)
             if report.broken is None:
                 report.broken = event
                 report.verified = report.checked
-        elif event.action == AuditAction.AUDIT_ANCHOR and event.chain != LEGACY_CHAIN:
-            report.problems += _witnesses_check(event, report.chains)
+            if event.prev_hash == prev and _downgraded(event, prev):
+                report.problems.append(
+                    f"DOWNGRADED: event #{event.pk} in chain {event.chain} is hashed without its actor's user id, "
+                    f"after event #{state.actor_from}, from which on every event of the chain covers it"
+                )
+        else:
+            if form and state.actor_from is None:
+                state.actor_from = event.pk
+            if not form:
+                report.actor_unhashed += 1
+            if event.action == AuditAction.AUDIT_ANCHOR and event.chain != LEGACY_CHAIN:
+                report.problems += _witnesses_check(event, report.chains)
         state.before = state.head
         state.head_id, state.head_hash = event.pk, event.hash
         state.length += 1
@@ -904,6 +944,18 @@ def audit_chain_check(*, anchors: Iterable[AnchorRef] = ()) -> ChainReport:
     if report.broken is None:
         report.verified = report.checked
     return report
+
+
+def _downgraded(event: AuditEvent, prev_hash: str) -> bool:
+    """Whether a broken ``event`` is one hashed without its actor's user id where its chain's events cover it."""
+    return hash_form(event_fields(event), prev_hash, event.hash, before_cutover=True) is False
+
+
+def _before_cutover(event: AuditEvent, state: ChainState) -> bool:
+    """Whether ``event`` may be in the form from before the actor's user id was hashed: its chain has no event
+    covering it before this one. Chain 0 is exempt: nothing appends to it, and its head is pinned by every
+    anchor round, so its events are checked in either form wherever they are."""
+    return state.actor_from is None or event.chain == LEGACY_CHAIN
 
 
 def _anchor_check(ref: AnchorRef, found: tuple[int, int, str] | None, state: ChainState) -> list[str]:

@@ -7,7 +7,10 @@ never the set. PostgreSQL would otherwise (autocommit) declare the cursor
 
 Each row is exactly what :func:`approvals.audit.event_hash` hashes
 (:func:`approvals.audit.event_fields`) plus ``id``, ``chain``, ``prev_hash``,
-``hash`` and ``masked``. Details go through :func:`approvals.gateway.audit_details_for`, so
+``hash`` and ``masked``. It has the actor's name (``actor``) and user id (``actor_id``): the hashes of
+events written since the user id was hashed cover both, those of older events the name only
+(:func:`approvals.audit.hash_form`; ``audit_export --verify`` counts them). Details go through
+:func:`approvals.gateway.audit_details_for`, so
 a reader without "view sensitive" gets the graph's sensitive paths masked; such
 a row is flagged ``masked`` because its hash can no longer be recomputed from
 what was exported (its links still can). The JSONL variant ends with a trailer
@@ -37,7 +40,7 @@ from django.db.models import QuerySet
 from django.utils.dateparse import parse_datetime
 
 from approvals import gateway, permissions
-from approvals.audit import audit_record, event_fields
+from approvals.audit import ACTOR_ID, audit_record, event_fields
 from approvals.errors import InvalidInput
 from approvals.inputs import instant_check, range_check
 from approvals.models import AuditAction, AuditEvent
@@ -45,8 +48,10 @@ from approvals.selectors import audit_action_check, audit_filter
 
 FORMATS = ("jsonl", "csv")
 FILTERS = ("graph", "thread", "actor", "action", "since", "until")
-HASHED = ("at", "actor", "action", "subject", "thread", "graph", "details")  # the keys of event_fields
-COLUMNS = ("id", "chain", *HASHED, "prev_hash", "hash", "masked")  # files from before chains have no "chain"
+HASHED = ("at", "actor", ACTOR_ID, "action", "subject", "thread", "graph", "details")  # the keys of event_fields
+# Files from before chains have no "chain", and files from before the actor's user id was hashed no "actor_id".
+COLUMNS = ("id", "chain", *HASHED, "prev_hash", "hash", "masked")
+NEWER_COLUMNS = frozenset({"chain", ACTOR_ID})
 CHUNK_SIZE = 2000  # rows per server-side cursor fetch
 ROWS_PER_WRITE = 500  # rows per chunk handed to the HTTP server or file
 

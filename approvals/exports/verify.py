@@ -11,8 +11,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from approvals.audit import GENESIS, LEGACY_CHAIN, chain_fields, event_hash
-from approvals.exports.stream import COLUMNS, HASHED
+from approvals.audit import GENESIS, LEGACY_CHAIN, chain_fields, hash_form
+from approvals.exports.stream import COLUMNS, HASHED, NEWER_COLUMNS
 
 # A CSV export carries each row's hash fields but no trailer: a file cut short, or whose newest rows were
 # removed, reads exactly as a smaller whole export, and whether links are required (a whole-trail export)
@@ -35,6 +35,7 @@ class VerifyResult:
     ok: bool
     rows: int = 0
     masked: int = 0  # rows whose content could not be re-hashed (masked for the exporter)
+    actor_unhashed: int = 0  # rows from before the actor's user id was hashed: their actor_id is not covered
     chained: bool = False
     line: int | None = None  # first broken line (1-based)
     reason: str = ""
@@ -47,11 +48,15 @@ def export_verify(lines: Iterable[str | bytes]) -> VerifyResult:
     whole trail): each row links to the row before it in its chain, and each
     chain starts at the genesis hash. In a filtered export consecutive rows of
     a chain need not be neighbours, so only each row's own hash is checked.
+
+    Each row's hash decides whether it covers the row's ``actor_id`` (``hash_form``): once a row of a chain
+    does, every later row of that chain must (rows come in id order, filtered or not), as in ``audit_verify``.
     """
     heads: dict[int, str] = {}  # chain -> hash of its newest row so far
+    actor_hashed: set[int] = set()  # chains with a row whose hash covers its actor's user id
     last_hash: str | None = None
     prev_id = 0
-    rows = masked = 0
+    rows = masked = actor_unhashed = 0
     first_link_break: tuple[int, str] | None = None
     first_id: int | None = None
     trailer: dict[str, Any] | None = None
@@ -70,7 +75,7 @@ def export_verify(lines: Iterable[str | bytes]) -> VerifyResult:
         if isinstance(data, dict) and set(data) == {"export"}:
             trailer = data["export"]
             continue
-        if not isinstance(data, dict) or not set(COLUMNS) - {"chain"} <= set(data):
+        if not isinstance(data, dict) or not set(COLUMNS) - NEWER_COLUMNS <= set(data):
             return VerifyResult(False, rows, masked, line=number, reason="not an exported audit row")
         chain = data.get("chain", LEGACY_CHAIN)
         if not isinstance(chain, int) or isinstance(chain, bool) or chain < 0:
@@ -79,13 +84,23 @@ def export_verify(lines: Iterable[str | bytes]) -> VerifyResult:
             return VerifyResult(False, rows, masked, line=number, reason="ids are not increasing")
         if data["masked"]:
             masked += 1
-        elif (
-            event_hash(chain_fields({k: data[k] for k in HASHED}, chain=chain, event_id=data["id"]), data["prev_hash"])
-            != data["hash"]
-        ):
-            return VerifyResult(
-                False, rows, masked, line=number, reason=f"event {data['id']}: hash does not match its fields (altered)"
-            )
+        else:
+            fields = chain_fields({k: data[k] for k in HASHED if k in data}, chain=chain, event_id=data["id"])
+            before_cutover = chain not in actor_hashed or chain == LEGACY_CHAIN
+            form = hash_form(fields, data["prev_hash"], data["hash"], before_cutover=before_cutover)
+            if form is None:
+                downgraded = hash_form(fields, data["prev_hash"], data["hash"], before_cutover=True) is False
+                reason = (
+                    f"event {data['id']}: hashed without its actor's user id after a row of chain {chain} that "
+                    "covers it (downgraded)"
+                    if downgraded
+                    else f"event {data['id']}: hash does not match its fields (altered)"
+                )
+                return VerifyResult(False, rows, masked, line=number, reason=reason)
+            if form:
+                actor_hashed.add(chain)
+            else:
+                actor_unhashed += 1
         if data["prev_hash"] != heads.get(chain, GENESIS) and first_link_break is None:
             first_link_break = (
                 number,
@@ -101,7 +116,7 @@ def export_verify(lines: Iterable[str | bytes]) -> VerifyResult:
     if trailer is None:
         return VerifyResult(False, rows, masked, line=last_line + 1, reason="no trailer: the file is truncated")
     chained = bool(trailer.get("chained"))
-    result = VerifyResult(True, rows, masked, chained=chained)
+    result = VerifyResult(True, rows, masked, actor_unhashed, chained=chained)
     expected = {"count": rows, "first_id": first_id, "last_id": prev_id or None, "head_hash": last_hash}
     for key, value in expected.items():
         if trailer.get(key) != value:

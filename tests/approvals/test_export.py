@@ -111,8 +111,10 @@ def test_each_row_carries_exactly_the_hashed_fields_and_the_chain_hashes(auditor
     e = event("test.export.fields", note="x")
     [row], trailer = jsonl(download(auditor.client, action="test.export.fields"))
     assert list(row) == list(COLUMNS)
-    hashed = {k: row[k] for k in ("at", "actor", "action", "subject", "thread", "graph", "details", "chain", "id")}
+    keys = ("at", "actor", "actor_id", "action", "subject", "thread", "graph", "details", "chain", "id")
+    hashed = {k: row[k] for k in keys}
     assert row["chain"] == e.chain != 0  # a partitioned chain: its hash covers its chain and id too
+    assert row["actor_id"] == e.actor_id  # and the actor's user id, not only its name
     assert row["hash"] == e.hash == event_hash(hashed, row["prev_hash"])
     assert trailer["count"] == 1 and trailer["first_id"] == trailer["last_id"] == e.id
     assert trailer["head_hash"] == e.hash and trailer["chained"] is False

@@ -112,6 +112,10 @@ class Command(GatehouseCommand):
             else "each row's hash verified (filtered export: links not required)"
         )
         masked = f"; {result.masked} masked rows checked by link only" if result.masked else ""
+        if result.actor_unhashed:
+            masked += (
+                f"; {result.actor_unhashed} rows from before the actor's user id was hashed (actor_id not covered)"
+            )
         self.stdout.write(f"{path}: OK, {result.rows} events, {links}{masked}")
 
 

@@ -6,7 +6,9 @@ shorter than an anchor, or whose anchored event is gone or different, lost or
 rewrote its tail. ``--sink`` also checks the anchors copied outside the
 database (``GATEHOUSE_AUDIT_ANCHOR_SINK`` or PATH), which catch rows and
 anchors deleted together, and reports anchors the sink lacks from its first
-line on. Exit status 1 on any finding.
+line on. Each event's hash covers its actor's user id (``actor_id``) unless it was written before that
+was hashed; once an event of a chain covers it, every later one must (docs/security-audit.md, "Who
+acted"). Exit status 1 on any finding.
 """
 
 from __future__ import annotations
@@ -76,6 +78,13 @@ class Command(GatehouseCommand):
             older = anchors_predating_sink(stored, sink)
             if older:
                 anchors += f" ({older} older anchors predate the sink's first line)"
+        unhashed = ""
+        if report.actor_unhashed:
+            unhashed = (
+                f" ({report.actor_unhashed} events from before the actor's user id was hashed: their actor_id is "
+                "not covered)"
+            )
         self.stdout.write(
-            f"audit trail intact: {report.checked} events in {len(report.chains)} chains verified against {anchors}"
+            f"audit trail intact: {report.checked} events in {len(report.chains)} chains verified against "
+            f"{anchors}{unhashed}"
         )
