@@ -178,7 +178,8 @@ def external_task_create(*, actor: User, spec: ExternalTaskSpec) -> tuple[Extern
         # Creates of one source queue here, so two concurrent requests with one key cannot both create.
         source = ExternalSource.objects.select_for_update().get(pk=source.pk)
         digest = spec.digest()
-        existing = ExternalTask.objects.select_related("task").filter(source=source, key=spec.key).first()
+        # The thread too: secret_shown_to reads its creator, and a replay is a hot retry path.
+        existing = ExternalTask.objects.select_related("task__thread").filter(source=source, key=spec.key).first()
         if existing is not None:
             if existing.body_digest != digest:
                 raise Conflict(
@@ -250,6 +251,20 @@ def _create(*, actor: User, spec: ExternalTaskSpec, source: ExternalSource, grap
         },
     )
     return external
+
+
+def secret_shown_to(external: ExternalTask, actor: Any, *, spec: ExternalTaskSpec) -> bool:
+    """Whether a create answer (201, or the idempotent 200 of a replay) carries the task's generated secret.
+
+    Only to the user who created the task: an engine retrying after a lost response must learn it again,
+    but another principal assigned to the source who replays the same body (the key and body are no
+    secret: they are in the engine's logs, in the audit trail) must not, or it could sign forged
+    decisions. Never when the caller sent the secret: it has it already. ``external.task.thread`` must be
+    loaded with the row (``external_task_create`` does): no query here.
+    """
+    if spec.secret:
+        return False
+    return external.task.thread.created_by_id is not None and external.task.thread.created_by_id == actor.pk
 
 
 def external_task_get_for(user: Any, task_id: Any) -> ExternalTask:

@@ -64,7 +64,9 @@ class ExternalTaskOut(Schema):
     created_at: datetime
     decided_at: datetime | None
     callback_url: str
-    secret: str | None = Field(default=None, description="Only when Gatehouse generated it.")
+    secret: str | None = Field(
+        default=None, description="Only when Gatehouse generated it, and only to the user who created the task."
+    )
     decision: dict[str, Any] | None
 
 
@@ -142,7 +144,8 @@ def external_task_create(request: AuthedRequest, body: ExternalTaskIn) -> Status
         secret=body.secret,
     )
     item, created = external.external_task_create(actor=user, spec=spec)
-    return Status(201 if created else 200, _out(user, item, show_secret=not body.secret))
+    shown = external.secret_shown_to(item, user, spec=spec)
+    return Status(201 if created else 200, _out(user, item, show_secret=shown))
 
 
 @router.get("/external-tasks/by-key/{source}/{path:key}", response=ExternalTaskOut)
