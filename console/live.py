@@ -111,6 +111,10 @@ ACCESS_ACTIONS = frozenset(
         AuditAction.USER_DEACTIVATED,
         AuditAction.USER_REACTIVATED,
         AuditAction.AUTH_LOGOUT,
+        # A new password ends every session signed in with the old one (Django's session hash): its
+        # sockets re-check at once and close, rather than at their next event.
+        AuditAction.USER_PASSWORD_RESET,
+        AuditAction.USER_PASSWORD_SET,
     }
 )
 
