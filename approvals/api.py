@@ -16,7 +16,7 @@ from approvals import gateway, permissions, selectors, services
 from approvals.abilities import task_abilities
 from approvals.api_common import AuthedRequest
 from approvals.errors import Forbidden, InvalidInput
-from approvals.inbox_filter import FILTER_KEYS, InboxFilter
+from approvals.inbox_filter import ALIASES, COLUMN_PARAM, FILTER_KEYS, InboxFilter
 from approvals.inputs import CheckpointId, DbId
 from approvals.models import ApprovalTask, AuditEvent, Decision
 from approvals.payloads import NOT_GIVEN, DecisionRequest, decisions_allowed, payload_kind
@@ -296,12 +296,45 @@ class TaskQuery(Schema):
     due: str | None = Field(default=None, pattern="^(overdue|escalated|soon)$")  # deadlines
 
 
+# The parameters GET /api/tasks takes besides c.<key>: its query schema's, and the parser's aliases (node).
+TASK_LIST_PARAMS = frozenset({*TaskQuery.model_fields, *ALIASES})
+
+
+def _task_list_extras(request: AuthedRequest) -> dict[str, Any]:
+    """What of GET /api/tasks's query its schema does not read: the column filters (``c.<key>=<filter>``,
+    as the inbox page takes them) and ``node`` (an alias of ``gate``). Any other name is refused, naming it:
+    a client that asked for a filter or an order this list does not have must not act on the whole list."""
+    columns: dict[str, str] = {}
+    extras: dict[str, Any] = {"columns": columns}
+    for name, values in request.GET.lists():
+        if name.startswith(COLUMN_PARAM):
+            if len(values) > 1:
+                raise InvalidInput(f"{name}: give one filter per column", field=name)
+            columns[name.removeprefix(COLUMN_PARAM)] = values[0]
+        elif name == "sort":
+            raise InvalidInput(
+                "this list is newest first (next_cursor pages on) and takes no sort; "
+                "sort=col:<key> is the inbox page's",
+                field="sort",
+            )
+        elif name not in TASK_LIST_PARAMS:
+            known = ", ".join(sorted(TASK_LIST_PARAMS))
+            raise InvalidInput(f"unknown parameter {name!r} (the list takes {known}, and c.<key>)", field=name)
+        elif name in ALIASES:
+            extras[name] = values[-1]
+    return extras
+
+
 @router.get("/tasks", response=TaskPageOut, tags=["tasks"])
 def tasks_list(request: AuthedRequest, query: Query[TaskQuery]) -> TaskPageOut:
-    """The inbox's filters (console/inbox): the same tasks, newest first; ``next_cursor`` pages on."""
+    """The inbox's filters (console/inbox): the same tasks, newest first; ``next_cursor`` pages on.
+
+    ``c.<key>=<filter>`` filters by a column of the gate (``gate`` given; docs/bulk-and-columns.md); a bad
+    one (no such column, redacted for you, not a number for a numeric column) is a 422 naming ``c.<key>``.
+    An unknown parameter (``sort`` included) is a 422 naming it."""
     # The one parser of the inbox filter (a bulk "filter" goes through it too): the names are FILTER_KEYS.
     given = {key: str(value) for key, value in query.model_dump().items() if key in FILTER_KEYS and value is not None}
-    wanted = InboxFilter.parse(given, prefix="", status=True)
+    wanted = InboxFilter.parse({**given, **_task_list_extras(request)}, prefix="", status=True)
     items, next_cursor = selectors.tasks_list(
         user=_user(request), filter=wanted, limit=query.limit, cursor=query.cursor
     )

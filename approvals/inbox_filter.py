@@ -27,6 +27,7 @@ from approvals.errors import InvalidInput
 from approvals.models import TaskStatus
 
 INBOX_CLAIMED = ("", "mine", "unclaimed", "others")
+COLUMN_PARAM = "c."  # a column filter's name in a query string (the inbox page's, GET /api/tasks'): c.<key>
 MAX_COLUMN_FILTERS = 8
 MAX_TEXT = 200
 
@@ -63,6 +64,10 @@ class InboxFilter:
         def where(key: str) -> str:
             return f"{prefix}.{key}" if prefix else key
 
+        def column_where(key: str) -> str:
+            # Without a prefix the filter is a query string (GET /api/tasks), where a column filter is c.<key>.
+            return where(f"columns.{key}") if prefix else f"{COLUMN_PARAM}{key}"
+
         if not isinstance(raw, dict):
             raise InvalidInput("filter must be an object of inbox filters", field=prefix or "filter")
         raw = dict(raw)
@@ -81,11 +86,16 @@ class InboxFilter:
             )
         values: dict[str, Any] = {}
         columns = raw.get("columns") or {}
-        if not isinstance(columns, dict) or len(columns) > MAX_COLUMN_FILTERS:
+        if not isinstance(columns, dict):
             raise InvalidInput("columns must map at most 8 column keys to filters", field=where("columns"))
+        if len(columns) > MAX_COLUMN_FILTERS:
+            beyond = column_where(str(list(columns)[MAX_COLUMN_FILTERS]))
+            raise InvalidInput(
+                "columns must map at most 8 column keys to filters", field=where("columns") if prefix else beyond
+            )
         for key, value in columns.items():
             if not isinstance(value, str) or len(value) > MAX_TEXT:
-                raise InvalidInput("a column filter is text of at most 200 characters", field=where(f"columns.{key}"))
+                raise InvalidInput("a column filter is text of at most 200 characters", field=column_where(key))
         values["columns"] = dict(columns)
         for key in keys:
             if key == "columns":
