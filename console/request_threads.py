@@ -31,15 +31,18 @@ server is stopping (daphne cancels its requests) ends its long poll's wait throu
 ``runtime.notify.WaitsEnd`` instead, so neither waits out the poll's timeout.
 
 One request's sync code still runs on one thread, one call at a time, as Django requires. asgiref
-waits for a sync call to return even when its request is cancelled (a client that went away), so a
-request gives its thread back idle; a thread given back with a call still on it would not be lent
-again (the next request would queue behind that call): it finishes and exits on its own.
+does not wait for a sync call whose awaiting task is cancelled (a client that went away): the handler
+does, by finishing the request (its body file's close, a streamed response's) on the thread after the
+call, so the view works with the body it was sent to the end and the thread is given back idle. A
+thread given back with a call still on it is not lent again (the next request would queue behind
+that call): it finishes and exits on its own.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -56,6 +59,8 @@ from django.urls import set_script_prefix, set_urlconf
 from django.utils.log import log_response
 
 from runtime.notify import WaitsEnd, waits_end_for, waits_end_reset
+
+log = logging.getLogger(__name__)
 
 # Threads kept idle at most: beyond it, a returned thread exits (the server's concurrent requests
 # rarely exceed it; each kept thread costs its stack and nothing else).
@@ -164,7 +169,8 @@ class ReusedThreadASGIHandler(ASGIHandler):
                 await send({"type": "http.response.body", "body": chunk, "more_body": not last})
 
         # As Django's: a disconnect while the response is made cancels sending it.
-        tasks = [asyncio.create_task(self.listen_for_disconnect(receive)), asyncio.create_task(process())]
+        served = asyncio.create_task(process())
+        tasks = [asyncio.create_task(self.listen_for_disconnect(receive)), served]
         try:
             await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
             for task in tasks:
@@ -173,22 +179,39 @@ class ReusedThreadASGIHandler(ASGIHandler):
                 with contextlib.suppress(RequestAborted, asyncio.CancelledError):  # the client left
                     await task
         finally:
-            try:
-                await self._finish(call)
-            finally:
-                body_file.close()
+            given_up = not served.done() or served.cancelled()
+            if given_up or call.streamed is not None:
+                await self._finish_on_thread(scope, call, body_file, given_up=given_up)
+            else:
+                body_file.close()  # the call returned (or raised) and closed its response: the common case
 
-    async def _finish(self, call: _Call) -> None:
-        """What the request's call left to do once its response is sent, or given up."""
-        if not call.began:  # cancelled before its call began: nothing sent request_finished
-            await signals.request_finished.asend(sender=self.__class__)
-        elif call.streamed is not None:
-            # Closed by the handler's task, which a disconnect does not cancel (as in Django's handler).
-            # Closed inside the sending task, a client that left just after the last part (an SSE client
-            # does, at ``end``) cancelled the close before the thread took it: request_finished was never
-            # sent and the thread kept its pooled connection, until the pool ran dry. A response never sent
-            # is closed here too: a cancellation that came as the call returned (asgiref drops the result).
-            await sync_to_async(call.streamed.close, thread_sensitive=True)()
+    async def _finish_on_thread(self, scope: dict[str, Any], call: _Call, body_file: Any, *, given_up: bool) -> None:
+        """What a request's call left to do once its response is sent or given up, done on its thread
+        once the call is over: the thread runs one call at a time, so this waits for a call still running.
+
+        A cancelled ``sync_to_async`` does not wait for its call: asgiref cancels the future it awaits and
+        returns at once (only a call that has not begun is stopped). A client that hung up while its view
+        ran (the live relay's sender gives up after 2 s) had its body file closed under the view, which
+        read it next: ``ValueError: I/O operation on closed file``, a 500 and a traceback. Closed after
+        the view, the body is there for the view to finish its work with, and the thread comes back idle.
+        """
+        if given_up:
+            log.debug("%s %s: the client left before its response was sent", scope["method"], scope["path"])
+        await sync_to_async(self._finish, thread_sensitive=True)(call, body_file)
+
+    def _finish(self, call: _Call, body_file: Any) -> None:
+        try:
+            if not call.began:  # cancelled before its call began: nothing sent request_finished
+                signals.request_finished.send(sender=self.__class__)
+            elif call.streamed is not None:
+                # Closed by the handler's task, which a disconnect does not cancel (as in Django's handler).
+                # Closed inside the sending task, a client that left just after the last part (an SSE client
+                # does, at ``end``) cancelled the close before the thread took it: request_finished was never
+                # sent and the thread kept its pooled connection, until the pool ran dry. A response never
+                # sent is closed here too: a cancellation that came as its call returned, or while it ran.
+                call.streamed.close()
+        finally:
+            body_file.close()
 
     def _respond(
         self, scope: dict[str, Any], body_file: Any, call: _Call

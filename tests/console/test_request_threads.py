@@ -2,12 +2,14 @@
 
 Through the real handler (``console.asgi``'s) with ASGI messages: requests one after another
 share a kept thread; requests at the same time each have their own; a thread still running a view
-given back while a call still runs on it is not lent again (the next request would wait behind it).
+given back while a call still runs on it is not lent again (the next request would wait behind it);
+a client that hangs up while its view runs leaves the view the body it sent, and no error.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from typing import Any
 
@@ -16,14 +18,17 @@ from asgiref.testing import ApplicationCommunicator
 from django.http import HttpRequest, HttpResponse
 from django.test import override_settings
 from django.urls import path
+from django.views.decorators.csrf import csrf_exempt
 
 from console.request_threads import RequestThread, ReusedThreadASGIHandler
-from tests.conftest import scaled
+from tests.conftest import scaled, wait_for
 
 pytestmark = pytest.mark.usefixtures("live_db")
 
 _entered = threading.Event()
 _release = threading.Event()
+_returned = threading.Event()
+_read: dict[str, Any] = {}
 
 
 def _where(request: HttpRequest) -> HttpResponse:
@@ -36,21 +41,36 @@ def _held(request: HttpRequest) -> HttpResponse:
     return _where(request)
 
 
-urlpatterns = [path("where", _where), path("held", _held)]
+def _held_then_read(request: HttpRequest) -> HttpResponse:
+    """Held until released, then reads its body (as the live relay's view does, after its checks)."""
+    try:
+        _entered.set()
+        _release.wait(scaled(30))
+        try:
+            _read["body"] = request.body
+        except Exception as exc:
+            _read["error"] = exc
+            raise
+        return HttpResponse(status=204)
+    finally:
+        _returned.set()
 
 
-def _scope(route: str) -> dict[str, Any]:
+urlpatterns = [path("where", _where), path("held", _held), path("read", csrf_exempt(_held_then_read))]
+
+
+def _scope(route: str, method: str = "GET", headers: tuple[tuple[bytes, bytes], ...] = ()) -> dict[str, Any]:
     return {
         "type": "http",
         "asgi": {"version": "3.0"},
         "http_version": "1.1",
-        "method": "GET",
+        "method": method,
         "scheme": "http",
         "path": f"/{route}",
         "raw_path": f"/{route}".encode(),
         "query_string": b"",
         "root_path": "",
-        "headers": [(b"host", b"testserver")],
+        "headers": [(b"host", b"testserver"), *headers],
         "client": ("127.0.0.1", 50000),
         "server": ("testserver", 80),
     }
@@ -76,6 +96,8 @@ async def _answer(request: ApplicationCommunicator) -> tuple[int, str]:
 def app():
     _entered.clear()
     _release.clear()
+    _returned.clear()
+    _read.clear()
     with override_settings(ROOT_URLCONF=__name__, ALLOWED_HOSTS=["testserver"]):
         yield ReusedThreadASGIHandler()
     _release.set()
@@ -106,10 +128,40 @@ def test_requests_at_the_same_time_each_have_a_thread_of_their_own(app):
     assert app.threads_kept == 2
 
 
+def test_a_client_that_hangs_up_while_its_view_runs_leaves_the_view_its_body(app, caplog):
+    # The live relay's sender gives up after 2 s; at a slow start its POST's view was still running when
+    # it hung up, and the handler closed the body file under it: "ValueError: I/O operation on closed
+    # file", a 500 and a traceback. The view must finish with the body it was sent.
+    body = b'{"type":"live.event","action":"task.created"}' * 200
+
+    def given_up(request: ApplicationCommunicator) -> bool:
+        # Either the handler is done (it did not wait for the view) or it says it waits for it.
+        return request.future.done() or any("client left" in r.getMessage() for r in caplog.records)
+
+    async def scenario() -> None:
+        # As the relay's sender posts it: JSON with its length (a body without one is read by a middleware).
+        headers = ((b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()))
+        request = ApplicationCommunicator(app, _scope("read", method="POST", headers=headers))
+        await request.send_input({"type": "http.request", "body": body, "more_body": False})
+        assert await asyncio.to_thread(_entered.wait, scaled(10))
+        await request.send_input({"type": "http.disconnect"})
+        await asyncio.to_thread(wait_for, lambda: given_up(request), timeout=10, what="the request given up")
+        _release.set()
+        await request.wait(scaled(10))
+        assert await asyncio.to_thread(_returned.wait, scaled(10))
+
+    with caplog.at_level(logging.DEBUG, logger="console.request_threads"):
+        asyncio.run(scenario())
+    assert "error" not in _read, _read["error"]
+    assert _read["body"] == body
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.records
+    assert app.threads_kept == 1  # given back idle: the handler waited for the view
+
+
 def test_a_thread_given_back_while_a_call_still_runs_on_it_is_not_kept(app):
-    # asgiref waits for a request's sync call even when the request is cancelled (a client that went
-    # away), so the handler gives its thread back idle; were that ever not so, the next request must
-    # not queue behind the call.
+    # The handler waits for a request's sync call even when the request is given up (a client that
+    # went away), so it gives its thread back idle; were that ever not so, the next request must not
+    # queue behind the call.
     thread = RequestThread()
     running = thread.submit(_held, None)
     assert _entered.wait(scaled(10))
