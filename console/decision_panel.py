@@ -20,9 +20,12 @@ from approvals.gate_policy import gate_policy
 from approvals.inputs import json_loads_strict
 from approvals.models import TaskKind
 from approvals.payloads import DECISION_MEANING, DecisionRequest, decisions_allowed, payload_kind
-from console.schema_form import EditField, changed_values, fields_from_schema, json_object, json_problem
+from console.schema_form import EditField, changed_values, fields_from_schema, json_object, json_problem, typed_kept
 
 DECISION_LABELS = {"approve": "Approve", "reject": "Reject", "edit": "Edit and approve", "respond": "Respond"}
+# Decisions that carry no edits: the domain refuses state edits and action arguments with them (approvals.services,
+# approvals.payloads), so the panel neither judges nor sends what is left in the edit inputs.
+WITHOUT_EDITS = ("reject", "respond")
 
 
 @dataclass
@@ -226,11 +229,18 @@ def decision_request_parse(form: DecisionPanel, data: QueryDict) -> DecisionRequ
         errors["decision"] = form.withheld[outcome]
     elif outcome not in form.allowed:
         errors["decision"] = f"choose one of: {', '.join(DECISION_LABELS[d] for d in form.allowed)}"
-    patch = changed_values(form.state_fields, data, errors)
-    raw_patch = json_object(data, "edits_json", errors)
-    if raw_patch:
-        patch.update(raw_patch)
-    args_changed = changed_values(form.arg_fields, data, errors)
+    patch: dict[str, Any] = {}
+    args_changed: dict[str, Any] = {}
+    if outcome in WITHOUT_EDITS:
+        # A leftover edit (an amount cleared, then Reject chosen) refused the rejection over a field it does
+        # not use, and hid the rejection's own errors (a missing reason) behind it.
+        typed_kept([*form.state_fields, *form.arg_fields], data)
+    else:
+        patch = changed_values(form.state_fields, data, errors)
+        raw_patch = json_object(data, "edits_json", errors)
+        if raw_patch:
+            patch.update(raw_patch)
+        args_changed = changed_values(form.arg_fields, data, errors)
     resume: Any = None
     has_resume = False
     if form.shows_answer and (data.get("resume") or "").strip():

@@ -180,6 +180,15 @@ def changed_values(fields: list[EditField], data: QueryDict, errors: dict[str, s
     return changed
 
 
+def typed_kept(fields: list[EditField], data: QueryDict) -> None:
+    """Re-show what the user typed in inputs that this submit does not use (a rejection's edits), unjudged:
+    the inputs keep it should the reviewer switch back to an approval."""
+    for f in fields:
+        raw = data.get(f.name)
+        if raw is not None and raw != f.initial:
+            f.raw = raw
+
+
 def json_object(data: QueryDict, name: str, errors: dict[str, str]) -> dict[str, Any] | None:
     raw = (data.get(name) or "").strip()
     if not raw:
