@@ -52,6 +52,12 @@ class EditField:
         return str(self.value)
 
     @property
+    def label(self) -> str:
+        """The field as its errors name it, as the domain's do ("term_months" is "Term months")."""
+        words = self.key.replace("_", " ")
+        return words[:1].upper() + words[1:]
+
+    @property
     def input_id(self) -> str:
         return "f-" + "".join(c if c.isalnum() else "-" for c in self.name)
 
@@ -114,44 +120,48 @@ _DECIMAL = re.compile(r"[+-]?[0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
 
 
 def parse_value(f: EditField, raw: str) -> Any:
+    """The typed ``raw`` as ``f``'s value; ``FieldInvalid`` says why not, naming the field by its label as the
+    domain's errors do ("Amount must be at least 1"): the message is also read out of context (a screen
+    reader's alert, the top-of-form notice of a plain submit)."""
     raw = raw.strip() if f.widget != "string" else raw
+    label = f.label
     if f.widget == "integer":
-        if raw == "":
-            raise FieldInvalid("enter a whole number")
         if not _WHOLE.fullmatch(raw):
-            raise FieldInvalid(f"{raw!r} is not a whole number: the digits 0-9, with an optional sign")
+            typed = f" ({raw!r} is not)" if raw else ""
+            raise FieldInvalid(f"{label} must be a whole number: the digits 0-9, with an optional sign{typed}")
         # Past 19 digits it is out of range anyway (and past 4300, int() refuses to read it).
         whole = int(raw) if len(raw.lstrip("+-").lstrip("0")) <= 19 else INT64_MAX + 1
         if not INT64_MIN <= whole <= INT64_MAX:
-            raise FieldInvalid("the number is outside the signed 64-bit range")
+            raise FieldInvalid(f"{label} must be within the signed 64-bit range")
         return whole
     if f.widget == "number":
         if not _DECIMAL.fullmatch(raw):
+            typed = f" ({raw!r} is not)" if raw else ""
             raise FieldInvalid(
-                f"{raw!r} is not a number: the digits 0-9, an optional sign, fraction (.5) and exponent (e3)"
+                f"{label} must be a number: the digits 0-9, an optional sign, fraction (.5) and exponent (e3){typed}"
             )
         number = float(raw)
         if not math.isfinite(number):
-            raise FieldInvalid("the number must be finite")
+            raise FieldInvalid(f"{label} must be finite")
         if number.is_integer() and not INT64_MIN <= number <= INT64_MAX:
-            raise FieldInvalid("the number is outside the signed 64-bit range")
+            raise FieldInvalid(f"{label} must be within the signed 64-bit range")
         return int(number) if number.is_integer() and "." not in raw and "e" not in raw.lower() else number
     if f.widget == "boolean":
         if raw not in ("true", "false"):
-            raise FieldInvalid("choose yes or no")
+            raise FieldInvalid(f"{label} must be true or false")
         return raw == "true"
     if f.widget == "enum":
         for choice in f.choices:
             if str(choice) == raw:
                 return choice
-        raise FieldInvalid(f"choose one of: {', '.join(map(str, f.choices))}")
+        raise FieldInvalid(f"{label} must be one of: {', '.join(map(str, f.choices))}")
     if f.widget == "json":
         if raw == "":
             return None
         try:
             return json_loads_strict(raw)
         except DomainError as exc:
-            raise FieldInvalid(json_problem(exc)) from None
+            raise FieldInvalid(f"{label}: {json_problem(exc)}") from None
     return raw
 
 

@@ -171,7 +171,7 @@ def test_a_value_of_the_wrong_type_is_shown_next_to_its_field(personas, loan_tas
     )
     assert response.status_code == 422
     html = response.content.decode()
-    assert 'id="f-edits-amount-err"' in html and "is not a whole number" in html
+    assert 'id="f-edits-amount-err"' in html and "must be a whole number" in html
     assert 'value="lots"' in html  # what the reviewer typed is kept
     assert not Decision.objects.filter(task=loan_task).exists()
 
@@ -187,7 +187,7 @@ def test_a_number_edit_in_another_script_or_python_syntax_is_refused_not_paid(pe
     assert response.status_code == 422
     html = response.content.decode()
     error = html.split('id="f-edits-amount-err"', 1)[1].split("</p>", 1)[0]
-    assert "is not a whole number" in error
+    assert "must be a whole number" in error
     assert not Decision.objects.filter(task=loan_task).exists()
 
 
@@ -203,7 +203,7 @@ def test_a_start_amount_in_another_script_is_refused_naming_the_field(personas):
         },
     )
     assert response.status_code == 422
-    assert "is not a whole number" in response.content.decode().split('id="f-input-amount-err"', 1)[1].split("</p>")[0]
+    assert "must be a whole number" in response.content.decode().split('id="f-input-amount-err"', 1)[1].split("</p>")[0]
     assert Thread.objects.count() == before
 
 
@@ -465,7 +465,7 @@ def test_the_start_form_is_generated_from_the_input_schema_and_validates(persona
         assert f'name="input.{internal}"' not in page
     response = client.post("/threads/new", {"graph": "loan_approval", "input.amount": "many"})
     assert response.status_code == 422
-    assert "is not a whole number" in response.content.decode()
+    assert "must be a whole number" in response.content.decode()
     htmx = {"HX-Request": "true", "HX-Target": "start-fields"}
     partial = client.get("/threads/new", {"graph": "kyc_onboarding"}, headers=htmx)
     assert partial.content.decode().lstrip().startswith('<fieldset id="start-fields"')
