@@ -26,6 +26,8 @@ AUTO_DECLINE_ABOVE = 0.8
 # review's args_schema (an edited amount or term) are one.
 AMOUNT_MAX = 10_000_000
 TERM_MONTHS_MAX = 480
+# The bank lends in euros, in whole units (the amounts in the state and the action's args are integers).
+CURRENCY = "EUR"
 
 Amount = Annotated[int, Field(ge=1, le=AMOUNT_MAX)]
 Income = Annotated[int, Field(ge=0)]
@@ -87,13 +89,19 @@ def route(state: LoanState) -> Literal["disburse", "human_review", "decline"]:
     return "human_review"
 
 
+def money(amount: Any) -> str:
+    """An amount as a reviewer reads it, "EUR 39,417" (a bare 39417 in a title read as a count or an id)."""
+    return f"{CURRENCY} {amount:,}" if isinstance(amount, int) and not isinstance(amount, bool) else str(amount)
+
+
 def human_review(state: LoanState) -> Command[Literal["disburse", "decline"]]:
-    loan_id, amount, applicant = state.get("loan_id"), state.get("amount"), state.get("applicant", "applicant")
+    loan_id, applicant = state.get("loan_id"), state.get("applicant", "applicant")
+    amount = money(state.get("amount"))
     # The id is optional: without it the title read "Loan : 20000 for …".
     title = f"Loan {loan_id}: {amount} for {applicant}" if loan_id else f"Loan of {amount} for {applicant}"
     review = request_review(
         title=title,
-        summary=f"Borderline risk score {state.get('risk_score')}; income {state.get('income')}.",
+        summary=f"Borderline risk score {state.get('risk_score')}; income {money(state.get('income'))}.",
         proposed_action={
             "name": "disburse",
             "args": {"amount": state.get("amount"), "term_months": state.get("term_months", 12)},

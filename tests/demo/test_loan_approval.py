@@ -4,9 +4,11 @@ the bank's bounds, and (defence in depth) a disbursement of a non-positive amoun
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
+from django.conf import settings
 from django.db import transaction
 
 from approvals import time_travel
@@ -15,7 +17,7 @@ from approvals.models import ApprovalTask, TaskStatus
 from runtime import runs
 from runtime.executor import run_execute
 from runtime.models import Branch, Run, RunKind, RunStatus, Thread
-from runtime.registry import graph_get
+from runtime.registry import graph_get, graphs_read
 from runtime.state_schema import FieldError, values_validate
 from tests.conftest import loan_input
 
@@ -129,15 +131,37 @@ def test_disburse_refuses_a_non_positive_amount_rather_than_pay_it(monkeypatch, 
 @pytest.mark.parametrize(
     ("loan", "title"),
     [
-        ({}, "Loan of 20000 for Évariste 🦊"),
-        ({"loan_id": ""}, "Loan of 20000 for Évariste 🦊"),
-        ({"loan_id": "L-77"}, "Loan L-77: 20000 for Évariste 🦊"),
+        ({}, "Loan of EUR 20,000 for Évariste 🦊"),
+        ({"loan_id": ""}, "Loan of EUR 20,000 for Évariste 🦊"),
+        ({"loan_id": "L-77"}, "Loan L-77: EUR 20,000 for Évariste 🦊"),
     ],
 )
 def test_the_review_s_title_reads_well_with_or_without_a_loan_id(dispatched, loan, title):
-    """Without loan_id the inbox read "Loan : 20000 for Évariste 🦊"."""
+    """Without loan_id the inbox read "Loan : 20000 for Évariste 🦊"; the amount is money, not a bare 20000."""
     thread = Thread.objects.create(graph="loan_approval")
     graph_input = {"applicant": "Évariste 🦊", "amount": 20000, "income": 40000, "term_months": 24, **loan}
     assert _run(thread, graph_input).status == RunStatus.INTERRUPTED
     [task] = ApprovalTask.objects.filter(thread=thread, status=TaskStatus.PENDING)
     assert task.title == title
+
+
+def test_the_demo_inbox_shows_the_review_s_amount_and_risk(dispatched):
+    """A fresh ``make run`` listed "Loan L-3158: 39417 for Grace Hopper" and no columns: the demo's configuration
+    gives its gate Amount (money, in the bank's euros) and Risk columns, read from the review's payload."""
+    demo = graphs_read(Path(settings.BASE_DIR) / "demo" / "langgraph.json")
+    columns = demo["loan_approval"].options["columns"]["human_review"]
+    assert [(c.key, c.label, c.type, c.currency) for c in columns] == [
+        ("amount", "Amount", "money", "EUR"),
+        ("risk", "Risk", "risk", ""),
+    ]
+    thread = Thread.objects.create(graph="loan_approval")
+    assert _run(thread, loan_input(amount=20000, income=40000)).status == RunStatus.INTERRUPTED
+    [task] = ApprovalTask.objects.filter(thread=thread, status=TaskStatus.PENDING)
+    shown = {}
+    for column in columns:
+        value = task.payload
+        for key in column.path:
+            value = value[key]
+        shown[column.key] = value
+    assert shown == {"amount": 20000, "risk": 0.625}
+    assert task.payload["summary"] == "Borderline risk score 0.625; income EUR 40,000."
