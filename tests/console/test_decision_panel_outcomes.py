@@ -54,6 +54,7 @@ def test_a_reject_without_a_reason_says_so_and_not_what_the_edit_field_holds(per
     assert "a reason is required to reject" in _field_error(html, "f-reason")
     assert _field_error(html, "f-edits-amount") == ""
     assert re.search(r'id="f-edits-amount"[^>]*value=""', html)  # what was typed is kept, unjudged
+    assert "(a rejection does not use them)" in html  # and the panel says so beside the edits
     assert not Decision.objects.filter(task=loan_task).exists()
 
 
