@@ -551,12 +551,43 @@ def session_waits_on_lock(pid: int | None) -> bool:
 
 def graph_release_write(directory: Path, graph: str, module: str, gates: list[str]) -> Path:
     """One release of ``graph`` as a team deploys it: its module and a ``langgraph.json`` naming the graph and
-    its gates, in ``directory``; the config's path, for ``registry_load`` (a restart on that release)."""
+    its gates (none: a graph that never pauses), in ``directory``; the config's path, for ``registry_load`` (a
+    restart on that release)."""
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "review.py").write_text(module)
-    config = {"graphs": {graph: "./review.py:graph"}, "gatehouse": {"gates": {graph: gates}}}
+    config: dict[str, Any] = {"graphs": {graph: "./review.py:graph"}}
+    if gates:
+        config["gatehouse"] = {"gates": {graph: gates}}
     (directory / "langgraph.json").write_text(json.dumps(config))
     return directory / "langgraph.json"
+
+
+def lg_run_executed(persona: Persona, graph: str, body: dict[str, Any]) -> tuple[str, str]:
+    """A /lg/ run of ``graph`` (``body``: its input, config, ...) on a new thread, executed here by the worker's
+    executor: (thread id, run id). Use with ``dispatched``, which keeps the run from being sent to a worker."""
+    from runtime.executor import run_execute
+
+    thread = persona.client.post("/lg/threads", {}).json()["thread_id"]
+    created = persona.client.post(f"/lg/threads/{thread}/runs", {"assistant_id": graph, **body})
+    assert created.status_code == 200, created.content
+    run_id = created.json()["run_id"]
+    run_execute(run_id=run_id)
+    return thread, run_id
+
+
+def lg_stream_error(persona: Persona, thread: str, run_id: str) -> Any:
+    """The ``error`` event's data of a finished /lg/ run's stream (``runs.join_stream``)."""
+    from asgiref.sync import async_to_sync
+
+    response = persona.client.get(f"/lg/threads/{thread}/runs/{run_id}/stream")
+    assert response.status_code == 200
+
+    async def read() -> bytes:
+        return b"".join([chunk async for chunk in response.streaming_content])
+
+    blocks = [block.split("\n") for block in async_to_sync(read)().decode().strip().split("\n\n")]
+    [error] = [lines[1].removeprefix("data: ") for lines in blocks if lines[0] == "event: error"]
+    return json.loads(error)
 
 
 @contextlib.contextmanager

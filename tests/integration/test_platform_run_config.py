@@ -24,7 +24,7 @@ from asgiref.sync import async_to_sync
 from runtime.executor import run_execute
 from runtime.models import Run
 from runtime.registry import registry_load
-from tests.conftest import Persona, registry_restored
+from tests.conftest import Persona, graph_release_write, registry_restored
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db")]
 
@@ -62,19 +62,11 @@ MODULE = textwrap.dedent(
 SENT = {"tags": ["nightly", "batch"], "run_name": "nightly-check"}
 
 
-def _release(directory: Path, graph: str) -> Path:
-    """``MODULE`` deployed as ``graph`` (no gates: it never pauses), in ``directory``; its langgraph.json."""
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "graph.py").write_text(MODULE)
-    (directory / "langgraph.json").write_text(json.dumps({"graphs": {graph: "./graph.py:graph"}}))
-    return directory / "langgraph.json"
-
-
 @pytest.fixture
 def graph(tmp_path: Path) -> Iterator[str]:
     name = f"configured_{uuid.uuid4().hex[:8]}"
     with registry_restored():
-        registry_load(_release(tmp_path, name))
+        registry_load(graph_release_write(tmp_path, name, MODULE, []))
         yield name
 
 

@@ -12,21 +12,18 @@ by the worker's executor (dispatch recorded, not sent).
 
 from __future__ import annotations
 
-import json
 import textwrap
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from asgiref.sync import async_to_sync
 
 from lgplatform.services import run_error_out
 from runtime.executor import run_execute
 from runtime.models import Run, RunStatus
 from runtime.registry import registry_load
-from tests.conftest import Persona, registry_restored
+from tests.conftest import Persona, graph_release_write, lg_run_executed, lg_stream_error, registry_restored
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db")]
 
@@ -59,43 +56,16 @@ MODULE = textwrap.dedent(
 EXPECTED = {"error": "PaymentDeclined", "message": "card 4242 refused"}
 
 
-def _release(directory: Path, graph: str) -> Path:
-    """``MODULE`` deployed as ``graph`` (no gates: it never pauses), in ``directory``; its langgraph.json."""
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "graph.py").write_text(MODULE)
-    (directory / "langgraph.json").write_text(json.dumps({"graphs": {graph: "./graph.py:graph"}}))
-    return directory / "langgraph.json"
-
-
 @pytest.fixture
 def graph(tmp_path: Path) -> Iterator[str]:
     name = f"pay-flow-{uuid.uuid4().hex[:8]}"  # not an identifier: nor is the module its graph is imported as
     with registry_restored():
-        registry_load(_release(tmp_path, name))
+        registry_load(graph_release_write(tmp_path, name, MODULE, []))
         yield name
 
 
 def _failed_run(persona: Persona, graph: str) -> tuple[str, str]:
-    thread = persona.client.post("/lg/threads", {}).json()["thread_id"]
-    body = {"assistant_id": graph, "input": {"card": "4242"}, "stream_mode": "values"}
-    created = persona.client.post(f"/lg/threads/{thread}/runs", body)
-    assert created.status_code == 200, created.content
-    run_id = created.json()["run_id"]
-    run_execute(run_id=run_id)
-    return thread, run_id
-
-
-def _streamed_error(persona: Persona, thread: str, run_id: str) -> Any:
-    response = persona.client.get(f"/lg/threads/{thread}/runs/{run_id}/stream")
-    assert response.status_code == 200
-    body = async_to_sync(_read)(response.streaming_content).decode()
-    blocks = [block.split("\n") for block in body.strip().split("\n\n")]
-    [error] = [lines[1].removeprefix("data: ") for lines in blocks if lines[0] == "event: error"]
-    return json.loads(error)
-
-
-async def _read(chunks: AsyncIterator[bytes]) -> bytes:
-    return b"".join([chunk async for chunk in chunks])
+    return lg_run_executed(persona, graph, {"input": {"card": "4242"}, "stream_mode": "values"})
 
 
 def test_the_failed_run_records_its_exception_s_class_beside_its_text(operator, graph, dispatched):
@@ -111,7 +81,7 @@ def test_a_graph_s_exception_is_named_by_its_class_whatever_its_module_is_called
     joined = operator.client.get(f"/lg/threads/{thread}/runs/{run_id}/join")
     assert joined.status_code == 200, joined.content
     assert joined.json() == {"__error__": EXPECTED}
-    assert _streamed_error(operator, thread, run_id) == EXPECTED
+    assert lg_stream_error(operator, thread, run_id) == EXPECTED
 
 
 def test_the_failed_task_in_the_state_shows_the_exception_s_repr(operator, graph, dispatched):
@@ -140,7 +110,7 @@ def test_a_failure_that_is_no_exception_of_the_graph_s_stays_a_run_error_with_it
     run_id = operator.client.post(f"/lg/threads/{thread}/runs", {"assistant_id": graph, "input": {"card": "1"}}).json()[
         "run_id"
     ]
-    registry_load(_release(tmp_path / "next", f"other_{uuid.uuid4().hex[:8]}"))
+    registry_load(graph_release_write(tmp_path / "next", f"other_{uuid.uuid4().hex[:8]}", MODULE, []))
     run_execute(run_id=run_id)  # its graph is no longer registered
     run = Run.objects.get(pk=run_id)
     assert run.error_type == "UnknownGraph"
