@@ -130,25 +130,25 @@ def _not_allowed_as_error(api: GatehouseAPI, pattern: URLResolver | URLPattern) 
         return answer(request, view(request, *args, **kwargs))
 
     wrapped = answering_async if iscoroutinefunction(view) else answering
-    setattr(wrapped, _TOKEN_ACTIONS_ATTR, _token_actions_by_method(view))
+    setattr(wrapped, _TOKEN_PERMS_ATTR, _token_perms_by_method(view))
     return URLPattern(pattern.pattern, wrapped, pattern.default_args, pattern.name)
 
 
 # The methods that may change something; and where a pattern's view keeps, for each of them its operations
-# serve, the token actions one of which a token needs there (``_token_actions_by_method``).
+# serve, the permissions it acts under, one of which a token's actions must allow (``_token_perms_by_method``).
 _UNSAFE_METHODS = ("POST", "PUT", "PATCH", "DELETE")
-_TOKEN_ACTIONS_ATTR = "gatehouse_token_actions"  # noqa: S105 - an attribute's name, not a secret
+_TOKEN_PERMS_ATTR = "gatehouse_token_perms"  # noqa: S105 - an attribute's name, not a secret
 
 
-def _token_actions_by_method(view: Callable[..., Any]) -> dict[str, frozenset[str]]:
+def _token_perms_by_method(view: Callable[..., Any]) -> dict[str, tuple[str, ...]]:
     """For the operations ninja serves at a pattern (its ``PathView``, the view's ``self``): each method that
-    writes → the token actions one of which it needs, from the permissions its view declares
-    (``permissions.token_needs``). A method an API token may call (the operation authenticates) that
-    declares none is a defect, refused here: its refusal would come after its body's."""
+    writes → the permissions its view declares it acts under (``permissions.token_needs``), left out where they
+    only read. A method an API token may call (the operation authenticates) that declares none is a defect,
+    refused here: its refusal would come after its body's."""
     path_view = inspect.getclosurevars(view).nonlocals.get("self") if inspect.isfunction(view) else None
     if not isinstance(path_view, PathView):
         return {}  # the API's root, its OpenAPI document and docs: read-only
-    needs: dict[str, frozenset[str]] = {}
+    needs: dict[str, tuple[str, ...]] = {}
     for operation in path_view.operations:
         for method in operation.methods:
             if method not in _UNSAFE_METHODS or not operation.auth_callbacks:
@@ -160,9 +160,8 @@ def _token_actions_by_method(view: Callable[..., Any]) -> dict[str, frozenset[st
                     f"{method} {operation.path} ({name}) declares no permission: decorate its view with "
                     "approvals.permissions.token_needs(...)"
                 )
-            actions = token_actions_for(perms)
-            if not actions <= READ_ONLY_ACTIONS:
-                needs[method] = actions
+            if not token_actions_for(perms) <= READ_ONLY_ACTIONS:
+                needs[method] = tuple(perms)
     return needs
 
 
@@ -184,7 +183,7 @@ class BearerAuth(HttpBearer):
         self.mark_fresh = mark_fresh
 
     def authenticate(self, request: HttpRequest, token: str) -> Any:
-        user = token_authenticate(token)
+        user = token_route_check(request, token_authenticate(token))
         if user is not None and self.mark_fresh:
             request_token_mark(request)
         return user
@@ -196,7 +195,17 @@ class ApiKeyAuth(APIKeyHeader):
     param_name = "x-api-key"
 
     def authenticate(self, request: HttpRequest, key: str | None) -> Any:
-        return token_authenticate(key) if key else None
+        return token_route_check(request, token_authenticate(key)) if key else None
+
+
+def token_route_check(request: HttpRequest, user: User | None) -> User | None:
+    """``user``, authenticated by an API token, unless the token's actions hold none of those the route needs:
+    then its refusal, raised as authentication ends, before the body is read and before any service runs. Every
+    write is refused so, whatever the service would check (releasing one's own claim checks no permission)."""
+    refusal = token_action_refusal(request, user) if user is not None else None
+    if refusal is not None:
+        raise refusal
+    return user
 
 
 # Exceptions Django turns into a 4xx itself: the catch-all leaves them to it.
@@ -208,17 +217,25 @@ _DJANGO_ANSWERS = (Http404, PermissionDenied, SuspiciousOperation, BadRequest)
 _INPUT_REFUSALS = (400, 404, 413, 415, 422)
 
 
-def token_action_refusal(request: HttpRequest) -> Forbidden | None:
+def token_action_refusal(request: HttpRequest, user: Any = None) -> Forbidden | None:
     """The refusal owed to a request that writes made with an API token whose actions hold none of those the
     route needs (``permissions.token_needs`` on its view): answered before any refusal of what it sent, so a
     client cannot probe how a route it may not use validates its body (a malformed decision was a 422 to a
-    token limited to ``start``, a well-formed one a 403). One dict lookup: the route's needs are read once,
-    when the URLs are built."""
-    scope = getattr(getattr(request, "auth", None), TOKEN_SCOPE_ATTR, None)
+    token limited to ``start``, a well-formed one a 403). Raised as the token authenticates
+    (``token_route_check``), so it also comes before a role's refusal and before a write no service checks;
+    ``respond`` applies it again to a refusal made before authentication. One dict lookup: the route's needs
+    are read once, when the URLs are built."""
+    principal = user if user is not None else getattr(request, "auth", None)
+    scope = getattr(principal, TOKEN_SCOPE_ATTR, None)
     if not scope or not scope[1]:
         return None
     match = request.resolver_match
-    needed = getattr(match.func, _TOKEN_ACTIONS_ATTR, {}).get(request.method) if match is not None else None
+    perms = getattr(match.func, _TOKEN_PERMS_ATTR, {}).get(request.method) if match is not None else None
+    if not perms:
+        return None
+    # As ``permissions.token_refusal``: the token is the reason only where the role grants what the route acts
+    # under; where it grants none of it, the role is the reason, and the service says so (as to a session).
+    needed = token_actions_for(tuple(perm for perm in perms if principal.has_perm(perm)))
     if not needed or not needed.isdisjoint(scope[1]):
         return None
     return Forbidden(

@@ -171,3 +171,29 @@ def test_an_api_whose_write_route_declares_nothing_does_not_load():
     undeclared_api.add_router("/", router)
     with pytest.raises(ImproperlyConfigured, match=r"DELETE /undeclared \(.*undeclared\) declares no permission"):
         undeclared_api.urls  # noqa: B018 - building the URLs is what refuses
+
+
+def test_a_token_that_may_not_decide_cannot_release_even_its_own_claim(personas, scoped):
+    """Releasing one's own claim is a write no service checks a permission for: the token's refusal is raised
+    as it authenticates, so a read-only token got a 200 and the claim was gone (found from the outside)."""
+    import uuid
+
+    from approvals.models import TaskClaim
+    from approvals.tokens import token_issue
+
+    created = scoped["start"].post("/api/external-tasks", {"source": "tokens", "key": uuid.uuid4().hex, "title": "t"})
+    assert created.status_code == 201, created.content
+    task = created.json()["id"]
+    decider = ApiClient(token_issue(user=personas["admin"].user, actions=["read", "decide"]))
+    claimed = decider.post(f"/api/tasks/{task}/claim", {})
+    assert claimed.status_code == 201, claimed.content
+    for action in ("read", "start", "store"):
+        response = scoped[action].delete(f"/api/tasks/{task}/claim")
+        assert response.status_code == 403, response.content
+        needs = "needs the 'admin' or 'decide' action"
+        assert response.json()["error"]["message"] == (
+            f"this API token is limited to {action}: DELETE /api/tasks/{task}/claim {needs}"
+        )
+        assert TaskClaim.objects.filter(task_id=task).exists()
+    assert decider.delete(f"/api/tasks/{task}/claim").status_code == 200
+    assert not TaskClaim.objects.filter(task_id=task).exists()

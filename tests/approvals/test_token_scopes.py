@@ -85,11 +85,12 @@ def test_a_read_only_token_deciding_is_told_its_scope_is_the_reason(personas):
 @pytest.mark.parametrize(
     ("persona", "actions", "expected"),
     [
-        ("reviewer", ["read"], "this API token is limited to read: to set yourself away it needs the 'decide' action"),
+        # The token is the reason: refused as it authenticates, naming the route (before its body is read).
+        ("reviewer", ["read"], "this API token is limited to read: PUT /api/me/away needs the 'decide' action"),
         (
             "admin",
             ["start", "retry"],
-            "this API token is limited to retry, start: to set yourself away it needs the 'decide' action",
+            "this API token is limited to retry, start: PUT /api/me/away needs the 'decide' action",
         ),
         ("operator", ["read"], "you may not set yourself away: you review nothing"),  # the role is the reason
     ],

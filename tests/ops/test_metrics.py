@@ -17,7 +17,15 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from approvals.models import ApprovalTask, AuditEvent, InboundDelivery, OutboundDelivery, TaskStatus
 from runtime.models import Effect, Run, RunStatus, Thread
-from tests.conftest import api_decide, loan_input, pending_tasks, thread_settled, thread_start, wait_for
+from tests.conftest import (
+    api_decide,
+    loan_input,
+    pending_tasks,
+    runs_settle,
+    thread_settled,
+    thread_start,
+    wait_for,
+)
 
 pytestmark = pytest.mark.usefixtures("live_db")
 
@@ -118,9 +126,14 @@ def test_an_effect_whose_run_ended_mid_call_is_counted_as_abandoned():
     thread = Thread.objects.create(graph="loan_approval")
     ended = Run.objects.create(thread=thread, kind="resume", status=RunStatus.CANCELLED)
     flying = Run.objects.create(thread=thread, kind="resume", status=RunStatus.RUNNING)
-    Effect.objects.create(key=f"gh:{thread.pk}:a", name="disburse", thread=thread, run=ended, calls=1)
-    Effect.objects.create(key=f"gh:{thread.pk}:b", name="disburse", thread=thread, run=flying, calls=1)
-    after = _samples()
+    try:
+        Effect.objects.create(key=f"gh:{thread.pk}:a", name="disburse", thread=thread, run=ended, calls=1)
+        Effect.objects.create(key=f"gh:{thread.pk}:b", name="disburse", thread=thread, run=flying, calls=1)
+        after = _samples()
+    finally:
+        # A running run without a lease is one no sweeper ever ends: later tests waiting for runs to settle
+        # (tests/console/test_live_lists.py) waited on it in the same test process until they timed out.
+        runs_settle([flying.pk])
     assert _get(after, "gatehouse_effects_abandoned") - _get(before, "gatehouse_effects_abandoned") == 1
     assert _get(after, "gatehouse_effects", status="started") - _get(before, "gatehouse_effects", status="started") == 2
 
