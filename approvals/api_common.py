@@ -227,7 +227,7 @@ def token_action_refusal(request: HttpRequest, user: Any = None) -> Forbidden | 
     are read once, when the URLs are built."""
     principal = user if user is not None else getattr(request, "auth", None)
     scope = getattr(principal, TOKEN_SCOPE_ATTR, None)
-    if not scope or not scope[1]:
+    if principal is None or not scope or not scope[1]:
         return None
     match = request.resolver_match
     perms = getattr(match.func, _TOKEN_PERMS_ATTR, {}).get(request.method) if match is not None else None
