@@ -222,7 +222,7 @@ def token_action_refusal(request: HttpRequest, user: Any = None) -> Forbidden | 
     route needs (``permissions.token_needs`` on its view): answered before any refusal of what it sent, so a
     client cannot probe how a route it may not use validates its body (a malformed decision was a 422 to a
     token limited to ``start``, a well-formed one a 403). Raised as the token authenticates
-    (``token_route_check``), so it also comes before a role's refusal and before a write no service checks;
+    (``token_route_check``), so it also refuses a write no service checks (releasing one's own claim);
     ``respond`` applies it again to a refusal made before authentication. One dict lookup: the route's needs
     are read once, when the URLs are built."""
     principal = user if user is not None else getattr(request, "auth", None)
