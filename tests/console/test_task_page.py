@@ -27,7 +27,7 @@ from runtime.models import Effect, EffectStatus, Run, RunKind, RunStatus
 from runtime.runs import PendingInterrupt, RunOutcome
 from runtime.state_schema import json_schema_for
 from tests.approvals.guards import user_make
-from tests.conftest import ApiClient
+from tests.conftest import ApiClient, runs_settle
 from tests.console.conftest import console_client, console_decide
 from tests.factories import decision_make, loan_gate, task_decided, task_make, thread_make
 
@@ -400,12 +400,17 @@ def test_a_call_whose_run_ended_mid_call_reads_as_an_unknown_outcome(personas, r
     ``unknown`` outcome (the bank may have paid), and now said so, in the console and the API."""
     task = task_make()
     run = Run.objects.create(thread_id=task.thread_id, kind=RunKind.RESUME, status=run_status)
-    Effect.objects.create(
-        key=f"k-{task.pk}", thread_id=task.thread_id, run=run, name="disburse", args={"amount": 1}, calls=1
-    )
-    [row] = personas["operator"].client.get(f"/api/threads/{task.thread_id}/effects").json()
+    try:
+        Effect.objects.create(
+            key=f"k-{task.pk}", thread_id=task.thread_id, run=run, name="disburse", args={"amount": 1}, calls=1
+        )
+        [row] = personas["operator"].client.get(f"/api/threads/{task.thread_id}/effects").json()
+        html = unescape(console_client(personas["operator"]).get(f"/threads/{task.thread_id}/").content.decode())
+    finally:
+        # A running run without a lease no sweeper ever ends, and a queued one the live worker would run:
+        # later tests in this process that wait for runs to settle (test_live_lists) waited on it and failed.
+        runs_settle([run.pk])
     assert (row["status"], row["uncertain"]) == ("started", uncertain)
-    html = unescape(console_client(personas["operator"]).get(f"/threads/{task.thread_id}/").content.decode())
     assert ("outcome unknown: its run stopped mid-call" in html) is uncertain
     assert ("started, no result yet" in html) is not uncertain
     assert ('class="status status-unknown"' in html) is uncertain
