@@ -45,6 +45,7 @@ def outside_hash(event: AuditEvent) -> str:
     fields = {
         "at": event.at.isoformat(),
         "actor": event.actor_label,
+        "actor_id": event.actor_id,  # since migration 0032 (docs/security-audit.md, "Who acted")
         "action": event.action,
         "subject": f"{event.subject_type}:{event.subject_id}",
         "thread": str(event.thread_id) if event.thread_id else None,

@@ -145,7 +145,7 @@ def test_a_client_that_hangs_up_while_its_view_runs_leaves_the_view_its_body(app
         await request.send_input({"type": "http.request", "body": body, "more_body": False})
         assert await asyncio.to_thread(_entered.wait, scaled(10))
         await request.send_input({"type": "http.disconnect"})
-        await asyncio.to_thread(wait_for, lambda: given_up(request), timeout=10, what="the request given up")
+        await asyncio.to_thread(wait_for, lambda: given_up(request), what="the request given up")
         _release.set()
         await request.wait(scaled(10))
         assert await asyncio.to_thread(_returned.wait, scaled(10))
