@@ -28,9 +28,9 @@ from approvals.audit import audit_record
 from console import consumers, live
 from console.asgi import application
 from runtime import runs as runtime_runs
-from runtime.models import ACTIVE_RUN_STATUSES, Run, Thread
+from runtime.models import ACTIVE_RUN_STATUSES, Run, RunStatus, Thread
 from tests.approvals.handoffs import person
-from tests.conftest import scaled, wait_for, workers_alive
+from tests.conftest import runs_settle, scaled, wait_for, workers_alive
 from tests.factories import task_make
 from tests.fake_resumes import fake_resumes_closed  # noqa: F401  (fixture)
 
@@ -98,8 +98,13 @@ class Socket:
         re-render this socket), then drain what already arrived: "nothing" then means nothing.
 
         With no worker running (``make test-fast``) a run left queued by an earlier test stays queued
-        and sends nothing: there is nothing to wait for."""
-        active = Run.objects.filter(status__in=ACTIVE_RUN_STATUSES)
+        and sends nothing: there is nothing to wait for. A ``running`` run with no lease at all is one a
+        test wrote by hand (every claim sets a lease, every end clears the status with it): no worker
+        executes it and no sweeper ever sends it, so it is not waited for either (an earlier test that
+        left one must not fail a later one)."""
+        active = Run.objects.filter(status__in=ACTIVE_RUN_STATUSES).exclude(
+            status=RunStatus.RUNNING, lease_expires_at__isnull=True
+        )
         try:
             wait_for(
                 lambda: not workers_alive() or not active.exists(), timeout=60, what="earlier tests' runs to settle"
@@ -193,6 +198,21 @@ def test_a_reviewer_cannot_subscribe_to_a_thread_of_a_graph_it_is_not_assigned_t
     socket = Socket(loop, f"/ws/threads/{task.thread_id}/", [ORIGIN, _cookie(personas["loan_reviewer"])])
     connected, code = socket.connect()
     assert not connected and code == 4403
+
+
+def test_settle_waits_for_no_run_that_nothing_will_execute(personas, loop, live_worker):
+    """A ``running`` run with no lease is a row a test wrote by hand: no worker executes it and no sweeper
+    sends it. ``settle`` waited for it, and every live-list test after the test that left one failed (CI)."""
+    thread = Thread.objects.create(graph="loan_approval")
+    orphan = Run.objects.create(thread=thread, kind="resume", status=RunStatus.RUNNING)
+    assert orphan.lease_expires_at is None
+    socket = Socket(loop, "/ws/inbox/", [ORIGIN, _cookie(personas["reviewer"])])
+    try:
+        assert socket.connect()[0]
+        socket.settle()  # returns at once; waiting for the orphan would fail after 60 s (scaled)
+    finally:
+        runs_settle([orphan.pk])
+    socket.close()
 
 
 def test_the_inbox_socket_sends_the_list_on_connect_and_after_events(personas, loop):
