@@ -61,18 +61,36 @@ def filter_errors_ignored(form: Any, params: QueryDict) -> tuple[QueryDict, str]
 # without a word (a list filtered by nothing looked filtered by it).
 INBOX_API_ONLY = {
     "thread": "the inbox does not filter by thread; a thread's tasks are listed on its page",
-    "gate": "the inbox page names the gate node",
 }
 
 
+def inbox_gate_named(params: QueryDict) -> tuple[QueryDict, str]:
+    """``params`` with the API's ``gate=`` read as the page's ``node=`` (its form, links and live socket say
+    ``node``, so old bookmarks keep working), and what the page says when both name different gates.
+
+    A link built from ``GET /api/tasks``' names listed every gate under a notice that ``gate`` was ignored."""
+    gate = params.get("gate", "")
+    if "gate" not in params:
+        return params, ""
+    named = params.copy()
+    named.pop("gate")
+    node = params.get("node", "")
+    if node and gate and node != gate:
+        return named, f"gate: {gate[:40]!r} is another name for node, which says {node[:40]!r}; gate ignored"
+    if gate:
+        named["node"] = gate
+    return named, ""
+
+
 def inbox_context(user: Any, params: QueryDict, *, limit: int = INBOX_PAGE_SIZE) -> dict[str, Any]:
+    params, gate_ignored = inbox_gate_named(params)
     form = InboxFilterForm(params)
     ignored = ""
     if not form.is_valid():
         params, ignored = filter_errors_ignored(form, params)
         form = InboxFilterForm(params)
     api_only = [f"{k}: {why} ({params[k][:40]!r} ignored)" for k, why in INBOX_API_ONLY.items() if params.get(k)]
-    ignored = "; ".join(e for e in (ignored, *api_only) if e)
+    ignored = "; ".join(e for e in (gate_ignored, ignored, *api_only) if e)
     error = ""
     page = selectors.Page(items=[], next_cursor=None)
     filters: dict[str, str] = {}
@@ -121,7 +139,7 @@ def inbox_row_context(user: Any, params: QueryDict, task_id: Any) -> dict[str, A
     What a live inbox sends the moment a task opens, ahead of re-rendering the whole list: the row is
     one prepared statement and one small template, the list is everything (console.consumers.InboxConsumer).
     """
-    parsed = _row_filter(params.urlencode())
+    parsed = _row_filter(inbox_gate_named(params)[0].urlencode())
     if parsed is None:
         return None
     wanted, cached = parsed
