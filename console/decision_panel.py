@@ -14,18 +14,26 @@ from typing import Any
 
 from django.http import QueryDict
 
-from approvals.errors import DomainError
 from approvals.external import answer_response
 from approvals.gate_policy import gate_policy
-from approvals.inputs import json_loads_strict
+from approvals.inputs import json_kind
 from approvals.models import TaskKind
 from approvals.payloads import DECISION_MEANING, DecisionRequest, decisions_allowed, payload_kind
-from console.schema_form import EditField, changed_values, fields_from_schema, json_object, json_problem, typed_kept
+from console.schema_form import (
+    EditField,
+    FieldInvalid,
+    changed_values,
+    fields_from_schema,
+    json_object,
+    json_typed,
+    typed_kept,
+)
 
 DECISION_LABELS = {"approve": "Approve", "reject": "Reject", "edit": "Edit and approve", "respond": "Respond"}
 # Decisions that carry no edits: the domain refuses state edits and action arguments with them (approvals.services,
 # approvals.payloads), so the panel neither judges nor sends what is left in the edit inputs.
 WITHOUT_EDITS = ("reject", "respond")
+EDITS_JSON_LABEL = "State patch (JSON object)"  # the raw state edits box, as its label reads (its errors name it)
 
 
 @dataclass
@@ -75,6 +83,11 @@ class DecisionPanel:
     @property
     def answer_is_response(self) -> bool:
         return self.answer_as == "action_args"
+
+    @property
+    def answer_label(self) -> str:
+        """The answer box's label, which its errors name."""
+        return "Your answer as JSON" if self.answer_is_response else "Answer as JSON"
 
     @property
     def form_error(self) -> str:
@@ -237,7 +250,7 @@ def decision_request_parse(form: DecisionPanel, data: QueryDict) -> DecisionRequ
         typed_kept([*form.state_fields, *form.arg_fields], data)
     else:
         patch = changed_values(form.state_fields, data, errors)
-        raw_patch = json_object(data, "edits_json", errors)
+        raw_patch = json_object(data, "edits_json", EDITS_JSON_LABEL, errors)
         if raw_patch:
             patch.update(raw_patch)
         args_changed = changed_values(form.arg_fields, data, errors)
@@ -245,12 +258,14 @@ def decision_request_parse(form: DecisionPanel, data: QueryDict) -> DecisionRequ
     has_resume = False
     if form.shows_answer and (data.get("resume") or "").strip():
         try:
-            resume, has_resume = json_loads_strict(str(data["resume"])), True
-        except DomainError as exc:
-            errors["resume"] = json_problem(exc)
+            resume, has_resume = json_typed(str(data["resume"]), form.answer_label), True
+        except FieldInvalid as exc:
+            errors["resume"] = str(exc)
     response: dict[str, Any] | None = None
+    if form.answer_is_response and has_resume and resume is None:  # a typed null is an answer, not none given
+        errors["resume"] = f"{form.answer_label}: must be a JSON object matching the schema above, not null"
     if form.answer_is_response and not errors:
-        response = _response_parse(outcome, resume if has_resume else None, errors)
+        response = _response_parse(outcome, resume if has_resume else None, errors, label=form.answer_label)
         has_resume = False  # sent as the edited response, as the API's edit sends it
     if errors:
         return None
@@ -276,14 +291,14 @@ def decision_request_parse(form: DecisionPanel, data: QueryDict) -> DecisionRequ
     return request
 
 
-def _response_parse(outcome: str, answer: Any, errors: dict[str, str]) -> dict[str, Any] | None:
+def _response_parse(outcome: str, answer: Any, errors: dict[str, str], *, label: str) -> dict[str, Any] | None:
     """An external task's answer as its edited response: the object itself, or the ``action_args`` of
     the API's wrapped form ``{"decision": "edit", "action_args": {...}}`` (errors under ``resume``)."""
     stated, response = answer_response(answer)
     if stated is not None and DECISION_MEANING.get(stated) != DECISION_MEANING.get(outcome):
         errors["resume"] = f"the answer says {stated!r} but you chose {DECISION_LABELS.get(outcome, outcome)!r}"
     elif response is not None and not isinstance(response, dict):
-        errors["resume"] = "the answer is a JSON object matching the schema above"
+        errors["resume"] = f"{label}: must be a JSON object matching the schema above, not {json_kind(response)}"
     elif response is None and outcome == "edit":
         errors["resume"] = "Edit and approve needs your answer: a JSON object matching the schema above"
     elif response is not None and outcome not in ("approve", "edit"):

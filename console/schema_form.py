@@ -19,7 +19,7 @@ from typing import Any
 from django.http import QueryDict
 
 from approvals.errors import DomainError
-from approvals.inputs import INT64_MAX, INT64_MIN, MalformedJson, json_loads_strict
+from approvals.inputs import INT64_MAX, INT64_MIN, MalformedJson, json_kind, json_loads_strict
 
 
 @dataclass
@@ -158,15 +158,39 @@ def parse_value(f: EditField, raw: str) -> Any:
     if f.widget == "json":
         if raw == "":
             return None
-        try:
-            return json_loads_strict(raw)
-        except DomainError as exc:
-            raise FieldInvalid(f"{label}: {json_problem(exc)}") from None
+        return json_typed(raw, label)
     return raw
 
 
+# json.loads' own words: "Expecting ',' delimiter: line 2 column 5 (char 10)".
+_JSON_AT = re.compile(r"^(?P<what>.*): line (?P<line>\d+) column (?P<column>\d+) \(char \d+\)$")
+
+
+def json_typed(raw: str, label: str, *, object_wanted: str = "") -> Any:
+    """What a person typed into a JSON text box, parsed; ``FieldInvalid`` names the box by its ``label`` on the
+    page ("Metadata (JSON object): not valid JSON — Expecting ',' delimiter at line 2, column 5"): the message is
+    also read out of context (a screen reader's alert). With ``object_wanted`` (what the box takes, "a JSON
+    object"), anything but an object is refused too, saying what was typed instead."""
+    try:
+        value = json_loads_strict(raw)
+    except MalformedJson as exc:
+        why = exc.message.rsplit("not valid JSON: ", 1)[-1]
+        at = _JSON_AT.match(why)
+        if at:
+            why = f"{at['what']} at line {at['line']}, column {at['column']}"
+        raise FieldInvalid(f"{label}: not valid JSON — {why}") from None
+    except DomainError as exc:  # stored nowhere: a NUL byte, nesting past the limit, an integer out of range
+        raise FieldInvalid(f"{label}: {json_problem(exc)}") from None
+    if object_wanted and not isinstance(value, dict):
+        raise FieldInvalid(f"{label}: must be {object_wanted}, not {json_kind(value)}")
+    return value
+
+
 def json_problem(exc: DomainError) -> str:
-    return exc.message.replace("request body is ", "", 1) if isinstance(exc, MalformedJson) else exc.message
+    """A JSON refusal's message for a form field: without the API's "request body"/"body" (a form has none)."""
+    if isinstance(exc, MalformedJson):
+        return exc.message.replace("request body is ", "", 1)
+    return exc.message.removeprefix("body: ")
 
 
 def changed_values(fields: list[EditField], data: QueryDict, errors: dict[str, str]) -> dict[str, Any]:
@@ -199,22 +223,25 @@ def typed_kept(fields: list[EditField], data: QueryDict) -> None:
             f.raw = raw
 
 
-def json_object(data: QueryDict, name: str, errors: dict[str, str]) -> dict[str, Any] | None:
+def json_object(data: QueryDict, name: str, label: str, errors: dict[str, str]) -> dict[str, Any] | None:
+    """The JSON object typed into the text box ``name`` (labelled ``label`` on the page), None if left blank;
+    a refusal goes to ``errors[name]``, naming the box by its label."""
     raw = (data.get(name) or "").strip()
     if not raw:
         return None
     try:
-        value = json_loads_strict(raw)
-    except DomainError as exc:
-        errors[name] = json_problem(exc)
-        return None
-    if not isinstance(value, dict):
-        errors[name] = "must be a JSON object"
+        value: dict[str, Any] = json_typed(raw, label, object_wanted="a JSON object")
+    except FieldInvalid as exc:
+        errors[name] = str(exc)
         return None
     return value
 
 
 # --- a thread's start input ---------------------------------------------------------------
+
+
+INPUT_JSON_LABEL = "Input (JSON object)"  # the start page's raw input box, as its label reads
+METADATA_JSON_LABEL = "Metadata (JSON object)"  # the start page's raw metadata box
 
 
 def start_fields(input_schema: dict[str, Any]) -> list[EditField]:
@@ -236,7 +263,7 @@ def start_input_parse(fields: list[EditField], data: QueryDict, errors: dict[str
             errors[f.name] = str(exc)
         else:
             f.raw = raw
-    raw_input = json_object(data, "input_json", errors)
+    raw_input = json_object(data, "input_json", INPUT_JSON_LABEL, errors)
     if raw_input:
         values.update(raw_input)
     return values

@@ -14,7 +14,7 @@ from approvals import permissions, services
 from approvals.errors import DomainError
 from console.forms import NUL_REFUSED, nul_fields
 from console.middleware import form_text_checked
-from console.schema_form import json_object, start_fields, start_input_parse
+from console.schema_form import INPUT_JSON_LABEL, METADATA_JSON_LABEL, json_object, start_fields, start_input_parse
 from console.views.common import HtmxHttpRequest, console_login_required, domain_errors
 from console.words import case_keys, metadata_label
 from runtime.registry import graph_get, graph_names
@@ -28,10 +28,11 @@ def _graphs_for(user: Any) -> list[tuple[str, str]]:
 def _nul_refuse(data: Any, fields: list[Any], errors: dict[str, str]) -> None:
     """A field holding a NUL byte is an error shown where the form shows that field's (a named metadata input
     under the metadata's), before anything is parsed or started."""
-    shown = {f.name for f in fields} | {"metadata_json", "input_json"}
+    boxes = {"metadata_json": METADATA_JSON_LABEL, "input_json": INPUT_JSON_LABEL}  # named as their labels read
+    shown = {f.name for f in fields} | set(boxes)
     for name in nul_fields(data):
         where = name if name in shown else "metadata" if name.startswith("meta.") else "__all__"
-        label = name.replace("\x00", "\\u0000")
+        label = boxes.get(name) or name.replace("\x00", "\\u0000")
         errors.setdefault(where, f"{label}: {NUL_REFUSED}")
 
 
@@ -64,7 +65,7 @@ def thread_start(request: HtmxHttpRequest) -> HttpResponse:
         graph_input = start_input_parse(fields, request.POST, errors)
         metadata = {k: request.POST.get(f"meta.{k}", "").strip() for k in meta_keys}
         metadata = {k: v for k, v in metadata.items() if v}
-        metadata.update(json_object(request.POST, "metadata_json", errors) or {})
+        metadata.update(json_object(request.POST, "metadata_json", METADATA_JSON_LABEL, errors) or {})
         if not errors:
             try:
                 thread, _ = services.thread_start(

@@ -18,26 +18,26 @@ from django_htmx.http import HttpResponseClientRedirect
 
 from approvals import store, time_travel
 from approvals.errors import DomainError, Forbidden, InvalidInput
-from approvals.inputs import MalformedJson, json_loads_strict
 from console import page_context
+from console.schema_form import FieldInvalid, json_typed
 from console.views.common import SignedInRequest, console_login_required, domain_errors
 
 VALUES_MAX = 100_000  # characters of the fork's JSON values field
+VALUES_LABEL = "State changes (JSON)"  # the fork form's values box, as its label reads
 REASON_MAX = 4000  # the form's maxlength; the service is what enforces it
 FORM_FIELDS = ("values", "as_node", "reason")  # a refusal naming another field shows above the form
 
 
 def _values(raw: str) -> dict[str, Any] | None:
+    """The fork's state changes, refused naming the box as its label reads (``VALUES_LABEL``)."""
     if not raw.strip():
         return None
     if len(raw) > VALUES_MAX:
-        raise InvalidInput(f"values: longer than {VALUES_MAX} characters", field="values")
+        raise InvalidInput(f"{VALUES_LABEL}: longer than {VALUES_MAX} characters", field="values")
     try:
-        parsed = json_loads_strict(raw, field="values")
-    except MalformedJson as exc:  # its message speaks of a request body; this is one field of a form
-        raise MalformedJson(f"values: not valid JSON ({exc.message.rsplit(': ', 1)[-1]})", field="values") from None
-    if not isinstance(parsed, dict):
-        raise InvalidInput("values: a JSON object of state keys is required", field="values")
+        parsed: dict[str, Any] = json_typed(raw, VALUES_LABEL, object_wanted="a JSON object of state keys")
+    except FieldInvalid as exc:
+        raise InvalidInput(str(exc), field="values") from None
     return parsed
 
 
@@ -64,7 +64,8 @@ def _refused(request: SignedInRequest, thread_id: UUID, kind: str, exc: DomainEr
     if not ctx["can_time_travel"]:
         raise exc
     field = (exc.field or "").split(".")[0].split("[")[0]
-    message = exc.message if not exc.field or exc.field in exc.message else f"{exc.field}: {exc.message}"
+    named = not exc.field or exc.field in exc.message or exc.message.startswith(f"{VALUES_LABEL}:")
+    message = exc.message if named else f"{exc.field}: {exc.message}"
     ctx["tt"] = {
         "kind": kind,
         "field": field if field in FORM_FIELDS else "",

@@ -81,7 +81,7 @@ def test_approve_and_reject_need_no_answer(personas, engine, external_task, outc
         ({"decision": "edit", "resume": '{"limit": 1, "zz": 2}'}, "Additional properties are not allowed"),
         ({"decision": "edit", "resume": '{"limit": '}, "not valid JSON"),
         ({"decision": "edit", "resume": ""}, "Edit and approve needs your answer"),
-        ({"decision": "edit", "resume": "[1]"}, "the answer is a JSON object"),
+        ({"decision": "edit", "resume": "[1]"}, "Your answer as JSON: must be a JSON object matching the schema"),
         ({"decision": "reject", "resume": '{"limit": 1}'}, "an answer goes with Edit and approve"),
         ({"decision": "edit", "resume": '{"decision": "reject", "action_args": {"limit": 1}}'}, "the answer says"),
     ],

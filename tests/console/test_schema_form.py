@@ -135,7 +135,11 @@ def test_a_whole_number_past_64_bits_is_a_form_error_not_a_crash(raw):
         ("number", "1e400", "Term months must be finite"),
         ("boolean", "maybe", "Term months must be true or false"),
         ("enum", "7", "Term months must be one of: 12, 24"),
-        ("json", "{x", "Term months: not valid JSON"),
+        (
+            "json",
+            "{x",
+            "Term months: not valid JSON — Expecting property name enclosed in double quotes at line 1, column 2",
+        ),
     ],
 )
 def test_every_refused_value_names_its_field_by_its_label(widget, raw, expected):

@@ -84,8 +84,8 @@ def test_a_fork_form_without_a_csrf_token_is_refused(dispatched, personas):
 @pytest.mark.parametrize(
     ("form", "status", "says"),
     [
-        ({"values": "{not json", "reason": "r"}, 400, "values"),
-        ({"values": "[1]", "reason": "r"}, 422, "values"),
+        ({"values": "{not json", "reason": "r"}, 422, "State changes (JSON): not valid JSON"),
+        ({"values": "[1]", "reason": "r"}, 422, "State changes (JSON): must be a JSON object of state keys"),
         ({"reason": ""}, 422, "reason"),
     ],
 )
@@ -148,7 +148,7 @@ def test_replay_and_fork_are_disabled_while_a_run_is_in_progress(dispatched, per
 @pytest.mark.parametrize(
     ("values", "status", "says"),
     [
-        ("{not json", 400, "values: not valid JSON"),
+        ("{not json", 422, "State changes (JSON): not valid JSON — Expecting property name"),
         ('{"amount": "lots"}', 422, "values.amount"),  # the state schema's refusal names the key
     ],
 )

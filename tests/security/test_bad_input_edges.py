@@ -183,7 +183,7 @@ def test_a_nul_byte_in_a_path_parameter_is_refused(personas):
     [
         ("input.applicant", "input.applicant: the text contains a NUL byte"),
         ("meta.case", "meta.case: the text contains a NUL byte"),  # under the metadata, as its other errors
-        ("metadata_json", "metadata_json: the text contains a NUL byte"),
+        ("metadata_json", "Metadata (JSON object): the text contains a NUL byte"),  # as its label reads
     ],
 )
 def test_a_nul_byte_in_the_start_form_is_a_form_error_and_nothing_is_written(personas, field, shown):
