@@ -390,6 +390,32 @@
     if (window.confirm(form.getAttribute("data-confirm-run"))) e.detail.issueRequest(true);
   });
 
+  // --- the inbox's header row stays at the window's top while the page scrolls ---------------
+  // Below 1280 px the list scrolls sideways in its own box (console.css), and a sticky header sticks to its
+  // nearest scrolling box, that box, which never scrolls down: not to the window. So the header is moved
+  // down by as much of the list as has scrolled above the window (a transform: no layout, no reflow of rows),
+  // never past the list's last row. Wider, the box is not a scroller and plain CSS sticky does it.
+  var headQueued = false;
+  function inboxHeadFollow() {
+    headQueued = false;
+    var table = document.querySelector("table.grid.inbox");
+    if (!table || !table.tHead) return;
+    var boxed = window.getComputedStyle(table).overflowX !== "visible";
+    var room = table.clientHeight - table.tHead.offsetHeight;
+    var shift = boxed ? Math.max(0, Math.min(-table.getBoundingClientRect().top, room)) : 0;
+    table.style.setProperty("--head-shift", shift + "px");
+  }
+  function inboxHeadQueue() {
+    if (headQueued) return;
+    headQueued = true;
+    window.requestAnimationFrame(inboxHeadFollow);
+  }
+  window.addEventListener("scroll", inboxHeadQueue, { passive: true });
+  window.addEventListener("resize", inboxHeadQueue);
+  document.addEventListener("DOMContentLoaded", inboxHeadQueue);
+  document.addEventListener("htmx:afterSettle", inboxHeadQueue);  // a filtered or live re-rendered list
+  document.addEventListener("htmx:wsAfterMessage", inboxHeadQueue);
+
   function tick() { tickDue(); tickAgo(); }
   document.addEventListener("DOMContentLoaded", tick);
   document.addEventListener("htmx:wsAfterMessage", tick);
