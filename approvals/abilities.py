@@ -25,6 +25,7 @@ from approvals.models import (
     AuditAction,
     AuditEvent,
     Decision,
+    Outcome,
     SignatureMeaning,
     TaskClaim,
     TaskStatus,
@@ -67,8 +68,50 @@ class TaskAbilities:
 _UNREAD: Any = object()
 
 
+def proposes(decision: Decision) -> bool:
+    """Whether ``decision`` changed what the task approves: an edit of the state or of the action's arguments
+    (every surface records an approval with changed values as an edit: ``services._approval_with_edits``)."""
+    return decision.outcome == Outcome.EDIT or bool(decision.state_patch)
+
+
+def in_order(decisions: Iterable[Decision]) -> list[Decision]:
+    """``decisions`` in the order they were made (one task's are serialised by its lock)."""
+    return sorted(decisions, key=lambda d: (d.created_at is None, d.created_at or 0, str(d.pk)))
+
+
+def proposal_current(decisions: Iterable[Decision]) -> Decision | None:
+    """The last decision that proposed an edit: what an approval given now approves (with the edits before it)."""
+    return next((d for d in reversed(in_order(decisions)) if proposes(d)), None)
+
+
+def superseded(decisions: Iterable[Decision]) -> list[Decision]:
+    """The approvals a later proposal superseded: they approved something else, so they no longer count,
+    and their signers may sign the new proposal. They stay on record."""
+    made = in_order(decisions)
+    current = proposal_current(made)
+    if current is None:
+        return []
+    before = made[: made.index(current)]
+    return [d for d in before if d.meaning == SignatureMeaning.APPROVED and not proposes(d)]
+
+
 def approvals_given(decisions: Iterable[Decision]) -> int:
-    return sum(1 for d in decisions if d.meaning == SignatureMeaning.APPROVED)
+    """Approvals of the current proposal: those given since the last edit proposed (or all, without one)."""
+    made = in_order(decisions)
+    current = proposal_current(made)
+    standing = made if current is None else made[made.index(current) :]
+    return sum(1 for d in standing if d.meaning == SignatureMeaning.APPROVED)
+
+
+def signature_standing(user: permissions.Principal, decisions: Iterable[Decision]) -> Decision | None:
+    """``user``'s decision that still stands on the task (they may not sign again), or None.
+
+    One signature per person and proposal: a signer whose approval a later proposal superseded may approve
+    the new one. A proposer or a rejecter has signed for good (the proposal carries their edit).
+    """
+    made = list(decisions)
+    gone = {d.pk for d in superseded(made)}
+    return next((d for d in reversed(in_order(made)) if d.actor_id == user.pk and d.pk not in gone), None)
 
 
 def approvals_remaining(task: ApprovalTask, decisions: Iterable[Decision]) -> int:
@@ -118,10 +161,10 @@ def final_approval_refusal(
                 "separation_of_duties.starter",
                 "you started this thread, so you cannot give its final approval (separation of duties)",
             )
-        if any(d.actor_id == user.pk and d.state_patch for d in earlier):
+        if any(d.actor_id == user.pk and proposes(d) for d in earlier):
             return Refusal(
                 "separation_of_duties.editor",
-                "you edited this task's state, so you cannot give its final approval (separation of duties)",
+                "you edited this task's state or action, so you cannot give its final approval (separation of duties)",
             )
     if not permissions.final_approval_allowed(user, task, approvals_before=approvals_given(earlier)):
         return Refusal(FINAL_APPROVER_RULE, permissions.FINAL_APPROVER_NEEDED)
@@ -224,7 +267,7 @@ def task_abilities(
         claim = claim_for(task) if task.is_open else None
     holder = claim.user.get_username() if claim is not None and claim.user_id != user.pk else ""
     approvals = approvals_given(made)
-    decide = task.is_open and permissions.can_decide(user, task) and all(d.actor_id != user.pk for d in made)
+    decide = task.is_open and permissions.can_decide(user, task) and signature_standing(user, made) is None
     gone = decide_refusal(task, unreadable=unreadable) if decide else None
     decide = decide and gone is None
     refused = None

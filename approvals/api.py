@@ -354,7 +354,9 @@ def task_detail(request: AuthedRequest, task_id: UUID) -> TaskOut:
     return TaskOut(
         **summary,
         payload=payload,
-        evidence_digest=services.evidence_digest(task=task, redaction=services.redaction_policy(user, task)),
+        evidence_digest=services.evidence_digest(
+            task=task, redaction=services.redaction_policy(user, task), decisions=decisions
+        ),
         required_approvals=task.required_approvals,
         approvals=_decisions_out(user, task, decisions),
         payload_digest=gateway.payload_digest_for(user, task),

@@ -30,7 +30,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from approvals import permissions
-from approvals.abilities import approvals_given, separation_required, thread_started_by
+from approvals.abilities import approvals_given, separation_required, signature_standing, thread_started_by
 from approvals.audit import audit_record, audit_task
 from approvals.claims import claim_drop, claim_for, claim_put
 from approvals.comments import CONTROL_CHARACTERS
@@ -142,7 +142,7 @@ def assignee_refusal(*, task: ApprovalTask, user: User) -> str | None:
             return f"{name} is not assigned to the gate {task.node!r} of {task.graph!r}"
         return f"{name} may not decide tasks of {task.graph!r}"
     decisions = list(task.decisions.all())
-    if any(d.actor_id == user.pk for d in decisions):
+    if signature_standing(user, decisions) is not None:
         return f"{name} has already signed this task; another approver must decide (separation of duties)"
     if separation_required(task) and thread_started_by(task.thread, user):
         return f"{name} started this thread, so separation of duties keeps the task from them"

@@ -55,7 +55,8 @@ def proposed_action(task: ApprovalTask) -> dict[str, Any] | None:
     return action if isinstance(action, dict) and isinstance(action.get("name"), str) else None
 
 
-def _edited_args(decision: Decision) -> dict[str, Any]:
+def edited_args(decision: Decision) -> dict[str, Any]:
+    """The action arguments ``decision`` edited (in its resume value), if it approved."""
     value = decision.resume_value
     if decision.outcome in APPROVING and isinstance(value, dict) and isinstance(value.get("action_args"), dict):
         return dict(value["action_args"])
@@ -80,7 +81,7 @@ def signed_command(decisions: Iterable[Decision], *, checkpoint_id: str) -> dict
             continue
         resume[d.task.interrupt_id] = d.resume_value
         if proposed_action(d.task) is not None:
-            edited.setdefault(d.task.interrupt_id, {}).update(_edited_args(d))
+            edited.setdefault(d.task.interrupt_id, {}).update(edited_args(d))
     for interrupt_id, args in edited.items():
         final = resume[interrupt_id]
         if args and isinstance(final, dict) and final.get("decision") in APPROVING:
@@ -98,14 +99,21 @@ def task_signed_action(task: ApprovalTask, decisions: list[Decision]) -> dict[st
     action = proposed_action(task)
     if action is None or not decisions or decisions[-1].outcome not in APPROVING:
         return None
+    args = args_signed(action, [d.state_patch for d in decisions], [edited_args(d) for d in decisions])
+    return {"name": action["name"], "args": args}
+
+
+def args_signed(action: dict[str, Any], patches: list[Any], edited: list[dict[str, Any]]) -> dict[str, Any]:
+    """The arguments of ``action`` after the state ``patches`` and the ``edited`` arguments of a task's decisions
+    (in the order they were made): each approval signs these, over every proposal made before it."""
     args = dict(action.get("args") or {}) if isinstance(action.get("args"), dict) else {}
-    for d in decisions:
-        for key, value in (d.state_patch or {}).items():
+    for patch in patches:
+        for key, value in (patch or {}).items():
             if key in args:
                 args[key] = value
-    for d in decisions:
-        args.update(_edited_args(d))
-    return {"name": action["name"], "args": args}
+    for each in edited:
+        args.update(each)
+    return args
 
 
 # The decided gates of an effect's thread before the effect, newest first, each with the id of its
@@ -303,13 +311,15 @@ def action_edits(decision: Decision) -> list[ActionEdit]:
     found: list[tuple[str, Any, Any]] = []
     if kind == "gatehouse":
         action = proposed_action(task)
-        if action is not None:
+        # An approval edits nothing: its signed action is the proposal it approves (the edits made before it),
+        # which are the proposing decisions' edits, not its own.
+        if action is not None and (decision.outcome == "edit" or decision.state_patch):
             proposed: dict[str, Any] = action["args"] if isinstance(action.get("args"), dict) else {}
             signed = decision.signed_action
             if isinstance(signed, dict):
                 found.append((action["name"], proposed, signed.get("args")))
             else:  # a decision recorded before signed actions: its edited arguments
-                found.append((action["name"], proposed, {**proposed, **_edited_args(decision)}))
+                found.append((action["name"], proposed, {**proposed, **edited_args(decision)}))
     elif kind == "tool_approval" and isinstance(value, dict) and value.get("type") == "edit":
         edited = value.get("edited_action") or {}
         found.append((str(payload.get("name")), payload.get("args"), edited.get("args")))

@@ -11,7 +11,7 @@ import logging
 import math
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -27,16 +27,21 @@ from approvals import gateway, permissions
 from approvals.abilities import (
     approvals_given,
     final_approval_refusal,
+    in_order,
     node_gone_refusal,
+    proposal_current,
+    proposes,
     separation_required,
+    signature_standing,
     state_unreadable_refusal,
+    superseded,
 )
 from approvals.audit import AuditEntry, audit_record, audit_record_all, audit_task, audit_thread, canonical
 from approvals.claims import claim_check, claim_drop
 from approvals.errors import Conflict, Forbidden, InvalidInput
 from approvals.gate_policy import gate_deadline, gate_policy
 from approvals.inputs import metadata_check
-from approvals.intent import proposed_action, signed_command, signed_digest
+from approvals.intent import args_signed, edited_args, proposed_action, signed_command, signed_digest
 from approvals.models import ApprovalTask, AuditAction, AuditEvent, Decision, TaskKind, TaskStatus
 from approvals.outbound.outbox import task_opening
 from approvals.payloads import (
@@ -300,15 +305,43 @@ class Signer:
     reauthenticated_at: datetime | None = None
 
 
-def evidence_digest(*, task: ApprovalTask, redaction: list[str]) -> str:
-    """What a decision is bound to: the payload, the checkpoint, and the redaction the signer saw under.
+def evidence_digest(*, task: ApprovalTask, redaction: list[str], decisions: Iterable[Decision] | None = None) -> str:
+    """What a decision is bound to: the payload, the checkpoint, the redaction the signer saw under, and the
+    proposal on the task (``decisions``: those made on it so far, which every surface has read already;
+    read here if not given).
 
     A signer who sees masked values is bound to the payload as shown: a digest
     of the unmasked payload would let them hash candidates for a masked value.
+    The proposal is named by its decision's id, which says nothing of a value
+    masked for the signer; a new proposal changes the digest, so an approval
+    sent with the digest of the page before it is refused instead of counting
+    for an amount its signer never saw.
     """
+    proposal = proposal_current(task.decisions.all() if decisions is None else decisions)
+    return _evidence_digest(task, redaction, None if proposal is None else proposal.pk)
+
+
+def _evidence_digest(task: ApprovalTask, redaction: list[str], proposal: Any) -> str:
     payload = payload_digest(redact(task.payload, redaction)[0]) if redaction else task.payload_digest
     evidence = {"payload": payload, "checkpoint": task.checkpoint_id, "redaction": sorted(redaction)}
+    if proposal is not None:  # a task without one keeps the digest it had before proposals were part of it
+        evidence["proposal"] = str(proposal)
     return hashlib.sha256(canonical(evidence).encode()).hexdigest()
+
+
+def _evidence_refusal(task: ApprovalTask, redaction: list[str], decisions: list[Decision], seen: str) -> Conflict:
+    """Why a decision sent with the evidence digest ``seen`` is refused: a proposal made since, when ``seen`` is
+    the digest of the task before it (saying whose), else the task's evidence changed."""
+    proposals = [d for d in in_order(decisions) if proposes(d)]
+    before = [None, *(d.pk for d in proposals[:-1])]
+    if proposals and any(_evidence_digest(task, redaction, p) == seen for p in before):
+        last = proposals[-1]
+        return Conflict(
+            f"a new proposal was made since you viewed this task (by {last.signer_name or last.actor_id}, decision "
+            f"{last.pk}): your approval would count for what it proposes, which you have not seen; reload the task",
+            field="evidence_digest",
+        )
+    return Conflict("the evidence you reviewed no longer matches this task; reload it", field="evidence_digest")
 
 
 def redaction_policy(actor: User, task: ApprovalTask) -> list[str]:
@@ -397,9 +430,9 @@ def _task_decide(*, actor: User, task_id: Any, request: DecisionRequest, signer:
     grounds = decision_grounds(task)
     own_claim = claim_check(actor, grounds.claim)  # someone else's active claim refuses, on every surface
     redaction = redaction_policy(actor, task)
-    evidence = evidence_digest(task=task, redaction=redaction)
+    evidence = evidence_digest(task=task, redaction=redaction, decisions=grounds.decisions)
     if request.evidence_digest is not None and request.evidence_digest != evidence:
-        raise Conflict("the evidence you reviewed no longer matches this task; reload it", field="evidence_digest")
+        raise _evidence_refusal(task, redaction, grounds.decisions, request.evidence_digest)
     if request.outcome == "approve" and edits_proposed(request):
         request = _approval_with_edits(task, request)
     if len(request.reason) > REASON_MAX_CHARS:
@@ -410,8 +443,9 @@ def _task_decide(*, actor: User, task_id: Any, request: DecisionRequest, signer:
         )
     if _reason_required(task, request.outcome) and not request.reason.strip():
         raise InvalidInput(f"a reason is required to {request.outcome}", field="reason")
-    earlier = grounds.decisions
-    if any(d.actor_id == actor.pk for d in earlier):
+    earlier = in_order(grounds.decisions)
+    if signature_standing(actor, earlier) is not None:
+        # A signer whose approval a later proposal superseded may approve the new one (abilities.signature_standing).
         raise Conflict("you have already signed this task; another approver must decide", field="task_id")
     _storable_check(request)
     request = replace(request, state_patch=_hidden_kept(request.state_patch, thread.values, redaction))
@@ -432,7 +466,7 @@ def _task_decide(*, actor: User, task_id: Any, request: DecisionRequest, signer:
     unreadable = state_unreadable_refusal(task, at.unreadable)
     if unreadable is not None:
         raise Conflict(unreadable.message, field="task_id")
-    signed_action = _signed_action(task, request.outcome, state_patch, resume_value)
+    signed_action = _signed_action(task, request.outcome, state_patch, resume_value, earlier)
     proposes_edit = bool(state_patch) or request.action_args is not None or request.outcome == "edit"
     counts, final = _quorum_position(task, request, earlier, actor=actor, proposes_edit=proposes_edit, thread=thread)
     reauthenticated_at = signature_check(actor, signer, task) if request.outcome in (*APPROVING, "reject") else None
@@ -477,6 +511,7 @@ def _task_decide(*, actor: User, task_id: Any, request: DecisionRequest, signer:
         claim_drop(task=task)  # the holder has signed: the task is free for the next signer (or done)
     approvals = approvals_given([*earlier, decision])
     quorum = {"approvals": approvals, "required": task.required_approvals, "met": final}
+    proposal = _proposal_details(earlier, decision)
     made = AuditEntry(
         actor=actor,
         action=AuditAction.DECISION_MADE if final else AuditAction.DECISION_RECORDED,
@@ -499,6 +534,7 @@ def _task_decide(*, actor: User, task_id: Any, request: DecisionRequest, signer:
             "quorum": quorum,
             "signed_action": signed_action,
             "signed_digest": decision.signed_digest,
+            **proposal,
         },
     )
     if resume_run_id is None:
@@ -515,6 +551,25 @@ def _task_decide(*, actor: User, task_id: Any, request: DecisionRequest, signer:
             thread, task.checkpoint_id, actor, signed, run_id=resume_run_id, audited_first=made
         )
     return decision
+
+
+def _proposal_details(earlier: list[Decision], decision: Decision) -> dict[str, Any]:
+    """What a decision's audit event says of the proposals on its task: the proposal it approves (or amends),
+    named by its decision, signer and own edits; and, for a new proposal, the approvals it supersedes."""
+    details: dict[str, Any] = {}
+    current = proposal_current(earlier)
+    if current is not None:
+        details["proposal"] = {
+            "decision": str(current.pk),
+            "signer": current.signer_name,
+            "state_patch": current.state_patch,
+            "action_args": edited_args(current) or None,
+        }
+    if proposes(decision):
+        gone = superseded([*earlier, decision])
+        if gone:
+            details["supersedes"] = [str(d.pk) for d in gone if current is None or d.created_at > current.created_at]
+    return details
 
 
 def _approval_with_edits(task: ApprovalTask, request: DecisionRequest) -> DecisionRequest:
@@ -680,8 +735,12 @@ def _storable_check(request: DecisionRequest) -> None:
         _storable_or_refuse(request.resume, "resume")
 
 
-def _signed_action(task: ApprovalTask, outcome: str, state_patch: dict[str, Any] | None, resume_value: Any) -> Any:
-    """The action an approving signer of a gate signed: the proposed action with their edits applied.
+def _signed_action(
+    task: ApprovalTask, outcome: str, state_patch: dict[str, Any] | None, resume_value: Any, earlier: list[Decision]
+) -> Any:
+    """The action an approving signer of a gate signed: the proposed action with the edits proposed before
+    (``earlier``: the task's decisions so far, in order) and their own applied, as the resume applies them
+    (``intent.task_signed_action``). An approval after an edit signs the edited action, not the graph's.
 
     Gatekeeper convention: a proposed action's argument is read from the state
     field of the same name, so a state edit of that field edits the argument
@@ -705,8 +764,7 @@ def _signed_action(task: ApprovalTask, outcome: str, state_patch: dict[str, Any]
             )
     if outcome not in APPROVING:
         return None
-    args = {key: patch.get(key, value) for key, value in proposed.items()}
-    args.update(edited)
+    args = args_signed(action, [*(d.state_patch for d in earlier), patch], [*(edited_args(d) for d in earlier), edited])
     if action.get("args_schema") and (edited or set(patch) & set(proposed)):
         # A state edit feeds the argument of the same name: it must fit the action as an argument edit
         # must (an amount of -5 typed into the state was paid). What the graph proposed is its own.

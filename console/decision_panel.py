@@ -217,6 +217,8 @@ def decision_request_parse(form: DecisionPanel, data: QueryDict) -> DecisionRequ
     reason = data.get("reason", "")
     message = data.get("message", "") or None
     checkpoint_id = data.get("checkpoint_id") or None
+    # The evidence the page showed (console.page_context.task_context): refused if a proposal was made since.
+    evidence = data.get("evidence_digest") or None
     if form.kind == "hitl":
         decisions = []
         for item in form.requests:
@@ -235,7 +237,9 @@ def decision_request_parse(form: DecisionPanel, data: QueryDict) -> DecisionRequ
             return None
         types = {d["type"] for d in decisions}
         outcome = next((t for t in ("reject", "edit", "respond") if t in types), "approve")
-        return DecisionRequest(outcome=outcome, reason=reason, checkpoint_id=checkpoint_id, decisions=decisions)
+        return DecisionRequest(
+            outcome=outcome, reason=reason, checkpoint_id=checkpoint_id, evidence_digest=evidence, decisions=decisions
+        )
 
     outcome = data.get("decision", "")
     if outcome in form.withheld:
@@ -282,6 +286,7 @@ def decision_request_parse(form: DecisionPanel, data: QueryDict) -> DecisionRequ
         outcome=outcome,
         reason=reason,
         checkpoint_id=checkpoint_id,
+        evidence_digest=evidence,
         state_patch=patch or None,
         action_args=action_args,
         message=message,

@@ -21,13 +21,13 @@ from django.http import QueryDict
 
 from approvals import assignment, bulk, columns, comments, dashboard, gateway, permissions, time_travel
 from approvals import selectors as approvals_selectors
-from approvals.abilities import FINAL_APPROVER_RULE, Refusal, task_abilities
+from approvals.abilities import FINAL_APPROVER_RULE, Refusal, signature_standing, task_abilities
 from approvals.claims import can_release_any, claim_for, claim_held_message, claim_release_last
 from approvals.errors import DomainError, InvalidInput
 from approvals.inbox_filter import InboxFilter
 from approvals.models import ApprovalTask
 from approvals.payloads import REASON_MAX_CHARS, payload_kind
-from approvals.services import reason_required
+from approvals.services import evidence_digest, reason_required, redaction_policy
 from console import charts, selectors, words
 from console.conversation import conversation_context  # Conversation (comments)
 from console.decision_panel import DecisionPanel, decision_panel_for
@@ -204,7 +204,7 @@ def task_live_context(user: Any, task_id: Any) -> dict[str, Any]:
     thread = task.thread
     claim = claim_for(task) if task.is_open else None
     quorum = selectors.quorum_for(user=user, task=task)
-    signed = next((d for d in quorum.decisions if d.actor_id == user.pk), None)
+    signed = signature_standing(user, quorum.decisions)  # an approval a later proposal superseded is not
     recent = list(thread.effects.select_related("run").order_by("-created_at")[:5])
     effects = selectors.effects_shown(user=user, thread=thread, effects=recent)
     abilities = task_abilities(user, task, quorum.decisions, claim=claim)
@@ -315,6 +315,10 @@ def task_context(user: Any, task_id: Any, form: DecisionPanel | None = None) -> 
             "inbox_item": _inbox_item(payload),
             "reasons_required": reasons_required,
             "reason_max": REASON_MAX_CHARS,
+            # What the form posts back (decision_form): a proposal made after the page was rendered refuses it.
+            "evidence_digest": evidence_digest(
+                task=task, redaction=redaction_policy(user, task), decisions=ctx["decisions"]
+            ),
             **what_if_context(user, task),
         }
     )

@@ -19,7 +19,7 @@ from django.utils.dateparse import parse_datetime
 
 from approvals import dashboard, gateway, permissions
 from approvals import selectors as approvals_selectors
-from approvals.abilities import approvals_given
+from approvals.abilities import approvals_given, in_order, proposal_current, proposes, superseded
 from approvals.columns import Column, PayloadValue, column_for_sort, gate_columns
 from approvals.errors import InvalidInput, NotFound
 from approvals.inbox_filter import InboxFilter
@@ -552,6 +552,11 @@ class Quorum:
     def rejected(self) -> bool:
         return any(d.meaning == "rejected" for d in self.decisions)
 
+    @functools.cached_property
+    def superseded_ids(self) -> set[Any]:
+        """Approvals a later proposal superseded: on record, not counted (``abilities.superseded``)."""
+        return {d.pk for d in superseded(self.decisions)}
+
     @property
     def met(self) -> bool:
         return self.approvals >= self.required
@@ -757,6 +762,11 @@ class DecisionEvidence:
     effects: list[Effect]
     # The decision's resume run, then each retry that continued it (``approvals.selectors.decision_runs``).
     runs: list[Run] = field(default_factory=list)
+    # The proposal this decision approves (or, itself a proposal, amends): the last edit made before it, with
+    # what that edit changed as the viewer may see it; and the later proposal that superseded this approval.
+    proposal: Decision | None = None
+    proposal_diff: list[DiffRow] = field(default_factory=list)
+    superseded_by: Decision | None = None
 
 
 def decision_evidence(*, user: permissions.Principal, decision_id: Any) -> DecisionEvidence:
@@ -781,6 +791,14 @@ def decision_evidence(*, user: permissions.Principal, decision_id: Any) -> Decis
     diff = state_diff(before, {**before, **edits}) if isinstance(edits, dict) and edits else []
     [action_diffs] = action_diffs_shown(user=user, task=task, decisions=[decision])
     quorum = quorum_for(user=user, task=task)
+    made = in_order(quorum.decisions)
+    at = next(i for i, d in enumerate(made) if d.pk == decision.pk)
+    proposal = proposal_current(made[:at])
+    proposal_diff: list[DiffRow] = []
+    if proposal is not None:  # its edits as quorum_for masked them for this viewer
+        patch = getattr(proposal, "patch_shown", None)
+        proposal_diff = state_diff(before, {**before, **patch}) if isinstance(patch, dict) and patch else []
+    later = next((d for d in made[at + 1 :] if proposes(d)), None)
     effects: list[Effect] = []
     # A failed resume's retries carried the same decision on: what they paid is what the decision did.
     runs = approvals_selectors.decision_runs(decision=decision)
@@ -799,4 +817,7 @@ def decision_evidence(*, user: permissions.Principal, decision_id: Any) -> Decis
         quorum=quorum,
         effects=effects,
         runs=runs,
+        proposal=proposal,
+        proposal_diff=proposal_diff,
+        superseded_by=later if decision.pk in quorum.superseded_ids else None,
     )

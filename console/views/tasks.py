@@ -37,6 +37,8 @@ def task_detail(request: HtmxHttpRequest, task_id: UUID) -> HttpResponse:
         form.errors.clear()
         form.errors.update(kept.get("errors") or {})
         ctx.update({"stale": kept.get("stale"), "refused": True})
+        # Typed values kept: so is the evidence they were typed against (a stale view keeps neither).
+        ctx["evidence_digest"] = (kept.get("data") or {}).get("evidence_digest") or ctx["evidence_digest"]
     return render(request, "console/task.html", ctx)
 
 
@@ -137,6 +139,9 @@ def task_decide(request: HtmxHttpRequest, task_id: UUID) -> HttpResponse:
             status = exc.status
             if isinstance(exc, Conflict) and exc.field == "checkpoint_id":
                 stale = {"message": exc.message, "seen": decision_request.checkpoint_id}
+            elif isinstance(exc, Conflict) and exc.field == "evidence_digest":
+                # A proposal made since the page was rendered (its history is not shown in this panel).
+                stale = {"message": exc.message, "seen": decision_request.checkpoint_id, "proposal": True}
             else:
                 form.attach(exc.field, exc.message)
         else:
@@ -149,4 +154,7 @@ def task_decide(request: HtmxHttpRequest, task_id: UUID) -> HttpResponse:
     if not request.htmx:
         return _refused_plain(request, task_id, form.data, form.errors, stale)
     ctx.update({"form": form, "stale": stale, "refused": True})
+    # The re-rendered form posts the evidence its page showed, not the task's now: a proposal made since
+    # (shown nowhere in this panel) refuses the next submit too, until the task is reloaded.
+    ctx["evidence_digest"] = request.POST.get("evidence_digest") or ctx["evidence_digest"]
     return render(request, "console/partials/decision_form.html", ctx, status=status)
