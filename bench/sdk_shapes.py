@@ -103,7 +103,7 @@ ACCEPTED: list[tuple[str, str, str]] = [
     (
         r"runs\..*",
         r"\.kwargs\.\w+$",
-        "a run's kwargs stay empty: its input and command would repeat state a reader may see only masked",
+        "a run's kwargs hold its config only: its input and command would repeat state a reader may see only masked",
     ),
     (r"runs\..*", r"\.langsmith_session_name$", "no LangSmith tracing project in Gatehouse"),
     (

@@ -279,15 +279,17 @@ def _run_create_atomic(
 ) -> Run:
     # Read before anything is written: a refused limit leaves no run (and cancels no active one).
     platform.run_config_check(body.config)
-    recursion_limit = platform.recursion_limit_read(
-        body.config, platform.assistant_graph(_user(request), body.assistant_id)
-    )
+    graph = platform.assistant_graph(_user(request), body.assistant_id)
+    recursion_limit = platform.recursion_limit_read(body.config, graph)
+    metadata = platform.run_metadata_read(body.config, body.metadata)
     run = _run_create_body(request, thread_id, body)
+    # Every way a run is made here hands it back with its thread read (no query): its metadata is made from it.
     run_options_record(
         run=run,
         multitask_strategy=body.multitask_strategy or "reject",
         recursion_limit=recursion_limit,
         config=platform.run_config_read(body.config),
+        metadata=platform.run_metadata_for(run.thread, graph, metadata),
     )
     if stream:
         platform_stream.run_stream_record(run=run, modes=stream, subgraphs=body.stream_subgraphs)
@@ -336,8 +338,7 @@ def run_create(request: HttpRequest, thread_id: AnyUuid, body: RunCreateIn) -> H
     # A background run publishes the modes it names, for GET .../runs/{run_id}/stream to join.
     modes = platform_stream.stream_modes_parse(body.stream_mode) if body.stream_mode else None
     run = _run_create_sync(request, thread_id, body, stream=modes)
-    graph = Thread.objects.values_list("graph", flat=True).get(pk=thread_id)
-    response = api.create_response(request, platform.run_out(run, graph).model_dump(), status=200)
+    response = api.create_response(request, platform.run_out(run, run.thread).model_dump(), status=200)
     response["Content-Location"] = _run_location(thread_id, run.id)
     return response
 
@@ -347,7 +348,7 @@ def runs_list(request: HttpRequest, thread_id: AnyUuid, query: Query[RunListQuer
     thread, runs = platform.runs_list(
         _user(request), thread_id, limit=query.limit, offset=query.offset, status=query.status
     )
-    return [platform.run_out(r, thread.graph) for r in runs]
+    return [platform.run_out(r, thread) for r in runs]
 
 
 @api.post("/threads/{thread_id}/runs/{run_id}/cancel", tags=["runs"])
@@ -449,7 +450,7 @@ async def run_stream(request: HttpRequest, thread_id: AnyUuid, body: RunCreateIn
 @api.get("/threads/{thread_id}/runs/{run_id}", response=RunOut, tags=["runs"])
 def run_get(request: HttpRequest, thread_id: AnyUuid, run_id: AnyUuid) -> RunOut:
     thread, run = platform.run_get_for(_user(request), thread_id, run_id)
-    return platform.run_out(run, thread.graph)
+    return platform.run_out(run, thread)
 
 
 @api.get("/threads/{thread_id}/runs/{run_id}/stream", tags=["runs"])

@@ -41,6 +41,7 @@ from langgraph.graph import END
 from approvals import gateway, permissions, services, time_travel
 from approvals.audit import audit_record, audit_thread
 from approvals.errors import Conflict, DomainError, InvalidInput, NotFound
+from approvals.inputs import metadata_check
 from approvals.models import ApprovalTask, AuditAction, Decision, TaskKind, TaskStatus
 from approvals.payloads import GENERIC_DECISIONS, NOT_GIVEN, REASON_MAX_CHARS, DecisionRequest, resume_outcome
 from approvals.redaction import filter_split, redact
@@ -56,7 +57,7 @@ from lgplatform.responses import (
     ThreadUpdateStateOut,
 )
 from runtime import threads as runtime_threads
-from runtime.executor import SignedCommandRefused
+from runtime.executor import RESERVED_METADATA_PREFIX, SignedCommandRefused
 from runtime.models import ACTIVE_RUN_STATUSES, Run, RunKind, RunStatus, Thread, ThreadStatus
 from runtime.registry import GraphRegistryError, UnknownGraph, graph_get, graph_names, registry_entries
 from runtime.runs import ThreadBusy, run_enqueue
@@ -434,11 +435,19 @@ def thread_interrupts(user: permissions.Principal, thread: Thread) -> dict[str, 
     return {str(t.id): [_interrupt_out(user, t)] for t in tasks}
 
 
-def thread_out(user: permissions.Principal, thread: Thread) -> ThreadOut:
+def thread_metadata_out(thread: Thread, graph: str | None = None) -> dict[str, Any]:
+    """A thread's metadata as ``threads.get`` reports it: its own, with its graph's ``graph_id`` and
+    ``assistant_id`` where it has none (``graph``: the one a run is binding it to, else its own)."""
     metadata = dict(thread.metadata or {})
-    if thread.graph:
-        for key, value in _graph_metadata(thread.graph).items():
+    graph = graph or thread.graph
+    if graph:
+        for key, value in _graph_metadata(graph).items():
             metadata.setdefault(key, value)
+    return metadata
+
+
+def thread_out(user: permissions.Principal, thread: Thread) -> ThreadOut:
+    metadata = thread_metadata_out(thread)
     return ThreadOut(
         thread_id=str(thread.id),
         created_at=thread.created_at,
@@ -929,7 +938,38 @@ def recursion_limit_read(config: dict[str, Any] | None, graph: str) -> int | Non
     return value
 
 
-def run_out(run: Run, graph: str) -> RunOut:
+def run_metadata_read(config: dict[str, Any] | None, metadata: dict[str, Any] | None) -> dict[str, Any]:
+    """The metadata a client sent with a run, merged as LangGraph Server merges it: ``config.metadata`` (an
+    object: ``run_config_check``), then ``metadata`` over it. Read before anything is written: a
+    ``config.metadata`` past the size of a thread's metadata, or a key of Gatehouse's own checkpoint
+    metadata (``gatehouse_...``: the graph could not be given it), is a 422 naming it."""
+    from_config = (config or {}).get("metadata") or {}
+    metadata_check(from_config, field="config.metadata")
+    for field, sent in (("metadata", metadata or {}), ("config.metadata", from_config)):
+        for key in sent:
+            if key.startswith(RESERVED_METADATA_PREFIX):
+                raise InvalidInput(
+                    f"{field}.{key}: keys starting with {RESERVED_METADATA_PREFIX!r} are Gatehouse's own "
+                    "checkpoint metadata",
+                    field=f"{field}.{key}",
+                )
+    return {**from_config, **(metadata or {})}
+
+
+def run_metadata_for(thread: Thread, graph: str, sent: dict[str, Any]) -> dict[str, Any]:
+    """A run's metadata as LangGraph Server keeps it (``Run.metadata``) and passes it to the graph: its
+    assistant's (``created_by``), its thread's (as ``threads.get`` reports it), what the client sent
+    (``run_metadata_read``), and its assistant's id, which no client value replaces."""
+    return {
+        "created_by": "system",
+        **thread_metadata_out(thread, graph),
+        **sent,
+        "assistant_id": assistant_id_for(graph),
+    }
+
+
+def run_out(run: Run, thread: Thread) -> RunOut:
+    graph = thread.graph
     return RunOut(
         run_id=str(run.id),
         thread_id=str(run.thread_id),
@@ -937,21 +977,36 @@ def run_out(run: Run, graph: str) -> RunOut:
         created_at=run.created_at,
         updated_at=run.finished_at or run.started_at or run.created_at,
         status=RUN_STATUS_OUT.get(run.status, run.status),
-        metadata={"kind": run.kind, "attempts": run.attempts},
-        kwargs=run_kwargs_out(run),
+        # Gatehouse's own facts of the run after the kept metadata: a client's "kind" cannot pass for them.
+        metadata={**_run_metadata(run, thread), "kind": run.kind, "attempts": run.attempts},
+        kwargs=run_kwargs_out(run, thread),
         multitask_strategy=run.multitask_strategy or "reject",
         error=run.error or None,
     )
 
 
-def run_kwargs_out(run: Run) -> dict[str, Any]:
-    """A run's ``kwargs`` as LangGraph Server reports them, of what Gatehouse keeps: ``config``, the keys of
-    the client's config the graph ran with, as sent (``tags``, ``run_name``, ``recursion_limit``); ``{}``
-    when it sent none. Never its input or command: they would repeat state a reader may see only masked."""
+def _run_metadata(run: Run, thread: Thread) -> dict[str, Any]:
+    """The run's kept metadata; a run made elsewhere (the console, the native API) kept none: its thread's
+    and its assistant's, as LangGraph Server would have given a run sent none."""
+    if run.metadata is not None:
+        return dict(run.metadata)
+    return run_metadata_for(thread, thread.graph, {}) if thread.graph else thread_metadata_out(thread)
+
+
+def run_kwargs_out(run: Run, thread: Thread) -> dict[str, Any]:
+    """A run's ``kwargs`` as LangGraph Server reports them, of what Gatehouse keeps: ``config``, always, with
+    the keys of the client's config the graph ran with, as sent (``tags``, ``run_name``, ``recursion_limit``),
+    the ids LangGraph Server puts in its ``configurable``, and the run's ``metadata``. Never its input or
+    command: they would repeat state a reader may see only masked."""
     config = dict(run.config or {})
     if run.recursion_limit is not None:
         config["recursion_limit"] = run.recursion_limit
-    return {"config": config} if config else {}
+    ids = {"run_id": str(run.id), "thread_id": str(run.thread_id)}
+    if thread.graph:
+        ids |= _graph_metadata(thread.graph)
+    config["configurable"] = ids
+    config["metadata"] = _run_metadata(run, thread)
+    return {"config": config}
 
 
 def runs_list(
@@ -1181,7 +1236,8 @@ def _run_resume(
         with _fields_as_sent(value, at=at, reason_at=reason_at):
             decision = services.task_decide(actor=actor, task_id=task.id, request=request, signer=_token_signer())
     assert decision is not None  # noqa: S101 - task_decide returns a decision or raises; narrows the type
-    run = Decision.objects.select_related("run").get(pk=decision.pk).run
+    # The run with its thread, one read: its metadata is made from the thread's (``run_metadata_for``).
+    run = Decision.objects.select_related("run__thread").get(pk=decision.pk).run
     if run is None:
         # The task needs more approvers (a quorum): the SDK expects a run back and
         # there is none yet, so refuse (rolling the decision back) rather than
@@ -1344,7 +1400,7 @@ def _run_continue(actor: User, thread: Thread) -> Run:
             request = DecisionRequest(outcome="approve", checkpoint_id=task.checkpoint_id)
             decision = services.task_decide(actor=actor, task_id=task.id, request=request, signer=_token_signer())
         assert decision is not None  # noqa: S101 - task_decide returns a decision or raises; narrows the type
-        run = Decision.objects.select_related("run").get(pk=decision.pk).run
+        run = Decision.objects.select_related("run__thread").get(pk=decision.pk).run
         if run is not None:
             return run
         raise Conflict("the breakpoint was passed but interrupts still wait for decisions", field="command")

@@ -150,6 +150,11 @@ def worker_hand_back() -> int:
     return runs_hand_back(owner_prefix=f"{WORKER_ID}:")
 
 
+# Gatehouse's keys in a run's configurable, hence in its checkpoints' metadata (``gatehouse_branch_id``,
+# ``gatehouse_run_id``, ``gatehouse_fence``): no run metadata may stand in for them.
+RESERVED_METADATA_PREFIX = "gatehouse_"
+
+
 def run_config(run: Run) -> RunnableConfig:
     # time travel: a run on a branch carries the branch (checkpoint metadata, effect keys);
     # run_claim read the thread's current branch with the run (no branch starts while it is active).
@@ -176,6 +181,12 @@ def run_config(run: Run) -> RunnableConfig:
         config["tags"] = list(sent["tags"])
     if sent.get("run_name"):
         config["run_name"] = str(sent["run_name"])
+    # The run's metadata (``Run.metadata``), as LangGraph Server passes it: a node's config["metadata"], and
+    # traces, see it. LangGraph copies its scalars into each checkpoint's metadata ahead of the configurable's,
+    # so Gatehouse's own keys there (branch, run id, fence: rollback and time travel read them) are never
+    # taken from it.
+    if run.metadata:
+        config["metadata"] = {k: v for k, v in run.metadata.items() if not k.startswith(RESERVED_METADATA_PREFIX)}
     return config
 
 

@@ -144,6 +144,10 @@ class Run(models.Model):
     # (``{"tags": [...], "run_name": "..."}``: a node's get_config(), callbacks and traces see them) and as
     # the run object reports them back (``kwargs.config``). Null: none were sent.
     config = models.JSONField(null=True, blank=True)
+    # A /lg/ run's metadata as LangGraph Server keeps it: the client's ``config.metadata`` and ``metadata``
+    # merged over its thread's (the run object reports it; the graph runs with it as its RunnableConfig's
+    # ``metadata``). Null: a run made elsewhere (the console, the native API), which runs with none.
+    metadata = models.JSONField(null=True, blank=True)
     # A failed run's exception class name (``type(exc).__name__``), recorded with ``error`` (its text):
     # what the /lg/ API names the failure by. "" when no exception failed it (the runtime gave up on it);
     # NULL on runs that have not failed, and on rows failed before this was recorded: "not recorded" must

@@ -152,15 +152,22 @@ _THREAD_BUSY = "UPDATE runtime_thread SET status = %s, error = '', updated_at = 
 
 
 def run_options_record(
-    *, run: Run, multitask_strategy: str, recursion_limit: int | None, config: dict[str, Any] | None = None
+    *,
+    run: Run,
+    multitask_strategy: str,
+    recursion_limit: int | None,
+    config: dict[str, Any] | None = None,
+    metadata: dict[str, Any] | None = None,
 ) -> None:
     """The run options a /lg/ client created ``run`` with; call in the transaction that enqueued it
     (it is dispatched when that commits, so its worker reads them, with the run, at its claim).
-    ``config``: the RunnableConfig keys the graph runs with (``Run.config``), None for none."""
+    ``config``: the RunnableConfig keys the graph runs with (``Run.config``), None for none; ``metadata``
+    the run's (``Run.metadata``). One statement, whatever is recorded."""
     Run.objects.filter(pk=run.pk).update(
-        multitask_strategy=multitask_strategy, recursion_limit=recursion_limit, config=config
+        multitask_strategy=multitask_strategy, recursion_limit=recursion_limit, config=config, metadata=metadata
     )
     run.multitask_strategy, run.recursion_limit, run.config = multitask_strategy, recursion_limit, config
+    run.metadata = metadata
 
 
 def _violates(exc: IntegrityError, constraint: str) -> bool:
