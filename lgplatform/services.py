@@ -32,7 +32,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Prefetch, Q, QuerySet
+from django.db.models import Case, OuterRef, Prefetch, Q, QuerySet, Subquery, When
 from django.db.models.fields.json import KeyTransform
 from django.utils import timezone
 from langgraph.errors import InvalidUpdateError, UnknownInterruptError
@@ -220,9 +220,14 @@ def assistant_out(graph: str) -> AssistantOut:
 # --- threads ------------------------------------------------------------------------------
 
 
-def thread_get_for(user: permissions.Principal, thread_id: Any) -> Thread:
+def thread_get_for(user: permissions.Principal, thread_id: Any, *, with_failure: bool = False) -> Thread:
+    """``with_failure``: a failed thread read with its last failed run's error and class (``_thread_error_type``),
+    in the same statement: a state read shows the failed task's error by them."""
     # A thread created here before its first run has no graph yet: its creator still sees it.
-    thread = permissions.threads_visible_or_own_unbound(user).filter(pk=thread_id).first()
+    threads = permissions.threads_visible_or_own_unbound(user)
+    if with_failure:
+        threads = threads.annotate(**_last_failure())
+    thread = threads.filter(pk=thread_id).first()
     if thread is None:
         raise NotFound(f"thread {thread_id} not found", field="thread_id")
     return thread
@@ -664,7 +669,7 @@ def task_out(
 def thread_state(
     user: permissions.Principal, thread_id: Any, checkpoint_id: str | None = None, *, subgraphs: bool = False
 ) -> ThreadStateOut:
-    thread = thread_get_for(user, thread_id)
+    thread = thread_get_for(user, thread_id, with_failure=True)
     view = gateway.state_for(user, thread.id, checkpoint_id) if thread.graph else None
     if checkpoint_id and view is None:
         raise NotFound(f"checkpoint {checkpoint_id} not found", field="checkpoint_id")
@@ -709,7 +714,7 @@ def thread_history(
 ) -> list[ThreadStateOut]:
     """The thread's states newest first; ``before`` a checkpoint it does not have: none, as LangGraph Server
     answers; ``checkpoint_id``: only that checkpoint (``runtime.state.thread_history_read``)."""
-    thread = thread_get_for(user, thread_id)
+    thread = thread_get_for(user, thread_id, with_failure=True)
     if not thread.graph:
         return []
     views = gateway.history_for(user, thread.id, limit=limit, before=before, checkpoint_id=checkpoint_id)
@@ -765,10 +770,28 @@ def task_error_out(text: str | None, error_type: str | None) -> str | None:
     return f"{error['error']}({error['message']!r})" if error["message"] else f"{error['error']}()"
 
 
+# Where ``thread_get_for(..., with_failure=True)`` puts the thread's last failed run's error and class.
+_FAILED_ERROR, _FAILED_ERROR_TYPE = "last_failed_error", "last_failed_error_type"
+
+
+def _last_failure() -> dict[str, Case]:
+    """A failed thread's last failed run's ``error`` and ``error_type`` as annotations (null for a thread that
+    has not failed: the subqueries run for a failed one only)."""
+    last = Run.objects.filter(thread_id=OuterRef("pk"), status=RunStatus.FAILED).order_by("-created_at")
+    return {
+        name: Case(When(status=ThreadStatus.FAILED, then=Subquery(last.values(column)[:1])), default=None)
+        for name, column in ((_FAILED_ERROR, "error"), (_FAILED_ERROR_TYPE, "error_type"))
+    }
+
+
 def _thread_error_type(thread: Thread) -> str | None:
     """The class name of the exception that failed ``thread``: its last failed run's, whose error the thread
-    carries. One query, made only when a failed thread's current state is read. None (the text is read)
-    when no run of the thread says so: it failed before the class was recorded, or it is a copy."""
+    carries; read with the thread (``thread_get_for(..., with_failure=True)``), else one query, made only
+    when a failed thread's current state is read. None (the text is read) when no run of the thread says so:
+    it failed before the class was recorded, or it is a copy."""
+    if hasattr(thread, _FAILED_ERROR):
+        error, error_type = getattr(thread, _FAILED_ERROR), getattr(thread, _FAILED_ERROR_TYPE)
+        return error_type if error is not None and error == thread.error else None
     last = thread.runs.filter(status=RunStatus.FAILED).order_by("-created_at").values_list("error", "error_type")
     found = last.first()
     if found is None or found[0] != thread.error:

@@ -18,6 +18,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from lgplatform.services import run_error_out
 from runtime.executor import run_execute
@@ -148,3 +150,17 @@ NOTE = "\nDuring task with name 'charge' and id '9208bf8a-db3b-8b43-a4a2-f9d787e
 )
 def test_the_message_is_found_by_the_recorded_class(text: str, error_type: str, expected: dict[str, str]):
     assert run_error_out(text, error_type) == expected
+
+
+@pytest.mark.parametrize("read", ["state", "history"])
+def test_a_failed_thread_s_state_reads_its_run_s_error_type_with_the_thread(operator, graph, dispatched, read):
+    # The failed run's class was one more query of every failed thread's current state (and history) read.
+    thread, _ = _failed_run(operator, graph)
+    with CaptureQueriesContext(connection) as ctx:
+        if read == "state":
+            state = operator.client.get(f"/lg/threads/{thread}/state").json()
+        else:
+            state = operator.client.post(f"/lg/threads/{thread}/history", {"limit": 1}).json()[0]
+    assert [task["error"] for task in state["tasks"]] == ["PaymentDeclined('card 4242 refused')"]
+    runs_read = [q["sql"] for q in ctx.captured_queries if 'FROM "runtime_run"' in q["sql"]]
+    assert all('"runtime_thread"' in sql for sql in runs_read), runs_read  # only within the thread's read
