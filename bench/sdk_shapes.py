@@ -52,6 +52,12 @@ ACCEPTED: list[tuple[str, str, str]] = [
         "LangGraph Server's auth",
     ),
     (
+        r"runs\.(get|list)",
+        r"\.kwargs\.config\.configurable\.__pregel_node_finished$",
+        "langgraph dev's in-memory runtime writes its node counter (a LangGraph internal) into the stored run's "
+        "configurable as it executes the run: no option of the run",
+    ),
+    (
         r".*",
         r"\.configurable\.gatehouse_(fence|run_id)$",
         "Gatehouse's own configurable: the run's fence (zombie writers) and its run id",
