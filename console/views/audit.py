@@ -36,8 +36,10 @@ def audit(request: HtmxHttpRequest) -> HttpResponse:
             )
         except DomainError as exc:
             error = exc.message
-    # Details are stored whole (they are hashed); the gateway masks them on the way out.
-    rows = [(event, gateway.audit_details_for(request.user, event)) for event in page.items]
+    # Details are stored whole (they are hashed); the gateway masks them on the way out, and what it reveals
+    # to a reader who may see it is audited once for the page.
+    with gateway.reveals_gathered(request.user, reading="audit:page"):
+        rows = [(event, gateway.audit_details_for(request.user, event)) for event in page.items]
     actions = selectors.audit_actions(user=request.user)
     names = selectors.audit_subject_names(events=page.items)
     ctx = {

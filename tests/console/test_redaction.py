@@ -200,3 +200,31 @@ def test_an_edit_that_sends_the_mask_back_keeps_the_real_value_and_one_that_chan
     assert real not in response.content.decode()
     decision = Decision.objects.get(task_id=task.pk)
     assert decision.state_patch["applicant"] == {"name": "Edited", "country": "GB", "date_of_birth": real}
+
+
+def test_a_reading_of_the_audit_trail_is_audited_as_one_reveal_naming_what_it_showed(personas, kyc):
+    """Each event's details were revealed, and audited, one by one: a page of 100 events wrote up to 100
+    ``sensitive.revealed`` events (an outside examiner found 960 of a trail's 2,400 came from a few page views),
+    and the trail grew while it was read. A page read is one reveal, naming the events it showed unmasked."""
+    other = thread_start(personas["operator"], "kyc_onboarding", _kyc_input(f"Lise {uuid.uuid4().hex[:6]}"))
+    started = {
+        f"audit:{e.pk}"
+        for e in AuditEvent.objects.filter(thread_id__in=[kyc["thread"], other["id"]], action="thread.started")
+    }
+    assert len(started) == 2  # two events on the page with values to reveal: one reveal each would be two
+    auditor = personas["auditor"]
+    reveals = AuditEvent.objects.filter(action="sensitive.revealed", actor=auditor.user)
+    before = set(reveals.values_list("id", flat=True))
+    query = {"graph": "kyc_onboarding", "action": "thread.started"}
+    html = console_client(auditor).get("/audit/", query).content.decode()
+    _assert_shown(html)
+    [reveal] = reveals.exclude(id__in=before)
+    assert (reveal.subject_type, reveal.subject_id) == ("audit", "page")
+    assert started <= set(reveal.details["subjects"]) and reveal.details["count"] == len(reveal.details["subjects"])
+    for subject in reveal.details["subjects"]:  # each names an event whose values the page showed
+        details = json.dumps(AuditEvent.objects.get(pk=subject.removeprefix("audit:")).details)
+        assert DOB in details or PASSPORT in details
+    assert any(p.endswith("date_of_birth") for p in reveal.details["paths"])
+    # Reading the page again is another reading: one more.
+    console_client(auditor).get("/audit/", query)
+    assert reveals.exclude(id__in=before).count() == 2
