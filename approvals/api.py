@@ -15,6 +15,7 @@ from pydantic import Field
 from approvals import gateway, permissions, selectors, services
 from approvals.abilities import task_abilities
 from approvals.api_common import AuthedRequest
+from approvals.audit_filters import audit_filters_parse
 from approvals.errors import Forbidden, InvalidInput
 from approvals.inbox_filter import ALIASES, COLUMN_PARAM, FILTER_KEYS, InboxFilter
 from approvals.inputs import CheckpointId, DbId
@@ -442,22 +443,48 @@ def _task_decide(request: AuthedRequest, task_id: UUID, body: DecisionIn) -> tup
 
 
 class AuditQuery(Schema):
-    thread: UUID | None = None
-    action: str | None = Field(default=None, max_length=64)
+    # The console audit page's and the export's filters (approvals.audit_filters), as plain strings: the one
+    # parser reads them, so a value means here what it means there, and its refusal names the field.
+    thread: str | None = None
+    action: str | None = None
+    actor: str | None = None
+    graph: str | None = None
+    since: str | None = None
+    until: str | None = None
     limit: int = Field(default=100, ge=1, le=1000)
     before_id: DbId | None = None
 
 
+AUDIT_LIST_PARAMS = frozenset(AuditQuery.model_fields)
+
+
+def _audit_params_check(request: AuthedRequest) -> None:
+    """A parameter this list does not take is refused by name (as GET /api/tasks refuses one): a filter
+    that is not applied answers the newest events unfiltered, read as the filtered ones."""
+    for name in request.GET:
+        if name not in AUDIT_LIST_PARAMS:
+            known = ", ".join(sorted(AUDIT_LIST_PARAMS))
+            raise InvalidInput(f"unknown parameter {name!r} (the audit list takes {known})", field=name)
+
+
 @router.get("/audit", response=list[AuditEventOut], tags=["audit"])
 def audit_list(request: AuthedRequest, query: Query[AuditQuery]) -> list[AuditEventOut]:
+    """The audit events you may read, newest first; ``before_id`` (the last id you got) pages on.
+
+    Filters as the console's audit page and the export: ``actor`` (any case), ``action`` (ending in ``.``, a
+    family: ``decision.``), ``graph``, ``thread``, ``since``/``until`` (ISO 8601, UTC without an offset; a
+    bare date is the whole day). An unknown parameter, or a bad value, is a 422 naming it."""
     permissions.require(_user(request), "approvals.view_audit", "read the audit trail")
-    events = selectors.audit_list(
-        user=_user(request),
-        thread_id=query.thread,
+    _audit_params_check(request)
+    filters = audit_filters_parse(
+        thread=query.thread,
         action=query.action,
-        limit=query.limit,
-        before_id=query.before_id,
+        actor=query.actor,
+        graph=query.graph,
+        since=query.since,
+        until=query.until,
     )
+    events = selectors.audit_list(user=_user(request), filters=filters, limit=query.limit, before_id=query.before_id)
     return [_audit_out(e, _user(request)) for e in events]
 
 

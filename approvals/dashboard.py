@@ -17,7 +17,7 @@ both databases, computed with ``ROW_NUMBER()`` / ``COUNT(*)`` windows per gate.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import urlencode
 
@@ -25,12 +25,11 @@ from django.db.models import Count, DurationField, ExpressionWrapper, F, Q, Quer
 from django.db.models.expressions import Window
 from django.db.models.functions import RowNumber
 from django.utils import timezone
-from django.utils.dateparse import parse_date, parse_datetime
 
 from approvals import permissions
 from approvals.deadlines import escalated_q, overdue_q
 from approvals.errors import InvalidInput, NotFound
-from approvals.inputs import instant_check, range_check
+from approvals.inputs import instant_parse, range_check
 from approvals.models import ApprovalTask, Decision, Outcome, TaskStatus, WebhookEndpoint
 from runtime.registry import graph_names
 
@@ -75,23 +74,7 @@ def _utc_text(when: datetime) -> str:
 
 def _when(value: str, name: str, *, end: bool) -> datetime:
     """ISO 8601 date or date-time (UTC when no offset); a bare date as ``until`` means the end of that day."""
-    when: datetime | None = None
-    try:
-        # A bare date first: parse_datetime (fromisoformat) would read "2026-06-01" as its midnight.
-        day = parse_date(value) if len(value) == 10 else None
-        if day is not None:
-            when = datetime(day.year, day.month, day.day, tzinfo=UTC)
-            if end:
-                # The next midnight; for 9999-12-31 that is in the year 10000, so the last instant there is
-                # (it was refused as out of 0001-01-01..9999-12-31, a range the date is in).
-                when = when + timedelta(days=1) if day < date.max else datetime.max.replace(tzinfo=UTC)
-        else:
-            when = parse_datetime(value)
-    except ValueError:
-        when = None
-    if when is None:
-        raise InvalidInput(f"{name}: not an ISO 8601 date or date and time", field=name)
-    return instant_check(when if when.tzinfo else when.replace(tzinfo=UTC), field=name)
+    return instant_parse(value, name, end=end)
 
 
 def graph_require(user: permissions.Principal, graph: str) -> None:

@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from approvals import permissions
 from approvals.assignment import assigned_to_q
+from approvals.audit_filters import AuditFilters
 from approvals.columns import columns_filter
 from approvals.deadlines import tasks_due_filter
 from approvals.errors import InvalidInput
@@ -127,17 +128,13 @@ def thread_active_run_id(*, thread: Thread) -> uuid.UUID | None:
 def audit_list(
     *,
     user: permissions.Principal,
-    thread_id: Any = None,
-    action: str | None = None,
+    filters: AuditFilters,
     limit: int = 100,
     before_id: int | None = None,
 ) -> list[AuditEvent]:
-    qs = permissions.audit_visible(user)
-    if action:
-        audit_action_check(qs, action)
-        qs = qs.filter(action=action)
-    if thread_id:
-        qs = qs.filter(thread_id=thread_id)
+    """Newest first, filtered as the console's audit page and the export filter (``audit_filter``); the page
+    after ``before_id`` is the next ``limit`` matching events below it, so paging skips none."""
+    qs = audit_filter(permissions.audit_visible(user), **filters.query())
     if before_id:
         qs = qs.filter(id__lt=before_id)
     return list(qs.order_by("-id")[:limit])

@@ -15,8 +15,10 @@ from django.contrib.auth.forms import AuthenticationForm
 from django.core.validators import MaxLengthValidator
 from django.http import QueryDict
 
+from approvals.audit_filters import FILTERS, AuditFilters, audit_filters_parse
+from approvals.errors import InvalidInput
 from approvals.inbox_filter import InboxFilter
-from approvals.inputs import OUT_OF_RANGE, instant_in_range
+from approvals.inputs import OUT_OF_RANGE, instant_in_range, instant_parse
 from approvals.models import TaskStatus
 from console.selectors import SORTS
 
@@ -97,11 +99,45 @@ class InstantField(forms.DateTimeField):
         return when
 
 
+class WindowEdgeField(forms.CharField):
+    """A ``since`` (``end=False``) or ``until`` (``end=True``) as the audit trail, its API and its export read
+    it (``approvals.inputs.instant_parse``): ISO 8601, UTC without an offset, a bare date a whole day."""
+
+    def __init__(self, *, end: bool, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.end = end
+
+    def to_python(self, value: Any) -> Any:
+        text = (super().to_python(value) or "").strip()
+        if not text:
+            return None
+        name = "until" if self.end else "since"
+        try:
+            return instant_parse(text, name, end=self.end)
+        except InvalidInput as exc:
+            raise forms.ValidationError(exc.message.removeprefix(f"{name}: "), code="invalid") from None
+
+
 class AuditFilterForm(forms.Form):
+    """The audit page's filter. Its values go through ``approvals.audit_filters.audit_filters_parse``, the
+    parser ``GET /api/audit`` and the export use, so the page, the API and the download agree."""
+
     actor = forms.CharField(required=False, max_length=150)
     action = forms.CharField(required=False, max_length=64)
     graph = forms.CharField(required=False, max_length=100)
     thread = forms.UUIDField(required=False)
-    since = InstantField(required=False, label="From")
-    until = InstantField(required=False, label="Until")
+    since = forms.CharField(required=False, max_length=64, label="From")
+    until = forms.CharField(required=False, max_length=64, label="Until")
     before = forms.IntegerField(required=False, min_value=1)
+    filters: AuditFilters
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if self.errors:
+            return data
+        try:
+            self.filters = audit_filters_parse(**{name: str(data.get(name) or "") for name in FILTERS})
+        except InvalidInput as exc:  # shown next to its field, as the page labels it: without "since: "
+            field = exc.field if exc.field in self.fields else None
+            self.add_error(field, exc.message.removeprefix(f"{field}: "))
+        return data

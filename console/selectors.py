@@ -20,6 +20,7 @@ from django.utils.dateparse import parse_datetime
 from approvals import dashboard, gateway, permissions
 from approvals import selectors as approvals_selectors
 from approvals.abilities import approvals_given, in_order, proposal_current, proposes, superseded
+from approvals.audit_filters import AuditFilters
 from approvals.columns import Column, PayloadValue, column_for_sort, gate_columns
 from approvals.errors import InvalidInput, NotFound
 from approvals.inbox_filter import InboxFilter
@@ -609,30 +610,10 @@ def state_diff(before: Any, after: Any, path: str = "") -> list[DiffRow]:
 
 
 def audit_search(
-    *,
-    user: permissions.Principal,
-    actor: str = "",
-    action: str = "",
-    graph: str = "",
-    thread: str = "",
-    since: datetime | None = None,
-    until: datetime | None = None,
-    before_id: int | None = None,
-    limit: int = 100,
+    *, user: permissions.Principal, filters: AuditFilters, before_id: int | None = None, limit: int = 100
 ) -> Page:
-    try:
-        thread_id = uuid.UUID(thread) if thread else None
-    except ValueError:
-        raise InvalidInput("not a thread id", field="thread") from None
-    qs = audit_filter(
-        permissions.audit_visible(user),
-        actor=actor,
-        action=action,
-        graph=graph,
-        thread_id=thread_id,
-        since=since,
-        until=until,
-    )
+    """The audit page: ``filters`` as ``approvals.audit_filters`` parsed them (for the API and export too)."""
+    qs = audit_filter(permissions.audit_visible(user), **filters.query())
     if before_id:
         qs = qs.filter(id__lt=before_id)
     rows: list[AuditEvent] = list(qs.order_by("-id")[: limit + 1])

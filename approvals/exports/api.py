@@ -10,7 +10,8 @@ from django.http import HttpRequest, StreamingHttpResponse
 from ninja import Query, Router, Schema
 
 from approvals import permissions
-from approvals.exports.stream import AuditExport, filters_parse
+from approvals.audit_filters import audit_filters_parse
+from approvals.exports.stream import AuditExport
 
 router = Router(tags=["audit"])
 
@@ -64,7 +65,8 @@ def audit_export(request: HttpRequest, query: Query[ExportQuery]) -> StreamingHt
     """Stream the audit events you may see, oldest first, with their chain hashes.
 
     Filters as on the console's audit page (`action` ending in `.` matches a
-    prefix; `since`/`until` are ISO 8601, UTC when no offset is given).
+    prefix; `since`/`until` are ISO 8601, UTC when no offset is given, and a
+    bare date is the whole day: `until=2026-12-06` includes that day).
     Sensitive paths are masked unless you may view sensitive fields. The JSONL
     variant ends with a trailer line `{"export": {"count", "first_id",
     "last_id", "head_hash", "chained", ...}}`; check a file with
@@ -72,7 +74,7 @@ def audit_export(request: HttpRequest, query: Query[ExportQuery]) -> StreamingHt
     """
     user = request.auth  # type: ignore[attr-defined]
     permissions.require(user, "approvals.view_audit", "export the audit trail")
-    filters = filters_parse(
+    filters = audit_filters_parse(
         graph=query.graph,
         thread=query.thread,
         actor=query.actor,

@@ -15,6 +15,7 @@ a reader without "view sensitive" gets the graph's sensitive paths masked; such
 a row is flagged ``masked`` because its hash can no longer be recomputed from
 what was exported (its links still can). The JSONL variant ends with a trailer
 ``{"export": {"count", "first_id", "last_id", "head_hash", "chained", ...}}``.
+Filters are the audit trail's one parser's (``approvals.audit_filters``), as on the console and the API.
 ``chained`` is true when the export is the whole trail (no filters, every
 graph): then every row must link to the row before it in its chain, and each
 chain start from the genesis hash.
@@ -28,7 +29,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -37,17 +37,15 @@ from typing import Any
 from django.contrib.auth.models import User
 from django.db import transaction
 from django.db.models import QuerySet
-from django.utils.dateparse import parse_datetime
 
 from approvals import gateway, permissions
 from approvals.audit import ACTOR_ID, audit_record, event_fields
+from approvals.audit_filters import AuditFilters
 from approvals.errors import InvalidInput
-from approvals.inputs import instant_check, range_check
 from approvals.models import AuditAction, AuditEvent
 from approvals.selectors import audit_action_check, audit_filter
 
 FORMATS = ("jsonl", "csv")
-FILTERS = ("graph", "thread", "actor", "action", "since", "until")
 HASHED = ("at", "actor", ACTOR_ID, "action", "subject", "thread", "graph", "details")  # the keys of event_fields
 # Files from before chains have no "chain", and files from before the actor's user id was hashed no "actor_id".
 COLUMNS = ("id", "chain", *HASHED, "prev_hash", "hash", "masked")
@@ -56,81 +54,9 @@ CHUNK_SIZE = 2000  # rows per server-side cursor fetch
 ROWS_PER_WRITE = 500  # rows per chunk handed to the HTTP server or file
 
 
-@dataclass(frozen=True)
-class ExportFilters:
-    graph: str = ""
-    thread: uuid.UUID | None = None
-    actor: str = ""
-    action: str = ""  # "task." (trailing dot) matches every action under it
-    since: datetime | None = None
-    until: datetime | None = None
-
-    @property
-    def empty(self) -> bool:
-        return not any((self.graph, self.thread, self.actor, self.action, self.since, self.until))
-
-    def as_dict(self) -> dict[str, str]:
-        out = {}
-        for name in FILTERS:
-            value = getattr(self, name)
-            if value:
-                out[name] = value.isoformat() if isinstance(value, datetime) else str(value)
-        return out
-
-
-def _when(value: str, name: str) -> datetime | None:
-    if not value:
-        return None
-    try:
-        when = parse_datetime(value)
-    except ValueError:
-        when = None
-    if when is None:
-        raise InvalidInput(f"{name}: not an ISO 8601 date and time", field=name)
-    # Refused here, before the first byte: the database would only fail on it mid-stream.
-    return instant_check(when if when.tzinfo else when.replace(tzinfo=UTC), field=name)  # the pickers say UTC
-
-
-def filters_parse(
-    *,
-    graph: str | None = None,
-    thread: str | None = None,
-    actor: str | None = None,
-    action: str | None = None,
-    since: str | None = None,
-    until: str | None = None,
-) -> ExportFilters:
-    """Filters from query strings or command options; empty values (a blank form field) mean "any"."""
-    ident = None
-    if thread:
-        try:
-            ident = uuid.UUID(thread.strip())
-        except ValueError:
-            raise InvalidInput("thread: not a thread id", field="thread") from None
-    start, end = _when((since or "").strip(), "since"), _when((until or "").strip(), "until")
-    range_check(start, end)  # before the first byte, as audit_filter would refuse it mid-stream
-    return ExportFilters(
-        graph=(graph or "").strip(),
-        thread=ident,
-        actor=(actor or "").strip(),
-        action=(action or "").strip(),
-        since=start,
-        until=end,
-    )
-
-
-def audit_export_queryset(*, user: permissions.Principal, filters: ExportFilters) -> QuerySet[AuditEvent]:
+def audit_export_queryset(*, user: permissions.Principal, filters: AuditFilters) -> QuerySet[AuditEvent]:
     """The events ``user`` may export, in chain order. Same filter semantics as the console's audit page."""
-    qs = audit_filter(
-        permissions.audit_visible(user),
-        actor=filters.actor,
-        action=filters.action,
-        graph=filters.graph,
-        thread_id=filters.thread,
-        since=filters.since,
-        until=filters.until,
-    )
-    return qs.order_by("id")
+    return audit_filter(permissions.audit_visible(user), **filters.query()).order_by("id")
 
 
 def export_row(user: permissions.Principal, event: AuditEvent) -> dict[str, Any]:
@@ -171,7 +97,7 @@ class AuditExport:
     """One export: iterate :meth:`chunks` (str pieces) once; the ``audit.exported`` event is written at its end."""
 
     user: permissions.Principal
-    filters: ExportFilters
+    filters: AuditFilters
     format: str = "jsonl"
     actor_label: str | None = None  # for exports by a management command (no user row)
     stats: ExportStats = field(default_factory=ExportStats)

@@ -24,16 +24,7 @@ def audit(request: HtmxHttpRequest) -> HttpResponse:
     if form.is_valid():
         data = form.cleaned_data
         try:
-            page = selectors.audit_search(
-                user=request.user,
-                actor=data["actor"] or "",
-                action=data["action"] or "",
-                graph=data["graph"] or "",
-                thread=str(data["thread"] or ""),
-                since=data["since"],
-                until=data["until"],
-                before_id=data["before"],
-            )
+            page = selectors.audit_search(user=request.user, filters=form.filters, before_id=data["before"])
         except DomainError as exc:
             error = exc.message
     # Details are stored whole (they are hashed); the gateway masks them on the way out, and what it reveals

@@ -19,7 +19,7 @@ from approvals import permissions
 from approvals.errors import DomainError
 from approvals.models import Outcome, SignatureMeaning
 from console import selectors
-from console.forms import InstantField
+from console.forms import WindowEdgeField
 from console.views.common import HtmxHttpRequest, console_login_required, domain_errors
 
 PAGE_SIZE = 50
@@ -31,8 +31,9 @@ class DecisionFilterForm(forms.Form):
     outcome = forms.ChoiceField(required=False, choices=[("", "Any"), *Outcome.choices])
     meaning = forms.ChoiceField(required=False, choices=[("", "Any"), *SignatureMeaning.choices])
     actor = forms.CharField(required=False, max_length=300)
-    since = InstantField(required=False)
-    until = InstantField(required=False)
+    # Read as the audit trail reads them: a bare date as until includes that day.
+    since = WindowEdgeField(end=False, required=False)
+    until = WindowEdgeField(end=True, required=False)
     cursor = forms.CharField(required=False, max_length=500)
     # Thread filter and webhook-decided filter (the team dashboard links here with them).
     thread = forms.UUIDField(required=False)

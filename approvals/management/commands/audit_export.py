@@ -22,8 +22,9 @@ from django.contrib.auth.models import User
 from django.core.management.base import CommandError, CommandParser
 
 from approvals import permissions
+from approvals.audit_filters import FILTERS, audit_filters_parse
 from approvals.errors import DomainError
-from approvals.exports.stream import FILTERS, FORMATS, AuditExport, audit_export_queryset, filters_parse
+from approvals.exports.stream import FORMATS, AuditExport, audit_export_queryset
 from approvals.exports.verify import CSV_NOT_VERIFIABLE, export_is_csv, export_verify
 from approvals.models import AuditAction
 from runtime.command_args import GatehouseCommand
@@ -36,7 +37,7 @@ class Command(GatehouseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--format", choices=FORMATS, default="jsonl")
         parser.add_argument("--output", "-o", help="file to write ('-' for stdout)")
-        for name in ("graph", "thread", "actor", "action", "since", "until"):
+        for name in FILTERS:
             parser.add_argument(f"--{name}", default="")
         parser.add_argument("--anchors", action="store_true", help="only audit.anchor events (the chain heads)")
         parser.add_argument("--user", default="", help="export as this user would see it (masking, scope)")
@@ -57,7 +58,7 @@ class Command(GatehouseCommand):
             options["action"] = AuditAction.AUDIT_ANCHOR.value
         user = self._principal(options["user"])
         try:
-            filters = filters_parse(**{k: options[k] for k in FILTERS})
+            filters = audit_filters_parse(**{k: options[k] for k in FILTERS})
             export = AuditExport(
                 user=user, filters=filters, format=options["format"], actor_label=None if user.pk else "manage.py"
             )
