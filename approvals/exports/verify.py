@@ -34,7 +34,11 @@ def export_is_csv(first_line: str | bytes) -> bool:
 class VerifyResult:
     ok: bool
     rows: int = 0
-    masked: int = 0  # rows whose content could not be re-hashed (masked for the exporter)
+    # Rows masked for the exporter: their fields cannot be re-hashed, so nothing offline proves them. Of
+    # those, ``masked_linked`` are at least followed in the file by the next row of their chain, whose
+    # prev_hash is their hash (their place in the chain is proven; their fields still are not).
+    masked: int = 0
+    masked_linked: int = 0
     actor_unhashed: int = 0  # rows from before the actor's user id was hashed: their actor_id is not covered
     chained: bool = False
     line: int | None = None  # first broken line (1-based)
@@ -49,11 +53,17 @@ def export_verify(lines: Iterable[str | bytes]) -> VerifyResult:
     chain starts at the genesis hash. In a filtered export consecutive rows of
     a chain need not be neighbours, so only each row's own hash is checked.
 
+    A masked row's hash cannot be recomputed from what was exported: it is counted (``masked``), never
+    verified. Its visible fields could have been edited and nothing here would see it; a file with masked
+    rows is checked against the trail itself with ``audit_export --verify FILE --against-db``.
+
     Each row's hash decides whether it covers the row's ``actor_id`` (``hash_form``): once a row of a chain
     does, every later row of that chain must (rows come in id order, filtered or not), as in ``audit_verify``.
     """
     heads: dict[int, str] = {}  # chain -> hash of its newest row so far
     actor_hashed: set[int] = set()  # chains with a row whose hash covers its actor's user id
+    masked_last: set[int] = set()  # chains whose newest row so far is masked
+    masked_linked = 0
     last_hash: str | None = None
     prev_id = 0
     rows = masked = actor_unhashed = 0
@@ -101,7 +111,13 @@ def export_verify(lines: Iterable[str | bytes]) -> VerifyResult:
                 actor_hashed.add(chain)
             else:
                 actor_unhashed += 1
-        if data["prev_hash"] != heads.get(chain, GENESIS) and first_link_break is None:
+        linked = data["prev_hash"] == heads.get(chain, GENESIS)
+        if chain in masked_last and linked:
+            masked_linked += 1
+        masked_last.discard(chain)
+        if data["masked"]:
+            masked_last.add(chain)
+        if not linked and first_link_break is None:
             first_link_break = (
                 number,
                 f"event {data['id']}: prev_hash does not link to the row before it in chain {chain}"
@@ -116,7 +132,7 @@ def export_verify(lines: Iterable[str | bytes]) -> VerifyResult:
     if trailer is None:
         return VerifyResult(False, rows, masked, line=last_line + 1, reason="no trailer: the file is truncated")
     chained = bool(trailer.get("chained"))
-    result = VerifyResult(True, rows, masked, actor_unhashed, chained=chained)
+    result = VerifyResult(True, rows, masked, masked_linked, actor_unhashed, chained=chained)
     expected = {"count": rows, "first_id": first_id, "last_id": prev_id or None, "head_hash": last_hash}
     for key, value in expected.items():
         if trailer.get(key) != value:

@@ -2,7 +2,7 @@
 
     manage.py audit_export --format jsonl --output audit.jsonl [--graph G] [--thread ID] [--actor A]
                            [--action A] [--since ISO] [--until ISO] [--anchors] [--user USERNAME]
-    manage.py audit_export --verify audit.jsonl
+    manage.py audit_export --verify audit.jsonl [--against-db]
 
 Without ``--user`` the export is unmasked (whoever runs manage.py has the
 database anyway) and audited as ``manage.py``; with ``--user`` it is exactly
@@ -24,11 +24,16 @@ from django.core.management.base import CommandError, CommandParser
 from approvals import permissions
 from approvals.audit_filters import FILTERS, audit_filters_parse
 from approvals.errors import DomainError
+from approvals.exports.against import export_check_against_trail
 from approvals.exports.stream import FORMATS, AuditExport, audit_export_queryset
 from approvals.exports.verify import CSV_NOT_VERIFIABLE, export_is_csv, export_verify
 from approvals.models import AuditAction
 from runtime.command_args import GatehouseCommand
 from runtime.progress import progress
+
+# --verify's exit status when nothing is found broken but some rows could not be verified (masked): not 0,
+# which says the whole file is proven, nor 1 (broken) or 2 (a usage error).
+UNVERIFIED = 3
 
 
 class Command(GatehouseCommand):
@@ -45,10 +50,15 @@ class Command(GatehouseCommand):
         parser.add_argument(
             "--verify", metavar="FILE", help="re-check an exported JSON Lines file's hashes and links (not CSV)"
         )
+        parser.add_argument(
+            "--against-db",
+            action="store_true",
+            help="with --verify: also check every row, the trailer and the rows' completeness against the trail",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["verify"]:
-            self._verify(Path(options["verify"]))
+            self._verify(Path(options["verify"]), against_db=options["against_db"])
             return
         if not options["output"]:
             raise CommandError("--output FILE is required (or --verify FILE)")
@@ -96,7 +106,7 @@ class Command(GatehouseCommand):
             raise CommandError(f"{username} may not read the audit trail (approvals.view_audit)")
         return user
 
-    def _verify(self, path: Path) -> None:
+    def _verify(self, path: Path, *, against_db: bool = False) -> None:
         try:
             with path.open("rb") as lines:
                 if export_is_csv(lines.readline()):
@@ -107,17 +117,41 @@ class Command(GatehouseCommand):
             raise CommandError(f"--verify {path}: {exc.strerror or exc}") from None
         if not result.ok:
             raise CommandError(f"{path}: BROKEN at line {result.line}: {result.reason} ({result.rows} rows before)")
+        if against_db:
+            with path.open("rb") as lines:
+                findings = export_check_against_trail(lines)
+            if findings:
+                raise CommandError(f"{path}: BROKEN against the trail: " + "; ".join(findings[:20]))
+            self.stdout.write(
+                f"{path}: OK against the trail, {result.rows} events: each the stored event (masked values aside), "
+                "the trailer one the trail recorded, no row missing or added"
+            )
+            return
         links = (
             "hashes and links verified from genesis"
             if result.chained
             else "each row's hash verified (filtered export: links not required)"
         )
-        masked = f"; {result.masked} masked rows checked by link only" if result.masked else ""
+        notes = ""
         if result.actor_unhashed:
-            masked += (
-                f"; {result.actor_unhashed} rows from before the actor's user id was hashed (actor_id not covered)"
+            notes += f"; {result.actor_unhashed} rows from before the actor's user id was hashed (actor_id not covered)"
+        if result.masked:
+            # A masked row's hash covers values the file does not hold: nothing in the file proves its fields,
+            # and a link to it from the next row of its chain proves only its place in the chain.
+            unlinked = result.masked - result.masked_linked
+            why = (
+                "masked values and no neighbours to link"
+                if not result.masked_linked
+                else f"masked values; {result.masked_linked} of them linked into their chain by the next row, "
+                f"{unlinked} with no neighbour to link"
             )
-        self.stdout.write(f"{path}: OK, {result.rows} events, {links}{masked}")
+            raise CommandError(
+                f"{path}: NOT VERIFIED: {result.masked} masked rows could not be verified: {why} "
+                f"(the other {result.rows - result.masked} events: {links}{notes}). Check the file against the "
+                "trail with --verify FILE --against-db, or verify an unmasked export",
+                returncode=UNVERIFIED,
+            )
+        self.stdout.write(f"{path}: OK, {result.rows} events, {links}{notes}")
 
 
 def _private(path: str) -> TextIO:
