@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 from uuid import UUID
 
-from ninja import Query, Router, Schema, Status
-from pydantic import Field
+from ninja import Body, Query, Router, Schema, Status
+from pydantic import Field, ValidationError
 
-from approvals import time_travel
+from approvals import permissions, time_travel
 from approvals.api_common import AuthedRequest
+from approvals.errors import DomainError, validation_error_describe
 from approvals.inputs import CheckpointId
 from approvals.permissions import token_needs
 from runtime.models import Branch
@@ -62,6 +63,11 @@ class SubgraphOut(Schema):
 
 
 class SubgraphQuery(Schema):
+    # Read as text and checked once the thread is known to be visible (``thread_subgraphs``).
+    checkpoint_id: str | None = None
+
+
+class _SubgraphAt(Schema):
     checkpoint_id: CheckpointId | None = None
 
 
@@ -77,9 +83,35 @@ def _subgraph_out(sub: SubgraphView) -> SubgraphOut:
     )
 
 
-@router.post("/threads/{thread_id}/fork", response={201: BranchOut})
+BodyIn = TypeVar("BodyIn", ForkIn, ReplayIn)
+
+
+def _body_once_allowed(request: AuthedRequest, thread_id: UUID, body: Any, schema: type[BodyIn]) -> BodyIn:
+    """The body, read only once the caller may travel in the thread: a thread it cannot see is a 404 and a
+    caller without the permission a 403, whatever it sent, as on every other write route (an auditor's ``{}``
+    answered 422 ``checkpoint_id``, then ``reason``, and only a complete body the 403)."""
+    permissions.require_time_travel(request.auth, permissions.thread_get_for(request.auth, thread_id))
+    try:
+        return schema.model_validate(body)
+    except ValidationError as exc:
+        raise _described(exc, "body") from None
+
+
+def _described(exc: ValidationError, source: str) -> DomainError:
+    """A validation made in the view, refused as ninja's own would be (422 naming the field)."""
+    errors: list[dict[str, Any]] = [{**dict(error), "loc": (source, *error["loc"])} for error in exc.errors()]
+    return validation_error_describe(errors)
+
+
+def _documented(schema: type[Schema]) -> dict[str, Any]:
+    """The OpenAPI request body of a route that reads its JSON object itself (``_body_once_allowed``)."""
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema.model_json_schema()}}}}
+
+
+@router.post("/threads/{thread_id}/fork", response={201: BranchOut}, openapi_extra=_documented(ForkIn))
 @token_needs("runtime.time_travel")
-def thread_fork(request: AuthedRequest, thread_id: UUID, body: ForkIn) -> Status[Branch]:
+def thread_fork(request: AuthedRequest, thread_id: UUID, payload: Body[Any]) -> Status[Branch]:
+    body = _body_once_allowed(request, thread_id, payload, ForkIn)
     branch = time_travel.thread_fork(
         actor=request.auth,
         thread_id=thread_id,
@@ -92,9 +124,10 @@ def thread_fork(request: AuthedRequest, thread_id: UUID, body: ForkIn) -> Status
     return Status(201, branch)
 
 
-@router.post("/threads/{thread_id}/replay", response={202: BranchOut})
+@router.post("/threads/{thread_id}/replay", response={202: BranchOut}, openapi_extra=_documented(ReplayIn))
 @token_needs("runtime.time_travel")
-def thread_replay(request: AuthedRequest, thread_id: UUID, body: ReplayIn) -> Status[Branch]:
+def thread_replay(request: AuthedRequest, thread_id: UUID, payload: Body[Any]) -> Status[Branch]:
+    body = _body_once_allowed(request, thread_id, payload, ReplayIn)
     branch = time_travel.thread_replay(
         actor=request.auth,
         thread_id=thread_id,
@@ -111,5 +144,10 @@ def thread_branches(request: AuthedRequest, thread_id: UUID) -> list[Branch]:
 
 @router.get("/threads/{thread_id}/subgraphs", response=list[SubgraphOut])
 def thread_subgraphs(request: AuthedRequest, thread_id: UUID, query: Query[SubgraphQuery]) -> list[SubgraphOut]:
-    subgraphs = time_travel.subgraph_states_for(request.auth, thread_id, query.checkpoint_id)
+    permissions.thread_get_for(request.auth, thread_id)  # a thread you cannot see is a 404 whatever you asked
+    try:
+        at = _SubgraphAt.model_validate({"checkpoint_id": query.checkpoint_id})
+    except ValidationError as exc:
+        raise _described(exc, "query") from None
+    subgraphs = time_travel.subgraph_states_for(request.auth, thread_id, at.checkpoint_id)
     return [_subgraph_out(s) for s in subgraphs]
