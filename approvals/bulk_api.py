@@ -14,6 +14,7 @@ from pydantic import Field
 
 from approvals import bulk, services
 from approvals.api_common import AuthedRequest
+from approvals.errors import InvalidInput
 from approvals.inbox_filter import SELECTION_KEYS
 from approvals.models import BulkAction
 from approvals.payloads import REASON_MAX_CHARS
@@ -23,8 +24,14 @@ from approvals.security import request_proof_at, session_proof_record
 router = Router(tags=["bulk"])
 
 
+BulkDecision = Literal["approve", "reject"]
+
+
 class BulkDecisionIn(Schema):
-    outcome: Literal["approve", "reject"]
+    # ``decision``, as a single decision names it (POST /api/tasks/{id}/decision); ``outcome`` is its older
+    # name, still read. One of them is required; both, different, are refused.
+    decision: BulkDecision | None = None
+    outcome: BulkDecision | None = Field(default=None, description="Older name of `decision`.")
     reason: str = Field(default="", max_length=REASON_MAX_CHARS)
     task_ids: list[Any] | None = Field(default=None, description=f"At most {bulk.BULK_MAX} task ids.")
     filter: dict[str, Any] | None = Field(
@@ -55,7 +62,8 @@ class BulkSkippedOut(Schema):
 class BulkOut(Schema):
     id: UUID
     status: str
-    outcome: str
+    decision: str
+    outcome: str = Field(description="Older name of `decision`.")
     reason: str
     total: int
     done: int
@@ -68,12 +76,28 @@ class BulkOut(Schema):
     finished_at: datetime | None
 
     @staticmethod
+    def resolve_decision(action: BulkAction) -> str:
+        return action.outcome
+
+    @staticmethod
     def resolve_closed(action: BulkAction) -> int:
         return len(action.closed)
 
     @staticmethod
     def resolve_signed(action: BulkAction) -> int:
         return len(action.signed)
+
+
+def _decision_of(body: BulkDecisionIn) -> str:
+    if body.decision and body.outcome and body.decision != body.outcome:
+        raise InvalidInput(
+            f"decision is {body.decision!r} but outcome (its older name) is {body.outcome!r}: send decision only",
+            field="decision",
+        )
+    chosen = body.decision or body.outcome
+    if chosen is None:
+        raise InvalidInput("decision: Field required (approve or reject)", field="decision")
+    return chosen
 
 
 def _out(action: BulkAction) -> BulkOut:
@@ -87,7 +111,7 @@ def bulk_decision_create(request: AuthedRequest, body: BulkDecisionIn) -> Status
     signer = services.Signer(authenticated_at=request_proof_at(request), password=body.password, otp=body.otp)
     action = bulk.bulk_decide(
         actor=request.auth,
-        outcome=body.outcome,
+        outcome=_decision_of(body),
         reason=body.reason,
         task_ids=body.task_ids,
         filter=body.filter,

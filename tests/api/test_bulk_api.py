@@ -49,6 +49,17 @@ def test_a_bulk_started_over_the_api_decides_each_task_and_reports_skips(persona
     assert Decision.objects.filter(task__in=ok, actor=approver.user).count() == 2
 
 
+@pytest.mark.parametrize("names", [{"decision": "reject"}, {"decision": "reject", "outcome": "reject"}])
+def test_a_bulk_takes_decision_as_a_single_decision_names_it(personas, names):
+    approver = personas["approver"]
+    task = task_make(title=f"API-{uuid.uuid4().hex[:6]}")
+    response = approver.client.post("/api/bulk-decisions", {**names, "reason": "dup", "task_ids": [str(task.pk)]})
+    assert response.status_code == 202, response.content
+    body = approver.client.get(f"/api/bulk-decisions/{response.json()['id']}").json()
+    assert body["decision"] == body["outcome"] == "reject" and body["status"] == "finished"
+    assert Decision.objects.get(task=task, actor=approver.user).outcome == "reject"
+
+
 def test_a_token_scoped_to_one_graph_decides_nothing_of_another_in_bulk(personas):
     # The worker decides the tasks, not the request: it used to load the user afresh, without the token's
     # narrowing, and a token for kyc_onboarding approved a loan it could not even read.
@@ -131,6 +142,9 @@ def test_a_bulk_filter_still_takes_node_for_the_gate(personas):
         ({"outcome": "approve", "filter": {"status": "decided"}}, 422, "filter.status"),
         ({"outcome": "approve", "filter": "all"}, 422, "filter"),
         ({"outcome": "approve", "task_ids": "all"}, 422, "task_ids"),
+        ({"decision": "edit", "task_ids": [str(uuid.uuid4())]}, 422, "decision"),
+        ({"task_ids": [str(uuid.uuid4())]}, 422, "decision"),
+        ({"decision": "approve", "outcome": "reject", "task_ids": [str(uuid.uuid4())]}, 422, "decision"),
     ],
 )
 def test_bad_input_is_a_4xx_naming_the_field_and_writes_nothing(personas, body, status, field):
