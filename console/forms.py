@@ -18,7 +18,7 @@ from django.http import QueryDict
 from approvals.audit_filters import FILTERS, AuditFilters, audit_filters_parse
 from approvals.errors import InvalidInput
 from approvals.inbox_filter import InboxFilter
-from approvals.inputs import OUT_OF_RANGE, instant_in_range, instant_parse
+from approvals.inputs import instant_parse
 from approvals.models import TaskStatus
 from console.selectors import SORTS
 
@@ -86,17 +86,6 @@ class InboxFilterForm(forms.Form):
     def filters(self) -> dict[str, str]:
         """Every field by name, as the page and its links read them."""
         return {**self.inbox_filter().text_fields(), **self.paging()}
-
-
-class InstantField(forms.DateTimeField):
-    """A date and time whose UTC time exists: ``9999-12-31T23:59:59-12:00`` parses, but every query
-    or page that converts it to UTC would raise ``OverflowError`` (a 500)."""
-
-    def to_python(self, value: Any) -> Any:
-        when = super().to_python(value)
-        if when is not None and not instant_in_range(when):
-            raise forms.ValidationError(OUT_OF_RANGE.capitalize(), code="out_of_range")
-        return when
 
 
 class WindowEdgeField(forms.CharField):

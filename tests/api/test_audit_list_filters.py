@@ -124,3 +124,12 @@ def test_a_bare_date_as_until_includes_that_day_everywhere(auditor):
     decisions = browser.get(reverse("console:decisions"), {"since": day, "until": day})
     assert decisions.status_code == 200 and not decisions.context["error"]
     assert not decisions.context["form"].errors
+
+
+@pytest.mark.parametrize("page", ["console:audit", "console:decisions"])
+def test_a_time_whose_utc_is_out_of_range_is_a_form_error_on_the_pages(auditor, page):
+    browser = Client()
+    browser.force_login(auditor.user)
+    response = browser.get(reverse(page), {"until": "9999-12-31T23:59:59-12:00"})
+    assert response.status_code == 200 and "out of range" in response.context["form"].errors["until"][0]
+    assert auditor.client.get("/api/audit", until="9999-12-31T23:59:59-12:00").json()["error"]["field"] == "until"
