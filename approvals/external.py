@@ -352,6 +352,7 @@ def _external_complete(task: ApprovalTask, decision: Decision, actor: User) -> N
             event_type=RESULT_EVENT,
             graph=task.graph,
             payload=external.result,
+            thread_id=task.thread_id,
             next_attempt_at=timezone.now(),
         )
         pk = delivery.pk

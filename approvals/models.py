@@ -208,6 +208,10 @@ class AuditAction(models.TextChoices):
     WEBHOOK_SUBSCRIPTION_DEACTIVATED = "webhook.subscription_deactivated"
     WEBHOOK_DELIVERY_REFUSED = "webhook.delivery_refused"
     WEBHOOK_DELIVERY_RETRIED = "webhook.delivery_retried"
+    # An outbound delivery's final outcome (one per delivery, not per attempt): sent and answered 2xx,
+    # or given up after its last attempt (a refused destination is webhook.delivery_refused).
+    WEBHOOK_DELIVERED = "webhook.delivered"
+    WEBHOOK_DELIVERY_FAILED = "webhook.delivery_failed"
     # hand-offs (approvals/claims.py, approvals/assignment.py)
     TASK_REASSIGNED = "task.reassigned"
     TASK_DELEGATED = "task.delegated"
@@ -469,6 +473,10 @@ class OutboundDelivery(models.Model):
     event_type = models.CharField(max_length=32)
     graph = models.CharField(max_length=100, blank=True, default="")
     payload = models.JSONField()
+    # What the delivery is about, so a decision's deliveries can be found: the thread (none for a row
+    # written before it was kept) and the audit event that queued it (none for thread.failed, a signal).
+    thread_id = models.UUIDField(null=True, blank=True)
+    audit_event_id = models.BigIntegerField(null=True, blank=True)
     status = models.CharField(max_length=10, choices=OutboundStatus.choices, default=OutboundStatus.PENDING)
     attempts = models.PositiveIntegerField(default=0)
     last_error = models.TextField(blank=True, default="")
@@ -479,7 +487,10 @@ class OutboundDelivery(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["subscription", "event_id"], name="one_delivery_per_event")]
-        indexes = [models.Index(fields=["status", "next_attempt_at"], name="outbound_due")]
+        indexes = [
+            models.Index(fields=["status", "next_attempt_at"], name="outbound_due"),
+            models.Index(fields=["thread_id", "id"], name="outbound_thread"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.event_type} {self.event_id} → {self.subscription_id} ({self.status})"

@@ -105,12 +105,18 @@ def _active_sql(vendor: str) -> str:
 
 
 def event_emit(
-    event_type: str, *, graph: str, data: dict[str, Any], among: list[WebhookSubscription] | None = None
+    event_type: str,
+    *,
+    graph: str,
+    data: dict[str, Any],
+    among: list[WebhookSubscription] | None = None,
+    cause: AuditEvent | None = None,
 ) -> list[OutboundDelivery]:
     """Queue ``event_type`` for every matching subscription; call inside the change's transaction.
 
     ``among``: ``subscriptions_active(graph)`` already read in this transaction (one change that emits
-    several events reads them once).
+    several events reads them once). ``cause``: the audit event the deliveries carry; each delivery keeps
+    it and its thread (``data["thread_id"]``), so a decision's deliveries can be listed.
     """
     candidates = subscriptions_active(graph) if among is None else among
     subscriptions = [s for s in candidates if event_type in (s.event_types or [])]
@@ -121,7 +127,14 @@ def event_emit(
     payload = {"type": event_type, "timestamp": now.isoformat(), "data": {"graph": graph, **data}}
     rows = [
         OutboundDelivery.objects.create(
-            subscription=s, event_id=event_id, event_type=event_type, graph=graph, payload=payload, next_attempt_at=now
+            subscription=s,
+            event_id=event_id,
+            event_type=event_type,
+            graph=graph,
+            payload=payload,
+            thread_id=data.get("thread_id"),
+            audit_event_id=cause.pk if cause is not None else None,
+            next_attempt_at=now,
         )
         for s in subscriptions
     ]
@@ -166,6 +179,7 @@ def _deadline_step(event: AuditEvent) -> None:
             "escalated_to": details.get("escalated_to"),
             "reason": details.get("reason", ""),
         },
+        cause=event,
     )
 
 
@@ -202,6 +216,7 @@ def _task_opened(event: AuditEvent) -> None:
             "payload_kind": payload_kind(task.payload, task.kind),
             "correlation_key": gate_policy(task.payload, task.kind).correlation_key,
         },
+        cause=event,
     )
 
 
@@ -226,6 +241,7 @@ def _decision_recorded(instance: AuditEvent) -> None:
         "task.signed",
         graph=instance.graph,
         among=among,
+        cause=instance,
         data={
             **data,
             "meaning": details.get("meaning"),
@@ -234,7 +250,7 @@ def _decision_recorded(instance: AuditEvent) -> None:
         },
     )
     if instance.action == AuditAction.DECISION_MADE:
-        event_emit("task.decided", graph=instance.graph, data=data, among=among)
+        event_emit("task.decided", graph=instance.graph, data=data, among=among, cause=instance)
 
 
 def _thread_completed(event: AuditEvent) -> None:
@@ -249,6 +265,7 @@ def _thread_completed(event: AuditEvent) -> None:
             "status": "completed",
             "keys": details.get("keys", []),
         },
+        cause=event,
     )
 
 

@@ -123,16 +123,39 @@ def _delivery_record(claimed: OutboundDelivery, result: SendResult) -> OutboundD
                 transaction.on_commit(lambda: outbox.delivery_dispatch(delivery_id=pk, countdown=delay))
         delivery.save()
         if result.refused:
-            audit_record(
-                actor=None,
-                actor_label="outbound",
-                action=AuditAction.WEBHOOK_DELIVERY_REFUSED,
-                subject_type="outbound_delivery",
-                subject_id=delivery.pk,
-                graph=delivery.graph,
-                details={"subscription": delivery.subscription_id, "error": delivery.last_error},
-            )
+            _outcome_audit(delivery, AuditAction.WEBHOOK_DELIVERY_REFUSED)
+        elif delivery.status == OutboundStatus.DELIVERED:
+            _outcome_audit(delivery, AuditAction.WEBHOOK_DELIVERED, url=claimed.subscription.url)
+        elif delivery.status == OutboundStatus.FAILED:
+            _outcome_audit(delivery, AuditAction.WEBHOOK_DELIVERY_FAILED, url=claimed.subscription.url)
     return delivery
+
+
+def _outcome_audit(delivery: OutboundDelivery, action: AuditAction, **details: Any) -> None:
+    """A delivery's final outcome, on its thread's trail: "delivered to X at T, HTTP 200" is provable.
+
+    One event per delivery, not per attempt (a retry that will be retried records nothing), written by
+    the worker that sent it, in the transaction that records the outcome: never on a decision's path.
+    """
+    audit_record(
+        actor=None,
+        actor_label="outbound",
+        action=action,
+        subject_type="outbound_delivery",
+        subject_id=delivery.pk,
+        thread_id=delivery.thread_id,
+        graph=delivery.graph,
+        details={
+            "subscription": delivery.subscription_id,
+            "event_id": delivery.event_id,
+            "event_type": delivery.event_type,
+            "audit_event": delivery.audit_event_id,
+            "attempts": delivery.attempts,
+            "response_code": delivery.response_code,
+            **({"error": delivery.last_error} if delivery.last_error else {}),
+            **details,
+        },
+    )
 
 
 def _deactivated(subscription_id: int) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import Any
+from uuid import UUID
 
 from django.db import transaction
 from django.db.models import QuerySet
@@ -124,3 +125,32 @@ def subscriptions_visible(user: Any) -> Any:
 
 def deliveries_visible(user: Any) -> QuerySet[OutboundDelivery]:
     return OutboundDelivery.objects.filter(subscription__in=subscriptions_visible(user))
+
+
+def deliveries_list(
+    *,
+    user: Any,
+    subscription: int | None = None,
+    thread: UUID | None = None,
+    graph: str | None = None,
+    event_type: str | None = None,
+    status: str | None = None,
+    before_id: int | None = None,
+    limit: int = 100,
+) -> list[OutboundDelivery]:
+    """The deliveries ``user`` may see, newest (highest id) first; ``before_id`` pages on without a gap
+    (the next page is the ids below the last one seen, as ``GET /api/audit`` pages)."""
+    qs = deliveries_visible(user)
+    if subscription is not None:
+        qs = qs.filter(subscription_id=subscription)
+    if thread is not None:
+        qs = qs.filter(thread_id=thread)
+    if graph:
+        qs = qs.filter(graph=graph)
+    if event_type:
+        qs = qs.filter(event_type=event_type)
+    if status:
+        qs = qs.filter(status=status)
+    if before_id is not None:
+        qs = qs.filter(id__lt=before_id)
+    return list(qs.select_related("subscription").order_by("-id")[:limit])

@@ -1,7 +1,8 @@
 """Webhooks for operators and admins (auditors read only): inbound endpoints with their recent deliveries
 and the gates each may decide, outbound subscriptions with their delivery log, a manual retry for a
-delivery that gave up, and subscribing or deactivating a subscription. Admins create, rotate, re-scope
-and delete inbound endpoints here.
+delivery that gave up, and subscribing or deactivating a subscription. The outbound delivery log pages
+back through every delivery and filters by thread, status and subscription; each row links its thread.
+Admins create, rotate, re-scope and delete inbound endpoints here.
 
 Reads go through ``approvals.inbound.webhooks`` / ``approvals.outbound.subscriptions`` visibility helpers; secrets are
 never rendered (only how many an endpoint holds), nor are delivery payloads, except a new secret in
@@ -11,6 +12,7 @@ the one response that created it (not cached, never put in a message or the sess
 from __future__ import annotations
 
 from typing import Any, cast
+from uuid import UUID
 
 from django.contrib import messages
 from django.contrib.auth.models import User
@@ -20,12 +22,13 @@ from django.utils.cache import add_never_cache_headers
 from django.views.decorators.http import require_GET, require_POST
 
 from approvals import permissions
-from approvals.errors import DomainError, Forbidden, NotFound
+from approvals.errors import DomainError, Forbidden, InvalidInput, NotFound
 from approvals.inbound import webhooks
 from approvals.inputs import INT64_MAX
 from approvals.outbound import sending
 from approvals.outbound.outbox import EVENT_TYPES
 from approvals.outbound.subscriptions import (
+    deliveries_list,
     deliveries_visible,
     subscription_create,
     subscription_deactivate,
@@ -35,6 +38,9 @@ from approvals.outbound.subscriptions import (
 from console.views.common import HtmxHttpRequest, console_login_required, domain_errors, error_page
 
 RECENT = 20
+# The delivery log's page (``before`` pages on, as the API's ``before_id``).
+LOG_PAGE = 50
+LOG_STATUSES = ("pending", "delivered", "failed")
 
 
 def _require_view(user: Any) -> None:
@@ -64,7 +70,13 @@ def _page(request: HtmxHttpRequest, *, status: int = 200, **extra: Any) -> HttpR
     ]
     can_manage = _can_manage(user)
     graphs = webhooks.endpoint_graph_choices(user)
+    wanted = _log_filter(request)
+    found = deliveries_list(user=user, **wanted, limit=LOG_PAGE + 1)
     context = {
+        "log": found[:LOG_PAGE],
+        "log_filter": wanted,
+        "log_older": found[LOG_PAGE - 1].pk if len(found) > LOG_PAGE else None,
+        "log_statuses": LOG_STATUSES,
         "endpoints": endpoints,
         "subscriptions": subscriptions,
         "can_retry": _can_retry(user),
@@ -80,6 +92,30 @@ def _page(request: HtmxHttpRequest, *, status: int = 200, **extra: Any) -> HttpR
     if "revealed" in extra:
         add_never_cache_headers(response)
     return response
+
+
+def _log_filter(request: HtmxHttpRequest) -> dict[str, Any]:
+    """The delivery log's filter from the query (thread, status, subscription, before); a bad value is a
+    422 naming it, never the whole log shown as if it were the answer."""
+    wanted: dict[str, Any] = {}
+    thread = request.GET.get("thread", "").strip()
+    if thread:
+        try:
+            wanted["thread"] = UUID(thread)
+        except ValueError:
+            raise InvalidInput("a thread id (UUID)", field="thread") from None
+    status = request.GET.get("status", "")
+    if status:
+        if status not in LOG_STATUSES:
+            raise InvalidInput(f"one of {', '.join(LOG_STATUSES)}", field="status")
+        wanted["status"] = status
+    for name, key in (("subscription", "subscription"), ("before", "before_id")):
+        raw = request.GET.get(name, "").strip()
+        if raw:
+            if not raw.isdigit() or int(raw) > INT64_MAX:
+                raise InvalidInput("a positive id", field=name)
+            wanted[key] = int(raw)
+    return wanted
 
 
 @require_GET
@@ -221,6 +257,8 @@ def delivery_retry(request: HtmxHttpRequest, delivery_id: int) -> HttpResponse:
         "console/webhooks_delivery_row.html",
         {
             "d": delivery,
+            # The same row is in its subscription's table and in the delivery log: the log's ids are prefixed.
+            "row_id": "log-" if request.POST.get("row") == "log-" else "",
             "can_retry": _can_retry(user),
             "row_error": refused.message if refused else "",
         },

@@ -128,6 +128,36 @@ def test_a_failing_receiver_is_retried_with_backoff_under_the_same_id(operator, 
     assert len(receiver.requests) == 3
 
 
+def test_a_decisions_delivery_is_on_its_threads_trail_once_with_its_outcome(operator, reviewer, auditor, receiver):
+    """An auditor proves "delivered to X at T, HTTP 204" from the thread: one event per delivery's outcome
+    (not per attempt), and the delivery names the decision's audit event it carried."""
+    receiver.fail_first = 1  # the first attempt fails and is retried: still one outcome on the trail
+    sub = _subscribe(operator, receiver.url, "loan_approval", "task.decided")
+    thread = thread_start(operator, "loan_approval", loan_input(amount=20000))
+    [task] = pending_tasks(reviewer, thread["id"])
+    decided = api_decide(reviewer, task, reason="fine").json()
+    delivery = wait_for(
+        lambda: OutboundDelivery.objects.filter(subscription_id=sub["id"], status="delivered").first(),
+        what="the decision's delivery, after one retry",
+    )
+    assert delivery.attempts == 2
+    made = AuditEvent.objects.get(thread_id=thread["id"], action="decision.made")
+    assert str(delivery.thread_id) == thread["id"] and delivery.audit_event_id == made.pk
+
+    [listed] = operator.client.get("/api/webhook-deliveries", thread=thread["id"]).json()
+    assert listed["id"] == delivery.pk and listed["audit_event_id"] == made.pk
+    assert listed["decision_id"] == decided["id"] and listed["url"] == receiver.url
+
+    trail = auditor.client.get("/api/audit", thread=thread["id"]).json()
+    outcomes = [e for e in trail if e["action"].startswith("webhook.")]
+    assert [e["action"] for e in outcomes] == ["webhook.delivered"]
+    [outcome] = outcomes
+    assert outcome["subject_id"] == str(delivery.pk)
+    details = outcome["details"]
+    assert details["url"] == receiver.url and details["response_code"] == 204 and details["attempts"] == 2
+    assert details["audit_event"] == made.pk and details["event_type"] == "task.decided"
+
+
 def test_a_delivery_gives_up_after_six_attempts_and_a_manual_retry_sends_it(operator, reviewer, receiver, personas):
     receiver.fail_first = 6
     sub = _subscribe(operator, receiver.url, "loan_approval", "task.opened")
@@ -140,6 +170,10 @@ def test_a_delivery_gives_up_after_six_attempts_and_a_manual_retry_sends_it(oper
     )
     assert failed.attempts == 6 and failed.response_code == 503 and "503" in failed.last_error
     assert len(receiver.requests) == 6
+    # Given up: one event on the thread's trail, none for the five attempts that were retried.
+    [gave_up] = AuditEvent.objects.filter(thread_id=thread["id"], action__startswith="webhook.")
+    assert gave_up.action == "webhook.delivery_failed" and gave_up.subject_id == str(failed.pk)
+    assert gave_up.details["response_code"] == 503 and gave_up.details["attempts"] == 6
 
     assert reviewer.client.post(f"/api/webhook-deliveries/{failed.pk}/retry").status_code == 403
     response = operator.client.post(f"/api/webhook-deliveries/{failed.pk}/retry")
