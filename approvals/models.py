@@ -169,6 +169,10 @@ class AuditAction(models.TextChoices):
     RUN_SUCCEEDED = "run.succeeded"
     RUN_FAILED = "run.failed"
     RUN_CANCELLED = "run.cancelled"
+    # A zombie overtaken (docs/zombies.md): the sweeper re-sent a run whose lease lapsed; the worker that
+    # held it found its claim taken over and stopped.
+    RUN_LEASE_LAPSED = "run.lease_lapsed"
+    RUN_LEASE_LOST = "run.lease_lost"
     TASK_OPENED = "task.opened"
     TASK_CLAIMED = "task.claimed"
     TASK_RELEASED = "task.released"

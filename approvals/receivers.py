@@ -56,6 +56,32 @@ def on_run_claimed(sender: Any, run: Run, **kwargs: Any) -> None:
     _audit_run(run, AuditAction.RUN_CLAIMED, {"attempt": run.attempts, "fence": run.fence})
 
 
+@receiver(signals.run_lease_lapsed)
+def on_run_lease_lapsed(sender: Any, run: Run, **kwargs: Any) -> None:
+    # In the sweeper's transaction (the run as it read it: only its columns, not its thread).
+    lapsed_at = run.lease_expires_at.isoformat() if run.lease_expires_at else None
+    audit_record(
+        actor=None,
+        actor_label=RUNTIME_LABEL,
+        action=AuditAction.RUN_LEASE_LAPSED,
+        subject_type="run",
+        subject_id=run.id,
+        thread_id=run.thread_id,
+        graph=_thread_graph(run.thread_id),
+        details={"fence": run.fence, "owner": run.lease_owner, "attempt": run.attempts, "lease_expired_at": lapsed_at},
+    )
+
+
+@receiver(signals.run_lease_lost)
+def on_run_lease_lost(sender: Any, run: Run, holder: dict[str, Any], error: str, **kwargs: Any) -> None:
+    # By the overtaken worker, in a transaction of its own: its fence, refused, and who holds the run now.
+    _audit_run(
+        run,
+        AuditAction.RUN_LEASE_LOST,
+        {"fence": run.fence, "attempt": run.attempts, "now_held_by": holder, "error": error[:500]},
+    )
+
+
 @receiver(signals.run_interrupted)
 def on_run_interrupted(sender: Any, run: Run, interrupts: list[Any], **kwargs: Any) -> None:
     # The run's pause and the tasks it opens: audited together, in this order (one statement).

@@ -44,6 +44,7 @@ from runtime.runs import (
     LeaseLost,
     PendingInterrupt,
     RunOutcome,
+    lease_lost_record,
     run_claim,
     run_fail,
     run_finish,
@@ -120,6 +121,7 @@ def run_execute(*, run_id: str) -> None:
             log.warning(
                 "run %s: lease lost (fence %s); leaving it to the worker that took over: %s", run.id, run.fence, exc
             )
+            lease_lost_record(run=run, error=str(exc))
     except Exception as exc:
         if not is_transient(exc):
             raise

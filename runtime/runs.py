@@ -345,6 +345,19 @@ def lease_renew(*, run: Run) -> None:
         raise LeaseLost(f"run {run.id} was taken over (fence {run.fence})")
 
 
+def lease_lost_record(*, run: Run, error: str) -> None:
+    """A worker that found its claim of ``run`` taken over says so on the trail (``run.lease_lost``): its
+    fence, refused, and who holds the run now. A transaction of its own, after the refused write rolled
+    back; only on this path, never on a healthy run's."""
+    try:
+        with transaction.atomic():
+            now = Run.objects.filter(pk=run.pk).values_list("fence", "lease_owner", "status").first()
+            holder = dict(zip(("fence", "owner", "status"), now or (None, "", None), strict=True))
+            signals.run_lease_lost.send(sender=Run, run=run, holder=holder, error=error)
+    except Exception:  # the trail is evidence, not the run's outcome: the worker goes on serving runs
+        log.exception("run %s: could not record that its lease was lost", run.id)
+
+
 def run_finish(*, run: Run, outcome: RunOutcome) -> None:
     """Record the run's outcome; tasks and audit rows are written by signal receivers in this transaction."""
     now = timezone.now()
@@ -462,7 +475,17 @@ def runs_sweep() -> int:
             | Q(status=RunStatus.QUEUED, dispatched_at__isnull=True, created_at__lt=stale_dispatch)
             | Q(status=RunStatus.QUEUED, dispatched_at__lt=stale_dispatch)
         )
-        .only("id", "status", "attempts", "lease_expires_at", "dispatched_at", "created_at")
+        .only(
+            "id",
+            "thread_id",
+            "status",
+            "attempts",
+            "fence",
+            "lease_owner",
+            "lease_expires_at",
+            "dispatched_at",
+            "created_at",
+        )
         .order_by(F("dispatched_at").asc(nulls_first=True))[:500]
     )
     count = 0
@@ -476,8 +499,13 @@ def runs_sweep() -> int:
                 continue
         elif not _redispatch_due(run, now):
             continue
-        if not _redispatch_claim(run, now):
-            continue  # an overlapping sweep re-sent it a moment ago
+        with transaction.atomic():
+            if not _redispatch_claim(run, now):
+                continue  # an overlapping sweep re-sent it a moment ago
+            # On the trail, with the re-dispatch: the lease that lapsed, whose it was, which attempt. Once
+            # per lapse; not for a run its worker handed back (a transient error, a shutdown: no owner).
+            if run.status == RunStatus.RUNNING and run.lease_owner and not _resent_after_lapse(run):
+                signals.run_lease_lapsed.send(sender=Run, run=run)
         log.warning("sweeper: re-dispatching run %s (attempts so far: %s)", run.id, run.attempts)
         run_dispatch(run_id=run.id)
         count += 1
@@ -503,6 +531,14 @@ def _resent_since_lapse(run: Run, now: Any) -> bool:
     if run.dispatched_at is None or run.lease_expires_at is None or run.dispatched_at < run.lease_expires_at:
         return False
     return bool(now - run.dispatched_at < timedelta(seconds=settings.GATEHOUSE_REDISPATCH_AFTER_SECONDS))
+
+
+def _resent_after_lapse(run: Run) -> bool:
+    """Re-sent already since its lease lapsed (that re-dispatch recorded the lapse): ``dispatched_at`` as
+    read before this sweep's claim moved it."""
+    return (
+        run.dispatched_at is not None and run.lease_expires_at is not None and run.dispatched_at >= run.lease_expires_at
+    )
 
 
 def _redispatch_claim(run: Run, now: datetime) -> bool:

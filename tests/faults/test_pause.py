@@ -24,7 +24,7 @@ import pytest
 from django.db import connection
 from django.db.models.functions import Now
 
-from approvals.models import ApprovalTask
+from approvals.models import ApprovalTask, AuditEvent
 from runtime.fencing import FENCE_KEY
 from runtime.models import Effect, Run, RunStatus
 from runtime.registry import graph_get
@@ -135,6 +135,33 @@ def _assert_zombie_gave_up(zombie: FaultWorker, run: Run) -> None:
     )
 
 
+def _assert_trail_shows_the_takeover(run: Run, zombie_pid: int, successor_pid: int) -> None:
+    """The audit trail, not only the workers' logs, says the lease lapsed, the sweeper re-sent the run, and
+    the zombie's claim (its fence) was refused while the successor held it."""
+    zombie_fence = run.fence - 1
+
+    def trail() -> list[AuditEvent] | None:
+        events = list(AuditEvent.objects.filter(subject_type="run", subject_id=str(run.id)).order_by("id"))
+        return events if any(e.action == "run.lease_lost" for e in events) else None
+
+    events = wait_for(trail, timeout=15, what="the zombie's run.lease_lost on the trail")
+    steps = [(e.action, e.details.get("fence")) for e in events if e.action.startswith("run.")]
+    lapse_and_loss = [
+        ("run.claimed", zombie_fence),
+        ("run.lease_lapsed", zombie_fence),
+        ("run.claimed", run.fence),
+        ("run.lease_lost", zombie_fence),
+    ]
+    assert [step for step in steps if step in lapse_and_loss] == lapse_and_loss, steps
+    [lapsed] = [e for e in events if e.action == "run.lease_lapsed"]
+    assert lapsed.actor_label == "runtime" and lapsed.details["attempt"] == 1
+    assert f":{zombie_pid}:" in lapsed.details["owner"]
+    [lost] = [e for e in events if e.action == "run.lease_lost"]
+    assert f":{zombie_pid}:" in lost.actor_label and lost.details["attempt"] == 1
+    assert lost.details["now_held_by"]["fence"] == run.fence
+    assert f":{successor_pid}:" in lost.details["now_held_by"]["owner"]
+
+
 def _assert_written_by(thread_id: str, takeover: set[tuple[Any, ...]], fence: int) -> None:
     """Every checkpoint that appeared after the takeover was written under the takeover's fence or a later one."""
     checkpoints, _ = _store(thread_id)
@@ -190,6 +217,7 @@ def _pause_before_the_effect(fault_worker, frozen, operator, bank, hold_dir, *, 
         assert Effect.objects.get(key=key).calls == 1
         run.refresh_from_db()
         assert run.status == RunStatus.SUCCEEDED and run.attempts == 2 and _owner_pid(run) == successor_pid
+        _assert_trail_shows_the_takeover(run, zombie_pid, successor_pid)
         _assert_written_by(thread["id"], set(takeover[0]), run.fence)
         _assert_zombie_serves_new_runs(zombie, successor, operator, hold_dir)
     finally:
