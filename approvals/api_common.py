@@ -34,7 +34,7 @@ from approvals.inputs import parse_error_of
 from approvals.permissions import TOKEN_NEEDS_ATTR, TOKEN_SCOPE_ATTR, token_actions_for
 from approvals.security import request_token_mark
 from approvals.tokens import token_authenticate
-from runtime.retry import concurrent_change
+from runtime.retry import concurrent_change, exception_chain
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +43,20 @@ RETRY_AFTER_SECONDS = 5
 
 # A request PostgreSQL rolled back for a concurrent one (runtime.retry.concurrent_change), on every surface.
 CONCURRENT_CHANGE = "another request changed the same records at the same moment; nothing was written: send it again"
+
+# The SQLSTATE our database functions raise when a caller runs code older than the schema (migration 0033):
+# the request is refused whole, and only restarting the process on the new code makes it succeed.
+STALE_CODE_SQLSTATE = "GH001"
+STALE_CODE = (
+    "this server process runs code older than the database schema (an upgrade is under way or it was not "
+    "restarted after one); nothing was written: restart this process on the new release, then retry"
+)
+
+
+def stale_code(exc: BaseException) -> bool:
+    """True when one of our database functions refused the caller for running code older than the schema."""
+    return any(getattr(link, "sqlstate", None) == STALE_CODE_SQLSTATE for link in exception_chain(exc))
+
 
 # The actions that change nothing: a POST whose view declares only these reads (a search with its filters in a body).
 READ_ONLY_ACTIONS = {"read"}
@@ -295,6 +309,16 @@ def api_errors_install(
         response._has_been_logged = True  # type: ignore[attr-defined]
         return response
 
+    def on_database_refusal(request: HttpRequest, exc: DatabaseError) -> HttpResponse:
+        if not stale_code(exc):
+            return on_unexpected(request, exc)
+        # Not a defect of this request: the process must be restarted (docs/deploy.md, "Upgrades"). One line.
+        log.warning("%s %s: refused, this process is older than the database: %s", request.method, request.path, exc)
+        response = respond(request, 503, "restart_required", STALE_CODE)
+        response["Retry-After"] = str(RETRY_AFTER_SECONDS)
+        response._has_been_logged = True  # type: ignore[attr-defined]
+        return response
+
     def on_unexpected(request: HttpRequest, exc: Exception) -> HttpResponse:
         # A defect: logged once with its traceback, answered in the API's JSON error body. Ninja's default
         # re-raised it to Django, whose answer is an HTML "Server Error (500)" page a client cannot parse.
@@ -308,6 +332,7 @@ def api_errors_install(
 
     api.exception_handler(Exception)(on_unexpected)
     api.exception_handler(DomainError)(on_domain_error)
+    api.exception_handler(DatabaseError)(on_database_refusal)
     api.exception_handler(OperationalError)(on_database_unavailable)
     api.exception_handler(InterfaceError)(on_database_unavailable)
     api.exception_handler(ValidationError)(on_validation_error)
