@@ -9,7 +9,8 @@ harmless), so they are warnings; ``check --deploy --fail-level WARNING`` fails
 a deployment on them.
 
 The static files manifest (production): ``check --deploy`` fails (``gatehouse.E001``/``E002``)
-when ``collectstatic`` has not run for this version.
+when ``collectstatic`` has not run for this version: a file missing from the manifest, or mapped to a
+hashed name its current content does not have (an upgrade changed it).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from django.apps import apps
 from django.conf import settings
 from django.contrib.staticfiles.storage import ManifestFilesMixin
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
+from django.core.files import File
 from django.core.files.storage import storages
 
 # "≪": the visibility timeout should be at least this many times the recovery clocks.
@@ -133,11 +135,8 @@ def static_manifest_check(app_configs: Any = None, **kwargs: Any) -> list[CheckM
     except (ValueError, AttributeError):
         collected = set()
     root = Path(apps.get_app_config("console").path) / "static"
-    missing = sorted(
-        p.relative_to(root).as_posix()
-        for p in root.rglob("*")
-        if p.is_file() and p.relative_to(root).as_posix() not in collected
-    )
+    files = sorted(p for p in root.rglob("*") if p.is_file())
+    missing = [p.relative_to(root).as_posix() for p in files if p.relative_to(root).as_posix() not in collected]
     if missing:
         return [
             Error(
@@ -147,4 +146,33 @@ def static_manifest_check(app_configs: Any = None, **kwargs: Any) -> list[CheckM
                 id="gatehouse.E002",
             )
         ]
+    changed = [p.relative_to(root).as_posix() for p in files if _collected_from_other_content(storage, root, p)]
+    if changed:
+        return [
+            Error(
+                f"the static files manifest {storage.path(storage.manifest_name)} maps {len(changed)} of the "
+                f"console's files to an older version of them (first: {changed[0]}): pages would be served the "
+                "old file",
+                hint=hint,
+                id="gatehouse.E002",
+            )
+        ]
     return []
+
+
+def _collected_from_other_content(storage: Any, root: Path, path: Path) -> bool:
+    """True when the manifest's hashed name for ``path`` is not the one its content has now.
+
+    The name is what ``ManifestStaticFilesStorage`` computes from the file (``name.<md5[:12]>.ext``). A
+    stylesheet whose ``url()`` references were rewritten is hashed after the rewrite, so its name differs
+    even when collected from this content: there the collected copy of the original decides."""
+    name = path.relative_to(root).as_posix()
+    with path.open("rb") as source:
+        expected = storage.hashed_name(name, content=File(source))
+    if storage.stored_name(name) == expected:
+        return False
+    try:
+        with storage.open(name) as collected:
+            return bool(collected.read() != path.read_bytes())
+    except OSError:
+        return True

@@ -212,6 +212,33 @@ def test_the_deploy_check_fails_until_the_static_files_are_collected(settings, t
     assert "console/favicon.svg" in outdated[0].msg
 
 
+def test_the_deploy_check_fails_when_a_collected_file_changed_since(settings, tmp_path):
+    """An upgrade changed console.css, nobody ran collectstatic: the manifest still named the old hashed file,
+    the console served the old stylesheet, and the deploy check passed (it looked only for missing names)."""
+    from django.core.management import call_command
+
+    from console.checks import static_manifest_check
+
+    settings.STORAGES = MANIFEST_STORAGE
+    settings.STATIC_ROOT = tmp_path / "static"
+    call_command("collectstatic", "--noinput", verbosity=0)
+    assert static_manifest_check() == []
+
+    # What collectstatic left from the version before: its console.css, and the manifest naming that file.
+    old = b"body { color: black; }\n"
+    old_name = "console/console.0a1b2c3d4e5f.css"
+    (settings.STATIC_ROOT / "console" / "console.css").write_bytes(old)
+    (settings.STATIC_ROOT / old_name).write_bytes(old)
+    manifest = settings.STATIC_ROOT / "staticfiles.json"
+    stale = json.loads(manifest.read_text())
+    stale["paths"]["console/console.css"] = old_name
+    manifest.write_text(json.dumps(stale))
+
+    outdated = static_manifest_check()
+    assert [m.id for m in outdated] == ["gatehouse.E002"]
+    assert "console/console.css" in outdated[0].msg and "older version" in outdated[0].msg
+
+
 def test_the_static_manifest_is_not_checked_without_hashed_static_files(settings, tmp_path):
     from console.checks import static_manifest_check
 
