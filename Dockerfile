@@ -28,7 +28,8 @@ RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml
  && rm /tmp/requirements.txt
 
 COPY . .
-RUN mkdir -p /app/var && chown -R gatehouse:gatehouse /app/var
+# /app/var/beat: beat's schedule file, a volume in docker-compose.yml (a named volume takes this owner).
+RUN mkdir -p /app/var/beat && chown -R gatehouse:gatehouse /app/var
 
 USER gatehouse
 

@@ -6,6 +6,7 @@ import logging
 import multiprocessing
 import os
 import threading
+from datetime import timedelta
 from typing import Any
 
 from celery import Celery
@@ -222,12 +223,34 @@ def _ops_signals_connect() -> None:
     task_postrun.connect(sweep_recorded, weak=False)
 
 
+# The hourly entries whose first run must not wait a whole interval after beat starts (see setup_schedule).
+CATCH_UP_ENTRIES = ("anchor-audit", "prune-checkpoints")
+
+
 class HeartbeatScheduler(PersistentScheduler):
     """Celery's persistent scheduler, touching GATEHOUSE_BEAT_HEARTBEAT_FILE on every tick.
 
     ``manage.py health_check --component beat`` reads the file's age: beat proves it is
     alive without a database or broker round trip (beat itself uses neither to tick).
     """
+
+    def setup_schedule(self) -> None:
+        """Anchoring and pruning run ``GATEHOUSE_BEAT_CATCH_UP_SECONDS`` after start when this schedule never ran
+        them, not a full interval after: Celery dates an entry it has not run from beat's start, and a beat
+        redeployed more often than hourly with a new schedule file (a recreated container) never anchored
+        or pruned at all. An entry that ran keeps its time from the schedule file."""
+        super().setup_schedule()
+        catch_up = float(settings.GATEHOUSE_BEAT_CATCH_UP_SECONDS)
+        now = self.app.now()
+        for name in CATCH_UP_ENTRIES:
+            entry = self.schedule.get(name)
+            run_every = getattr(entry.schedule, "run_every", None) if entry is not None else None
+            if entry is None or entry.total_run_count or not isinstance(run_every, timedelta):
+                continue
+            interval = run_every.total_seconds()
+            if catch_up < interval:
+                entry.last_run_at = now - timedelta(seconds=interval - catch_up)
+                log.info("beat: %s first runs in %gs (this schedule never ran it)", name, catch_up)
 
     def tick(self, *args: Any, **kwargs: Any) -> float:
         from console.heartbeats import beat_heartbeat_touch

@@ -584,6 +584,9 @@ GATEHOUSE_HEARTBEAT_STALE_SECONDS = env_float(
 # Beat touches this file on every tick (`manage.py health_check --component beat` reads its age).
 GATEHOUSE_BEAT_HEARTBEAT_FILE = Path(env_str("GATEHOUSE_BEAT_HEARTBEAT_FILE") or VAR_DIR / "beat.heartbeat")
 CELERY_BEAT_SCHEDULER = "console.celery:HeartbeatScheduler"
+# A beat whose schedule never ran the audit anchoring and the pruning runs them this long after it starts,
+# not one full interval later (console.celery.HeartbeatScheduler); at or above an interval: Celery's way.
+GATEHOUSE_BEAT_CATCH_UP_SECONDS = env_float("GATEHOUSE_BEAT_CATCH_UP_SECONDS", 30.0, minimum=0.0)
 # GET /metrics needs "Authorization: Bearer <this>"; unset = /metrics answers 404.
 GATEHOUSE_METRICS_TOKEN = env_str("GATEHOUSE_METRICS_TOKEN") or ""
 if GATEHOUSE_METRICS_TOKEN and len(GATEHOUSE_METRICS_TOKEN) < 24:
