@@ -94,6 +94,24 @@ class HousekeepingFilter(logging.Filter):
         return _celery_task_name(record) not in self.tasks
 
 
+class PoolAttemptFilter(logging.Filter):
+    """Drops psycopg_pool's WARNING per failed connection attempt (``error connecting in 'pool-1': …``,
+    ``reconnection attempt in pool … failed``), unless ``LOG_LEVEL=DEBUG``.
+
+    While the database is down one API request wrote seven lines (each pool worker's attempts) and
+    ``health_check`` sixteen, where the docs promise one: the request's ``database unavailable`` WARNING
+    (``approvals.api_common``, ``console.middleware``) or the command's error line, which say the same once,
+    per failure. The pool's other warnings (a connection returned inside a transaction) pass.
+    """
+
+    ATTEMPTS = ("error connecting in ", "reconnection attempt in pool ")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if logging.getLogger(record.name).isEnabledFor(logging.DEBUG):
+            return True
+        return not (isinstance(record.msg, str) and record.msg.startswith(self.ATTEMPTS))
+
+
 def _celery_task_name(record: logging.LogRecord) -> str | None:
     """The task a Celery INFO line is about: ``%(name)s`` of the worker's lines, the second argument of beat's."""
     args = record.args

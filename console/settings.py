@@ -496,6 +496,7 @@ LOGGING = {
     "filters": {
         "context": {"()": "console.logs.ContextFilter"},
         "housekeeping": {"()": "console.logs.HousekeepingFilter"},
+        "pool_attempts": {"()": "console.logs.PoolAttemptFilter"},
     },
     "formatters": {
         "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
@@ -511,7 +512,11 @@ LOGGING = {
         }
     },
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
-    "loggers": {"httpx": {"level": "WARNING"}},
+    "loggers": {
+        "httpx": {"level": "WARNING"},
+        # One line per failure while the database is down, not one per pool connection attempt (console/logs.py).
+        "psycopg.pool": {"filters": ["pool_attempts"]},
+    },
 }
 
 # --- reviewer console --------------------------------------------------------

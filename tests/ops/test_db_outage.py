@@ -187,6 +187,9 @@ def test_the_apis_answer_503_json_while_the_database_is_down(bank, personas, tmp
     assert "WARNING approvals.api_common GET /api/threads: database unavailable" in log, log[-3000:]
     assert "WARNING approvals.api_common POST /lg/threads/search: database unavailable" in log, log[-3000:]
     assert "Traceback" not in log and "ERROR" not in log, log[-3000:]
+    # Nor the pool's warning per connection attempt: four "error connecting in 'pool-1'" and a "reconnection
+    # attempt … failed" came with each request (console.logs.PoolAttemptFilter).
+    assert "psycopg.pool" not in log, log[-3000:]
 
 
 def _signed_in_cookie(user) -> str:
