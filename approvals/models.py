@@ -242,6 +242,8 @@ class AuditAction(models.TextChoices):
     # Cancelling a running run (approvals.run_cancel): the thread rolled back, a task of the run withdrawn.
     RUN_ROLLED_BACK = "run.rolled_back"
     TASK_CANCELLED = "task.cancelled"
+    # Retention (runtime.retention): what a prune deleted — counts, cut-offs, the threads (docs/retention.md).
+    CHECKPOINTS_PRUNED = "checkpoints.pruned"
 
 
 class AuditEvent(models.Model):

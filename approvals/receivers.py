@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
+from django.db import transaction
 from django.dispatch import receiver
 
 from approvals.audit import AuditEntry, audit_record, audit_record_all
@@ -12,6 +14,7 @@ from approvals.models import AuditAction, AuditEvent
 from approvals.services import tasks_open
 from runtime import signals
 from runtime.models import Effect, Run, Thread
+from runtime.retention import PruneReport, checkpoints_pruned
 
 # A thread's graph, by thread id: set when the thread starts running and never changed after, so
 # audit rows of effects (several per run) need not read the thread again. Bounded; empty ones not kept.
@@ -156,3 +159,32 @@ def on_store_written(
         thread_id=operation.thread_id,
         run_id=operation.run_id,
     )
+
+
+# Retention: a prune that deleted checkpoints or blobs is on the record, as any other deletion (docs/retention.md).
+PRUNED_IDS_LISTED = 100  # the rest are covered by the digest of them all
+
+
+@receiver(checkpoints_pruned)
+def on_checkpoints_pruned(sender: Any, report: PruneReport, graph: str | None, **kwargs: Any) -> None:
+    threads = sorted(report.pruned_threads)
+    digest = hashlib.sha256("\n".join(threads).encode()).hexdigest()
+    with transaction.atomic():
+        audit_record(
+            actor=None,
+            actor_label=RUNTIME_LABEL,
+            action=AuditAction.CHECKPOINTS_PRUNED,
+            subject_type="retention",
+            subject_id=digest[:16],
+            graph=graph or "",
+            details={
+                "threads": len(threads),
+                "thread_ids": threads[:PRUNED_IDS_LISTED],
+                "thread_ids_sha256": digest,  # of the sorted ids, one per line
+                "checkpoints_deleted": report.checkpoints_deleted,
+                "checkpoints_kept": report.checkpoints_kept,
+                "blobs_deleted": report.blobs_deleted,
+                "completed_before": report.completed_before,
+                "errors": len(report.errors),
+            },
+        )

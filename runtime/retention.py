@@ -14,7 +14,8 @@ Policy, per graph (langgraph.json ``"gatehouse": {"retention": {"<graph>":
 - blobs no thread references any more are deleted after a grace period.
 
 Audit events are never pruned: they live in the audit trail, not in the
-checkpoint store. The runtime does not import the domain: protected ids come
+checkpoint store. A prune that deleted anything is itself audited (``checkpoints_pruned``,
+``approvals.receivers``): counts, cut-offs, the threads. The runtime does not import the domain: protected ids come
 from the settings (by model label) and from signal receivers.
 """
 
@@ -42,6 +43,9 @@ log = logging.getLogger(__name__)
 
 # sender=None, threads: list[Thread]; receivers return {thread_id (str): {checkpoint_id, ...}}.
 checkpoints_protect = Signal()
+# sender=None, report: PruneReport, graph: str | None; after a run (not a dry run) that deleted anything. The
+# domain audits it (approvals.receivers): what retention removed is on the record, as every other deletion.
+checkpoints_pruned = Signal()
 
 Progress = Callable[[int, int], None]
 
@@ -54,6 +58,9 @@ class PruneReport:
     blobs_deleted: int = 0
     dry_run: bool = False
     errors: list[str] = field(default_factory=list)
+    # The threads that lost checkpoints, and per graph the completion time before which threads were pruned.
+    pruned_threads: list[str] = field(default_factory=list)
+    completed_before: dict[str, str] = field(default_factory=dict)
 
 
 def retention_days_for(graph: str) -> int:
@@ -112,6 +119,7 @@ def checkpoints_prune(
     """Apply the retention policy to every prunable thread, then collect unreferenced blobs."""
     saver = checkpointer_get()
     report = PruneReport(dry_run=dry_run)
+    now = now or timezone.now()
     qs = threads_prunable(graph=graph, now=now)
     total = qs.count()
     done = 0
@@ -134,6 +142,11 @@ def checkpoints_prune(
                 report.errors.append(f"{thread.pk}: {exc!r}")
                 deleted = kept = 0
             report.threads += 1
+            if deleted:
+                report.pruned_threads.append(str(thread.pk))
+                if thread.graph not in report.completed_before:
+                    days = retention_days_for(thread.graph)
+                    report.completed_before[thread.graph] = (now - timedelta(days=days)).isoformat()
             report.checkpoints_deleted += deleted
             report.checkpoints_kept += kept
             done += 1
@@ -143,6 +156,8 @@ def checkpoints_prune(
     store = getattr(saver, "blob_store", None)
     if store is not None:
         report.blobs_deleted = len(blobs_collect(store, dry_run=dry_run))
+    if not dry_run and (report.checkpoints_deleted or report.blobs_deleted):
+        checkpoints_pruned.send(sender=None, report=report, graph=graph)
     return report
 
 

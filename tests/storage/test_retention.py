@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 from django.core.management import call_command
@@ -93,3 +94,28 @@ def test_a_blob_still_referenced_by_a_kept_checkpoint_survives(live_db):
     checkpoints_prune(graph=thread.graph)
     kept = set(BlobRef.objects.filter(thread_id=str(thread.id)).values_list("blob_id", flat=True))
     assert kept and Blob.objects.filter(pk__in=kept).count() == len(kept)
+
+
+def test_a_prune_that_deleted_checkpoints_is_audited_and_a_dry_run_is_not(live_db, capsys):
+    """The examiner: retention deleted state and wrote nothing on the record. A real prune records one
+    ``checkpoints.pruned`` event (counts, the cut-off, the threads); a dry run or a prune of nothing records none."""
+    from approvals.audit import audit_verify
+    from approvals.models import AuditAction, AuditEvent
+
+    thread, ids = _thread_with_history()
+    pruned = AuditEvent.objects.filter(action=AuditAction.CHECKPOINTS_PRUNED, graph=thread.graph)
+    call_command("checkpoints_prune", "--dry-run", "--graph", thread.graph)
+    assert not pruned.exists()
+
+    call_command("checkpoints_prune", "--graph", thread.graph)
+    [event] = pruned
+    details = event.details
+    assert details["threads"] == 1 and details["thread_ids"] == [str(thread.pk)]
+    assert details["checkpoints_deleted"] == len(ids) - 1 and details["errors"] == 0
+    assert details["thread_ids_sha256"] == hashlib.sha256(str(thread.pk).encode()).hexdigest()
+    cut_off = datetime.fromisoformat(details["completed_before"][thread.graph])
+    assert thread.updated_at < cut_off < timezone.now() and event.actor_label == "runtime"
+
+    call_command("checkpoints_prune", "--graph", thread.graph)  # nothing left to delete: nothing to record
+    assert pruned.count() == 1
+    assert audit_verify()[1] is None
