@@ -1,7 +1,7 @@
 """A web process still running code from before a migration that changed what the database accepts (0032: the
 audit hash covers the actor's user id) is refused by the database on every audited write. The API answered
 that as a 500 ``internal``, a defect; it is a 503 ``restart_required`` naming the cure (restart this process),
-since our functions raise their own SQLSTATE for it (migration 0033, ``approvals.api_common.stale_code``).
+since our functions raise their own SQLSTATE for it (migration 0034, ``approvals.api_common.stale_code``).
 
 The refusal is real: the audited write sends ``gatehouse_audit_append`` the hashed text in the form the code
 from before 0032 built (no ``actor_id``), and PostgreSQL refuses it.

@@ -412,7 +412,7 @@ def test_a_trail_appended_before_migration_0032_verifies_after_it_and_the_old_fo
         assert [row[0] for row in after[:2]] == [event_id for event_id, _ in old] and after[2][1] == old[1][1]
         with pytest.raises(psycopg.DatabaseError, match="do not name the actor's user id") as refused:
             _append_old_code(conn, chain, subject, user, "old-code")
-        assert refused.value.sqlstate == "GH001"  # migration 0033: "this process is older than the database"
+        assert refused.value.sqlstate == "GH001"  # migration 0034: "this process is older than the database"
         conn.execute("SET session_replication_role = replica")  # the pentester, on an event of today
         conn.execute("UPDATE approvals_auditevent SET actor_id = %s WHERE id = %s", [user, after[2][0]])
     broken = manage("audit_verify")

@@ -18,7 +18,7 @@ _OLD = "RAISE EXCEPTION USING ERRCODE = 'check_violation',"
 _NEW = "RAISE EXCEPTION USING ERRCODE = 'GH001',"
 
 if _0032.APPEND_SQL.count(_OLD) != 1:
-    raise RuntimeError("migration 0032's function text is not the one 0033 rewrites")
+    raise RuntimeError("migration 0032's function text is not the one 0034 rewrites")
 APPEND_SQL = _0032.APPEND_SQL.replace(_OLD, _NEW)
 
 
@@ -34,7 +34,7 @@ def check_violation(apps, schema_editor):  # type: ignore[no-untyped-def]
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("approvals", "0032_audit_actor_id_hashed"),
+        ("approvals", "0033_outbound_delivery_thread"),
     ]
 
     operations = [
