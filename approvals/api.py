@@ -485,7 +485,8 @@ def audit_list(request: AuthedRequest, query: Query[AuditQuery]) -> list[AuditEv
         until=query.until,
     )
     events = selectors.audit_list(user=_user(request), filters=filters, limit=query.limit, before_id=query.before_id)
-    return [_audit_out(e, _user(request)) for e in events]
+    with gateway.reveals_gathered(_user(request), reading="audit:list"):  # one reveal for the page
+        return [_audit_out(e, _user(request)) for e in events]
 
 
 def _audit_out(event: AuditEvent, user: Any) -> AuditEventOut:

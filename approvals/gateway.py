@@ -64,13 +64,14 @@ def guard(
     subject: str,
     thread_id: Any = None,
     quoted: Collection[str] | None = None,
+    gathered: list[Reveal] | None = None,
 ) -> tuple[Any, list[str]]:
     """Mask ``value`` for ``user``; returns (value as shown, paths masked).
 
     With ``quoted`` (a value that carries state: the values the thread carried elsewhere, or none), the
     text of the messages in it is masked too (``redaction.state_redact``); without, paths only (an
     interrupt payload: its digest is computed over it masked by path). A permitted user sees the value
-    unmasked and the reveal is audited.
+    unmasked and the reveal is audited (with ``gathered``, later: see ``reveals_record``).
     """
     paths = sensitive_paths(graph)
     if not paths:
@@ -80,12 +81,14 @@ def guard(
         return value, []
     if not may_see_sensitive(user):
         return masked, applied
-    _revealed(user, subject=subject, thread_id=thread_id, graph=graph, paths=applied)
+    _revealed(user, subject=subject, thread_id=thread_id, graph=graph, paths=applied, gathered=gathered)
     return value, []
 
 
 @dataclasses.dataclass(frozen=True)
-class _Reveal:
+class Reveal:
+    """One record's sensitive values shown to a reader who may see them."""
+
     subject: str
     thread_id: Any
     graph: str
@@ -93,15 +96,25 @@ class _Reveal:
 
 
 # The reveals a reading of many records gathers (``reveals_gathered``), or None: each is recorded as it is made.
-_GATHERED: ContextVar[list[_Reveal] | None] = ContextVar("gatehouse_reveals_gathered", default=None)
+_GATHERED: ContextVar[list[Reveal] | None] = ContextVar("gatehouse_reveals_gathered", default=None)
 REVEALED_SUBJECTS_MAX = 1000  # subjects a gathered reveal names; the rest are counted
 
 
-def _revealed(user: permissions.Principal, *, subject: str, thread_id: Any, graph: str, paths: Sequence[str]) -> None:
-    """``user`` was shown the sensitive ``paths`` of ``subject``: audited now, or with the reading's others."""
-    gathered = _GATHERED.get()
+def _revealed(
+    user: permissions.Principal,
+    *,
+    subject: str,
+    thread_id: Any,
+    graph: str,
+    paths: Sequence[str],
+    gathered: list[Reveal] | None = None,
+) -> None:
+    """``user`` was shown the sensitive ``paths`` of ``subject``: audited now, or with the reading's others
+    (``gathered`` given, or inside ``reveals_gathered``)."""
+    if gathered is None:
+        gathered = _GATHERED.get()
     if gathered is not None:
-        gathered.append(_Reveal(subject, thread_id, graph, tuple(paths)))
+        gathered.append(Reveal(subject, thread_id, graph, tuple(paths)))
         return
     with transaction.atomic():
         audit_record(
@@ -124,23 +137,30 @@ def reveals_gathered(user: permissions.Principal, *, reading: str) -> Iterator[N
     auditor reading 100 events wrote up to 100 more (960 of a trail's 2,400 came from a few page views), the
     trail's counts moved while it was read, and an export of a long trail wrote a row per row it exported.
     Nothing is recorded for a reading that raised (its values were not shown)."""
-    gathered: list[_Reveal] = []
+    gathered: list[Reveal] = []
     token = _GATHERED.set(gathered)
     try:
         yield
     finally:
         _GATHERED.reset(token)
-    if gathered:
-        _reveals_record(user, reading, gathered)
+    reveals_record(user, reading, gathered)
 
 
-def _reveals_record(user: permissions.Principal, reading: str, gathered: list[_Reveal]) -> None:
+def reveals_record(
+    user: permissions.Principal, reading: str, gathered: list[Reveal], *, actor_label: str | None = None
+) -> None:
+    """The ``gathered`` reveals of one reading (``reading``: what was read, e.g. ``audit:export``) as one
+    ``sensitive.revealed`` event; nothing when none. What ``reveals_gathered`` does at its end, for a reading
+    that spans calls a context manager cannot (an export streamed chunk by chunk, each maybe on its own thread)."""
+    if not gathered:
+        return
     threads = {r.thread_id for r in gathered}
     graphs = {r.graph for r in gathered}
     subjects = list(dict.fromkeys(r.subject for r in gathered))
     with transaction.atomic():
         audit_record(
             actor=user,
+            actor_label=actor_label,
             action=AuditAction.SENSITIVE_REVEALED,
             subject_type=reading.split(":", 1)[0],
             subject_id=reading.split(":", 1)[-1],
@@ -316,17 +336,22 @@ def payload_for(user: permissions.Principal, task: ApprovalTask) -> tuple[Any, l
     return guard(user, task.graph, task.payload, subject=f"task:{task.pk}", thread_id=task.thread_id)
 
 
-def audit_details_for(user: permissions.Principal, event: AuditEvent) -> dict[str, Any]:
+def audit_details_for(
+    user: permissions.Principal, event: AuditEvent, *, gathered: list[Reveal] | None = None
+) -> dict[str, Any]:
     """Audit details are stored whole (they are hashed); masking happens on the way out.
 
-    Reading the reveal events themselves reveals nothing, so they are not re-audited.
+    Reading the reveal events themselves reveals nothing, so they are not re-audited. ``gathered``: a
+    reading's reveals, recorded together at its end (``reveals_record``).
     """
     stored: dict[str, Any] = event.details
     if not event.graph or event.action == AuditAction.SENSITIVE_REVEALED:
         return stored
     details: dict[str, Any]
     # Details quote state (an input, an update, edits): their messages are masked by the values they hold.
-    details, _ = guard(user, event.graph, stored, subject=f"audit:{event.pk}", thread_id=event.thread_id, quoted=())
+    details, _ = guard(
+        user, event.graph, stored, subject=f"audit:{event.pk}", thread_id=event.thread_id, quoted=(), gathered=gathered
+    )
     if event.action in COMMENT_ACTIONS:  # Conversation (comments): free text quoting redacted values
         details = _comment_details_masked(user, event, details)
     return details

@@ -59,9 +59,11 @@ def audit_export_queryset(*, user: permissions.Principal, filters: AuditFilters)
     return audit_filter(permissions.audit_visible(user), **filters.query()).order_by("id")
 
 
-def export_row(user: permissions.Principal, event: AuditEvent) -> dict[str, Any]:
+def export_row(
+    user: permissions.Principal, event: AuditEvent, *, gathered: list[gateway.Reveal] | None = None
+) -> dict[str, Any]:
     fields = event_fields(event)
-    shown = gateway.audit_details_for(user, event)
+    shown = gateway.audit_details_for(user, event, gathered=gathered)
     masked = shown is not event.details and shown != event.details
     return {
         "id": event.id,
@@ -101,6 +103,8 @@ class AuditExport:
     format: str = "jsonl"
     actor_label: str | None = None  # for exports by a management command (no user row)
     stats: ExportStats = field(default_factory=ExportStats)
+    # What the rows revealed to an exporter who may see sensitive values: one event at the end, not one a row.
+    revealed: list[gateway.Reveal] = field(default_factory=list)
     _audited: bool = False
 
     def __post_init__(self) -> None:
@@ -126,7 +130,7 @@ class AuditExport:
         # A transaction keeps the cursor a plain (not WITH HOLD) server-side cursor: rows stream as read.
         with transaction.atomic():
             for event in qs.iterator(chunk_size=CHUNK_SIZE):
-                row = export_row(self.user, event)
+                row = export_row(self.user, event, gathered=self.revealed)
                 self.stats.add(row)
                 yield row
         self.stats.complete = True
@@ -177,6 +181,8 @@ class AuditExport:
         self._audited = True
         s = self.stats
         user = self.user if isinstance(self.user, User) and self.user.pk else None
+        # The rows streamed so far were shown, whole stream or not.
+        gateway.reveals_record(self.user, "audit:export", self.revealed, actor_label=self.actor_label)
         with transaction.atomic():
             audit_record(
                 actor=user,
