@@ -526,6 +526,9 @@ def _task_decide(*, actor: User, task_id: Any, request: DecisionRequest, signer:
             "signer": decision.signer_name,
             "reason": request.reason,
             "state_patch": state_patch,
+            # What the patched keys held before (the thread's values at this task's checkpoint, which it is at):
+            # the trail alone shows an edit's before and after, as the decision page does.
+            "state_before": _values_before(state_patch, thread.values),
             "resume": resume_value,
             "checkpoint_id": task.checkpoint_id,
             "payload_digest": task.payload_digest,
@@ -570,6 +573,14 @@ def _proposal_details(earlier: list[Decision], decision: Decision) -> dict[str, 
         if gone:
             details["supersedes"] = [str(d.pk) for d in gone if current is None or d.created_at > current.created_at]
     return details
+
+
+def _values_before(patch: dict[str, Any] | None, values: Any) -> dict[str, Any] | None:
+    """The values the keys of ``patch`` held in ``values`` (a key it adds: null); None without a patch."""
+    if not patch:
+        return None
+    held = values if isinstance(values, dict) else {}
+    return {key: held.get(key) for key in patch}
 
 
 def _approval_with_edits(task: ApprovalTask, request: DecisionRequest) -> DecisionRequest:

@@ -11,24 +11,10 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from approvals.audit import audit_record
-from approvals.models import AuditEvent
+from tests.approvals.test_export import event
 from tests.conftest import Persona
 
 pytestmark = pytest.mark.django_db
-
-
-def event(action: str, *, actor: str = "lister", graph: str = "loan_approval", thread: Any = None) -> AuditEvent:
-    return audit_record(
-        actor=None,
-        actor_label=actor,
-        action=action,
-        subject_type="test",
-        subject_id=action,
-        thread_id=thread,
-        graph=graph,
-        details={},
-    )
 
 
 def api_ids(auditor: Persona, **params: Any) -> list[int]:

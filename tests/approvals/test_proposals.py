@@ -190,3 +190,14 @@ def test_an_approval_after_an_argument_edit_signs_the_edited_argument(people):
     assert approval.signed_action == {"name": "disburse", "args": {"amount": 18000, "term_months": 12}}
     assert event_of(approval)["proposal"]["action_args"] == {"term_months": 12}
     assert event_of(approval)["proposal"]["decision"] == str(proposal.pk)
+
+
+def test_an_edits_record_holds_the_values_it_replaced(people):
+    """An examiner reading an export saw an edit's new amount only: the value it replaced had to be inferred
+    from the thread's start. The decision's event now holds both."""
+    task = task_make(payload=loan_gate(18000, required_approvals=2), values={"amount": 18000})
+    proposal = decide(people["rev1"], task, "edit", state_patch={"amount": 15000, "term_months": 12})
+    details = event_of(proposal)
+    assert details["state_patch"] == {"amount": 15000, "term_months": 12}
+    assert details["state_before"] == {"amount": 18000, "term_months": None}  # a key the state did not hold
+    assert event_of(decide(people["appr"], task))["state_before"] is None  # an approval changes no value
