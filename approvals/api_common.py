@@ -44,7 +44,7 @@ RETRY_AFTER_SECONDS = 5
 # A request PostgreSQL rolled back for a concurrent one (runtime.retry.concurrent_change), on every surface.
 CONCURRENT_CHANGE = "another request changed the same records at the same moment; nothing was written: send it again"
 
-# The SQLSTATE our database functions raise when a caller runs code older than the schema (migration 0033):
+# The SQLSTATE our database functions raise when a caller runs code older than the schema (migration 0034):
 # the request is refused whole, and only restarting the process on the new code makes it succeed.
 STALE_CODE_SQLSTATE = "GH001"
 STALE_CODE = (

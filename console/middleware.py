@@ -8,11 +8,11 @@ from typing import Any, TypeVar
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
-from django.db import InterfaceError, OperationalError
+from django.db import DatabaseError, InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse, JsonResponse, QueryDict
 from django.template.loader import render_to_string
 
-from approvals.api_common import CONCURRENT_CHANGE, RETRY_AFTER_SECONDS
+from approvals.api_common import CONCURRENT_CHANGE, RETRY_AFTER_SECONDS, stale_code
 from approvals.errors import Conflict
 from runtime.retry import concurrent_change
 
@@ -138,6 +138,13 @@ class DatabaseUnavailableMiddleware:
         return self.get_response(request)
 
     def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
+        if isinstance(exception, DatabaseError) and stale_code(exception):
+            # This process runs code older than the database (an upgrade under way): not a defect of the
+            # page, and only a restart on the new release cures it (docs/deploy.md, "Upgrades"). One line.
+            log.warning(
+                "%s %s: refused, this process is older than the database: %s", request.method, request.path, exception
+            )
+            return self._unavailable(request, restart=True)
         if not isinstance(exception, OperationalError | InterfaceError):
             return None
         if concurrent_change(exception):  # a deadlock with a concurrent request: nothing was written
@@ -148,11 +155,16 @@ class DatabaseUnavailableMiddleware:
             answer._has_been_logged = True  # type: ignore[attr-defined]
             return answer
         log.warning("%s %s: database unavailable: %s", request.method, request.path, exception)
+        return self._unavailable(request, restart=False)
+
+    @staticmethod
+    def _unavailable(request: HttpRequest, *, restart: bool) -> HttpResponse:
         # SessionMiddleware skips a request without a session; with one it would read it again (its expiry)
         # and wait out another pool timeout. The session is not saved on a 5xx answer anyway.
         if hasattr(request, "session"):
             del request.session
-        response = HttpResponse(render_to_string("console/unavailable.html"), status=503)
+        page = render_to_string("console/unavailable.html", {"restart": restart})
+        response = HttpResponse(page, status=503)
         response["Retry-After"] = str(RETRY_AFTER_SECONDS)
         response._has_been_logged = True  # type: ignore[attr-defined]  # logged above, at WARNING, not ERROR
         return response

@@ -44,3 +44,21 @@ def test_an_audited_write_from_code_older_than_the_database_is_a_503_naming_the_
     [logged] = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert logged.levelno == logging.WARNING and "older than the database" in logged.getMessage()
     assert logged.exc_info is None  # one line, no traceback: not a defect
+
+
+def test_a_console_page_refused_for_code_older_than_the_database_is_a_503_naming_the_upgrade(
+    personas, monkeypatch, caplog
+):
+    """The console answered the same refusal with Django's "Server Error (500)" and a traceback at ERROR."""
+    from tests.console.conftest import console_client
+
+    task = task_make()
+    client = console_client(personas["reviewer"])
+    monkeypatch.setattr(audit, "event_fields", _fields_from_before_0032)
+    with caplog.at_level(logging.WARNING):
+        response = client.post(f"/tasks/{task.pk}/comments", {"body": "income?"})
+    assert response.status_code == 503 and response["Retry-After"]
+    assert "has not been restarted on the new release" in response.content.decode()
+    assert not Comment.objects.filter(task=task).exists()
+    [logged] = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert "older than the database" in logged.getMessage() and logged.exc_info is None
