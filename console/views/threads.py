@@ -34,6 +34,11 @@ def thread_detail(request: HtmxHttpRequest, thread_id: UUID) -> HttpResponse:
         return render(request, "console/partials/checkpoint.html", ctx)
     # Long-term memory: what this thread's runs read and wrote (approvals.store).
     ctx["store_operations"] = store.store_operations_visible(user=request.user, thread=ctx["thread"])
+    # Where the rest of its record is, for those who may read it (an examiner rebuilding a decision):
+    # the thread's audit trail, and the webhook deliveries it caused (as the Webhooks page allows).
+    audits = permissions.can(request.user, "approvals.view_audit")
+    ctx["links_audit"] = audits
+    ctx["links_deliveries"] = audits or permissions.can(request.user, "runtime.retry_thread")
     return render(request, "console/thread.html", ctx)
 
 

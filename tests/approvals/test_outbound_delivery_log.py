@@ -138,3 +138,21 @@ def test_the_console_log_refuses_a_bad_thread_naming_it(personas, log):
     response = console_client(personas["operator"]).get("/webhooks/", {"thread": "nope"})
     assert response.status_code == 422
     assert "thread" in response.content.decode()
+
+
+@pytest.mark.parametrize(
+    ("role", "audit", "deliveries"),
+    [("auditor", True, True), ("operator", False, True), ("reviewer", False, False)],
+)
+def test_a_threads_page_links_its_audit_trail_and_its_deliveries_for_who_may_read_them(
+    personas, role, audit, deliveries
+):
+    """An examiner rebuilding a decision from its thread's page found no way to the deliveries it caused."""
+    from tests.factories import thread_make
+
+    thread = thread_make()
+    html = console_client(personas[role]).get(f"/threads/{thread.pk}/").content.decode()
+    assert (f'href="/audit/?thread={thread.pk}"' in html) is audit
+    assert (f'href="/webhooks/?thread={thread.pk}#delivery-log"' in html) is deliveries
+    if deliveries:  # the link leads somewhere that answers
+        assert console_client(personas[role]).get("/webhooks/", {"thread": str(thread.pk)}).status_code == 200
