@@ -34,7 +34,7 @@ from approvals.inputs import parse_error_of
 from approvals.permissions import TOKEN_NEEDS_ATTR, TOKEN_SCOPE_ATTR, token_actions_for
 from approvals.security import request_token_mark
 from approvals.tokens import token_authenticate
-from runtime.retry import concurrent_change, exception_chain
+from runtime.retry import concurrent_change, stale_code
 
 log = logging.getLogger(__name__)
 
@@ -44,18 +44,12 @@ RETRY_AFTER_SECONDS = 5
 # A request PostgreSQL rolled back for a concurrent one (runtime.retry.concurrent_change), on every surface.
 CONCURRENT_CHANGE = "another request changed the same records at the same moment; nothing was written: send it again"
 
-# The SQLSTATE our database functions raise when a caller runs code older than the schema (migration 0034):
-# the request is refused whole, and only restarting the process on the new code makes it succeed.
-STALE_CODE_SQLSTATE = "GH001"
+# What a request refused for running code older than the schema (``runtime.retry.stale_code``) is told:
+# it was refused whole, and only restarting the process on the new code makes it succeed.
 STALE_CODE = (
     "this server process runs code older than the database schema (an upgrade is under way or it was not "
     "restarted after one); nothing was written: restart this process on the new release, then retry"
 )
-
-
-def stale_code(exc: BaseException) -> bool:
-    """True when one of our database functions refused the caller for running code older than the schema."""
-    return any(getattr(link, "sqlstate", None) == STALE_CODE_SQLSTATE for link in exception_chain(exc))
 
 
 # The actions that change nothing: a POST whose view declares only these reads (a search with its filters in a body).

@@ -12,9 +12,9 @@ from django.db import DatabaseError, InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse, JsonResponse, QueryDict
 from django.template.loader import render_to_string
 
-from approvals.api_common import CONCURRENT_CHANGE, RETRY_AFTER_SECONDS, stale_code
+from approvals.api_common import CONCURRENT_CHANGE, RETRY_AFTER_SECONDS
 from approvals.errors import Conflict
-from runtime.retry import concurrent_change
+from runtime.retry import concurrent_change, stale_code
 
 log = logging.getLogger(__name__)
 

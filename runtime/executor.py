@@ -21,7 +21,7 @@ import traceback
 from dataclasses import dataclass
 from typing import Any, cast
 
-from django.db import connection
+from django.db import DatabaseError, connection
 from langchain_core.runnables import RunnableConfig
 from langgraph._internal._constants import NS_END, NS_SEP
 from langgraph.checkpoint.base import BaseCheckpointSaver
@@ -39,7 +39,7 @@ from runtime.heartbeat import Heartbeat
 from runtime.jsonable import to_jsonable
 from runtime.models import Run, RunKind, RunStatus
 from runtime.registry import GraphRegistryError, UnknownGraph, graph_get
-from runtime.retry import is_transient
+from runtime.retry import is_transient, stale_code
 from runtime.runs import (
     LeaseLost,
     PendingInterrupt,
@@ -104,8 +104,20 @@ class _Recovery:
         return self.command(without=refused)
 
 
+# A worker whose code is older than the database (an upgrade under way: docs/deploy.md, "Upgrades") is refused
+# by our database functions at its first audited write. Not a defect of the run: said in one line, the run left
+# for a worker on the new release (the sweeper sends it again), instead of an ERROR traceback per attempt.
+STALE_WORKER = "this worker runs code older than the database: restart it on the new release"
+
+
 def run_execute(*, run_id: str) -> None:
-    run = run_claim(run_id=run_id, worker=f"{WORKER_ID}:{threading.get_ident()}")
+    try:
+        run = run_claim(run_id=run_id, worker=f"{WORKER_ID}:{threading.get_ident()}")
+    except DatabaseError as exc:
+        if not stale_code(exc):
+            raise
+        log.warning("run %s: not claimed, %s; left queued for a worker that is not (%s)", run_id, STALE_WORKER, exc)
+        return
     if run is None:
         log.info("run %s is not claimable (done, or held by another worker)", run_id)
         return
@@ -123,6 +135,11 @@ def run_execute(*, run_id: str) -> None:
             )
             lease_lost_record(run=run, error=str(exc))
     except Exception as exc:
+        if stale_code(exc):
+            heartbeat.stop()
+            log.warning("run %s: %s; handed back (%s)", run.id, STALE_WORKER, exc)
+            run_release(run=run, error=STALE_WORKER)
+            return
         if not is_transient(exc):
             raise
         heartbeat.stop()

@@ -68,6 +68,16 @@ def concurrent_change(exc: BaseException) -> bool:
     return any(str(getattr(link, "sqlstate", "") or "").startswith("40") for link in exception_chain(exc))
 
 
+# The SQLSTATE Gatehouse's database functions raise when a caller runs code older than the schema (approvals
+# migration 0034): nothing was written, and only restarting the process on the new release makes it succeed.
+STALE_CODE_SQLSTATE = "GH001"
+
+
+def stale_code(exc: BaseException) -> bool:
+    """True when one of our database functions refused the caller for running code older than the schema."""
+    return any(getattr(link, "sqlstate", None) == STALE_CODE_SQLSTATE for link in exception_chain(exc))
+
+
 def retry_backoff(attempts: int) -> float:
     """Seconds to wait, after a lost or released lease, before attempt ``attempts + 1`` is dispatched.
 

@@ -4,7 +4,7 @@ Migration 0032 refused the old form as ``check_violation``: an IntegrityError, w
 500 ``internal`` on every audited write of a web process still running the code from before, as if it were a
 defect. A refusal that means "this process is older than the database" is now SQLSTATE ``GH001`` (class GH:
 Gatehouse's own, no PostgreSQL class uses it), which the API's error handler answers as a 503 naming the
-cause: restart this process (``approvals.api_common.STALE_CODE_SQLSTATE``; docs/deploy.md, "Upgrades").
+cause: restart this process (``runtime.retry.STALE_CODE_SQLSTATE``; docs/deploy.md, "Upgrades").
 Future functions that refuse a caller for being older than the schema raise the same code.
 """
 
