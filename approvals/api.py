@@ -13,7 +13,7 @@ from ninja import Query, Router, Schema, Status
 from pydantic import Field
 
 from approvals import gateway, permissions, selectors, services
-from approvals.abilities import task_abilities
+from approvals.abilities import superseded, task_abilities
 from approvals.api_common import AuthedRequest
 from approvals.audit_filters import audit_filters_parse
 from approvals.errors import Forbidden, InvalidInput
@@ -376,10 +376,11 @@ def task_detail(request: AuthedRequest, task_id: UUID) -> TaskOut:
 
 def _decisions_out(user: Any, task: ApprovalTask, decisions: list[Decision]) -> list[DecisionOut]:
     shown = gateway.decisions_shown(user, task, decisions)
-    return [_decision_out(d, s) for d, s in zip(decisions, shown, strict=True)]
+    gone = {d.pk for d in superseded(decisions)}
+    return [_decision_out(d, s, superseded=d.pk in gone) for d, s in zip(decisions, shown, strict=True)]
 
 
-def _decision_out(decision: Decision, shown: gateway.DecisionShown) -> DecisionOut:
+def _decision_out(decision: Decision, shown: gateway.DecisionShown, *, superseded: bool = False) -> DecisionOut:
     """A decision as its reader may see it: state patch and resume value through the gateway."""
     return DecisionOut(
         id=decision.id,
@@ -395,6 +396,7 @@ def _decision_out(decision: Decision, shown: gateway.DecisionShown) -> DecisionO
         meaning=decision.meaning,
         signer_name=decision.signer_name,
         evidence_digest=decision.evidence_digest,
+        superseded=superseded,
     )
 
 

@@ -152,6 +152,10 @@ class DecisionOut(Schema):
     meaning: str
     signer_name: str
     evidence_digest: str
+    superseded: bool = Field(
+        default=False,
+        description="An approval a later proposal superseded: it approved something else and no longer counts.",
+    )
     run_status: str | None = Field(
         default=None, description="With ?wait=: the resumed run's status when the response was sent."
     )

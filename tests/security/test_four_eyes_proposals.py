@@ -97,7 +97,13 @@ def test_an_approval_given_before_a_new_proposal_does_not_count_for_it(personas,
     raised = api_decide(lead, task, "edit", reason="raise to 90k", edits={"amount": 90000})
     assert raised.status_code == 201, raised.content
     assert _event(raised.json()["id"])["supersedes"] == [first.json()["id"]]
-    assert appr.client.get(f"/api/tasks/{task['id']}").json()["approvals_remaining"] == 2
+    shown = appr.client.get(f"/api/tasks/{task['id']}").json()
+    assert shown["approvals_remaining"] == 2
+    # The API says which approvals no longer count: a client reading the list alone counted this one.
+    assert {a["id"]: a["superseded"] for a in shown["approvals"]} == {
+        first.json()["id"]: True,
+        raised.json()["id"]: False,
+    }
 
     # Before the fix the admin's approval completed the quorum with appr's approval of 20,000, and paid 90,000.
     second = api_decide(admin, task, reason="final")
