@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from datetime import timedelta
 from typing import Any
@@ -119,3 +120,30 @@ def test_a_time_whose_utc_is_out_of_range_is_a_form_error_on_the_pages(auditor, 
     response = browser.get(reverse(page), {"until": "9999-12-31T23:59:59-12:00"})
     assert response.status_code == 200 and "out of range" in response.context["form"].errors["until"][0]
     assert auditor.client.get("/api/audit", until="9999-12-31T23:59:59-12:00").json()["error"]["field"] == "until"
+
+
+@pytest.mark.parametrize("name", ["bogus", "thread_id", "limit", "before"])
+def test_the_export_refuses_a_parameter_it_does_not_take_naming_it(auditor, name):
+    """A misspelt filter (``thread_id=``) exported the whole trail, read as the filtered one (outside re-test)."""
+    response = auditor.client.get("/api/audit/export", **{name: "5"})
+    assert response.status_code == 422, response.content
+    assert response.json()["error"]["field"] == name
+
+
+def test_the_console_pages_export_links_are_taken_by_the_export(auditor):
+    """The audit page's export links carry its filters and an empty ``before``: they export, refused nothing."""
+    family = f"test.links{uuid.uuid4().hex[:6]}."
+    made = event(family + "x")
+    browser = Client()
+    browser.force_login(auditor.user)
+    html = browser.get(reverse("console:audit"), {"action": family}).content.decode()
+    links = re.findall(r'href="(/api/audit/export[^"]*)"', html)
+    assert len(links) == 2
+    for link in links:
+        response = browser.get(link.replace("&amp;", "&"))
+        assert response.status_code == 200, response.content
+        lines = b"".join(response.streaming_content).decode().splitlines()
+        if "format=jsonl" in link:  # its rows, then the trailer
+            assert [json.loads(line)["id"] for line in lines[:-1]] == [made.id]
+        else:  # a header, then its rows
+            assert [line.split(",", 1)[0] for line in lines[1:]] == [str(made.id)]
