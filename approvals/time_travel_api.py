@@ -110,7 +110,7 @@ def _documented(schema: type[Schema]) -> dict[str, Any]:
 
 @router.post("/threads/{thread_id}/fork", response={201: BranchOut}, openapi_extra=_documented(ForkIn))
 @token_needs("runtime.time_travel")
-def thread_fork(request: AuthedRequest, thread_id: UUID, payload: Body[Any]) -> Status[Branch]:
+def thread_fork(request: AuthedRequest, thread_id: UUID, payload: Body[Any] = None) -> Status[Branch]:
     body = _body_once_allowed(request, thread_id, payload, ForkIn)
     branch = time_travel.thread_fork(
         actor=request.auth,
@@ -126,7 +126,7 @@ def thread_fork(request: AuthedRequest, thread_id: UUID, payload: Body[Any]) -> 
 
 @router.post("/threads/{thread_id}/replay", response={202: BranchOut}, openapi_extra=_documented(ReplayIn))
 @token_needs("runtime.time_travel")
-def thread_replay(request: AuthedRequest, thread_id: UUID, payload: Body[Any]) -> Status[Branch]:
+def thread_replay(request: AuthedRequest, thread_id: UUID, payload: Body[Any] = None) -> Status[Branch]:
     body = _body_once_allowed(request, thread_id, payload, ReplayIn)
     branch = time_travel.thread_replay(
         actor=request.auth,

@@ -62,3 +62,15 @@ def test_subgraphs_of_a_thread_the_caller_cannot_see_is_404_before_a_bad_checkpo
     assert personas["loan_reviewer"].client.get(path, checkpoint_id="nope").status_code == 404
     bad = personas["operator"].client.get(path, checkpoint_id="nope")
     assert bad.status_code == 422 and bad.json()["error"]["field"] == "checkpoint_id"
+
+
+@pytest.mark.parametrize("route", ["fork", "replay"])
+def test_no_body_at_all_is_the_same_403_then_a_422_naming_what_is_missing(personas: dict[str, Persona], route):
+    """A request with no body was refused 422 ``payload: Field required`` (a name the API documents nowhere)
+    before its caller was asked whether it may travel at all (outside re-test)."""
+    thread = Thread.objects.create(graph="loan_approval")
+    refused = personas["auditor"].client.post(f"/api/threads/{thread.id}/{route}", raw="")
+    assert refused.status_code == 403, refused.content
+    empty = personas["operator"].client.post(f"/api/threads/{thread.id}/{route}", raw="")
+    assert empty.status_code == 422, empty.content
+    assert empty.json()["error"]["field"] == "checkpoint_id"  # as for ``{}``: the body's first missing field
