@@ -371,7 +371,7 @@ def task_decide(*, actor: User, task_id: Any, request: DecisionRequest, signer: 
     """
     try:
         return _task_decide(actor=actor, task_id=task_id, request=request, signer=signer or Signer())
-    except PolicyRefusal as refusal:
+    except POLICY_REFUSALS as refusal:
         refusal.actor, refusal.task_id, refusal.outcome = actor, task_id, request.outcome
         refusal_audit(refusal)
         raise
@@ -388,7 +388,25 @@ class PolicyRefusal(Forbidden):
         self.outcome = ""
 
 
-def refusal_audit(refusal: PolicyRefusal) -> None:
+class PolicyConflict(Conflict):
+    """A refusal by policy answered 409, audited as ``PolicyRefusal`` is: a person signing a task a second time
+    (one signature per person and proposal). It wrote no ``decision.refused``, so an editor trying the final
+    approval of their own proposal left no trace, though "refusals are audited"."""
+
+    def __init__(self, message: str, *, rule: str, task: ApprovalTask, field: str | None = None) -> None:
+        super().__init__(message, field=field)
+        self.rule = rule
+        self.thread_id = task.thread_id
+        self.graph = task.graph
+        self.actor: User | None = None
+        self.task_id: Any = task.pk
+        self.outcome = ""
+
+
+POLICY_REFUSALS = (PolicyRefusal, PolicyConflict)  # audited (``decision.refused``) on every surface
+
+
+def refusal_audit(refusal: PolicyRefusal | PolicyConflict) -> None:
     """Record ``refusal`` (``decision.refused``) in a transaction of its own, or a savepoint inside the
     caller's. A caller whose transaction rolls back with the refusal (``/lg/`` creates a run and its
     decision in one) records it again after the rollback: refusals are audited on every surface."""
@@ -446,7 +464,12 @@ def _task_decide(*, actor: User, task_id: Any, request: DecisionRequest, signer:
     earlier = in_order(grounds.decisions)
     if signature_standing(actor, earlier) is not None:
         # A signer whose approval a later proposal superseded may approve the new one (abilities.signature_standing).
-        raise Conflict("you have already signed this task; another approver must decide", field="task_id")
+        raise PolicyConflict(
+            "you have already signed this task; another approver must decide",
+            rule="separation_of_duties.signed_once",
+            task=task,
+            field="task_id",
+        )
     _storable_check(request)
     request = replace(request, state_patch=_hidden_kept(request.state_patch, thread.values, redaction))
     at = _TaskCheckpoint(task)  # read once, and only if a check of the edits needs it

@@ -268,7 +268,7 @@ def _run_create_sync(
 ) -> Run:
     try:
         return _run_create_atomic(request, thread_id, body, stream=stream)
-    except services.PolicyRefusal as refusal:
+    except services.POLICY_REFUSALS as refusal:
         services.refusal_audit(refusal)  # its first record rolled back with the run's transaction
         raise
 

@@ -201,3 +201,19 @@ def test_an_edits_record_holds_the_values_it_replaced(people):
     assert details["state_patch"] == {"amount": 15000, "term_months": 12}
     assert details["state_before"] == {"amount": 18000, "term_months": None}  # a key the state did not hold
     assert event_of(decide(people["appr"], task))["state_before"] is None  # an approval changes no value
+
+
+def test_a_second_signature_by_the_same_person_is_refused_and_audited(people):
+    """ "Refusals are audited" (README): the proposer trying the approval of their own proposal, or a signer
+    signing twice, was a 409 that left no ``decision.refused`` (outside re-test)."""
+    task = two_approvals()
+    decide(people["rev1"], task, "edit", state_patch={"amount": 15000})
+    with pytest.raises(Conflict, match="you have already signed this task") as refused:
+        decide(people["rev1"], task)
+    assert refused.value.status == 409
+    [event] = AuditEvent.objects.filter(subject_id=str(task.pk), action=AuditAction.DECISION_REFUSED)
+    assert (event.actor_id, event.details["rule"], event.details["outcome"]) == (
+        people["rev1"].pk,
+        "separation_of_duties.signed_once",
+        "approve",
+    )
