@@ -153,6 +153,14 @@ class Decision(models.Model):
     def __str__(self) -> str:
         return f"{self.outcome} on {self.task_id} by {self.actor_id}"
 
+    @property
+    def outcome_shown(self) -> str:
+        """The outcome as people read it: an edit that approved nothing (under separation of duties a proposal,
+        signed "reviewed") is "Proposed an edit"; "Edit and approve" told an auditor the proposer approved."""
+        if self.outcome == Outcome.EDIT and self.meaning == SignatureMeaning.REVIEWED:
+            return "Proposed an edit"
+        return str(self.get_outcome_display())
+
 
 class AuditAction(models.TextChoices):
     """What an audit event records; the stored value is the dotted string."""

@@ -415,7 +415,7 @@ def timeline_for(*, user: permissions.Principal, thread: Thread, limit: int = 10
             TimelineEntry(
                 at=decision.created_at,
                 kind="decision",
-                title=f"{decision.get_outcome_display()} at {decision.task.node}",
+                title=f"{decision.outcome_shown} at {decision.task.node}",
                 actor=decision.actor.get_username(),
                 detail=detail,
                 link=f"/tasks/{decision.task_id}/",

@@ -146,7 +146,7 @@ def task_decide(request: HtmxHttpRequest, task_id: UUID) -> HttpResponse:
                 form.attach(exc.field, exc.message)
         else:
             if not request.htmx:
-                messages.success(request, f"Decision recorded: {decision.get_outcome_display()}")
+                messages.success(request, f"Decision recorded: {decision.outcome_shown}")
                 return HttpResponseRedirect(reverse("console:task", kwargs={"task_id": task_id}), status=303)
             done = page_context.task_live_context(request.user, task_id)
             done["decision"] = done["my_decision"] or decision

@@ -68,3 +68,19 @@ def test_the_page_counts_only_approvals_of_the_current_proposal(personas):
     assert "superseded" in html.split('id="quorum-status"')[1]
     # Their approval was of 20,000: they are offered the form to sign the new proposal.
     assert 'id="signed-note"' not in html and 'id="decide-button"' in html
+
+
+def test_a_proposal_reads_as_one_not_as_an_approval(personas):
+    """Under separation of duties an edit approves nothing (signed "reviewed"), yet every page called it
+    "Edit and approve": an auditor read that the proposer had approved (outside re-test)."""
+    task = task_make(payload=loan_gate(20000, required_approvals=2))
+    made = api_decide(personas["reviewer"], task, "edit", reason="cap", edits={"amount": 15000})
+    assert made.status_code == 201, made.content
+    assert made.json()["meaning"] == "reviewed"
+    auditor = console_client(personas["auditor"])
+    detail = auditor.get(f"/decisions/{made.json()['id']}/").content.decode()
+    assert "<h1>Proposed an edit at" in detail and "Edit and approve" not in detail
+    listed = auditor.get("/decisions/", {"graph": "loan_approval"}).content.decode()
+    assert "Proposed an edit" in listed
+    task_page = console_client(personas["approver"]).get(f"/tasks/{task.pk}/").content.decode()
+    assert "Proposed an edit" in task_page.split('id="quorum-status"')[1]
