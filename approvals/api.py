@@ -14,7 +14,7 @@ from pydantic import Field
 
 from approvals import gateway, permissions, selectors, services
 from approvals.abilities import superseded, task_abilities
-from approvals.api_common import AuthedRequest
+from approvals.api_common import AuthedRequest, params_unknown_refuse
 from approvals.audit_filters import audit_filters_parse
 from approvals.errors import Forbidden, InvalidInput
 from approvals.inbox_filter import ALIASES, COLUMN_PARAM, FILTER_KEYS, InboxFilter
@@ -460,15 +460,6 @@ class AuditQuery(Schema):
 AUDIT_LIST_PARAMS = frozenset(AuditQuery.model_fields)
 
 
-def _audit_params_check(request: AuthedRequest) -> None:
-    """A parameter this list does not take is refused by name (as GET /api/tasks refuses one): a filter
-    that is not applied answers the newest events unfiltered, read as the filtered ones."""
-    for name in request.GET:
-        if name not in AUDIT_LIST_PARAMS:
-            known = ", ".join(sorted(AUDIT_LIST_PARAMS))
-            raise InvalidInput(f"unknown parameter {name!r} (the audit list takes {known})", field=name)
-
-
 @router.get("/audit", response=list[AuditEventOut], tags=["audit"])
 def audit_list(request: AuthedRequest, query: Query[AuditQuery]) -> list[AuditEventOut]:
     """The audit events you may read, newest first; ``before_id`` (the last id you got) pages on.
@@ -477,7 +468,7 @@ def audit_list(request: AuthedRequest, query: Query[AuditQuery]) -> list[AuditEv
     family: ``decision.``), ``graph``, ``thread``, ``since``/``until`` (ISO 8601, UTC without an offset; a
     bare date is the whole day). An unknown parameter, or a bad value, is a 422 naming it."""
     permissions.require(_user(request), "approvals.view_audit", "read the audit trail")
-    _audit_params_check(request)
+    params_unknown_refuse(request, AUDIT_LIST_PARAMS, what="the audit list")
     filters = audit_filters_parse(
         thread=query.thread,
         action=query.action,

@@ -29,7 +29,7 @@ from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.operation import PathView
 from ninja.security import APIKeyHeader, HttpBearer
 
-from approvals.errors import DomainError, Forbidden, NotFound, validation_error_describe
+from approvals.errors import DomainError, Forbidden, InvalidInput, NotFound, validation_error_describe
 from approvals.inputs import parse_error_of
 from approvals.permissions import TOKEN_NEEDS_ATTR, TOKEN_SCOPE_ATTR, token_actions_for
 from approvals.security import request_token_mark
@@ -204,6 +204,18 @@ class ApiKeyAuth(APIKeyHeader):
 
     def authenticate(self, request: HttpRequest, key: str | None) -> Any:
         return token_route_check(request, token_authenticate(key)) if key else None
+
+
+def params_unknown_refuse(
+    request: HttpRequest, known: frozenset[str], *, what: str, empty_allowed: frozenset[str] = frozenset()
+) -> None:
+    """Refuse, naming it, a query parameter ``what`` (a list, an export) does not take: a filter it did not
+    apply answered the whole list, read as the filtered one. ``empty_allowed``: names taken only when empty
+    (the console's export links carry the audit page's blank ``before``)."""
+    for name, values in request.GET.lists():
+        if name in known or (name in empty_allowed and not any(values)):
+            continue
+        raise InvalidInput(f"unknown parameter {name!r} ({what} takes {', '.join(sorted(known))})", field=name)
 
 
 def token_route_check(request: HttpRequest, user: User | None) -> User | None:

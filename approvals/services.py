@@ -377,9 +377,12 @@ def task_decide(*, actor: User, task_id: Any, request: DecisionRequest, signer: 
         raise
 
 
-class PolicyRefusal(Forbidden):
-    def __init__(self, message: str, *, rule: str, task: ApprovalTask, field: str | None = None) -> None:
-        super().__init__(message, field=field)
+class _Refused:
+    """What a refusal by policy carries for its ``decision.refused`` event (``refusal_audit``)."""
+
+    message: str
+
+    def _refused_on(self, rule: str, task: ApprovalTask) -> None:
         self.rule = rule
         self.thread_id = task.thread_id
         self.graph = task.graph
@@ -388,19 +391,20 @@ class PolicyRefusal(Forbidden):
         self.outcome = ""
 
 
-class PolicyConflict(Conflict):
+class PolicyRefusal(_Refused, Forbidden):
+    def __init__(self, message: str, *, rule: str, task: ApprovalTask, field: str | None = None) -> None:
+        Forbidden.__init__(self, message, field=field)
+        self._refused_on(rule, task)
+
+
+class PolicyConflict(_Refused, Conflict):
     """A refusal by policy answered 409, audited as ``PolicyRefusal`` is: a person signing a task a second time
     (one signature per person and proposal). It wrote no ``decision.refused``, so an editor trying the final
     approval of their own proposal left no trace, though "refusals are audited"."""
 
     def __init__(self, message: str, *, rule: str, task: ApprovalTask, field: str | None = None) -> None:
-        super().__init__(message, field=field)
-        self.rule = rule
-        self.thread_id = task.thread_id
-        self.graph = task.graph
-        self.actor: User | None = None
-        self.task_id: Any = task.pk
-        self.outcome = ""
+        Conflict.__init__(self, message, field=field)
+        self._refused_on(rule, task)
 
 
 POLICY_REFUSALS = (PolicyRefusal, PolicyConflict)  # audited (``decision.refused``) on every surface

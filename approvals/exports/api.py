@@ -10,8 +10,8 @@ from django.http import HttpRequest, StreamingHttpResponse
 from ninja import Query, Router, Schema
 
 from approvals import permissions
+from approvals.api_common import params_unknown_refuse
 from approvals.audit_filters import audit_filters_parse
-from approvals.errors import InvalidInput
 from approvals.exports.stream import AuditExport
 
 router = Router(tags=["audit"])
@@ -33,17 +33,6 @@ class ExportQuery(Schema):
 # What the export takes: its query's names, and the console audit page's (empty) ``before`` its export links
 # carry along with the page's filters.
 EXPORT_PARAMS = frozenset(ExportQuery.model_fields)
-
-
-def _export_params_check(request: HttpRequest) -> None:
-    """A parameter the export does not take is refused by name, as ``GET /api/audit`` refuses it: a misspelt
-    filter (``thread_id=``) exported the whole trail, read as the filtered one."""
-    for name, values in request.GET.lists():
-        if name == "before" and not any(values):
-            continue
-        if name not in EXPORT_PARAMS:
-            known = ", ".join(sorted(EXPORT_PARAMS))
-            raise InvalidInput(f"unknown parameter {name!r} (the export takes {known})", field=name)
 
 
 def _next_or_done(iterator: Iterator[str]) -> object:
@@ -91,7 +80,7 @@ def audit_export(request: HttpRequest, query: Query[ExportQuery]) -> StreamingHt
     """
     user = request.auth  # type: ignore[attr-defined]
     permissions.require(user, "approvals.view_audit", "export the audit trail")
-    _export_params_check(request)
+    params_unknown_refuse(request, EXPORT_PARAMS, what="the export", empty_allowed=frozenset({"before"}))
     filters = audit_filters_parse(
         graph=query.graph,
         thread=query.thread,

@@ -10,7 +10,7 @@ from django.http import HttpRequest
 from ninja import Query, Router, Schema, Status
 from pydantic import Field
 
-from approvals.errors import InvalidInput
+from approvals.api_common import params_unknown_refuse
 from approvals.inputs import DbId
 from approvals.models import OutboundDelivery, WebhookSubscription
 from approvals.outbound import sending, subscriptions
@@ -120,14 +120,6 @@ def _text(value: Any) -> str | None:
     return None if value is None else str(value)
 
 
-def _refuse_unknown(request: HttpRequest, known: frozenset[str]) -> None:
-    """A filter this list does not have is refused, naming it: acting on the whole log instead would
-    hide that the client's question was not the one answered."""
-    for name in request.GET:
-        if name not in known:
-            raise InvalidInput(f"unknown parameter {name!r} (the list takes {', '.join(sorted(known))})", field=name)
-
-
 @router.get("/webhook-subscriptions", response=list[SubscriptionOut])
 def webhook_subscriptions(request: HttpRequest) -> list[SubscriptionOut]:
     return [_subscription_out(s) for s in subscriptions.subscriptions_visible(_user(request)).order_by("id")]
@@ -154,7 +146,7 @@ def webhook_outbound_deliveries(request: HttpRequest, query: Query[OutboundQuery
     """The delivery log you may see, newest first: ``before_id=<the last id of a page>`` gives the next
     page (no gap, none twice). ``thread`` lists a thread's deliveries (its decisions' among them). An
     unknown parameter is a 422 naming it."""
-    _refuse_unknown(request, OUTBOUND_QUERY_PARAMS)
+    params_unknown_refuse(request, OUTBOUND_QUERY_PARAMS, what="the list")
     found = subscriptions.deliveries_list(user=_user(request), **query.model_dump())
     return [_outbound_out(d) for d in found]
 
