@@ -232,8 +232,8 @@ def token_route_check(request: HttpRequest, user: User | None) -> User | None:
 _DJANGO_ANSWERS = (Http404, PermissionDenied, SuspiciousOperation, BadRequest)
 
 
-# Refusals of what a request sent (its body, path or query, an id naming nothing it may see): a token that may not
-# use the route hears its own refusal first, the same for whatever it sent (so it learns nothing of what exists).
+# Refusals of what a request sent (its body, path or query, an id naming nothing it may see): a token or a role that
+# may not use the route hears its own refusal first, the same for whatever it sent (it learns nothing of what exists).
 _INPUT_REFUSALS = (400, 404, 413, 415, 422)
 
 
@@ -264,6 +264,22 @@ def token_action_refusal(request: HttpRequest, user: Any = None) -> Forbidden | 
     )
 
 
+def role_action_refusal(request: HttpRequest) -> Forbidden | None:
+    """The refusal owed to a write by someone whose role holds none of the permissions the route acts under
+    (``permissions.token_needs`` on its view), whatever credential they sent: answered in place of a refusal of
+    what they sent (an auditor's decision with no body was a 422 ``body: Field required``, a well-formed one a
+    403), so a role learns nothing of how a route it may not use validates its input. Where the role holds one
+    of them, the service judges the rest (a graph, a gate, a claim) and says so itself."""
+    principal = getattr(request, "auth", None)
+    match = request.resolver_match
+    if principal is None or match is None:
+        return None
+    perms = getattr(match.func, _TOKEN_PERMS_ATTR, {}).get(request.method)
+    if not perms or any(principal.has_perm(perm) for perm in perms):
+        return None
+    return Forbidden(f"you may not {request.method} {request.path}: your role holds none of {', '.join(sorted(perms))}")
+
+
 def api_errors_install(
     api: GatehouseAPI, *, body: ErrorBody, unauthenticated: str, unauthenticated_field: str | None = None
 ) -> None:
@@ -271,7 +287,7 @@ def api_errors_install(
 
     def respond(request: HttpRequest, status: int, code: str, message: str, field: str | None = None) -> HttpResponse:
         if status in _INPUT_REFUSALS:
-            refusal = token_action_refusal(request)
+            refusal = token_action_refusal(request) or role_action_refusal(request)
             if refusal is not None:
                 status, code, message, field = refusal.status, refusal.code, refusal.message, refusal.field
         return api.create_response(request, body(code, message, field), status=status)

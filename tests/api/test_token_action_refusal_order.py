@@ -197,3 +197,55 @@ def test_a_token_that_may_not_decide_cannot_release_even_its_own_claim(personas,
         assert TaskClaim.objects.filter(task_id=task).exists()
     assert decider.delete(f"/api/tasks/{task}/claim").status_code == 200
     assert not TaskClaim.objects.filter(task_id=task).exists()
+
+
+# --- a role, whatever its credential, is refused before what it sent -------------------------------------
+
+ROLE_PERSONAS = ("reviewer", "approver", "auditor", "operator", "outsider")
+
+
+def _route_perms(method: str, path: str) -> tuple[str, ...]:
+    """The permissions the route declares it acts under (``permissions.token_needs`` on its view)."""
+    from django.urls import resolve
+
+    match = resolve(_url(path))
+    return tuple(getattr(match.func, "gatehouse_token_perms", {}).get(method, ()))
+
+
+@pytest.mark.parametrize("persona", ROLE_PERSONAS)
+@pytest.mark.parametrize("method,path", sorted(NEEDED))
+def test_a_role_that_may_not_use_a_route_is_refused_before_what_it_sent(personas, persona, method, path):
+    """Where a role holds none of the permissions a route acts under, a malformed request hears the same 403 as
+    a well-formed one would (the auditor's decision with no body was a 422 ``body: Field required``)."""
+    user = personas[persona].user
+    perms = _route_perms(method, path)
+    assert perms, f"{method} {path} declares nothing"
+    client = ApiClient(personas[persona].token)
+    url = _url(path)
+    for body in BODIES:
+        response = _send(client, method, url, body)
+        if any(user.has_perm(perm) for perm in perms):
+            refused = (404,) if (method, path) in NAME_ONLY else (400, 422)
+            assert response.status_code in refused, (body, response.content)
+            continue
+        assert response.status_code == 403, (body, response.content)
+        expected = f"you may not {method} {url}: your role holds none of {', '.join(sorted(perms))}"
+        assert response.json()["error"] == {"code": "forbidden", "message": expected, "field": None}
+
+
+def test_an_auditor_deciding_with_no_body_hears_its_role_refused_and_a_reviewer_the_missing_body(personas):
+    """Found from the outside: the auditor's empty decision was a 422 ``body: Field required``; the well-formed
+    one a 403. A reviewer, who may decide, is told what is missing."""
+    task = "00000000-0000-0000-0000-000000000000"
+    auditor = ApiClient(personas["auditor"].token)
+    for raw in ("", "{}", '{"decision": "approve"}'):
+        response = auditor.client.post(
+            f"/api/tasks/{task}/decision", raw, content_type="application/json", headers=auditor.headers
+        )
+        assert response.status_code == 403, (raw, response.content)
+        assert "your role holds none of approvals.decide_task" in response.json()["error"]["message"]
+    reviewer = ApiClient(personas["reviewer"].token)
+    response = reviewer.client.post(
+        f"/api/tasks/{task}/decision", "", content_type="application/json", headers=reviewer.headers
+    )
+    assert response.status_code in (400, 422), response.content
