@@ -19,6 +19,7 @@ from approvals.gate_policy import gate_policy
 from approvals.inputs import json_kind
 from approvals.models import TaskKind
 from approvals.payloads import DECISION_MEANING, DecisionRequest, decisions_allowed, payload_kind
+from console.forms import NUL_REFUSED, nul_fields
 from console.schema_form import (
     EditField,
     FieldInvalid,
@@ -214,6 +215,14 @@ def decision_request_parse(form: DecisionPanel, data: QueryDict) -> DecisionRequ
     """The ``DecisionRequest`` the submitted form means, or None with ``form.errors`` filled (nothing sent)."""
     form.data = {k: data.get(k, "") for k in data}
     errors = form.errors
+    refused = nul_fields(data)
+    if refused:  # PostgreSQL can store no such text: each refused next to its input (the view is form_text_checked)
+        boxes = {"edits_json": EDITS_JSON_LABEL, "resume": form.answer_label}  # named as their labels read
+        for name in refused:
+            form.attach(
+                None if "\x00" in name else name, f"{boxes[name]}: {NUL_REFUSED}" if name in boxes else NUL_REFUSED
+            )
+        return None
     reason = data.get("reason", "")
     message = data.get("message", "") or None
     checkpoint_id = data.get("checkpoint_id") or None

@@ -16,9 +16,11 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
-from approvals import store, time_travel
+from approvals import permissions, store, time_travel
 from approvals.errors import DomainError, Forbidden, InvalidInput
 from console import page_context
+from console.forms import NUL_REFUSED, nul_fields
+from console.middleware import form_text_checked
 from console.schema_form import FieldInvalid, json_typed
 from console.views.common import SignedInRequest, console_login_required, domain_errors
 
@@ -81,11 +83,26 @@ def _refused(request: SignedInRequest, thread_id: UUID, kind: str, exc: DomainEr
     return render(request, "console/thread.html", ctx, status=exc.status)
 
 
+def _text_check(request: SignedInRequest, thread_id: UUID) -> None:
+    """Refuse a field holding a NUL byte (PostgreSQL can store no such text) as the form's other refusals are, on
+    the page next to it; to someone who may not time-travel, the refusal they would hear for any form."""
+    refused = nul_fields(request.POST)
+    if not refused:
+        return
+    permissions.require_time_travel(request.user, permissions.thread_get_for(request.user, thread_id))
+    name = refused[0]
+    if name == "values":
+        raise InvalidInput(f"{VALUES_LABEL}: {NUL_REFUSED}", field=name)
+    raise InvalidInput(NUL_REFUSED, field=None if "\x00" in name else name)
+
+
+@form_text_checked  # a NUL byte in a field: refused next to it (_text_check), not the API's JSON
 @require_POST
 @console_login_required
 @domain_errors
 def thread_fork(request: SignedInRequest, thread_id: UUID) -> HttpResponse:
     try:
+        _text_check(request, thread_id)
         branch = time_travel.thread_fork(
             actor=request.user,
             thread_id=thread_id,
@@ -102,11 +119,13 @@ def thread_fork(request: SignedInRequest, thread_id: UUID) -> HttpResponse:
     return _done(request, thread_id)
 
 
+@form_text_checked  # a NUL byte in a field: refused next to it (_text_check), not the API's JSON
 @require_POST
 @console_login_required
 @domain_errors
 def thread_replay(request: SignedInRequest, thread_id: UUID) -> HttpResponse:
     try:
+        _text_check(request, thread_id)
         branch = time_travel.thread_replay(
             actor=request.user,
             thread_id=thread_id,

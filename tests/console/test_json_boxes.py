@@ -127,11 +127,42 @@ def test_two_megabytes_in_a_json_box_is_refused_as_too_large_not_a_crash(persona
     assert response.status_code == 413
 
 
-@pytest.mark.parametrize("box", [START_INPUT, START_METADATA], ids=lambda b: b.textarea)
-def test_a_raw_nul_byte_in_a_start_json_box_is_named_by_its_label(personas, request, box):
+@pytest.mark.parametrize("box", [START_INPUT, START_METADATA, EDITS, ANSWER, FORK], ids=lambda b: b.textarea)
+def test_a_raw_nul_byte_in_a_json_box_is_named_by_its_label(personas, request, box):
+    """The decision and fork forms answered a raw NUL with the API's JSON 422 naming the form's internal field
+    (``edits_json``) in place of the page: now beside the box, as any other refusal of what was typed."""
     response = _post(box, '{"a": "x\x00"}', personas, request)
     assert response.status_code == 422
+    assert response["Content-Type"].startswith("text/html"), response.content[:300]
     assert f"{box.label}: the text contains a NUL byte" in unescape(response.content.decode())
+
+
+@pytest.mark.parametrize("form", ["decision", "fork"])
+def test_a_raw_nul_byte_in_a_reason_is_refused_beside_it_and_changes_nothing(personas, request, form):
+    if form == "decision":
+        task = task_make(metadata={"case": f"C-{uuid.uuid4().hex[:6]}"})
+        response = console_decide(console_client(personas["reviewer"]), task, decision="reject", reason="no\x00pe")
+        assert not Decision.objects.filter(task=task).exists()
+        error = 'id="f-reason-err"'
+    else:
+        request.getfixturevalue("dispatched")
+        thread, task = _paused("travel_pay", {"amount": 40})
+        fields = {"checkpoint_id": task.checkpoint_id, "values": '{"amount": 41}', "reason": "fix\x00it"}
+        response = console_client(personas["operator"]).post(f"/threads/{thread.pk}/fork", fields)
+        assert not Branch.objects.filter(thread=thread).exists()
+        error = "the text contains a NUL byte"
+    assert response.status_code == 422 and response["Content-Type"].startswith("text/html")
+    html = unescape(response.content.decode())
+    assert error in html and "the text contains a NUL byte" in html
+
+
+def test_a_nul_byte_in_a_fork_form_from_someone_who_may_not_fork_is_their_refusal(personas, request):
+    request.getfixturevalue("dispatched")
+    thread, task = _paused("travel_pay", {"amount": 40})
+    fields = {"checkpoint_id": task.checkpoint_id, "values": "{}", "reason": "x\x00"}
+    response = console_client(personas["reviewer"]).post(f"/threads/{thread.pk}/fork", fields)
+    assert response.status_code == 403, response.content[:300]
+    assert not Branch.objects.filter(thread=thread).exists()
 
 
 @pytest.mark.parametrize("typed", ["", "   \n "])
