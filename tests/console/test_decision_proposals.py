@@ -66,6 +66,9 @@ def test_the_page_counts_only_approvals_of_the_current_proposal(personas):
     html = console_client(appr).get(f"/tasks/{task.pk}/").content.decode()
     assert "0 of 2 approvals" in html
     assert "superseded" in html.split('id="quorum-status"')[1]
+    # The summary line names it as superseded too: it read "… (approved)" beside a count that left it out.
+    summary = html.split('id="quorum-status"')[1].split("</p>")[0]
+    assert f"{appr.user.get_username()} (approved, superseded)" in summary
     # Their approval was of 20,000: they are offered the form to sign the new proposal.
     assert 'id="signed-note"' not in html and 'id="decide-button"' in html
 
