@@ -357,7 +357,7 @@ def _external_complete(task: ApprovalTask, decision: Decision, actor: User) -> N
         )
         pk = delivery.pk
         transaction.on_commit(lambda: delivery_dispatch(delivery_id=pk))
-    audit_task(
+    decided = audit_task(
         task=task,
         actor=actor,
         action=AuditAction.EXTERNAL_DECIDED,
@@ -369,6 +369,8 @@ def _external_complete(task: ApprovalTask, decision: Decision, actor: User) -> N
             "callback_delivery": delivery.pk if delivery else None,
         },
     )
+    if delivery is not None:  # each names the other: the delivery is listed with the event that queued it
+        OutboundDelivery.objects.filter(pk=delivery.pk).update(audit_event_id=decided.pk)
 
 
 def result_ready(external: ExternalTask) -> bool:

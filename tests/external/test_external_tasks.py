@@ -264,3 +264,20 @@ def test_an_edit_against_a_schema_that_cannot_be_applied_is_refused_not_a_500(en
     assert "schema cannot be applied" in edit.json()["error"]["message"]
     assert engine.client.get(f"/api/external-tasks/{task_id}/decision").status_code == 202  # nothing decided
     assert api_decide(personas["reviewer"], task_id, "reject", reason="cannot check it").status_code == 201
+
+
+def test_the_result_s_callback_delivery_names_the_event_that_queued_it(engine, source, personas):
+    """A decision's deliveries can be listed with the audit event that queued them; an external task's result
+    was queued with its thread but no event (found from the outside)."""
+    from approvals.models import OutboundDelivery
+
+    created = create(engine.client, task_body(source, key="k-cb", callback_url="http://127.0.0.1:9/callback"))
+    assert created.status_code == 201, created.content
+    task_id = created.json()["id"]
+    assert api_decide(personas["reviewer"], task_id, reason="ok").status_code == 201
+    decided = AuditEvent.objects.get(subject_id=task_id, action="external.decided")
+    delivery = OutboundDelivery.objects.get(pk=decided.details["callback_delivery"])
+    assert delivery.audit_event_id == decided.pk
+    thread = ApprovalTask.objects.get(pk=task_id).thread_id
+    listed = personas["operator"].client.get("/api/webhook-deliveries", thread=str(thread)).json()
+    assert [(d["id"], d["audit_event_id"]) for d in listed] == [(delivery.pk, decided.pk)]
