@@ -16,7 +16,7 @@ token the endpoint answers 404: nothing is exposed by default.
 from __future__ import annotations
 
 import hmac
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -229,14 +229,23 @@ def _audit(now: Any) -> Iterator[Metric]:
     yield GaugeMetricFamily(
         "gatehouse_audit_chain_length", "Events in the hash-chained audit trail", value=AuditEvent.objects.count()
     )
-    last_anchor = AuditAnchor.objects.aggregate(at=Max("at"))["at"]
-    anchor_age = GaugeMetricFamily(
+    yield GaugeMetricFamily(
         "gatehouse_audit_last_anchor_age_seconds",
-        "Seconds since beat last anchored the audit chain's head (no sample before the first anchor)",
+        "Seconds the audit trail's newest events have gone unanchored: since beat last anchored the chain's head, "
+        "or before the first anchor since the trail's first event (0 for an empty trail)",
+        value=anchor_age(now, AuditAnchor.objects.aggregate(at=Max("at"))["at"], _first_event_at),
     )
-    if last_anchor is not None:
-        anchor_age.add_metric([], max((now - last_anchor).total_seconds(), 0.0))
-    yield anchor_age
+
+
+def _first_event_at() -> Any:
+    return AuditEvent.objects.order_by("id").values_list("at", flat=True).first()
+
+
+def anchor_age(now: Any, last_anchor: Any, first_event_at: Callable[[], Any]) -> float:
+    """How long the trail has gone unanchored. Before the first anchor that is since its first event: the series
+    had no sample then, and an alert on its value never fired for a deployment whose beat never anchored."""
+    since = last_anchor if last_anchor is not None else first_event_at()
+    return 0.0 if since is None else max((now - since).total_seconds(), 0.0)
 
 
 def _background() -> Iterator[Metric]:

@@ -225,7 +225,7 @@ def test_the_dashboard_and_the_docs_use_only_metrics_the_endpoint_exposes():
     from approvals.audit import audit_anchor
 
     with transaction.atomic():
-        audit_anchor()  # the anchor-age gauge exists once there is an anchor
+        audit_anchor()
     with override_settings(GATEHOUSE_METRICS_TOKEN=TOKEN):
         families = list(text_string_to_metric_families(_scrape().content.decode()))
     suffixes = {"counter": ["_total"], "histogram": ["_bucket", "_count", "_sum"]}
@@ -243,6 +243,25 @@ def test_the_dashboard_and_the_docs_use_only_metrics_the_endpoint_exposes():
     assert used - exposed == set()
     assert documented - exposed - histograms == set()
     assert len(documented) >= 19
+
+
+def test_the_anchor_age_counts_from_the_first_event_until_the_first_anchor():
+    """The gauge had no sample before the first anchor, so an alert on its value never fired for a deployment
+    whose beat never anchored (only a separate ``absent()`` rule caught it)."""
+    from console.metrics import anchor_age
+
+    now = timezone.now()
+    assert anchor_age(now, now - timedelta(minutes=5), lambda: now - timedelta(days=3)) == 300.0
+    assert anchor_age(now, None, lambda: now - timedelta(hours=2)) == 7200.0
+    assert anchor_age(now, None, lambda: None) == 0.0  # an empty trail has nothing to anchor
+    assert anchor_age(now, now + timedelta(seconds=1), lambda: None) == 0.0  # a clock ahead is not negative
+
+
+def test_the_anchor_age_is_always_exposed():
+    with override_settings(GATEHOUSE_METRICS_TOKEN=TOKEN):
+        families = {f.name: f for f in text_string_to_metric_families(_scrape().content.decode())}
+    samples = families["gatehouse_audit_last_anchor_age_seconds"].samples
+    assert len(samples) == 1 and samples[0].value >= 0
 
 
 @pytest.mark.slow
