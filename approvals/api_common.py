@@ -27,11 +27,11 @@ from django.views.decorators.csrf import csrf_exempt
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.operation import PathView
-from ninja.security import APIKeyHeader, HttpBearer
+from ninja.security import APIKeyHeader, HttpBearer, SessionAuth
 
 from approvals.errors import DomainError, Forbidden, InvalidInput, NotFound, validation_error_describe
 from approvals.inputs import parse_error_of
-from approvals.permissions import TOKEN_NEEDS_ATTR, TOKEN_SCOPE_ATTR, token_actions_for
+from approvals.permissions import TOKEN_NEEDS_ATTR, TOKEN_SCOPE_ATTR, access_load, token_actions_for
 from approvals.security import request_token_mark
 from approvals.tokens import token_authenticate
 from runtime.retry import concurrent_change, stale_code
@@ -225,16 +225,38 @@ def token_route_check(request: HttpRequest, user: User | None) -> User | None:
     refusal = token_action_refusal(request, user) if user is not None else None
     if refusal is not None:
         raise refusal
+    access_load_for_write(request, user)
     return user
+
+
+def access_load_for_write(request: HttpRequest, user: Any) -> None:
+    """Read what ``user`` may do as it authenticates for a write (a token on PostgreSQL has it already): a refusal
+    of what it sent consults the role (``role_action_refusal``), and an async view's error handler runs on the
+    event loop, where no query may be made."""
+    if user is not None and request.method in _UNSAFE_METHODS:
+        access_load(user)
+
+
+class SessionAuthLoaded(SessionAuth):
+    """ninja's session auth (a signed-in console user calling the API, with its CSRF check), reading the user's
+    permissions as it authenticates a write, as the token auths do (``access_load_for_write``)."""
+
+    def authenticate(self, request: HttpRequest, key: str | None) -> Any:
+        user = super().authenticate(request, key)
+        access_load_for_write(request, user or None)
+        return user
 
 
 # Exceptions Django turns into a 4xx itself: the catch-all leaves them to it.
 _DJANGO_ANSWERS = (Http404, PermissionDenied, SuspiciousOperation, BadRequest)
 
 
-# Refusals of what a request sent (its body, path or query, an id naming nothing it may see): a token or a role that
-# may not use the route hears its own refusal first, the same for whatever it sent (it learns nothing of what exists).
+# Refusals of what a request sent (its body, path or query, an id naming nothing it may see): a token that may not
+# use the route hears its own refusal first, the same for whatever it sent (so it learns nothing of what exists).
 _INPUT_REFUSALS = (400, 404, 413, 415, 422)
+# Refusals of the shape of what it sent (not of an id naming nothing it may see: that stays a 404 for everyone, so
+# an object's existence never depends on who asks): a role that may not use the route hears its own refusal instead.
+_SHAPE_REFUSALS = (400, 413, 415, 422)
 
 
 def token_action_refusal(request: HttpRequest, user: Any = None) -> Forbidden | None:
@@ -287,7 +309,9 @@ def api_errors_install(
 
     def respond(request: HttpRequest, status: int, code: str, message: str, field: str | None = None) -> HttpResponse:
         if status in _INPUT_REFUSALS:
-            refusal = token_action_refusal(request) or role_action_refusal(request)
+            refusal = token_action_refusal(request)
+            if refusal is None and status in _SHAPE_REFUSALS:
+                refusal = role_action_refusal(request)
             if refusal is not None:
                 status, code, message, field = refusal.status, refusal.code, refusal.message, refusal.field
         return api.create_response(request, body(code, message, field), status=status)

@@ -120,6 +120,13 @@ def _perms_preload(user: Principal) -> None:
     access_keep(user, granted, with_assignments=with_assignments)
 
 
+def access_load(user: Principal) -> None:
+    """Read now what ``user`` may do (its permissions and assignments), unless already read: a later check makes
+    no query (an async view's error handler, on the event loop, may make none)."""
+    if getattr(user, "is_active", False):
+        _perms_preload(user)
+
+
 def access_keep(user: User, granted: list[Any], *, with_assignments: bool = True) -> None:
     """Keep on ``user`` what ``access_sql`` (or the preload's own statement) found it allowed: rows of
     (kind, app label or graph, codename or gate), the caches the permission checks read."""

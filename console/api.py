@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from ninja.security import django_auth
-
 from approvals.api import router as approvals_router
-from approvals.api_common import BearerAuth, GatehouseAPI, api_errors_install, error_body_gatehouse
+from approvals.api_common import BearerAuth, GatehouseAPI, SessionAuthLoaded, api_errors_install, error_body_gatehouse
 from approvals.inputs import StrictJsonParser
 
 api = GatehouseAPI(
@@ -13,7 +11,7 @@ api = GatehouseAPI(
     version="1",
     description="Human-in-the-loop approvals for LangGraph agents. Authenticate with `Authorization: Bearer <token>` "
     "(`manage.py issue_token USERNAME`). Request bodies over GATEHOUSE_MAX_BODY_BYTES are refused with 413.",
-    auth=[BearerAuth(mark_fresh=True), django_auth],  # only a token that authenticated is a fresh sign-in
+    auth=[BearerAuth(mark_fresh=True), SessionAuthLoaded()],  # only a token that authenticated is a fresh sign-in
     urls_namespace="api",
     docs_url="/docs",
     parser=StrictJsonParser(),  # NUL bytes, non-finite or 64-bit-overflowing numbers, deep nesting: 4xx

@@ -216,7 +216,8 @@ def _route_perms(method: str, path: str) -> tuple[str, ...]:
 @pytest.mark.parametrize("method,path", sorted(NEEDED))
 def test_a_role_that_may_not_use_a_route_is_refused_before_what_it_sent(personas, persona, method, path):
     """Where a role holds none of the permissions a route acts under, a malformed request hears the same 403 as
-    a well-formed one would (the auditor's decision with no body was a 422 ``body: Field required``)."""
+    a well-formed one would (the auditor's decision with no body was a 422 ``body: Field required``). A name
+    naming nothing stays a 404 for everyone: whether an object exists never depends on who asks."""
     user = personas[persona].user
     perms = _route_perms(method, path)
     assert perms, f"{method} {path} declares nothing"
@@ -224,9 +225,11 @@ def test_a_role_that_may_not_use_a_route_is_refused_before_what_it_sent(personas
     url = _url(path)
     for body in BODIES:
         response = _send(client, method, url, body)
+        if (method, path) in NAME_ONLY:
+            assert response.status_code == 404, (body, response.content)
+            continue
         if any(user.has_perm(perm) for perm in perms):
-            refused = (404,) if (method, path) in NAME_ONLY else (400, 422)
-            assert response.status_code in refused, (body, response.content)
+            assert response.status_code in (400, 422), (body, response.content)
             continue
         assert response.status_code == 403, (body, response.content)
         expected = f"you may not {method} {url}: your role holds none of {', '.join(sorted(perms))}"
@@ -238,12 +241,20 @@ def test_an_auditor_deciding_with_no_body_hears_its_role_refused_and_a_reviewer_
     one a 403. A reviewer, who may decide, is told what is missing."""
     task = "00000000-0000-0000-0000-000000000000"
     auditor = ApiClient(personas["auditor"].token)
-    for raw in ("", "{}", '{"decision": "approve"}'):
+    for raw in ("", "{}", '{"decision": 7}', "[1]"):
         response = auditor.client.post(
             f"/api/tasks/{task}/decision", raw, content_type="application/json", headers=auditor.headers
         )
         assert response.status_code == 403, (raw, response.content)
         assert "your role holds none of approvals.decide_task" in response.json()["error"]["message"]
+    # A well-formed decision on a task nobody may see is the 404 anyone gets: existence does not depend on who asks.
+    named_nothing = auditor.client.post(
+        f"/api/tasks/{task}/decision",
+        '{"decision": "approve"}',
+        content_type="application/json",
+        headers=auditor.headers,
+    )
+    assert named_nothing.status_code == 404, named_nothing.content
     reviewer = ApiClient(personas["reviewer"].token)
     response = reviewer.client.post(
         f"/api/tasks/{task}/decision", "", content_type="application/json", headers=reviewer.headers
