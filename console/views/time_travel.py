@@ -59,6 +59,8 @@ def _refused(request: SignedInRequest, thread_id: UUID, kind: str, exc: DomainEr
     if isinstance(exc, Forbidden):
         raise exc
     checkpoint = request.POST.get("checkpoint_id", "")[:64]
+    if "\x00" in checkpoint:  # names no checkpoint, and PostgreSQL cannot even compare it: the refusal itself
+        raise exc
     try:
         ctx = page_context.thread_context(request.user, thread_id, checkpoint)
     except DomainError:  # no page to show it on (an unknown checkpoint): the refusal itself, as it was
