@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import json
 import os
 import signal
@@ -224,8 +225,16 @@ class HoldingBankHandler(BankHandler):
     server: HoldingBank
 
     def do_POST(self) -> None:
-        self.server.hold_point(self.headers.get("Idempotency-Key") or "")
-        super().do_POST()
+        # Held once the whole request is in: a call held after its headers only could lose its body to a caller
+        # killed in between (the bank then never acts on it, as a real server would not), and a test that kills
+        # the caller while "its call is in flight" raced the body's write (seen on a loaded CI machine).
+        length = int(self.headers.get("Content-Length") or 0)
+        arrived, self.rfile = self.rfile, io.BytesIO(self.rfile.read(length))
+        try:
+            self.server.hold_point(self.headers.get("Idempotency-Key") or "")
+            super().do_POST()
+        finally:
+            self.rfile = arrived  # the connection's next request (keep-alive)
 
 
 class HoldingBank(BankServer):
