@@ -66,6 +66,10 @@ class TaskAbilities:
 
 
 _UNREAD: Any = object()
+# Said to whoever signed a task that waits for others (their signature stands): the service's 409, in its words.
+SIGNED_ONCE = Refusal(
+    "separation_of_duties.signed_once", "you have already signed this task; another approver must decide"
+)
 
 
 def proposes(decision: Decision) -> bool:
@@ -267,8 +271,10 @@ def task_abilities(
         claim = claim_for(task) if task.is_open else None
     holder = claim.user.get_username() if claim is not None and claim.user_id != user.pk else ""
     approvals = approvals_given(made)
-    decide = task.is_open and permissions.can_decide(user, task) and signature_standing(user, made) is None
-    gone = decide_refusal(task, unreadable=unreadable) if decide else None
+    allowed = task.is_open and permissions.can_decide(user, task)
+    signed = allowed and signature_standing(user, made) is not None
+    decide = allowed and not signed
+    gone = decide_refusal(task, unreadable=unreadable) if decide else (SIGNED_ONCE if signed else None)
     decide = decide and gone is None
     refused = None
     if decide and approvals + 1 >= task.required_approvals:

@@ -182,10 +182,11 @@ class TaskOut(TaskSummaryOut):
     )
     decide_refused: RefusalOut | None = Field(
         default=None,
-        description="Why nobody may decide this task you could otherwise decide (rule graph.node_gone: the "
-        "registered graph no longer has the node it waits in; rule graph.state_unreadable: the graph cannot load "
-        "the state it paused at, see state_unreadable; a decision is refused with a 409 in these words); "
-        "null otherwise.",
+        description="Why you may not decide this task your role and assignments let you decide (rule "
+        "separation_of_duties.signed_once: your signature stands and the task waits for others; rule "
+        "graph.node_gone: the registered graph no longer has the node it waits in; rule graph.state_unreadable: "
+        "the graph cannot load the state it paused at, see state_unreadable; a decision is refused with a 409 in "
+        "these words); null otherwise.",
     )
     claimed_by: str | None = Field(
         description="Who else holds the task's active claim (null: nobody, or you): a decision waits for its release."

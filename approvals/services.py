@@ -25,6 +25,7 @@ from django.utils import timezone
 
 from approvals import gateway, permissions
 from approvals.abilities import (
+    SIGNED_ONCE,
     approvals_given,
     final_approval_refusal,
     in_order,
@@ -468,12 +469,7 @@ def _task_decide(*, actor: User, task_id: Any, request: DecisionRequest, signer:
     earlier = in_order(grounds.decisions)
     if signature_standing(actor, earlier) is not None:
         # A signer whose approval a later proposal superseded may approve the new one (abilities.signature_standing).
-        raise PolicyConflict(
-            "you have already signed this task; another approver must decide",
-            rule="separation_of_duties.signed_once",
-            task=task,
-            field="task_id",
-        )
+        raise PolicyConflict(SIGNED_ONCE.message, rule=SIGNED_ONCE.rule, task=task, field="task_id")
     _storable_check(request)
     request = replace(request, state_patch=_hidden_kept(request.state_patch, thread.values, redaction))
     at = _TaskCheckpoint(task)  # read once, and only if a check of the edits needs it

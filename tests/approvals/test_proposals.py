@@ -217,3 +217,21 @@ def test_a_second_signature_by_the_same_person_is_refused_and_audited(people):
         "separation_of_duties.signed_once",
         "approve",
     )
+
+
+def test_a_signer_is_told_why_they_may_not_decide_again(people):
+    """A signer whose signature stands read ``can_decide: false`` with ``approve_refused`` and ``decide_refused``
+    both null: nothing said why, though a decision was a 409 (outside QA). It says so now, in the 409's words."""
+    task = two_approvals()
+    before = task_abilities(people["rev1"], task)
+    assert before.decide and before.decide_refused is None
+    decide(people["rev1"], task, "edit", state_patch={"amount": 15000})
+    signed = task_abilities(people["rev1"], task)
+    assert not signed.decide
+    assert signed.decide_refused is not None and signed.decide_refused.rule == "separation_of_duties.signed_once"
+    with pytest.raises(Conflict) as refused:
+        decide(people["rev1"], task)
+    assert refused.value.message == signed.decide_refused.message
+    # Someone who has not signed may still decide, and is told nothing of the kind.
+    other = task_abilities(people["appr"], task)
+    assert other.decide and other.decide_refused is None
