@@ -268,3 +268,19 @@ def test_the_previous_page_is_the_same_page_after_new_tasks_arrive(personas):
     client = console_client(personas["approver"])
     html = client.get("/", {"node": gate, "cursor": first.next_cursor}).content.decode()
     assert 'rel="prev"' in html and "before=" in html
+
+
+@pytest.mark.usefixtures("live_db")
+def test_the_filter_form_keeps_a_column_sort(personas):
+    """Sorted by a column's header and then filtered, the inbox went back to newest first: the filter form's
+    Sort menu had no option for the column's sort, so the form sent its first one (outside QA)."""
+    import re
+
+    gate = f"gate_{uuid.uuid4().hex[:6]}"
+    _gate_tasks(gate, [(500, 10, "FR"), (20000, 72, "DE")])
+    client = console_client(personas["approver"])
+    for sort in ("-col:risk", "col:amount", "oldest"):
+        html = client.get("/", {"graph": "loan_approval", "node": gate, "sort": sort}).content.decode()
+        menu = html.split('<select id="f-sort" name="sort">', 1)[1].split("</select>", 1)[0]
+        selected = re.findall(r'<option value="([^"]*)"[^>]*\bselected\b', menu)
+        assert selected == [sort], (sort, selected)  # what the form sends when a filter is applied
