@@ -101,7 +101,9 @@ class DecisionPendingOut(Schema):
 
 
 class DecisionWaitQuery(Schema):
-    wait: float = Field(default=0, ge=0, le=MAX_WAIT_SECONDS, description="Seconds to wait for the decision.")
+    wait: float = Field(
+        default=0, ge=0, le=MAX_WAIT_SECONDS, allow_inf_nan=False, description="Seconds to wait for the decision."
+    )
 
 
 def _out(user: Any, item: ExternalTask, *, show_secret: bool) -> ExternalTaskOut:

@@ -281,3 +281,13 @@ def test_the_result_s_callback_delivery_names_the_event_that_queued_it(engine, s
     thread = ApprovalTask.objects.get(pk=task_id).thread_id
     listed = personas["operator"].client.get("/api/webhook-deliveries", thread=str(thread)).json()
     assert [(d["id"], d["audit_event_id"]) for d in listed] == [(delivery.pk, decided.pk)]
+
+
+@pytest.mark.parametrize("wait", ["nan", "inf", "-inf"])
+def test_a_wait_that_is_no_number_of_seconds_says_so(engine, source, wait):
+    """``wait=nan`` was refused as "less than or equal to 60", which it is not: it is no number of seconds."""
+    created = create(engine.client, task_body(source, key=f"k-{wait}")).json()
+    response = engine.client.get(f"/api/external-tasks/{created['id']}/decision", wait=wait)
+    assert response.status_code == 422
+    error = response.json()["error"]
+    assert error["field"] == "wait" and "finite" in error["message"], error
