@@ -26,7 +26,7 @@ test: install services chromium
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy console approvals lgplatform runtime
 	$(PY) manage.py makemigrations --check --dry-run
-	$(PY) -m pytest -n $(TEST_PROCESSES) --dist loadfile -m "not serial" --durations=40
+	$(PY) -m pytest -n $(TEST_PROCESSES) --dist loadfile -m "not serial" --durations=40 --junitxml=var/test-times.xml
 	$(PY) -m pytest -m serial
 
 ## Unit and domain tests only (no worker or other process started, no browser, no fault injection).
