@@ -18,7 +18,7 @@ from typing import Any
 from django.db.models import Q
 
 from approvals.audit import canonical
-from approvals.models import ApprovalTask, Decision, TaskKind, TaskStatus
+from approvals.models import ApprovalTask, AuditAction, AuditEvent, Decision, TaskKind, TaskStatus
 from approvals.payloads import payload_kind
 from runtime import rows
 from runtime.effects import args_digest
@@ -192,23 +192,63 @@ class IntentReport:
         return sum(len(t.matched) for t in self.threads)
 
 
+SIGNED_IN_TRAIL = (AuditAction.DECISION_MADE, AuditAction.DECISION_RECORDED)
+
+
 def intent_verify(*, threads: Iterable[Thread] | None = None) -> IntentReport:
-    """Prove, for every thread with decisions or effects, that what ran is what was signed."""
+    """Prove, for every thread with decisions, effects or decisions in the audit trail, that what ran is what
+    was signed."""
     if threads is None:
         with_effects = Effect.objects.values("thread_id")
         with_decisions = Decision.objects.values("task__thread_id")
-        threads = Thread.objects.filter(Q(pk__in=with_effects) | Q(pk__in=with_decisions)).order_by("created_at")
+        # A thread whose decision rows were all deleted is still checked: the trail names them.
+        with_signed = AuditEvent.objects.filter(action__in=SIGNED_IN_TRAIL).values("thread_id")
+        threads = Thread.objects.filter(
+            Q(pk__in=with_effects) | Q(pk__in=with_decisions) | Q(pk__in=with_signed)
+        ).order_by("created_at")
     report = IntentReport()
     for thread in threads:
         finding = ThreadFinding(thread_id=str(thread.pk), graph=thread.graph)
-        _verify_decisions(thread, finding)
+        trail = _signed_in_trail(thread)
+        _verify_decisions(thread, finding, trail)
         _verify_runs(thread, finding)
-        _verify_effects(thread, finding)
+        _verify_effects(thread, finding, trail)
         report.threads.append(finding)
     return report
 
 
-def _verify_decisions(thread: Thread, finding: ThreadFinding) -> None:
+@dataclass(frozen=True)
+class SignedEvent:
+    """A decision as the audit trail records it: enough to name it when its row is gone."""
+
+    decision_id: str
+    event_id: int
+    action: str
+    task_id: str
+
+
+def _signed_in_trail(thread: Thread) -> list[SignedEvent]:
+    """Every decision the audit trail records for the thread (``decision.made``/``decision.recorded``), in order."""
+    events = (
+        AuditEvent.objects.filter(thread_id=thread.pk, action__in=SIGNED_IN_TRAIL)
+        .order_by("id")
+        .values_list("id", "action", "subject_id", "details")
+    )
+    return [
+        SignedEvent(decision_id=str(details["decision"]), event_id=pk, action=action, task_id=subject_id)
+        for pk, action, subject_id, details in events
+        if isinstance(details, dict) and details.get("decision")
+    ]
+
+
+def _verify_decisions(thread: Thread, finding: ThreadFinding, trail: list[SignedEvent]) -> None:
+    kept = {str(pk) for pk in Decision.objects.filter(task__thread=thread).values_list("pk", flat=True)}
+    for event in trail:
+        if event.decision_id not in kept:  # only a database user with triggers off deletes one (migration 0035)
+            finding.problems.append(
+                f"decision {event.decision_id} on task {event.task_id}, recorded in the audit trail "
+                f"({event.action}, event #{event.event_id}), is gone from the decisions table"
+            )
     for d in Decision.objects.select_related("task").filter(task__thread=thread).order_by("created_at", "id"):
         if not d.signed_digest:
             finding.unverifiable.append(f"decision {d.pk} predates signed digests")
@@ -249,7 +289,7 @@ def _command_core(command: Any) -> dict[str, Any]:
     }
 
 
-def _verify_effects(thread: Thread, finding: ThreadFinding) -> None:
+def _verify_effects(thread: Thread, finding: ThreadFinding, trail: list[SignedEvent]) -> None:
     for effect in Effect.objects.filter(thread=thread).order_by("created_at", "id"):
         if effect.calls == 0 and effect.status != EffectStatus.DONE:
             continue  # recorded intent only: never performed
@@ -265,7 +305,14 @@ def _verify_effects(thread: Thread, finding: ThreadFinding) -> None:
             continue
         decisions = _carried(task)
         if not decisions:
-            finding.unverifiable.append(f"{label}: gate {task.node} has no carried decisions")
+            made = [e for e in trail if e.task_id == str(task.pk) and e.action == AuditAction.DECISION_MADE]
+            if made:  # it ran on a signature whose row was deleted: not "nothing to compare"
+                finding.problems.append(
+                    f"{label} followed gate {task.node}, whose signing decision {made[-1].decision_id} "
+                    f"(event #{made[-1].event_id}) is gone from the decisions table"
+                )
+            else:
+                finding.unverifiable.append(f"{label}: gate {task.node} has no carried decisions")
             continue
         final = decisions[-1]
         if final.outcome not in APPROVING:

@@ -17,17 +17,21 @@ Each maker is one transaction: the runs it queues are dispatched only once they
 are finished, so a live worker that receives them finds nothing to do.
 
 Only times are moved by hand afterwards (``created_at``, ``due_at``, a decision's
-``at``): a test stands in for the passing of time, which no service does.
+``at``): a test stands in for the passing of time, which no service does. A signed
+decision refuses that on PostgreSQL (migration 0035): it is moved with triggers off
+(``triggers_off``), as only a superuser could.
 """
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
 from django.contrib.auth.models import User
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from approvals.models import ApprovalTask, Decision, TaskStatus
@@ -117,6 +121,17 @@ def task_make(
     return task
 
 
+@contextmanager
+def triggers_off() -> Iterator[None]:
+    """One transaction with the database's triggers off, as a superuser may switch them (``session_replication_role``):
+    the insider of the threat model, or a test moving a signed row in time. Nothing to switch on SQLite."""
+    with transaction.atomic():
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute("SET LOCAL session_replication_role = replica")
+        yield
+
+
 def decision_make(
     task: ApprovalTask, actor: User, outcome: str = "approve", *, at: datetime | None = None, **request: Any
 ) -> Decision:
@@ -135,7 +150,8 @@ def decision_make(
             assert resume is not None, f"resume run {decision.run.id} could not be claimed"
             run_finish(run=resume, outcome=done)
     if at is not None:
-        Decision.objects.filter(pk=decision.pk).update(created_at=at)
+        with triggers_off():
+            Decision.objects.filter(pk=decision.pk).update(created_at=at)
         ApprovalTask.objects.filter(pk=task.pk, decided_at__isnull=False).update(decided_at=at)
         decision.refresh_from_db()
     task.refresh_from_db()

@@ -20,7 +20,7 @@ from runtime.checkpointer import checkpointer_get
 from runtime.models import Effect, Run, RunKind, RunStatus, Thread
 from runtime.runs import run_enqueue
 from tests.conftest import api_decide, loan_input, pending_tasks, thread_settled, thread_start, wait_for
-from tests.factories import thread_make
+from tests.factories import thread_make, triggers_off
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db", "live_worker")]
 
@@ -263,10 +263,31 @@ def test_a_ledger_or_decision_row_altered_after_the_fact_is_named(operator, revi
     else:
         decision = Decision.objects.get(pk=response.json()["id"])
         forged = {**decision.resume_value, "action_args": {"amount": 99}}
-        Decision.objects.filter(pk=decision.pk).update(resume_value=forged)
+        with triggers_off():  # the database refuses it otherwise (migration 0035)
+            Decision.objects.filter(pk=decision.pk).update(resume_value=forged)
     with pytest.raises(CommandError) as failure:
         _verify(thread["id"])
     assert thread["id"] in str(failure.value)
+
+
+def test_an_effect_whose_signed_decision_was_deleted_is_a_mismatch_not_unverifiable(operator, reviewer, bank):
+    """It was "unverifiable … gate has no carried decisions" and exit 0 after ``TRUNCATE approvals_decision``;
+    the trail still records the decision.made the effect followed."""
+    thread, task = _paused_loan(operator, reviewer, amount=21000)
+    response = api_decide(reviewer, task, reason="ok")
+    assert response.status_code == 201, response.content
+    assert thread_settled(reviewer, thread["id"])["status"] == "completed"
+    assert _paid(bank, thread["id"]) == [21000]
+    with triggers_off(), connection.cursor() as cursor:  # the insider: a superuser with triggers off
+        cursor.execute("DELETE FROM approvals_decision WHERE task_id = %s", [task["id"]])
+
+    out = StringIO()
+    with pytest.raises(CommandError) as failure:
+        call_command("decisions_verify", "--thread", thread["id"], stdout=out, stderr=out)
+    assert thread["id"] in str(failure.value)
+    assert f"MISMATCH thread {thread['id']}" in out.getvalue()
+    assert f"decision {response.json()['id']}" in out.getvalue()
+    assert "effect disburse" in out.getvalue() and "whose signing decision" in out.getvalue(), out.getvalue()
 
 
 def test_langgraph_still_names_the_input_task_and_answer_channel_as_the_executor_assumes():

@@ -11,7 +11,8 @@ from runtime.models import Thread
 
 class Command(GatehouseCommand):
     help = (
-        "Prove that what ran is what was signed: every decision still matches its signed digest, every resume "
+        "Prove that what ran is what was signed: every decision the audit trail records is still there and "
+        "matches its signed digest, every resume "
         "(and retry) carried exactly the signed command, and every effect's arguments equal the action the gate "
         "decision before it signed. Names each thread where they differ; exit status 1 if any."
     )
