@@ -26,7 +26,7 @@ from typing import Any
 
 from django.contrib.auth.models import Group, User
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from approvals import permissions
@@ -153,14 +153,33 @@ def assignee_refusal(*, task: ApprovalTask, user: User) -> str | None:
     return None
 
 
-def _members_eligible(task: ApprovalTask, group: Group) -> bool:
-    # Only members whose role may decide are tried one by one (each costs its permission reads): a group
+def assignees_able(*, task: ApprovalTask, among: QuerySet[User], limit: int = 1, scan: int = 200) -> list[User]:
+    """Of ``among``, up to ``limit`` people who may be made ``task``'s assignee (``assignee_refusal``): who can
+    finish it now. Hand-offs refuse a group by it and deadline reminders and escalations e-mail by it."""
+    # Only those whose role may decide are tried one by one (each costs its permission reads): a group
     # nobody in which may decide (auditors) answers in one query, not one per member.
     # Two filters, two joins: in one (or after ``group.user_set``, whose next filter shares its join)
-    # the role would be looked for in this group's permissions only.
-    members = User.objects.filter(groups=group).filter(Q(is_superuser=True) | _DECIDER, is_active=True)
-    members = members.distinct().order_by("pk")
-    return any(assignee_refusal(task=task, user=u) is None for u in members[:200])
+    # the role would be looked for in the group's permissions only; ``among`` must be a ``User.objects``
+    # query for the same reason.
+    candidates = among.filter(Q(is_superuser=True) | _DECIDER, is_active=True).distinct().order_by("pk")
+    able: list[User] = []
+    for user in candidates[:scan]:
+        if assignee_refusal(task=task, user=user) is None:
+            able.append(user)
+            if len(able) >= limit:
+                break
+    return able
+
+
+def group_refusal(*, task: ApprovalTask, group: Group) -> str | None:
+    """Why ``task`` cannot be handed to ``group``, or None when it can: a member must be able to finish it.
+    The one rule for a lead's reassignment and a deadline's escalation."""
+    if assignees_able(task=task, among=User.objects.filter(groups=group)):
+        return None
+    return (
+        f"no member of group {group.name!r} may decide this task now (the gate, a signature already given, "
+        "separation of duties or the role its last approval needs keeps it from each)"
+    )
 
 
 # --- out-of-office ------------------------------------------------------------------------------
@@ -269,8 +288,8 @@ def task_reassign(
     note = _note_check(note, required=False)
     if to_user is not None and (refusal := assignee_refusal(task=task, user=to_user)):
         raise Forbidden(refusal, field="to_user")
-    if to_group is not None and not _members_eligible(task, to_group):
-        raise Forbidden(f"no member of group {to_group.name!r} may decide this gate", field="to_group")
+    if to_group is not None and (refusal := group_refusal(task=task, group=to_group)):
+        raise Forbidden(refusal, field="to_group")
     resolved = assignee_resolve(task=task, user=to_user, group=to_group)
     claim = claim_for(task)
     released = None
@@ -431,4 +450,4 @@ def groups_for_reassign(task: ApprovalTask) -> list[Group]:
     """Groups ``task`` may be reassigned to (for the console's picker): those with a member who may decide
     it, the test ``task_reassign`` refuses a group by, so the picker offers nothing it would refuse."""
     groups = Group.objects.exclude(name="service").order_by("name")[:COLLEAGUES_MAX]
-    return [g for g in groups if _members_eligible(task, g)]
+    return [g for g in groups if group_refusal(task=task, group=g) is None]
