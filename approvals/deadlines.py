@@ -5,11 +5,13 @@ The policy (when a gate is due, whom to escalate to, what happens on timeout) is
 opened (``due_at``, ``remind_at``). The sweep takes three steps, each at most once per
 task however many sweepers run (beat on two machines, a manual ``deadlines_sweep``):
 
-1. **remind** (``remind_at`` passed, not yet due): e-mail the people the task is waiting
-   for, queue the ``task.reminded`` outbound webhook; ``reminded_at`` is set.
-2. **escalate** (``due_at`` passed): reassign to the gate's ``escalate_to`` group (or role),
-   e-mail its members, queue ``task.escalated``; ``escalated_at`` and ``escalation_reason``
-   say since when and why (shown in the inbox, task page and API).
+1. **remind** (``remind_at`` passed, not yet due): e-mail those who may decide the task now
+   (``_recipients``), queue the ``task.reminded`` outbound webhook; ``reminded_at`` is set.
+2. **escalate** (``due_at`` passed): reassign to the gate's ``escalate_to`` group (or role) if
+   a lead could (``assignment.group_refusal``: a member must be able to finish the task), else
+   keep the assignment and say why; e-mail those who may decide it, queue ``task.escalated``;
+   ``escalated_at`` and ``escalation_reason`` say since when and why (shown in the inbox, task
+   page and API).
 3. **time out** (with escalation, if the gate has ``on_timeout``): decide the task through
    ``services.task_decide`` as the system principal ``system:deadlines`` with the configured
    reason, so the decision is signed, audited and resumes the thread like any other.
@@ -41,6 +43,7 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from approvals import permissions
+from approvals.assignment import assignees_able, group_refusal
 from approvals.audit import audit_record, audit_task
 from approvals.errors import DomainError
 from approvals.gate_policy import gate_deadline
@@ -218,10 +221,15 @@ def task_escalate(*, task_id: Any, now: datetime) -> tuple[int, int]:
             return 0, 0
         deadline = gate_deadline(graph=task.graph, node=task.node, payload=task.payload, task_kind=task.kind)
         group = _escalation_group(deadline)
+        # The rule a lead's reassignment is refused by: a group none of whose members can finish the task (a
+        # quorum's last approval needs a role they lack, they all signed it) would only hold it.
+        refused = group_refusal(task=task, group=group) if group is not None else None
         overdue = duration_human((now - task.due_at).total_seconds())
         why = [f"not decided by its deadline ({task.due_at:%Y-%m-%d %H:%M} UTC, overdue {overdue})"]
-        if group is not None:
+        if group is not None and refused is None:
             why.append(f"reassigned to {group.name}")
+        elif group is not None:
+            why.append(f"not reassigned to {group.name}: {refused}")
         elif deadline is not None and deadline.escalate_to:
             why.append(f"escalation group {deadline.escalate_to!r} does not exist: not reassigned")
         else:  # it said only "escalated", which read as a hand-off that never happened
@@ -231,12 +239,15 @@ def task_escalate(*, task_id: Any, now: datetime) -> tuple[int, int]:
             "group": task.assigned_group.name if task.assigned_group else None,
         }
         values: dict[str, Any] = {"escalated_at": now}
-        if group is not None:
+        if group is not None and refused is None:
             values.update(assigned_group=group, assigned_user=None, assigned_at=now)
         for name, value in values.items():  # whom it waits for from now: they are told
             setattr(task, name, value)
         recipients = _recipients(task)
-        why.append(f"e-mailed {len(recipients)} {'person' if len(recipients) == 1 else 'people'} it waits for")
+        if recipients:
+            why.append(f"e-mailed {len(recipients)} {'person' if len(recipients) == 1 else 'people'} who may decide it")
+        else:
+            why.append("nobody may decide it now: no one e-mailed")
         values["escalation_reason"] = task.escalation_reason = "; ".join(why)[:500]
         if not _claim(task, escalated_at__isnull=True, values=values):
             return 0, 0
@@ -250,7 +261,8 @@ def task_escalate(*, task_id: Any, now: datetime) -> tuple[int, int]:
                 "node": task.node,
                 "due_at": task.due_at.isoformat(),
                 "reason": task.escalation_reason,
-                "escalated_to": group.name if group is not None else None,
+                "escalated_to": group.name if group is not None and refused is None else None,
+                **({"escalation_refused": {"group": group.name, "reason": refused}} if group and refused else {}),
                 "assigned_before": before,
                 "notified": [u.get_username() for u in recipients],
                 "on_timeout": on_timeout.outcome if on_timeout else None,
@@ -337,19 +349,23 @@ def _system_principal() -> User:
 
 
 def _recipients(task: ApprovalTask) -> list[User]:
-    """Whom the task waits for: its assigned person, else its group's members, else the reviewers
-    assigned to its gate — only those with an e-mail address who may see the task."""
+    """Whom a step e-mails: those who may decide the task now (``assignment.assignees_able``: the decide
+    permission, the graph and gate, no signature of theirs standing, separation of duties, the role its next
+    approval needs) among the people it is asked of — its assigned person, else its group's members, else
+    those assigned to its gate. When none of the asked may, those assigned to its gate who may: a task is
+    never reminded only to people who cannot finish it. Only people with an e-mail address (at most 50)."""
+    mailable = User.objects.exclude(email="")
+    assigned = GraphAssignment.objects.filter(graph__in=[task.graph, permissions.ALL_GRAPHS], gate__in=["", task.node])
+    at_gate = mailable.filter(pk__in=assigned.values("user_id"))
+    if task.assigned_user_id is None and task.assigned_group_id is None:
+        return assignees_able(task=task, among=at_gate, limit=MAX_RECIPIENTS)
     if task.assigned_user_id is not None:
-        candidates = User.objects.filter(pk=task.assigned_user_id)
-    elif task.assigned_group_id is not None:
-        candidates = User.objects.filter(groups=task.assigned_group_id)
+        asked = mailable.filter(pk=task.assigned_user_id)
     else:
-        assigned = GraphAssignment.objects.filter(
-            graph__in=[task.graph, permissions.ALL_GRAPHS], gate__in=["", task.node]
-        ).values("user_id")
-        candidates = User.objects.filter(pk__in=assigned)
-    users = candidates.filter(is_active=True).exclude(email="").distinct().order_by("pk")[: MAX_RECIPIENTS * 2]
-    return [u for u in users if permissions.tasks_visible(u).filter(pk=task.pk).exists()][:MAX_RECIPIENTS]
+        asked = mailable.filter(groups=task.assigned_group_id)
+    return assignees_able(task=task, among=asked, limit=MAX_RECIPIENTS) or assignees_able(
+        task=task, among=at_gate, limit=MAX_RECIPIENTS
+    )
 
 
 def _mail_body(task: ApprovalTask, headline: str) -> str:

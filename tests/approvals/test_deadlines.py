@@ -20,7 +20,9 @@ from django.db import connection
 from django.utils import timezone
 
 from approvals import deadlines
+from approvals.assignment import task_reassign
 from approvals.deadlines import deadlines_sweep, due_state, task_escalate, task_remind
+from approvals.errors import Forbidden
 from approvals.gate_policy import gate_deadline
 from approvals.models import (
     ApprovalTask,
@@ -44,7 +46,7 @@ from runtime.deadlines import (
 from runtime.registry import GraphRegistryError, graphs_read
 from tests.conftest import ROOT, loan_input, pending_tasks, scaled, thread_settled, thread_start
 from tests.console.conftest import console_client
-from tests.factories import task_make
+from tests.factories import decision_make, loan_gate, task_make
 
 GRAPH = "deadline_review"
 LEADS = "deadline-leads"
@@ -250,7 +252,7 @@ def test_an_escalation_without_a_group_says_it_reassigned_nothing_and_whom_it_to
     [event] = _events(task, AuditAction.DEADLINE_ESCALATED)
     told = len(event.details["notified"])
     assert reader.username in event.details["notified"]
-    assert f"e-mailed {told} {'person' if told == 1 else 'people'} it waits for" in task.escalation_reason
+    assert f"e-mailed {told} {'person' if told == 1 else 'people'} who may decide it" in task.escalation_reason
 
 
 @pytest.mark.django_db
@@ -261,6 +263,68 @@ def test_an_escalation_to_a_group_that_does_not_exist_is_recorded_not_invented(p
     task.refresh_from_db()
     assert task.assigned_group is None and "'deadline-leads' does not exist" in task.escalation_reason
     assert not Group.objects.filter(name=LEADS).exists()
+
+
+QUORUM_GRAPH = "loan_approval"  # the deadline graph's gate the tests may decide has a timeout; this one has none
+
+
+def _person_with_mail(role: str, *, group: Group | None = None) -> User:
+    user = _reviewer_with_mail(QUORUM_GRAPH, group=group)
+    user.groups.set([Group.objects.get(name=role), *([group] if group is not None else [])])
+    return user
+
+
+def _quorum_half_approved(**task: object) -> tuple[ApprovalTask, User]:
+    """A four-eyes task (escalated to the leads) whose first approval a reviewer has given: the one missing is
+    the last, which needs the approver role."""
+    made = task_make(graph=QUORUM_GRAPH, payload={**loan_gate(required_approvals=2), "escalate_to": LEADS}, **task)
+    signer = _reviewer_with_mail(QUORUM_GRAPH)
+    decision_make(made, signer)
+    assert made.status == "pending" and made.required_approvals == 2
+    return made, signer
+
+
+@pytest.mark.django_db
+def test_an_escalation_keeps_a_task_from_a_group_that_could_not_finish_it(personas, mailoutbox):
+    """An outside QA's find: a quorum task with one approval was escalated to the leads, none of whom may give
+    its last approval (a lead's reassignment to them is refused), and only they were e-mailed."""
+    leads, _ = Group.objects.get_or_create(name=LEADS)
+    lead = _person_with_mail("lead", group=leads)
+    approver = _person_with_mail("approver")
+    task, signer = _quorum_half_approved()
+    ApprovalTask.objects.filter(pk=task.pk).update(due_at=timezone.now() - timedelta(minutes=5))
+    with pytest.raises(Forbidden) as by_hand:  # the rule the sweep must apply too
+        task_reassign(actor=personas["admin"].user, task=task, to_group=leads)
+    assert task_escalate(task_id=task.pk, now=timezone.now()) == (1, 0)
+    task.refresh_from_db()
+    assert task.assigned_group is None and task.assigned_user is None and task.escalated_at is not None
+    assert f"not reassigned to {LEADS}: {by_hand.value.message}" in task.escalation_reason
+    [event] = _events(task, AuditAction.DEADLINE_ESCALATED)
+    assert event.details["escalated_to"] is None
+    assert event.details["escalation_refused"] == {"group": LEADS, "reason": by_hand.value.message}
+    notified = event.details["notified"]
+    assert approver.username in notified  # who can give the missing approval is told
+    assert lead.username not in notified and signer.username not in notified
+    told = len(notified)
+    assert f"e-mailed {told} {'person' if told == 1 else 'people'} who may decide it" in task.escalation_reason
+
+
+@pytest.mark.django_db
+def test_a_reminder_goes_only_to_those_who_may_decide_the_task_now(personas, mailoutbox):
+    """An outside QA's find: reminders went to every graph-assignment holder who could see the task, the
+    thread's starter (an operator) among them, and reviewers who could not give a quorum's last approval."""
+    operator = _person_with_mail("operator")
+    reviewer, approver = _reviewer_with_mail(QUORUM_GRAPH), _person_with_mail("approver")
+    starter = _person_with_mail("approver")
+    now = timezone.now()
+    task, signer = _quorum_half_approved(created_by=starter)
+    ApprovalTask.objects.filter(pk=task.pk).update(due_at=now + timedelta(minutes=20), remind_at=now)
+    assert task_remind(task_id=task.pk, now=timezone.now()) is True
+    [event] = _events(task, AuditAction.DEADLINE_REMINDED)
+    notified = event.details["notified"]
+    assert approver.username in notified
+    for cannot in (operator, reviewer, signer, starter):  # no role to decide, no last approval, signed, started
+        assert cannot.username not in notified
 
 
 @pytest.mark.django_db
@@ -348,7 +412,7 @@ def test_the_inbox_filters_by_due_and_shows_human_badges(personas):
     assert "overdue 20 min" in page and "due in 3 h" in page and "86400" not in page
     overdue = client.get("/", {"q": case, "due": "overdue"}).content.decode()
     assert str(late.pk) in overdue and str(later.pk) not in overdue
-    Group.objects.get_or_create(name=LEADS)
+    _reviewer_with_mail(group=Group.objects.get_or_create(name=LEADS)[0])  # a lead who may decide it
     task_escalate(task_id=late.pk, now=timezone.now())
     escalated = client.get("/", {"q": case, "due": "escalated"}).content.decode()
     assert str(late.pk) in escalated and "escalated → deadline-leads" in escalated and str(later.pk) not in escalated

@@ -12,12 +12,12 @@ import uuid
 from datetime import timedelta
 
 import pytest
-from django.contrib.auth.models import Group
+from django.contrib.auth.models import Group, User
 from django.utils import timezone
 from playwright.sync_api import expect
 
 from approvals.deadlines import deadlines_sweep
-from approvals.models import ApprovalTask, AuditAction, AuditEvent
+from approvals.models import ApprovalTask, AuditAction, AuditEvent, GraphAssignment
 from tests.conftest import scaled
 from tests.console.test_browser import SCREENSHOTS, _live, _sign_in, browser, server  # noqa: F401  (fixtures)
 from tests.factories import task_make
@@ -29,6 +29,10 @@ GRAPH = "deadline_review"  # tests/graphs/langgraph.json: compliance_review esca
 
 def test_a_deadline_passes_while_the_inbox_is_open(browser, server, personas):  # noqa: F811
     leads, _ = Group.objects.get_or_create(name="deadline-leads")
+    # A lead who may decide the task: escalation, like a lead's reassignment, hands it only to a group that can.
+    lead = User.objects.create_user(f"dl-lead-{uuid.uuid4().hex[:6]}")
+    lead.groups.add(Group.objects.get(name="reviewer"), leads)
+    GraphAssignment.objects.create(user=lead, graph=GRAPH)
     case = f"DL-{uuid.uuid4().hex[:6]}"
     # Long enough to see "due in" after sign-in on a busy machine, short enough to watch it pass.
     task = task_make(
