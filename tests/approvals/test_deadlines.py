@@ -310,6 +310,20 @@ def test_an_escalation_keeps_a_task_from_a_group_that_could_not_finish_it(person
 
 
 @pytest.mark.django_db
+def test_an_escalation_nobody_could_finish_says_so_and_mails_no_one(personas, mailoutbox):
+    leads, _ = Group.objects.get_or_create(name=LEADS)
+    lead = _person_with_mail("lead", group=leads)
+    task, signer = _quorum_half_approved()  # no approver with an address: nobody can give the last approval
+    ApprovalTask.objects.filter(pk=task.pk).update(due_at=timezone.now() - timedelta(minutes=5))
+    assert task_escalate(task_id=task.pk, now=timezone.now()) == (1, 0)
+    task.refresh_from_db()
+    assert task.assigned_group is None and "nobody may decide it now: no one e-mailed" in task.escalation_reason
+    [event] = _events(task, AuditAction.DEADLINE_ESCALATED)
+    assert event.details["notified"] == [] and event.details["escalation_refused"]["group"] == LEADS
+    assert not [m for m in mailoutbox if lead.email in m.bcc or signer.email in m.bcc]
+
+
+@pytest.mark.django_db
 def test_a_reminder_goes_only_to_those_who_may_decide_the_task_now(personas, mailoutbox):
     """An outside QA's find: reminders went to every graph-assignment holder who could see the task, the
     thread's starter (an operator) among them, and reviewers who could not give a quorum's last approval."""
