@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -226,18 +225,44 @@ _STORAGE_ERRORS = {("django.db.utils", "DatabaseError"), ("psycopg", "Error"), (
 
 def _unreadable_reason(exc: BaseException) -> str:
     """Why the graph cannot load a checkpoint, in words: a state model's refusal names each field (not the
-    values, which may be sensitive); anything else is the exception's one line."""
-    if isinstance(exc, ValidationError):
-        said = []
-        for err in exc.errors()[:5]:
-            path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"]).lstrip(".") or "state"
-            if err.get("type") == "value_error":  # a validator's own words: "Value error, <its message>"
-                said.append(f"{path}: {str(err.get('msg', '')).removeprefix('Value error, ')}")
-            else:
-                said.append(field_message(path, err))
-        return "the graph cannot load this state: " + "; ".join(said)
-    text = "".join(traceback.format_exception_only(type(exc), exc)).strip().splitlines()
-    return f"the graph cannot load this state: {(text or [type(exc).__name__])[-1]}"[:1000]
+    values, which may be sensitive); anything else is the exception's line, then each it was raised from.
+
+    Not the last line of the formatted exception: LangGraph adds a note to it ("Before task with name
+    'review' and path ..."), which replaced the error itself ("missing 1 required positional argument: 'q'")."""
+    refusal = next((link for link in exception_chain(exc) if isinstance(link, ValidationError)), None)
+    if refusal is not None:
+        return _refusal_reason(refusal)
+    said = "; caused by ".join(_one_line(link) for link in _causes(exc))
+    return f"the graph cannot load this state: {said}"[:1000]
+
+
+def _causes(exc: BaseException) -> list[BaseException]:
+    """``exc`` and what it was raised from (``raise ... from``), outermost first: not what was being handled
+    when it was raised (LangGraph's own "no running event loop" was named as the cause of a missing field)."""
+    chain: list[BaseException] = []
+    link: BaseException | None = exc
+    while link is not None and link not in chain:
+        chain.append(link)
+        link = link.__cause__
+    return chain
+
+
+def _one_line(exc: BaseException) -> str:
+    """``Type: message`` on one line, without the notes added to the exception."""
+    message = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+
+
+def _refusal_reason(exc: ValidationError) -> str:
+    """A state model's refusal, each field named (not its value, which may be sensitive)."""
+    said = []
+    for err in exc.errors()[:5]:
+        path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"]).lstrip(".") or "state"
+        if err.get("type") == "value_error":  # a validator's own words: "Value error, <its message>"
+            said.append(f"{path}: {str(err.get('msg', '')).removeprefix('Value error, ')}")
+        else:
+            said.append(field_message(path, err))
+    return "the graph cannot load this state: " + "; ".join(said)
 
 
 def _stored_view(

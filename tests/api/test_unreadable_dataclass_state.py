@@ -1,0 +1,65 @@
+"""A thread whose state the graph cannot load because a dataclass state (tests/graphs/dataclass_state.py) is
+missing a required field: building it raises a ``TypeError``, not a Pydantic ``ValidationError``.
+
+The console's thread page answered a 500 (its time-travel panel read the checkpoint through the graph and
+caught only a ``ValueError``); the first run's failure recorded no checkpoint on the thread (it read the
+latest one through the graph too), so the fork docs/platform-api.md names as the repair was refused as
+"this thread has no checkpoints to travel to"; and the reason shown ended in LangGraph's note on the
+exception ("Before task with name ...") instead of the missing field.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.utils.html import escape
+
+from runtime.executor import run_execute
+from runtime.models import Run, RunStatus, Thread, ThreadStatus
+from runtime.registry import graph_get
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db")]
+
+GRAPH = "dc_gate"
+MISSING = "missing 1 required positional argument: 'q'"
+MISSING_HTML = escape(MISSING)
+WHY = "the graph cannot load this state: TypeError: D.__init__() missing 1 required positional argument: 'q'"
+
+
+@pytest.fixture
+def unloadable(dispatched: Any, operator: Any) -> Thread:
+    """A thread started without ``q`` (the graph has no input schema to refuse it), its first run run here."""
+    response = operator.client.post("/api/threads", {"graph": GRAPH, "input": {}})
+    assert response.status_code == 201, response.content
+    [run] = Run.objects.filter(thread_id=response.json()["id"])
+    run_execute(run_id=str(run.id))
+    assert Run.objects.get(pk=run.pk).status == RunStatus.FAILED
+    thread = Thread.objects.get(pk=response.json()["id"])
+    assert thread.status == ThreadStatus.FAILED
+    return thread
+
+
+def _input_checkpoint(operator: Any, thread: Thread) -> dict[str, Any]:
+    history = operator.client.get(f"/api/threads/{thread.id}/history").json()
+    [first] = [c for c in history if c["step"] == -1]
+    return dict(first)
+
+
+def test_why_names_the_error_not_langgraphs_note_on_it(operator, unloadable):
+    body = operator.client.get(f"/api/threads/{unloadable.id}").json()
+    assert body["state_unreadable"] == WHY
+    history = operator.client.get(f"/api/threads/{unloadable.id}/history").json()
+    assert history[0]["state_unreadable"] == WHY
+    assert operator.client.get(f"/lg/threads/{unloadable.id}/state").json()["state_unreadable"] == WHY
+
+
+def test_why_names_what_the_error_was_raised_from(operator, unloadable, monkeypatch):
+    def defect(self: Any) -> Any:
+        raise RuntimeError("the graph's factory failed") from KeyError("q")
+
+    monkeypatch.setattr(type(graph_get(GRAPH)), "compiled", defect)
+    body = operator.client.get(f"/api/threads/{unloadable.id}").json()
+    assert body["state_unreadable"] == (
+        "the graph cannot load this state: RuntimeError: the graph's factory failed; caused by KeyError: 'q'"
+    )
