@@ -34,12 +34,12 @@ from runtime.branches import (
     branch_fork,
     branch_replay,
     branches_of,
-    checkpoint_snapshot,
+    checkpoint_saved,
     effect_key_branch,
     thread_copy,
 )
 from runtime.models import Branch, Effect, Run, RunKind, Thread, ThreadStatus
-from runtime.registry import UnknownGraph, graph_get, graph_is_external
+from runtime.registry import graph_get, graph_is_external, graph_is_registered
 from runtime.runs import ThreadBusy, run_enqueue
 from runtime.state import thread_state_read
 from runtime.state_schema import FieldError, has_validators, values_validate
@@ -260,15 +260,20 @@ def branches_for(user: permissions.Principal, thread_id: Any) -> list[Branch]:
 
 def _checkpoint_at(thread: Thread, checkpoint_id: str) -> tuple[datetime, str | None] | None:
     """When ``checkpoint_id`` was written and the line it is on (None: the first line); None when it
-    cannot be read (a retired graph, an external engine's thread, an unknown checkpoint)."""
-    if not thread.graph or graph_is_external(thread.graph) or not checkpoint_id:
+    cannot be read (a retired graph, an external engine's thread, an unknown checkpoint).
+
+    Read from the saver, not through the graph: both are in the checkpoint as stored, and a state the graph
+    cannot load (``state_unreadable``) made the thread page a 500 here."""
+    if not thread.graph or graph_is_external(thread.graph) or not graph_is_registered(thread.graph):
+        return None
+    if not checkpoint_id:
         return None
     try:
-        snapshot = checkpoint_snapshot(thread=thread, checkpoint_id=checkpoint_id)
-        at = datetime.fromisoformat(str(snapshot.created_at))
-    except (CheckpointNotFound, ValueError, UnknownGraph):
+        saved = checkpoint_saved(thread=thread, checkpoint_id=checkpoint_id)
+        at = datetime.fromisoformat(str(saved.checkpoint["ts"]))
+    except (CheckpointNotFound, ValueError):
         return None
-    line = (snapshot.metadata or {}).get(BRANCH_KEY)
+    line = (saved.metadata or {}).get(BRANCH_KEY)
     return at, str(line) if line else None
 
 

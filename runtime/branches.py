@@ -31,9 +31,11 @@ from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import CheckpointTuple
 from langgraph.pregel import Pregel
 from langgraph.types import StateSnapshot
 
+from runtime.blobs import blobs_lazy
 from runtime.checkpointer import checkpointer_get
 from runtime.jsonable import to_jsonable
 from runtime.models import Branch, BranchKind, Run, RunKind, Thread, ThreadStatus
@@ -116,6 +118,22 @@ def checkpoint_snapshot(*, thread: Thread, checkpoint_id: str) -> StateSnapshot:
     if found != checkpoint_id:
         raise CheckpointNotFound(thread, checkpoint_id)
     return snapshot
+
+
+def checkpoint_saved(*, thread: Thread, checkpoint_id: str | None = None) -> CheckpointTuple:
+    """The thread's checkpoint ``checkpoint_id`` (root namespace; None: its latest) as the saver keeps it, or
+    ``CheckpointNotFound``: when it was written and its metadata (its branch) without the graph loading it.
+
+    ``checkpoint_snapshot`` builds the graph's state to tell what runs next, which fails on a state the graph
+    cannot load (a dataclass state missing a required field raises a ``TypeError``): a page asking when a
+    checkpoint was written answered a 500 for it. Large values stay blob placeholders (only ts and metadata
+    are read)."""
+    with blobs_lazy():
+        saved = checkpointer_get().get_tuple(_config(thread, checkpoint_id))
+    found = saved.config["configurable"].get("checkpoint_id") if saved is not None else None
+    if saved is None or (checkpoint_id and found != checkpoint_id):
+        raise CheckpointNotFound(thread, checkpoint_id or "(latest)")
+    return saved
 
 
 def _parent_branch(thread: Thread, snapshot: StateSnapshot) -> Branch | None:

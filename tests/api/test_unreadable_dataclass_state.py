@@ -18,6 +18,7 @@ from django.utils.html import escape
 from runtime.executor import run_execute
 from runtime.models import Run, RunStatus, Thread, ThreadStatus
 from runtime.registry import graph_get
+from tests.console.conftest import console_client
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db")]
 
@@ -63,3 +64,21 @@ def test_why_names_what_the_error_was_raised_from(operator, unloadable, monkeypa
     assert body["state_unreadable"] == (
         "the graph cannot load this state: RuntimeError: the graph's factory failed; caused by KeyError: 'q'"
     )
+
+
+def test_the_console_thread_page_opens_and_says_why(personas, unloadable):
+    client = console_client(personas["operator"])
+    response = client.get(f"/threads/{unloadable.id}/")
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert 'id="state-unreadable"' in page and MISSING_HTML in page
+    assert 'action="/threads/' in page and "/fork" in page  # the time-travel panel is there to repair it
+    latest = client.get(f"/api/threads/{unloadable.id}").json()["checkpoint_id"]
+    shown = client.get(f"/threads/{unloadable.id}/", {"checkpoint": latest})
+    assert shown.status_code == 200 and MISSING_HTML in shown.content.decode()
+    card = client.get(
+        f"/threads/{unloadable.id}/",
+        {"checkpoint": latest},
+        headers={"HX-Request": "true", "HX-Target": "checkpoint-view"},
+    )
+    assert card.status_code == 200 and MISSING_HTML in card.content.decode()
