@@ -65,10 +65,22 @@ def _checkpoint_check(checkpoint_id: str) -> None:
 def _thread_for(actor: User, thread_id: Any) -> Thread:
     thread = permissions.thread_get_for(actor, thread_id)
     permissions.require_time_travel(actor, thread)
-    if not thread.graph or graph_is_external(thread.graph) or not thread.checkpoint_id:
+    if not thread.graph or graph_is_external(thread.graph) or not _has_checkpoints(thread):
         raise Conflict("this thread has no checkpoints to travel to", field="thread_id")
     graph_runnable_check(thread.graph)
     return thread
+
+
+def _has_checkpoints(thread: Thread) -> bool:
+    """The row names its latest checkpoint, or the saver holds one: a first run that failed on a state the
+    graph cannot load recorded none on the row, and the fork that repairs it was refused."""
+    if thread.checkpoint_id:
+        return True
+    try:
+        checkpoint_saved(thread=thread)
+    except CheckpointNotFound:
+        return False
+    return True
 
 
 def _open_tasks_lock(thread: Thread) -> None:

@@ -30,8 +30,10 @@ from langgraph.pregel import Pregel
 from langgraph.types import Command, StateSnapshot, StreamMode, _interrupt_id
 
 from runtime.as_saved import replaying_from
+from runtime.blobs import blobs_lazy
 from runtime.branches import BRANCH_KEY, REPLAY_FROM, ReplayFrom, branch_current_id, replay_head_record, replay_input
 from runtime.cancel import run_cancel_acknowledge, run_cancel_check
+from runtime.checkpointer import checkpointer_get
 from runtime.controls import RuntimeControls
 from runtime.effects import canonical_json
 from runtime.fencing import FENCE_KEY
@@ -662,11 +664,17 @@ def _task_interrupts(task: Any, checkpoint_id: str, namespace: str) -> list[Pend
 
 
 def _checkpoint_id_safe(graph: Pregel[Any, Any, Any, Any], config: RunnableConfig) -> str:
+    """The thread's latest root checkpoint, for the failed thread's row: read from the saver, not through
+    ``get_state``, which builds the state and raised again for the very state that failed the run (a
+    dataclass missing a required field): the row named no checkpoint and time travel refused to repair it."""
+    saver = graph.checkpointer if isinstance(graph.checkpointer, BaseCheckpointSaver) else checkpointer_get()
+    latest: RunnableConfig = {"configurable": {"thread_id": config["configurable"]["thread_id"], "checkpoint_ns": ""}}
     try:
-        snapshot = graph.get_state(config)
-    except Exception:  # noqa: BLE001 - only a hint for the error message
+        with blobs_lazy():
+            saved = saver.get_tuple(latest)
+    except Exception:  # noqa: BLE001 - only a hint for the failed thread's row
         return ""
-    return str(snapshot.config.get("configurable", {}).get("checkpoint_id", ""))
+    return str(saved.config["configurable"].get("checkpoint_id", "")) if saved is not None else ""
 
 
 def _error_text(exc: BaseException) -> str:

@@ -10,6 +10,7 @@ exception ("Before task with name ...") instead of the missing field.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -82,3 +83,61 @@ def test_the_console_thread_page_opens_and_says_why(personas, unloadable):
         headers={"HX-Request": "true", "HX-Target": "checkpoint-view"},
     )
     assert card.status_code == 200 and MISSING_HTML in card.content.decode()
+
+
+def test_the_failed_thread_names_its_latest_checkpoint(operator, unloadable):
+    history = operator.client.get(f"/api/threads/{unloadable.id}/history").json()
+    assert unloadable.checkpoint_id == history[0]["checkpoint_id"]
+
+
+@pytest.mark.parametrize("row_names_it", [True, False], ids=["recorded", "row-without-checkpoint"])
+def test_a_fork_from_the_input_checkpoint_repairs_it(operator, unloadable, dispatched, row_names_it):
+    """What docs/platform-api.md tells a client to do; a thread failed before the fix has no checkpoint on its
+    row, and the saver's is taken."""
+    if not row_names_it:
+        Thread.objects.filter(pk=unloadable.pk).update(checkpoint_id="")
+    first = _input_checkpoint(operator, unloadable)
+    fork = {"checkpoint_id": first["checkpoint_id"], "values": {"q": "fixed"}, "reason": "fix"}
+    response = operator.client.post(f"/api/threads/{unloadable.id}/fork", fork)
+    assert response.status_code == 201, response.content
+    body = operator.client.get(f"/api/threads/{unloadable.id}").json()
+    assert body["status"] == "idle" and body["state_unreadable"] == ""
+    assert body["values"]["q"] == "fixed"
+    assert operator.client.get(f"/lg/threads/{unloadable.id}/state").json()["next"] == ["dgate"]
+
+
+def test_a_fork_that_runs_reaches_the_gate(operator, unloadable, dispatched):
+    first = _input_checkpoint(operator, unloadable)
+    fork = {"checkpoint_id": first["checkpoint_id"], "values": {"q": "fixed"}, "reason": "fix", "run": True}
+    response = operator.client.post(f"/api/threads/{unloadable.id}/fork", fork)
+    assert response.status_code == 201, response.content
+    run_execute(run_id=response.json()["run_id"])
+    after = operator.client.get(f"/api/threads/{unloadable.id}").json()
+    assert after["status"] == "interrupted", after
+    assert [t["node"] for t in after["pending_tasks"]] == ["dgate"]
+
+
+def test_a_replay_and_a_platform_fork_are_accepted(operator, unloadable, dispatched):
+    first = _input_checkpoint(operator, unloadable)["checkpoint_id"]
+    fork = operator.client.client.post(
+        f"/lg/threads/{unloadable.id}/state",
+        json.dumps({"values": {"q": "fixed"}, "checkpoint_id": first}),
+        content_type="application/json",
+        headers={**operator.client.headers, "X-Gatehouse-Reason": "fix"},
+    )
+    assert fork.status_code == 200, fork.content
+    assert operator.client.get(f"/api/threads/{unloadable.id}").json()["values"]["q"] == "fixed"
+    replay = operator.client.post(f"/api/threads/{unloadable.id}/replay", {"checkpoint_id": first, "reason": "again"})
+    assert replay.status_code == 202, replay.content
+
+
+def test_the_console_pages_open_on_the_unreadable_line_once_forked(personas, operator, unloadable, dispatched):
+    """A branched thread reads when each line left the one before it (effects_lines): the unreadable one too."""
+    history = operator.client.get(f"/api/threads/{unloadable.id}/history").json()
+    first = _input_checkpoint(operator, unloadable)["checkpoint_id"]
+    fork = {"checkpoint_id": first, "values": {"q": "fixed"}, "reason": "fix"}
+    assert operator.client.post(f"/api/threads/{unloadable.id}/fork", fork).status_code == 201
+    client = console_client(personas["operator"])
+    response = client.get(f"/threads/{unloadable.id}/", {"checkpoint": history[0]["checkpoint_id"]})
+    assert response.status_code == 200 and MISSING_HTML in response.content.decode()
+    assert client.get(f"/threads/{unloadable.id}/live").status_code == 200
