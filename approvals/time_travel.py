@@ -39,7 +39,7 @@ from runtime.branches import (
     thread_copy,
 )
 from runtime.models import Branch, Effect, Run, RunKind, Thread, ThreadStatus
-from runtime.registry import graph_get, graph_is_external, graph_is_registered
+from runtime.registry import UnknownGraph, graph_get, graph_is_external, graph_is_registered
 from runtime.runs import ThreadBusy, run_enqueue
 from runtime.state import thread_state_read
 from runtime.state_schema import FieldError, has_validators, values_validate
@@ -48,13 +48,21 @@ from runtime.state_schema import FieldError, has_validators, values_validate
 REASON_MAX = 4000
 
 
-def _reason_clean(reason: str | None) -> str:
+def _reason_clean(reason: str | None, thread: Thread) -> str:
+    """The reason, checked: required unless the thread's graph says ``"reasons": {"time_travel": "optional"}``."""
     text = (reason or "").strip()
-    if not text:
+    if not text and _reason_required(thread):
         raise InvalidInput("a reason is required to replay, fork or copy a thread", field="reason")
     if len(text) > REASON_MAX:
         raise InvalidInput(f"the reason is longer than {REASON_MAX} characters", field="reason")
     return text
+
+
+def _reason_required(thread: Thread) -> bool:
+    try:
+        return graph_get(thread.graph).time_travel_reason_required
+    except UnknownGraph:  # a graph no longer registered: the strict default
+        return True
 
 
 def _checkpoint_check(checkpoint_id: str) -> None:
@@ -148,7 +156,7 @@ def thread_fork(
     ``redone_seen``: the ids of the actions the caller's confirmation said run again (``effects_redone_for``).
     """
     thread = _thread_for(actor, thread_id)
-    reason = _reason_clean(reason)
+    reason = _reason_clean(reason, thread)
     _checkpoint_check(checkpoint_id)
     if run:
         _redone_check(thread, checkpoint_id, redone_seen)
@@ -205,7 +213,7 @@ def thread_replay(
     ``redone_seen``: the ids of the actions the caller's confirmation said run again (``effects_redone_for``).
     """
     thread = _thread_for(actor, thread_id)
-    reason = _reason_clean(reason)
+    reason = _reason_clean(reason, thread)
     _checkpoint_check(checkpoint_id)
     _redone_check(thread, checkpoint_id, redone_seen)
     _open_tasks_lock(thread)
@@ -224,7 +232,7 @@ def thread_copy_make(*, actor: User, thread_id: Any, reason: str | None) -> Thre
     """A new thread holding a copy of the thread's checkpoints (``/lg/`` ``threads.copy``)."""
     thread = permissions.thread_get_for(actor, thread_id)
     permissions.require_time_travel(actor, thread)
-    reason = _reason_clean(reason)
+    reason = _reason_clean(reason, thread)
     copy = thread_copy(thread=thread, created_by=actor)
     audit_thread(
         thread=copy,

@@ -103,6 +103,9 @@ class ReasonRule(TextChoices):
 
 # Decisions a reason policy may name ("reasons" in langgraph.json's "gatehouse" section).
 REASON_OUTCOMES = ("approve", "edit", "reject", "respond")
+# What else it may name, for the graph only: a fork, a replay or a copy (time travel), which needs a reason unless
+# the graph says "optional" (an unmodified langgraph-sdk client has no argument to send one).
+TIME_TRAVEL = "time_travel"
 
 
 @dataclass
@@ -207,6 +210,11 @@ class GraphEntry:
     def reason_required(self, *, gate: str, outcome: str) -> bool:
         rule = self.gate_reasons.get(gate, {}).get(outcome) or self.reasons.get(outcome)
         return rule == ReasonRule.REQUIRED
+
+    @property
+    def time_travel_reason_required(self) -> bool:
+        """A fork, replay or copy needs a reason unless the graph's policy says ``"time_travel": "optional"``."""
+        return self.reasons.get(TIME_TRAVEL, ReasonRule.REQUIRED) == ReasonRule.REQUIRED
 
     def compiled(self, config: Any = None) -> Pregel[Any, Any, Any, Any]:
         """The graph bound to this process's checkpointer (compiled once).
@@ -578,9 +586,10 @@ def _reason_policy(name: str, gatehouse: dict[str, Any]) -> tuple[dict[str, str]
     rules = {k: v for k, v in policy.items() if k != "gates"}
     for where, checked in [("reasons", rules)] + [(f"reasons.gates.{g}", r) for g, r in gates.items()]:
         for outcome, rule in checked.items():
-            if outcome not in REASON_OUTCOMES:
+            named = (*REASON_OUTCOMES, TIME_TRAVEL) if where == "reasons" else REASON_OUTCOMES
+            if outcome not in named:
                 raise GraphRegistryError(
-                    f"graph {name!r}: {where}: unknown decision {outcome!r} (one of {', '.join(REASON_OUTCOMES)})"
+                    f"graph {name!r}: {where}: unknown decision {outcome!r} (one of {', '.join(named)})"
                 )
             if rule not in ReasonRule.values:
                 raise GraphRegistryError(f'graph {name!r}: {where}.{outcome} must be "required" or "optional"')
