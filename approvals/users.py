@@ -597,17 +597,40 @@ def user_revoke(
     graphs: Iterable[str] = (),
     assignments: Iterable[Assignment] = (),
 ) -> User:
-    """Remove roles, whole graphs (with every gate of them) or single gate assignments."""
+    """Remove roles, whole graphs (with every gate of them) or single gate assignments.
+
+    A graph or gate the user does not hold is refused, naming it (``graphs[i]``, ``assignments[i].gate``),
+    and nothing changes: a typo (``loan_aproval``) was a silent no-op that looked like a revocation."""
     require_admin(actor)
     drop_roles = _roles_check(roles)
-    drop_graphs = {str(g).strip() for g in graphs}
-    drop = set(assignments)
+    drop_graphs = [str(g).strip() for g in graphs]
+    drop = list(assignments)
     _lock()
     user = _locked_user(user_id)
     current = user_assignments(user)
+    _revocations_held(user, current, drop_graphs, drop)
     wanted = {a for a in current if a.graph not in drop_graphs and a not in drop}
     _access_apply(actor=actor, user=user, roles=set(user_roles(user)) - drop_roles, assignments=wanted)
     return User.objects.get(pk=user.pk)
+
+
+def _revocations_held(user: User, current: list[Assignment], graphs: list[str], gates: list[Assignment]) -> None:
+    held = ", ".join(str(a) for a in current) or "none"
+    whole = {a.graph for a in current if not a.gate}
+    for index, graph in enumerate(graphs):
+        if not any(a.graph == graph for a in current):
+            raise InvalidInput(
+                f"{user.get_username()} holds no graph {graph!r} (graphs held: {held})", field=f"graphs[{index}]"
+            )
+    for index, item in enumerate(gates):
+        if item in current:
+            continue
+        if item.graph in whole or permissions.ALL_GRAPHS in whole:
+            graph = item.graph if item.graph in whole else permissions.ALL_GRAPHS
+            message = f"{user.get_username()} holds the whole graph {graph!r}, not the gate {str(item)!r} alone"
+        else:
+            message = f"{user.get_username()} does not hold the gate {str(item)!r} (graphs held: {held})"
+        raise InvalidInput(message, field=f"assignments[{index}].gate")
 
 
 def _sessions_end(user: User) -> int:

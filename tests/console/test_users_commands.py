@@ -226,3 +226,29 @@ def test_user_grant_keeps_accepting_a_gate_the_user_already_holds():
     _run("user_grant", name, "--gate", "loan_approval:human_review", "--gate", "loan_approval:disburse")
     held = {str(a) for a in users.user_assignments(User.objects.get(username=name))}
     assert held == {"loan_approval:human_review", "loan_approval:disburse"}
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--graph", "loan_aproval"], "--graph 'loan_aproval': {name} holds no graph 'loan_aproval'"),
+        (["--gate", "spend:gat"], "--gate 'spend:gat': {name} does not hold the gate 'spend:gat'"),
+        (
+            ["--gate", "loan_approval:finance_review"],
+            "--gate 'loan_approval:finance_review': {name} holds the whole graph 'loan_approval', not the gate",
+        ),
+        (["--role", "reviewer", "--graph", "nope"], "--graph 'nope': {name} holds no graph 'nope'"),
+    ],
+)
+def test_revoking_what_the_user_does_not_hold_is_refused_and_changes_nothing(args, message):
+    """A typo (``--graph loan_aproval``) exited 0 printing the unchanged access, as if revoked."""
+    name = _name()
+    _run(
+        "user_create", name, "--role", "reviewer", "--graph", "loan_approval", "--gate", "kyc_onboarding:identity_check"
+    )
+    user = User.objects.get(username=name)
+    before = users.access_snapshot(user)
+    with pytest.raises(CommandError, match="^" + message.format(name=name).replace("(", r"\(")):
+        _run("user_revoke", name, *args)
+    assert users.access_snapshot(user) == before
+    assert not AuditEvent.objects.filter(action="user.access_changed", subject_id=str(user.pk)).exists()

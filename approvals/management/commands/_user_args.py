@@ -46,18 +46,22 @@ def user_find(username: str) -> Any:
         raise CommandError(exc.message) from None
 
 
-_ITEM = re.compile(r"^assignments\[(\d+)\]\.")
+_ITEM = re.compile(r"^(assignments|graphs)\[(\d+)\]")
 
 
-def domain_call(call: Any, sources: Sequence[tuple[str, str]] = ()) -> Any:
+def domain_call(
+    call: Any, sources: Sequence[tuple[str, str]] = (), *, graph_sources: Sequence[tuple[str, str]] = ()
+) -> Any:
     """Run a service; its refusal becomes a CommandError (exit status 1) naming the field, or the option and
-    value (``sources``, see :func:`assignments_parse`) an assignment's refusal is about."""
+    value an item's refusal is about: ``sources`` for ``assignments[i]`` (see :func:`assignments_parse`),
+    ``graph_sources`` for ``graphs[i]`` (``user_revoke``'s graphs)."""
     try:
         return call()
     except DomainError as exc:
         item = _ITEM.match(exc.field or "")
-        if item and int(item.group(1)) < len(sources):
-            option, value = sources[int(item.group(1))]
+        listed = (sources if item.group(1) == "assignments" else graph_sources) if item else ()
+        if item and int(item.group(2)) < len(listed):
+            option, value = listed[int(item.group(2))]
             raise CommandError(f"{option} {value!r}: {exc.message}") from None
         raise CommandError(f"{exc.field}: {exc.message}" if exc.field else exc.message) from None
 

@@ -31,6 +31,8 @@ class Command(GatehouseCommand):
         user = user_find(username)
         gates = gates_parse(gate)
         user = domain_call(
-            lambda: users.user_revoke(actor=users.CLI, user_id=user.pk, roles=role, graphs=graph, assignments=gates)
+            lambda: users.user_revoke(actor=users.CLI, user_id=user.pk, roles=role, graphs=graph, assignments=gates),
+            [("--gate", g) for g in gate],
+            graph_sources=[("--graph", g) for g in graph],
         )
         self.stdout.write(describe(user))
