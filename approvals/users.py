@@ -326,7 +326,7 @@ def _assignments_check(
     """
     kept = list(keep)
     held = set(kept)
-    registered = set(graph_names())
+    registered: set[str] | None = None  # read when a name needs it: the registry imports every graph module
     out = set()
     for index, item in enumerate(assignments):
         if item in held:
@@ -336,13 +336,15 @@ def _assignments_check(
         at_gate = f"{field}[{index}].gate" if indexed else field
         if not item.graph:
             raise InvalidInput("a graph name is required", field=at_graph)
-        known = item.graph in registered or graph_external_valid(item.graph)
-        if item.graph != permissions.ALL_GRAPHS and not known:
-            raise InvalidInput(
-                f"unknown graph {item.graph!r} (registered: {', '.join(sorted(registered)) or 'none'}; "
-                "or external:<source> for an external engine's tasks)",
-                field=at_graph,
-            )
+        if item.graph != permissions.ALL_GRAPHS and not graph_external_valid(item.graph):
+            if registered is None:
+                registered = set(graph_names())
+            if item.graph not in registered:
+                raise InvalidInput(
+                    f"unknown graph {item.graph!r} (registered: {', '.join(sorted(registered)) or 'none'}; "
+                    "or external:<source> for an external engine's tasks)",
+                    field=at_graph,
+                )
         if item.gate and (item.graph == permissions.ALL_GRAPHS or not _GATE_RE.match(item.gate)):
             raise InvalidInput(f"{item} is not a gate: use graph:node with a registered graph", field=at_gate)
         if item.gate and gates_known and not graph_is_external(item.graph):

@@ -72,6 +72,25 @@ def test_migrate_and_collectstatic_do_not_import_graph_modules(tmp_path: Path, b
     assert (tmp_path / "var" / "staticfiles" / "console" / "console.css").exists()
 
 
+def test_user_commands_without_a_graph_do_not_import_graph_modules(tmp_path: Path, bad_graphs: Path) -> None:
+    """The first admin ``make run`` prints (``user_create --role admin <name>``), pasted in a shell without the
+    graphs' secrets, failed on "importing needs_key.py failed": it read the registry for no graph at all."""
+    env = embedded_env(tmp_path / "var", GATEHOUSE_GRAPHS=str(bad_graphs), DJANGO_SETTINGS_MODULE="console.settings")
+    assert _run(env, "manage.py", "migrate", "--no-input").returncode == 0
+    for args in (
+        ["user_create", "first", "--role", "admin"],
+        ["user_create", "every", "--role", "auditor", "--graph", "*"],
+        ["user_create", "engine", "--role", "operator", "--graph", "external:payments"],
+        ["user_grant", "first", "--role", "reviewer", "--graph", "*"],
+        ["user_revoke", "first", "--role", "reviewer"],
+    ):
+        done = _run(env, "manage.py", *args)
+        assert done.returncode == 0, (args, done.stderr[-2000:])
+    # A graph by name is checked against the registry, which imports the modules: the failure is named.
+    named = _run(env, "manage.py", "user_grant", "first", "--graph", "agent")
+    assert named.returncode == 1 and FAILURE in named.stderr and CAUSE in named.stderr
+
+
 def test_the_worker_and_graphs_check_refuse_a_broken_graph_naming_it(tmp_path: Path, bad_graphs: Path) -> None:
     env = embedded_env(tmp_path / "var", GATEHOUSE_GRAPHS=str(bad_graphs), DJANGO_SETTINGS_MODULE="console.settings")
     checked = _run(env, "manage.py", "graphs_check")
