@@ -90,9 +90,12 @@ class Command(GatehouseCommand):
             if out is not sys.stdout:
                 out.close()
         s = export.stats
+        # On stderr, since stdout may be the export itself (--output -); in SUCCESS style, not stderr's own
+        # ERROR (bold red on a terminal), which made a good export look like a failure.
         self.stderr.write(
             f"exported {s.count} events ({s.first_id}..{s.last_id}), head {s.head_hash}, "
-            f"{'whole chain' if export.chained else 'filtered'}, {s.masked} masked → {options['output']}"
+            f"{'whole chain' if export.chained else 'filtered'}, {s.masked} masked → {options['output']}",
+            style_func=self.style.SUCCESS,
         )
 
     def _principal(self, username: str) -> Any:

@@ -54,6 +54,7 @@ class Command(GatehouseCommand):
             ),
             sources,
         )
-        self.stderr.write(f"created {describe(user)}")
+        # On stderr (stdout is the password alone), in SUCCESS style rather than stderr's ERROR (red).
+        self.stderr.write(f"created {describe(user)}", style_func=self.style.SUCCESS)
         if not password_stdin:
             self.stdout.write(password)
