@@ -1,7 +1,7 @@
 """``python -m console.serve``: daphne, its arguments unchanged, with the web process's own access log.
 
 Every documented start of the web process uses it (``make run``'s launcher, the image, Compose,
-docs/deploy.md). Two differences from daphne's access log:
+docs/deploy.md). What differs from daphne's own:
 
 - ``GATEHOUSE_LOG_FORMAT=json``: each entry is a JSON object (``console.logs.JsonFormatter``) on the
   ``gatehouse.access`` logger, so it goes where every other line goes, one object per line. daphne
@@ -11,6 +11,11 @@ docs/deploy.md). Two differences from daphne's access log:
   (``GATEHOUSE_LIVE_RELAY_URL``, ``POST /internal/live/``, console/live.py): several per run and per
   decision, which made most of the access log in ``make run``'s terminal. They are left out; with
   Redis there is no relay and nothing is left out.
+- Each HTTP access line carries the request's ``request_id``, the id its response echoes in ``X-Request-ID``
+  (``console.logs.RequestContextMiddleware``). daphne writes the line as the last part of the response is
+  sent, after the request's ``request_finished`` has cleared the log context (``console.request_threads``
+  sends a response's body after closing it), so only streamed responses (static files) had one: the id is
+  read from the response's headers instead (``RequestIdServer``).
 - Once the application has loaded, the graph registry's warnings (open tasks waiting in a node a graph no
   longer has) are logged once, as ``graphs_check`` prints them and a Celery worker logs them at its start.
 """
@@ -24,6 +29,7 @@ from urllib.parse import urlsplit
 
 from daphne import cli
 from daphne.access import AccessLogGenerator
+from daphne.server import Server
 
 access_log = logging.getLogger("gatehouse.access")
 
@@ -69,6 +75,23 @@ class AccessLog(AccessLogGenerator):
         self.stream.write(JsonFormatter().format(record) + "\n")
 
 
+class RequestIdServer(Server):
+    """daphne's server, with the id a response echoes (``X-Request-ID``) in the log context while the last part
+    of the response is sent: daphne writes the request's access line then, in this call (``log_action``)."""
+
+    async def handle_reply(self, protocol: Any, message: dict[str, Any]) -> None:
+        if message.get("type") != "http.response.body" or message.get("more_body", False):
+            await super().handle_reply(protocol, message)
+            return
+        from console.logs import log_context  # after django.setup(), as every app module
+
+        headers = getattr(protocol, "responseHeaders", None)
+        echoed = headers.getRawHeaders(b"x-request-id") if headers is not None else None
+        # The header is set before the response starts (http.response.start), so it is there by now.
+        with log_context(request_id=echoed[0].decode("latin-1") if echoed else None):
+            await super().handle_reply(protocol, message)
+
+
 def relay_path() -> str:
     """The path the workers post live events to, or "" when they publish to Redis instead."""
     from django.conf import settings
@@ -100,7 +123,10 @@ def start_warnings_log() -> None:
 
 
 class CommandLineInterface(cli.CommandLineInterface):
-    """daphne's CLI, saying the registry's warnings once the application (``console.asgi``) has loaded."""
+    """daphne's CLI, saying the registry's warnings once the application (``console.asgi``) has loaded, with
+    the request ids on the access lines (``RequestIdServer``)."""
+
+    server_class = RequestIdServer
 
     def load_asgi_app(self, asgi_app_path: str) -> Any:
         application = super().load_asgi_app(asgi_app_path)

@@ -128,11 +128,12 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # request_id / thread_id / task_id on every log line of a request (console/logs.py), the probes' too:
+    # each response echoes its X-Request-ID, and the access log writes it (console/serve.py).
+    "console.logs.RequestContextMiddleware",
     # Health probes and /metrics answer before host validation and the HTTPS redirect:
     # load balancers and Prometheus call them by address over the internal network (console/health.py).
     "console.probes.ProbeMiddleware",
-    # request_id / thread_id / task_id on every log line of a request (console/logs.py).
-    "console.logs.RequestContextMiddleware",
     "django.middleware.security.SecurityMiddleware",
     # Static files (hashed, compressed in production) from the web process itself; see --- static files ---.
     "whitenoise.middleware.WhiteNoiseMiddleware",

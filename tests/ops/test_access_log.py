@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -41,9 +42,10 @@ def test_every_documented_start_of_the_web_process_is_console_serve() -> None:
         assert "daphne -b" not in text and '"daphne", "-b"' not in text, doc
 
 
-def _serve(tmp_path: Path, *extra: str, **env: str) -> tuple[str, str]:
-    """Start the web process as Compose does (on a loopback port), make two requests, stop it: (stdout, stderr).
-    A port taken between choosing it and daphne binding it (the machine is shared) is tried again."""
+def _serve(tmp_path: Path, *extra: str, calls: Callable[[str], None] | None = None, **env: str) -> tuple[str, str]:
+    """Start the web process as Compose does (on a loopback port), make two requests (or ``calls(base_url)``),
+    stop it: (stdout, stderr). A port taken between choosing it and daphne binding it (the machine is shared)
+    is tried again."""
     for _ in range(3):
         port = free_port()
         out, err = tmp_path / f"{port}.out", tmp_path / f"{port}.err"
@@ -76,7 +78,10 @@ def _serve(tmp_path: Path, *extra: str, **env: str) -> tuple[str, str]:
                 if b"Address already in use" in err.read_bytes():
                     continue
                 raise AssertionError(f"the web process exited: {err.read_text(errors='replace')[-3000:]}")
-            assert httpx.get(f"{base}/api/no-such-path", timeout=scaled(10)).status_code == 404
+            if calls is not None:
+                calls(base)
+            else:
+                assert httpx.get(f"{base}/api/no-such-path", timeout=scaled(10)).status_code == 404
         finally:
             process_group_stop(proc)
         return out.read_text(errors="replace"), err.read_text(errors="replace")
@@ -122,3 +127,26 @@ def test_json_access_lines_go_to_the_access_log_file_when_one_is_named(tmp_path:
 def test_plain_logs_keep_daphnes_access_lines(tmp_path: Path) -> None:
     out, _ = _serve(tmp_path, GATEHOUSE_LOG_FORMAT="plain")
     assert '"GET /api/no-such-path" 404' in out and out.startswith("127.0.0.1:"), out
+
+
+def test_every_json_access_line_carries_the_request_id_its_response_echoes(tmp_path: Path) -> None:
+    """Only static files' lines had one (170 of 185 lines had none): daphne writes the line after the request's
+    end has cleared the log context, for every response that is not streamed."""
+    echoed: dict[str, str] = {}
+
+    def calls(base: str) -> None:
+        requests = [("GET", "/api/threads"), ("POST", "/lg/threads/search"), ("GET", "/accounts/login/")]
+        requests += [("GET", "/api/nope"), ("GET", "/health/live"), ("HEAD", "/health/ready")]
+        with httpx.Client(base_url=base, timeout=scaled(10)) as client:
+            for index, (method, path) in enumerate(requests):
+                sent = {"X-Request-ID": f"qaL-{index}"}
+                response = client.request(method, path, headers=sent, json={} if method == "POST" else None)
+                assert response.headers["X-Request-ID"] == sent["X-Request-ID"], (method, path)
+                echoed[f"{method} {path}"] = sent["X-Request-ID"]
+            generated = client.get("/api/threads?fresh=1")  # no id sent: the one made up is logged
+            echoed["GET /api/threads?fresh=1"] = generated.headers["X-Request-ID"]
+
+    _, err = _serve(tmp_path, calls=calls, GATEHOUSE_LOG_FORMAT="json")
+    access = {line["http"]["request"]: line for line in _objects(err) if line["logger"] == "gatehouse.access"}
+    for request, request_id in echoed.items():
+        assert access[request].get("request_id") == request_id, (request, access.get(request))
