@@ -4,8 +4,8 @@ Setup first, in one process while nothing else runs: migrate the SQLite database
 registered graphs (a broken one stops here, named), then either create the
 demo users and threads (demo mode) or say how to create the first admin. Only
 then start the long-lived children, each in its own process group: the fake
-bank (unless ``GATEHOUSE_FAKE_BANK_URL`` names one), ``GATEHOUSE_WORKERS``
-Celery workers (the first runs beat) and daphne on ``PORT``.
+bank (for the demo's graphs, which call it, unless ``GATEHOUSE_FAKE_BANK_URL`` names one),
+``GATEHOUSE_WORKERS`` Celery workers (the first runs beat) and daphne on ``PORT``.
 
 A child that dies is started again after a backoff (1 s, doubling to 30 s;
 reset once it has run for a minute), with a log line. Ctrl-C or SIGTERM stops
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import math
 import os
 import shlex
@@ -312,6 +313,21 @@ def _absolute(value: str) -> str:
     return str(Path(value).resolve()) if Path(value).exists() else value
 
 
+def fake_bank_needed(env: dict[str, str]) -> bool:
+    """Whether a registered graph is one of the demo's (``demo/graphs/``), the only graphs that call the fake
+    bank (``demo/bank_client.py``). Read from the graphs file without importing anything; setup's
+    ``graphs_check`` has refused a file that cannot be read. One's own graphs need no bank holding a port."""
+    config = ROOT / (env.get("GATEHOUSE_GRAPHS") or _INSTANCE_VARIABLES["GATEHOUSE_GRAPHS"])  # children's cwd
+    demo_graphs = (ROOT / "demo" / "graphs").resolve()
+    try:
+        graphs = json.loads(config.read_text())["graphs"]
+        specs = [value.get("path") if isinstance(value, dict) else value for value in graphs.values()]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return True  # unreadable here: as before, the bank starts
+    files = [(config.parent / spec.rpartition(":")[0]).resolve() for spec in specs if isinstance(spec, str)]
+    return any(file.is_relative_to(demo_graphs) for file in files)
+
+
 def first_admin_command(python: str, env: dict[str, str]) -> str:
     """``user_create`` with the variables this instance runs with: pasted without them, the admin was
     created in ``./var``, not in this instance's database."""
@@ -418,7 +434,7 @@ def start(supervisor: Supervisor, env: dict[str, str]) -> int:
     env["PORT"] = str(port)
     public_url_default(env, port)
     bank_port: int | None = None
-    if launch.bank_port is not None:
+    if launch.bank_port is not None and fake_bank_needed(env):
         bank_port = launch.bank_port or port_pick()
         if not port_free(bank_port):
             raise StartError(f"BANK_PORT {bank_port} is in use: pick another (or leave it unset for a free one)")

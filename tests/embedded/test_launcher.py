@@ -325,3 +325,22 @@ def test_a_var_dir_that_is_a_file_is_one_line_naming_it(tmp_path: Path, stacks: 
     assert stack.log().splitlines() == [f"[gatehouse] cannot start: {expected}"], stack.log()[-3000:]
     assert stack.var.read_text() == "not a directory"
     assert stack.processes() == []
+
+
+def test_the_fake_bank_starts_only_for_the_demo_graphs(tmp_path: Path, stacks: list[Stack]) -> None:
+    """With one's own graphs and GATEHOUSE_DEMO=false the launcher still started the demo's bank, on a port."""
+    from console.embedded import ROOT, fake_bank_needed
+
+    assert fake_bank_needed({})  # the default graphs are the demo's
+    assert fake_bank_needed({"GATEHOUSE_GRAPHS": "demo/langgraph.json"})
+    assert not fake_bank_needed({"GATEHOUSE_GRAPHS": str(SOAK_GRAPHS)})
+    mixed = tmp_path / "langgraph.json"
+    loan = ROOT / "demo" / "graphs" / "loan_approval.py"
+    mixed.write_text(json.dumps({"graphs": {"mine": "./mine.py:graph", "loan": {"path": f"{loan}:make_graph"}}}))
+    assert fake_bank_needed({"GATEHOUSE_GRAPHS": str(mixed)})
+
+    stack = stack_new(tmp_path, GATEHOUSE_GRAPHS=str(SOAK_GRAPHS), GATEHOUSE_DEMO="false")
+    stacks.append(stack.start())
+    stack.wait_serving()
+    assert _leader(stack, " worker ") is not None and _leader(stack, "demo.fakebank") is None, stack.processes()
+    assert "fake bank" not in stack.log()
