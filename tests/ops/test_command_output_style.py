@@ -68,3 +68,9 @@ def test_audit_export_summary_is_not_red_on_a_terminal_and_its_refusal_is(tmp_pa
     assert status == 0, shown
     [created] = [line for line in shown.splitlines() if "created first" in line]
     assert RED not in created, repr(created)
+    status, shown = _on_a_terminal(
+        env, "webhook_endpoint_create", "kyc-vendor", "--graph", "kyc_onboarding", "--gate", "identity_check"
+    )
+    assert status == 0, shown
+    [endpoint] = [line for line in shown.splitlines() if "endpoint kyc-vendor" in line]
+    assert RED not in endpoint, repr(endpoint)

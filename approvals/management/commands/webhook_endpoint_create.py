@@ -51,5 +51,8 @@ class Command(GatehouseCommand):
             )
         except DomainError as exc:
             raise CommandError(f"{exc.field + ': ' if exc.field else ''}{exc.message}") from None
-        self.stderr.write(f"endpoint {endpoint.name} → graph {endpoint.graph}: POST /api/webhooks/{endpoint.name}")
+        self.stderr.write(  # stderr, since stdout is the secret; a success, not stderr's own style (red)
+            f"endpoint {endpoint.name} → graph {endpoint.graph}: POST /api/webhooks/{endpoint.name}",
+            style_func=self.style.SUCCESS,
+        )
         self.stdout.write(endpoint.secrets[0])

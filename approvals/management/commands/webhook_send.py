@@ -51,7 +51,9 @@ class Command(GatehouseCommand):
             status, text = exc.code, exc.read().decode(errors="replace")
         except urllib.error.URLError as exc:
             raise CommandError(f"could not reach {url}: {exc.reason}") from None
-        self.stderr.write(f"webhook-id {headers['webhook-id']} → HTTP {status}")
+        # stderr, since stdout is the answer's body; red (stderr's own style) only for a refusal.
+        style = self.style.ERROR if status >= 400 else self.style.SUCCESS
+        self.stderr.write(f"webhook-id {headers['webhook-id']} → HTTP {status}", style_func=style)
         self.stdout.write(text)
         if status >= 400:
             raise SystemExit(1)
