@@ -94,8 +94,8 @@ def test_a_signal_stops_every_process_within_seconds(tmp_path: Path, stacks: lis
     assert f"GATEHOUSE_VAR_DIR={stack.var}" in hint and f"GATEHOUSE_GRAPHS={SOAK_GRAPHS}" in hint, hint
     with sqlite3.connect(f"file:{stack.var / 'gatehouse.sqlite3'}?mode=ro", uri=True) as db:
         assert db.execute("SELECT COUNT(*) FROM auth_user").fetchone()[0] == 0
-    # Every child up: the bank, two workers (one with its beat process), the web server.
-    wait_for(lambda: len(stack.processes()) >= 6, timeout=30, what="all children")
+    # Every child up: two workers (one with its beat process), the web server; no bank, for graphs not the demo's.
+    wait_for(lambda: len(stack.processes()) >= 5, timeout=30, what="all children")
     stack.signal(sig)
     stopped = time.monotonic()
     wait_for(lambda: not stack.processes(), timeout=8, what="every process of the stack to exit")
@@ -251,11 +251,18 @@ def test_a_killed_launcher_takes_its_children_with_it_and_the_next_start_succeed
 ) -> None:
     """A SIGKILLed launcher cannot stop its children: daphne, the worker (and its beat) and the bank went on
     under PID 1, holding the port, and the next `make run` said only "port … is in use". They now die with
-    it (PR_SET_PDEATHSIG) and the same var dir and port start again."""
-    stack = stack_new(tmp_path, GATEHOUSE_GRAPHS=str(SOAK_GRAPHS))
+    it (PR_SET_PDEATHSIG) and the same var dir and port start again. A demo graph registered (demo mode off,
+    nothing seeded): the bank starts only for the demo's graphs, and it must die too."""
+    from console.embedded import ROOT
+
+    graphs = tmp_path / "langgraph.json"
+    loan = ROOT / "demo" / "graphs" / "loan_approval.py"
+    graphs.write_text(json.dumps({"graphs": {"loan_approval": f"{loan}:make_graph"}}))
+    stack = stack_new(tmp_path, GATEHOUSE_GRAPHS=str(graphs), GATEHOUSE_DEMO="false")
     stacks.append(stack.start())
     stack.wait_serving()
     wait_for(lambda: len(stack.processes()) >= 5, timeout=30, what="all children")  # bank, worker, beat, web
+    assert _leader(stack, "demo.fakebank") is not None, stack.processes()
     assert stack.proc is not None
     stack.proc.kill()
     stack.proc.wait(timeout=scaled(5))
