@@ -35,33 +35,6 @@ ROOT = Path(__file__).resolve().parent.parent
 TIME_FACTOR = float(os.environ.get("GATEHOUSE_TEST_TIME_FACTOR") or ("2" if os.environ.get("CI") else "1"))
 
 
-# The files whose tests take longest (`make test` prints the 40 slowest tests), started first. pytest-xdist hands
-# files out in collection order; one of these handed out last ran on alone while the other test process had
-# finished: the last 5% of a CI run took a quarter of its time.
-SLOW_FILES_FIRST = (
-    "tests/api/test_malformed_everywhere.py",
-    "tests/embedded/test_soak.py",
-    "tests/faults/test_chaos.py",
-    "tests/security/test_redaction_canary.py",
-    "tests/embedded/test_launcher.py",
-    "tests/security/test_audit_actor_hashed.py",
-    "tests/security/test_fuzz_apis.py",
-    "tests/embedded/test_graph_loading.py",
-    "tests/approvals/test_export.py",
-    "tests/ops/test_health.py",
-)
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Run the slowest files first (``SLOW_FILES_FIRST``); every other test keeps its place and order."""
-    rank = {name: i for i, name in enumerate(SLOW_FILES_FIRST)}
-
-    def place(item: pytest.Item) -> int:
-        return rank.get(Path(str(item.fspath)).relative_to(ROOT).as_posix(), len(rank))
-
-    items.sort(key=place)  # stable: within a file, and among the rest, the order stays
-
-
 def scaled(seconds: float) -> float:
     """A deadline in seconds, stretched by the suite's time factor."""
     return seconds * TIME_FACTOR
