@@ -271,8 +271,7 @@ def token_action_refusal(request: HttpRequest, user: Any = None) -> Forbidden | 
     scope = getattr(principal, TOKEN_SCOPE_ATTR, None)
     if principal is None or not scope or not scope[1]:
         return None
-    match = request.resolver_match
-    perms = getattr(match.func, _TOKEN_PERMS_ATTR, {}).get(request.method) if match is not None else None
+    perms = _route_perms(request)
     if not perms:
         return None
     # As ``permissions.token_refusal``: the token is the reason only where the role grants what the route acts
@@ -286,6 +285,12 @@ def token_action_refusal(request: HttpRequest, user: Any = None) -> Forbidden | 
     )
 
 
+def _route_perms(request: HttpRequest) -> tuple[str, ...] | None:
+    """The permissions the request's route acts under for its method (``_token_perms_by_method``), if it writes."""
+    match = request.resolver_match
+    return getattr(match.func, _TOKEN_PERMS_ATTR, {}).get(request.method) if match is not None else None
+
+
 def role_action_refusal(request: HttpRequest) -> Forbidden | None:
     """The refusal owed to a write by someone whose role holds none of the permissions the route acts under
     (``permissions.token_needs`` on its view), whatever credential they sent: answered in place of a refusal of
@@ -293,11 +298,8 @@ def role_action_refusal(request: HttpRequest) -> Forbidden | None:
     403), so a role learns nothing of how a route it may not use validates its input. Where the role holds one
     of them, the service judges the rest (a graph, a gate, a claim) and says so itself."""
     principal = getattr(request, "auth", None)
-    match = request.resolver_match
-    if principal is None or match is None:
-        return None
-    perms = getattr(match.func, _TOKEN_PERMS_ATTR, {}).get(request.method)
-    if not perms or any(principal.has_perm(perm) for perm in perms):
+    perms = _route_perms(request)
+    if principal is None or not perms or any(principal.has_perm(perm) for perm in perms):
         return None
     return Forbidden(f"you may not {request.method} {request.path}: your role holds none of {', '.join(sorted(perms))}")
 

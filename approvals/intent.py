@@ -242,14 +242,15 @@ def _signed_in_trail(thread: Thread) -> list[SignedEvent]:
 
 
 def _verify_decisions(thread: Thread, finding: ThreadFinding, trail: list[SignedEvent]) -> None:
-    kept = {str(pk) for pk in Decision.objects.filter(task__thread=thread).values_list("pk", flat=True)}
+    decisions = list(Decision.objects.select_related("task").filter(task__thread=thread).order_by("created_at", "id"))
+    kept = {str(d.pk) for d in decisions}
     for event in trail:
         if event.decision_id not in kept:  # only a database user with triggers off deletes one (migration 0035)
             finding.problems.append(
                 f"decision {event.decision_id} on task {event.task_id}, recorded in the audit trail "
                 f"({event.action}, event #{event.event_id}), is gone from the decisions table"
             )
-    for d in Decision.objects.select_related("task").filter(task__thread=thread).order_by("created_at", "id"):
+    for d in decisions:
         if not d.signed_digest:
             finding.unverifiable.append(f"decision {d.pk} predates signed digests")
         elif decision_digest(d) != d.signed_digest:

@@ -41,14 +41,15 @@ _TRANSIENT_NAMES = {
 }
 
 
-def exception_chain(exc: BaseException) -> Iterator[BaseException]:
-    """``exc``, then what it was raised from (its cause, else its context), outermost first, each once."""
+def exception_chain(exc: BaseException, *, context: bool = True) -> Iterator[BaseException]:
+    """``exc``, then what it was raised from (its cause, else its context), outermost first, each once.
+    ``context=False``: causes only (``raise ... from``), not what was being handled when it was raised."""
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
         seen.add(id(current))
         yield current
-        current = current.__cause__ or current.__context__
+        current = current.__cause__ or (current.__context__ if context else None)
 
 
 def class_names(exc: BaseException) -> set[tuple[str, str]]:

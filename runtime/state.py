@@ -232,19 +232,10 @@ def _unreadable_reason(exc: BaseException) -> str:
     refusal = next((link for link in exception_chain(exc) if isinstance(link, ValidationError)), None)
     if refusal is not None:
         return _refusal_reason(refusal)
-    said = "; caused by ".join(_one_line(link) for link in _causes(exc))
+    # Causes only: what was being handled when it was raised is noise (LangGraph's "no running event loop" was
+    # named as the cause of a missing field).
+    said = "; caused by ".join(_one_line(link) for link in exception_chain(exc, context=False))
     return f"the graph cannot load this state: {said}"[:1000]
-
-
-def _causes(exc: BaseException) -> list[BaseException]:
-    """``exc`` and what it was raised from (``raise ... from``), outermost first: not what was being handled
-    when it was raised (LangGraph's own "no running event loop" was named as the cause of a missing field)."""
-    chain: list[BaseException] = []
-    link: BaseException | None = exc
-    while link is not None and link not in chain:
-        chain.append(link)
-        link = link.__cause__
-    return chain
 
 
 def _one_line(exc: BaseException) -> str:
