@@ -240,7 +240,7 @@ def task_escalate(*, task_id: Any, now: datetime) -> tuple[int, int]:
         }
         values: dict[str, Any] = {"escalated_at": now}
         if group is not None and refused is None:
-            values.update(assigned_group=group, assigned_user=None, assigned_at=now)
+            values.update(assigned_group=group, assigned_user=None, assigned_at=now, escalated_to=group.name)
         for name, value in values.items():  # whom it waits for from now: they are told
             setattr(task, name, value)
         recipients = _recipients(task)
@@ -261,7 +261,7 @@ def task_escalate(*, task_id: Any, now: datetime) -> tuple[int, int]:
                 "node": task.node,
                 "due_at": task.due_at.isoformat(),
                 "reason": task.escalation_reason,
-                "escalated_to": group.name if group is not None and refused is None else None,
+                "escalated_to": task.escalated_to or None,
                 **({"escalation_refused": {"group": group.name, "reason": refused}} if group and refused else {}),
                 "assigned_before": before,
                 "notified": [u.get_username() for u in recipients],

@@ -60,6 +60,10 @@ class ApprovalTask(models.Model):
     reminded_at = models.DateTimeField(null=True, blank=True)
     escalated_at = models.DateTimeField(null=True, blank=True)
     escalation_reason = models.CharField(max_length=500, blank=True, default="")
+    # The group the escalation moved the task to, by name as it was then; empty when it moved nothing
+    # (no escalate_to, no such group, or a group that could not finish it). Not the assignment now: a
+    # refused escalation keeps the old group, and a lead may reassign later.
+    escalated_to = models.CharField(max_length=150, blank=True, default="")
     # The gate's correlation key (gate_policy), copied when the task opens so an inbound webhook finds
     # its task through an index instead of a scan of every pending payload (approvals.inbound.webhooks).
     correlation_key = models.CharField(max_length=500, blank=True, default="")

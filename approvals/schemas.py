@@ -41,6 +41,9 @@ class TaskSummaryOut(Schema):
     due_text: str | None = Field(default=None, description='"due in 3 h", "overdue 20 min"')
     escalated_at: datetime | None = None
     escalation_reason: str = ""
+    escalated_to: str | None = Field(
+        default=None, description="The group the escalation moved the task to; null when it moved nothing."
+    )
     assigned_group: str | None = Field(default=None, description="The group the task is assigned (escalated) to.")
 
     @staticmethod
@@ -61,6 +64,13 @@ class TaskSummaryOut(Schema):
             group: str | None = _built(obj, "assigned_group", None)
             return group
         return obj.assigned_group.name if obj.assigned_group_id is not None else None
+
+    @staticmethod
+    def resolve_escalated_to(obj: Any) -> str | None:
+        if isinstance(obj, dict | BaseModel):
+            group: str | None = _built(obj, "escalated_to", None)
+            return group or None
+        return obj.escalated_to or None
 
 
 _T = TypeVar("_T")

@@ -221,9 +221,10 @@ def escalation_words(task: Any) -> str:
     """What a deadline's escalation did, for its badge: "escalated → leads" when it moved the task to a
     group; else "escalated, not reassigned" (the gate names no ``escalate_to``, or no such group exists:
     ``approvals.deadlines.task_escalate`` flags the task and e-mails whom it waits for, and that is all).
-    A bare "escalated" beside "Assigned to —" read as a hand-off nobody made."""
-    group = task.assigned_group
-    return f"escalated → {group.name}" if group else "escalated, not reassigned"
+    A bare "escalated" beside "Assigned to —" read as a hand-off nobody made. The group is the one the
+    escalation moved the task to (``escalated_to``), not today's assignment: a refused escalation keeps
+    the group the task had, which "escalated → it" would pass off as the escalation's doing."""
+    return f"escalated → {task.escalated_to}" if task.escalated_to else "escalated, not reassigned"
 
 
 # --- errors ------------------------------------------------------------------------------

@@ -310,6 +310,49 @@ def test_an_escalation_keeps_a_task_from_a_group_that_could_not_finish_it(person
 
 
 @pytest.mark.django_db
+def test_a_refused_escalation_of_a_task_with_a_group_does_not_read_as_a_move_to_it(personas, mailoutbox):
+    """The inbox badge read "escalated → <the task's group>": a task already with the approvers, whose
+    escalation to the leads was refused, read "escalated → approvers", a hand-off the escalation never made.
+    The badge and the API name the group the escalation moved the task to, whatever happens after."""
+    leads, _ = Group.objects.get_or_create(name=LEADS)
+    _person_with_mail("lead", group=leads)
+    approvers, _ = Group.objects.get_or_create(name=f"deadline-approvers-{uuid.uuid4().hex[:6]}")
+    _person_with_mail("approver", group=approvers)
+    task, _ = _quorum_half_approved()
+    ApprovalTask.objects.filter(pk=task.pk).update(
+        assigned_group=approvers, due_at=timezone.now() - timedelta(minutes=5)
+    )
+    assert task_escalate(task_id=task.pk, now=timezone.now()) == (1, 0)
+    task.refresh_from_db()
+    assert task.assigned_group == approvers and task.escalated_to == ""
+    client = console_client(personas["admin"])
+    page = client.get("/", {"due": "escalated", "graph": QUORUM_GRAPH}).content.decode()
+    row = page[page.index(str(task.pk)) :][:4000]
+    assert "escalated, not reassigned" in row and f"escalated → {approvers.name}" not in row
+    body = personas["admin"].client.get(f"/api/tasks/{task.pk}").json()
+    assert body["escalated_to"] is None and body["assigned_group"] == approvers.name
+
+
+@pytest.mark.django_db
+def test_an_escalation_names_the_group_it_moved_the_task_to_after_a_later_reassign(personas, mailoutbox):
+    leads, _ = Group.objects.get_or_create(name=LEADS)
+    _reviewer_with_mail(group=leads)
+    task = task_make(graph=GRAPH, node="compliance_review", due_at=timezone.now() - timedelta(minutes=5))
+    assert task_escalate(task_id=task.pk, now=timezone.now()) == (1, 0)
+    task.refresh_from_db()
+    assert task.assigned_group == leads and task.escalated_to == LEADS
+    [event] = _events(task, AuditAction.DEADLINE_ESCALATED)
+    assert event.details["escalated_to"] == LEADS
+    others, _ = Group.objects.get_or_create(name=f"deadline-others-{uuid.uuid4().hex[:6]}")
+    _reviewer_with_mail(group=others)
+    task_reassign(actor=personas["admin"].user, task=task, to_group=others)
+    page = console_client(personas["admin"]).get("/", {"due": "escalated", "graph": GRAPH}).content.decode()
+    row = page[page.index(str(task.pk)) :][:4000]
+    assert f"escalated → {LEADS}" in row and f"escalated → {others.name}" not in row
+    assert personas["admin"].client.get(f"/api/tasks/{task.pk}").json()["escalated_to"] == LEADS
+
+
+@pytest.mark.django_db
 def test_an_escalation_nobody_could_finish_says_so_and_mails_no_one(personas, mailoutbox):
     leads, _ = Group.objects.get_or_create(name=LEADS)
     lead = _person_with_mail("lead", group=leads)
@@ -559,3 +602,24 @@ def test_embedded_mode_writes_deadline_mail_to_var_mail(tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     [mail] = list((tmp_path / "var" / "mail").iterdir())
     assert "Subject: [Gatehouse] overdue 20 min: Loan" in mail.read_text()  # Bcc: no address in the headers
+
+
+@pytest.mark.django_db
+def test_tasks_escalated_before_the_group_was_kept_take_it_from_their_audit_event(personas, mailoutbox):
+    """Migration 0036's backfill: the group comes from the task's ``deadline.escalated`` event, which has
+    named it since escalation began; a refused escalation's event names none, and that task stays empty."""
+    import importlib
+
+    from django.apps import apps
+
+    backfill = importlib.import_module("approvals.migrations.0036_task_escalated_to").escalated_to_backfill
+    leads, _ = Group.objects.get_or_create(name=LEADS)
+    _reviewer_with_mail(group=leads)
+    moved = task_make(graph=GRAPH, node="compliance_review", due_at=timezone.now() - timedelta(minutes=5))
+    kept, _ = _quorum_half_approved(due_at=timezone.now() - timedelta(minutes=5))
+    for task in (moved, kept):
+        assert task_escalate(task_id=task.pk, now=timezone.now()) == (1, 0)
+    ApprovalTask.objects.filter(pk__in=[moved.pk, kept.pk]).update(escalated_to="")  # as before the migration
+    backfill(apps, None)
+    escalated_to = dict(ApprovalTask.objects.filter(pk__in=[moved.pk, kept.pk]).values_list("pk", "escalated_to"))
+    assert escalated_to == {moved.pk: LEADS, kept.pk: ""}

@@ -42,6 +42,7 @@ def _task(**fields):
         "is_open": True,
         "escalated_at": now - timedelta(minutes=1),
         "escalation_reason": HOSTILE,
+        "escalated_to": HOSTILE,
         "assigned_group": NS(name=HOSTILE),
         "assigned_user": _User(7, HOSTILE),
         "assigned_user_id": 7,
@@ -157,8 +158,15 @@ def test_an_escalation_that_moved_nothing_says_so() -> None:
     """The inbox read "overdue · escalated · 7 min ago" beside "Assigned to —": the gate had no escalate_to,
     nothing was reassigned, yet the badge read as a hand-off."""
     now = timezone.now()
-    task = _task(escalated_at=now - timedelta(minutes=7), assigned_group=None, escalation_reason="past due")
+    task = _task(
+        escalated_at=now - timedelta(minutes=7), assigned_group=None, escalated_to="", escalation_reason="past due"
+    )
     badge = due_badge_html(task)
     assert ">escalated, not reassigned · <time" in badge and 'title="Escalated ' in badge
-    moved = due_badge_html(_task(escalated_at=now, assigned_group=NS(name="leads"), escalation_reason="past due"))
+    moved = due_badge_html(_task(escalated_at=now, escalated_to="leads", escalation_reason="past due"))
     assert ">escalated → leads · <time" in moved
+    # A refused escalation keeps the group the task had: that is not where the escalation moved it.
+    kept = due_badge_html(
+        _task(escalated_at=now, assigned_group=NS(name="approvers"), escalated_to="", escalation_reason="past due")
+    )
+    assert ">escalated, not reassigned · <time" in kept
