@@ -26,6 +26,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import Future
 from datetime import UTC, timedelta
 from typing import Any, Protocol
 
@@ -282,6 +283,19 @@ class BlobSpillingSaver:
         # so an unchanged large value is neither re-serialised nor re-hashed at
         # each step. Entries expire well inside the collector's grace period.
         self._spilled = _Lru(max_weight=50_000, max_items=50_000)
+        # (thread, sha) this process stored (blob row touched, the thread's reference made), for as long:
+        # one step writes the same document several times (the start input's write, then the first
+        # checkpoint's input channel and its own channel), and each put sent its bytes again to touch a row
+        # it had just written, about 1 ms for 200 KB each (bench/storage.py).
+        self._stored = _Lru(max_weight=50_000, max_items=50_000)
+        # (thread, sha) being stored now: LangGraph writes a step's pending writes and its checkpoint on two
+        # threads at once, both with the document. The second waits for the first's put (and its error).
+        self._storing: dict[tuple[str, str], Future[None]] = {}
+        self._storing_lock = threading.Lock()
+        # id(str) → (the str, its serialised form and sha): a step's write and checkpoint hold the same
+        # document object; serialising and hashing it again cost ~0.1 ms per 200 KB. Small (the entries
+        # keep their strings alive): the documents of the runs under way.
+        self._leaves = _Lru(max_weight=32 * 1024 * 1024, max_items=16)
         # sha → value bytes, immutable by construction.
         self._loaded = _Lru(max_weight=settings.GATEHOUSE_BLOB_CACHE_BYTES)
 
@@ -310,10 +324,16 @@ class BlobSpillingSaver:
     def _spill_leaf(self, thread_id: str, value: str | bytes) -> dict[str, Any] | None:
         if len(value) <= self.blob_threshold // 4:
             return None  # cheaper than serialising: even 4-byte characters stay under the threshold
-        type_, data = self.serde.dumps_typed(value)
-        if len(data) <= self.blob_threshold:
-            return None
-        return self._store(thread_id, type_, data)
+        seen = self._leaves.get(id(value))
+        if seen is not None and seen[0] is value:  # the very object (held here, so its id is not reused)
+            type_, data, sha = seen[1]
+        else:
+            type_, data = self.serde.dumps_typed(value)
+            if len(data) <= self.blob_threshold:
+                return None
+            sha = hashlib.sha256(data).hexdigest()
+            self._leaves.put(id(value), (value, (type_, data, sha)), len(data))
+        return self._store(thread_id, type_, data, sha)
 
     def _spill_nested(self, thread_id: str, value: Any, depth: int) -> Any:
         if isinstance(value, (str, bytes)):
@@ -326,11 +346,37 @@ class BlobSpillingSaver:
         listed = [self._spill_nested(thread_id, v, depth - 1) for v in value]
         return listed if any(a is not b for a, b in zip(listed, value, strict=True)) else value
 
-    def _store(self, thread_id: str, type_: str, data: bytes) -> dict[str, Any]:
-        sha = hashlib.sha256(data).hexdigest()
-        self.blob_store.put(sha, data, thread_id=thread_id)
+    def _store(self, thread_id: str, type_: str, data: bytes, sha: str | None = None) -> dict[str, Any]:
+        sha = sha or hashlib.sha256(data).hexdigest()
+        self._store_once(thread_id, sha, data)
         self._loaded.put(sha, (type_, data), len(data))
         return {MARKER: sha, "t": type_, "n": len(data)}
+
+    def _store_once(self, thread_id: str, sha: str, data: bytes) -> None:
+        """Store the blob and the thread's reference to it, unless this process did within the cache's age.
+        Returns once they are stored (by this call or by one already under way), or raises why not: a
+        checkpoint naming the blob must never be written before the blob is."""
+        key = (thread_id, sha)
+        if self._stored.get(key, settings.GATEHOUSE_BLOB_GRACE_SECONDS / 2) is not None:
+            return
+        with self._storing_lock:
+            under_way = self._storing.get(key)
+            if under_way is None:
+                mine = self._storing[key] = Future()
+        if under_way is not None:
+            under_way.result()
+            return
+        try:
+            self.blob_store.put(sha, data, thread_id=thread_id)
+        except BaseException as exc:
+            mine.set_exception(exc)
+            raise
+        else:
+            self._stored.put(key, True)
+            mine.set_result(None)
+        finally:
+            with self._storing_lock:
+                del self._storing[key]
 
     def put(
         self,
@@ -451,6 +497,9 @@ class BlobSpillingSaver:
     def delete_thread(self, thread_id: str) -> None:
         super().delete_thread(thread_id)  # type: ignore[misc]
         BlobRef.objects.filter(thread_id=str(thread_id)).delete()
+        # A thread made again under this id must store its references again (rare: forget everything).
+        self._spilled.clear()
+        self._stored.clear()
 
 
 def blobs_collect(store: BlobStore, *, dry_run: bool = False, grace: timedelta | None = None) -> list[str]:
