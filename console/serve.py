@@ -16,6 +16,9 @@ docs/deploy.md). What differs from daphne's own:
   sent, after the request's ``request_finished`` has cleared the log context (``console.request_threads``
   sends a response's body after closing it), so only streamed responses (static files) had one: the id is
   read from the response's headers instead (``RequestIdServer``).
+- A request line or a header line longer than Twisted reads (16 KB: a long query string) is answered
+  ``414 URI Too Long`` or ``431 Request Header Fields Too Large``; Twisted closed the connection without a
+  word, which a client reports as a reset, not as its request's fault (``LineLimitHTTPFactory``).
 - Once the application has loaded, the graph registry's warnings (open tasks waiting in a node a graph no
   longer has) are logged once, as ``graphs_check`` prints them and a Celery worker logs them at its start.
 """
@@ -28,7 +31,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from daphne import cli
+from daphne import server as daphne_server
 from daphne.access import AccessLogGenerator
+from daphne.http_protocol import HTTPFactory
 from daphne.server import Server
 
 access_log = logging.getLogger("gatehouse.access")
@@ -92,6 +97,31 @@ class RequestIdServer(Server):
             await super().handle_reply(protocol, message)
 
 
+def _line_too_long(channel: Any, line: bytes) -> None:
+    """Twisted's ``LineReceiver.lineLengthExceeded`` for an HTTP channel: say which line was too long, then close.
+    No header line counted yet means the request line (``_receivedHeaderSize`` restarts with each request)."""
+    first = not getattr(channel, "_receivedHeaderSize", 0)
+    status, what = (
+        (b"414 URI Too Long", b"request line") if first else (b"431 Request Header Fields Too Large", b"header")
+    )
+    body = b"the " + what + b" is longer than the server reads (16 KB)\n"
+    channel.transport.write(
+        b"HTTP/1.1 " + status + b"\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n"
+        b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+    )
+    channel.loseConnection()
+
+
+class LineLimitHTTPFactory(HTTPFactory):
+    """daphne's HTTP factory, its channels answering a line too long to read instead of dropping the connection."""
+
+    def buildProtocol(self, addr: Any) -> Any:
+        protocol = super().buildProtocol(addr)
+        channel = getattr(protocol, "_channel", protocol)  # Twisted wraps the channel to negotiate HTTP/2
+        channel.lineLengthExceeded = lambda line: _line_too_long(channel, line)
+        return protocol
+
+
 def relay_path() -> str:
     """The path the workers post live events to, or "" when they publish to Redis instead."""
     from django.conf import settings
@@ -138,8 +168,10 @@ class CommandLineInterface(cli.CommandLineInterface):
 
 
 def main() -> None:
-    # The CLI builds its access log from this module attribute (daphne/cli.py): ours instead.
+    # The CLI builds its access log from this module attribute (daphne/cli.py), and the server its HTTP
+    # factory from daphne.server's: ours instead.
     cli.AccessLogGenerator = access_log_build
+    daphne_server.HTTPFactory = LineLimitHTTPFactory
     CommandLineInterface.entrypoint()
 
 

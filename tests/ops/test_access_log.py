@@ -150,3 +150,35 @@ def test_every_json_access_line_carries_the_request_id_its_response_echoes(tmp_p
     access = {line["http"]["request"]: line for line in _objects(err) if line["logger"] == "gatehouse.access"}
     for request, request_id in echoed.items():
         assert access[request].get("request_id") == request_id, (request, access.get(request))
+
+
+def _raw(base: str, request: bytes) -> bytes:
+    """Send ``request`` on a socket of its own; everything the server answers before it closes."""
+    import socket
+
+    host, port = base.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=scaled(10)) as sock:
+        sock.sendall(request)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    return answer
+
+
+def test_a_request_line_or_header_too_long_to_read_is_a_4xx_naming_it_not_a_dropped_connection(tmp_path: Path) -> None:
+    """An outside QA's find: an ~18 KB percent-encoded query string got a connection reset, not a status."""
+    answers: dict[str, bytes] = {}
+
+    def calls(base: str) -> None:
+        query = "%41" * 6000  # ~18 KB, as the QA sent it
+        answers["line"] = _raw(base, f"GET /api/tasks?q={query} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        answers["header"] = _raw(
+            base, f"GET /health/live HTTP/1.1\r\nHost: x\r\nX-Long: {'a' * 20000}\r\n\r\n".encode()
+        )
+        answers["after"] = _raw(base, b"GET /health/live HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+
+    _serve(tmp_path, calls=calls)
+    assert answers["line"].startswith(b"HTTP/1.1 414 URI Too Long\r\n"), answers["line"][:200]
+    assert answers["line"].endswith(b"the request line is longer than the server reads (16 KB)\n")
+    assert answers["header"].startswith(b"HTTP/1.1 431 Request Header Fields Too Large\r\n"), answers["header"][:200]
+    assert answers["after"].startswith(b"HTTP/1.1 200"), answers["after"][:200]
