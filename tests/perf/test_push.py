@@ -141,7 +141,7 @@ def test_a_held_long_poll_gives_its_database_connection_back_while_it_waits(oper
         while server.is_alive():
             assert time.monotonic() < deadline, "the waiting request did not see its thread fail"
             Thread.objects.filter(metadata__marker=marker).update(status="failed")
-            server.join(0.2)
+            server.join(scaled(0.2))
     assert answered["start"]["status"] == 201, answered
     assert json.loads(answered["body"]["body"])["status"] == "failed", answered
 
