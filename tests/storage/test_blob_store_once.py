@@ -12,7 +12,6 @@ once.
 from __future__ import annotations
 
 import hashlib
-import sqlite3
 import sys
 import threading
 import uuid
@@ -22,7 +21,6 @@ from typing import Any
 import pytest
 
 from runtime.blobs import MARKER
-from runtime.checkpointer import GatehouseSqliteSaver, checkpointer_get
 from runtime.models import Blob, BlobRef
 from tests.conftest import scaled, wait_for
 from tests.storage.test_blobs import DOC, _cfg, _graph
@@ -50,14 +48,6 @@ class CountingStore:
 
     def get(self, sha: str) -> bytes:
         return self.store.get(sha)  # type: ignore[no-any-return]
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def saver(request: pytest.FixtureRequest, live_db: None) -> Iterator[Any]:
-    if request.param == "sqlite":
-        yield GatehouseSqliteSaver(sqlite3.connect(":memory:", check_same_thread=False))
-    else:
-        yield checkpointer_get()
 
 
 @pytest.fixture

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import importlib
 import itertools
-import sqlite3
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypedDict
@@ -19,7 +17,7 @@ from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.graph import END, START, StateGraph
 
 from runtime.blobs import MARKER, DatabaseBlobStore, StorageBlobStore, blob_store_build, blobs_lazy
-from runtime.checkpointer import GatehouseSqliteSaver, _blob_sql, checkpointer_get
+from runtime.checkpointer import _blob_sql, checkpointer_get
 from runtime.models import Blob, BlobRef, Run, RunKind, RunStatus, Thread
 from runtime.threads import thread_create
 from tests.sqlite_probe import sqlite_probe
@@ -52,14 +50,6 @@ def _graph(saver: Any, steps: int = 5) -> Any:
         builder.add_edge(a, b)
     builder.add_edge(names[-1], END)
     return builder.compile(checkpointer=saver)
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def saver(request: pytest.FixtureRequest, live_db: None) -> Iterator[Any]:
-    if request.param == "sqlite":
-        yield GatehouseSqliteSaver(sqlite3.connect(":memory:", check_same_thread=False))
-    else:
-        yield checkpointer_get()
 
 
 def _cfg() -> Any:
