@@ -64,9 +64,30 @@ DEFAULT_DECISION_MAP: dict[str, Any] = {
 # --- registration ------------------------------------------------------------------------
 
 
+def _path_check(path: str, field: str, *, required: bool = False) -> None:
+    """A dotted path into a delivery's body (``path_get``): names, or list indexes, between single dots, after
+    an optional ``$.``. An empty part (``a..b``, ``.``, a trailing dot) matches nothing in any body, so an
+    endpoint registered with one refused every delivery."""
+    if not path:
+        if required:
+            raise InvalidInput(f"{field} may not be empty", field=field)
+        return
+    parts = path.removeprefix("$.").split(".")
+    if not all(parts):
+        raise InvalidInput(
+            f"{field} {path!r} has an empty part: a dotted path such as data.reference or items.0.id", field=field
+        )
+
+
 def _decision_map_check(mapping: dict[str, Any]) -> dict[str, Any]:
-    if not isinstance(mapping.get("field"), str) or not mapping["field"]:
+    if "field" not in mapping or mapping["field"] == "":
         raise InvalidInput("decision_map needs a 'field' (dotted path to the status)", field="decision_map.field")
+    if not isinstance(mapping["field"], str):
+        raise InvalidInput(
+            f"decision_map.field is a dotted path to the status (a string), not {type(mapping['field']).__name__}",
+            field="decision_map.field",
+        )
+    _path_check(mapping["field"], "decision_map.field")
     for key in ("approve", "reject"):
         values = mapping.get(key, [])
         if not isinstance(values, list) or not all(isinstance(v, str | int | bool) for v in values):
@@ -162,6 +183,7 @@ def _endpoint_audit(
 # the audit trail's subject_id (AuditEvent.subject_id, 64 characters): one rule for every surface.
 NAME_PATTERN = r"^[-a-zA-Z0-9_]+$"
 NAME_MAX_LENGTH = 64
+WEBHOOK_ID_MAX = 200  # InboundDelivery.webhook_id's length: a longer id is refused, not cut
 
 
 def _name_check(name: str) -> str:
@@ -200,9 +222,11 @@ def webhook_endpoint_create(
     declared = _gates_check(graph, gates)
     if WebhookEndpoint.objects.filter(name=name).exists():
         raise InvalidInput(f"a webhook endpoint named {name!r} exists", field="name")
-    if not correlation_path:
-        raise InvalidInput("correlation_path may not be empty", field="correlation_path")
-    chosen = [secret_check(s) for s in secrets] if secrets else [secret_generate()]
+    _path_check(correlation_path, "correlation_path", required=True)
+    _path_check(reason_path, "reason_path")
+    _path_check(timestamp_path, "timestamp_path")
+    chosen = [secret_check(s, f"secrets[{i}]") for i, s in enumerate(secrets)] if secrets else [secret_generate()]
+    mapping = _decision_map_check(decision_map or DEFAULT_DECISION_MAP)
     username = f"webhook:{name}"
     principal, _ = User.objects.get_or_create(username=username)
     principal.set_unusable_password()
@@ -216,7 +240,7 @@ def webhook_endpoint_create(
         gates=declared,
         secrets=chosen,
         correlation_path=correlation_path,
-        decision_map=_decision_map_check(decision_map or DEFAULT_DECISION_MAP),
+        decision_map=mapping,
         reason_path=reason_path,
         timestamp_path=timestamp_path,
         principal=principal,
@@ -420,7 +444,8 @@ def _event_time(endpoint: WebhookEndpoint, body: Any, headers: dict[str, str]) -
 
 def delivery_receive(*, name: str, raw: bytes, headers: dict[str, str]) -> CallbackOutcome:
     headers = {k.lower(): v for k, v in headers.items()}
-    webhook_id = headers.get("webhook-id", "")[:200]
+    sent_id = headers.get("webhook-id", "")
+    webhook_id = sent_id[:WEBHOOK_ID_MAX]  # what a refusal of a longer one records
     digest = hashlib.sha256(raw).hexdigest()
     endpoint = WebhookEndpoint.objects.filter(name=name).first()
     if endpoint is None:
@@ -429,6 +454,21 @@ def delivery_receive(*, name: str, raw: bytes, headers: dict[str, str]) -> Callb
     problem = _signature_check(endpoint, raw, headers)
     if problem is not None:
         return _refuse_signature(endpoint, webhook_id, digest, problem)
+    if len(sent_id) > WEBHOOK_ID_MAX:
+        # Cut to fit, two events whose ids share their first characters were one id: the second was dropped
+        # as a repeat of the first, or refused as its id reused.
+        with transaction.atomic():
+            return _delivery_record(
+                {"endpoint": endpoint, "webhook_id": webhook_id, "verified": True, "body_digest": digest},
+                400,
+                _error(
+                    400,
+                    "webhook_id_too_long",
+                    f"webhook-id has {len(sent_id)} characters; at most {WEBHOOK_ID_MAX} tell one event from another",
+                    "webhook-id",
+                ),
+                f"webhook-id of {len(sent_id)} characters; nothing done",
+            )
 
     with transaction.atomic():
         endpoint = WebhookEndpoint.objects.select_for_update().get(pk=endpoint.pk)

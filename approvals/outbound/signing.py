@@ -23,13 +23,15 @@ def secret_generate() -> str:
     return SECRET_PREFIX + base64.b64encode(pysecrets.token_bytes(24)).decode()
 
 
-def secret_check(secret: str) -> str:
+def secret_check(secret: str, field: str = "secret") -> str:
+    """``secret`` if it is a Standard Webhooks secret; else ``InvalidInput`` naming ``field`` (``secrets[1]``
+    where the request holds a list)."""
     if not isinstance(secret, str) or not secret.startswith(SECRET_PREFIX):
-        raise InvalidInput("a webhook secret looks like whsec_<base64>", field="secret")
+        raise InvalidInput("a webhook secret looks like whsec_<base64>", field=field)
     try:
         Webhook(secret)
     except Exception:  # noqa: BLE001 - the library refuses a bad secret with any of several types
-        raise InvalidInput("the secret after whsec_ must be base64", field="secret") from None
+        raise InvalidInput("the secret after whsec_ must be base64", field=field) from None
     return secret
 
 

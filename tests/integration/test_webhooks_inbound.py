@@ -12,6 +12,7 @@ from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 import pytest
+from django.contrib.auth.models import User
 from django.core.handlers.wsgi import WSGIHandler
 from django.core.management import call_command
 from django.test import Client
@@ -453,6 +454,66 @@ def test_a_webhook_id_reused_for_another_body_is_refused_and_decides_nothing(ope
     # The id still decides nothing for another body after a replay: the refusal claimed nothing.
     assert _send(endpoint, _verified(thread_id), msg_id="msg_reused").status_code == 409
     assert not Decision.objects.filter(task_id=task["id"]).exists()
+
+
+def test_a_webhook_id_too_long_to_keep_is_refused_not_cut_into_another_events_id(operator, reviewer):
+    """An outside QA's find: ids were cut to their first 200 characters, so two events whose ids shared them
+    were one id: the second ("verified") was refused as the first's id reused, a third dropped as a repeat."""
+    endpoint = _endpoint()
+    thread_id, task = _kyc_thread(operator, reviewer)
+    prefix = "evt_" + "x" * 200
+    for suffix, status in (("A", "processing"), ("B", "verified")):
+        sent = _send(endpoint, {"correlation_key": f"kyc-{thread_id}", "status": status}, msg_id=prefix + suffix)
+        assert sent.status_code == 400, sent.content
+        error = sent.json()["error"]
+        assert (error["code"], error["field"]) == ("webhook_id_too_long", "webhook-id"), error
+        assert "205 characters; at most 200" in error["message"]
+    refused = list(InboundDelivery.objects.filter(endpoint=endpoint).values_list("status", "http_status"))
+    assert refused == [("refused", 400), ("refused", 400)]  # recorded, and neither claimed an id
+    assert not Decision.objects.filter(task_id=task["id"]).exists()
+    # An id of 200 characters is kept whole and decides.
+    decided = _send(endpoint, _verified(thread_id), msg_id="evt_" + "y" * 196)
+    assert decided.status_code == 202 and decided.json()["decision"] == "approve", decided.content
+    assert InboundDelivery.objects.get(pk=decided.json()["delivery"]).webhook_id == "evt_" + "y" * 196
+
+
+@pytest.mark.parametrize(
+    ("fields", "field", "words"),
+    [
+        ({"correlation_path": ".."}, "correlation_path", "has an empty part"),
+        ({"correlation_path": "$."}, "correlation_path", "has an empty part"),
+        ({"correlation_path": "data..reference"}, "correlation_path", "has an empty part"),
+        ({"correlation_path": "data."}, "correlation_path", "has an empty part"),
+        ({"reason_path": "why."}, "reason_path", "has an empty part"),
+        ({"timestamp_path": ".at"}, "timestamp_path", "has an empty part"),
+        ({"decision_map": {"field": 5, "approve": ["ok"]}}, "decision_map.field", "(a string), not int"),
+        ({"decision_map": {"field": "a..b", "approve": ["ok"]}}, "decision_map.field", "has an empty part"),
+        ({"decision_map": {"approve": ["ok"]}}, "decision_map.field", "needs a 'field'"),
+        ({"secrets": [secret_generate(), "notwhsec"]}, "secrets[1]", "whsec_<base64>"),
+        ({"secrets": ["whsec_!!not base64!!"]}, "secrets[0]", "must be base64"),
+    ],
+)
+def test_an_endpoint_that_could_never_match_is_refused_naming_the_field_and_nothing_is_written(
+    personas, fields, field, words
+):
+    """An outside QA's finds: a correlation path with an empty part was accepted (every delivery then failed),
+    a number as the decision map's field was called missing, a bad secret named 'secret', not 'secrets[0]'."""
+    name = f"vendor-{uuid.uuid4().hex[:8]}"
+    body = {"name": name, "graph": "kyc_onboarding", "gates": ["identity_check"], **fields}
+    response = personas["admin"].client.post("/api/webhook-endpoints", body)
+    assert response.status_code == 422, response.content
+    error = response.json()["error"]
+    assert error["field"] == field and words in error["message"], error
+    assert not WebhookEndpoint.objects.filter(name=name).exists()
+    assert not User.objects.filter(username=f"webhook:{name}").exists()
+
+
+def test_dotted_paths_with_a_leading_dollar_and_list_indexes_are_accepted(personas):
+    name = f"vendor-{uuid.uuid4().hex[:8]}"
+    body = {"name": name, "graph": "kyc_onboarding", "gates": ["identity_check"], "correlation_path": "$.items.0.id",
+            "decision_map": {"field": "data.status", "approve": ["ok"]}, "reason_path": "data.why"}  # fmt: skip
+    response = personas["admin"].client.post("/api/webhook-endpoints", body)
+    assert response.status_code == 201, response.content
 
 
 def test_a_replay_is_the_first_response_byte_for_byte(operator, reviewer):
