@@ -14,6 +14,8 @@ from celery.beat import PersistentScheduler
 from django.conf import settings  # lazy: nothing is read until Celery asks (see _DjangoSettings)
 from django.core.exceptions import ImproperlyConfigured
 
+from console.celery_json import celery_json_install
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
 
 log = logging.getLogger("gatehouse.worker")
@@ -51,6 +53,7 @@ app.config_from_object(_DjangoSettings(), namespace="CELERY")
 app.add_defaults({"accept_content": ["json"], "task_serializer": "json"})
 # Each package's tasks.py: approvals.outbound.tasks is where webhook delivery lives.
 app.autodiscover_tasks(["runtime", "approvals", "approvals.outbound"])
+celery_json_install(app)  # GATEHOUSE_LOG_FORMAT=json: no printed banners, stop lines as objects
 
 
 def broker_eviction_warning(client: Any) -> str | None:

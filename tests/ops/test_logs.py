@@ -7,12 +7,21 @@ import json
 import logging
 import re
 import uuid
+from pathlib import Path
 
 import pytest
 from django.test import Client
 
 from console.logs import ContextFilter, HousekeepingFilter, JsonFormatter, log_context
-from tests.conftest import WorkerProcess, loan_input, pending_tasks, thread_start, wait_for, worker_env
+from tests.conftest import (
+    WorkerProcess,
+    loan_input,
+    pending_tasks,
+    process_group_stop,
+    thread_start,
+    wait_for,
+    worker_env,
+)
 
 pytestmark = pytest.mark.usefixtures("live_db")
 
@@ -110,6 +119,39 @@ def test_a_worker_logs_json_lines_carrying_the_run_thread_and_task_ids(worker, b
     # After the task, the ids are gone again (the heartbeat and sweeper lines carry none of them).
     assert all("run_id" not in e for e in sweeps)
     assert len({e["run_id"] for e in run_lines}) == 1
+    # Nothing but objects, from its start to its stop: Celery printed its banner (and, asked to stop,
+    # "worker: Warm shutdown (MainProcess)") as plain text in the JSON log (an outside QA's find).
+    _every_line_json(json_worker.log_path)
+    assert any(e["message"] == "worker: Warm shutdown (MainProcess)" for e in entries), entries[-5:]
+
+
+def _every_line_json(path: Path) -> list[dict]:
+    lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
+    plain = [line for line in lines if not line.startswith("{")]
+    assert not plain, f"{len(plain)} lines are not JSON, for example: {plain[:5]}"
+    return [json.loads(line) for line in lines]
+
+
+@pytest.mark.slow
+def test_beat_logs_json_lines_only_from_its_start_to_its_stop(bank, tmp_path):
+    from tests.ops.test_health import _purge_queue, _start
+
+    env = {
+        **worker_env(bank),
+        "GATEHOUSE_LOG_FORMAT": "json",
+        "GATEHOUSE_BEAT_HEARTBEAT_FILE": str(tmp_path / "beat.heartbeat"),
+        # Its sweeps go to a queue nobody consumes: this beat is only here to start and stop.
+        "GATEHOUSE_QUEUE": f"ops-{uuid.uuid4().hex[:8]}",
+    }
+    log = tmp_path / "beat.log"
+    beat = _start(env, ["beat", "-l", "INFO", "--schedule", str(tmp_path / "schedule")], log)
+    try:
+        wait_for(lambda: (tmp_path / "beat.heartbeat").exists(), timeout=60, what="beat's first tick")
+    finally:
+        process_group_stop(beat)
+        _purge_queue(env["GATEHOUSE_QUEUE"])
+    entries = _every_line_json(log)
+    assert any(e["message"].startswith("beat: Starting") for e in entries), entries
 
 
 def test_the_worker_does_not_log_its_periodic_sweeps_but_logs_what_they_do(
