@@ -126,8 +126,14 @@ def comment_post(
             thread=thread, task=task, graph=thread.graph, author=actor, kind=kind, reply_to=reply_to
         )
         saw = gateway.may_see_sensitive(actor)
+        quoted = gateway.threads_quoted(actor, text, thread) if saw else []
         CommentVersion.objects.create(
-            comment=comment, version=1, body=text, mentions=[u.pk for u in mentioned], author_saw_sensitive=saw
+            comment=comment,
+            version=1,
+            body=text,
+            mentions=[u.pk for u in mentioned],
+            author_saw_sensitive=saw,
+            quoted_threads=quoted,
         )
         audit_record(
             actor=actor,
@@ -145,6 +151,7 @@ def comment_post(
                 "body": text,
                 "mentions": [u.get_username() for u in mentioned],
                 "author_saw_sensitive": saw,
+                **({"quoted_threads": quoted} if quoted else {}),
             },
         )
     return comment
@@ -169,12 +176,14 @@ def comment_edit(*, actor: User, comment: Comment, body: str) -> CommentVersion:
             if number > VERSIONS_MAX:
                 raise InvalidInput(f"body: a comment keeps at most {VERSIONS_MAX} versions", field="body")
             saw = gateway.may_see_sensitive(actor)
+            quoted = gateway.threads_quoted(actor, text, comment.thread) if saw else []
             version = CommentVersion.objects.create(
                 comment=comment,
                 version=number,
                 body=text,
                 mentions=[u.pk for u in mentioned],
                 author_saw_sensitive=saw,
+                quoted_threads=quoted,
             )
             audit_record(
                 actor=actor,
@@ -191,6 +200,7 @@ def comment_edit(*, actor: User, comment: Comment, body: str) -> CommentVersion:
                     "body": text,
                     "mentions": [u.get_username() for u in mentioned],
                     "author_saw_sensitive": saw,
+                    **({"quoted_threads": quoted} if quoted else {}),
                 },
             )
     except IntegrityError:
@@ -274,7 +284,7 @@ def comments_for(
     versions: dict[Any, list[CommentVersion]] = {}
     for v in CommentVersion.objects.filter(comment__in=comments).order_by("comment_id", "version"):
         versions.setdefault(v.comment_id, []).append(v)
-    texts = [(v.body, v.author_saw_sensitive) for c in comments for v in versions.get(c.pk, [])]
+    texts = [(v.body, v.author_saw_sensitive, v.quoted_threads) for c in comments for v in versions.get(c.pk, [])]
     shown = iter(gateway.text_shown(user, thread, texts, subject=f"thread:{thread.pk}"))
     mention_ids = {pk for vs in versions.values() for pk in vs[-1].mentions}
     names = dict(User.objects.filter(pk__in=mention_ids).values_list("pk", "username")) if mention_ids else {}

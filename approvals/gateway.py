@@ -19,10 +19,12 @@ import contextlib
 import copy
 import dataclasses
 import hashlib
+import uuid
 from collections.abc import Collection, Iterator, Sequence
 from contextvars import ContextVar
 from typing import Any
 
+from django.contrib.auth.models import User
 from django.db import transaction
 
 from approvals import permissions
@@ -436,26 +438,73 @@ def threads_redacted_values(threads: Sequence[Thread]) -> dict[Any, set[str]]:
     return {t.pk: redacted_values(sources[t.pk], by_graph[t.graph]) if t.pk in sources else set() for t in threads}
 
 
+# How far back a comment's author's reveals are read for the other threads a comment may quote: their
+# newest reveal events, and the distinct threads among them.
+QUOTED_REVEALS_READ = 5000
+QUOTED_THREADS_READ = 500
+
+
+def threads_quoted(author: permissions.Principal, text: str, thread: Thread) -> list[str]:
+    """The other threads whose redacted values ``text`` (by ``author``, who may see such values) quotes.
+
+    Only values its author was shown can be quoted, and every showing is audited (``sensitive.revealed``,
+    with its thread): the threads of the author's newest reveals are searched, not every thread. An admin
+    comparing two applicants quoted the other's date of birth, which the comment's own thread did not carry,
+    and every reviewer of this thread read it. Ids, not the values, are kept with the text."""
+    if not text or not isinstance(author, User):
+        return []
+    revealed = (
+        AuditEvent.objects.filter(action=AuditAction.SENSITIVE_REVEALED, actor=author, thread_id__isnull=False)
+        .exclude(thread_id=thread.pk)
+        .order_by("-id")
+        .values_list("thread_id", flat=True)[:QUOTED_REVEALS_READ]
+    )
+    ids = [pk for pk in dict.fromkeys(revealed) if pk is not None][:QUOTED_THREADS_READ]
+    if not ids:
+        return []
+    lowered = text.lower()
+    found = threads_redacted_values(list(Thread.objects.filter(pk__in=ids)))
+    return sorted(str(pk) for pk, values in found.items() if any(v.lower() in lowered for v in values))
+
+
 def text_shown(
-    user: permissions.Principal, thread: Thread, texts: Sequence[tuple[str, bool]], *, subject: str
+    user: permissions.Principal,
+    thread: Thread,
+    texts: Sequence[tuple[str, bool] | tuple[str, bool, Sequence[str]]],
+    *,
+    subject: str,
 ) -> list[str]:
-    """``texts`` (comment bodies, each with whether its author could see redacted values) as ``user`` may
-    read them: redacted values quoted by an author who could see them are masked.
+    """``texts`` (comment bodies, each with whether its author could see redacted values, and the other threads
+    whose values it quotes) as ``user`` may read them: redacted values quoted by an author who could see
+    them are masked, this thread's and the quoted threads'.
 
     A text by an author who could not see them is shown as written: it cannot quote what its author
     never saw, and masking it by value would answer their guesses. A permitted reader shown a text
-    that quotes one is audited like any other reveal.
+    that quotes one is audited like any other reveal, on each thread whose values it quotes.
     """
-    written = [text for text, _ in texts]
-    values = thread_redacted_values(thread) if any(saw for _, saw in texts) else set()
-    if not values:
+    written = [text[0] for text in texts]
+    quoted = {str(t) for text in texts if text[1] and len(text) > 2 for t in text[2]}
+    if not any(text[1] for text in texts):
         return written
-    masked = [text_mask(text, values) if saw else text for text, saw in texts]
-    if masked == written:
+    others = {str(t.pk): t for t in Thread.objects.filter(pk__in=quoted)} if quoted else {}
+    by_thread = threads_redacted_values([thread, *others.values()])
+    own = by_thread[thread.pk]
+    masked: list[str] = []
+    shown_from: set[Any] = set()
+    for text in texts:
+        body, saw = text[0], text[1]
+        extra = [t for t in (text[2] if len(text) > 2 else ()) if str(t) in others]
+        values = own.union(*(by_thread[others[str(t)].pk] for t in extra)) if saw else set()
+        out = text_mask(body, values) if values else body
+        if out != body:
+            shown_from |= {thread.pk} if text_mask(body, own) != body else set()
+            shown_from |= {others[str(t)].pk for t in extra if text_mask(body, by_thread[others[str(t)].pk]) != body}
+        masked.append(out)
+    if masked == written or not may_see_sensitive(user):
         return masked
-    if not may_see_sensitive(user):
-        return masked
-    _revealed(user, subject=subject, thread_id=thread.pk, graph=thread.graph, paths=["comment.body"])
+    for shown in [thread, *others.values()]:
+        if shown.pk in shown_from:
+            _revealed(user, subject=subject, thread_id=shown.pk, graph=shown.graph, paths=["comment.body"])
     return written
 
 
@@ -465,10 +514,19 @@ def _comment_details_masked(user: permissions.Principal, event: AuditEvent, deta
         return details
     if details.get("author_saw_sensitive") is False:  # see text_shown; events before the flag: masked
         return details
-    thread = Thread.objects.filter(pk=event.thread_id).first()
-    values = thread_redacted_values(thread) if thread is not None else set()
+    ids = [event.thread_id, *_thread_ids(details.get("quoted_threads"))]
+    values = set().union(*threads_redacted_values(list(Thread.objects.filter(pk__in=ids))).values())
     shown = text_mask(body, values)
     return details if shown == body else {**details, "body": shown}
+
+
+def _thread_ids(listed: Any) -> list[uuid.UUID]:
+    """The thread ids of a comment event's ``quoted_threads`` (absent before migration 0037: none)."""
+    ids = []
+    for item in listed if isinstance(listed, list) else []:
+        with contextlib.suppress(ValueError, TypeError, AttributeError):
+            ids.append(uuid.UUID(item))
+    return ids
 
 
 # --- subgraph states (approvals.time_travel) ---

@@ -661,6 +661,9 @@ class CommentVersion(models.Model):
     # only such a text is masked for a reader who may not see them: masking a masked author's own words
     # by value told them which of their guesses was the hidden value.
     author_saw_sensitive = models.BooleanField(default=True)
+    # Other threads whose redacted values the text quotes (ids), found when it was written among the threads
+    # whose values its author was shown (the reveal trail): masked with the comment's own thread's.
+    quoted_threads = models.JSONField(default=list, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -261,6 +261,58 @@ def test_a_quote_stays_masked_after_its_author_loses_the_permission(readers):
     assert [e["details"]["body"] for e in trail] == [f"on file: {TEXT_MASK}"]
 
 
+@pytest.fixture(scope="module")
+def quoted_world(readers: dict[str, Reader], django_db_blocker: Any) -> Iterator[World]:
+    """An approver compares two applicants: comments on one thread's task and on the other thread quote the
+    other applicant's date of birth and document number, values the commented thread never carried."""
+    with django_db_blocker.unblock():
+        tag = uuid.uuid4().hex[:10]
+        dob, docno = f"odob{tag}", f"ODoc{tag}x"
+        other = task_make(
+            graph="kyc_onboarding",
+            node="compliance_review",
+            payload={
+                "title": "KYC",
+                "applicant": {"name": "Bo", "date_of_birth": dob},
+                "documents": [{"number": docno}],
+            },
+        )
+        here = _kyc_task(f"dob{uuid.uuid4().hex[:10]}")
+        approver = readers["approver"]
+        shown = approver.api.get(f"/api/tasks/{other.pk}").content.decode()  # the approver reads the other case
+        assert dob in shown and docno in shown
+        comments.comment_post(actor=approver.user, task=here, body=f"the other applicant: born {dob}, doc {docno}")
+        comments.comment_post(actor=approver.user, thread=here.thread, body=f"compare {docno.upper()}")
+        drafted = comments.comment_post(actor=approver.user, task=here, body="draft")
+        comments.comment_edit(actor=approver.user, comment=drafted, body=f"edited to quote {dob}")
+        yield World(here, dob, docno, None)
+
+
+@pytest.mark.parametrize("name", BLIND)
+def test_no_surface_gives_a_blind_reader_another_threads_redacted_value_quoted_in_a_comment(
+    readers, quoted_world, name
+):
+    """An outside QA's find: an admin's comment quoting another thread's date of birth and passport number
+    was shown in clear to every reviewer of this thread, on every surface, the exports included."""
+    surfaces = _surfaces(readers[name], quoted_world)
+    leaks = {surface: _leaks(body, quoted_world) for surface, (_, body) in surfaces.items()}
+    assert {surface: found for surface, found in leaks.items() if found} == {}
+    for surface in ("api task comments", "api thread comments", "console task", "console thread"):
+        status, body = surfaces[surface]
+        assert status == 200 and _masked(body), surface
+
+
+def test_a_reader_who_may_see_another_threads_quoted_values_reads_them_and_each_thread_audits_it(readers, quoted_world):
+    other_thread = AuditEvent.objects.filter(
+        action="comment.posted", thread_id=quoted_world.thread_id, details__quoted_threads__isnull=False
+    ).values_list("details__quoted_threads", flat=True)
+    [[quoted]] = {tuple(q) for q in other_thread}
+    before = AuditEvent.objects.filter(thread_id=quoted, action="sensitive.revealed").count()
+    body = readers["auditor"].api.get(f"/api/tasks/{quoted_world.task.pk}/comments").content.decode()
+    assert quoted_world.dob in body and quoted_world.docno in body
+    assert AuditEvent.objects.filter(thread_id=quoted, action="sensitive.revealed").count() == before + 1
+
+
 def console_client_for(reader: Reader) -> Client:
     client = Client()
     client.force_login(reader.user)
