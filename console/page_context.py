@@ -83,7 +83,11 @@ def inbox_gate_named(params: QueryDict) -> tuple[QueryDict, str]:
 
 
 def inbox_context(user: Any, params: QueryDict, *, limit: int = INBOX_PAGE_SIZE) -> dict[str, Any]:
+    gate = str(params.get("gate", ""))
     params, gate_ignored = inbox_gate_named(params)
+    # As the page was asked for (a gate by the page's name, node): its live socket re-renders it, notes on
+    # what was ignored included. A gate= that contradicts node= stays, for its note.
+    asked = {**params.dict(), **({"gate": gate} if gate_ignored else {})}
     form = InboxFilterForm(params)
     ignored = ""
     if not form.is_valid():
@@ -107,6 +111,13 @@ def inbox_context(user: Any, params: QueryDict, *, limit: int = INBOX_PAGE_SIZE)
         error = "; ".join(f"{k}: {' '.join(str(e) for e in v)}" for k, v in form.errors.items())
     error = "; ".join(e for e in (ignored, error) if e)
     live_params = {k: str(v) for k, v in params.items() if (k in form.fields or k[2:] in columns) and v}
+    # The socket's catch-up render had only the parameters kept, and dropped the notes on the others: the
+    # page went on listing something other than what was asked for, without saying so.
+    socket_params = {
+        k: str(v)
+        for k, v in asked.items()
+        if (k in form.fields or k in INBOX_API_ONLY or k == "gate" or k[2:] in columns) and v
+    }
     base = {k: v for k, v in live_params.items() if k not in ("cursor", "before")}
     next_url = "?" + urlencode({**base, "cursor": page.next_cursor}) if page.next_cursor else ""
     return {
@@ -117,7 +128,7 @@ def inbox_context(user: Any, params: QueryDict, *, limit: int = INBOX_PAGE_SIZE)
         "facets": selectors.inbox_facets(user=user),
         "claimed_ids": {t.pk for t in page.items if _claim_of(t) is not None},
         "rows": [(t, _claim_of(t)) for t in page.items],
-        "live_url": "/ws/inbox/" + (f"?{urlencode(live_params)}" if live_params else ""),
+        "live_url": "/ws/inbox/" + (f"?{urlencode(socket_params)}" if socket_params else ""),
         "first_page": not filters.get("cursor") and not (filters.get("before") and not page.prev_cursor),
         "first_url": "?" + urlencode(base),
         "next_url": next_url,
