@@ -11,6 +11,7 @@ everywhere in the console.
 
 from __future__ import annotations
 
+import contextlib
 import html
 import json
 from datetime import datetime
@@ -123,6 +124,18 @@ def due_badge_html(task: Any) -> SafeString:
     return mark_safe(out + "</span>")  # noqa: S308 - every value above is escaped
 
 
+def _group_ids(me: Any) -> set[Any]:
+    """The reader's group ids, read once per reader object (a page's rows share it), and only when a row is
+    assigned to a group alone."""
+    cached = getattr(me, "_gatehouse_group_ids", None)
+    if cached is None:
+        groups = getattr(me, "groups", None)
+        cached = set(groups.values_list("pk", flat=True)) if groups is not None else set()
+        with contextlib.suppress(AttributeError):
+            me._gatehouse_group_ids = cached
+    return cached
+
+
 def inbox_row_html(task: Any, claim: Any, *, me: Any, bulk_enabled: bool, conversation: Any) -> SafeString:
     """One ``<tr>`` of the inbox: the task, its claim, due badge, assignee and its gate's columns."""
     url = task_url(task.pk)
@@ -137,6 +150,9 @@ def inbox_row_html(task: Any, claim: Any, *, me: Any, bulk_enabled: bool, conver
         # Whose task it is, if not the reader's: the bulk confirmation names them (console/static/console/bulk.js).
         other = task.assigned_user if task.assigned_user_id and task.assigned_user_id != me_pk else None
         elsewhere = f' data-assignee="{_e(other.get_username())}"' if other is not None else ""
+        if not task.assigned_user_id and task.assigned_group_id and task.assigned_group_id not in _group_ids(me):
+            # Reassigned or escalated to a group the reader is not in: named too ("group lead").
+            elsewhere = f' data-assignee="group {_e(task.assigned_group.name)}"'
         # The outcomes its gate needs a reason for: bulk.js asks for the reason before the confirmation.
         reasons = _e(" ".join(bulk_reasons_at(task.graph, task.node))) if is_open else ""
         box = (

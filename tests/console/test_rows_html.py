@@ -170,3 +170,18 @@ def test_an_escalation_that_moved_nothing_says_so() -> None:
         _task(escalated_at=now, assigned_group=NS(name="approvers"), escalated_to="", escalation_reason="past due")
     )
     assert ">escalated, not reassigned · <time" in kept
+
+
+def test_the_bulk_box_names_a_group_the_reader_is_not_in_as_the_tasks_assignee() -> None:
+    """An outside QA's find: the bulk confirmation warned of tasks assigned to another person only; tasks a lead
+    reassigned, or a deadline escalated, to a group the reviewer is not in were approved without a word."""
+    leads = NS(name="leads")
+    task = _task(assigned_user=None, assigned_user_id=None, assigned_group=leads, assigned_group_id=5, inbox_cells=[])
+    outside = inbox_row_html(task, None, me=NS(pk=1, _gatehouse_group_ids={2}), bulk_enabled=True, conversation=None)
+    assert 'data-assignee="group leads"' in outside
+    inside = inbox_row_html(task, None, me=NS(pk=1, _gatehouse_group_ids={2, 5}), bulk_enabled=True, conversation=None)
+    assert "data-assignee" not in inside
+    # A person named beside the group is who it waits for: they are named, not the group.
+    both = _task(assigned_user=_User(7, "ada"), assigned_user_id=7, assigned_group=leads, assigned_group_id=5)
+    named = inbox_row_html(both, None, me=NS(pk=1, _gatehouse_group_ids=set()), bulk_enabled=True, conversation=None)
+    assert 'data-assignee="ada"' in named
