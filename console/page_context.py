@@ -236,7 +236,7 @@ def task_live_context(user: Any, task_id: Any) -> dict[str, Any]:
         "released": claim_release_last(task) if task.is_open and claim is None else None,
         # Someone else's claim: the decision form waits, saying whose it is (decision_form, console.js).
         "claim_held_note": (
-            f"{claim_held_message(claim)}: the form opens again when the claim is released."
+            f"{claim_held_message(claim)}: the form opens again when the claim is released or lapses."
             if claim is not None and claim.user_id != user.pk
             else ""
         ),

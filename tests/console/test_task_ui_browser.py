@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import uuid
+from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.utils import timezone
 from playwright.sync_api import expect
 
 from approvals import claims
-from approvals.models import TaskClaim
+from approvals.models import ApprovalTask, TaskClaim
 from runtime.models import Branch, Run
-from tests.conftest import loan_input, pending_tasks, thread_start, wait_for
+from tests.conftest import loan_input, pending_tasks, scaled, thread_start, wait_for
 from tests.console.test_browser import WAIT_MS, _live, _sign_in, browser, server  # noqa: F401  (fixtures)
 from tests.factories import task_make
 
@@ -94,6 +96,30 @@ def test_the_decision_form_waits_while_another_holds_the_claim_and_keeps_what_wa
     expect(reason).to_be_enabled()
     expect(page.locator("#claim-held-note")).to_be_hidden()
     expect(reason).to_have_value("half a thought")
+    page.context.close()
+
+
+def test_the_decision_form_opens_when_another_reviewers_claim_lapses(browser, server, personas):  # noqa: F811
+    """An outside QA's find: half a minute after a colleague's claim lapsed the page still said they held it and
+    the form stayed locked until a reload; a lapsed claim refuses no one (docs/hand-offs.md), and no event says
+    it lapsed."""
+    task = task_make(metadata={"case": f"L-{uuid.uuid4().hex[:6]}"})
+    claims.task_claim(actor=personas["reviewer2"].user, task_id=task.pk)
+    TaskClaim.objects.filter(task_id=task.pk).update(expires_at=timezone.now() + timedelta(seconds=scaled(4)))
+    page = _sign_in(browser, server, personas["reviewer"], f"/tasks/{task.pk}/")
+    _live(page)
+    reason = page.get_by_label("Reason")
+    expect(reason).to_be_disabled()
+    expect(page.locator("#claim-held-note")).to_contain_text(
+        "the form opens again when the claim is released or lapses"
+    )
+    expect(reason).to_be_enabled(timeout=WAIT_MS)
+    expect(page.locator("#claim-held-note")).to_be_hidden()
+    expect(page.locator("#claim-box [data-claim-until]")).to_contain_text("lapsed at")
+    reason.fill("the claim lapsed")
+    page.get_by_role("radio", name="Approve", exact=True).check()
+    page.get_by_role("button", name="Submit decision").click()
+    wait_for(lambda: ApprovalTask.objects.get(pk=task.pk).status != "pending", what="the decision after the lapse")
     page.context.close()
 
 

@@ -212,13 +212,24 @@
   // --- the decision form waits while someone else holds the claim (the Now panel's claim box says whose) ---
   // It was fully enabled and refused the filled-in form with a 409. The Now panel is pushed live; the form is
   // not, so what was typed stays while its fieldset is disabled and comes back with it.
+  // A claim that lapses refuses no one, and no event says so: at its end (data-held-until, checked every second
+  // with the due badges) the form opens and the box says the claim lapsed. The form stayed locked until a reload.
   function claimHeld() {
     var box = document.getElementById("claim-box");
     var fields = document.getElementById("decision-fields");
     var note = document.getElementById("claim-held-note");
     if (!box || !fields || !note) return;
     var held = box.getAttribute("data-held-note") || "";
-    fields.disabled = !!held;
+    var until = Date.parse(box.getAttribute("data-held-until") || "");
+    if (held && !isNaN(until) && Date.now() >= until) {
+      held = "";
+      var shown = box.querySelector("[data-claim-until]");
+      if (shown && !box.classList.contains("claim-lapsed")) {
+        box.classList.add("claim-lapsed");
+        shown.textContent = shown.textContent.replace(/^until /, "lapsed at ") + ": you may decide";
+      }
+    }
+    if (fields.disabled !== !!held) fields.disabled = !!held;
     note.hidden = !held;
     if (held && note.textContent !== held) note.textContent = held;
   }
@@ -416,7 +427,7 @@
   document.addEventListener("htmx:afterSettle", inboxHeadQueue);  // a filtered or live re-rendered list
   document.addEventListener("htmx:wsAfterMessage", inboxHeadQueue);
 
-  function tick() { tickDue(); tickAgo(); }
+  function tick() { tickDue(); tickAgo(); claimHeld(); }
   document.addEventListener("DOMContentLoaded", tick);
   document.addEventListener("htmx:wsAfterMessage", tick);
   document.addEventListener("htmx:afterSwap", tick);
