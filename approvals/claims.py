@@ -70,7 +70,7 @@ def claim_check(actor: User, claim: TaskClaim | None) -> TaskClaim | None:
     Returns ``actor``'s own active claim, which the decision then ends.
     """
     if claim is not None and claim.user_id != actor.pk:
-        raise Conflict(f"{claim_held_message(claim)}; ask them or an admin to release it", field="claim")
+        raise Conflict(f"{claim_held_message(claim)}; ask them, a lead or an admin to release it", field="claim")
     return claim
 
 

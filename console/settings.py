@@ -127,6 +127,8 @@ INSTALLED_APPS = [
     "console",
 ]
 
+# A console form refused by the CSRF check gets the console's error page, not Django's bare one.
+CSRF_FAILURE_VIEW = "console.views.common.csrf_failure"
 MIDDLEWARE = [
     # request_id / thread_id / task_id on every log line of a request (console/logs.py), the probes' too:
     # each response echoes its X-Request-ID, and the access log writes it (console/serve.py).

@@ -17,7 +17,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django_htmx.http import HttpResponseClientRedirect, reswap, retarget
 from django_htmx.middleware import HtmxDetails
 
-from approvals.errors import DomainError
+from approvals.errors import DomainError, Forbidden
 
 View = Callable[..., HttpResponse]
 
@@ -110,3 +110,13 @@ def domain_errors(view: View) -> View:
             return error_page(request, exc)
 
     return wrapper
+
+
+def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
+    """Django's CSRF refusal of a console form as a console page (``CSRF_FAILURE_VIEW``): it was Django's bare
+    default page. The API answers its own JSON (``csrf_failed``, approvals.api_common)."""
+    message = (
+        "this form was not sent from the page it belongs to, or that page is too old (the CSRF check failed: "
+        f"{reason}). Nothing was recorded: reload the page and send the form again."
+    )
+    return error_page(request, Forbidden(message))  # type: ignore[arg-type]

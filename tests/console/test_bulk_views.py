@@ -37,6 +37,13 @@ def test_the_list_carries_the_filter_that_select_all_sends(personas):
     assert f'id="bulk-reason" name="reason" maxlength="{REASON_MAX_CHARS}"' in html
 
 
+def test_select_all_of_one_task_reads_as_one(personas):
+    tag = f"V-{uuid.uuid4().hex[:6]}"
+    _tagged(tag, 1)
+    html = console_client(personas["approver"]).get("/", {"q": tag}).content.decode()
+    assert "Select the <strong>1</strong> pending task matching this filter" in html  # was "all 1 … tasks"
+
+
 def test_past_the_most_an_action_takes_select_all_is_not_offered(personas, monkeypatch):
     monkeypatch.setattr(bulk, "BULK_MAX", 2)
     tag = f"V-{uuid.uuid4().hex[:6]}"

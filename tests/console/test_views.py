@@ -292,6 +292,19 @@ def test_posts_without_a_csrf_token_are_refused(personas, loan_task, path):
     assert not TaskClaim.objects.filter(task=loan_task).exists()
 
 
+@pytest.mark.parametrize("htmx", [False, True])
+def test_a_refused_csrf_check_is_the_consoles_error_page_saying_nothing_was_recorded(personas, loan_task, htmx):
+    """An outside QA's find: a console form refused by the CSRF check got Django's bare default page."""
+    client = console_client(personas["reviewer"], enforce_csrf=True)
+    headers = {"HX-Request": "true"} if htmx else {}
+    response = client.post(f"/tasks/{loan_task.pk}/decide", {"decision": "approve"}, headers=headers)
+    html = response.content.decode()
+    assert response.status_code == 403
+    assert 'id="error-403"' in html and "Nothing was recorded: reload the page" in html, html[:500]
+    assert ("<nav" in html) is not htmx  # a whole console page, or the fragment htmx swaps in
+    assert "CSRF verification failed" not in html  # not Django's page
+
+
 def test_htmx_requests_carry_the_token_from_the_page(personas, loan_task):
     client = console_client(personas["reviewer"], enforce_csrf=True)
     page = client.get(f"/tasks/{loan_task.pk}/").content.decode()
