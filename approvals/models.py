@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from django.conf import settings
 from django.db import models
-from django.db.models import Q
+from django.db.models import Q, Value
 from django.utils import timezone
 
 from runtime.models import Run, Thread
@@ -63,7 +63,7 @@ class ApprovalTask(models.Model):
     # The group the escalation moved the task to, by name as it was then; empty when it moved nothing
     # (no escalate_to, no such group, or a group that could not finish it). Not the assignment now: a
     # refused escalation keeps the old group, and a lead may reassign later.
-    escalated_to = models.CharField(max_length=150, blank=True, default="")
+    escalated_to = models.CharField(max_length=150, blank=True, default="", db_default="")
     # The gate's correlation key (gate_policy), copied when the task opens so an inbound webhook finds
     # its task through an index instead of a scan of every pending payload (approvals.inbound.webhooks).
     correlation_key = models.CharField(max_length=500, blank=True, default="")
@@ -663,7 +663,7 @@ class CommentVersion(models.Model):
     author_saw_sensitive = models.BooleanField(default=True)
     # Other threads whose redacted values the text quotes (ids), found when it was written among the threads
     # whose values its author was shown (the reveal trail): masked with the comment's own thread's.
-    quoted_threads = models.JSONField(default=list, blank=True)
+    quoted_threads = models.JSONField(default=list, blank=True, db_default=Value([], output_field=models.JSONField()))
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

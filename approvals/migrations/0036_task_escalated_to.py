@@ -33,7 +33,9 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name="approvaltask",
             name="escalated_to",
-            field=models.CharField(blank=True, default="", max_length=150),
+            # A default in the database too: a process still running the code before this migration (a rolling
+            # deploy) and raw inserts (bench/console_scale.py) write tasks without the column.
+            field=models.CharField(blank=True, db_default="", default="", max_length=150),
         ),
         migrations.RunPython(escalated_to_backfill, migrations.RunPython.noop),
     ]

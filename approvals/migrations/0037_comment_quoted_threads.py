@@ -15,6 +15,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name="commentversion",
             name="quoted_threads",
-            field=models.JSONField(blank=True, default=list),
+            # A default in the database too, for a process still running the code before this migration.
+            field=models.JSONField(blank=True, db_default=models.Value([], output_field=models.JSONField()), default=list),
         ),
     ]
