@@ -15,7 +15,7 @@ from approvals.models import ApprovalTask, TaskClaim
 from runtime.models import Branch, Run
 from tests.conftest import loan_input, pending_tasks, scaled, thread_start, wait_for
 from tests.console.test_browser import WAIT_MS, _live, _sign_in, browser, server  # noqa: F401  (fixtures)
-from tests.factories import task_make
+from tests.factories import decision_make, loan_gate, task_make
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db", "live_worker")]
 
@@ -120,6 +120,25 @@ def test_the_decision_form_opens_when_another_reviewers_claim_lapses(browser, se
     page.get_by_role("radio", name="Approve", exact=True).check()
     page.get_by_role("button", name="Submit decision").click()
     wait_for(lambda: ApprovalTask.objects.get(pk=task.pk).status != "pending", what="the decision after the lapse")
+    page.context.close()
+
+
+def test_approve_is_withdrawn_live_once_another_approval_makes_the_readers_the_last(browser, server, personas):  # noqa: F811
+    """An outside QA's find: after an approver gave a four-eyes task's first approval, the reviewer's Now panel
+    said the last approval needs the approver role, yet the form still offered Approve, and submitting it was
+    refused (422) with the reason typed."""
+    task = task_make(payload=loan_gate(required_approvals=2), metadata={"case": f"Q-{uuid.uuid4().hex[:6]}"})
+    page = _sign_in(browser, server, personas["reviewer"], f"/tasks/{task.pk}/")
+    _live(page)
+    approve = page.get_by_role("radio", name="Approve", exact=True)
+    expect(approve).to_be_enabled()
+    page.get_by_label("Reason").fill("looked fine to me")
+    decision_make(task, personas["approver"].user)
+    expect(page.locator("#quorum-waiting")).to_contain_text("the last approval needs the approver role")
+    expect(approve).to_be_disabled()
+    expect(page.locator("#approve-withheld")).to_contain_text("Approve is no longer offered")
+    expect(page.get_by_label("Reason")).to_have_value("looked fine to me")
+    expect(page.get_by_role("radio", name="Reject", exact=True)).to_be_enabled()
     page.context.close()
 
 

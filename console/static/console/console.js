@@ -236,6 +236,30 @@
   document.addEventListener("htmx:wsAfterMessage", claimHeld);
   document.addEventListener("htmx:afterSwap", claimHeld);
 
+  // --- Approve withdrawn live: another approval made this reader's the quorum's last, which a rule keeps from
+  // them. The Now panel said so; the form still offered Approve, and its submit was a 422. ---
+  function approveWithheld() {
+    var marker = document.getElementById("approve-refused-live");
+    var radio = document.querySelector('#decision-fields input[name="decision"][value="approve"]');
+    if (!marker || !radio || radio.disabled) return;
+    radio.checked = false;
+    radio.disabled = true;
+    var label = radio.closest("label");
+    if (label) label.classList.add("is-withheld");
+    if (!document.getElementById("approve-withheld")) {
+      var note = document.createElement("p");
+      note.className = "muted small";
+      note.id = "approve-withheld";
+      note.setAttribute("role", "status");
+      note.textContent = "Approve is no longer offered: " + (marker.getAttribute("data-message") || "") +
+        ". You can reject, or leave the task to an approver.";
+      var group = radio.closest("fieldset");
+      if (group) group.appendChild(note);
+    }
+  }
+  document.addEventListener("htmx:wsAfterMessage", approveWithheld);
+  document.addEventListener("htmx:afterSwap", approveWithheld);
+
   // --- a refused form: focus goes to its first invalid field, as a browser's own validation does ---
   // After a 422 the error showed (aria-invalid, role=alert) but focus was left on <body>: a keyboard or
   // screen-reader user had to hunt for it. An input in a closed <details> is opened to be focusable.
