@@ -9,6 +9,8 @@ from django import template
 from django.utils.html import escape, format_html
 from django.utils.safestring import SafeString, mark_safe
 
+from approvals.assignment import SERVICE_PREFIX
+from approvals.deadlines import SYSTEM_USERNAME
 from approvals.models import AuditAction
 from console import rows_html, words
 from runtime.deadlines import DeadlineError, duration_human, duration_parse
@@ -93,6 +95,14 @@ def pretty(value: Any) -> str:
 @register.filter
 def ago(value: datetime | None) -> str:
     return rows_html.ago(value)
+
+
+@register.filter
+def signed_by_machine(user: Any) -> bool:
+    """Whether a decision's account is a principal no person signs in as (the deadline sweep, an inbound webhook):
+    "not re-authenticated" means nothing for it."""
+    name = user.get_username() if user is not None else ""
+    return name == SYSTEM_USERNAME or name.startswith(SERVICE_PREFIX)
 
 
 # What a user's access history says for each of its actions (the stored value is the dotted code).

@@ -572,6 +572,10 @@ def test_a_timed_out_gate_is_rejected_by_the_system_and_the_thread_resumes(perso
     deadlines_sweep(now=task.due_at + timedelta(seconds=2), graphs=[GRAPH])
     assert len(_events(task, AuditAction.DEADLINE_ESCALATED)) == 1
     assert Decision.objects.filter(task=task).count() == 1
+    # Its signature page does not say the system "signed within the session's window": it has no session.
+    detail = console_client(personas["auditor"]).get(f"/decisions/{decision.pk}/").content.decode()
+    assert "not applicable: no person signs in as system:deadlines" in detail
+    assert "signed within the session" not in detail
 
 
 def test_beat_runs_the_sweep():
