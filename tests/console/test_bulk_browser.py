@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 import uuid
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -181,3 +182,27 @@ def test_a_bulk_approval_of_100_tasks_skips_3_with_why_and_shows_progress_live(b
             timeout=60,
             what=f"thread {thread['id']} to complete",
         )
+
+
+def test_a_bulk_action_asked_to_sign_again_puts_focus_on_its_password(browser, server, personas):  # noqa: F811
+    """An outside QA's find: a bulk approval from a session older than the re-authentication window was refused
+    naming the password, and focus stayed on <body>; a single decision moves it to the password field."""
+    from django.contrib.sessions.backends.db import SessionStore
+
+    from approvals.security import SESSION_AUTH_AT
+
+    tag = f"R-{uuid.uuid4().hex[:6]}"
+    task = task_make(metadata={"case": tag})
+    page = _sign_in(browser, server, personas["approver"], f"/?q={tag}")
+    _live(page)
+    [cookie] = [c for c in page.context.cookies() if c["name"] == "sessionid"]
+    session = SessionStore(session_key=cookie["value"])
+    session[SESSION_AUTH_AT] = (timezone.now() - timedelta(hours=2)).isoformat()
+    session.save()
+    page.locator(f'#inbox-results input[name="task_ids"][value="{task.pk}"]').check()
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.get_by_role("button", name="Approve selected").click()
+    expect(page.locator("#bulk-error")).to_contain_text("password")
+    expect(page.locator("#bulk-password")).to_be_focused()
+    expect(page.locator("#bulk-password")).to_have_attribute("aria-invalid", "true")
+    page.context.close()

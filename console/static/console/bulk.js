@@ -44,6 +44,17 @@
   }
   document.addEventListener("htmx:wsAfterMessage", pruneAndRender);
   document.addEventListener("htmx:afterSwap", function (e) { if (e.target && e.target.id === "inbox-results") pruneAndRender(); });
+  // A refusal names its field (bulk_form_error.html): focus goes to it, as for a single decision. Asked to sign
+  // again, the reviewer was left on <body> and had to find the password field.
+  document.addEventListener("htmx:afterSwap", function (e) {
+    if (!e.target || e.target.id !== "bulk-error") return;
+    var named = e.target.querySelector("[data-field]");
+    var input = named && named.getAttribute("data-field") ? document.getElementById("bulk-" + named.getAttribute("data-field")) : null;
+    if (!input) return;
+    input.setAttribute("aria-invalid", "true");
+    input.setAttribute("aria-describedby", "bulk-error");
+    input.focus();
+  });
   document.addEventListener("DOMContentLoaded", render);
 
   // One click decided every selected task at once (an approval can disburse many loans, and its reason
