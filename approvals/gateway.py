@@ -462,17 +462,12 @@ def threads_quoted(author: permissions.Principal, text: str, thread: Thread) -> 
     ids = [pk for pk in dict.fromkeys(revealed) if pk is not None][:QUOTED_THREADS_READ]
     if not ids:
         return []
-    lowered = text.lower()
     found = threads_redacted_values(list(Thread.objects.filter(pk__in=ids)))
-    return sorted(str(pk) for pk, values in found.items() if any(v.lower() in lowered for v in values))
+    return sorted(str(pk) for pk, values in found.items() if _quotes(text, values))
 
 
 def text_shown(
-    user: permissions.Principal,
-    thread: Thread,
-    texts: Sequence[tuple[str, bool] | tuple[str, bool, Sequence[str]]],
-    *,
-    subject: str,
+    user: permissions.Principal, thread: Thread, texts: Sequence[tuple[str, bool, Sequence[str]]], *, subject: str
 ) -> list[str]:
     """``texts`` (comment bodies, each with whether its author could see redacted values, and the other threads
     whose values it quotes) as ``user`` may read them: redacted values quoted by an author who could see
@@ -482,30 +477,30 @@ def text_shown(
     never saw, and masking it by value would answer their guesses. A permitted reader shown a text
     that quotes one is audited like any other reveal, on each thread whose values it quotes.
     """
-    written = [text[0] for text in texts]
-    quoted = {str(t) for text in texts if text[1] and len(text) > 2 for t in text[2]}
-    if not any(text[1] for text in texts):
+    written = [body for body, _, _ in texts]
+    if not any(saw for _, saw, _ in texts):
         return written
+    quoted = {str(t) for _, saw, threads in texts if saw for t in threads}
     others = {str(t.pk): t for t in Thread.objects.filter(pk__in=quoted)} if quoted else {}
-    by_thread = threads_redacted_values([thread, *others.values()])
-    own = by_thread[thread.pk]
+    values = threads_redacted_values([thread, *others.values()])
     masked: list[str] = []
-    shown_from: set[Any] = set()
-    for text in texts:
-        body, saw = text[0], text[1]
-        extra = [t for t in (text[2] if len(text) > 2 else ()) if str(t) in others]
-        values = own.union(*(by_thread[others[str(t)].pk] for t in extra)) if saw else set()
-        out = text_mask(body, values) if values else body
-        if out != body:
-            shown_from |= {thread.pk} if text_mask(body, own) != body else set()
-            shown_from |= {others[str(t)].pk for t in extra if text_mask(body, by_thread[others[str(t)].pk]) != body}
-        masked.append(out)
-    if masked == written or not may_see_sensitive(user):
+    shown_from: dict[Any, Thread] = {}  # the threads whose values the texts quote, for a reader who may see them
+    for body, saw, threads in texts:
+        sources = [thread, *(others[str(t)] for t in threads if str(t) in others)] if saw else []
+        found = [t for t in sources if _quotes(body, values[t.pk])]
+        shown_from.update((t.pk, t) for t in found)
+        masked.append(text_mask(body, set().union(*(values[t.pk] for t in found))) if found else body)
+    if not shown_from or not may_see_sensitive(user):
         return masked
-    for shown in [thread, *others.values()]:
-        if shown.pk in shown_from:
-            _revealed(user, subject=subject, thread_id=shown.pk, graph=shown.graph, paths=["comment.body"])
+    for shown in shown_from.values():
+        _revealed(user, subject=subject, thread_id=shown.pk, graph=shown.graph, paths=["comment.body"])
     return written
+
+
+def _quotes(text: str, values: Collection[str]) -> bool:
+    """Whether ``text`` holds one of ``values`` in any letter case (what ``text_mask`` would replace)."""
+    lowered = text.lower()
+    return any(v.lower() in lowered for v in values)
 
 
 def _comment_details_masked(user: permissions.Principal, event: AuditEvent, details: dict[str, Any]) -> dict[str, Any]:

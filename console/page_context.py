@@ -263,7 +263,8 @@ def _handoff_shown(user: Any, task: ApprovalTask) -> assignment.HandOff | None:
     handoff = assignment.last_handoff(task)
     if handoff is None or not handoff.note:
         return handoff
-    [note] = gateway.text_shown(user, task.thread, [(handoff.note, handoff.note_by_sighted)], subject=f"task:{task.pk}")
+    texts = [(handoff.note, handoff.note_by_sighted, ())]
+    [note] = gateway.text_shown(user, task.thread, texts, subject=f"task:{task.pk}")
     return dataclasses.replace(handoff, note=note)
 
 
