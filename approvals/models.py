@@ -125,6 +125,14 @@ class SignatureMeaning(models.TextChoices):
     REJECTED = "rejected", "Rejected"
 
 
+_OUTCOME_DONE = {
+    Outcome.APPROVE: "approved",
+    Outcome.REJECT: "rejected",
+    Outcome.EDIT: "edited and approved",
+    Outcome.RESPOND: "answered",
+}
+
+
 class Decision(models.Model):
     """One principal's decision on a task; a quorum task collects several."""
 
@@ -164,6 +172,13 @@ class Decision(models.Model):
         if self.outcome == Outcome.EDIT and self.meaning == SignatureMeaning.REVIEWED:
             return "Proposed an edit"
         return str(self.get_outcome_display())
+
+    @property
+    def outcome_done(self) -> str:
+        """The outcome as a finished act, for "approved by alice"."""
+        if self.outcome == Outcome.EDIT and self.meaning == SignatureMeaning.REVIEWED:
+            return "proposed an edit"
+        return _OUTCOME_DONE.get(self.outcome, self.outcome)
 
 
 class AuditAction(models.TextChoices):

@@ -589,6 +589,11 @@ def test_deciding_a_task_someone_else_decided_says_so_once(personas, loan_task):
     html = console_decide(client, loan_task, decision="approve").content.decode()
     assert html.lower().count("no longer be decided") == 1, html
     assert 'id="closed-note"' in html and 'role="alert"' in html
+    # The loser learns who won the race and how, not only that the task is closed.
+    note = html.split('id="closed-note"', 1)[1].split("</p>", 1)[0]
+    winner = personas["reviewer"].user.get_username()
+    assert "Your decision was not recorded" in note and f"approved by {winner}" in note
+    assert "UTC</time>" in note
 
 
 def test_relative_times_on_the_task_page_keep_counting_and_the_timeline_gives_date_and_zone(personas, loan_task):
