@@ -138,3 +138,30 @@ def _published(thread_id: Any, action: str) -> None:
             thread_id=thread_id,
             graph="loan_approval",
         )
+
+
+def test_a_page_signed_out_in_another_tab_says_so_at_once_and_goes_live_again(browser, server, personas):  # noqa: F811
+    """A sign-out in another tab closed this page's socket and its indicator said "reconnecting…" for ever;
+    the reader learnt of it only when a submit was refused."""
+    task = task_make()
+    page = _sign_in(browser, server, personas["reviewer"], f"/tasks/{task.pk}/")
+    _live(page)
+    other = page.context.new_page()
+    other.goto(f"{server}/")
+    other.get_by_role("button", name="Sign out").click()
+    expect(page.locator("#live-indicator")).to_have_text("signed out")
+    notice = page.locator("#session-notice #signed-out-live")
+    expect(notice).to_contain_text("You were signed out")
+    expect(notice.get_by_role("link", name="Sign in again in a new tab")).to_have_attribute(
+        "href", f"/accounts/login/?next=%2Ftasks%2F{task.pk}%2F"
+    )
+    # Signed in again in the other tab: back on this one, the page goes live and the notice goes.
+    other.goto(f"{server}/accounts/login/")
+    other.get_by_label("Username").fill(personas["reviewer"].username)
+    other.get_by_label("Password").fill("gatehouse")
+    other.get_by_role("button", name="Sign in").click()
+    expect(other.locator("header .who")).to_contain_text(personas["reviewer"].username)
+    page.evaluate("window.dispatchEvent(new Event('focus'))")  # the reader comes back to this tab
+    _live(page)
+    expect(notice).to_have_count(0)
+    page.context.close()

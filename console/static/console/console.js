@@ -21,9 +21,52 @@
       e.detail.socketWrapper.send("refresh");
     }
   });
+  // The server closes a page's socket with 4401 once its session is gone (signed out in another tab,
+  // expired, a new password) and with 4403 once its reader may no longer watch it (the page was told
+  // why); htmx does not reconnect either, so "reconnecting…" would be a promise nobody keeps. A signed-out
+  // page says so in the session notice (as a write refused for the same reason does) and tries its socket
+  // again when the tab is next focused: signed in again in another tab, it goes live and catches up.
+  var signedOutSockets = [];
+  function signedOut(wrapper) {
+    var notice = document.getElementById("session-notice");
+    if (wrapper && signedOutSockets.indexOf(wrapper) < 0) signedOutSockets.push(wrapper);
+    if (!notice || notice.querySelector("#signed-out-live")) return;
+    var note = document.createElement("p");
+    note.id = "signed-out-live";
+    note.className = "notice notice-warn";
+    var strong = document.createElement("strong");
+    strong.textContent = "You were signed out";
+    note.appendChild(strong);
+    note.appendChild(document.createTextNode(
+      " (in another tab, or your session expired): this page no longer updates, and nothing sent from it is " +
+      "recorded until you sign in again. "));
+    var link = document.createElement("a");
+    link.href = "/accounts/login/?next=" + encodeURIComponent(location.pathname + location.search);
+    link.target = "_blank";
+    link.rel = "noopener";
+    link.textContent = "Sign in again in a new tab";
+    note.appendChild(link);
+    note.appendChild(document.createTextNode(", then come back to this tab."));
+    notice.replaceChildren(note);
+  }
+  window.addEventListener("focus", function () {
+    signedOutSockets.splice(0).forEach(function (wrapper) { wrapper.reconnect(); });
+  });
+  document.addEventListener("htmx:wsOpen", function () {
+    var note = document.getElementById("signed-out-live");
+    if (note) note.remove();
+  });
   document.addEventListener("htmx:wsClose", function (e) {
     if (e.target) e.target.__wsWasClosed = true;
-    indicator("down", "reconnecting…");
+    var code = e.detail && e.detail.event ? e.detail.event.code : 0;
+    if (code === 4401) {
+      indicator("down", "signed out");
+      signedOut(e.detail.socketWrapper);
+    } else if (code === 4403) {
+      indicator("down", "no access");
+    } else {
+      indicator("down", "reconnecting…");
+    }
   });
   document.addEventListener("htmx:wsError", function () { indicator("down", "offline"); });
 
