@@ -7,6 +7,11 @@ class ApprovalsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from django.db.backends.signals import connection_created
+
+        from approvals.text_search import sqlite_casefold_register
+
+        connection_created.connect(sqlite_casefold_register)  # searches fold case as PostgreSQL's do
         import approvals.external  # noqa: F401  (completes external tasks: services.task_completers)
         from approvals import receivers, security  # noqa: F401  (subscribe to runtime and auth events)
         from approvals.events import events_subscribe

@@ -32,6 +32,7 @@ from approvals import gateway, permissions
 from approvals.errors import InvalidInput
 from approvals.models import ApprovalTask
 from approvals.redaction import MASK, redact
+from approvals.text_search import ContainsText
 from runtime.registry import UnknownGraph, graph_get, graph_names
 
 log = logging.getLogger(__name__)
@@ -318,7 +319,7 @@ def _float(text: str, field: str) -> float:
 
 def _column_q(column: Column, name: str, raw: str, field: str) -> Q:
     if not column.numeric:
-        return Q(**{f"{name}__icontains": raw.strip()})
+        return Q(ContainsText(F(name), raw.strip()))
     ranged = _RANGE.match(raw)
     if ranged and (ranged.group(1) or ranged.group(2)):
         q = Q()

@@ -125,7 +125,7 @@ class SignatureMeaning(models.TextChoices):
     REJECTED = "rejected", "Rejected"
 
 
-_OUTCOME_DONE = {
+_OUTCOME_DONE: dict[str, str] = {
     Outcome.APPROVE: "approved",
     Outcome.REJECT: "rejected",
     Outcome.EDIT: "edited and approved",

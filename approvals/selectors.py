@@ -11,9 +11,8 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from django.db import connection
-from django.db.models import Exists, Field, Model, OuterRef, Q, QuerySet
+from django.db.models import Exists, F, Field, Model, OuterRef, Q, QuerySet
 from django.db.models.fields.json import KeyTextTransform
-from django.db.models.lookups import IContains
 from django.utils import timezone
 
 from approvals import permissions
@@ -34,6 +33,7 @@ from approvals.models import (
     TaskStatus,
 )
 from approvals.task_rows import tasks_pending
+from approvals.text_search import ContainsText
 from runtime import rows
 from runtime.models import ACTIVE_RUN_STATUSES, Run, RunKind, Thread, ThreadStatus
 from runtime.registry import EXTERNAL_GRAPH_PREFIX, graph_get, graph_names
@@ -227,7 +227,7 @@ def _inbox_search(q: str) -> Q:
     try:
         ident = uuid.UUID(q)
     except ValueError:
-        return Q(title__icontains=q) | _metadata_search(q)
+        return Q(ContainsText(F("title"), q)) | _metadata_search(q)
     return Q(thread_id=ident) | Q(id=ident)
 
 
@@ -244,7 +244,7 @@ def _metadata_search(q: str, metadata: str = "thread__metadata") -> Q:
         return Q(pk__in=[])
     match = Q()
     for key, graphs in sorted(graphs_by_key.items()):
-        found = Q(IContains(KeyTextTransform(key, metadata), q))
+        found = Q(ContainsText(KeyTextTransform(key, metadata), q))
         match |= found if len(graphs) == len(names) else Q(graph__in=graphs) & found
     return match
 

@@ -30,7 +30,7 @@ from django.contrib.sessions.models import Session
 from django.core.exceptions import ValidationError
 from django.core.validators import validate_email
 from django.db import connection, transaction
-from django.db.models import BooleanField, Exists, ExpressionWrapper, OuterRef, Prefetch, Q, QuerySet
+from django.db.models import BooleanField, Exists, ExpressionWrapper, F, OuterRef, Prefetch, Q, QuerySet
 from django.utils import timezone
 from django.utils.encoding import force_bytes
 from django.utils.http import urlsafe_base64_encode
@@ -47,6 +47,7 @@ from approvals.models import (
 )
 from approvals.roles import roles_ensure
 from approvals.selectors import external_graphs
+from approvals.text_search import ContainsText
 from runtime.registry import (
     EXTERNAL_GRAPH_PREFIX,
     UnknownGraph,
@@ -113,7 +114,7 @@ def users_list(*, actor: Actor, query: str = "", active: bool | None = None) -> 
     query = _plain(query, field="q", max_length=150)
     users = User.objects.exclude(username__startswith="webhook:").order_by("username")
     if query:
-        users = users.filter(Q(username__icontains=query) | Q(email__icontains=query))
+        users = users.filter(Q(ContainsText(F("username"), query)) | Q(ContainsText(F("email"), query)))
     if active is not None:
         users = users.filter(is_active=active)
     return (
