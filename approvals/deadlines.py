@@ -353,19 +353,28 @@ def _recipients(task: ApprovalTask) -> list[User]:
     permission, the graph and gate, no signature of theirs standing, separation of duties, the role its next
     approval needs) among the people it is asked of — its assigned person, else its group's members, else
     those assigned to its gate. When none of the asked may, those assigned to its gate who may: a task is
-    never reminded only to people who cannot finish it. Only people with an e-mail address (at most 50)."""
+    never reminded only to people who cannot finish it. When none of those may either, those whose role sees
+    every graph without an assignment (admins). Only people with an e-mail address (at most 50)."""
     mailable = User.objects.exclude(email="")
     assigned = GraphAssignment.objects.filter(graph__in=[task.graph, permissions.ALL_GRAPHS], gate__in=["", task.node])
-    at_gate = mailable.filter(pk__in=assigned.values("user_id"))
-    if task.assigned_user_id is None and task.assigned_group_id is None:
-        return assignees_able(task=task, among=at_gate, limit=MAX_RECIPIENTS)
+    tiers = [mailable.filter(pk__in=assigned.values("user_id")), _every_graph_by_role(mailable)]
     if task.assigned_user_id is not None:
-        asked = mailable.filter(pk=task.assigned_user_id)
-    else:
-        asked = mailable.filter(groups=task.assigned_group_id)
-    return assignees_able(task=task, among=asked, limit=MAX_RECIPIENTS) or assignees_able(
-        task=task, among=at_gate, limit=MAX_RECIPIENTS
-    )
+        tiers.insert(0, mailable.filter(pk=task.assigned_user_id))
+    elif task.assigned_group_id is not None:
+        tiers.insert(0, mailable.filter(groups=task.assigned_group_id))
+    for among in tiers:
+        if able := assignees_able(task=task, among=among, limit=MAX_RECIPIENTS):
+            return able
+    return []
+
+
+def _every_graph_by_role(users: QuerySet[User]) -> QuerySet[User]:
+    """Of ``users``, those who see every graph by their role (``permissions.graphs_visible``), not by an
+    assignment: a team whose only decider is its admin had reminders and escalations e-mailed to nobody."""
+    every = {"codename": "view_all_graphs", "content_type__app_label": "approvals"}
+    by_group = {f"groups__permissions__{k}": v for k, v in every.items()}
+    by_user = {f"user_permissions__{k}": v for k, v in every.items()}
+    return users.filter(pk__in=User.objects.filter(Q(is_superuser=True) | Q(**by_group) | Q(**by_user)).values("pk"))
 
 
 def _mail_body(task: ApprovalTask, headline: str) -> str:

@@ -384,6 +384,38 @@ def test_a_reminder_goes_only_to_those_who_may_decide_the_task_now(personas, mai
         assert cannot.username not in notified
 
 
+def _admin_with_mail() -> User:
+    """An admin: every graph by role, no assignment."""
+    user = User.objects.create_user(f"adm-{uuid.uuid4().hex[:6]}", email=f"{uuid.uuid4().hex[:6]}@example.com")
+    user.groups.add(Group.objects.get(name="admin"))
+    return user
+
+
+@pytest.mark.django_db
+def test_a_reminder_reaches_an_admin_when_nobody_assigned_to_the_gate_may_decide(personas, mailoutbox):
+    """A team whose only decider is its admin (every graph by role, no assignment) was never reminded:
+    recipients were looked for among graph assignments only."""
+    admin = _admin_with_mail()
+    GraphAssignment.objects.filter(graph__in=[GRAPH, "*"]).delete()  # nobody assigned to the graph
+    now = timezone.now()
+    task = task_make(graph=GRAPH, node="compliance_review", due_at=now + timedelta(minutes=20))
+    ApprovalTask.objects.filter(pk=task.pk).update(remind_at=now)
+    assert task_remind(task_id=task.pk, now=timezone.now()) is True
+    [event] = _events(task, AuditAction.DEADLINE_REMINDED)
+    assert admin.username in event.details["notified"]
+
+
+@pytest.mark.django_db
+def test_an_admin_is_not_reminded_while_someone_assigned_to_the_gate_may_decide(personas, mailoutbox):
+    admin, reviewer = _admin_with_mail(), _reviewer_with_mail()
+    now = timezone.now()
+    task = task_make(graph=GRAPH, node="compliance_review", due_at=now + timedelta(minutes=20))
+    ApprovalTask.objects.filter(pk=task.pk).update(remind_at=now)
+    assert task_remind(task_id=task.pk, now=timezone.now()) is True
+    [event] = _events(task, AuditAction.DEADLINE_REMINDED)
+    assert reviewer.username in event.details["notified"] and admin.username not in event.details["notified"]
+
+
 @pytest.mark.django_db
 def test_a_decided_task_is_never_reminded_or_escalated(personas):
     task = task_make(graph=GRAPH, node="compliance_review", due_at=timezone.now() - timedelta(minutes=1))
