@@ -30,7 +30,13 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from approvals import permissions
-from approvals.abilities import approvals_given, separation_required, signature_standing, thread_started_by
+from approvals.abilities import (
+    approvals_given,
+    node_gone_refusal,
+    separation_required,
+    signature_standing,
+    thread_started_by,
+)
 from approvals.audit import audit_record, audit_task
 from approvals.claims import claim_drop, claim_for, claim_put
 from approvals.comments import CONTROL_CHARACTERS
@@ -132,6 +138,10 @@ def task_is_assigned_to(task: ApprovalTask, user: permissions.Principal) -> bool
 
 def assignee_refusal(*, task: ApprovalTask, user: User) -> str | None:
     """Why ``user`` cannot be made assignee of ``task``, or None when they can."""
+    # Nobody may decide a task whose node the graph no longer has: handed to someone, or mailed a reminder,
+    # it would wait on them for a decision the service refuses.
+    if (gone := node_gone_refusal(task)) is not None:
+        return f"nobody may decide this task now: {gone.message}"
     name = user.get_username()
     if not user.is_active:
         return f"{name} is not an active user"

@@ -24,13 +24,16 @@ from html import unescape
 from pathlib import Path
 
 import pytest
+from django.contrib.auth.models import User
 from django.core.management import call_command
 
+from approvals.assignment import assignees_able
 from approvals.models import ApprovalTask, Decision, TaskStatus
 from console.page_context import task_live_context
 from runtime.executor import run_execute
 from runtime.models import Run, RunKind, RunStatus, Thread, ThreadStatus
 from runtime.registry import GraphEntry, registry_load
+from tests.approvals.handoffs import api, person
 from tests.conftest import api_decide, graph_release_write, registry_restored, thread_start
 from tests.console.conftest import console_client
 
@@ -178,3 +181,15 @@ def test_a_retry_that_would_drop_an_approval_signed_before_the_rename_is_refused
     run_execute(run_id=dispatched[-1])
     thread = Thread.objects.get(pk=paused.thread_id)
     assert thread.status == ThreadStatus.COMPLETED and thread.values["paid"] is True
+
+
+def test_a_task_at_a_renamed_node_is_handed_to_nobody_and_mails_nobody(paused, reviewer):
+    """A lead's reassignment and a deadline's reminder chose among those who may decide the task by every rule
+    but this one: a task nobody may decide went to a reviewer's queue, and its reminders to their mailbox."""
+    lead = person("lead")
+    answer = api(lead).post(f"/api/tasks/{paused.pk}/reassign", {"to_user": reviewer.username, "note": "yours"})
+    assert answer.status_code == 403, answer.content  # as every assignee refusal (approvals.assignment)
+    assert GONE in answer.json()["error"]["message"] and answer.json()["error"]["field"] == "to_user"
+    paused.refresh_from_db()
+    assert paused.assigned_user_id is None
+    assert assignees_able(task=paused, among=User.objects.filter(pk=reviewer.user.pk)) == []
