@@ -33,6 +33,7 @@ from typing import Any, Protocol
 from django.conf import settings
 from django.core.files.base import ContentFile
 from django.core.files.storage import Storage
+from django.db import transaction
 from django.utils import timezone
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata, CheckpointTuple
@@ -105,6 +106,20 @@ class PostgresSql:
             return (cur.fetchall() if cur.description else []), cur.rowcount
 
 
+def sqlite_caller_transaction() -> Any:
+    """Django's SQLite connection when this thread holds its transaction, else None.
+
+    Embedded mode's transactions take SQLite's write lock at ``BEGIN`` (``transaction_mode``: IMMEDIATE), so
+    a blob written on another connection by a thread inside one (an ``update_state`` or a fork of a large
+    value, under the thread's lock) waited on its own transaction for the busy timeout, then failed: 30 s
+    and a 500. Such a write joins the transaction instead; it commits or rolls back with it.
+    """
+    from django.db import connections
+
+    conn = connections["default"]  # this thread's; made, not connected, on a thread that has none
+    return conn if conn.vendor == "sqlite" and conn.in_atomic_block else None
+
+
 class SqliteSql:
     def __init__(self, path: str) -> None:
         import sqlite3
@@ -117,6 +132,11 @@ class SqliteSql:
         params = [
             timezone.make_naive(p, UTC).isoformat(" ") if hasattr(p, "tzinfo") and p.tzinfo else p for p in params
         ]
+        joined = sqlite_caller_transaction()
+        if joined is not None:
+            with joined.cursor() as cur:
+                cur.execute(sql, params)
+                return (cur.fetchall() if cur.description else []), cur.rowcount
         with self.lock:
             cur = self.conn.execute(sql.replace("%s", "?"), params)
             return cur.fetchall(), cur.rowcount
@@ -372,7 +392,11 @@ class BlobSpillingSaver:
             mine.set_exception(exc)
             raise
         else:
-            self._stored.put(key, True)
+            if isinstance(getattr(self.blob_store, "sql", None), SqliteSql) and sqlite_caller_transaction():
+                # Stored in the caller's transaction (SqliteSql): remembered once it commits, not before.
+                transaction.on_commit(lambda: self._stored.put(key, True))
+            else:
+                self._stored.put(key, True)
             mine.set_result(None)
         finally:
             with self._storing_lock:
