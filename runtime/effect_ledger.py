@@ -20,7 +20,7 @@ from runtime import rows, signals
 from runtime.branches import scoped_effect_key
 from runtime.effects import EffectArgsConflict, args_digest, canonical_json, effect_key, effect_outcome_unknown
 from runtime.fencing import config_fence, stale
-from runtime.models import Effect, EffectStatus, Run, RunKind, Thread
+from runtime.models import Effect, EffectStatus, Run, RunCancelAction, RunKind, RunStatus, Thread
 
 T = TypeVar("T")
 
@@ -34,26 +34,43 @@ def _cycle_scoped(key: str, run_id: str | None, configurable: dict[str, Any]) ->
     start run up to the run executing: its resumes and retries share its keys. The first cycle keeps the
     thread's key, as every effect recorded before this was so; and a key of this cycle recorded under the
     thread's key before it was so keeps answering.
+
+    A start run rolled back (``runtime.cancel``) took its checkpoints with it, not what it did in the world:
+    the thread's next start run continues its cycle. The LangGraph client's "a new message cancels the old
+    run" (``multitask_strategy="rollback"``) paid a second time when the first run was cancelled mid-payment.
     """
     if not run_id:
         return key  # a graph driven directly, outside a claimed run: no cycles to tell apart
-    # The thread's latest two start runs up to this one, in one fixed statement (prepared on PostgreSQL):
+    # The thread's latest start runs up to this one, in one fixed statement (prepared on PostgreSQL):
     # composed by the ORM, its two subqueries' compilation cost more CPU than the rest of the ledger.
     with rows.fixed_cursor() as cursor:
-        cursor.execute(_CYCLE_STARTS, [Run._meta.pk.get_db_prep_value(run_id, connection), RunKind.START.value])
-        starts = [Run._meta.pk.to_python(found) for (found,) in cursor.fetchall()]
-    if len(starts) < 2:
-        return key
-    started_at = Subquery(Run.objects.filter(pk=starts[0]).values("created_at")[:1])
+        cursor.execute(
+            _CYCLE_STARTS,
+            [
+                RunStatus.CANCELLED.value,
+                RunCancelAction.ROLLBACK.value,
+                Run._meta.pk.get_db_prep_value(run_id, connection),
+                RunKind.START.value,
+            ],
+        )
+        starts = [(Run._meta.pk.to_python(found), bool(rolled_back)) for found, rolled_back in cursor.fetchall()]
+    cycle = 0
+    while cycle + 1 < len(starts) and starts[cycle + 1][1]:
+        cycle += 1  # the start before it was rolled back: this one continues that one's cycle
+    if cycle + 1 >= len(starts):
+        return key  # the thread's first cycle (or more rolled-back starts than are read: the oldest read)
+    started_at = Subquery(Run.objects.filter(pk=starts[cycle][0]).values("created_at")[:1])
     if Effect.objects.filter(key=scoped_effect_key(key, configurable), run__created_at__gte=started_at).exists():
         return key
-    return f"{key}~{starts[0].hex[:12]}"
+    return f"{key}~{starts[cycle][0].hex[:12]}"
 
 
-# The run's thread's start runs up to the run, newest first (the run_thread_created index).
+# The run's thread's start runs up to the run, newest first (the run_thread_created index), each with
+# whether it was rolled back.
 _CYCLE_STARTS = (
-    "SELECT s.id FROM runtime_run s INNER JOIN runtime_run m ON m.thread_id = s.thread_id "
-    "WHERE m.id = %s AND s.kind = %s AND s.created_at <= m.created_at ORDER BY s.created_at DESC LIMIT 2"
+    "SELECT s.id, (s.status = %s AND s.cancel_action = %s) FROM runtime_run s "
+    "INNER JOIN runtime_run m ON m.thread_id = s.thread_id "
+    "WHERE m.id = %s AND s.kind = %s AND s.created_at <= m.created_at ORDER BY s.created_at DESC LIMIT 32"
 )
 
 

@@ -158,6 +158,23 @@ def test_a_cancelled_nodes_late_checkpoint_write_is_refused_and_its_effect_stays
     assert "run.cancelled" in actions and "run.rolled_back" in actions
 
 
+def test_a_thread_run_again_after_a_rollback_mid_payment_pays_once(operator, live_worker, bank, hold_dir):
+    """An outside tester's find: the LangGraph client's "a new message cancels the old run" (a rollback, then
+    the same input again) paid twice: the new start run keyed its payment to a cycle of its own."""
+    thread, run, pid = _start(operator, hold_dir, "after_effect")
+    key = f"gh:{thread['id']}:pay"
+    cancel = {"action": "rollback", "reason": "a new message"}
+    assert operator.client.post(f"/api/threads/{thread['id']}/cancel-run", cancel).status_code == 202
+    _release(hold_dir, "after_effect", pid)
+    _stopped(live_worker, run.id)
+    again = {"assistant_id": "zombie_pay", "input": _input(hold_dir, "after_effect")}
+    response = operator.client.post(f"/lg/threads/{thread['id']}/runs", again)
+    assert response.status_code == 200, response.content
+    wait_for(lambda: _finished_releasing(thread["id"], hold_dir, "after_effect"), timeout=60, what="the new run to end")
+    assert Thread.objects.get(pk=thread["id"]).status == ThreadStatus.COMPLETED
+    assert bank.ledger.executions[key] == 1 and Effect.objects.filter(thread_id=thread["id"]).count() == 1
+
+
 @pytest.mark.parametrize("hold", ["before_effect", "after_effect"])
 def test_an_operator_continues_a_run_cancelled_with_steps_left_and_pays_once(
     operator, live_worker, bank, hold_dir, hold

@@ -15,7 +15,7 @@ from langgraph.graph import END, START, StateGraph
 
 from runtime.effects import effect_key, perform_effect
 from runtime.fencing import FENCE_KEY
-from runtime.models import Effect, EffectStatus, Run, RunKind, RunStatus, Thread
+from runtime.models import Effect, EffectStatus, Run, RunCancelAction, RunKind, RunStatus, Thread
 
 pytestmark = pytest.mark.usefixtures("live_db")
 
@@ -160,6 +160,56 @@ def test_a_finished_thread_given_new_input_pays_again_under_a_key_of_its_own(exe
     assert pay(300).invoke({}, _config(thread, retry))["result"] == {"paid": 300}
     base = f"gh:{thread.id}:charge"
     assert keys == [base, f"{base}~{second.id.hex[:12]}"]  # the first cycle keeps the thread's key
+    assert [e.key for e in executed] == keys
+
+
+def test_the_start_run_after_a_rolled_back_one_continues_its_cycle(executed):
+    """An outside tester's find: a run cancelled with ``rollback`` mid-payment (the LangGraph client's "a new
+    message cancels the old run", ``multitask_strategy="rollback"``) and the thread run again with the same
+    input paid twice: the new start run opened a cycle of its own. A rollback takes the run's checkpoints,
+    not its payment: the next start run continues the rolled-back one's cycle, in a thread's first cycle
+    and in a later one."""
+    thread = Thread.objects.create(graph="zombie_pay", fence=1)
+    keys: list[str] = []
+
+    def pay(amount: int) -> Any:
+        def act(state: dict[str, Any]) -> dict[str, Any]:
+            return {
+                "result": perform_effect(
+                    "charge", lambda key: keys.append(key) or {"paid": amount}, args={"amount": amount}
+                )
+            }
+
+        builder: StateGraph[Any] = StateGraph(dict)  # type: ignore[type-var]
+        builder.add_node("act", act)
+        builder.add_edge(START, "act")
+        builder.add_edge("act", END)
+        return builder.compile()
+
+    def start(status: str = RunStatus.SUCCEEDED, cancel_action: str = "") -> Run:
+        return Run.objects.create(thread=thread, kind=RunKind.START, status=status, cancel_action=cancel_action)
+
+    rolled_back = {"status": RunStatus.CANCELLED, "cancel_action": RunCancelAction.ROLLBACK}
+    first = start(**rolled_back)
+    assert pay(250).invoke({}, _config(thread, first))["result"] == {"paid": 250}
+    again = start()
+    assert pay(250).invoke({}, _config(thread, again))["result"] == {"paid": 250}  # answered, not paid
+    base = f"gh:{thread.id}:charge"
+    assert keys == [base]
+    # A later cycle (a new input), rolled back twice mid-payment, then run again: one payment for it.
+    later = start(**rolled_back)
+    assert pay(300).invoke({}, _config(thread, later))["result"] == {"paid": 300}
+    later_again = start(**rolled_back)
+    assert pay(300).invoke({}, _config(thread, later_again))["result"] == {"paid": 300}
+    last = start()
+    assert pay(300).invoke({}, _config(thread, last))["result"] == {"paid": 300}
+    assert keys == [base, f"{base}~{later.id.hex[:12]}"]
+    # A start run cancelled with ``interrupt`` keeps its checkpoints: the next input is a cycle of its own.
+    kept = start(status=RunStatus.CANCELLED, cancel_action=RunCancelAction.INTERRUPT)
+    assert pay(400).invoke({}, _config(thread, kept))["result"] == {"paid": 400}
+    fresh = start()
+    assert pay(500).invoke({}, _config(thread, fresh))["result"] == {"paid": 500}
+    assert keys[2:] == [f"{base}~{kept.id.hex[:12]}", f"{base}~{fresh.id.hex[:12]}"]
     assert [e.key for e in executed] == keys
 
 

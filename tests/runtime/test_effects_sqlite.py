@@ -24,6 +24,7 @@ out = {}
 for name in (
     "test_a_finished_thread_given_new_input_pays_again_under_a_key_of_its_own",
     "test_a_second_cycles_effect_recorded_under_the_threads_key_keeps_answering",
+    "test_the_start_run_after_a_rolled_back_one_continues_its_cycle",
 ):
     seen = []
     on = lambda sender, effect, **kwargs: seen.append(effect)
@@ -43,4 +44,5 @@ def test_a_later_input_cycle_pays_under_its_own_key_on_sqlite(tmp_path):
     assert sqlite_probe(_PROBE, tmp_path) == {
         "test_a_finished_thread_given_new_input_pays_again_under_a_key_of_its_own": "passed",
         "test_a_second_cycles_effect_recorded_under_the_threads_key_keeps_answering": "passed",
+        "test_the_start_run_after_a_rolled_back_one_continues_its_cycle": "passed",
     }
