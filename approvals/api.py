@@ -377,11 +377,17 @@ def task_detail(request: AuthedRequest, task_id: UUID) -> TaskOut:
 def _decisions_out(user: Any, task: ApprovalTask, decisions: list[Decision]) -> list[DecisionOut]:
     shown = gateway.decisions_shown(user, task, decisions)
     gone = {d.pk for d in superseded(decisions)}
-    return [_decision_out(d, s, superseded=d.pk in gone) for d, s in zip(decisions, shown, strict=True)]
+    return [
+        _decision_out(d, s, superseded=d.pk in gone, digest=gateway.decision_digests_for(user, task, d)[0])
+        for d, s in zip(decisions, shown, strict=True)
+    ]
 
 
-def _decision_out(decision: Decision, shown: gateway.DecisionShown, *, superseded: bool = False) -> DecisionOut:
-    """A decision as its reader may see it: state patch and resume value through the gateway."""
+def _decision_out(
+    decision: Decision, shown: gateway.DecisionShown, *, superseded: bool = False, digest: str | None = None
+) -> DecisionOut:
+    """A decision as its reader may see it: state patch and resume value through the gateway, and its evidence
+    digest (``digest``: as ``gateway.decision_digests_for`` shows it; the signer's own decision: theirs)."""
     return DecisionOut(
         id=decision.id,
         task_id=decision.task_id,
@@ -395,7 +401,7 @@ def _decision_out(decision: Decision, shown: gateway.DecisionShown, *, supersede
         created_at=decision.created_at,
         meaning=decision.meaning,
         signer_name=decision.signer_name,
-        evidence_digest=decision.evidence_digest,
+        evidence_digest=decision.evidence_digest if digest is None else digest,
         superseded=superseded,
     )
 
@@ -494,6 +500,7 @@ def _audit_out(event: AuditEvent, user: Any) -> AuditEventOut:
         thread_id=event.thread_id,
         graph=event.graph,
         details=gateway.audit_details_for(user, event),
-        prev_hash=event.prev_hash,
-        hash=event.hash,
+        # Each covers the event's unmasked details: withheld from a reader who sees values masked.
+        prev_hash=gateway.DIGEST_WITHHELD if gateway.audit_hashes_withheld(user) else event.prev_hash,
+        hash=gateway.DIGEST_WITHHELD if gateway.audit_hashes_withheld(user) else event.hash,
     )

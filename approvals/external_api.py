@@ -111,6 +111,7 @@ def _out(user: Any, item: ExternalTask, *, show_secret: bool) -> ExternalTaskOut
     result = None
     if item.result is not None:
         result, _ = gateway.guard(user, task.graph, item.result, subject=f"task:{task.pk}", thread_id=task.thread_id)
+        result = gateway.signers_digests_shown(user, task, result)
     return ExternalTaskOut(
         id=task.id,
         source=item.source.name,

@@ -31,7 +31,7 @@ from approvals import permissions
 from approvals.audit import audit_record, canonical
 from approvals.errors import NotFound
 from approvals.models import ApprovalTask, AuditAction, AuditEvent, Decision, ExternalSource
-from approvals.redaction import EVERY_VALUE, holds_message, redact, redacted_values, state_redact, text_mask
+from approvals.redaction import EVERY_VALUE, MASK, holds_message, redact, redacted_values, state_redact, text_mask
 from runtime.models import Effect, Run, Thread
 from runtime.registry import EXTERNAL_GRAPH_PREFIX, UnknownGraph, graph_get, graph_is_external
 from runtime.state import CheckpointView, SubgraphView, thread_history_read, thread_state_read, thread_subgraphs_read
@@ -348,7 +348,8 @@ def audit_details_for(
     """
     stored: dict[str, Any] = event.details
     if not event.graph or event.action == AuditAction.SENSITIVE_REVEALED:
-        return stored
+        # An export's event names the head hash it reached (``audit.exported``): a chain hash like any other.
+        return _digests_withheld(stored) if audit_hashes_withheld(user) and _holds_digest(stored) else stored
     details: dict[str, Any]
     # Details quote state (an input, an update, edits): their messages are masked by the values they hold.
     details, _ = guard(
@@ -356,6 +357,10 @@ def audit_details_for(
     )
     if event.action in COMMENT_ACTIONS:  # Conversation (comments): free text quoting redacted values
         details = _comment_details_masked(user, event, details)
+    if audit_hashes_withheld(user):
+        withheld = _digests_withheld(details)
+        if withheld != details:
+            details = withheld
     return details
 
 
@@ -387,6 +392,74 @@ def decisions_shown(
         quoted=_carried_if_spoken(task.thread, values, user=user),
     )
     return [DecisionShown(state_patch=s["state_patch"], resume_value=s["resume_value"]) for s in shown]
+
+
+# --- digests and chain hashes: oracles for a masked value ---------------------------------------------
+#
+# A SHA-256 over content that holds a value the reader sees masked gives the value away when it has few
+# possible values: a date of birth is found by hashing its ~36,600 candidates with the rest of the content,
+# which the reader sees. Each digest a reader may see is over what they see, or withheld (``MASK``).
+
+DIGEST_WITHHELD = MASK
+
+
+def decision_digests_for(user: permissions.Principal, task: ApprovalTask, decision: Decision) -> tuple[str, str]:
+    """A decision's ``evidence_digest`` and ``signed_digest`` as ``user`` may see them.
+
+    The evidence digest is over the payload as its signer saw it: shown when every path the reader sees
+    masked was masked for the signer too (``redacted_paths``). The signed digest is over what was signed,
+    whose hidden values a masked signer's edits keep: withheld from every reader who sees values masked."""
+    masked = set(paths_masked_for(user, task.graph))
+    if not masked:
+        return decision.evidence_digest, decision.signed_digest
+    evidence = decision.evidence_digest if masked <= set(decision.redacted_paths or ()) else DIGEST_WITHHELD
+    return evidence, (DIGEST_WITHHELD if decision.signed_digest else "")
+
+
+def signers_digests_shown(user: permissions.Principal, task: ApprovalTask, result: Any) -> Any:
+    """An external task's signed result (``approvals.external``) with each signer's evidence digest as
+    ``decision_digests_for`` shows it to ``user``."""
+    signers = result.get("signers") if isinstance(result, dict) else None
+    if not isinstance(signers, list) or not paths_masked_for(user, task.graph):
+        return result
+    decisions = {d.actor.get_username(): d for d in task.decisions.select_related("actor")}
+    shown = []
+    for signer in signers:
+        decision = decisions.get(str(signer.get("actor"))) if isinstance(signer, dict) else None
+        if isinstance(signer, dict) and signer.get("evidence_digest"):
+            digest = decision_digests_for(user, task, decision)[0] if decision is not None else DIGEST_WITHHELD
+            signer = {**signer, "evidence_digest": digest}
+        shown.append(signer)
+    return {**result, "signers": shown}
+
+
+def audit_hashes_withheld(user: permissions.Principal) -> bool:
+    """Whether an audit reader gets the events' chain hashes and their details' digests withheld: one who sees
+    sensitive values masked (the built-in ``lead`` role). Each event's hash covers its unmasked details, and
+    the next event of its chain carries that hash as its ``prev_hash``; verifying the trail is for those who
+    may read every value it covers (the auditor and admin roles), or ``audit_export --verify --against-db``."""
+    return not may_see_sensitive(user)
+
+
+_DIGEST_KEYS = ("_digest", "_hash")  # payload_digest, evidence_digest, signed_digest, args_digest; head_hash
+
+
+def _digests_withheld(details: Any) -> Any:
+    """``details`` with every digest or hash value (``*_digest``, ``*_hash``), at any depth, replaced by
+    ``DIGEST_WITHHELD``."""
+    if isinstance(details, dict):
+        return {
+            k: DIGEST_WITHHELD if k.endswith(_DIGEST_KEYS) and v else _digests_withheld(v) for k, v in details.items()
+        }
+    if isinstance(details, list):
+        return [_digests_withheld(v) for v in details]
+    return details
+
+
+def _holds_digest(details: Any) -> bool:
+    if isinstance(details, dict):
+        return any((k.endswith(_DIGEST_KEYS) and v) or _holds_digest(v) for k, v in details.items())
+    return isinstance(details, list) and any(_holds_digest(v) for v in details)
 
 
 def payload_digest_for(user: permissions.Principal, task: ApprovalTask) -> str:

@@ -228,11 +228,12 @@ def inbox_row_html(task: Any, claim: Any, *, me: Any, bulk_enabled: bool, conver
     return mark_safe("".join(parts))  # noqa: S308 - every value above is escaped
 
 
-def audit_row_html(event: Any, details: Any, *, subject_name: str = "") -> SafeString:
+def audit_row_html(event: Any, details: Any, *, subject_name: str = "", hashes: bool = True) -> SafeString:
     """One ``<tr>`` of the audit trail: the event, its subject (linked) and its details (as the reader may see them).
 
     Actor and subject are said in words (``console.words.actor_short``; a user subject by ``subject_name``,
-    their username); the stored label and ids stay in the cells' ``title``.
+    their username); the stored label and ids stay in the cells' ``title``. ``hashes``: the chain hashes
+    are shown (``gateway.audit_hashes_withheld``).
     """
     full = f"{event.subject_type} {event.subject_id}"
     if event.subject_type == "task":
@@ -256,8 +257,12 @@ def audit_row_html(event: Any, details: Any, *, subject_name: str = "") -> SafeS
         f'{_utc(event.at, "%Y-%m-%d %H:%M:%S")}</time></td><td title="{_e(actor_title)}">{_e(actor)}</td>'
         f"<td><code>{_e(event.action)}</code></td><td>{subject}</td><td>{_e(event.graph)}</td>"
         f"<td><details><summary><code>{_e(short)}</code></summary><pre>{_e(pretty(details))}</pre>"
-        f'<p class="small muted">hash {_e(_clip(event.hash, 17))} ← {_e(_clip(event.prev_hash, 17))}</p>'
-        "</details></td></tr>"
+        + (
+            f'<p class="small muted">hash {_e(_clip(event.hash, 17))} ← {_e(_clip(event.prev_hash, 17))}</p>'
+            if hashes
+            else '<p class="small muted">hash withheld (it covers values masked for you)</p>'
+        )
+        + "</details></td></tr>"
     )
 
 

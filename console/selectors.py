@@ -748,6 +748,9 @@ class DecisionEvidence:
     proposal: Decision | None = None
     proposal_diff: list[DiffRow] = field(default_factory=list)
     superseded_by: Decision | None = None
+    # The evidence and signed digests as the viewer may see them (``gateway.decision_digests_for``).
+    evidence_digest: str = ""
+    signed_digest: str = ""
 
 
 def decision_evidence(*, user: permissions.Principal, decision_id: Any) -> DecisionEvidence:
@@ -780,6 +783,7 @@ def decision_evidence(*, user: permissions.Principal, decision_id: Any) -> Decis
         patch = getattr(proposal, "patch_shown", None)
         proposal_diff = state_diff(before, {**before, **patch}) if isinstance(patch, dict) and patch else []
     later = next((d for d in made[at + 1 :] if proposes(d)), None)
+    digests = gateway.decision_digests_for(user, task, decision)
     effects: list[Effect] = []
     # A failed resume's retries carried the same decision on: what they paid is what the decision did.
     runs = approvals_selectors.decision_runs(decision=decision)
@@ -801,4 +805,6 @@ def decision_evidence(*, user: permissions.Principal, decision_id: Any) -> Decis
         proposal=proposal,
         proposal_diff=proposal_diff,
         superseded_by=later if decision.pk in quorum.superseded_ids else None,
+        evidence_digest=digests[0],
+        signed_digest=digests[1],
     )

@@ -47,7 +47,12 @@ def _row_findings(row: dict[str, Any], event: AuditEvent | None) -> list[str]:
         return [f"event {row['id']}: not in the trail"]
     stored = event_fields(event)
     wrong = [key for key in HASHED if key in row and key != "details" and row[key] != stored[key]]
-    wrong += [key for key in ("chain", "prev_hash", "hash") if key in row and row[key] != getattr(event, key)]
+    # A masked reader's export withholds the chain hashes (gateway.audit_hashes_withheld): nothing to compare.
+    wrong += [
+        key
+        for key in ("chain", "prev_hash", "hash")
+        if key in row and row[key] != getattr(event, key) and not (row["masked"] and row[key] == MASK)
+    ]
     same_details = (
         _shown_as(row["details"], stored["details"]) if row["masked"] else row["details"] == stored["details"]
     )

@@ -65,14 +65,16 @@ def export_row(
     fields = event_fields(event)
     shown = gateway.audit_details_for(user, event, gathered=gathered)
     masked = shown is not event.details and shown != event.details
+    # A reader who sees values masked gets no chain hash: each covers its event's unmasked details.
+    withheld = gateway.audit_hashes_withheld(user)
     return {
         "id": event.id,
         "chain": event.chain,
         **fields,
         "details": shown,
-        "prev_hash": event.prev_hash,
-        "hash": event.hash,
-        "masked": masked,
+        "prev_hash": gateway.DIGEST_WITHHELD if withheld else event.prev_hash,
+        "hash": gateway.DIGEST_WITHHELD if withheld else event.hash,
+        "masked": masked or withheld,
     }
 
 

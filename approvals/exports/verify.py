@@ -13,6 +13,7 @@ from typing import Any
 
 from approvals.audit import GENESIS, LEGACY_CHAIN, chain_fields, hash_form
 from approvals.exports.stream import COLUMNS, HASHED, NEWER_COLUMNS
+from approvals.redaction import MASK
 
 # A CSV export carries each row's hash fields but no trailer: a file cut short, or whose newest rows were
 # removed, reads exactly as a smaller whole export, and whether links are required (a whole-trail export)
@@ -111,8 +112,12 @@ def export_verify(lines: Iterable[str | bytes]) -> VerifyResult:
                 actor_hashed.add(chain)
             else:
                 actor_unhashed += 1
-        linked = data["prev_hash"] == heads.get(chain, GENESIS)
-        if chain in masked_last and linked:
+        # Hashes withheld from a masked exporter (gateway.audit_hashes_withheld): this row's link and the
+        # next one's cannot be told, nor are they claimed.
+        withheld = data["masked"] and MASK in (data["prev_hash"], data["hash"])
+        proven = not withheld and heads.get(chain) != MASK and data["prev_hash"] == heads.get(chain, GENESIS)
+        linked = proven or withheld or heads.get(chain) == MASK
+        if chain in masked_last and proven:
             masked_linked += 1
         masked_last.discard(chain)
         if data["masked"]:

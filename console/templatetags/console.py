@@ -9,6 +9,7 @@ from django import template
 from django.utils.html import escape, format_html
 from django.utils.safestring import SafeString, mark_safe
 
+from approvals import gateway
 from approvals.assignment import SERVICE_PREFIX
 from approvals.deadlines import SYSTEM_USERNAME
 from approvals.models import AuditAction
@@ -177,7 +178,9 @@ def due_badge(task: Any) -> SafeString:
 def audit_row(context: Any, event: Any, details: Any) -> SafeString:
     """One audit trail row (``console.rows_html.audit_row_html``), a user subject named (``subject_names``)."""
     names = context.get("subject_names") or {}
-    return rows_html.audit_row_html(event, details, subject_name=names.get(event.id, ""))
+    user = context.get("user")
+    withheld = user is None or gateway.audit_hashes_withheld(user)
+    return rows_html.audit_row_html(event, details, subject_name=names.get(event.id, ""), hashes=not withheld)
 
 
 @register.simple_tag(takes_context=True)

@@ -44,7 +44,7 @@ from django.core.management import CommandError, call_command
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
 
-from approvals.gateway import sensitive_paths
+from approvals.gateway import payload_digest_for, sensitive_paths
 from approvals.models import ApprovalTask, AuditEvent, Comment, Decision, WebhookEndpoint
 from approvals.redaction import path_parse
 from approvals.tokens import token_issue
@@ -669,16 +669,49 @@ def fetch(reader: Reader, request: Request, api: Client, console: Client, cookie
         return 200, output.read_text(encoding="utf-8")
 
 
+def oracles_of(subjects: list[Subject], reader: User) -> dict[str, str]:
+    """The digests and hashes computed over a canary that ``reader`` sees masked, by their first 16 hex digits
+    (the console shows a hash cut there): any of them lets a reader test guesses of a low-entropy value (a
+    date of birth) by hashing candidates with the content they do see. An outside tester's find: a reviewer
+    recovered a date of birth from an admin's evidence digest on the task, a lead from the audit trail's
+    ``payload_digest``."""
+    threads = [s.thread for s in subjects]
+    found: dict[str, str] = {}
+    for decision in Decision.objects.filter(task__thread_id__in=threads):
+        if not decision.redacted_paths:  # signed seeing every value: both digests cover them
+            for name in ("evidence_digest", "signed_digest"):
+                if getattr(decision, name):
+                    found[getattr(decision, name)[:16]] = f"a decision's {name}"
+    harmless = set()  # the digest of a payload that holds no masked value: the reader sees all it covers
+    for task in ApprovalTask.objects.filter(thread_id__in=threads):
+        if payload_digest_for(reader, task) != task.payload_digest:  # the payload holds a masked value
+            found[task.payload_digest[:16]] = "a task's unmasked payload_digest"
+        else:
+            harmless.add(task.payload_digest)
+    for event in AuditEvent.objects.filter(thread_id__in=threads):
+        found[event.hash[:16]] = f"the hash of a {event.action} event"
+        for key, value in event.details.items():
+            if key.endswith("_digest") and isinstance(value, str) and len(value) >= 16 and value not in harmless:
+                found[value[:16]] = f"{key} in a {event.action} event"
+    return found
+
+
+_HEX_RUN = re.compile(r"[0-9a-f]{16,}")
+
+
 @dataclass
 class CrawlResult:
     requests: int = 0
     found: dict[str, dict[str, set[str]]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(set)))
+    oracles: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))  # surface -> what was found
     server_errors: list[str] = field(default_factory=list)
     get_refused: set[str] = field(default_factory=set)  # console surfaces that answered GET with 405
     seconds: dict[str, float] = field(default_factory=lambda: defaultdict(float))
 
 
-def crawl(reader: Reader, requests: list[Request], planters: list[Planter], events: Any) -> CrawlResult:
+def crawl(
+    reader: Reader, requests: list[Request], planters: list[Planter], events: Any, oracles: dict[str, str] | None = None
+) -> CrawlResult:
     result = CrawlResult()
     api, console = reader.api(), reader.console()
     cookie = (b"cookie", f"sessionid={console.cookies['sessionid'].value}".encode())
@@ -695,6 +728,9 @@ def crawl(reader: Reader, requests: list[Request], planters: list[Planter], even
             result.get_refused.add(request.surface)
         for hit in set(pattern.findall(body)):
             result.found[request.surface][canaries.get(hit, hit)].add(f"{request.url} {request.query or ''}")
+        for run in set(_HEX_RUN.findall(body)) if oracles else ():
+            if run[:16] in oracles:
+                result.oracles[request.surface].add(oracles[run[:16]])
     return result
 
 
@@ -740,7 +776,10 @@ def test_the_canary_appears_nowhere_for_a_role_without_reveal_rights(personas, p
     assert unfilled == [], "surfaces the crawl cannot fill: give them a filler, or a reason in NOT_CRAWLED"
     surfaces = sorted({r.surface for r in requests})
     roles = readers(personas)
-    results = {name: crawl(reader, requests, planters, loop) for name, reader in roles.items()}
+    results = {
+        name: crawl(reader, requests, planters, loop, oracles_of(subjects, reader.user) if name in BLIND else None)
+        for name, reader in roles.items()
+    }
 
     print(
         f"\nredaction canary: {len(surfaces)} surfaces × {len(roles)} roles "
@@ -763,6 +802,8 @@ def test_the_canary_appears_nowhere_for_a_role_without_reveal_rights(personas, p
             surface: {c: sorted(urls)[:3] for c, urls in hits.items()} for surface, hits in results[name].found.items()
         }
         assert leaks == {}, f"{name} (no reveal rights) received a canary"
+        oracles = {surface: sorted(what) for surface, what in results[name].oracles.items()}
+        assert oracles == {}, f"{name} (no reveal rights) received a digest or hash over a canary"
     for name in SEEING:
         found = results[name].found
         assert MUST_REVEAL - set(found) == set(), f"{name} (reveal rights) did not receive the canary there"
