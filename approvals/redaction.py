@@ -115,13 +115,23 @@ def hidden_kept(
     top-level key left out is kept too, and the result must hold exactly the redacted values ``stored``
     holds: one it would drop (a parent replaced by a scalar, a list cut short) or add (where nothing
     was stored) raises ``HiddenEdited`` as well, so the writer neither erases nor plants what they
-    cannot read back.
+    cannot read back. Key by key (a state edit), a redacted value the replaced key held and the edit would
+    drop raises ``HiddenEdited`` too; a value put where none was stored is the editor's own.
     """
     patterns = [path_parse(p) for p in paths]
     if not patterns:
         return patch
     kept = {key: _keep(value, stored.get(key, _ABSENT), (key,), patterns) for key, value in patch.items()}
     if not whole:
+        # A key the patch replaces keeps every redacted value it held: a list cut short, or a parent replaced
+        # by a scalar, erased one its editor never saw (``{"documents": []}`` took a passport number).
+        for key in kept.keys() & stored.keys():
+            held: dict[tuple[str, ...], Any] = {}
+            left: dict[tuple[str, ...], Any] = {}
+            _hidden_at(stored[key], (str(key),), patterns, held)
+            _hidden_at(kept[key], (str(key),), patterns, left)
+            for location in sorted(held.keys() - left.keys()):
+                raise HiddenEdited(_render(location))
         return kept
     for key, value in stored.items():
         if key not in patch and any(_matches((str(key),), p) for p in patterns):

@@ -146,3 +146,29 @@ def test_every_value_masks_each_scalar_and_keeps_the_structure():
     masked, applied = redact(value, [EVERY_VALUE])
     assert masked == {"amount": MASK, "applicant": {"name": MASK, "tags": [MASK, None]}, "ok": MASK, "empty": {}}
     assert "applicant.tags[0]" in applied
+
+
+# --- an edit by someone who sees values masked keeps every one of them (hidden_kept) -------------------------
+
+KYC = {"documents": [{"type": "passport", "number": "P-123"}, {"type": "id_card", "number": "I-456"}]}
+
+
+@pytest.mark.parametrize(
+    "patch,location",
+    [
+        ({"documents": []}, "documents[0].number"),  # an outside tester erased a passport number they never saw
+        ({"documents": [{"type": "passport", "number": MASK}]}, "documents[1].number"),  # cut short
+        ({"documents": "none"}, "documents[0].number"),  # the list replaced by a scalar
+        ({"documents": [{"type": "passport"}, {"type": "id_card", "number": MASK}, {"type": "visa"}]}, None),
+    ],
+)
+def test_a_state_edit_cannot_drop_a_value_its_editor_sees_masked(patch, location):
+    from approvals.redaction import HiddenEdited, hidden_kept
+
+    if location is None:  # left out, or the mask sent back: each kept; an item added beside them is the editor's
+        kept = hidden_kept(patch, KYC, ["documents[*].number"])
+        assert [d.get("number") for d in kept["documents"]] == ["P-123", "I-456", None]
+        return
+    with pytest.raises(HiddenEdited) as refused:
+        hidden_kept(patch, KYC, ["documents[*].number"])
+    assert refused.value.location == location

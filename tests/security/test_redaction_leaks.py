@@ -105,6 +105,18 @@ def test_a_permitted_reader_sees_the_decisions_values_and_the_reveal_is_audited(
     assert AuditEvent.objects.filter(action="sensitive.revealed", actor=personas["auditor"].user).count() > before
 
 
+def test_a_masked_editor_cannot_erase_a_hidden_value_by_cutting_its_list_short(personas, edited):
+    """An outside tester, as operator, sent ``update_state`` with ``{"documents": []}``: 200, and the passport
+    number they had only ever seen masked was gone."""
+    thread = edited["thread"]
+    before = personas["admin"].client.get(f"/lg/threads/{thread}/state").json()
+    response = personas["operator"].client.post(f"/lg/threads/{thread}/state", {"values": {"documents": []}})
+    assert response.status_code == 422, response.content
+    assert response.json()["error"]["field"] == "values.documents[0].number"
+    after = personas["admin"].client.get(f"/lg/threads/{thread}/state").json()
+    assert after["checkpoint"] == before["checkpoint"] and after["values"]["documents"][0]["number"] == PASSPORT
+
+
 def test_an_audit_reader_without_reveal_rights_cannot_read_a_response_on_the_decision_page(personas):
     # A gate that takes a response (the demo's do not: their graphs decline whatever is not approved),
     # with the applicant's date of birth sensitive.
