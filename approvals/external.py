@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -29,7 +29,7 @@ from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
-from approvals import permissions, services
+from approvals import gateway, permissions, services
 from approvals.audit import audit_task, canonical
 from approvals.errors import Conflict, Forbidden, InvalidInput, NotFound
 from approvals.gate_policy import gate_policy
@@ -50,7 +50,7 @@ from approvals.outbound.destinations import destination_check
 from approvals.outbound.outbox import delivery_dispatch
 from approvals.outbound.signing import secret_check, secret_generate, webhook_sign
 from approvals.payloads import GENERIC_DECISIONS
-from approvals.redaction import path_valid
+from approvals.redaction import hidden_from, path_valid
 from runtime.gatekeeper import GATE_MARKER
 from runtime.models import Thread, ThreadStatus
 from runtime.registry import EXTERNAL_GRAPH_PREFIX
@@ -181,12 +181,29 @@ def external_task_create(*, actor: User, spec: ExternalTaskSpec) -> tuple[Extern
         # The thread too: secret_shown_to reads its creator, and a replay is a hot retry path.
         existing = ExternalTask.objects.select_related("task__thread").filter(source=source, key=spec.key).first()
         if existing is not None:
-            if existing.body_digest != digest:
+            if existing.body_digest != digest and not _differs_where_hidden(existing, spec, actor=actor, graph=graph):
                 raise Conflict(
                     f"key {spec.key!r} was already used for a different task of {spec.source!r}", field="key"
                 )
             return existing, False
         return _create(actor=actor, spec=spec, source=source, graph=graph, digest=digest), True
+
+
+def _differs_where_hidden(existing: ExternalTask, spec: ExternalTaskSpec, *, actor: User, graph: str) -> bool:
+    """Whether ``spec`` is the existing task's body but for values at paths ``actor`` sees masked, when
+    ``actor`` did not create the task: the replay is answered as an identical one would be.
+
+    An outside tester, as another principal of the source, replayed a key with guesses of its masked SSN: a
+    wrong one was a 409 ("already used for a different task"), the right one a 200. The creator sent the
+    body and is answered exactly; anyone else gets the same answer whatever they put where they cannot see.
+    """
+    if existing.task.thread.created_by_id == actor.pk:
+        return False
+    paths = gateway.paths_masked_for(actor, graph)
+    stored = existing.task.payload.get("details") if isinstance(existing.task.payload, dict) else None
+    if not paths or not isinstance(stored, dict):
+        return False
+    return replace(spec, payload=hidden_from(spec.payload, stored, paths)).digest() == existing.body_digest
 
 
 def _create(*, actor: User, spec: ExternalTaskSpec, source: ExternalSource, graph: str, digest: str) -> ExternalTask:

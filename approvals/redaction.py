@@ -160,6 +160,28 @@ def _hidden_at(
             _hidden_at(v, (*location, str(i)), patterns, found)
 
 
+def hidden_from(value: Any, source: Any, paths: Sequence[str]) -> Any:
+    """``value`` with each of its redacted locations holding ``source``'s value there (where ``source`` has
+    one): two bodies that differ only where a reader sees masks compare equal after it."""
+    patterns = [path_parse(p) for p in paths]
+    return _from(value, source, (), patterns) if patterns else value
+
+
+def _from(value: Any, source: Any, location: tuple[str, ...], patterns: list[tuple[Segment, ...]]) -> Any:
+    if location and any(_matches(location, p) for p in patterns):
+        return value if source is _ABSENT else source
+    if isinstance(value, dict):
+        other = source if isinstance(source, dict) else {}
+        return {k: _from(v, other.get(k, _ABSENT), (*location, str(k)), patterns) for k, v in value.items()}
+    if isinstance(value, list):
+        items = source if isinstance(source, list) else []
+        return [
+            _from(v, items[i] if i < len(items) else _ABSENT, (*location, str(i)), patterns)
+            for i, v in enumerate(value)
+        ]
+    return value
+
+
 def hidden_removed(value: Any, paths: Sequence[str]) -> Any:
     """``value`` without its redacted locations (a dict's key dropped, a list's item as None): what a
     writer who sees ``paths`` masked wrote themselves, once ``hidden_kept`` kept the rest."""

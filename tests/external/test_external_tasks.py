@@ -37,6 +37,44 @@ def test_the_same_key_with_a_different_body_is_refused_and_writes_nothing(engine
     assert ExternalTask.objects.filter(source__name=source).count() == 1
 
 
+def test_a_replay_by_another_principal_answers_alike_whatever_it_puts_where_it_sees_masks(engine, source):
+    """An outside tester, as another operator of the source, replayed a key with guesses of its masked SSN: a
+    wrong one was a 409 ("already used for a different task"), the right one a 200 -- an oracle."""
+    from django.contrib.auth import get_user_model
+
+    from approvals.models import GraphAssignment
+    from approvals.roles import roles_ensure
+    from approvals.tokens import token_issue
+    from tests.conftest import ApiClient
+
+    body = task_body(source, redaction_paths=["applicant.ssn"])
+    first = create(engine.client, body)
+    assert first.status_code == 201, first.content
+    other = get_user_model().objects.create_user(f"other-{source}")
+    other.groups.add(roles_ensure()["operator"])
+    GraphAssignment.objects.create(user=other, graph=f"external:{source}")
+    client = ApiClient(token_issue(user=other))
+
+    def guess(ssn: str, **extra: Any) -> Any:
+        return create(
+            client, {**body, "payload": {**body["payload"], "applicant": {"name": "Ada", "ssn": ssn}}, **extra}
+        )
+
+    answers = [guess("123-45-6789"), guess("000-00-0000")]
+    assert [a.status_code for a in answers] == [200, 200], [a.content for a in answers]
+    assert answers[0].json() == answers[1].json() and answers[0].json()["id"] == first.json()["id"]
+    assert guess("000-00-0000", title="Something else").status_code == 409  # what they see still counts
+    # The creator sent the body: answered exactly, a different SSN under its key is its own mistake to hear of.
+    assert (
+        create(
+            engine.client, {**body, "payload": {"amount": 12000, "applicant": {"name": "Ada", "ssn": "x"}}}
+        ).status_code
+        == 409
+    )
+    stored = ApprovalTask.objects.get(pk=first.json()["id"]).payload["details"]
+    assert stored["applicant"]["ssn"] == "123-45-6789" and ExternalTask.objects.filter(source__name=source).count() == 1
+
+
 @pytest.mark.parametrize(
     "extra,field",
     [
