@@ -356,7 +356,7 @@ def audit_details_for(
         user, event.graph, stored, subject=f"audit:{event.pk}", thread_id=event.thread_id, quoted=(), gathered=gathered
     )
     if event.action in COMMENT_ACTIONS:  # Conversation (comments): free text quoting redacted values
-        details = _comment_details_masked(user, event, details)
+        details = _comment_details_masked(user, event, details, gathered=gathered)
     if audit_hashes_withheld(user):
         withheld = _digests_withheld(details)
         if withheld != details:
@@ -576,16 +576,30 @@ def _quotes(text: str, values: Collection[str]) -> bool:
     return any(v.lower() in lowered for v in values)
 
 
-def _comment_details_masked(user: permissions.Principal, event: AuditEvent, details: dict[str, Any]) -> dict[str, Any]:
+def _comment_details_masked(
+    user: permissions.Principal, event: AuditEvent, details: dict[str, Any], *, gathered: list[Reveal] | None = None
+) -> dict[str, Any]:
+    """A comment event's details with its body as ``text_shown`` shows it: masked for a reader who may not see
+    the values it quotes, and for one who may, audited as a reveal on each thread whose values it quotes (an
+    outside tester read a date of birth in a comment on the audit page and its exports, unaudited)."""
     body = details.get("body")
-    if not isinstance(body, str) or may_see_sensitive(user) or event.thread_id is None:
+    if not isinstance(body, str) or event.thread_id is None:
         return details
     if details.get("author_saw_sensitive") is False:  # see text_shown; events before the flag: masked
         return details
-    ids = [event.thread_id, *_thread_ids(details.get("quoted_threads"))]
-    values = set().union(*threads_redacted_values(list(Thread.objects.filter(pk__in=ids))).values())
-    shown = text_mask(body, values)
-    return details if shown == body else {**details, "body": shown}
+    threads = list(Thread.objects.filter(pk__in=[event.thread_id, *_thread_ids(details.get("quoted_threads"))]))
+    values = threads_redacted_values(threads)
+    found = [t for t in threads if _quotes(body, values[t.pk])]
+    if not found:
+        return details
+    if may_see_sensitive(user):
+        for thread in found:
+            _revealed(
+                user, subject=f"audit:{event.pk}", thread_id=thread.pk, graph=thread.graph, paths=["comment.body"],
+                gathered=gathered,
+            )  # fmt: skip
+        return details
+    return {**details, "body": text_mask(body, set().union(*(values[t.pk] for t in found)))}
 
 
 def _thread_ids(listed: Any) -> list[uuid.UUID]:

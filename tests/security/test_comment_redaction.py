@@ -210,6 +210,30 @@ def test_a_reader_who_may_see_the_values_reads_them_and_the_reveal_is_audited(re
     assert world.dob in b"".join(export.streaming_content).decode()
 
 
+def test_a_reader_who_may_see_the_values_reading_comments_on_the_audit_trail_is_audited_on_every_surface(
+    readers, world
+):
+    """An outside tester, as an auditor, read a date of birth quoted in a comment on the audit page, the audit
+    API and both export formats: none of those readings wrote a ``sensitive.revealed`` event."""
+    api, console = readers["auditor"].api, readers["auditor"].console
+    thread = str(world.thread_id)
+    readings = {
+        "api audit": lambda: api.get("/api/audit", thread=thread, action="comment."),
+        "console audit": lambda: console.get("/audit/", {"thread": thread, "action": "comment."}),
+        "export jsonl": lambda: api.get("/api/audit/export", thread=thread, action="comment.posted", format="jsonl"),
+        "export csv": lambda: api.get("/api/audit/export", thread=thread, action="comment.posted", format="csv"),
+    }
+    for surface, read in readings.items():
+        last = AuditEvent.objects.order_by("-id").values_list("id", flat=True).first()
+        response = read()
+        body = (b"".join(response.streaming_content) if response.streaming else response.content).decode()
+        assert world.dob in body, surface
+        revealed = AuditEvent.objects.filter(
+            id__gt=last, action="sensitive.revealed", actor_id=readers["auditor"].user.pk
+        )
+        assert any("comment.body" in e.details.get("paths", []) for e in revealed), surface
+
+
 def _kyc_task(dob: str) -> Any:
     payload = {"title": "KYC", "applicant": {"name": "Ada", "date_of_birth": dob}}
     return task_make(graph="kyc_onboarding", node="compliance_review", payload=payload)
