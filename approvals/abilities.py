@@ -119,7 +119,10 @@ def signature_standing(user: permissions.Principal, decisions: Iterable[Decision
 
 
 def approvals_remaining(task: ApprovalTask, decisions: Iterable[Decision]) -> int:
-    """Approvals ``task`` still waits for after its ``decisions``."""
+    """Approvals ``task`` still waits for after its ``decisions``: none once it is closed (a rejection or a
+    response decided it; it said 1 on a decided task)."""
+    if not task.is_open:
+        return 0
     return max(task.required_approvals - approvals_given(decisions), 0)
 
 

@@ -428,6 +428,7 @@ def refusal_audit(refusal: PolicyRefusal | PolicyConflict) -> None:
 
 
 APPROVING = ("approve", "edit")
+VETOING = ("reject", "respond")  # the action not taken: either closes the task as a rejection
 
 
 @transaction.atomic
@@ -492,7 +493,8 @@ def _task_decide(*, actor: User, task_id: Any, request: DecisionRequest, signer:
     signed_action = _signed_action(task, request.outcome, state_patch, resume_value, earlier)
     proposes_edit = bool(state_patch) or request.action_args is not None or request.outcome == "edit"
     counts, final = _quorum_position(task, request, earlier, actor=actor, proposes_edit=proposes_edit, thread=thread)
-    reauthenticated_at = signature_check(actor, signer, task) if request.outcome in (*APPROVING, "reject") else None
+    # Every outcome that can close the task is signed: a response decides it as a rejection does.
+    reauthenticated_at = signature_check(actor, signer, task) if request.outcome in (*APPROVING, *VETOING) else None
     meaning = {"approve": "approved", "edit": "approved", "reject": "rejected"}.get(request.outcome, "reviewed")
     if request.outcome in APPROVING and not counts:
         meaning = "reviewed"
@@ -627,12 +629,12 @@ def _quorum_position(
     thread: Thread,
 ) -> tuple[bool, bool]:
     """(does this decision count as an approval, does it complete the task)."""
-    if request.outcome == "reject":
-        # One rejection rejects, unless the gate asks for more ("rejections_required": N).
+    if request.outcome in VETOING:
+        # One rejection rejects, unless the gate asks for more ("rejections_required": N). A response (the
+        # action not taken, the agent answered instead) vetoes as a rejection does: it closed a four-eyes
+        # task at once, past a gate that asked for two rejections.
         needed = gate_policy(task.payload, task.kind).rejections_required
-        return False, sum(1 for d in earlier if d.outcome == "reject") + 1 >= needed
-    if request.outcome not in APPROVING:
-        return False, True  # a response decides at once
+        return False, sum(1 for d in earlier if d.outcome in VETOING) + 1 >= needed
     if proposes_edit and separation_required(task):
         # Under separation of duties an edit is a proposal: someone else must approve it.
         return False, False

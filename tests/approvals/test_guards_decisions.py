@@ -19,7 +19,7 @@ import pytest
 from django.utils import timezone
 
 from approvals import assignment, services
-from approvals.abilities import Refusal, task_abilities
+from approvals.abilities import Refusal, approvals_remaining, task_abilities
 from approvals.audit import audit_record
 from approvals.claims import claim_put
 from approvals.errors import Conflict, Forbidden, InvalidInput, NotFound
@@ -485,10 +485,13 @@ def test_a_response_decides_at_once_and_counts_as_no_approval(reviewer):
 # --- re-authentication -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("outcome", ["approve", "edit", "reject"])
+@pytest.mark.parametrize("outcome", ["approve", "edit", "reject", "respond"])
 def test_an_old_sign_in_must_re_enter_the_password_to_sign(reviewer, outcome):
+    """A response closes the task as a rejection does (the action is not taken): an outside tester's stale
+    sign-in was asked for the password to reject, not to respond."""
     task = task_make()
     fields = {"reason": "because", **({"state_patch": {"amount": 5}} if outcome == "edit" else {})}
+    fields |= {"message": "noted"} if outcome == "respond" else {}
     with pytest.raises(Forbidden) as error:
         decide(reviewer, task, outcome, signer=stale(), **fields)
     assert error.value.field == "password"
@@ -602,9 +605,18 @@ def test_a_re_authentication_signs_inside_its_window_only(reviewer, settings):
     assert decisions_of(task) == 0
 
 
-def test_a_response_needs_no_re_authentication(reviewer):
-    decision = decide(reviewer, task_make(), "respond", message="noted", signer=stale())
-    assert decision.reauthenticated_at is None
+def test_a_response_vetoes_a_four_eyes_task_only_as_a_rejection_would(reviewer, approver):
+    """A response closed a task whose gate asks for two rejections at once, past the rule that holds a single
+    rejection back; its approvals_remaining then still said 1 on a task that was decided."""
+    payload = {**loan_gate(required_approvals=2, decisions=["approve", "reject", "respond"]), "rejections_required": 2}
+    task = task_make(payload=payload)
+    decide(reviewer, task, "respond", message="not this way")
+    task.refresh_from_db()
+    assert task.status == TaskStatus.PENDING
+    decide(approver, task, "reject", reason="no")
+    task.refresh_from_db()
+    assert task.status == TaskStatus.DECIDED
+    assert approvals_remaining(task, task.decisions.all()) == 0
 
 
 # --- edits -------------------------------------------------------------------------------------------
