@@ -32,8 +32,8 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Case, OuterRef, Prefetch, Q, QuerySet, Subquery, When
-from django.db.models.fields.json import KeyTransform
+from django.db.models import Case, CharField, F, Func, OuterRef, Prefetch, Q, QuerySet, Subquery, Value, When
+from django.db.models.fields.json import KeyTransform, compile_json_path  # type: ignore[attr-defined]
 from django.utils import timezone
 from langgraph.errors import InvalidUpdateError, UnknownInterruptError
 from langgraph.graph import END
@@ -240,12 +240,31 @@ def _uuid(value: Any, field: str) -> uuid.UUID:
         raise InvalidInput("must be a UUID", field=field) from None
 
 
+class _JsonTypeSqlite(Func):
+    """SQLite's ``JSON_TYPE(column, '$."key"')``: ``true``, ``false``, ``null``, ``text``, ``integer``…"""
+
+    function = "JSON_TYPE"
+    output_field = CharField()
+
+    def __init__(self, column: str, key: str) -> None:
+        super().__init__(F(column), Value(compile_json_path([key])))
+
+
+# What JSON_TYPE must say of a key compared with a value of these types. Django's SQLite KeyTransform reads
+# JSON true, false and null as the text 'true', 'false' and 'null', so each matched its string too
+# ({"flag": true} found {"flag": "true"}); PostgreSQL's jsonb equality tells them apart already.
+_SQLITE_JSON_TYPES: dict[Any, str] = {True: "true", False: "false", None: "null"}
+
+
 def _json_filter(qs: QuerySet[Thread], column: str, wanted: dict[str, Any]) -> QuerySet[Thread]:
     # KeyTransform takes the key literally (a "__" in it is not a path), and
     # per-key equality works on SQLite as well as PostgreSQL.
     for index, (key, value) in enumerate(wanted.items()):
         alias = f"_{column}_{index}"
         qs = qs.annotate(**{alias: KeyTransform(key, column)}).filter(**{alias: value})
+        if connection.vendor == "sqlite" and (value is None or isinstance(value, bool | str)):
+            kind = "text" if isinstance(value, str) else _SQLITE_JSON_TYPES[value]
+            qs = qs.annotate(**{f"{alias}_type": _JsonTypeSqlite(column, key)}).filter(**{f"{alias}_type": kind})
     return qs
 
 

@@ -72,3 +72,47 @@ print(json.dumps(out))
 @pytest.mark.embedded
 def test_the_largest_filter_allowed_runs_on_the_embedded_sqlite(tmp_path):
     assert set(sqlite_probe(_SQLITE_PROBE, tmp_path / "var").values()) == {200}
+
+
+_SQLITE_TYPES_PROBE = """
+import json
+import django
+django.setup()
+from django.core.management import call_command
+call_command("migrate", verbosity=0)
+from django.contrib.auth import get_user_model
+from django.test import Client
+from approvals.roles import roles_ensure
+from approvals.tokens import token_issue
+
+admin = get_user_model().objects.create_user("admin")
+admin.groups.add(roles_ensure()["admin"])
+headers = {"Authorization": "Bearer " + token_issue(user=admin)}
+post = lambda path, body: Client().post(path, json.dumps(body), content_type="application/json", headers=headers)
+literal = post("/lg/threads", {"metadata": {"flag": True, "f": False, "nul": None, "n": 5, "s": "x"}}).json()
+text = post("/lg/threads", {"metadata": {"flag": "true", "f": "false", "nul": "null", "n": "5", "s": "x"}}).json()
+names = {literal["thread_id"]: "literal", text["thread_id"]: "text"}
+out = {}
+for key, value in [("flag", True), ("flag", "true"), ("f", False), ("f", "false"), ("nul", None), ("nul", "null"),
+                   ("n", 5), ("n", "5"), ("s", "x")]:
+    found = post("/lg/threads/search", {"metadata": {key: value}, "limit": 10}).json()
+    out[f"{key}={json.dumps(value)}"] = sorted(names[t["thread_id"]] for t in found if t["thread_id"] in names)
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.embedded
+def test_a_metadata_filter_tells_a_json_literal_from_its_string_on_the_embedded_sqlite(tmp_path):
+    """An outside tester's find: on ``make run`` ``threads.search(metadata={"flag": True})`` found threads whose
+    flag was the string "true" too (and false, null likewise), as LangGraph Server's jsonb filter does not."""
+    assert sqlite_probe(_SQLITE_TYPES_PROBE, tmp_path / "var") == {
+        "flag=true": ["literal"],
+        'flag="true"': ["text"],
+        "f=false": ["literal"],
+        'f="false"': ["text"],
+        "nul=null": ["literal"],
+        'nul="null"': ["text"],
+        "n=5": ["literal"],
+        'n="5"': ["text"],
+        's="x"': ["literal", "text"],
+    }
