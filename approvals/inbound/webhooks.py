@@ -43,6 +43,7 @@ from approvals.inputs import json_kind, json_loads_strict
 from approvals.models import (
     ApprovalTask,
     AuditAction,
+    AuditEvent,
     DeliveryStatus,
     GraphAssignment,
     InboundDelivery,
@@ -509,6 +510,12 @@ def delivery_receive(*, name: str, raw: bytes, headers: dict[str, str]) -> Callb
         return _process(endpoint, webhook_id, raw, digest, headers)
 
 
+# An unsigned request costs its sender nothing: each refusal is a delivery row, but the hash-chained trail (never
+# pruned, its chain locked per append) records an endpoint's refusals once per this many seconds, counting those
+# since (an outside tester wrote 20 audit rows a second with junk signatures, anonymously).
+REFUSALS_AUDITED_EVERY_SECONDS = 60
+
+
 def _refuse_signature(endpoint: WebhookEndpoint, webhook_id: str, digest: str, problem: str) -> CallbackOutcome:
     body = _error(401, "bad_signature", f"webhook signature refused: {problem}", "webhook-signature")
     with transaction.atomic():
@@ -522,6 +529,18 @@ def _refuse_signature(endpoint: WebhookEndpoint, webhook_id: str, digest: str, p
             body_digest=digest,
             response=body,
         )
+        last = (
+            AuditEvent.objects.filter(
+                action=AuditAction.WEBHOOK_REFUSED, subject_type="webhook", subject_id=endpoint.name
+            )
+            .order_by("-id")
+            .values_list("at", flat=True)
+            .first()
+        )
+        if last is not None and (delivery.received_at - last).total_seconds() < REFUSALS_AUDITED_EVERY_SECONDS:
+            return CallbackOutcome(401, body, delivery)  # in the delivery log; the next audited refusal counts it
+        since = InboundDelivery.objects.filter(endpoint=endpoint, verified=False, status=DeliveryStatus.REFUSED)
+        unaudited = since.filter(received_at__gt=last, pk__lt=delivery.pk).count() if last is not None else 0
         audit_record(
             actor=None,
             actor_label=f"webhook:{endpoint.name}",
@@ -529,7 +548,14 @@ def _refuse_signature(endpoint: WebhookEndpoint, webhook_id: str, digest: str, p
             subject_type="webhook",
             subject_id=endpoint.name,
             graph=endpoint.graph,
-            details={"delivery": delivery.pk, "webhook_id": webhook_id, "reason": problem, "body_sha256": digest},
+            details={
+                "delivery": delivery.pk,
+                "webhook_id": webhook_id,
+                "reason": problem,
+                "body_sha256": digest,
+                # Refused since the last audited refusal and not audited one by one (the delivery log has each).
+                "refused_before_unaudited": unaudited,
+            },
         )
     return CallbackOutcome(401, body, delivery)
 

@@ -113,6 +113,27 @@ def test_a_signed_delivery_decides_the_waiting_task_as_the_endpoints_principal()
     assert decision.reason == f"[webhook {endpoint.name}] all checks passed"
 
 
+def test_a_flood_of_unsigned_requests_is_audited_once_a_minute_per_endpoint_and_counted(monkeypatch):
+    """An outside tester wrote 20 hash-chained audit rows a second, anonymously, with junk signatures: the
+    trail is never pruned and each row takes its chain's lock. Each refusal stays in the delivery log; the
+    trail records an endpoint's first, then the next after the window with how many came between."""
+    from approvals.inbound import webhooks
+
+    endpoint, other = endpoint_make(), endpoint_make()
+    wrong = secret_generate()
+    outcomes = [send(endpoint, {"correlation_key": "K"}, secret=wrong) for _ in range(5)]
+    assert [o.http_status for o in outcomes] == [401] * 5
+    refused = AuditEvent.objects.filter(action=AuditAction.WEBHOOK_REFUSED, subject_id=endpoint.name)
+    assert [e.details["delivery"] for e in refused] == [outcomes[0].delivery.pk]
+    assert InboundDelivery.objects.filter(endpoint=endpoint, status=DeliveryStatus.REFUSED).count() == 5
+    send(other, {"correlation_key": "K"}, secret=wrong)  # each endpoint has its own window
+    assert AuditEvent.objects.filter(action=AuditAction.WEBHOOK_REFUSED, subject_id=other.name).count() == 1
+    monkeypatch.setattr(webhooks, "REFUSALS_AUDITED_EVERY_SECONDS", 0)  # the window has passed
+    last = send(endpoint, {"correlation_key": "K"}, secret=wrong)
+    newest = refused.order_by("-id").first()
+    assert newest.details["delivery"] == last.delivery.pk and newest.details["refused_before_unaudited"] == 4
+
+
 def assert_refused(endpoint, outcome, task: ApprovalTask | None, problem: str) -> None:
     assert outcome.http_status == 401, outcome.body
     assert outcome.body["error"]["code"] == "bad_signature"
