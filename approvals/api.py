@@ -39,7 +39,7 @@ from approvals.schemas import (
     ThreadPageOut,
     ThreadSummaryOut,
 )
-from approvals.security import request_proof_at, session_proof_record
+from approvals.security import request_proof_at, session_proof_record, signed_via
 from runtime.models import ACTIVE_RUN_STATUSES, Effect, Run, Thread, ThreadStatus
 from runtime.notify import ThreadWatch
 from runtime.registry import graph_get, graph_names
@@ -443,7 +443,9 @@ def _task_decide(request: AuthedRequest, task_id: UUID, body: DecisionIn) -> tup
         resume=body.resume if "resume" in body.model_fields_set else NOT_GIVEN,
         evidence_digest=body.evidence_digest,
     )
-    signer = services.Signer(authenticated_at=request_proof_at(request), password=body.password, otp=body.otp)
+    signer = services.Signer(
+        authenticated_at=request_proof_at(request), password=body.password, otp=body.otp, via=signed_via(request)
+    )
     decision = services.task_decide(actor=_user(request), task_id=task_id, request=decision_request, signer=signer)
     session_proof_record(request, decision.reauthenticated_at)
     [shown] = gateway.decisions_shown(_user(request), decision.task, [decision])

@@ -153,6 +153,7 @@ def bulk_decide(
             filter=parsed.selection() if parsed else None,
             authenticated_at=signer.authenticated_at,
             reauthenticated_at=reauthenticated_at,
+            signed_via=signer.via,
             token_scope=_scope_of(actor),
         )
         audit_record(
@@ -260,7 +261,9 @@ def _actor(bulk: BulkAction) -> User:
 
 
 def _signer(bulk: BulkAction) -> services.Signer:
-    return services.Signer(authenticated_at=bulk.authenticated_at, reauthenticated_at=bulk.reauthenticated_at)
+    return services.Signer(
+        authenticated_at=bulk.authenticated_at, reauthenticated_at=bulk.reauthenticated_at, via=bulk.signed_via
+    )
 
 
 def _title(actor: User, task_id: str) -> str:

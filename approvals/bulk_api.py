@@ -19,7 +19,7 @@ from approvals.inbox_filter import SELECTION_KEYS
 from approvals.models import BulkAction
 from approvals.payloads import REASON_MAX_CHARS
 from approvals.permissions import token_needs
-from approvals.security import request_proof_at, session_proof_record
+from approvals.security import request_proof_at, session_proof_record, signed_via
 
 router = Router(tags=["bulk"])
 
@@ -108,7 +108,9 @@ def _out(action: BulkAction) -> BulkOut:
 @token_needs("approvals.decide_task")
 def bulk_decision_create(request: AuthedRequest, body: BulkDecisionIn) -> Status[BulkOut]:
     """Approve or reject many tasks with one reason and one signature; each task is decided on its own."""
-    signer = services.Signer(authenticated_at=request_proof_at(request), password=body.password, otp=body.otp)
+    signer = services.Signer(
+        authenticated_at=request_proof_at(request), password=body.password, otp=body.otp, via=signed_via(request)
+    )
     action = bulk.bulk_decide(
         actor=request.auth,
         outcome=_decision_of(body),

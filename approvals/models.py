@@ -152,6 +152,8 @@ class Decision(models.Model):
     signer_name = models.CharField(max_length=300, blank=True, default="")
     meaning = models.CharField(max_length=10, choices=SignatureMeaning.choices, blank=True, default="")
     reauthenticated_at = models.DateTimeField(null=True, blank=True)
+    # "session", "token" (services.Signer.via) or "": a machine principal, or made before this was kept.
+    signed_via = models.CharField(max_length=8, blank=True, default="", db_default="")
     # Signed intent: the action an approving signer signed (proposed action + their edits),
     # and the SHA-256 of everything signed (resume, state update, action; see services.signed_digest).
     # ``decisions_verify`` proves the effects that followed match them.
@@ -719,6 +721,7 @@ class BulkAction(models.Model):
     # The signer's proof, checked once when the action started (the password itself is never stored).
     authenticated_at = models.DateTimeField(null=True, blank=True)
     reauthenticated_at = models.DateTimeField(null=True, blank=True)
+    signed_via = models.CharField(max_length=8, blank=True, default="", db_default="")  # services.Signer.via
     # The API token's scope ([graphs, actions]) the action was started with: the worker decides each task
     # as the user narrowed by it, as the request would have (None: a console session, no narrowing).
     token_scope = models.JSONField(null=True, blank=True)

@@ -51,6 +51,11 @@ def request_proof_at(request: HttpRequest) -> datetime | None:
     return parsed
 
 
+def signed_via(request: HttpRequest) -> str:
+    """What proves the caller of ``request`` (``services.Signer.via``): an API token, else the session."""
+    return "token" if getattr(request, REQUEST_TOKEN_AUTH, False) else "session"
+
+
 def session_proof_record(request: HttpRequest, at: datetime | None) -> None:
     """A successful re-authentication (password or one-time code) refreshes this session only."""
     session = getattr(request, "session", None)

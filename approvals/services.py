@@ -304,6 +304,9 @@ class Signer:
     # A re-authentication the caller verified already, once for many decisions (approvals.bulk):
     # it signs while it is inside the window, as a fresh sign-in does.
     reauthenticated_at: datetime | None = None
+    # What proved it: "session" (a signed-in browser), "token" (an API token: each request presents the
+    # secret, so no sign-in ages), or "" (a machine principal: the deadline sweep, a webhook).
+    via: str = ""
 
 
 def evidence_digest(*, task: ApprovalTask, redaction: list[str], decisions: Iterable[Decision] | None = None) -> str:
@@ -521,6 +524,7 @@ def _task_decide(*, actor: User, task_id: Any, request: DecisionRequest, signer:
             signer_name=actor.get_full_name() or actor.get_username(),
             meaning=meaning,
             reauthenticated_at=reauthenticated_at,
+            signed_via=signer.via,
             signed_action=signed_action,
             signed_digest=signed_digest(
                 interrupt_id=task.interrupt_id,
@@ -549,6 +553,7 @@ def _task_decide(*, actor: User, task_id: Any, request: DecisionRequest, signer:
             "outcome": request.outcome,
             "meaning": meaning,
             "signer": decision.signer_name,
+            "signed_via": signer.via,
             "reason": request.reason,
             "state_patch": state_patch,
             # What the patched keys held before (the thread's values at this task's checkpoint, which it is at):

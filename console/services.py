@@ -30,5 +30,5 @@ def task_decide_checked(
     Not wrapped in a transaction of its own: ``task_decide`` audits policy
     refusals in a separate transaction, which an outer one would roll back.
     """
-    signer = services.Signer(authenticated_at=authenticated_at, password=password or None)
+    signer = services.Signer(authenticated_at=authenticated_at, password=password or None, via="session")
     return services.task_decide(actor=actor, task_id=task_id, request=request, signer=signer)

@@ -1295,7 +1295,7 @@ def _run_resume(
 def _token_signer() -> services.Signer:
     # Every request here authenticates with an API token, which the native API
     # also counts as a fresh sign-in for the electronic-signature window.
-    return services.Signer(authenticated_at=timezone.now())
+    return services.Signer(authenticated_at=timezone.now(), via="token")
 
 
 def _outcome_of(value: Any, *, at: str) -> str:

@@ -38,7 +38,9 @@ def bulk_start(request: HtmxHttpRequest) -> HttpResponse:
         filter_["columns"] = {k[2:]: v for k, v in post.items() if k.startswith("c.") and v}
     else:
         task_ids = post.getlist("task_ids")
-    signer = services.Signer(authenticated_at=request_proof_at(request), password=post.get("password") or None)
+    signer = services.Signer(
+        authenticated_at=request_proof_at(request), password=post.get("password") or None, via="session"
+    )
     try:
         action = bulk.bulk_decide(
             actor=user,

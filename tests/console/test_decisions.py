@@ -248,3 +248,24 @@ def test_a_decision_shows_its_evidence_signature_quorum_and_effects(personas):
         "/decisions/", {"graph": "kyc_onboarding", "node": "compliance_review"}
     )
     assert str(decision.pk) in _ids(listed)
+
+
+def test_a_decision_page_says_how_its_signer_proved_who_they_are(personas):
+    """An outside tester's find: a decision signed with an API token read "Re-authenticated: no (signed within
+    the session's window)": there was no session. Each decision keeps what proved its signer."""
+    by_token = task_make()
+    made = api_decide(personas["approver"], by_token, "approve", reason="token")
+    assert made.status_code == 201, made.content
+    by_session = task_make()
+    signed = console_client(personas["approver"]).post(
+        f"/tasks/{by_session.pk}/decide",
+        {"decision": "approve", "reason": "session", "checkpoint_id": by_session.checkpoint_id},
+    )
+    assert signed.status_code in (201, 303), signed.content
+    token_decision, session_decision = Decision.objects.get(task=by_token), Decision.objects.get(task=by_session)
+    assert (token_decision.signed_via, session_decision.signed_via) == ("token", "session")
+    auditor = console_client(personas["auditor"])
+    token_page = unescape(auditor.get(f"/decisions/{token_decision.pk}/").content.decode())
+    assert "signed with an API token" in token_page and "session's window" not in token_page
+    session_page = unescape(auditor.get(f"/decisions/{session_decision.pk}/").content.decode())
+    assert "signed within the session's window" in session_page and "API token" not in session_page
