@@ -43,11 +43,20 @@ def _reason(request: HttpRequest, metadata: dict[str, Any] | None = None) -> str
 
 
 def checkpoint_wanted(checkpoint: dict[str, Any] | None, checkpoint_id: str | None) -> str | None:
-    """The checkpoint id a request names (``checkpoint_id`` or ``checkpoint.checkpoint_id``), checked."""
-    if checkpoint is not None:
-        if checkpoint.get("checkpoint_ns"):
-            raise InvalidInput("only root checkpoints can be forked or replayed", field="checkpoint.checkpoint_ns")
-        wanted, field = checkpoint.get("checkpoint_id"), "checkpoint.checkpoint_id"
+    """The checkpoint id a request names (``checkpoint_id`` or ``checkpoint.checkpoint_id``), checked.
+
+    Both, naming different checkpoints, is a 422 naming ``checkpoint_id``: the second was silently ignored
+    (and ``checkpoint: {}`` beside a ``checkpoint_id`` ignored the id: no fork, no replay)."""
+    if checkpoint is not None and checkpoint.get("checkpoint_ns"):
+        raise InvalidInput("only root checkpoints can be forked or replayed", field="checkpoint.checkpoint_ns")
+    inside = checkpoint.get("checkpoint_id") if checkpoint is not None else None
+    if inside is not None and checkpoint_id is not None and inside != checkpoint_id:
+        raise InvalidInput(
+            f"names checkpoint {checkpoint_id!r} and checkpoint.checkpoint_id {inside!r}: send one of them",
+            field="checkpoint_id",
+        )
+    if inside is not None:
+        wanted, field = inside, "checkpoint.checkpoint_id"
     else:
         wanted, field = checkpoint_id, "checkpoint_id"
     if wanted is None:

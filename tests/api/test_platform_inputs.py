@@ -6,6 +6,7 @@ parameter, never Django's HTML 404; a method a path does not serve is a JSON 405
 
 from __future__ import annotations
 
+import json
 import uuid
 from typing import Any
 
@@ -523,3 +524,27 @@ def test_creating_a_thread_id_the_caller_may_not_see_answers_as_a_visible_taken_
     if if_exists == "do_nothing":  # a thread the caller may see is returned, as LangGraph Server does
         again = loan_operator.post("/lg/threads", {"thread_id": seen, "if_exists": "do_nothing"})
         assert again.status_code == 200 and again.json()["thread_id"] == seen
+
+
+def test_a_run_or_state_update_naming_two_checkpoints_is_a_422_and_writes_nothing(operator, paused_loan):
+    """An outside tester sent ``checkpoint_id`` and a ``checkpoint`` naming another: the second was silently used
+    (and ``checkpoint: {}`` beside a ``checkpoint_id`` silently ignored the id: no fork, no replay)."""
+    from lgplatform.time_travel import checkpoint_wanted
+    from runtime.models import Run
+
+    thread_id, checkpoints = paused_loan
+    runs_before = Run.objects.filter(thread_id=thread_id).count()
+    two = {"checkpoint_id": checkpoints[1], "checkpoint": {"checkpoint_id": checkpoints[2]}}
+    headers = {**_auth(operator), "X-Gatehouse-Reason": "r"}
+
+    def post(path: str, body: dict[str, Any]) -> Any:
+        return operator.client.client.post(path, json.dumps(body), content_type="application/json", headers=headers)
+
+    run = post(f"/lg/threads/{thread_id}/runs", {"assistant_id": "loan_approval", **two})
+    assert error_of(run, 422)["field"] == "checkpoint_id"
+    state = post(f"/lg/threads/{thread_id}/state", {"values": {"amount": 1}, **two})
+    assert error_of(state, 422)["field"] == "checkpoint_id"
+    assert Run.objects.filter(thread_id=thread_id).count() == runs_before
+    assert checkpoint_wanted({}, checkpoints[1]) == checkpoints[1]  # an empty checkpoint names nothing itself
+    same = {"checkpoint_id": checkpoints[1]}
+    assert checkpoint_wanted(same, checkpoints[1]) == checkpoints[1]
