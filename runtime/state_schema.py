@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import types
 import typing
 from collections.abc import Mapping
@@ -106,6 +107,25 @@ def _presence(hint: Any) -> tuple[Any, bool | None]:
     if origin in _REQUIRED or origin in _NOT_REQUIRED:
         return typing.get_args(hint)[0], origin in _REQUIRED
     return hint, None
+
+
+_MARKED_REQUIRED = re.compile(r"^\s*(?:[A-Za-z_][\w.]*\.)?Required\[")
+
+
+def keys_marked_required(schema: type) -> list[str]:
+    """The keys of a TypedDict (and its bases) whose annotation is ``Required[...]``, in declaration order.
+
+    Under ``from __future__ import annotations`` (as the demo graphs are written) the annotations are strings,
+    which Python 3.11's TypedDict keeps as ``ForwardRef('Required[str]')``: read as they are, no key was
+    required. The resolved hints say it; where they cannot be resolved (a name the module does not hold
+    any more), the annotation's text does."""
+    hints = _hints(schema)
+    out = []
+    for key, hint in hints.items():
+        text = hint.__forward_arg__ if isinstance(hint, typing.ForwardRef) else hint
+        if _presence(hint)[1] or (isinstance(text, str) and _MARKED_REQUIRED.match(text)):
+            out.append(key)
+    return out
 
 
 def required_keys(schema: type) -> list[str]:

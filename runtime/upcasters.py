@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
-import typing
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,7 +28,7 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import CheckpointTuple
 
-from runtime.state_schema import pydantic_fields
+from runtime.state_schema import keys_marked_required, pydantic_fields
 
 VERSION_KEY = "gatehouse_schema_version"
 
@@ -113,14 +112,7 @@ def required_fields(schema: type | None) -> list[str]:
             for f in dataclasses.fields(schema)
             if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
         ]
-    required: list[str] = []
-    for klass in reversed(getattr(schema, "__mro__", ())):
-        for name, annotation in getattr(klass, "__annotations__", {}).items():
-            if typing.get_origin(annotation) is typing.Required or (
-                isinstance(annotation, str) and annotation.startswith(("Required[", "typing.Required["))
-            ):
-                required.append(name)
-    return list(dict.fromkeys(required))
+    return keys_marked_required(schema) if isinstance(schema, type) else []
 
 
 class SchemaVersionedSaver:

@@ -8,8 +8,10 @@ instead of with ``CheckpointLoadError`` naming the field. ``state_schema.require
 from __future__ import annotations
 
 import dataclasses
+from typing import Required, TypedDict
 
 import pytest
+import typing_extensions
 from pydantic import BaseModel, Field
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
@@ -49,3 +51,38 @@ def test_a_field_without_a_value_is_required_whatever_declares_it(schema, requir
 def test_the_graph_schema_requires_a_pydantic_dataclass_field_declared_with_a_bare_field():
     schema = schema_build("g", _PydanticDataclass, version=2, upcasters={1: lambda values: values})
     assert schema.required == ("amount", "client")
+
+
+class _Typed(TypedDict, total=False):
+    amount: Required[int]
+    note: str
+
+
+class _TypedTotal(TypedDict):
+    cost_center: Required[str]
+    note: str
+
+
+class _Derived(_Typed):
+    client: typing_extensions.Required[str]
+
+
+@pytest.mark.parametrize(
+    "schema,required", [(_Typed, ["amount"]), (_TypedTotal, ["cost_center"]), (_Derived, ["amount", "client"])]
+)
+def test_a_typeddict_key_marked_required_is_required_under_postponed_annotations(schema, required):
+    """An outside tester's find: this module's ``from __future__ import annotations`` (the demo graphs' too) makes
+    each annotation a ``ForwardRef('Required[str]')``: no key was required, so a checkpoint without the new
+    ``cost_center`` was rewritten as the new version before its node failed, and the upcaster deployed next
+    never ran on it (the thread could not be retried)."""
+    assert required_fields(schema) == required
+
+
+def test_a_required_key_whose_type_cannot_be_resolved_is_still_required():
+    namespace: dict[str, object] = {}
+    exec(  # noqa: S102 - a graph module whose annotation names a type it no longer holds
+        "from __future__ import annotations\nfrom typing import Required, TypedDict\n"
+        "class State(TypedDict, total=False):\n    gone: Required[NoSuchType]\n    note: str\n",
+        namespace,
+    )
+    assert required_fields(namespace["State"]) == ["gone"]  # type: ignore[arg-type]
