@@ -31,7 +31,16 @@ from approvals import permissions
 from approvals.audit import audit_record, canonical
 from approvals.errors import NotFound
 from approvals.models import ApprovalTask, AuditAction, AuditEvent, Decision, ExternalSource
-from approvals.redaction import EVERY_VALUE, MASK, holds_message, redact, redacted_values, state_redact, text_mask
+from approvals.redaction import (
+    EVERY_VALUE,
+    MASK,
+    holds_message,
+    redact,
+    redacted_values,
+    state_redact,
+    text_mask,
+    values_masked,
+)
 from runtime.models import Effect, Run, Thread
 from runtime.registry import EXTERNAL_GRAPH_PREFIX, UnknownGraph, graph_get, graph_is_external
 from runtime.state import CheckpointView, SubgraphView, thread_history_read, thread_state_read, thread_subgraphs_read
@@ -186,12 +195,13 @@ def effects_masked(
     results, _ = guard(
         user, thread.graph, [e.result for e in effects], subject=f"thread:{thread.pk}", thread_id=thread.pk, quoted=()
     )
+    # Arguments and results carry redacted values under names of their own: masked by value too.
+    values = threads_redacted_values([thread])[thread.pk] if paths_masked_for(user, thread.graph) else set()
     shown = []
     for effect, result in zip(effects, results, strict=True):
         masked = copy.copy(effect)
-        masked.result = result
-        if not args_kept:
-            masked.args = None
+        masked.result = values_masked(result, values)
+        masked.args = values_masked(effect.args, values) if args_kept else None
         shown.append(masked)
     return shown
 
@@ -357,6 +367,8 @@ def audit_details_for(
     )
     if event.action in COMMENT_ACTIONS:  # Conversation (comments): free text quoting redacted values
         details = _comment_details_masked(user, event, details, gathered=gathered)
+    if event.action.startswith("effect.") and event.thread_id is not None and paths_masked_for(user, event.graph):
+        details = _effect_details_masked(event, details)
     if audit_hashes_withheld(user):
         withheld = _digests_withheld(details)
         if withheld != details:
@@ -574,6 +586,17 @@ def _quotes(text: str, values: Collection[str]) -> bool:
     """Whether ``text`` holds one of ``values`` in any letter case (what ``text_mask`` would replace)."""
     lowered = text.lower()
     return any(v.lower() in lowered for v in values)
+
+
+def _effect_details_masked(event: AuditEvent, details: dict[str, Any]) -> dict[str, Any]:
+    """An effect event's arguments and result masked by the values of its thread's redacted paths: the graph
+    passes them under names of its own (``args={"iban": ...}``), which no declared path names. An outside
+    tester, as a lead, read an employee's IBAN in ``effect.executed`` while ``thread.started`` masked it."""
+    if event.thread_id is None or not any(key in details for key in ("args", "result")):
+        return details
+    thread = Thread.objects.filter(pk=event.thread_id).first()
+    values = threads_redacted_values([thread])[thread.pk] if thread is not None else set()
+    return {k: values_masked(v, values) if k in ("args", "result") else v for k, v in details.items()}
 
 
 def _comment_details_masked(

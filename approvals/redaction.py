@@ -285,6 +285,29 @@ def _collect(
             found.add(text)
 
 
+def values_masked(value: Any, values: Collection[str]) -> Any:
+    """``value`` (any JSON) with each scalar that is one of ``values`` replaced by ``MASK`` and each string
+    quoting one masked as ``text_mask`` masks it: for what carries a redacted value under a path of its own
+    (an effect's arguments: ``perform_effect("payout", args={"iban": state["employee"]["iban"]})``)."""
+    if not values:
+        return value
+    lowered = {v.lower() for v in values}
+    return _masked_by_value(value, values, lowered)
+
+
+def _masked_by_value(value: Any, values: Collection[str], lowered: set[str]) -> Any:
+    if isinstance(value, dict):
+        return {k: _masked_by_value(v, values, lowered) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_masked_by_value(v, values, lowered) for v in value]
+    if value is None or isinstance(value, bool):
+        return value
+    text = str(value).strip()
+    if text.lower() in lowered:
+        return MASK
+    return text_mask(value, values) if isinstance(value, str) else value
+
+
 def text_mask(text: str, values: Collection[str]) -> str:
     """``text`` with every occurrence of each of ``values`` (any letter case) replaced by ``TEXT_MASK``.
 
