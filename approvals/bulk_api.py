@@ -19,6 +19,7 @@ from approvals.inbox_filter import SELECTION_KEYS
 from approvals.models import BulkAction
 from approvals.payloads import REASON_MAX_CHARS
 from approvals.permissions import token_needs
+from approvals.schemas import BodyIn
 from approvals.security import request_proof_at, session_proof_record, signed_via
 
 router = Router(tags=["bulk"])
@@ -27,7 +28,7 @@ router = Router(tags=["bulk"])
 BulkDecision = Literal["approve", "reject"]
 
 
-class BulkDecisionIn(Schema):
+class BulkDecisionIn(BodyIn):
     # ``decision``, as a single decision names it (POST /api/tasks/{id}/decision); ``outcome`` is its older
     # name, still read. One of them is required; both, different, are refused.
     decision: BulkDecision | None = None

@@ -16,17 +16,18 @@ from approvals.comments import CommentShown
 from approvals.errors import NotFound
 from approvals.models import Comment
 from approvals.permissions import token_needs
+from approvals.schemas import BodyIn
 
 router = Router(tags=["comments"])
 
 
-class CommentIn(Schema):
+class CommentIn(BodyIn):
     body: str = Field(description=f"Plain text, at most {comments.BODY_MAX_CHARS} characters; `@username` mentions.")
     kind: Literal["comment", "question", "answer"] = "comment"
     reply_to: UUID | None = Field(default=None, description="The comment this replies to; an answer needs a question.")
 
 
-class CommentVersionIn(Schema):
+class CommentVersionIn(BodyIn):
     body: str = Field(description="The new text; the earlier versions stay.")
 
 

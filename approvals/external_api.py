@@ -20,6 +20,7 @@ from approvals.api_common import AuthedRequest
 from approvals.inputs import AwareDatetime
 from approvals.models import ExternalTask
 from approvals.permissions import token_needs
+from approvals.schemas import BodyIn
 from runtime.notify import between_waits
 from runtime.registry import EXTERNAL_SOURCE_PATTERN
 
@@ -36,7 +37,7 @@ def _default_decisions() -> list[DecisionName]:
     return ["approve", "reject"]
 
 
-class ExternalTaskIn(Schema):
+class ExternalTaskIn(BodyIn):
     source: str = Field(pattern=SOURCE_PATTERN, description="The engine's source name (assignments name it).")
     key: str = Field(min_length=1, max_length=200, description="The engine's idempotency key for this task.")
     title: str = Field(min_length=1, max_length=300)

@@ -19,6 +19,7 @@ from approvals.errors import InvalidInput
 from approvals.inputs import AwareDatetime
 from approvals.models import ApprovalTask, Away
 from approvals.permissions import token_needs
+from approvals.schemas import BodyIn
 
 router = Router(tags=["hand-offs"])
 
@@ -39,18 +40,18 @@ class AssignmentOut(Schema):
     claim: ClaimOut
 
 
-class ReassignIn(Schema):
+class ReassignIn(BodyIn):
     to_user: str | None = Field(default=None, min_length=1, max_length=150, description="a username")
     to_group: str | None = Field(default=None, min_length=1, max_length=150, description="a group name")
     note: str = Field(default="", max_length=assignment.NOTE_MAX)
 
 
-class DelegateIn(Schema):
+class DelegateIn(BodyIn):
     to_user: str = Field(min_length=1, max_length=150, description="the colleague's username")
     note: str = Field(min_length=1, max_length=assignment.NOTE_MAX)
 
 
-class AwayIn(Schema):
+class AwayIn(BodyIn):
     delegate: str | None = Field(
         default=None, min_length=1, max_length=150, description="a username; null (alone) clears your out-of-office"
     )

@@ -5,19 +5,19 @@ from __future__ import annotations
 from typing import Any, Literal
 from uuid import UUID
 
-from ninja import Router, Schema, Status
+from ninja import Router, Status
 from pydantic import Field
 
 from approvals.api_common import AuthedRequest
 from approvals.permissions import token_needs
 from approvals.run_cancel import REASON_MAX, run_cancel
-from approvals.schemas import RunOut
+from approvals.schemas import BodyIn, RunOut
 from runtime.models import Run
 
 router = Router()
 
 
-class RunCancelIn(Schema):
+class RunCancelIn(BodyIn):
     # LangGraph Server's actions: interrupt (keep the run's checkpoints) or rollback (remove them).
     action: Literal["interrupt", "rollback"] = "interrupt"
     reason: str = Field(default="", max_length=REASON_MAX)

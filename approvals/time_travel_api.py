@@ -14,13 +14,14 @@ from approvals.api_common import AuthedRequest
 from approvals.errors import DomainError, validation_error_describe
 from approvals.inputs import CheckpointId
 from approvals.permissions import token_needs
+from approvals.schemas import BodyIn
 from runtime.models import Branch
 from runtime.state import SubgraphView
 
 router = Router(tags=["time travel"])
 
 
-class ForkIn(Schema):
+class ForkIn(BodyIn):
     checkpoint_id: CheckpointId
     values: dict[str, Any] | None = None
     as_node: str | None = Field(default=None, max_length=100)
@@ -28,7 +29,7 @@ class ForkIn(Schema):
     run: bool = False
 
 
-class ReplayIn(Schema):
+class ReplayIn(BodyIn):
     checkpoint_id: CheckpointId
     reason: str = Field(max_length=time_travel.REASON_MAX)
 
@@ -83,16 +84,16 @@ def _subgraph_out(sub: SubgraphView) -> SubgraphOut:
     )
 
 
-BodyIn = TypeVar("BodyIn", ForkIn, ReplayIn)
+TravelIn = TypeVar("TravelIn", ForkIn, ReplayIn)
 
 
-def _body_once_allowed(request: AuthedRequest, thread_id: UUID, body: Any, schema: type[BodyIn]) -> BodyIn:
+def _body_once_allowed(request: AuthedRequest, thread_id: UUID, body: Any, schema: type[TravelIn]) -> TravelIn:
     """The body, read only once the caller may travel in the thread: a thread it cannot see is a 404 and a
     caller without the permission a 403, whatever it sent, as on every other write route (an auditor's ``{}``
     answered 422 ``checkpoint_id``, then ``reason``, and only a complete body the 403)."""
     permissions.require_time_travel(request.auth, permissions.thread_get_for(request.auth, thread_id))
     try:
-        return schema.model_validate(body)
+        return schema.model_validate({} if body is None else body)  # no body: as {}, naming what is missing
     except ValidationError as exc:
         raise _described(exc, "body") from None
 

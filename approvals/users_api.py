@@ -18,18 +18,19 @@ from pydantic import Field
 from approvals import users
 from approvals.api_common import AuthedRequest
 from approvals.permissions import token_needs
+from approvals.schemas import BodyIn
 
 router = Router(tags=["users"])
 
 MAX_PK = 2**31 - 1  # auth.User's primary key is a 32-bit integer
 
 
-class AssignmentIO(Schema):
+class AssignmentIO(BodyIn):
     graph: str = Field(min_length=1, max_length=100, description='a registered graph, or "*" for every graph')
     gate: str = Field(default="", max_length=200, description="a node of the graph; empty = every gate")
 
 
-class UserIn(Schema):
+class UserIn(BodyIn):
     username: str = Field(min_length=1, max_length=150)
     email: str = Field(default="", max_length=254)
     first_name: str = Field(default="", max_length=150)
@@ -102,19 +103,19 @@ class UsersQuery(Schema):
     limit: int = Field(default=200, ge=1, le=1000)
 
 
-class RolesIn(Schema):
+class RolesIn(BodyIn):
     roles: list[str] = Field(max_length=20)
 
 
-class AssignmentsIn(Schema):
+class AssignmentsIn(BodyIn):
     assignments: list[AssignmentIO] = Field(max_length=500)
 
 
-class DeactivateIn(Schema):
+class DeactivateIn(BodyIn):
     reason: str = Field(default="", max_length=500)
 
 
-class PasswordIn(Schema):
+class PasswordIn(BodyIn):
     password: str | None = Field(default=None, max_length=4096, description="omit to get a set-password link")
 
 

@@ -12,11 +12,12 @@ from pydantic import Field
 from approvals.inbound import webhooks
 from approvals.models import InboundDelivery, WebhookEndpoint
 from approvals.permissions import token_needs
+from approvals.schemas import BodyIn
 
 router = Router(tags=["webhooks"])
 
 
-class EndpointIn(Schema):
+class EndpointIn(BodyIn):
     # The domain's rule (webhook_endpoint_create checks it too, for the console and the command line).
     name: str = Field(pattern=webhooks.NAME_PATTERN, max_length=webhooks.NAME_MAX_LENGTH)
     graph: str = Field(max_length=100)
@@ -29,11 +30,11 @@ class EndpointIn(Schema):
     timestamp_path: str = Field(default="", max_length=200)
 
 
-class EndpointGatesIn(Schema):
+class EndpointGatesIn(BodyIn):
     gates: list[Annotated[str, Field(max_length=200)]] = Field(max_length=100)
 
 
-class EndpointRotateIn(Schema):
+class EndpointRotateIn(BodyIn):
     keep_previous: bool = True  # the newest old secret keeps verifying until the next rotation
 
 

@@ -548,3 +548,34 @@ def test_a_run_or_state_update_naming_two_checkpoints_is_a_422_and_writes_nothin
     assert checkpoint_wanted({}, checkpoints[1]) == checkpoints[1]  # an empty checkpoint names nothing itself
     same = {"checkpoint_id": checkpoints[1]}
     assert checkpoint_wanted(same, checkpoints[1]) == checkpoints[1]
+
+
+@pytest.mark.parametrize(
+    "path,body,key",
+    [
+        ("/api/threads", {"graph": "loan_approval", "input": {}, "metdata": {"case": "X"}}, "metdata"),
+        ("/api/users", {"username": "typo-user", "roles": ["reviewer"], "assignment": [{"graph": "*"}]}, "assignment"),
+    ],
+)
+def test_a_native_api_body_with_a_key_it_does_not_take_is_a_422_naming_it(personas, path, body, key):
+    """An outside tester's finds: a misspelt ``metdata`` started a thread (201) no search finds, a misspelt
+    ``assignment`` made a user with no access; each key was dropped without a word."""
+    from django.contrib.auth import get_user_model
+
+    from runtime.models import Thread
+
+    before = (Thread.objects.count(), get_user_model().objects.count())
+    response = personas["admin"].client.post(path, body)
+    assert error_of(response, 422)["field"] == key
+    assert (Thread.objects.count(), get_user_model().objects.count()) == before
+
+
+def test_a_decision_with_a_misspelt_key_is_refused_not_approved_as_proposed(personas):
+    from approvals.models import Decision
+    from tests.conftest import api_decide
+    from tests.factories import task_make
+
+    task = task_make()
+    refused = api_decide(personas["approver"], task, "edit", reason="lower", action_arg={"amount": 100})
+    assert error_of(refused, 422)["field"] == "action_arg"
+    assert not Decision.objects.filter(task=task).exists()
