@@ -71,7 +71,7 @@ from runtime import rows
 from runtime.deadlines import duration_human
 from runtime.models import Run, RunKind, Thread, ThreadStatus
 from runtime.registry import UnknownGraph, graph_get, graph_is_external, graph_is_registered, graph_names
-from runtime.runs import PendingInterrupt, ThreadBusy, retry_command, run_enqueue, thread_start_enqueue
+from runtime.runs import PendingInterrupt, ThreadBusy, retry_command, retry_input, run_enqueue, thread_start_enqueue
 from runtime.state import CheckpointView, thread_state_read
 from runtime.state_schema import FieldError, has_validators, values_validate
 from runtime.storable import NotStorable, value_storable_check
@@ -137,7 +137,9 @@ def thread_retry(*, actor: User, thread_id: Any) -> Run:
     command = retry_command(thread=thread)
     _retried_resume_check(command)
     try:
-        run = run_enqueue(thread=thread, kind=RunKind.RETRY, command=command, created_by=actor)
+        run = run_enqueue(
+            thread=thread, kind=RunKind.RETRY, input=retry_input(thread=thread), command=command, created_by=actor
+        )
     except ThreadBusy as exc:
         raise Conflict(str(exc), field="thread_id") from None
     details = {"run": str(run.id), "reapplies": (run.command or {}).get("retry_of")}

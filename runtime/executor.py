@@ -359,7 +359,8 @@ def _input_for(run: Run, graph: Pregel[Any, Any, Any, Any], config: RunnableConf
         return first_input
     # A previous attempt died. Work out how far it got from the checkpoints.
     snapshot = graph.get_state(config)
-    if run.kind == RunKind.RETRY or _checkpoint_of(snapshot) == (run.command or {}).get("checkpoint_id", ""):
+    continues = run.kind == RunKind.RETRY and run.input is None  # a retry with input starts as a start run does
+    if continues or _checkpoint_of(snapshot) == (run.command or {}).get("checkpoint_id", ""):
         return first_input
     return _past_input(snapshot)
 
@@ -607,8 +608,8 @@ def resume_guard(graph: Pregel[Any, Any, Any, Any], config: RunnableConfig, comm
 
 
 def _first_input(run: Run) -> Any:
-    if run.kind == RunKind.START:
-        return run.input or {}
+    if run.kind == RunKind.START or (run.kind == RunKind.RETRY and run.input is not None):
+        return run.input or {}  # a retry of a start that failed before its first checkpoint: its input again
     command = run.command or {}
     resume, update = command.get("resume"), command.get("update") or None
     if resume is None and update is None:

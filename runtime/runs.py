@@ -183,6 +183,17 @@ def _dispatch_on_commit(run: Run) -> None:
     transaction.on_commit(lambda: run_dispatch(run_id=run_id))
 
 
+def retry_input(*, thread: Thread) -> dict[str, Any] | None:
+    """The input a retry of ``thread`` must apply again: its failed start run's, when that run failed before
+    the thread's first checkpoint (a graph factory that raised, a node before the first step's checkpoint).
+    A retry continues from the last checkpoint, and there was none: LangGraph refused it ("Received no input
+    for __start__"), and the input, kept only in the trail, was lost."""
+    last = thread.runs.order_by("-created_at").first()
+    if last is None or last.kind != RunKind.START or last.status != RunStatus.FAILED or thread.checkpoint_id:
+        return None
+    return dict(last.input or {})
+
+
 def retry_command(*, thread: Thread) -> dict[str, Any] | None:
     """The command a retry of ``thread`` must carry: the signed command of its failed (or cancelled) resume, if any.
 
