@@ -58,6 +58,7 @@ class SkipCode:
     QUORUM = "quorum_position"
     STALE = "stale"
     ALREADY_DECIDED = "already_decided"
+    UNDECIDABLE = "undecidable"  # still pending, but nobody may decide it now (its node gone from the graph)
     ALREADY_SIGNED = "already_signed"
     CLAIMED = "claimed"
     NOT_PERMITTED = "not_permitted"
@@ -337,7 +338,10 @@ def _skip_from(exc: DomainError) -> tuple[str, str]:
         if "already signed" in exc.message:
             return SkipCode.ALREADY_SIGNED, exc.message
         if exc.field == "task_id":
-            return SkipCode.ALREADY_DECIDED, exc.message
+            # A closed task, or one still pending that nobody may decide (its node gone, its state unreadable):
+            # an outside tester read "already_decided" on four pending tasks of a renamed node.
+            closed = "can no longer be decided" in exc.message
+            return (SkipCode.ALREADY_DECIDED if closed else SkipCode.UNDECIDABLE), exc.message
         return SkipCode.STALE, exc.message
     if isinstance(exc, InvalidInput) and exc.field in ("edits", "decision", "resume", "action_args", "decisions"):
         return SkipCode.NEEDS_EDIT, exc.message

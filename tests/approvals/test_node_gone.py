@@ -193,3 +193,22 @@ def test_a_task_at_a_renamed_node_is_handed_to_nobody_and_mails_nobody(paused, r
     paused.refresh_from_db()
     assert paused.assigned_user_id is None
     assert assignees_able(task=paused, among=User.objects.filter(pk=reviewer.user.pk)) == []
+
+
+def test_a_bulk_decision_skips_a_task_at_a_renamed_node_as_undecidable_not_decided(paused, reviewer):
+    """An outside tester's bulk approval skipped four pending tasks of a renamed node as ``already_decided``."""
+    from django.utils import timezone
+
+    from approvals import bulk, services
+
+    started = bulk.bulk_decide(
+        actor=reviewer.user,
+        outcome="approve",
+        reason="batch",
+        task_ids=[str(paused.pk)],
+        signer=services.Signer(authenticated_at=timezone.now()),
+    )
+    done = bulk.bulk_run(bulk_id=started.pk)
+    [skipped] = done.skipped
+    assert skipped["code"] == "undecidable" and GONE in skipped["reason"]
+    _nothing_signed_or_queued(paused)
