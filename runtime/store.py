@@ -110,6 +110,8 @@ def store_config_load(path: Path) -> StoreConfig:
 
 def store_config_read(path: Path) -> StoreConfig:
     """Parse the ``store`` and ``gatehouse.store`` sections; bad values stop start-up, naming the file and the key."""
+    if not path.exists():  # said as the registry says it (a misspelt GATEHOUSE_GRAPHS read as a store problem)
+        raise StoreConfigError(f"GATEHOUSE_GRAPHS: {path} does not exist")
     try:
         data = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as exc:

@@ -194,3 +194,15 @@ def test_a_bad_store_section_stops_make_run_in_one_line_and_migrate_succeeds_onc
     graphs.write_text(json.dumps({**good, "store": {"index": {"embed": "./nope.py:embed", "dims": 8}}}))
     checked = _run(env, "manage.py", "graphs_check")
     assert (checked.returncode, checked.stderr.strip()) == (1, f"CommandError: {message}")
+
+
+def test_the_launcher_says_a_misspelt_graphs_file_does_not_exist(tmp_path: Path, stacks: list[Stack]) -> None:
+    """An outside tester's ``GATEHOUSE_GRAPHS=…/langgraph.jsn`` stopped ``make run`` with "cannot read the store
+    configuration" from migrate: the store's reader met the missing file first."""
+    missing = tmp_path / "langgraph.jsn"
+    stack = stack_new(tmp_path, GATEHOUSE_GRAPHS=str(missing))
+    stacks.append(stack.start())
+    assert stack.proc is not None and stack.proc.wait(timeout=scaled(120)) != 0
+    log = stack.log()
+    assert f"GATEHOUSE_GRAPHS: {missing} does not exist" in log and "store configuration" not in log, log[-3000:]
+    assert stack.processes() == []
