@@ -171,6 +171,7 @@ def _thread_started(user: Any, body: ThreadIn) -> ThreadOut:
 def _thread_start_to_wait(user: Any, body: ThreadIn) -> tuple[Any, Any]:
     """Start a thread whose answer will be its state: its reader must be allowed to see it, which is
     checked before anything is written. (thread id, run id)"""
+    services.graph_entry(body.graph)  # an unknown graph is a 422 naming it, as without wait_for, not a 403
     if not permissions.graph_threads_visible(user, body.graph):
         raise Forbidden("waiting needs permission to read this graph's threads; start without it", field="wait_for")
     thread, run = services.thread_start(actor=user, graph=body.graph, input=body.input, metadata=body.metadata)

@@ -89,7 +89,8 @@ def payload_digest(payload: Any) -> str:
     return hashlib.sha256(canonical(payload).encode()).hexdigest()
 
 
-def _graph_entry(graph: str) -> Any:
+def graph_entry(graph: str) -> Any:
+    """The registered graph named ``graph``, or a 422 naming ``graph`` that lists those there are."""
     try:
         return graph_get(graph)
     except UnknownGraph:
@@ -99,7 +100,7 @@ def _graph_entry(graph: str) -> Any:
 @transaction.atomic
 def thread_start(*, actor: User, graph: str, input: dict[str, Any], metadata: dict[str, Any]) -> tuple[Thread, Run]:
     permissions.require(actor, "runtime.start_thread", "start threads")
-    entry = _graph_entry(graph)
+    entry = graph_entry(graph)
     permissions.require_start(actor, graph)
     try:
         values_validate(entry.input_schema, input, prefix="input", complete=entry.input_declared)
