@@ -581,17 +581,21 @@ def test_a_decision_with_a_misspelt_key_is_refused_not_approved_as_proposed(pers
     assert not Decision.objects.filter(task=task).exists()
 
 
-def test_starting_an_unknown_graph_to_wait_for_it_is_the_same_422_as_without_waiting(personas):
+def test_starting_an_unknown_graph_to_wait_for_it_is_the_same_422_as_without_waiting():
     """An outside tester's ``POST /api/threads?wait_for=interrupted`` with a misspelt graph answered 403 "waiting
     needs permission to read this graph's threads"; without ``wait_for`` it was a 422 naming the graph."""
+    from approvals.tokens import token_issue
     from runtime.models import Thread
+    from tests.approvals.handoffs import person
+    from tests.conftest import ApiClient
 
+    operator = ApiClient(token_issue(user=person("operator", graphs=("loan_approval",))))  # one graph, not "*"
     before = Thread.objects.count()
     body = {"graph": "no_such_graph", "input": {}}
-    plain = personas["operator"].client.post("/api/threads", body)
-    waited = personas["operator"].client.client.post(
+    plain = operator.post("/api/threads", body)
+    waited = operator.client.post(
         "/api/threads?wait_for=interrupted", json.dumps(body), content_type="application/json",
-        headers=_auth(personas["operator"]),
+        headers=operator.headers,
     )  # fmt: skip
     assert error_of(plain, 422) == error_of(waited, 422) and error_of(plain, 422)["field"] == "graph"
     assert Thread.objects.count() == before
