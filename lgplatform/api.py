@@ -411,6 +411,8 @@ async def _wait_response(request: HttpRequest, thread_id: Any, run_id: Any) -> H
 @api.post("/threads/{thread_id}/runs/wait", tags=["runs"])
 @token_needs("runtime.start_thread", "approvals.decide_task")
 async def run_wait(request: HttpRequest, thread_id: AnyUuid, body: RunCreateIn) -> HttpResponse:
+    if body.stream_mode:  # checked as /runs and /runs/stream check it: a bogus mode started the run regardless
+        platform_stream.stream_modes_parse(body.stream_mode)
     try:
         run = await between_waits(_run_create_sync)(request, thread_id, body)
     except platform.NothingToRun as finished:  # invoke(None) on a finished thread: its final values

@@ -599,3 +599,13 @@ def test_starting_an_unknown_graph_to_wait_for_it_is_the_same_422_as_without_wai
     )  # fmt: skip
     assert error_of(plain, 422) == error_of(waited, 422) and error_of(plain, 422)["field"] == "graph"
     assert Thread.objects.count() == before
+
+
+@pytest.mark.parametrize("route", ["runs", "runs/stream", "runs/wait"])
+def test_a_bogus_stream_mode_is_a_422_on_every_run_route_and_starts_nothing(operator, lg_thread, route):
+    """``/runs`` and ``/runs/stream`` refused it; ``/runs/wait`` started the run regardless (an outside tester)."""
+    from runtime.models import Run
+
+    body = {"assistant_id": "loan_approval", "input": loan_input(), "stream_mode": "bogus"}
+    assert error_of(operator.client.post(f"/lg/threads/{lg_thread}/{route}", body), 422)["field"] == "stream_mode"
+    assert not Run.objects.filter(thread_id=lg_thread).exists()
