@@ -20,6 +20,8 @@ from approvals import assignment, permissions
 from approvals.errors import DomainError, InvalidInput
 from approvals.inputs import instant_check
 from console import page_context
+from console.forms import NUL_REFUSED, nul_fields
+from console.middleware import form_text_checked
 from console.views.common import HtmxHttpRequest, SignedInRequest, console_login_required, domain_errors
 
 
@@ -94,6 +96,7 @@ def _when(value: str, field: str) -> datetime | None:
     return instant_check(aware, field=field)
 
 
+@form_text_checked  # a NUL byte in the note: refused on the page, not the API's JSON
 @require_http_methods(["GET", "POST"])
 @console_login_required
 @domain_errors
@@ -104,6 +107,8 @@ def away(request: SignedInRequest) -> HttpResponse:
     error: DomainError | None = None
     if request.method == "POST":
         try:
+            if refused := nul_fields(request.POST):  # refused on the page (form_text_checked), not as JSON
+                raise InvalidInput(NUL_REFUSED, field=refused[0])
             if "clear" in request.POST:
                 assignment.away_clear(actor=actor)
                 messages.success(request, "You are no longer marked away.")

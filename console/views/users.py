@@ -23,7 +23,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from approvals import permissions, users
-from approvals.errors import DomainError
+from approvals.errors import DomainError, InvalidInput
 from console.forms import NUL_REFUSED, nul_fields
 from console.middleware import form_text_checked
 from console.views.common import HtmxHttpRequest, console_login_required, domain_errors, error_page
@@ -232,6 +232,7 @@ def user_assignments(request: HtmxHttpRequest, user_id: int) -> HttpResponse:
     return _change(request, user_id, change)
 
 
+@form_text_checked  # a NUL byte in the reason: refused in the panel, not the API's JSON
 @require_POST
 @console_login_required
 @domain_errors
@@ -239,6 +240,8 @@ def user_deactivate(request: HtmxHttpRequest, user_id: int) -> HttpResponse:
     reason = request.POST.get("reason", "").strip()
 
     def change() -> str:
+        if refused := nul_fields(request.POST):
+            raise InvalidInput(NUL_REFUSED, field=refused[0])
         users.user_deactivate(actor=_actor(request), user_id=user_id, reason=reason)
         return "Deactivated: signed out everywhere, API tokens revoked"
 

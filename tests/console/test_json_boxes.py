@@ -182,3 +182,30 @@ def test_a_blank_state_patch_is_no_edit(personas, typed):
         console_client(personas["reviewer"]), task, decision="reject", reason="r", edits_json=typed
     )
     assert response.status_code < 400, response.content.decode()[:2000]
+
+
+@pytest.mark.parametrize("form", ["deactivate", "away"])
+def test_a_raw_nul_byte_in_a_deactivation_reason_or_an_away_note_is_refused_on_the_page(personas, form):
+    """An outside tester's NUL byte in the deactivation reason or the away note got the API's raw JSON in place of
+    the page, even for htmx; now the page's own refusal, and nothing changes."""
+    from django.contrib.auth.models import User
+
+    from approvals.models import Away
+    from tests.approvals.handoffs import person
+
+    if form == "deactivate":
+        target = person()
+        client, url, fields = console_client(personas["admin"]), f"/users/{target.pk}/deactivate", {"reason": "x\x00"}
+    else:
+        colleague = person()
+        client, url = console_client(personas["reviewer"]), "/settings/away"
+        fields = {"delegate": colleague.username, "note": "back\x00soon"}
+    for headers in ({}, {"HX-Request": "true"}):
+        response = client.post(url, fields, headers=headers)
+        assert response.status_code == 422, response.content[:300]
+        assert response["Content-Type"].startswith("text/html"), response.content[:300]
+        assert "the text contains a NUL byte" in unescape(response.content.decode())
+    if form == "deactivate":
+        assert User.objects.get(pk=target.pk).is_active
+    else:
+        assert not Away.objects.filter(user=personas["reviewer"].user).exists()
