@@ -57,7 +57,12 @@ def gate_payload(
     correlation_key: str | None = None,
     details: dict[str, Any] | None = None,
     due: str | None = None,
+    remind_before: str | None = None,
+    escalate_to: str | None = None,
+    on_timeout: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """A Gatehouse gate payload. The deadline keys (``due``, ``remind_before``, ``escalate_to``, ``on_timeout``:
+    docs/deadlines.md) are written only when given; the payload could carry them, this builder refused them."""
     unknown = set(decisions) - set(ALL_DECISIONS)
     if unknown:
         raise ValueError(f"unknown decisions {sorted(unknown)}; allowed: {ALL_DECISIONS}")
@@ -74,7 +79,16 @@ def gate_payload(
         "correlation_key": correlation_key,
         "details": details or {},
         # deadlines: "4h", "30m" (docs/deadlines.md); only when given, so existing payloads are unchanged
-        **({"due": due} if due is not None else {}),
+        **{
+            key: value
+            for key, value in (
+                ("due", due),
+                ("remind_before", remind_before),
+                ("escalate_to", escalate_to),
+                ("on_timeout", on_timeout),
+            )
+            if value is not None
+        },
     }
 
 

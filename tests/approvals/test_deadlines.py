@@ -659,3 +659,16 @@ def test_tasks_escalated_before_the_group_was_kept_take_it_from_their_audit_even
     backfill(apps, None)
     escalated_to = dict(ApprovalTask.objects.filter(pk__in=[moved.pk, kept.pk]).values_list("pk", "escalated_to"))
     assert escalated_to == {moved.pk: LEADS, kept.pk: ""}
+
+
+def test_the_gate_payload_builder_takes_every_deadline_key_the_docs_name():
+    """An outside tester's ``request_review(..., remind_before="10m")`` raised TypeError: docs/deadlines.md says a
+    payload may carry it, and the builder took ``due`` only."""
+    from runtime.gatekeeper import gate_payload
+
+    timeout = {"outcome": "reject", "reason": "No decision in time"}
+    payload = gate_payload(title="Pay", due="1h", remind_before="10m", escalate_to=LEADS, on_timeout=timeout)
+    policy = gate_deadline(graph="loan_approval", node="human_review", payload=payload)
+    assert (policy.due_seconds, policy.remind_before_seconds, policy.escalate_to) == (3600, 600, LEADS)
+    assert policy.on_timeout is not None and policy.on_timeout.outcome == "reject"
+    assert "remind_before" not in gate_payload(title="Pay")  # written only when given
