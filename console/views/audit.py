@@ -42,6 +42,8 @@ def audit(request: HtmxHttpRequest) -> HttpResponse:
         "subject_names": names,
         # The export reads the same filter: an invalid one would answer a raw 422, so it is not offered.
         "exportable": form.is_valid() and not error,
+        # A reader who sees values masked gets no chain hashes (gateway.audit_hashes_withheld): said by the links.
+        "hashes_withheld": gateway.audit_hashes_withheld(request.user),
     }
     if request.htmx and request.htmx.target == "audit-results":
         return render(request, "console/partials/audit_results.html", ctx)

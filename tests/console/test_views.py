@@ -739,3 +739,24 @@ def test_a_completed_thread_s_row_says_when_it_was_last_updated(personas):
     row = page.split(f'data-thread-id="{task.thread_id}"', 1)[1].split("</tr>", 1)[0]
     cells = re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)
     assert "Completed" in cells[3] and cells[-1].strip() == "3 min ago"
+
+
+def test_the_audit_pages_export_links_say_whether_they_carry_chain_hashes(personas):
+    """A reader who sees values masked gets no chain hashes (they cover the masked values): the links said
+    "with chain hashes" to them too."""
+    from django.contrib.auth.models import Permission, User
+    from django.db import transaction
+    from django.test import Client
+
+    from approvals.audit import audit_record
+
+    reader = User.objects.create_user(f"audit-masked-{uuid.uuid4().hex[:6]}")
+    reader.user_permissions.add(*Permission.objects.filter(codename__in=["view_audit", "view_all_graphs"]))
+    with transaction.atomic():  # a row to show, whatever else this database holds
+        audit_record(actor=None, actor_label="test", action="test.hashes", subject_type="test", subject_id="1")
+    client = Client()
+    client.force_login(reader)
+    masked = client.get("/audit/").content.decode()
+    assert "without chain hashes: they cover values masked for you" in masked and "hash withheld" in masked
+    seeing = console_client(personas["auditor"]).get("/audit/").content.decode()
+    assert "with chain hashes" in seeing and "without chain hashes" not in seeing
