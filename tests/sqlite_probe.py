@@ -34,3 +34,22 @@ def sqlite_probe(script: str, var_dir: Path) -> Any:
     )
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+# The opening of a probe that calls the API as an admin: the fresh database migrated, Django's test ``Client``
+# imported, and ``headers`` carrying an admin's API token.
+ADMIN_PROBE = """
+import json
+import django
+django.setup()
+from django.core.management import call_command
+call_command("migrate", verbosity=0)
+from django.contrib.auth import get_user_model
+from django.test import Client
+from approvals.roles import roles_ensure
+from approvals.tokens import token_issue
+
+admin = get_user_model().objects.create_user("admin")
+admin.groups.add(roles_ensure()["admin"])
+headers = {"Authorization": "Bearer " + token_issue(user=admin)}
+"""

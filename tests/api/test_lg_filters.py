@@ -11,7 +11,7 @@ import pytest
 
 from lgplatform.schemas import FILTER_KEYS_MAX
 from tests.conftest import ApiClient
-from tests.sqlite_probe import sqlite_probe
+from tests.sqlite_probe import ADMIN_PROBE, sqlite_probe
 
 pytestmark = pytest.mark.usefixtures("live_db")
 
@@ -44,21 +44,11 @@ def test_history_metadata_of_too_many_keys_is_refused_naming_it(personas):
     assert (refused.status_code, refused.json()["error"]["field"]) == (422, "metadata")
 
 
-_SQLITE_PROBE = """
-import json
-import django
-django.setup()
-from django.core.management import call_command
-call_command("migrate", verbosity=0)
-from django.contrib.auth import get_user_model
-from django.test import Client
-from approvals.roles import roles_ensure
-from approvals.tokens import token_issue
+_SQLITE_PROBE = (
+    ADMIN_PROBE
+    + """
 from lgplatform.schemas import FILTER_KEYS_MAX
 
-admin = get_user_model().objects.create_user("admin")
-admin.groups.add(roles_ensure()["admin"])
-headers = {"Authorization": "Bearer " + token_issue(user=admin)}
 keys = {f"k{i}": "v" for i in range(FILTER_KEYS_MAX)}
 out = {}
 for path, field in [("/lg/threads/search", "values"), ("/lg/threads/search", "metadata"),
@@ -67,6 +57,7 @@ for path, field in [("/lg/threads/search", "values"), ("/lg/threads/search", "me
     out[f"{path} {field}"] = Client().post(path, body, content_type="application/json", headers=headers).status_code
 print(json.dumps(out))
 """
+)
 
 
 @pytest.mark.embedded
@@ -74,20 +65,9 @@ def test_the_largest_filter_allowed_runs_on_the_embedded_sqlite(tmp_path):
     assert set(sqlite_probe(_SQLITE_PROBE, tmp_path / "var").values()) == {200}
 
 
-_SQLITE_TYPES_PROBE = """
-import json
-import django
-django.setup()
-from django.core.management import call_command
-call_command("migrate", verbosity=0)
-from django.contrib.auth import get_user_model
-from django.test import Client
-from approvals.roles import roles_ensure
-from approvals.tokens import token_issue
-
-admin = get_user_model().objects.create_user("admin")
-admin.groups.add(roles_ensure()["admin"])
-headers = {"Authorization": "Bearer " + token_issue(user=admin)}
+_SQLITE_TYPES_PROBE = (
+    ADMIN_PROBE
+    + """
 post = lambda path, body: Client().post(path, json.dumps(body), content_type="application/json", headers=headers)
 literal = post("/lg/threads", {"metadata": {"flag": True, "f": False, "nul": None, "n": 5, "s": "x"}}).json()
 text = post("/lg/threads", {"metadata": {"flag": "true", "f": "false", "nul": "null", "n": "5", "s": "x"}}).json()
@@ -99,6 +79,7 @@ for key, value in [("flag", True), ("flag", "true"), ("f", False), ("f", "false"
     out[f"{key}={json.dumps(value)}"] = sorted(names[t["thread_id"]] for t in found if t["thread_id"] in names)
 print(json.dumps(out))
 """
+)
 
 
 @pytest.mark.embedded

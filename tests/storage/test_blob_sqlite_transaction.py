@@ -10,24 +10,15 @@ from __future__ import annotations
 
 import pytest
 
-from tests.sqlite_probe import sqlite_probe
+from tests.sqlite_probe import ADMIN_PROBE, sqlite_probe
 
-_PROBE = """
-import json, sqlite3
-import django
-django.setup()
+_PROBE = (
+    ADMIN_PROBE
+    + """
+import sqlite3
 from django.conf import settings
-from django.core.management import call_command
-call_command("migrate", verbosity=0)
-from django.contrib.auth import get_user_model
-from django.test import Client
-from approvals.roles import roles_ensure
-from approvals.tokens import token_issue
 from runtime.executor import run_execute
 
-admin = get_user_model().objects.create_user("admin")
-admin.groups.add(roles_ensure()["admin"])
-headers = {"Authorization": "Bearer " + token_issue(user=admin)}
 client = Client()
 post = lambda path, body, **more: client.post(
     path, json.dumps(body), content_type="application/json", headers={**headers, **more}
@@ -72,6 +63,7 @@ out["stored again after a rollback"] = other.execute(
 ).fetchone()[0]
 print(json.dumps(out))
 """
+)
 
 
 @pytest.mark.embedded
