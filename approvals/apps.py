@@ -32,3 +32,7 @@ class ApprovalsConfig(AppConfig):
         from runtime.registry import registry_warning_register
 
         registry_warning_register(node_gone_warnings)
+        # A gate's escalate_to naming no group: said at start-up, not first when a task is overdue.
+        from approvals.deadlines import escalation_group_warnings
+
+        registry_warning_register(escalation_group_warnings)

@@ -345,6 +345,26 @@ def _system_principal() -> User:
     return user
 
 
+def escalation_group_warnings(entries: dict[str, Any]) -> list[str]:
+    """One line per gate whose configured ``escalate_to`` names no group: said as the registry loads
+    (``graphs_check``, a worker's start). A misspelt group passed start-up and showed only when a task was
+    overdue ("group … does not exist: not reassigned"); groups are data, made after a deploy too, so a warning,
+    not a refusal."""
+    wanted = {
+        (graph, gate, deadline.escalate_to)
+        for graph, entry in entries.items()
+        for gate, deadline in entry.deadlines.items()
+        if deadline.escalate_to
+    }
+    existing = set(Group.objects.filter(name__in={name for _, _, name in wanted}).values_list("name", flat=True))
+    return [
+        f"graph {graph!r}, gate {gate!r}: escalate_to {name!r} names no group, so its overdue tasks would not be "
+        "reassigned (create the group, or correct langgraph.json; docs/deadlines.md)"
+        for graph, gate, name in sorted(wanted)
+        if name not in existing
+    ]
+
+
 # --- notifications -----------------------------------------------------------------------------
 
 

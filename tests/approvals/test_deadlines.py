@@ -672,3 +672,23 @@ def test_the_gate_payload_builder_takes_every_deadline_key_the_docs_name():
     assert (policy.due_seconds, policy.remind_before_seconds, policy.escalate_to) == (3600, 600, LEADS)
     assert policy.on_timeout is not None and policy.on_timeout.outcome == "reject"
     assert "remind_before" not in gate_payload(title="Pay")  # written only when given
+
+
+@pytest.mark.django_db
+def test_a_gates_escalate_to_naming_no_group_is_said_as_the_registry_loads():
+    """An outside tester's misspelt ``escalate_to: "finance-leads"`` passed graphs_check and start-up; it showed
+    first when a task was overdue ("group … does not exist: not reassigned")."""
+    from approvals.deadlines import escalation_group_warnings
+    from runtime.registry import graph_get, registry_warnings_read
+
+    entries = {GRAPH: graph_get(GRAPH)}
+    Group.objects.filter(name=LEADS).delete()
+    said = escalation_group_warnings(entries)
+    assert said == [
+        f"graph {GRAPH!r}, gate {gate!r}: escalate_to {LEADS!r} names no group, so its overdue tasks would not be "
+        "reassigned (create the group, or correct langgraph.json; docs/deadlines.md)"
+        for gate in ("compliance_review", "human_review")
+    ]
+    assert set(said) <= set(registry_warnings_read(entries))  # graphs_check and a worker's start say it
+    Group.objects.create(name=LEADS)
+    assert escalation_group_warnings(entries) == []
