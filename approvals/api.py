@@ -492,6 +492,8 @@ def audit_list(request: AuthedRequest, query: Query[AuditQuery]) -> list[AuditEv
 
 
 def _audit_out(event: AuditEvent, user: Any) -> AuditEventOut:
+    # Each hash covers the event's unmasked details: withheld from a reader who sees values masked.
+    withheld = gateway.audit_hashes_withheld(user)
     return AuditEventOut(
         id=event.id,
         chain=event.chain,
@@ -503,7 +505,6 @@ def _audit_out(event: AuditEvent, user: Any) -> AuditEventOut:
         thread_id=event.thread_id,
         graph=event.graph,
         details=gateway.audit_details_for(user, event),
-        # Each covers the event's unmasked details: withheld from a reader who sees values masked.
-        prev_hash=gateway.DIGEST_WITHHELD if gateway.audit_hashes_withheld(user) else event.prev_hash,
-        hash=gateway.DIGEST_WITHHELD if gateway.audit_hashes_withheld(user) else event.hash,
+        prev_hash=gateway.DIGEST_WITHHELD if withheld else event.prev_hash,
+        hash=gateway.DIGEST_WITHHELD if withheld else event.hash,
     )

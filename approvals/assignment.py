@@ -434,10 +434,15 @@ def group_named(name: str, *, field: str) -> Group:
 
 COLLEAGUES_MAX = 100
 
-# Users whose role (a group's permissions or their own) grants deciding.
-_DECIDER = Q(groups__permissions__codename="decide_task", groups__permissions__content_type__app_label="approvals") | Q(
-    user_permissions__codename="decide_task", user_permissions__content_type__app_label="approvals"
-)
+
+def permission_holders_q(codename: str) -> Q:
+    """Users whose role (a group's permissions) or own permissions grant ``approvals.<codename>``."""
+    return Q(groups__permissions__codename=codename, groups__permissions__content_type__app_label="approvals") | Q(
+        user_permissions__codename=codename, user_permissions__content_type__app_label="approvals"
+    )
+
+
+_DECIDER = permission_holders_q("decide_task")  # users whose role grants deciding
 
 
 def colleagues_for(user: permissions.Principal, task: ApprovalTask | None = None) -> list[User]:

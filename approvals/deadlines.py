@@ -43,7 +43,7 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from approvals import permissions
-from approvals.assignment import assignees_able, group_refusal
+from approvals.assignment import assignees_able, group_refusal, permission_holders_q
 from approvals.audit import audit_record, audit_task
 from approvals.errors import DomainError
 from approvals.gate_policy import gate_deadline
@@ -391,10 +391,8 @@ def _recipients(task: ApprovalTask) -> list[User]:
 def _every_graph_by_role(users: QuerySet[User]) -> QuerySet[User]:
     """Of ``users``, those who see every graph by their role (``permissions.graphs_visible``), not by an
     assignment: a team whose only decider is its admin had reminders and escalations e-mailed to nobody."""
-    every = {"codename": "view_all_graphs", "content_type__app_label": "approvals"}
-    by_group = {f"groups__permissions__{k}": v for k, v in every.items()}
-    by_user = {f"user_permissions__{k}": v for k, v in every.items()}
-    return users.filter(pk__in=User.objects.filter(Q(is_superuser=True) | Q(**by_group) | Q(**by_user)).values("pk"))
+    every = User.objects.filter(Q(is_superuser=True) | permission_holders_q("view_all_graphs"))
+    return users.filter(pk__in=every.values("pk"))
 
 
 def _mail_body(task: ApprovalTask, headline: str) -> str:

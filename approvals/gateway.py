@@ -359,7 +359,7 @@ def audit_details_for(
     stored: dict[str, Any] = event.details
     if not event.graph or event.action == AuditAction.SENSITIVE_REVEALED:
         # An export's event names the head hash it reached (``audit.exported``): a chain hash like any other.
-        return _digests_withheld(stored) if audit_hashes_withheld(user) and _holds_digest(stored) else stored
+        return _digests_withheld(stored) if audit_hashes_withheld(user) else stored
     details: dict[str, Any]
     # Details quote state (an input, an update, edits): their messages are masked by the values they hold.
     details, _ = guard(
@@ -369,11 +369,7 @@ def audit_details_for(
         details = _comment_details_masked(user, event, details, gathered=gathered)
     if event.action.startswith("effect.") and event.thread_id is not None and paths_masked_for(user, event.graph):
         details = _effect_details_masked(event, details)
-    if audit_hashes_withheld(user):
-        withheld = _digests_withheld(details)
-        if withheld != details:
-            details = withheld
-    return details
+    return _digests_withheld(details) if audit_hashes_withheld(user) else details
 
 
 @dataclasses.dataclass(frozen=True)
@@ -466,12 +462,6 @@ def _digests_withheld(details: Any) -> Any:
     if isinstance(details, list):
         return [_digests_withheld(v) for v in details]
     return details
-
-
-def _holds_digest(details: Any) -> bool:
-    if isinstance(details, dict):
-        return any((k.endswith(_DIGEST_KEYS) and v) or _holds_digest(v) for k, v in details.items())
-    return isinstance(details, list) and any(_holds_digest(v) for v in details)
 
 
 def payload_digest_for(user: permissions.Principal, task: ApprovalTask) -> str:
