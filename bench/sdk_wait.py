@@ -119,7 +119,8 @@ def sequential(side: Side, n: int, *, measured: bool = True) -> None:
 def gatehouse(args: argparse.Namespace) -> Iterator[Side]:
     from demo.fakebank import serve_in_thread
 
-    run_dir = OUT_DIR / "run-sdk"
+    # A scenario may keep its own logs (sdk_crowd does): the next scenario's stack would overwrite these.
+    run_dir = OUT_DIR / getattr(args, "run_dir", "run-sdk")
     run_dir.mkdir(parents=True, exist_ok=True)
     queue = f"gatehouse-sdk-{uuid.uuid4().hex[:8]}"
     bank = serve_in_thread(latency_ms=0.0)

@@ -427,7 +427,8 @@ async def run_join(request: HttpRequest, thread_id: AnyUuid, run_id: AnyUuid) ->
 
 
 def _stream_response(request: HttpRequest, thread_id: Any, run_id: Any, events: Any) -> StreamingHttpResponse:
-    response = StreamingHttpResponse(events, content_type="text/event-stream")
+    ended = platform_stream.events_ended(events, thread_id=thread_id, run_id=run_id)
+    response = StreamingHttpResponse(ended, content_type="text/event-stream")
     response["Cache-Control"] = "no-store"
     response["X-Accel-Buffering"] = "no"
     response["Content-Location"] = _run_location(thread_id, run_id)

@@ -32,6 +32,7 @@ import datetime
 import decimal
 import enum
 import json
+import logging
 import re
 import time
 import typing
@@ -51,7 +52,9 @@ from runtime.models import ACTIVE_RUN_STATUSES, Run, RunStatus, Thread
 from runtime.notify import ThreadWatch, between_waits
 from runtime.registry import UnknownGraph, graph_get
 from runtime.state_schema import schema_fields
-from runtime.stream import CLIENT_MODES, Entry, event_mode, run_log, run_stream_request
+from runtime.stream import CLIENT_MODES, Entry, RunLogUnreadable, event_mode, run_log, run_stream_request
+
+log = logging.getLogger(__name__)
 
 HEARTBEAT_SECONDS = 10.0  # a comment line this often keeps proxies from closing an idle stream
 READ_WAIT_SECONDS = 5.0
@@ -393,6 +396,16 @@ async def run_stream_events(
     beat = time.monotonic()
     current = run
     read: asyncio.Task[list[Entry]] | None = None
+    log_lost = False
+
+    def unreadable(exc: RunLogUnreadable) -> None:
+        # The log is a fast path: the database says when the run settles and holds its final values.
+        # The stream goes on from it (chunks not read are not sent; the final values are) rather than
+        # dying mid-response, which leaves the client waiting out its own timeout.
+        nonlocal published, log_lost
+        published, log_lost = False, True
+        log.warning("run %s: streaming on without its log (%s); its final values end the stream", run_id, exc)
+
     try:
         async with ThreadWatch(thread_id) as watch:
             while True:
@@ -411,7 +424,11 @@ async def run_stream_events(
                     waits = {waiting} if read is None else {waiting, read}
                     done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
                     if read is not None and read in done:
-                        entries, read = read.result(), None
+                        try:
+                            entries, read = read.result(), None
+                        except RunLogUnreadable as exc:
+                            entries, read = [], None
+                            unreadable(exc)
                         async for chunk in follower.events(entries):
                             yield chunk
                     if time.monotonic() - beat >= HEARTBEAT_SECONDS:
@@ -431,9 +448,19 @@ async def run_stream_events(
                 if (task := asyncio.current_task()) is not None and task.cancelling():
                     raise  # the client went away: this stream is being cancelled, not just the read
                 entries = []
+            except RunLogUnreadable as exc:
+                entries = []
+                unreadable(exc)
             async for chunk in follower.events(entries):
                 yield chunk
-        while published and (entries := await source.read(str(run_id), follower.cursor, wait=0)):
+        while published:
+            try:
+                entries = await source.read(str(run_id), follower.cursor, wait=0)
+            except RunLogUnreadable as exc:
+                unreadable(exc)
+                break
+            if not entries:
+                break
             async for chunk in follower.events(entries):
                 yield chunk
         for chunk in follower.flushed():
@@ -443,15 +470,36 @@ async def run_stream_events(
             read.cancel()
     if current.status == RunStatus.FAILED:
         yield sse("error", run_error_out(current.error, current.error_type))
-    elif "values" in follower.modes and not follower.values_sent:
+    elif "values" in follower.modes and (not follower.values_sent or log_lost):
         # Nothing streamed the values (a run nobody asked to publish, or a log that could not be
-        # written): the final state, with its interrupts, as before streaming existed.
+        # written), or the last of them may not have been read: the final state, with its interrupts,
+        # as before streaming existed.
         state = await between_waits(thread_state)(user, thread_id)
         values = dict(state.values)
         if state.interrupts:
             values["__interrupt__"] = [i.as_streamed() for i in state.interrupts]
         yield sse("values", values)
     yield sse("end", None)
+
+
+async def events_ended(events: AsyncIterator[bytes], *, thread_id: Any, run_id: Any) -> AsyncIterator[bytes]:
+    """``events``, ended by ``error`` and ``end`` if they fail: the response has started, so the server can
+    no longer answer a 500, and a stream cut short without its ``end`` left its client waiting out its own
+    timeout (120 s for langgraph-sdk) before joining the run again. The failure is logged as one."""
+    try:
+        async for chunk in events:
+            yield chunk
+    except Exception as exc:
+        log.exception("run %s: its stream failed", run_id)
+        yield sse(
+            "error",
+            {
+                "error": type(exc).__name__,
+                "message": "the stream failed on the server; join the run: "
+                f"GET /lg/threads/{thread_id}/runs/{run_id}/join",
+            },
+        )
+        yield sse("end", None)
 
 
 def _timeout_error(thread_id: Any, run_id: Any, limit: float) -> dict[str, Any]:

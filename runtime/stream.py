@@ -94,6 +94,13 @@ def run_stream_request(*, run_id: Any, modes: Sequence[str], subgraphs: bool) ->
 # --- the log: Redis streams, or a SQLite table in embedded mode -----------------------------------
 
 
+READ_SLACK_SECONDS = 5.0  # past a read's own wait, how long the log may take to answer before it is unreadable
+
+
+class RunLogUnreadable(Exception):
+    """The log did not answer a read (its store is down, or hung past the read's wait and the slack)."""
+
+
 @dataclass(frozen=True)
 class Entry:
     id: str  # the SSE event id: a reader resumes after it (Last-Event-ID)
@@ -107,7 +114,8 @@ class RunLog(Protocol):
     def valid_id(self, entry_id: str) -> bool: ...
 
     async def read(self, run_id: str, after: str, *, wait: float) -> list[Entry]:
-        """Entries after ``after`` ("0": from the start); waits up to ``wait`` seconds for the first one."""
+        """Entries after ``after`` ("0": from the start); waits up to ``wait`` seconds for the first one.
+        Raises ``RunLogUnreadable`` if the log has not answered ``READ_SLACK_SECONDS`` after that."""
         ...
 
 
@@ -144,13 +152,25 @@ class RedisRunLog:
         loop = asyncio.get_running_loop()
         client = self._async.get(loop)
         if client is None:
-            client = redis.asyncio.Redis.from_url(self.url, socket_connect_timeout=5)
+            # No socket timeout: redis-py 8 reads with a 5 s one by default, blocking commands included, and
+            # an XREAD BLOCK 5000 failed whenever Redis's empty answer came after the client's clock ran
+            # out. One stream in a few hundred died mid-response under load, and its client waited out its
+            # own 120 s timeout (the crowd benchmark's stall). Each read bounds itself instead (``read``).
+            client = redis.asyncio.Redis.from_url(self.url, socket_connect_timeout=5, socket_timeout=None)
             self._async[loop] = client
         return client
 
     async def read(self, run_id: str, after: str, *, wait: float) -> list[Entry]:
+        import redis
+
         block = int(wait * 1000) if wait > 0 else None
-        found = await self._client().xread({self.key(run_id): after}, count=500, block=block)
+        try:
+            found = await asyncio.wait_for(
+                self._client().xread({self.key(run_id): after}, count=500, block=block),
+                timeout=max(0.0, wait) + READ_SLACK_SECONDS,
+            )
+        except (TimeoutError, redis.RedisError) as exc:
+            raise RunLogUnreadable(f"the run's stream log did not answer: {type(exc).__name__}: {exc}") from exc
         return [
             Entry(entry_id.decode(), fields[b"e"].decode(), fields[b"d"].decode())
             for _key, entries in found or []
@@ -216,7 +236,10 @@ class SqliteRunLog:
     async def read(self, run_id: str, after: str, *, wait: float) -> list[Entry]:
         deadline = time.monotonic() + wait
         while True:
-            entries = await asyncio.to_thread(self._read_now, run_id, after)
+            try:
+                entries = await asyncio.to_thread(self._read_now, run_id, after)
+            except sqlite3.Error as exc:  # locked past its busy timeout, or the file gone
+                raise RunLogUnreadable(f"the run's stream log could not be read: {exc}") from exc
             if entries or time.monotonic() >= deadline:
                 return entries
             await asyncio.sleep(min(EMBEDDED_POLL_SECONDS, max(0.0, deadline - time.monotonic())))

@@ -157,3 +157,67 @@ def test_a_log_that_cannot_be_written_never_fails_the_run(monkeypatch):
     run = Run(id=uuid.uuid4(), stream={"modes": ["values"], "subgraphs": False})
     chunks = list(stream_tap(run, _graph(), {"n": 0}, {"configurable": {"thread_id": "d"}}, stream_mode="updates"))
     assert [list(c) for c in chunks] == [["count"], ["__interrupt__"]]
+
+
+# --- a slow or silent Redis: a read answers late or says so, never fails at random -------------------------
+
+
+@pytest.fixture
+def redis_behind_proxy():
+    """A ``RedisRunLog`` whose connections pass a proxy the test can pause (tests/faults/proxy.py)."""
+    from urllib.parse import urlsplit
+
+    from tests.faults.proxy import PausableProxy
+
+    parts = urlsplit(settings.REDIS_URL)
+    proxy = PausableProxy((parts.hostname or "127.0.0.1", parts.port or 6379))
+    try:
+        yield proxy, RedisRunLog(f"redis://127.0.0.1:{proxy.port}{parts.path or '/0'}")
+    finally:
+        proxy.close()
+
+
+def _blocked_in_xread(key: str) -> bool:
+    import redis
+
+    with redis.Redis.from_url(settings.REDIS_URL) as client:
+        return any(c.get("cmd") == "xread" and "b" in c.get("flags", "") for c in client.client_list())
+
+
+def test_a_read_whose_empty_answer_comes_after_five_seconds_still_gets_it(redis_behind_proxy):
+    """Redis's empty answer to a 5 s XREAD BLOCK, delivered a second late (a loaded machine, a slow link):
+    redis-py 8 reads with a 5 s socket timeout by default, so the read raised at random under load and the
+    /lg/ stream following it died mid-response (one in a few hundred; its client waited 120 s)."""
+    from lgplatform.stream import READ_WAIT_SECONDS
+    from tests.conftest import wait_for
+
+    proxy, log = redis_behind_proxy
+    run_id = str(uuid.uuid4())
+
+    async def late() -> list[Any]:
+        reading = asyncio.ensure_future(log.read(run_id, "0", wait=READ_WAIT_SECONDS))
+        # Held from the moment Redis has the command until a second after its block ends.
+        await asyncio.to_thread(wait_for, lambda: _blocked_in_xread(run_id), what="the read blocked in Redis")
+        proxy.pause()
+        await asyncio.sleep(READ_WAIT_SECONDS + 1.0)
+        proxy.resume()
+        return await reading
+
+    assert asyncio.run(late()) == []
+
+
+def test_a_log_that_does_not_answer_is_unreadable_after_the_wait_and_its_slack(redis_behind_proxy, monkeypatch):
+    from runtime import stream
+
+    proxy, log = redis_behind_proxy
+    monkeypatch.setattr(stream, "READ_SLACK_SECONDS", 0.3)
+    proxy.pause()
+    with pytest.raises(stream.RunLogUnreadable, match="did not answer"):
+        _read(log, str(uuid.uuid4()), wait=0.2)
+
+
+def test_a_log_nobody_listens_for_is_unreadable():
+    from runtime.stream import RunLogUnreadable
+
+    with pytest.raises(RunLogUnreadable):
+        _read(RedisRunLog("redis://127.0.0.1:1/0"), str(uuid.uuid4()))
