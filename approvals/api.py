@@ -488,10 +488,11 @@ def audit_list(request: AuthedRequest, query: Query[AuditQuery]) -> list[AuditEv
     )
     events = selectors.audit_list(user=_user(request), filters=filters, limit=query.limit, before_id=query.before_id)
     with gateway.reveals_gathered(_user(request), reading="audit:list"):  # one reveal for the page
-        return [_audit_out(e, _user(request)) for e in events]
+        shown = gateway.audit_details_many(_user(request), events)
+        return [_audit_out(e, _user(request), details) for e, details in zip(events, shown, strict=True)]
 
 
-def _audit_out(event: AuditEvent, user: Any) -> AuditEventOut:
+def _audit_out(event: AuditEvent, user: Any, details: dict[str, Any]) -> AuditEventOut:
     # Each hash covers the event's unmasked details: withheld from a reader who sees values masked.
     withheld = gateway.audit_hashes_withheld(user)
     return AuditEventOut(
@@ -504,7 +505,7 @@ def _audit_out(event: AuditEvent, user: Any) -> AuditEventOut:
         subject_id=event.subject_id,
         thread_id=event.thread_id,
         graph=event.graph,
-        details=gateway.audit_details_for(user, event),
+        details=details,
         prev_hash=gateway.DIGEST_WITHHELD if withheld else event.prev_hash,
         hash=gateway.DIGEST_WITHHELD if withheld else event.hash,
     )

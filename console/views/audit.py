@@ -30,7 +30,7 @@ def audit(request: HtmxHttpRequest) -> HttpResponse:
     # Details are stored whole (they are hashed); the gateway masks them on the way out, and what it reveals
     # to a reader who may see it is audited once for the page.
     with gateway.reveals_gathered(request.user, reading="audit:page"):
-        rows = [(event, gateway.audit_details_for(request.user, event)) for event in page.items]
+        rows = list(zip(page.items, gateway.audit_details_many(request.user, page.items), strict=True))
     actions = selectors.audit_actions(user=request.user)
     names = selectors.audit_subject_names(events=page.items)
     ctx = {
