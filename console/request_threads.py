@@ -162,7 +162,19 @@ class ReusedThreadASGIHandler(ASGIHandler):
         async def process() -> None:
             response, headers, body = await sync_to_async(self._respond, thread_sensitive=True)(scope, body_file, call)
             if headers is None:  # streamed: Django's own code sends it; it is closed below, after this task
-                await self.send_response(response, send)
+                started = False
+
+                async def send_watched(message: dict[str, Any]) -> None:
+                    nonlocal started
+                    started = started or message["type"] == "http.response.start"
+                    await send(message)
+
+                try:
+                    await self.send_response(response, send_watched)
+                except Exception:
+                    if not started:  # the server can still answer it with a 500
+                        raise
+                    await _streamed_failed(scope, send)
                 return
             await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
             for chunk, last in self.chunk_bytes(body):
@@ -248,6 +260,21 @@ class ReusedThreadASGIHandler(ASGIHandler):
     @property
     def threads_kept(self) -> int:
         return len(self._idle)
+
+
+async def _streamed_failed(scope: dict[str, Any], send: Any) -> None:
+    """A streamed response raised after its headers were sent: logged, and its body ended here.
+
+    No 500 can be sent any more, and raised to daphne it did harm beyond the request: daphne answers an
+    application's exception by starting an error response, which raises for a response already started,
+    inside the loop that reaps finished requests, and that loop never runs again in the process (finished
+    requests were kept for good, a later error went unanswered and unlogged). The client was left waiting
+    out its own timeout too. A stream with an end of its own says it failed before this (``/lg/``'s
+    ``error`` event); an export's JSON Lines lack their trailer, which ``audit_export --verify`` reports.
+    """
+    log.exception("%s %s: the streamed response failed after its headers", scope["method"], scope["path"])
+    with contextlib.suppress(Exception):  # the client may be gone too: nothing is left to end then
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 def _response_headers(response: HttpResponseBase) -> list[tuple[bytes, bytes]]:

@@ -11,11 +11,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from asgiref.testing import ApplicationCommunicator
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.test import override_settings
 from django.urls import path
 from django.views.decorators.csrf import csrf_exempt
@@ -56,7 +57,23 @@ def _held_then_read(request: HttpRequest) -> HttpResponse:
         _returned.set()
 
 
-urlpatterns = [path("where", _where), path("held", _held), path("read", csrf_exempt(_held_then_read))]
+def _fails_mid_stream(request: HttpRequest) -> StreamingHttpResponse:
+    """A streamed response whose source fails after its first part (an export whose cursor's connection
+    was cut, a stream whose log stopped answering)."""
+
+    async def parts() -> AsyncIterator[bytes]:
+        yield b"first part\n"
+        raise RuntimeError("the source failed")
+
+    return StreamingHttpResponse(parts(), content_type="text/plain")
+
+
+urlpatterns = [
+    path("where", _where),
+    path("held", _held),
+    path("read", csrf_exempt(_held_then_read)),
+    path("fails-mid-stream", _fails_mid_stream),
+]
 
 
 def _scope(route: str, method: str = "GET", headers: tuple[tuple[bytes, bytes], ...] = ()) -> dict[str, Any]:
@@ -172,3 +189,23 @@ def test_a_thread_given_back_while_a_call_still_runs_on_it_is_not_kept(app):
     assert thread.idle
     app._give_back(thread)
     assert app.threads_kept == 1
+
+
+def test_a_streamed_response_that_fails_after_its_headers_is_ended_and_logged_not_raised_to_the_server(app, caplog):
+    """Raised to daphne, such a failure stopped daphne's loop that reaps finished requests for the rest of the
+    process's life (its error answer starts a response again, which raises there) and left the client waiting
+    out its own timeout: the /lg/ stream of round 35 of docs/performance.md."""
+
+    async def scenario() -> list[dict[str, Any]]:
+        request = await _open(app, "fails-mid-stream")
+        sent = [await request.receive_output(scaled(10)) for _ in range(3)]
+        await request.wait(scaled(10))  # the application returned: it raised nothing to the server
+        return sent
+
+    caplog.set_level(logging.ERROR, logger="console.request_threads")
+    start, first, last = asyncio.run(scenario())
+    assert start["type"] == "http.response.start" and start["status"] == 200
+    assert first["body"] == b"first part\n" and first["more_body"]
+    assert last == {"type": "http.response.body", "body": b"", "more_body": False}, "the response is ended"
+    assert "GET /fails-mid-stream: the streamed response failed after its headers" in caplog.text
+    assert "RuntimeError: the source failed" in caplog.text
