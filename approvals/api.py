@@ -489,12 +489,12 @@ def audit_list(request: AuthedRequest, query: Query[AuditQuery]) -> list[AuditEv
     events = selectors.audit_list(user=_user(request), filters=filters, limit=query.limit, before_id=query.before_id)
     with gateway.reveals_gathered(_user(request), reading="audit:list"):  # one reveal for the page
         shown = gateway.audit_details_many(_user(request), events)
-        return [_audit_out(e, _user(request), details) for e, details in zip(events, shown, strict=True)]
+        # Each hash covers the event's unmasked details: withheld from a reader who sees values masked.
+        withheld = gateway.audit_hashes_withheld(_user(request))
+        return [_audit_out(e, details, withheld=withheld) for e, details in zip(events, shown, strict=True)]
 
 
-def _audit_out(event: AuditEvent, user: Any, details: dict[str, Any]) -> AuditEventOut:
-    # Each hash covers the event's unmasked details: withheld from a reader who sees values masked.
-    withheld = gateway.audit_hashes_withheld(user)
+def _audit_out(event: AuditEvent, details: dict[str, Any], *, withheld: bool) -> AuditEventOut:
     return AuditEventOut(
         id=event.id,
         chain=event.chain,

@@ -44,7 +44,7 @@ import asyncio
 import contextlib
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -164,7 +164,7 @@ class ReusedThreadASGIHandler(ASGIHandler):
             if headers is None:  # streamed: Django's own code sends it; it is closed below, after this task
                 started = False
 
-                async def send_watched(message: dict[str, Any]) -> None:
+                async def send_watched(message: Mapping[str, Any]) -> None:
                     nonlocal started
                     started = started or message["type"] == "http.response.start"
                     await send(message)

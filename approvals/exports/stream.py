@@ -61,12 +61,11 @@ def audit_export_queryset(*, user: permissions.Principal, filters: AuditFilters)
     return audit_filter(permissions.audit_visible(user), **filters.query()).order_by("id")
 
 
-def export_row(user: permissions.Principal, event: AuditEvent, shown: dict[str, Any]) -> dict[str, Any]:
-    """``event`` as an export's row, its details as ``user`` is shown them (``gateway.audit_details_many``)."""
+def export_row(event: AuditEvent, shown: dict[str, Any], *, withheld: bool) -> dict[str, Any]:
+    """``event`` as an export's row, its details as its reader is shown them (``gateway.audit_details_many``),
+    its chain hashes withheld if the reader's are (``gateway.audit_hashes_withheld``)."""
     fields = event_fields(event)
     masked = shown is not event.details and shown != event.details
-    # A reader who sees values masked gets no chain hash: each covers its event's unmasked details.
-    withheld = gateway.audit_hashes_withheld(user)
     return {
         "id": event.id,
         "chain": event.chain,
@@ -132,10 +131,12 @@ class AuditExport:
         # A transaction keeps the cursor a plain (not WITH HOLD) server-side cursor: rows stream as read.
         with transaction.atomic():
             # The details of a write's rows are read together: the threads their masking reads, once for them.
+            # A reader who sees values masked gets no chain hash: each covers its event's unmasked details.
+            withheld = gateway.audit_hashes_withheld(self.user)
             for events in _batched(qs.iterator(chunk_size=CHUNK_SIZE)):
                 shown = gateway.audit_details_many(self.user, events, gathered=self.revealed)
                 for event, details in zip(events, shown, strict=True):
-                    row = export_row(self.user, event, details)
+                    row = export_row(event, details, withheld=withheld)
                     self.stats.add(row)
                     yield row
         self.stats.complete = True

@@ -179,7 +179,9 @@ def audit_row(context: Any, event: Any, details: Any) -> SafeString:
     """One audit trail row (``console.rows_html.audit_row_html``), a user subject named (``subject_names``)."""
     names = context.get("subject_names") or {}
     user = context.get("user")
-    withheld = user is None or gateway.audit_hashes_withheld(user)
+    withheld = context.get("hashes_withheld")  # the page's, read once for its rows
+    if withheld is None:
+        withheld = user is None or gateway.audit_hashes_withheld(user)
     return rows_html.audit_row_html(event, details, subject_name=names.get(event.id, ""), hashes=not withheld)
 
 
