@@ -319,7 +319,13 @@ def api_errors_install(
         return api.create_response(request, body(code, message, field), status=status)
 
     def on_domain_error(request: HttpRequest, exc: DomainError) -> HttpResponse:
-        return respond(request, exc.status, exc.code, exc.message, exc.field)
+        response = respond(request, exc.status, exc.code, exc.message, exc.field)
+        if exc.status == 503:  # unavailable for now (a stopping server): say when to try again
+            response["Retry-After"] = "1"
+            # Not a defect: one WARNING line, not Django's ERROR "Service Unavailable" for each open wait.
+            log.warning("%s %s: %s", request.method, request.path, exc.message)
+            response._has_been_logged = True  # type: ignore[attr-defined]
+        return response
 
     def on_validation_error(request: HttpRequest, exc: ValidationError) -> HttpResponse:
         error = validation_error_describe(exc.errors)

@@ -65,6 +65,8 @@ log = logging.getLogger(__name__)
 # Threads kept idle at most: beyond it, a returned thread exits (the server's concurrent requests
 # rarely exceed it; each kept thread costs its stack and nothing else).
 KEEP_IDLE = 64
+# How long a stopping server gives a request whose waits it ended to answer (they end at once).
+STOP_GRACE_SECONDS = 5.0
 
 
 class RequestThread(ThreadPoolExecutor):
@@ -137,9 +139,11 @@ class ReusedThreadASGIHandler(ASGIHandler):
             await asyncio.shield(served)
         except asyncio.CancelledError:
             # The server cancels its requests as it stops (daphne on SIGTERM): a sync call cannot be
-            # cancelled, so a long poll would hold the server up to its timeout. End its wait: it
-            # answers with the state as it is, and the request finishes.
+            # cancelled, so a long poll would hold the server up to its timeout. End its wait, and let the
+            # request finish (bounded) before the server's loop stops: a request still running then never
+            # finished (its thread waited on the stopped loop for good, and kept the process from exiting).
             end.end()
+            await asyncio.wait({served}, timeout=STOP_GRACE_SECONDS)
             raise
 
     async def _serve(self, scope: dict[str, Any], receive: Any, send: Any) -> None:

@@ -416,6 +416,10 @@ async def run_stream_events(
                     yield sse("error", _timeout_error(thread_id, run_id, limit))
                     yield sse("end", None)
                     return
+                if watch.ended:
+                    # The server stops (or the client left): the stream closes without its ``end``, which the
+                    # SDK reads as a cut and answers by joining again after the last event id it got.
+                    return
                 while True:  # follow the log until the watch says the run may have settled
                     if published and read is None:
                         read = asyncio.ensure_future(source.read(str(run_id), follower.cursor, wait=READ_WAIT_SECONDS))

@@ -272,6 +272,11 @@ class ThreadWatch:
 
     async def __aenter__(self) -> ThreadWatch:
         self._loop = asyncio.get_running_loop()
+        if self._end is not None:
+            # The request's end wakes an async wait too: a /lg/ wait or stream on a stopping server kept
+            # waiting on an event loop that stopped under it, its request thread with it, and the process
+            # never exited (found from the outside: daphne alive 6 minutes after SIGTERM).
+            self._end.subscribe(self._wake)
         if self._listening:
             _listener.subscribe(self.thread_id, self._wake)
             if not _listener.listening.is_set():
@@ -282,11 +287,16 @@ class ThreadWatch:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        if self._end is not None:
+            self._end.unsubscribe(self._wake)
         if self._listening:
             _listener.unsubscribe(self.thread_id, self._wake)
 
     async def changed(self, timeout: float) -> bool:
-        """Wait until notified or ``timeout`` (capped by the fallback interval); True if notified."""
+        """Wait until notified, ``timeout`` (capped by the fallback interval) or the request's end (then at
+        once: the caller checks ``ended``); True if notified."""
+        if self.ended:
+            return False
         try:
             await asyncio.wait_for(self._event.wait(), timeout=max(0.0, min(timeout, self._cap)))
         except TimeoutError:
