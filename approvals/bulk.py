@@ -20,6 +20,7 @@ continues where the first one stopped.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import uuid
 from collections.abc import Iterable
@@ -72,6 +73,17 @@ def bulk_matching(*, user: permissions.Principal, filter: InboxFilter) -> Any:
     return tasks_inbox(user=user, filter=pending).order_by("created_at", "id")
 
 
+def selection_seen(task_ids: Iterable[Any]) -> str:
+    """What a page that offered "select all matching" showed: a digest of the set of task ids it counted.
+    A bulk started from that page decides exactly that set, or is refused (``bulk_decide``'s ``seen``)."""
+    return hashlib.sha256("\n".join(sorted(str(pk) for pk in task_ids)).encode()).hexdigest()
+
+
+def bulk_matching_ids(*, user: permissions.Principal, filter: InboxFilter) -> list[str]:
+    """The ids ``bulk_matching`` selects, at most ``BULK_MAX + 1`` (one more says "too many")."""
+    return [str(pk) for pk in bulk_matching(user=user, filter=filter).values_list("id", flat=True)[: BULK_MAX + 1]]
+
+
 def bulk_count(*, user: permissions.Principal, filter: InboxFilter, at_most: int | None = None) -> int:
     """How many pending tasks ``filter`` matches; with ``at_most``, counted no further than that (a
     bounded count stays cheap at 100k pending tasks; the whole count is a scan of all of them)."""
@@ -101,12 +113,16 @@ def bulk_decide(
     task_ids: list[Any] | None = None,
     filter: Any = None,
     signer: services.Signer | None = None,
+    seen: str | None = None,
 ) -> BulkAction:
     """Start a bulk decision; returns the queued action (``bulk_run`` decides its tasks, after commit).
 
     Refused with nothing written: an outcome other than approve/reject, both or neither of
     ``task_ids`` and ``filter``, more than ``BULK_MAX`` tasks, no right to decide, a failed
-    re-authentication, a reason the outcome needs but did not get.
+    re-authentication, a reason the outcome needs but did not get, and, with ``seen`` (the console's
+    "select all matching": ``selection_seen`` of the tasks its page counted), a filter that now matches
+    another set of tasks. An outside tester's reviewer confirmed "Approve 3 tasks" while a fourth loan
+    arrived: four were approved, and the fourth paid out unseen.
     """
     if outcome not in BULK_OUTCOMES:
         raise InvalidInput(f"a bulk decision is {' or '.join(BULK_OUTCOMES)}", field="outcome")
@@ -132,9 +148,15 @@ def bulk_decide(
     parsed: InboxFilter | None = None
     if filter is not None:
         parsed = InboxFilter.parse(filter)
-        ids = [str(pk) for pk in bulk_matching(user=actor, filter=parsed).values_list("id", flat=True)[: BULK_MAX + 1]]
+        ids = bulk_matching_ids(user=actor, filter=parsed)
         if not ids:
             raise InvalidInput("no pending task matches this filter", field="filter")
+        if seen is not None and selection_seen(ids) != seen:
+            raise Conflict(
+                f"the pending tasks matching this filter have changed since your page counted them ({len(ids)} "
+                "match now): nothing was decided; look at the list again and select them again",
+                field="filter",
+            )
         if len(ids) > BULK_MAX:
             total = bulk_count(user=actor, filter=parsed)
             raise InvalidInput(

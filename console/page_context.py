@@ -670,18 +670,18 @@ def bulk_inbox_context(
         return {"enabled": False}
     whole = not (page.next_cursor or page.prev_cursor or filters.get("cursor") or filters.get("before"))
     listed = None  # the matching tasks' gates, when the page lists every one of them
+    ids: list[Any] = []  # the tasks "select all matching" would take now, as the page counts them
     try:
         if wanted.status == "pending" and whole:
             listed = [(task.graph, task.node) for task in page.items]
-            matching = len(page.items)  # the list is all there is: no COUNT query
+            ids = [task.pk for task in page.items]  # the list is all there is: no query
         elif wanted.status in ("pending", ""):
             # Past the most an action takes the exact number changes nothing on the page (and every
-            # live re-render would count them all): "more than BULK_MAX" is all it says.
-            matching = bulk.bulk_count(user=user, filter=wanted, at_most=bulk.BULK_MAX + 1)
-        else:
-            matching = 0
+            # live re-render would read them all): "more than BULK_MAX" is all it says.
+            ids = bulk.bulk_matching_ids(user=user, filter=wanted)
     except DomainError:
-        matching = 0  # the list shows the error
+        ids = []  # the list shows the error
+    matching = len(ids)
     # What "select all matching" needs a reason for (bulk.js asks for it before the confirmation).
     reasons = (
         bulk.bulk_reasons_matching(user=user, filter=wanted, gates=listed) if 0 < matching <= bulk.BULK_MAX else []
@@ -692,6 +692,8 @@ def bulk_inbox_context(
         "matching": matching,
         "max": bulk.BULK_MAX,
         "reasons": " ".join(reasons),
+        # The set the page counted: a bulk from it decides exactly these, or is refused (bulk.bulk_decide).
+        "seen": bulk.selection_seen(ids) if 0 < matching <= bulk.BULK_MAX else "",
     }
 
 

@@ -32,7 +32,9 @@ def bulk_start(request: HtmxHttpRequest) -> HttpResponse:
     post = request.POST
     task_ids: list[str] | None = None
     filter_: dict[str, Any] | None = None
+    seen: str | None = None
     if post.get("all_matching") == "1":
+        seen = post.get("all_matching_seen", "")  # the set the page counted (a page without it: refused)
         # The inbox's own filter fields, as the inbox page sent them (its column filters are "c.<key>").
         filter_ = {key: post.get(key, "") for key in SELECTION_FIELDS}
         filter_["columns"] = {k[2:]: v for k, v in post.items() if k.startswith("c.") and v}
@@ -49,6 +51,7 @@ def bulk_start(request: HtmxHttpRequest) -> HttpResponse:
             task_ids=task_ids,
             filter=filter_,
             signer=signer,
+            seen=seen,
         )
     except DomainError as exc:
         ctx = {"error": exc.message, "error_field": exc.field, "reason": post.get("reason", "")}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 
 import pytest
@@ -64,8 +65,9 @@ def test_select_all_decides_exactly_the_filtered_tasks(personas):
     wanted = _tagged(tag, 3)
     other_gate = _tagged(tag, 2, node="elsewhere")
     client = console_client(personas["approver"])
+    seen = _seen(client, {"q": tag, "node": "human_review"})
     body = {"all_matching": "1", "q": tag, "node": "human_review", "graph": "", "claimed": "", "outcome": "approve"}
-    response = client.post("/bulk/", body, headers={"HX-Request": "true"})
+    response = client.post("/bulk/", {**body, "all_matching_seen": seen}, headers={"HX-Request": "true"})
     assert response.status_code == 200 and response["HX-Redirect"].startswith("/bulk/")
     action = BulkAction.objects.get(pk=response["HX-Redirect"].strip("/").split("/")[-1])
     assert set(action.task_ids) == {str(t.pk) for t in wanted}
@@ -73,6 +75,45 @@ def test_select_all_decides_exactly_the_filtered_tasks(personas):
     assert not Decision.objects.filter(task__in=other_gate).exists()
     page = client.get(response["HX-Redirect"]).content.decode()
     assert "Finished" in page and "3 decided, 0 skipped" in page
+
+
+def _seen(client, params) -> str:
+    """The set the inbox page counted for "select all matching", as its bulk form sends it."""
+    html = client.get("/", params).content.decode()
+    match = re.search(r'name="all_matching_seen" value="([0-9a-f]*)" form="bulk-form"', html)
+    assert match, "the page offers select all matching"
+    return match.group(1)
+
+
+def test_select_all_decides_the_tasks_the_page_counted_or_nothing(personas):
+    """An outside tester confirmed "Approve 3 tasks at once?" while a fourth matching loan arrived: four were
+    approved, and the fourth paid out without anyone having seen it."""
+    tag = f"V-{uuid.uuid4().hex[:6]}"
+    shown = _tagged(tag, 3)
+    client = console_client(personas["approver"])
+    seen = _seen(client, {"q": tag})
+    late = _tagged(tag, 1)  # arrives while the confirmation is open
+    body = {"all_matching": "1", "q": tag, "outcome": "approve", "reason": "batch", "all_matching_seen": seen}
+    refused = client.post("/bulk/", body, headers={"HX-Request": "true"})
+    assert refused.status_code == 409
+    assert "have changed since your page counted them (4 match now): nothing was decided" in refused.content.decode()
+    assert not Decision.objects.filter(task__in=shown + late).exists()
+    assert not BulkAction.objects.filter(task_ids__contains=[str(late[0].pk)]).exists()
+    # A page without the count it showed (an old page, a hand-made request) is refused the same way.
+    assert client.post("/bulk/", {**body, "all_matching_seen": ""}, headers={"HX-Request": "true"}).status_code == 409
+    # Looked at again, the four are what the page counts, and what is decided.
+    again = client.post(
+        "/bulk/", {**body, "all_matching_seen": _seen(client, {"q": tag})}, headers={"HX-Request": "true"}
+    )
+    assert again.status_code == 200, again.content
+    assert Decision.objects.filter(task__in=shown + late).count() == 4
+    # One decided elsewhere meanwhile: the set changed too (exactly the tasks named, or none).
+    fewer = _tagged(tag, 2)
+    seen = _seen(client, {"q": tag})
+    client.post("/bulk/", {"task_ids": [str(fewer[0].pk)], "outcome": "reject", "reason": "x"})
+    assert Decision.objects.filter(task=fewer[0]).exists()
+    assert client.post("/bulk/", {**body, "all_matching_seen": seen}, headers={"HX-Request": "true"}).status_code == 409
+    assert not Decision.objects.filter(task=fewer[1]).exists()
 
 
 def test_the_results_say_what_each_resume_run_did_not_resuming_forever(personas):
