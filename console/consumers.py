@@ -42,6 +42,10 @@ from runtime.registry import graph_names
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_FORBIDDEN = 4403
 CLOSE_NOT_FOUND = 4404
+# The browser's session belongs to another user than the one its page was drawn for (signed out and in as
+# someone else in another tab): the page would show that user's view under the first one's name.
+CLOSE_OTHER_USER = 4409
+READER_PARAM = "reader"  # the socket URL's user id the page was drawn for (console templatetag reader_url)
 # Events of one change are published together (task opened, run interrupted) and arrive within a
 # millisecond or two: wait this long after the first and render once. Events that arrive while a
 # render is under way are never dropped: they cause one more render after it.
@@ -85,6 +89,10 @@ class LiveConsumer(AsyncWebsocketConsumer):
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
             await self.close(code=CLOSE_UNAUTHENTICATED)
+            return
+        drawn_for = QueryDict(self.scope.get("query_string", b"").decode()).get(READER_PARAM)
+        if drawn_for is not None and drawn_for != str(user.pk):
+            await self.close(code=CLOSE_OTHER_USER)
             return
         groups = await database_sync_to_async(self.groups_authorised)(user)
         if groups is None:
@@ -217,7 +225,9 @@ class LiveConsumer(AsyncWebsocketConsumer):
 
     def _params(self) -> QueryDict:
         """The socket URL's query: the page's own filters, sort and page, read as the page's view reads them."""
-        return QueryDict(self.scope.get("query_string", b"").decode(), mutable=False)
+        params = QueryDict(self.scope.get("query_string", b"").decode(), mutable=True)
+        params.pop(READER_PARAM, None)  # whom the page was drawn for: not one of its filters
+        return params
 
     def _fragment(self, event: dict[str, Any]) -> str | None:
         user = self._reader()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from typing import Any
+from urllib.parse import urlencode
 
 from django import template
 from django.utils.html import escape, format_html
@@ -80,6 +81,18 @@ def _tree(value: Any, depth: int, budget: list[int]) -> str:
 def json_tree(value: Any) -> SafeString:
     # Every leaf goes through escape()/format_html, so the assembled HTML is safe.
     return mark_safe(f'<div class="json-tree">{_tree(value, 0, [_MAX_NODES])}</div>')  # noqa: S308
+
+
+@register.filter
+def reader_url(url: str, user: Any) -> str:
+    """A live socket's URL naming the user its page was drawn for: the socket refuses another user's session
+    (``consumers.CLOSE_OTHER_USER``), which the page would otherwise show under the first user's name."""
+    from console.consumers import READER_PARAM  # here: the consumers import what renders these templates
+
+    pk = getattr(user, "pk", None)
+    if pk is None:
+        return url
+    return f"{url}{'&' if '?' in url else '?'}{urlencode({READER_PARAM: pk})}"
 
 
 @register.filter

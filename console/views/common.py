@@ -64,9 +64,21 @@ def console_login_required(view: View) -> View:
             what = UNRECORDED_DECISION if _url_name(request) == "task-decide" else UNRECORDED_SUBMIT
             query = urlencode({"next": _form_page(request), UNRECORDED: what})
             return HttpResponseRedirect(f"{settings.LOGIN_URL}?{query}")
+        drawn_for = request.headers.get(READER_HEADER)
+        if request.htmx and request.method not in ("GET", "HEAD") and drawn_for not in (None, str(request.user.pk)):
+            # Signed out and in as someone else in another tab: this page still shows the first user, and
+            # its write would be recorded as the second (an outside tester's reject was signed by reviewer2
+            # from reviewer's page). Nothing is recorded; what was typed stays.
+            ctx = {"now": request.user.get_username()}
+            answer = render(request, "console/partials/signed_in_as_other.html", ctx, status=409)
+            return reswap(retarget(answer, SESSION_NOTICE), "innerHTML")
         return view(request, *args, **kwargs)
 
     return wrapper
+
+
+# Sent by every htmx request (base.html's hx-headers): the user the page was drawn for.
+READER_HEADER = "X-Gatehouse-Reader"
 
 
 # The sign-in page's query parameter (console/login.html) for a submit refused because the session had ended.

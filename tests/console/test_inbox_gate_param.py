@@ -37,7 +37,8 @@ def test_the_inbox_lists_only_the_gates_tasks_by_either_name(personas, name):
     assert "ignored" not in html
     assert f'<option value="{gate}" selected>{gate}</option>' in html  # the form shows the filter it applied
     # The live socket follows the same list (its query is the page's, by the page's name for the gate).
-    assert f'ws-connect="/ws/inbox/?q={marker}&amp;node={gate}"' in html
+    reader = personas["reviewer"].user.pk  # whom the page was drawn for (its socket refuses another session's user)
+    assert f'ws-connect="/ws/inbox/?q={marker}&amp;node={gate}&amp;reader={reader}"' in html
 
 
 def test_a_gate_filtered_inboxs_next_page_link_keeps_the_gate(personas):

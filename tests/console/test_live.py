@@ -761,3 +761,18 @@ def test_the_thread_page_s_time_travel_card_follows_the_run_in_progress(personas
     html = _received_until(socket, lambda html: 'id="time-travel-status" data-busy=""' in html, "the run finished")
     assert "A run is in progress" not in html
     socket.close()
+
+
+def test_a_socket_drawn_for_one_user_refuses_the_session_of_another(loop, personas):
+    """Signed out and in as reviewer2 in another tab, reviewer's open page reconnected on focus and showed
+    reviewer2's view under reviewer's name (an outside tester). The page's socket names whom it was drawn for."""
+    reviewer, other = personas["reviewer"].user, personas["reviewer2"].user
+    task = task_make()
+    for path in ("/ws/inbox/", f"/ws/tasks/{task.pk}/"):
+        mine = Socket(loop, f"{path}?reader={reviewer.pk}", [_cookie(personas["reviewer"]), ORIGIN])
+        assert mine.connect()[0], path
+        mine.close()
+        theirs = Socket(loop, f"{path}?reader={reviewer.pk}", [_cookie(personas["reviewer2"]), ORIGIN])
+        connected, code = theirs.connect()
+        assert (connected, code) == (False, 4409), path
+    assert other.pk != reviewer.pk

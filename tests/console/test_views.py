@@ -354,7 +354,11 @@ def test_the_filter_form_gets_just_the_results_partial(personas):
     assert html.lstrip().startswith('<section id="inbox-results"') and "<html" not in html
     # With the live socket on the filters just applied, out of band: the page's socket, on the filters the
     # page was loaded with, is replaced (closed) as the list is, so its renders cannot undo the filter.
-    assert '<div id="inbox-socket" hx-ext="ws" ws-connect="/ws/inbox/?q=x" hx-swap-oob="true" hidden>' in html
+    reader = personas["reviewer"].user.pk
+    assert (
+        f'<div id="inbox-socket" hx-ext="ws" ws-connect="/ws/inbox/?q=x&amp;reader={reader}" hx-swap-oob="true" hidden>'
+        in html
+    )
 
 
 def test_the_gate_menu_keeps_the_gate_the_list_is_filtered_by_while_its_menu_is_cached(personas):

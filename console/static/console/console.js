@@ -26,8 +26,11 @@
   // why); htmx does not reconnect either, so "reconnecting…" would be a promise nobody keeps. A signed-out
   // page says so in the session notice (as a write refused for the same reason does) and tries its socket
   // again when the tab is next focused: signed in again in another tab, it goes live and catches up.
+  // 4409: the browser is signed in as another user than the page was drawn for (signed out and in as
+  // someone else in another tab): the page would show that user's view under this one's name. Said the
+  // same way, and tried again on focus (signed in again as this page's user, it goes live).
   var signedOutSockets = [];
-  function signedOut(wrapper) {
+  function signedOut(wrapper, otherUser) {
     var notice = document.getElementById("session-notice");
     if (wrapper && signedOutSockets.indexOf(wrapper) < 0) signedOutSockets.push(wrapper);
     if (!notice || notice.querySelector("#signed-out-live")) return;
@@ -35,16 +38,18 @@
     note.id = "signed-out-live";
     note.className = "notice notice-warn";
     var strong = document.createElement("strong");
-    strong.textContent = "You were signed out";
+    strong.textContent = otherUser ? "This browser is now signed in as another user" : "You were signed out";
     note.appendChild(strong);
-    note.appendChild(document.createTextNode(
-      " (in another tab, or your session expired): this page no longer updates, and nothing sent from it is " +
-      "recorded until you sign in again. "));
+    note.appendChild(document.createTextNode(otherUser
+      ? " (in another tab): this page no longer updates, and nothing sent from it is recorded. Reload it to " +
+        "continue as that user, or "
+      : " (in another tab, or your session expired): this page no longer updates, and nothing sent from it is " +
+        "recorded until you sign in again. "));
     var link = document.createElement("a");
     link.href = "/accounts/login/?next=" + encodeURIComponent(location.pathname + location.search);
     link.target = "_blank";
     link.rel = "noopener";
-    link.textContent = "Sign in again in a new tab";
+    link.textContent = otherUser ? "sign in again as yourself in a new tab" : "Sign in again in a new tab";
     note.appendChild(link);
     note.appendChild(document.createTextNode(", then come back to this tab."));
     notice.replaceChildren(note);
@@ -53,15 +58,21 @@
     signedOutSockets.splice(0).forEach(function (wrapper) { wrapper.reconnect(); });
   });
   document.addEventListener("htmx:wsOpen", function () {
-    var note = document.getElementById("signed-out-live");
-    if (note) note.remove();
+    // Signed in again as this page's user: every note that said otherwise goes (a refused write's too).
+    ["signed-out-live", "signed-out", "signed-in-as-other"].forEach(function (id) {
+      var note = document.getElementById(id);
+      if (note) note.remove();
+    });
   });
   document.addEventListener("htmx:wsClose", function (e) {
     if (e.target) e.target.__wsWasClosed = true;
     var code = e.detail && e.detail.event ? e.detail.event.code : 0;
     if (code === 4401) {
       indicator("down", "signed out");
-      signedOut(e.detail.socketWrapper);
+      signedOut(e.detail.socketWrapper, false);
+    } else if (code === 4409) {
+      indicator("down", "another user");
+      signedOut(e.detail.socketWrapper, true);
     } else if (code === 4403) {
       indicator("down", "no access");
     } else {
