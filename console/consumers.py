@@ -45,6 +45,7 @@ CLOSE_NOT_FOUND = 4404
 # The browser's session belongs to another user than the one its page was drawn for (signed out and in as
 # someone else in another tab): the page would show that user's view under the first one's name.
 CLOSE_OTHER_USER = 4409
+LIVE_GONE_MARK = '<div id="live-gone"'  # how console/partials/live_gone.html begins
 READER_PARAM = "reader"  # the socket URL's user id the page was drawn for (console templatetag reader_url)
 # Events of one change are published together (task opened, run interrupted) and arrive within a
 # millisecond or two: wait this long after the first and render once. Events that arrive while a
@@ -191,6 +192,10 @@ class LiveConsumer(AsyncWebsocketConsumer):
             return
         with contextlib.suppress(Exception):  # the socket closed meanwhile
             await self.send(text_data=html)
+        if html.startswith(LIVE_GONE_MARK):
+            # The page says the view is gone; the socket closes as for a withdrawn watch (4403: the page's
+            # indicator reads "no access"). It stayed open and "live" under the notice (an outside tester).
+            await self.close(code=CLOSE_FORBIDDEN)
 
     def _reader(self) -> Any:
         """The socket's user, re-read; None once signed out, expired or deactivated, or once its password

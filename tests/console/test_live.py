@@ -663,7 +663,8 @@ def test_a_withdrawn_role_stops_a_task_page_streaming(loop):
     _emit("loan_approval", task.thread_id)
     shown = socket.receive()
     assert 'id="live-gone"' in shown and 'id="task-live"' not in shown, shown[:500]
-    socket.close()
+    # Closed as a withdrawn watch is: the page's indicator no longer says "live" under the notice.
+    assert socket.output() == {"type": "websocket.close", "code": consumers.CLOSE_FORBIDDEN}
 
 
 def test_a_commands_last_event_reaches_open_pages_before_it_exits(personas, loop):
@@ -776,3 +777,25 @@ def test_a_socket_drawn_for_one_user_refuses_the_session_of_another(loop, person
         connected, code = theirs.connect()
         assert (connected, code) == (False, 4409), path
     assert other.pk != reviewer.pk
+
+
+def test_a_task_page_whose_graph_is_withdrawn_says_so_and_stops_being_live(loop):
+    """An outside tester revoked a reviewer's graph (``user_revoke --graph``) under an open task page: the page
+    said "no longer available" but its socket stayed open and its indicator "live"."""
+    from approvals.models import GraphAssignment
+
+    reviewer = person(graphs=("loan_approval", "kyc_onboarding"))  # still a reviewer of another graph
+    task = task_make()
+    socket, _ = _signed_in_socket(loop, reviewer, f"/ws/tasks/{task.pk}/")
+    # Withdrawn without its announcement reaching the page (a command in another process whose relay was
+    # down): the page learns at its next push, which renders "no longer available".
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"DELETE FROM {GraphAssignment._meta.db_table} WHERE user_id = %s AND graph = %s",
+            [reviewer.pk, "loan_approval"],
+        )
+    _emit("loan_approval", task.thread_id)
+    deadline = time.monotonic() + scaled(15)
+    while 'id="live-gone"' not in (shown := socket.receive()):
+        assert time.monotonic() < deadline, "the page never said the view is gone"
+    assert _close(socket) == {"type": "websocket.close", "code": consumers.CLOSE_FORBIDDEN}, shown[:300]
