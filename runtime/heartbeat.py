@@ -22,6 +22,7 @@ from django.conf import settings
 from django.db import close_old_connections, connection
 
 from runtime.models import Run
+from runtime.retry import is_transient
 from runtime.runs import LeaseLost, lease_renew
 
 log = logging.getLogger(__name__)
@@ -75,8 +76,13 @@ class Heartbeat:
                     log.warning("run %s: heartbeat refused, the lease is lost (fence %s)", self.run.id, self.run.fence)
                     self.lost = exc
                     return
-                except Exception:
-                    log.exception("lease renewal for run %s failed; will retry", self.run.id)
+                except Exception as exc:
+                    if not is_transient(exc):
+                        log.exception("lease renewal for run %s failed; will retry", self.run.id)
+                    else:  # the database is down: one line, not a traceback every interval
+                        log.warning(
+                            "lease renewal for run %s failed, the database is unavailable: %s", self.run.id, exc
+                        )
                     close_old_connections()
                 if self._stop.wait(self._interval):
                     return

@@ -9,7 +9,7 @@ from django.db import connection
 
 from runtime.executor import run_execute
 from runtime.retention import checkpoints_prune
-from runtime.retry import is_transient, retry_backoff
+from runtime.retry import is_transient, retry_backoff, skipped_while_database_down
 from runtime.runs import EXECUTE_RUN_TASK, runs_sweep
 
 # Transient errors that escape run_execute happened before the run was claimed
@@ -30,12 +30,14 @@ def execute_run(self: Any, run_id: str) -> None:
 
 
 @shared_task(name="runtime.sweep_runs", acks_late=True, ignore_result=True)
+@skipped_while_database_down
 def sweep_runs() -> int:
     return runs_sweep()
 
 
 # Checkpoint retention (beat: ``prune-checkpoints`` in console/settings.py).
 @shared_task(name="runtime.prune_checkpoints", acks_late=True, ignore_result=True)
+@skipped_while_database_down
 def prune_checkpoints(graph: str | None = None) -> dict[str, int]:
     report = checkpoints_prune(graph=graph)
     return {
