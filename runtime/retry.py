@@ -24,7 +24,6 @@ from collections.abc import Callable, Iterator
 from typing import ParamSpec, TypeVar
 
 from django.conf import settings
-from django.db import connection
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -111,6 +110,9 @@ def skipped_while_database_down(task: Callable[P, R]) -> Callable[P, R | None]:
             if not is_transient(exc):
                 raise
             log.warning("%s skipped, the database is unavailable: %s", task.__name__, exc)
+            # Imported here: graphs import this module through runtime.effects, and must run without the ORM.
+            from django.db import connection
+
             connection.close()  # the next run takes a new one
             return None
 
