@@ -36,6 +36,13 @@ class InvalidInput(DomainError):
     code = "invalid"
 
 
+class Unavailable(DomainError):
+    """Not now: the server is stopping (a wait its request's end cut short). Answered with ``Retry-After``."""
+
+    status = 503
+    code = "unavailable"
+
+
 # pydantic names the member of a union an error is about in its location (``("before", "str")``): a type's
 # label (``str``, ``list[str]``, ``dict[str,any]``, ``function-after[...]``, ``constrained-str``) or a model's
 # name. The client sent no such key.

@@ -45,7 +45,6 @@ CLOSE_NOT_FOUND = 4404
 # The browser's session belongs to another user than the one its page was drawn for (signed out and in as
 # someone else in another tab): the page would show that user's view under the first one's name.
 CLOSE_OTHER_USER = 4409
-LIVE_GONE_MARK = '<div id="live-gone"'  # how console/partials/live_gone.html begins
 READER_PARAM = "reader"  # the socket URL's user id the page was drawn for (console templatetag reader_url)
 # Events of one change are published together (task opened, run interrupted) and arrive within a
 # millisecond or two: wait this long after the first and render once. Events that arrive while a
@@ -82,6 +81,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
     # dashboard) opts out: its page load has just rendered it, and its page asks for a render over the
     # socket after a reconnect instead (``data-live-catch-up``, console.js).
     render_on_connect = True
+    gone = False  # set by the render that found the view no longer available: the socket closes after it
 
     async def connect(self) -> None:
         self.joined: list[str] = []
@@ -192,7 +192,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
             return
         with contextlib.suppress(Exception):  # the socket closed meanwhile
             await self.send(text_data=html)
-        if html.startswith(LIVE_GONE_MARK):
+        if self.gone:
             # The page says the view is gone; the socket closes as for a withdrawn watch (4403: the page's
             # indicator reads "no access"). It stayed open and "live" under the notice (an outside tester).
             await self.close(code=CLOSE_FORBIDDEN)
@@ -224,6 +224,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
         try:
             ctx = self.context(user)
         except DomainError as exc:  # access revoked or object gone since connecting
+            self.gone = True
             return render_to_string("console/partials/live_gone.html", {"error": exc})
         ctx["live"] = True
         return render_to_string(self.template, ctx)

@@ -25,7 +25,7 @@ from ninja import Query
 
 from approvals import services
 from approvals.api_common import ApiKeyAuth, BearerAuth, GatehouseAPI, api_errors_install, error_body_gatehouse
-from approvals.errors import DomainError, InvalidInput
+from approvals.errors import InvalidInput, Unavailable
 from approvals.inputs import AnyUuid, StrictJsonParser
 from approvals.payloads import NOT_GIVEN
 from approvals.permissions import token_needs
@@ -372,23 +372,16 @@ async def run_cancel(
     return HttpResponse(status=204)
 
 
-class WaitEnded(DomainError):
-    """A wait cut short by its request's end: the server is stopping (or its client left, who hears nothing)."""
-
-    status = 503
-    code = "unavailable"
-
-
 async def _run_settled(user: Any, thread_id: Any, run_id: Any, deadline: float) -> tuple[Thread, Run, bool]:
-    """Wait until the run is no longer queued or running, or the deadline passes; ``WaitEnded`` if the
-    request ends first."""
+    """Wait until the run is no longer queued or running, or the deadline passes; ``Unavailable`` if the
+    request ends first (the server stops; a client that left hears nothing)."""
     async with ThreadWatch(thread_id) as watch:
         while True:
             thread, run = await between_waits(platform.run_progress)(user, thread_id, run_id)
             if run.status not in ACTIVE_RUN_STATUSES:
                 return thread, run, True
             if watch.ended:
-                raise WaitEnded(
+                raise Unavailable(
                     f"the server is stopping: join run {run_id} again, GET /lg{_run_location(thread_id, run_id)}/join"
                 )
             remaining = deadline - time.monotonic()

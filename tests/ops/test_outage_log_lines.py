@@ -25,15 +25,21 @@ def _closed_port() -> int:
         return int(sock.getsockname()[1])
 
 
-@pytest.mark.parametrize("log_format", ["json", "plain"])
-def test_health_check_writes_one_line_while_the_database_is_down(log_format):
+def _database_down(log_format: str, *, pool_timeout: int) -> dict[str, str]:
+    """The production settings' environment, its database a port nothing listens on."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
     env.update(
         DJANGO_SETTINGS_MODULE="console.settings",
         DATABASE_URL=f"postgres://gatehouse:{PASSWORD}@127.0.0.1:{_closed_port()}/gatehouse",
         GATEHOUSE_LOG_FORMAT=log_format,
-        GATEHOUSE_DB_POOL_TIMEOUT="3",
+        GATEHOUSE_DB_POOL_TIMEOUT=str(pool_timeout),
     )
+    return env
+
+
+@pytest.mark.parametrize("log_format", ["json", "plain"])
+def test_health_check_writes_one_line_while_the_database_is_down(log_format):
+    env = _database_down(log_format, pool_timeout=3)
     done = subprocess.run(
         [sys.executable, "manage.py", "health_check", "--component", "worker"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=scaled(120),
@@ -50,13 +56,7 @@ def test_each_periodic_task_logs_one_line_while_the_database_is_down(log_format)
     """An outside SRE stopped PostgreSQL under the workers: every run of every sweep (and each webhook attempt)
     was logged by Celery at ERROR with a traceback. Each now logs one WARNING line and returns; beat runs it
     again. Run here as the worker runs their bodies, against a port nothing listens on."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
-    env.update(
-        DJANGO_SETTINGS_MODULE="console.settings",
-        DATABASE_URL=f"postgres://gatehouse:{PASSWORD}@127.0.0.1:{_closed_port()}/gatehouse",
-        GATEHOUSE_LOG_FORMAT=log_format,
-        GATEHOUSE_DB_POOL_TIMEOUT="1",
-    )
+    env = _database_down(log_format, pool_timeout=1)
     code = (
         "import django; django.setup()\n"
         "from approvals.tasks import anchor_audit, sweep_deadlines\n"
