@@ -376,6 +376,71 @@ class _Follower:
         return [sse(event, payload) for event, payload in held if event_mode(event) in self.modes]
 
 
+class _LogTail:
+    """The run's log as one stream reads it: at most one read in flight. The log is a fast path: the
+    database says when the run settles and holds its final values, so a log that cannot be read is given
+    up and the stream goes on from the database (chunks not read are not sent; the final values are)
+    rather than dying mid-response, which leaves the client waiting out its own timeout."""
+
+    def __init__(self, run_id: str, published: bool) -> None:
+        self.run_id = run_id
+        self.source = run_log()
+        self.reading = published  # the worker publishes this run and its log has answered so far
+        self.lost = False
+        self.pending: asyncio.Task[list[Entry]] | None = None
+
+    def read(self, cursor: str) -> asyncio.Task[list[Entry]] | None:
+        """The read in flight, started after ``cursor`` if none is (``None`` when the log is not read)."""
+        if self.reading and self.pending is None:
+            self.pending = asyncio.ensure_future(self.source.read(self.run_id, cursor, wait=READ_WAIT_SECONDS))
+        return self.pending
+
+    def taken(self) -> list[Entry]:
+        """The entries of the read in flight, which has completed."""
+        read, self.pending = self.pending, None
+        if read is None:
+            return []
+        try:
+            return read.result()
+        except RunLogUnreadable as exc:
+            return self._given_up(exc)
+
+    async def settled(self) -> list[Entry]:
+        """Once the run has settled: what the read in flight got (the worker published everything before
+        the outcome committed, so a read still waiting is cut short)."""
+        read, self.pending = self.pending, None
+        if read is None:
+            return []
+        if not read.done():
+            read.cancel()
+        try:
+            return await read
+        except asyncio.CancelledError:
+            if (task := asyncio.current_task()) is not None and task.cancelling():
+                raise  # the client went away: this stream is being cancelled, not just the read
+            return []
+        except RunLogUnreadable as exc:
+            return self._given_up(exc)
+
+    async def rest(self, cursor: str) -> list[Entry]:
+        """The entries after ``cursor`` without waiting: ``[]`` at the log's end or once it is given up."""
+        if not self.reading:
+            return []
+        try:
+            return await self.source.read(self.run_id, cursor, wait=0)
+        except RunLogUnreadable as exc:
+            return self._given_up(exc)
+
+    def close(self) -> None:
+        if self.pending is not None and not self.pending.done():
+            self.pending.cancel()
+
+    def _given_up(self, exc: RunLogUnreadable) -> list[Entry]:
+        self.reading, self.lost = False, True
+        log.warning("run %s: streaming on without its log (%s); its final values end the stream", self.run_id, exc)
+        return []
+
+
 async def run_stream_events(
     *,
     user: permissions.Principal,
@@ -388,24 +453,12 @@ async def run_stream_events(
     """``metadata``, the run's chunks of ``modes`` (after ``after``), ``error`` if it failed, then ``end``."""
     shield, run = await between_waits(_shield_for)(user, thread_id, run_id)
     follower = _Follower(shield, set(modes), after)
-    published = bool((run.stream or {}).get("modes"))
     if after is None:
         yield sse("metadata", {"run_id": str(run_id), "attempt": max(run.attempts, 1)})
-    source = run_log()
+    tail = _LogTail(str(run_id), published=bool((run.stream or {}).get("modes")))
     deadline = time.monotonic() + limit
     beat = time.monotonic()
     current = run
-    read: asyncio.Task[list[Entry]] | None = None
-    log_lost = False
-
-    def unreadable(exc: RunLogUnreadable) -> None:
-        # The log is a fast path: the database says when the run settles and holds its final values.
-        # The stream goes on from it (chunks not read are not sent; the final values are) rather than
-        # dying mid-response, which leaves the client waiting out its own timeout.
-        nonlocal published, log_lost
-        published, log_lost = False, True
-        log.warning("run %s: streaming on without its log (%s); its final values end the stream", run_id, exc)
-
     try:
         async with ThreadWatch(thread_id) as watch:
             while True:
@@ -421,19 +474,13 @@ async def run_stream_events(
                     # SDK reads as a cut and answers by joining again after the last event id it got.
                     return
                 while True:  # follow the log until the watch says the run may have settled
-                    if published and read is None:
-                        read = asyncio.ensure_future(source.read(str(run_id), follower.cursor, wait=READ_WAIT_SECONDS))
+                    read = tail.read(follower.cursor)
                     until = min(deadline, beat + HEARTBEAT_SECONDS) - time.monotonic()
                     waiting = asyncio.ensure_future(watch.changed(max(0.0, until)))
                     waits = {waiting} if read is None else {waiting, read}
                     done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
                     if read is not None and read in done:
-                        try:
-                            entries, read = read.result(), None
-                        except RunLogUnreadable as exc:
-                            entries, read = [], None
-                            unreadable(exc)
-                        async for chunk in follower.events(entries):
+                        async for chunk in follower.events(tail.taken()):
                             yield chunk
                     if time.monotonic() - beat >= HEARTBEAT_SECONDS:
                         beat = time.monotonic()
@@ -441,40 +488,18 @@ async def run_stream_events(
                     if waiting in done:
                         break
                     waiting.cancel()
-        # Settled: the worker published everything before the outcome committed.
-        if read is not None:
-            pending, read = read, None
-            if not pending.done():
-                pending.cancel()
-            try:
-                entries = await pending
-            except asyncio.CancelledError:
-                if (task := asyncio.current_task()) is not None and task.cancelling():
-                    raise  # the client went away: this stream is being cancelled, not just the read
-                entries = []
-            except RunLogUnreadable as exc:
-                entries = []
-                unreadable(exc)
-            async for chunk in follower.events(entries):
-                yield chunk
-        while published:
-            try:
-                entries = await source.read(str(run_id), follower.cursor, wait=0)
-            except RunLogUnreadable as exc:
-                unreadable(exc)
-                break
-            if not entries:
-                break
+        async for chunk in follower.events(await tail.settled()):
+            yield chunk
+        while entries := await tail.rest(follower.cursor):
             async for chunk in follower.events(entries):
                 yield chunk
         for chunk in follower.flushed():
             yield chunk
     finally:
-        if read is not None and not read.done():
-            read.cancel()
+        tail.close()
     if current.status == RunStatus.FAILED:
         yield sse("error", run_error_out(current.error, current.error_type))
-    elif "values" in follower.modes and (not follower.values_sent or log_lost):
+    elif "values" in follower.modes and (not follower.values_sent or tail.lost):
         # Nothing streamed the values (a run nobody asked to publish, or a log that could not be
         # written), or the last of them may not have been read: the final state, with its interrupts,
         # as before streaming existed.

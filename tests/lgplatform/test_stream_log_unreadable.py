@@ -92,3 +92,56 @@ def test_a_stream_that_fails_after_its_headers_ends_with_an_error_and_its_end() 
     assert [name for name, _ in events] == ["metadata", "error", "end"]
     assert events[1][1]["error"] == "RuntimeError"
     assert f"/lg/threads/t/runs/{run_id}/join" in events[1][1]["message"]
+
+
+def test_a_stream_that_loses_its_log_mid_run_ends_with_the_values_it_could_not_read(
+    operator: Persona, dispatched: list[str], tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Values streamed before the log went silent are not the run's last: the stream must end with the
+    final state from the database (here the interrupt the run paused at), not with what it had read."""
+    caplog.set_level(logging.WARNING, logger="lgplatform.stream")
+    parts = urlsplit(settings.REDIS_URL)
+    proxy = PausableProxy((parts.hostname or "127.0.0.1", parts.port or 6379))
+    through_proxy = run_stream.RedisRunLog(f"redis://127.0.0.1:{proxy.port}{parts.path or '/0'}")
+    thread = operator.client.post("/lg/threads", {}).json()["thread_id"]
+    payload = {"payment_id": "P-1", "amount": 5, "review": True, "hold": "gate", "hold_dir": str(tmp_path)}
+    body = {"assistant_id": "zombie_pay", "input": payload, "stream_mode": ["values"]}
+    run_id = operator.client.post(f"/lg/threads/{thread}/runs", body).json()["run_id"]
+    chunks: list[bytes] = []
+    ended = threading.Event()
+
+    async def follow(stream: AsyncIterator[bytes]) -> None:
+        async for chunk in stream:
+            chunks.append(chunk)
+
+    def join() -> None:
+        response = operator.client.get(f"/lg/threads/{thread}/runs/{run_id}/stream")
+        async_to_sync(follow)(response.streaming_content)
+        ended.set()
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(lg_stream, "run_log", lambda: through_proxy)
+        patch.setattr(lg_stream, "READ_WAIT_SECONDS", 0.2)
+        patch.setattr(run_stream, "READ_SLACK_SECONDS", 0.3)
+        try:
+            threading.Thread(target=join, daemon=True).start()
+            runner = threading.Thread(target=run_execute, kwargs={"run_id": run_id}, daemon=True)
+            runner.start()
+            # The run holds at its gate, after ``prepare``'s values were published and read.
+            wait_for(lambda: _reached(tmp_path), what="the run at its gate")
+            wait_for(lambda: b"prepared_by" in b"".join(chunks), what="the stream to read prepare's values")
+            proxy.pause()
+            (tmp_path / _reached(tmp_path)[0].replace(".reached", ".go")).write_text("")
+            runner.join(scaled(30))
+            assert ended.wait(scaled(30)), "the stream ended"
+        finally:
+            proxy.close()
+    assert "streaming on without its log" in caplog.text
+    events = _events(b"".join(chunks))
+    assert [name for name, _ in events][-1] == "end"
+    values = [data for name, data in events if name == "values"]
+    assert "__interrupt__" in values[-1], "the stream ends with the state the run paused at, read from the database"
+
+
+def _reached(directory: Any) -> list[str]:
+    return sorted(p.name for p in directory.iterdir() if p.name.endswith(".reached"))
