@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Any
 from urllib.parse import urlencode
@@ -93,6 +94,20 @@ def reader_url(url: str, user: Any) -> str:
     if pk is None:
         return url
     return f"{url}{'&' if '?' in url else '?'}{urlencode({READER_PARAM: pk})}"
+
+
+# What ``<input type="datetime-local">`` can hold (HTML's local date and time string): a browser shows any
+# other value as an empty field, silently.
+_DATETIME_LOCAL = re.compile(r"\d{4,}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d{1,3})?)?")
+
+
+@register.filter
+def datetime_input_type(value: Any) -> str:
+    """``datetime-local`` for a value its picker can show, else ``text``: ``/audit/?since=<junk>`` showed the
+    error about ``since`` beside an empty field, and a bare date or an offset (accepted, and applied) showed
+    no filter at all. The value stays as given, where the reader can see and mend it."""
+    text = "" if value is None else str(value)
+    return "datetime-local" if not text or _DATETIME_LOCAL.fullmatch(text) else "text"
 
 
 @register.filter
