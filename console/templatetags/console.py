@@ -110,6 +110,26 @@ def datetime_input_type(value: Any) -> str:
     return "datetime-local" if not text or _DATETIME_LOCAL.fullmatch(text) else "text"
 
 
+@register.simple_tag(takes_context=True)
+def form_guard(context: template.Context) -> SafeString:
+    """What every console POST form carries, in one place: its CSRF token, and the user its page was drawn
+    for (``common.READER_FIELD``; htmx sends the same as a header). A form posted without htmx after a sign-in
+    as someone else in another tab was recorded as them; ``console_login_required`` refuses it now (409).
+
+    A page rendered for a live push has neither (no request, no user): console.js adds both when such a form
+    is sent, from the page's own ``hx-headers``."""
+    from console.views.common import READER_FIELD  # here: the views import what renders these templates
+
+    parts = []
+    csrf = context.get("csrf_token")
+    if csrf and csrf != "NOTPROVIDED":  # as Django's {% csrf_token %}, without its warning when absent
+        parts.append(format_html('<input type="hidden" name="csrfmiddlewaretoken" value="{}">', csrf))
+    user = context.get("user")
+    if user is not None and user.is_authenticated:
+        parts.append(format_html('<input type="hidden" name="{}" value="{}">', READER_FIELD, user.pk))
+    return mark_safe("".join(parts))  # noqa: S308 - each part went through format_html
+
+
 @register.filter
 def compact(value: Any) -> str:
     """A one-line JSON rendering for tables (strings without quotes)."""

@@ -64,12 +64,15 @@ def console_login_required(view: View) -> View:
             what = UNRECORDED_DECISION if _url_name(request) == "task-decide" else UNRECORDED_SUBMIT
             query = urlencode({"next": _form_page(request), UNRECORDED: what})
             return HttpResponseRedirect(f"{settings.LOGIN_URL}?{query}")
-        drawn_for = request.headers.get(READER_HEADER)
-        if request.htmx and request.method not in ("GET", "HEAD") and drawn_for not in (None, str(request.user.pk)):
+        if request.method not in ("GET", "HEAD") and _drawn_for_another(request):
             # Signed out and in as someone else in another tab: this page still shows the first user, and
             # its write would be recorded as the second (an outside tester's reject was signed by reviewer2
-            # from reviewer's page). Nothing is recorded; what was typed stays.
+            # from reviewer's page). Nothing is recorded; what was typed stays (htmx: on the page; a plain
+            # form: the page says so, and Back returns to the form as it was).
             ctx = {"now": request.user.get_username()}
+            if not request.htmx:
+                ctx["back"] = _form_page(request)
+                return render(request, "console/signed_in_as_other.html", ctx, status=409)
             answer = render(request, "console/partials/signed_in_as_other.html", ctx, status=409)
             return reswap(retarget(answer, SESSION_NOTICE), "innerHTML")
         return view(request, *args, **kwargs)
@@ -79,6 +82,25 @@ def console_login_required(view: View) -> View:
 
 # Sent by every htmx request (base.html's hx-headers): the user the page was drawn for.
 READER_HEADER = "X-Gatehouse-Reader"
+# The same, as a hidden field of every console POST form ({% form_guard %}): a form posted without htmx
+# (no JavaScript, or a plain form console.js sends) has no header.
+READER_FIELD = "gatehouse_reader"
+
+
+def _drawn_for_another(request: HttpRequest) -> bool:
+    """Whether a write names, as the user its page was drawn for, someone other than the session's user: by
+    the htmx header or by the form's hidden field (``{% form_guard %}``), whichever it carries.
+
+    A write that names no one is let through, as before the header and the field: the console's API clients
+    authenticate with tokens, not sessions, but a script posting a console form, and a page rendered before
+    the field existed (open in a tab across a deploy) send neither, and refusing them would refuse a write
+    that gives no sign of a mix-up. The field guards against a page known to be someone else's; proving who
+    is signing stays the session's and the CSRF token's job (a token is rotated at each sign-in: a page
+    from before the other sign-in fails that check too, unless console.js has refreshed its token).
+    """
+    me = str(request.user.pk)
+    named = (request.headers.get(READER_HEADER), request.POST.get(READER_FIELD))
+    return any(drawn_for is not None and drawn_for != me for drawn_for in named)
 
 
 # The sign-in page's query parameter (console/login.html) for a submit refused because the session had ended.

@@ -130,6 +130,14 @@ CASES = [
 
 @pytest.mark.parametrize("route,method,subject,role,expected", CASES)
 def test_each_role_gets_the_status_the_matrix_gives(personas, route, method, subject, role, expected):
+    client = Client() if role == "anonymous" else console_client(personas[role])
+    path, body = route_case(personas, route, subject)
+    response = client.get(path) if method == "GET" else client.post(path, body)
+    assert response.status_code == expected, (path, response.content[:300])
+
+
+def route_case(personas: dict[str, Any], route: str, subject: str) -> tuple[str, dict[str, Any]]:
+    """The path of ``route`` on a fresh ``subject`` (MATRIX), and the form a POST to it sends."""
     task = decision = None
     if subject == "kyc":
         task = task_make(graph="kyc_onboarding", node="compliance_review")
@@ -147,7 +155,6 @@ def test_each_role_gets_the_status_the_matrix_gives(personas, route, method, sub
     if subject == "hook":
         hook = f"matrix-{uuid.uuid4().hex[:8]}"
         hook = str(webhook_endpoint_create(actor=None, name=hook, graph="loan_approval", gates=["human_review"]).pk)
-    client = Client() if role == "anonymous" else console_client(personas[role])
     path = _path(route, subject, task, decision, hook, user, comment)
     if subject == "sub":  # a subscription no event reaches (a graph and event no test produces)
         created = subscription_create(
@@ -164,5 +171,4 @@ def test_each_role_gets_the_status_the_matrix_gives(personas, route, method, sub
         )
         path = path.replace("<uuid:bulk_id>", str(started.pk))
     body = {"decision": "approve", "reason": "route matrix", "checkpoint_id": task.checkpoint_id} if task else {}
-    response = client.get(path) if method == "GET" else client.post(path, body)
-    assert response.status_code == expected, (path, response.content[:300])
+    return path, body

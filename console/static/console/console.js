@@ -397,20 +397,26 @@
       if (el.textContent !== text) el.textContent = text;
     });
   }
-  // --- CSRF for plain form posts re-rendered live: a websocket render has no request, so no token ---
-  // (htmx requests carry the page's token in hx-headers; a plain <form method=post> carries its own).
+  // --- CSRF and reader for plain form posts re-rendered live: a websocket render has no request, so no token ---
+  // (htmx requests carry the page's token and reader in hx-headers; a plain <form method=post> carries its own,
+  // from {% form_guard %}). The reader is whom the page was drawn for: the server refuses a form sent after a
+  // sign-in as someone else (409), which the fresh token alone would let through.
+  function hiddenEnsure(form, name, value) {
+    if (!value || form.querySelector('input[name="' + name + '"]')) return;
+    var input = document.createElement("input");
+    input.type = "hidden"; input.name = name; input.value = value;
+    form.appendChild(input);
+  }
   document.addEventListener("submit", function (e) {
     var form = e.target;
     if (!form || (form.getAttribute("method") || "").toLowerCase() !== "post" || form.hasAttribute("hx-post")) return;
+    var headers = document.body.getAttribute("hx-headers");
+    var page = headers ? JSON.parse(headers) : {};
+    hiddenEnsure(form, "gatehouse_reader", page["X-Gatehouse-Reader"]);  // console.views.common.READER_FIELD
     var current = csrfCookie();
     var own = form.querySelector("input[name=csrfmiddlewaretoken]");
     if (own) { if (current) own.value = current; return; }  // a sign-in since the page loaded changed it
-    var headers = document.body.getAttribute("hx-headers");
-    var token = current || (headers ? JSON.parse(headers)["X-CSRFToken"] : "");
-    if (!token) return;
-    var input = document.createElement("input");
-    input.type = "hidden"; input.name = "csrfmiddlewaretoken"; input.value = token;
-    form.appendChild(input);
+    hiddenEnsure(form, "csrfmiddlewaretoken", current || page["X-CSRFToken"]);
   }, true);
 
   // --- a write after the session ended (console_login_required answers 401 into #session-notice) ---
