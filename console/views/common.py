@@ -17,7 +17,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django_htmx.http import HttpResponseClientRedirect, reswap, retarget
 from django_htmx.middleware import HtmxDetails
 
-from approvals.errors import DomainError, Forbidden
+from approvals.errors import DomainError, Forbidden, NotFound
 
 View = Callable[..., HttpResponse]
 
@@ -128,7 +128,32 @@ def _form_page(request: HttpRequest) -> str:
     return parent if match.url_name not in (None, _url_name(request)) else "/"
 
 
+# What a refused write was about, named by the URL's id: "You no longer have access to this task".
+_SUBJECTS = {
+    "task_id": "task",
+    "thread_id": "thread",
+    "comment_id": "comment",
+    "bulk_id": "bulk decision",
+    "user_id": "user",
+    "endpoint_id": "webhook endpoint",
+    "subscription_id": "webhook subscription",
+    "delivery_id": "webhook delivery",
+}
+
+
+def _subject(request: HttpRequest) -> str:
+    kwargs = request.resolver_match.kwargs if request.resolver_match else {}
+    return next((_SUBJECTS[key] for key in kwargs if key in _SUBJECTS), "page")
+
+
 def error_page(request: HtmxHttpRequest, exc: DomainError) -> HttpResponse:
+    if request.htmx and request.method not in ("GET", "HEAD") and isinstance(exc, (NotFound, Forbidden)):
+        # A write refused because its reader may no longer see or do it (access withdrawn while the page was
+        # open; a CSRF refusal too) is answered in the session notice, as a write whose session ended is
+        # (console_login_required): swapped in place of the form, the 404 threw away a typed reason.
+        ctx = {"error": exc, "subject": _subject(request)}
+        answer = render(request, "console/partials/write_refused.html", ctx, status=exc.status)
+        return reswap(retarget(answer, SESSION_NOTICE), "innerHTML")
     template = "console/partials/error.html" if request.htmx else "console/error.html"
     return render(request, template, {"error": exc}, status=exc.status)
 

@@ -75,11 +75,48 @@
       signedOut(e.detail.socketWrapper, true);
     } else if (code === 4403) {
       indicator("down", "no access");
+      viewGone();
     } else {
       indicator("down", "reconnecting…");
     }
   });
   document.addEventListener("htmx:wsError", function () { indicator("down", "offline"); });
+
+  // --- the view is gone: the socket said so (#live-gone) and closed 4403 ---
+  // Access withdrawn while the page was open: its forms stayed usable, and a submit answered 404. Every write
+  // control of the page is turned off (the header's Sign out is not the view's); the fields are not, so what
+  // was typed can still be selected and copied. A write already under way is answered in the session notice
+  // (common.error_page), the form left as it was.
+  var gone = false;
+  function viewGone() {
+    gone = true;
+    var main = document.getElementById("main");
+    if (!main) return;
+    main.querySelectorAll('form[method="post"] [type="submit"], [hx-post], [hx-put], [hx-delete], [hx-patch]')
+      .forEach(function (el) {
+        if (el.tagName === "FORM") el = el.querySelector('[type="submit"]') || el;
+        if (el.tagName === "BUTTON" || el.tagName === "INPUT") el.disabled = true;
+      });
+    var panel = document.getElementById("decision-panel");
+    var actions = panel && panel.querySelector(".actions");
+    if (actions && !document.getElementById("decision-gone")) {
+      var note = document.createElement("p");
+      note.id = "decision-gone";
+      note.className = "notice notice-warn small";
+      note.textContent = "You no longer have access to this task: a decision can no longer be sent from this " +
+        "page. Your text is kept above so you can copy it.";
+      actions.parentNode.insertBefore(note, actions);
+    }
+  }
+  document.addEventListener("htmx:wsAfterMessage", function () {
+    var said = document.getElementById("live-gone");
+    if (said && said.textContent.trim()) viewGone();
+  });
+  // Nothing is sent from a page whose view is gone (a shortcut, a control the sweep above did not reach).
+  document.addEventListener("htmx:confirm", function (e) {
+    var verb = e.detail && e.detail.verb ? e.detail.verb.toLowerCase() : "get";
+    if (gone && verb !== "get") e.preventDefault();
+  });
 
   // --- an answer whose target a live push replaced swaps into the replacement ----------------
   // htmx resolves hx-target when a request is sent. A live push can replace that element (same id)
@@ -443,7 +480,10 @@
   document.addEventListener("htmx:afterRequest", function (e) {
     var xhr = e.detail.xhr;
     var notice = document.getElementById("session-notice");
-    if (notice && xhr && xhr.status && xhr.status !== 401 && notice.firstChild) notice.replaceChildren();
+    // An answer put in the notice stays (a 401, a 409 for another user, a refused write's 403/404); any
+    // other answer clears it: the notice was about an earlier submit.
+    var kept = xhr && xhr.getResponseHeader && xhr.getResponseHeader("HX-Retarget") === "#session-notice";
+    if (notice && xhr && xhr.status && !kept && notice.firstChild) notice.replaceChildren();
   });
 
   // A time series too wide for a phone scrolls: open it at its latest data, not at its oldest.
