@@ -36,6 +36,7 @@ from approvals import bulk, permissions
 from approvals.errors import DomainError
 from approvals.models import AuditAction
 from console import live, page_context
+from console.channel_layer import BUS_LOST, EventBusUnavailable
 from runtime import rows
 from runtime.registry import graph_names
 
@@ -45,6 +46,9 @@ CLOSE_NOT_FOUND = 4404
 # The browser's session belongs to another user than the one its page was drawn for (signed out and in as
 # someone else in another tab): the page would show that user's view under the first one's name.
 CLOSE_OTHER_USER = 4409
+# The server lost its event bus (Redis, under the channel layer): this socket would hear nothing more. The page
+# says live updates are paused and reconnects; its render on connect catches it up (console/channel_layer.py).
+CLOSE_BUS_LOST = 4503
 READER_PARAM = "reader"  # the socket URL's user id the page was drawn for (console templatetag reader_url)
 # Events of one change are published together (task opened, run interrupted) and arrive within a
 # millisecond or two: wait this long after the first and render once. Events that arrive while a
@@ -82,6 +86,16 @@ class LiveConsumer(AsyncWebsocketConsumer):
     # socket after a reconnect instead (``data-live-catch-up``, console.js).
     render_on_connect = True
     gone = False  # set by the render that found the view no longer available: the socket closes after it
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        except EventBusUnavailable:
+            # Nothing can be subscribed (Redis is away): a socket not accepted yet is refused, and the page's
+            # socket retries with its backoff; an open one is closed as for a lost subscription. It was an
+            # ERROR with a traceback from daphne per attempt, and a refusal all the same.
+            with contextlib.suppress(Exception):
+                await send({"type": "websocket.close", "code": CLOSE_BUS_LOST})
 
     async def connect(self) -> None:
         self.joined: list[str] = []
@@ -154,6 +168,11 @@ class LiveConsumer(AsyncWebsocketConsumer):
         # closes its own), so it is handled at once.
         if message.get("type") == live.EVENT_TYPE:
             await self.live_event(message)
+            return
+        if message.get("type") == BUS_LOST:
+            # Its subscription died with the layer's connection to Redis: it would stay open, and its page
+            # "live", hearing nothing. Closed, the page says so and reconnects once Redis is back.
+            await self.close(code=CLOSE_BUS_LOST)
             return
         await super().dispatch(message)
 

@@ -453,8 +453,9 @@ if REDIS_URL:
             # Redis pub/sub: a group_send is one PUBLISH that Redis pushes to the web processes
             # subscribed to the group, instead of the core layer's three round trips per group and a
             # polling receive; what a lost message costs is a stale screen until the next event,
-            # which live events accept anyway (console/live.py, docs/performance.md).
-            "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
+            # which live events accept anyway (console/live.py, docs/performance.md). Gatehouse's subclass
+            # logs an outage once and tells the open pages, which reconnect (console/channel_layer.py).
+            "BACKEND": "console.channel_layer.PubSubChannelLayer",
             # Several deployments (or test sessions) may share one Redis: groups are namespaced.
             "CONFIG": {"hosts": [REDIS_URL], "prefix": env_str("GATEHOUSE_CHANNEL_PREFIX") or "asgi"},
         }
