@@ -57,9 +57,30 @@
   window.addEventListener("focus", function () {
     signedOutSockets.splice(0).forEach(function (wrapper) { wrapper.reconnect(); });
   });
+  // 4503: the server lost its event bus (Redis): this socket would hear nothing more, so the page says its live
+  // updates are paused and reconnects, after a second or so (jittered: every open page was told at once).
+  // While Redis is still away the server refuses the new socket, and htmx's own reconnect loop tries again
+  // with its backoff; once it opens, the server's render on connect (or the dashboard's "refresh") catches up.
+  function livePaused(wrapper, target) {
+    var notice = document.getElementById("session-notice");
+    if (notice && !document.getElementById("live-paused")) {
+      var note = document.createElement("p");
+      note.id = "live-paused";
+      note.className = "notice notice-warn";
+      var strong = document.createElement("strong");
+      strong.textContent = "Live updates paused";
+      note.appendChild(strong);
+      note.appendChild(document.createTextNode(
+        " — the server lost its event bus; this page may be out of date. It reconnects by itself and catches up."));
+      notice.appendChild(note);
+    }
+    setTimeout(function () {
+      if (wrapper && target && document.body.contains(target)) wrapper.reconnect();
+    }, 500 + Math.random() * 1000);
+  }
   document.addEventListener("htmx:wsOpen", function () {
     // Signed in again as this page's user: every note that said otherwise goes (a refused write's too).
-    ["signed-out-live", "signed-out", "signed-in-as-other"].forEach(function (id) {
+    ["signed-out-live", "signed-out", "signed-in-as-other", "live-paused"].forEach(function (id) {
       var note = document.getElementById(id);
       if (note) note.remove();
     });
@@ -76,8 +97,12 @@
     } else if (code === 4403) {
       indicator("down", "no access");
       viewGone();
+    } else if (code === 4503) {
+      indicator("down", "paused");
+      livePaused(e.detail.socketWrapper, e.target);
     } else {
-      indicator("down", "reconnecting…");
+      // A reconnect refused while the event bus is still away keeps saying paused, as its notice does.
+      indicator("down", document.getElementById("live-paused") ? "paused" : "reconnecting…");
     }
   });
   document.addEventListener("htmx:wsError", function () { indicator("down", "offline"); });
