@@ -62,6 +62,8 @@ class PubSubChannelLayer(RedisPubSubChannelLayer):
 
 
 class _LoopLayer(RedisPubSubLoopLayer):
+    _shards: list[_Shard]
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._shards = [_Shard(shard.host, self) for shard in self._shards]
@@ -96,6 +98,9 @@ class _LoopLayer(RedisPubSubLoopLayer):
 
 class _Shard(RedisSingleShardConnection):
     channel_layer: _LoopLayer
+    _redis: Any  # the library's, untyped: a redis.asyncio.Redis, or None until used
+    _pubsub: Any
+    _subscribed_to: set[str]
 
     def __init__(self, host: dict[str, Any], channel_layer: _LoopLayer) -> None:
         super().__init__(host, channel_layer)
