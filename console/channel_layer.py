@@ -19,6 +19,9 @@ This layer keeps the library's naming, sharding, serialisation and publishing; o
 * a subscription that cannot be made (a page connecting during the outage) raises
   ``EventBusUnavailable``, not the driver's error: the consumer refuses the socket, and the page's
   socket retries with its backoff.
+* a subscriber connection silent for ``KEEPALIVE_SECONDS`` is pinged, and lost when the PONG has not
+  come back ``KEEPALIVE_SECONDS`` later: a link that drops packets raises nothing, and the library's
+  loop waited on it for ever.
 * while the shard is down and nothing is subscribed, the loop pings Redis once a second, so the end
   of the outage is logged when it ends, not when the next page happens to connect.
 """
@@ -38,6 +41,9 @@ log = logging.getLogger(__name__)
 
 BUS_LOST = "live.bus_lost"  # the message type a consumer receives when its subscription was lost
 RETRY_SECONDS = 1.0  # between two connection attempts of a shard that lost Redis
+# A link that drops packets (a partition, a dead NAT entry) fails nothing: the subscriber would wait for ever.
+# A connection silent this long is pinged, and lost when the PONG has not come back this long after.
+KEEPALIVE_SECONDS = 5.0
 # What losing Redis raises: redis-py's ConnectionError/TimeoutError, or the socket's own error.
 _FAILURES = (RedisError, OSError)
 
@@ -105,6 +111,8 @@ class _Shard(RedisSingleShardConnection):
     def __init__(self, host: dict[str, Any], channel_layer: _LoopLayer) -> None:
         super().__init__(host, channel_layer)
         self._down_since: float | None = None  # loop time of the outage's first failure
+        self._heard_at = 0.0  # loop time the subscriber connection last answered
+        self._pinged_at: float | None = None  # loop time of a PING not answered yet
 
     async def subscribe(self, channel: str) -> None:
         try:
@@ -128,6 +136,7 @@ class _Shard(RedisSingleShardConnection):
                     message = await self._pubsub.get_message(ignore_subscribe_messages=True, timeout=0.1)
                     self._back()
                     self._receive_message(message)
+                    await self._keepalive(heard=message is not None)
                 elif self._down_since is not None:
                     async with self._lock:
                         self._ensure_redis()
@@ -140,6 +149,16 @@ class _Shard(RedisSingleShardConnection):
             except Exception as exc:  # noqa: BLE001 - a dead loop would leave every page deaf for good
                 await self._lost(exc)
                 await asyncio.sleep(RETRY_SECONDS)
+
+    async def _keepalive(self, *, heard: bool) -> None:
+        now = asyncio.get_running_loop().time()
+        if heard or not self._heard_at:
+            self._heard_at, self._pinged_at = now, None
+        elif self._pinged_at is not None and now - self._pinged_at > KEEPALIVE_SECONDS:
+            raise ConnectionError(f"no answer to PING in {KEEPALIVE_SECONDS:g} s")
+        elif self._pinged_at is None and now - self._heard_at > KEEPALIVE_SECONDS:
+            self._pinged_at = now
+            await self._pubsub.ping()  # its PONG is read as a message, which counts as heard
 
     async def _lost(self, exc: BaseException) -> None:
         """Redis is unreachable: log it once per outage, tell this shard's consumers, forget the connection."""
@@ -158,6 +177,7 @@ class _Shard(RedisSingleShardConnection):
         async with self._lock:
             redis, self._redis, self._pubsub = self._redis, None, None
             self._subscribed_to = set()
+            self._heard_at, self._pinged_at = 0.0, None
         if redis is not None:
             with contextlib.suppress(Exception):  # its connections are broken: closing may fail too
                 await _close_redis(redis)

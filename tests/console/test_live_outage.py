@@ -24,7 +24,7 @@ from console import consumers, live
 from tests.conftest import scaled, wait_for
 from tests.console.test_live import ORIGIN, Socket, _cookie, _emit, _sockets_closed, loop  # noqa: F401 (fixtures)
 from tests.factories import task_make
-from tests.faults.proxy import CuttableProxy
+from tests.faults.proxy import CuttableProxy, PausableProxy
 
 pytestmark = pytest.mark.usefixtures("live_db")
 
@@ -37,7 +37,7 @@ def proxy() -> Iterator[CuttableProxy]:
     proxy.close()
 
 
-def _layers_through(proxy: CuttableProxy) -> dict[str, Any]:
+def _layers_through(proxy: CuttableProxy | PausableProxy) -> dict[str, Any]:
     """``settings.CHANNEL_LAYERS`` (its backend and prefix), with Redis reached through ``proxy``."""
     config = settings.CHANNEL_LAYERS["default"]
     path = urlsplit(settings.REDIS_URL).path or "/0"
@@ -110,6 +110,35 @@ def test_a_consumer_s_channel_is_told_when_its_subscription_is_lost(proxy):
         await layer.flush()
 
     asyncio.run(scenario())
+
+
+def test_a_link_that_drops_everything_is_lost_after_an_unanswered_ping(caplog, monkeypatch):
+    """A partition fails nothing: the subscriber connection stayed open and silent, its pages "live" and deaf.
+    Pinged when silent, it is lost when the PONG does not come back."""
+    from console import channel_layer
+
+    monkeypatch.setattr(channel_layer, "KEEPALIVE_SECONDS", 0.3)
+    caplog.set_level(logging.INFO)
+    parts = urlsplit(settings.REDIS_URL)
+    proxy = PausableProxy((parts.hostname or "127.0.0.1", parts.port or 6379))
+    config = _layers_through(proxy)["default"]
+    layer = import_string(config["BACKEND"])(**config["CONFIG"])
+
+    async def scenario() -> None:
+        channel = await layer.new_channel()
+        await layer.group_add(f"silent-{uuid.uuid4().hex[:8]}", channel)
+        proxy.pause()
+        assert await asyncio.wait_for(layer.receive(channel), scaled(5)) == {"type": "live.bus_lost"}
+        assert [level for level, _ in _layer_lines(caplog)] == ["WARNING"]
+        proxy.resume()
+        await _until(lambda: len(_layer_lines(caplog)) > 1, timeout=15, what="the outage's end to be logged")
+        assert [level for level, _ in _layer_lines(caplog)] == ["WARNING", "INFO"]
+        await layer.flush()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        proxy.close()
 
 
 def _on(event_loop: asyncio.AbstractEventLoop, call: Callable[[], Awaitable[Any]]) -> Any:
