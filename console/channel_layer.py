@@ -16,9 +16,12 @@ This layer keeps the library's naming, sharding, serialisation and publishing; o
   says so and reconnects; a fresh connect re-renders it, which is how it catches up. The shard then
   forgets its subscriptions (the connection that held them is gone), so a consumer leaving during the
   outage unsubscribes nothing, and a reconnect subscribes afresh.
-* a subscription that cannot be made (a page connecting during the outage) raises
-  ``EventBusUnavailable``, not the driver's error: the consumer refuses the socket, and the page's
-  socket retries with its backoff.
+* a subscription that cannot be made (a page connecting during the outage) raises one of
+  ``BUS_ERRORS``, leaving nothing behind and logging nothing: the consumer refuses the socket, and the
+  page's socket retries with its backoff; the readiness check reports its own failure. The outage is
+  logged when subscriptions are lost: when live pages stop hearing.
+* an outage is one per host and process, whichever event loop meets it: the readiness check's
+  channel-layer probe runs on a loop (and a layer) of its own per probe.
 * a subscriber connection silent for ``KEEPALIVE_SECONDS`` is pinged, and lost when the PONG has not
   come back ``KEEPALIVE_SECONDS`` later: a link that drops packets raises nothing, and the library's
   loop waited on it for ever.
@@ -31,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from typing import Any
 
 from channels_redis.pubsub import RedisPubSubChannelLayer, RedisPubSubLoopLayer, RedisSingleShardConnection
@@ -44,16 +48,17 @@ RETRY_SECONDS = 1.0  # between two connection attempts of a shard that lost Redi
 # A link that drops packets (a partition, a dead NAT entry) fails nothing: the subscriber would wait for ever.
 # A connection silent this long is pinged, and lost when the PONG has not come back this long after.
 KEEPALIVE_SECONDS = 5.0
-# What losing Redis raises: redis-py's ConnectionError/TimeoutError, or the socket's own error.
-_FAILURES = (RedisError, OSError)
-
-
-class EventBusUnavailable(Exception):
-    """The channel layer cannot reach Redis: nothing can be subscribed, so nothing would be heard."""
+# What losing Redis raises: redis-py's ConnectionError/TimeoutError, or the socket's own error. A subscription
+# that cannot be made raises one of these (kept as the driver raised it: the readiness check names it).
+BUS_ERRORS = (RedisError, OSError)
 
 
 class PubSubChannelLayer(RedisPubSubChannelLayer):
     """``channels_redis.pubsub.RedisPubSubChannelLayer`` whose per-loop layers use ``_Shard`` (module doc)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.outages: dict[str, float] = {}  # host → monotonic time of the outage's first failure
 
     def _get_layer(self) -> RedisPubSubLoopLayer:
         # The library's own method, building this module's loop layer.
@@ -77,14 +82,14 @@ class _LoopLayer(RedisPubSubLoopLayer):
     async def _subscribe_to_channel(self, channel: str) -> None:
         try:
             await super()._subscribe_to_channel(channel)
-        except EventBusUnavailable:
+        except BUS_ERRORS:
             self.channels.pop(channel, None)  # the library keeps the queue of a channel it never subscribed
             raise
 
     async def group_add(self, group: str, channel: str) -> None:
         try:
             await super().group_add(group, channel)
-        except EventBusUnavailable:
+        except BUS_ERRORS:
             # ...and the membership: nothing would ever discard it, the consumer never having joined.
             members = self.groups.get(self._get_group_channel_name(group))
             if members is not None:
@@ -110,22 +115,21 @@ class _Shard(RedisSingleShardConnection):
 
     def __init__(self, host: dict[str, Any], channel_layer: _LoopLayer) -> None:
         super().__init__(host, channel_layer)
-        self._down_since: float | None = None  # loop time of the outage's first failure
+        self._where = _where(host)
+        self._outages: dict[str, float] = channel_layer.channel_layer.outages  # shared by the layer's loops
         self._heard_at = 0.0  # loop time the subscriber connection last answered
         self._pinged_at: float | None = None  # loop time of a PING not answered yet
 
     async def subscribe(self, channel: str) -> None:
-        try:
-            await super().subscribe(channel)
-        except _FAILURES as exc:
-            await self._lost(exc)
-            raise EventBusUnavailable(_reason(exc)) from exc
+        # A subscription that cannot be made is the caller's failure to report (a page's socket is refused, the
+        # readiness check names it): not logged here. Subscriptions it held are the receive loop's to lose.
+        await super().subscribe(channel)
         self._back()
 
     async def unsubscribe(self, channel: str) -> None:
         try:
             await super().unsubscribe(channel)
-        except _FAILURES as exc:
+        except BUS_ERRORS as exc:
             # The subscription went with the connection; the library raised from a consumer's disconnect.
             await self._lost(exc)
 
@@ -137,7 +141,7 @@ class _Shard(RedisSingleShardConnection):
                     self._back()
                     self._receive_message(message)
                     await self._keepalive(heard=message is not None)
-                elif self._down_since is not None:
+                elif self._where in self._outages:
                     async with self._lock:
                         self._ensure_redis()
                         await self._redis.ping()
@@ -162,15 +166,15 @@ class _Shard(RedisSingleShardConnection):
 
     async def _lost(self, exc: BaseException) -> None:
         """Redis is unreachable: log it once per outage, tell this shard's consumers, forget the connection."""
-        if self._down_since is None:
-            self._down_since = asyncio.get_running_loop().time()
+        if self._where not in self._outages:
+            self._outages[self._where] = time.monotonic()
             log.warning(
                 "live updates paused: the channel layer lost Redis at %s (%s); open pages are told and reconnect",
-                _where(self.host),
+                self._where,
                 _reason(exc),
             )
         else:
-            log.debug("channel layer: Redis at %s still unreachable (%s)", _where(self.host), _reason(exc))
+            log.debug("channel layer: Redis at %s still unreachable (%s)", self._where, _reason(exc))
         lost = self.channel_layer.channel_layer.serialize({"type": BUS_LOST})
         for name in self.channel_layer.channels_on(self):
             self.channel_layer.channels[name].put_nowait(lost)
@@ -183,14 +187,13 @@ class _Shard(RedisSingleShardConnection):
                 await _close_redis(redis)
 
     def _back(self) -> None:
-        if self._down_since is None:
+        since = self._outages.pop(self._where, None)
+        if since is None:
             return
-        down_for = asyncio.get_running_loop().time() - self._down_since
-        self._down_since = None
         log.info(
             "live updates resumed: the channel layer reached Redis at %s again after %.1f s",
-            _where(self.host),
-            down_for,
+            self._where,
+            time.monotonic() - since,
         )
 
 

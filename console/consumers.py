@@ -36,7 +36,7 @@ from approvals import bulk, permissions
 from approvals.errors import DomainError
 from approvals.models import AuditAction
 from console import live, page_context
-from console.channel_layer import BUS_LOST, EventBusUnavailable
+from console.channel_layer import BUS_ERRORS, BUS_LOST
 from runtime import rows
 from runtime.registry import graph_names
 
@@ -90,7 +90,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         try:
             await super().__call__(scope, receive, send)
-        except EventBusUnavailable:
+        except BUS_ERRORS:
             # Nothing can be subscribed (Redis is away): a socket not accepted yet is refused, and the page's
             # socket retries with its backoff; an open one is closed as for a lost subscription. It was an
             # ERROR with a traceback from daphne per attempt, and a refusal all the same.
