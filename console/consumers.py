@@ -67,14 +67,28 @@ DASHBOARD_DEBOUNCE_SECONDS = 5.0
 QUIET_ACTIONS = live.QUIET_ACTIONS
 
 
-class NoSuchSocket(AsyncWebsocketConsumer):
+class _BusConsumer(AsyncWebsocketConsumer):
+    """A consumer that meets a channel layer without Redis refuses or closes its socket (4503), quietly."""
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        except BUS_ERRORS:
+            # Nothing can be subscribed (Redis is away): a socket not accepted yet is refused, and the page's
+            # socket retries with its backoff; an open one is closed as for a lost subscription. It was an
+            # ERROR with a traceback from daphne per attempt, and a refusal all the same.
+            with contextlib.suppress(Exception):
+                await send({"type": "websocket.close", "code": CLOSE_BUS_LOST})
+
+
+class NoSuchSocket(_BusConsumer):
     """A websocket path no page opens: the handshake is refused (HTTP 403 from daphne), before any work."""
 
     async def connect(self) -> None:
         await self.close(code=CLOSE_NOT_FOUND)
 
 
-class LiveConsumer(AsyncWebsocketConsumer):
+class LiveConsumer(_BusConsumer):
     template = ""
     # Actions (or action prefixes, ending in ".") that cannot change this page: no render for them.
     unchanged_by: frozenset[str] = frozenset()
@@ -86,16 +100,6 @@ class LiveConsumer(AsyncWebsocketConsumer):
     # socket after a reconnect instead (``data-live-catch-up``, console.js).
     render_on_connect = True
     gone = False  # set by the render that found the view no longer available: the socket closes after it
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        except BUS_ERRORS:
-            # Nothing can be subscribed (Redis is away): a socket not accepted yet is refused, and the page's
-            # socket retries with its backoff; an open one is closed as for a lost subscription. It was an
-            # ERROR with a traceback from daphne per attempt, and a refusal all the same.
-            with contextlib.suppress(Exception):
-                await send({"type": "websocket.close", "code": CLOSE_BUS_LOST})
 
     async def connect(self) -> None:
         self.joined: list[str] = []

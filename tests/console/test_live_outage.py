@@ -162,8 +162,9 @@ def test_an_open_page_is_told_when_redis_goes_and_catches_up_when_it_is_back(per
         closed = socket.output()  # within 5 s (scaled): the layer reads its connection every 0.1 s
         assert closed == {"type": "websocket.close", "code": consumers.CLOSE_BUS_LOST}
 
-        # A page that (re)connects now is refused, promptly and without an error.
+        # A page that (re)connects now is refused, promptly and without an error (a path no page opens too).
         assert Socket(loop, path, headers).connect() == (False, consumers.CLOSE_BUS_LOST)
+        assert Socket(loop, "/ws/nope/", headers).connect() == (False, consumers.CLOSE_BUS_LOST)
 
         loan = task_make(metadata={"case": marker})  # opened during the outage: its event is lost
         live.publisher_flush()
