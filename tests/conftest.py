@@ -192,11 +192,13 @@ def free_port() -> int:
 
 
 def daphne_start(env: dict[str, str], log_path: Path) -> tuple[subprocess.Popen[bytes], str]:
-    """daphne serving ``console.asgi`` on a free loopback port in its own process group; (process, base URL)."""
+    """daphne serving ``console.asgi`` on a free loopback port in its own process group; (process, base URL).
+    Started as every documented start of the web process starts it (``console.serve``: daphne's server with
+    Gatehouse's access log and stop), not as bare daphne."""
     port = free_port()
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "console.asgi:application"],
+            [sys.executable, "-m", "console.serve", "-b", "127.0.0.1", "-p", str(port), "console.asgi:application"],
             cwd=ROOT,
             env=env,
             stdout=log,

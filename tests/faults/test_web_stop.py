@@ -61,17 +61,16 @@ def test_sigterm_with_lg_waits_and_streams_open_exits_and_answers_the_wait(opera
             except subprocess.TimeoutExpired:
                 pytest.fail(f"daphne still running after SIGTERM:\n{log_path.read_text(errors='replace')[-3000:]}")
             calls[0].join(scaled(10))
-        # The wait ended with the server: answered 503 (when to retry, how to join the run again) when the
-        # answer goes out before daphne closes its connections, cut otherwise; never held, never a 200.
+        # The wait ended with the server and was answered 503: when to retry, how to join the run again. Never
+        # held, never a 200, and not cut: Twisted's shutdown drops its connections without sending what they
+        # still buffer, which cut the answer about one time in four before the server waited for it to leave.
         answer = got["wait"]
         log = log_path.read_text(errors="replace")
         assert "the server is stopping: join run" in log, log[-3000:]  # the view answered, at once
-        if isinstance(answer, httpx.HTTPStatusError):
-            assert answer.response.status_code == 503
-            assert answer.response.headers["Retry-After"] == "1"
-            assert f"/lg/threads/{threads[0]}/runs/" in answer.response.json()["detail"]
-        else:
-            assert isinstance(answer, httpx.RemoteProtocolError), f"{answer!r}\n{log[-3000:]}"
+        assert isinstance(answer, httpx.HTTPStatusError), f"{answer!r}\n{log[-3000:]}"
+        assert answer.response.status_code == 503
+        assert answer.response.headers["Retry-After"] == "1"
+        assert f"/lg/threads/{threads[0]}/runs/" in answer.response.json()["detail"]
         assert "Exception inside application" not in log
         # Released, both runs finish on the worker: nothing was lost with the server.
         for thread in threads:
