@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from django.conf import settings
 from django.db import connection
@@ -218,6 +219,29 @@ def process_group_stop(proc: subprocess.Popen[bytes], *, timeout: float = 15.0) 
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=scaled(10))
+
+
+@contextlib.contextmanager
+def daphne_serving(
+    env: dict[str, str], log_path: Path, *, ready: str = "/accounts/login/", status: int = 200, what: str = "daphne"
+) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    """``daphne_start``, waited on until ``GET ready`` answers ``status`` (failing with its log if it exits
+    first), and stopped afterwards; (process, base URL)."""
+    proc, base = daphne_start(env, log_path)
+
+    def up() -> bool:
+        if proc.poll() is not None:
+            raise RuntimeError(f"daphne exited: {log_path.read_text(errors='replace')[-3000:]}")
+        try:
+            return httpx.get(f"{base}{ready}", timeout=scaled(2)).status_code == status
+        except httpx.TransportError:
+            return False
+
+    try:
+        wait_for(up, timeout=40, interval=0.2, what=what)
+        yield proc, base
+    finally:
+        process_group_stop(proc)
 
 
 # --- the outside world -------------------------------------------------------

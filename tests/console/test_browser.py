@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-import httpx
 import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
@@ -22,14 +21,12 @@ from approvals.models import ApprovalTask
 from runtime.models import Thread, ThreadStatus
 from tests.conftest import (
     ROOT,
-    daphne_start,
+    daphne_serving,
     loan_input,
     pending_tasks,
-    process_group_stop,
     scaled,
     thread_settled,
     thread_start,
-    wait_for,
     worker_env,
 )
 from tests.factories import task_make
@@ -55,21 +52,8 @@ def server(django_db_setup: None, bank: Any, tmp_path_factory: pytest.TempPathFa
         "SECURE_SSL_REDIRECT": "false",
         "DJANGO_SETTINGS_MODULE": "tests.settings",
     }
-    proc, base = daphne_start(env, log_path)
-
-    def up() -> bool:
-        if proc.poll() is not None:
-            raise RuntimeError(f"daphne exited: {log_path.read_text(errors='replace')[-2000:]}")
-        try:
-            return httpx.get(f"{base}/accounts/login/", timeout=scaled(1)).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    try:
-        wait_for(up, timeout=40, what="daphne to serve the console")
+    with daphne_serving(env, log_path, what="daphne to serve the console") as (_, base):
         yield base
-    finally:
-        process_group_stop(proc)
 
 
 @pytest.fixture(scope="module")

@@ -8,12 +8,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import httpx
 import pytest
 from django.conf import settings
 from playwright.sync_api import expect
 
-from tests.conftest import daphne_start, process_group_stop, scaled, wait_for, worker_env
+from tests.conftest import daphne_serving, worker_env
 from tests.console.test_browser import WAIT_MS, _sign_in, browser  # noqa: F401 (fixture)
 from tests.factories import task_make
 from tests.faults.proxy import CuttableProxy
@@ -35,21 +34,10 @@ def proxied(django_db_setup: None, bank: Any, tmp_path: Path) -> Iterator[tuple[
         "DJANGO_SETTINGS_MODULE": "tests.settings",
     }
     log_path = tmp_path / "daphne.log"
-    proc, base = daphne_start(env, log_path)
-
-    def up() -> bool:
-        if proc.poll() is not None:
-            raise RuntimeError(f"daphne exited: {log_path.read_text(errors='replace')[-2000:]}")
-        try:
-            return httpx.get(f"{base}/accounts/login/", timeout=scaled(1)).status_code == 200
-        except httpx.HTTPError:
-            return False
-
     try:
-        wait_for(up, timeout=40, what="daphne to serve the console")
-        yield base, proxy
+        with daphne_serving(env, log_path, what="daphne to serve the console") as (_, base):
+            yield base, proxy
     finally:
-        process_group_stop(proc)
         proxy.close()
     log = log_path.read_text(errors="replace")
     assert "Traceback" not in log and "Unexpected exception" not in log, log[-3000:]

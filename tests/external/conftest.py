@@ -6,10 +6,9 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import pytest
 
-from tests.conftest import ApiClient, Persona, daphne_start, process_group_stop, scaled, wait_for, worker_env
+from tests.conftest import ApiClient, Persona, daphne_serving, worker_env
 
 
 def engine_persona(source: str, *, actions: tuple[str, ...] = ("start", "read")) -> Persona:
@@ -54,18 +53,7 @@ def create(client: ApiClient, body: dict[str, Any]) -> Any:
 def gatehouse_url(django_db_setup: None, bank: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """daphne serving the API on a free port, with the test database (what an engine's worker talks to)."""
     log_path = tmp_path_factory.mktemp("daphne") / "daphne.log"
-    proc, base = daphne_start(worker_env(bank), log_path)
-
-    def up() -> bool:
-        if proc.poll() is not None:
-            raise RuntimeError(f"daphne exited: {log_path.read_text(errors='replace')[-3000:]}")
-        try:
-            return httpx.get(f"{base}/api/external-tasks/{uuid.uuid4()}", timeout=scaled(2)).status_code == 401
-        except httpx.TransportError:
-            return False
-
-    wait_for(up, timeout=40, interval=0.2, what="daphne to serve /api/")
-    try:
+    unknown = f"/api/external-tasks/{uuid.uuid4()}"
+    serving = daphne_serving(worker_env(bank), log_path, ready=unknown, status=401, what="daphne to serve /api/")
+    with serving as (_, base):
         yield base
-    finally:
-        process_group_stop(proc)

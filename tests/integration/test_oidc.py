@@ -18,7 +18,7 @@ from django.test import Client
 
 from approvals import users
 from approvals.models import AuditEvent, ExternalIdentity
-from tests.conftest import daphne_start, process_group_stop, scaled, wait_for, worker_env
+from tests.conftest import daphne_serving, scaled, worker_env
 from tests.integration.fake_oidc import FakeOidcProvider
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db")]
@@ -57,22 +57,9 @@ def server(django_db_setup: None, bank: Any, provider: FakeOidcProvider, tmp_pat
         "GATEHOUSE_OIDC_ROLE_CLAIM": "groups",
         "GATEHOUSE_OIDC_MAPPING": json.dumps(MAPPING),
     }
-    proc, base = daphne_start(env, workdir / "daphne.log")
-    provider.redirect_uris.add(f"{base}/oidc/callback/")
-
-    def up() -> bool:
-        if proc.poll() is not None:
-            raise RuntimeError(f"daphne exited: {(workdir / 'daphne.log').read_text(errors='replace')[-3000:]}")
-        try:
-            return httpx.get(f"{base}/accounts/login/", timeout=scaled(1)).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    try:
-        wait_for(up, timeout=40, what="daphne with single sign-on")
+    with daphne_serving(env, workdir / "daphne.log", what="daphne with single sign-on") as (_, base):
+        provider.redirect_uris.add(f"{base}/oidc/callback/")
         yield base
-    finally:
-        process_group_stop(proc)
 
 
 @pytest.fixture(autouse=True)
