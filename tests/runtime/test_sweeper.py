@@ -211,10 +211,13 @@ def test_a_lost_dispatch_is_still_resent_after_the_delay(sent):
 @override_settings(GATEHOUSE_REDISPATCH_AFTER_SECONDS=3)
 def test_overlapping_sweeps_resend_a_run_once(sent):
     # Two sweeps read the same candidate before either sent it: the conditional UPDATE picks one.
+    # Made due and claimed in one transaction: the session worker's sweeper, which runs every 0.5 s, could
+    # otherwise re-send the run between the two (a loaded CI machine saw the first claim lose to it).
     run = _run()
-    _set(run, created_at=_ago(10), dispatched_at=_ago(9))
-    first, second = Run.objects.get(pk=run.pk), Run.objects.get(pk=run.pk)
-    assert runs._redispatch_claim(first, timezone.now()) is True
+    with transaction.atomic():
+        _set(run, created_at=_ago(10), dispatched_at=_ago(9))
+        first, second = Run.objects.get(pk=run.pk), Run.objects.get(pk=run.pk)
+        assert runs._redispatch_claim(first, timezone.now()) is True
     assert runs._redispatch_claim(second, timezone.now()) is False
 
 
