@@ -1,9 +1,9 @@
-"""A TCP proxy the test can pause: the worker's connections to PostgreSQL hang instead of failing.
+"""TCP proxies between a process under test and PostgreSQL or Redis, for the network's faults.
 
-That is what a network partition, a saturated link or a stalled NAT does: the
-worker's queries are sent, nothing comes back, and after ``resume()`` the bytes
-held meanwhile are delivered, late, in order. Killing connections
-(``pg_terminate_backend``) fails them at once, which is a different fault.
+``PausableProxy`` holds every byte (a partition, a saturated link, a stalled NAT: queries are sent, nothing
+comes back, and after ``resume()`` what was held arrives late, in order). ``CuttableProxy`` ends every
+connection at once (the service went away: both ends see it) and refuses or resets new ones until
+``restore()``. Killing connections server-side (``pg_terminate_backend``) is a third fault, not one of these.
 """
 
 from __future__ import annotations
@@ -14,94 +14,154 @@ import struct
 import threading
 
 
-class PausableProxy:
-    def __init__(self, upstream: tuple[str, int]) -> None:
+class _Relay:
+    """Accepts on 127.0.0.1:``port`` and relays each connection to ``upstream``, a pump thread per direction."""
+
+    def __init__(self, upstream: tuple[str, int], name: str) -> None:
         self.upstream = upstream
-        self.listener = socket.socket()
-        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.listener.bind(("127.0.0.1", 0))
-        self.listener.listen(64)
-        self.listener.settimeout(0.2)
-        self.port = int(self.listener.getsockname()[1])
-        self.flowing = threading.Event()
-        self.flowing.set()
-        self.closed = threading.Event()
-        self.sockets: list[socket.socket] = []
+        self.name = name
+        self.port = 0
         self.lock = threading.Lock()
-        threading.Thread(target=self._accept, name="pg-proxy", daemon=True).start()
+        self.sockets: list[socket.socket] = []
+        self.listener: socket.socket | None = None
 
-    def pause(self) -> None:
-        """From now on nothing passes in either direction (connections stay open)."""
-        self.flowing.clear()
+    def _listen(self) -> None:
+        """Listen on ``self.port`` (any free port the first time) and accept in a thread of its own."""
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", self.port))
+        listener.listen(64)
+        listener.settimeout(0.2)
+        self.port = int(listener.getsockname()[1])
+        self.listener = listener  # before the thread starts: it accepts while this is its listener
+        threading.Thread(target=self._accept, args=(listener,), name=self.name, daemon=True).start()
 
-    def resume(self) -> None:
-        self.flowing.set()
-
-    def close(self) -> None:
-        self.closed.set()
-        self.flowing.set()
-        with contextlib.suppress(OSError):
-            self.listener.close()
-        with self.lock:
-            for sock in self.sockets:
-                with contextlib.suppress(OSError):
-                    sock.close()
-
-    def _accept(self) -> None:
-        while not self.closed.is_set():
+    def _accept(self, listener: socket.socket) -> None:
+        while self._accepting(listener):
             try:
-                client, _ = self.listener.accept()
+                client, _ = listener.accept()
             except TimeoutError:
                 continue
             except OSError:
                 return
-            self.flowing.wait()
-            try:
-                server = socket.create_connection(self.upstream)
-            except OSError:
-                client.close()
-                continue
-            with self.lock:
-                self.sockets += [client, server]
-            for src, dst in ((client, server), (server, client)):
-                threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
+            self._admit(client)
+
+    def _accepting(self, listener: socket.socket) -> bool:
+        raise NotImplementedError
+
+    def _admit(self, client: socket.socket) -> None:
+        self._relay(client)
+
+    def _forwarding(self) -> bool:
+        raise NotImplementedError
+
+    def _relay(self, client: socket.socket) -> None:
+        try:
+            server = socket.create_connection(self.upstream)
+        except OSError:
+            client.close()
+            return
+        with self.lock:
+            # Checked under the lock that a cut takes: a cut between the accept and here would not see this
+            # pair, which then carried a checkout through the outage (seen on a loaded machine).
+            if not self._forwarding():
+                for sock in (client, server):
+                    with contextlib.suppress(OSError):
+                        sock.close()
+                return
+            self.sockets += [client, server]
+        for src, dst in ((client, server), (server, client)):
+            threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
 
     def _pump(self, src: socket.socket, dst: socket.socket) -> None:
         try:
-            while True:
-                data = src.recv(65536)
-                if not data:
+            while data := src.recv(65536):
+                if not self._deliver(dst, data):
                     break
-                self.flowing.wait()  # held here while paused: delivered late, never lost
-                if self.closed.is_set():
-                    break
-                dst.sendall(data)
         except OSError:
             pass
         finally:
             with contextlib.suppress(OSError):
                 dst.shutdown(socket.SHUT_WR)
 
+    def _deliver(self, dst: socket.socket, data: bytes) -> bool:
+        dst.sendall(data)
+        return True
 
-class CuttableProxy:
-    """A TCP proxy the test can cut, as Redis going away does: every open connection ends at once (both
-    ends see it; ``socket.close`` from another thread does not wake a ``recv``, so nothing would have
-    noticed), and every new one is refused (``mode="refuse"``: nothing listens on the port) or accepted and
-    reset at once (``"reset"``: a host whose service is restarting, counted in ``resets``).
-    ``restore()`` forwards again, on the same port."""
+    def _drop_connections(self) -> None:
+        with self.lock:
+            sockets, self.sockets = self.sockets, []
+        for sock in sockets:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)  # wakes the pumps' recv (a close alone does not): peers see it now
+            with contextlib.suppress(OSError):
+                sock.close()
+
+
+class PausableProxy(_Relay):
+    """``pause()``: from then on nothing passes in either direction, connections stay open; ``resume()``
+    delivers what was held, late, never lost."""
 
     def __init__(self, upstream: tuple[str, int]) -> None:
-        self.upstream = upstream
-        self.port = 0
-        self.mode: str | None = None  # None: forwarding
-        self.resets = 0
-        self.lock = threading.Lock()
-        self.sockets: list[socket.socket] = []
+        super().__init__(upstream, "pausable-proxy")
+        self.flowing = threading.Event()
+        self.flowing.set()
+        self.closed = threading.Event()
         self._listen()
 
-    def cut(self, mode: str = "refuse") -> None:
-        assert mode in ("refuse", "reset"), mode
-        self.mode = mode
+    def pause(self) -> None:
+        self.flowing.clear()
+
+    def resume(self) -> None:
+        self.flowing.set()
+
+    def close(self) -> None:
+        with self.lock:
+            self.closed.set()
+        self.flowing.set()
+        with contextlib.suppress(OSError):
+            self.listener.close()
+        self._drop_connections()
+
+    def _accepting(self, listener: socket.socket) -> bool:
+        return not self.closed.is_set()
+
+    def _admit(self, client: socket.socket) -> None:
+        self.flowing.wait()  # a connection made while paused is held too
+        self._relay(client)
+
+    def _forwarding(self) -> bool:
+        return not self.closed.is_set()
+
+    def _deliver(self, dst: socket.socket, data: bytes) -> bool:
+        self.flowing.wait()  # held here while paused
+        if self.closed.is_set():
+            return False
+        dst.sendall(data)
+        return True
+
+
+class CuttableProxy(_Relay):
+    """``cut()`` ends every open connection at once, as a service going away does, and from then on refuses
+    new ones (``mode="refuse"``: nothing listens on the port) or accepts and resets them at once
+    (``"reset"``: a host whose service is restarting; counted in ``resets``). ``restore()`` forwards again,
+    on the same port.
+
+    ``"reset"`` keeps the port bound through the outage. ``"refuse"`` frees it, and another process binding
+    any free port may take it meanwhile (then ``restore()`` fails to bind, loudly): use ``"refuse"`` only
+    where a refused connect is the fault under test."""
+
+    def __init__(self, upstream: tuple[str, int]) -> None:
+        super().__init__(upstream, "cuttable-proxy")
+        self.mode: str | None = None  # None: forwarding
+        self.resets = 0
+        self._listen()
+
+    def cut(self, mode: str = "reset") -> None:
+        if mode not in ("refuse", "reset"):
+            raise ValueError(mode)
+        with self.lock:
+            self.mode = mode
         if mode == "refuse":
             self._unlisten()
         self._drop_connections()
@@ -109,22 +169,14 @@ class CuttableProxy:
     def restore(self) -> None:
         if self.mode == "refuse":
             self._listen()
-        self.mode = None
+        with self.lock:
+            self.mode = None
 
     def close(self) -> None:
-        self.mode = "closed"
+        with self.lock:
+            self.mode = "closed"
         self._unlisten()
         self._drop_connections()
-
-    def _listen(self) -> None:
-        listener = socket.socket()
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind(("127.0.0.1", self.port))
-        listener.listen(64)
-        listener.settimeout(0.2)
-        self.port = int(listener.getsockname()[1])
-        self.listener = listener
-        threading.Thread(target=self._accept, args=(listener,), name="redis-proxy", daemon=True).start()
 
     def _unlisten(self) -> None:
         with contextlib.suppress(OSError):
@@ -132,47 +184,18 @@ class CuttableProxy:
         with contextlib.suppress(OSError):
             self.listener.close()
 
-    def _drop_connections(self) -> None:
-        with self.lock:
-            sockets, self.sockets = self.sockets, []
-        for sock in sockets:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)  # wakes the pumps' recv: the peers see the close now
-            with contextlib.suppress(OSError):
-                sock.close()
+    def _accepting(self, listener: socket.socket) -> bool:
+        return self.listener is listener and self.mode != "closed"
 
-    def _accept(self, listener: socket.socket) -> None:
-        while self.listener is listener and self.mode != "closed":
-            try:
-                client, _ = listener.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            if self.mode is not None:
-                if self.mode == "reset":
-                    self.resets += 1
-                # SO_LINGER 0: the close is a reset, not an orderly end.
-                client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-                client.close()
-                continue
-            try:
-                server = socket.create_connection(self.upstream)
-            except OSError:
-                client.close()
-                continue
-            with self.lock:
-                self.sockets += [client, server]
-            for src, dst in ((client, server), (server, client)):
-                threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
+    def _admit(self, client: socket.socket) -> None:
+        if self._forwarding():
+            self._relay(client)
+            return
+        if self.mode == "reset":
+            self.resets += 1
+        # SO_LINGER 0: the close is a reset, not an orderly end.
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        client.close()
 
-    @staticmethod
-    def _pump(src: socket.socket, dst: socket.socket) -> None:
-        try:
-            while data := src.recv(65536):
-                dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            with contextlib.suppress(OSError):
-                dst.shutdown(socket.SHUT_WR)
+    def _forwarding(self) -> bool:
+        return self.mode is None

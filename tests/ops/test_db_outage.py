@@ -9,9 +9,6 @@ checkout starts a fresh one at once. PostgreSQL itself stays up: a proxy in fron
 
 from __future__ import annotations
 
-import contextlib
-import socket
-import threading
 import time
 
 import pytest
@@ -19,90 +16,9 @@ from django.db import connections
 from django.db.utils import load_backend
 
 from tests.conftest import scaled, wait_for
+from tests.faults.proxy import CuttableProxy
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("live_db")]
-
-
-class CuttableProxy:
-    """127.0.0.1:<port> → PostgreSQL. ``cut()`` closes every connection and drops new ones at once, as a
-    database that went away does; ``restore()`` passes them through again.
-
-    The port stays bound through the outage: closed, it was free for anyone, and another test's proxy
-    (the suite runs in parallel) once took it, so "the outage" reached PostgreSQL after all.
-    """
-
-    def __init__(self, upstream: tuple[str, int]) -> None:
-        self.upstream = upstream
-        self.lock = threading.Lock()
-        self.sockets: list[socket.socket] = []
-        self.up = True
-        self.listener: socket.socket | None = socket.socket()
-        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.listener.bind(("127.0.0.1", 0))
-        self.listener.listen(64)
-        self.port = self.listener.getsockname()[1]
-        threading.Thread(target=self._accept, args=(self.listener,), daemon=True).start()
-
-    def restore(self) -> None:
-        with self.lock:
-            assert self.listener is not None, "the proxy was closed"
-            self.up = True
-
-    def cut(self) -> None:
-        with self.lock:
-            self.up = False
-            for sock in self.sockets:
-                with contextlib.suppress(OSError):
-                    sock.shutdown(socket.SHUT_RDWR)
-                with contextlib.suppress(OSError):
-                    sock.close()
-            self.sockets.clear()
-
-    def close(self) -> None:
-        self.cut()
-        with self.lock:
-            if self.listener is not None:
-                with contextlib.suppress(OSError):
-                    self.listener.close()
-                self.listener = None
-
-    def _accept(self, listener: socket.socket) -> None:
-        while True:
-            try:
-                client, _ = listener.accept()
-            except OSError:
-                return
-            with self.lock:
-                up = self.up
-            if not up:  # down: the connection is dropped as soon as it is made
-                with contextlib.suppress(OSError):
-                    client.close()
-                continue
-            try:
-                server = socket.create_connection(self.upstream)
-            except OSError:
-                client.close()
-                continue
-            with self.lock:
-                # Checked again under the lock: a cut between the check above and here would not see
-                # this pair, which then carried a checkout through the outage (seen on a loaded machine).
-                if not self.up:
-                    for sock in (client, server):
-                        with contextlib.suppress(OSError):
-                            sock.close()
-                    continue
-                self.sockets += [client, server]
-            for a, b in ((client, server), (server, client)):
-                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
-
-    @staticmethod
-    def _pipe(src: socket.socket, dst: socket.socket) -> None:
-        with contextlib.suppress(OSError):
-            while data := src.recv(65536):
-                dst.sendall(data)
-        for sock in (src, dst):
-            with contextlib.suppress(OSError):
-                sock.close()
 
 
 def _checkout(pool) -> bool:
@@ -127,7 +43,7 @@ def test_the_pool_reconnects_within_seconds_after_an_outage():
     pool.open()
     try:
         assert _checkout(pool)
-        proxy.cut()
+        proxy.cut("reset")
         # 16 s of outage, checked out as a worker's heartbeat does: with psycopg_pool's default the
         # attempts came at 0, 1, 3, 7, 15, 31 s, so the pool stayed down until 31 s.
         outage_ends = time.monotonic() + 16
@@ -172,7 +88,7 @@ def test_the_apis_answer_503_json_while_the_database_is_down(bank, personas, tmp
 
     try:
         wait_for(lambda: (r := get("/api/threads")) is not None and r.status_code == 200, timeout=40)
-        proxy.cut()
+        proxy.cut("reset")
         for path in ("/api/threads", "/lg/threads/search"):
             response = wait_for(lambda p=path: (r := get(p)) is not None and r.status_code == 503 and r, timeout=30)
             assert response.headers["Retry-After"] == "5"
@@ -230,7 +146,7 @@ def test_console_pages_answer_a_styled_503_while_the_database_is_down(bank, pers
 
     try:
         wait_for(lambda: (r := get("/threads/")) is not None and r.status_code == 200, timeout=40)
-        proxy.cut()
+        proxy.cut("reset")
         for path in ("/", "/threads/"):
             response = get(path)
             assert response is not None and response.status_code == 503, response and response.text[:500]
