@@ -222,6 +222,44 @@ def on_audit_recorded(audit: AuditEvent) -> None:
     event_publish(event_from_audit(audit))
 
 
+class _Losses:
+    """How the publisher's events are being lost, logged once per episode rather than once per batch: a
+    Redis outage was one WARNING with its exception per failed batch (and, with the queue full, one per
+    dropped event) for as long as it lasted. The first loss is one WARNING, those after it DEBUG, and the
+    first success after them one INFO that counts what was lost. Called from any thread."""
+
+    def __init__(self, what: str, warning: str) -> None:
+        self.what = what
+        self.warning = warning
+        self.lock = threading.Lock()
+        self.since: float | None = None
+        self.lost = 0
+
+    def lose(self, count: int, reason: str = "") -> None:
+        with self.lock:
+            first = self.since is None
+            if first:
+                self.since = time.monotonic()
+            self.lost += count
+        if first:
+            log.warning(self.warning, reason)
+        else:
+            log.debug("%s: %d more lost (%s)", self.what, count, reason)
+
+    def recover(self) -> None:
+        if self.since is None:  # unlocked fast path: the common case, nothing was lost
+            return
+        with self.lock:
+            since, lost, self.since, self.lost = self.since, self.lost, None, 0
+        if since is not None:
+            elapsed = time.monotonic() - since
+            log.info("%s again after %.1f s; %d live events were lost meanwhile", self.what, elapsed, lost)
+
+
+def _reason(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
 class _Publisher:
     """Sends events to the Redis channel layer from one background thread.
 
@@ -243,17 +281,25 @@ class _Publisher:
     command's last events reach the open pages, and the thread is not torn down mid-``PUBLISH``.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, maxsize: int = 10_000, start: bool = True) -> None:
         # Events, and a flush's marker (``flush``): set once everything queued before it was sent.
-        self.queue: queue.Queue[dict[str, Any] | threading.Event] = queue.Queue(maxsize=10_000)
+        self.queue: queue.Queue[dict[str, Any] | threading.Event] = queue.Queue(maxsize=maxsize)
+        self.undelivered = _Losses(
+            "live events delivered",
+            "live events not delivered (%s); open pages miss them until Redis answers (further failures at DEBUG)",
+        )
+        self.dropped = _Losses("live publisher queue accepting", "live publisher queue full (%s); dropping events")
         self.thread = threading.Thread(target=self._run, name="live-publisher", daemon=True)
-        self.thread.start()
+        if start:  # unstarted: a test hands out the batches itself
+            self.thread.start()
 
     def put(self, event: dict[str, Any]) -> None:
         try:
             self.queue.put_nowait(event)
         except queue.Full:
-            log.warning("live publisher queue full; dropping %s", event.get("action"))
+            self.dropped.lose(1, f"{self.queue.maxsize} waiting")
+        else:
+            self.dropped.recover()
 
     def flush(self, timeout: float) -> bool:
         """Wait until every event queued before this call has been sent; False if ``timeout`` passed first."""
@@ -309,7 +355,9 @@ class _Publisher:
                 try:
                     publish([(group, event) for event in batch for group in groups_for(event)])
                 except Exception as exc:  # noqa: BLE001 - events are hints: log and go on
-                    log.warning("live events not delivered: %r", exc)
+                    self.undelivered.lose(len(batch), _reason(exc))
+                else:
+                    self.undelivered.recover()
             return
         loop = asyncio.new_event_loop()
         asyncio.set_event_loop(loop)
@@ -319,9 +367,11 @@ class _Publisher:
                 continue
             sends = [layer.group_send(group, event) for event in batch for group in groups_for(event)]
             results = loop.run_until_complete(asyncio.gather(*sends, return_exceptions=True))
-            for result in results:
-                if isinstance(result, Exception):
-                    log.warning("live event not delivered: %r", result)
+            failed = [result for result in results if isinstance(result, Exception)]
+            if failed:
+                self.undelivered.lose(len(failed), _reason(failed[0]))
+            else:
+                self.undelivered.recover()
         loop.close()
 
 
@@ -339,7 +389,11 @@ def _pubsub_publisher(layer: Any) -> Callable[[list[tuple[str, dict[str, Any]]]]
     hosts = [shard.host for shard in naming._shards]
     if not all(set(host) == {"address"} for host in hosts):
         return None  # sentinels, connection options: the layer's own path
-    clients = [redis.Redis.from_url(host["address"]) for host in hosts]
+    # Bounded: a link that drops packets held the thread (and every event after) for the kernel's timeouts.
+    clients = [
+        redis.Redis.from_url(host["address"], socket_connect_timeout=PUBLISH_TIMEOUT, socket_timeout=PUBLISH_TIMEOUT)
+        for host in hosts
+    ]
 
     def publish(sends: list[tuple[str, dict[str, Any]]]) -> None:
         pipes = {}
@@ -358,6 +412,8 @@ def _pubsub_publisher(layer: Any) -> Callable[[list[tuple[str, dict[str, Any]]]]
 _STOP: dict[str, Any] = {}  # queued by ``_Publisher.close``: known by identity
 # How long exit waits for queued events to be sent (Redis down: they are dropped after it).
 DRAIN_SECONDS = 5.0
+# A publish's connect and round trip at most (one PUBLISH pipeline takes well under a millisecond).
+PUBLISH_TIMEOUT = 5.0
 _publisher: _Publisher | None = None
 _publisher_lock = threading.Lock()
 

@@ -186,3 +186,35 @@ def test_an_open_page_is_told_when_redis_goes_and_catches_up_when_it_is_back(per
             update = page.receive()
         page.close()
         _on(loop, get_channel_layer().flush)
+
+
+def test_a_redis_outage_under_the_publisher_is_one_warning_and_its_end_one_info(proxy, caplog):
+    """The publisher (in every web and worker process) logged a WARNING with its exception for every batch it
+    could not send, for as long as Redis was away: one WARNING when events are first lost, one INFO counting
+    them once they are delivered again."""
+    caplog.set_level(logging.INFO, logger="console.live")
+    event = {"type": "live.event", "action": "task.opened", "graph": "outage", "thread": str(uuid.uuid4())}
+
+    def lines() -> list[tuple[str, str]]:
+        return [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "console.live"]
+
+    with override_settings(CHANNEL_LAYERS=_layers_through(proxy)):
+        publisher = live._Publisher()
+        publisher.put(event)
+        assert publisher.flush(scaled(5))  # the thread has built its layer, through the proxy
+    try:
+        assert lines() == []
+        proxy.cut("refuse")
+        for _ in range(4):  # four batches lost, each flushed on its own
+            publisher.put(event)
+            assert publisher.flush(scaled(15))
+        assert [level for level, _ in lines()] == ["WARNING"], lines()
+        assert "live events not delivered" in lines()[0][1]
+
+        proxy.restore()
+        publisher.put(event)
+        assert publisher.flush(scaled(15))
+        assert [level for level, _ in lines()] == ["WARNING", "INFO"], lines()
+        assert "live events delivered again" in lines()[1][1] and "4 live events were lost" in lines()[1][1]
+    finally:
+        publisher.close(scaled(5))

@@ -1,17 +1,16 @@
-"""The live publisher's batches: a flush is answered only once everything queued before it was sent."""
+"""The live publisher's batches: a flush is answered only once everything queued before it was sent; a full
+queue's drops are logged once per episode."""
 
 from __future__ import annotations
 
-import queue
+import logging
 import threading
 
 from console.live import _STOP, _Publisher
 
 
-def _unstarted() -> _Publisher:
-    publisher = _Publisher.__new__(_Publisher)  # its queue alone: this test consumes the batches itself
-    publisher.queue = queue.Queue()
-    return publisher
+def _unstarted(maxsize: int = 0) -> _Publisher:
+    return _Publisher(maxsize=maxsize, start=False)  # its queue alone: this test consumes the batches itself
 
 
 def test_a_flush_is_set_only_after_the_events_queued_before_it_were_handed_on():
@@ -43,3 +42,24 @@ def test_batches_hold_at_most_two_hundred_events():
         publisher.queue.put({"n": n})
     publisher.queue.put(_STOP)
     assert [len(batch) for batch in publisher._batches()] == [200, 200, 50]
+
+
+def test_a_full_queue_logs_one_warning_per_episode_and_counts_its_drops(caplog):
+    """Each dropped event was a WARNING of its own: 10,000 queued behind a Redis outage, then a line per event."""
+    caplog.set_level(logging.DEBUG, logger="console.live")
+    publisher = _unstarted(maxsize=2)
+    for n in range(7):
+        publisher.put({"action": "task.opened", "n": n})
+    lines = [(r.levelname, r.getMessage()) for r in caplog.records if r.levelno >= logging.INFO]
+    assert [level for level, _ in lines] == ["WARNING"], lines
+    assert "queue full" in lines[0][1]
+
+    publisher.queue.get_nowait()  # the thread sent one: there is room again
+    publisher.put({"action": "task.opened", "n": 7})
+    lines = [(r.levelname, r.getMessage()) for r in caplog.records if r.levelno >= logging.INFO]
+    assert [level for level, _ in lines] == ["WARNING", "INFO"], lines
+    assert "5 live events were lost" in lines[1][1]
+
+    publisher.queue.get_nowait()
+    publisher.put({"action": "task.opened", "n": 8})  # accepted again: nothing more to say
+    assert len([r for r in caplog.records if r.levelno >= logging.INFO]) == 2
