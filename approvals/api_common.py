@@ -8,11 +8,12 @@ API says only how its error body looks and what a caller without a token is told
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from inspect import iscoroutinefunction
 from typing import Any
 
@@ -114,9 +115,14 @@ def _paths_pattern(paths: tuple[str, ...]) -> re.Pattern[str] | None:
 
 
 def _not_allowed_as_error(api: GatehouseAPI, pattern: URLResolver | URLPattern) -> URLResolver | URLPattern:
+    """``pattern`` answering a method it does not serve as the API's error; and HEAD as GET where it serves GET
+    (HTTP asks every server to, and monitors and link checkers send it; LangGraph Server's routes do): ninja
+    routes by method and answered it 405. The server sends the headers alone (daphne, as Django's own views)."""
     if not isinstance(pattern, URLPattern):
         return pattern
     view = pattern.callback
+    path_view = _path_view(view)
+    serves_get = path_view is not None and any("GET" in op.methods for op in path_view.operations)
 
     def answer(request: HttpRequest, response: HttpResponseBase) -> HttpResponseBase:
         if not isinstance(response, HttpResponseNotAllowed):
@@ -131,15 +137,38 @@ def _not_allowed_as_error(api: GatehouseAPI, pattern: URLResolver | URLPattern) 
 
     @functools.wraps(view)
     async def answering_async(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
-        return answer(request, await view(request, *args, **kwargs))
+        with _head_as_get(request, serves_get):
+            return answer(request, await view(request, *args, **kwargs))
 
     @functools.wraps(view)
     def answering(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
-        return answer(request, view(request, *args, **kwargs))
+        with _head_as_get(request, serves_get):
+            return answer(request, view(request, *args, **kwargs))
 
     wrapped = answering_async if iscoroutinefunction(view) else answering
     setattr(wrapped, _TOKEN_PERMS_ATTR, _token_perms_by_method(view))
     return URLPattern(pattern.pattern, wrapped, pattern.default_args, pattern.name)
+
+
+@contextlib.contextmanager
+def _head_as_get(request: HttpRequest, serves_get: bool) -> Iterator[None]:
+    """A HEAD is handled as the GET it asks about (the operation, its auth and token checks read the method);
+    the request says HEAD again once answered, for the access log."""
+    if request.method != "HEAD" or not serves_get:
+        yield
+        return
+    request.method = "GET"
+    try:
+        yield
+    finally:
+        request.method = "HEAD"
+
+
+def _path_view(view: Callable[..., Any]) -> PathView | None:
+    """The ``PathView`` whose operations a pattern's view serves (the view's ``self``); None for the API's
+    root, its OpenAPI document and docs."""
+    path_view = inspect.getclosurevars(view).nonlocals.get("self") if inspect.isfunction(view) else None
+    return path_view if isinstance(path_view, PathView) else None
 
 
 # The methods that may change something; and where a pattern's view keeps, for each of them its operations
@@ -153,8 +182,8 @@ def _token_perms_by_method(view: Callable[..., Any]) -> dict[str, tuple[str, ...
     writes → the permissions its view declares it acts under (``permissions.token_needs``), left out where they
     only read. A method an API token may call (the operation authenticates) that declares none is a defect,
     refused here: its refusal would come after its body's."""
-    path_view = inspect.getclosurevars(view).nonlocals.get("self") if inspect.isfunction(view) else None
-    if not isinstance(path_view, PathView):
+    path_view = _path_view(view)
+    if path_view is None:
         return {}  # the API's root, its OpenAPI document and docs: read-only
     needs: dict[str, tuple[str, ...]] = {}
     for operation in path_view.operations:

@@ -1,0 +1,85 @@
+"""HEAD is answered as the GET it asks about, on both APIs, headers alone.
+
+ninja routes by method, so every HEAD was a 405 ("HEAD is not served here; this path serves GET"), though HTTP
+asks every server to serve HEAD wherever it serves GET (RFC 9110 §9.1), uptime monitors and link checkers
+send it, LangGraph Server's routes answer it, and the console's pages already did (Django's views do).
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from django.test import Client
+
+from tests.conftest import Persona, daphne_serving, scaled, worker_env
+
+pytestmark = pytest.mark.usefixtures("live_db")
+
+
+def _get_paths(client: Client, headers: dict[str, str], values: dict[str, str]) -> list[str]:
+    """Every path both OpenAPI documents serve GET at, its parameters filled from ``values`` (an unknown UUID
+    for the rest)."""
+    paths = []
+    for prefix in ("/api/", "/lg/"):
+        spec = client.get(f"{prefix}openapi.json", headers=headers).json()
+        for path, operations in spec["paths"].items():
+            if "get" in operations:
+                paths.append(re.sub(r"\{(\w+)\}", lambda m: values.get(m.group(1), str(uuid.uuid4())), path))
+    return paths
+
+
+def test_every_get_of_either_api_answers_head_as_it_answers_get(personas: dict[str, Persona]) -> None:
+    reviewer = personas["reviewer"]
+    headers = {"Authorization": f"Bearer {reviewer.token}"}
+    client = Client()
+    operator = {"Authorization": f"Bearer {personas['operator'].token}"}
+    body = {"metadata": {"case": "head"}}
+    thread = client.post("/lg/threads", body, content_type="application/json", headers=operator)
+    assert thread.status_code == 200, thread.content
+    values = {"thread_id": thread.json()["thread_id"], "assistant_id": "loan_approval", "graph": "loan_approval"}
+    paths = _get_paths(client, headers, values)
+    assert len(paths) > 20  # both documents were read
+
+    answered = {}
+    for path in paths:
+        get = client.get(path, headers=headers)
+        head = client.head(path, headers=headers)
+        assert head.status_code == get.status_code, (path, head.status_code, head.content[:300], get.status_code)
+        assert head.headers.get("Content-Type") == get.headers.get("Content-Type"), path
+        assert head.content == b"", path
+        answered[path] = head.status_code
+    # Not only refusals: the readable ones answered 200 (the thread, its state, the assistants, the lists).
+    assert sum(status == 200 for status in answered.values()) >= 10, answered
+
+
+def test_head_is_refused_where_no_get_is_served_and_needs_the_get_s_credentials(personas: dict[str, Persona]) -> None:
+    client = Client()
+    headers = {"Authorization": f"Bearer {personas['reviewer'].token}"}
+    refused = client.head("/lg/threads/search", headers=headers)  # POST only
+    assert refused.status_code == 405
+    assert refused.headers["Allow"] == "POST"
+    assert client.head("/api/threads").status_code == 401  # no credentials: as the GET
+    assert client.get("/api/threads").status_code == 401
+
+
+@pytest.fixture(scope="module")
+def served(django_db_setup: None, bank: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    log_path = tmp_path_factory.mktemp("daphne") / "daphne.log"
+    with daphne_serving(worker_env(bank), log_path, what="daphne to serve the APIs") as (_, base):
+        yield base
+
+
+def test_over_http_a_head_gets_the_get_s_headers_and_no_body(served: str, personas: dict[str, Persona]) -> None:
+    headers = {"Authorization": f"Bearer {personas['reviewer'].token}"}
+    with httpx.Client(base_url=served, headers=headers, timeout=scaled(10)) as client:
+        get = client.get("/api/threads")
+        head = client.head("/api/threads")
+    assert (get.status_code, head.status_code) == (200, 200)
+    assert head.content == b""
+    assert head.headers["Content-Type"] == get.headers["Content-Type"] == "application/json; charset=utf-8"
+    assert head.headers["X-Request-Id"]
