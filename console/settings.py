@@ -13,6 +13,7 @@ import re
 import sys
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
@@ -156,6 +157,32 @@ MIDDLEWARE = [
     # Under ASGI the chain runs in sync mode too: console.request_threads builds it so.
     "axes.middleware.AxesMiddleware",
 ]
+
+# Browser pages on other origins calling /lg/ and /api/ (LangGraph Studio, agent-chat-ui, a team's own page):
+# none by default (LangGraph Server allows every origin); "*" allows any. They send a bearer token or an
+# x-api-key, never cookies: a session does not cross origins, so no console write can be forged this way.
+GATEHOUSE_CORS_ALLOWED_ORIGINS = env_list("GATEHOUSE_CORS_ALLOWED_ORIGINS", [])
+if GATEHOUSE_CORS_ALLOWED_ORIGINS:
+    from corsheaders.defaults import default_headers
+
+    if "*" in GATEHOUSE_CORS_ALLOWED_ORIGINS and GATEHOUSE_CORS_ALLOWED_ORIGINS != ["*"]:
+        raise ImproperlyConfigured("GATEHOUSE_CORS_ALLOWED_ORIGINS: '*' allows every origin; list no others beside it")
+    for origin in GATEHOUSE_CORS_ALLOWED_ORIGINS:
+        parts = urlsplit(origin)
+        if origin != "*" and (parts.scheme not in ("http", "https") or not parts.netloc or parts[2:] != ("", "", "")):
+            raise ImproperlyConfigured(
+                f"GATEHOUSE_CORS_ALLOWED_ORIGINS: {origin!r} is not an origin (scheme://host[:port], no path)"
+            )
+    INSTALLED_APPS.append("corsheaders")
+    # Early: a refusal from the middleware below it (413, a NUL byte) must be readable by the page too.
+    MIDDLEWARE.insert(MIDDLEWARE.index("console.probes.ProbeMiddleware") + 1, "corsheaders.middleware.CorsMiddleware")
+    CORS_URLS_REGEX = r"^/(api|lg)/"
+    CORS_ALLOW_ALL_ORIGINS = GATEHOUSE_CORS_ALLOWED_ORIGINS == ["*"]
+    CORS_ALLOWED_ORIGINS = [] if CORS_ALLOW_ALL_ORIGINS else GATEHOUSE_CORS_ALLOWED_ORIGINS
+    CORS_ALLOW_CREDENTIALS = False
+    CORS_ALLOW_HEADERS = (*default_headers, "x-api-key", "x-gatehouse-reason", "x-request-id")
+    CORS_EXPOSE_HEADERS = ["content-location", "location", "retry-after", "x-request-id"]
+    CORS_PREFLIGHT_MAX_AGE = 600
 
 AUTHENTICATION_BACKENDS = [
     # Throttles password guessing per username and address; lockouts are audited (approvals.security).
