@@ -183,6 +183,8 @@ if GATEHOUSE_CORS_ALLOWED_ORIGINS:
     CORS_ALLOW_HEADERS = (*default_headers, "x-api-key", "x-gatehouse-reason", "x-request-id")
     CORS_EXPOSE_HEADERS = ["content-location", "location", "retry-after", "x-request-id"]
     CORS_PREFLIGHT_MAX_AGE = 600
+    # A public page (hosted LangGraph Studio) calling a Gatehouse on a private address: Chromium asks first.
+    CORS_ALLOW_PRIVATE_NETWORK = True
 
 AUTHENTICATION_BACKENDS = [
     # Throttles password guessing per username and address; lockouts are audited (approvals.security).

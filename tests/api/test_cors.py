@@ -95,9 +95,11 @@ def test_a_listed_origin_is_answered_its_preflight_and_may_read_the_answers(
                 "Origin": origin,
                 "Access-Control-Request-Method": "POST",
                 "Access-Control-Request-Headers": "content-type,x-api-key",
+                "Access-Control-Request-Private-Network": "true",  # a public page calling a private address
             },
         )
         assert preflight.status_code == 200
+        assert preflight.headers["Access-Control-Allow-Private-Network"] == "true"
         assert preflight.headers["Access-Control-Allow-Origin"] == origin
         assert "x-api-key" in preflight.headers["Access-Control-Allow-Headers"]
         assert "POST" in preflight.headers["Access-Control-Allow-Methods"]
