@@ -37,6 +37,7 @@ from lgplatform.responses import (
     AssistantGraphOut,
     AssistantOut,
     AssistantSchemasOut,
+    InfoOut,
     RunOut,
     ThreadOut,
     ThreadStateOut,
@@ -102,6 +103,22 @@ api_errors_install(
 
 def _user(request: HttpRequest) -> Any:
     return request.auth  # type: ignore[attr-defined]
+
+
+# --- meta: what a client asks first -------------------------------------------------------------
+
+
+@api.get("/ok", auth=None, tags=["meta"])
+def ok(request: HttpRequest) -> dict[str, bool]:
+    """LangGraph Server's liveness probe (its ``check_db=1`` is ``/health/ready``'s job here)."""
+    return {"ok": True}
+
+
+@api.get("/info", response=InfoOut, tags=["meta"])
+def info(request: HttpRequest) -> InfoOut:
+    """What this server offers (LangGraph Studio asks before anything else); for signed-in clients only: it names
+    versions."""
+    return platform.server_info()
 
 
 # --- assistants -------------------------------------------------------------------------------

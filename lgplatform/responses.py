@@ -30,6 +30,24 @@ class AssistantOut(Schema):
     updated_at: str
 
 
+class InfoFlagsOut(Schema):
+    assistants: bool
+    crons: bool
+    langsmith: bool
+
+
+class InfoHostOut(Schema):
+    kind: str
+
+
+class InfoOut(Schema):
+    # LangGraph Server's ``GET /info``: what a client (LangGraph Studio, agent-chat-ui) asks before anything else.
+    version: str
+    langgraph_py_version: str
+    flags: InfoFlagsOut
+    host: InfoHostOut
+
+
 class AssistantGraphOut(Schema):
     # LangGraph's drawable graph as JSON (``Graph.to_json``): nodes ``{id, type?, data?}``, edges
     # ``{source, target, conditional?, data?}``.

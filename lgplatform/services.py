@@ -49,6 +49,9 @@ from approvals.run_cancel import run_cancel as run_cancel_service
 from lgplatform.responses import (
     AssistantOut,
     CheckpointRefOut,
+    InfoFlagsOut,
+    InfoHostOut,
+    InfoOut,
     InterruptOut,
     RunOut,
     StateTaskOut,
@@ -198,6 +201,19 @@ def assistants_ordered(names: list[str], sort_by: str | None, sort_order: str | 
         registered = {name: i for i, name in enumerate(registry_entries())}
         names = sorted(names, key=lambda n: (assistant_changed_at(n), registered.get(n, -1)))
     return names if sort_order == "asc" else names[::-1]
+
+
+def server_info() -> InfoOut:
+    """What this server offers, as LangGraph Server's ``/info`` says it: assistants are listed and read (not made),
+    there are no crons, and nothing is traced to LangSmith."""
+    from importlib.metadata import version
+
+    return InfoOut(
+        version=version("gatehouse"),
+        langgraph_py_version=version("langgraph"),
+        flags=InfoFlagsOut(assistants=True, crons=False, langsmith=False),
+        host=InfoHostOut(kind="gatehouse"),
+    )
 
 
 def assistant_out(graph: str) -> AssistantOut:
