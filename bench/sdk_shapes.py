@@ -101,7 +101,7 @@ ACCEPTED: list[tuple[str, str, str]] = [
         "Gatehouse answers with the whole thread (the SDK's Thread type has values, interrupts and error)",
     ),
     (
-        r"assistants\.get_schemas",
+        r"assistants\.get_(schemas|subgraphs)",
         r"\.(input|output|state)_schema(\.|$)",
         "Gatehouse's schemas are the ones it validates inputs and state edits against (no titles or defaults, "
         "additionalProperties false); langgraph dev 0.16.7 could not build this graph's input and output schemas",
@@ -237,6 +237,8 @@ def answers(side: Side, dump: Path | None = None) -> dict[str, Any]:
     seen["runs.wait (paused in a subgraph)"] = operator.runs.wait(nested, "nested_review", input={"amount": 5})
     seen["threads.get_state (subgraphs)"] = operator.threads.get_state(nested, subgraphs=True)
     seen["threads.get_history (subgraph paused)"] = operator.threads.get_history(nested, limit=5)
+    nested_assistant = operator.assistants.search(graph_id="nested_review")[0]["assistant_id"]
+    seen["assistants.get_subgraphs"] = operator.assistants.get_subgraphs(nested_assistant, recurse=True)
     namespace = ["bench", "shapes"]
     seen["store.put_item"] = operator.store.put_item(namespace, "k", {"note": "n"})
     seen["store.get_item"] = operator.store.get_item(namespace, "k")

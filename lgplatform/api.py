@@ -39,6 +39,7 @@ from lgplatform.responses import (
     AssistantSchemasOut,
     InfoOut,
     RunOut,
+    SubgraphSchemasOut,
     ThreadOut,
     ThreadStateOut,
     ThreadUpdateStateOut,
@@ -160,6 +161,20 @@ def assistant_schemas(request: HttpRequest, assistant_id: str) -> AssistantSchem
         config_schema={},  # runs take no configurable values; LangGraph Server's for a graph without a schema
         context_schema=None,
     )
+
+
+@api.get("/assistants/{assistant_id}/subgraphs", response=dict[str, SubgraphSchemasOut], tags=["assistants"])
+def assistant_subgraphs(request: HttpRequest, assistant_id: str, recurse: bool = False) -> dict[str, Any]:
+    return platform.assistant_subgraphs(_user(request), assistant_id, namespace=None, recurse=recurse)
+
+
+@api.get(
+    "/assistants/{assistant_id}/subgraphs/{namespace}", response=dict[str, SubgraphSchemasOut], tags=["assistants"]
+)
+def assistant_subgraphs_under(
+    request: HttpRequest, assistant_id: str, namespace: str, recurse: bool = False
+) -> dict[str, Any]:
+    return platform.assistant_subgraphs(_user(request), assistant_id, namespace=namespace, recurse=recurse)
 
 
 # --- threads ----------------------------------------------------------------------------------

@@ -64,6 +64,15 @@ class AssistantSchemasOut(Schema):
     context_schema: dict[str, Any] | None
 
 
+class SubgraphSchemasOut(Schema):
+    # One subgraph's, as LangGraph Server lists them (``assistants.get_subgraphs``): no graph id of its own.
+    input_schema: dict[str, Any] | None
+    output_schema: dict[str, Any] | None
+    state_schema: dict[str, Any] | None
+    config_schema: dict[str, Any] | None
+    context_schema: dict[str, Any] | None
+
+
 class InterruptOut(Schema):
     value: Any
     id: str

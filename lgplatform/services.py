@@ -55,6 +55,7 @@ from lgplatform.responses import (
     InterruptOut,
     RunOut,
     StateTaskOut,
+    SubgraphSchemasOut,
     ThreadOut,
     ThreadStateOut,
     ThreadUpdateStateOut,
@@ -65,7 +66,7 @@ from runtime.models import ACTIVE_RUN_STATUSES, Run, RunKind, RunStatus, Thread,
 from runtime.registry import GraphRegistryError, UnknownGraph, graph_get, graph_names, registry_entries
 from runtime.runs import ThreadBusy, run_enqueue
 from runtime.state import CheckpointView, StateUnreadable, StepTask, SubgraphView, thread_state_read
-from runtime.state_schema import FieldError, has_validators, values_validate
+from runtime.state_schema import FieldError, has_validators, json_schema_for, values_validate
 from runtime.store import StoreConfigError
 
 # The namespace LangGraph Platform derives its per-graph assistant ids from, so
@@ -171,6 +172,41 @@ def assistant_drawing(user: permissions.Principal, assistant_id: str, *, xray: b
         if isinstance(node.get("data"), dict):
             node["data"].pop("id", None)
     return drawn
+
+
+def assistant_subgraphs(
+    user: permissions.Principal, assistant_id: str, *, namespace: str | None, recurse: bool
+) -> dict[str, SubgraphSchemasOut]:
+    """``assistants.get_subgraphs``: each subgraph's schemas by its namespace (node names joined by ``|``), as
+    LangGraph lists them (``get_subgraphs``): the graph's own subgraphs, or those under ``namespace``, and with
+    ``recurse`` theirs too. An unknown namespace lists none, as on LangGraph Server."""
+    name = assistant_graph(user, assistant_id)
+    compiled = graph_get(name).compiled()
+    return {
+        ns: subgraph_schemas(subgraph) for ns, subgraph in compiled.get_subgraphs(namespace=namespace, recurse=recurse)
+    }
+
+
+def subgraph_schemas(subgraph: Any) -> SubgraphSchemasOut:
+    """A subgraph's schemas, built as ``/schemas`` builds its graph's (``json_schema_for``, free-form where a key
+    has no JSON schema); LangGraph's own for a subgraph that is no ``StateGraph``."""
+    builder = getattr(subgraph, "builder", None)
+    state = getattr(builder, "state_schema", None)
+    if state is None:
+        return SubgraphSchemasOut(
+            input_schema=subgraph.get_input_jsonschema(),
+            output_schema=subgraph.get_output_jsonschema(),
+            state_schema=subgraph.get_output_jsonschema(),
+            config_schema={},
+            context_schema=None,
+        )
+    return SubgraphSchemasOut(
+        input_schema=json_schema_for(getattr(builder, "input_schema", None) or state),
+        output_schema=json_schema_for(getattr(builder, "output_schema", None) or state),
+        state_schema=json_schema_for(state),
+        config_schema={},  # as /schemas: runs take no configurable values
+        context_schema=None,
+    )
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
