@@ -216,6 +216,7 @@ def answers(side: Side, dump: Path | None = None) -> dict[str, Any]:
     seen["assistants.get"] = operator.assistants.get(assistant)
     seen["assistants.get_graph"] = operator.assistants.get_graph(assistant)
     seen["assistants.get_schemas"] = operator.assistants.get_schemas(assistant)
+    seen["assistants.get_versions"] = operator.assistants.get_versions(assistant)
     thread = operator.threads.create(metadata={"bench": "shapes"})
     seen["threads.create"] = thread
     thread_id = thread["thread_id"]

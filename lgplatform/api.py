@@ -37,6 +37,7 @@ from lgplatform.responses import (
     AssistantGraphOut,
     AssistantOut,
     AssistantSchemasOut,
+    AssistantVersionOut,
     InfoOut,
     RunOut,
     SubgraphSchemasOut,
@@ -46,6 +47,7 @@ from lgplatform.responses import (
 )
 from lgplatform.schemas import (
     AssistantSearchIn,
+    AssistantVersionsIn,
     CancelQuery,
     HistoryIn,
     HistoryQuery,
@@ -160,6 +162,14 @@ def assistant_schemas(request: HttpRequest, assistant_id: str) -> AssistantSchem
         state_schema=json_schema_for(entry.state_schema),
         config_schema={},  # runs take no configurable values; LangGraph Server's for a graph without a schema
         context_schema=None,
+    )
+
+
+@api.post("/assistants/{assistant_id}/versions", response=list[AssistantVersionOut], tags=["assistants"])
+@token_needs("runtime.view_thread")
+def assistant_versions(request: HttpRequest, assistant_id: str, body: AssistantVersionsIn) -> list[AssistantVersionOut]:
+    return platform.assistant_versions(
+        _user(request), assistant_id, metadata=body.metadata, limit=body.limit, offset=body.offset
     )
 
 

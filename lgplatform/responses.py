@@ -48,6 +48,19 @@ class InfoOut(Schema):
     host: InfoHostOut
 
 
+class AssistantVersionOut(Schema):
+    # ``AssistantOut`` without ``updated_at``, as LangGraph Server lists a version.
+    assistant_id: str
+    graph_id: str
+    name: str
+    description: str | None
+    config: dict[str, Any]
+    context: dict[str, Any]
+    metadata: dict[str, Any]
+    version: int
+    created_at: str
+
+
 class AssistantGraphOut(Schema):
     # LangGraph's drawable graph as JSON (``Graph.to_json``): nodes ``{id, type?, data?}``, edges
     # ``{source, target, conditional?, data?}``.

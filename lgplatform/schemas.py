@@ -40,6 +40,12 @@ class AssistantSearchIn(Schema):
     sort_order: SortOrder | None = None
 
 
+class AssistantVersionsIn(Schema):
+    metadata: Filter | None = None
+    limit: int = Field(default=10, ge=1, le=1000, strict=True)
+    offset: BodyOffset = 0
+
+
 class ThreadCreateIn(Schema):
     thread_id: str | None = Field(default=None, max_length=64)
     metadata: ThreadMetadata | None = None

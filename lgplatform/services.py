@@ -48,6 +48,7 @@ from approvals.redaction import filter_split, redact
 from approvals.run_cancel import run_cancel as run_cancel_service
 from lgplatform.responses import (
     AssistantOut,
+    AssistantVersionOut,
     CheckpointRefOut,
     InfoFlagsOut,
     InfoHostOut,
@@ -250,6 +251,18 @@ def server_info() -> InfoOut:
         flags=InfoFlagsOut(assistants=True, crons=False, langsmith=False),
         host=InfoHostOut(kind="gatehouse"),
     )
+
+
+def assistant_versions(
+    user: permissions.Principal, assistant_id: str, *, metadata: dict[str, Any] | None, limit: int, offset: int
+) -> list[AssistantVersionOut]:
+    """``assistants.get_versions``: an assistant here is its registered graph, so it has one version (1), which a
+    deploy replaces; ``metadata`` filters it as ``assistants/search`` does (only ``created_by: system`` matches)."""
+    graph = assistant_graph(user, assistant_id)
+    if metadata and metadata != {"created_by": "system"}:
+        return []
+    current = assistant_out(graph).model_dump(exclude={"updated_at"})
+    return [AssistantVersionOut(**current)][offset : offset + limit]
 
 
 def assistant_out(graph: str) -> AssistantOut:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from importlib.metadata import version
+from typing import Any
 
 import pytest
 from django.test import Client
@@ -30,3 +31,28 @@ def test_info_says_what_is_served_to_a_signed_in_client_only(personas: dict[str,
     # Assistants are listed and read; there are no crons: a client hides what it cannot do.
     assert info["flags"] == {"assistants": True, "crons": False, "langsmith": False}
     assert info["host"] == {"kind": "gatehouse"}
+
+
+def test_an_assistant_has_one_version_the_registered_graph(personas: dict[str, Persona]) -> None:
+    """``assistants.get_versions`` was a 404: an assistant here is its registered graph, one version a deploy
+    replaces, listed as LangGraph Server lists versions (no ``updated_at``)."""
+    client = Client()
+    headers = {"x-api-key": personas["reviewer"].token}
+
+    def versions(assistant: str, body: dict[str, object]) -> Any:
+        return client.post(
+            f"/lg/assistants/{assistant}/versions", body, content_type="application/json", headers=headers
+        )
+
+    listed = versions("loan_approval", {})
+    assert listed.status_code == 200, listed.content
+    (only,) = listed.json()
+    got = client.get("/lg/assistants/loan_approval", headers=headers).json()
+    assert only == {k: v for k, v in got.items() if k != "updated_at"}
+    assert only["version"] == 1
+    assert versions(only["assistant_id"], {"metadata": {"created_by": "system"}}).json() == [only]  # by id too
+    assert versions("loan_approval", {"metadata": {"team": "x"}}).json() == []
+    assert versions("loan_approval", {"offset": 1}).json() == []
+    assert versions("nope", {}).status_code == 404
+    refused = versions("loan_approval", {"limit": 0})
+    assert refused.status_code == 422 and refused.json()["error"]["field"] == "limit"

@@ -412,6 +412,7 @@ def _ids(subjects: list[Subject]) -> dict[str, list[dict[str, str]]]:
         "run_id": [{"thread_id": s.thread, "run_id": r} for s in subjects for r in s.runs],
         "checkpoint_id": [{"thread_id": s.thread, "checkpoint_id": c} for s in subjects for c in s.checkpoints],
         "assistant_id": [{"assistant_id": assistant_id_for(s.graph)} for s in subjects],
+        "namespace": [{"namespace": "child"}],  # a subgraph's schemas: no state, crawled all the same
         "name": [{"name": h} for s in subjects for h in s.hooks],
         # the console's endpoint forms name an endpoint by its id
         "endpoint_id": [
@@ -451,6 +452,7 @@ def _bindings(params: list[str], subjects: list[Subject]) -> list[dict[str, str]
 # Bodies of the read-only POST operations (a new one fails until it has a body here).
 READ_BODIES: dict[str, Callable[[dict[str, str], list[Subject]], list[Any]]] = {
     "/lg/assistants/search": lambda ids, subjects: [{}],
+    "/lg/assistants/{assistant_id}/versions": lambda ids, subjects: [{}],
     "/lg/threads/search": lambda ids, subjects: [{"ids": [s.thread for s in subjects]}],
     "/lg/threads/count": lambda ids, subjects: [{}],  # a number: it can carry no canary, only be crawled
     "/lg/threads/{thread_id}/history": lambda ids, subjects: [{"limit": 1000}],
