@@ -31,7 +31,7 @@ class RequestBodyLimitMiddleware:
         try:
             length = int(raw_length)
         except ValueError:
-            return _error(400, "bad_request", "Content-Length header is not a number", "Content-Length")
+            return _error(request, 400, "bad_request", "Content-Length header is not a number", "Content-Length")
         if not request.META.get("CONTENT_LENGTH") and request.method in ("POST", "PUT", "PATCH", "DELETE"):
             # A chunked body announces no length: Django reads one byte past
             # the limit (DATA_UPLOAD_MAX_MEMORY_SIZE) and caches it for the view.
@@ -41,6 +41,7 @@ class RequestBodyLimitMiddleware:
                 length = limit + 1
         if length > limit:
             return _error(
+                request,
                 413,
                 "payload_too_large",
                 f"request body is over the limit of {limit} bytes",
@@ -71,11 +72,11 @@ class RequestTextMiddleware:
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         if "\x00" in request.path:
-            return _error(400, "bad_request", "the URL path contains a NUL byte", "path")
+            return _error(request, 400, "bad_request", "the URL path contains a NUL byte", "path")
         for name, value in request.headers.items():
             if "\x00" in value:
-                return _error(400, "bad_request", f"header {name} contains a NUL byte", name)
-        refused = _nul_refusal(request.GET)
+                return _error(request, 400, "bad_request", f"header {name} contains a NUL byte", name)
+        refused = _nul_refusal(request, request.GET)
         if refused is not None:
             return refused
         if request.content_type in ("application/x-www-form-urlencoded", "multipart/form-data"):
@@ -91,20 +92,39 @@ class RequestTextMiddleware:
         if getattr(view, "form_text_checked", False):
             return None
         if request.content_type in ("application/x-www-form-urlencoded", "multipart/form-data"):
-            return _nul_refusal(request.POST)
+            return _nul_refusal(request, request.POST)
         return None
 
 
-def _nul_refusal(params: QueryDict) -> JsonResponse | None:
+def _nul_refusal(request: HttpRequest, params: QueryDict) -> HttpResponse | None:
     for key, values in params.lists():
         label = key.replace("\x00", "\\u0000")
         if "\x00" in key or any("\x00" in v for v in values):
-            return _error(422, "invalid", f"{label}: the text contains a NUL byte", label)
+            return _error(request, 422, "invalid", f"{label}: the text contains a NUL byte", label)
     return None
 
 
-def _error(status: int, code: str, message: str, field: str) -> JsonResponse:
-    return JsonResponse({"error": {"code": code, "message": message, "field": field}}, status=status)
+# Where a refusal is the APIs' JSON error: the APIs, the live relay, the probes. Every other path is a console
+# page, refused with the console's error page (a browser or an htmx swap showed the JSON as raw text).
+_JSON_PATHS = ("/api/", "/lg/", "/internal/", "/health/", "/metrics")
+
+
+class _Refusal:
+    """What ``console/error.html`` shows (a ``DomainError``'s ``status`` and ``message``)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        self.status = status
+        self.message = message
+
+
+def _error(request: HttpRequest, status: int, code: str, message: str, field: str) -> HttpResponse:
+    if request.path.startswith(_JSON_PATHS):
+        return JsonResponse({"error": {"code": code, "message": message, "field": field}}, status=status)
+    # Before the session and auth middleware: rendered without the request (no user, no CSRF token), as the
+    # 503 page is. htmx swaps the notice alone.
+    htmx = request.headers.get("HX-Request") == "true"
+    template = "console/partials/error.html" if htmx else "console/error.html"
+    return HttpResponse(render_to_string(template, {"error": _Refusal(status, message)}), status=status)
 
 
 class ContentSecurityPolicyMiddleware:
