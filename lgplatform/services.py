@@ -23,9 +23,11 @@ from __future__ import annotations
 import contextlib
 import re
 import sys
+import tomllib
 import uuid
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -175,6 +177,20 @@ def assistant_drawing(user: permissions.Principal, assistant_id: str, *, xray: b
     return drawn
 
 
+def gatehouse_version() -> str:
+    """The installed distribution's version, else ``pyproject.toml``'s: the image copies the source without
+    installing it as a package, where asking the distribution raised (``/info`` answered 500)."""
+    try:
+        return metadata.version("gatehouse")
+    except metadata.PackageNotFoundError:
+        pass
+    try:
+        with open(Path(settings.BASE_DIR) / "pyproject.toml", "rb") as file:
+            return str(tomllib.load(file)["project"]["version"])
+    except (OSError, KeyError, tomllib.TOMLDecodeError):
+        return "unknown"
+
+
 def assistant_subgraphs(
     user: permissions.Principal, assistant_id: str, *, namespace: str | None, recurse: bool
 ) -> dict[str, SubgraphSchemasOut]:
@@ -243,11 +259,9 @@ def assistants_ordered(names: list[str], sort_by: str | None, sort_order: str | 
 def server_info() -> InfoOut:
     """What this server offers, as LangGraph Server's ``/info`` says it: assistants are listed and read (not made),
     there are no crons, and nothing is traced to LangSmith."""
-    from importlib.metadata import version
-
     return InfoOut(
-        version=version("gatehouse"),
-        langgraph_py_version=version("langgraph"),
+        version=gatehouse_version(),
+        langgraph_py_version=metadata.version("langgraph"),
         flags=InfoFlagsOut(assistants=True, crons=False, langsmith=False),
         host=InfoHostOut(kind="gatehouse"),
     )

@@ -56,3 +56,25 @@ def test_an_assistant_has_one_version_the_registered_graph(personas: dict[str, P
     assert versions("nope", {}).status_code == 404
     refused = versions("loan_approval", {"limit": 0})
     assert refused.status_code == 422 and refused.json()["error"]["field"] == "limit"
+
+
+def test_info_answers_where_gatehouse_is_not_an_installed_package(personas: dict[str, Persona], monkeypatch) -> None:
+    """The image copies the source without installing it as a package: asking the distribution for its version
+    raised there, and /info answered 500. The version is then pyproject.toml's."""
+    import tomllib
+    from importlib import metadata
+
+    from tests.conftest import ROOT
+
+    installed = metadata.version
+
+    def version(name: str) -> str:
+        if name == "gatehouse":
+            raise metadata.PackageNotFoundError(name)
+        return installed(name)
+
+    monkeypatch.setattr(metadata, "version", version)
+    answer = Client().get("/lg/info", headers={"x-api-key": personas["reviewer"].token})
+    assert answer.status_code == 200, answer.content
+    with open(ROOT / "pyproject.toml", "rb") as file:
+        assert answer.json()["version"] == tomllib.load(file)["project"]["version"]
