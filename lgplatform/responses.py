@@ -17,7 +17,8 @@ from ninja import Schema
 from pydantic import SerializerFunctionWrapHandler, model_serializer, model_validator
 
 
-class AssistantOut(Schema):
+class AssistantVersionOut(Schema):
+    # One version of an assistant, as LangGraph Server lists versions: the assistant without ``updated_at``.
     assistant_id: str
     graph_id: str
     name: str
@@ -27,6 +28,9 @@ class AssistantOut(Schema):
     metadata: dict[str, Any]
     version: int
     created_at: str
+
+
+class AssistantOut(AssistantVersionOut):
     updated_at: str
 
 
@@ -46,19 +50,6 @@ class InfoOut(Schema):
     langgraph_py_version: str
     flags: InfoFlagsOut
     host: InfoHostOut
-
-
-class AssistantVersionOut(Schema):
-    # ``AssistantOut`` without ``updated_at``, as LangGraph Server lists a version.
-    assistant_id: str
-    graph_id: str
-    name: str
-    description: str | None
-    config: dict[str, Any]
-    context: dict[str, Any]
-    metadata: dict[str, Any]
-    version: int
-    created_at: str
 
 
 class AssistantGraphOut(Schema):

@@ -8,7 +8,6 @@ origins). Real Chromium on a page served from another port decides, as it will f
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Iterator
 from functools import partial
@@ -19,13 +18,12 @@ from typing import Any
 import httpx
 import pytest
 from django.test import Client
-from playwright.sync_api import Browser, sync_playwright
+from playwright.sync_api import Browser
 
 from tests.conftest import Persona, daphne_serving, scaled, worker_env
+from tests.console.test_browser import browser  # noqa: F401 - Debian's Chromium, launched as every browser test launches it
 
 pytestmark = pytest.mark.usefixtures("live_db")
-
-CHROMIUM = "/usr/bin/chromium"
 
 
 def test_without_configuration_no_origin_is_allowed(personas: dict[str, Persona]) -> None:
@@ -123,20 +121,6 @@ def test_a_listed_origin_is_answered_its_preflight_and_may_read_the_answers(
         assert console.status_code == 200 and "Access-Control-Allow-Origin" not in console.headers
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    assert Path(CHROMIUM).exists(), "Debian's chromium is not installed: run `make chromium`"
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
-    with sync_playwright() as pw:
-        chromium = pw.chromium.launch(
-            executable_path=CHROMIUM,
-            headless=True,
-            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
-        )
-        yield chromium
-        chromium.close()
-
-
 FETCH = """async ([url, key, credentials]) => {
   try {
     const r = await fetch(url, {method: "POST", credentials, body: "{}",
@@ -150,7 +134,10 @@ FETCH = """async ([url, key, credentials]) => {
 
 @pytest.mark.integration
 def test_chromium_on_a_listed_origin_calls_lg_and_an_unlisted_one_is_blocked(
-    served: str, page_server: _Page, personas: dict[str, Persona], browser: Browser
+    served: str,
+    page_server: _Page,
+    personas: dict[str, Persona],
+    browser: Browser,  # noqa: F811
 ) -> None:
     token = personas["reviewer"].token
     url = f"{served}/lg/threads/search"
