@@ -89,8 +89,9 @@ def validation_error_describe(errors: list[dict[str, Any]]) -> DomainError:
     if loc and loc[0] in ("body", "query"):
         loc = loc[1:]
     # Nothing left of the location: the body as a whole (none was sent, or not an object).
-    # A list's index reads as the services name it (``assignments[0].gate``), not ``assignments.0.gate``.
-    field: str | None = "".join(f"[{p}]" if p.isdigit() and i else f".{p}" if i else p for i, p in enumerate(loc))
+    # A list's index reads as the services name it (``assignments[0].gate``), not ``assignments.0.gate``;
+    # an array body's item as ``[1].input``.
+    field: str | None = "".join(f"[{p}]" if p.isdigit() else f".{p}" if i else p for i, p in enumerate(loc))
     field = field or ("body" if source == "body" else None)
     message = str(first.get("msg", "invalid request"))
     if first.get("type") in ("uuid_parsing", "uuid_type"):

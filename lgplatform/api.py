@@ -15,17 +15,18 @@ thread and wakes as soon as the run settles; every wait is bounded.
 from __future__ import annotations
 
 import time
+import uuid
 from typing import Any
 from uuid import UUID
 
 from django.conf import settings
 from django.db import transaction
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
-from ninja import Query
+from ninja import Body, Query
 
 from approvals import services
 from approvals.api_common import ApiKeyAuth, BearerAuth, GatehouseAPI, api_errors_install, error_body_gatehouse
-from approvals.errors import InvalidInput, Unavailable
+from approvals.errors import DomainError, InvalidInput, Unavailable
 from approvals.inputs import AnyUuid, StrictJsonParser
 from approvals.payloads import NOT_GIVEN
 from approvals.permissions import token_needs
@@ -54,6 +55,8 @@ from lgplatform.schemas import (
     JoinStreamQuery,
     RunCreateIn,
     RunListQuery,
+    StatelessRunBatchIn,
+    StatelessRunCreateIn,
     StateQuery,
     ThreadCheckpointIn,
     ThreadCountIn,
@@ -81,7 +84,8 @@ api = GatehouseAPI(
     auth=[ApiKeyAuth(), BearerAuth()],
     urls_namespace="lg",
     docs_url="/docs",
-    parser=StrictJsonParser(),  # NUL bytes, non-finite or 64-bit-overflowing numbers, deep nesting: 4xx
+    # NUL bytes, non-finite or 64-bit-overflowing numbers, deep nesting: 4xx. A body is an object, but a batch's.
+    parser=StrictJsonParser(arrays=("runs-batch",)),
     # SDK calls not served (assistants.count, threads.prune, crons.create_for_thread) whose paths read as an
     # id's: a 404 as for /runs/crons, not a 405 sending the client to a GET that reads "count" as an id.
     not_served=("assistants/count", "threads/prune", "threads/[^/]+/runs/crons"),
@@ -377,6 +381,10 @@ def _run_location(thread_id: Any, run_id: Any) -> str:
 @api.post("/threads/{thread_id}/runs", response=RunOut, tags=["runs"])
 @token_needs("runtime.start_thread", "approvals.decide_task")
 def run_create(request: HttpRequest, thread_id: AnyUuid, body: RunCreateIn) -> HttpResponse:
+    return _run_created(request, thread_id, body)
+
+
+def _run_created(request: HttpRequest, thread_id: UUID, body: RunCreateIn) -> HttpResponse:
     # A background run publishes the modes it names, for GET .../runs/{run_id}/stream to join.
     modes = platform_stream.stream_modes_parse(body.stream_mode) if body.stream_mode else None
     run = _run_create_sync(request, thread_id, body, stream=modes)
@@ -458,6 +466,10 @@ async def _wait_response(request: HttpRequest, thread_id: Any, run_id: Any) -> H
 @api.post("/threads/{thread_id}/runs/wait", tags=["runs"])
 @token_needs("runtime.start_thread", "approvals.decide_task")
 async def run_wait(request: HttpRequest, thread_id: AnyUuid, body: RunCreateIn) -> HttpResponse:
+    return await _run_waited(request, thread_id, body)
+
+
+async def _run_waited(request: HttpRequest, thread_id: UUID, body: RunCreateIn) -> HttpResponse:
     if body.stream_mode:  # checked as /runs and /runs/stream check it: a bogus mode started the run regardless
         platform_stream.stream_modes_parse(body.stream_mode)
     try:
@@ -489,6 +501,10 @@ def _stream_response(request: HttpRequest, thread_id: Any, run_id: Any, events: 
 async def run_stream(request: HttpRequest, thread_id: AnyUuid, body: RunCreateIn) -> StreamingHttpResponse:
     """Create a run and stream it: ``stream_mode`` one or several of values, updates, messages,
     messages-tuple, events, debug, custom, tasks, checkpoints (``docs/platform-api.md``)."""
+    return await _run_streamed(request, thread_id, body)
+
+
+async def _run_streamed(request: HttpRequest, thread_id: UUID, body: RunCreateIn) -> StreamingHttpResponse:
     modes = platform_stream.stream_modes_parse(body.stream_mode)
     run = await between_waits(_run_create_sync)(request, thread_id, body, stream=modes)
     events = platform_stream.run_stream_events(
@@ -520,6 +536,69 @@ async def run_join_stream(
         user=user, thread_id=thread_id, run_id=run_id, modes=modes, after=after, limit=_wait_limit()
     )
     return _stream_response(request, thread_id, run_id, events)
+
+
+# --- stateless runs: each on a thread made for it, which Gatehouse keeps ---------------------------
+
+
+def _stateless(body: StatelessRunCreateIn) -> tuple[UUID, RunCreateIn]:
+    """The new thread's id, and the run to create on it (``lgplatform.services.stateless_run_check``)."""
+    platform.stateless_run_check(
+        on_completion=body.on_completion,
+        input=body.input,
+        command=body.command,
+        checkpoint=body.checkpoint,
+        checkpoint_id=body.checkpoint_id,
+    )
+    return uuid.uuid4(), body.model_copy(update={"if_not_exists": "create"})
+
+
+@api.post("/runs", response=RunOut, tags=["runs"])
+@token_needs("runtime.start_thread")
+def stateless_run_create(request: HttpRequest, body: StatelessRunCreateIn) -> HttpResponse:
+    """A background run on a new thread; ``Content-Location`` names both (the thread is kept)."""
+    return _run_created(request, *_stateless(body))
+
+
+@api.post("/runs/wait", tags=["runs"])
+@token_needs("runtime.start_thread")
+async def stateless_run_wait(request: HttpRequest, body: StatelessRunCreateIn) -> HttpResponse:
+    """A run on a new thread, answered with its output as ``/threads/{thread_id}/runs/wait`` answers."""
+    return await _run_waited(request, *_stateless(body))
+
+
+@api.post("/runs/stream", tags=["runs"])
+@token_needs("runtime.start_thread")
+async def stateless_run_stream(request: HttpRequest, body: StatelessRunCreateIn) -> StreamingHttpResponse:
+    """A run on a new thread, streamed as ``/threads/{thread_id}/runs/stream`` streams."""
+    return await _run_streamed(request, *_stateless(body))
+
+
+@api.post("/runs/batch", response=list[RunOut], tags=["runs"], url_name="runs-batch")
+@token_needs("runtime.start_thread")
+def stateless_run_batch(request: HttpRequest, body: Body[StatelessRunBatchIn]) -> list[RunOut]:
+    """Background runs, each on a new thread: all created or, if one is refused, none (its error's field
+    starts with its index: ``[2].input``)."""
+    try:
+        runs = _stateless_batch_create(request, body)
+    except services.POLICY_REFUSALS as refusal:
+        services.refusal_audit(refusal)  # rolled back with the batch's transaction
+        raise
+    return [platform.run_out(run, run.thread) for run in runs]
+
+
+@transaction.atomic
+def _stateless_batch_create(request: HttpRequest, bodies: list[StatelessRunCreateIn]) -> list[Run]:
+    runs = []
+    for index, body in enumerate(bodies):
+        try:
+            thread_id, run_body = _stateless(body)
+            modes = platform_stream.stream_modes_parse(run_body.stream_mode) if run_body.stream_mode else None
+            runs.append(_run_create_atomic(request, thread_id, run_body, stream=modes))
+        except DomainError as error:
+            error.field = f"[{index}].{error.field}" if error.field else f"[{index}]"
+            raise
+    return runs
 
 
 api.add_router("", "lgplatform.store_api.router")  # long-term memory store (client.store)

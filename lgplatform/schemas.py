@@ -157,6 +157,19 @@ class RunCreateIn(Schema):
     if_not_exists: Literal["create", "reject"] | None = None
 
 
+class StatelessRunCreateIn(RunCreateIn):
+    """A stateless run (``client.runs.wait(None, ...)``): a run on a thread made for it. What it may not
+    carry is refused by ``lgplatform.services.stateless_run_check``; ``if_not_exists`` is ignored, as
+    LangGraph Server ignores it (the thread is always new)."""
+
+    on_completion: Literal["delete", "keep"] | None = None
+
+
+# A batch is created in one transaction: bounded, as every list a request sends is.
+STATELESS_BATCH_MAX = 100
+StatelessRunBatchIn = Annotated[list[StatelessRunCreateIn], Field(min_length=1, max_length=STATELESS_BATCH_MAX)]
+
+
 # --- the store (``client.store``): bodies as LangGraph Server's store routes take them ---
 
 

@@ -1192,6 +1192,38 @@ def run_create(
     return _run_continue(actor, thread)
 
 
+def stateless_run_check(
+    *, on_completion: str | None, input: dict[str, Any] | None, command: Any, checkpoint: Any, checkpoint_id: Any
+) -> None:
+    """Refuse what a stateless run (``/runs``, ``/runs/wait``, ``/runs/stream``, ``/runs/batch``) cannot do.
+
+    A stateless run is a run on a thread made for it, as on LangGraph Server, which then deletes that thread
+    (``on_completion="delete"``, its default). Gatehouse keeps it: the thread is what its approval tasks,
+    decisions and audit trail name, and a run that pauses at a gate waits there for a reviewer. So a client
+    that leaves ``on_completion`` out gets the thread kept (named by the response's ``Content-Location``);
+    one that asks for the deletion is refused rather than told it happened. A new thread has nothing to
+    resume and no checkpoint to run from, so it needs an input.
+    """
+    if on_completion == "delete":
+        raise InvalidInput(
+            "Gatehouse keeps every thread, with its decisions and audit trail: send on_completion 'keep' or leave "
+            "it out",
+            field="on_completion",
+        )
+    if command is not None:
+        # LangGraph Server: "You must provide a thread_id when resuming."
+        raise InvalidInput(
+            "a stateless run starts a new thread, which has nothing to resume: send a command to the thread's "
+            "runs (/threads/{thread_id}/runs)",
+            field="command",
+        )
+    for name, value in (("checkpoint", checkpoint), ("checkpoint_id", checkpoint_id)):
+        if value is not None:
+            raise InvalidInput("a stateless run starts a new thread, which has no checkpoint yet", field=name)
+    if input is None:
+        raise InvalidInput("a stateless run starts a new thread: send its input", field="input")
+
+
 # pg_advisory_xact_lock's class for run creates that cancel the thread's active run ("gmtk").
 _MULTITASK_LOCK_CLASS = 0x676D746B
 

@@ -64,6 +64,10 @@ NEEDED: dict[tuple[str, str], frozenset[str]] = {
     ("POST", "/lg/threads/{thread_id}/runs/wait"): frozenset({"start", "decide"}),
     ("POST", "/lg/threads/{thread_id}/runs/stream"): frozenset({"start", "decide"}),
     ("POST", "/lg/threads/{thread_id}/runs/{run_id}/cancel"): frozenset({"retry"}),
+    ("POST", "/lg/runs"): frozenset({"start"}),  # stateless: a start on a new thread
+    ("POST", "/lg/runs/wait"): frozenset({"start"}),
+    ("POST", "/lg/runs/stream"): frozenset({"start"}),
+    ("POST", "/lg/runs/batch"): frozenset({"start"}),
     ("PUT", "/lg/store/items"): frozenset({"store"}),
     ("DELETE", "/lg/store/items"): frozenset({"store"}),
 }

@@ -256,6 +256,28 @@ def test_a_second_run_while_one_is_active_is_rejected(server, personas):
         assert late.value.response.status_code == 409
 
 
+def test_stateless_runs_run_on_threads_of_their_own_which_are_kept(server, personas):
+    """``runs.wait(None, ...)`` and its kin were 404s; the SDK reads the new thread from ``Content-Location``."""
+    created: list[Any] = []
+    with _sync_client(server, personas["operator"].token) as op:
+        paused = op.runs.wait(None, "loan_approval", input=loan_input(), on_run_created=created.append)
+        assert paused["__interrupt__"][0]["value"]["type"] == "gatehouse.gate/v1"
+        [meta] = created
+        kept = op.threads.get(meta["thread_id"])
+        assert kept["status"] == "interrupted" and kept["metadata"]["graph_id"] == "loan_approval"
+        parts = list(op.runs.stream(None, "loan_approval", input=loan_input(), stream_mode="updates"))
+        assert parts[0].event == "metadata" and parts[-1].event == "end"
+        assert parts[-2].event == "updates" and "__interrupt__" in parts[-2].data
+        run = op.runs.create(None, "loan_approval", input=loan_input())
+        assert op.runs.join(run["thread_id"], run["run_id"])["__interrupt__"]
+        batch = op.runs.create_batch([{"assistant_id": "loan_approval", "input": loan_input()} for _ in range(2)])
+        assert len({r["thread_id"] for r in batch}) == 2
+        with pytest.raises(httpx.HTTPStatusError) as deleting:
+            op.runs.wait(None, "loan_approval", input=loan_input(), on_completion="delete")
+        assert deleting.value.response.status_code == 422
+        assert deleting.value.response.json()["error"]["field"] == "on_completion"
+
+
 def test_a_stream_yields_metadata_values_and_ends(server, personas):
     async def flow() -> list[Any]:
         op = _async_client(server, personas["operator"].token)

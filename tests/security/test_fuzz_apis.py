@@ -168,6 +168,9 @@ VALID_BODIES: dict[str, dict[str, Any]] = {
     "POST /lg/threads/{thread_id}/runs": {"assistant_id": "loan_approval", "input": LOAN_INPUT},
     "POST /lg/threads/{thread_id}/runs/wait": {"assistant_id": "loan_approval", "command": {"resume": {"x": 1}}},
     "POST /lg/threads/{thread_id}/runs/stream": {"assistant_id": "loan_approval", "input": LOAN_INPUT},
+    "POST /lg/runs": {"assistant_id": "loan_approval", "input": LOAN_INPUT},
+    "POST /lg/runs/wait": {"assistant_id": "loan_approval", "input": LOAN_INPUT},
+    "POST /lg/runs/stream": {"assistant_id": "loan_approval", "input": LOAN_INPUT},
 }
 
 

@@ -88,6 +88,11 @@ NOT_CRAWLED: dict[str, str] = {
     "POST /lg/threads/{thread_id}/runs/wait": "write (start a run); its output is GET .../runs/{run_id}/join",
     "POST /lg/threads/{thread_id}/runs/stream": "write (start a run); its stream is GET .../runs/{run_id}/stream",
     "POST /lg/threads/{thread_id}/runs/{run_id}/cancel": "write (cancel a run)",
+    # Stateless runs: a start on a new thread, answered by the same code as the thread's runs (crawled above)
+    "POST /lg/runs": "write (start a run on a new thread)",
+    "POST /lg/runs/wait": "write (start a run on a new thread); its output is GET .../runs/{run_id}/join",
+    "POST /lg/runs/stream": "write (start a run on a new thread); its stream is GET .../runs/{run_id}/stream",
+    "POST /lg/runs/batch": "write (start runs on new threads)",
     "POST /api/users": "write (user administration: accounts hold no graph state)",
     "POST /api/users/{user_id}/roles": "write (user administration)",
     "POST /api/users/{user_id}/assignments": "write (user administration)",
