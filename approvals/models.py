@@ -190,6 +190,7 @@ class AuditAction(models.TextChoices):
     THREAD_CREATED = "thread.created"
     THREAD_RETRIED = "thread.retried"
     THREAD_STATE_UPDATED = "thread.state_updated"
+    THREAD_METADATA_UPDATED = "thread.metadata_updated"
     THREAD_CANCELLED = "thread.cancelled"
     THREAD_COMPLETED = "thread.completed"
     RUN_QUEUED = "run.queued"

@@ -176,6 +176,7 @@ DASHBOARD_UNCHANGED_BY = frozenset(
         AuditAction.THREAD_STARTED,
         AuditAction.THREAD_CREATED,
         AuditAction.THREAD_STATE_UPDATED,
+        AuditAction.THREAD_METADATA_UPDATED,
         AuditAction.THREAD_COMPLETED,
         AuditAction.TASK_CLAIMED,
         AuditAction.TASK_RELEASED,

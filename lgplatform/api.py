@@ -61,6 +61,7 @@ from lgplatform.schemas import (
     ThreadCheckpointIn,
     ThreadCountIn,
     ThreadCreateIn,
+    ThreadPatchIn,
     ThreadSearchIn,
     ThreadStateUpdateIn,
 )
@@ -239,6 +240,17 @@ def threads_count(request: HttpRequest, body: ThreadCountIn) -> int:
 def thread_get(request: HttpRequest, thread_id: AnyUuid) -> ThreadOut:
     user = _user(request)
     return platform.thread_out(user, platform.thread_get_for(user, thread_id))
+
+
+@api.patch("/threads/{thread_id}", response=ThreadOut, tags=["threads"])
+@token_needs("runtime.start_thread")
+def thread_update(request: HttpRequest, thread_id: AnyUuid, body: ThreadPatchIn) -> ThreadOut:
+    """``threads.update``: merge ``metadata`` into the thread's (``lgplatform.services.thread_metadata_update``)."""
+    if body.ttl is not None:
+        raise InvalidInput("thread TTLs are not supported; Gatehouse keeps threads for the audit trail", field="ttl")
+    user = _user(request)
+    thread = platform.thread_metadata_update(actor=user, thread_id=thread_id, metadata=body.metadata or {})
+    return platform.thread_out(user, thread)
 
 
 @api.get("/threads/{thread_id}/state", response=ThreadStateOut, tags=["threads"])

@@ -54,6 +54,11 @@ class ThreadCreateIn(Schema):
     ttl: Any = None
 
 
+class ThreadPatchIn(Schema):
+    metadata: ThreadMetadata | None = None
+    ttl: Any = None
+
+
 ThreadStatusIn = Literal["idle", "busy", "interrupted", "error"]
 
 

@@ -504,6 +504,32 @@ def thread_create(
     return thread, True
 
 
+@transaction.atomic
+def thread_metadata_update(*, actor: User, thread_id: Any, metadata: dict[str, Any]) -> Thread:
+    """``threads.update``: merge ``metadata`` into the thread's, as LangGraph Server does (key by key; a key
+    sent as null is kept, as null). The start-threads permission, on a thread the actor may see. What
+    ``threads.get`` derives from the thread's graph (``graph_id``, ``assistant_id``: clients list an
+    assistant's threads by them) may only be repeated, not changed: the graph is bound by the thread's
+    creation or first run. The merged metadata is bounded as a new thread's is. Audited
+    (``thread.metadata_updated``: the keys sent, and the values they replaced)."""
+    permissions.require(actor, "runtime.start_thread", "update threads")
+    thread = thread_get_for(actor, thread_id)
+    thread = Thread.objects.select_for_update().get(pk=thread.pk)  # two updates merge in turn
+    reported = thread_metadata_out(thread)
+    for key in ("graph_id", "assistant_id"):
+        if key in metadata and metadata[key] != reported.get(key):
+            bound = f"{reported[key]!r}" if key in reported else "none until its first run binds one"
+            raise InvalidInput(f"a thread's graph cannot be changed: its {key} is {bound}", field=f"metadata.{key}")
+    own = dict(thread.metadata or {})
+    merged = metadata_check({**own, **metadata})
+    Thread.objects.filter(pk=thread.pk).update(metadata=merged)  # not updated_at: its state's time
+    thread.metadata = merged
+    previous = {key: own[key] for key in metadata if key in own}
+    details = {"metadata": metadata, "previous": previous, "via": "platform-api"}
+    audit_thread(thread=thread, actor=actor, action=AuditAction.THREAD_METADATA_UPDATED, details=details)
+    return thread
+
+
 def pending_tasks(thread: Thread) -> list[ApprovalTask]:
     return list(ApprovalTask.objects.filter(thread=thread, status=TaskStatus.PENDING).order_by("created_at"))
 

@@ -58,6 +58,7 @@ NEEDED: dict[tuple[str, str], frozenset[str]] = {
     ("POST", "/api/users/{user_id}/password"): frozenset({"admin"}),
     ("POST", "/api/users/{user_id}/otp-reset"): frozenset({"admin"}),
     ("POST", "/lg/threads"): frozenset({"start"}),
+    ("PATCH", "/lg/threads/{thread_id}"): frozenset({"start"}),  # threads.update (metadata)
     ("POST", "/lg/threads/{thread_id}/state"): frozenset({"retry", "admin"}),  # an update, or a fork
     ("POST", "/lg/threads/{thread_id}/copy"): frozenset({"admin"}),
     ("POST", "/lg/threads/{thread_id}/runs"): frozenset({"start", "decide"}),  # a start, or a resume

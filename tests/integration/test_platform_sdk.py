@@ -256,6 +256,17 @@ def test_a_second_run_while_one_is_active_is_rejected(server, personas):
         assert late.value.response.status_code == 409
 
 
+def test_threads_update_merges_metadata(server, personas):
+    with _sync_client(server, personas["operator"].token) as op:
+        thread = op.threads.create(metadata={"graph_id": "loan_approval", "case": "sdk-u"})
+        updated = op.threads.update(thread["thread_id"], metadata={"title": "Loan for Ada"})
+        assert updated["metadata"]["case"] == "sdk-u" and updated["metadata"]["title"] == "Loan for Ada"
+        assert op.threads.get(thread["thread_id"])["metadata"] == updated["metadata"]
+        with pytest.raises(httpx.HTTPStatusError) as relabel:
+            op.threads.update(thread["thread_id"], metadata={"graph_id": "three_steps"})
+        assert relabel.value.response.status_code == 422
+
+
 def test_stateless_runs_run_on_threads_of_their_own_which_are_kept(server, personas):
     """``runs.wait(None, ...)`` and its kin were 404s; the SDK reads the new thread from ``Content-Location``."""
     created: list[Any] = []

@@ -162,6 +162,7 @@ VALID_BODIES: dict[str, dict[str, Any]] = {
     "POST /api/webhook-subscriptions": {"url": "https://example.invalid/hook", "event_types": ["task.opened"]},
     "POST /api/webhooks/{name}": {"correlation_key": "fuzz", "status": "approved", "reason": "ok"},
     "POST /lg/threads": {"metadata": {"graph_id": "loan_approval"}},
+    "PATCH /lg/threads/{thread_id}": {"metadata": {"title": "fuzz"}},
     "POST /lg/threads/search": {"metadata": {"case": "F-1"}, "values": {"amount": 1}, "limit": 5},
     "POST /lg/threads/{thread_id}/state": {"values": {"amount": 1}},
     "POST /lg/threads/{thread_id}/history": {"limit": 5},

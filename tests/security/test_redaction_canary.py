@@ -83,6 +83,7 @@ NOT_CRAWLED: dict[str, str] = {
     "POST /api/webhook-deliveries/{delivery_id}/retry": "write (resend an outbound delivery)",
     "DELETE /api/webhook-subscriptions/{subscription_id}": "write (deactivate an outbound subscription)",
     "POST /lg/threads": "write (create a thread)",
+    "PATCH /lg/threads/{thread_id}": "write (merge a thread's metadata); answered as GET /lg/threads/{thread_id}",
     "POST /lg/threads/{thread_id}/state": "write (update_state)",
     "POST /lg/threads/{thread_id}/runs": "write (start or resume a run)",
     "POST /lg/threads/{thread_id}/runs/wait": "write (start a run); its output is GET .../runs/{run_id}/join",
