@@ -232,6 +232,7 @@ def answers(side: Side, dump: Path | None = None) -> dict[str, Any]:
     seen["threads.get (idle)"] = operator.threads.get(thread_id)
     seen["threads.get_state (idle)"] = operator.threads.get_state(thread_id)
     seen["threads.search"] = operator.threads.search(metadata={"bench": "shapes"}, limit=5)
+    seen["threads.update"] = operator.threads.update(thread_id, metadata={"title": "shapes"})
     seen["threads.update_state"] = operator.threads.update_state(thread_id, {"status": "reviewed"})
     seen["threads.copy"] = operator.threads.copy(thread_id, headers={"X-Gatehouse-Reason": "bench: answer shapes"})
     nested = operator.threads.create()["thread_id"]
@@ -240,6 +241,14 @@ def answers(side: Side, dump: Path | None = None) -> dict[str, Any]:
     seen["threads.get_history (subgraph paused)"] = operator.threads.get_history(nested, limit=5)
     nested_assistant = operator.assistants.search(graph_id="nested_review")[0]["assistant_id"]
     seen["assistants.get_subgraphs"] = operator.assistants.get_subgraphs(nested_assistant, recurse=True)
+    # Stateless runs: langgraph dev deletes each thread afterwards (on_completion's default), Gatehouse keeps it.
+    seen["runs.wait (stateless, to the interrupt)"] = operator.runs.wait(None, assistant, input=loan_input())
+    seen["runs.create (stateless)"] = operator.runs.create(None, assistant, input=loan_input())
+    batch = [{"assistant_id": assistant, "input": loan_input()}]
+    seen["runs.create_batch (stateless)"] = operator.runs.create_batch(batch)  # type: ignore[list-item]
+    for part in operator.runs.stream(None, assistant, input=loan_input(), stream_mode="values"):
+        key = f"stream values stateless: {part.event}"
+        seen[key] = [*seen.get(key, []), part.data]
     namespace = ["bench", "shapes"]
     seen["store.put_item"] = operator.store.put_item(namespace, "k", {"note": "n"})
     seen["store.get_item"] = operator.store.get_item(namespace, "k")
