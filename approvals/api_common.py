@@ -69,6 +69,9 @@ class GatehouseAPI(NinjaAPI):
     """A NinjaAPI whose every answer is JSON: ninja answers a method no operation of a path serves with
     a bare text 405; here it is the API's error body (``api_errors_install``), with the ``Allow`` header.
 
+    ``refused_methods``: (method, path pattern below the API's root, why) for calls of the protocol the API
+    refuses on purpose: their 405 says why.
+
     ``not_served``: paths (regular expressions, below the API's root) of a protocol's calls the API does not
     serve whose paths an operation's pattern takes (``threads/prune`` reads as ``threads/{thread_id}``).
     A method no operation serves there is the 404 of any path not served, not a 405 naming a method that
@@ -80,9 +83,22 @@ class GatehouseAPI(NinjaAPI):
     declares only reading permissions (a search with its filters in a body) is not refused so.
     """
 
-    def __init__(self, *args: Any, not_served: tuple[str, ...] = (), **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        not_served: tuple[str, ...] = (),
+        refused_methods: tuple[tuple[str, str, str], ...] = (),
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.not_served = _paths_pattern(not_served)
+        self.refused_methods = [(method, re.compile(p), why) for method, p, why in refused_methods]
+
+    def refused_because(self, request: HttpRequest) -> str:
+        """Why the API does not serve the request's method on its path, where it says (``refused_methods``:
+        method, path pattern below the root, reason): a client told only "405" retries elsewhere."""
+        below = self._below_root(request)
+        return next((why for m, p, why in self.refused_methods if m == request.method and p.fullmatch(below)), "")
 
     def _below_root(self, request: HttpRequest) -> str:
         return request.path.removeprefix(reverse(f"{self.urls_namespace}:api-root"))
@@ -98,7 +114,9 @@ class GatehouseAPI(NinjaAPI):
         answered = [
             path("", csrf_exempt(self._path_unknown), name="api-root")
             if getattr(p, "name", None) == "api-root"
-            else _not_allowed_as_error(self, p)
+            else ServedPattern(self, p).url_pattern()
+            if isinstance(p, URLPattern)
+            else p
             for p in patterns
         ]
         return [*answered, re_path(r"^.*$", csrf_exempt(self._path_unknown))], app_name, namespace
@@ -114,54 +132,91 @@ def _paths_pattern(paths: tuple[str, ...]) -> re.Pattern[str] | None:
     return re.compile("|".join(f"(?:{p})" for p in paths)) if paths else None
 
 
-def _not_allowed_as_error(api: GatehouseAPI, pattern: URLResolver | URLPattern) -> URLResolver | URLPattern:
-    """``pattern`` answering a method it does not serve as the API's error; and HEAD as GET where it serves GET
-    (HTTP asks every server to, and monitors and link checkers send it; LangGraph Server's routes do): ninja
-    routes by method and answered it 405. The server sends the headers alone (daphne, as Django's own views)."""
-    if not isinstance(pattern, URLPattern):
-        return pattern
-    view = pattern.callback
-    path_view = _path_view(view)
-    serves_get = path_view is not None and any("GET" in op.methods for op in path_view.operations)
+class ServedPattern:
+    """One URL pattern of a ``GatehouseAPI``, as the API serves it around ninja's view (the pattern's
+    ``PathView``, whose operations each serve some methods):
 
-    def answer(request: HttpRequest, response: HttpResponseBase) -> HttpResponseBase:
+    - a method none of them serves is the API's JSON error (``refusal``), not ninja's text 405;
+    - HEAD is handled as GET where GET is served (``head_as_get``): HTTP asks every server to, and monitors
+      and link checkers send it (LangGraph Server's routes do); the server sends the headers alone;
+    - each method that writes carries the permissions its view acts under (``token_perms``), read by
+      ``_route_perms`` to refuse a token before anything it sent is judged.
+    """
+
+    def __init__(self, api: GatehouseAPI, pattern: URLPattern) -> None:
+        self.api = api
+        self.pattern = pattern
+        self.view = pattern.callback
+        self.path_view = _path_view(self.view)
+        self.serves_get = self.path_view is not None and any("GET" in op.methods for op in self.path_view.operations)
+        self.token_perms = self._token_perms_by_method()
+
+    def url_pattern(self) -> URLPattern:
+        view = self.view
+
+        @functools.wraps(view)
+        async def serving_async(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+            with self.head_as_get(request):
+                return self.refusal(request, await view(request, *args, **kwargs))
+
+        @functools.wraps(view)
+        def serving(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+            with self.head_as_get(request):
+                return self.refusal(request, view(request, *args, **kwargs))
+
+        wrapped = serving_async if iscoroutinefunction(view) else serving
+        setattr(wrapped, _TOKEN_PERMS_ATTR, self.token_perms)
+        return URLPattern(self.pattern.pattern, wrapped, self.pattern.default_args, self.pattern.name)
+
+    def refusal(self, request: HttpRequest, response: HttpResponseBase) -> HttpResponseBase:
+        """ninja's 405 as the API's error with ``Allow`` (and the reason the API gives for that method there),
+        or the 404 of a path not served; any other response as it is."""
         if not isinstance(response, HttpResponseNotAllowed):
             return response
-        if api.path_not_served(request):
-            return api._path_unknown(request)
+        if self.api.path_not_served(request):
+            return self.api._path_unknown(request)
         allowed = response["Allow"]
-        refusal = MethodNotAllowed(f"{request.method} is not served here; this path serves {allowed}")
-        error = api.on_exception(request, refusal)
+        why = self.api.refused_because(request)
+        message = f"{request.method} is not served here" + (f": {why}" if why else "")
+        error = self.api.on_exception(request, MethodNotAllowed(f"{message}; this path serves {allowed}"))
         error["Allow"] = allowed
         return error
 
-    @functools.wraps(view)
-    async def answering_async(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
-        with _head_as_get(request, serves_get):
-            return answer(request, await view(request, *args, **kwargs))
+    @contextlib.contextmanager
+    def head_as_get(self, request: HttpRequest) -> Iterator[None]:
+        """A HEAD is handled as the GET it asks about (the operation, its auth and token checks read the
+        method); the request says HEAD again once answered, for the access log."""
+        if request.method != "HEAD" or not self.serves_get:
+            yield
+            return
+        request.method = "GET"
+        try:
+            yield
+        finally:
+            request.method = "HEAD"
 
-    @functools.wraps(view)
-    def answering(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
-        with _head_as_get(request, serves_get):
-            return answer(request, view(request, *args, **kwargs))
-
-    wrapped = answering_async if iscoroutinefunction(view) else answering
-    setattr(wrapped, _TOKEN_PERMS_ATTR, _token_perms_by_method(view))
-    return URLPattern(pattern.pattern, wrapped, pattern.default_args, pattern.name)
-
-
-@contextlib.contextmanager
-def _head_as_get(request: HttpRequest, serves_get: bool) -> Iterator[None]:
-    """A HEAD is handled as the GET it asks about (the operation, its auth and token checks read the method);
-    the request says HEAD again once answered, for the access log."""
-    if request.method != "HEAD" or not serves_get:
-        yield
-        return
-    request.method = "GET"
-    try:
-        yield
-    finally:
-        request.method = "HEAD"
+    def _token_perms_by_method(self) -> dict[str, tuple[str, ...]]:
+        """Each method that writes → the permissions its view declares it acts under
+        (``permissions.token_needs``), left out where they only read. A method an API token may call (the
+        operation authenticates) that declares none is a defect, refused here: its refusal would come after
+        its body's."""
+        if self.path_view is None:
+            return {}  # the API's root, its OpenAPI document and docs: read-only
+        needs: dict[str, tuple[str, ...]] = {}
+        for operation in self.path_view.operations:
+            for method in operation.methods:
+                if method not in _UNSAFE_METHODS or not operation.auth_callbacks:
+                    continue
+                perms = getattr(operation.view_func, TOKEN_NEEDS_ATTR, None)
+                if not perms:
+                    name = getattr(operation.view_func, "__qualname__", operation.view_func)
+                    raise ImproperlyConfigured(
+                        f"{method} {operation.path} ({name}) declares no permission: decorate its view with "
+                        "approvals.permissions.token_needs(...)"
+                    )
+                if not token_actions_for(perms) <= READ_ONLY_ACTIONS:
+                    needs[method] = tuple(perms)
+        return needs
 
 
 def _path_view(view: Callable[..., Any]) -> PathView | None:
@@ -172,34 +227,9 @@ def _path_view(view: Callable[..., Any]) -> PathView | None:
 
 
 # The methods that may change something; and where a pattern's view keeps, for each of them its operations
-# serve, the permissions it acts under, one of which a token's actions must allow (``_token_perms_by_method``).
+# serve, the permissions it acts under, one of which a token's actions must allow (``ServedPattern``).
 _UNSAFE_METHODS = ("POST", "PUT", "PATCH", "DELETE")
 _TOKEN_PERMS_ATTR = "gatehouse_token_perms"  # noqa: S105 - an attribute's name, not a secret
-
-
-def _token_perms_by_method(view: Callable[..., Any]) -> dict[str, tuple[str, ...]]:
-    """For the operations ninja serves at a pattern (its ``PathView``, the view's ``self``): each method that
-    writes → the permissions its view declares it acts under (``permissions.token_needs``), left out where they
-    only read. A method an API token may call (the operation authenticates) that declares none is a defect,
-    refused here: its refusal would come after its body's."""
-    path_view = _path_view(view)
-    if path_view is None:
-        return {}  # the API's root, its OpenAPI document and docs: read-only
-    needs: dict[str, tuple[str, ...]] = {}
-    for operation in path_view.operations:
-        for method in operation.methods:
-            if method not in _UNSAFE_METHODS or not operation.auth_callbacks:
-                continue
-            perms = getattr(operation.view_func, TOKEN_NEEDS_ATTR, None)
-            if not perms:
-                name = getattr(operation.view_func, "__qualname__", operation.view_func)
-                raise ImproperlyConfigured(
-                    f"{method} {operation.path} ({name}) declares no permission: decorate its view with "
-                    "approvals.permissions.token_needs(...)"
-                )
-            if not token_actions_for(perms) <= READ_ONLY_ACTIONS:
-                needs[method] = tuple(perms)
-    return needs
 
 
 def error_body_gatehouse(code: str, message: str, field: str | None) -> dict[str, Any]:
@@ -315,7 +345,8 @@ def token_action_refusal(request: HttpRequest, user: Any = None) -> Forbidden | 
 
 
 def _route_perms(request: HttpRequest) -> tuple[str, ...] | None:
-    """The permissions the request's route acts under for its method (``_token_perms_by_method``), if it writes."""
+    """The permissions the request's route acts under for its method (``ServedPattern.token_perms``), if it
+    writes."""
     match = request.resolver_match
     return getattr(match.func, _TOKEN_PERMS_ATTR, {}).get(request.method) if match is not None else None
 

@@ -90,6 +90,15 @@ api = GatehouseAPI(
     # SDK calls not served (assistants.count, threads.prune, crons.create_for_thread) whose paths read as an
     # id's: a 404 as for /runs/crons, not a 405 sending the client to a GET that reads "count" as an id.
     not_served=("assistants/count", "threads/prune", "threads/[^/]+/runs/crons"),
+    # threads.delete and runs.delete: what a reviewer decided and the audit trail names is never deleted.
+    refused_methods=(
+        ("DELETE", "threads/[^/]+", "Gatehouse keeps every thread for its decisions and audit trail; cancel its run"),
+        (
+            "DELETE",
+            "threads/[^/]+/runs/[^/]+",
+            "Gatehouse keeps every run for its thread's audit trail; cancel it (POST .../cancel)",
+        ),
+    ),
 )
 
 

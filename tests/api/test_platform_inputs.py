@@ -120,6 +120,20 @@ def test_an_sdk_call_not_served_is_a_404_not_a_405_naming_a_method_that_fails_th
     assert "Allow" not in response
 
 
+@pytest.mark.parametrize(
+    "path,why",
+    [("/lg/threads/{thread}", "keeps every thread"), ("/lg/threads/{thread}/runs/{run}", "keeps every run")],
+)
+def test_threads_delete_and_runs_delete_say_why_they_are_refused(operator, lg_thread, path, why):
+    """threads.delete and runs.delete were a bare "DELETE is not served here": a client could not tell a
+    deliberate refusal from a missing feature. Other refused methods keep the plain message."""
+    url = path.format(thread=lg_thread, run=uuid.uuid4())
+    error = error_of(operator.client.delete(url), 405)
+    assert why in error["message"] and "cancel" in error["message"], error
+    plain = error_of(operator.client.client.put(url, "{}", content_type="application/json"), 405)
+    assert plain["message"].startswith("PUT is not served here; this path serves"), plain
+
+
 def test_a_patch_is_a_json_405_too(operator, lg_thread):
     response = operator.client.client.patch(
         f"/lg/threads/{lg_thread}/state", "{}", content_type="application/json", headers=operator.client.headers
