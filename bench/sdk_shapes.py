@@ -212,6 +212,7 @@ def answers(side: Side, dump: Path | None = None) -> dict[str, Any]:
     seen: dict[str, Any] = {}
     found = operator.assistants.search(graph_id="loan_approval")
     seen["assistants.search"] = found
+    seen["assistants.count"] = operator.assistants.count(graph_id="loan_approval")
     assistant = found[0]["assistant_id"]
     seen["assistants.get"] = operator.assistants.get(assistant)
     seen["assistants.get_graph"] = operator.assistants.get_graph(assistant)

@@ -47,6 +47,7 @@ from lgplatform.responses import (
     ThreadUpdateStateOut,
 )
 from lgplatform.schemas import (
+    AssistantCountIn,
     AssistantSearchIn,
     AssistantVersionsIn,
     CancelQuery,
@@ -87,9 +88,9 @@ api = GatehouseAPI(
     docs_url="/docs",
     # NUL bytes, non-finite or 64-bit-overflowing numbers, deep nesting: 4xx. A body is an object, but a batch's.
     parser=StrictJsonParser(arrays=("runs-batch",)),
-    # SDK calls not served (assistants.count, threads.prune, crons.create_for_thread) whose paths read as an
-    # id's: a 404 as for /runs/crons, not a 405 sending the client to a GET that reads "count" as an id.
-    not_served=("assistants/count", "threads/prune", "threads/[^/]+/runs/crons"),
+    # SDK calls not served (threads.prune, crons.create_for_thread) whose paths read as an id's: a 404 as for
+    # /runs/crons, not a 405 sending the client to a GET that reads "prune" as an id.
+    not_served=("threads/prune", "threads/[^/]+/runs/crons"),
     # threads.delete and runs.delete: what a reviewer decided and the audit trail names is never deleted.
     refused_methods=(
         ("DELETE", "threads/[^/]+", "Gatehouse keeps every thread for its decisions and audit trail; cancel its run"),
@@ -144,15 +145,17 @@ def info(request: HttpRequest) -> InfoOut:
 @api.post("/assistants/search", response=list[AssistantOut], tags=["assistants"])
 @token_needs("runtime.view_thread")
 def assistants_search(request: HttpRequest, body: AssistantSearchIn) -> list[AssistantOut]:
-    names = platform.assistants_visible(_user(request))
-    if body.graph_id:
-        names = [n for n in names if n == body.graph_id]
-    if body.name:
-        names = [n for n in names if body.name.lower() in n.lower()]
-    if body.metadata and body.metadata != {"created_by": "system"}:
-        names = []  # assistants carry no metadata but their creator
+    names = platform.assistants_found(_user(request), graph_id=body.graph_id, name=body.name, metadata=body.metadata)
     names = platform.assistants_ordered(names, body.sort_by, body.sort_order)
     return [platform.assistant_out(n) for n in names[body.offset : body.offset + body.limit]]
+
+
+@api.post("/assistants/count", response=int, tags=["assistants"])
+@token_needs("runtime.view_thread")
+def assistants_count(request: HttpRequest, body: AssistantCountIn) -> int:
+    """How many assistants ``assistants/search`` finds for the caller with the same filters."""
+    found = platform.assistants_found(_user(request), graph_id=body.graph_id, name=body.name, metadata=body.metadata)
+    return len(found)
 
 
 @api.get("/assistants/{assistant_id}", response=AssistantOut, tags=["assistants"])

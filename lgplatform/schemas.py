@@ -40,6 +40,12 @@ class AssistantSearchIn(Schema):
     sort_order: SortOrder | None = None
 
 
+class AssistantCountIn(Schema):
+    graph_id: str | None = Field(default=None, max_length=200)
+    metadata: Filter | None = None
+    name: str | None = Field(default=None, max_length=200)
+
+
 class AssistantVersionsIn(Schema):
     metadata: Filter | None = None
     limit: int = Field(default=10, ge=1, le=1000, strict=True)

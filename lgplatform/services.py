@@ -137,6 +137,22 @@ def assistants_visible(user: permissions.Principal) -> list[str]:
     return permissions.graph_names_visible(user)
 
 
+def assistants_found(
+    user: permissions.Principal, *, graph_id: str | None, name: str | None, metadata: dict[str, Any] | None
+) -> list[str]:
+    """The graphs whose assistants ``assistants.search`` and ``assistants.count`` find: ``graph_id`` exactly,
+    ``name`` as a case-insensitive part of it, ``metadata`` as equal to the only metadata an assistant has
+    (its creator, ``system``)."""
+    names = assistants_visible(user)
+    if graph_id:
+        names = [n for n in names if n == graph_id]
+    if name:
+        names = [n for n in names if name.lower() in n.lower()]
+    if metadata and metadata != {"created_by": "system"}:
+        names = []
+    return names
+
+
 def assistant_graph(user: permissions.Principal, assistant_id: str) -> str:
     """The graph an assistant id (or a graph name, as the SDK allows) stands for."""
     for name in assistants_visible(user):

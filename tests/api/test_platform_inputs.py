@@ -108,12 +108,10 @@ def test_a_method_a_path_does_not_serve_is_a_json_405_with_allow(operator, lg_th
     assert set(response["Allow"].split(", ")) == set(allowed.split(", "))  # in ninja's order
 
 
-@pytest.mark.parametrize(
-    "path", ["/lg/threads/{thread}/runs/crons", "/lg/assistants/count", "/lg/threads/prune", "/lg/runs/crons"]
-)
+@pytest.mark.parametrize("path", ["/lg/threads/{thread}/runs/crons", "/lg/threads/prune", "/lg/runs/crons"])
 def test_an_sdk_call_not_served_is_a_404_not_a_405_naming_a_method_that_fails_there_too(operator, lg_thread, path):
     """crons.create_for_thread was a 405 "this path serves GET", and a GET there reads "crons" as a run id
-    (a 422); assistants.count's GET reads "count" as an assistant. /lg/runs/crons was already this 404."""
+    (a 422); threads.prune's GET reads "prune" as a thread. /lg/runs/crons was already this 404."""
     response = operator.client.post(path.format(thread=lg_thread), {})
     error = error_of(response, 404)
     assert error["field"] == "path" and "is not a path of this API" in error["message"], error

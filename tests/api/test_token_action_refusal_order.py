@@ -75,6 +75,7 @@ NEEDED: dict[tuple[str, str], frozenset[str]] = {
 # The POSTs that only read (the SDK sends their filters in a body): every token is told what is wrong with them.
 READS = {
     ("POST", "/lg/assistants/search"),
+    ("POST", "/lg/assistants/count"),
     ("POST", "/lg/assistants/{assistant_id}/versions"),
     ("POST", "/lg/threads/search"),
     ("POST", "/lg/threads/count"),

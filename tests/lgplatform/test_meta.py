@@ -78,3 +78,30 @@ def test_info_answers_where_gatehouse_is_not_an_installed_package(personas: dict
     assert answer.status_code == 200, answer.content
     with open(ROOT / "pyproject.toml", "rb") as file:
         assert answer.json()["version"] == tomllib.load(file)["project"]["version"]
+
+
+def test_assistants_count_counts_what_search_finds(personas: dict[str, Persona]) -> None:
+    """``assistants.count`` was a 404 (a path not served)."""
+    client = Client()
+
+    def count(who: str, body: dict[str, object]) -> Any:
+        headers = {"x-api-key": personas[who].token}
+        return client.post("/lg/assistants/count", body, content_type="application/json", headers=headers)
+
+    for who in ("reviewer", "loan_reviewer"):
+        found = client.post(
+            "/lg/assistants/search",
+            {"limit": 1000},
+            content_type="application/json",
+            headers={"x-api-key": personas[who].token},
+        ).json()
+        answer = count(who, {})
+        assert answer.status_code == 200, answer.content
+        assert answer.json() == len(found) > 0
+    assert count("loan_reviewer", {}).json() == 1  # only the graphs one may see
+    assert count("reviewer", {"graph_id": "loan_approval"}).json() == 1
+    assert count("reviewer", {"name": "LOAN_APP"}).json() == 1
+    assert count("reviewer", {"graph_id": "nope"}).json() == 0
+    assert count("reviewer", {"metadata": {"created_by": "system"}}).json() == count("reviewer", {}).json()
+    assert count("reviewer", {"metadata": {"team": "x"}}).json() == 0
+    assert count("reviewer", {"graph_id": 5}).status_code == 422

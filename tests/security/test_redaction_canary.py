@@ -458,6 +458,7 @@ def _bindings(params: list[str], subjects: list[Subject]) -> list[dict[str, str]
 # Bodies of the read-only POST operations (a new one fails until it has a body here).
 READ_BODIES: dict[str, Callable[[dict[str, str], list[Subject]], list[Any]]] = {
     "/lg/assistants/search": lambda ids, subjects: [{}],
+    "/lg/assistants/count": lambda ids, subjects: [{}],  # a number: it can carry no canary, only be crawled
     "/lg/assistants/{assistant_id}/versions": lambda ids, subjects: [{}],
     "/lg/threads/search": lambda ids, subjects: [{"ids": [s.thread for s in subjects]}],
     "/lg/threads/count": lambda ids, subjects: [{}],  # a number: it can carry no canary, only be crawled
