@@ -50,12 +50,14 @@ from lgplatform.schemas import (
     AssistantCountIn,
     AssistantSearchIn,
     AssistantVersionsIn,
+    CancelManyQuery,
     CancelQuery,
     HistoryIn,
     HistoryQuery,
     JoinStreamQuery,
     RunCreateIn,
     RunListQuery,
+    RunsCancelIn,
     StatelessRunBatchIn,
     StatelessRunCreateIn,
     StateQuery,
@@ -443,6 +445,17 @@ async def run_cancel(
             if remaining <= 0 or watch.ended:  # ended: the client left, or the server stops
                 return HttpResponse(status=202)
             await watch.changed(remaining)
+    return HttpResponse(status=204)
+
+
+@api.post("/runs/cancel", tags=["runs"])
+@token_needs("runtime.retry_thread")
+def runs_cancel_many(request: HttpRequest, body: RunsCancelIn, query: Query[CancelManyQuery]) -> HttpResponse:
+    """``runs.cancel_many``: the runs ``run_ids`` of ``thread_id``, or every run with ``status``
+    (``lgplatform.services.runs_cancel_many``)."""
+    platform.runs_cancel_many(
+        actor=_user(request), thread_id=body.thread_id, run_ids=body.run_ids, status=body.status, action=query.action
+    )
     return HttpResponse(status=204)
 
 

@@ -10,6 +10,7 @@ The responses are in ``lgplatform.responses``.
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
+from uuid import UUID
 
 from ninja import Schema
 from pydantic import BeforeValidator, Field, Strict, StrictBool
@@ -142,6 +143,16 @@ class RunListQuery(Schema):
 class JoinStreamQuery(Schema):
     stream_mode: list[str] = Field(default_factory=list, max_length=len(CLIENT_MODES))
     cancel_on_disconnect: bool = False  # ignored: runs always continue
+
+
+class RunsCancelIn(Schema):
+    status: Literal["pending", "running", "all"] | None = None
+    thread_id: UUID | None = None
+    run_ids: list[UUID] | None = Field(default=None, max_length=1000)
+
+
+class CancelManyQuery(Schema):
+    action: Literal["interrupt", "rollback"] = "interrupt"
 
 
 class CancelQuery(Schema):

@@ -1650,6 +1650,83 @@ def run_cancel(*, actor: User, thread_id: Any, run_id: Any, action: str) -> Run:
         raise
 
 
+# ``runs.cancel_many`` by status cancels at most this many runs at once (each its own transaction and audit event).
+CANCEL_MANY_MAX = 1000
+_CANCEL_MANY_STATUSES = {
+    "pending": (RunStatus.QUEUED,),
+    "running": (RunStatus.RUNNING,),
+    "all": ACTIVE_RUN_STATUSES,
+}
+
+
+def runs_cancel_many(
+    *, actor: User, thread_id: Any, run_ids: list[Any] | None, status: str | None, action: str
+) -> list[Run]:
+    """``runs.cancel_many`` (``POST /runs/cancel``): the runs of ``thread_id`` named by ``run_ids``, or every
+    run with ``status`` (``pending``, ``running``, ``all``) on the threads the actor may see, cancelled with
+    ``action`` as ``run_cancel`` cancels one. The runs named are all checked before any is cancelled (a run
+    not on the thread, ended, or a pending resume refuses the call and cancels nothing); a run that ends
+    between the check and its cancel is left as it ended, as it no longer runs. Each cancel commits and is
+    audited on its own (``approvals.run_cancel``: a rollback needs its cancel committed first). Returns the
+    runs cancelled."""
+    permissions.require(actor, "runtime.retry_thread", "cancel runs")
+    if status is not None:
+        if thread_id is not None or run_ids is not None:
+            raise InvalidInput(
+                "send either status (every run with it) or thread_id and run_ids, not both", field="status"
+            )
+        runs = _runs_with_status(actor, _CANCEL_MANY_STATUSES[status])
+    else:
+        if thread_id is None:
+            raise InvalidInput("send thread_id and run_ids, or a status", field="thread_id")
+        if not run_ids:
+            raise InvalidInput("name the runs to cancel", field="run_ids")
+        runs = _runs_named(actor, thread_id, run_ids)
+    cancelled = []
+    for run in runs:
+        try:
+            cancelled.append(run_cancel(actor=actor, thread_id=run.thread_id, run_id=run.pk, action=action))
+        except Conflict:
+            if Run.objects.filter(pk=run.pk, status__in=ACTIVE_RUN_STATUSES).exists():
+                raise
+    return cancelled
+
+
+def _runs_with_status(actor: User, statuses: Sequence[str]) -> list[Run]:
+    # A pending resume carries decisions already recorded and is not cancelled (``run_cancel``); nor is a run
+    # of a graph the actor may not cancel on (``permissions.require_run_cancel``): neither is "with the status".
+    runs = Run.objects.filter(status__in=statuses, thread__in=permissions.threads_visible(actor))
+    runs = runs.exclude(kind=RunKind.RESUME, status=RunStatus.QUEUED).order_by("created_at")
+    found = list(runs[: CANCEL_MANY_MAX + 1])
+    if len(found) > CANCEL_MANY_MAX:
+        raise InvalidInput(
+            f"more than {CANCEL_MANY_MAX} runs have this status: cancel them by thread (thread_id and run_ids)",
+            field="status",
+        )
+    return found
+
+
+def _runs_named(actor: User, thread_id: Any, run_ids: list[Any]) -> list[Run]:
+    thread = thread_get_for(actor, thread_id)
+    permissions.require_run_cancel(actor, thread)
+    found = {run.pk: run for run in thread.runs.filter(pk__in=run_ids)}
+    for index, run_id in enumerate(run_ids):
+        run = found.get(run_id)
+        field = f"run_ids[{index}]"
+        if run is None:
+            raise NotFound(f"run {run_id} not found on thread {thread.pk}", field=field)
+        if run.status not in ACTIVE_RUN_STATUSES:
+            shown = RUN_STATUS_OUT.get(run.status, run.status)
+            raise Conflict(f"run {run_id} has already ended (status {shown!r}); nothing was cancelled", field=field)
+        if run.kind == RunKind.RESUME and run.status == RunStatus.QUEUED:
+            raise Conflict(
+                f"run {run_id} is a pending resume: it carries decisions already recorded and cannot be cancelled "
+                "before it runs; nothing was cancelled",
+                field=field,
+            )
+    return [found[run_id] for run_id in dict.fromkeys(run_ids)]
+
+
 def run_progress(user: permissions.Principal, thread_id: Any, run_id: Any) -> tuple[Thread, Run]:
     """One poll of a run for wait/join/stream: the thread and run rows as they are now."""
     return run_get_for(user, thread_id, run_id)

@@ -69,6 +69,7 @@ NEEDED: dict[tuple[str, str], frozenset[str]] = {
     ("POST", "/lg/runs/wait"): frozenset({"start"}),
     ("POST", "/lg/runs/stream"): frozenset({"start"}),
     ("POST", "/lg/runs/batch"): frozenset({"start"}),
+    ("POST", "/lg/runs/cancel"): frozenset({"retry"}),  # runs.cancel_many
     ("PUT", "/lg/store/items"): frozenset({"store"}),
     ("DELETE", "/lg/store/items"): frozenset({"store"}),
 }

@@ -94,6 +94,7 @@ NOT_CRAWLED: dict[str, str] = {
     "POST /lg/runs/wait": "write (start a run on a new thread); its output is GET .../runs/{run_id}/join",
     "POST /lg/runs/stream": "write (start a run on a new thread); its stream is GET .../runs/{run_id}/stream",
     "POST /lg/runs/batch": "write (start runs on new threads)",
+    "POST /lg/runs/cancel": "write (cancel runs); answers 204 with no body",
     "POST /api/users": "write (user administration: accounts hold no graph state)",
     "POST /api/users/{user_id}/roles": "write (user administration)",
     "POST /api/users/{user_id}/assignments": "write (user administration)",
