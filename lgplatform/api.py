@@ -397,6 +397,7 @@ def _run_create_body(request: HttpRequest, thread_id: UUID, body: RunCreateIn) -
         metadata=body.metadata,
         multitask_strategy=body.multitask_strategy,
         if_not_exists=body.if_not_exists,
+        run_metadata=platform.run_metadata_read(body.config, body.metadata),
     )
 
 

@@ -1201,14 +1201,16 @@ def run_create(
     metadata: dict[str, Any] | None = None,
     multitask_strategy: str | None = None,
     if_not_exists: str | None = None,
+    run_metadata: dict[str, Any] | None = None,
 ) -> Run:
     """Start, resume, retry or continue a thread, as the request's shape says.
 
     ``multitask_strategy`` ``interrupt`` / ``rollback``: a start (``input``) first
     cancels the thread's active run with that action, as LangGraph Server does.
-    ``if_not_exists="create"``: a thread id that names no thread is created first (``_thread_for_run``).
+    ``if_not_exists="create"``: a thread id that names no thread is created first (``_thread_for_run``), with
+    ``run_metadata`` (``run_metadata_read``: ``config.metadata`` and ``metadata``) as its metadata.
     """
-    thread = _thread_for_run(actor, thread_id, if_not_exists)
+    thread = _thread_for_run(actor, thread_id, if_not_exists, run_metadata or {})
     graph = assistant_graph(actor, assistant_id)
     if thread.graph and thread.graph != graph:
         raise Conflict(f"thread {thread.id} runs graph {thread.graph!r}, not {graph!r}", field="assistant_id")
@@ -1285,16 +1287,22 @@ def _run_creates_serialize(thread_pk: Any) -> None:
         cursor.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", [_MULTITASK_LOCK_CLASS, str(thread_pk)])
 
 
-def _thread_for_run(actor: User, thread_id: Any, if_not_exists: str | None) -> Thread:
+def _thread_for_run(actor: User, thread_id: Any, if_not_exists: str | None, run_metadata: dict[str, Any]) -> Thread:
     """The run's thread. With ``if_not_exists="create"`` an id that names none is created, as LangGraph Server
     does, through ``thread_create``: its permission and audit, and a taken id the caller may not see is its
-    409. The caller's transaction holds the creation: a run refused after it leaves no thread behind."""
+    409. The caller's transaction holds the creation: a run refused after it leaves no thread behind.
+
+    The new thread's metadata is the run's, as LangGraph Server gives it (``threads.search`` by a run's
+    metadata finds the thread a stateless run made), but for ``graph_id`` and ``assistant_id``: the run binds
+    the thread to its graph, which reports them."""
     try:
         return thread_get_for(actor, thread_id)
     except NotFound:
         if if_not_exists != "create":
             raise
-    thread, _ = thread_create(actor=actor, thread_id=str(thread_id), metadata={}, if_exists="do_nothing")
+    metadata = {k: v for k, v in run_metadata.items() if k not in ("graph_id", "assistant_id")}
+    metadata_check(metadata)  # config.metadata and metadata are bounded each; a thread's metadata is bounded whole
+    thread, _ = thread_create(actor=actor, thread_id=str(thread_id), metadata=metadata, if_exists="do_nothing")
     return thread
 
 

@@ -52,3 +52,28 @@ def test_an_existing_thread_runs_as_it_is(operator):
     body = {"assistant_id": "three_steps", "input": {"x": 1}, "if_not_exists": "create"}
     assert operator.client.post(f"/lg/threads/{thread}/runs/wait", body).json()["seen"] == ["t1", "t2", "t3"]
     assert AuditEvent.objects.filter(thread_id=thread, action=AuditAction.THREAD_CREATED).count() == 1
+
+
+def test_a_created_thread_takes_the_runs_metadata_as_langgraph_server_gives_it(operator):
+    """The thread was created with no metadata: ``threads.search`` by the run's metadata did not find it."""
+    thread = str(uuid.uuid4())
+    body = {
+        "assistant_id": "three_steps",
+        "input": {"x": 1},
+        "if_not_exists": "create",
+        "config": {"metadata": {"team": "ops", "user": "config"}},
+        "metadata": {"user": "ada", "graph_id": "loan_approval"},  # its graph is the run's
+    }
+    assert operator.client.post(f"/lg/threads/{thread}/runs", body).status_code == 200
+    made = Thread.objects.get(pk=thread)
+    assert made.metadata == {"team": "ops", "user": "ada"} and made.graph == "three_steps"
+    found = operator.client.post("/lg/threads/search", {"metadata": {"user": "ada"}, "ids": [thread]}).json()
+    assert [t["thread_id"] for t in found] == [thread]
+    assert found[0]["metadata"]["graph_id"] == "three_steps"
+
+
+def test_an_existing_thread_keeps_its_own_metadata(operator):
+    thread = operator.client.post("/lg/threads", {"metadata": {"user": "first"}}).json()["thread_id"]
+    body = {"assistant_id": "three_steps", "input": {"x": 1}, "if_not_exists": "create", "metadata": {"user": "x"}}
+    assert operator.client.post(f"/lg/threads/{thread}/runs/wait", body).status_code == 200
+    assert Thread.objects.get(pk=thread).metadata == {"user": "first"}

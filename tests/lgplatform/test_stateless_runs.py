@@ -72,6 +72,13 @@ def test_a_stateless_run_that_pauses_at_a_gate_waits_there_for_a_reviewer(operat
     assert Thread.objects.get(pk=thread).status == "completed"
 
 
+def test_the_new_thread_is_found_by_the_runs_metadata(operator):
+    body = {"assistant_id": "three_steps", "input": {"x": 8}, "metadata": {"conversation": "c-8"}}
+    thread, _ = _located(operator.client.post("/lg/runs/wait", body))
+    found = operator.client.post("/lg/threads/search", {"metadata": {"conversation": "c-8"}, "ids": [thread]})
+    assert [t["thread_id"] for t in found.json()] == [thread]
+
+
 def test_a_background_stateless_run_is_named_by_its_answer_and_runs(operator):
     created = operator.client.post("/lg/runs", {"assistant_id": "three_steps", "input": {"x": 3}})
     assert created.status_code == 200, created.content
