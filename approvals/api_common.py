@@ -70,7 +70,7 @@ class GatehouseAPI(NinjaAPI):
     a bare text 405; here it is the API's error body (``api_errors_install``), with the ``Allow`` header.
 
     ``refused_methods``: (method, path pattern below the API's root, why) for calls of the protocol the API
-    refuses on purpose: their 405 says why.
+    refuses on purpose: their 405 (or, on a path no operation serves, their 404) says why.
 
     ``not_served``: paths (regular expressions, below the API's root) of a protocol's calls the API does not
     serve whose paths an operation's pattern takes (``threads/prune`` reads as ``threads/{thread_id}``).
@@ -122,9 +122,12 @@ class GatehouseAPI(NinjaAPI):
         return [*answered, re_path(r"^.*$", csrf_exempt(self._path_unknown))], app_name, namespace
 
     def _path_unknown(self, request: HttpRequest) -> HttpResponseBase:
-        """Any path under the API that no operation serves: the API's JSON 404, not Django's HTML page."""
+        """Any path under the API that no operation serves: the API's JSON 404, not Django's HTML page; with the
+        reason the API gives for a call it refuses on purpose (``refused_methods``)."""
+        why = self.refused_because(request)
         slash = " (its paths end without a slash)" if request.path.endswith("/") else ""
-        error = NotFound(f"{request.path} is not a path of this API{slash}; its OpenAPI docs list them", field="path")
+        listed = f": {why}" if why else f"{slash}; its OpenAPI docs list them"
+        error = NotFound(f"{request.path} is not a path of this API{listed}", field="path")
         return self.on_exception(request, error)
 
 

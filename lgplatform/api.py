@@ -80,6 +80,8 @@ def _wait_limit() -> float:
     return float(settings.GATEHOUSE_PLATFORM_WAIT_SECONDS)
 
 
+_NO_CRONS = "crons are not served: call runs.create from a scheduler of your own"
+
 api = GatehouseAPI(
     title="Gatehouse — LangGraph Platform-compatible API",
     version="1",
@@ -93,14 +95,13 @@ api = GatehouseAPI(
     # SDK calls not served (threads.prune, crons.create_for_thread) whose paths read as an id's: a 404 as for
     # /runs/crons, not a 405 sending the client to a GET that reads "prune" as an id.
     not_served=("threads/prune", "threads/[^/]+/runs/crons"),
-    # threads.delete and runs.delete: what a reviewer decided and the audit trail names is never deleted.
+    # Calls refused on purpose, each saying why (the first that matches): crons (flags.crons is false in /info);
+    # threads.delete, threads.prune and runs.delete (what a reviewer decided and the audit trail names stays).
     refused_methods=(
+        *((method, "(threads/[^/]+/)?runs/crons(/.*)?", _NO_CRONS) for method in ("GET", "POST", "PATCH", "DELETE")),
         ("DELETE", "threads/[^/]+", "Gatehouse keeps every thread for its decisions and audit trail; cancel its run"),
-        (
-            "DELETE",
-            "threads/[^/]+/runs/[^/]+",
-            "Gatehouse keeps every run for its thread's audit trail; cancel it (POST .../cancel)",
-        ),
+        ("POST", "threads/prune", "Gatehouse keeps every thread for its decisions and audit trail: none is pruned"),
+        ("DELETE", "threads/[^/]+/runs/[^/]+", "Gatehouse keeps every run for its thread's audit trail; cancel it"),
     ),
 )
 
