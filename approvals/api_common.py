@@ -109,19 +109,17 @@ class GatehouseAPI(NinjaAPI):
     @property
     def urls(self) -> tuple[list[URLResolver | URLPattern], str, str]:
         patterns, app_name, namespace = super().urls
-        # ninja's "api-root" (reversed for the schema's base path) answered Django's HTML 404: keep the
-        # name, answer as any unknown path does.
-        answered = [
-            path("", csrf_exempt(self._path_unknown), name="api-root")
-            if getattr(p, "name", None) == "api-root"
-            else ServedPattern(self, p).url_pattern()
-            if isinstance(p, URLPattern)
-            else p
-            for p in patterns
-        ]
-        return [*answered, re_path(r"^.*$", csrf_exempt(self._path_unknown))], app_name, namespace
+        answered = [self._served(p) for p in patterns]
+        return [*answered, re_path(r"^.*$", csrf_exempt(self.path_unknown))], app_name, namespace
 
-    def _path_unknown(self, request: HttpRequest) -> HttpResponseBase:
+    def _served(self, pattern: URLResolver | URLPattern) -> URLResolver | URLPattern:
+        if getattr(pattern, "name", None) == "api-root":
+            # ninja's "api-root" (reversed for the schema's base path) answered Django's HTML 404: keep the
+            # name, answer as any unknown path does.
+            return path("", csrf_exempt(self.path_unknown), name="api-root")
+        return ServedPattern(self, pattern).url_pattern() if isinstance(pattern, URLPattern) else pattern
+
+    def path_unknown(self, request: HttpRequest) -> HttpResponseBase:
         """Any path under the API that no operation serves: the API's JSON 404, not Django's HTML page; with the
         reason the API gives for a call it refuses on purpose (``refused_methods``)."""
         why = self.refused_because(request)
@@ -177,7 +175,7 @@ class ServedPattern:
         if not isinstance(response, HttpResponseNotAllowed):
             return response
         if self.api.path_not_served(request):
-            return self.api._path_unknown(request)
+            return self.api.path_unknown(request)
         allowed = response["Allow"]
         why = self.api.refused_because(request)
         message = f"{request.method} is not served here" + (f": {why}" if why else "")

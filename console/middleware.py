@@ -12,8 +12,8 @@ from django.db import DatabaseError, InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse, JsonResponse, QueryDict
 from django.template.loader import render_to_string
 
-from approvals.api_common import CONCURRENT_CHANGE, RETRY_AFTER_SECONDS
-from approvals.errors import Conflict
+from approvals.api_common import CONCURRENT_CHANGE, RETRY_AFTER_SECONDS, error_body_gatehouse
+from approvals.errors import Conflict, DomainError
 from runtime.retry import concurrent_change, stale_code
 
 log = logging.getLogger(__name__)
@@ -109,22 +109,16 @@ def _nul_refusal(request: HttpRequest, params: QueryDict) -> HttpResponse | None
 _JSON_PATHS = ("/api/", "/lg/", "/internal/", "/health/", "/metrics")
 
 
-class _Refusal:
-    """What ``console/error.html`` shows (a ``DomainError``'s ``status`` and ``message``)."""
-
-    def __init__(self, status: int, message: str) -> None:
-        self.status = status
-        self.message = message
-
-
 def _error(request: HttpRequest, status: int, code: str, message: str, field: str) -> HttpResponse:
     if request.path.startswith(_JSON_PATHS):
-        return JsonResponse({"error": {"code": code, "message": message, "field": field}}, status=status)
+        return JsonResponse(error_body_gatehouse(code, message, field), status=status)
     # Before the session and auth middleware: rendered without the request (no user, no CSRF token), as the
-    # 503 page is. htmx swaps the notice alone.
+    # 503 page is; the page shows a DomainError as the views' error_page does. htmx swaps the notice alone.
+    refusal = DomainError(message, field=field)
+    refusal.status = status
     htmx = request.headers.get("HX-Request") == "true"
     template = "console/partials/error.html" if htmx else "console/error.html"
-    return HttpResponse(render_to_string(template, {"error": _Refusal(status, message)}), status=status)
+    return HttpResponse(render_to_string(template, {"error": refusal}), status=status)
 
 
 class ContentSecurityPolicyMiddleware:

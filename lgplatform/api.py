@@ -355,7 +355,7 @@ def _run_create_atomic(
     graph = platform.assistant_graph(_user(request), body.assistant_id)
     recursion_limit = platform.recursion_limit_read(body.config, graph)
     metadata = platform.run_metadata_read(body.config, body.metadata)
-    run = _run_create_body(request, thread_id, body)
+    run = _run_create_body(request, thread_id, body, metadata)
     # Every way a run is made here hands it back with its thread read (no query): its metadata is made from it.
     run_options_record(
         run=run,
@@ -369,7 +369,7 @@ def _run_create_atomic(
     return run
 
 
-def _run_create_body(request: HttpRequest, thread_id: UUID, body: RunCreateIn) -> Run:
+def _run_create_body(request: HttpRequest, thread_id: UUID, body: RunCreateIn, metadata: dict[str, Any]) -> Run:
     replay_from = platform_time_travel.checkpoint_wanted(body.checkpoint, body.checkpoint_id)
     for name, why in _UNSUPPORTED.items():
         if getattr(body, name):
@@ -398,8 +398,13 @@ def _run_create_body(request: HttpRequest, thread_id: UUID, body: RunCreateIn) -
         metadata=body.metadata,
         multitask_strategy=body.multitask_strategy,
         if_not_exists=body.if_not_exists,
-        run_metadata=platform.run_metadata_read(body.config, body.metadata),
+        thread_metadata=metadata,
     )
+
+
+def _published_modes(body: RunCreateIn) -> list[str] | None:
+    """The modes a background run publishes, for GET .../runs/{run_id}/stream to join (None: none named)."""
+    return platform_stream.stream_modes_parse(body.stream_mode) if body.stream_mode else None
 
 
 def _run_location(thread_id: Any, run_id: Any) -> str:
@@ -413,9 +418,7 @@ def run_create(request: HttpRequest, thread_id: AnyUuid, body: RunCreateIn) -> H
 
 
 def _run_created(request: HttpRequest, thread_id: UUID, body: RunCreateIn) -> HttpResponse:
-    # A background run publishes the modes it names, for GET .../runs/{run_id}/stream to join.
-    modes = platform_stream.stream_modes_parse(body.stream_mode) if body.stream_mode else None
-    run = _run_create_sync(request, thread_id, body, stream=modes)
+    run = _run_create_sync(request, thread_id, body, stream=_published_modes(body))
     response = api.create_response(request, platform.run_out(run, run.thread).model_dump(), status=200)
     response["Content-Location"] = _run_location(thread_id, run.id)
     return response
@@ -617,13 +620,9 @@ async def stateless_run_stream(request: HttpRequest, body: StatelessRunCreateIn)
 @token_needs("runtime.start_thread")
 def stateless_run_batch(request: HttpRequest, body: Body[StatelessRunBatchIn]) -> list[RunOut]:
     """Background runs, each on a new thread: all created or, if one is refused, none (its error's field
-    starts with its index: ``[2].input``)."""
-    try:
-        runs = _stateless_batch_create(request, body)
-    except services.POLICY_REFUSALS as refusal:
-        services.refusal_audit(refusal)  # rolled back with the batch's transaction
-        raise
-    return [platform.run_out(run, run.thread) for run in runs]
+    starts with its index: ``[2].input``). No policy refusal to audit (``_run_create_sync``): a stateless run
+    carries no decision."""
+    return [platform.run_out(run, run.thread) for run in _stateless_batch_create(request, body)]
 
 
 @transaction.atomic
@@ -632,8 +631,7 @@ def _stateless_batch_create(request: HttpRequest, bodies: list[StatelessRunCreat
     for index, body in enumerate(bodies):
         try:
             thread_id, run_body = _stateless(body)
-            modes = platform_stream.stream_modes_parse(run_body.stream_mode) if run_body.stream_mode else None
-            runs.append(_run_create_atomic(request, thread_id, run_body, stream=modes))
+            runs.append(_run_create_atomic(request, thread_id, run_body, stream=_published_modes(run_body)))
         except DomainError as error:
             error.field = f"[{index}].{error.field}" if error.field else f"[{index}]"
             raise

@@ -148,9 +148,12 @@ def assistants_found(
         names = [n for n in names if n == graph_id]
     if name:
         names = [n for n in names if name.lower() in n.lower()]
-    if metadata and metadata != {"created_by": "system"}:
-        names = []
-    return names
+    return names if _assistant_metadata_matches(metadata) else []
+
+
+def _assistant_metadata_matches(metadata: dict[str, Any] | None) -> bool:
+    # An assistant here carries no metadata but its creator's (``created_by: system``).
+    return not metadata or metadata == {"created_by": "system"}
 
 
 def assistant_graph(user: permissions.Principal, assistant_id: str) -> str:
@@ -289,7 +292,7 @@ def assistant_versions(
     """``assistants.get_versions``: an assistant here is its registered graph, so it has one version (1), which a
     deploy replaces; ``metadata`` filters it as ``assistants/search`` does (only ``created_by: system`` matches)."""
     graph = assistant_graph(user, assistant_id)
-    if metadata and metadata != {"created_by": "system"}:
+    if not _assistant_metadata_matches(metadata):
         return []
     current = assistant_out(graph).model_dump(exclude={"updated_at"})
     return [AssistantVersionOut(**current)][offset : offset + limit]
@@ -1201,16 +1204,16 @@ def run_create(
     metadata: dict[str, Any] | None = None,
     multitask_strategy: str | None = None,
     if_not_exists: str | None = None,
-    run_metadata: dict[str, Any] | None = None,
+    thread_metadata: dict[str, Any] | None = None,
 ) -> Run:
     """Start, resume, retry or continue a thread, as the request's shape says.
 
     ``multitask_strategy`` ``interrupt`` / ``rollback``: a start (``input``) first
     cancels the thread's active run with that action, as LangGraph Server does.
     ``if_not_exists="create"``: a thread id that names no thread is created first (``_thread_for_run``), with
-    ``run_metadata`` (``run_metadata_read``: ``config.metadata`` and ``metadata``) as its metadata.
+    ``thread_metadata`` (the run's: ``run_metadata_read``) as its metadata.
     """
-    thread = _thread_for_run(actor, thread_id, if_not_exists, run_metadata or {})
+    thread = _thread_for_run(actor, thread_id, if_not_exists, thread_metadata or {})
     graph = assistant_graph(actor, assistant_id)
     if thread.graph and thread.graph != graph:
         raise Conflict(f"thread {thread.id} runs graph {thread.graph!r}, not {graph!r}", field="assistant_id")
@@ -1641,21 +1644,23 @@ def run_cancel(*, actor: User, thread_id: Any, run_id: Any, action: str) -> Run:
         )
     except Conflict as exc:
         run = Run.objects.filter(pk=run_id, thread_id=thread_id).first() if exc.field == "run_id" else None
-        if run is None:
+        if run is None or (why := _not_cancellable(run)) is None:
             raise
         if run.status not in ACTIVE_RUN_STATUSES:
-            shown = RUN_STATUS_OUT.get(run.status, run.status)
-            raise Conflict(
-                f"run {run.id} has already ended (status {shown!r}); only a pending or running run can be cancelled",
-                field="run_id",
-            ) from None
-        if run.kind == RunKind.RESUME and run.status == RunStatus.QUEUED:
-            raise Conflict(
-                f"run {run.id} is a pending resume: it carries decisions already recorded and cannot be cancelled "
-                "before it runs",
-                field="run_id",
-            ) from None
-        raise
+            why += "; only a pending or running run can be cancelled"
+        raise Conflict(why, field="run_id") from None
+
+
+def _not_cancellable(run: Run) -> str | None:
+    """Why ``run`` cannot be cancelled, in the statuses this API shows; None if it can."""
+    if run.status not in ACTIVE_RUN_STATUSES:
+        return f"run {run.id} has already ended (status {RUN_STATUS_OUT.get(run.status, run.status)!r})"
+    if run.kind == RunKind.RESUME and run.status == RunStatus.QUEUED:
+        return (
+            f"run {run.id} is a pending resume: it carries decisions already recorded and cannot be cancelled "
+            "before it runs"
+        )
+    return None
 
 
 # ``runs.cancel_many`` by status cancels at most this many runs at once (each its own transaction and audit event).
@@ -1723,15 +1728,9 @@ def _runs_named(actor: User, thread_id: Any, run_ids: list[Any]) -> list[Run]:
         field = f"run_ids[{index}]"
         if run is None:
             raise NotFound(f"run {run_id} not found on thread {thread.pk}", field=field)
-        if run.status not in ACTIVE_RUN_STATUSES:
-            shown = RUN_STATUS_OUT.get(run.status, run.status)
-            raise Conflict(f"run {run_id} has already ended (status {shown!r}); nothing was cancelled", field=field)
-        if run.kind == RunKind.RESUME and run.status == RunStatus.QUEUED:
-            raise Conflict(
-                f"run {run_id} is a pending resume: it carries decisions already recorded and cannot be cancelled "
-                "before it runs; nothing was cancelled",
-                field=field,
-            )
+        why = _not_cancellable(run)
+        if why is not None:
+            raise Conflict(f"{why}; nothing was cancelled", field=field)
     return [found[run_id] for run_id in dict.fromkeys(run_ids)]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import pytest
@@ -15,6 +16,21 @@ def lg_run_wait(persona: Persona, graph: str, graph_input: dict[str, Any]) -> tu
     response = persona.client.post(f"/lg/threads/{thread}/runs/wait", {"assistant_id": graph, "input": graph_input})
     assert response.status_code == 200, response.content
     return thread, response.json()
+
+
+@pytest.fixture
+def loan_operator(personas: dict[str, Persona]) -> Persona:
+    """An operator assigned to ``loan_approval`` only: what it may not see or do on other graphs' threads."""
+    from django.contrib.auth import get_user_model
+
+    from approvals.models import GraphAssignment
+    from approvals.roles import roles_ensure
+    from approvals.tokens import token_issue
+
+    user = get_user_model().objects.create_user(f"loan-operator-{uuid.uuid4().hex[:8]}")
+    user.groups.add(roles_ensure()["operator"])
+    GraphAssignment.objects.create(user=user, graph="loan_approval")
+    return Persona(user.username, "operator", token_issue(user=user), user)
 
 
 @pytest.fixture

@@ -53,10 +53,20 @@ def test_runs_named_on_a_thread_are_cancelled_and_audited(operator):
     assert AuditEvent.objects.get(subject_id=other, action=AuditAction.RUN_CANCELLED).details["action"] == "rollback"
 
 
-def test_every_pending_run_one_may_cancel_is_cancelled_by_status(operator):
+@pytest.mark.parametrize("status", ["pending", "all"])
+def test_every_pending_run_one_may_cancel_is_cancelled_by_status(operator, status):
     made = _queued(operator, 3)
-    assert _cancel_many(operator, {"status": "pending"}).status_code == 204
+    assert _cancel_many(operator, {"status": status}).status_code == 204
     assert [_status(run) for _, run in made] == [RunStatus.CANCELLED] * 3
+
+
+def test_by_status_an_operator_cancels_only_its_own_graphs_runs(operator, loan_operator):
+    """``three_steps`` runs are not the loan operator's to see: "all" is every run it may cancel, not every run."""
+    [(thread, run)] = _queued(operator, 1)
+    assert _cancel_many(loan_operator, {"status": "all"}).status_code == 204
+    assert _status(run) == RunStatus.QUEUED
+    assert error_of(_cancel_many(loan_operator, {"thread_id": thread, "run_ids": [run]}), 404)["field"] == "thread_id"
+    assert _status(run) == RunStatus.QUEUED
 
 
 def test_running_leaves_pending_runs_alone(operator):

@@ -16,7 +16,7 @@ from django.utils import timezone
 from approvals.models import ApprovalTask, AuditAction, AuditEvent, TaskStatus
 from lgplatform.schemas import STATELESS_BATCH_MAX
 from runtime.models import Run, Thread
-from tests.conftest import Persona, api_wait, loan_input, wait_for
+from tests.conftest import Persona, loan_input, wait_for
 from tests.security.test_bad_input_edges import error_of
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db", "live_worker")]
@@ -153,7 +153,7 @@ def test_a_batch_makes_one_thread_per_run_and_each_runs(operator):
     def finished() -> bool:
         return all(Thread.objects.get(pk=r["thread_id"]).status == "completed" for r in runs)
 
-    wait_for(finished, timeout=api_wait(30), what="the batch's runs to finish")
+    wait_for(finished, timeout=30, what="the batch's runs to finish")
 
 
 def test_a_batch_with_one_refused_run_creates_none_and_says_which(operator):

@@ -9,9 +9,7 @@ from typing import Any
 import pytest
 
 from approvals.inputs import MAX_METADATA_BYTES
-from approvals.models import AuditAction, AuditEvent, GraphAssignment
-from approvals.roles import roles_ensure
-from approvals.tokens import token_issue
+from approvals.models import AuditAction, AuditEvent
 from runtime.models import Thread
 from tests.conftest import ApiClient, Persona
 from tests.security.test_bad_input_edges import error_of
@@ -59,15 +57,9 @@ def test_a_reviewer_may_not_and_nothing_changes(operator, reviewer):
     assert Thread.objects.get(pk=thread).metadata["case"] == "C-3"
 
 
-def test_an_operator_of_another_graph_gets_a_404_and_nothing_changes(operator, django_db_blocker):
-    from django.contrib.auth import get_user_model
-
+def test_an_operator_of_another_graph_gets_a_404_and_nothing_changes(operator, loan_operator):
     thread = _thread(operator, case="C-4")
-    user = get_user_model().objects.create_user(f"scoped-operator-{thread[:8]}")
-    user.groups.add(roles_ensure()["operator"])
-    GraphAssignment.objects.create(user=user, graph="loan_approval")
-    scoped = ApiClient(token_issue(user=user))
-    assert error_of(_patch(scoped, thread, {"metadata": {"case": "x"}}), 404)["field"] == "thread_id"
+    assert error_of(_patch(loan_operator.client, thread, {"metadata": {"case": "x"}}), 404)["field"] == "thread_id"
     assert Thread.objects.get(pk=thread).metadata["case"] == "C-4"
 
 
