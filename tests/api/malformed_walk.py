@@ -8,11 +8,13 @@ walk creates users, threads, comments and tokens with whatever input happens to 
 not leak into the test session's database. It migrates that database, makes an operator, a reviewer,
 an admin and a user for the user-management operations to act on, pauses one loan thread at its
 gate (executed here; nothing consumes the dispatch queue), then reads both OpenAPI documents and, for
-every operation and each persona, sends malformed path parameters, query parameters, raw bodies, and
-bodies with each declared field set to values of the wrong type, size or form. Then each console route
-(signed in as an admin and as a reviewer): a GET and a form POST, as a page and as htmx asks, with
-every field the console's forms and views read set to one malformed value, and (as the admin) each
-field alone. The last line printed is the JSON summary: requests sent, operations and routes walked,
+every operation and each persona, sends malformed path parameters, and, unless the persona is refused
+the operation outright (a 403), query parameters, raw bodies, and bodies with each declared field set
+to values of the wrong type, size or form. Then each console route (signed in as an admin and as a
+reviewer): a GET and a form POST, as a page and as htmx asks, with every field the console's forms and
+views read set to one malformed value, and (as the admin, where the route serves a POST) each field
+alone. The last line printed is the JSON summary: requests sent, operations and routes walked, the
+operations each persona was refused,
 the answers that sent a signed-in reader to the login page (none, or the walk tested nothing), the
 5xx answers (or unhandled exceptions) seen, and the API refusals that were not JSON (a malformed id
 answered by Django's HTML 404, a method answered by ninja's text 405).
@@ -107,6 +109,7 @@ def main() -> int:
         "sent_to_login": walk.sent_to_login,
         "server_errors": walk.errors,
         "not_json": walk.not_json,
+        "refused": sorted(walk.refused),
     }
     print(json.dumps(summary))
     return 0
@@ -168,6 +171,7 @@ class _Walk:
         self.sent_to_login = 0
         self.errors: list[str] = []
         self.not_json: list[str] = []
+        self.refused: set[str] = set()  # "role METHOD path": the operations a role was refused (403)
 
     def auth(self, role: str) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.tokens[role]}"}
@@ -198,18 +202,31 @@ class _Walk:
             for other in ("get", "post", "put", "patch", "delete"):
                 if other not in operations:  # a method the path does not serve: refused in the API's shape
                     self.send(role, other, url, body=None if other == "get" else {})
+            # A role refused the operation itself (403 to a read without parameters, or to a body of one
+            # unknown field) meets only the API's shared validation and that refusal, whatever else it
+            # sends: the roles allowed the operation take the malformed queries and bodies further. Asked
+            # only what the walk would send anyway or what changes nothing: not of a long poll (without its
+            # parameters it could wait), nor of a write without a body (a claim, a delete: it would act).
+            takes_body = body is not None and method != "get"
+            waits = any(name in WAITS for name in in_query)
+            asked = not waits and (takes_body or method == "get")
+            probe = {"not_a_field": 1} if takes_body else None
+            if asked and self.send(role, method, url, body=probe) == 403:
+                self.refused.add(f"{role} {method.upper()} {path}")
+                continue
             for name in in_query:
                 for bad in BAD_PARAMS:
                     if name not in WAITS or bad in REFUSED_WAITS:
                         self.send(role, method, url, query={name: bad}, body=None if method == "get" else {})
-            if body is None or method == "get":
+            if not takes_body:
                 continue
             for raw in RAW_BODIES:
                 self.send(role, method, url, raw=raw)
             for name in body.get("properties", {}):
                 for bad in BAD_VALUES:
                     self.send(role, method, url, body={name: bad})
-            self.send(role, method, url, body={"not_a_field": 1})
+            if not asked:
+                self.send(role, method, url, body={"not_a_field": 1})
 
     def console(self) -> None:
         from django.contrib.auth import get_user_model
@@ -226,18 +243,21 @@ class _Walk:
                     continue
                 self.routes.add(str(pattern.name))
                 url = reverse(f"console:{pattern.name}", kwargs=self._route_ids(pattern))
+                posted = set()
                 for bad in BAD_FORM:
                     every = dict.fromkeys(FORM_FIELDS, bad)
                     for htmx in (False, True):  # a page, or the fragment htmx asks for
                         self.console_send(client, role, "get", url, every, htmx=htmx)
-                        self.console_send(client, role, "post", url, every, htmx=htmx)
-                if role == "admin":
+                        posted.add(self.console_send(client, role, "post", url, every, htmx=htmx))
+                # Each field alone, where a POST is served: a route that refused every POST above with 405
+                # refuses it before reading a field.
+                if role == "admin" and posted != {405}:
                     for field in FORM_FIELDS:
                         self.console_send(client, role, "post", url, {field: "x"})
 
     def console_send(
         self, client: Any, role: str, method: str, url: str, data: dict[str, str], *, htmx: bool = False
-    ) -> None:
+    ) -> int:
         self.sent += 1
         headers = {"HX-Request": "true", "HX-Current-URL": f"http://127.0.0.1{url}"} if htmx else {}
         response = getattr(client, method)(url, data, headers=headers)
@@ -246,6 +266,7 @@ class _Walk:
         if response.status_code >= 500:
             kind = "htmx " if htmx else ""
             self.errors.append(f"{response.status_code} {role} console {kind}{method.upper()} {url} {str(data)[:200]}")
+        return int(response.status_code)
 
     def _route_ids(self, pattern: Any) -> dict[str, Any]:
         ids: dict[str, Any] = {}
@@ -269,7 +290,7 @@ class _Walk:
 
     def send(
         self, role: str, method: str, url: str, *, body: Any = None, raw: bytes | None = None, query: Any = None
-    ) -> None:
+    ) -> int:
         self.sent += 1
         query_string = "&".join(f"{k}={v}" for k, v in (query or {}).items())
         target = f"{url}?{query_string}" if query_string else url
@@ -284,6 +305,7 @@ class _Walk:
             self.errors.append(f"{response.status_code} {role} {method.upper()} {target[:200]} {str(sent)[:200]}")
         elif response.status_code >= 400 and not response.get("Content-Type", "").startswith("application/json"):
             self.not_json.append(f"{response.status_code} {role} {method.upper()} {target[:200]} {str(sent)[:200]}")
+        return int(response.status_code)
 
 
 def _filled(path: str, values: dict[str, str]) -> str:

@@ -22,6 +22,7 @@ from django.conf import settings
 from tests.conftest import ROOT, _admin_connection, _terminate_backends, scaled
 
 pytestmark = pytest.mark.slow
+ROLES = ("operator", "reviewer", "admin")  # the walk's personas (tests/api/malformed_walk.py)
 
 
 @pytest.fixture(scope="module")
@@ -93,6 +94,10 @@ def test_no_malformed_input_gets_a_5xx_from_any_operation(walk_env):
     # The walk reached every operation, each several hundred ways, and every console route signed in.
     assert set(summary["operations"]) == _operations()
     assert summary["requests"] > 100 * len(summary["operations"])
+    # A persona refused an operation outright skips its malformed queries and bodies (they meet only the
+    # shared validation and the refusal): at least one persona took every operation's whole walk.
+    refused_by_all = [op for op in summary["operations"] if all(f"{r} {op}" in summary["refused"] for r in ROLES)]
+    assert refused_by_all == []
     assert set(summary["routes"]) == _routes()
     assert summary["sent_to_login"] == 0, "a signed-in walk was sent to the login page: it tested nothing"
 
