@@ -21,6 +21,7 @@ import httpx
 import pytest
 
 from tests.conftest import ROOT, free_port, scaled, wait_for
+from tests.sqlite_probe import sqlite_migrated_copy
 
 SOAK_GRAPHS = Path(__file__).resolve().parent / "graphs" / "langgraph.json"
 # Log lines that mean a process crashed (the launcher's output carries every child's).
@@ -152,9 +153,18 @@ class Stack:
                 os.kill(pid, signal.SIGKILL)
 
 
-def stack_new(tmp_path: Path, name: str = "stack", **extra: str) -> Stack:
+def stack_new(tmp_path: Path, name: str = "stack", *, migrated: bool = False, **extra: str) -> Stack:
+    """A stack of its own var dir and ports (not started).
+
+    ``migrated``: its database starts as a copy of one migrated once per test process
+    (``tests.sqlite_probe.sqlite_migrated``), for a stack whose subject is not its first start: its launcher's
+    migrate then finds nothing to do, where migrating from nothing costs a loaded machine ~6 s of CPU. The
+    first start itself (migrate from nothing, the demo data) is still tested from empty var dirs:
+    ``test_embedded_flow``, ``test_graph_loading``, the launcher's refusals and first-admin hint."""
     var = tmp_path / name / "var"
     var.mkdir(parents=True)
+    if migrated:
+        sqlite_migrated_copy(var)
     port = free_port()
     env = embedded_env(var, PORT=str(port), **extra)
     return Stack(var=var, env=env, port=port, log_path=tmp_path / name / "launcher.log")

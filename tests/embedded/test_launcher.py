@@ -43,7 +43,7 @@ def _tick_completes(stack: Stack) -> None:
 
 
 def test_a_child_that_dies_is_restarted_and_the_console_keeps_serving(tmp_path: Path, stacks: list[Stack]) -> None:
-    stack = stack_new(tmp_path, GATEHOUSE_GRAPHS=str(SOAK_GRAPHS))
+    stack = stack_new(tmp_path, migrated=True, GATEHOUSE_GRAPHS=str(SOAK_GRAPHS))
     stacks.append(stack.start())
     stack.wait_serving()
     _tick_completes(stack)
@@ -81,6 +81,7 @@ def test_a_signal_stops_every_process_within_seconds(tmp_path: Path, stacks: lis
     # follows it): the assertion below is that an idle worker stops well before its grace is over.
     stack = stack_new(
         tmp_path,
+        migrated=True,
         GATEHOUSE_GRAPHS=str(SOAK_GRAPHS),
         GATEHOUSE_DEMO="false",
         GATEHOUSE_WORKERS="2",
@@ -189,7 +190,7 @@ def test_a_web_port_in_use_is_refused_before_anything_starts(tmp_path: Path, sta
 
 def test_two_instances_run_side_by_side_with_debug_off(tmp_path: Path, stacks: list[Stack]) -> None:
     """Two ``make run``s on one machine: own PORT and var dir each, the bank's port picked for each."""
-    first, second = stack_new(tmp_path, "first"), stack_new(tmp_path, "second")
+    first, second = stack_new(tmp_path, "first", migrated=True), stack_new(tmp_path, "second", migrated=True)
     stacks += [first.start(), second.start()]
     for stack in (first, second):
         stack.wait_serving(timeout=180)
@@ -258,7 +259,7 @@ def test_a_killed_launcher_takes_its_children_with_it_and_the_next_start_succeed
     graphs = tmp_path / "langgraph.json"
     loan = ROOT / "demo" / "graphs" / "loan_approval.py"
     graphs.write_text(json.dumps({"graphs": {"loan_approval": f"{loan}:make_graph"}}))
-    stack = stack_new(tmp_path, GATEHOUSE_GRAPHS=str(graphs), GATEHOUSE_DEMO="false")
+    stack = stack_new(tmp_path, migrated=True, GATEHOUSE_GRAPHS=str(graphs), GATEHOUSE_DEMO="false")
     stacks.append(stack.start())
     stack.wait_serving()
     wait_for(lambda: len(stack.processes()) >= 5, timeout=30, what="all children")  # bank, worker, beat, web
@@ -275,7 +276,7 @@ def test_a_killed_launcher_takes_its_children_with_it_and_the_next_start_succeed
 
 
 def test_a_second_launcher_on_the_same_var_dir_is_refused(tmp_path: Path, stacks: list[Stack]) -> None:
-    first = stack_new(tmp_path, GATEHOUSE_GRAPHS=str(SOAK_GRAPHS))
+    first = stack_new(tmp_path, migrated=True, GATEHOUSE_GRAPHS=str(SOAK_GRAPHS))
     stacks.append(first.start())
     first.wait_serving()
     assert first.proc is not None
@@ -346,7 +347,7 @@ def test_the_fake_bank_starts_only_for_the_demo_graphs(tmp_path: Path, stacks: l
     mixed.write_text(json.dumps({"graphs": {"mine": "./mine.py:graph", "loan": {"path": f"{loan}:make_graph"}}}))
     assert fake_bank_needed({"GATEHOUSE_GRAPHS": str(mixed)})
 
-    stack = stack_new(tmp_path, GATEHOUSE_GRAPHS=str(SOAK_GRAPHS), GATEHOUSE_DEMO="false")
+    stack = stack_new(tmp_path, migrated=True, GATEHOUSE_GRAPHS=str(SOAK_GRAPHS), GATEHOUSE_DEMO="false")
     stacks.append(stack.start())
     stack.wait_serving()
     assert _leader(stack, " worker ") is not None and _leader(stack, "demo.fakebank") is None, stack.processes()

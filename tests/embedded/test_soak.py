@@ -45,6 +45,7 @@ def _counts(stack: Stack, sql: str) -> dict[str, int]:
 def test_the_embedded_stack_takes_2000_runs_without_a_crash(tmp_path: Path, stacks: list[Stack]) -> None:
     stack = stack_new(
         tmp_path,
+        migrated=True,
         GATEHOUSE_GRAPHS=str(SOAK_GRAPHS),
         GATEHOUSE_WORKERS="2",
         GATEHOUSE_SWEEP_SECONDS="1",

@@ -14,6 +14,7 @@ import pytest
 
 from tests.conftest import ROOT, scaled
 from tests.embedded.conftest import embedded_env
+from tests.sqlite_probe import sqlite_migrated_copy
 
 pytestmark = pytest.mark.slow
 
@@ -50,6 +51,7 @@ def _on_a_terminal(env: dict[str, str], *args: str) -> tuple[int, str]:
 
 def test_audit_export_summary_is_not_red_on_a_terminal_and_its_refusal_is(tmp_path: Path) -> None:
     env = embedded_env(tmp_path / "var", DJANGO_SETTINGS_MODULE="console.settings", TERM="xterm")
+    sqlite_migrated_copy(tmp_path / "var")  # the commands' output is the subject, not a first migrate
     migrated = subprocess.run(
         [sys.executable, "manage.py", "migrate", "--no-input"],
         cwd=ROOT,

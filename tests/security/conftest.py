@@ -21,6 +21,7 @@ import pytest
 
 from demo.fakebank import BankServer
 from tests.conftest import ROOT, Persona, daphne_start, process_group_stop, scaled, wait_for, worker_env
+from tests.sqlite_probe import sqlite_migrated_copy
 
 _SERVER_VARS = ("DATABASE_URL", "REDIS_URL", "GATEHOUSE_QUEUE", "GATEHOUSE_GRAPHS", "SECRET_KEY", "GATEHOUSE_VAR_DIR")
 
@@ -120,7 +121,7 @@ def sqlite_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         "GATEHOUSE_GRAPHS": os.environ["GATEHOUSE_GRAPHS"],
         "SECRET_KEY": f"edge-tests-{uuid.uuid4().hex}",  # two processes start at once: no key file to race for
     }
-    (workdir / "var").mkdir()
+    sqlite_migrated_copy(workdir / "var")  # its setup's migrate then has nothing to do
     setup = subprocess.Popen(
         [sys.executable, "-c", _SQLITE_SETUP],
         cwd=ROOT,
