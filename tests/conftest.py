@@ -175,14 +175,6 @@ def backend_pid() -> int:
         return int(cursor.fetchone()[0])
 
 
-def waiting_for_lock(pid: int) -> bool:
-    """Is backend ``pid`` waiting for a lock? How a test that races two sides knows the second is queued."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", [pid])
-        row = cursor.fetchone()
-    return bool(row and row[0] == "Lock")
-
-
 # --- server processes ----------------------------------------------------------------
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from django.db import connection, transaction
 
-from tests.conftest import scaled, wait_for, waiting_for_lock
+from tests.conftest import scaled, session_waits_on_lock, wait_for
 
 
 class Side(threading.Thread):
@@ -59,7 +59,7 @@ def second_waits_for_first(first: Callable[[], Any], second: Callable[[], Any]) 
     two = Side(second)
     two.start()
     assert two.ready.wait(scaled(30))
-    wait_for(lambda: (two.pid and waiting_for_lock(two.pid)) or not two.is_alive(), what="the second side to wait")
+    wait_for(lambda: (two.pid and session_waits_on_lock(two.pid)) or not two.is_alive(), what="the second side to wait")
     assert two.is_alive(), f"the second side did not wait for the first's lock: {two.error or two.result!r}"
     release.set()
     one.join(scaled(30))

@@ -20,7 +20,7 @@ from approvals.errors import Conflict
 from approvals.models import ApprovalTask, Decision
 from approvals.payloads import DecisionRequest
 from tests.approvals.races import Side
-from tests.conftest import scaled, wait_for, waiting_for_lock
+from tests.conftest import scaled, session_waits_on_lock, wait_for
 from tests.factories import task_make
 from tests.fake_resumes import fake_resumes_closed  # noqa: F401  (fixture)
 
@@ -63,7 +63,7 @@ def test_a_task_decided_by_someone_else_while_the_bulk_waits_is_skipped_not_deci
     second = Side(lambda: bulk.bulk_run(bulk_id=started.pk))
     second.start()
     second.ready.wait(scaled(30))
-    wait_for(lambda: second.pid and waiting_for_lock(second.pid), what="the bulk to wait for the task's lock")
+    wait_for(lambda: second.pid and session_waits_on_lock(second.pid), what="the bulk to wait for the task's lock")
     release.set()
     first.join(scaled(30))
     second.join(scaled(30))
@@ -107,7 +107,7 @@ def test_a_single_decision_arriving_while_the_bulk_decides_that_task_gets_a_conf
     second = Side(single)
     second.start()
     second.ready.wait(scaled(30))
-    wait_for(lambda: second.pid and waiting_for_lock(second.pid), what="the single decision to wait for the lock")
+    wait_for(lambda: second.pid and session_waits_on_lock(second.pid), what="the single decision to wait for the lock")
     release.set()
     first.join(scaled(30))
     second.join(scaled(30))

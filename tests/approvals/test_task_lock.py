@@ -11,7 +11,7 @@ from django.db import connection, transaction
 from django.db.transaction import TransactionManagementError
 
 from approvals.permissions import task_get_for
-from tests.conftest import backend_pid, scaled, wait_for, waiting_for_lock
+from tests.conftest import backend_pid, scaled, session_waits_on_lock, wait_for
 from tests.factories import task_make
 
 pytestmark = pytest.mark.usefixtures("live_db")
@@ -47,7 +47,9 @@ def test_a_locked_task_holds_its_thread_row_until_the_transaction_ends():
         task_get_for(admin, task.pk, lock=True)
         other = threading.Thread(target=touch_thread)
         other.start()
-        wait_for(lambda: "pid" in writer and waiting_for_lock(writer["pid"]), timeout=30, what="the writer to wait")
+        wait_for(
+            lambda: "pid" in writer and session_waits_on_lock(writer["pid"]), timeout=30, what="the writer to wait"
+        )
         assert not done.is_set()
     assert done.wait(scaled(30)), "the writer goes on once the lock is released"
     other.join(scaled(10))

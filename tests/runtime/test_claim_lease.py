@@ -20,7 +20,7 @@ from django.db import connection, connections, transaction
 
 from runtime.models import Run, RunKind, RunStatus, Thread, ThreadStatus
 from runtime.runs import run_claim
-from tests.conftest import backend_pid, scaled, wait_for, waiting_for_lock
+from tests.conftest import backend_pid, scaled, session_waits_on_lock, wait_for
 
 pytestmark = pytest.mark.usefixtures("live_db")
 
@@ -62,7 +62,7 @@ def test_a_claim_that_waited_for_the_thread_row_gets_its_whole_lease_from_then()
     claimer = threading.Thread(target=claim)
     claimer.start()
     try:
-        queued = lambda: "pid" in out and waiting_for_lock(out["pid"])  # noqa: E731
+        queued = lambda: "pid" in out and session_waits_on_lock(out["pid"])  # noqa: E731
         wait_for(queued, timeout=30, what="the claim to wait for the thread row")
     finally:
         release.set()
