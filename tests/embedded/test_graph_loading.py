@@ -15,6 +15,7 @@ import pytest
 
 from tests.conftest import ROOT, process_group_stop, scaled, wait_for
 from tests.embedded.conftest import Stack, embedded_env, stack_new
+from tests.sqlite_probe import sqlite_migrated_copy
 
 pytestmark = pytest.mark.embedded
 
@@ -76,7 +77,7 @@ def test_user_commands_without_a_graph_do_not_import_graph_modules(tmp_path: Pat
     """The first admin ``make run`` prints (``user_create --role admin <name>``), pasted in a shell without the
     graphs' secrets, failed on "importing needs_key.py failed": it read the registry for no graph at all."""
     env = embedded_env(tmp_path / "var", GATEHOUSE_GRAPHS=str(bad_graphs), DJANGO_SETTINGS_MODULE="console.settings")
-    assert _run(env, "manage.py", "migrate", "--no-input").returncode == 0
+    sqlite_migrated_copy(tmp_path / "var")  # migrate with these graphs: the test above
     for args in (
         ["user_create", "first", "--role", "admin"],
         ["user_create", "every", "--role", "auditor", "--graph", "*"],
@@ -104,7 +105,7 @@ def test_the_worker_and_graphs_check_refuse_a_broken_graph_naming_it(tmp_path: P
 def test_the_launcher_stops_at_a_broken_graph_before_starting_anything(
     tmp_path: Path, bad_graphs: Path, stacks: list[Stack]
 ) -> None:
-    stack = stack_new(tmp_path, GATEHOUSE_GRAPHS=str(bad_graphs))
+    stack = stack_new(tmp_path, migrated=True, GATEHOUSE_GRAPHS=str(bad_graphs))
     stacks.append(stack.start())
     assert stack.proc is not None and stack.proc.wait(timeout=scaled(120)) == 1
     log = stack.log()
@@ -163,7 +164,7 @@ def _refused_in_one_line(tmp_path: Path, graphs: Path, message: str, stacks: lis
     checked = _run(env, "manage.py", "graphs_check")
     assert checked.returncode == 1
     assert checked.stderr.strip() == f"CommandError: {graphs}: {message}"
-    stack = stack_new(tmp_path, GATEHOUSE_GRAPHS=str(graphs))
+    stack = stack_new(tmp_path, migrated=True, GATEHOUSE_GRAPHS=str(graphs))
     stacks.append(stack.start())
     assert stack.proc is not None and stack.proc.wait(timeout=scaled(120)) == 1
     log = stack.log()
