@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -49,6 +50,10 @@ CLOSE_OTHER_USER = 4409
 # The server lost its event bus (Redis, under the channel layer): this socket would hear nothing more. The page
 # says live updates are paused and reconnects; its render on connect catches it up (console/channel_layer.py).
 CLOSE_BUS_LOST = 4503
+# A render after an event failed (the database away, a bug): the page's socket closes with "internal error",
+# which the htmx ws extension answers by reconnecting with its backoff; the render on connect catches it up.
+CLOSE_RENDER_FAILED = 1011
+log = logging.getLogger(__name__)
 READER_PARAM = "reader"  # the socket URL's user id the page was drawn for (console templatetag reader_url)
 # Events of one change are published together (task opened, run interrupted) and arrive within a
 # millisecond or two: wait this long after the first and render once. Events that arrive while a
@@ -206,7 +211,17 @@ class LiveConsumer(_BusConsumer):
             if not self._dirty:
                 return
             self._dirty = False
-            await self.render_send()
+            try:
+                await self.render_send()
+            except Exception:
+                # Nobody awaits this task: an error left in it was logged only when it was garbage-collected,
+                # wherever that happened, and the page stayed "live" on a stale render. Said here, and the
+                # page reconnects.
+                user = getattr(self.scope.get("user"), "pk", None)
+                log.exception("live render of %s for user %s failed", self.scope.get("path"), user)
+                with contextlib.suppress(Exception):
+                    await self.close(code=CLOSE_RENDER_FAILED)
+                return
 
     async def render_send(self) -> None:
         html = await database_sync_to_async(self._render)()

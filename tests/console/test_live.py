@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import re
 import subprocess
@@ -58,6 +59,16 @@ def loop() -> Iterator[asyncio.AbstractEventLoop]:
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
     yield loop
+
+    async def _rest_cancelled() -> None:
+        # A task still pending here (a consumer's render after its socket's test ended) would be destroyed
+        # unawaited with the loop, and reported as an ERROR in whichever later test collected it.
+        rest = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+        for task in rest:
+            task.cancel()
+        await asyncio.gather(*rest, return_exceptions=True)
+
+    asyncio.run_coroutine_threadsafe(_rest_cancelled(), loop).result(scaled(10))
     loop.call_soon_threadsafe(loop.stop)
     thread.join(timeout=scaled(5))
     loop.close()
@@ -122,9 +133,11 @@ class Socket:
 
 
 @pytest.fixture(autouse=True)
-def _sockets_closed() -> Iterator[None]:
+def _sockets_closed(live_db: None) -> Iterator[None]:
     """A socket a failed assertion left open would keep its channel-layer receiver on the module's loop,
-    which then raised ("Event loop is closed") in whichever test ran next on this process."""
+    which then raised ("Event loop is closed") in whichever test ran next on this process. Closed while the
+    database is still open to the test (``live_db`` is torn down after this): an event arriving in between
+    made a render that failed on "Database access not allowed", logged in a later test of the process."""
     yield
     for socket in list(Socket.opened):
         with contextlib.suppress(Exception):  # a socket the application already closed
@@ -259,6 +272,32 @@ def test_bursts_of_events_are_coalesced_into_one_render(personas, loop, monkeypa
             )
     assert 'id="task-live"' in socket.receive()
     assert socket.nothing(1.0)
+    socket.close()
+
+
+def test_a_render_that_fails_after_an_event_is_logged_and_the_page_reconnects(personas, loop, monkeypatch, caplog):
+    """A render an event causes runs in a task nobody awaits: its failure is logged where it happens, naming
+    the page and reader, and the socket closes with 1011, which the page's socket answers by reconnecting (its
+    render on connect catches it up). It used to stay open on a stale render, the error surfacing only when
+    the task was garbage-collected, as an ERROR in whatever ran then."""
+    task = task_make()
+    reviewer = personas["reviewer"]
+    socket = Socket(loop, f"/ws/tasks/{task.pk}/", [ORIGIN, _cookie(reviewer)])
+    assert socket.connect()[0]
+    socket.receive()
+    socket.settle()
+
+    def broken(self: Any, user: Any) -> Any:
+        raise RuntimeError("the render broke")
+
+    monkeypatch.setattr(consumers.TaskConsumer, "context", broken)
+    with caplog.at_level(logging.ERROR, logger="console.consumers"):
+        _emit("loan_approval", task.thread_id, "task.claimed")
+        closed = socket.output(timeout=10)
+    assert closed == {"type": "websocket.close", "code": consumers.CLOSE_RENDER_FAILED}
+    failed = [r for r in caplog.records if r.name == "console.consumers"]
+    assert len(failed) == 1 and failed[0].exc_info is not None
+    assert failed[0].getMessage() == f"live render of /ws/tasks/{task.pk}/ for user {reviewer.user.pk} failed"
     socket.close()
 
 
