@@ -7,6 +7,7 @@ Screenshots land in var/screenshots/ (git-ignored). Every wait is bounded.
 from __future__ import annotations
 
 import os
+import re
 import time
 import uuid
 from collections.abc import Iterator
@@ -197,6 +198,44 @@ def test_a_pushed_row_goes_to_the_top_of_the_list_before_the_list_is_re_rendered
     expect(rows.first).to_have_attribute("data-task-id", str(task.pk))
     expect(rows.nth(1)).to_have_attribute("data-task-id", str(older.pk))
     expect(rows.first).to_contain_text(case)
+    page.context.close()
+
+
+def test_a_row_pushed_after_the_list_that_already_shows_it_is_not_shown_twice(browser, server, personas):
+    """A task's row is pushed at once and the whole list re-rendered after it, the row rendered beside a list
+    render that may already be under way: that render can include the task and arrive first. The row then
+    came second and sat on top of the list's own copy of it (seen once as two highlighted rows). The race is
+    forced here: the server's row fragment is held back until the next list render has been delivered."""
+    case = f"D-{uuid.uuid4().hex[:6]}"
+    page = _sign_in(browser, server, personas["reviewer"], f"/?q={case}")
+    held: list[Any] = []
+    released: list[str] = []
+    row_push = '<tbody hx-swap-oob="afterbegin:#inbox-rows">'
+
+    def reordered(ws: Any) -> None:
+        def from_server(message: Any) -> None:
+            if isinstance(message, str) and message.startswith(row_push):
+                held.append(message)
+                return
+            ws.send(message)
+            if held and 'id="inbox-results"' in str(message):
+                ws.send(held.pop())
+                released.append(message)
+
+        ws.connect_to_server().on_message(from_server)
+
+    page.route_web_socket(lambda url: "/ws/inbox/" in url, reordered)
+    page.reload()
+    _live(page)
+    expect(page.locator("#inbox-results")).to_contain_text("No tasks match")
+    task = task_make(metadata={"case": case})
+    deadline = time.monotonic() + WAIT_MS / 1000
+    while not released and time.monotonic() < deadline:  # Playwright delivers messages while the page waits
+        page.wait_for_timeout(20)
+    assert released, "the row, sent after a list render"
+    rows = page.locator(f'#inbox-results tr[data-task-id="{task.pk}"]')
+    expect(rows).to_have_count(1)
+    expect(rows).to_have_class(re.compile(r"\bis-new\b"))
     page.context.close()
 
 

@@ -179,7 +179,18 @@
   // change's next event) replaces it a moment later with fresh HTML.
   var FLASH_MS = 2500;
   var appearedAt = new Map();
+  // A task's row is pushed at once and the list re-rendered after it; a list render already under way can
+  // show the task and arrive before the row, which then lands on top of the list's own copy. One row per task:
+  // the first (the top one) stays.
+  function rowsDeduplicated() {
+    var kept = new Set();
+    document.querySelectorAll("#inbox-results tr[data-task-id]").forEach(function (tr) {
+      if (kept.has(tr.dataset.taskId)) tr.remove();
+      else kept.add(tr.dataset.taskId);
+    });
+  }
   function markNew() {
+    rowsDeduplicated();
     var now = rowIds();
     var t = Date.now();
     if (seen) now.forEach(function (id) { if (!seen.has(id)) appearedAt.set(id, t); });
