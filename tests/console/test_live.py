@@ -293,7 +293,7 @@ def test_a_render_that_fails_after_an_event_is_logged_and_the_page_reconnects(pe
     monkeypatch.setattr(consumers.TaskConsumer, "context", broken)
     with caplog.at_level(logging.ERROR, logger="console.consumers"):
         _emit("loan_approval", task.thread_id, "task.claimed")
-        closed = socket.output(timeout=10)
+        closed = socket.output()
     assert closed == {"type": "websocket.close", "code": consumers.CLOSE_RENDER_FAILED}
     failed = [r for r in caplog.records if r.name == "console.consumers"]
     assert len(failed) == 1 and failed[0].exc_info is not None
