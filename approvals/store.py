@@ -27,11 +27,10 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.contrib.auth.models import AnonymousUser, User
 from django.db import connection, transaction
-from langgraph.store.base import Item, SearchItem
 
 from approvals.audit import audit_record
 from approvals.errors import Forbidden, InvalidInput
@@ -46,6 +45,9 @@ from approvals.permissions import (
 from approvals.redaction import MASK, HiddenEdited, filter_split, hidden_kept, hidden_removed, redact
 from runtime.models import StoreOperation, Thread
 from runtime.store import namespace_label, store_config, store_get
+
+if TYPE_CHECKING:
+    from langgraph.store.base import Item, SearchItem
 
 Principal = User | AnonymousUser
 AUDIT_VALUE_MAX_CHARS = 8000

@@ -37,8 +37,6 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Case, CharField, F, Func, OuterRef, Prefetch, Q, QuerySet, Subquery, Value, When
 from django.db.models.fields.json import KeyTransform, compile_json_path  # type: ignore[attr-defined]
 from django.utils import timezone
-from langgraph.errors import InvalidUpdateError, UnknownInterruptError
-from langgraph.graph import END
 
 from approvals import gateway, permissions, services, time_travel
 from approvals.audit import audit_record, audit_thread
@@ -64,10 +62,9 @@ from lgplatform.responses import (
     ThreadUpdateStateOut,
 )
 from runtime import threads as runtime_threads
-from runtime.executor import RESERVED_METADATA_PREFIX, SignedCommandRefused
 from runtime.models import ACTIVE_RUN_STATUSES, Run, RunKind, RunStatus, Thread, ThreadStatus
 from runtime.registry import GraphRegistryError, UnknownGraph, graph_get, graph_names, registry_entries
-from runtime.runs import ThreadBusy, run_enqueue
+from runtime.runs import RESERVED_METADATA_PREFIX, SignedCommandRefused, ThreadBusy, run_enqueue
 from runtime.state import CheckpointView, StateUnreadable, StepTask, SubgraphView, thread_state_read
 from runtime.state_schema import FieldError, has_validators, json_schema_for, values_validate
 from runtime.store import StoreConfigError
@@ -105,6 +102,7 @@ RUN_STATUSES_IN: dict[str, list[str]] = {
 } | {"timeout": []}  # a status of LangGraph Server's that no Gatehouse run is shown with
 _INTERRUPT_ID = re.compile(r"[0-9a-f]{32}")
 COPY_NODE = "__copy__"  # LangGraph's as_node for a copy of the checkpoint
+END = "__end__"  # langgraph.graph.END, as_node that clears the pending tasks (the API's import does not load LangGraph)
 # A failed run's error as the runtime stores it (``traceback.format_exception_only``): "<Type>: <message>",
 # the type module-qualified unless builtin, then LangGraph's note on each task it came up through.
 _ERROR_TYPED = re.compile(r"(?P<type>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)(?:: (?P<message>.*))?", re.DOTALL)
@@ -121,7 +119,7 @@ _RUN_ERROR_TYPES = frozenset(
         GraphRegistryError.__name__,
         StoreConfigError.__name__,
         SignedCommandRefused.__name__,
-        UnknownInterruptError.__name__,
+        "UnknownInterruptError",  # langgraph.errors' (not imported here: the API's import does not load LangGraph)
     )
 )
 
@@ -1029,6 +1027,8 @@ def thread_state_update(
         except FieldError as exc:
             raise InvalidInput(exc.message, field=exc.field) from None
         values = services.state_write_guard(actor=actor, thread=thread, values=values, field="values")
+    from langgraph.errors import InvalidUpdateError  # loaded by the write anyway
+
     previous = thread.checkpoint_id
     try:
         checkpoint_id = runtime_threads.thread_state_write(thread=thread, values=values, as_node=as_node)

@@ -41,7 +41,6 @@ from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
-from langchain_core.messages import BaseMessage
 from pydantic import BaseModel
 
 from approvals import gateway, permissions
@@ -309,6 +308,8 @@ def _can_hold_message(hint: Any, seen: set[int]) -> bool:
         return False
     if not isinstance(hint, type):
         return True  # Any, a type variable, a name that did not resolve
+    from langchain_core.messages import BaseMessage  # the API's import does not load LangChain
+
     if issubclass(hint, BaseMessage):
         return True
     if issubclass(hint, _PLAIN):

@@ -16,8 +16,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
-from langgraph._internal._constants import NULL_TASK_ID
-from langgraph.checkpoint.base import CheckpointTuple
+from langgraph._internal._constants import CONFIG_KEY_CHECKPOINTER, NULL_TASK_ID
+from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 
 
 def without_update(item: CheckpointTuple | None) -> CheckpointTuple | None:
@@ -52,3 +52,42 @@ class ReplaySourceAsSaved:
 
 def _checkpoint_id(item: CheckpointTuple) -> Any:
     return item.config.get("configurable", {}).get("checkpoint_id")
+
+
+class AsSaved(BaseCheckpointSaver[Any]):
+    """A thread's checkpoints as they were saved, without the state update a resume wrote onto them.
+
+    LangGraph stores a ``Command(update=...)`` as pending writes of the checkpoint the thread paused at,
+    and ``get_state`` applies them: the checkpoint a reviewer decided on then showed their own edit, as
+    if it had been the state they saw ("the state the signer saw" said 15000 where they saw 18000). A
+    read goes through this view (``runtime.state``); runs use the saver itself (a replay's source loads as
+    saved there: ``ReplaySourceAsSaved``).
+    """
+
+    def __init__(self, saver: BaseCheckpointSaver[Any]) -> None:
+        super().__init__(serde=saver.serde)
+        self._saver = saver
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return without_update(self._saver.get_tuple(config))
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        for item in self._saver.list(config, filter=filter, before=before, limit=limit):
+            kept = without_update(item)
+            if kept is not None:
+                yield kept
+
+
+def config_as_saved(graph: Any, config: RunnableConfig) -> RunnableConfig:
+    """``config`` reading ``graph``'s checkpoints through ``AsSaved`` (LangGraph takes a saver from the config)."""
+    saver = graph.checkpointer
+    if not isinstance(saver, BaseCheckpointSaver):
+        return config
+    return {**config, "configurable": {**config["configurable"], CONFIG_KEY_CHECKPOINTER: AsSaved(saver)}}

@@ -28,17 +28,19 @@ from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future
 from datetime import UTC, timedelta
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from django.conf import settings
 from django.core.files.base import ContentFile
 from django.core.files.storage import Storage
 from django.db import transaction
 from django.utils import timezone
-from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata, CheckpointTuple
 
 from runtime.models import Blob, BlobRef
+
+if TYPE_CHECKING:  # types only: reading a thread's state must not load LangGraph before it is asked to
+    from langchain_core.runnables import RunnableConfig
+    from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata, CheckpointTuple
 
 MARKER = "__gatehouse_blob__"
 # A plain dict/list whose large strings were replaced by markers.

@@ -24,16 +24,12 @@ What Gatehouse adds:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.contrib.auth.models import User
 from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
-from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import CheckpointTuple
-from langgraph.pregel import Pregel
-from langgraph.types import StateSnapshot
 
 from runtime.blobs import blobs_lazy
 from runtime.checkpointer import checkpointer_get
@@ -42,6 +38,12 @@ from runtime.models import Branch, BranchKind, Run, RunKind, Thread, ThreadStatu
 from runtime.registry import graph_get
 from runtime.runs import run_enqueue
 from runtime.threads import thread_lock_idle
+
+if TYPE_CHECKING:
+    from langchain_core.runnables import RunnableConfig
+    from langgraph.checkpoint.base import CheckpointTuple
+    from langgraph.pregel import Pregel
+    from langgraph.types import StateSnapshot
 
 BRANCH_KEY = "gatehouse_branch_id"  # in a run's configurable, hence in its checkpoints' metadata
 REPLAY_FROM = "replay_from"  # in a replay run's command: the checkpoint it re-executes from

@@ -1,4 +1,4 @@
-"""One checkpointer per process: PostgresSaver on PostgreSQL, SqliteSaver embedded.
+"""One checkpointer per process: PostgresSaver on PostgreSQL, SqliteSaver embedded (``runtime.savers``).
 
 The connection details come from Django's default database, read when first
 used, so tests (which rename the database) and forked workers get the right one.
@@ -9,33 +9,30 @@ another worker took the run over, see ``runtime.fencing``), ``BlobSpillingSaver`
 (large values stored once by content, see ``runtime.blobs``) and
 ``SchemaVersionedSaver`` (schema version stamped on checkpoints, old ones
 upcast on load, see ``runtime.upcasters``).
+
+The savers' classes (``runtime.savers``) are imported when the first saver is built: importing this module
+does not load LangGraph, so Django's start and the management commands that run no graph do without it.
 """
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import os
 import sqlite3
 import threading
-from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
-from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
-from langgraph.checkpoint.postgres import PostgresSaver
-from langgraph.checkpoint.sqlite import SqliteSaver
 from psycopg_pool import ConnectionPool
 
-from runtime.as_saved import ReplaySourceAsSaved
-from runtime.blobs import BlobSpillingSaver, PostgresSql, Sql, SqliteSql, blob_store_build
-from runtime.fencing import FencedPostgresSaver, FencedSqliteSaver, saver_connection
+from runtime.blobs import BlobStore, PostgresSql, Sql, SqliteSql, blob_store_build
 from runtime.pool_checks import connection_check_if_doubtful
 from runtime.sqlite_wal import wal_enable
-from runtime.upcasters import SchemaVersionedSaver
+
+if TYPE_CHECKING:
+    from langgraph.checkpoint.base import BaseCheckpointSaver
 
 _lock = threading.Lock()
 _saver: BaseCheckpointSaver[str] | None = None
@@ -73,70 +70,12 @@ def _forget_after_fork() -> None:
 os.register_at_fork(after_in_child=_forget_after_fork)
 
 
-class PooledPostgresSaver:
-    """Mixin for ``PostgresSaver`` on a pool: each operation on a connection of its own, without the saver's lock.
-
-    The library's ``_cursor`` holds one lock per saver (per process) around
-    every operation, pool or not, so the worker's threads took turns for
-    their checkpoint reads and writes, round trips included. With a pool the
-    lock protects nothing (see ``runtime.fencing.saver_connection``).
-    """
-
-    @contextlib.contextmanager
-    def _cursor(self, *, pipeline: bool = False) -> Iterator[Any]:
-        from psycopg.rows import dict_row
-
-        if self.pipe is not None:  # type: ignore[attr-defined]
-            with super()._cursor(pipeline=pipeline) as cur:  # type: ignore[misc]
-                yield cur
-            return
-        with saver_connection(self) as conn:
-            if not pipeline:
-                with conn.cursor(binary=True, row_factory=dict_row) as cur:
-                    yield cur
-            elif self.supports_pipeline:  # type: ignore[attr-defined]
-                with conn.pipeline(), conn.cursor(binary=True, row_factory=dict_row) as cur:
-                    yield cur
-            else:
-                with conn.transaction(), conn.cursor(binary=True, row_factory=dict_row) as cur:
-                    yield cur
-
-    def list(self, config: RunnableConfig | None, **kwargs: Any) -> Iterator[CheckpointTuple]:
-        # The library yields while it holds its connection: whoever iterates would hold it
-        # meanwhile, and a nested checkout (a blob's bytes, a subgraph's state) from as many
-        # threads as the pool has connections would wait on the pool forever. Read, give the
-        # connection back, then yield.
-        yield from [*super().list(config, **kwargs)]  # type: ignore[misc]
-
-
-# The fence mixin comes first: its put/put_writes mark the write as fenced for
-# the library's cursor, underneath the blob spilling and schema stamping.
-class GatehousePostgresSaver(
-    ReplaySourceAsSaved,
-    FencedPostgresSaver,
-    SchemaVersionedSaver,
-    BlobSpillingSaver,
-    PooledPostgresSaver,
-    PostgresSaver,
-):
-    def __init__(self, conn: Any, **kwargs: Any) -> None:
-        super().__init__(conn, **kwargs)
-        self._blobs_init(blob_store_build(_blob_sql()), settings.GATEHOUSE_BLOB_THRESHOLD_BYTES)
-
-
-class GatehouseSqliteSaver(
-    ReplaySourceAsSaved, FencedSqliteSaver, SchemaVersionedSaver, BlobSpillingSaver, SqliteSaver
-):
-    def __init__(self, conn: sqlite3.Connection, **kwargs: Any) -> None:
-        super().__init__(conn, **kwargs)
-        db = connections["default"].settings_dict
-        if db["ENGINE"] == "django.db.backends.sqlite3":
-            self.app_db_path = str(db["NAME"])
-        self._blobs_init(blob_store_build(_blob_sql()), settings.GATEHOUSE_BLOB_THRESHOLD_BYTES)
+def saver_blobs() -> BlobStore:
+    """Where a saver spills large values: Django's default database, reached without the ORM (runtime.blobs)."""
+    return blob_store_build(_blob_sql())
 
 
 def _blob_sql() -> Sql:
-    """Blobs live in Django's default database, reached without the ORM (see runtime.blobs)."""
     db = connections["default"].settings_dict
     if connections["default"].vendor == "postgresql":
         return PostgresSql(_pool_get(db))
@@ -154,7 +93,9 @@ def _saver_build() -> BaseCheckpointSaver[str]:
 
 
 def _postgres_saver(db: dict[str, object]) -> BaseCheckpointSaver[str]:
-    return GatehousePostgresSaver(_pool_get(db))
+    from runtime.savers import GatehousePostgresSaver
+
+    return GatehousePostgresSaver(_pool_get(db), blobs=saver_blobs())
 
 
 def checkpointer_pool() -> Any:
@@ -223,12 +164,14 @@ def checkpointer_ping() -> None:
 
 
 def _sqlite_saver() -> BaseCheckpointSaver[str]:
+    from runtime.savers import GatehouseSqliteSaver
+
     path = settings.GATEHOUSE_CHECKPOINT_SQLITE
     path.parent.mkdir(parents=True, exist_ok=True)
     conn = sqlite3.connect(str(path), check_same_thread=False, timeout=30)
     wal_enable(conn)
     conn.execute("PRAGMA busy_timeout=30000")
-    return GatehouseSqliteSaver(conn)
+    return GatehouseSqliteSaver(conn, blobs=saver_blobs())
 
 
 # --- Redis checkpointer (GATEHOUSE_CHECKPOINTER=redis; docs/runtime-controls.md) -------------------

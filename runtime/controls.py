@@ -12,9 +12,10 @@ import dataclasses
 import math
 import time
 from dataclasses import dataclass
-from typing import Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
-from langchain_core.runnables import RunnableConfig
+if TYPE_CHECKING:  # Django's start reads the controls: it does not load LangGraph (runtime.registry)
+    from langchain_core.runnables import RunnableConfig
 
 Durability = Literal["sync", "async", "exit"]
 DURABILITY_MODES: tuple[Durability, ...] = ("sync", "async", "exit")
@@ -48,7 +49,7 @@ class RuntimeControls:
     def config(self, config: RunnableConfig) -> RunnableConfig:
         if self.recursion_limit is None:
             return config
-        return cast(RunnableConfig, {**config, "recursion_limit": self.recursion_limit})
+        return cast("RunnableConfig", {**config, "recursion_limit": self.recursion_limit})
 
     def deadline(self) -> float | None:
         return None if self.run_timeout_seconds is None else time.monotonic() + self.run_timeout_seconds

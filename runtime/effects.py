@@ -66,8 +66,6 @@ import hashlib
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
-from langgraph.config import get_config
-
 from runtime.jsonable import canonical_dumps
 from runtime.retry import class_names, exception_chain
 
@@ -77,6 +75,8 @@ T = TypeVar("T")
 def effect_key(name: str, *parts: object) -> str:
     """A key stable per thread and effect name (plus any parts you add): what ``perform_effect`` uses when
     given no key, scoped there to the thread's input cycle (``_cycle_scoped``) and branch."""
+    from langgraph.config import get_config  # here: Django's start (runtime.apps) imports this module
+
     thread_id = get_config()["configurable"]["thread_id"]
     return ":".join(["gh", str(thread_id), name, *(str(p) for p in parts)])
 

@@ -42,10 +42,13 @@ from runtime.jsonable import to_jsonable
 from runtime.models import Run, RunKind, RunStatus
 from runtime.registry import GraphRegistryError, UnknownGraph, graph_get
 from runtime.retry import is_transient, stale_code
+from runtime.run_store import store_for_run
 from runtime.runs import (
+    RESERVED_METADATA_PREFIX,
     LeaseLost,
     PendingInterrupt,
     RunOutcome,
+    SignedCommandRefused,
     lease_lost_record,
     run_claim,
     run_fail,
@@ -54,8 +57,8 @@ from runtime.runs import (
     runs_hand_back,
 )
 from runtime.storable import NotStorable, value_storable_check
-from runtime.store import StoreConfigError, store_for_run
-from runtime.stream import stream_tap
+from runtime.store import StoreConfigError
+from runtime.stream_tap import stream_tap
 
 log = logging.getLogger(__name__)
 
@@ -69,10 +72,6 @@ INTERRUPT_KEY = "__interrupt__"  # the "updates" stream's key for a pause
 INTERRUPT_CHANNEL = "__interrupt__"  # a task's write of the interrupts it asked
 # A task's writes that say what happened to it rather than what it produced (langgraph.pregel._task_status).
 _CONTROL_CHANNELS = frozenset(("__error__", "__error_source_node__", INTERRUPT_CHANNEL, RESUME_CHANNEL))
-
-
-class SignedCommandRefused(Exception):
-    """The signed command cannot be applied exactly as signed: the run fails instead of continuing without it."""
 
 
 @dataclass(frozen=True)
@@ -169,11 +168,6 @@ def worker_hand_back() -> int:
     """Release every run this worker process holds (see ``console.celery``'s bounded shutdown)."""
     connection.close()
     return runs_hand_back(owner_prefix=f"{WORKER_ID}:")
-
-
-# Gatehouse's keys in a run's configurable, hence in its checkpoints' metadata (``gatehouse_branch_id``,
-# ``gatehouse_run_id``, ``gatehouse_fence``): no run metadata may stand in for them.
-RESERVED_METADATA_PREFIX = "gatehouse_"
 
 
 def run_config(run: Run) -> RunnableConfig:

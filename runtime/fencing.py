@@ -26,12 +26,14 @@ import contextvars
 import sqlite3
 import uuid
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import connection
-from langchain_core.runnables import RunnableConfig
 
 from runtime import rows
+
+if TYPE_CHECKING:
+    from langchain_core.runnables import RunnableConfig
 
 FENCE_KEY = "gatehouse_fence"
 THREAD_TABLE = "runtime_thread"

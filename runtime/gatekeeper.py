@@ -20,8 +20,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from langgraph.types import interrupt
-
 GATE_MARKER = "gatehouse.gate/v1"
 ALL_DECISIONS = ("approve", "reject", "edit", "respond")
 
@@ -94,6 +92,8 @@ def gate_payload(
 
 def request_review(**kwargs: Any) -> Review:
     """Pause the thread with a Gatehouse gate payload; returns the reviewer's decision on resume."""
+    from langgraph.types import interrupt  # here: the console reads gate payloads without loading LangGraph
+
     answer = interrupt(gate_payload(**kwargs))
     if not isinstance(answer, dict) or "decision" not in answer:
         raise ValueError(f"a gate was resumed with {answer!r}; expected an object with a 'decision'")

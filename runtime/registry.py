@@ -55,19 +55,21 @@ import threading
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError
 from django.db.models import TextChoices
-from langgraph.graph import StateGraph
-from langgraph.pregel import Pregel
 
 from runtime.controls import RuntimeControls, controls_parse
 from runtime.deadlines import ALL_GATES, Deadline, DeadlineError, deadlines_parse
 from runtime.store import StoreConfigError, store_config_load
 from runtime.upcasters import GraphSchema, schema_build
+
+if TYPE_CHECKING:  # imported where used: Django's start and management commands do not load LangGraph
+    from langgraph.graph import StateGraph
+    from langgraph.pregel import Pregel
 
 
 class GraphRegistryError(ImproperlyConfigured):
@@ -139,6 +141,8 @@ class GraphEntry:
 
     @property
     def builder(self) -> StateGraph[Any]:
+        from langgraph.graph import StateGraph
+
         if isinstance(self.source, StateGraph):
             return self.source
         return self.source.builder  # type: ignore[no-any-return]
@@ -340,6 +344,8 @@ def graph_gates(name: str) -> list[str]:
 
 
 def graphs_read(config_path: Path) -> dict[str, GraphEntry]:
+    from langgraph.graph import StateGraph
+
     if not config_path.is_file():
         raise GraphRegistryError(f"GATEHOUSE_GRAPHS: {config_path} does not exist")
     try:
@@ -691,6 +697,9 @@ def _source_load(name: str, base: Path, spec: str) -> tuple[Any, Callable[[Any],
     ``TypedDict`` named by mistake is callable, and ``inspect.signature`` cannot read ``dict``'s) or a
     callable whose parameters cannot be read would otherwise fail later, outside any message of ours.
     """
+    from langgraph.graph import StateGraph
+    from langgraph.pregel import Pregel
+
     file_part, sep, attr = spec.rpartition(":")
     if not sep or not file_part or not attr:
         raise GraphRegistryError(f"graph {name!r}: {spec!r} is not of the form ./path/file.py:attr")
@@ -719,6 +728,9 @@ def _source_load(name: str, base: Path, spec: str) -> tuple[Any, Callable[[Any],
 
 def _factory_result(name: str, factory: Callable[..., Any], config: Any | None) -> Any:
     """Call a factory: with ``config`` if it takes one (``_source_load`` found out), else with nothing."""
+    from langgraph.graph import StateGraph
+    from langgraph.pregel import Pregel
+
     attr = getattr(factory, "__name__", "factory")
     try:
         value = factory() if config is None else factory(config)
@@ -733,6 +745,8 @@ def _factory_result(name: str, factory: Callable[..., Any], config: Any | None) 
 
 
 def _graph_checked(name: str, attr: str, value: StateGraph[Any] | Pregel[Any, Any, Any, Any]) -> Any:
+    from langgraph.pregel import Pregel
+
     if isinstance(value, Pregel) and not hasattr(value, "builder"):
         raise GraphRegistryError(f"graph {name!r}: {attr} is a compiled graph without a StateGraph builder")
     return value
@@ -757,6 +771,8 @@ def _one_line(exc: BaseException) -> str:
 
 
 def _bind_checkpointer(name: str, source: Any, schema: GraphSchema | None = None) -> Pregel[Any, Any, Any, Any]:
+    from langgraph.graph import StateGraph
+
     from runtime.checkpointer import checkpointer_get
 
     saver = checkpointer_get()  # not the graph's fault if this fails (the database): not wrapped below

@@ -36,6 +36,15 @@ from runtime.fencing import LeaseLost
 from runtime.models import ERROR_TYPE_MAX_LENGTH, Branch, Run, RunKind, RunStatus, Thread, ThreadStatus
 from runtime.notify import CHANNEL
 
+# Gatehouse's keys in a run's configurable, hence in its checkpoints' metadata (``gatehouse_branch_id``,
+# ``gatehouse_run_id``, ``gatehouse_fence``): no run metadata may stand in for them.
+RESERVED_METADATA_PREFIX = "gatehouse_"
+
+
+class SignedCommandRefused(Exception):
+    """The signed command cannot be applied exactly as signed: the run fails instead of continuing without it."""
+
+
 __all__ = ["LeaseLost"]  # re-exported: callers catch it from here
 
 log = logging.getLogger(__name__)

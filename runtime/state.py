@@ -23,17 +23,11 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from langchain_core.runnables import RunnableConfig
-from langgraph._internal._constants import CONFIG_KEY_CHECKPOINTER
-from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
-from langgraph.types import StateSnapshot
 from pydantic import ValidationError
 
-from runtime.as_saved import without_update
 from runtime.blobs import MARKER, BlobSpillingSaver, blobs_lazy
 from runtime.checkpointer import checkpointer_get
 from runtime.jsonable import to_jsonable
@@ -42,6 +36,10 @@ from runtime.registry import graph_get, graph_is_external, graph_is_registered
 from runtime.retry import class_names, exception_chain, is_transient
 from runtime.state_schema import field_message
 from runtime.upcasters import schema_readonly
+
+if TYPE_CHECKING:  # LangGraph is imported where a state is read: Django's start imports this module
+    from langchain_core.runnables import RunnableConfig
+    from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +85,8 @@ class CheckpointView:
 
 def _namespace_of(state: Any) -> str:
     """A subgraph task's namespace: LangGraph gives its config (or, with subgraphs, its snapshot's)."""
+    from langgraph.types import StateSnapshot
+
     config = state.config if isinstance(state, StateSnapshot) else state
     return str(((config or {}).get("configurable") or {}).get("checkpoint_ns", "")) if isinstance(config, dict) else ""
 
@@ -125,45 +125,6 @@ def _step_task(task: Any) -> StepTask:
     )
 
 
-class _AsSaved(BaseCheckpointSaver[Any]):
-    """A thread's checkpoints as they were saved, without the state update a resume wrote onto them.
-
-    LangGraph stores a ``Command(update=...)`` as pending writes of the checkpoint the thread paused at,
-    and ``get_state`` applies them: the checkpoint a reviewer decided on then showed their own edit, as
-    if it had been the state they saw ("the state the signer saw" said 15000 where they saw 18000). A
-    read goes through this view; runs use the saver itself (a replay's source loads as saved there:
-    ``runtime.as_saved.ReplaySourceAsSaved``).
-    """
-
-    def __init__(self, saver: BaseCheckpointSaver[Any]) -> None:
-        super().__init__(serde=saver.serde)
-        self._saver = saver
-
-    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return without_update(self._saver.get_tuple(config))
-
-    def list(
-        self,
-        config: RunnableConfig | None,
-        *,
-        filter: dict[str, Any] | None = None,
-        before: RunnableConfig | None = None,
-        limit: int | None = None,
-    ) -> Iterator[CheckpointTuple]:
-        for item in self._saver.list(config, filter=filter, before=before, limit=limit):
-            kept = without_update(item)
-            if kept is not None:
-                yield kept
-
-
-def _as_saved(graph: Any, config: RunnableConfig) -> RunnableConfig:
-    """``config`` reading ``graph``'s checkpoints through ``_AsSaved`` (LangGraph takes a saver from the config)."""
-    saver = graph.checkpointer
-    if not isinstance(saver, BaseCheckpointSaver):
-        return config
-    return {**config, "configurable": {**config["configurable"], CONFIG_KEY_CHECKPOINTER: _AsSaved(saver)}}
-
-
 def _retired_view(item: CheckpointTuple) -> CheckpointView:
     """A checkpoint of a graph this instance no longer registers, read from the saver alone: the state's
     channels, without what only the graph knows (the nodes next, the step's tasks)."""
@@ -196,6 +157,8 @@ def thread_state_read(
     # Created through /lg/ and not bound to a graph by a first run yet, or an external engine's thread.
     if not thread.graph or graph_is_external(thread.graph):
         return None
+    from runtime.as_saved import config_as_saved  # LangGraph's: loaded when a state is first read
+
     lazy = contextlib.nullcontext() if resolve_blobs else blobs_lazy()
     if not graph_is_registered(thread.graph):
         with lazy:
@@ -205,7 +168,7 @@ def thread_state_read(
     try:
         graph = graph_get(thread.graph).compiled()
         with schema_readonly(), lazy:
-            snapshot = graph.get_state(_as_saved(graph, _config(thread, checkpoint_id)))
+            snapshot = graph.get_state(config_as_saved(graph, _config(thread, checkpoint_id)))
     except Exception as exc:
         if _storage_failure(exc):
             raise
@@ -271,6 +234,8 @@ def _stored_view(
 def _saver_of(graph: Any) -> BaseCheckpointSaver[Any]:
     """The graph's own saver (it upcasts an older checkpoint, in memory under ``schema_readonly``), or the
     process's for a graph that could not be built."""
+    from langgraph.checkpoint.base import BaseCheckpointSaver
+
     saver = getattr(graph, "checkpointer", None)
     return saver if isinstance(saver, BaseCheckpointSaver) else checkpointer_get()
 
@@ -288,6 +253,8 @@ def thread_history_read(
     only ``checkpoint_id``, as LangGraph lists them for a config naming one."""
     if not thread.graph or graph_is_external(thread.graph):
         return []
+    from runtime.as_saved import config_as_saved  # LangGraph's: loaded when a state is first read
+
     lazy = contextlib.nullcontext() if resolve_blobs else blobs_lazy()
     if not graph_is_registered(thread.graph):
         before_cfg = _retired_config(thread, before) if before else None
@@ -302,7 +269,7 @@ def thread_history_read(
     try:
         graph = graph_get(thread.graph).compiled()
         with schema_readonly(), lazy:
-            config = _as_saved(graph, _config(thread, checkpoint_id))
+            config = config_as_saved(graph, _config(thread, checkpoint_id))
             views = [_view(s) for s in graph.get_state_history(config, limit=limit, before=before_cfg)]
     except Exception as exc:
         if _storage_failure(exc):
@@ -402,6 +369,8 @@ class SubgraphView:
 
 
 def _subgraphs_of(snapshot: Any) -> list[SubgraphView]:
+    from langgraph.types import StateSnapshot
+
     found = []
     for task in snapshot.tasks:
         child = task.state

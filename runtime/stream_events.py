@@ -30,7 +30,7 @@ from langchain_core.runnables import RunnableConfig
 
 
 class Publisher(Protocol):
-    """Where events go (``runtime.stream.Publisher``)."""
+    """Where events go (``runtime.stream_tap.Publisher``)."""
 
     def publish(self, events: Sequence[tuple[str, Any]]) -> None: ...
 

@@ -23,12 +23,13 @@ import contextvars
 import dataclasses
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
-
-from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import CheckpointTuple
+from typing import TYPE_CHECKING, Any
 
 from runtime.state_schema import keys_marked_required, pydantic_fields
+
+if TYPE_CHECKING:  # Django's start reads graph schemas' settings: it does not load LangGraph (runtime.registry)
+    from langchain_core.runnables import RunnableConfig
+    from langgraph.checkpoint.base import CheckpointTuple
 
 VERSION_KEY = "gatehouse_schema_version"
 

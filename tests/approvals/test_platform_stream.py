@@ -16,8 +16,9 @@ from approvals.models import AuditEvent
 from approvals.redaction import MASK, TEXT_MASK, redact
 from lgplatform.stream import Shield, _HeldText, stream_modes_parse
 from runtime.models import Run, RunKind, RunStatus, Thread, ThreadStatus
-from runtime.stream import _NATIVE, CLIENT_MODES, Publisher, chunk_jsonable
+from runtime.stream import _NATIVE, CLIENT_MODES
 from runtime.stream_events import events_config
+from runtime.stream_tap import Publisher, chunk_jsonable
 from tests.graphs.streaming import chatty_review
 
 pytestmark = pytest.mark.usefixtures("live_db")

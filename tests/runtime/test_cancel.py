@@ -21,7 +21,7 @@ from runtime.cancel import (
     run_cancel_settle,
     run_rollback_unfinished,
 )
-from runtime.checkpointer import checkpointer_get
+from runtime.checkpointer import checkpointer_get, saver_blobs
 from runtime.effects import perform_effect
 from runtime.fencing import FENCE_KEY, LeaseLost
 from runtime.models import Effect, Run, RunKind, RunStatus, Thread, ThreadStatus
@@ -187,10 +187,12 @@ def test_sqlite_rollback_finds_and_removes_only_the_runs_checkpoints(tmp_path):
     import sqlite3
     import uuid
 
-    from runtime.checkpointer import GatehouseSqliteSaver
     from runtime.retention import thread_checkpoints_delete
+    from runtime.savers import GatehouseSqliteSaver
 
-    saver = GatehouseSqliteSaver(sqlite3.connect(tmp_path / "checkpoints.sqlite3", check_same_thread=False))
+    saver = GatehouseSqliteSaver(
+        sqlite3.connect(tmp_path / "checkpoints.sqlite3", check_same_thread=False), blobs=saver_blobs()
+    )
     graph = _graph().copy(update={"checkpointer": saver})
     thread_id = str(uuid.uuid4())
 

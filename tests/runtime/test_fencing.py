@@ -25,7 +25,7 @@ from django.db.models.functions import Now
 from django.test.utils import override_settings
 from langgraph.graph import END, START, StateGraph
 
-from runtime.checkpointer import GatehouseSqliteSaver, checkpointer_get
+from runtime.checkpointer import checkpointer_get, saver_blobs
 from runtime.effects import perform_effect
 from runtime.fencing import FENCE_KEY, LeaseLost
 from runtime.models import Effect, Run, RunKind, RunStatus, Thread, ThreadStatus
@@ -39,6 +39,7 @@ from runtime.runs import (
     run_release,
     runs_sweep,
 )
+from runtime.savers import GatehouseSqliteSaver
 from tests.conftest import runs_settle, scaled, wait_for
 
 pytestmark = pytest.mark.usefixtures("live_db")
@@ -388,12 +389,12 @@ def test_a_saver_on_one_connection_keeps_working_after_a_refused_write():
     import psycopg
     from psycopg.rows import dict_row
 
-    from runtime.checkpointer import GatehousePostgresSaver
+    from runtime.savers import GatehousePostgresSaver
 
     db = connection.settings_dict
     url = f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
     with psycopg.connect(url, autocommit=True, prepare_threshold=0, row_factory=dict_row) as conn:
-        graph = _graph(GatehousePostgresSaver(conn))
+        graph = _graph(GatehousePostgresSaver(conn, blobs=saver_blobs()))
         thread = Thread.objects.create(graph="zombie_pay", fence=7)
         with pytest.raises(LeaseLost):
             graph.invoke({"n": 0}, _fenced_config(thread, 6), durability="sync")
@@ -551,7 +552,9 @@ def test_unfenced_checkpoint_writes_are_not_checked():
 def _sqlite_saver(tmp_path: Path) -> tuple[GatehouseSqliteSaver, sqlite3.Connection]:
     app = sqlite3.connect(tmp_path / "app.sqlite3", isolation_level=None)
     app.execute("CREATE TABLE runtime_thread (id char(32) PRIMARY KEY, fence bigint NOT NULL)")
-    saver = GatehouseSqliteSaver(sqlite3.connect(tmp_path / "checkpoints.sqlite3", check_same_thread=False))
+    saver = GatehouseSqliteSaver(
+        sqlite3.connect(tmp_path / "checkpoints.sqlite3", check_same_thread=False), blobs=saver_blobs()
+    )
     saver.app_db_path = str(tmp_path / "app.sqlite3")
     return saver, app
 
@@ -655,7 +658,8 @@ def _store_graph(run: Run, inner: Any = None) -> Any:
     """A node that writes the long-term store, as the loan graph's ``disburse`` does, through the run's store."""
     from langgraph.store.base import BaseStore
 
-    from runtime.store import RecordingStore, store_get
+    from runtime.run_store import RecordingStore
+    from runtime.store import store_get
 
     def remember(state: dict[str, Any], *, store: BaseStore) -> dict[str, Any]:
         store.put(("zombies", str(run.thread_id)), "loan", {"paid_by": state["by"]})

@@ -23,8 +23,8 @@ from approvals.models import AuditAction, AuditEvent
 from approvals.redaction import MASK
 from runtime.models import Run, RunKind, RunStatus, StoreOperation, Thread
 from runtime.registry import graph_get
+from runtime.run_store import RecordingStore
 from runtime.store import (
-    RecordingStore,
     StoreConfig,
     StoreConfigError,
     store_config_read,

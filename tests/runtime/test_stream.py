@@ -17,7 +17,8 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.types import interrupt
 
 from runtime.models import Run
-from runtime.stream import RedisRunLog, RunLog, SqliteRunLog, event_mode, run_log, stream_tap
+from runtime.stream import RedisRunLog, RunLog, SqliteRunLog, event_mode, run_log
+from runtime.stream_tap import stream_tap
 
 
 @pytest.fixture(params=["redis", "sqlite"])
@@ -150,10 +151,10 @@ def test_a_run_nobody_streams_publishes_nothing():
 
 
 def test_a_log_that_cannot_be_written_never_fails_the_run(monkeypatch):
-    from runtime import stream
+    import runtime.stream_tap as tap
 
     down = RedisRunLog("redis://127.0.0.1:1/0")  # nothing listens there
-    monkeypatch.setattr(stream, "run_log", lambda: down)
+    monkeypatch.setattr(tap, "run_log", lambda: down)
     run = Run(id=uuid.uuid4(), stream={"modes": ["values"], "subgraphs": False})
     chunks = list(stream_tap(run, _graph(), {"n": 0}, {"configurable": {"thread_id": "d"}}, stream_mode="updates"))
     assert [list(c) for c in chunks] == [["count"], ["__interrupt__"]]

@@ -18,8 +18,9 @@ from approvals.models import AuditEvent
 from approvals.redaction import MASK, TEXT_MASK, state_redact
 from lgplatform.stream import Shield
 from runtime.models import Run, RunKind, RunStatus, Thread, ThreadStatus
-from runtime.stream import _NATIVE, CLIENT_MODES, Publisher
+from runtime.stream import _NATIVE, CLIENT_MODES
 from runtime.stream_events import events_config
+from runtime.stream_tap import Publisher
 from tests.graphs.chatty import PLAIN_REPLY, chatty_secret, spoken_pieces
 
 pytestmark = pytest.mark.usefixtures("live_db")
