@@ -250,8 +250,8 @@ class _Walk:
                         self.console_send(client, role, "get", url, every, htmx=htmx)
                         posted.add(self.console_send(client, role, "post", url, every, htmx=htmx))
                 # Each field alone, where a POST is served: a route that refused every POST above with 405
-                # refuses it before reading a field.
-                if role == "admin" and posted != {405}:
+                # refuses it before reading a field (a 413 for the oversized values is decided before the route).
+                if role == "admin" and posted - {413} != {405}:
                     for field in FORM_FIELDS:
                         self.console_send(client, role, "post", url, {field: "x"})
 
