@@ -41,6 +41,8 @@ from channels_redis.pubsub import RedisPubSubChannelLayer, RedisPubSubLoopLayer,
 from channels_redis.utils import _close_redis, _wrap_close
 from redis.exceptions import RedisError
 
+from runtime.retry import exception_text
+
 log = logging.getLogger(__name__)
 
 BUS_LOST = "live.bus_lost"  # the message type a consumer receives when its subscription was lost
@@ -171,10 +173,10 @@ class _Shard(RedisSingleShardConnection):
             log.warning(
                 "live updates paused: the channel layer lost Redis at %s (%s); open pages are told and reconnect",
                 self._where,
-                _reason(exc),
+                exception_text(exc),
             )
         else:
-            log.debug("channel layer: Redis at %s still unreachable (%s)", self._where, _reason(exc))
+            log.debug("channel layer: Redis at %s still unreachable (%s)", self._where, exception_text(exc))
         lost = self.channel_layer.channel_layer.serialize({"type": BUS_LOST})
         for name in self.channel_layer.channels_on(self):
             self.channel_layer.channels[name].put_nowait(lost)
@@ -195,10 +197,6 @@ class _Shard(RedisSingleShardConnection):
             self._where,
             time.monotonic() - since,
         )
-
-
-def _reason(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
 def _where(host: dict[str, Any]) -> str:

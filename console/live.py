@@ -64,6 +64,7 @@ from django.utils.crypto import salted_hmac
 
 from approvals.models import AuditAction, AuditEvent
 from runtime.registry import graph_is_external
+from runtime.retry import exception_text
 
 log = logging.getLogger(__name__)
 
@@ -257,10 +258,6 @@ class _Losses:
             log.info("%s again after %.1f s; %d live events were lost meanwhile", self.what, elapsed, lost)
 
 
-def _reason(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-
-
 class _Publisher:
     """Sends events to the Redis channel layer from one background thread.
 
@@ -356,7 +353,7 @@ class _Publisher:
                 try:
                     publish([(group, event) for event in batch for group in groups_for(event)])
                 except Exception as exc:  # noqa: BLE001 - events are hints: log and go on
-                    self.undelivered.lose(len(batch), _reason(exc))
+                    self.undelivered.lose(len(batch), exception_text(exc))
                 else:
                     self.undelivered.recover()
             return
@@ -370,7 +367,7 @@ class _Publisher:
             results = loop.run_until_complete(asyncio.gather(*sends, return_exceptions=True))
             failed = [result for result in results if isinstance(result, Exception)]
             if failed:
-                self.undelivered.lose(len(failed), _reason(failed[0]))
+                self.undelivered.lose(len(failed), exception_text(failed[0]))
             else:
                 self.undelivered.recover()
         loop.close()

@@ -60,6 +60,11 @@ def exception_chain(exc: BaseException, *, context: bool = True) -> Iterator[Bas
         current = current.__cause__ or (current.__context__ if context else None)
 
 
+def exception_text(exc: BaseException) -> str:
+    """``ClassName: message`` for a log line, or the class alone when the exception says nothing."""
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
 def class_names(exc: BaseException) -> set[tuple[str, str]]:
     """(module, name) of ``exc``'s class and its bases: matched by name, so no driver or client need be imported."""
     return {(klass.__module__, klass.__name__) for klass in type(exc).__mro__}
