@@ -13,8 +13,6 @@ the one it ends by checking for deadlocks sooner in its session than the holder 
 
 from __future__ import annotations
 
-import contextlib
-import threading
 import uuid
 from collections.abc import Callable
 from html import unescape
@@ -22,12 +20,13 @@ from typing import Any
 
 import psycopg
 import pytest
-from django.db import DatabaseError, connection, connections
+from django.db import connection
 
 from approvals.api_common import CONCURRENT_CHANGE
 from approvals.models import ApprovalTask, AuditEvent, Decision, TaskStatus
 from runtime.models import Run, Thread, ThreadStatus
-from tests.conftest import Persona, scaled, session_waits_on_lock, wait_for
+from tests.approvals.races import Side
+from tests.conftest import Persona, scaled
 from tests.console.conftest import console_client, console_decide
 from tests.factories import task_make
 from tests.security.test_bad_input_edges import error_of
@@ -48,41 +47,20 @@ def _milliseconds(seconds: float) -> str:
 def _deadlocked(task: ApprovalTask, send: Callable[[], Any]) -> Any:
     """``send()``'s response: a request that decides ``task``, run on its own connection into a deadlock with
     a holder that takes the task's thread, then the task (the opposite order); PostgreSQL ends the request."""
-    answers: dict[str, Any] = {}
-    pids: dict[str, int] = {}
-
-    def request() -> None:
-        try:
-            connection.ensure_connection()
-            pids["request"] = connection.connection.info.backend_pid
-            with connection.cursor() as cursor:  # the holder waits on it within this, and far less than its own
-                cursor.execute("SELECT set_config('deadlock_timeout', %s, false)", [_milliseconds(scaled(3))])
-            answers["response"] = send()
-        finally:
-            with contextlib.suppress(DatabaseError), connection.cursor() as cursor:
-                cursor.execute("RESET deadlock_timeout")  # the connection goes back to the pool
-            connections.close_all()
-
+    # The holder waits on the request's deadlock check within this, and far less than its own.
+    racer = Side(send, settings={"deadlock_timeout": _milliseconds(scaled(3))})
     db = connection.settings_dict
     with psycopg.connect(f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}") as holder:
         holder.execute("SELECT set_config('deadlock_timeout', '10min', true)")
         # Never a hang: a holder that PostgreSQL does not free within this fails the test.
         holder.execute("SELECT set_config('statement_timeout', %s, true)", [_milliseconds(scaled(60))])
         holder.execute(f"SELECT 1 FROM {Thread._meta.db_table} WHERE id = %s FOR UPDATE", [task.thread_id])
-        racer = threading.Thread(target=request)
         racer.start()
-        wait_for(
-            lambda: session_waits_on_lock(pids.get("request")) or not racer.is_alive(),
-            timeout=60,
-            what="the request waiting for the thread's row",
-        )
-        assert racer.is_alive(), f"answered without waiting for the thread's row: {answers}"
+        racer.queued("the request waiting for the thread's row")
         # The request holds the task's row: this closes the cycle, and PostgreSQL ends the request.
         holder.execute(f"SELECT 1 FROM {ApprovalTask._meta.db_table} WHERE id = %s FOR UPDATE", [task.pk])
         holder.rollback()
-    racer.join(scaled(60))
-    assert not racer.is_alive() and "response" in answers, answers
-    return answers["response"]
+    return racer.outcome()
 
 
 def _written(task: ApprovalTask) -> tuple[Any, ...]:

@@ -20,7 +20,7 @@ from approvals.errors import Conflict
 from approvals.models import ApprovalTask, Decision
 from approvals.payloads import DecisionRequest
 from tests.approvals.races import Side
-from tests.conftest import scaled, session_waits_on_lock, wait_for
+from tests.conftest import scaled
 from tests.factories import task_make
 from tests.fake_resumes import fake_resumes_closed  # noqa: F401  (fixture)
 
@@ -62,8 +62,7 @@ def test_a_task_decided_by_someone_else_while_the_bulk_waits_is_skipped_not_deci
     assert decided.wait(scaled(30)), first.error
     second = Side(lambda: bulk.bulk_run(bulk_id=started.pk))
     second.start()
-    second.ready.wait(scaled(30))
-    wait_for(lambda: second.pid and session_waits_on_lock(second.pid), what="the bulk to wait for the task's lock")
+    second.queued("the bulk to wait for the task's lock")
     release.set()
     first.join(scaled(30))
     second.join(scaled(30))
@@ -106,8 +105,7 @@ def test_a_single_decision_arriving_while_the_bulk_decides_that_task_gets_a_conf
 
     second = Side(single)
     second.start()
-    second.ready.wait(scaled(30))
-    wait_for(lambda: second.pid and session_waits_on_lock(second.pid), what="the single decision to wait for the lock")
+    second.queued("the single decision to wait for the lock")
     release.set()
     first.join(scaled(30))
     second.join(scaled(30))

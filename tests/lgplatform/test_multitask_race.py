@@ -9,11 +9,11 @@ import threading
 from typing import Any
 
 import pytest
-from django.db import connection, connections
 
 from lgplatform import services as platform
 from runtime.models import Run, RunStatus
-from tests.conftest import loan_input, scaled, session_waits_on_lock, wait_for
+from tests.approvals.races import Side
+from tests.conftest import loan_input, scaled
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db")]
 
@@ -37,28 +37,19 @@ def test_two_creates_at_once_each_interrupt_the_run_before(operator, monkeypatch
         return start(*args, **kwargs)
 
     monkeypatch.setattr(platform, "_run_start", start_held)
-    answers: dict[str, Any] = {}
-    pids: dict[str, int] = {}
 
-    def create(name: str, hold: bool) -> None:
+    def create(hold: bool) -> Any:
         mine.hold = hold
-        try:
-            connection.ensure_connection()
-            pids[name] = connection.connection.info.backend_pid
-            answers[name] = operator.client.post(f"/lg/threads/{thread}/runs", {**body, "multitask_strategy": strategy})
-        finally:
-            connections.close_all()
+        return operator.client.post(f"/lg/threads/{thread}/runs", {**body, "multitask_strategy": strategy})
 
-    a = threading.Thread(target=create, args=("a", True))
+    a = Side(lambda: create(True))
     a.start()
     assert held.wait(scaled(60))
-    b = threading.Thread(target=create, args=("b", False))
+    b = Side(lambda: create(False))
     b.start()
-
-    wait_for(lambda: session_waits_on_lock(pids.get("b")), timeout=60, what="the second create waiting for the first")
+    b.queued("the second create waiting for the first")
     release.set()
-    a.join(scaled(60))
-    b.join(scaled(60))
+    answers = {"a": a.outcome(), "b": b.outcome()}
 
     assert answers["a"].status_code == 200, answers["a"].content
     assert answers["b"].status_code == 200, answers["b"].content

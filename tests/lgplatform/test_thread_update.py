@@ -4,16 +4,16 @@ letting a thread's graph be relabelled (clients list an assistant's threads by `
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import pytest
-from django.db import connection, connections, transaction
+from django.db import transaction
 
 from approvals.inputs import MAX_METADATA_BYTES
 from approvals.models import AuditAction, AuditEvent
 from runtime.models import Thread
-from tests.conftest import ApiClient, Persona, scaled, session_waits_on_lock, wait_for
+from tests.approvals.races import Side
+from tests.conftest import ApiClient, Persona
 from tests.security.test_bad_input_edges import error_of
 
 pytestmark = pytest.mark.usefixtures("live_db")
@@ -111,30 +111,14 @@ def test_two_updates_at_once_merge_in_turn_and_neither_key_is_lost(operator):
     PATCH queue behind it, commits a key of its own as the other writer, and only then lets the PATCH go on.
     The PATCH must read what was committed before it (the row lock it takes before reading) and keep both."""
     thread = _thread(operator, case="C-9")
-    answers: dict[str, Any] = {}
-    pids: dict[str, int] = {}
-
-    def update() -> None:
-        try:
-            connection.ensure_connection()
-            pids["patch"] = connection.connection.info.backend_pid
-            answers["patch"] = _patch(operator.client, thread, {"metadata": {"title": "Refund"}})
-        finally:
-            connections.close_all()
-
-    racer = threading.Thread(target=update)
+    racer = Side(lambda: _patch(operator.client, thread, {"metadata": {"title": "Refund"}}))
     with transaction.atomic():
         held = Thread.objects.select_for_update().get(pk=thread)
         racer.start()
-        wait_for(
-            lambda: session_waits_on_lock(pids.get("patch")) or not racer.is_alive(),
-            timeout=60,
-            what="the PATCH to wait for the thread's row",
-        )
-        assert racer.is_alive(), answers
+        racer.queued("the PATCH to wait for the thread's row")
         Thread.objects.filter(pk=thread).update(metadata={**held.metadata, "owner": "bo"})
-    racer.join(scaled(60))
+    patched = racer.outcome()
 
-    assert answers["patch"].status_code == 200, answers["patch"].content
+    assert patched.status_code == 200, patched.content
     merged = Thread.objects.get(pk=thread).metadata
     assert (merged["case"], merged["owner"], merged["title"]) == ("C-9", "bo", "Refund"), merged

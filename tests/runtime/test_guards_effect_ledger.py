@@ -23,7 +23,7 @@ from runtime.effects import EffectArgsConflict, args_digest, canonical_json, per
 from runtime.fencing import FENCE_KEY, LeaseLost
 from runtime.models import Effect, EffectStatus, Run, RunKind, RunStatus, Thread
 from tests.approvals.races import Side
-from tests.conftest import scaled, session_waits_on_lock, wait_for
+from tests.conftest import scaled
 
 pytestmark = pytest.mark.usefixtures("live_db")
 
@@ -154,11 +154,7 @@ def test_two_callers_racing_on_a_row_without_arguments_leave_the_key_bound_to_th
     with transaction.atomic():
         Effect.objects.select_for_update().get(key=key)
         racer.start()
-        wait_for(
-            lambda: session_waits_on_lock(racer.pid) or not racer.is_alive(),
-            what="the second caller to queue behind the first's row lock",
-        )
-        assert racer.is_alive(), f"the second caller did not wait: {racer.error or racer.result!r}"
+        racer.queued("the second caller to queue behind the first's row lock")
         assert pay({"amount": 250})["result"] == {"paid": 250}
     racer.join(scaled(30))
     assert not racer.is_alive()
