@@ -619,17 +619,16 @@ def lg_stream_error(persona: Persona, thread: str, run_id: str) -> Any:
 
 @contextlib.contextmanager
 def registry_restored() -> Iterator[None]:
-    """The session's graphs back (and the store's connection closed) after a test that deployed its own: the
-    registry as it was before the test, not the file loaded and every graph compiled again."""
-    from runtime import registry
+    """The session's graphs loaded again (and the store's connection closed) after a test that deployed its own."""
+    from runtime.registry import registry_load
     from runtime.store import store_close
 
-    before = registry.registry_entries()
+    configured = settings.GATEHOUSE_GRAPHS
     try:
         yield
     finally:
         store_close()  # read again from the session's file when next used
-        registry._registry = before
+        registry_load(configured)
 
 
 def thread_start(persona: Persona, graph: str, graph_input: dict[str, Any], **metadata: Any) -> dict[str, Any]:

@@ -93,19 +93,14 @@ GRAPH_MODULE = textwrap.dedent(
 
 @pytest.fixture(autouse=True)
 def registry_restored() -> Iterator[None]:
-    """registry_load swaps the registry and the store's configuration (module globals), sys.path and
-    os.environ: put all four back. The registry as it was, not loaded again: reloading the default file
-    after each of these tests compiled every demo graph ~120 times per test run."""
-    from runtime import store
-
-    saved_registry, saved_store_config = registry._registry, store._config
+    """registry_load swaps a module global, sys.path and os.environ: put all three back."""
     saved_path = list(sys.path)
     saved_env = dict(os.environ)
     yield
     sys.path[:] = saved_path
     os.environ.clear()
     os.environ.update(saved_env)
-    registry._registry, store._config = saved_registry, saved_store_config
+    registry_load()
 
 
 @pytest.fixture
