@@ -32,11 +32,14 @@ refused under a stale fence, ordered before any takeover otherwise.
 
 from __future__ import annotations
 
+import fcntl
 import importlib.util
 import json
 import os
 import sqlite3
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -269,15 +272,35 @@ def store_sqlite_build(path: Path | str, config: StoreConfig) -> SqliteStore:
     from langgraph.store.sqlite import SqliteStore
 
     sqlite_vectors_check(config)
-    if str(path) != ":memory:":
+    in_memory = str(path) == ":memory:"
+    if not in_memory:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
     conn = sqlite3.connect(str(path), check_same_thread=False, timeout=30, isolation_level=None)
     wal_enable(conn)
     conn.execute("PRAGMA busy_timeout=30000")
     store = SqliteStore(conn, index=config.index, ttl=config.ttl)  # type: ignore[arg-type]
-    # Idempotent and cheap; it also loads sqlite-vec into this connection when an index is configured.
-    store.setup()
+    # Idempotent and cheap once the tables exist; it also loads sqlite-vec into this connection when an index
+    # is configured. On a new file it is not safe to run twice at once: the library reads the schema version
+    # and then inserts the next, so two workers building their store together both insert it and one fails
+    # its run with a UNIQUE error. One process sets up at a time; the next finds the version and does nothing.
+    if in_memory:
+        store.setup()
+    else:
+        with _one_process_at_a_time(Path(f"{path}.setup.lock")):
+            store.setup()
     return store
+
+
+@contextmanager
+def _one_process_at_a_time(lock_path: Path) -> Iterator[None]:
+    # flock on a file of its own: a lock on the database file would be SQLite's POSIX locks' business, and
+    # closing a second descriptor of it would drop those.
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # and the lock with it
 
 
 # --- what a run does with the store ---------------------------------------------------------

@@ -127,8 +127,10 @@ def test_the_embedded_stack_takes_2000_runs_without_a_crash(tmp_path: Path, stac
             assert body["values"]["outcome"] == "approved"
 
     log = stack.log()
-    crashes = [line for line in log.splitlines() if any(m in line for m in CRASH_MARKERS)]
-    assert crashes == [], "\n".join(crashes[:20])
+    lines = log.splitlines()
+    crashes = [i for i, line in enumerate(lines) if any(m in line for m in CRASH_MARKERS)]
+    # The whole traceback, with the lines before it that say which process and run it came from.
+    assert crashes == [], "\n".join(lines[max(0, crashes[0] - 10) : crashes[0] + 60])
     assert " exited with code " not in log, log[-3000:]
     print(
         f"\nsoak: {RUNS} runs ({STARTED} threads, {REVIEWED} decided through the API) in {elapsed:.1f}s "

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import threading
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -195,6 +197,35 @@ def test_vector_search_on_sqlite_ranks_by_the_embedding_or_is_refused_before_any
     assert results[0].key == "b"
     assert results[0].score is not None and results[0].score > (results[-1].score or 0)
     store.conn.close()
+
+
+def _store_build_together(path: Path, barrier: threading.Barrier) -> SqliteStore:
+    barrier.wait()
+    return store_sqlite_build(path, StoreConfig())
+
+
+def test_workers_building_their_store_on_a_new_file_at_once_all_get_it(tmp_path):
+    """The embedded stack's workers each build their store on first use; on a new store file they used to
+    race the library's schema setup (read the version, apply the next migrations) and the losers failed
+    their runs with "UNIQUE constraint failed: store_migrations.v" or "duplicate column name". Builders
+    released together, round after round: each gets a working store and the schema is recorded once."""
+    builders = 6
+    with ThreadPoolExecutor(builders) as pool:
+        for round_ in range(5):
+            path = tmp_path / f"store-{round_}.sqlite3"
+            barrier = threading.Barrier(builders)
+            futures = [pool.submit(_store_build_together, path, barrier) for _ in range(builders)]
+            failures = [f.exception() for f in futures if f.exception() is not None]
+            assert failures == []
+            stores = [f.result() for f in futures]
+            for i, store in enumerate(stores):
+                store.put(("notes",), f"k{i}", {"by": i})
+            assert len(stores[0].search(("notes",), limit=20)) == builders
+            versions = [v for (v,) in stores[0].conn.execute("SELECT v FROM store_migrations ORDER BY v")]
+            assert versions == list(range(len(SqliteStore.MIGRATIONS)))
+            assert oct(Path(f"{path}.setup.lock").stat().st_mode & 0o777) == "0o600"
+            for store in stores:
+                store.conn.close()
 
 
 def test_postgres_refuses_a_vector_index_without_pgvector_clearly(monkeypatch, tmp_path):
