@@ -16,6 +16,7 @@ from langgraph.pregel import Pregel
 
 from runtime import registry
 from runtime.registry import GraphRegistryError, UnknownGraph, graph_get, graph_names, graphs_read, registry_load
+from tests.conftest import registry_restored as registry_as_found
 from tests.conftest import scaled
 
 GRAPH_MODULE = textwrap.dedent(
@@ -93,14 +94,15 @@ GRAPH_MODULE = textwrap.dedent(
 
 @pytest.fixture(autouse=True)
 def registry_restored() -> Iterator[None]:
-    """registry_load swaps a module global, sys.path and os.environ: put all three back."""
+    """registry_load swaps the registry (with its modules and the store's configuration), sys.path and
+    os.environ: put them all back."""
     saved_path = list(sys.path)
     saved_env = dict(os.environ)
-    yield
+    with registry_as_found():
+        yield
     sys.path[:] = saved_path
     os.environ.clear()
     os.environ.update(saved_env)
-    registry_load()
 
 
 @pytest.fixture
