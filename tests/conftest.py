@@ -412,6 +412,29 @@ def worker(
     process.stop()
 
 
+@pytest.fixture(scope="session")
+def console_server(django_db_setup: None, bank: BankServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """daphne serving the console (HTTP + websockets) on the test database, as production serves it; one per
+    session: every browser test signs in on contexts of its own, so none needs a fresh server, and a start
+    costs a loaded machine seconds of CPU per module.
+
+    Plain http: production settings mark the session and CSRF cookies Secure, which a browser does not send
+    back over http, so just that is switched off; ``tests.settings`` gives the personas' passwords the
+    test-only fast hasher. ``DJANGO_ALLOW_ASYNC_UNSAFE`` (which a browser test sets for its own thread) is
+    not passed on: the server must fail a synchronous database call from async code as production does."""
+    env = {
+        **worker_env(bank),
+        "GATEHOUSE_SERVE_STATIC": "true",
+        "SECURE_COOKIES": "false",
+        "SECURE_SSL_REDIRECT": "false",
+        "DJANGO_SETTINGS_MODULE": "tests.settings",
+    }
+    env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+    log_path = tmp_path_factory.mktemp("daphne") / "daphne.log"
+    with daphne_serving(env, log_path, what="daphne to serve the console") as (_, base):
+        yield base
+
+
 @pytest.fixture
 def live_worker(worker: WorkerProcess) -> WorkerProcess:
     """The session worker, restarted first if an earlier test killed it."""

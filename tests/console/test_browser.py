@@ -22,13 +22,11 @@ from approvals.models import ApprovalTask
 from runtime.models import Thread, ThreadStatus
 from tests.conftest import (
     ROOT,
-    daphne_serving,
     loan_input,
     pending_tasks,
     scaled,
     thread_settled,
     thread_start,
-    worker_env,
 )
 from tests.factories import task_make
 
@@ -39,22 +37,10 @@ CHROMIUM = "/usr/bin/chromium"
 WAIT_MS = scaled(30) * 1000  # a resume crosses Celery, the graph and the fake bank: generous, but bounded
 
 
-@pytest.fixture(scope="module")
-def server(django_db_setup: None, bank: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """daphne serving the console (HTTP + websockets) on the test database, like production."""
-    log_path = Path(tmp_path_factory.mktemp("daphne")) / "daphne.log"
-    # The test serves plain http: production settings mark the session and CSRF cookies
-    # Secure, which a browser will not send back over http, so switch just that off.
-    # tests.settings: the personas' passwords use the test-only fast hasher.
-    env = {
-        **worker_env(bank),
-        "GATEHOUSE_SERVE_STATIC": "true",
-        "SECURE_COOKIES": "false",
-        "SECURE_SSL_REDIRECT": "false",
-        "DJANGO_SETTINGS_MODULE": "tests.settings",
-    }
-    with daphne_serving(env, log_path, what="daphne to serve the console") as (_, base):
-        yield base
+@pytest.fixture
+def server(console_server: str) -> str:
+    """daphne serving the console (tests/conftest.py ``console_server``: one per test session)."""
+    return console_server
 
 
 @pytest.fixture(scope="module")
