@@ -117,6 +117,9 @@ def test_the_embedded_stack_takes_2000_runs_without_a_crash(tmp_path: Path, stac
         retried = db.execute("SELECT COUNT(*) FROM runtime_run WHERE attempts > 1").fetchone()[0]
         by_graph = dict(db.execute("SELECT graph, COUNT(*) FROM runtime_thread GROUP BY graph").fetchall())
     assert by_graph == {"soak_tick": STARTED - REVIEWED, "soak_review": REVIEWED}
+    # A second attempt means a run's first one died or lost its lease (60 s): neither is the soak's to shrug off
+    # (the store race that failed runs on their first attempt was retried into success, and seen only in the log).
+    assert retried == 0, f"{retried} run(s) needed a second attempt"
     # The values the graphs computed, through the API, for a sample of each kind.
     sample = [thread_ids[i] for i in range(0, STARTED, 37)]
     for thread_id in sample:
@@ -134,5 +137,5 @@ def test_the_embedded_stack_takes_2000_runs_without_a_crash(tmp_path: Path, stac
     assert " exited with code " not in log, log[-3000:]
     print(
         f"\nsoak: {RUNS} runs ({STARTED} threads, {REVIEWED} decided through the API) in {elapsed:.1f}s "
-        f"= {RUNS / elapsed:.1f} runs/s; {retried} run(s) needed a second attempt"
+        f"= {RUNS / elapsed:.1f} runs/s"
     )
