@@ -81,6 +81,10 @@ def _wait_limit() -> float:
 
 
 _NO_CRONS = "crons are not served: call runs.create from a scheduler of your own"
+_NO_THREAD_STREAM = (
+    "threads.join_stream is not served: join each run's stream (runs.join_stream, GET "
+    "/threads/{thread_id}/runs/{run_id}/stream) or wait for the thread (runs.join)"
+)
 
 api = GatehouseAPI(
     title="Gatehouse — LangGraph Platform-compatible API",
@@ -102,6 +106,7 @@ api = GatehouseAPI(
         ("DELETE", "threads/[^/]+", "Gatehouse keeps every thread for its decisions and audit trail; cancel its run"),
         ("POST", "threads/prune", "Gatehouse keeps every thread for its decisions and audit trail: none is pruned"),
         ("DELETE", "threads/[^/]+/runs/[^/]+", "Gatehouse keeps every run for its thread's audit trail; cancel it"),
+        ("GET", "threads/[^/]+/stream", _NO_THREAD_STREAM),
     ),
 )
 
