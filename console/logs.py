@@ -33,6 +33,12 @@ _vars: dict[str, ContextVar[str | None]] = {name: ContextVar(f"gatehouse_{name}"
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
 
+def request_id_for(incoming: str) -> str:
+    """The id a request (or a websocket) is logged under: the client's ``X-Request-ID`` when it is a plain
+    token (a proxy's or the caller's, to follow one request across systems), else one made up here."""
+    return incoming if _REQUEST_ID.match(incoming) else uuid.uuid4().hex
+
+
 def log_context_get() -> dict[str, str]:
     return {name: value for name, var in _vars.items() if (value := var.get()) is not None}
 
@@ -165,8 +171,7 @@ class RequestContextMiddleware:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        incoming = request.headers.get("X-Request-ID", "")
-        request_id = incoming if _REQUEST_ID.match(incoming) else uuid.uuid4().hex
+        request_id = request_id_for(request.headers.get("X-Request-ID", ""))
         # Every field, so nothing from an earlier request on this thread survives.
         log_context_set(request_id=request_id, thread_id=None, run_id=None, task_id=None, celery_task_id=None)
         response = self.get_response(request)

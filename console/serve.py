@@ -16,6 +16,10 @@ docs/deploy.md). What differs from daphne's own:
   sent, after the request's ``request_finished`` has cleared the log context (``console.request_threads``
   sends a response's body after closing it), so only streamed responses (static files) had one: the id is
   read from the response's headers instead (``ConsoleServer``).
+- Each websocket has a request id too (the client's ``X-Request-ID`` on the handshake, as for HTTP, or one
+  made up): on its access lines (connecting, connected, rejected, disconnected), echoed in the handshake's
+  response, and in the log context of its consumer, so what a live page logs (a failed render) names the
+  socket its access lines name (``ConsoleWebSocketProtocol``). daphne's lines had no id at all.
 - A request line or a header line longer than Twisted reads (16 KB: a long query string) is answered
   ``414 URI Too Long`` or ``431 Request Header Fields Too Large``; Twisted closed the connection without a
   word, which a client reports as a reset, not as its request's fault (``LineLimitHTTPFactory``).
@@ -40,6 +44,7 @@ from daphne import server as daphne_server
 from daphne.access import AccessLogGenerator
 from daphne.http_protocol import HTTPFactory
 from daphne.server import Server
+from daphne.ws_protocol import WebSocketFactory, WebSocketProtocol
 from twisted.internet import defer
 
 access_log = logging.getLogger("gatehouse.access")
@@ -122,6 +127,50 @@ class ConsoleServer(Server):
         ended = defer.Deferred.fromFuture(asyncio.gather(*cancelled, return_exceptions=True))
         ended.addCallback(lambda _: _sent(transports, time.monotonic() + FLUSH_SECONDS))
         return ended
+
+
+class ConsoleWebSocketProtocol(WebSocketProtocol):
+    """daphne's websocket protocol, under one request id per socket: set while it writes each access line and
+    while its consumer is created (the consumer's task copies the log context then, so its log lines carry
+    the id), and echoed in the handshake's ``X-Request-ID``."""
+
+    request_id = ""
+
+    def onConnect(self, request: Any) -> Any:
+        from console.logs import request_id_for  # after django.setup(), as every app module
+
+        self.request_id = request_id_for(request.headers.get("x-request-id", ""))
+        request.headers["x-request-id"] = self.request_id  # the consumer's scope carries the id it is logged under
+        with self._logged():
+            handshake = super().onConnect(request)
+        # The handshake's answer: daphne's accept gives the subprotocol alone; autobahn takes headers beside it.
+        handshake.addCallback(lambda subprotocol: (subprotocol, {"X-Request-ID": self.request_id}))
+        return handshake
+
+    def applicationCreateWorked(self, application_queue: Any) -> None:
+        with self._logged():
+            super().applicationCreateWorked(application_queue)
+
+    def onOpen(self) -> None:
+        with self._logged():
+            super().onOpen()
+
+    def onClose(self, wasClean: bool, code: int | None, reason: str | None) -> None:
+        with self._logged():
+            super().onClose(wasClean, code, reason)
+
+    def serverReject(self) -> None:
+        with self._logged():
+            super().serverReject()
+
+    def _logged(self) -> Any:
+        from console.logs import log_context
+
+        return log_context(request_id=self.request_id or None)
+
+
+class ConsoleWebSocketFactory(WebSocketFactory):
+    protocol = ConsoleWebSocketProtocol
 
 
 FLUSH_SECONDS = 2.0  # a stopping server's wait for its answers to leave; a client not reading gets cut after it
@@ -220,10 +269,11 @@ class CommandLineInterface(cli.CommandLineInterface):
 
 
 def main() -> None:
-    # The CLI builds its access log from this module attribute (daphne/cli.py), and the server its HTTP
-    # factory from daphne.server's: ours instead.
+    # The CLI builds its access log from this module attribute (daphne/cli.py), and the server its HTTP and
+    # websocket factories from daphne.server's: ours instead.
     cli.AccessLogGenerator = access_log_build
     daphne_server.HTTPFactory = LineLimitHTTPFactory
+    daphne_server.WebSocketFactory = ConsoleWebSocketFactory
     CommandLineInterface.entrypoint()
 
 

@@ -14,9 +14,12 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from websockets.exceptions import InvalidStatus
+from websockets.sync.client import connect as ws_connect
 
 from tests.conftest import ROOT, free_port, process_group_stop, scaled, wait_for
 from tests.embedded.conftest import embedded_env
+from tests.sqlite_probe import sqlite_migrated_copy
 
 pytestmark = pytest.mark.slow
 
@@ -150,6 +153,63 @@ def test_every_json_access_line_carries_the_request_id_its_response_echoes(tmp_p
     access = {line["http"]["request"]: line for line in _objects(err) if line["logger"] == "gatehouse.access"}
     for request, request_id in echoed.items():
         assert access[request].get("request_id") == request_id, (request, access.get(request))
+
+
+def test_every_websocket_access_line_carries_its_sockets_request_id_which_the_handshake_echoes(tmp_path: Path) -> None:
+    """daphne's websocket lines (connecting, connected, rejected, disconnected) had no request id: an operator
+    could not tell which lines were one socket's, nor match them to what its consumer logged. Each socket is
+    logged under the client's X-Request-ID (or one made up), on all its lines, and the handshake echoes it."""
+    var = tmp_path / "var"
+    sqlite_migrated_copy(var)
+    created = subprocess.run(
+        [sys.executable, "manage.py", "user_create", "wsreader", "--role", "reviewer"],
+        cwd=ROOT,
+        env=embedded_env(var),
+        capture_output=True,
+        text=True,
+        timeout=scaled(120),
+        check=False,
+    )
+    assert created.returncode == 0, created.stderr[-3000:]
+    password = created.stdout.strip().splitlines()[-1]
+    echoed: dict[str, str] = {}
+
+    def calls(base: str) -> None:
+        socket_url = base.replace("http://", "ws://") + "/ws/inbox/"
+        with httpx.Client(base_url=base, timeout=scaled(10)) as client:
+            client.get("/accounts/login/")
+            signed_in = client.post(
+                "/accounts/login/",
+                data={"username": "wsreader", "password": password, "csrfmiddlewaretoken": client.cookies["csrftoken"]},
+            )
+            assert signed_in.status_code == 302, signed_in.text[:500]
+            cookie = "; ".join(f"{name}={value}" for name, value in client.cookies.items())
+        headers = {"Origin": base, "Cookie": cookie, "X-Request-ID": "qaW-accepted"}
+        with ws_connect(socket_url, additional_headers=headers, open_timeout=scaled(10)) as socket:
+            assert socket.response is not None
+            echoed["accepted"] = socket.response.headers["X-Request-ID"]
+            socket.recv(timeout=scaled(10))  # the render on connect, sent by the consumer
+        with pytest.raises(InvalidStatus) as refused:  # no session: the consumer refuses it before accepting
+            ws_connect(socket_url, additional_headers={"Origin": base, "X-Request-ID": "qaW-refused"}).close()
+        assert refused.value.response.status_code == 403
+        with pytest.raises(InvalidStatus):  # no id sent: one is made up and used on every line of the socket
+            ws_connect(socket_url, additional_headers={"Origin": base}).close()
+
+    _, err = _serve(tmp_path, calls=calls, GATEHOUSE_LOG_FORMAT="json", LOG_LEVEL="DEBUG")
+    assert echoed["accepted"] == "qaW-accepted"
+    logged = _objects(err)
+    # What the consumer's task logs carries the id: daphne logs each frame the consumer sends from inside it.
+    sent = [line for line in logged if line["message"].startswith("Sent WebSocket packet")]
+    assert sent and {line.get("request_id") for line in sent} == {"qaW-accepted"}, sent
+    lines = [line for line in logged if line["logger"] == "gatehouse.access" and "WS" in line["message"]]
+    by_socket: dict[str | None, list[str]] = {}
+    for line in lines:
+        by_socket.setdefault(line.get("request_id"), []).append(line["http"]["request"].split()[0])
+    assert by_socket.pop("qaW-accepted") == ["WSCONNECTING", "WSCONNECT", "WSDISCONNECT"], lines
+    refused = by_socket.pop("qaW-refused")
+    assert refused[:2] == ["WSCONNECTING", "WSREJECT"] and set(refused[2:]) <= {"WSDISCONNECT"}, lines
+    [(made_up, actions)] = by_socket.items()  # the third socket's lines, all under one id
+    assert made_up and len(made_up) == 32 and actions[:2] == ["WSCONNECTING", "WSREJECT"], lines
 
 
 def _raw(base: str, request: bytes) -> bytes:
