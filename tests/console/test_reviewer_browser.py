@@ -165,3 +165,39 @@ def test_a_page_signed_out_in_another_tab_says_so_at_once_and_goes_live_again(br
     _live(page)
     expect(notice).to_have_count(0)
     page.context.close()
+
+
+def test_a_filter_changed_after_sign_out_keeps_a_typed_bulk_reason_on_the_page(browser, server, personas):  # noqa: F811
+    """An outside tester typed a bulk reason, was signed out in another tab, changed a filter: the inbox went to
+    the sign-in page and the reason was gone. The read is refused in place, the reason stays, and once signed in
+    again the same filter applies. With nothing typed, a signed-out filter change still goes to sign in."""
+    case = f"S-{uuid.uuid4().hex[:6]}"
+    task = task_make(metadata={"case": case})
+    page = _sign_in(browser, server, personas["reviewer"], f"/?q={case}")
+    _live(page)
+    page.locator("#bulk-reason").fill("checked against the ledger")
+    other = page.context.new_page()
+    other.goto(f"{server}/")
+    other.get_by_role("button", name="Sign out").click()
+    expect(page.locator("#live-indicator")).to_have_text("signed out")
+    inbox = page.url
+    page.locator("#f-due").select_option(index=1)
+    notice = page.locator("#session-notice #signed-out-live")
+    expect(notice).to_contain_text("You were signed out")
+    assert page.url == inbox
+    expect(page.locator("#bulk-reason")).to_have_value("checked against the ledger")
+    # Signed in again in the other tab: the filter applies here, and the reason is still there.
+    other.goto(f"{server}/accounts/login/")
+    other.get_by_label("Username").fill(personas["reviewer"].username)
+    other.get_by_label("Password").fill("gatehouse")
+    other.get_by_role("button", name="Sign in").click()
+    expect(other.locator("header .who")).to_contain_text(personas["reviewer"].username)
+    page.locator("#f-due").select_option(index=0)
+    expect(page.locator(f'#inbox-results tr[data-task-id="{task.pk}"]')).to_have_count(1)
+    expect(page.locator("#bulk-reason")).to_have_value("checked against the ledger")
+    # Nothing typed: signed out again, a filter change goes to the sign-in page as before.
+    other.get_by_role("button", name="Sign out").click()
+    page.locator("#bulk-reason").fill("")
+    page.locator("#f-due").select_option(index=1)
+    page.wait_for_url("**/accounts/login/**")
+    page.context.close()

@@ -57,6 +57,26 @@
   window.addEventListener("focus", function () {
     signedOutSockets.splice(0).forEach(function (wrapper) { wrapper.reconnect(); });
   });
+  // An htmx read (a filter, a page of results) whose session ended is answered with a reload at the sign-in
+  // form (console_login_required). When the page holds text typed into a form not sent yet (a bulk decision's
+  // reason, a comment, a decision's reason), that reload threw it away: the page stays instead and says it
+  // was signed out, as for a write refused for that reason. With nothing typed, the page goes to sign in.
+  var TYPED = ["text", "search", "email", "url", "number", "tel"];
+  function unsentText() {
+    var fields = document.querySelectorAll('form[method="post"] input, form[method="post"] textarea');
+    return Array.prototype.some.call(fields, function (field) {
+      var typed = field.tagName === "TEXTAREA" || TYPED.indexOf(field.type) >= 0;
+      return typed && field.value.trim() !== "" && field.value !== field.defaultValue;
+    });
+  }
+  document.addEventListener("htmx:beforeOnLoad", function (e) {
+    var xhr = e.detail && e.detail.xhr;
+    var to = xhr ? xhr.getResponseHeader("HX-Redirect") : null;
+    if (!to || to.indexOf("/accounts/login/") !== 0 || !unsentText()) return;
+    e.preventDefault();
+    xhr.gatehouseSignedOut = true;  // its notice stays after the request (htmx:afterRequest, below)
+    signedOut(null, false);
+  });
   // 4503: the server lost its event bus (Redis): this socket would hear nothing more, so the page says its live
   // updates are paused and reconnects, after a second or so (jittered: every open page was told at once).
   // While Redis is still away the server refuses the new socket, and htmx's own reconnect loop tries again
@@ -518,7 +538,7 @@
     var notice = document.getElementById("session-notice");
     // An answer put in the notice stays (a 401, a 409 for another user, a refused write's 403/404); any
     // other answer clears it: the notice was about an earlier submit.
-    var kept = xhr && xhr.getResponseHeader && xhr.getResponseHeader("HX-Retarget") === "#session-notice";
+    var kept = xhr && (xhr.gatehouseSignedOut || (xhr.getResponseHeader && xhr.getResponseHeader("HX-Retarget") === "#session-notice"));
     if (notice && xhr && xhr.status && !kept && notice.firstChild) notice.replaceChildren();
   });
 
