@@ -36,18 +36,24 @@ def sqlite_migrated() -> Path:
         var = Path(os.environ["GATEHOUSE_VAR_DIR"]) / "sqlite-migrated"
         shutil.rmtree(var, ignore_errors=True)
         var.mkdir(parents=True)
-        done = subprocess.run(
-            [sys.executable, "manage.py", "migrate", "--no-input"],
-            cwd=ROOT,
-            env=_sqlite_env(var),
-            capture_output=True,
-            text=True,
-            timeout=scaled(300),
-            check=False,
-        )
-        assert done.returncode == 0, done.stderr[-3000:]
+        sqlite_manage(var, "migrate", "--no-input", timeout=300)
         _migrated.append(var / "gatehouse.sqlite3")
     return _migrated[0]
+
+
+def sqlite_manage(var_dir: Path, *args: str, timeout: float = 120) -> str:
+    """``manage.py *args`` on ``var_dir``'s embedded database; its standard output. A failure is the test's."""
+    done = subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env=_sqlite_env(var_dir),
+        capture_output=True,
+        text=True,
+        timeout=scaled(timeout),
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
 
 
 def sqlite_migrated_copy(var_dir: Path) -> None:

@@ -19,7 +19,7 @@ from websockets.sync.client import connect as ws_connect
 
 from tests.conftest import ROOT, free_port, process_group_stop, scaled, wait_for
 from tests.embedded.conftest import embedded_env
-from tests.sqlite_probe import sqlite_migrated_copy
+from tests.sqlite_probe import sqlite_manage, sqlite_migrated_copy
 
 pytestmark = pytest.mark.slow
 
@@ -161,17 +161,7 @@ def test_every_websocket_access_line_carries_its_sockets_request_id_which_the_ha
     logged under the client's X-Request-ID (or one made up), on all its lines, and the handshake echoes it."""
     var = tmp_path / "var"
     sqlite_migrated_copy(var)
-    created = subprocess.run(
-        [sys.executable, "manage.py", "user_create", "wsreader", "--role", "reviewer"],
-        cwd=ROOT,
-        env=embedded_env(var),
-        capture_output=True,
-        text=True,
-        timeout=scaled(120),
-        check=False,
-    )
-    assert created.returncode == 0, created.stderr[-3000:]
-    password = created.stdout.strip().splitlines()[-1]
+    password = sqlite_manage(var, "user_create", "wsreader", "--role", "reviewer").strip().splitlines()[-1]
     echoed: dict[str, str] = {}
 
     def calls(base: str) -> None:
