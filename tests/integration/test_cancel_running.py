@@ -128,6 +128,28 @@ def test_interrupting_a_running_run_keeps_its_checkpoints_and_refuses_its_effect
     assert [r["status"] for r in runs] == ["cancelled"]
 
 
+def test_cancel_many_by_running_stops_a_run_held_in_its_graph_and_refuses_its_effect(
+    operator, live_worker, bank, hold_dir
+):
+    """``runs.cancel_many`` with ``status=running`` (the SDK's way to stop a runaway agent) was tested only on
+    queued runs it must leave alone. Here a run is inside its graph, on the worker, about to pay: the call
+    cancels it, and the node, let go as a worker that has not noticed, pays nothing and writes nothing."""
+    thread, run, pid = _start(operator, hold_dir, "before_effect")
+    key = f"gh:{thread['id']}:pay"
+    before = _store(thread["id"])
+
+    response = operator.client.post("/lg/runs/cancel", {"status": "running"})
+    assert response.status_code == 204, response.content
+    assert Run.objects.get(pk=run.pk).status == RunStatus.CANCELLED
+
+    _release(hold_dir, "before_effect", pid)
+    _stopped(live_worker, run.id)
+    assert bank.ledger.received.get(key) is None and not Effect.objects.filter(key=key).exists()
+    assert _store(thread["id"]) == before
+    [event] = AuditEvent.objects.filter(thread_id=thread["id"], action="run.cancelled")
+    assert event.actor == operator.user and event.details["was"] == "running"
+
+
 def test_a_cancelled_nodes_late_checkpoint_write_is_refused_and_its_effect_stays_recorded_once(
     operator, live_worker, bank, hold_dir
 ):
