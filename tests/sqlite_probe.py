@@ -36,20 +36,21 @@ def sqlite_migrated() -> Path:
         var = Path(os.environ["GATEHOUSE_VAR_DIR"]) / "sqlite-migrated"
         shutil.rmtree(var, ignore_errors=True)
         var.mkdir(parents=True)
-        sqlite_manage(var, "migrate", "--no-input", timeout=300)
+        sqlite_manage(var, "migrate", "--no-input", timeout=scaled(300))
         _migrated.append(var / "gatehouse.sqlite3")
     return _migrated[0]
 
 
-def sqlite_manage(var_dir: Path, *args: str, timeout: float = 120) -> str:
-    """``manage.py *args`` on ``var_dir``'s embedded database; its standard output. A failure is the test's."""
+def sqlite_manage(var_dir: Path, *args: str, timeout: float | None = None) -> str:
+    """``manage.py *args`` on ``var_dir``'s embedded database; its standard output. A failure is the test's.
+    ``timeout``: already scaled (default ``scaled(120)``)."""
     done = subprocess.run(
         [sys.executable, "manage.py", *args],
         cwd=ROOT,
         env=_sqlite_env(var_dir),
         capture_output=True,
         text=True,
-        timeout=scaled(timeout),
+        timeout=scaled(120) if timeout is None else timeout,
         check=False,
     )
     assert done.returncode == 0, done.stderr[-3000:]
