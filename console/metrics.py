@@ -160,6 +160,13 @@ def _runs() -> Iterator[Metric]:
         "Run attempts after the first (a worker died or a transient error handed the run back)",
         value=totals["redeliveries"] or 0,
     )
+    # Claimed by a worker that stopped renewing its lease (died, paused, cut off): the sweeper hands each back
+    # once its backoff has passed. /health/ready does not wait for that; an alert on this gauge can.
+    yield GaugeMetricFamily(
+        "gatehouse_runs_lease_lapsed",
+        "Running runs whose worker's lease has lapsed: lost until the sweeper hands them back",
+        value=Run.objects.filter(status=RunStatus.RUNNING, lease_expires_at__lt=timezone.now()).count(),
+    )
     yield CounterMetricFamily(
         "gatehouse_runs_dead_lettered",
         "Runs the runtime stopped retrying after GATEHOUSE_MAX_RUN_ATTEMPTS (failed; retry by hand)",

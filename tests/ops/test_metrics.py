@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from django.conf import settings
+from django.db import transaction
 from django.test import Client, override_settings
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
@@ -98,6 +99,7 @@ def _database_view(now: Any) -> dict[str, Any]:
         "threads": Counter(Thread.objects.values_list("status", flat=True)),
         "redeliveries": sum(max(attempts - 1, 0) for _, attempts, _ in runs),
         "dead": sum(1 for status, _, error in runs if status == "failed" and error.startswith("gave up after")),
+        "lease_lapsed": Run.objects.filter(status=RunStatus.RUNNING, lease_expires_at__lt=timezone.now()).count(),
         "effects": Counter(status for status, _ in effects),
         "effect_retries": sum(max(calls - 1, 0) for _, calls in effects),
         "effects_abandoned": len(abandoned),
@@ -138,6 +140,23 @@ def test_an_effect_whose_run_ended_mid_call_is_counted_as_abandoned():
     assert _get(after, "gatehouse_effects", status="started") - _get(before, "gatehouse_effects", status="started") == 2
 
 
+def test_a_running_run_whose_lease_lapsed_is_counted_as_lost_until_the_sweeper_hands_it_back():
+    """/health/ready says nothing of runs whose worker stopped renewing its lease (it died, or was paused),
+    which stay "running" until the sweeper hands them back: an operator had no number to alert on."""
+    before = _samples()
+    with transaction.atomic():  # uncommitted: the session worker's sweeper never sees these runs
+        now = timezone.now()
+        made = [(RunStatus.RUNNING, now - timedelta(minutes=1)), (RunStatus.RUNNING, now + timedelta(minutes=1))]
+        made += [(RunStatus.RUNNING, None), (RunStatus.QUEUED, now - timedelta(minutes=1))]
+        for status, lease in made:  # one active run per thread
+            thread = Thread.objects.create(graph="loan_approval")
+            Run.objects.create(thread=thread, kind="start", status=status, lease_expires_at=lease)
+        after = _samples()
+        transaction.set_rollback(True)
+    lapsed = _get(after, "gatehouse_runs_lease_lapsed") - _get(before, "gatehouse_runs_lease_lapsed")
+    assert lapsed == 1  # the running run past its lease; not the one within it, nor the queued one
+
+
 def _mismatches(samples: dict, db: dict[str, Any]) -> list[str]:
     wrong = []
 
@@ -166,6 +185,7 @@ def _mismatches(samples: dict, db: dict[str, Any]) -> list[str]:
         expect("gatehouse_threads", n, status=status)
     expect("gatehouse_run_redeliveries_total", db["redeliveries"])
     expect("gatehouse_runs_dead_lettered_total", db["dead"])
+    expect("gatehouse_runs_lease_lapsed", db["lease_lapsed"])
     for status in ("started", "done", "failed", "unknown"):
         expect("gatehouse_effects", db["effects"][status], status=status)
     expect("gatehouse_effect_retries_total", db["effect_retries"])
