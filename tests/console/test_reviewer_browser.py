@@ -197,6 +197,7 @@ def test_a_filter_changed_after_sign_out_keeps_a_typed_bulk_reason_on_the_page(b
     expect(page.locator("#bulk-reason")).to_have_value("checked against the ledger")
     # Nothing typed: signed out again, a filter change goes to the sign-in page as before.
     other.get_by_role("button", name="Sign out").click()
+    other.wait_for_url("**/accounts/login/**")  # the sign-out answered: the session is gone
     page.locator("#bulk-reason").fill("")
     page.locator("#f-due").select_option(index=1)
     page.wait_for_url("**/accounts/login/**")
