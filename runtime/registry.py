@@ -280,6 +280,10 @@ def registry_warnings_read(entries: dict[str, GraphEntry]) -> list[str]:
     return lines
 
 
+# Graph files are imported as modules of this (virtual) package: one per graph, apart from any module of the
+# project's own, and findable in sys.modules by a graph's name.
+GRAPH_MODULE_PREFIX = "gatehouse_graphs."
+
 _compile_lock = threading.Lock()
 _load_lock = threading.Lock()
 _registry: dict[str, GraphEntry] | None = None
@@ -556,7 +560,7 @@ def _schema_options(entry: GraphEntry, base: Path, gatehouse: dict[str, Any]) ->
     """Schema version and upcasters: the graph module's ``gatehouse_schema_version`` /
     ``gatehouse_upcasters``, overridden by langgraph.json ``"gatehouse": {"schema_versions": {graph: n},
     "upcasters": {graph: "./file.py:attr"}}``."""
-    module = sys.modules.get(f"gatehouse_graphs.{entry.name}")
+    module = sys.modules.get(f"{GRAPH_MODULE_PREFIX}{entry.name}")
     version = getattr(module, "gatehouse_schema_version", None)
     upcasters = getattr(module, "gatehouse_upcasters", None)
     if entry.name in gatehouse.get("schema_versions", {}):
@@ -607,7 +611,7 @@ def _attr_load(name: str, base: Path, spec: str, what: str) -> Any:
     file_path = (base / file_part).resolve()
     if not sep or not file_path.is_file():
         raise GraphRegistryError(f"graph {name!r}: {what} {spec!r} is not an existing ./path/file.py:attr")
-    return _module_attr(name, file_path, attr, module_name=f"gatehouse_graphs.{name}__{what}")
+    return _module_attr(name, file_path, attr, module_name=f"{GRAPH_MODULE_PREFIX}{name}__{what}")
 
 
 def _module_attr(name: str, file_path: Path, attr: str, *, module_name: str) -> Any:
@@ -706,7 +710,7 @@ def _source_load(name: str, base: Path, spec: str) -> tuple[Any, Callable[[Any],
     file_path = (base / file_part).resolve()
     if not file_path.is_file():
         raise GraphRegistryError(f"graph {name!r}: file {file_path} does not exist")
-    value = _module_attr(name, file_path, attr, module_name=f"gatehouse_graphs.{name}")
+    value = _module_attr(name, file_path, attr, module_name=f"{GRAPH_MODULE_PREFIX}{name}")
     if isinstance(value, StateGraph | Pregel):
         return _graph_checked(name, attr, value), None
     kinds = "not a StateGraph, a compiled graph or a factory"

@@ -39,7 +39,7 @@ import os
 import sqlite3
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -283,11 +283,8 @@ def store_sqlite_build(path: Path | str, config: StoreConfig) -> SqliteStore:
     # is configured. On a new file it is not safe to run twice at once: the library reads the schema version
     # and then inserts the next, so two workers building their store together both insert it and one fails
     # its run with a UNIQUE error. One process sets up at a time; the next finds the version and does nothing.
-    if in_memory:
+    with nullcontext() if in_memory else _one_process_at_a_time(Path(f"{path}.setup.lock")):
         store.setup()
-    else:
-        with _one_process_at_a_time(Path(f"{path}.setup.lock")):
-            store.setup()
     return store
 
 

@@ -650,20 +650,18 @@ def registry_restored() -> Iterator[None]:
     graphs' functions write to their own modules' globals, which a test may read through ``sys.modules``.
     """
     from runtime import registry, store
+    from runtime.registry import GRAPH_MODULE_PREFIX
 
     saved_registry, saved_store_config = registry._registry, store._config
-    saved_modules = {name: m for name, m in sys.modules.items() if name.startswith(GRAPH_MODULES)}
+    saved_modules = {name: m for name, m in sys.modules.items() if name.startswith(GRAPH_MODULE_PREFIX)}
     try:
         yield
     finally:
         store.store_close()  # opened again when next used
-        for name in [name for name in sys.modules if name.startswith(GRAPH_MODULES)]:
+        for name in [name for name in sys.modules if name.startswith(GRAPH_MODULE_PREFIX)]:
             del sys.modules[name]
         sys.modules.update(saved_modules)
         registry._registry, store._config = saved_registry, saved_store_config
-
-
-GRAPH_MODULES = "gatehouse_graphs."  # the names runtime.registry imports graph modules under
 
 
 def thread_start(persona: Persona, graph: str, graph_input: dict[str, Any], **metadata: Any) -> dict[str, Any]:
