@@ -33,6 +33,7 @@ from approvals.permissions import token_needs
 from approvals.run_cancel import run_cancel_done
 from lgplatform import services as platform
 from lgplatform import stream as platform_stream
+from lgplatform import thread_stream as platform_thread_stream
 from lgplatform import time_travel as platform_time_travel
 from lgplatform.responses import (
     AssistantGraphOut,
@@ -67,6 +68,7 @@ from lgplatform.schemas import (
     ThreadPatchIn,
     ThreadSearchIn,
     ThreadStateUpdateIn,
+    ThreadStreamQuery,
 )
 from runtime.models import ACTIVE_RUN_STATUSES, Run, Thread
 from runtime.notify import ThreadWatch, between_waits
@@ -81,10 +83,6 @@ def _wait_limit() -> float:
 
 
 _NO_CRONS = "crons are not served: call runs.create from a scheduler of your own"
-_NO_THREAD_STREAM = (
-    "threads.join_stream is not served: join each run's stream (runs.join_stream, GET "
-    "/threads/{thread_id}/runs/{run_id}/stream) or wait for the thread (runs.join)"
-)
 
 api = GatehouseAPI(
     title="Gatehouse — LangGraph Platform-compatible API",
@@ -106,7 +104,6 @@ api = GatehouseAPI(
         ("DELETE", "threads/[^/]+", "Gatehouse keeps every thread for its decisions and audit trail; cancel its run"),
         ("POST", "threads/prune", "Gatehouse keeps every thread for its decisions and audit trail: none is pruned"),
         ("DELETE", "threads/[^/]+/runs/[^/]+", "Gatehouse keeps every run for its thread's audit trail; cancel it"),
-        ("GET", "threads/[^/]+/stream", _NO_THREAD_STREAM),
     ),
 )
 
@@ -583,6 +580,33 @@ async def run_join_stream(
         user=user, thread_id=thread_id, run_id=run_id, modes=modes, after=after, limit=_wait_limit()
     )
     return _stream_response(request, thread_id, run_id, events)
+
+
+@api.get("/threads/{thread_id}/stream", tags=["threads"])
+async def thread_join_stream(
+    request: HttpRequest, thread_id: AnyUuid, query: Query[ThreadStreamQuery]
+) -> StreamingHttpResponse:
+    """Join a thread's stream: its active runs and those created after, each as ``runs.join_stream`` sends it
+    (``run_modes``), their start and end (``lifecycle``), state updates (``state_update``); for
+    ``GATEHOUSE_PLATFORM_WAIT_SECONDS``, then join again with ``Last-Event-ID``."""
+    user = _user(request)
+    if query.stream_modes:
+        modes = platform_thread_stream.thread_stream_modes_parse([query.stream_modes], field="stream_modes")
+    else:
+        modes = platform_thread_stream.thread_stream_modes_parse(query.stream_mode)
+    await between_waits(platform.thread_get_for)(user, thread_id)
+    after = request.headers.get("Last-Event-ID") or None
+    if after is not None and not run_log().valid_id(after):
+        raise InvalidInput("not an event id of this stream", field="Last-Event-ID")
+    events = platform_thread_stream.thread_stream_events(
+        user=user, thread_id=thread_id, modes=modes, after=after, limit=_wait_limit(), follow=query.follow
+    )
+    response = StreamingHttpResponse(
+        platform_stream.events_ended(events, thread_id=thread_id, run_id=None), content_type="text/event-stream"
+    )
+    response["Cache-Control"] = "no-store"
+    response["X-Accel-Buffering"] = "no"
+    return response
 
 
 # --- stateless runs: each on a thread made for it, which Gatehouse keeps ---------------------------

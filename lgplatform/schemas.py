@@ -145,6 +145,14 @@ class JoinStreamQuery(Schema):
     cancel_on_disconnect: bool = False  # ignored: runs always continue
 
 
+class ThreadStreamQuery(Schema):
+    # langgraph_sdk sends ``stream_mode`` (repeated for several); LangGraph Server reads ``stream_modes``, a
+    # comma-separated list. Values: lgplatform.thread_stream.THREAD_MODES.
+    stream_mode: list[str] = Field(default_factory=list, max_length=8)
+    stream_modes: str | None = Field(default=None, max_length=200)
+    follow: bool = True  # Gatehouse's own: false ends the stream once the runs it found have settled
+
+
 class RunsCancelIn(Schema):
     status: Literal["pending", "running", "all"] | None = None
     thread_id: UUID | None = None

@@ -326,16 +326,16 @@ def _can_hold_message(hint: Any, seen: set[int]) -> bool:
 # --- the SSE response -------------------------------------------------------------------------------
 
 
-def _shield_for(user: permissions.Principal, thread_id: Any, run_id: Any) -> tuple[Shield, Run]:
+def shield_for(user: permissions.Principal, thread_id: Any, run_id: Any) -> tuple[Shield, Run]:
     thread, run = run_progress(user, thread_id, run_id)
     return Shield(user, thread, run), run
 
 
-def _id_key(entry_id: str) -> tuple[int, ...]:
+def id_key(entry_id: str) -> tuple[int, ...]:
     return tuple(int(part) for part in entry_id.split("-"))
 
 
-class _Follower:
+class Follower:
     """Turns log entries into SSE bytes for one reader: filtered by mode, masked, resumable."""
 
     def __init__(self, shield: Shield, modes: set[str], after: str | None) -> None:
@@ -343,7 +343,7 @@ class _Follower:
         self.modes = modes
         # A masked reader's free text is masked with what the stream showed before: a resumed
         # stream replays the log from its start through the shield, sending only what follows.
-        self.replay_until = _id_key(after) if after and shield.masked else None
+        self.replay_until = id_key(after) if after and shield.masked else None
         self.cursor = "0" if self.replay_until else (after or "0")
         # A resumed stream has had the values already, if they were published.
         self.values_sent = after is not None and "values" in ((shield.run.stream or {}).get("modes") or [])
@@ -364,7 +364,7 @@ class _Follower:
             else:
                 shown = shield.shown(entry.event, data)
             if self.replay_until is not None:
-                if _id_key(entry.id) <= self.replay_until:
+                if id_key(entry.id) <= self.replay_until:
                     continue  # the reader has this one
                 self.replay_until = None
             for event, payload in shown:
@@ -377,7 +377,7 @@ class _Follower:
         return [sse(event, payload) for event, payload in held if event_mode(event) in self.modes]
 
 
-class _LogTail:
+class LogTail:
     """The run's log as one stream reads it: at most one read in flight. The log is a fast path: the
     database says when the run settles and holds its final values, so a log that cannot be read is given
     up and the stream goes on from the database (chunks not read are not sent; the final values are)
@@ -452,13 +452,13 @@ async def run_stream_events(
     limit: float,
 ) -> AsyncIterator[bytes]:
     """``metadata``, the run's chunks of ``modes`` (after ``after``), ``error`` if it failed, then ``end``."""
-    shield, run = await between_waits(_shield_for)(user, thread_id, run_id)
-    follower = _Follower(shield, set(modes), after)
+    shield, run = await between_waits(shield_for)(user, thread_id, run_id)
+    follower = Follower(shield, set(modes), after)
     if after is None:
-        yield sse("metadata", {"run_id": str(run_id), "attempt": max(run.attempts, 1)})
-    tail = _LogTail(str(run_id), published=bool((run.stream or {}).get("modes")))
+        yield run_started(run)
+    tail = LogTail(str(run_id), published=bool((run.stream or {}).get("modes")))
     deadline = time.monotonic() + limit
-    beat = time.monotonic()
+    heartbeat = Heartbeat()
     current = run
     try:
         async with ThreadWatch(thread_id) as watch:
@@ -474,32 +474,78 @@ async def run_stream_events(
                     # The server stops (or the client left): the stream closes without its ``end``, which the
                     # SDK reads as a cut and answers by joining again after the last event id it got.
                     return
-                while True:  # follow the log until the watch says the run may have settled
-                    read = tail.read(follower.cursor)
-                    until = min(deadline, beat + HEARTBEAT_SECONDS) - time.monotonic()
-                    waiting = asyncio.ensure_future(watch.changed(max(0.0, until)))
-                    waits = {waiting} if read is None else {waiting, read}
-                    done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-                    if read is not None and read in done:
-                        async for chunk in follower.events(tail.taken()):
-                            yield chunk
-                    if time.monotonic() - beat >= HEARTBEAT_SECONDS:
-                        beat = time.monotonic()
-                        yield b": heartbeat\n\n"
-                    if waiting in done:
-                        break
-                    waiting.cancel()
-        async for chunk in follower.events(await tail.settled()):
-            yield chunk
-        while entries := await tail.rest(follower.cursor):
-            async for chunk in follower.events(entries):
-                yield chunk
-        for chunk in follower.flushed():
+                # follow the log until the watch says the run may have settled
+                async for chunk in logs_followed([(follower, tail)], watch, deadline, heartbeat):
+                    yield chunk
+        async for chunk in run_rest(follower, tail):
             yield chunk
     finally:
         tail.close()
-    if current.status == RunStatus.FAILED:
-        yield sse("error", run_error_out(current.error, current.error_type))
+    async for chunk in run_outcome(user=user, thread_id=thread_id, run=current, follower=follower, tail=tail):
+        yield chunk
+    yield sse("end", None)
+
+
+class Heartbeat:
+    """A comment line every ``HEARTBEAT_SECONDS`` keeps proxies from closing an idle stream."""
+
+    def __init__(self) -> None:
+        self.last = time.monotonic()
+
+    def due_in(self, deadline: float) -> float:
+        """Seconds until the next beat or ``deadline``, whichever comes first."""
+        return max(0.0, min(deadline, self.last + HEARTBEAT_SECONDS) - time.monotonic())
+
+    def beat(self) -> bytes | None:
+        if time.monotonic() - self.last < HEARTBEAT_SECONDS:
+            return None
+        self.last = time.monotonic()
+        return b": heartbeat\n\n"
+
+
+async def logs_followed(
+    followed: Iterable[tuple[Follower, LogTail]], watch: ThreadWatch, deadline: float, heartbeat: Heartbeat
+) -> AsyncIterator[bytes]:
+    """The chunks of runs' logs as they are written, until the watch says the thread changed (a run may have
+    settled), the deadline, or a heartbeat's time. At most one read per log in flight, kept across calls."""
+    followed = list(followed)
+    while True:
+        reads = {read for follower, tail in followed if (read := tail.read(follower.cursor)) is not None}
+        waiting = asyncio.ensure_future(watch.changed(heartbeat.due_in(deadline)))
+        done, _ = await asyncio.wait({waiting, *reads}, return_when=asyncio.FIRST_COMPLETED)
+        for follower, tail in followed:
+            if tail.pending is not None and tail.pending in done:
+                async for chunk in follower.events(tail.taken()):
+                    yield chunk
+        if (beat := heartbeat.beat()) is not None:
+            yield beat
+        if waiting in done:
+            return
+        waiting.cancel()
+
+
+def run_started(run: Run) -> bytes:
+    """The ``metadata`` event a run's stream starts with."""
+    return sse("metadata", {"run_id": str(run.pk), "attempt": max(run.attempts, 1)})
+
+
+async def run_rest(follower: Follower, tail: LogTail) -> AsyncIterator[bytes]:
+    """Once the run has settled: the chunks of its log not yet read, and free text held back for masking."""
+    async for chunk in follower.events(await tail.settled()):
+        yield chunk
+    while entries := await tail.rest(follower.cursor):
+        async for chunk in follower.events(entries):
+            yield chunk
+    for chunk in follower.flushed():
+        yield chunk
+
+
+async def run_outcome(
+    *, user: permissions.Principal, thread_id: Any, run: Run, follower: Follower, tail: LogTail
+) -> AsyncIterator[bytes]:
+    """After a settled run's chunks: ``error`` if it failed, else its final values if the stream owes them."""
+    if run.status == RunStatus.FAILED:
+        yield sse("error", run_error_out(run.error, run.error_type))
     elif "values" in follower.modes and (not follower.values_sent or tail.lost):
         # Nothing streamed the values (a run nobody asked to publish, or a log that could not be
         # written), or the last of them may not have been read: the final state, with its interrupts,
@@ -509,27 +555,26 @@ async def run_stream_events(
         if state.interrupts:
             values["__interrupt__"] = [i.as_streamed() for i in state.interrupts]
         yield sse("values", values)
-    yield sse("end", None)
 
 
-async def events_ended(events: AsyncIterator[bytes], *, thread_id: Any, run_id: Any) -> AsyncIterator[bytes]:
-    """``events``, ended by ``error`` and ``end`` if they fail: the response has started, so the server can
-    no longer answer a 500, and a stream cut short without its ``end`` left its client waiting out its own
-    timeout (120 s for langgraph-sdk) before joining the run again. The failure is logged as one."""
+async def events_ended(events: AsyncIterator[bytes], *, thread_id: Any, run_id: Any | None) -> AsyncIterator[bytes]:
+    """``events``, ended by ``error`` (and a run's ``end``) if they fail: the response has started, so the server
+    can no longer answer a 500, and a stream cut short without its ``end`` left its client waiting out its own
+    timeout (120 s for langgraph-sdk) before joining the run again. The failure is logged as one. ``run_id``
+    None: a thread's stream (``lgplatform.thread_stream``)."""
     try:
         async for chunk in events:
             yield chunk
     except Exception as exc:
-        log.exception("run %s: its stream failed", run_id)
-        yield sse(
-            "error",
-            {
-                "error": type(exc).__name__,
-                "message": "the stream failed on the server; join the run: "
-                f"GET /lg/threads/{thread_id}/runs/{run_id}/join",
-            },
-        )
-        yield sse("end", None)
+        if run_id is None:
+            log.exception("thread %s: its stream failed", thread_id)
+            again = f"join the thread's stream again: GET /lg/threads/{thread_id}/stream with Last-Event-ID"
+        else:
+            log.exception("run %s: its stream failed", run_id)
+            again = f"join the run: GET /lg/threads/{thread_id}/runs/{run_id}/join"
+        yield sse("error", {"error": type(exc).__name__, "message": f"the stream failed on the server; {again}"})
+        if run_id is not None:
+            yield sse("end", None)
 
 
 def _timeout_error(thread_id: Any, run_id: Any, limit: float) -> dict[str, Any]:

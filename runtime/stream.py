@@ -67,6 +67,7 @@ _EVENT_MODES = {
     "messages": "messages-tuple",
 }
 TTL_SECONDS = 3600  # a run's log outlives the run by this long: a client may join it late
+PAGE = 500  # entries one read returns at most
 MAX_EVENTS = 10_000  # per run; beyond it the oldest entries go (Redis: approximately)
 EMBEDDED_POLL_SECONDS = 0.05
 _REDIS_ID = re.compile(r"\d{1,20}-\d{1,20}")
@@ -162,7 +163,7 @@ class RedisRunLog:
         block = int(wait * 1000) if wait > 0 else None
         try:
             found = await asyncio.wait_for(
-                self._client().xread({self.key(run_id): after}, count=500, block=block),
+                self._client().xread({self.key(run_id): after}, count=PAGE, block=block),
                 timeout=max(0.0, wait) + READ_SLACK_SECONDS,
             )
         except (TimeoutError, redis.RedisError) as exc:
@@ -222,8 +223,8 @@ class SqliteRunLog:
         rows = (
             self._connection()
             .execute(
-                "SELECT seq, event, data FROM chunk WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT 500",
-                (run_id, int(after)),
+                "SELECT seq, event, data FROM chunk WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+                (run_id, int(after), PAGE),
             )
             .fetchall()
         )

@@ -97,6 +97,7 @@ def thread_state_write(*, thread: Thread, values: dict[str, Any] | None, as_node
         status=thread.status,
         updated_at=timezone.now(),
     )
+    thread_notify(thread.id)  # a thread's stream sends the update (lgplatform.thread_stream)
     return checkpoint_id
 
 

@@ -120,13 +120,12 @@ def test_an_sdk_call_not_served_is_a_404_not_a_405_naming_a_method_that_fails_th
     assert "Allow" not in response
 
 
-def test_threads_join_stream_is_a_404_saying_what_to_join_instead(operator, lg_thread):
-    """The SDK's threads.join_stream (GET /threads/{id}/stream) was the bare 404 of an unknown path: a client
-    could take the server for an old one. It says the call is not served and which calls are."""
-    response = operator.client.get(f"/lg/threads/{lg_thread}/stream?stream_mode=run_modes")
-    error = error_of(response, 404)
-    assert error["field"] == "path" and "threads.join_stream is not served" in error["message"], error
-    assert "runs.join_stream" in error["message"] and "Allow" not in response
+def test_threads_join_stream_refuses_a_run_mode_naming_the_modes_a_thread_stream_has(operator, lg_thread):
+    """A run's stream modes are not a thread's (run_modes, lifecycle, state_update): refused before the stream,
+    naming the field, not streamed as nothing."""
+    response = operator.client.get(f"/lg/threads/{lg_thread}/stream?stream_mode=values")
+    error = error_of(response, 422)
+    assert error["field"] == "stream_mode" and "run_modes, lifecycle, state_update" in error["message"], error
 
 
 @pytest.mark.parametrize(

@@ -182,6 +182,7 @@ MUST_REVEAL = {
     "POST /lg/threads/{thread_id}/state/checkpoint",
     "GET /lg/threads/{thread_id}/runs/{run_id}/join",
     "GET /lg/threads/{thread_id}/runs/{run_id}/stream",
+    "GET /lg/threads/{thread_id}/stream",
     "console task",
     "console thread",
     "console audit",
@@ -493,13 +494,23 @@ def api_requests(prefix: str, schema: dict[str, Any], subjects: list[Subject], u
                 unfilled.append(f"{surface}: {exc}")
                 continue
             queries = _query_variants(operation, subjects)
+            headers = READ_HEADERS.get(surface, {})
+            queries = [{**q, **READ_QUERIES.get(surface, {})} for q in queries]
             for ids in bindings:
                 url = template.format(**ids) if ids else template
                 if method == "get":
-                    out += [Request(surface, "api", "GET", url, query=q) for q in queries]
+                    out += [Request(surface, "api", "GET", url, query=q, headers=headers) for q in queries]
                 else:
                     out += [Request(surface, "api", "POST", url, body=b) for b in READ_BODIES[template](ids, subjects)]
     return out
+
+
+# A thread's stream replays its runs' logs from the start (Last-Event-ID 0) and ends once they have settled
+# (follow=false), in every mode: without them it would only wait for runs to come.
+READ_QUERIES: dict[str, dict[str, Any]] = {
+    "GET /lg/threads/{thread_id}/stream": {"stream_mode": ["run_modes", "lifecycle", "state_update"], "follow": "false"}
+}
+READ_HEADERS: dict[str, dict[str, str]] = {"GET /lg/threads/{thread_id}/stream": {"Last-Event-ID": "0"}}
 
 
 def _query_variants(operation: dict[str, Any], subjects: list[Subject]) -> list[dict[str, Any]]:
@@ -643,7 +654,7 @@ def _body(response: Any) -> str:
 def fetch(reader: Reader, request: Request, api: Client, console: Client, cookie: Any, events: Any) -> tuple[int, str]:
     if request.kind == "api":
         if request.method == "GET":
-            response = api.get(request.url, request.query)
+            response = api.get(request.url, request.query, headers=request.headers)
         else:
             response = api.post(request.url, json.dumps(request.body), content_type="application/json")
         return response.status_code, _body(response)

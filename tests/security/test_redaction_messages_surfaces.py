@@ -3,8 +3,8 @@
 of every response must hold no piece of the value; the auditor and the admin still see it.
 
 Read through a real server (daphne) and worker, as the LangGraph SDK reads ``/lg/``: every stream mode of
-a run, its join and join stream, ``runs.wait``, ``threads.get``, ``threads.search``, ``get_state`` (also
-with subgraphs and at a checkpoint), ``get_history``; the native API's thread, history and task; the
+a run, its join and join stream, the thread's stream, ``runs.wait``, ``threads.get``, ``threads.search``,
+``get_state`` (also with subgraphs and at a checkpoint), ``get_history``; the native API's thread, history and task; the
 console's thread and task pages; the audit export.
 """
 
@@ -148,6 +148,12 @@ def _read_everything(server: str, reader: Reader, world: World) -> dict[str, byt
             out[f"join_stream {run_id}"] = lg.get(
                 f"/threads/{tid}/runs/{run_id}/stream", params=[("stream_mode", m) for m in ALL_MODES]
             )
+        # Every run of the thread from its start, each in the modes it published, and its state updates.
+        out["threads.join_stream"] = lg.get(
+            f"/threads/{tid}/stream",
+            params=[("stream_mode", m) for m in ("run_modes", "lifecycle", "state_update")] + [("follow", "false")],
+            headers={"Last-Event-ID": "0"},
+        )
     api_base = server.removesuffix("/lg") + "/api"
     with httpx.Client(
         base_url=api_base, headers={"Authorization": f"Bearer {reader.token}"}, timeout=scaled(60)
@@ -222,5 +228,6 @@ def test_a_reader_with_reveal_rights_still_reads_it(server, personas, world, rol
     bodies = _read_everything(server, _reader(personas[role]), world)
     assert set(bodies.status.values()) == {200}, bodies.status
     found = _found(bodies, world.canary)
-    for surface in ("get_state", "get_state subgraphs", "get_history", "threads.get", "api thread", "console thread"):
+    surfaces = ("get_state", "get_state subgraphs", "get_history", "threads.get", "threads.join_stream", "api thread")
+    for surface in (*surfaces, "console thread"):
         assert surface in found, f"{role} does not see the value on {surface}"
