@@ -157,3 +157,33 @@ def streamed_and_joined(operator: httpx.Client, var: Path) -> None:
     joined = _events(operator.get(f"/lg/threads/{thread}/runs/{run}/stream", timeout=scaled(60)).text)
     assert [e for e in joined if e[1]] == [e for e in live if e[1]], "a late join gets every chunk, in order"
     assert (var / "run_streams.sqlite3").exists()
+    # The thread's stream (threads.join_stream) replays the run from the log's first id, then its run_done.
+    replayed = operator.get(
+        f"/lg/threads/{thread}/stream", params={"follow": "false"}, headers={"Last-Event-ID": "0"}, timeout=scaled(60)
+    )
+    assert _events(replayed.text) == [("metadata", ""), *[e for e in live if e[1]], ("metadata", "")], replayed.text
+    assert replayed.text.endswith(f'data: {{"status": "run_done", "run_id": "{run}"}}\n\n')
+    thread_followed_live(operator)
+
+
+def thread_followed_live(operator: httpx.Client) -> None:
+    """Joined first, a thread's stream sends the run started after the join, found without NOTIFY (SQLite)."""
+    thread = operator.post("/lg/threads", json={}).json()["thread_id"]
+    with operator.stream("GET", f"/lg/threads/{thread}/stream", timeout=scaled(60)) as response:
+        lines = response.iter_lines()
+        assert next(lines) == ": joined"
+        started = operator.post(
+            f"/lg/threads/{thread}/runs",
+            json={
+                "assistant_id": "loan_approval",
+                "input": {"applicant": "Followed", "loan_id": "E-3", "amount": 20000, "income": 40000},
+            },
+        )
+        assert started.status_code == 200, started.text
+        done = f'data: {{"status": "run_done", "run_id": "{started.json()["run_id"]}"}}'
+        seen = []
+        for line in lines:
+            seen.append(line)
+            if line == done:
+                break
+    assert f'data: {{"run_id": "{started.json()["run_id"]}", "attempt": 1}}' in seen, seen
