@@ -209,9 +209,9 @@ _PHASES = (
     ("runtime.executor", "run_claim"),
     ("runtime.executor", "_input_for"),  # the resume guard's state read
     ("runtime.executor", "_stream"),  # the graph, with everything it calls
-    ("runtime.store", "RecordingStore.batch"),
-    ("runtime.store", "RecordingStore._record"),  # a read's record
-    ("runtime.store", "RecordingStore._record_writes"),  # a write's record and its audit row
+    ("runtime.run_store", "RecordingStore.batch"),
+    ("runtime.run_store", "RecordingStore._record"),  # a read's record
+    ("runtime.run_store", "RecordingStore._record_writes"),  # a write's record and its audit row
     ("runtime.effect_ledger", "_intent_insert"),
     ("runtime.effect_ledger", "_result_record"),
     ("runtime.signals", "effect_executed.send"),  # the result's audit row, in the result's transaction

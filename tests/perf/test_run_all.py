@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import subprocess
 import sys
 from pathlib import Path
@@ -42,3 +43,16 @@ def test_every_bench_script_is_a_scenario_or_serves_one():
         "embedded_broker",  # docs/embedded.md: the choice of the embedded broker
     }
     assert scripts - run - not_scenarios == set(), "a script make bench never runs"
+
+
+def test_the_decision_profiles_timeline_clocks_functions_that_exist():
+    """``bench/decision_profile.py --timeline`` wraps its phases by module and name: when ``RecordingStore``
+    moved out of ``runtime.store`` the option failed at its start, and no test noticed (round 43)."""
+    from bench.decision_profile import _PHASES
+
+    for module_name, qualname in _PHASES:
+        owner = importlib.import_module(module_name)
+        for part in qualname.split("."):
+            assert hasattr(owner, part), f"{module_name}.{qualname}: no {part} (moved or renamed?)"
+            owner = getattr(owner, part)
+        assert callable(owner), f"{module_name}.{qualname}"
