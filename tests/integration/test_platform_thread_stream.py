@@ -19,6 +19,7 @@ from langgraph_sdk import get_client
 from approvals.redaction import MASK
 from runtime.models import Run
 from tests.conftest import loan_input, scaled, wait_for
+from tests.integration.test_cancel_running import _input, _reached, _release, _stopped, hold_dir  # noqa: F401
 from tests.integration.test_platform_sdk import server  # noqa: F401 - the live daphne fixture
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db", "live_worker")]
@@ -194,6 +195,41 @@ def test_a_joined_reader_gets_each_new_run_and_state_update_live(server, persona
             assert data["thread_id"] == thread and entry_id is None
             assert data["state"]["values"]["route"] == "checked twice"
             assert data["state"]["checkpoint"]["checkpoint_id"] == updated.json()["checkpoint"]["checkpoint_id"]
+
+
+def test_a_run_cancelled_by_the_next_ends_before_the_next_begins(server, personas, live_worker, hold_dir):  # noqa: F811
+    """multitask_strategy=interrupt: the thread's running run (zombie_pay, held before its payment) is cancelled
+    and the new one starts. The joined reader gets the first run to its run_done, with no error (it was
+    cancelled, not failed), then the second whole: one run after the other, neither cut into the other."""
+
+    def body(hold: str, payment: str) -> dict[str, Any]:
+        return {"assistant_id": "zombie_pay", "input": _input(hold_dir, hold, payment), "stream_mode": "updates"}
+
+    with httpx.Client(base_url=server, headers={"x-api-key": personas["operator"].token}, timeout=scaled(30)) as op:
+        thread = op.post("/threads", json={}).json()["thread_id"]
+        with op.stream("GET", f"/threads/{thread}/stream") as response:
+            stream = _Sse(response)
+            _joined(stream)
+            first = op.post(f"/threads/{thread}/runs", json=body("before_effect", "T-a")).json()["run_id"]
+            pid = wait_for(lambda: _reached(hold_dir, "before_effect"), timeout=30, what="the first run to hold")
+            created = op.post(
+                f"/threads/{thread}/runs", json={**body("none", "T-b"), "multitask_strategy": "interrupt"}
+            )
+            assert created.status_code == 200, created.text
+            second = created.json()["run_id"]
+            seen = stream.until(_run_done(second))
+            _release(hold_dir, "before_effect", pid)
+    _stopped(live_worker, first)
+    names = [event for event, _, _ in seen]
+    ends = [i for i, (event, data, _) in enumerate(seen) if event == "metadata" and "status" in data]
+    starts = [i for i, (event, data, _) in enumerate(seen) if event == "metadata" and "attempt" in data]
+    assert [seen[i][1]["run_id"] for i in starts] == [first, second], names
+    assert [seen[i][1]["run_id"] for i in ends] == [first, second], names
+    assert starts[0] == 0 < ends[0] < starts[1] < ends[1] == len(seen) - 1, "one run after the other"
+    assert set(names[1 : ends[0]]) == {"updates"}, "the first run's chunks, and no error: it was cancelled"
+    assert set(names[starts[1] + 1 : -1]) == {"updates"}, names
+    assert seen[-2][1]["pay"]["paid_by"], "the second run paid"
+    assert Run.objects.get(pk=first).status == "cancelled"
 
 
 def test_a_reader_without_reveal_rights_gets_state_updates_masked(server, personas):  # noqa: F811
