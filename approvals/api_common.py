@@ -13,7 +13,7 @@ import functools
 import inspect
 import logging
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from inspect import iscoroutinefunction
 from typing import Any
 
@@ -21,7 +21,7 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.exceptions import BadRequest, ImproperlyConfigured, PermissionDenied, SuspiciousOperation
 from django.db import DatabaseError, InterfaceError, OperationalError
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed, StreamingHttpResponse
 from django.http.response import HttpResponseBase
 from django.urls import URLPattern, URLResolver, path, re_path, reverse
 from django.views.decorators.csrf import csrf_exempt
@@ -158,12 +158,14 @@ class ServedPattern:
         @functools.wraps(view)
         async def serving_async(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
             with self.head_as_get(request):
-                return self.refusal(request, await view(request, *args, **kwargs))
+                response = self.refusal(request, await view(request, *args, **kwargs))
+            return _headers_only(request, response)
 
         @functools.wraps(view)
         def serving(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
             with self.head_as_get(request):
-                return self.refusal(request, view(request, *args, **kwargs))
+                response = self.refusal(request, view(request, *args, **kwargs))
+            return _headers_only(request, response)
 
         wrapped = serving_async if iscoroutinefunction(view) else serving
         setattr(wrapped, _TOKEN_PERMS_ATTR, self.token_perms)
@@ -453,3 +455,17 @@ def api_errors_install(
     api.exception_handler(ValidationError)(on_validation_error)
     api.exception_handler(AuthenticationError)(on_auth_error)
     api.exception_handler(HttpError)(on_http_error)
+
+
+async def _no_body() -> AsyncIterator[bytes]:
+    return
+    yield  # an async generator that yields nothing
+
+
+def _headers_only(request: HttpRequest, response: HttpResponseBase) -> HttpResponseBase:
+    """A HEAD's answer to a GET that streams (a run's or a thread's events): its headers, and a stream never
+    started. The server drops a HEAD's body, but only as it sends it: the stream would have run (and held the
+    request) for as long as the GET's would."""
+    if request.method == "HEAD" and isinstance(response, StreamingHttpResponse):
+        response.streaming_content = _no_body() if response.is_async else iter(())
+    return response

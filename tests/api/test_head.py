@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
+from asgiref.sync import async_to_sync
 from django.test import Client
 
 from tests.conftest import Persona, daphne_serving, scaled, worker_env
@@ -31,6 +32,19 @@ def _get_paths(client: Client, headers: dict[str, str], values: dict[str, str]) 
             if "get" in operations:
                 paths.append(re.sub(r"\{(\w+)\}", lambda m: values.get(m.group(1), str(uuid.uuid4())), path))
     return paths
+
+
+def _body(response: Any) -> bytes:
+    """A response's body as the server would send it; an event stream's read to its end."""
+    if not getattr(response, "streaming", False):
+        return bytes(response.content)
+    if response.is_async:
+
+        async def read() -> bytes:
+            return b"".join([chunk async for chunk in response.streaming_content])
+
+        return async_to_sync(read)()
+    return b"".join(response.streaming_content)
 
 
 def test_every_get_of_either_api_answers_head_as_it_answers_get(personas: dict[str, Persona]) -> None:
@@ -51,7 +65,7 @@ def test_every_get_of_either_api_answers_head_as_it_answers_get(personas: dict[s
         head = client.head(path, headers=headers)
         assert head.status_code == get.status_code, (path, head.status_code, head.content[:300], get.status_code)
         assert head.headers.get("Content-Type") == get.headers.get("Content-Type"), path
-        assert head.content == b"", path
+        assert _body(head) == b"", path
         answered[path] = head.status_code
     # Not only refusals: the readable ones answered 200 (the thread, its state, the assistants, the lists).
     assert sum(status == 200 for status in answered.values()) >= 10, answered
@@ -83,3 +97,19 @@ def test_over_http_a_head_gets_the_get_s_headers_and_no_body(served: str, person
     assert head.content == b""
     assert head.headers["Content-Type"] == get.headers["Content-Type"] == "application/json; charset=utf-8"
     assert head.headers["X-Request-Id"]
+
+
+def test_a_head_of_an_event_stream_answers_its_headers_without_running_it(
+    served: str, personas: dict[str, Persona]
+) -> None:
+    """A thread's stream follows the thread for GATEHOUSE_PLATFORM_WAIT_SECONDS (120 s here): a HEAD ran it
+    all that time for a body the server then dropped. It answers at once, as the GET's headers."""
+    headers = {"Authorization": f"Bearer {personas['operator'].token}"}
+    with httpx.Client(base_url=served, headers=headers, timeout=scaled(10)) as client:
+        thread = client.post("/lg/threads", json={}).json()["thread_id"]
+        head = client.head(f"/lg/threads/{thread}/stream")
+        with client.stream("GET", f"/lg/threads/{thread}/stream") as get:
+            assert next(get.iter_lines()) == ": joined"
+    assert (head.status_code, get.status_code) == (200, 200)
+    assert head.headers["Content-Type"] == get.headers["Content-Type"] == "text/event-stream"
+    assert head.content == b""
