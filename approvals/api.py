@@ -41,7 +41,7 @@ from approvals.schemas import (
 )
 from approvals.security import request_proof_at, session_proof_record, signed_via
 from runtime.models import ACTIVE_RUN_STATUSES, Effect, Run, Thread, ThreadStatus
-from runtime.notify import ThreadWatch
+from runtime.notify import ThreadWatch, wait_bounded
 from runtime.registry import graph_get, graph_names
 from runtime.state import CheckpointView
 from runtime.state_schema import json_schema_for
@@ -203,7 +203,7 @@ def _until(thread_id: Any, read: Any, done: Any, seconds: float) -> Any:
     (console.request_threads): waiting in an async view instead cost two more crossings between the
     thread and the event loop per read. ``ThreadWatch.wait`` gives the pooled connection back while
     it blocks."""
-    deadline = time.monotonic() + seconds
+    deadline = time.monotonic() + wait_bounded(seconds)
     with ThreadWatch(thread_id) as watch:
         while True:
             value = read()

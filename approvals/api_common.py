@@ -35,6 +35,7 @@ from approvals.inputs import parse_error_of
 from approvals.permissions import TOKEN_NEEDS_ATTR, TOKEN_SCOPE_ATTR, access_load, token_actions_for
 from approvals.security import request_token_mark
 from approvals.tokens import token_authenticate
+from runtime.notify import waits_skipped
 from runtime.retry import concurrent_change, stale_code
 
 log = logging.getLogger(__name__)
@@ -194,7 +195,8 @@ class ServedPattern:
             return
         request.method = "GET"
         try:
-            yield
+            with waits_skipped():  # a long poll's headers now, not after its wait
+                yield
         finally:
             request.method = "HEAD"
 

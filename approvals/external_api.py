@@ -21,7 +21,7 @@ from approvals.inputs import AwareDatetime
 from approvals.models import ExternalTask
 from approvals.permissions import token_needs
 from approvals.schemas import BodyIn
-from runtime.notify import between_waits
+from runtime.notify import between_waits, wait_bounded
 from runtime.registry import EXTERNAL_SOURCE_PATTERN
 
 router = Router(tags=["external tasks"])
@@ -196,7 +196,7 @@ async def external_task_decision(
     Async, polling with short database calls, so a waiting engine holds no worker thread.
     """
     user = request.auth
-    deadline = time.monotonic() + query.wait
+    deadline = time.monotonic() + wait_bounded(query.wait)
     while True:
         item, ready = await between_waits(_decision_poll)(user, task_id)
         if ready or time.monotonic() >= deadline:

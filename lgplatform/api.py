@@ -71,7 +71,7 @@ from lgplatform.schemas import (
     ThreadStreamQuery,
 )
 from runtime.models import ACTIVE_RUN_STATUSES, Run, Thread
-from runtime.notify import ThreadWatch, between_waits
+from runtime.notify import ThreadWatch, between_waits, wait_bounded
 from runtime.registry import graph_get
 from runtime.runs import run_options_record
 from runtime.state_schema import json_schema_for
@@ -79,7 +79,8 @@ from runtime.stream import run_log
 
 
 def _wait_limit() -> float:
-    return float(settings.GATEHOUSE_PLATFORM_WAIT_SECONDS)
+    """How long a wait, join or stream may last (none for a HEAD: ``runtime.notify.waits_skipped``)."""
+    return wait_bounded(float(settings.GATEHOUSE_PLATFORM_WAIT_SECONDS))
 
 
 _NO_CRONS = "crons are not served: call runs.create from a scheduler of your own"

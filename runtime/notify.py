@@ -17,11 +17,12 @@ notification lost while the listener reconnects only delays them. On SQLite
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, ParamSpec, TypeVar
 
 from asgiref.sync import sync_to_async
@@ -179,6 +180,25 @@ class WaitsEnd:
 
 
 _waits_end: contextvars.ContextVar[WaitsEnd | None] = contextvars.ContextVar("gatehouse_waits_end", default=None)
+
+
+_no_waiting: contextvars.ContextVar[bool] = contextvars.ContextVar("gatehouse_no_waiting", default=False)
+
+
+@contextlib.contextmanager
+def waits_skipped() -> Iterator[None]:
+    """Within it, a long poll answers at once what it would answer at its timeout: a HEAD of a GET that waits
+    (its headers are all the client gets; the wait held the request for a body nobody reads)."""
+    token = _no_waiting.set(True)
+    try:
+        yield
+    finally:
+        _no_waiting.reset(token)
+
+
+def wait_bounded(seconds: float) -> float:
+    """How long a long poll may wait: ``seconds``, or not at all inside ``waits_skipped``."""
+    return 0.0 if _no_waiting.get() else seconds
 
 
 def waits_end_for(end: WaitsEnd) -> contextvars.Token[WaitsEnd | None]:

@@ -17,7 +17,7 @@ import pytest
 from asgiref.sync import async_to_sync
 from django.test import Client
 
-from tests.conftest import Persona, daphne_serving, scaled, worker_env
+from tests.conftest import Persona, daphne_serving, loan_input, scaled, worker_env
 
 pytestmark = pytest.mark.usefixtures("live_db")
 
@@ -113,3 +113,20 @@ def test_a_head_of_an_event_stream_answers_its_headers_without_running_it(
     assert (head.status_code, get.status_code) == (200, 200)
     assert head.headers["Content-Type"] == get.headers["Content-Type"] == "text/event-stream"
     assert head.content == b""
+
+
+def test_a_head_of_a_long_poll_answers_at_once_as_its_get_would_at_its_timeout(
+    served: str, personas: dict[str, Persona]
+) -> None:
+    """``GET /api/threads/{id}?wait_for=completed&timeout=30`` waits up to 30 s: its HEAD waited as long for the
+    same headers. No worker runs in this module, so the thread never completes: the HEAD must not wait (the
+    client gives up well before 30 s), and answers the GET's status and headers."""
+    headers = {"Authorization": f"Bearer {personas['operator'].token}"}
+    with httpx.Client(base_url=served, headers=headers, timeout=scaled(10)) as client:
+        started = client.post("/api/threads", json={"graph": "loan_approval", "input": loan_input()})
+        assert started.status_code == 201, started.text
+        path = f"/api/threads/{started.json()['id']}"
+        head = client.head(path, params={"wait_for": "completed", "timeout": 30})
+        get = client.get(path, params={"wait_for": "completed", "timeout": 0})
+    assert (head.status_code, get.status_code) == (200, 200)
+    assert head.headers["Content-Type"] == get.headers["Content-Type"] and head.content == b""
