@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing
 import os
+import signal
 import threading
 from datetime import timedelta
 from typing import Any
@@ -184,7 +186,30 @@ def _ready_probe(sender: Celery, **kwargs: object) -> None:
     worker_ready.connect(write_ready, weak=False)
     worker_shutting_down.connect(_bounded_shutdown, weak=False)
     worker_shutdown.connect(remove_ready, weak=False)
+    worker_shutdown.connect(beat_stop_ensure, weak=False)
     _ops_signals_connect()
+
+
+BEAT_STOP_SECONDS = 5.0  # how long the worker waits for its beat process after each request to stop
+
+
+def beat_stop_ensure(sender: Any = None, **_: object) -> None:
+    """The worker's embedded beat is a child process stopped with one SIGTERM (Celery's ``_Process.stop``). A
+    SIGTERM that reaches it while it is still starting, before it resets the handlers it inherited from the
+    worker, is lost: the beat ran on, and the worker waited at exit to join it. A `make run` killed just as it
+    started left both behind (found by ``test_a_killed_launcher_takes_its_children_with_it...``). So: wait for
+    the beat to stop, ask again, then kill it."""
+    beat: Any = getattr(sender, "beat", None)
+    if getattr(beat, "pid", None) is None or not all(hasattr(beat, m) for m in ("join", "is_alive", "terminate")):
+        return  # no beat, or one in a thread: nothing left running (Celery's is billiard's Process: no kill())
+    for sig in (None, signal.SIGTERM, signal.SIGKILL):
+        if sig is not None:
+            log.warning("beat: still running %gs after it was asked to stop; sending %s", BEAT_STOP_SECONDS, sig.name)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(beat.pid, sig)
+        beat.join(BEAT_STOP_SECONDS)
+        if not beat.is_alive():
+            return
 
 
 # --- health and log context (ops; see console/heartbeats.py, console/logs.py) -------------
