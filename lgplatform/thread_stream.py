@@ -92,7 +92,6 @@ class _Joined:
     """The thread as the stream found it: the runs to follow at once, and where new runs and state updates start."""
 
     runs: list[Run]
-    runs_at_join: set[Any]
     known: set[Any]  # runs at the newest creation time seen: not new, though not older than ``since``
     since: datetime.datetime | None  # a run created at or after this (and not known) is new
     updates_after: int  # the thread's newest ``thread.state_updated`` audit event
@@ -106,10 +105,8 @@ def _joined(user: permissions.Principal, thread_id: Any, after: str | None) -> _
     if after is not None:  # settled runs whose log may still hold entries after the id
         following |= Q(created_at__gte=timezone.now() - datetime.timedelta(seconds=TTL_SECONDS))
     newest = AuditEvent.objects.filter(thread_id=thread.pk, action=AuditAction.THREAD_STATE_UPDATED)
-    found = list(runs.filter(following))
     return _Joined(
-        runs=found,
-        runs_at_join={run.pk for run in found},
+        runs=list(runs.filter(following)),
         known=set(runs.filter(created_at=since).values_list("pk", flat=True)) if since else set(),
         since=since,
         updates_after=newest.aggregate(last=Max("id"))["last"] or 0,
@@ -155,7 +152,8 @@ async def thread_stream_events(
     try:
         async with ThreadWatch(thread_id) as watch:
             joined = await between_waits(_joined)(user, thread_id, after)
-            done |= joined.known - {run.pk for run in joined.runs}
+            at_join = {run.pk for run in joined.runs}
+            done |= joined.known - at_join
             updates_after = joined.updates_after
             runs = joined.runs
             plan = await _resumed(runs, after) if after is not None else {}
@@ -166,7 +164,7 @@ async def thread_stream_events(
                         continue
                     seen = followed.get(run.pk)
                     if seen is None:
-                        if after is not None and run.pk in joined.runs_at_join and run.pk not in plan:
+                        if after is not None and run.pk in at_join and run.pk not in plan:
                             done.add(run.pk)  # the reader had all of it
                             continue
                         seen = await _follow(user, thread_id, run, chunks, plan.get(run.pk))
