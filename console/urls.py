@@ -94,6 +94,9 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("favicon.ico", assets.favicon),
 ]
 
+# A session deleted while its request ran is a sign-out, not a bad request (console/views/errors.py).
+handler400 = "console.views.errors.bad_request"
+
 # /static/ is served by WhiteNoise (settings: --- static files ---); /health/live, /health/ready
 # and /metrics by console.probes.ProbeMiddleware, before host validation and the HTTPS redirect.
 

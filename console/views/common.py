@@ -51,8 +51,7 @@ def console_login_required(view: View) -> View:
     def wrapper(request: HtmxHttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         if not request.user.is_authenticated:
             if request.htmx:
-                back = request.htmx.current_url_abs_path or "/"
-                sign_in = f"{settings.LOGIN_URL}?{urlencode({'next': back})}"
+                sign_in = _sign_in_url(request)
                 if request.method in ("GET", "HEAD"):
                     return HttpResponseClientRedirect(sign_in)
                 answer = render(request, "console/partials/signed_out.html", {"sign_in": sign_in}, status=401)
@@ -78,6 +77,28 @@ def console_login_required(view: View) -> View:
         return view(request, *args, **kwargs)
 
     return wrapper
+
+
+def _sign_in_url(request: HtmxHttpRequest) -> str:
+    """The sign-in form, returning to the page an htmx request was sent from."""
+    back = request.htmx.current_url_abs_path or "/"
+    return f"{settings.LOGIN_URL}?{urlencode({'next': back})}"
+
+
+def session_ended(request: HtmxHttpRequest) -> HttpResponse:
+    """The answer to an htmx request whose session was deleted while it ran (signed out in another tab): the
+    view ran signed in, and Django's session middleware refused to save the deleted session (a 400).
+
+    That 400's bare page was swapped over the request's target — a filter's answer replaced the inbox's
+    results with "Bad Request", and every later filter change found no target and sent nothing. A read is
+    answered as one that arrived signed out (console.js keeps a page holding typed text and says so). A write
+    has already run, so it is not called unrecorded: the session notice says it may have been recorded.
+    """
+    sign_in = _sign_in_url(request)
+    if request.method in ("GET", "HEAD"):
+        return HttpResponseClientRedirect(sign_in)
+    answer = render(request, "console/partials/session_ended.html", {"sign_in": sign_in}, status=401)
+    return reswap(retarget(answer, SESSION_NOTICE), "innerHTML")
 
 
 # Sent by every htmx request (base.html's hx-headers): the user the page was drawn for.

@@ -5,10 +5,14 @@ from __future__ import annotations
 import json
 import re
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from html import unescape
 
 import pytest
+from django.contrib.sessions.models import Session
+from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
@@ -81,6 +85,57 @@ def test_an_expired_session_on_an_htmx_request_reloads_to_sign_in():
     response = Client().get("/", headers={"HX-Request": "true", "HX-Current-URL": "http://testserver/?graph=x"})
     assert response.status_code == 200
     assert response["HX-Redirect"] == "/accounts/login/?next=%2F%3Fgraph%3Dx"
+
+
+@contextmanager
+def _signed_out_while_it_runs(client: Client) -> Iterator[None]:
+    """The client's session is deleted (a sign-out in another tab) just after its request has loaded it: on
+    the request's next query, so the view runs signed in and the session middleware then finds it gone."""
+    key = client.cookies["sessionid"].value
+    state = {"loaded": False, "deleted": False}
+
+    def sign_out_after_load(execute, sql, params, many, context):  # type: ignore[no-untyped-def]
+        result = execute(sql, params, many, context)
+        if "django_session" in sql and sql.lstrip().upper().startswith("SELECT"):
+            state["loaded"] = True
+        elif state["loaded"] and not state["deleted"]:
+            state["deleted"] = True
+            Session.objects.filter(session_key=key).delete()
+        return result
+
+    with connection.execute_wrapper(sign_out_after_load):
+        yield
+    assert state["deleted"], "the session was never deleted mid-request: the test proved nothing"
+
+
+def test_a_read_whose_session_ends_while_it_runs_is_answered_as_signed_out(personas, loan_task):
+    """A filter answered while another tab signed out got Django's bare 400 ("the request's session was deleted
+    before the request completed"), and htmx swapped it over the inbox's results: every later filter change
+    found no target and did nothing, not even go to the sign-in page."""
+    client = console_client(personas["reviewer"])
+    htmx = {"HX-Request": "true", "HX-Target": "inbox-results", "HX-Current-URL": "http://testserver/?due=soon"}
+    with _signed_out_while_it_runs(client):
+        response = client.get("/?due=soon", headers=htmx)
+    assert response.status_code == 200
+    assert response["HX-Redirect"] == "/accounts/login/?next=%2F%3Fdue%3Dsoon"
+    client = console_client(personas["reviewer"])
+    with _signed_out_while_it_runs(client):
+        page = client.get("/?due=soon")
+    assert page.status_code == 302 and page["Location"] == "/accounts/login/?next=/%3Fdue%3Dsoon"
+
+
+def test_a_write_whose_session_ends_while_it_runs_is_not_called_unrecorded(personas, loan_task):
+    """The write ran signed in, so it was recorded: the notice says it may have been, not that it was not."""
+    client = console_client(personas["reviewer"])
+    htmx = {"HX-Request": "true", "HX-Current-URL": f"http://testserver/tasks/{loan_task.pk}/"}
+    with _signed_out_while_it_runs(client):
+        response = client.post(f"/tasks/{loan_task.pk}/claim", headers=htmx)
+    assert response.status_code == 401
+    assert response["HX-Retarget"] == "#session-notice"
+    body = response.content.decode()
+    assert "may have been recorded" in body and "nothing was recorded" not in body
+    assert f"next=%2Ftasks%2F{loan_task.pk}%2F" in body
+    assert TaskClaim.objects.filter(task=loan_task).exists()
 
 
 def test_sign_in_and_sign_out(personas):
