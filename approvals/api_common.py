@@ -110,6 +110,9 @@ class GatehouseAPI(NinjaAPI):
     @property
     def urls(self) -> tuple[list[URLResolver | URLPattern], str, str]:
         patterns, app_name, namespace = super().urls
+        # A literal segment wins over a parameter where both match (POST /threads/{id}/runs/crons is not a run
+        # id's 405): fewer parameters first; otherwise the order the operations were declared in.
+        patterns = sorted(patterns, key=lambda p: str(getattr(p, "pattern", "")).count("<"))
         answered = [self._served(p) for p in patterns]
         return [*answered, re_path(r"^.*$", csrf_exempt(self.path_unknown))], app_name, namespace
 

@@ -272,6 +272,12 @@ class AuditAction(models.TextChoices):
     # Cancelling a running run (approvals.run_cancel): the thread rolled back, a task of the run withdrawn.
     RUN_ROLLED_BACK = "run.rolled_back"
     TASK_CANCELLED = "task.cancelled"
+    # Crons (lgplatform/crons.py): made, changed, deleted; each firing's run, or why it was skipped.
+    CRON_CREATED = "cron.created"
+    CRON_UPDATED = "cron.updated"
+    CRON_DELETED = "cron.deleted"
+    CRON_FIRED = "cron.fired"
+    CRON_SKIPPED = "cron.skipped"
     # Retention (runtime.retention): what a prune deleted — counts, cut-offs, the threads (docs/retention.md).
     CHECKPOINTS_PRUNED = "checkpoints.pruned"
 

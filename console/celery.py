@@ -54,7 +54,7 @@ app.config_from_object(_DjangoSettings(), namespace="CELERY")
 # start (two CDeprecationWarnings and "Please run `celery upgrade settings`"). Read with the configuration.
 app.add_defaults({"accept_content": ["json"], "task_serializer": "json"})
 # Each package's tasks.py: approvals.outbound.tasks is where webhook delivery lives.
-app.autodiscover_tasks(["runtime", "approvals", "approvals.outbound"])
+app.autodiscover_tasks(["runtime", "approvals", "approvals.outbound", "lgplatform"])
 celery_json_install(app)  # GATEHOUSE_LOG_FORMAT=json: no printed banners, stop lines as objects
 
 

@@ -385,6 +385,9 @@ GATEHOUSE_ANCHOR_SECONDS = env_float("GATEHOUSE_ANCHOR_SECONDS", 3600.0, minimum
 GATEHOUSE_AUDIT_ANCHOR_SINK = env_str("GATEHOUSE_AUDIT_ANCHOR_SINK") or ""
 GATEHOUSE_DEMO = env_bool("GATEHOUSE_DEMO", EMBEDDED)
 
+# --- crons (lgplatform/crons.py): how often beat looks for due crons; a schedule's finest step is a minute ---
+GATEHOUSE_CRON_SECONDS = env_float("GATEHOUSE_CRON_SECONDS", 10.0, minimum=1.0)
+
 # --- deadlines: the reminder/escalation sweep, and the e-mail it sends (approvals.deadlines) ---
 GATEHOUSE_DEADLINE_SWEEP_SECONDS = env_float("GATEHOUSE_DEADLINE_SWEEP_SECONDS", 30.0, minimum=1.0)
 # Links in e-mails point here (e.g. https://gatehouse.example.com); empty: paths only.
@@ -473,6 +476,7 @@ CELERY_BEAT_SCHEDULE = {
     "sweep-webhooks": {"task": "approvals.sweep_webhooks", "schedule": max(GATEHOUSE_SWEEP_SECONDS, 5.0)},
     "anchor-audit": {"task": "approvals.anchor_audit", "schedule": GATEHOUSE_ANCHOR_SECONDS},
     "sweep-deadlines": {"task": "approvals.sweep_deadlines", "schedule": GATEHOUSE_DEADLINE_SWEEP_SECONDS},  # deadlines
+    "fire-crons": {"task": "lgplatform.fire_crons", "schedule": GATEHOUSE_CRON_SECONDS},  # client.crons
 }
 
 # --- Channels ------------------------------------------------------------

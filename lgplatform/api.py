@@ -28,7 +28,6 @@ from approvals import services
 from approvals.api_common import ApiKeyAuth, BearerAuth, GatehouseAPI, api_errors_install, error_body_gatehouse
 from approvals.errors import DomainError, InvalidInput, Unavailable
 from approvals.inputs import AnyUuid, StrictJsonParser
-from approvals.payloads import NOT_GIVEN
 from approvals.permissions import token_needs
 from approvals.run_cancel import run_cancel_done
 from lgplatform import services as platform
@@ -47,6 +46,7 @@ from lgplatform.responses import (
     ThreadStateOut,
     ThreadUpdateStateOut,
 )
+from lgplatform.run_create import published_modes, run_create_recorded
 from lgplatform.schemas import (
     AssistantCountIn,
     AssistantSearchIn,
@@ -73,7 +73,6 @@ from lgplatform.schemas import (
 from runtime.models import ACTIVE_RUN_STATUSES, Run, Thread
 from runtime.notify import ThreadWatch, between_waits, wait_bounded
 from runtime.registry import graph_get
-from runtime.runs import run_options_record
 from runtime.state_schema import json_schema_for
 from runtime.stream import run_log
 
@@ -82,8 +81,6 @@ def _wait_limit() -> float:
     """How long a wait, join or stream may last (none for a HEAD: ``runtime.notify.waits_skipped``)."""
     return wait_bounded(float(settings.GATEHOUSE_PLATFORM_WAIT_SECONDS))
 
-
-_NO_CRONS = "crons are not served: call runs.create from a scheduler of your own"
 
 api = GatehouseAPI(
     title="Gatehouse — LangGraph Platform-compatible API",
@@ -95,13 +92,12 @@ api = GatehouseAPI(
     docs_url="/docs",
     # NUL bytes, non-finite or 64-bit-overflowing numbers, deep nesting: 4xx. A body is an object, but a batch's.
     parser=StrictJsonParser(arrays=("runs-batch",)),
-    # SDK calls not served (threads.prune, crons.create_for_thread) whose paths read as an id's: a 404 as for
-    # /runs/crons, not a 405 sending the client to a GET that reads "prune" as an id.
-    not_served=("threads/prune", "threads/[^/]+/runs/crons"),
-    # Calls refused on purpose, each saying why (the first that matches): crons (flags.crons is false in /info);
-    # threads.delete, threads.prune and runs.delete (what a reviewer decided and the audit trail names stays).
+    # An SDK call not served (threads.prune) whose path reads as an id's: a 404, not a 405 sending the client to
+    # a GET that reads "prune" as an id.
+    not_served=("threads/prune",),
+    # Calls refused on purpose, each saying why (the first that matches): threads.delete, threads.prune and
+    # runs.delete (what a reviewer decided and the audit trail names stays).
     refused_methods=(
-        *((method, "(threads/[^/]+/)?runs/crons(/.*)?", _NO_CRONS) for method in ("GET", "POST", "PATCH", "DELETE")),
         ("DELETE", "threads/[^/]+", "Gatehouse keeps every thread for its decisions and audit trail; cancel its run"),
         ("POST", "threads/prune", "Gatehouse keeps every thread for its decisions and audit trail: none is pruned"),
         ("DELETE", "threads/[^/]+/runs/[^/]+", "Gatehouse keeps every run for its thread's audit trail; cancel it"),
@@ -330,15 +326,6 @@ def thread_history_get(request: HttpRequest, thread_id: AnyUuid, query: Query[Hi
 # --- runs -------------------------------------------------------------------------------------
 
 
-_UNSUPPORTED = {
-    "interrupt_before": "static breakpoints are part of the registered graph",
-    "interrupt_after": "static breakpoints are part of the registered graph",
-    "webhook": "use Gatehouse's outbound webhooks",
-    "after_seconds": "delayed runs are not supported",
-    "context": "runs take no context; the graph is configured by its registration",
-}
-
-
 def _run_create_sync(
     request: HttpRequest, thread_id: UUID, body: RunCreateIn, *, stream: list[str] | None = None
 ) -> Run:
@@ -349,65 +336,13 @@ def _run_create_sync(
         raise
 
 
-@transaction.atomic  # the run and the stream it is to publish commit together: its worker reads both
 def _run_create_atomic(
     request: HttpRequest, thread_id: UUID, body: RunCreateIn, *, stream: list[str] | None = None
 ) -> Run:
-    # Read before anything is written: a refused limit leaves no run (and cancels no active one).
-    platform.run_config_check(body.config)
-    graph = platform.assistant_graph(_user(request), body.assistant_id)
-    recursion_limit = platform.recursion_limit_read(body.config, graph)
-    metadata = platform.run_metadata_read(body.config, body.metadata)
-    run = _run_create_body(request, thread_id, body, metadata)
-    # Every way a run is made here hands it back with its thread read (no query): its metadata is made from it.
-    run_options_record(
-        run=run,
-        multitask_strategy=body.multitask_strategy or "reject",
-        recursion_limit=recursion_limit,
-        config=platform.run_config_read(body.config),
-        metadata=platform.run_metadata_for(run.thread, graph, metadata),
-    )
-    if stream:
-        platform_stream.run_stream_record(run=run, modes=stream, subgraphs=body.stream_subgraphs)
-    return run
+    def replay(checkpoint_id: str) -> Run:
+        return platform_time_travel.run_replay(request, thread_id, body, checkpoint_id)
 
-
-def _run_create_body(request: HttpRequest, thread_id: UUID, body: RunCreateIn, metadata: dict[str, Any]) -> Run:
-    replay_from = platform_time_travel.checkpoint_wanted(body.checkpoint, body.checkpoint_id)
-    for name, why in _UNSUPPORTED.items():
-        if getattr(body, name):
-            raise InvalidInput(f"not supported: {why}", field=name)
-    if body.config and any(body.config.get(k) for k in ("configurable",)):
-        raise InvalidInput("not supported: runs take no configurable values", field="config.configurable")
-    if body.multitask_strategy == "enqueue":
-        raise InvalidInput(
-            "multitask_strategy 'enqueue' is not supported: a thread runs one run at a time; use 'reject', "
-            "'interrupt' or 'rollback'",
-            field="multitask_strategy",
-        )
-    command = body.command
-    if command is not None and command.goto is not None:
-        raise InvalidInput("command.goto is not supported; the graph routes itself", field="command.goto")
-    if replay_from:  # time travel: a run from a past checkpoint replays it on a new branch
-        return platform_time_travel.run_replay(request, thread_id, body, replay_from)
-    resume = command.resume if command is not None and "resume" in command.model_fields_set else NOT_GIVEN
-    return platform.run_create(
-        actor=_user(request),
-        thread_id=thread_id,
-        assistant_id=body.assistant_id,
-        input=body.input,
-        resume=resume,
-        update=command.update if command is not None else None,
-        metadata=body.metadata,
-        multitask_strategy=body.multitask_strategy,
-        if_not_exists=body.if_not_exists,
-        thread_metadata=metadata,
-    )
-
-
-def _published_modes(body: RunCreateIn) -> list[str] | None:
-    """The modes a background run publishes, for GET .../runs/{run_id}/stream to join (None: none named)."""
-    return platform_stream.stream_modes_parse(body.stream_mode) if body.stream_mode else None
+    return run_create_recorded(_user(request), thread_id, body, stream=stream, replay=replay)
 
 
 def _run_location(thread_id: Any, run_id: Any) -> str:
@@ -421,7 +356,7 @@ def run_create(request: HttpRequest, thread_id: AnyUuid, body: RunCreateIn) -> H
 
 
 def _run_created(request: HttpRequest, thread_id: UUID, body: RunCreateIn) -> HttpResponse:
-    run = _run_create_sync(request, thread_id, body, stream=_published_modes(body))
+    run = _run_create_sync(request, thread_id, body, stream=published_modes(body))
     response = api.create_response(request, platform.run_out(run, run.thread).model_dump(), status=200)
     response["Content-Location"] = _run_location(thread_id, run.id)
     return response
@@ -661,7 +596,7 @@ def _stateless_batch_create(request: HttpRequest, bodies: list[StatelessRunCreat
     for index, body in enumerate(bodies):
         try:
             thread_id, run_body = _stateless(body)
-            runs.append(_run_create_atomic(request, thread_id, run_body, stream=_published_modes(run_body)))
+            runs.append(_run_create_atomic(request, thread_id, run_body, stream=published_modes(run_body)))
         except DomainError as error:
             error.field = f"[{index}].{error.field}" if error.field else f"[{index}]"
             raise
@@ -669,3 +604,4 @@ def _stateless_batch_create(request: HttpRequest, bodies: list[StatelessRunCreat
 
 
 api.add_router("", "lgplatform.store_api.router")  # long-term memory store (client.store)
+api.add_router("", "lgplatform.crons_api.router")  # crons (client.crons)

@@ -200,6 +200,25 @@ class RunOut(Schema):
     error: str | None
 
 
+class CronOut(Schema):
+    """A cron as LangGraph Server's ``Cron``; ``payload`` masked for its reader like the state it writes."""
+
+    cron_id: str
+    assistant_id: str
+    thread_id: str | None
+    on_run_completed: str | None
+    end_time: datetime | None
+    schedule: str
+    timezone: str | None
+    created_at: datetime
+    updated_at: datetime
+    payload: dict[str, Any]
+    user_id: str | None
+    next_run_date: datetime | None
+    metadata: dict[str, Any]
+    enabled: bool
+
+
 class StoreItemsOut(Schema):
     items: list[dict[str, Any]]  # langgraph's Item / SearchItem, values masked per reader (approvals.store)
 

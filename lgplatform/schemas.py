@@ -9,7 +9,8 @@ The responses are in ``lgplatform.responses``.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from datetime import datetime
+from typing import Annotated, Any, Literal, get_args
 from uuid import UUID
 
 from ninja import Schema
@@ -198,6 +199,85 @@ class StatelessRunCreateIn(RunCreateIn):
 # A batch is created in one transaction: bounded, as every list a request sends is.
 STATELESS_BATCH_MAX = 100
 StatelessRunBatchIn = Annotated[list[StatelessRunCreateIn], Field(min_length=1, max_length=STATELESS_BATCH_MAX)]
+
+
+# --- crons (``client.crons``): bodies as LangGraph Server's cron routes take them ---
+
+CronField = Literal[
+    "cron_id",
+    "assistant_id",
+    "thread_id",
+    "on_run_completed",
+    "end_time",
+    "schedule",
+    "timezone",
+    "created_at",
+    "updated_at",
+    "payload",
+    "user_id",
+    "next_run_date",
+    "metadata",
+    "enabled",
+]
+CronSortBy = Literal["cron_id", "assistant_id", "thread_id", "next_run_date", "end_time", "created_at", "updated_at"]
+CronSchedule = Annotated[str, Field(min_length=1, max_length=200)]
+CronTimezone = Annotated[str, Field(min_length=1, max_length=64)]
+
+
+class CronRunIn(Schema):
+    """What each run a cron starts is made from (``lgplatform.crons``: checked as a run's body is)."""
+
+    input: dict[str, Any] | None = None
+    metadata: ThreadMetadata | None = None
+    config: dict[str, Any] | None = None
+    context: dict[str, Any] | None = None
+    interrupt_before: Any = None
+    interrupt_after: Any = None
+    webhook: str | None = None
+    multitask_strategy: Literal["reject", "interrupt", "rollback", "enqueue"] | None = None
+    stream_mode: str | list[str] | None = None
+    stream_subgraphs: StrictBool | None = None
+    stream_resumable: StrictBool | None = None
+    checkpoint_during: StrictBool | None = None
+    durability: Literal["sync", "async", "exit"] | None = None
+
+
+class CronCreateIn(CronRunIn):
+    assistant_id: str = Field(min_length=1, max_length=200)
+    schedule: CronSchedule
+    on_run_completed: Literal["delete", "keep"] | None = None
+    end_time: datetime | None = None  # naive: UTC, as LangGraph Server stores it
+    enabled: StrictBool = True
+    timezone: CronTimezone | None = None
+
+
+class CronPatchIn(CronRunIn):
+    """``crons.update``: what is sent changes; ``end_time: null`` clears the end time."""
+
+    schedule: CronSchedule | None = None
+    on_run_completed: Literal["delete", "keep"] | None = None
+    end_time: datetime | None = None  # naive: UTC, as LangGraph Server stores it
+    enabled: StrictBool | None = None
+    timezone: CronTimezone | None = None
+
+
+class CronSearchIn(Schema):
+    assistant_id: str | None = Field(default=None, max_length=200)
+    thread_id: str | None = Field(default=None, max_length=64)
+    enabled: StrictBool | None = None
+    metadata: Filter | None = None
+    limit: int = Field(default=10, ge=1, le=1000, strict=True)
+    offset: BodyOffset = 0
+    sort_by: CronSortBy | None = None
+    sort_order: SortOrder | None = None
+    select: list[CronField] | None = Field(default=None, max_length=len(get_args(CronField)))
+
+
+class CronCountIn(Schema):
+    assistant_id: str | None = Field(default=None, max_length=200)
+    thread_id: str | None = Field(default=None, max_length=64)
+    enabled: StrictBool | None = None
+    metadata: Filter | None = None
 
 
 # --- the store (``client.store``): bodies as LangGraph Server's store routes take them ---

@@ -29,12 +29,25 @@ from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Case, CharField, F, Func, OuterRef, Prefetch, Q, QuerySet, Subquery, Value, When
+from django.db.models import (
+    Case,
+    CharField,
+    F,
+    Func,
+    Model,
+    OuterRef,
+    Prefetch,
+    Q,
+    QuerySet,
+    Subquery,
+    Value,
+    When,
+)
 from django.db.models.fields.json import KeyTransform, compile_json_path  # type: ignore[attr-defined]
 from django.utils import timezone
 
@@ -71,6 +84,7 @@ from runtime.store import StoreConfigError
 
 # The namespace LangGraph Platform derives its per-graph assistant ids from, so
 # a graph has the same assistant_id here as on the Platform.
+M = TypeVar("M", bound=Model)
 ASSISTANT_NAMESPACE = uuid.UUID("6ba7b821-9dad-11d1-80b4-00c04fd430c8")
 
 THREAD_STATUS_OUT: dict[str, str] = {
@@ -275,11 +289,11 @@ def assistants_ordered(names: list[str], sort_by: str | None, sort_order: str | 
 
 def server_info() -> InfoOut:
     """What this server offers, as LangGraph Server's ``/info`` says it: assistants are listed and read (not made),
-    there are no crons, and nothing is traced to LangSmith."""
+    crons are served (lgplatform/crons.py), and nothing is traced to LangSmith."""
     return InfoOut(
         version=gatehouse_version(),
         langgraph_py_version=metadata.version("langgraph"),
-        flags=InfoFlagsOut(assistants=True, crons=False, langsmith=False),
+        flags=InfoFlagsOut(assistants=True, crons=True, langsmith=False),
         host=InfoHostOut(kind="gatehouse"),
     )
 
@@ -352,7 +366,8 @@ class _JsonTypeSqlite(Func):
 _SQLITE_JSON_TYPES: dict[Any, str] = {True: "true", False: "false", None: "null"}
 
 
-def _json_filter(qs: QuerySet[Thread], column: str, wanted: dict[str, Any]) -> QuerySet[Thread]:
+def json_keys_equal(qs: QuerySet[M], column: str, wanted: dict[str, Any]) -> QuerySet[M]:
+    """``qs`` where the JSON ``column`` has each key of ``wanted`` equal to its value (threads, crons)."""
     # KeyTransform takes the key literally (a "__" in it is not a path), and
     # per-key equality works on SQLite as well as PostgreSQL.
     for index, (key, value) in enumerate(wanted.items()):
@@ -371,7 +386,7 @@ GRAPH_METADATA_KEYS = ("graph_id", "assistant_id")
 def _metadata_filter(qs: QuerySet[Thread], wanted: dict[str, Any]) -> QuerySet[Thread]:
     """Filter on metadata as ``threads.get`` reports it: a thread bound to a graph by its first run has the
     ``graph_id`` and ``assistant_id`` of its graph, which its stored metadata does not hold."""
-    qs = _json_filter(qs, "metadata", {k: v for k, v in wanted.items() if k not in GRAPH_METADATA_KEYS})
+    qs = json_keys_equal(qs, "metadata", {k: v for k, v in wanted.items() if k not in GRAPH_METADATA_KEYS})
     for key in GRAPH_METADATA_KEYS:
         if key not in wanted:
             continue
@@ -401,15 +416,15 @@ def _values_filter(user: permissions.Principal, qs: QuerySet[Thread], wanted: di
     """
     masked_graphs = {g: p for g in graph_names() if (p := gateway.paths_masked_for(user, g))}
     if not masked_graphs:
-        return _json_filter(qs, "values", wanted)
+        return json_keys_equal(qs, "values", wanted)
     plain_graphs = ~Q(graph__in=list(masked_graphs))
-    matches = Q(pk__in=_json_filter(qs.filter(plain_graphs), "values", wanted).values("pk"))
+    matches = Q(pk__in=json_keys_equal(qs.filter(plain_graphs), "values", wanted).values("pk"))
     for graph, paths in masked_graphs.items():
         split = filter_split(wanted, paths)
         if split is None:
             continue  # it names a redacted location with a real value: nothing can match
         plain, masked = split
-        candidates = _json_filter(qs.filter(graph=graph), "values", plain)
+        candidates = json_keys_equal(qs.filter(graph=graph), "values", plain)
         if not masked:
             matches |= Q(pk__in=candidates.values("pk"))
             continue
@@ -1309,8 +1324,9 @@ def _thread_for_run(actor: User, thread_id: Any, if_not_exists: str | None, run_
     return thread
 
 
-@transaction.atomic
-def _run_start(actor: User, thread_pk: Any, graph: str, graph_input: dict[str, Any], metadata: dict[str, Any]) -> Run:
+def run_start_check(actor: User, graph: str, graph_input: dict[str, Any]) -> None:
+    """Whether ``actor`` may start ``graph`` with ``graph_input``: the permission, and the input against the
+    graph's input schema (a cron checks its input so when it is created, not first at each firing)."""
     permissions.require_start(actor, graph)
     try:
         entry = graph_get(graph)
@@ -1319,6 +1335,11 @@ def _run_start(actor: User, thread_pk: Any, graph: str, graph_input: dict[str, A
         if isinstance(exc, UnknownGraph):
             raise NotFound(f"graph {graph!r} is not registered", field="assistant_id") from None
         raise InvalidInput(exc.message, field=exc.field) from None
+
+
+@transaction.atomic
+def _run_start(actor: User, thread_pk: Any, graph: str, graph_input: dict[str, Any], metadata: dict[str, Any]) -> Run:
+    run_start_check(actor, graph, graph_input)
     thread = Thread.objects.select_for_update().get(pk=thread_pk)
     refusals = {
         ThreadStatus.BUSY: "a run is already active on this thread (multitask_strategy=reject)",

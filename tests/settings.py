@@ -19,6 +19,8 @@ os.environ.setdefault("GATEHOUSE_REDISPATCH_AFTER_SECONDS", "3")
 # Tests drive the deadline sweep themselves (approvals.deadlines.deadlines_sweep, scoped to their graph):
 # the session worker's beat must not escalate other tests' overdue tasks under them.
 os.environ.setdefault("GATEHOUSE_DEADLINE_SWEEP_SECONDS", "86400")
+# Likewise crons (lgplatform.crons.crons_fire): tests fire them at the times they choose.
+os.environ.setdefault("GATEHOUSE_CRON_SECONDS", "86400")
 # Nor anchor and prune under them as each worker's beat starts (every restart has a new schedule file):
 # tests/ops/test_beat_catch_up.py starts a beat that does.
 os.environ.setdefault("GATEHOUSE_BEAT_CATCH_UP_SECONDS", "86400")

@@ -72,6 +72,11 @@ NEEDED: dict[tuple[str, str], frozenset[str]] = {
     ("POST", "/lg/runs/cancel"): frozenset({"retry"}),  # runs.cancel_many
     ("PUT", "/lg/store/items"): frozenset({"store"}),
     ("DELETE", "/lg/store/items"): frozenset({"store"}),
+    # crons: each firing starts a run as the cron's owner
+    ("POST", "/lg/runs/crons"): frozenset({"start"}),
+    ("POST", "/lg/threads/{thread_id}/runs/crons"): frozenset({"start"}),
+    ("PATCH", "/lg/runs/crons/{cron_id}"): frozenset({"start"}),
+    ("DELETE", "/lg/runs/crons/{cron_id}"): frozenset({"start"}),
 }
 # The POSTs that only read (the SDK sends their filters in a body): every token is told what is wrong with them.
 READS = {
@@ -84,6 +89,8 @@ READS = {
     ("POST", "/lg/threads/{thread_id}/state/checkpoint"),
     ("POST", "/lg/store/items/search"),
     ("POST", "/lg/store/namespaces"),
+    ("POST", "/lg/runs/crons/search"),
+    ("POST", "/lg/runs/crons/count"),
 }
 # The only write without a token: a signed webhook delivery (its signature is its credential).
 UNTOKENED = {("POST", "/api/webhooks/{name}")}

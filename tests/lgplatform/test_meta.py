@@ -28,8 +28,8 @@ def test_info_says_what_is_served_to_a_signed_in_client_only(personas: dict[str,
     info = answer.json()
     assert info["version"] == version("gatehouse")
     assert info["langgraph_py_version"] == version("langgraph")
-    # Assistants are listed and read; there are no crons: a client hides what it cannot do.
-    assert info["flags"] == {"assistants": True, "crons": False, "langsmith": False}
+    # Assistants are listed and read, crons served: a client hides what it cannot do, and shows what it can.
+    assert info["flags"] == {"assistants": True, "crons": True, "langsmith": False}
     assert info["host"] == {"kind": "gatehouse"}
 
 

@@ -52,6 +52,7 @@ from console.api import api as native_api
 from console.consumers import NoSuchSocket
 from console.routing import websocket_urlpatterns
 from lgplatform.api import api as platform_api
+from lgplatform.models import Cron
 from lgplatform.services import assistant_id_for
 from runtime.models import Thread
 from runtime.registry import graph_gates, graph_names
@@ -116,6 +117,11 @@ NOT_CRAWLED: dict[str, str] = {
     # never reach them).
     "PUT /lg/store/items": "write (put a store item)",
     "DELETE /lg/store/items": "write (delete a store item)",
+    # Crons: writes; a planted thread's cron is read back through GET /lg/runs/crons/{cron_id} and the search
+    "POST /lg/runs/crons": "write (make a cron)",
+    "POST /lg/threads/{thread_id}/runs/crons": "write (make a thread's cron)",
+    "PATCH /lg/runs/crons/{cron_id}": "write (change a cron)",
+    "DELETE /lg/runs/crons/{cron_id}": "write (delete a cron)",
     # Bulk decisions (issue 14): each task's decision is read back through GET /api/tasks/{task_id};
     # a bulk's own record holds task ids, titles and skip reasons, never payload or state.
     "POST /api/bulk-decisions": "write (start a bulk decision)",
@@ -183,6 +189,8 @@ MUST_REVEAL = {
     "GET /lg/threads/{thread_id}/runs/{run_id}/join",
     "GET /lg/threads/{thread_id}/runs/{run_id}/stream",
     "GET /lg/threads/{thread_id}/stream",
+    "GET /lg/runs/crons/{cron_id}",
+    "POST /lg/runs/crons/search",
     "console task",
     "console thread",
     "console audit",
@@ -239,6 +247,7 @@ class Subject:
     hooks: list[str] = field(default_factory=list)  # inbound webhook endpoints of the graph
     actions: list[str] = field(default_factory=list)  # audit actions of the thread (reads are not planted)
     comments: list[str] = field(default_factory=list)  # Conversation (comments) on the thread and its tasks
+    crons: list[str] = field(default_factory=list)  # the thread's crons (their payloads carry a canary)
 
 
 class Planter:
@@ -371,6 +380,12 @@ def plant_platform(planter: Planter) -> str:
         decided.add(task["id"])
     updated = admin.client.post(f"/lg/threads/{thread_id}/state", {"values": planter.value("lg_update")})
     assert updated.status_code == 200, updated.content
+    # A cron on the thread, never due (New Year's midnight, ending before the next): its payload is the carrier.
+    cron = admin.client.post(
+        f"/lg/threads/{thread_id}/runs/crons",
+        {"assistant_id": assistant, "schedule": "0 0 1 1 *", "input": planter.value("lg_cron"), "enabled": False},
+    )
+    assert cron.status_code == 200, cron.content
     return thread_id
 
 
@@ -381,6 +396,7 @@ def subject_of(graph: str, thread_id: str) -> Subject:
     subject.decisions = [str(d) for d in Decision.objects.filter(task__thread=thread).values_list("pk", flat=True)]
     subject.runs = [str(r) for r in thread.runs.values_list("pk", flat=True)]
     subject.comments = [str(c) for c in Comment.objects.filter(thread=thread).values_list("pk", flat=True)]
+    subject.crons = [str(c) for c in Cron.objects.filter(thread=thread).values_list("pk", flat=True)]
     events = AuditEvent.objects.filter(thread_id=thread.pk).exclude(action="sensitive.revealed")
     subject.actions = sorted(set(events.values_list("action", flat=True)))
     # The checkpoints where the set of canaries in the state changes, and the head: where a leak would show.
@@ -435,6 +451,7 @@ def _ids(subjects: list[Subject]) -> dict[str, list[dict[str, str]]]:
         "uidb64": [{"uidb64": "MQ"}],
         "token": [{"token": "not-a-valid-token"}],
         "comment_id": [{"comment_id": c} for s in subjects for c in s.comments],  # Conversation (comments)
+        "cron_id": [{"cron_id": c} for s in subjects for c in s.crons],
         # bulk decisions (issue 14): a bulk's page and socket show task titles and skip reasons (no payload or
         # state) to its starter only, whom no crawled reader is; their access rules: test_route_matrix, test_bulk_api
         "bulk_id": [],
@@ -471,6 +488,8 @@ READ_BODIES: dict[str, Callable[[dict[str, str], list[Subject]], list[Any]]] = {
     # Long-term memory store reads (their own canary test: tests/security/test_store_redaction.py)
     "/lg/store/items/search": lambda ids, subjects: [{"namespace_prefix": [], "limit": 1000}],
     "/lg/store/namespaces": lambda ids, subjects: [{}],
+    "/lg/runs/crons/search": lambda ids, subjects: [{"thread_id": s.thread, "limit": 1000} for s in subjects],
+    "/lg/runs/crons/count": lambda ids, subjects: [{}],  # a number: it can carry no canary, only be crawled
 }
 
 
