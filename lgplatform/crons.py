@@ -294,6 +294,13 @@ def _cron_for(user: permissions.Principal, cron_id: Any, *, lock: bool = False) 
     return cron
 
 
+def thread_crons(user: permissions.Principal, thread: Any) -> list[Cron]:
+    """The crons that start runs on ``thread`` (already permission-checked), the next to fire first: its page
+    shows who will start what and when (never their payloads)."""
+    crons = crons_visible(user).filter(thread=thread)
+    return list(crons.order_by(F("next_run_date").asc(nulls_last=True), "created_at"))
+
+
 def cron_get(user: permissions.Principal, cron_id: Any) -> CronOut:
     return cron_out(user, _cron_for(user, cron_id))
 

@@ -13,6 +13,7 @@ from approvals import permissions, services, store
 from approvals.errors import Forbidden
 from console import page_context
 from console.views.common import HtmxHttpRequest, SignedInRequest, console_login_required, domain_errors
+from lgplatform import crons
 
 
 @require_GET
@@ -34,6 +35,7 @@ def thread_detail(request: HtmxHttpRequest, thread_id: UUID) -> HttpResponse:
         return render(request, "console/partials/checkpoint.html", ctx)
     # Long-term memory: what this thread's runs read and wrote (approvals.store).
     ctx["store_operations"] = store.store_operations_visible(user=request.user, thread=ctx["thread"])
+    ctx["crons"] = crons.thread_crons(request.user, ctx["thread"])  # runs a schedule will start here
     # Where the rest of its record is, for those who may read it (an examiner rebuilding a decision):
     # the thread's audit trail, and the webhook deliveries it caused (as the Webhooks page allows).
     audits = permissions.can(request.user, "approvals.view_audit")

@@ -31,6 +31,7 @@ from lgplatform.tasks import fire_crons
 from runtime.models import Run, Thread
 from tests.approvals.guards import user_make
 from tests.conftest import loan_input, scaled, wait_for
+from tests.console.conftest import console_client
 from tests.integration.test_platform_sdk import server  # noqa: F401 - the live daphne fixture
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("live_db", "live_worker")]
@@ -185,6 +186,23 @@ def test_a_thread_cron_is_skipped_while_its_thread_waits_for_a_reviewer(server, 
     _settled(thread, "interrupted")
     op.close()
     rv.close()
+
+
+def test_the_thread_page_shows_who_will_start_runs_there_and_when(server, personas):  # noqa: F811
+    operator, reviewer = personas["operator"], personas["reviewer"]
+    op = _sdk(server, operator.token)
+    thread = op.threads.create()["thread_id"]
+    secret = f"L-{uuid.uuid4().hex[:8]}"
+    cron = op.crons.create_for_thread(
+        thread, LOAN, schedule="30 9 * * 1-5", timezone="Europe/Paris", input=loan_input(loan_id=secret)
+    )
+    page = console_client(reviewer).get(f"/threads/{thread}/").content.decode()
+    assert 'id="thread-crons"' in page and "<code>30 9 * * 1-5</code>" in page and "Europe/Paris" in page
+    assert operator.username in page and cron["cron_id"][:8] in page
+    assert secret not in page  # who and when, never what it sends
+    op.crons.update(cron["cron_id"], enabled=False)
+    assert "disabled" in console_client(reviewer).get(f"/threads/{thread}/").content.decode()
+    op.close()
 
 
 def test_a_deactivated_owner_or_a_withdrawn_role_stops_the_firings(server, personas):  # noqa: F811
