@@ -428,7 +428,7 @@ def cron_fire(*, cron_id: Any, now: datetime) -> str | None:
         if cron is None:
             return None
         due = cron.next_run_date
-        nxt = _next_run_date(cron, max(now, due) if due else now)
+        nxt = _next_run_date(cron, now)  # after now: a sweep that was down fires a missed time once
         # SQLite has no row locks: the conditional update decides who fires (PostgreSQL: the lock already has).
         if not Cron.objects.filter(pk=cron.pk, next_run_date=due).update(next_run_date=nxt, updated_at=now):
             return None
@@ -436,23 +436,34 @@ def cron_fire(*, cron_id: Any, now: datetime) -> str | None:
             with transaction.atomic():  # a refused start leaves nothing behind but the skip's record
                 run = _fire(cron)
         except DomainError as refusal:
-            log.info("cron %s: firing skipped: %s", cron.id, refusal.message)
-            _audit(
-                cron.owner,
-                AuditAction.CRON_SKIPPED,
-                cron,
-                details={"due": due.isoformat() if due else None, "reason": refusal.message, "field": refusal.field},
-            )
+            _skipped(cron, due, refusal)
             return "skipped"
-        _audit(
-            cron.owner,
-            AuditAction.CRON_FIRED,
-            cron,
-            thread_id=run.thread_id,
-            details={"due": due.isoformat() if due else None, "run": str(run.id), "thread": str(run.thread_id)},
-        )
+        details: dict[str, Any] = {
+            "due": due.isoformat() if due else None,
+            "run": str(run.id),
+            "thread": str(run.thread_id),
+        }
+        if cron.skipped_count:  # the firings skipped since the last run, for the record
+            details["skipped_before"] = {"count": cron.skipped_count, "reason": cron.skipped_reason}
+            Cron.objects.filter(pk=cron.pk).update(skipped_reason="", skipped_count=0)
+        _audit(cron.owner, AuditAction.CRON_FIRED, cron, thread_id=run.thread_id, details=details)
         log.info("cron %s: fired run %s on thread %s", cron.id, run.id, run.thread_id)
         return "fired"
+
+
+def _skipped(cron: Cron, due: datetime | None, refusal: DomainError) -> None:
+    """A firing that could not start: audited with why, once per reason — the same reason again (a thread still
+    waiting for its reviewer) is counted on the cron, and the count goes in the next event about it."""
+    reason = refusal.message[:500]
+    log.info("cron %s: firing skipped: %s", cron.id, reason)
+    if reason == cron.skipped_reason:
+        Cron.objects.filter(pk=cron.pk).update(skipped_count=F("skipped_count") + 1)
+        return
+    details: dict[str, Any] = {"due": due.isoformat() if due else None, "reason": reason, "field": refusal.field}
+    if cron.skipped_count > 1:
+        details["skipped_before"] = {"count": cron.skipped_count, "reason": cron.skipped_reason}
+    Cron.objects.filter(pk=cron.pk).update(skipped_reason=reason, skipped_count=1)
+    _audit(cron.owner, AuditAction.CRON_SKIPPED, cron, details=details)
 
 
 def _fire(cron: Cron) -> Any:

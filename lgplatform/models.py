@@ -31,6 +31,11 @@ class Cron(models.Model):
     end_time = models.DateTimeField(null=True, blank=True)
     next_run_date = models.DateTimeField(null=True, blank=True)
     on_run_completed = models.CharField(max_length=16, blank=True, default="")  # "" reads as null
+    # Firings skipped in a row for the same reason since the last run (lgplatform.crons.cron_fire): the first
+    # is audited, the rest counted here, so a thread waiting a week for its reviewer under a cron firing every
+    # minute is one cron.skipped event, not ten thousand.
+    skipped_reason = models.CharField(max_length=500, blank=True, default="", db_default="")
+    skipped_count = models.PositiveIntegerField(default=0, db_default=0)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -177,12 +177,20 @@ def test_a_thread_cron_is_skipped_while_its_thread_waits_for_a_reviewer(server, 
     skipped = AuditEvent.objects.get(subject_type="cron", subject_id=cron["cron_id"], action="cron.skipped")
     assert "waits for a decision" in skipped.details["reason"] and skipped.details["due"] == due.isoformat()
     assert _due(cron["cron_id"]) > due  # on to its next time, not retried every sweep
-    # Decided: the next firing starts the thread's next run, with the cron's input.
+    # Skipped again for the same reason: counted, not audited again (a cron every minute on a thread waiting a
+    # week would write ten thousand events).
+    assert cron_fire(cron_id=cron["cron_id"], now=_due(cron["cron_id"])) == "skipped"
+    assert AuditEvent.objects.filter(subject_id=cron["cron_id"], action="cron.skipped").count() == 1
+    assert Cron.objects.get(pk=cron["cron_id"]).skipped_count == 2
+    # Decided: the next firing starts the thread's next run, with the cron's input, and says what it skipped.
     rv.runs.wait(thread, LOAN, command=APPROVE)
     _settled(thread, "completed")
     assert cron_fire(cron_id=cron["cron_id"], now=_due(cron["cron_id"])) == "fired"
     run = Run.objects.get(thread_id=thread, metadata__cron_id=cron["cron_id"])
     assert run.created_by_id == operator.user.pk
+    fired = AuditEvent.objects.get(subject_id=cron["cron_id"], action="cron.fired")
+    assert fired.details["skipped_before"] == {"count": 2, "reason": skipped.details["reason"]}
+    assert Cron.objects.get(pk=cron["cron_id"]).skipped_count == 0
     _settled(thread, "interrupted")
     op.close()
     rv.close()
@@ -200,6 +208,13 @@ def test_the_thread_page_shows_who_will_start_runs_there_and_when(server, person
     assert 'id="thread-crons"' in page and "<code>30 9 * * 1-5</code>" in page and "Europe/Paris" in page
     assert operator.username in page and cron["cron_id"][:8] in page
     assert secret not in page  # who and when, never what it sends
+    # The thread waits for its reviewer: the firing is skipped, and the page says so.
+    op.runs.wait(thread, LOAN, input=loan_input())
+    assert cron_fire(cron_id=cron["cron_id"], now=_due(cron["cron_id"])) == "skipped"
+    assert (
+        "skipped 1× since its last run: the thread waits for a decision"
+        in console_client(reviewer).get(f"/threads/{thread}/").content.decode()
+    )
     op.crons.update(cron["cron_id"], enabled=False)
     assert "disabled" in console_client(reviewer).get(f"/threads/{thread}/").content.decode()
     op.close()
