@@ -388,7 +388,8 @@ def cron_out(user: permissions.Principal, cron: Cron) -> CronOut:
         timezone=cron.timezone or None,
         created_at=cron.created_at,
         updated_at=cron.updated_at,
-        payload={"assistant_id": platform.assistant_id_for(cron.graph), **payload},
+        # The body it was made from, as LangGraph Server keeps it (with its assistant and schedule).
+        payload={"assistant_id": platform.assistant_id_for(cron.graph), "schedule": cron.schedule, **payload},
         user_id=cron.owner.get_username(),
         next_run_date=cron.next_run_date,
         metadata=cron.metadata,
