@@ -53,3 +53,16 @@ def test_a_time_zone_is_an_iana_name() -> None:
         with pytest.raises(InvalidInput) as refused:
             timezone_check(name)
         assert refused.value.field == "timezone"
+
+
+def test_a_cron_has_no_next_run_once_its_end_time_would_pass_or_while_it_is_disabled() -> None:
+    from lgplatform.crons import _next_run_date
+    from lgplatform.models import Cron
+
+    at = datetime(2026, 12, 8, 9, 0, tzinfo=UTC)
+    cron = Cron(schedule="0 10 * * *", timezone="", enabled=True, end_time=datetime(2026, 12, 9, 10, 0, tzinfo=UTC))
+    assert _next_run_date(cron, at) == datetime(2026, 12, 8, 10, 0, tzinfo=UTC)
+    assert _next_run_date(cron, datetime(2026, 12, 8, 10, 0, tzinfo=UTC)) == cron.end_time  # its end is its last
+    assert _next_run_date(cron, cron.end_time) is None  # the next would pass the end: none
+    cron.enabled = False
+    assert _next_run_date(cron, at) is None
