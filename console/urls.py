@@ -18,6 +18,7 @@ from console.views import (
     webhooks,
 )
 from console.views import comments as comment_views  # Conversation (comments)
+from console.views import crons as cron_views  # crons: Delete
 from console.views import dashboard as dashboard_views  # team dashboard
 from console.views import run_cancel as run_cancel_views
 from console.views import store as store_views  # long-term memory store browser
@@ -81,6 +82,8 @@ console_patterns = [
     # Bulk decisions (issue 14)
     path("bulk/", bulk.bulk_start, name="bulk-start"),
     path("bulk/<uuid:bulk_id>/", bulk.bulk_detail, name="bulk"),
+    # Crons (client.crons): deleted by the owner or a user administrator, from a thread's or a user's page.
+    path("crons/<uuid:cron_id>/delete", cron_views.cron_delete, name="cron-delete"),
     # Cancelling a running run (interrupt / rollback), from the thread page.
     path("threads/<uuid:thread_id>/cancel-run", run_cancel_views.thread_run_cancel, name="thread-run-cancel"),
 ]

@@ -237,11 +237,16 @@ def cron_update(*, actor: User, cron_id: Any, body: CronPatchIn) -> Cron:
     return cron
 
 
+def cron_deletable(actor: permissions.Principal, cron: Cron) -> bool:
+    """Its owner, or a user administrator (an owner who left keeps no cron alive)."""
+    return bool(cron.owner_id == actor.pk or permissions.can(actor, MANAGE_USERS))
+
+
 def cron_delete(*, actor: User, cron_id: Any) -> None:
-    """``crons.delete``: by its owner or a user administrator (an owner who left keeps no cron alive)."""
+    """``crons.delete`` (and the console's Delete): by ``cron_deletable``'s users."""
     with transaction.atomic():
         cron = _cron_for(actor, cron_id, lock=True)
-        if cron.owner_id != actor.pk and not permissions.can(actor, MANAGE_USERS):
+        if not cron_deletable(actor, cron):
             raise Forbidden("only its owner or a user administrator deletes a cron", field="cron_id")
         _audit(actor, AuditAction.CRON_DELETED, cron, details=_described(cron))
         cron.delete()
@@ -297,8 +302,20 @@ def _cron_for(user: permissions.Principal, cron_id: Any, *, lock: bool = False) 
 def thread_crons(user: permissions.Principal, thread: Any) -> list[Cron]:
     """The crons that start runs on ``thread`` (already permission-checked), the next to fire first: its page
     shows who will start what and when (never their payloads)."""
-    crons = crons_visible(user).filter(thread=thread)
-    return list(crons.order_by(F("next_run_date").asc(nulls_last=True), "created_at"))
+    return _listed(user, crons_visible(user).filter(thread=thread))
+
+
+def owned_crons(user: permissions.Principal, owner: Any) -> list[Cron]:
+    """The crons ``owner`` made that ``user`` may see (a user's page: what goes on in their name)."""
+    return _listed(user, crons_visible(user).filter(owner=owner))
+
+
+def _listed(user: permissions.Principal, crons: QuerySet[Cron]) -> list[Cron]:
+    """The next to fire first; each marked ``deletable`` by ``user`` (a page offers its Delete button)."""
+    listed = list(crons.order_by(F("next_run_date").asc(nulls_last=True), "created_at"))
+    for cron in listed:
+        cron.deletable = cron_deletable(user, cron)  # type: ignore[attr-defined]
+    return listed
 
 
 def cron_get(user: permissions.Principal, cron_id: Any) -> CronOut:

@@ -61,7 +61,7 @@ def console_login_required(view: View) -> View:
             # A form submitted without JavaScript: nothing was recorded. The sign-in page says so and returns to
             # the page the form was on; it went back to the POST-only URL, a GET of it, with nothing said.
             what = UNRECORDED_DECISION if _url_name(request) == "task-decide" else UNRECORDED_SUBMIT
-            query = urlencode({"next": _form_page(request), UNRECORDED: what})
+            query = urlencode({"next": form_page(request), UNRECORDED: what})
             return HttpResponseRedirect(f"{settings.LOGIN_URL}?{query}")
         if request.method not in ("GET", "HEAD") and _drawn_for_another(request):
             # Signed out and in as someone else in another tab: this page still shows the first user, and
@@ -70,7 +70,7 @@ def console_login_required(view: View) -> View:
             # form: the page says so, and Back returns to the form as it was).
             ctx = {"now": request.user.get_username()}
             if not request.htmx:
-                ctx["back"] = _form_page(request)
+                ctx["back"] = form_page(request)
                 return render(request, "console/signed_in_as_other.html", ctx, status=409)
             answer = render(request, "console/partials/signed_in_as_other.html", ctx, status=409)
             return reswap(retarget(answer, SESSION_NOTICE), "innerHTML")
@@ -134,7 +134,7 @@ def _url_name(request: HttpRequest) -> str:
     return request.resolver_match.url_name or "" if request.resolver_match else ""
 
 
-def _form_page(request: HttpRequest) -> str:
+def form_page(request: HttpRequest) -> str:
     """The page a plain form was submitted from: the Referer on this site, else the URL one level up from the
     form's action when that is a page (``/tasks/<id>/decide`` → ``/tasks/<id>/``), else the inbox."""
     referer = request.headers.get("Referer", "")

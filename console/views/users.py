@@ -27,6 +27,7 @@ from approvals.errors import DomainError, InvalidInput
 from console.forms import NUL_REFUSED, nul_fields
 from console.middleware import form_text_checked
 from console.views.common import HtmxHttpRequest, console_login_required, domain_errors, error_page
+from lgplatform import crons
 from runtime.registry import graph_is_external
 
 
@@ -80,6 +81,7 @@ def _detail_context(request: HtmxHttpRequest, user_id: int) -> dict[str, Any]:
         "assignment_rows": _assignment_choices(subject),
         "credentials": users.user_credentials(subject),
         "history": history,
+        "owned_crons": crons.owned_crons(actor, subject),  # runs started in their name (client.crons)
         "nav": "users",
     }
 

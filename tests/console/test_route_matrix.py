@@ -20,6 +20,9 @@ from approvals.inbound.webhooks import webhook_endpoint_create
 from approvals.outbound.subscriptions import subscription_create
 from approvals.services import Signer
 from console.urls import console_patterns
+from lgplatform.crons import cron_create
+from lgplatform.schemas import CronCreateIn
+from tests.conftest import loan_input
 from tests.console.conftest import console_client
 from tests.factories import decision_make, task_make
 
@@ -94,6 +97,9 @@ MATRIX: list[tuple[str, str, str, tuple[int, ...]]] = [
     ("bulk", "GET", "bulk", (302, 404, 404, 404, 200, 404, 200)),
     # Cancelling a running run: operators and admins (the thread has no active run: 409 for them).
     ("thread-run-cancel", "POST", "loan", (302, 404, 403, 403, 403, 409, 409)),
+    # Crons: deleted by their owner or a user administrator ("cron": a fresh one of admin's per case); a reader
+    # of its graph who is neither gets 403, one who cannot see it 404.
+    ("cron-delete", "POST", "cron", (302, 404, 403, 403, 403, 403, 302)),
 ]
 
 
@@ -170,5 +176,8 @@ def route_case(personas: dict[str, Any], route: str, subject: str) -> tuple[str,
             signer=Signer(authenticated_at=timezone.now()),
         )
         path = path.replace("<uuid:bulk_id>", str(started.pk))
+    if subject == "cron":  # crons: an admin's, never due
+        body = CronCreateIn(assistant_id="loan_approval", schedule="0 0 1 1 *", input=loan_input())
+        path = path.replace("<uuid:cron_id>", str(cron_create(actor=personas["admin"].user, body=body).pk))
     body = {"decision": "approve", "reason": "route matrix", "checkpoint_id": task.checkpoint_id} if task else {}
     return path, body

@@ -220,6 +220,39 @@ def test_the_thread_page_shows_who_will_start_runs_there_and_when(server, person
     op.close()
 
 
+def test_an_administrator_sees_and_deletes_a_departed_users_crons_in_the_console(server, personas):  # noqa: F811
+    """Offboarding: the user's page lists the crons that run in their name (a thread's, and one that makes a new
+    thread each time); Delete stops them, audited as the administrator's. A reviewer on the thread's page sees
+    the cron but no Delete button, and a delete they post is refused."""
+    admin, reviewer = personas["admin"], personas["reviewer"]
+    leaver = user_make("operator", "loan_approval")
+    sdk = _sdk(server, token_issue(user=leaver))
+    thread = sdk.threads.create()["thread_id"]
+    on_thread = sdk.crons.create_for_thread(thread, LOAN, schedule=NEVER, input=loan_input())
+    stateless = sdk.crons.create(LOAN, schedule="15 6 * * *", input=loan_input())
+    leaver.is_active = False
+    leaver.save()
+    as_reviewer = console_client(reviewer)
+    page = as_reviewer.get(f"/threads/{thread}/").content.decode()
+    assert on_thread["cron_id"][:8] in page and f"/crons/{on_thread['cron_id']}/delete" not in page
+    assert as_reviewer.post(f"/crons/{on_thread['cron_id']}/delete").status_code == 403
+    as_admin = console_client(admin)
+    user_page = f"/users/{leaver.pk}/"
+    page = as_admin.get(user_page).content.decode()
+    assert 'id="user-crons"' in page and "every firing is skipped" in page
+    assert "<code>15 6 * * *</code>" in page and "a new thread each run" in page
+    for cron in (on_thread, stateless):
+        assert f"/crons/{cron['cron_id']}/delete" in page
+        answer = as_admin.post(f"/crons/{cron['cron_id']}/delete", headers={"Referer": f"http://testserver{user_page}"})
+        assert answer.status_code == 302 and answer["Location"] == user_page
+    assert not Cron.objects.filter(owner=leaver).exists()
+    ids = [on_thread["cron_id"], stateless["cron_id"]]
+    deleted = AuditEvent.objects.filter(action="cron.deleted", subject_id__in=ids)
+    assert sorted(e.actor_id for e in deleted) == [admin.user.pk, admin.user.pk]
+    assert 'id="user-crons"' not in as_admin.get(user_page).content.decode()
+    sdk.close()
+
+
 def test_a_deactivated_owner_or_a_withdrawn_role_stops_the_firings(server, personas):  # noqa: F811
     owner = user_make("operator", "loan_approval")
     cron = _sdk(server, token_issue(user=owner)).crons.create(LOAN, schedule=NEVER, input=loan_input())

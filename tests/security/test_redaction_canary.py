@@ -171,6 +171,7 @@ CONSOLE_WRITES: dict[str, str] = {
     "console bulk-start": "start a bulk decision (issue 14); each decision is read back on the task pages",
     # Cancelling a running run
     "console thread-run-cancel": "cancel a thread's running run",
+    "console cron-delete": "delete a cron (its schedule and owner are listed on its thread's and owner's pages)",
 }
 
 # Surfaces a role with "view sensitive" must receive a canary on: proof that the crawl reaches the values.
