@@ -21,6 +21,10 @@ os.environ.setdefault("GATEHOUSE_REDISPATCH_AFTER_SECONDS", "3")
 os.environ.setdefault("GATEHOUSE_DEADLINE_SWEEP_SECONDS", "86400")
 # Likewise crons (lgplatform.crons.crons_fire): tests fire them at the times they choose.
 os.environ.setdefault("GATEHOUSE_CRON_SECONDS", "86400")
+# No idle connections kept open per process: two sessions, each with its workers and several daphnes (every
+# process started from here inherits this), kept two each and reached PostgreSQL's 100 connections near the
+# end of a run (99 measured; a test's own connection was then refused: "too many clients already").
+os.environ.setdefault("GATEHOUSE_DB_POOL_MIN", "0")
 # Nor anchor and prune under them as each worker's beat starts (every restart has a new schedule file):
 # tests/ops/test_beat_catch_up.py starts a beat that does.
 os.environ.setdefault("GATEHOUSE_BEAT_CATCH_UP_SECONDS", "86400")
