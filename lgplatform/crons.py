@@ -446,6 +446,7 @@ def cron_fire(*, cron_id: Any, now: datetime) -> str | None:
         if cron is None:
             return None
         due = cron.next_run_date
+        assert due is not None  # noqa: S101 - the row was selected for next_run_date <= now
         nxt = _next_run_date(cron, now)  # after now: a sweep that was down fires a missed time once
         # SQLite has no row locks: the conditional update decides who fires (PostgreSQL: the lock already has).
         if not Cron.objects.filter(pk=cron.pk, next_run_date=due).update(next_run_date=nxt, updated_at=now):
@@ -457,7 +458,7 @@ def cron_fire(*, cron_id: Any, now: datetime) -> str | None:
             _skipped(cron, due, refusal)
             return "skipped"
         details: dict[str, Any] = {
-            "due": due.isoformat() if due else None,
+            "due": due.isoformat(),
             "run": str(run.id),
             "thread": str(run.thread_id),
         }
@@ -469,7 +470,7 @@ def cron_fire(*, cron_id: Any, now: datetime) -> str | None:
         return "fired"
 
 
-def _skipped(cron: Cron, due: datetime | None, refusal: DomainError) -> None:
+def _skipped(cron: Cron, due: datetime, refusal: DomainError) -> None:
     """A firing that could not start: audited with why, once per reason — the same reason again (a thread still
     waiting for its reviewer) is counted on the cron, and the count goes in the next event about it."""
     reason = refusal.message[:500]
@@ -477,7 +478,7 @@ def _skipped(cron: Cron, due: datetime | None, refusal: DomainError) -> None:
     if reason == cron.skipped_reason:
         Cron.objects.filter(pk=cron.pk).update(skipped_count=F("skipped_count") + 1)
         return
-    details: dict[str, Any] = {"due": due.isoformat() if due else None, "reason": reason, "field": refusal.field}
+    details: dict[str, Any] = {"due": due.isoformat(), "reason": reason, "field": refusal.field}
     if cron.skipped_count > 1:
         details["skipped_before"] = {"count": cron.skipped_count, "reason": cron.skipped_reason}
     Cron.objects.filter(pk=cron.pk).update(skipped_reason=reason, skipped_count=1)
@@ -491,6 +492,8 @@ def _fire(cron: Cron) -> Any:
         raise Forbidden(f"its owner {owner.get_username()} is deactivated", field="owner")
     payload = {**cron.payload, "metadata": {**(cron.payload.get("metadata") or {}), CRON_METADATA_KEY: str(cron.id)}}
     body = _run_body(cron.graph, payload, thread=cron.thread_id is not None)
+    # Before the run is made: a stateless cron's new thread would be refused first, with a vaguer reason
+    # ("you may not create threads") than the skip should record ("... start threads").
     _payload_check(owner, cron.graph, payload, thread=cron.thread_id is not None)
     thread_id = cron.thread_id or uuid.uuid4()
     return run_create_recorded(owner, thread_id, body, stream=published_modes(body))
